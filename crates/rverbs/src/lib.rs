@@ -1,0 +1,15 @@
+//! # rverbs
+//!
+//! Pure-Rust RDMA for Linux: the uverbs and rdma_cm kernel ABIs spoken directly, the rxe and
+//! mlx5 data paths in Rust, and no C library of rdma-core linked or loaded.
+//!
+//! This facade re-exports the three layers:
+//! - [`uverbs`] (`rverbs-uverbs`): devices, contexts, verbs objects, kernel ABI;
+//! - [`provider`] (`rverbs-provider`): rxe and mlx5 rings, posting and polling;
+//! - [`cm`] (`rverbs-cm`): rdma_cm ids, events, and librdmacm's helpers.
+
+#![deny(unsafe_code)]
+
+pub use rverbs_cm as cm;
+pub use rverbs_provider as provider;
+pub use rverbs_uverbs as uverbs;

@@ -1,0 +1,26 @@
+//! # rverbs-uverbs
+//!
+//! The Linux uverbs kernel ABI spoken directly from Rust: no libibverbs, no C toolchain.
+//!
+//! - [`abi`]: raw kernel structures and numbers (`include/rdma/*.h`), layout-checked.
+//! - [`ioctl`]: a typed attribute builder for `RDMA_VERBS_IOCTL`.
+//! - [`write`]: the legacy and extended write() commands.
+//! - [`wc`], [`wr`]: the provider-neutral completion and work-request types.
+//!
+//! `unsafe` is denied at the crate root and allowed only in the modules that talk to the
+//! kernel, each block with a `// SAFETY:` comment.
+
+#![deny(unsafe_code)]
+#![warn(missing_debug_implementations)]
+
+#[allow(non_camel_case_types)]
+pub mod abi;
+pub mod error;
+pub mod ioctl;
+pub mod wc;
+pub mod wr;
+pub mod write;
+
+pub use error::{Error, Result};
+pub use wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+pub use wr::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};

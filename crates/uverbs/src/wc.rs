@@ -1,0 +1,210 @@
+//! Work completions: the one completion type every provider (rxe, mlx5) returns.
+//!
+//! Status and opcode are written by the kernel or the device, so they are newtypes over the raw
+//! number with named constants, never Rust enums: an unknown value stays an unknown value.
+
+use std::fmt;
+
+use bitflags::bitflags;
+
+macro_rules! raw_newtype {
+    ($(#[$m:meta])* $name:ident($ty:ty) { $($(#[$cm:meta])* $c:ident = $v:expr, $s:literal;)* }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+        #[repr(transparent)]
+        pub struct $name(pub $ty);
+
+        impl $name {
+            $($(#[$cm])* pub const $c: Self = Self($v);)*
+
+            /// The constant's name, or `None` for a value this crate does not know.
+            pub const fn name(self) -> Option<&'static str> {
+                match self.0 {
+                    $(v if v == $v => Some($s),)*
+                    _ => None,
+                }
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                match self.name() {
+                    Some(n) => f.write_str(n),
+                    None => write!(f, "{}({})", stringify!($name), self.0),
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                match self.name() {
+                    Some(n) => f.write_str(n),
+                    None => write!(f, "unknown {} {}", stringify!($name), self.0),
+                }
+            }
+        }
+    };
+}
+#[allow(unused_imports)] // used by the object modules (events, states)
+pub(crate) use raw_newtype;
+
+raw_newtype! {
+    /// `ibv_wc_status` / `ib_wc_status`: the kernel and libibverbs agree on these numbers.
+    WcStatus(u32) {
+        SUCCESS = 0, "success";
+        LOC_LEN_ERR = 1, "local length error";
+        LOC_QP_OP_ERR = 2, "local QP operation error";
+        LOC_EEC_OP_ERR = 3, "local EE context operation error";
+        LOC_PROT_ERR = 4, "local protection error";
+        WR_FLUSH_ERR = 5, "Work Request Flushed Error";
+        MW_BIND_ERR = 6, "memory management operation error";
+        BAD_RESP_ERR = 7, "bad response error";
+        LOC_ACCESS_ERR = 8, "local access error";
+        REM_INV_REQ_ERR = 9, "remote invalid request error";
+        REM_ACCESS_ERR = 10, "remote access error";
+        REM_OP_ERR = 11, "remote operation error";
+        RETRY_EXC_ERR = 12, "transport retry counter exceeded";
+        RNR_RETRY_EXC_ERR = 13, "RNR retry counter exceeded";
+        LOC_RDD_VIOL_ERR = 14, "local RDD violation error";
+        REM_INV_RD_REQ_ERR = 15, "remote invalid RD request";
+        REM_ABORT_ERR = 16, "aborted error";
+        INV_EECN_ERR = 17, "invalid EE context number";
+        INV_EEC_STATE_ERR = 18, "invalid EE context state";
+        FATAL_ERR = 19, "fatal error";
+        RESP_TIMEOUT_ERR = 20, "response timeout error";
+        GENERAL_ERR = 21, "general error";
+    }
+}
+
+impl WcStatus {
+    /// True for [`WcStatus::SUCCESS`].
+    pub const fn is_success(self) -> bool {
+        self.0 == 0
+    }
+}
+
+raw_newtype! {
+    /// `ibv_wc_opcode`: requester opcodes below 128, responder opcodes from 128 (`IBV_WC_RECV`).
+    WcOpcode(u32) {
+        SEND = 0, "SEND";
+        RDMA_WRITE = 1, "RDMA_WRITE";
+        RDMA_READ = 2, "RDMA_READ";
+        COMP_SWAP = 3, "COMP_SWAP";
+        FETCH_ADD = 4, "FETCH_ADD";
+        BIND_MW = 5, "BIND_MW";
+        LOCAL_INV = 6, "LOCAL_INV";
+        TSO = 7, "TSO";
+        RECV = 128, "RECV";
+        RECV_RDMA_WITH_IMM = 129, "RECV_RDMA_WITH_IMM";
+    }
+}
+
+impl WcOpcode {
+    /// True for responder (receive-side) completions.
+    pub const fn is_recv(self) -> bool {
+        self.0 & 128 != 0
+    }
+}
+
+bitflags! {
+    /// `ibv_wc_flags` — the **userspace** numbering. The kernel's `ib_uverbs_wc` numbers
+    /// with-invalidate as bit 2 (`IB_WC_WITH_INVALIDATE`) where libibverbs has `IBV_WC_WITH_INV`
+    /// at bit 3; providers convert with [`WcFlags::from_kernel`].
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct WcFlags: u32 {
+        /// A GRH is present in the first 40 bytes of the receive buffer.
+        const GRH = 1 << 0;
+        /// `imm_data` is valid.
+        const WITH_IMM = 1 << 1;
+        /// The IP checksum was checked and is correct.
+        const IP_CSUM_OK = 1 << 2;
+        /// `imm_data` holds the invalidated rkey.
+        const WITH_INV = 1 << 3;
+        // Keep bits we do not know instead of dropping them.
+        const _ = !0;
+    }
+}
+
+impl WcFlags {
+    /// Kernel (`ib_wc_flags`) numbering: GRH 1, WITH_IMM 2, WITH_INVALIDATE 4, IP_CSUM_OK 8.
+    pub const fn from_kernel(raw: u32) -> Self {
+        let mut v = raw & !0b1100;
+        if raw & 4 != 0 {
+            v |= Self::WITH_INV.bits();
+        }
+        if raw & 8 != 0 {
+            v |= Self::IP_CSUM_OK.bits();
+        }
+        Self::from_bits_retain(v)
+    }
+}
+
+/// One completion, as `ibv_wc` carries it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkCompletion {
+    /// The `wr_id` the work request was posted with.
+    pub wr_id: u64,
+    pub status: WcStatus,
+    /// Valid only when `status` is success (as in libibverbs).
+    pub opcode: WcOpcode,
+    /// Provider-specific error detail (mlx5: the vendor syndrome).
+    pub vendor_err: u32,
+    pub byte_len: u32,
+    /// Immediate data in **host** byte order when `wc_flags` has `WITH_IMM`; the invalidated
+    /// rkey when it has `WITH_INV`. (libibverbs keeps immediate data big-endian; we convert
+    /// once, in the provider.)
+    pub imm_data: u32,
+    pub qp_num: u32,
+    pub src_qp: u32,
+    pub wc_flags: WcFlags,
+    pub pkey_index: u16,
+    pub slid: u16,
+    pub sl: u8,
+    pub dlid_path_bits: u8,
+    pub port_num: u8,
+}
+
+impl WorkCompletion {
+    /// The immediate data, when the completion carries some.
+    pub fn imm(&self) -> Option<u32> {
+        self.wc_flags
+            .contains(WcFlags::WITH_IMM)
+            .then_some(self.imm_data)
+    }
+
+    /// The rkey invalidated by a SEND_WITH_INV, when there was one.
+    pub fn invalidated_rkey(&self) -> Option<u32> {
+        self.wc_flags
+            .contains(WcFlags::WITH_INV)
+            .then_some(self.imm_data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_values_survive() {
+        let s = WcStatus(99);
+        assert_eq!(s.name(), None);
+        assert_eq!(format!("{s:?}"), "WcStatus(99)");
+        assert_eq!(
+            format!("{}", WcStatus::WR_FLUSH_ERR),
+            "Work Request Flushed Error"
+        );
+        assert!(WcOpcode::RECV_RDMA_WITH_IMM.is_recv());
+        assert!(!WcOpcode::RDMA_READ.is_recv());
+    }
+
+    #[test]
+    fn kernel_flags_convert() {
+        assert_eq!(
+            WcFlags::from_kernel(1 | 2),
+            WcFlags::GRH | WcFlags::WITH_IMM
+        );
+        assert_eq!(WcFlags::from_kernel(4), WcFlags::WITH_INV);
+        assert_eq!(WcFlags::from_kernel(8), WcFlags::IP_CSUM_OK);
+        assert_eq!(WcFlags::from_kernel(0x40).bits(), 0x40);
+    }
+}
