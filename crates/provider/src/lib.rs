@@ -4,3 +4,6 @@
 //! Providers are chosen from a static table keyed by the kernel's driver id.
 
 #![deny(unsafe_code)]
+
+pub mod mlx5;
+pub mod rxe;

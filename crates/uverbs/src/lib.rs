@@ -15,8 +15,11 @@
 
 #[allow(non_camel_case_types)]
 pub mod abi;
+pub mod context;
+pub mod device;
 pub mod error;
 pub mod ioctl;
+pub mod netlink;
 pub mod wc;
 pub mod wr;
 pub mod write;

@@ -1,0 +1,1 @@
+//! rxe (soft-RoCE): the kernel-shared queues, WQE building and completion parsing.
