@@ -1,1 +1,623 @@
-//! (in progress)
+//! Device discovery: which RDMA devices exist, their uverbs char device, driver and identity.
+//!
+//! Sources, in the order rdma-core uses them:
+//! - `/sys/class/infiniband_verbs/abi_version`: the uverbs ABI (must be 6);
+//! - `/sys/class/infiniband_verbs/uverbsN/{ibdev, abi_version, dev}`: one entry per device
+//!   that has a uverbs char device `/dev/infiniband/uverbsN`;
+//! - `/sys/class/infiniband/<ibdev>/{node_type, node_guid, sys_image_guid, fw_ver, node_desc,
+//!   ports/, device/vendor, device/device}`: the device's identity;
+//! - RDMA netlink `RDMA_NLDEV_CMD_GET_CHARDEV`: the driver id (`RDMA_DRIVER_*`), which sysfs
+//!   does not show. When netlink fails the driver is guessed from the device name (`rxe*`,
+//!   `mlx5_*`, `siw*`, …) and [`Device::driver_id_source`] says so.
+//!
+//! The sysfs root is injectable ([`Sysfs::at`]) so discovery can be tested on a fake tree.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::error::Error;
+use crate::netlink::{existing_list, RdmaNetlink};
+use crate::wc::raw_newtype;
+
+/// The uverbs ABI version rverbs speaks (`IB_USER_VERBS_ABI_VERSION`).
+pub const UVERBS_ABI_VERSION: u32 = 6;
+
+raw_newtype! {
+    /// `enum rdma_driver_id` (`rdma/ib_user_ioctl_verbs.h`): which kernel driver serves a
+    /// device. Sent in every `RDMA_VERBS_IOCTL` header.
+    DriverId(u32) {
+        UNKNOWN = 0, "unknown";
+        MLX5 = 1, "mlx5";
+        MLX4 = 2, "mlx4";
+        CXGB3 = 3, "cxgb3";
+        CXGB4 = 4, "cxgb4";
+        MTHCA = 5, "mthca";
+        BNXT_RE = 6, "bnxt_re";
+        OCRDMA = 7, "ocrdma";
+        NES = 8, "nes";
+        /// Also `RDMA_DRIVER_IRDMA`.
+        I40IW = 9, "irdma";
+        VMW_PVRDMA = 10, "vmw_pvrdma";
+        QEDR = 11, "qedr";
+        HNS = 12, "hns";
+        USNIC = 13, "usnic";
+        RXE = 14, "rxe";
+        HFI1 = 15, "hfi1";
+        QIB = 16, "qib";
+        EFA = 17, "efa";
+        SIW = 18, "siw";
+        ERDMA = 19, "erdma";
+    }
+}
+
+impl DriverId {
+    /// `RDMA_DRIVER_IRDMA` (= `RDMA_DRIVER_I40IW`).
+    pub const IRDMA: Self = Self::I40IW;
+
+    /// The driver a device name suggests (the kernel drivers' default names), for when
+    /// netlink cannot tell. `UNKNOWN` when the name says nothing.
+    pub fn from_device_name(name: &str) -> Self {
+        const PREFIXES: &[(&str, DriverId)] = &[
+            ("rxe", DriverId::RXE),
+            ("siw", DriverId::SIW),
+            ("mlx5_", DriverId::MLX5),
+            ("mlx4_", DriverId::MLX4),
+            ("efa_", DriverId::EFA),
+            ("bnxt_re", DriverId::BNXT_RE),
+            ("irdma", DriverId::IRDMA),
+            ("i40iw", DriverId::I40IW),
+            ("hns_", DriverId::HNS),
+            ("hns", DriverId::HNS),
+            ("qedr", DriverId::QEDR),
+            ("erdma_", DriverId::ERDMA),
+            ("vmw_pvrdma", DriverId::VMW_PVRDMA),
+            ("cxgb4_", DriverId::CXGB4),
+            ("mthca", DriverId::MTHCA),
+            ("ocrdma", DriverId::OCRDMA),
+            ("usnic_", DriverId::USNIC),
+            ("hfi1_", DriverId::HFI1),
+            ("qib", DriverId::QIB),
+        ];
+        PREFIXES
+            .iter()
+            .find(|(p, _)| name.starts_with(p))
+            .map_or(DriverId::UNKNOWN, |&(_, d)| d)
+    }
+}
+
+/// Where a device's [`DriverId`] came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriverIdSource {
+    /// RDMA netlink `GET_CHARDEV` (`RDMA_NLDEV_ATTR_UVERBS_DRIVER_ID`): authoritative.
+    Netlink,
+    /// Guessed from the device name because netlink did not answer.
+    NamePrefix,
+}
+
+raw_newtype! {
+    /// `RDMA_NODE_*`: the node type in `/sys/class/infiniband/<dev>/node_type`.
+    NodeType(u32) {
+        IB_CA = 1, "CA";
+        IB_SWITCH = 2, "switch";
+        IB_ROUTER = 3, "router";
+        RNIC = 4, "RNIC";
+        USNIC = 5, "usNIC";
+        USNIC_UDP = 6, "usNIC UDP";
+        UNSPECIFIED = 7, "unspecified";
+    }
+}
+
+raw_newtype! {
+    /// `enum ibv_transport_type`, derived from the node type as libibverbs does.
+    Transport(i32) {
+        UNKNOWN = -1, "invalid transport";
+        IB = 0, "InfiniBand";
+        IWARP = 1, "iWARP";
+        USNIC = 2, "usNIC";
+        USNIC_UDP = 3, "usNIC UDP";
+        UNSPECIFIED = 4, "unspecified";
+    }
+}
+
+impl NodeType {
+    /// The transport libibverbs reports for this node type.
+    pub fn transport(self) -> Transport {
+        match self {
+            NodeType::IB_CA | NodeType::IB_SWITCH | NodeType::IB_ROUTER => Transport::IB,
+            NodeType::RNIC => Transport::IWARP,
+            NodeType::USNIC => Transport::USNIC,
+            NodeType::USNIC_UDP => Transport::USNIC_UDP,
+            NodeType::UNSPECIFIED => Transport::UNSPECIFIED,
+            _ => Transport::UNKNOWN,
+        }
+    }
+}
+
+/// One RDMA device with a uverbs char device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Device {
+    name: String,
+    uverbs_index: u32,
+    dev_path: PathBuf,
+    ibdev_path: PathBuf,
+    dev_t: Option<(u32, u32)>,
+    abi_version: u32,
+    driver_id: DriverId,
+    driver_id_source: DriverIdSource,
+    nl_index: Option<u32>,
+    node_type: NodeType,
+    node_guid: u64,
+    sys_image_guid: u64,
+    fw_ver: String,
+    node_desc: String,
+    vendor_id: Option<u32>,
+    vendor_part_id: Option<u32>,
+    port_count: u32,
+}
+
+impl Device {
+    /// The device called `name` (e.g. "rxe0"). The error names the unknown device and lists
+    /// the existing ones.
+    pub fn by_name(name: &str) -> io::Result<Device> {
+        Sysfs::system().device(name)
+    }
+
+    /// The kernel name, e.g. "rxe0", "mlx5_0".
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// N of `uverbsN`.
+    pub fn uverbs_index(&self) -> u32 {
+        self.uverbs_index
+    }
+
+    /// The char device to open, `/dev/infiniband/uverbsN`.
+    pub fn dev_path(&self) -> &Path {
+        &self.dev_path
+    }
+
+    /// `/sys/class/infiniband/<name>`.
+    pub fn ibdev_path(&self) -> &Path {
+        &self.ibdev_path
+    }
+
+    /// `(major, minor)` of the char device, from sysfs `uverbsN/dev`.
+    pub fn dev_t(&self) -> Option<(u32, u32)> {
+        self.dev_t
+    }
+
+    /// The driver's uverbs ABI version (`uverbsN/abi_version`: rxe 2, mlx5 1).
+    pub fn abi_version(&self) -> u32 {
+        self.abi_version
+    }
+
+    /// The kernel driver.
+    pub fn driver_id(&self) -> DriverId {
+        self.driver_id
+    }
+
+    /// Whether [`Device::driver_id`] came from netlink or from the name.
+    pub fn driver_id_source(&self) -> DriverIdSource {
+        self.driver_id_source
+    }
+
+    /// The kernel's RDMA device index (netlink `RDMA_NLDEV_ATTR_DEV_INDEX`), when netlink
+    /// answered.
+    pub fn netlink_index(&self) -> Option<u32> {
+        self.nl_index
+    }
+
+    /// `RDMA_NODE_*` from sysfs.
+    pub fn node_type(&self) -> NodeType {
+        self.node_type
+    }
+
+    /// The transport libibverbs derives from the node type.
+    pub fn transport(&self) -> Transport {
+        self.node_type.transport()
+    }
+
+    /// Node GUID as a number (the sysfs text `0250:b6ff:fe41:2a10` is 0x0250b6fffe412a10).
+    pub fn node_guid(&self) -> u64 {
+        self.node_guid
+    }
+
+    /// System image GUID as a number.
+    pub fn sys_image_guid(&self) -> u64 {
+        self.sys_image_guid
+    }
+
+    /// Firmware version text from sysfs (empty for software devices).
+    pub fn fw_ver(&self) -> &str {
+        &self.fw_ver
+    }
+
+    /// Node description from sysfs.
+    pub fn node_desc(&self) -> &str {
+        &self.node_desc
+    }
+
+    /// PCI vendor id (`device/vendor`), absent for software devices such as rxe.
+    pub fn vendor_id(&self) -> Option<u32> {
+        self.vendor_id
+    }
+
+    /// PCI device id (`device/device`), absent for software devices.
+    pub fn vendor_part_id(&self) -> Option<u32> {
+        self.vendor_part_id
+    }
+
+    /// Number of ports under `ports/` in sysfs.
+    pub fn port_count(&self) -> u32 {
+        self.port_count
+    }
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+/// All RDMA devices with a uverbs char device. Fails with "no RDMA devices found" (and a
+/// hint on how to create one) when there is none.
+pub fn devices() -> io::Result<Vec<Device>> {
+    Sysfs::system().devices()
+}
+
+/// Netlink's view of one device: its index and the driver id from `GET_CHARDEV`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NetlinkInfo {
+    pub index: u32,
+    pub driver_id: Option<DriverId>,
+}
+
+/// A sysfs tree to discover devices in: `/sys` normally, a fake tree in tests.
+#[derive(Debug, Clone)]
+pub struct Sysfs {
+    root: PathBuf,
+    dev_dir: PathBuf,
+}
+
+impl Sysfs {
+    /// The real `/sys`, with char devices under `/dev/infiniband`.
+    pub fn system() -> Self {
+        Self::at("/sys")
+    }
+
+    /// A sysfs tree rooted at `root` (the directory holding `class/`).
+    pub fn at(root: impl Into<PathBuf>) -> Self {
+        Self {
+            root: root.into(),
+            dev_dir: PathBuf::from("/dev/infiniband"),
+        }
+    }
+
+    /// Where the `uverbsN` char devices are (default `/dev/infiniband`).
+    #[must_use]
+    pub fn with_dev_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dev_dir = dir.into();
+        self
+    }
+
+    fn verbs_class(&self) -> PathBuf {
+        self.root.join("class/infiniband_verbs")
+    }
+
+    fn ib_class(&self) -> PathBuf {
+        self.root.join("class/infiniband")
+    }
+
+    /// The uverbs ABI version of the running kernel; an error when it is not the one rverbs
+    /// speaks (6).
+    pub fn check_abi_version(&self) -> io::Result<u32> {
+        let path = self.verbs_class().join("abi_version");
+        let v: u32 = read_num(&path).map_err(|e| {
+            Error::unsupported(
+                "read uverbs ABI version",
+                format!("{}: {e}", path.display()),
+            )
+        })?;
+        if v != UVERBS_ABI_VERSION {
+            return Err(Error::unsupported(
+                "check uverbs ABI version",
+                format!(
+                    "the kernel speaks uverbs ABI version {v} ({}), rverbs speaks version \
+                     {UVERBS_ABI_VERSION}",
+                    path.display()
+                ),
+            )
+            .into());
+        }
+        Ok(v)
+    }
+
+    /// All devices, asking netlink for driver ids. Errors when there is none.
+    pub fn devices(&self) -> io::Result<Vec<Device>> {
+        let devs = self.list(&netlink_info())?;
+        if devs.is_empty() {
+            return Err(self.no_devices_error());
+        }
+        Ok(devs)
+    }
+
+    /// The device `name`, asking netlink for its driver id.
+    pub fn device(&self, name: &str) -> io::Result<Device> {
+        self.find(name, &netlink_info())
+    }
+
+    /// The device `name` with the given netlink view (tests pass their own).
+    pub fn find(&self, name: &str, nl: &HashMap<String, NetlinkInfo>) -> io::Result<Device> {
+        let devs = self.list(nl)?;
+        if devs.is_empty() {
+            return Err(self.no_devices_error());
+        }
+        if let Some(d) = devs.iter().find(|d| d.name == name) {
+            return Ok(d.clone());
+        }
+        let names: Vec<&str> = devs.iter().map(|d| d.name.as_str()).collect();
+        Err(
+            Error::not_found("find RDMA device", format!("no RDMA device named {name:?}"))
+                .with_detail(existing_list(&names))
+                .into(),
+        )
+    }
+
+    /// The error for "nothing found", with what to do about it.
+    pub fn no_devices_error(&self) -> io::Error {
+        let ib = self.ib_class();
+        let unbound: Vec<String> = fs::read_dir(&ib)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let hint = if unbound.is_empty() {
+            "hint: load the soft-RoCE driver (`modprobe rdma_rxe`) and create a device on a \
+             network interface: `rverbs link add rxe0 type rxe netdev <netdev>`"
+                .to_string()
+        } else {
+            format!(
+                "{} has {} but no uverbs char device: load ib_uverbs (`modprobe ib_uverbs`)",
+                ib.display(),
+                unbound.join(", ")
+            )
+        };
+        Error::not_found("find RDMA devices", "no RDMA devices found")
+            .with_detail(hint)
+            .into()
+    }
+
+    /// All devices (possibly none) with the given netlink view; devices netlink does not
+    /// know get a driver id guessed from their name.
+    pub fn list(&self, nl: &HashMap<String, NetlinkInfo>) -> io::Result<Vec<Device>> {
+        let class = self.verbs_class();
+        let rd = match fs::read_dir(&class) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => {
+                return Err(Error::os(
+                    "list uverbs devices",
+                    rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO),
+                )
+                .with_detail(class.display().to_string())
+                .into())
+            }
+        };
+        self.check_abi_version()?;
+        let mut devs = Vec::new();
+        for entry in rd {
+            let entry = entry?;
+            let fname = entry.file_name();
+            let Some(idx) = fname
+                .to_str()
+                .and_then(|s| s.strip_prefix("uverbs"))
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let dir = entry.path();
+            // A uverbs entry without ibdev is being torn down; rdma-core skips it too.
+            let Ok(name) = read_str(&dir.join("ibdev")) else {
+                continue;
+            };
+            devs.push(self.load(idx, &dir, name, nl)?);
+        }
+        devs.sort_by_key(|d| d.uverbs_index);
+        Ok(devs)
+    }
+
+    fn load(
+        &self,
+        idx: u32,
+        dir: &Path,
+        name: String,
+        nl: &HashMap<String, NetlinkInfo>,
+    ) -> io::Result<Device> {
+        let ctx = |what: &str, p: &Path, e: io::Error| -> io::Error {
+            Error::protocol(
+                "read RDMA device from sysfs",
+                format!("{name}: {what} ({}): {e}", p.display()),
+            )
+            .into()
+        };
+        let abi_path = dir.join("abi_version");
+        let abi_version =
+            read_num(&abi_path).map_err(|e| ctx("driver ABI version", &abi_path, e))?;
+        let dev_t = read_str(&dir.join("dev")).ok().and_then(|s| {
+            let (a, b) = s.split_once(':')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        });
+        let ibdev_path = self.ib_class().join(&name);
+        let node_type = read_str(&ibdev_path.join("node_type"))
+            .ok()
+            .and_then(|s| {
+                s.split(|c: char| !c.is_ascii_digit())
+                    .next()
+                    .and_then(|n| n.parse().ok())
+            })
+            .map_or(NodeType(0), NodeType);
+        let guid = |file: &str| -> io::Result<u64> {
+            let p = ibdev_path.join(file);
+            let s = read_str(&p).map_err(|e| ctx(file, &p, e))?;
+            parse_guid(&s).ok_or_else(|| ctx(file, &p, io::Error::other(format!("bad GUID {s:?}"))))
+        };
+        let node_guid = guid("node_guid")?;
+        let sys_image_guid = guid("sys_image_guid").unwrap_or(0);
+        let hex = |p: PathBuf| -> Option<u32> {
+            let s = read_str(&p).ok()?;
+            u32::from_str_radix(s.trim_start_matches("0x"), 16).ok()
+        };
+        let port_count = fs::read_dir(ibdev_path.join("ports"))
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .filter(|e| {
+                        e.file_name()
+                            .to_str()
+                            .is_some_and(|s| s.parse::<u32>().is_ok())
+                    })
+                    .count() as u32
+            })
+            .unwrap_or(0);
+        let info = nl.get(&name).copied();
+        let (driver_id, driver_id_source) = match info.and_then(|i| i.driver_id) {
+            Some(d) => (d, DriverIdSource::Netlink),
+            None => (
+                DriverId::from_device_name(&name),
+                DriverIdSource::NamePrefix,
+            ),
+        };
+        Ok(Device {
+            uverbs_index: idx,
+            dev_path: self.dev_dir.join(format!("uverbs{idx}")),
+            dev_t,
+            abi_version,
+            driver_id,
+            driver_id_source,
+            nl_index: info.map(|i| i.index),
+            node_type,
+            node_guid,
+            sys_image_guid,
+            fw_ver: read_str(&ibdev_path.join("fw_ver")).unwrap_or_default(),
+            node_desc: read_str(&ibdev_path.join("node_desc")).unwrap_or_default(),
+            vendor_id: hex(ibdev_path.join("device/vendor")),
+            vendor_part_id: hex(ibdev_path.join("device/device")),
+            port_count,
+            ibdev_path,
+            name,
+        })
+    }
+}
+
+/// Netlink's index and driver id of every device, or an empty map when netlink fails (the
+/// caller then guesses drivers from names).
+pub fn netlink_info() -> HashMap<String, NetlinkInfo> {
+    let mut map = HashMap::new();
+    let mut nl = match RdmaNetlink::open() {
+        Ok(nl) => nl,
+        Err(e) => {
+            tracing::debug!("RDMA netlink unavailable, guessing drivers from names: {e}");
+            return map;
+        }
+    };
+    let devs = match nl.devices() {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::debug!("RDMA netlink device dump failed: {e}");
+            return map;
+        }
+    };
+    for d in devs {
+        let driver_id = match nl.chardev(d.index, "uverbs") {
+            Ok(c) => c.driver_id,
+            Err(e) => {
+                tracing::debug!("GET_CHARDEV uverbs of {} failed: {e}", d.name);
+                None
+            }
+        };
+        map.insert(
+            d.name,
+            NetlinkInfo {
+                index: d.index,
+                driver_id,
+            },
+        );
+    }
+    map
+}
+
+/// Parses a sysfs GUID "xxxx:xxxx:xxxx:xxxx" into its numeric value.
+pub fn parse_guid(s: &str) -> Option<u64> {
+    let mut v = 0u64;
+    let mut n = 0;
+    for part in s.trim().split(':') {
+        if part.is_empty() || part.len() > 4 {
+            return None;
+        }
+        v = (v << 16) | u64::from(u16::from_str_radix(part, 16).ok()?);
+        n += 1;
+    }
+    (n == 4).then_some(v)
+}
+
+/// Formats a GUID as sysfs and ibv_devinfo print it: "xxxx:xxxx:xxxx:xxxx".
+pub fn format_guid(g: u64) -> String {
+    format!(
+        "{:04x}:{:04x}:{:04x}:{:04x}",
+        (g >> 48) & 0xffff,
+        (g >> 32) & 0xffff,
+        (g >> 16) & 0xffff,
+        g & 0xffff
+    )
+}
+
+pub(crate) fn read_str(p: &Path) -> io::Result<String> {
+    Ok(fs::read_to_string(p)?.trim_end_matches('\n').to_string())
+}
+
+fn read_num(p: &Path) -> io::Result<u32> {
+    let s = read_str(p)?;
+    s.trim()
+        .parse()
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("not a number: {s:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guid_round_trip() {
+        assert_eq!(
+            parse_guid("0250:b6ff:fe41:2a10\n"),
+            Some(0x0250_b6ff_fe41_2a10)
+        );
+        assert_eq!(format_guid(0x0250_b6ff_fe41_2a10), "0250:b6ff:fe41:2a10");
+        assert_eq!(parse_guid("0250:b6ff:fe41"), None);
+        assert_eq!(parse_guid("0250:b6ff:fe41:2a10:0000"), None);
+        assert_eq!(parse_guid("zz50:b6ff:fe41:2a10"), None);
+    }
+
+    #[test]
+    fn driver_from_name() {
+        assert_eq!(DriverId::from_device_name("rxe0"), DriverId::RXE);
+        assert_eq!(DriverId::from_device_name("mlx5_1"), DriverId::MLX5);
+        assert_eq!(DriverId::from_device_name("siw_eth0"), DriverId::SIW);
+        assert_eq!(DriverId::from_device_name("foo"), DriverId::UNKNOWN);
+        assert_eq!(DriverId::RXE.name(), Some("rxe"));
+        assert_eq!(format!("{}", DriverId(99)), "unknown DriverId 99");
+    }
+
+    #[test]
+    fn transport_from_node_type() {
+        assert_eq!(NodeType::IB_CA.transport(), Transport::IB);
+        assert_eq!(NodeType::RNIC.transport(), Transport::IWARP);
+        assert_eq!(NodeType(42).transport(), Transport::UNKNOWN);
+        assert_eq!(Transport::IB.to_string(), "InfiniBand");
+    }
+}

@@ -1,1 +1,971 @@
-//! (in progress)
+//! RDMA netlink (`NETLINK_RDMA`, client `RDMA_NL_NLDEV`): the kernel's device, port and link
+//! interface, the one `rdma link` and rdma-core's device discovery use.
+//!
+//! What rverbs uses it for:
+//! - [`RdmaNetlink::devices`] (`RDMA_NLDEV_CMD_GET` dump): device index, name, GUIDs, …;
+//! - [`RdmaNetlink::ports`] (`RDMA_NLDEV_CMD_PORT_GET` dump): port state and netdev;
+//! - [`RdmaNetlink::chardev`] (`RDMA_NLDEV_CMD_GET_CHARDEV`): the uverbs char device of a
+//!   device and its **driver id**, which sysfs does not show;
+//! - [`RdmaNetlink::link_add`] / [`RdmaNetlink::link_delete`] (`RDMA_NLDEV_CMD_NEWLINK` /
+//!   `DELLINK`): create and remove soft-RoCE (`rxe`) and `siw` devices.
+//!
+//! The socket is a plain `AF_NETLINK`/`SOCK_RAW` socket made with rustix; messages and
+//! attributes are encoded and decoded here ([`MsgBuilder`], [`messages`], [`attrs`]).
+
+use std::fmt;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+
+use rustix::io::Errno;
+use rustix::net::netlink::SocketAddrNetlink;
+use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
+use zerocopy::{FromBytes, IntoBytes};
+
+use crate::abi::netlink::{
+    attr, cmd, nlattr, nlmsgerr, nlmsghdr, rdma_nl_get_type, NLA_ALIGNTO, NLMSG_ALIGNTO,
+    NLMSG_DONE, NLMSG_ERROR, NLMSG_NOOP, NLMSG_OVERRUN, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
+    RDMA_NLA_TYPE_MASK, RDMA_NL_NLDEV,
+};
+use crate::device::DriverId;
+use crate::error::Error;
+
+const fn align(n: usize, to: usize) -> usize {
+    (n + to - 1) & !(to - 1)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoding
+// ---------------------------------------------------------------------------------------------
+
+/// Builds one netlink message: header, then attributes, each padded to 4 bytes.
+#[derive(Debug, Clone)]
+pub struct MsgBuilder {
+    buf: Vec<u8>,
+}
+
+impl MsgBuilder {
+    /// A message of netlink type `ty` (for RDMA: [`rdma_nl_get_type`]).
+    pub fn new(ty: u16, flags: u16, seq: u32) -> Self {
+        let hdr = nlmsghdr {
+            nlmsg_len: 0,
+            nlmsg_type: ty,
+            nlmsg_flags: flags,
+            nlmsg_seq: seq,
+            nlmsg_pid: 0,
+        };
+        Self {
+            buf: hdr.as_bytes().to_vec(),
+        }
+    }
+
+    /// Appends an attribute with a raw payload.
+    pub fn put_bytes(&mut self, ty: u16, payload: &[u8]) -> &mut Self {
+        let len = size_of::<nlattr>() + payload.len();
+        let hdr = nlattr {
+            nla_len: u16::try_from(len).expect("netlink attribute over 64 KiB"),
+            nla_type: ty,
+        };
+        self.buf.extend_from_slice(hdr.as_bytes());
+        self.buf.extend_from_slice(payload);
+        self.buf.resize(align(self.buf.len(), NLA_ALIGNTO), 0);
+        self
+    }
+
+    /// Appends a u32 attribute.
+    pub fn put_u32(&mut self, ty: u16, v: u32) -> &mut Self {
+        self.put_bytes(ty, &v.to_ne_bytes())
+    }
+
+    /// Appends a u64 attribute.
+    pub fn put_u64(&mut self, ty: u16, v: u64) -> &mut Self {
+        self.put_bytes(ty, &v.to_ne_bytes())
+    }
+
+    /// Appends a NUL-terminated string attribute (`NLA_NUL_STRING`).
+    pub fn put_str(&mut self, ty: u16, s: &str) -> &mut Self {
+        let mut v = Vec::with_capacity(s.len() + 1);
+        v.extend_from_slice(s.as_bytes());
+        v.push(0);
+        self.put_bytes(ty, &v)
+    }
+
+    /// The finished message with its length filled in.
+    pub fn finish(mut self) -> Vec<u8> {
+        let len = self.buf.len() as u32;
+        self.buf[..4].copy_from_slice(&len.to_ne_bytes());
+        self.buf
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoding
+// ---------------------------------------------------------------------------------------------
+
+/// A malformed netlink message or attribute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError(pub String);
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+impl From<DecodeError> for io::Error {
+    fn from(e: DecodeError) -> Self {
+        Error::protocol("RDMA netlink", e.0).into()
+    }
+}
+
+/// One netlink message: its header and payload (without the header and trailing padding).
+#[derive(Debug, Clone, Copy)]
+pub struct Message<'a> {
+    pub hdr: nlmsghdr,
+    pub payload: &'a [u8],
+}
+
+/// Splits a datagram into its messages.
+pub fn messages(buf: &[u8]) -> impl Iterator<Item = Result<Message<'_>, DecodeError>> {
+    let mut rest = buf;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let Ok((hdr, _)) = nlmsghdr::read_from_prefix(rest) else {
+            let n = rest.len();
+            rest = &[];
+            return Some(Err(DecodeError(format!(
+                "{n} trailing bytes, shorter than a netlink header"
+            ))));
+        };
+        let len = hdr.nlmsg_len as usize;
+        if len < size_of::<nlmsghdr>() || len > rest.len() {
+            let n = rest.len();
+            rest = &[];
+            return Some(Err(DecodeError(format!(
+                "message length {len} out of range (16..={n})"
+            ))));
+        }
+        let payload = &rest[size_of::<nlmsghdr>()..len];
+        rest = &rest[align(len, NLMSG_ALIGNTO).min(rest.len())..];
+        Some(Ok(Message { hdr, payload }))
+    })
+}
+
+/// One attribute: its type (flag bits removed), whether it is nested, and its payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attr<'a> {
+    pub ty: u16,
+    pub nested: bool,
+    pub data: &'a [u8],
+}
+
+impl<'a> Attr<'a> {
+    /// A u8 payload.
+    pub fn u8(&self) -> Result<u8, DecodeError> {
+        match self.data {
+            [b, ..] => Ok(*b),
+            [] => Err(self.bad("u8")),
+        }
+    }
+
+    /// A u32 payload.
+    pub fn u32(&self) -> Result<u32, DecodeError> {
+        self.data
+            .get(..4)
+            .map(|b| u32::from_ne_bytes(b.try_into().unwrap()))
+            .ok_or_else(|| self.bad("u32"))
+    }
+
+    /// A u64 payload; a 4-byte payload is accepted too (the kernel has used both sizes for
+    /// some attributes, e.g. `UVERBS_DRIVER_ID`).
+    pub fn u64(&self) -> Result<u64, DecodeError> {
+        match self.data.len() {
+            4 => self.u32().map(u64::from),
+            n if n >= 8 => Ok(u64::from_ne_bytes(self.data[..8].try_into().unwrap())),
+            _ => Err(self.bad("u64")),
+        }
+    }
+
+    /// A string payload (up to the first NUL).
+    pub fn str(&self) -> Result<&'a str, DecodeError> {
+        let end = self
+            .data
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(self.data.len());
+        std::str::from_utf8(&self.data[..end]).map_err(|_| self.bad("UTF-8 string"))
+    }
+
+    fn bad(&self, what: &str) -> DecodeError {
+        DecodeError(format!(
+            "attribute {} has {} bytes, not a {what}",
+            self.ty,
+            self.data.len()
+        ))
+    }
+}
+
+/// Splits an attribute area (a message payload, or a nested attribute's payload).
+pub fn attrs(buf: &[u8]) -> impl Iterator<Item = Result<Attr<'_>, DecodeError>> {
+    let mut rest = buf;
+    std::iter::from_fn(move || {
+        if rest.len() < size_of::<nlattr>() {
+            // Fewer than 4 bytes left can only be padding.
+            return None;
+        }
+        let (hdr, _) = nlattr::read_from_prefix(rest).ok()?;
+        let len = hdr.nla_len as usize;
+        if len < size_of::<nlattr>() || len > rest.len() {
+            let n = rest.len();
+            rest = &[];
+            return Some(Err(DecodeError(format!(
+                "attribute {} length {len} out of range (4..={n})",
+                hdr.nla_type & RDMA_NLA_TYPE_MASK
+            ))));
+        }
+        let a = Attr {
+            ty: hdr.nla_type & RDMA_NLA_TYPE_MASK,
+            nested: hdr.nla_type & crate::abi::netlink::NLA_F_NESTED != 0,
+            data: &rest[size_of::<nlattr>()..len],
+        };
+        rest = &rest[align(len, NLA_ALIGNTO).min(rest.len())..];
+        Some(Ok(a))
+    })
+}
+
+/// The attributes of one message, indexed by type (the last one of a type wins, as in the
+/// kernel's `nla_parse`). Type 0 (`RDMA_NLDEV_ATTR_PAD`) is padding and skipped.
+#[derive(Debug, Default, Clone)]
+pub struct AttrTable<'a> {
+    slots: Vec<Option<Attr<'a>>>,
+}
+
+impl<'a> AttrTable<'a> {
+    /// Parses an attribute area.
+    pub fn parse(buf: &'a [u8]) -> Result<Self, DecodeError> {
+        let mut t = Self::default();
+        for a in attrs(buf) {
+            let a = a?;
+            if a.ty == attr::PAD {
+                continue;
+            }
+            let i = a.ty as usize;
+            if t.slots.len() <= i {
+                t.slots.resize(i + 1, None);
+            }
+            t.slots[i] = Some(a);
+        }
+        Ok(t)
+    }
+
+    /// The attribute of type `ty`.
+    pub fn get(&self, ty: u16) -> Option<Attr<'a>> {
+        self.slots.get(ty as usize).copied().flatten()
+    }
+
+    fn req(&self, ty: u16, what: &str) -> Result<Attr<'a>, DecodeError> {
+        self.get(ty)
+            .ok_or_else(|| DecodeError(format!("reply lacks attribute {ty} ({what})")))
+    }
+
+    fn opt_u8(&self, ty: u16) -> Result<Option<u8>, DecodeError> {
+        self.get(ty).map(|a| a.u8()).transpose()
+    }
+
+    fn opt_u32(&self, ty: u16) -> Result<Option<u32>, DecodeError> {
+        self.get(ty).map(|a| a.u32()).transpose()
+    }
+
+    fn opt_u64(&self, ty: u16) -> Result<Option<u64>, DecodeError> {
+        self.get(ty).map(|a| a.u64()).transpose()
+    }
+
+    fn opt_string(&self, ty: u16) -> Result<Option<String>, DecodeError> {
+        self.get(ty).map(|a| a.str().map(str::to_owned)).transpose()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Typed replies
+// ---------------------------------------------------------------------------------------------
+
+/// One RDMA device as `RDMA_NLDEV_CMD_GET` reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NlDevice {
+    /// The kernel's device index (`RDMA_NLDEV_ATTR_DEV_INDEX`), used by the other commands.
+    pub index: u32,
+    pub name: String,
+    /// Number of the last port (`rdma_end_port`).
+    pub port_count: Option<u32>,
+    pub cap_flags: Option<u64>,
+    pub fw_version: Option<String>,
+    /// Host-order GUIDs.
+    pub node_guid: Option<u64>,
+    pub sys_image_guid: Option<u64>,
+    /// `RDMA_NODE_*` (1 = CA).
+    pub node_type: Option<u8>,
+    /// "ib", "roce", "iw", "opa" or "usnic".
+    pub protocol: Option<String>,
+}
+
+impl NlDevice {
+    /// Decodes one `RDMA_NLDEV_CMD_GET` reply payload.
+    pub fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
+        let t = AttrTable::parse(payload)?;
+        Ok(Self {
+            index: t.req(attr::DEV_INDEX, "device index")?.u32()?,
+            name: t.req(attr::DEV_NAME, "device name")?.str()?.to_owned(),
+            port_count: t.opt_u32(attr::PORT_INDEX)?,
+            cap_flags: t.opt_u64(attr::CAP_FLAGS)?,
+            fw_version: t.opt_string(attr::FW_VERSION)?,
+            node_guid: t.opt_u64(attr::NODE_GUID)?,
+            sys_image_guid: t.opt_u64(attr::SYS_IMAGE_GUID)?,
+            node_type: t.opt_u8(attr::DEV_NODE_TYPE)?,
+            protocol: t.opt_string(attr::DEV_PROTOCOL)?,
+        })
+    }
+}
+
+/// Port state as netlink and `rdma link` name it (`IB_PORT_*`): the numbers are the kernel's
+/// `enum ib_port_state`, the names `rdma link show`'s.
+pub fn link_state_name(state: u8) -> &'static str {
+    match state {
+        0 => "NOP",
+        1 => "DOWN",
+        2 => "INIT",
+        3 => "ARMED",
+        4 => "ACTIVE",
+        5 => "ACTIVE_DEFER",
+        _ => "UNKNOWN",
+    }
+}
+
+/// Physical port state as `rdma link show` names it (`enum ib_port_phys_state`).
+pub fn phys_state_name(state: u8) -> &'static str {
+    match state {
+        0 => "NOP",
+        1 => "SLEEP",
+        2 => "POLLING",
+        3 => "DISABLED",
+        4 => "ARMED",
+        5 => "LINK_UP",
+        6 => "LINK_ERROR_RECOVER",
+        7 => "PHY_TEST",
+        9 => "OPA_OFFLINE",
+        11 => "OPA_TEST",
+        _ => "UNKNOWN",
+    }
+}
+
+/// One port as `RDMA_NLDEV_CMD_PORT_GET` reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NlPort {
+    pub dev_index: u32,
+    pub dev_name: String,
+    pub port: u32,
+    /// `enum ib_port_state` (4 = ACTIVE); see [`link_state_name`].
+    pub state: Option<u8>,
+    /// `enum ib_port_phys_state` (5 = LINK_UP); see [`phys_state_name`].
+    pub phys_state: Option<u8>,
+    /// The netdev under this port (RoCE, iWARP), when it is in our network namespace.
+    pub netdev: Option<String>,
+    pub netdev_index: Option<u32>,
+    /// InfiniBand ports only.
+    pub lid: Option<u32>,
+    pub sm_lid: Option<u32>,
+    pub lmc: Option<u8>,
+    pub subnet_prefix: Option<u64>,
+    pub cap_flags: Option<u64>,
+}
+
+impl NlPort {
+    /// Decodes one `RDMA_NLDEV_CMD_PORT_GET` reply payload.
+    pub fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
+        let t = AttrTable::parse(payload)?;
+        Ok(Self {
+            dev_index: t.req(attr::DEV_INDEX, "device index")?.u32()?,
+            dev_name: t.req(attr::DEV_NAME, "device name")?.str()?.to_owned(),
+            port: t.req(attr::PORT_INDEX, "port index")?.u32()?,
+            state: t.opt_u8(attr::PORT_STATE)?,
+            phys_state: t.opt_u8(attr::PORT_PHYS_STATE)?,
+            netdev: t.opt_string(attr::NDEV_NAME)?,
+            netdev_index: t.opt_u32(attr::NDEV_INDEX)?,
+            lid: t.opt_u32(attr::LID)?,
+            sm_lid: t.opt_u32(attr::SM_LID)?,
+            lmc: t.opt_u8(attr::LMC)?,
+            subnet_prefix: t.opt_u64(attr::SUBNET_PREFIX)?,
+            cap_flags: t.opt_u64(attr::CAP_FLAGS)?,
+        })
+    }
+
+    /// The line `rdma link show` prints for this port (without its trailing space).
+    pub fn link_line(&self) -> String {
+        let mut s = format!("link {}/{}", self.dev_name, self.port);
+        if let Some(p) = self.subnet_prefix {
+            s += &format!(
+                " subnet_prefix {:04x}:{:04x}:{:04x}:{:04x}",
+                (p >> 48) & 0xffff,
+                (p >> 32) & 0xffff,
+                (p >> 16) & 0xffff,
+                p & 0xffff
+            );
+        }
+        if let Some(l) = self.lid {
+            s += &format!(" lid {l}");
+        }
+        if let Some(l) = self.sm_lid {
+            s += &format!(" sm_lid {l}");
+        }
+        if let Some(l) = self.lmc {
+            s += &format!(" lmc {l}");
+        }
+        if let Some(st) = self.state {
+            s += &format!(" state {}", link_state_name(st));
+        }
+        if let Some(st) = self.phys_state {
+            s += &format!(" physical_state {}", phys_state_name(st));
+        }
+        if let (Some(n), Some(_)) = (&self.netdev, self.netdev_index) {
+            s += &format!(" netdev {n}");
+        }
+        s
+    }
+}
+
+/// A char device of an RDMA device, as `RDMA_NLDEV_CMD_GET_CHARDEV` reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Chardev {
+    /// e.g. "uverbs0".
+    pub name: String,
+    /// The ABI version of the char device (for uverbs: the driver's ABI version).
+    pub abi: u64,
+    /// `dev_t` in the kernel's `huge_encode_dev` encoding; see [`Chardev::major`].
+    pub dev: u64,
+    /// For uverbs: the device's `RDMA_DRIVER_*` id.
+    pub driver_id: Option<DriverId>,
+}
+
+impl Chardev {
+    /// Decodes a `RDMA_NLDEV_CMD_GET_CHARDEV` reply payload.
+    pub fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
+        let t = AttrTable::parse(payload)?;
+        Ok(Self {
+            name: t.req(attr::CHARDEV_NAME, "chardev name")?.str()?.to_owned(),
+            abi: t.opt_u64(attr::CHARDEV_ABI)?.unwrap_or(0),
+            dev: t.req(attr::CHARDEV, "chardev dev_t")?.u64()?,
+            driver_id: t
+                .opt_u64(attr::UVERBS_DRIVER_ID)?
+                .map(|v| DriverId(v as u32)),
+        })
+    }
+
+    /// Major number of [`Chardev::dev`].
+    pub fn major(&self) -> u32 {
+        ((self.dev & 0xfff00) >> 8) as u32
+    }
+
+    /// Minor number of [`Chardev::dev`].
+    pub fn minor(&self) -> u32 {
+        ((self.dev & 0xff) | ((self.dev >> 12) & 0xfff00)) as u32
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The socket
+// ---------------------------------------------------------------------------------------------
+
+const RECV_BUF: usize = 64 * 1024;
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An `NETLINK_RDMA` socket bound to a kernel-assigned port id.
+#[derive(Debug)]
+pub struct RdmaNetlink {
+    fd: OwnedFd,
+    seq: u32,
+}
+
+/// What a request waits for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Until {
+    /// `NLMSG_DONE` of a dump.
+    Done,
+    /// The ACK (`NLMSG_ERROR` with error 0) of a request sent with `NLM_F_ACK`.
+    Ack,
+}
+
+impl RdmaNetlink {
+    /// Opens the socket.
+    pub fn open() -> io::Result<Self> {
+        let fd = rustix::net::socket_with(
+            AddressFamily::NETLINK,
+            SocketType::RAW,
+            SocketFlags::CLOEXEC,
+            Some(rustix::net::netlink::RDMA),
+        )
+        .map_err(|e| {
+            let err = Error::os("open RDMA netlink socket", e);
+            if e == Errno::PROTONOSUPPORT || e == Errno::AFNOSUPPORT {
+                err.with_detail("the kernel has no RDMA netlink (is the ib_core module loaded?)")
+            } else {
+                err
+            }
+        })?;
+        rustix::net::bind(&fd, &SocketAddrNetlink::new(0, 0))
+            .map_err(|e| Error::os("bind RDMA netlink socket", e))?;
+        rustix::net::sockopt::set_socket_timeout(
+            &fd,
+            rustix::net::sockopt::Timeout::Recv,
+            Some(TIMEOUT),
+        )
+        .map_err(|e| Error::os("set RDMA netlink receive timeout", e))?;
+        // Sequence numbers only have to tell this socket's requests apart.
+        Ok(Self { fd, seq: 0 })
+    }
+
+    /// Sends one `RDMA_NL_NLDEV` request and collects the payloads of the replies.
+    /// `errno` of a kernel refusal is returned raw, for the caller to explain.
+    fn transact(
+        &mut self,
+        op: u16,
+        dump: bool,
+        fill: impl FnOnce(&mut MsgBuilder),
+    ) -> Result<Vec<Vec<u8>>, TransactError> {
+        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq;
+        let flags = NLM_F_REQUEST | if dump { NLM_F_DUMP } else { NLM_F_ACK };
+        let mut b = MsgBuilder::new(rdma_nl_get_type(RDMA_NL_NLDEV, op), flags, seq);
+        fill(&mut b);
+        let msg = b.finish();
+        let n = rustix::net::sendto(
+            &self.fd,
+            &msg,
+            SendFlags::empty(),
+            &SocketAddrNetlink::new(0, 0),
+        )
+        .map_err(TransactError::Os)?;
+        if n != msg.len() {
+            return Err(TransactError::Os(Errno::IO));
+        }
+        let until = if dump { Until::Done } else { Until::Ack };
+        let expected_type = rdma_nl_get_type(RDMA_NL_NLDEV, op);
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; RECV_BUF];
+        loop {
+            let full = match rustix::net::recv(&self.fd, &mut buf[..], RecvFlags::TRUNC) {
+                Ok((_, full)) => full,
+                Err(Errno::INTR) => continue,
+                Err(Errno::AGAIN) => return Err(TransactError::Timeout),
+                Err(e) => return Err(TransactError::Os(e)),
+            };
+            if full > buf.len() {
+                return Err(TransactError::Decode(DecodeError(format!(
+                    "reply of {full} bytes truncated to {}",
+                    buf.len()
+                ))));
+            }
+            if absorb(&buf[..full], seq, expected_type, until, &mut out)? {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// All RDMA devices (`RDMA_NLDEV_CMD_GET` dump).
+    pub fn devices(&mut self) -> io::Result<Vec<NlDevice>> {
+        let replies = self
+            .transact(cmd::GET, true, |_| {})
+            .map_err(|e| e.into_error("list RDMA devices over netlink"))?;
+        replies
+            .iter()
+            .map(|p| NlDevice::decode(p).map_err(io::Error::from))
+            .collect()
+    }
+
+    /// The device called `name`, or a not-found error listing the existing ones.
+    pub fn device_by_name(&mut self, name: &str, op: &'static str) -> io::Result<NlDevice> {
+        let devs = self.devices()?;
+        if let Some(d) = devs.iter().find(|d| d.name == name) {
+            return Ok(d.clone());
+        }
+        let names: Vec<&str> = devs.iter().map(|d| d.name.as_str()).collect();
+        Err(
+            Error::not_found(op, format!("no RDMA device named {name:?}"))
+                .with_detail(existing_list(&names))
+                .into(),
+        )
+    }
+
+    /// The ports of device `dev_index` (`RDMA_NLDEV_CMD_PORT_GET` dump).
+    pub fn ports(&mut self, dev_index: u32) -> io::Result<Vec<NlPort>> {
+        let replies = self
+            .transact(cmd::PORT_GET, true, |b| {
+                b.put_u32(attr::DEV_INDEX, dev_index);
+            })
+            .map_err(|e| {
+                e.into_error("list RDMA ports over netlink")
+                    .with_detail(format!("device index {dev_index}"))
+            })?;
+        replies
+            .iter()
+            .map(|p| NlPort::decode(p).map_err(io::Error::from))
+            .collect()
+    }
+
+    /// The char device of type `kind` ("uverbs", "umad", …) of device `dev_index`
+    /// (`RDMA_NLDEV_CMD_GET_CHARDEV`).
+    pub fn chardev(&mut self, dev_index: u32, kind: &str) -> io::Result<Chardev> {
+        let replies = self
+            .transact(cmd::GET_CHARDEV, false, |b| {
+                b.put_u32(attr::DEV_INDEX, dev_index);
+                b.put_str(attr::CHARDEV_TYPE, kind);
+            })
+            .map_err(|e| {
+                e.into_error("query RDMA char device over netlink")
+                    .with_detail(format!("{kind} of device index {dev_index}"))
+            })?;
+        let p = replies.first().ok_or_else(|| {
+            Error::protocol(
+                "query RDMA char device over netlink",
+                "the kernel acknowledged without a reply",
+            )
+        })?;
+        Ok(Chardev::decode(p)?)
+    }
+
+    /// Creates a software RDMA device `name` of `link_type` ("rxe" or "siw") on `netdev`
+    /// (`RDMA_NLDEV_CMD_NEWLINK`, as `rdma link add NAME type TYPE netdev NETDEV`).
+    pub fn link_add(&mut self, name: &str, link_type: &str, netdev: &str) -> io::Result<()> {
+        let op = format!("link add {name}");
+        if name.is_empty() || name.contains('%') || name.len() >= 64 {
+            return Err(Error::invalid(
+                op,
+                format!("{name:?} is not a valid RDMA device name (1..63 bytes, no '%')"),
+            )
+            .into());
+        }
+        if let Ok(devs) = self.devices() {
+            if devs.iter().any(|d| d.name == name) {
+                return Err(Error::os(op, Errno::EXIST)
+                    .with_detail(format!("an RDMA device named {name} already exists"))
+                    .into());
+            }
+        }
+        self.transact(cmd::NEWLINK, false, |b| {
+            b.put_str(attr::DEV_NAME, name);
+            b.put_str(attr::LINK_TYPE, link_type);
+            b.put_str(attr::NDEV_NAME, netdev);
+        })
+        .map_err(|e| {
+            let detail = match &e {
+                TransactError::Os(Errno::NODEV) => Some(format!("netdev {netdev} not found")),
+                TransactError::Os(Errno::EXIST) => Some(format!(
+                    "netdev {netdev} already has an {link_type} device (see `rverbs link show`)"
+                )),
+                TransactError::Os(Errno::NFILE) => {
+                    Some(format!("an RDMA device named {name} already exists"))
+                }
+                TransactError::Os(Errno::INVAL) => Some(format!(
+                    "the kernel refused link type {link_type:?} on {netdev} (is the \
+                     rdma_{link_type} module available? try `modprobe rdma_{link_type}`)"
+                )),
+                TransactError::Os(Errno::PERM) | TransactError::Os(Errno::ACCESS) => {
+                    Some("creating RDMA links needs CAP_NET_ADMIN (run as root)".to_string())
+                }
+                _ => None,
+            };
+            let err = e.into_error(op.clone());
+            match detail {
+                Some(d) => err.with_detail(d),
+                None => err,
+            }
+        })?;
+        Ok(())
+    }
+
+    /// Removes the software RDMA device `name` (`RDMA_NLDEV_CMD_DELLINK`).
+    pub fn link_delete(&mut self, name: &str) -> io::Result<()> {
+        let op = format!("link delete {name}");
+        let dev = self.device_by_name(name, "link delete")?;
+        self.transact(cmd::DELLINK, false, |b| {
+            b.put_u32(attr::DEV_INDEX, dev.index);
+        })
+        .map_err(|e| {
+            let detail = match &e {
+                TransactError::Os(Errno::INVAL) => Some(format!(
+                    "the kernel refused to remove {name}: only software devices made with \
+                     `link add` (rxe, siw) can be deleted"
+                )),
+                TransactError::Os(Errno::PERM) | TransactError::Os(Errno::ACCESS) => {
+                    Some("deleting RDMA links needs CAP_NET_ADMIN (run as root)".to_string())
+                }
+                _ => None,
+            };
+            let err = e.into_error(op.clone());
+            match detail {
+                Some(d) => err.with_detail(d),
+                None => err,
+            }
+        })?;
+        Ok(())
+    }
+}
+
+/// Takes the messages of one received datagram that answer request `seq`: payloads of type
+/// `expected_type` go to `out`; returns `true` when the answer is complete (DONE of a dump,
+/// ACK of a request) and the kernel's errno when it refused.
+fn absorb(
+    datagram: &[u8],
+    seq: u32,
+    expected_type: u16,
+    until: Until,
+    out: &mut Vec<Vec<u8>>,
+) -> Result<bool, TransactError> {
+    for m in messages(datagram) {
+        let m = m.map_err(TransactError::Decode)?;
+        if m.hdr.nlmsg_seq != seq {
+            continue; // a stale reply to an earlier request
+        }
+        match m.hdr.nlmsg_type {
+            NLMSG_NOOP => {}
+            NLMSG_OVERRUN => {
+                return Err(TransactError::Decode(DecodeError(
+                    "kernel reported NLMSG_OVERRUN (data lost)".into(),
+                )))
+            }
+            NLMSG_ERROR => {
+                let (e, _) = nlmsgerr::read_from_prefix(m.payload).map_err(|_| {
+                    TransactError::Decode(DecodeError(format!(
+                        "NLMSG_ERROR payload of {} bytes",
+                        m.payload.len()
+                    )))
+                })?;
+                if e.error != 0 {
+                    return Err(TransactError::Os(Errno::from_raw_os_error(-e.error)));
+                }
+                if until == Until::Ack {
+                    return Ok(true);
+                }
+            }
+            NLMSG_DONE => {
+                // A dump that failed part-way reports the errno in DONE's payload.
+                if let Some(b) = m.payload.get(..4) {
+                    let err = i32::from_ne_bytes(b.try_into().unwrap());
+                    if err < 0 {
+                        return Err(TransactError::Os(Errno::from_raw_os_error(-err)));
+                    }
+                }
+                return Ok(true);
+            }
+            t if t == expected_type => out.push(m.payload.to_vec()),
+            t => {
+                return Err(TransactError::Decode(DecodeError(format!(
+                    "unexpected netlink message type {t:#x} (expected {expected_type:#x})"
+                ))))
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// "existing devices: a, b" or "there are no RDMA devices".
+pub(crate) fn existing_list(names: &[&str]) -> String {
+    if names.is_empty() {
+        "there are no RDMA devices".to_string()
+    } else {
+        format!("existing devices: {}", names.join(", "))
+    }
+}
+
+#[derive(Debug)]
+enum TransactError {
+    Os(Errno),
+    Timeout,
+    Decode(DecodeError),
+}
+
+impl TransactError {
+    fn into_error(self, op: impl Into<std::borrow::Cow<'static, str>>) -> Error {
+        match self {
+            TransactError::Os(e) => Error::os(op, e),
+            TransactError::Timeout => Error::protocol(
+                op,
+                format!("no reply from the kernel within {} s", TIMEOUT.as_secs()),
+            ),
+            TransactError::Decode(d) => Error::protocol(op, d.0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Fixtures are little-endian byte strings written by hand from the kernel's layout
+    // (nlmsghdr 16 bytes, nlattr 4 bytes, payloads padded to 4), not produced by this code.
+    #[cfg(target_endian = "little")]
+    const CHARDEV_REQUEST: &[u8] = &[
+        0x24, 0, 0, 0, // nlmsg_len 36
+        0x0f, 0x14, // type: RDMA_NL_NLDEV << 10 | GET_CHARDEV = 0x140f
+        0x05, 0, // NLM_F_REQUEST | NLM_F_ACK
+        7, 0, 0, 0, // seq
+        0, 0, 0, 0, // pid
+        8, 0, 1, 0, 3, 0, 0, 0, // DEV_INDEX = 3
+        11, 0, 69, 0, b'u', b'v', b'e', b'r', b'b', b's', 0, 0, // CHARDEV_TYPE "uverbs" + pad
+    ];
+
+    #[cfg(target_endian = "little")]
+    const CHARDEV_REPLY_AND_ACK: &[u8] = &[
+        // reply: 16 + 4 (pad) + 12 (CHARDEV) + 12 (ABI) + 12 (NAME) + 8 (DRIVER_ID) = 64
+        64, 0, 0, 0, 0x0f, 0x14, 0, 0, 7, 0, 0, 0, 0xd2, 0x04, 0, 0, //
+        4, 0, 0, 0, // RDMA_NLDEV_ATTR_PAD (aligns the u64 payloads)
+        12, 0, 72, 0, 0xc0, 0xe7, 0, 0, 0, 0, 0, 0, // CHARDEV = huge_encode_dev(231:192)
+        12, 0, 71, 0, 2, 0, 0, 0, 0, 0, 0, 0, // CHARDEV_ABI = 2
+        12, 0, 70, 0, b'u', b'v', b'e', b'r', b'b', b's', b'0', 0, // CHARDEV_NAME
+        8, 0, 73, 0, 14, 0, 0, 0, // UVERBS_DRIVER_ID = 14 (u32)
+        // ACK: NLMSG_ERROR, NLM_F_CAPPED, error 0, then the request's header
+        36, 0, 0, 0, 2, 0, 0, 1, 7, 0, 0, 0, 0xd2, 0x04, 0, 0, //
+        0, 0, 0, 0, //
+        0x24, 0, 0, 0, 0x0f, 0x14, 0x05, 0, 7, 0, 0, 0, 0, 0, 0, 0,
+    ];
+
+    #[cfg(target_endian = "little")]
+    const PORT_REPLY: &[u8] = &[
+        // 16 + 8 + 12 + 8 + 8 + 8 + 8 + 8 = 76
+        76, 0, 0, 0, 0x05, 0x14, 0x02, 0, 9, 0, 0, 0, 0xd2, 0x04, 0, 0, //
+        8, 0, 1, 0, 0, 0, 0, 0, // DEV_INDEX 0
+        9, 0, 2, 0, b'r', b'x', b'e', b'0', 0, 0, 0, 0, // DEV_NAME "rxe0"
+        8, 0, 3, 0, 1, 0, 0, 0, // PORT_INDEX 1
+        5, 0, 12, 0, 4, 0, 0, 0, // PORT_STATE ACTIVE
+        5, 0, 13, 0, 5, 0, 0, 0, // PORT_PHYS_STATE LINK_UP
+        8, 0, 50, 0, 3, 0, 0, 0, // NDEV_INDEX 3
+        7, 0, 51, 0, b'd', b'0', 0, 0, // NDEV_NAME "d0"
+    ];
+
+    #[cfg(target_endian = "little")]
+    const DONE: &[u8] = &[
+        20, 0, 0, 0, 3, 0, 2, 0, 9, 0, 0, 0, 0xd2, 0x04, 0, 0, 0, 0, 0, 0,
+    ];
+
+    #[test]
+    #[cfg(target_endian = "little")]
+    fn encodes_get_chardev_request() {
+        let mut b = MsgBuilder::new(
+            rdma_nl_get_type(RDMA_NL_NLDEV, cmd::GET_CHARDEV),
+            NLM_F_REQUEST | NLM_F_ACK,
+            7,
+        );
+        b.put_u32(attr::DEV_INDEX, 3)
+            .put_str(attr::CHARDEV_TYPE, "uverbs");
+        assert_eq!(b.finish(), CHARDEV_REQUEST);
+    }
+
+    #[test]
+    #[cfg(target_endian = "little")]
+    fn decodes_chardev_reply_then_ack() {
+        let mut out = Vec::new();
+        let t = rdma_nl_get_type(RDMA_NL_NLDEV, cmd::GET_CHARDEV);
+        assert!(absorb(CHARDEV_REPLY_AND_ACK, 7, t, Until::Ack, &mut out).unwrap());
+        assert_eq!(out.len(), 1);
+        let c = Chardev::decode(&out[0]).unwrap();
+        assert_eq!(c.name, "uverbs0");
+        assert_eq!(c.abi, 2);
+        assert_eq!((c.major(), c.minor()), (231, 192));
+        assert_eq!(c.driver_id, Some(DriverId::RXE));
+    }
+
+    #[test]
+    #[cfg(target_endian = "little")]
+    fn decodes_port_dump() {
+        let mut out = Vec::new();
+        let t = rdma_nl_get_type(RDMA_NL_NLDEV, cmd::PORT_GET);
+        assert!(!absorb(PORT_REPLY, 9, t, Until::Done, &mut out).unwrap());
+        assert!(absorb(DONE, 9, t, Until::Done, &mut out).unwrap());
+        assert_eq!(out.len(), 1);
+        let p = NlPort::decode(&out[0]).unwrap();
+        assert_eq!(p.dev_name, "rxe0");
+        assert_eq!((p.port, p.state, p.phys_state), (1, Some(4), Some(5)));
+        assert_eq!((p.netdev.as_deref(), p.netdev_index), (Some("d0"), Some(3)));
+        assert_eq!(
+            p.link_line(),
+            "link rxe0/1 state ACTIVE physical_state LINK_UP netdev d0"
+        );
+    }
+
+    #[test]
+    #[cfg(target_endian = "little")]
+    fn replies_to_other_requests_are_ignored() {
+        let mut out = Vec::new();
+        let t = rdma_nl_get_type(RDMA_NL_NLDEV, cmd::PORT_GET);
+        // Same bytes, but we wait for sequence 10.
+        assert!(!absorb(PORT_REPLY, 10, t, Until::Done, &mut out).unwrap());
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    #[cfg(target_endian = "little")]
+    fn kernel_errors_come_back_as_errno() {
+        // NLMSG_ERROR with error = -ENODEV (-19)
+        let mut e = vec![36, 0, 0, 0, 2, 0, 0, 1, 5, 0, 0, 0, 0, 0, 0, 0];
+        e.extend_from_slice(&(-19i32).to_ne_bytes());
+        e.extend_from_slice(&[0u8; 16]);
+        let t = rdma_nl_get_type(RDMA_NL_NLDEV, cmd::NEWLINK);
+        match absorb(&e, 5, t, Until::Ack, &mut Vec::new()) {
+            Err(TransactError::Os(errno)) => assert_eq!(errno, Errno::NODEV),
+            other => panic!("{other:?}"),
+        }
+        // A dump that fails reports it in DONE.
+        let mut d = DONE.to_vec();
+        d[16..20].copy_from_slice(&(-22i32).to_ne_bytes());
+        match absorb(&d, 9, t, Until::Done, &mut Vec::new()) {
+            Err(TransactError::Os(errno)) => assert_eq!(errno, Errno::INVAL),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn malformed_input_is_an_error_not_a_panic() {
+        // Length field larger than the buffer.
+        let mut m = vec![0u8; 16];
+        m[..4].copy_from_slice(&100u32.to_ne_bytes());
+        assert!(messages(&m).next().unwrap().is_err());
+        // Attribute longer than its area.
+        let mut a = vec![0u8; 8];
+        a[..2].copy_from_slice(&20u16.to_ne_bytes());
+        assert!(attrs(&a).next().unwrap().is_err());
+        // Missing mandatory attributes.
+        assert!(NlPort::decode(&[]).is_err());
+        let short = Attr {
+            ty: 1,
+            nested: false,
+            data: &[1, 2],
+        };
+        assert!(short.u32().is_err());
+        assert!(short.u64().is_err());
+    }
+
+    #[test]
+    fn nested_flag_is_reported_and_masked() {
+        let mut b = MsgBuilder::new(0, 0, 0);
+        b.put_bytes(
+            attr::DEV_NAME | crate::abi::netlink::NLA_F_NESTED,
+            &[1, 2, 3, 4],
+        );
+        let m = b.finish();
+        let a = attrs(&m[16..]).next().unwrap().unwrap();
+        assert_eq!(
+            (a.ty, a.nested, a.data),
+            (attr::DEV_NAME, true, &[1u8, 2, 3, 4][..])
+        );
+    }
+
+    #[test]
+    fn type_helpers_round_trip() {
+        let t = rdma_nl_get_type(RDMA_NL_NLDEV, cmd::PORT_GET);
+        assert_eq!(t, 0x1405);
+        assert_eq!(crate::abi::netlink::rdma_nl_get_client(t), RDMA_NL_NLDEV);
+        assert_eq!(crate::abi::netlink::rdma_nl_get_op(t), cmd::PORT_GET);
+    }
+}

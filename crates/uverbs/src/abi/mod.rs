@@ -10,3 +10,4 @@
 
 pub mod cmd;
 pub mod ioctl;
+pub mod netlink;
