@@ -1,0 +1,156 @@
+//! The mlx5 driver data of the uverbs ABI (`include/rdma/mlx5-abi.h`, Linux 6.1 uapi) and the
+//! device numbers rverbs needs to speak to a ConnectX CQ.
+//!
+//! The structs travel in the `UHW_IN`/`UHW_OUT` attributes (or after the core data of a write()
+//! command). Names keep the kernel's spelling so the two can be read side by side; sizes and
+//! every field offset are checked against the installed header by
+//! `crates/provider/tests/mlx5_abi_layout.rs` (a C probe compiled with `cc`).
+//!
+//! `__aligned_u64` fields are 8-byte aligned on every architecture, hence `align(8)`.
+
+#![allow(non_camel_case_types)]
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// `MLX5_IB_UVERBS_ABI_VERSION`: the driver ABI version in sysfs (`uverbsN/abi_version`).
+pub const MLX5_IB_UVERBS_ABI_VERSION: u32 = 1;
+
+/// `enum mlx5_lib_caps`: `lib_caps` bits of the alloc_ucontext request.
+pub const MLX5_LIB_CAP_4K_UAR: u64 = 1 << 0;
+/// The library allocates UARs dynamically (needs the UAR object ioctl; rverbs does not ask).
+pub const MLX5_LIB_CAP_DYN_UAR: u64 = 1 << 1;
+
+/// `enum mlx5_ib_alloc_uctx_v2_flags`.
+pub const MLX5_IB_ALLOC_UCTX_DEVX: u32 = 1 << 0;
+
+/// `enum mlx5_ib_alloc_ucontext_resp_mask` (`comp_mask` of the response).
+pub const MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_CORE_CLOCK_OFFSET: u32 = 1 << 0;
+pub const MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_DUMP_FILL_MKEY: u32 = 1 << 1;
+pub const MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_ECE: u32 = 1 << 2;
+pub const MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_SQD2RTS: u32 = 1 << 3;
+pub const MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_REAL_TIME_TS: u32 = 1 << 4;
+pub const MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_MKEY_UPDATE_TAG: u32 = 1 << 5;
+
+/// `enum mlx5_ib_create_cq_flags`.
+pub const MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD: u16 = 1 << 0;
+pub const MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX: u16 = 1 << 1;
+pub const MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS: u16 = 1 << 2;
+
+/// `struct mlx5_ib_alloc_ucontext_req_v2` (32 bytes): driver data of GET_CONTEXT.
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct mlx5_ib_alloc_ucontext_req_v2 {
+    pub total_num_bfregs: u32,
+    pub num_low_latency_bfregs: u32,
+    pub flags: u32,
+    pub comp_mask: u32,
+    pub max_cqe_version: u8,
+    pub reserved0: u8,
+    pub reserved1: u16,
+    pub reserved2: u32,
+    pub lib_caps: u64,
+}
+
+/// `struct mlx5_ib_alloc_ucontext_resp` (72 bytes in 6.1). Older kernels fill a prefix only:
+/// see [`crate::mlx5::context::Mlx5ContextUdata::parse_response`].
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct mlx5_ib_alloc_ucontext_resp {
+    pub qp_tab_size: u32,
+    pub bf_reg_size: u32,
+    pub tot_bfregs: u32,
+    pub cache_line_size: u32,
+    pub max_sq_desc_sz: u16,
+    pub max_rq_desc_sz: u16,
+    pub max_send_wqebb: u32,
+    pub max_recv_wr: u32,
+    pub max_srq_recv_wr: u32,
+    pub num_ports: u16,
+    pub flow_action_flags: u16,
+    pub comp_mask: u32,
+    pub response_length: u32,
+    pub cqe_version: u8,
+    pub cmds_supp_uhw: u8,
+    pub eth_min_inline: u8,
+    pub clock_info_versions: u8,
+    pub hca_core_clock_offset: u64,
+    pub log_uar_size: u32,
+    pub num_uars_per_page: u32,
+    pub num_dyn_bfregs: u32,
+    pub dump_fill_mkey: u32,
+}
+
+/// `struct mlx5_ib_create_cq` (32 bytes): driver data of CREATE_CQ.
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct mlx5_ib_create_cq {
+    pub buf_addr: u64,
+    pub db_addr: u64,
+    pub cqe_size: u32,
+    pub cqe_comp_en: u8,
+    pub cqe_comp_res_format: u8,
+    pub flags: u16,
+    pub uar_page_index: u16,
+    pub reserved0: u16,
+    pub reserved1: u32,
+}
+
+/// `struct mlx5_ib_create_cq_resp` (8 bytes).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct mlx5_ib_create_cq_resp {
+    pub cqn: u32,
+    pub reserved: u32,
+}
+
+// ---- Numbers that are not in the uapi header (rdma-core's providers/mlx5, the kernel's
+// drivers/infiniband/hw/mlx5 and include/linux/mlx5; see docs/mlx5.md for the sources). ----
+
+/// Index of the consumer-index word in the CQ doorbell record (`MLX5_CQ_SET_CI`).
+pub const MLX5_CQ_SET_CI: usize = 0;
+/// Index of the arm word in the CQ doorbell record (`MLX5_CQ_ARM_DB`).
+pub const MLX5_CQ_ARM_DB: usize = 1;
+/// Byte offset of the CQ doorbell register in a UAR page (`MLX5_CQ_DOORBELL`).
+pub const MLX5_CQ_DOORBELL: usize = 0x20;
+/// Arm command: next completion of any kind (`MLX5_CQ_DB_REQ_NOT`).
+pub const MLX5_CQ_DB_REQ_NOT: u32 = 0;
+/// Arm command: next solicited (or error) completion (`MLX5_CQ_DB_REQ_NOT_SOL`).
+pub const MLX5_CQ_DB_REQ_NOT_SOL: u32 = 1 << 24;
+/// The largest ring libmlx5 builds (2^24 entries; the kernel further limits it to the device's
+/// `log_max_cq_sz`).
+pub const MLX5_MAX_CQ_ENTRIES: u32 = 1 << 24;
+/// The consumer index and the arm word carry 24 bits of the consumer index.
+pub const MLX5_CQ_CI_MASK: u32 = 0x00ff_ffff;
+
+/// `MLX5_NUM_NON_FP_BFREGS_PER_UAR`: blue-flame registers per UAR that are not "fast path".
+pub const MLX5_NUM_NON_FP_BFREGS_PER_UAR: u32 = 2;
+/// `MLX5_MAX_UARS`.
+pub const MLX5_MAX_UARS: u32 = 1 << 8;
+/// `MLX5_MAX_BFREGS`: the kernel refuses a larger `total_num_bfregs` (ENOMEM).
+pub const MLX5_MAX_BFREGS: u32 = MLX5_MAX_UARS * MLX5_NUM_NON_FP_BFREGS_PER_UAR;
+/// libmlx5's default `total_num_bfregs` (`MLX5_DEF_TOT_UUARS`).
+pub const MLX5_DEF_TOT_UUARS: u32 = 8 * MLX5_NUM_NON_FP_BFREGS_PER_UAR;
+/// libmlx5's `MLX5_MED_BFREGS_TSHOLD`.
+pub const MLX5_MED_BFREGS_TSHOLD: u32 = 12;
+/// The device's page size for UARs (`MLX5_ADAPTER_PAGE_SIZE`).
+pub const MLX5_ADAPTER_PAGE_SIZE: u32 = 4096;
+
+/// mmap offsets on the uverbs fd: `((command << MLX5_IB_MMAP_CMD_SHIFT) | index) * page_size`.
+pub const MLX5_IB_MMAP_CMD_SHIFT: u32 = 8;
+/// `MLX5_IB_MMAP_REGULAR_PAGE`: a static UAR page, write-combining if the device supports it.
+pub const MLX5_IB_MMAP_REGULAR_PAGE: u32 = 0;
+/// `MLX5_IB_MMAP_NC_PAGE`: a static UAR page mapped non-cached.
+pub const MLX5_IB_MMAP_NC_PAGE: u32 = 3;
+
+/// `MLX5_CQE_VERSION_V0`: CQEs name the QP by its number.
+pub const MLX5_CQE_VERSION_V0: u8 = 0;
+/// `MLX5_CQE_VERSION_V1`: CQEs carry the user index given at QP creation in `srqn_uidx`.
+pub const MLX5_CQE_VERSION_V1: u8 = 1;
