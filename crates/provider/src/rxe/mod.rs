@@ -1,1 +1,186 @@
 //! rxe (soft-RoCE): the kernel-shared queues, WQE building and completion parsing.
+//!
+//! rxe keeps every queue in kernel memory that userspace maps: the create CQ / QP / SRQ
+//! responses carry an [`abi::mminfo`] per queue (driver data), and
+//! `mmap(NULL, mi.size, PROT_READ | PROT_WRITE, MAP_SHARED, cmd_fd, mi.offset)` maps it.
+//! The mapping starts with a 384-byte header (`rxe_queue_buf`) followed by the elements; see
+//! [`queue`] for the protocol.
+//!
+//! How the pieces fit (the verbs objects in `rverbs-uverbs` do the kernel calls and own the
+//! mappings):
+//!
+//! - CQ: map `rxe_create_cq_resp.mi` → [`RxeQueue::new`]`(.., QueueKind::Completion)` →
+//!   [`RxeCq`]; poll with [`RxeCq::poll`] or [`RxeCq::iter`].
+//! - QP: map `rxe_create_qp_resp.sq_mi` → [`QueueKind::Send`] → [`RxeSq::new`] with the
+//!   QP type and the *kernel-returned* caps (`max_send_sge`, `max_inline_data`, which rxe
+//!   rounds up) and whether the QP was created with `sq_sig_all`; post with [`RxeSq::post`],
+//!   then ring [`post_send_doorbell`] (or do both with [`RxeSq::post_and_ring`]).
+//!   `rq_mi` (unless the QP has an SRQ) → [`QueueKind::Recv`] → [`RxeRq::new`] with
+//!   `max_recv_sge`; receives need no doorbell.
+//! - SRQ: map `rxe_create_srq_resp.mi` → [`QueueKind::Srq`] → [`RxeRq::new`] with the SRQ's
+//!   `max_sge`.
+//! - UD: create the AH with a response buffer for `rxe_create_ah_resp`; the 6.1 kernel returns
+//!   a non-zero `ah_num` there, which goes into [`rverbs_uverbs::UdDest::ah_num`].
+//!
+//! None of these types locks: each queue has one user at a time (`&mut self`).
+
+use std::fmt;
+use std::io;
+
+use rustix::io::Errno;
+use rverbs_uverbs::Error;
+
+pub mod abi;
+pub mod cq;
+pub mod doorbell;
+pub mod queue;
+pub mod rq;
+pub mod sim;
+pub mod sq;
+
+pub use cq::{RxeCq, RxeCqIter};
+pub use doorbell::post_send_doorbell;
+pub use queue::{QueueKind, RxeQueue};
+pub use rq::RxeRq;
+pub use sq::{RxeQpType, RxeSq, RxeSqConfig};
+
+/// Why one work request could not be posted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PostErrorReason {
+    /// No free slot: the queue holds `capacity` requests the kernel has not consumed yet.
+    QueueFull { capacity: u32 },
+    /// More SGEs than the queue was created for.
+    TooManySge { num_sge: usize, max_sge: u32 },
+    /// Inline data longer than the QP's `max_inline_data`.
+    InlineTooLong { len: u64, max_inline: u32 },
+    /// INLINE was asked for an operation that carries no outbound payload.
+    InlineNotAllowed { op: &'static str },
+    /// The rxe requester of Linux 6.1 does not run this operation on this QP type.
+    UnsupportedOp {
+        op: &'static str,
+        qp_type: RxeQpType,
+    },
+    /// Send flags rxe does not implement (e.g. IP_CSUM).
+    UnsupportedFlags { flags: u32 },
+    /// A UD send without a destination.
+    MissingUdDest,
+    /// A UD destination with `ah_num` 0 (the AH was created without the rxe response).
+    NoAhNum,
+    /// An atomic's local buffer is shorter than 8 bytes.
+    AtomicLength { len: u64 },
+    /// An atomic's remote address is not 8-byte aligned.
+    AtomicAlignment { remote_addr: u64 },
+    /// The gather/scatter list adds up to more than 4 GiB - 1 bytes.
+    LengthOverflow { len: u64 },
+    /// A local operation (LOCAL_INV) given an SGE list.
+    SgeOnLocalOp { op: &'static str, num_sge: usize },
+}
+
+impl fmt::Display for PostErrorReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            PostErrorReason::QueueFull { capacity } => {
+                write!(f, "queue full ({capacity} requests outstanding)")
+            }
+            PostErrorReason::TooManySge { num_sge, max_sge } => {
+                write!(f, "{num_sge} SGEs, the queue allows {max_sge}")
+            }
+            PostErrorReason::InlineTooLong { len, max_inline } => {
+                write!(
+                    f,
+                    "{len} bytes of inline data, max_inline_data is {max_inline}"
+                )
+            }
+            PostErrorReason::InlineNotAllowed { op } => {
+                write!(f, "INLINE is not possible with {op}")
+            }
+            PostErrorReason::UnsupportedOp { op, qp_type } => {
+                write!(f, "rxe does not support {op} on {qp_type:?} QPs")
+            }
+            PostErrorReason::UnsupportedFlags { flags } => {
+                write!(f, "send flags {flags:#x} are not supported by rxe")
+            }
+            PostErrorReason::MissingUdDest => f.write_str("UD send without a destination (ud)"),
+            PostErrorReason::NoAhNum => f.write_str(
+                "UD destination has ah_num 0: create the AH with the rxe driver response",
+            ),
+            PostErrorReason::AtomicLength { len } => {
+                write!(f, "atomic with a {len}-byte local buffer, needs 8")
+            }
+            PostErrorReason::AtomicAlignment { remote_addr } => {
+                write!(
+                    f,
+                    "atomic remote address {remote_addr:#x} is not 8-byte aligned"
+                )
+            }
+            PostErrorReason::LengthOverflow { len } => {
+                write!(
+                    f,
+                    "SGE lengths add up to {len} bytes, more than fits in 32 bits"
+                )
+            }
+            PostErrorReason::SgeOnLocalOp { op, num_sge } => {
+                write!(f, "{op} takes no SGEs, got {num_sge}")
+            }
+        }
+    }
+}
+
+/// A post stopped at work request number `posted`: the ones before it are in the queue (and,
+/// for a send queue, still need the doorbell), it and the ones after it are not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PostError {
+    /// The queue posted to.
+    pub queue: QueueKind,
+    /// Requests posted before the failing one (= the failing one's index in the slice).
+    pub posted: usize,
+    pub reason: PostErrorReason,
+}
+
+impl PostError {
+    fn op(&self) -> &'static str {
+        match self.queue {
+            QueueKind::Send => "post send",
+            QueueKind::Recv => "post recv",
+            QueueKind::Srq => "post SRQ recv",
+            QueueKind::Completion => "post to completion queue",
+        }
+    }
+}
+
+impl fmt::Display for PostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} to rxe {}: work request #{} (after {} posted): {}",
+            self.op(),
+            self.queue,
+            self.posted,
+            self.posted,
+            self.reason
+        )
+    }
+}
+
+impl std::error::Error for PostError {}
+
+impl From<PostError> for io::Error {
+    fn from(e: PostError) -> Self {
+        let detail = format!(
+            "rxe {}: work request #{} (after {} posted): {}",
+            e.queue, e.posted, e.posted, e.reason
+        );
+        match e.reason {
+            // libibverbs reports a full rxe queue as ENOMEM; keep the errno for callers that
+            // look at it.
+            PostErrorReason::QueueFull { .. } => {
+                Error::os(e.op(), Errno::NOMEM).with_detail(detail).into()
+            }
+            PostErrorReason::UnsupportedOp { .. } | PostErrorReason::UnsupportedFlags { .. } => {
+                Error::unsupported(e.op(), detail).into()
+            }
+            _ => Error::invalid(e.op(), detail).into(),
+        }
+    }
+}

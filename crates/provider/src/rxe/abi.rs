@@ -1,0 +1,469 @@
+//! The rxe driver ABI: `include/uapi/rdma/rdma_user_rxe.h` (Linux 6.1) plus the two
+//! `ib_user_verbs.h` structures the rxe data path touches (`ib_uverbs_wc`, the CQ element, and
+//! `ib_uverbs_post_send`, the send doorbell).
+//!
+//! Names keep the kernel's spelling so the two can be read side by side. Every size, alignment
+//! and field offset here is compared with the real header by `tests/rxe_abi_layout.rs`, which
+//! compiles a small C probe.
+//!
+//! C unions are modelled as follows: `rxe_send_wr.ex` (`__be32 imm_data` / `__u32
+//! invalidate_rkey`) is one `u32` whose meaning depends on the opcode; the big `rxe_send_wr.wr`
+//! union is [`rxe_send_wr_union`], a 120-byte, 8-aligned byte area with typed accessors for each
+//! arm ([`rxe_wr_rdma`], [`rxe_wr_atomic`], [`rxe_wr_ud`], [`rxe_wr_mw`]); the
+//! `sockaddr_in`/`sockaddr_in6` unions of [`rxe_av`] are 28-byte arrays. Flexible array members
+//! (`rxe_dma_info.sge[]` / `.inline_data[]`, `rxe_queue_buf.data[]`) are not part of the Rust
+//! structs: they start right after them, at the offsets given by the `*_OFFSET` constants.
+//!
+//! None of these types is ever referenced in place in kernel-shared memory: WQEs are built on
+//! the stack and copied into a ring slot, CQEs are copied out of a slot (see [`super::queue`]).
+
+#![allow(non_camel_case_types)]
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// `RXE_NETWORK_TYPE_IPV4`: value of [`rxe_av::network_type`].
+pub const RXE_NETWORK_TYPE_IPV4: u8 = 1;
+/// `RXE_NETWORK_TYPE_IPV6`: value of [`rxe_av::network_type`].
+pub const RXE_NETWORK_TYPE_IPV6: u8 = 2;
+
+/// `struct mminfo` (16 bytes): where to mmap one queue on the uverbs command fd.
+/// `mmap(NULL, size, PROT_READ|PROT_WRITE, MAP_SHARED, cmd_fd, offset)`; each offset can be
+/// mapped once. The kernel page-aligns `size`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct mminfo {
+    pub offset: u64,
+    pub size: u32,
+    pub pad: u32,
+}
+
+/// `struct rxe_create_cq_resp`: driver data (UHW_OUT) of create CQ.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct rxe_create_cq_resp {
+    pub mi: mminfo,
+}
+
+/// `struct rxe_resize_cq_resp`: driver data of resize CQ (a new queue buffer to map).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct rxe_resize_cq_resp {
+    pub mi: mminfo,
+}
+
+/// `struct rxe_create_qp_resp`: driver data of create QP. **The receive queue comes first.**
+/// `rq_mi` is all zero when the QP uses an SRQ.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct rxe_create_qp_resp {
+    pub rq_mi: mminfo,
+    pub sq_mi: mminfo,
+}
+
+/// `struct rxe_create_srq_resp`: driver data of create SRQ.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct rxe_create_srq_resp {
+    pub mi: mminfo,
+    pub srq_num: u32,
+    pub reserved: u32,
+}
+
+/// `struct rxe_modify_srq_cmd`: driver data (UHW_IN) of modify SRQ (resize): the address of an
+/// [`mminfo`] the kernel fills with the new queue's mapping.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct rxe_modify_srq_cmd {
+    pub mmap_info_addr: u64,
+}
+
+/// `struct rxe_create_ah_resp`: driver data of create AH. A kernel that fills it (6.1 does when
+/// the response buffer is large enough) returns a non-zero `ah_num`, which UD send WQEs carry.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct rxe_create_ah_resp {
+    pub ah_num: u32,
+    pub reserved: u32,
+}
+
+/// `union rxe_gid` is 16 raw bytes (or two big-endian u64 halves, which make it 8-aligned).
+pub type rxe_gid = [u8; 16];
+
+/// `struct rxe_global_route` (24 bytes, 8-aligned through `rxe_gid`'s `__be64` arm).
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct rxe_global_route {
+    pub dgid: rxe_gid,
+    pub flow_label: u32,
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    /// Tail padding of the C struct, made explicit.
+    pub _pad: u8,
+}
+
+/// `struct rxe_av` (88 bytes): the address vector that *old* kernels (without `ah_num`) needed
+/// copied into every UD send WQE. Linux 6.1 looks the AV up by `ah_num` instead; this type is
+/// kept for the layout check and for completeness.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct rxe_av {
+    pub port_num: u8,
+    /// `RXE_NETWORK_TYPE_*`.
+    pub network_type: u8,
+    pub dmac: [u8; 6],
+    pub grh: rxe_global_route,
+    /// `union { struct sockaddr_in; struct sockaddr_in6; }` (28 bytes).
+    pub sgid_addr: [u8; 28],
+    /// `union { struct sockaddr_in; struct sockaddr_in6; }` (28 bytes).
+    pub dgid_addr: [u8; 28],
+}
+
+/// `rxe_send_wr.wr.rdma` (RDMA READ/WRITE).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct rxe_wr_rdma {
+    pub remote_addr: u64,
+    pub rkey: u32,
+    pub reserved: u32,
+}
+
+/// `rxe_send_wr.wr.atomic` (compare-and-swap, fetch-and-add).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct rxe_wr_atomic {
+    pub remote_addr: u64,
+    /// The compare operand (CMP_AND_SWP) or the addend (FETCH_AND_ADD).
+    pub compare_add: u64,
+    pub swap: u64,
+    pub rkey: u32,
+    pub reserved: u32,
+}
+
+/// `rxe_send_wr.wr.ud` (UD sends).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct rxe_wr_ud {
+    pub remote_qpn: u32,
+    pub remote_qkey: u32,
+    /// Used by the kernel for GSI QPs only.
+    pub pkey_index: u16,
+    pub reserved: u16,
+    /// The `ah_num` from [`rxe_create_ah_resp`]; 0 means "use `av`" (old kernels).
+    pub ah_num: u32,
+    pub pad: [u32; 4],
+    pub av: rxe_av,
+}
+
+/// `rxe_send_wr.wr.mw` (memory window bind).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct rxe_wr_mw {
+    pub addr: u64,
+    pub length: u64,
+    pub mr_lkey: u32,
+    pub mw_rkey: u32,
+    pub rkey: u32,
+    pub access: u32,
+}
+
+/// Size of the `rxe_send_wr.wr` union (its largest arm, `ud`).
+pub const RXE_SEND_WR_UNION_SIZE: usize = 120;
+
+/// The `rxe_send_wr.wr` union: 120 bytes, 8-aligned, read and written through one typed arm at
+/// a time. Bytes not covered by the arm last written keep their previous value (zero for a
+/// fresh [`rxe_send_wr`]).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct rxe_send_wr_union {
+    pub bytes: [u8; RXE_SEND_WR_UNION_SIZE],
+}
+
+impl Default for rxe_send_wr_union {
+    fn default() -> Self {
+        Self {
+            bytes: [0; RXE_SEND_WR_UNION_SIZE],
+        }
+    }
+}
+
+macro_rules! union_arm {
+    ($get:ident, $set:ident, $ty:ty) => {
+        #[doc = concat!("Reads the `", stringify!($get), "` arm.")]
+        pub fn $get(&self) -> $ty {
+            // Every arm is FromBytes and no larger than the union (checked at compile time
+            // below), so the prefix read cannot fail.
+            match <$ty>::read_from_prefix(&self.bytes) {
+                Ok((v, _)) => v,
+                Err(_) => unreachable!("union arm larger than the union"),
+            }
+        }
+
+        #[doc = concat!("Writes the `", stringify!($get), "` arm (its bytes only).")]
+        pub fn $set(&mut self, v: &$ty) {
+            let b = v.as_bytes();
+            self.bytes[..b.len()].copy_from_slice(b);
+        }
+    };
+}
+
+impl rxe_send_wr_union {
+    union_arm!(rdma, set_rdma, rxe_wr_rdma);
+    union_arm!(atomic, set_atomic, rxe_wr_atomic);
+    union_arm!(ud, set_ud, rxe_wr_ud);
+    union_arm!(mw, set_mw, rxe_wr_mw);
+}
+
+const _: () = {
+    assert!(core::mem::size_of::<rxe_wr_rdma>() <= RXE_SEND_WR_UNION_SIZE);
+    assert!(core::mem::size_of::<rxe_wr_atomic>() <= RXE_SEND_WR_UNION_SIZE);
+    assert!(core::mem::size_of::<rxe_wr_ud>() == RXE_SEND_WR_UNION_SIZE);
+    assert!(core::mem::size_of::<rxe_wr_mw>() <= RXE_SEND_WR_UNION_SIZE);
+};
+
+/// `struct rxe_send_wr` (144 bytes): the work request part of a send WQE.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct rxe_send_wr {
+    pub wr_id: u64,
+    pub reserved: u32,
+    /// `IB_UVERBS_WR_*` (the kernel's `IB_WR_*` share the numbers).
+    pub opcode: u32,
+    /// `IB_SEND_*`: FENCE 1, SIGNALED 2, SOLICITED 4, INLINE 8.
+    pub send_flags: u32,
+    /// `union ex`: `imm_data` **big-endian** (network order, as it goes on the wire) for the
+    /// `*_WITH_IMM` opcodes, `invalidate_rkey` in host order for SEND_WITH_INV / LOCAL_INV.
+    pub ex: u32,
+    pub wr: rxe_send_wr_union,
+}
+
+/// Offset of the flexible `sge[]` / `inline_data[]` union inside [`rxe_dma_info`].
+pub const RXE_DMA_INFO_SGE_OFFSET: usize = core::mem::size_of::<rxe_dma_info>();
+
+/// `struct rxe_dma_info` (24 bytes without its flexible array; 8-aligned because of it).
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct rxe_dma_info {
+    /// Total bytes of the gather/scatter list (or of the inline data).
+    pub length: u32,
+    /// Bytes still to transfer; starts equal to `length`.
+    pub resid: u32,
+    pub cur_sge: u32,
+    pub num_sge: u32,
+    pub sge_offset: u32,
+    pub reserved: u32,
+}
+
+/// `struct rxe_sge` (16 bytes): the same layout as `ib_uverbs_sge` / `ibv_sge`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct rxe_sge {
+    pub addr: u64,
+    pub length: u32,
+    pub lkey: u32,
+}
+
+/// `struct rxe_send_wqe` (208 bytes; its SGEs or inline data follow at
+/// [`RXE_SEND_WQE_SGE_OFFSET`]).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct rxe_send_wqe {
+    pub wr: rxe_send_wr,
+    /// Written by the kernel (`ib_wc_status`).
+    pub status: u32,
+    /// `enum wqe_state`; userspace posts with 0 (`wqe_state_posted`).
+    pub state: u32,
+    /// Remote address of RDMA/atomic operations (0 otherwise).
+    pub iova: u64,
+    /// Recomputed by the 6.1 kernel from the opcode; userspace writes 0.
+    pub mask: u32,
+    pub first_psn: u32,
+    pub last_psn: u32,
+    pub ack_length: u32,
+    /// Send sequence number; the 6.1 kernel does not read it for user QPs.
+    pub ssn: u32,
+    /// Kernel bookkeeping; userspace writes 0.
+    pub has_rd_atomic: u32,
+    pub dma: rxe_dma_info,
+}
+
+/// Where a send WQE's SGE array or inline data starts.
+pub const RXE_SEND_WQE_SGE_OFFSET: usize = core::mem::size_of::<rxe_send_wqe>();
+
+/// `struct rxe_recv_wqe` (40 bytes; its SGEs follow at [`RXE_RECV_WQE_SGE_OFFSET`]).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct rxe_recv_wqe {
+    pub wr_id: u64,
+    pub reserved: u32,
+    pub padding: u32,
+    pub dma: rxe_dma_info,
+}
+
+/// Where a receive WQE's SGE array starts.
+pub const RXE_RECV_WQE_SGE_OFFSET: usize = core::mem::size_of::<rxe_recv_wqe>();
+
+/// `struct rxe_queue_buf`: the 384-byte header at the start of every mapped rxe queue, the
+/// element array (`data[]`) following it. Producer and consumer index live in separate cache
+/// lines. Used for layout checks; shared headers are accessed through atomics at the offsets
+/// below, never through this type.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct rxe_queue_buf {
+    pub log2_elem_size: u32,
+    pub index_mask: u32,
+    pub pad_1: [u32; 30],
+    pub producer_index: u32,
+    pub pad_2: [u32; 31],
+    pub consumer_index: u32,
+    pub pad_3: [u32; 31],
+}
+
+/// Offset of `rxe_queue_buf.log2_elem_size`.
+pub const QUEUE_LOG2_ELEM_SIZE_OFFSET: usize = 0;
+/// Offset of `rxe_queue_buf.index_mask`.
+pub const QUEUE_INDEX_MASK_OFFSET: usize = 4;
+/// Offset of `rxe_queue_buf.producer_index`.
+pub const QUEUE_PRODUCER_INDEX_OFFSET: usize = 128;
+/// Offset of `rxe_queue_buf.consumer_index`.
+pub const QUEUE_CONSUMER_INDEX_OFFSET: usize = 256;
+/// Offset of `rxe_queue_buf.data[]`, the first element.
+pub const QUEUE_DATA_OFFSET: usize = core::mem::size_of::<rxe_queue_buf>();
+
+/// `struct ib_uverbs_wc` (48 bytes): one rxe CQ element.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_wc {
+    pub wr_id: u64,
+    pub status: u32,
+    pub opcode: u32,
+    pub vendor_err: u32,
+    pub byte_len: u32,
+    /// `union ex`: `imm_data` as it came off the wire (**big-endian**) when `wc_flags` has
+    /// `IB_WC_WITH_IMM` (2), `invalidate_rkey` in host order with `IB_WC_WITH_INVALIDATE` (4).
+    pub ex: u32,
+    pub qp_num: u32,
+    pub src_qp: u32,
+    /// Kernel `ib_wc_flags` numbering (see `WcFlags::from_kernel`).
+    pub wc_flags: u32,
+    pub pkey_index: u16,
+    pub slid: u16,
+    pub sl: u8,
+    pub dlid_path_bits: u8,
+    pub port_num: u8,
+    pub reserved: u8,
+}
+
+/// Kernel `IB_WC_GRH`.
+pub const IB_WC_GRH: u32 = 1 << 0;
+/// Kernel `IB_WC_WITH_IMM`.
+pub const IB_WC_WITH_IMM: u32 = 1 << 1;
+/// Kernel `IB_WC_WITH_INVALIDATE` (userspace numbers it differently).
+pub const IB_WC_WITH_INVALIDATE: u32 = 1 << 2;
+
+/// `struct ib_uverbs_post_send` (24 bytes, without its flexible `send_wr[]`): the payload of
+/// the legacy POST_SEND write() command, which rxe uses as its send doorbell.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_post_send {
+    /// Address of an [`ib_uverbs_post_send_resp`] the kernel writes.
+    pub response: u64,
+    pub qp_handle: u32,
+    pub wr_count: u32,
+    pub sge_count: u32,
+    /// Must be at least `sizeof(struct ib_uverbs_send_wr)` even when `wr_count` is 0.
+    pub wqe_size: u32,
+}
+
+/// `struct ib_uverbs_post_send_resp`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_post_send_resp {
+    pub bad_wr: u32,
+}
+
+/// `sizeof(struct ib_uverbs_send_wr)`: the smallest `wqe_size` the kernel accepts.
+pub const IB_UVERBS_SEND_WR_SIZE: u32 = 56;
+
+/// `IB_UVERBS_WR_*` opcodes rxe understands.
+pub mod wr_opcode {
+    pub const RDMA_WRITE: u32 = 0;
+    pub const RDMA_WRITE_WITH_IMM: u32 = 1;
+    pub const SEND: u32 = 2;
+    pub const SEND_WITH_IMM: u32 = 3;
+    pub const RDMA_READ: u32 = 4;
+    pub const ATOMIC_CMP_AND_SWP: u32 = 5;
+    pub const ATOMIC_FETCH_AND_ADD: u32 = 6;
+    pub const LOCAL_INV: u32 = 7;
+    pub const BIND_MW: u32 = 8;
+    pub const SEND_WITH_INV: u32 = 9;
+}
+
+/// `IB_SEND_*` flags as rxe reads them from `rxe_send_wr.send_flags`.
+pub mod send_flags {
+    pub const FENCE: u32 = 1;
+    pub const SIGNALED: u32 = 2;
+    pub const SOLICITED: u32 = 4;
+    pub const INLINE: u32 = 8;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rxe_union_arms_round_trip() {
+        let mut u = rxe_send_wr_union::default();
+        let a = rxe_wr_atomic {
+            remote_addr: 0x1122_3344_5566_7788,
+            compare_add: 7,
+            swap: 9,
+            rkey: 0xabcd,
+            reserved: 0,
+        };
+        u.set_atomic(&a);
+        assert_eq!(u.atomic(), a);
+        // The rdma arm overlays the first 16 bytes.
+        assert_eq!(u.rdma().remote_addr, a.remote_addr);
+        // Bytes past the arm written stay as they were.
+        assert!(u.bytes[40..].iter().all(|&b| b == 0));
+    }
+}

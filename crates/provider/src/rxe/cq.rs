@@ -1,0 +1,298 @@
+//! Polling an rxe completion queue: the kernel produces `ib_uverbs_wc` elements, we consume.
+//!
+//! [`RxeCq::poll`] fills a caller's slice; [`RxeCq::iter`] lends an iterator over the
+//! completions present when it was made (it reads the producer index once), and publishes the
+//! consumer index once, when dropped or [`synced`](RxeCqIter::sync). Neither allocates.
+
+#![allow(unsafe_code)]
+
+use std::io;
+
+use rverbs_uverbs::{Error, WcFlags, WcOpcode, WcStatus, WorkCompletion};
+
+use super::abi::{ib_uverbs_wc, IB_WC_WITH_IMM};
+use super::queue::{QueueKind, RxeQueue};
+
+/// Turns one rxe CQE into a [`WorkCompletion`]: flags into the userspace numbering, immediate
+/// data from network to host byte order (rxe stores it as it came off the wire), the
+/// invalidated rkey (already host order) unchanged.
+pub fn wc_from_raw(raw: &ib_uverbs_wc) -> WorkCompletion {
+    let imm_data = if raw.wc_flags & IB_WC_WITH_IMM != 0 {
+        u32::from_be(raw.ex)
+    } else {
+        raw.ex
+    };
+    WorkCompletion {
+        wr_id: raw.wr_id,
+        status: WcStatus(raw.status),
+        opcode: WcOpcode(raw.opcode),
+        vendor_err: raw.vendor_err,
+        byte_len: raw.byte_len,
+        imm_data,
+        qp_num: raw.qp_num,
+        src_qp: raw.src_qp,
+        wc_flags: WcFlags::from_kernel(raw.wc_flags),
+        pkey_index: raw.pkey_index,
+        slid: raw.slid,
+        sl: raw.sl,
+        dlid_path_bits: raw.dlid_path_bits,
+        port_num: raw.port_num,
+    }
+}
+
+/// The user side of one rxe completion queue.
+#[derive(Debug)]
+pub struct RxeCq {
+    queue: RxeQueue,
+}
+
+impl RxeCq {
+    /// Wraps a validated view of a completion queue mapping.
+    pub fn new(queue: RxeQueue) -> io::Result<Self> {
+        if queue.kind() != QueueKind::Completion {
+            return Err(Error::invalid(
+                "rxe CQ",
+                format!(
+                    "a {} view cannot be polled as a completion queue",
+                    queue.kind()
+                ),
+            )
+            .into());
+        }
+        Ok(Self { queue })
+    }
+
+    /// The underlying queue view.
+    pub fn queue(&self) -> &RxeQueue {
+        &self.queue
+    }
+
+    /// Gives the queue view back (e.g. to replace it after a resize).
+    pub fn into_queue(self) -> RxeQueue {
+        self.queue
+    }
+
+    /// Completions waiting to be polled.
+    pub fn pending(&self) -> u32 {
+        self.queue.len()
+    }
+
+    /// Copies up to `out.len()` completions into `out`, oldest first, and returns how many.
+    /// Publishes the consumer index once.
+    pub fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
+        let mut it = self.iter();
+        let mut n = 0;
+        for slot in out.iter_mut() {
+            match it.next() {
+                Some(wc) => {
+                    *slot = wc;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        n
+    }
+
+    /// Polls at most one completion.
+    pub fn poll_one(&mut self) -> Option<WorkCompletion> {
+        self.iter().next()
+    }
+
+    /// An iterator over the completions present now. The consumer index is published when the
+    /// iterator is dropped (or [`RxeCqIter::sync`] is called): completions it did not yield
+    /// stay in the queue for the next poll. Leaking it (`mem::forget`) only means its
+    /// completions are seen again.
+    pub fn iter(&mut self) -> RxeCqIter<'_> {
+        let head = self.queue.load_own();
+        let tail = self.queue.load_peer();
+        RxeCqIter {
+            queue: &self.queue,
+            start: head,
+            head,
+            tail,
+        }
+    }
+}
+
+/// Borrowing iterator over a snapshot of an rxe CQ; see [`RxeCq::iter`].
+#[derive(Debug)]
+pub struct RxeCqIter<'a> {
+    queue: &'a RxeQueue,
+    /// Consumer index last published.
+    start: u32,
+    /// Next element to read.
+    head: u32,
+    /// Producer index seen at the last sync.
+    tail: u32,
+}
+
+impl RxeCqIter<'_> {
+    /// Publishes the completions consumed so far and looks for new ones.
+    pub fn sync(&mut self) {
+        self.publish();
+        self.tail = self.queue.load_peer();
+    }
+
+    fn publish(&mut self) {
+        if self.head != self.start {
+            self.queue.publish_own(self.head);
+            self.start = self.head;
+        }
+    }
+}
+
+impl Iterator for RxeCqIter<'_> {
+    type Item = WorkCompletion;
+
+    fn next(&mut self) -> Option<WorkCompletion> {
+        if self.head == self.tail {
+            return None;
+        }
+        let src = self.queue.slot(self.head).cast::<ib_uverbs_wc>();
+        // SAFETY: the slot is in bounds, 8-aligned and at least 48 bytes (RxeQueue::new
+        // checked the element size for a CQ); the kernel published it before the producer
+        // index we loaded with Acquire, and will not rewrite it before we publish a consumer
+        // index past it. It is copied out by value; no reference into it is formed.
+        let raw = unsafe { src.read() };
+        self.head = self.queue.next(self.head);
+        Some(wc_from_raw(&raw))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = (self.tail.wrapping_sub(self.head) & self.queue.index_mask()) as usize;
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for RxeCqIter<'_> {}
+
+impl Drop for RxeCqIter<'_> {
+    fn drop(&mut self) {
+        self.publish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rxe::sim::SimQueue;
+
+    fn cqe(wr_id: u64) -> ib_uverbs_wc {
+        ib_uverbs_wc {
+            wr_id,
+            byte_len: wr_id as u32,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn rxe_cq_converts_imm_and_flags() {
+        let raw = ib_uverbs_wc {
+            wr_id: 9,
+            status: 0,
+            opcode: 129,
+            byte_len: 4,
+            ex: 0x1234_5678u32.to_be(),
+            qp_num: 17,
+            src_qp: 18,
+            wc_flags: 1 | 2,
+            pkey_index: 3,
+            slid: 4,
+            sl: 5,
+            dlid_path_bits: 6,
+            port_num: 1,
+            ..Default::default()
+        };
+        let wc = wc_from_raw(&raw);
+        assert_eq!(wc.imm(), Some(0x1234_5678));
+        assert_eq!(wc.opcode, WcOpcode::RECV_RDMA_WITH_IMM);
+        assert_eq!(wc.wc_flags, WcFlags::GRH | WcFlags::WITH_IMM);
+        assert_eq!(
+            (
+                wc.qp_num,
+                wc.src_qp,
+                wc.pkey_index,
+                wc.slid,
+                wc.sl,
+                wc.dlid_path_bits
+            ),
+            (17, 18, 3, 4, 5, 6)
+        );
+        assert_eq!(wc.port_num, 1);
+
+        let inv = ib_uverbs_wc {
+            opcode: 128,
+            ex: 0xabcd,
+            wc_flags: 1 | 4,
+            ..Default::default()
+        };
+        let wc = wc_from_raw(&inv);
+        assert_eq!(wc.invalidated_rkey(), Some(0xabcd));
+        assert_eq!(wc.imm(), None);
+    }
+
+    #[test]
+    fn rxe_cq_iter_publishes_once_on_drop() {
+        let mut q = SimQueue::new(6, 8).unwrap();
+        // SAFETY: `q` outlives the view.
+        let mut cq = RxeCq::new(unsafe { q.view(QueueKind::Completion) }.unwrap()).unwrap();
+        {
+            let mut k = q.kernel();
+            for i in 0..5 {
+                assert!(k.produce_cqe(&cqe(i)));
+            }
+        }
+        {
+            let mut it = cq.iter();
+            assert_eq!(it.len(), 5);
+            assert_eq!(it.next().unwrap().wr_id, 0);
+            assert_eq!(it.next().unwrap().wr_id, 1);
+            // Not yet published.
+            assert_eq!(q.consumer(), 0);
+        }
+        assert_eq!(q.consumer(), 2);
+        let mut out = [WorkCompletion::default(); 2];
+        assert_eq!(cq.poll(&mut out), 2);
+        assert_eq!((out[0].wr_id, out[1].wr_id), (2, 3));
+        assert_eq!(cq.pending(), 1);
+        assert_eq!(cq.poll_one().unwrap().wr_id, 4);
+        assert_eq!(cq.poll(&mut out), 0);
+        assert_eq!(q.consumer(), 5);
+    }
+
+    #[test]
+    fn rxe_cq_iter_sync_sees_new_entries() {
+        let mut q = SimQueue::new(6, 4).unwrap();
+        // SAFETY: `q` outlives the view.
+        let mut cq = RxeCq::new(unsafe { q.view(QueueKind::Completion) }.unwrap()).unwrap();
+        let mut k = q.kernel();
+        for i in 0..3 {
+            assert!(k.produce_cqe(&cqe(i)));
+        }
+        // Full: 3 of 4 slots.
+        assert!(!k.produce_cqe(&cqe(99)));
+        let mut it = cq.iter();
+        assert_eq!(it.next().unwrap().wr_id, 0);
+        assert_eq!(it.next().unwrap().wr_id, 1);
+        assert_eq!(it.next().unwrap().wr_id, 2);
+        assert!(it.next().is_none());
+        // The kernel still sees the queue full until we publish.
+        assert!(!k.produce_cqe(&cqe(99)));
+        it.sync();
+        assert!(k.produce_cqe(&cqe(3)));
+        it.sync();
+        assert_eq!(it.next().unwrap().wr_id, 3);
+        drop(it);
+        assert_eq!(k.pending(), 0);
+    }
+
+    #[test]
+    fn rxe_cq_rejects_work_queue_view() {
+        let q = SimQueue::new(8, 4).unwrap();
+        // SAFETY: `q` outlives the view.
+        let v = unsafe { q.view(QueueKind::Send) }.unwrap();
+        let e = RxeCq::new(v).unwrap_err();
+        assert!(e.to_string().contains("send queue view cannot be polled"));
+    }
+}
