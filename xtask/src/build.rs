@@ -1,0 +1,214 @@
+//! Builds our binaries for the guests: fully static (musl; glibc with crt-static as a
+//! reported fallback), and the integration tests with `--cfg rverbs_vm`.
+
+use crate::json::Json;
+use crate::util::{self, Context, Result};
+use std::collections::BTreeSet;
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+pub const MUSL: &str = "x86_64-unknown-linux-musl";
+const GNU: &str = "x86_64-unknown-linux-gnu";
+
+/// The target the guest binaries are built for, chosen once per xtask run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuestTarget {
+    Musl,
+    /// glibc with `-C target-feature=+crt-static`, used when the musl target is unavailable.
+    GnuStatic,
+}
+
+impl GuestTarget {
+    pub fn triple(self) -> &'static str {
+        match self {
+            GuestTarget::Musl => MUSL,
+            GuestTarget::GnuStatic => GNU,
+        }
+    }
+
+    /// `--config` value with the rustflags for this target, plus extra flags.
+    fn rustflags_config(self, extra: &[&str]) -> Option<String> {
+        let mut flags: Vec<&str> = Vec::new();
+        if self == GuestTarget::GnuStatic {
+            flags.extend(["-C", "target-feature=+crt-static"]);
+        }
+        flags.extend(extra);
+        if flags.is_empty() {
+            return None;
+        }
+        let list = flags
+            .iter()
+            .map(|f| format!("\"{f}\""))
+            .collect::<Vec<_>>()
+            .join(",");
+        Some(format!("target.{}.rustflags=[{list}]", self.triple()))
+    }
+}
+
+/// Makes sure the musl target is installed (via rustup when it is there).
+pub fn guest_target() -> GuestTarget {
+    if std::env::var("RVERBS_GUEST_TARGET").as_deref() == Ok("gnu") {
+        return GuestTarget::GnuStatic;
+    }
+    let installed = util::output(Command::new("rustup").args(["target", "list", "--installed"]));
+    match installed {
+        Ok(list) if list.lines().any(|l| l.trim() == MUSL) => GuestTarget::Musl,
+        Ok(_) => {
+            eprintln!("xtask: adding the Rust target {MUSL} (rustup target add {MUSL})");
+            match util::run(Command::new("rustup").args(["target", "add", MUSL])) {
+                Ok(()) => GuestTarget::Musl,
+                Err(e) => {
+                    eprintln!(
+                        "xtask: WARNING: cannot add {MUSL} ({e}); building glibc binaries with \
+                         crt-static instead"
+                    );
+                    GuestTarget::GnuStatic
+                }
+            }
+        }
+        // No rustup: the toolchain may still have the musl std; the build will tell.
+        Err(_) => GuestTarget::Musl,
+    }
+}
+
+pub struct Artifact {
+    pub executable: PathBuf,
+    /// Directory of the package's Cargo.toml (cargo runs tests there).
+    pub package_dir: PathBuf,
+    /// `<package dir name>/<target name>`, e.g. `uverbs/vm_smoke`.
+    pub name: String,
+    pub kind: String,
+}
+
+/// Runs a cargo build with `--message-format=json-render-diagnostics` and collects the
+/// executables it produced. Diagnostics go to the terminal.
+fn cargo_artifacts(mut cmd: Command) -> Result<Vec<Artifact>> {
+    cmd.arg("--message-format=json-render-diagnostics")
+        .stdout(Stdio::piped());
+    let shown = util::show(&cmd);
+    let mut child = cmd.spawn().context(|| format!("cannot run `{shown}`"))?;
+    let mut out = Vec::new();
+    let mut seen = BTreeSet::new();
+    if let Some(stdout) = child.stdout.take() {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let Ok(j) = Json::parse(&line) else { continue };
+            if j.get("reason").as_str() != Some("compiler-artifact") {
+                continue;
+            }
+            let Some(exe) = j.get("executable").as_str() else {
+                continue;
+            };
+            let kind = j
+                .get("target")
+                .get("kind")
+                .as_array()
+                .first()
+                .and_then(Json::as_str)
+                .unwrap_or("");
+            let tname = j.get("target").get("name").as_str().unwrap_or("?");
+            let manifest = PathBuf::from(j.get("manifest_path").as_str().unwrap_or(""));
+            let package_dir = manifest.parent().map(PathBuf::from).unwrap_or_default();
+            let pkg = package_dir
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            if seen.insert(exe.to_string()) {
+                out.push(Artifact {
+                    executable: PathBuf::from(exe),
+                    package_dir,
+                    name: format!("{pkg}/{tname}"),
+                    kind: kind.to_string(),
+                });
+            }
+        }
+    }
+    let status = child
+        .wait()
+        .context(|| format!("cannot wait for `{shown}`"))?;
+    if !status.success() {
+        crate::bail!("`{shown}` failed ({})", util::describe_status(status));
+    }
+    Ok(out)
+}
+
+fn cargo_for(target: GuestTarget, args: &[&str], extra_flags: &[&str]) -> Command {
+    let mut cmd = util::cargo();
+    cmd.args(args).args(["--target", target.triple()]);
+    if let Some(cfg) = target.rustflags_config(extra_flags) {
+        cmd.args(["--config", &cfg]);
+    }
+    cmd
+}
+
+/// `cargo build --release --target <guest> -p rverbs-cli` → the static `rverbs` binary.
+pub fn rverbs(target: GuestTarget) -> Result<PathBuf> {
+    let cmd = cargo_for(
+        target,
+        &["build", "--release", "-p", "rverbs-cli", "--bin", "rverbs"],
+        &[],
+    );
+    let arts = cargo_artifacts(cmd)?;
+    let exe = arts
+        .into_iter()
+        .find(|a| a.kind == "bin" && a.name.ends_with("/rverbs"))
+        .map(|a| a.executable)
+        .ok_or("cargo built no `rverbs` binary")?;
+    if !util::elf_is_static(&exe)? {
+        crate::bail!(
+            "{} is dynamically linked; the guests need a static binary",
+            exe.display()
+        );
+    }
+    Ok(exe)
+}
+
+pub struct VmTests {
+    pub tests: Vec<Artifact>,
+    /// Binaries built alongside (`CARGO_BIN_EXE_*` of the tests).
+    pub bins: Vec<Artifact>,
+}
+
+/// Builds every integration test (crates/*/tests/*.rs) for the guest with `--cfg rverbs_vm`.
+pub fn vm_tests(target: GuestTarget) -> Result<VmTests> {
+    if std::env::var_os("RUSTFLAGS").is_some()
+        || std::env::var_os("CARGO_ENCODED_RUSTFLAGS").is_some()
+    {
+        eprintln!("xtask: WARNING: RUSTFLAGS is set and overrides the `--cfg rverbs_vm` of the VM test build");
+    }
+    let cmd = cargo_for(
+        target,
+        &[
+            "test",
+            "--no-run",
+            "--workspace",
+            "--exclude",
+            "xtask",
+            "--tests",
+        ],
+        &["--cfg", "rverbs_vm"],
+    );
+    let arts = cargo_artifacts(cmd)?;
+    let (tests, rest): (Vec<_>, Vec<_>) = arts.into_iter().partition(|a| a.kind == "test");
+    let bins = rest.into_iter().filter(|a| a.kind == "bin").collect();
+    Ok(VmTests { tests, bins })
+}
+
+/// Builds the static rverbs binary for the guests, falling back from musl to glibc+crt-static.
+pub fn rverbs_any() -> Result<(GuestTarget, PathBuf)> {
+    let t = guest_target();
+    match rverbs(t) {
+        Ok(p) => Ok((t, p)),
+        Err(e) if t == GuestTarget::Musl => {
+            eprintln!(
+                "xtask: WARNING: the musl build failed ({e}); retrying with glibc + crt-static"
+            );
+            let p = rverbs(GuestTarget::GnuStatic)?;
+            eprintln!("xtask: WARNING: guest binaries are glibc with crt-static, not musl");
+            Ok((GuestTarget::GnuStatic, p))
+        }
+        Err(e) => Err(e),
+    }
+}

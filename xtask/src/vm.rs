@@ -1,0 +1,600 @@
+//! Boots a test-bed guest under QEMU, runs a command inside and gets its output and exit
+//! status back (status file on the run share, console marker as a backup).
+
+use crate::cpio::Cpio;
+use crate::host::{self, HostTools};
+use crate::kernel::{self, Kernel};
+use crate::util::{self, fmt_secs, Context, Result};
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const INIT: &str = include_str!("../guest/init.sh");
+const STAGE2: &str = include_str!("../guest/stage2.sh");
+/// Runs kept under target/vm/runs/ (older ones are deleted).
+const KEEP_RUNS: usize = 30;
+const KVM_PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guest {
+    /// busybox, the modules and our static binaries only.
+    Minimal,
+    /// This machine's root, read-only over 9p, so rdma-core's tools are there too.
+    Host,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topo {
+    One,
+    Two,
+}
+
+impl Guest {
+    pub fn parse(s: &str) -> Option<Guest> {
+        match s {
+            "minimal" => Some(Guest::Minimal),
+            "host" => Some(Guest::Host),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Guest::Minimal => "minimal",
+            Guest::Host => "host",
+        }
+    }
+}
+
+impl Topo {
+    pub fn parse(s: &str) -> Option<Topo> {
+        match s {
+            "one" => Some(Topo::One),
+            "two" => Some(Topo::Two),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Topo::One => "one",
+            Topo::Two => "two",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accel {
+    Tcg,
+    Kvm,
+}
+
+/// What to show on the terminal while the guest runs (everything goes to console.log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Display {
+    /// The command's output on stdout, test-bed messages on stderr, kernel messages hidden.
+    Command,
+    /// Test-bed messages and test progress lines only.
+    Progress,
+    /// The whole console.
+    Verbose,
+    /// Nothing.
+    Silent,
+}
+
+/// Everything a boot needs that does not change between runs.
+pub struct Bed {
+    pub tools: HostTools,
+    pub kernel: Kernel,
+    pub accel: Accel,
+    base_initrd: Vec<u8>,
+}
+
+/// Our binaries for a run.
+#[derive(Default)]
+pub struct Payload {
+    /// The static `rverbs` binary: /bin/rverbs in the minimal guest, on `$PATH` in both.
+    pub rverbs: Option<PathBuf>,
+    /// Files the minimal guest needs at the same absolute path as on this machine (test
+    /// binaries, the binaries they run); the host guest sees them through its root share.
+    pub files: Vec<PathBuf>,
+    /// Directories to create in the minimal guest (the tests' working directories).
+    pub dirs: Vec<String>,
+}
+
+pub struct RunSpec<'a> {
+    pub guest: Guest,
+    pub topo: Topo,
+    /// Short name for the run directory.
+    pub label: &'a str,
+    /// Shell script run by stage 2 as cmd.sh.
+    pub script: String,
+    /// Working directory for the script (when it exists in the guest).
+    pub cwd: Option<String>,
+    pub timeout: Duration,
+    pub display: Display,
+    pub payload: &'a Payload,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GuestStatus {
+    /// The command ran; its exit code.
+    Exited(i32),
+    /// Stage 1 or 2 failed before the command ran (modules, mounts, rxe).
+    SetupFailed,
+    /// No status came back: crash, panic, hang (timeout) or QEMU failure.
+    Lost(String),
+}
+
+pub struct Outcome {
+    pub status: GuestStatus,
+    pub run_dir: PathBuf,
+    pub console_log: PathBuf,
+    /// From QEMU's start to the guest's "ready" (command about to run).
+    pub ready_after: Option<Duration>,
+    pub elapsed: Duration,
+    /// rxe devices that were created with iproute2's fallback instead of `rverbs link add`.
+    pub fallback: Vec<String>,
+    /// Lines of the console marked as errors by the guest scripts.
+    pub errors: Vec<String>,
+}
+
+impl Outcome {
+    pub fn success(&self) -> bool {
+        self.status == GuestStatus::Exited(0)
+    }
+
+    pub fn describe(&self) -> String {
+        match &self.status {
+            GuestStatus::Exited(c) => format!("command exited with code {c}"),
+            GuestStatus::SetupFailed => format!(
+                "guest set-up failed before the command ran{}",
+                self.errors
+                    .first()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
+            ),
+            GuestStatus::Lost(why) => format!("guest returned no status: {why}"),
+        }
+    }
+
+    /// A report of where to look; printed for every failure.
+    pub fn where_to_look(&self) -> String {
+        format!(
+            "console log: {}\nrun directory: {}",
+            self.console_log.display(),
+            self.run_dir.display()
+        )
+    }
+}
+
+impl Bed {
+    /// Host tools, kernel, base initramfs and the KVM verdict (all cached).
+    pub fn prepare() -> Result<Bed> {
+        let vm_dir = util::vm_dir();
+        fs::create_dir_all(&vm_dir).context(|| format!("cannot create {}", vm_dir.display()))?;
+        let tools = host::ensure()?;
+        let kernel = kernel::prepare(&vm_dir)?;
+        let base_initrd = base_initramfs(&tools, &kernel)?;
+        let mut bed = Bed {
+            tools,
+            kernel,
+            accel: Accel::Tcg,
+            base_initrd,
+        };
+        bed.accel = bed.choose_accel(&vm_dir);
+        Ok(bed)
+    }
+
+    fn choose_accel(&self, vm_dir: &Path) -> Accel {
+        match std::env::var("RVERBS_VM_KVM").as_deref() {
+            Ok("0") => return Accel::Tcg,
+            Ok("1") => return Accel::Kvm,
+            _ => {}
+        }
+        if fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/kvm")
+            .is_err()
+        {
+            return Accel::Tcg;
+        }
+        let cache = vm_dir.join("kvm-verdict");
+        let key = format!("{} {}", self.kernel.package, self.tools.qemu.display());
+        if let Ok(v) = fs::read_to_string(&cache) {
+            if let Some(rest) = v.trim().strip_prefix(&key) {
+                return if rest.trim() == "kvm" {
+                    Accel::Kvm
+                } else {
+                    Accel::Tcg
+                };
+            }
+        }
+        eprintln!(
+            "xtask: probing KVM with a test boot ({} s at most, the verdict is cached in {})",
+            KVM_PROBE_TIMEOUT.as_secs(),
+            cache.display()
+        );
+        let verdict = match self.probe_kvm(vm_dir) {
+            Ok(true) => Accel::Kvm,
+            Ok(false) => Accel::Tcg,
+            Err(e) => {
+                eprintln!("xtask: KVM probe failed: {e}");
+                Accel::Tcg
+            }
+        };
+        eprintln!(
+            "xtask: {}",
+            if verdict == Accel::Kvm {
+                "KVM works: using it"
+            } else {
+                "KVM did not boot the guest: using software emulation (TCG)"
+            }
+        );
+        let _ = fs::write(
+            &cache,
+            format!(
+                "{key} {}\n",
+                if verdict == Accel::Kvm { "kvm" } else { "tcg" }
+            ),
+        );
+        verdict
+    }
+
+    fn probe_kvm(&self, vm_dir: &Path) -> Result<bool> {
+        let initrd = vm_dir.join("probe-initrd.img");
+        fs::write(&initrd, &self.base_initrd)
+            .context(|| format!("cannot write {}", initrd.display()))?;
+        let mut cmd = self.qemu(Accel::Kvm, &initrd, "rverbs.probe=1");
+        let log = vm_dir.join("kvm-probe.log");
+        let mut seen = false;
+        let started = Instant::now();
+        let r = drive(&mut cmd, &log, KVM_PROBE_TIMEOUT, |line| {
+            if line.contains("RVERBS-VM-PROBE-OK") {
+                seen = true;
+            }
+        });
+        let _ = fs::remove_file(&initrd);
+        let (_, timed_out) = r?;
+        if timed_out {
+            eprintln!(
+                "xtask: the KVM probe boot hung (killed after {})",
+                fmt_secs(started.elapsed())
+            );
+        }
+        Ok(seen && !timed_out)
+    }
+
+    fn qemu(&self, accel: Accel, initrd: &Path, extra_append: &str) -> Command {
+        let mut cmd = Command::new(&self.tools.qemu);
+        match accel {
+            Accel::Tcg => cmd.args(["-accel", "tcg", "-cpu", "max"]),
+            Accel::Kvm => cmd.args(["-accel", "kvm", "-cpu", "host"]),
+        };
+        cmd.args([
+            "-smp",
+            "2",
+            "-m",
+            "2G",
+            "-nographic",
+            "-no-reboot",
+            "-nic",
+            "none",
+        ]);
+        cmd.arg("-kernel").arg(&self.kernel.vmlinuz);
+        cmd.arg("-initrd").arg(initrd);
+        cmd.arg("-append").arg(
+            format!("console=ttyS0 panic=-1 quiet loglevel=4 {extra_append}")
+                .trim_end()
+                .to_string(),
+        );
+        cmd
+    }
+
+    /// Boots a guest, runs `spec.script` in it and collects the result.
+    pub fn run(&self, spec: &RunSpec) -> Result<Outcome> {
+        let run_dir = new_run_dir(spec.label)?;
+        let console_log = run_dir.join("console.log");
+        // The run share: scripts in, status and logs out.
+        let mut env = format!(
+            "RVERBS_GUEST={}\nRVERBS_TOPO={}\n",
+            spec.guest.name(),
+            spec.topo.name()
+        );
+        if let Some(cwd) = &spec.cwd {
+            env.push_str(&format!("RVERBS_CWD={}\n", util::shell_quote(cwd)));
+        }
+        write(&run_dir.join("guest.env"), env.as_bytes())?;
+        write(&run_dir.join("stage2.sh"), STAGE2.as_bytes())?;
+        write(&run_dir.join("cmd.sh"), spec.script.as_bytes())?;
+        fs::create_dir_all(run_dir.join("bin"))
+            .context(|| "cannot create the run's bin dir".to_string())?;
+
+        let mut extra = Cpio::new();
+        if let Some(rverbs) = &spec.payload.rverbs {
+            match spec.guest {
+                Guest::Minimal => {
+                    let bytes =
+                        fs::read(rverbs).context(|| format!("cannot read {}", rverbs.display()))?;
+                    extra.file("/bin/rverbs", 0o755, &bytes);
+                }
+                Guest::Host => {
+                    let dst = run_dir.join("bin/rverbs");
+                    fs::copy(rverbs, &dst)
+                        .context(|| format!("cannot copy {}", rverbs.display()))?;
+                }
+            }
+        }
+        if spec.guest == Guest::Minimal {
+            for d in &spec.payload.dirs {
+                extra.dir(d);
+            }
+            for f in &spec.payload.files {
+                let bytes = fs::read(f).context(|| format!("cannot read {}", f.display()))?;
+                extra.file(&f.to_string_lossy(), 0o755, &bytes);
+            }
+        }
+        let initrd = run_dir.join("initrd.img");
+        {
+            let mut out = fs::File::create(&initrd)
+                .context(|| format!("cannot create {}", initrd.display()))?;
+            // The kernel unpacks concatenated cpio archives one after the other.
+            out.write_all(&self.base_initrd)
+                .and_then(|_| extra.write_to(&mut out))
+                .context(|| format!("cannot write {}", initrd.display()))?;
+        }
+
+        let mut cmd = self.qemu(self.accel, &initrd, "");
+        cmd.arg("-virtfs").arg(format!(
+            "local,path={},mount_tag=rverbs,security_model=none",
+            qemu_escape(&run_dir.to_string_lossy())
+        ));
+        if spec.guest == Guest::Host {
+            cmd.args([
+                "-virtfs",
+                "local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap",
+            ]);
+        }
+        write(
+            &run_dir.join("qemu.cmdline"),
+            (util::show(&cmd) + "\n").as_bytes(),
+        )?;
+
+        let started = Instant::now();
+        let mut ready_after = None;
+        let mut in_cmd = false;
+        let mut marker_status: Option<(String, i32)> = None;
+        let mut errors = Vec::new();
+        let display = spec.display;
+        let (exit, timed_out) = drive(&mut cmd, &console_log, spec.timeout, |line| {
+            let tagged = line.starts_with("RVERBS-VM");
+            if line == "RVERBS-VM-BEGIN" {
+                in_cmd = true;
+                ready_after = Some(started.elapsed());
+            } else if line == "RVERBS-VM-END" {
+                in_cmd = false;
+            } else if let Some(rest) = line.strip_prefix("RVERBS-VM-STATUS: ") {
+                let mut it = rest.split_whitespace();
+                if let (Some(stage), Some(Ok(code))) = (it.next(), it.next().map(str::parse)) {
+                    marker_status = Some((stage.to_string(), code));
+                }
+            } else if let Some(e) = line.strip_prefix("RVERBS-VM-ERROR: ") {
+                errors.push(e.to_string());
+            }
+            let markers = ["RVERBS-VM-BEGIN", "RVERBS-VM-END"];
+            match display {
+                Display::Silent => {}
+                Display::Verbose => println!("{line}"),
+                Display::Command if in_cmd && !markers.contains(&line) => println!("{line}"),
+                Display::Command | Display::Progress if tagged && !markers.contains(&line) => {
+                    eprintln!("{line}")
+                }
+                Display::Command | Display::Progress => {}
+            }
+        })?;
+        let elapsed = started.elapsed();
+        let _ = fs::remove_file(&initrd);
+
+        let file_status = fs::read_to_string(run_dir.join("status"))
+            .ok()
+            .and_then(|s| {
+                let mut it = s.split_whitespace();
+                Some((it.next()?.to_string(), it.next()?.parse::<i32>().ok()?))
+            });
+        let status = match file_status.or(marker_status) {
+            Some((stage, code)) if stage == "cmd" => GuestStatus::Exited(code),
+            Some(_) => GuestStatus::SetupFailed,
+            None if timed_out => GuestStatus::Lost(format!(
+                "the guest hung and was killed after {} (timeout)",
+                fmt_secs(spec.timeout)
+            )),
+            None => GuestStatus::Lost(format!(
+                "QEMU ended ({}) without the guest writing a status (crash, panic or QEMU error)",
+                exit.map(util::describe_status)
+                    .unwrap_or_else(|| "unknown".into())
+            )),
+        };
+        let fallback = fs::read_to_string(run_dir.join("fallback"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        Ok(Outcome {
+            status,
+            run_dir,
+            console_log,
+            ready_after,
+            elapsed,
+            fallback,
+            errors,
+        })
+    }
+}
+
+/// Prints the end of a console log (for failures).
+pub fn print_tail(path: &Path, lines: usize) {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    let from = all.len().saturating_sub(lines);
+    eprintln!(
+        "---- last {} lines of {} ----",
+        all.len() - from,
+        path.display()
+    );
+    for l in &all[from..] {
+        eprintln!("{l}");
+    }
+    eprintln!("----");
+}
+
+/// Runs QEMU with the console piped into `log` and `on_line`; kills it at `timeout`.
+/// Returns its exit status (None when killed) and whether it timed out.
+fn drive(
+    cmd: &mut Command,
+    log: &Path,
+    timeout: Duration,
+    mut on_line: impl FnMut(&str),
+) -> Result<(Option<std::process::ExitStatus>, bool)> {
+    let mut logf = fs::File::create(log).context(|| format!("cannot create {}", log.display()))?;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context(|| format!("cannot start `{}`", util::show(cmd)))?;
+    let (tx, rx) = mpsc::channel::<String>();
+    let mut readers = Vec::new();
+    let stdout = child
+        .stdout
+        .take()
+        .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>);
+    let stderr = child
+        .stderr
+        .take()
+        .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>);
+    for (stream, prefix) in [(stdout, ""), (stderr, "qemu: ")] {
+        let Some(stream) = stream else { continue };
+        let tx = tx.clone();
+        readers.push(std::thread::spawn(move || {
+            let _ = util::for_each_line(stream, |l| {
+                let _ = tx.send(format!("{prefix}{l}"));
+            });
+        }));
+    }
+    drop(tx);
+    let deadline = Instant::now() + timeout;
+    let mut timed_out = false;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                let _ = writeln!(logf, "{line}");
+                on_line(&line);
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                timed_out = true;
+                let _ = writeln!(
+                    logf,
+                    "xtask: TIMEOUT after {}: killing QEMU",
+                    fmt_secs(timeout)
+                );
+                let _ = child.kill();
+                break;
+            }
+        }
+    }
+    let status = child
+        .wait()
+        .context(|| "cannot wait for QEMU".to_string())?;
+    // Drain what the readers still hold (they end once QEMU's pipes close).
+    for line in rx.try_iter() {
+        let _ = writeln!(logf, "{line}");
+        if !timed_out {
+            on_line(&line);
+        }
+    }
+    for r in readers {
+        let _ = r.join();
+    }
+    Ok((if timed_out { None } else { Some(status) }, timed_out))
+}
+
+fn base_initramfs(tools: &HostTools, kernel: &Kernel) -> Result<Vec<u8>> {
+    let mut c = Cpio::new();
+    for d in [
+        "/proc",
+        "/sys",
+        "/dev",
+        "/tmp",
+        "/run",
+        "/mnt",
+        "/root",
+        "/etc",
+        "/sbin",
+        "/usr/bin",
+        "/usr/sbin",
+    ] {
+        c.dir(d);
+    }
+    c.char_dev("/dev/console", 0o600, 5, 1);
+    let bb =
+        fs::read(&tools.busybox).context(|| format!("cannot read {}", tools.busybox.display()))?;
+    c.file("/bin/busybox", 0o755, &bb);
+    c.symlink("/bin/sh", "busybox");
+    c.file("/init", 0o755, INIT.as_bytes());
+    let mut order = String::new();
+    for m in &kernel.modules {
+        let name = m
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let bytes = fs::read(m).context(|| format!("cannot read {}", m.display()))?;
+        c.file(&format!("/lib/modules/{name}"), 0o644, &bytes);
+        order.push_str(&name);
+        order.push('\n');
+    }
+    c.file("/lib/modules/order", 0o644, order.as_bytes());
+    Ok(c.finish())
+}
+
+fn write(path: &Path, data: &[u8]) -> Result<()> {
+    fs::write(path, data).context(|| format!("cannot write {}", path.display()))
+}
+
+fn qemu_escape(s: &str) -> String {
+    s.replace(',', ",,")
+}
+
+fn new_run_dir(label: &str) -> Result<PathBuf> {
+    let runs = util::vm_dir().join("runs");
+    fs::create_dir_all(&runs).context(|| format!("cannot create {}", runs.display()))?;
+    // Keep the newest runs only (names sort by time).
+    if let Ok(rd) = fs::read_dir(&runs) {
+        let mut names: Vec<_> = rd.flatten().map(|e| e.path()).collect();
+        names.sort();
+        let excess = names.len().saturating_sub(KEEP_RUNS - 1);
+        for old in &names[..excess] {
+            let _ = fs::remove_dir_all(old);
+        }
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    for n in 0.. {
+        let dir = runs.join(format!(
+            "{}.{:03}-{label}-{n}",
+            now.as_secs(),
+            now.subsec_millis()
+        ));
+        match fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => crate::bail!("cannot create {}: {e}", dir.display()),
+        }
+    }
+    unreachable!()
+}
