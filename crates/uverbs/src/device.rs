@@ -587,6 +587,109 @@ fn read_num(p: &Path) -> io::Result<u32> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("not a number: {s:?}")))
 }
 
+/// A fake sysfs tree in a temporary directory, removed on drop (tests only).
+#[cfg(test)]
+pub(crate) mod fake {
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[derive(Debug)]
+    pub struct Tree(pub PathBuf);
+
+    impl Tree {
+        /// A tree holding `files` (path relative to the root, content).
+        pub fn new(files: &[(&str, &str)]) -> Tree {
+            static N: AtomicU32 = AtomicU32::new(0);
+            let root = std::env::temp_dir().join(format!(
+                "rverbs-sysfs-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ));
+            let _ = std::fs::remove_dir_all(&root);
+            for (p, content) in files {
+                let f = root.join(p);
+                std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+                std::fs::write(&f, content).unwrap();
+            }
+            std::fs::create_dir_all(&root).unwrap();
+            Tree(root)
+        }
+
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Tree {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// What a Linux 6.1 sysfs shows for soft-RoCE `rxe0` on dummy netdev `d0` (MAC
+    /// 52:54:00:12:34:56, ifindex 3, 10.10.0.1/24), plus an mlx5 device without a uverbs
+    /// char device entry of its own.
+    pub const RXE0: &[(&str, &str)] = &[
+        ("class/infiniband_verbs/abi_version", "6\n"),
+        ("class/infiniband_verbs/uverbs0/ibdev", "rxe0\n"),
+        ("class/infiniband_verbs/uverbs0/abi_version", "2\n"),
+        ("class/infiniband_verbs/uverbs0/dev", "231:192\n"),
+        ("class/infiniband/rxe0/node_type", "1: CA\n"),
+        ("class/infiniband/rxe0/node_guid", "5054:00ff:fe12:3456\n"),
+        (
+            "class/infiniband/rxe0/sys_image_guid",
+            "5054:00ff:fe12:3456\n",
+        ),
+        ("class/infiniband/rxe0/fw_ver", "\n"),
+        ("class/infiniband/rxe0/node_desc", "rxe0\n"),
+        ("class/infiniband/rxe0/ports/1/state", "4: ACTIVE\n"),
+        ("class/infiniband/rxe0/ports/1/phys_state", "5: LinkUp\n"),
+        ("class/infiniband/rxe0/ports/1/link_layer", "Ethernet\n"),
+        (
+            "class/infiniband/rxe0/ports/1/gids/0",
+            "fe80:0000:0000:0000:5054:00ff:fe12:3456\n",
+        ),
+        (
+            "class/infiniband/rxe0/ports/1/gids/1",
+            "0000:0000:0000:0000:0000:ffff:0a0a:0001\n",
+        ),
+        (
+            "class/infiniband/rxe0/ports/1/gids/2",
+            "0000:0000:0000:0000:0000:0000:0000:0000\n",
+        ),
+        (
+            "class/infiniband/rxe0/ports/1/gid_attrs/types/0",
+            "RoCE v2\n",
+        ),
+        (
+            "class/infiniband/rxe0/ports/1/gid_attrs/types/1",
+            "RoCE v2\n",
+        ),
+        ("class/infiniband/rxe0/ports/1/gid_attrs/ndevs/0", "d0\n"),
+        ("class/infiniband/rxe0/ports/1/gid_attrs/ndevs/1", "d0\n"),
+        ("class/net/d0/ifindex", "3\n"),
+    ];
+
+    /// A second device, mlx5_0 (uverbs1) with PCI ids and two ports.
+    pub const MLX5_0: &[(&str, &str)] = &[
+        ("class/infiniband_verbs/uverbs1/ibdev", "mlx5_0\n"),
+        ("class/infiniband_verbs/uverbs1/abi_version", "1\n"),
+        ("class/infiniband_verbs/uverbs1/dev", "231:193\n"),
+        ("class/infiniband/mlx5_0/node_type", "1: CA\n"),
+        ("class/infiniband/mlx5_0/node_guid", "b8ce:f603:0012:3456\n"),
+        (
+            "class/infiniband/mlx5_0/sys_image_guid",
+            "b8ce:f603:0012:3456\n",
+        ),
+        ("class/infiniband/mlx5_0/fw_ver", "16.35.2000\n"),
+        ("class/infiniband/mlx5_0/node_desc", "host mlx5_0\n"),
+        ("class/infiniband/mlx5_0/device/vendor", "0x15b3\n"),
+        ("class/infiniband/mlx5_0/device/device", "0x1017\n"),
+        ("class/infiniband/mlx5_0/ports/1/state", "4: ACTIVE\n"),
+        ("class/infiniband/mlx5_0/ports/2/state", "1: DOWN\n"),
+    ];
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -611,6 +714,145 @@ mod tests {
         assert_eq!(DriverId::from_device_name("foo"), DriverId::UNKNOWN);
         assert_eq!(DriverId::RXE.name(), Some("rxe"));
         assert_eq!(format!("{}", DriverId(99)), "unknown DriverId 99");
+    }
+
+    use super::fake::{Tree, MLX5_0, RXE0};
+
+    fn both() -> Tree {
+        Tree::new(&[RXE0, MLX5_0].concat())
+    }
+
+    #[test]
+    fn lists_devices_from_sysfs() {
+        let t = both();
+        let devs = Sysfs::at(t.path())
+            .with_dev_dir("/dev/infiniband")
+            .list(&HashMap::new())
+            .unwrap();
+        assert_eq!(devs.len(), 2);
+        let rxe = &devs[0];
+        assert_eq!(rxe.name(), "rxe0");
+        assert_eq!(rxe.uverbs_index(), 0);
+        assert_eq!(rxe.dev_path(), Path::new("/dev/infiniband/uverbs0"));
+        assert_eq!(rxe.dev_t(), Some((231, 192)));
+        assert_eq!(rxe.abi_version(), 2);
+        assert_eq!(rxe.node_type(), NodeType::IB_CA);
+        assert_eq!(rxe.transport(), Transport::IB);
+        assert_eq!(rxe.node_guid(), 0x5054_00ff_fe12_3456);
+        assert_eq!(rxe.fw_ver(), "");
+        assert_eq!(rxe.node_desc(), "rxe0");
+        assert_eq!((rxe.vendor_id(), rxe.vendor_part_id()), (None, None));
+        assert_eq!(rxe.port_count(), 1);
+        assert_eq!(rxe.driver_id(), DriverId::RXE);
+        assert_eq!(rxe.driver_id_source(), DriverIdSource::NamePrefix);
+        assert_eq!(rxe.netlink_index(), None);
+        let mlx = &devs[1];
+        assert_eq!((mlx.name(), mlx.uverbs_index()), ("mlx5_0", 1));
+        assert_eq!(
+            (mlx.vendor_id(), mlx.vendor_part_id()),
+            (Some(0x15b3), Some(0x1017))
+        );
+        assert_eq!((mlx.port_count(), mlx.abi_version()), (2, 1));
+        assert_eq!(mlx.fw_ver(), "16.35.2000");
+        assert_eq!(mlx.driver_id(), DriverId::MLX5);
+    }
+
+    #[test]
+    fn netlink_driver_id_wins_over_the_name() {
+        let t = both();
+        let mut nl = HashMap::new();
+        // A device whose name says nothing about its driver.
+        nl.insert(
+            "rxe0".to_string(),
+            NetlinkInfo {
+                index: 7,
+                driver_id: Some(DriverId::SIW),
+            },
+        );
+        let d = Sysfs::at(t.path()).find("rxe0", &nl).unwrap();
+        assert_eq!(d.driver_id(), DriverId::SIW);
+        assert_eq!(d.driver_id_source(), DriverIdSource::Netlink);
+        assert_eq!(d.netlink_index(), Some(7));
+    }
+
+    #[test]
+    fn unknown_name_lists_the_existing_devices() {
+        let t = both();
+        let e = Sysfs::at(t.path())
+            .find("mlx9_9", &HashMap::new())
+            .unwrap_err();
+        let s = e.to_string();
+        assert!(s.contains("\"mlx9_9\""), "{s}");
+        assert!(s.contains("existing devices: rxe0, mlx5_0"), "{s}");
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn wrong_abi_version_names_both_versions() {
+        let mut files = RXE0.to_vec();
+        files[0] = ("class/infiniband_verbs/abi_version", "7\n");
+        let t = Tree::new(&files);
+        let e = Sysfs::at(t.path()).list(&HashMap::new()).unwrap_err();
+        let s = e.to_string();
+        assert!(s.contains("uverbs ABI version 7"), "{s}");
+        assert!(s.contains("rverbs speaks version 6"), "{s}");
+        assert_eq!(e.kind(), io::ErrorKind::Unsupported);
+    }
+
+    #[test]
+    fn no_devices_gives_a_hint() {
+        let t = Tree::new(&[("class/net/lo/ifindex", "1\n")]);
+        let s = Sysfs::at(t.path()).devices().unwrap_err().to_string();
+        assert!(s.contains("no RDMA devices found"), "{s}");
+        assert!(s.contains("modprobe rdma_rxe"), "{s}");
+        assert!(
+            s.contains("rverbs link add rxe0 type rxe netdev <netdev>"),
+            "{s}"
+        );
+        let s = Sysfs::at(t.path())
+            .find("rxe0", &HashMap::new())
+            .unwrap_err()
+            .to_string();
+        assert!(s.contains("no RDMA devices found"), "{s}");
+    }
+
+    #[test]
+    fn devices_without_uverbs_point_at_ib_uverbs() {
+        let only_ib: Vec<_> = RXE0
+            .iter()
+            .copied()
+            .filter(|(p, _)| !p.starts_with("class/infiniband_verbs"))
+            .collect();
+        let t = Tree::new(&only_ib);
+        let s = Sysfs::at(t.path()).devices().unwrap_err().to_string();
+        assert!(s.contains("no RDMA devices found"), "{s}");
+        assert!(s.contains("rxe0 but no uverbs char device"), "{s}");
+        assert!(s.contains("modprobe ib_uverbs"), "{s}");
+    }
+
+    #[test]
+    fn entries_without_ibdev_are_skipped() {
+        let mut files = RXE0.to_vec();
+        files.push(("class/infiniband_verbs/uverbs5/abi_version", "2\n"));
+        files.push(("class/infiniband_verbs/not-uverbs/ibdev", "x\n"));
+        let t = Tree::new(&files);
+        let devs = Sysfs::at(t.path()).list(&HashMap::new()).unwrap();
+        assert_eq!(devs.len(), 1);
+    }
+
+    #[test]
+    fn missing_node_guid_is_an_error_naming_the_file() {
+        let files: Vec<_> = RXE0
+            .iter()
+            .copied()
+            .filter(|(p, _)| !p.ends_with("rxe0/node_guid"))
+            .collect();
+        let t = Tree::new(&files);
+        let s = Sysfs::at(t.path())
+            .list(&HashMap::new())
+            .unwrap_err()
+            .to_string();
+        assert!(s.contains("rxe0: node_guid"), "{s}");
     }
 
     #[test]

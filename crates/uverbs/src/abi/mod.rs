@@ -11,3 +11,4 @@
 pub mod cmd;
 pub mod ioctl;
 pub mod netlink;
+pub mod verbs;
