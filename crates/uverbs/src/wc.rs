@@ -3,8 +3,6 @@
 //! Status and opcode are written by the kernel or the device, so they are newtypes over the raw
 //! number with named constants, never Rust enums: an unknown value stays an unknown value.
 
-use std::fmt;
-
 use bitflags::bitflags;
 
 macro_rules! raw_newtype {
@@ -26,8 +24,8 @@ macro_rules! raw_newtype {
             }
         }
 
-        impl fmt::Debug for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        impl ::std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
                 match self.name() {
                     Some(n) => f.write_str(n),
                     None => write!(f, "{}({})", stringify!($name), self.0),
@@ -35,8 +33,8 @@ macro_rules! raw_newtype {
             }
         }
 
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
                 match self.name() {
                     Some(n) => f.write_str(n),
                     None => write!(f, "unknown {} {}", stringify!($name), self.0),
