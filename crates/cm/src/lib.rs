@@ -1,6 +1,43 @@
 //! # rverbs-cm
 //!
-//! rdma_cm over `/dev/infiniband/rdma_cm` (the ucma ABI), librdmacm's verbs helpers and the
-//! blocking `get_send_comp` / `get_recv_comp`.
+//! The RDMA connection manager over `/dev/infiniband/rdma_cm` (the kernel's ucma ABI, version
+//! 4), spoken directly: no librdmacm.
+//!
+//! - [`EventChannel`]: an open ucma file; events of its ids queue there ([`CmEvent`]).
+//! - [`CmId`]: an rdma_cm id — bind / resolve_addr / resolve_route / listen / connect /
+//!   accept / reject / disconnect / init_qp_attr / query / migrate / options. Without a
+//!   channel an id is *synchronous*: each call waits for the event that completes it.
+//! - [`getaddrinfo`] / [`create_ep`]: librdmacm's `rdma_getaddrinfo` / `rdma_create_ep`
+//!   (without the QP, which the verbs layer creates on the returned id).
+//! - [`abi`]: the raw structures, layout-checked against `rdma_user_cm.h`.
+//!
+//! See `docs/cm.md` for the design (events need no ack; destroy never waits; private-data
+//! limits; what the kernel does and does not report).
 
 #![deny(unsafe_code)]
+#![warn(missing_debug_implementations)]
+
+#[allow(non_camel_case_types)]
+pub mod abi;
+mod addr;
+mod addrinfo;
+mod channel;
+mod event;
+mod id;
+mod query;
+mod types;
+
+#[cfg(test)]
+mod encode_tests;
+
+pub use addr::{CmAddr, Gid, IbAddr};
+pub use addrinfo::{
+    create_ep, getaddrinfo, parse_service, AddrHints, AddrInfo, IpFamily, EP_RESOLVE_TIMEOUT,
+};
+pub use channel::{EventChannel, ABI_VERSION_PATH, DEVICE_PATH};
+pub use event::{CmEvent, ConnEventParam, UdEventParam};
+pub use id::{
+    CmId, ConnParam, QpAttr, DEFAULT_RETRY_COUNT, DEFAULT_RNR_RETRY_COUNT, FALLBACK_RD_ATOMIC,
+};
+pub use query::{AddrQuery, GidQuery, PathRecord, RouteQuery};
+pub use types::{CmEventKind, PortSpace, QpAttrMask, QpState, QpType, RejectReason};
