@@ -1,9 +1,110 @@
 //! # rverbs-provider
 //!
 //! The data path of the devices rverbs drives: rxe (soft-RoCE) and mlx5 (ConnectX).
-//! Providers are chosen from a static table keyed by the kernel's driver id.
+//!
+//! Providers are chosen from a static table keyed by the kernel's driver id ([`PROVIDERS`]),
+//! never by scanning driver files or loading libraries: [`open`] looks the device's driver up
+//! and opens a context with that provider's [`Driver`](rverbs_uverbs::provider::Driver)
+//! attached.
+//!
+//! ```no_run
+//! let ctx = rverbs_provider::open_by_name("rxe0")?;
+//! let pd = rverbs_uverbs::pd::Pd::alloc(&ctx)?;
+//! # Ok::<(), std::io::Error>(())
+//! ```
 
 #![deny(unsafe_code)]
 
+use std::io;
+use std::sync::Arc;
+
+use rverbs_uverbs::context::Context;
+use rverbs_uverbs::device::{Device, DriverId};
+use rverbs_uverbs::Error;
+
+mod mapping;
 pub mod mlx5;
 pub mod rxe;
+
+/// One provider: the kernel driver it serves and how to open a context for it.
+#[derive(Debug)]
+pub struct Provider {
+    /// The kernel's `RDMA_DRIVER_*` id.
+    pub driver_id: DriverId,
+    /// Short name (`"rxe"`, `"mlx5"`).
+    pub name: &'static str,
+    /// Opens a context on a device of this driver, with the provider attached.
+    pub open: fn(&Device) -> io::Result<Arc<Context>>,
+}
+
+/// The providers rverbs has, keyed by driver id.
+pub static PROVIDERS: &[Provider] = &[
+    Provider {
+        driver_id: DriverId::RXE,
+        name: "rxe",
+        open: rxe::driver::open,
+    },
+    Provider {
+        driver_id: DriverId::MLX5,
+        name: "mlx5",
+        open: mlx5::driver::open,
+    },
+];
+
+/// The provider for `driver_id`, if rverbs has one.
+pub fn provider_for(driver_id: DriverId) -> Option<&'static Provider> {
+    PROVIDERS.iter().find(|p| p.driver_id == driver_id)
+}
+
+/// Opens `dev` with its provider. A device whose driver rverbs has no provider for gives an
+/// error naming the device, the driver and the providers there are.
+pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
+    match provider_for(dev.driver_id()) {
+        Some(p) => (p.open)(dev),
+        None => Err(Error::unsupported(
+            format!("open {}", dev.name()),
+            format!(
+                "no rverbs provider for driver {} (id {}); rverbs has: {}",
+                dev.driver_id(),
+                dev.driver_id().0,
+                PROVIDERS
+                    .iter()
+                    .map(|p| p.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )
+        .into()),
+    }
+}
+
+/// Opens the device called `name` (e.g. `rxe0`) with its provider.
+pub fn open_by_name(name: &str) -> io::Result<Arc<Context>> {
+    open(&Device::by_name(name)?)
+}
+
+/// Opens the first device (as rdma-core's tools do without `-d`).
+pub fn open_first() -> io::Result<Arc<Context>> {
+    let devs = rverbs_uverbs::device::devices()?;
+    match devs.first() {
+        Some(d) => open(d),
+        None => Err(rverbs_uverbs::device::Sysfs::system().no_devices_error()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_keyed_by_distinct_driver_ids() {
+        for (i, a) in PROVIDERS.iter().enumerate() {
+            for b in &PROVIDERS[i + 1..] {
+                assert_ne!(a.driver_id, b.driver_id, "{} and {}", a.name, b.name);
+            }
+        }
+        assert_eq!(provider_for(DriverId::RXE).unwrap().name, "rxe");
+        assert_eq!(provider_for(DriverId::MLX5).unwrap().name, "mlx5");
+        assert!(provider_for(DriverId(9999)).is_none());
+    }
+}

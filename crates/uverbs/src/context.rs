@@ -25,6 +25,7 @@ use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
 
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
@@ -43,6 +44,7 @@ use crate::abi::verbs::{
 use crate::device::{read_str, Device, DriverId};
 use crate::error::Error;
 use crate::ioctl::IoctlCall;
+use crate::provider::Driver;
 use crate::wc::raw_newtype;
 use crate::write;
 
@@ -490,6 +492,20 @@ pub struct Context {
     /// ioctl methods known to be missing (bits `M_*`), so later calls go straight to the
     /// fallback, as rdma-core remembers them.
     no_ioctl: AtomicU32,
+    /// The provider's per-context driver, attached once by the provider that opened us.
+    driver: OnceLock<Box<dyn Driver>>,
+    /// Device limits used to check object sizes before the kernel sees them.
+    limits: OnceLock<Option<Limits>>,
+}
+
+/// The device limits objects are checked against (from [`Context::query_device`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub max_qp_wr: u32,
+    pub max_sge: u32,
+    pub max_cqe: u32,
+    pub max_srq_wr: u32,
+    pub max_srq_sge: u32,
 }
 
 impl Context {
@@ -578,6 +594,8 @@ impl Context {
             num_comp_vectors,
             core_support,
             no_ioctl: AtomicU32::new(no_ioctl),
+            driver: OnceLock::new(),
+            limits: OnceLock::new(),
         })
     }
 
@@ -606,8 +624,55 @@ impl Context {
         self.async_fd.as_fd()
     }
 
+    /// Attaches the provider's driver (done once, by the provider that opened the context).
+    pub fn set_driver(&self, driver: Box<dyn Driver>) -> io::Result<()> {
+        self.driver.set(driver).map_err(|d| {
+            Error::invalid(
+                format!("attach provider to {}", self.name()),
+                format!("a {} driver is attached already", d.name()),
+            )
+            .into()
+        })
+    }
+
+    /// The provider's driver. A context opened without a provider (plain
+    /// [`Context::open`]) can query the device but not create CQs, QPs, SRQs or AHs.
+    pub fn driver(&self) -> io::Result<&dyn Driver> {
+        self.driver.get().map(|d| d.as_ref()).ok_or_else(|| {
+            Error::unsupported(
+                format!("use {} for data-path objects", self.name()),
+                format!(
+                    "the context was opened without a provider for driver {}: open it with \
+                     rverbs_provider::open",
+                    self.driver_id()
+                ),
+            )
+            .into()
+        })
+    }
+
+    /// The device limits (queried once; `None` if the query failed).
+    pub(crate) fn cached_limits(&self) -> Option<&Limits> {
+        self.limits
+            .get_or_init(|| {
+                self.query_device().ok().map(|a| Limits {
+                    max_qp_wr: a.max_qp_wr,
+                    max_sge: a.max_sge,
+                    max_cqe: a.max_cqe,
+                    max_srq_wr: a.max_srq_wr,
+                    max_srq_sge: a.max_srq_sge,
+                })
+            })
+            .as_ref()
+    }
+
+    /// The device's max_cqe, when known.
+    pub(crate) fn cached_max_cqe(&self) -> Option<u32> {
+        self.cached_limits().map(|l| l.max_cqe)
+    }
+
     /// The uverbs command fd (ioctl, write commands, mmap of provider queues).
-    pub(crate) fn cmd_fd(&self) -> BorrowedFd<'_> {
+    pub fn cmd_fd(&self) -> BorrowedFd<'_> {
         self.cmd_fd.as_fd()
     }
 
@@ -981,11 +1046,16 @@ mod tests {
         assert_eq!(e.gid_type, GidType::ROCE_V2);
         assert_eq!(e.ndev_ifindex, 3);
         assert_eq!(table[0].gid.to_string(), "fe80::5054:ff:fe12:3456");
-        assert!(sysfs_gid_entry(&ibdev, 1, 2, LinkLayer::ETHERNET).unwrap().is_none());
+        assert!(sysfs_gid_entry(&ibdev, 1, 2, LinkLayer::ETHERNET)
+            .unwrap()
+            .is_none());
         let err = sysfs_gid_table(&ibdev, &[(1, 4, LinkLayer::ETHERNET)]).unwrap_err();
         assert!(err.to_string().contains("ports/1/gids/3"), "{err}");
         let err = sysfs_gid_table(&ibdev, &[(2, 3, LinkLayer::ETHERNET)]).unwrap_err();
-        assert!(err.to_string().contains("ports/2/gids does not exist"), "{err}");
+        assert!(
+            err.to_string().contains("ports/2/gids does not exist"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -13,13 +13,23 @@
 #![deny(unsafe_code)]
 #![warn(missing_debug_implementations)]
 
-#[allow(non_camel_case_types)]
+#[allow(non_camel_case_types, missing_debug_implementations)] // zerocopy derives add helper types
 pub mod abi;
+pub mod ah;
+pub mod async_event;
+pub mod channel;
 pub mod context;
+pub mod cq;
 pub mod device;
 pub mod error;
 pub mod ioctl;
+pub mod mr;
 pub mod netlink;
+pub mod pd;
+pub mod provider;
+pub mod qp;
+pub mod srq;
+mod util;
 pub mod wc;
 pub mod wr;
 pub mod write;

@@ -17,6 +17,7 @@ mod barrier;
 pub mod context;
 pub mod cq;
 pub mod cqe;
+pub mod driver;
 
 pub use context::{Mlx5ContextInfo, Mlx5ContextUdata};
 pub use cq::{ring_entries, CqBuf, CqIter, CqeSize, Mlx5Cq, UarPage};

@@ -33,6 +33,7 @@ use rverbs_uverbs::Error;
 pub mod abi;
 pub mod cq;
 pub mod doorbell;
+pub mod driver;
 pub mod queue;
 pub mod rq;
 pub mod sim;

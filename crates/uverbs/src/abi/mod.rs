@@ -11,4 +11,5 @@
 pub mod cmd;
 pub mod ioctl;
 pub mod netlink;
+pub mod obj;
 pub mod verbs;

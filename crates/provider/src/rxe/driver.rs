@@ -1,0 +1,220 @@
+//! rxe as a [`Driver`]: the glue between the verbs objects of `rverbs-uverbs` and the rxe
+//! queues of this module. It maps the queues the kernel describes in its create responses and
+//! unmaps them when the object goes away (after the kernel object is destroyed).
+
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::sync::Arc;
+
+use rverbs_uverbs::context::Context;
+use rverbs_uverbs::device::Device;
+use rverbs_uverbs::provider::{
+    CqCreated, CqOps, CreateFn, Driver, KernelObj, PostError as CorePostError, QpCreated, QpOps,
+    QpRequest, SrqCreated, SrqOps,
+};
+use rverbs_uverbs::qp::QpType;
+use rverbs_uverbs::{Error, RecvWr, SendWr, WorkCompletion};
+use zerocopy::{FromBytes, IntoBytes};
+
+use super::abi::{
+    mminfo, rxe_create_ah_resp, rxe_create_cq_resp, rxe_create_qp_resp, rxe_create_srq_resp,
+};
+use crate::mapping::Mapping;
+
+use super::{post_send_doorbell, QueueKind, RxeCq, RxeQpType, RxeQueue, RxeRq, RxeSq, RxeSqConfig};
+
+/// Opens an rxe device: no driver data for the context.
+pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
+    let ctx = Context::open(dev)?;
+    ctx.set_driver(Box::new(RxeDriver))?;
+    Ok(Arc::new(ctx))
+}
+
+/// The rxe driver (stateless: everything lives in the per-object queues).
+#[derive(Debug, Clone, Copy)]
+pub struct RxeDriver;
+
+fn map_queue(fd: BorrowedFd<'_>, mi: &mminfo, what: &str) -> io::Result<Mapping> {
+    if mi.size == 0 {
+        return Err(Error::protocol(
+            format!("map rxe {what}"),
+            "the kernel returned an empty mapping",
+        )
+        .into());
+    }
+    Mapping::map(fd, mi.offset, mi.size as usize, &format!("rxe {what}"))
+}
+
+fn queue(m: &Mapping, kind: QueueKind) -> io::Result<RxeQueue> {
+    // SAFETY: the mapping lives as long as the ops object that owns both it and the queue
+    // view (declared first there, so dropped first), and it holds the kernel's rxe queue of
+    // `kind`.
+    unsafe { RxeQueue::new(m.ptr(), m.len(), kind) }
+}
+
+#[derive(Debug)]
+struct CqRing {
+    cq: RxeCq,
+    _map: Mapping,
+}
+
+impl CqOps for CqRing {
+    fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
+        self.cq.poll(out)
+    }
+}
+
+#[derive(Debug)]
+struct QpRings {
+    sq: RxeSq,
+    rq: Option<RxeRq>,
+    _sq_map: Mapping,
+    _rq_map: Option<Mapping>,
+}
+
+fn core_post_error(e: super::PostError) -> CorePostError {
+    CorePostError {
+        posted: e.posted,
+        error: e.into(),
+    }
+}
+
+impl QpOps for QpRings {
+    unsafe fn post_send(
+        &mut self,
+        qp: KernelObj<'_>,
+        wrs: &[SendWr<'_>],
+    ) -> Result<(), CorePostError> {
+        // SAFETY: the caller upholds the memory contract of QpOps::post_send.
+        let r = unsafe { self.sq.post(wrs) };
+        let posted = match &r {
+            Ok(n) => *n,
+            Err(e) => e.posted,
+        };
+        if posted > 0 {
+            // The kernel processes the send queue only when told: one write() per list.
+            post_send_doorbell(qp.fd, qp.handle)
+                .map_err(|error| CorePostError { posted, error })?;
+        }
+        r.map(|_| ()).map_err(core_post_error)
+    }
+
+    unsafe fn post_recv(
+        &mut self,
+        _qp: KernelObj<'_>,
+        wrs: &[RecvWr<'_>],
+    ) -> Result<(), CorePostError> {
+        let rq = self.rq.as_mut().ok_or_else(|| CorePostError {
+            posted: 0,
+            error: Error::invalid("post recv", "the QP has no receive queue (it uses an SRQ)")
+                .into(),
+        })?;
+        // SAFETY: the caller upholds the memory contract; rxe needs no receive doorbell (the
+        // kernel reads the producer index when a packet arrives).
+        unsafe { rq.post(wrs) }.map(|_| ()).map_err(core_post_error)
+    }
+}
+
+#[derive(Debug)]
+struct SrqRing {
+    rq: RxeRq,
+    _map: Mapping,
+}
+
+impl SrqOps for SrqRing {
+    unsafe fn post_recv(
+        &mut self,
+        _srq: KernelObj<'_>,
+        wrs: &[RecvWr<'_>],
+    ) -> Result<(), CorePostError> {
+        // SAFETY: forwarded contract.
+        unsafe { self.rq.post(wrs) }
+            .map(|_| ())
+            .map_err(core_post_error)
+    }
+}
+
+fn rxe_qp_type(t: QpType) -> io::Result<RxeQpType> {
+    match t {
+        QpType::RC => Ok(RxeQpType::Rc),
+        QpType::UC => Ok(RxeQpType::Uc),
+        QpType::UD => Ok(RxeQpType::Ud),
+        other => Err(Error::unsupported("create QP on rxe", format!("QP type {other}")).into()),
+    }
+}
+
+impl Driver for RxeDriver {
+    fn name(&self) -> &'static str {
+        "rxe"
+    }
+
+    fn create_cq(
+        &self,
+        cmd_fd: BorrowedFd<'_>,
+        _cqe: u32,
+        create: &mut CreateFn<'_, CqCreated>,
+    ) -> io::Result<Box<dyn CqOps>> {
+        let mut resp = rxe_create_cq_resp::default();
+        create(&[], resp.as_mut_bytes())?;
+        let map = map_queue(cmd_fd, &resp.mi, "completion queue")?;
+        let cq = RxeCq::new(queue(&map, QueueKind::Completion)?)?;
+        Ok(Box::new(CqRing { cq, _map: map }))
+    }
+
+    fn create_qp(
+        &self,
+        cmd_fd: BorrowedFd<'_>,
+        req: &QpRequest,
+        create: &mut CreateFn<'_, QpCreated>,
+    ) -> io::Result<Box<dyn QpOps>> {
+        let qp_type = rxe_qp_type(req.qp_type)?;
+        let mut resp = rxe_create_qp_resp::default();
+        let k = create(&[], resp.as_mut_bytes())?;
+        let sq_map = map_queue(cmd_fd, &resp.sq_mi, "send queue")?;
+        let sq = RxeSq::new(
+            queue(&sq_map, QueueKind::Send)?,
+            RxeSqConfig {
+                qp_type,
+                max_sge: k.caps.max_send_sge,
+                max_inline: k.caps.max_inline_data,
+                sig_all: req.sq_sig_all,
+            },
+        )?;
+        let (rq, rq_map) = if req.has_srq {
+            (None, None)
+        } else {
+            let m = map_queue(cmd_fd, &resp.rq_mi, "receive queue")?;
+            let rq = RxeRq::new(queue(&m, QueueKind::Recv)?, k.caps.max_recv_sge)?;
+            (Some(rq), Some(m))
+        };
+        Ok(Box::new(QpRings {
+            sq,
+            rq,
+            _sq_map: sq_map,
+            _rq_map: rq_map,
+        }))
+    }
+
+    fn create_srq(
+        &self,
+        cmd_fd: BorrowedFd<'_>,
+        _max_wr: u32,
+        _max_sge: u32,
+        create: &mut CreateFn<'_, SrqCreated>,
+    ) -> io::Result<Box<dyn SrqOps>> {
+        let mut resp = rxe_create_srq_resp::default();
+        let k = create(&[], resp.as_mut_bytes())?;
+        let map = map_queue(cmd_fd, &resp.mi, "shared receive queue")?;
+        let rq = RxeRq::new(queue(&map, QueueKind::Srq)?, k.max_sge)?;
+        Ok(Box::new(SrqRing { rq, _map: map }))
+    }
+
+    fn create_ah(&self, create: &mut CreateFn<'_, u32>) -> io::Result<u32> {
+        let mut resp = rxe_create_ah_resp::default();
+        create(&[], resp.as_mut_bytes())?;
+        let r = rxe_create_ah_resp::read_from_bytes(resp.as_bytes()).unwrap_or_default();
+        Ok(r.ah_num)
+    }
+}

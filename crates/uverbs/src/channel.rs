@@ -1,0 +1,115 @@
+//! Completion channels: the fd a CQ's completion events arrive on.
+
+use std::fmt;
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustix::io::Errno;
+use zerocopy::FromBytes;
+
+use crate::abi::cmd::nr;
+use crate::abi::obj::{
+    ib_uverbs_comp_event_desc, ib_uverbs_create_comp_channel, ib_uverbs_create_comp_channel_resp,
+};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::write;
+
+/// A completion channel (`ibv_comp_channel`). Its fd becomes readable when a CQ attached to it
+/// and armed with [`crate::cq::Cq::req_notify`] gets a completion.
+pub struct CompChannel {
+    ctx: Arc<Context>,
+    fd: OwnedFd,
+}
+
+impl fmt::Debug for CompChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompChannel")
+            .field("device", &self.ctx.name())
+            .field("fd", &self.fd)
+            .finish()
+    }
+}
+
+/// One completion event: the CQ (by its user handle, see [`crate::cq::Cq::user_handle`]) that
+/// has a new completion. Acknowledge it on that CQ with [`crate::cq::Cq::ack_events`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompEvent {
+    pub cq_user_handle: u64,
+}
+
+impl CompChannel {
+    /// Creates a completion channel on `ctx`.
+    pub fn create(ctx: &Arc<Context>) -> Result<Arc<CompChannel>> {
+        let req = ib_uverbs_create_comp_channel { response: 0 };
+        let mut resp = ib_uverbs_create_comp_channel_resp::default();
+        write::legacy_simple(ctx.cmd_fd(), nr::CREATE_COMP_CHANNEL, &req, &mut resp)
+            .map_err(|e| Error::os(format!("create completion channel on {}", ctx.name()), e))?;
+        #[allow(unsafe_code)]
+        // SAFETY: the kernel just installed this fd for us; nobody else owns it.
+        let fd = unsafe { OwnedFd::from_raw_fd(resp.fd as i32) };
+        // Non-blocking, so that a read never sleeps past a wait(): get_event() polls first.
+        rustix::fs::fcntl_setfl(&fd, rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::RDWR)
+            .map_err(|e| Error::os("set completion channel non-blocking", e))?;
+        Ok(Arc::new(CompChannel {
+            ctx: ctx.clone(),
+            fd,
+        }))
+    }
+
+    /// The context.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    /// Blocks until a completion event arrives.
+    pub fn get_event(&self) -> Result<CompEvent> {
+        loop {
+            match self.read_event() {
+                Err(Errno::AGAIN) => {
+                    self.wait(None)?;
+                }
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(Error::os("read completion event", e).into()),
+                Ok(ev) => return Ok(ev),
+            }
+        }
+    }
+
+    /// Returns an event if one is ready, without blocking.
+    pub fn try_get_event(&self) -> Result<Option<CompEvent>> {
+        if !self.wait(Some(Duration::ZERO))? {
+            return Ok(None);
+        }
+        match self.read_event() {
+            Ok(ev) => Ok(Some(ev)),
+            Err(Errno::AGAIN) | Err(Errno::INTR) => Ok(None),
+            Err(e) => Err(Error::os("read completion event", e).into()),
+        }
+    }
+
+    /// Waits until an event is ready (`true`) or `timeout` passes (`false`).
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
+        crate::util::poll_readable(self.fd.as_fd(), timeout)
+            .map_err(|e| Error::os("wait for completion event", e).into())
+    }
+
+    fn read_event(&self) -> std::result::Result<CompEvent, Errno> {
+        let mut buf = [0u8; 8];
+        let n = rustix::io::read(&self.fd, &mut buf)?;
+        if n != buf.len() {
+            return Err(Errno::IO);
+        }
+        let d = ib_uverbs_comp_event_desc::read_from_bytes(&buf).map_err(|_| Errno::IO)?;
+        Ok(CompEvent {
+            cq_user_handle: d.cq_handle,
+        })
+    }
+}
+
+impl AsFd for CompChannel {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}

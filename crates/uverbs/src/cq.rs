@@ -1,0 +1,307 @@
+//! Completion queues.
+
+use std::fmt;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::abi::cmd::nr;
+use crate::abi::ioctl::{cq, object, UVERBS_ATTR_UHW_IN, UVERBS_ATTR_UHW_OUT};
+use crate::abi::obj::{ib_uverbs_destroy_cq_resp, ib_uverbs_req_notify_cq};
+use crate::channel::CompChannel;
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::ioctl::IoctlCall;
+use crate::provider::{CqCreated, CqOps, KernelObj};
+use crate::wc::WorkCompletion;
+use crate::write;
+
+/// A completion queue. QPs keep their CQs alive (`Arc<Cq>`).
+///
+/// Polling locks a mutex around the provider's ring (uncontended: one atomic swap in and out),
+/// which makes `Cq` `Sync`: one thread may post while another waits for completions.
+pub struct Cq {
+    ctx: Arc<Context>,
+    channel: Option<Arc<CompChannel>>,
+    handle: u32,
+    cqe: u32,
+    user_handle: u64,
+    events_received: AtomicU32,
+    events_acked: AtomicU32,
+    ops: Mutex<Box<dyn CqOps>>,
+}
+
+impl fmt::Debug for Cq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cq")
+            .field("device", &self.ctx.name())
+            .field("handle", &self.handle)
+            .field("cqe", &self.cqe)
+            .field("channel", &self.channel.is_some())
+            .finish()
+    }
+}
+
+/// Options for [`Cq::create`].
+#[derive(Clone, Debug, Default)]
+pub struct CqOptions {
+    /// Completion events go to this channel (needed for [`Cq::req_notify`] to be useful).
+    pub channel: Option<Arc<CompChannel>>,
+    /// Completion vector (interrupt) to use; `0` when unsure.
+    pub comp_vector: u32,
+}
+
+impl Cq {
+    /// Creates a CQ with room for at least `cqe` completions.
+    pub fn create(ctx: &Arc<Context>, cqe: u32, opts: CqOptions) -> Result<Arc<Cq>> {
+        let op = || format!("create CQ of {cqe} entries on {}", ctx.name());
+        if cqe == 0 {
+            return Err(Error::invalid(op(), "cqe must be at least 1").into());
+        }
+        if let Some(max) = ctx.cached_max_cqe() {
+            if cqe > max {
+                return Err(Error::invalid(op(), format!("device limit max_cqe is {max}")).into());
+            }
+        }
+        if let Some(ch) = &opts.channel {
+            if !Arc::ptr_eq(ch.context(), ctx) {
+                return Err(Error::invalid(op(), "completion channel of another context").into());
+            }
+        }
+        let driver = ctx.driver()?;
+        let kernel_cqe = driver.adjust_cqe(cqe)?;
+        let user_handle = crate::util::next_user_handle();
+        let mut created: Option<CqCreated> = None;
+        let res = driver.create_cq(ctx.cmd_fd(), cqe, &mut |uhw_in, uhw_out| {
+            let mut resp_cqe = 0u32;
+            let mut c = IoctlCall::new(object::CQ, cq::METHOD_CREATE);
+            let h = c.idr_new(cq::ATTR_CREATE_HANDLE);
+            c.ptr_in(cq::ATTR_CREATE_CQE, &kernel_cqe);
+            c.ptr_in(cq::ATTR_CREATE_USER_HANDLE, &user_handle);
+            if let Some(ch) = &opts.channel {
+                c.fd(cq::ATTR_CREATE_COMP_CHANNEL, ch.as_fd());
+            }
+            c.ptr_in(cq::ATTR_CREATE_COMP_VECTOR, &opts.comp_vector);
+            c.ptr_out(cq::ATTR_CREATE_RESP_CQE, &mut resp_cqe);
+            c.fd(cq::ATTR_CREATE_EVENT_FD, ctx.async_fd());
+            c.optional();
+            if !uhw_in.is_empty() {
+                c.ptr_in_bytes(UVERBS_ATTR_UHW_IN, uhw_in);
+            }
+            if !uhw_out.is_empty() {
+                c.ptr_out_bytes(UVERBS_ATTR_UHW_OUT, uhw_out);
+            }
+            ctx.ioctl(&mut c).map_err(|e| {
+                let mut err = Error::os(op(), e);
+                if e == rustix::io::Errno::INVAL {
+                    if let Some(max) = ctx.cached_max_cqe() {
+                        err = err.with_detail(format!("device max_cqe {max}"));
+                    }
+                }
+                err
+            })?;
+            let handle = c.handle(h);
+            let r = CqCreated {
+                handle,
+                cqe: resp_cqe,
+            };
+            created = Some(r);
+            Ok(r)
+        });
+        match res {
+            Ok(ops) => {
+                let k = created.expect("provider built a CQ without creating it");
+                tracing::debug!(
+                    device = ctx.name(),
+                    handle = k.handle,
+                    cqe = k.cqe,
+                    "CQ created"
+                );
+                Ok(Arc::new(Cq {
+                    ctx: ctx.clone(),
+                    channel: opts.channel,
+                    handle: k.handle,
+                    cqe: k.cqe,
+                    user_handle,
+                    events_received: AtomicU32::new(0),
+                    events_acked: AtomicU32::new(0),
+                    ops: Mutex::new(ops),
+                }))
+            }
+            Err(e) => {
+                if let Some(k) = created {
+                    // The kernel object exists but the provider could not set up its side.
+                    let _ = destroy_kernel_cq(ctx, k.handle);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The kernel handle.
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// Entries the kernel gave (≥ asked).
+    pub fn cqe(&self) -> u32 {
+        self.cqe
+    }
+
+    /// The value completion events on the channel carry for this CQ.
+    pub fn user_handle(&self) -> u64 {
+        self.user_handle
+    }
+
+    /// The completion channel, if any.
+    pub fn channel(&self) -> Option<&Arc<CompChannel>> {
+        self.channel.as_ref()
+    }
+
+    /// The context.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Box<dyn CqOps>> {
+        // A panic while polling cannot leave the ring inconsistent (indices are published
+        // atomically), so a poisoned lock is still usable.
+        self.ops.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Moves up to `out.len()` completions into `out`; returns how many. Never blocks.
+    pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
+        self.lock().poll(out)
+    }
+
+    /// Polls one completion.
+    pub fn poll_one(&self) -> Option<WorkCompletion> {
+        let mut wc = [WorkCompletion::default()];
+        (self.poll(&mut wc) == 1).then_some(wc[0])
+    }
+
+    /// Arms the CQ: the next completion (or next solicited one) produces an event on the
+    /// channel. One-shot. Poll again after arming: a completion that arrived before the arm
+    /// produced no event.
+    pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        if self.channel.is_none() {
+            return Err(Error::invalid(
+                format!("arm CQ {} on {}", self.handle, self.ctx.name()),
+                "the CQ has no completion channel",
+            )
+            .into());
+        }
+        self.lock().arm(self.kobj(), solicited_only)
+    }
+
+    /// Waits on the CQ's channel for an event of this CQ (blocking), counts it, and returns.
+    /// Events of other CQs on the same channel are an error here (use the channel directly).
+    pub fn wait_event(&self) -> Result<()> {
+        let ch = self.channel.as_ref().ok_or_else(|| {
+            Error::invalid(
+                format!("wait for event on CQ {}", self.handle),
+                "the CQ has no completion channel",
+            )
+        })?;
+        let ev = ch.get_event()?;
+        if ev.cq_user_handle != self.user_handle {
+            return Err(Error::protocol(
+                format!("wait for event on CQ {}", self.handle),
+                format!(
+                    "event for another CQ (user handle {}) on a shared channel",
+                    ev.cq_user_handle
+                ),
+            )
+            .into());
+        }
+        self.event_received();
+        Ok(())
+    }
+
+    /// Records that an event for this CQ was read from its channel (done by
+    /// [`Cq::wait_event`]; call it when reading the channel yourself).
+    pub fn event_received(&self) {
+        // Relaxed: plain counters, read only for reporting.
+        self.events_received.fetch_add(1, Ordering::Relaxed);
+        self.lock().event_received();
+    }
+
+    /// Acknowledges `n` events (bookkeeping as libibverbs does; destroy never waits on it).
+    pub fn ack_events(&self, n: u32) {
+        self.events_acked.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Destroys the CQ now if nothing else (no QP) holds it; otherwise returns it with an
+    /// error naming how many holders remain.
+    pub fn try_destroy(self: Arc<Self>) -> std::result::Result<(), (std::io::Error, Arc<Cq>)> {
+        match Arc::try_unwrap(self) {
+            Ok(cq) => {
+                drop(cq);
+                Ok(())
+            }
+            Err(cq) => {
+                let n = Arc::strong_count(&cq) - 1;
+                let e = Error::invalid(
+                    format!("destroy CQ {} on {}", cq.handle, cq.ctx.name()),
+                    format!("still in use: {n} other reference(s) (QPs keep their CQs)"),
+                )
+                .into();
+                Err((e, cq))
+            }
+        }
+    }
+
+    pub(crate) fn kobj(&self) -> KernelObj<'_> {
+        KernelObj {
+            fd: self.ctx.cmd_fd(),
+            handle: self.handle,
+        }
+    }
+}
+
+fn destroy_kernel_cq(ctx: &Context, handle: u32) -> Result<ib_uverbs_destroy_cq_resp> {
+    let mut resp = ib_uverbs_destroy_cq_resp::default();
+    let mut c = IoctlCall::new(object::CQ, cq::METHOD_DESTROY);
+    c.idr(cq::ATTR_DESTROY_HANDLE, handle);
+    c.ptr_out(cq::ATTR_DESTROY_RESP, &mut resp);
+    ctx.ioctl(&mut c)
+        .map_err(|e| Error::os(format!("destroy CQ {handle} on {}", ctx.name()), e))?;
+    Ok(resp)
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        match destroy_kernel_cq(&self.ctx, self.handle) {
+            Ok(r) => {
+                let acked = self.events_acked.load(Ordering::Relaxed);
+                if acked < r.comp_events_reported {
+                    tracing::debug!(
+                        handle = self.handle,
+                        reported = r.comp_events_reported,
+                        acked,
+                        "CQ destroyed with unacknowledged events"
+                    );
+                }
+            }
+            Err(e) => tracing::error!("{e}"),
+        }
+        // The provider's ring (`ops`) is unmapped after this, when the field drops.
+    }
+}
+
+/// Arms a CQ through the kernel (`IB_USER_VERBS_CMD_REQ_NOTIFY_CQ`), the default for
+/// providers whose CQ arming is a kernel call (rxe).
+pub fn req_notify_write(cq: KernelObj<'_>, solicited_only: bool) -> Result<()> {
+    let req = ib_uverbs_req_notify_cq {
+        cq_handle: cq.handle,
+        solicited_only: u32::from(solicited_only),
+    };
+    write::legacy(
+        cq.fd,
+        nr::REQ_NOTIFY_CQ,
+        zerocopy::IntoBytes::as_bytes(&req),
+        &[],
+        &mut [],
+    )
+    .map_err(|e| Error::os(format!("arm CQ {}", cq.handle), e).into())
+}

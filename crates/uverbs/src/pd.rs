@@ -1,0 +1,67 @@
+//! Protection domains.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::abi::cmd::nr;
+use crate::abi::ioctl::{object, pd};
+use crate::abi::obj::{ib_uverbs_alloc_pd, ib_uverbs_alloc_pd_resp};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::ioctl::IoctlCall;
+use crate::write;
+
+/// A protection domain. Memory regions, QPs, SRQs and AHs keep their PD alive (`Arc<Pd>`).
+pub struct Pd {
+    ctx: Arc<Context>,
+    handle: u32,
+}
+
+impl fmt::Debug for Pd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pd")
+            .field("device", &self.ctx.name())
+            .field("handle", &self.handle)
+            .finish()
+    }
+}
+
+impl Pd {
+    /// Allocates a protection domain on `ctx`.
+    pub fn alloc(ctx: &Arc<Context>) -> Result<Arc<Pd>> {
+        let req = ib_uverbs_alloc_pd { response: 0 };
+        let mut resp = ib_uverbs_alloc_pd_resp::default();
+        write::legacy_simple(ctx.cmd_fd(), nr::ALLOC_PD, &req, &mut resp)
+            .map_err(|e| Error::os(format!("alloc PD on {}", ctx.name()), e))?;
+        tracing::debug!(device = ctx.name(), handle = resp.pd_handle, "PD allocated");
+        Ok(Arc::new(Pd {
+            ctx: ctx.clone(),
+            handle: resp.pd_handle,
+        }))
+    }
+
+    /// The kernel handle.
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// The context this PD belongs to.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+}
+
+impl Drop for Pd {
+    fn drop(&mut self) {
+        let mut c = IoctlCall::new(object::PD, pd::METHOD_DESTROY);
+        c.idr(pd::ATTR_DESTROY_HANDLE, self.handle);
+        if let Err(e) = self.ctx.ioctl(&mut c) {
+            tracing::error!(
+                device = self.ctx.name(),
+                handle = self.handle,
+                "dealloc PD: {}",
+                Error::os("dealloc PD", e)
+            );
+        }
+    }
+}

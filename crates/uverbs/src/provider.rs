@@ -1,0 +1,207 @@
+//! The seam between the core (kernel objects) and a provider (rings and data path).
+//!
+//! rdma-core finds providers by scanning driver files and calling constructors; rverbs instead
+//! keeps a static table keyed by the kernel's driver id (in `rverbs-provider`). A provider hands
+//! the core a [`Driver`] for each context it opens. The core makes every kernel object; for the
+//! objects whose driver data and data path belong to the provider (CQ, QP, SRQ, AH) the core
+//! asks the driver to take part:
+//!
+//! 1. the driver prepares its request driver data (and whatever memory it has to give the
+//!    kernel, e.g. mlx5's CQ buffer);
+//! 2. it calls the `create` callback, which issues the kernel command with that driver data and
+//!    returns the core response and the driver response bytes;
+//! 3. it builds its data-path state (maps rings, …) and returns it as a boxed ops object.
+//!
+//! If step 3 fails after step 2 succeeded, the core destroys the kernel object: nothing leaks.
+
+#![allow(unsafe_code)] // unsafe fns: posting hands memory to the device
+
+use std::fmt;
+use std::os::fd::BorrowedFd;
+
+use crate::error::Result;
+use crate::wc::WorkCompletion;
+use crate::wr::{RecvWr, SendWr};
+
+/// What the data path needs to address a kernel object (for doorbells through write()).
+#[derive(Clone, Copy, Debug)]
+pub struct KernelObj<'a> {
+    /// The context's command fd (`/dev/infiniband/uverbsN`).
+    pub fd: BorrowedFd<'a>,
+    /// The object's kernel handle.
+    pub handle: u32,
+}
+
+/// The kernel's answer to a CQ create.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CqCreated {
+    pub handle: u32,
+    /// Entries the kernel actually gave (≥ requested).
+    pub cqe: u32,
+}
+
+/// The kernel's answer to a QP create.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpCreated {
+    pub handle: u32,
+    pub qp_num: u32,
+    pub caps: QpCaps,
+}
+
+/// The kernel's answer to an SRQ create.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SrqCreated {
+    pub handle: u32,
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_num: u32,
+}
+
+/// Queue pair capacities (`ib_uverbs_qp_cap`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpCaps {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+}
+
+/// What a driver learns about a QP being created.
+#[derive(Clone, Copy, Debug)]
+pub struct QpRequest {
+    pub qp_type: crate::qp::QpType,
+    pub caps: QpCaps,
+    pub sq_sig_all: bool,
+    pub has_srq: bool,
+}
+
+/// The callback that creates the kernel object with the driver's data. Arguments: request
+/// driver data, response driver data buffer.
+pub type CreateFn<'a, T> = dyn FnMut(&[u8], &mut [u8]) -> Result<T> + 'a;
+
+/// A provider's per-context driver.
+pub trait Driver: Send + Sync + fmt::Debug {
+    /// Provider name, e.g. `"rxe"`.
+    fn name(&self) -> &'static str;
+
+    /// The CQ depth to ask the kernel for when the caller wants `cqe` entries (mlx5 sizes its
+    /// ring to a power of two and tells the kernel one less). Default: `cqe` itself.
+    fn adjust_cqe(&self, cqe: u32) -> Result<u32> {
+        Ok(cqe)
+    }
+
+    /// Creates a CQ's data path. `cqe` is the depth the caller asked for.
+    fn create_cq(
+        &self,
+        cmd_fd: BorrowedFd<'_>,
+        cqe: u32,
+        create: &mut CreateFn<'_, CqCreated>,
+    ) -> Result<Box<dyn CqOps>>;
+
+    /// Creates a QP's data path.
+    fn create_qp(
+        &self,
+        cmd_fd: BorrowedFd<'_>,
+        req: &QpRequest,
+        create: &mut CreateFn<'_, QpCreated>,
+    ) -> Result<Box<dyn QpOps>>;
+
+    /// Creates an SRQ's data path.
+    fn create_srq(
+        &self,
+        cmd_fd: BorrowedFd<'_>,
+        max_wr: u32,
+        max_sge: u32,
+        create: &mut CreateFn<'_, SrqCreated>,
+    ) -> Result<Box<dyn SrqOps>>;
+
+    /// Creates an address handle; returns the provider's number for it (rxe: `ah_num`), which
+    /// UD sends carry.
+    fn create_ah(&self, create: &mut CreateFn<'_, u32>) -> Result<u32>;
+}
+
+/// A CQ's data path.
+pub trait CqOps: Send + fmt::Debug {
+    /// Moves up to `out.len()` completions into `out`; returns how many.
+    fn poll(&mut self, out: &mut [WorkCompletion]) -> usize;
+
+    /// Requests a completion event for the next (solicited) completion.
+    fn arm(&mut self, cq: KernelObj<'_>, solicited_only: bool) -> Result<()> {
+        crate::cq::req_notify_write(cq, solicited_only)
+    }
+
+    /// Called once per completion event read from the channel (mlx5 advances its arm
+    /// sequence number here).
+    fn event_received(&mut self) {}
+}
+
+/// Why a post stopped: how many work requests went in before the failing one.
+#[derive(Debug)]
+pub struct PostError {
+    /// Work requests posted (and, for sends, rung) before the failure.
+    pub posted: usize,
+    pub error: std::io::Error,
+}
+
+impl fmt::Display for PostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} (work request {} of the list failed; {} posted)",
+            self.error, self.posted, self.posted
+        )
+    }
+}
+
+impl std::error::Error for PostError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl From<PostError> for std::io::Error {
+    fn from(e: PostError) -> Self {
+        let kind = e.error.kind();
+        std::io::Error::new(kind, e)
+    }
+}
+
+/// A QP's data path.
+pub trait QpOps: Send + fmt::Debug {
+    /// Posts send work requests and rings the doorbell once.
+    ///
+    /// # Safety
+    /// Every SGE must name memory inside a live memory region registered with this QP's
+    /// protection domain, and that memory must stay valid (not freed, not deregistered) until
+    /// the work request's completion has been polled or the QP destroyed. The device reads
+    /// (and for RDMA READ / atomics, writes) it asynchronously.
+    unsafe fn post_send(
+        &mut self,
+        qp: KernelObj<'_>,
+        wrs: &[SendWr<'_>],
+    ) -> std::result::Result<(), PostError>;
+
+    /// Posts receive work requests.
+    ///
+    /// # Safety
+    /// As for [`QpOps::post_send`]; the device writes into the memory.
+    unsafe fn post_recv(
+        &mut self,
+        qp: KernelObj<'_>,
+        wrs: &[RecvWr<'_>],
+    ) -> std::result::Result<(), PostError>;
+}
+
+/// An SRQ's data path.
+pub trait SrqOps: Send + fmt::Debug {
+    /// Posts receive work requests.
+    ///
+    /// # Safety
+    /// As for [`QpOps::post_recv`].
+    unsafe fn post_recv(
+        &mut self,
+        srq: KernelObj<'_>,
+        wrs: &[RecvWr<'_>],
+    ) -> std::result::Result<(), PostError>;
+}

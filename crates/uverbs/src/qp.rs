@@ -1,0 +1,685 @@
+//! Queue pairs: create (RC, UC, UD), modify through the state machine, query, post, destroy.
+
+#![allow(unsafe_code)] // unsafe fns: posting hands memory to the device
+
+use std::fmt;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bitflags::bitflags;
+use zerocopy::IntoBytes;
+
+use crate::abi::cmd::nr;
+use crate::abi::ioctl::{object, qp, UVERBS_ATTR_UHW_IN, UVERBS_ATTR_UHW_OUT};
+use crate::abi::obj::{
+    ib_uverbs_destroy_qp_resp, ib_uverbs_modify_qp, ib_uverbs_qp_cap, ib_uverbs_qp_dest,
+    ib_uverbs_query_qp, ib_uverbs_query_qp_resp, IB_UVERBS_QP_CREATE_SQ_SIG_ALL,
+};
+use crate::ah::AhAttr;
+use crate::context::Mtu;
+use crate::cq::Cq;
+use crate::error::{Error, Result};
+use crate::ioctl::IoctlCall;
+use crate::mr::AccessFlags;
+use crate::pd::Pd;
+use crate::provider::{KernelObj, PostError, QpCaps, QpCreated, QpOps, QpRequest};
+use crate::srq::Srq;
+use crate::wc::raw_newtype;
+use crate::wr::{RecvWr, SendWr};
+use crate::write;
+
+raw_newtype! {
+    /// `ib_uverbs_qp_type`.
+    QpType(u8) {
+        RC = 2, "RC";
+        UC = 3, "UC";
+        UD = 4, "UD";
+        RAW_PACKET = 8, "RAW_PACKET";
+        XRC_INI = 9, "XRC_INI";
+        XRC_TGT = 10, "XRC_TGT";
+    }
+}
+
+raw_newtype! {
+    /// `ib_qp_state` (the kernel reports it in query).
+    QpState(u8) {
+        RESET = 0, "RESET";
+        INIT = 1, "INIT";
+        RTR = 2, "RTR";
+        RTS = 3, "RTS";
+        SQD = 4, "SQD";
+        SQE = 5, "SQE";
+        ERR = 6, "ERR";
+    }
+}
+
+impl Mtu {
+    /// The `Mtu` of a byte count (256, 512, 1024, 2048, 4096).
+    pub const fn from_bytes(b: u32) -> Option<Mtu> {
+        match b {
+            256 => Some(Mtu::MTU_256),
+            512 => Some(Mtu::MTU_512),
+            1024 => Some(Mtu::MTU_1024),
+            2048 => Some(Mtu::MTU_2048),
+            4096 => Some(Mtu::MTU_4096),
+            _ => None,
+        }
+    }
+}
+
+bitflags! {
+    /// `ib_qp_attr_mask` (`IBV_QP_*`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct QpAttrMask: u32 {
+        const STATE = 1 << 0;
+        const CUR_STATE = 1 << 1;
+        const EN_SQD_ASYNC_NOTIFY = 1 << 2;
+        const ACCESS_FLAGS = 1 << 3;
+        const PKEY_INDEX = 1 << 4;
+        const PORT = 1 << 5;
+        const QKEY = 1 << 6;
+        const AV = 1 << 7;
+        const PATH_MTU = 1 << 8;
+        const TIMEOUT = 1 << 9;
+        const RETRY_CNT = 1 << 10;
+        const RNR_RETRY = 1 << 11;
+        const RQ_PSN = 1 << 12;
+        const MAX_QP_RD_ATOMIC = 1 << 13;
+        const ALT_PATH = 1 << 14;
+        const MIN_RNR_TIMER = 1 << 15;
+        const SQ_PSN = 1 << 16;
+        const MAX_DEST_RD_ATOMIC = 1 << 17;
+        const PATH_MIG_STATE = 1 << 18;
+        const CAP = 1 << 19;
+        const DEST_QPN = 1 << 20;
+    }
+}
+
+/// Attributes for [`Qp::modify`]. Each `Some` field is sent and sets its mask bit, so the mask
+/// can never disagree with the values.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QpAttr {
+    pub qp_state: Option<QpState>,
+    pub cur_qp_state: Option<QpState>,
+    pub en_sqd_async_notify: Option<bool>,
+    pub access_flags: Option<AccessFlags>,
+    pub pkey_index: Option<u16>,
+    pub port_num: Option<u8>,
+    pub qkey: Option<u32>,
+    /// Address vector of the primary path (with GRH for RoCE).
+    pub ah_attr: Option<AhAttr>,
+    pub path_mtu: Option<Mtu>,
+    /// Local ACK timeout: 4.096 µs × 2^timeout.
+    pub timeout: Option<u8>,
+    pub retry_cnt: Option<u8>,
+    /// 7 = retry forever.
+    pub rnr_retry: Option<u8>,
+    pub rq_psn: Option<u32>,
+    pub max_rd_atomic: Option<u8>,
+    pub min_rnr_timer: Option<u8>,
+    pub sq_psn: Option<u32>,
+    pub max_dest_rd_atomic: Option<u8>,
+    pub dest_qp_num: Option<u32>,
+}
+
+impl QpAttr {
+    /// The mask this attribute set sends.
+    pub fn mask(&self) -> QpAttrMask {
+        let mut m = QpAttrMask::empty();
+        let mut set = |on: bool, bit| {
+            if on {
+                m |= bit
+            }
+        };
+        set(self.qp_state.is_some(), QpAttrMask::STATE);
+        set(self.cur_qp_state.is_some(), QpAttrMask::CUR_STATE);
+        set(
+            self.en_sqd_async_notify.is_some(),
+            QpAttrMask::EN_SQD_ASYNC_NOTIFY,
+        );
+        set(self.access_flags.is_some(), QpAttrMask::ACCESS_FLAGS);
+        set(self.pkey_index.is_some(), QpAttrMask::PKEY_INDEX);
+        set(self.port_num.is_some(), QpAttrMask::PORT);
+        set(self.qkey.is_some(), QpAttrMask::QKEY);
+        set(self.ah_attr.is_some(), QpAttrMask::AV);
+        set(self.path_mtu.is_some(), QpAttrMask::PATH_MTU);
+        set(self.timeout.is_some(), QpAttrMask::TIMEOUT);
+        set(self.retry_cnt.is_some(), QpAttrMask::RETRY_CNT);
+        set(self.rnr_retry.is_some(), QpAttrMask::RNR_RETRY);
+        set(self.rq_psn.is_some(), QpAttrMask::RQ_PSN);
+        set(self.max_rd_atomic.is_some(), QpAttrMask::MAX_QP_RD_ATOMIC);
+        set(self.min_rnr_timer.is_some(), QpAttrMask::MIN_RNR_TIMER);
+        set(self.sq_psn.is_some(), QpAttrMask::SQ_PSN);
+        set(
+            self.max_dest_rd_atomic.is_some(),
+            QpAttrMask::MAX_DEST_RD_ATOMIC,
+        );
+        set(self.dest_qp_num.is_some(), QpAttrMask::DEST_QPN);
+        m
+    }
+
+    pub(crate) fn to_modify(&self, qp_handle: u32) -> ib_uverbs_modify_qp {
+        ib_uverbs_modify_qp {
+            dest: self.ah_attr.map(|a| a.to_qp_dest()).unwrap_or_default(),
+            alt_dest: ib_uverbs_qp_dest::default(),
+            qp_handle,
+            attr_mask: self.mask().bits(),
+            qkey: self.qkey.unwrap_or(0),
+            rq_psn: self.rq_psn.unwrap_or(0),
+            sq_psn: self.sq_psn.unwrap_or(0),
+            dest_qp_num: self.dest_qp_num.unwrap_or(0),
+            qp_access_flags: self.access_flags.map_or(0, |a| a.bits()),
+            pkey_index: self.pkey_index.unwrap_or(0),
+            alt_pkey_index: 0,
+            qp_state: self.qp_state.map_or(0, |s| s.0),
+            cur_qp_state: self.cur_qp_state.map_or(0, |s| s.0),
+            path_mtu: self.path_mtu.map_or(0, |m| m.0),
+            path_mig_state: 0,
+            en_sqd_async_notify: u8::from(self.en_sqd_async_notify.unwrap_or(false)),
+            max_rd_atomic: self.max_rd_atomic.unwrap_or(0),
+            max_dest_rd_atomic: self.max_dest_rd_atomic.unwrap_or(0),
+            min_rnr_timer: self.min_rnr_timer.unwrap_or(0),
+            port_num: self.port_num.unwrap_or(0),
+            timeout: self.timeout.unwrap_or(0),
+            retry_cnt: self.retry_cnt.unwrap_or(0),
+            rnr_retry: self.rnr_retry.unwrap_or(0),
+            alt_port_num: 0,
+            alt_timeout: 0,
+            reserved: [0; 2],
+        }
+    }
+}
+
+/// What [`Qp::query`] returns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QpInfo {
+    pub state: QpState,
+    pub cur_state: QpState,
+    pub path_mtu: Mtu,
+    pub qkey: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub dest_qp_num: u32,
+    pub access_flags: AccessFlags,
+    pub pkey_index: u16,
+    pub port_num: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub sq_draining: bool,
+    pub sq_sig_all: bool,
+    pub ah_attr: AhAttr,
+    pub caps: QpCaps,
+}
+
+/// Attributes each transition needs (IBTA, as the kernel's `ib_modify_qp_is_ok` checks):
+/// returns the attributes required, or `None` if the transition itself is illegal.
+pub fn required_for(qp_type: QpType, cur: QpState, next: QpState) -> Option<QpAttrMask> {
+    use QpAttrMask as M;
+    let (rc, uc, ud) = (
+        qp_type == QpType::RC,
+        qp_type == QpType::UC,
+        qp_type == QpType::UD,
+    );
+    match (cur, next) {
+        (_, QpState::RESET) | (_, QpState::ERR) => Some(M::empty()),
+        (QpState::RESET, QpState::INIT) => Some(if ud {
+            M::PKEY_INDEX | M::PORT | M::QKEY
+        } else {
+            M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS
+        }),
+        (QpState::INIT, QpState::INIT) => Some(M::empty()),
+        (QpState::INIT, QpState::RTR) => Some(if rc {
+            M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER
+        } else if uc {
+            M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN
+        } else {
+            M::empty()
+        }),
+        (QpState::RTR, QpState::RTS) => Some(if rc {
+            M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC
+        } else {
+            M::SQ_PSN
+        }),
+        (QpState::RTS, QpState::RTS)
+        | (QpState::RTS, QpState::SQD)
+        | (QpState::SQD, QpState::SQD)
+        | (QpState::SQD, QpState::RTS)
+        | (QpState::SQE, QpState::RTS) => Some(M::empty()),
+        _ => None,
+    }
+}
+
+/// How to create a QP.
+#[derive(Clone, Debug)]
+pub struct QpInit {
+    pub qp_type: QpType,
+    pub send_cq: Arc<Cq>,
+    pub recv_cq: Arc<Cq>,
+    pub srq: Option<Arc<Srq>>,
+    pub caps: QpCaps,
+    /// Every send WR produces a completion, whatever its SIGNALED flag.
+    pub sq_sig_all: bool,
+}
+
+impl QpInit {
+    /// An RC QP with the same CQ for sends and receives.
+    pub fn rc(cq: &Arc<Cq>, caps: QpCaps) -> Self {
+        Self {
+            qp_type: QpType::RC,
+            send_cq: cq.clone(),
+            recv_cq: cq.clone(),
+            srq: None,
+            caps,
+            sq_sig_all: false,
+        }
+    }
+}
+
+/// A queue pair. Keeps its PD, CQs and SRQ alive; destroyed (then its rings unmapped) on drop.
+pub struct Qp {
+    pd: Arc<Pd>,
+    send_cq: Arc<Cq>,
+    recv_cq: Arc<Cq>,
+    srq: Option<Arc<Srq>>,
+    qp_type: QpType,
+    handle: u32,
+    qp_num: u32,
+    caps: QpCaps,
+    sq_sig_all: bool,
+    user_handle: u64,
+    state: AtomicU8,
+    ops: Mutex<Box<dyn QpOps>>,
+}
+
+impl fmt::Debug for Qp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Qp")
+            .field("device", &self.pd.context().name())
+            .field("type", &self.qp_type)
+            .field("qp_num", &format_args!("{:#x}", self.qp_num))
+            .field("state", &self.state())
+            .field("caps", &self.caps)
+            .finish()
+    }
+}
+
+impl Qp {
+    /// Creates a QP on `pd`.
+    pub fn create(pd: &Arc<Pd>, init: QpInit) -> Result<Arc<Qp>> {
+        let ctx = pd.context();
+        let op = || format!("create {} QP on {}", init.qp_type, ctx.name());
+        for (what, cq) in [("send CQ", &init.send_cq), ("recv CQ", &init.recv_cq)] {
+            if !Arc::ptr_eq(cq.context(), ctx) {
+                return Err(
+                    Error::invalid(op(), format!("{what} belongs to another context")).into(),
+                );
+            }
+        }
+        if let Some(limits) = ctx.cached_limits() {
+            let c = &init.caps;
+            for (name, v, max) in [
+                ("max_send_wr", c.max_send_wr, limits.max_qp_wr),
+                ("max_recv_wr", c.max_recv_wr, limits.max_qp_wr),
+                ("max_send_sge", c.max_send_sge, limits.max_sge),
+                ("max_recv_sge", c.max_recv_sge, limits.max_sge),
+            ] {
+                if v > max {
+                    return Err(Error::invalid(
+                        op(),
+                        format!("{name} {v} exceeds the device limit {max}"),
+                    )
+                    .into());
+                }
+            }
+        }
+        if init.srq.is_some() && init.caps.max_recv_wr != 0 {
+            return Err(Error::invalid(op(), "a QP with an SRQ takes max_recv_wr 0").into());
+        }
+        let driver = ctx.driver()?;
+        let user_handle = crate::util::next_user_handle();
+        let req = QpRequest {
+            qp_type: init.qp_type,
+            caps: init.caps,
+            sq_sig_all: init.sq_sig_all,
+            has_srq: init.srq.is_some(),
+        };
+        let cap = ib_uverbs_qp_cap {
+            max_send_wr: init.caps.max_send_wr,
+            max_recv_wr: init.caps.max_recv_wr,
+            max_send_sge: init.caps.max_send_sge,
+            max_recv_sge: init.caps.max_recv_sge,
+            max_inline_data: init.caps.max_inline_data,
+        };
+        let flags: u32 = if init.sq_sig_all {
+            IB_UVERBS_QP_CREATE_SQ_SIG_ALL
+        } else {
+            0
+        };
+        let mut created: Option<QpCreated> = None;
+        let res = driver.create_qp(ctx.cmd_fd(), &req, &mut |uhw_in, uhw_out| {
+            let mut resp_cap = ib_uverbs_qp_cap::default();
+            let mut qpn = 0u32;
+            let mut c = IoctlCall::new(object::QP, qp::METHOD_CREATE);
+            let h = c.idr_new(qp::ATTR_CREATE_HANDLE);
+            c.idr(qp::ATTR_CREATE_PD_HANDLE, pd.handle());
+            c.idr(qp::ATTR_CREATE_SEND_CQ_HANDLE, init.send_cq.handle());
+            c.idr(qp::ATTR_CREATE_RECV_CQ_HANDLE, init.recv_cq.handle());
+            if let Some(srq) = &init.srq {
+                c.idr(qp::ATTR_CREATE_SRQ_HANDLE, srq.handle());
+            }
+            c.ptr_in(qp::ATTR_CREATE_USER_HANDLE, &user_handle);
+            c.ptr_in(qp::ATTR_CREATE_CAP, &cap);
+            c.const_in(qp::ATTR_CREATE_TYPE, u64::from(init.qp_type.0));
+            c.ptr_in(qp::ATTR_CREATE_FLAGS, &flags);
+            c.fd(qp::ATTR_CREATE_EVENT_FD, ctx.async_fd());
+            c.optional();
+            c.ptr_out(qp::ATTR_CREATE_RESP_CAP, &mut resp_cap);
+            c.ptr_out(qp::ATTR_CREATE_RESP_QP_NUM, &mut qpn);
+            if !uhw_in.is_empty() {
+                c.ptr_in_bytes(UVERBS_ATTR_UHW_IN, uhw_in);
+            }
+            if !uhw_out.is_empty() {
+                c.ptr_out_bytes(UVERBS_ATTR_UHW_OUT, uhw_out);
+            }
+            ctx.ioctl(&mut c).map_err(|e| {
+                Error::os(op(), e).with_detail(format!(
+                    "caps send_wr {} recv_wr {} send_sge {} recv_sge {} inline {}",
+                    cap.max_send_wr,
+                    cap.max_recv_wr,
+                    cap.max_send_sge,
+                    cap.max_recv_sge,
+                    cap.max_inline_data
+                ))
+            })?;
+            let handle = c.handle(h);
+            let r = QpCreated {
+                handle,
+                qp_num: qpn,
+                caps: QpCaps {
+                    max_send_wr: resp_cap.max_send_wr,
+                    max_recv_wr: resp_cap.max_recv_wr,
+                    max_send_sge: resp_cap.max_send_sge,
+                    max_recv_sge: resp_cap.max_recv_sge,
+                    max_inline_data: resp_cap.max_inline_data,
+                },
+            };
+            created = Some(r);
+            Ok(r)
+        });
+        match res {
+            Ok(ops) => {
+                let k = created.expect("provider built a QP without creating it");
+                tracing::debug!(device = ctx.name(), qpn = k.qp_num, "QP created");
+                Ok(Arc::new(Qp {
+                    pd: pd.clone(),
+                    send_cq: init.send_cq,
+                    recv_cq: init.recv_cq,
+                    srq: init.srq,
+                    qp_type: init.qp_type,
+                    handle: k.handle,
+                    qp_num: k.qp_num,
+                    caps: k.caps,
+                    sq_sig_all: init.sq_sig_all,
+                    user_handle,
+                    state: AtomicU8::new(QpState::RESET.0),
+                    ops: Mutex::new(ops),
+                }))
+            }
+            Err(e) => {
+                if let Some(k) = created {
+                    let _ = destroy_kernel_qp(pd, k.handle);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    pub fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+    /// Capacities the kernel granted (≥ asked).
+    pub fn caps(&self) -> QpCaps {
+        self.caps
+    }
+    pub fn sq_sig_all(&self) -> bool {
+        self.sq_sig_all
+    }
+    pub fn pd(&self) -> &Arc<Pd> {
+        &self.pd
+    }
+    pub fn send_cq(&self) -> &Arc<Cq> {
+        &self.send_cq
+    }
+    pub fn recv_cq(&self) -> &Arc<Cq> {
+        &self.recv_cq
+    }
+    pub fn srq(&self) -> Option<&Arc<Srq>> {
+        self.srq.as_ref()
+    }
+    /// The value async events carry for this QP.
+    pub fn user_handle(&self) -> u64 {
+        self.user_handle
+    }
+
+    /// The state of the last successful transition made through this handle (the kernel may
+    /// have moved the QP to ERR/SQE on its own since; [`Qp::query`] tells).
+    pub fn state(&self) -> QpState {
+        // Relaxed: an advisory cache; modify() is the only writer.
+        QpState(self.state.load(Ordering::Relaxed))
+    }
+
+    /// Modifies the QP. Checks the transition and its required attributes first (the error
+    /// names what is missing); the kernel has the final word.
+    pub fn modify(&self, attr: &QpAttr) -> Result<()> {
+        let ctx = self.pd.context();
+        let cur = attr.cur_qp_state.unwrap_or_else(|| self.state());
+        let op = || match attr.qp_state {
+            Some(next) => format!(
+                "modify {} QP {:#x} on {} from {} to {}",
+                self.qp_type,
+                self.qp_num,
+                ctx.name(),
+                cur,
+                next
+            ),
+            None => format!(
+                "modify {} QP {:#x} on {} (state {})",
+                self.qp_type,
+                self.qp_num,
+                ctx.name(),
+                cur
+            ),
+        };
+        let mask = attr.mask();
+        if let Some(next) = attr.qp_state {
+            match required_for(self.qp_type, cur, next) {
+                None => {
+                    return Err(Error::invalid(op(), "illegal state transition").into());
+                }
+                Some(req) => {
+                    let missing = req - mask;
+                    if !missing.is_empty() {
+                        return Err(Error::invalid(
+                            op(),
+                            format!("missing attributes {missing:?}"),
+                        )
+                        .into());
+                    }
+                }
+            }
+        }
+        let cmd = attr.to_modify(self.handle);
+        write::legacy(ctx.cmd_fd(), nr::MODIFY_QP, cmd.as_bytes(), &[], &mut [])
+            .map_err(|e| Error::os(op(), e).with_detail(format!("mask {mask:?}")))?;
+        if let Some(next) = attr.qp_state {
+            self.state.store(next.0, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Queries the QP's attributes from the kernel (and refreshes [`Qp::state`]).
+    pub fn query(&self) -> Result<QpInfo> {
+        let ctx = self.pd.context();
+        let req = ib_uverbs_query_qp {
+            response: 0,
+            qp_handle: self.handle,
+            attr_mask: u32::MAX >> 7,
+        };
+        let mut r = ib_uverbs_query_qp_resp::default();
+        write::legacy_simple(ctx.cmd_fd(), nr::QUERY_QP, &req, &mut r)
+            .map_err(|e| Error::os(format!("query QP {:#x} on {}", self.qp_num, ctx.name()), e))?;
+        self.state.store(r.qp_state, Ordering::Relaxed);
+        Ok(QpInfo {
+            state: QpState(r.qp_state),
+            cur_state: QpState(r.cur_qp_state),
+            path_mtu: Mtu(r.path_mtu),
+            qkey: r.qkey,
+            rq_psn: r.rq_psn,
+            sq_psn: r.sq_psn,
+            dest_qp_num: r.dest_qp_num,
+            access_flags: AccessFlags::from_bits_retain(r.qp_access_flags),
+            pkey_index: r.pkey_index,
+            port_num: r.port_num,
+            timeout: r.timeout,
+            retry_cnt: r.retry_cnt,
+            rnr_retry: r.rnr_retry,
+            min_rnr_timer: r.min_rnr_timer,
+            max_rd_atomic: r.max_rd_atomic,
+            max_dest_rd_atomic: r.max_dest_rd_atomic,
+            sq_draining: r.sq_draining != 0,
+            sq_sig_all: r.sq_sig_all != 0,
+            ah_attr: AhAttr::from_qp_dest(&r.dest),
+            caps: QpCaps {
+                max_send_wr: r.max_send_wr,
+                max_recv_wr: r.max_recv_wr,
+                max_send_sge: r.max_send_sge,
+                max_recv_sge: r.max_recv_sge,
+                max_inline_data: r.max_inline_data,
+            },
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Box<dyn QpOps>> {
+        self.ops.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn kobj(&self) -> KernelObj<'_> {
+        KernelObj {
+            fd: self.pd.context().cmd_fd(),
+            handle: self.handle,
+        }
+    }
+
+    /// Posts send work requests (one doorbell for the list).
+    ///
+    /// # Safety
+    /// Every SGE must lie inside a memory region registered on this QP's PD, and that memory
+    /// must stay valid (its `Mr` alive) until the request's completion is polled or the QP is
+    /// destroyed: the device reads it — and for RDMA READ and atomics writes it — later.
+    pub unsafe fn post_send(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), PostError> {
+        let k = self.kobj();
+        // SAFETY: forwarded to the caller.
+        unsafe { self.lock().post_send(k, wrs) }
+    }
+
+    /// Posts receive work requests.
+    ///
+    /// # Safety
+    /// As for [`Qp::post_send`]; the device writes the received data into the memory.
+    pub unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostError> {
+        if self.srq.is_some() {
+            return Err(PostError {
+                posted: 0,
+                error: Error::invalid(
+                    format!("post receive on QP {:#x}", self.qp_num),
+                    "the QP uses an SRQ: post receives to the SRQ",
+                )
+                .into(),
+            });
+        }
+        let k = self.kobj();
+        // SAFETY: forwarded to the caller.
+        unsafe { self.lock().post_recv(k, wrs) }
+    }
+}
+
+fn destroy_kernel_qp(pd: &Pd, handle: u32) -> Result<u32> {
+    let ctx = pd.context();
+    let mut resp = ib_uverbs_destroy_qp_resp::default();
+    let mut c = IoctlCall::new(object::QP, qp::METHOD_DESTROY);
+    c.idr(qp::ATTR_DESTROY_HANDLE, handle);
+    c.ptr_out(qp::ATTR_DESTROY_RESP, &mut resp);
+    ctx.ioctl(&mut c)
+        .map_err(|e| Error::os(format!("destroy QP handle {handle} on {}", ctx.name()), e))?;
+    Ok(resp.events_reported)
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        if let Err(e) = destroy_kernel_qp(&self.pd, self.handle) {
+            tracing::error!("{e}");
+        }
+        // Then the rings unmap (ops), then the CQs/SRQ/PD are released (Arcs).
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mask_follows_fields() {
+        let a = QpAttr {
+            qp_state: Some(QpState::INIT),
+            pkey_index: Some(0),
+            port_num: Some(1),
+            access_flags: Some(AccessFlags::LOCAL_WRITE),
+            ..Default::default()
+        };
+        assert_eq!(
+            a.mask(),
+            QpAttrMask::STATE
+                | QpAttrMask::PKEY_INDEX
+                | QpAttrMask::PORT
+                | QpAttrMask::ACCESS_FLAGS
+        );
+        let m = a.to_modify(7);
+        assert_eq!(
+            (m.qp_handle, m.qp_state, m.port_num, m.qp_access_flags),
+            (7, 1, 1, 1)
+        );
+        assert_eq!(m.attr_mask, a.mask().bits());
+    }
+
+    #[test]
+    fn transitions() {
+        assert!(required_for(QpType::RC, QpState::RESET, QpState::RTS).is_none());
+        assert!(required_for(QpType::RC, QpState::INIT, QpState::RTS).is_none());
+        let r = required_for(QpType::RC, QpState::INIT, QpState::RTR).unwrap();
+        assert!(r.contains(QpAttrMask::AV | QpAttrMask::DEST_QPN));
+        let r = required_for(QpType::UD, QpState::RESET, QpState::INIT).unwrap();
+        assert!(r.contains(QpAttrMask::QKEY));
+        assert_eq!(
+            required_for(QpType::UD, QpState::INIT, QpState::RTR).unwrap(),
+            QpAttrMask::empty()
+        );
+        assert!(required_for(QpType::RC, QpState::RTS, QpState::ERR).is_some());
+    }
+
+    #[test]
+    fn mtu_bytes() {
+        assert_eq!(Mtu::MTU_1024.bytes(), Some(1024));
+        assert_eq!(Mtu::from_bytes(4096), Some(Mtu::MTU_4096));
+        assert_eq!(Mtu(9).bytes(), None);
+    }
+}

@@ -1,0 +1,219 @@
+//! Shared receive queues.
+
+#![allow(unsafe_code)] // unsafe fns: posting hands memory to the device
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use zerocopy::{FromBytes, IntoBytes};
+
+use crate::abi::cmd::nr;
+use crate::abi::ioctl::{object, srq};
+use crate::abi::obj::{
+    ib_uverbs_create_srq, ib_uverbs_create_srq_resp, ib_uverbs_destroy_srq_resp,
+    ib_uverbs_modify_srq, ib_uverbs_query_srq, ib_uverbs_query_srq_resp,
+};
+use crate::error::{Error, Result};
+use crate::ioctl::IoctlCall;
+use crate::pd::Pd;
+use crate::provider::{KernelObj, PostError, SrqCreated, SrqOps};
+use crate::wr::RecvWr;
+use crate::write;
+
+/// SRQ attributes (`ibv_srq_attr`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SrqAttr {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    /// Limit event threshold: an SRQ_LIMIT_REACHED async event fires when fewer WRs remain.
+    pub srq_limit: u32,
+}
+
+/// A shared receive queue.
+pub struct Srq {
+    pd: Arc<Pd>,
+    handle: u32,
+    srq_num: u32,
+    attr: SrqAttr,
+    user_handle: u64,
+    ops: Mutex<Box<dyn SrqOps>>,
+}
+
+impl fmt::Debug for Srq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Srq")
+            .field("handle", &self.handle)
+            .field("srq_num", &self.srq_num)
+            .field("attr", &self.attr)
+            .finish()
+    }
+}
+
+impl Srq {
+    /// Creates an SRQ.
+    pub fn create(pd: &Arc<Pd>, attr: SrqAttr) -> Result<Arc<Srq>> {
+        let ctx = pd.context();
+        let op = || {
+            format!(
+                "create SRQ (max_wr {}, max_sge {}) on {}",
+                attr.max_wr,
+                attr.max_sge,
+                ctx.name()
+            )
+        };
+        if let Some(l) = ctx.cached_limits() {
+            if attr.max_wr > l.max_srq_wr || attr.max_sge > l.max_srq_sge {
+                return Err(Error::invalid(
+                    op(),
+                    format!(
+                        "device limits are max_srq_wr {} and max_srq_sge {}",
+                        l.max_srq_wr, l.max_srq_sge
+                    ),
+                )
+                .into());
+            }
+        }
+        let driver = ctx.driver()?;
+        let user_handle = crate::util::next_user_handle();
+        let mut created: Option<SrqCreated> = None;
+        let res = driver.create_srq(ctx.cmd_fd(), attr.max_wr, attr.max_sge, &mut |uin, uout| {
+            let req = ib_uverbs_create_srq {
+                response: 0,
+                user_handle,
+                pd_handle: pd.handle(),
+                max_wr: attr.max_wr,
+                max_sge: attr.max_sge,
+                srq_limit: attr.srq_limit,
+            };
+            let core_len = size_of::<ib_uverbs_create_srq_resp>();
+            let mut resp = vec![0u8; core_len + uout.len()];
+            write::legacy(ctx.cmd_fd(), nr::CREATE_SRQ, req.as_bytes(), uin, &mut resp)
+                .map_err(|e| Error::os(op(), e))?;
+            let r = ib_uverbs_create_srq_resp::read_from_prefix(&resp)
+                .map(|(r, _)| r)
+                .map_err(|_| Error::protocol(op(), "short response"))?;
+            uout.copy_from_slice(&resp[core_len..]);
+            let c = SrqCreated {
+                handle: r.srq_handle,
+                max_wr: r.max_wr,
+                max_sge: r.max_sge,
+                srq_num: r.srqn,
+            };
+            created = Some(c);
+            Ok(c)
+        });
+        match res {
+            Ok(ops) => {
+                let c = created.expect("provider built an SRQ without creating it");
+                Ok(Arc::new(Srq {
+                    pd: pd.clone(),
+                    handle: c.handle,
+                    srq_num: c.srq_num,
+                    attr: SrqAttr {
+                        max_wr: c.max_wr,
+                        max_sge: c.max_sge,
+                        srq_limit: attr.srq_limit,
+                    },
+                    user_handle,
+                    ops: Mutex::new(ops),
+                }))
+            }
+            Err(e) => {
+                if let Some(c) = created {
+                    let _ = destroy_kernel_srq(pd, c.handle);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+    pub fn srq_num(&self) -> u32 {
+        self.srq_num
+    }
+    /// Attributes as created (the kernel's max_wr/max_sge).
+    pub fn attr(&self) -> SrqAttr {
+        self.attr
+    }
+    pub fn user_handle(&self) -> u64 {
+        self.user_handle
+    }
+    pub fn pd(&self) -> &Arc<Pd> {
+        &self.pd
+    }
+
+    /// Arms the limit event: `IBV_SRQ_LIMIT`.
+    pub fn set_limit(&self, srq_limit: u32) -> Result<()> {
+        let ctx = self.pd.context();
+        let req = ib_uverbs_modify_srq {
+            srq_handle: self.handle,
+            attr_mask: 1 << 1,
+            max_wr: 0,
+            srq_limit,
+        };
+        write::legacy(ctx.cmd_fd(), nr::MODIFY_SRQ, req.as_bytes(), &[], &mut []).map_err(|e| {
+            Error::os(
+                format!(
+                    "set SRQ {} limit to {srq_limit} on {}",
+                    self.handle,
+                    ctx.name()
+                ),
+                e,
+            )
+            .into()
+        })
+    }
+
+    /// Queries the SRQ.
+    pub fn query(&self) -> Result<SrqAttr> {
+        let ctx = self.pd.context();
+        let req = ib_uverbs_query_srq {
+            response: 0,
+            srq_handle: self.handle,
+            reserved: 0,
+        };
+        let mut r = ib_uverbs_query_srq_resp::default();
+        write::legacy_simple(ctx.cmd_fd(), nr::QUERY_SRQ, &req, &mut r)
+            .map_err(|e| Error::os(format!("query SRQ {} on {}", self.handle, ctx.name()), e))?;
+        Ok(SrqAttr {
+            max_wr: r.max_wr,
+            max_sge: r.max_sge,
+            srq_limit: r.srq_limit,
+        })
+    }
+
+    /// Posts receive work requests to the SRQ.
+    ///
+    /// # Safety
+    /// As for [`crate::qp::Qp::post_recv`].
+    pub unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostError> {
+        let k = KernelObj {
+            fd: self.pd.context().cmd_fd(),
+            handle: self.handle,
+        };
+        let mut ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: forwarded to the caller.
+        unsafe { ops.post_recv(k, wrs) }
+    }
+}
+
+fn destroy_kernel_srq(pd: &Pd, handle: u32) -> Result<u32> {
+    let ctx = pd.context();
+    let mut resp = ib_uverbs_destroy_srq_resp::default();
+    let mut c = IoctlCall::new(object::SRQ, srq::METHOD_DESTROY);
+    c.idr(srq::ATTR_DESTROY_HANDLE, handle);
+    c.ptr_out(srq::ATTR_DESTROY_RESP, &mut resp);
+    ctx.ioctl(&mut c)
+        .map_err(|e| Error::os(format!("destroy SRQ {handle} on {}", ctx.name()), e))?;
+    Ok(resp.events_reported)
+}
+
+impl Drop for Srq {
+    fn drop(&mut self) {
+        if let Err(e) = destroy_kernel_srq(&self.pd, self.handle) {
+            tracing::error!("{e}");
+        }
+    }
+}
