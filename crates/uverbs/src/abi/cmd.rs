@@ -56,7 +56,9 @@ pub mod ex_nr {
     pub const CREATE_CQ: u32 = 18;
     pub const CREATE_QP: u32 = 24;
     pub const MODIFY_QP: u32 = 26;
-    pub const MODIFY_CQ: u32 = 27;
+    /// `IB_USER_VERBS_CMD_THRESHOLD` (50) + 7: the extended-only commands are numbered after
+    /// the legacy ones (CREATE_FLOW = 50, …), not like MODIFY_QP's 26.
+    pub const MODIFY_CQ: u32 = 57;
 }
 
 /// `struct ib_uverbs_cmd_hdr` (8 bytes).

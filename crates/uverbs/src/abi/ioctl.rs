@@ -116,11 +116,8 @@ pub mod mr {
     pub const ATTR_DESTROY_HANDLE: u16 = 0;
 }
 
-/// `UVERBS_OBJECT_COMP_CHANNEL`.
-pub mod comp_channel {
-    pub const METHOD_DESTROY: u16 = 0;
-    pub const ATTR_DESTROY_HANDLE: u16 = 0;
-}
+// `UVERBS_OBJECT_COMP_CHANNEL` has no methods in the 6.1 uapi: a completion channel is an
+// fd object, destroyed by closing the fd.
 
 /// `UVERBS_OBJECT_CQ`.
 pub mod cq {
@@ -173,9 +170,9 @@ pub mod srq {
     pub const ATTR_DESTROY_RESP: u16 = 1;
 }
 
-/// `UVERBS_OBJECT_AH`.
+/// `UVERBS_OBJECT_AH`: only destroy has a method in the 6.1 uapi (`enum uverbs_methods_ah`);
+/// AHs are created with the write command `CREATE_AH`.
 pub mod ah {
-    pub const METHOD_CREATE: u16 = 0;
-    pub const METHOD_DESTROY: u16 = 1;
+    pub const METHOD_DESTROY: u16 = 0;
     pub const ATTR_DESTROY_HANDLE: u16 = 0;
 }
