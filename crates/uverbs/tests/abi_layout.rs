@@ -10,8 +10,9 @@
 //!
 //! - Struct: add to [`layouts`]
 //!   `layout!(ib_uverbs_foo { field_a, field_b, field_c }),`
-//!   listing every field in order (the C struct must be `struct ib_uverbs_foo`; for a C type
-//!   spelled differently write `layout!(rust_name = "C type" { ... })`).
+//!   listing every field in order (rustfmt may spread it over several lines). The C struct
+//!   must be `struct ib_uverbs_foo`; for a C type spelled differently write
+//!   `layout!(rust_name = "C type" { ... })` and give it a name in `PRELUDE` if needed.
 //! - Constant: add to [`constants`] `c!("C_EXPRESSION", rust_value),` — any C expression
 //!   the headers make valid, compared as a signed 64-bit number.
 //!
@@ -28,6 +29,7 @@ use std::sync::OnceLock;
 use rverbs_uverbs::abi::cmd::*;
 use rverbs_uverbs::abi::ioctl::*;
 use rverbs_uverbs::abi::netlink::*;
+use rverbs_uverbs::abi::obj::*;
 use rverbs_uverbs::abi::verbs::*;
 use rverbs_uverbs::context::GidType;
 use rverbs_uverbs::device::{DriverId, UVERBS_ABI_VERSION};
@@ -254,7 +256,190 @@ fn layouts() -> Vec<Layout> {
             port_num,
             gid_type,
             netdev_ifindex
+        }), // abi/obj.rs
+        layout!(ib_uverbs_alloc_pd { response }),
+        layout!(ib_uverbs_alloc_pd_resp { pd_handle }),
+        layout!(ib_uverbs_reg_mr {
+            response,
+            start,
+            length,
+            hca_va,
+            pd_handle,
+            access_flags
         }),
+        layout!(ib_uverbs_reg_mr_resp {
+            mr_handle,
+            lkey,
+            rkey
+        }),
+        layout!(ib_uverbs_create_comp_channel { response }),
+        layout!(ib_uverbs_create_comp_channel_resp { fd }),
+        layout!(ib_uverbs_req_notify_cq {
+            cq_handle,
+            solicited_only
+        }),
+        layout!(ib_uverbs_resize_cq {
+            response,
+            cq_handle,
+            cqe
+        }),
+        layout!(ib_uverbs_resize_cq_resp { cqe, reserved }),
+        layout!(ib_uverbs_destroy_cq_resp {
+            comp_events_reported,
+            async_events_reported
+        }),
+        layout!(ib_uverbs_qp_cap {
+            max_send_wr,
+            max_recv_wr,
+            max_send_sge,
+            max_recv_sge,
+            max_inline_data
+        }),
+        layout!(ib_uverbs_destroy_qp_resp { events_reported }),
+        layout!(ib_uverbs_qp_dest {
+            dgid,
+            flow_label,
+            dlid,
+            reserved,
+            sgid_index,
+            hop_limit,
+            traffic_class,
+            sl,
+            src_path_bits,
+            static_rate,
+            is_global,
+            port_num,
+        }),
+        layout!(ib_uverbs_modify_qp {
+            dest,
+            alt_dest,
+            qp_handle,
+            attr_mask,
+            qkey,
+            rq_psn,
+            sq_psn,
+            dest_qp_num,
+            qp_access_flags,
+            pkey_index,
+            alt_pkey_index,
+            qp_state,
+            cur_qp_state,
+            path_mtu,
+            path_mig_state,
+            en_sqd_async_notify,
+            max_rd_atomic,
+            max_dest_rd_atomic,
+            min_rnr_timer,
+            port_num,
+            timeout,
+            retry_cnt,
+            rnr_retry,
+            alt_port_num,
+            alt_timeout,
+            reserved,
+        }),
+        layout!(ib_uverbs_query_qp {
+            response,
+            qp_handle,
+            attr_mask
+        }),
+        layout!(ib_uverbs_query_qp_resp {
+            dest,
+            alt_dest,
+            max_send_wr,
+            max_recv_wr,
+            max_send_sge,
+            max_recv_sge,
+            max_inline_data,
+            qkey,
+            rq_psn,
+            sq_psn,
+            dest_qp_num,
+            qp_access_flags,
+            pkey_index,
+            alt_pkey_index,
+            qp_state,
+            cur_qp_state,
+            path_mtu,
+            path_mig_state,
+            sq_draining,
+            max_rd_atomic,
+            max_dest_rd_atomic,
+            min_rnr_timer,
+            port_num,
+            timeout,
+            retry_cnt,
+            rnr_retry,
+            alt_port_num,
+            alt_timeout,
+            sq_sig_all,
+            reserved,
+        }),
+        layout!(ib_uverbs_global_route {
+            dgid,
+            flow_label,
+            sgid_index,
+            hop_limit,
+            traffic_class,
+            reserved
+        }),
+        layout!(ib_uverbs_ah_attr {
+            grh,
+            dlid,
+            sl,
+            src_path_bits,
+            static_rate,
+            is_global,
+            port_num,
+            reserved
+        }),
+        layout!(ib_uverbs_create_ah {
+            response,
+            user_handle,
+            pd_handle,
+            reserved,
+            attr
+        }),
+        layout!(ib_uverbs_create_ah_resp { ah_handle }),
+        layout!(ib_uverbs_create_srq {
+            response,
+            user_handle,
+            pd_handle,
+            max_wr,
+            max_sge,
+            srq_limit
+        }),
+        layout!(ib_uverbs_create_srq_resp {
+            srq_handle,
+            max_wr,
+            max_sge,
+            srqn
+        }),
+        layout!(ib_uverbs_modify_srq {
+            srq_handle,
+            attr_mask,
+            max_wr,
+            srq_limit
+        }),
+        layout!(ib_uverbs_query_srq {
+            response,
+            srq_handle,
+            reserved
+        }),
+        layout!(ib_uverbs_query_srq_resp {
+            max_wr,
+            max_sge,
+            srq_limit,
+            reserved
+        }),
+        layout!(ib_uverbs_destroy_srq_resp { events_reported }),
+        layout!(ib_uverbs_async_event_desc {
+            element,
+            event_type,
+            reserved
+        }),
+        layout!(ib_uverbs_comp_event_desc { cq_handle }),
+        layout!(ib_uverbs_post_send_resp { bad_wr }),
     ]
 }
 
@@ -496,6 +681,11 @@ fn constants() -> Vec<(&'static str, i128)> {
             IB_UVERBS_CORE_SUPPORT_OPTIONAL_MR_ACCESS
         ),
         c!("IB_UVERBS_QPF_GRH_REQUIRED", IB_UVERBS_QPF_GRH_REQUIRED),
+        // abi/obj.rs
+        c!(
+            "IB_UVERBS_QP_CREATE_SQ_SIG_ALL",
+            IB_UVERBS_QP_CREATE_SQ_SIG_ALL
+        ),
         // device.rs: enum rdma_driver_id
         c!("RDMA_DRIVER_UNKNOWN", DriverId::UNKNOWN.0),
         c!("RDMA_DRIVER_MLX5", DriverId::MLX5.0),
