@@ -469,8 +469,10 @@ impl<L: WrIdLookup> Mlx5Cq<L> {
     pub fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
         let mut n = 0;
         let mut ci = self.cons_index;
+        // A local copy keeps the geometry in registers across the read barriers.
+        let ring = self.ring;
         for slot in out.iter_mut() {
-            let Some(cqe) = self.ring.take(ci) else { break };
+            let Some(cqe) = ring.take(ci) else { break };
             ci = ci.wrapping_add(1);
             *slot = parse_cqe(&cqe, &mut self.lookup);
             n += 1;
