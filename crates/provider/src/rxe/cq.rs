@@ -16,6 +16,7 @@ use super::queue::{QueueKind, RxeQueue};
 /// Turns one rxe CQE into a [`WorkCompletion`]: flags into the userspace numbering, immediate
 /// data from network to host byte order (rxe stores it as it came off the wire), the
 /// invalidated rkey (already host order) unchanged.
+#[inline]
 pub fn wc_from_raw(raw: &ib_uverbs_wc) -> WorkCompletion {
     let imm_data = if raw.wc_flags & IB_WC_WITH_IMM != 0 {
         u32::from_be(raw.ex)
@@ -103,6 +104,7 @@ impl RxeCq {
     /// iterator is dropped (or [`RxeCqIter::sync`] is called): completions it did not yield
     /// stay in the queue for the next poll. Leaking it (`mem::forget`) only means its
     /// completions are seen again.
+    #[inline]
     pub fn iter(&mut self) -> RxeCqIter<'_> {
         let head = self.queue.load_own();
         let tail = self.queue.load_peer();
@@ -134,6 +136,7 @@ impl RxeCqIter<'_> {
         self.tail = self.queue.load_peer();
     }
 
+    #[inline]
     fn publish(&mut self) {
         if self.head != self.start {
             self.queue.publish_own(self.head);
@@ -145,6 +148,7 @@ impl RxeCqIter<'_> {
 impl Iterator for RxeCqIter<'_> {
     type Item = WorkCompletion;
 
+    #[inline]
     fn next(&mut self) -> Option<WorkCompletion> {
         if self.head == self.tail {
             return None;
@@ -159,6 +163,7 @@ impl Iterator for RxeCqIter<'_> {
         Some(wc_from_raw(&raw))
     }
 
+    #[inline]
     fn size_hint(&self) -> (usize, Option<usize>) {
         let n = (self.tail.wrapping_sub(self.head) & self.queue.index_mask()) as usize;
         (n, Some(n))
@@ -168,6 +173,7 @@ impl Iterator for RxeCqIter<'_> {
 impl ExactSizeIterator for RxeCqIter<'_> {}
 
 impl Drop for RxeCqIter<'_> {
+    #[inline]
     fn drop(&mut self) {
         self.publish();
     }

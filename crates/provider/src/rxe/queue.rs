@@ -235,6 +235,7 @@ impl RxeQueue {
     }
 
     /// `index_mask` from the header.
+    #[inline]
     pub fn index_mask(&self) -> u32 {
         self.index_mask
     }
@@ -274,6 +275,7 @@ impl RxeQueue {
         self.len() == 0
     }
 
+    #[inline]
     fn own_offset(&self) -> usize {
         if self.kind.user_produces() {
             QUEUE_PRODUCER_INDEX_OFFSET
@@ -282,6 +284,7 @@ impl RxeQueue {
         }
     }
 
+    #[inline]
     fn peer_offset(&self) -> usize {
         if self.kind.user_produces() {
             QUEUE_CONSUMER_INDEX_OFFSET
@@ -291,6 +294,7 @@ impl RxeQueue {
     }
 
     /// Our own index (producer of a work queue, consumer of a CQ).
+    #[inline]
     pub(crate) fn load_own(&self) -> u32 {
         // SAFETY: the index word is inside the validated header.
         let a = unsafe { atomic_at(self.base, self.own_offset()) };
@@ -301,6 +305,7 @@ impl RxeQueue {
     }
 
     /// The kernel's index (consumer of a work queue, producer of a CQ).
+    #[inline]
     pub(crate) fn load_peer(&self) -> u32 {
         // SAFETY: the index word is inside the validated header.
         let a = unsafe { atomic_at(self.base, self.peer_offset()) };
@@ -312,6 +317,7 @@ impl RxeQueue {
     }
 
     /// Stores our new index, publishing everything written or read in the slots before it.
+    #[inline]
     pub(crate) fn publish_own(&self, index: u32) {
         debug_assert!(index <= self.index_mask);
         // SAFETY: the index word is inside the validated header.
@@ -324,11 +330,13 @@ impl RxeQueue {
     }
 
     /// `(index + 1) & index_mask`.
+    #[inline]
     pub(crate) fn next(&self, index: u32) -> u32 {
         index.wrapping_add(1) & self.index_mask
     }
 
     /// Start of element `index` (masked). Always inside the mapping and 8-byte aligned.
+    #[inline]
     pub(crate) fn slot(&self, index: u32) -> *mut u8 {
         let off = QUEUE_DATA_OFFSET + (((index & self.index_mask) as usize) << self.log2_elem_size);
         // SAFETY: `new` checked that header + slots * elem_size fits in the mapping, and the
@@ -342,6 +350,7 @@ impl RxeQueue {
 /// # Safety
 ///
 /// `base + off .. + 4` must be inside a live mapping, 4-aligned, and accessed only atomically.
+#[inline]
 unsafe fn atomic_at<'a>(base: NonNull<u8>, off: usize) -> &'a AtomicU32 {
     // SAFETY: per the function contract the word is in bounds and aligned (base is 8-aligned,
     // offsets are multiples of 4); AtomicU32 has the layout of u32 and is the only way this
