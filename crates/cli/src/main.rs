@@ -9,6 +9,8 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
+mod devices;
+mod devinfo;
 mod link;
 
 /// What a subcommand returns: any error is printed as `rverbs <cmd>: <error>` and exits 1.
@@ -23,12 +25,26 @@ pub struct Command {
 }
 
 /// The subcommands, in the order `rverbs help` lists them.
-pub const COMMANDS: &[Command] = &[Command {
-    name: "link",
-    summary: "add, show and delete software RDMA links (rxe)",
-    usage: link::USAGE,
-    run: link::run,
-}];
+pub const COMMANDS: &[Command] = &[
+    Command {
+        name: "devices",
+        summary: "list RDMA devices and their node GUIDs (like ibv_devices)",
+        usage: devices::USAGE,
+        run: devices::run,
+    },
+    Command {
+        name: "devinfo",
+        summary: "show device and port attributes (like ibv_devinfo)",
+        usage: devinfo::USAGE,
+        run: devinfo::run,
+    },
+    Command {
+        name: "link",
+        summary: "add, show and delete software RDMA links (rxe)",
+        usage: link::USAGE,
+        run: link::run,
+    },
+];
 
 /// An error in the command line (as opposed to one from the system).
 #[derive(Debug)]
