@@ -1,0 +1,224 @@
+//! Every core verbs object on a real rxe device (issue #3). Runs in the VM.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use rverbs::uverbs::ah::{Ah, AhAttr};
+use rverbs::uverbs::channel::CompChannel;
+use rverbs::uverbs::cq::{Cq, CqOptions};
+use rverbs::uverbs::mr::{AccessFlags, Mr, PageBuf};
+use rverbs::uverbs::pd::Pd;
+use rverbs::uverbs::provider::QpCaps;
+use rverbs::uverbs::qp::{Qp, QpAttr, QpInit, QpState, QpType};
+use rverbs::uverbs::srq::{Srq, SrqAttr};
+use rverbs::uverbs::{SendWr, Sge, WcOpcode, WcStatus};
+
+const VM_ONLY: &str = "needs an RDMA device: runs in the VM (cargo xtask test)";
+
+fn caps() -> QpCaps {
+    QpCaps {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 2,
+        max_recv_sge: 2,
+        max_inline_data: 64,
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn create_and_destroy_every_object() {
+    let _ = VM_ONLY;
+    let ctx = ctx();
+    let pd = Pd::alloc(&ctx).unwrap();
+    let mr = Mr::register(&pd, PageBuf::new(8192).unwrap(), ALL_ACCESS).unwrap();
+    assert_ne!(mr.lkey(), 0);
+    let vmr = Mr::register(&pd, vec![0u8; 100], AccessFlags::LOCAL_WRITE).unwrap();
+    let mut local = [0u8; 64];
+    let bmr = Mr::register(&pd, &mut local[..], AccessFlags::LOCAL_WRITE).unwrap();
+    let ch = CompChannel::create(&ctx).unwrap();
+    let cq = Cq::create(
+        &ctx,
+        32,
+        CqOptions {
+            channel: Some(ch.clone()),
+            comp_vector: 0,
+        },
+    )
+    .unwrap();
+    assert!(cq.cqe() >= 32);
+    let srq = Srq::create(
+        &pd,
+        SrqAttr {
+            max_wr: 32,
+            max_sge: 1,
+            srq_limit: 0,
+        },
+    )
+    .unwrap();
+    let q = srq.query().unwrap();
+    assert!(q.max_wr >= 32, "{q:?}");
+    for t in [QpType::RC, QpType::UC, QpType::UD] {
+        let qp = Qp::create(
+            &pd,
+            QpInit {
+                qp_type: t,
+                ..QpInit::rc(&cq, caps())
+            },
+        )
+        .unwrap_or_else(|e| panic!("create {t} QP: {e}"));
+        assert!(qp.qp_num() > 1);
+        assert_eq!(qp.query().unwrap().state, QpState::RESET);
+    }
+    let srq_qp = Qp::create(
+        &pd,
+        QpInit {
+            srq: Some(srq.clone()),
+            caps: QpCaps {
+                max_recv_wr: 0,
+                ..caps()
+            },
+            ..QpInit::rc(&cq, caps())
+        },
+    )
+    .unwrap();
+    let (sgid, gid) = roce_v2_gid(&ctx);
+    let ah = Ah::create(&pd, AhAttr::roce(1, gid, sgid)).unwrap();
+    drop((ah, srq_qp, srq, bmr, vmr, mr));
+    drop(cq);
+    drop(ch);
+    drop(pd);
+}
+
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn qp_walks_every_state() {
+    let ctx = ctx();
+    let pd = Pd::alloc(&ctx).unwrap();
+    let cq = Cq::create(&ctx, 16, CqOptions::default()).unwrap();
+    let qp = Qp::create(&pd, QpInit::rc(&cq, caps())).unwrap();
+    let (sgid, gid) = roce_v2_gid(&ctx);
+    connect(&qp, qp.qp_num(), gid, sgid, ALL_ACCESS);
+    let info = qp.query().unwrap();
+    assert_eq!(info.state, QpState::RTS);
+    assert_eq!(info.timeout, 14);
+    assert_eq!(info.ah_attr.grh.unwrap().dgid, gid);
+    qp.modify(&QpAttr {
+        qp_state: Some(QpState::SQD),
+        ..Default::default()
+    })
+    .unwrap();
+    // SQD is reached once the send queue drained (immediately: nothing is outstanding).
+    let st = qp.query().unwrap().state;
+    assert!(st == QpState::SQD || st == QpState::RTS, "{st}");
+    qp.modify(&QpAttr {
+        qp_state: Some(QpState::ERR),
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(qp.query().unwrap().state, QpState::ERR);
+    qp.modify(&QpAttr {
+        qp_state: Some(QpState::RESET),
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(qp.query().unwrap().state, QpState::RESET);
+}
+
+/// Two RC QPs on one device connected by hand (no CM): SEND with immediate, RDMA WRITE and
+/// READ, payload checked.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn rc_pair_by_hand_moves_data() {
+    let ctx = ctx();
+    let pd = Pd::alloc(&ctx).unwrap();
+    let cq_a = Cq::create(&ctx, 64, CqOptions::default()).unwrap();
+    let cq_b = Cq::create(&ctx, 64, CqOptions::default()).unwrap();
+    let a = Qp::create(&pd, QpInit::rc(&cq_a, caps())).unwrap();
+    let b = Qp::create(&pd, QpInit::rc(&cq_b, caps())).unwrap();
+    let (sgid, gid) = roce_v2_gid(&ctx);
+    connect(&a, b.qp_num(), gid, sgid, ALL_ACCESS);
+    connect(&b, a.qp_num(), gid, sgid, ALL_ACCESS);
+
+    let mut ma = Mr::register(&pd, PageBuf::new(4096).unwrap(), ALL_ACCESS).unwrap();
+    let mb = Mr::register(&pd, PageBuf::new(4096).unwrap(), ALL_ACCESS).unwrap();
+    ma.as_mut_slice()[..11].copy_from_slice(b"hello, rxe!");
+    let recv_sge = [mb.sge(0..1024)];
+    // SAFETY: mb outlives the completion polled below.
+    unsafe {
+        b.post_recv(&[rverbs::uverbs::RecvWr {
+            wr_id: 7,
+            sge: &recv_sge,
+        }])
+    }
+    .unwrap();
+    let send_sge = [ma.sge(0..11)];
+    let wr = SendWr {
+        op: rverbs::uverbs::SendOp::SendWithImm { imm: 0x1234_5678 },
+        ..SendWr::send(1, &send_sge)
+    };
+    // SAFETY: ma outlives the completion.
+    unsafe { a.post_send(&[wr]) }.unwrap();
+    let wc = poll_n(&cq_a, 1)[0];
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode),
+        (1, WcStatus::SUCCESS, WcOpcode::SEND)
+    );
+    let wc = poll_n(&cq_b, 1)[0];
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode),
+        (7, WcStatus::SUCCESS, WcOpcode::RECV)
+    );
+    assert_eq!(wc.byte_len, 11);
+    assert_eq!(wc.imm(), Some(0x1234_5678));
+    assert_eq!(wc.qp_num, b.qp_num());
+    assert_eq!(&mb.as_slice()[..11], b"hello, rxe!");
+
+    // RDMA WRITE a → b at offset 2048, then RDMA READ it back into a at offset 1024.
+    ma.as_mut_slice()[..8].copy_from_slice(b"written!");
+    let s = [ma.sge(0..8)];
+    let w = SendWr {
+        op: rverbs::uverbs::SendOp::RdmaWrite {
+            remote_addr: mb.addr() + 2048,
+            rkey: mb.rkey(),
+        },
+        ..SendWr::send(2, &s)
+    };
+    // SAFETY: as above.
+    unsafe { a.post_send(&[w]) }.unwrap();
+    let wc = poll_n(&cq_a, 1)[0];
+    assert_eq!(
+        (wc.status, wc.opcode),
+        (WcStatus::SUCCESS, WcOpcode::RDMA_WRITE)
+    );
+    assert_eq!(&mb.as_slice()[2048..2056], b"written!");
+    let d = [ma.sge(1024..1032)];
+    let r = SendWr {
+        op: rverbs::uverbs::SendOp::RdmaRead {
+            remote_addr: mb.addr() + 2048,
+            rkey: mb.rkey(),
+        },
+        ..SendWr::send(3, &d)
+    };
+    // SAFETY: as above.
+    unsafe { a.post_send(&[r]) }.unwrap();
+    let wc = poll_n(&cq_a, 1)[0];
+    assert_eq!(
+        (wc.status, wc.opcode, wc.byte_len),
+        (WcStatus::SUCCESS, WcOpcode::RDMA_READ, 8)
+    );
+    assert_eq!(&ma.as_slice()[1024..1032], b"written!");
+    let _ = Sge::default();
+    let _: Arc<Pd> = pd;
+}
