@@ -46,30 +46,43 @@ impl GuestTarget {
     }
 }
 
-/// Makes sure the musl target is installed (via rustup when it is there).
+/// Whether the toolchain has the standard library for `triple`.
+fn has_std_for(triple: &str) -> bool {
+    util::output(
+        Command::new(std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()))
+            .args(["--print", "sysroot"]),
+    )
+    .map(|root| {
+        PathBuf::from(root.trim())
+            .join("lib/rustlib")
+            .join(triple)
+            .join("lib")
+            .is_dir()
+    })
+    .unwrap_or(false)
+}
+
+/// Chooses the guest target: musl, installing it with rustup when missing; glibc with
+/// crt-static (reported) only when the musl standard library cannot be had.
 pub fn guest_target() -> GuestTarget {
     if std::env::var("RVERBS_GUEST_TARGET").as_deref() == Ok("gnu") {
         return GuestTarget::GnuStatic;
     }
-    let installed = util::output(Command::new("rustup").args(["target", "list", "--installed"]));
-    match installed {
-        Ok(list) if list.lines().any(|l| l.trim() == MUSL) => GuestTarget::Musl,
-        Ok(_) => {
-            eprintln!("xtask: adding the Rust target {MUSL} (rustup target add {MUSL})");
-            match util::run(Command::new("rustup").args(["target", "add", MUSL])) {
-                Ok(()) => GuestTarget::Musl,
-                Err(e) => {
-                    eprintln!(
-                        "xtask: WARNING: cannot add {MUSL} ({e}); building glibc binaries with \
-                         crt-static instead"
-                    );
-                    GuestTarget::GnuStatic
-                }
-            }
-        }
-        // No rustup: the toolchain may still have the musl std; the build will tell.
-        Err(_) => GuestTarget::Musl,
+    if has_std_for(MUSL) {
+        return GuestTarget::Musl;
     }
+    eprintln!("xtask: adding the Rust target {MUSL} (rustup target add {MUSL})");
+    if let Err(e) = util::run(Command::new("rustup").args(["target", "add", MUSL])) {
+        eprintln!("xtask: cannot add {MUSL}: {e}");
+    }
+    if has_std_for(MUSL) {
+        return GuestTarget::Musl;
+    }
+    eprintln!(
+        "xtask: WARNING: the Rust target {MUSL} is not available: building the guest binaries \
+         for glibc with -C target-feature=+crt-static instead"
+    );
+    GuestTarget::GnuStatic
 }
 
 pub struct Artifact {
@@ -188,7 +201,9 @@ pub fn vm_tests(target: GuestTarget) -> Result<VmTests> {
             "xtask",
             "--tests",
         ],
-        &["--cfg", "rverbs_vm"],
+        // Line tables keep backtraces useful at a fifth of the size (the minimal guest holds the
+        // binaries in its initramfs).
+        &["--cfg", "rverbs_vm", "-C", "debuginfo=line-tables-only"],
     );
     let arts = cargo_artifacts(cmd)?;
     let (tests, rest): (Vec<_>, Vec<_>) = arts.into_iter().partition(|a| a.kind == "test");
@@ -196,19 +211,8 @@ pub fn vm_tests(target: GuestTarget) -> Result<VmTests> {
     Ok(VmTests { tests, bins })
 }
 
-/// Builds the static rverbs binary for the guests, falling back from musl to glibc+crt-static.
+/// Builds the static rverbs binary for the guests (see [`guest_target`]).
 pub fn rverbs_any() -> Result<(GuestTarget, PathBuf)> {
     let t = guest_target();
-    match rverbs(t) {
-        Ok(p) => Ok((t, p)),
-        Err(e) if t == GuestTarget::Musl => {
-            eprintln!(
-                "xtask: WARNING: the musl build failed ({e}); retrying with glibc + crt-static"
-            );
-            let p = rverbs(GuestTarget::GnuStatic)?;
-            eprintln!("xtask: WARNING: guest binaries are glibc with crt-static, not musl");
-            Ok((GuestTarget::GnuStatic, p))
-        }
-        Err(e) => Err(e),
-    }
+    Ok((t, rverbs(t)?))
 }

@@ -42,13 +42,6 @@ impl Json {
         }
     }
 
-    pub fn as_bool(&self) -> Option<bool> {
-        match self {
-            Json::Bool(b) => Some(*b),
-            _ => None,
-        }
-    }
-
     pub fn as_array(&self) -> &[Json] {
         match self {
             Json::Arr(a) => a,
@@ -218,7 +211,7 @@ mod tests {
             j.get("target").get("kind").as_array()[0].as_str(),
             Some("test")
         );
-        assert_eq!(j.get("profile").get("test").as_bool(), Some(true));
+        assert_eq!(j.get("profile").get("test"), &Json::Bool(true));
         assert_eq!(j.get("executable").as_str(), Some("/t/vm_smoke-1"));
         assert_eq!(j.get("missing"), &Json::Null);
     }
@@ -229,7 +222,7 @@ mod tests {
         let a = j.as_array();
         assert_eq!(a[0].as_str(), Some("a\"b\\c\né😀"));
         assert_eq!(a[1], Json::Num(-150.0));
-        assert_eq!(a[2].as_bool(), Some(true));
+        assert_eq!(a[2], Json::Bool(true));
         assert_eq!(a[3], Json::Null);
         assert!(Json::parse("{\"a\":}").is_err());
         assert!(Json::parse("[1,2").is_err());

@@ -18,7 +18,7 @@ use vm::{Display, Guest, Payload, RunSpec, Topo};
 /// Commands `cargo xtask demo` runs in the minimal guest, one per line of output section.
 const DEMO_COMMANDS: &[&str] = &["rverbs devinfo -v"];
 
-const HELP: &str = "\
+pub const HELP: &str = "\
 cargo xtask: the rverbs test bed (QEMU guests with soft-RoCE devices)
 
 USAGE:
@@ -87,8 +87,9 @@ fn cmd_setup() -> Result<u8> {
     println!("qemu:     {}", bed.tools.qemu.display());
     println!("busybox:  {}", bed.tools.busybox.display());
     println!(
-        "kernel:   {} ({})",
+        "kernel:   {} {} ({})",
         bed.kernel.package,
+        bed.kernel.release,
         bed.kernel.vmlinuz.display()
     );
     println!("modules:  {}", bed.kernel.modules.len());

@@ -1,5 +1,544 @@
-//! `cargo xtask test` (filled in below).
-use crate::util::Result;
-pub fn run(_args: &[String]) -> Result<u8> {
-    Ok(1)
+//! `cargo xtask test`: formatting and lints, host tests, then the integration tests built with
+//! `--cfg rverbs_vm` in the guests. Ends with one summary line
+//! `xtask: N passed, N failed, N skipped` (skipped = ignored) and a non-zero exit on any failure.
+
+use crate::build::{self, GuestTarget};
+use crate::util::{self, fmt_secs, Context, Result};
+use crate::vm::{self, Bed, Display, Guest, GuestStatus, Payload, RunSpec, Topo};
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The VM stages, in order.
+const VM_STAGES: &[(Guest, Topo)] = &[
+    (Guest::Minimal, Topo::One),
+    (Guest::Host, Topo::One),
+    (Guest::Host, Topo::Two),
+];
+
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    pub passed: u64,
+    pub failed: u64,
+    pub ignored: u64,
+}
+
+impl std::ops::AddAssign for Counts {
+    fn add_assign(&mut self, o: Counts) {
+        self.passed += o.passed;
+        self.failed += o.failed;
+        self.ignored += o.ignored;
+    }
+}
+
+struct Stage {
+    name: String,
+    counts: Counts,
+    notes: Vec<String>,
+    took: Duration,
+}
+
+#[derive(Default)]
+struct Report {
+    stages: Vec<Stage>,
+}
+
+impl Report {
+    fn add(&mut self, name: &str, counts: Counts, notes: Vec<String>, took: Duration) {
+        let line = format!(
+            "xtask: stage {name}: {} passed, {} failed, {} skipped ({})",
+            counts.passed,
+            counts.failed,
+            counts.ignored,
+            fmt_secs(took)
+        );
+        println!("{line}");
+        for n in &notes {
+            println!("xtask:     {n}");
+        }
+        self.stages.push(Stage {
+            name: name.to_string(),
+            counts,
+            notes,
+            took,
+        });
+    }
+
+    fn total(&self) -> Counts {
+        let mut t = Counts::default();
+        for s in &self.stages {
+            t += s.counts;
+        }
+        t
+    }
+}
+
+/// Sums the `test result:` lines of libtest output.
+pub fn parse_results(text: &str) -> Option<Counts> {
+    let mut found = None;
+    for line in text.lines() {
+        let Some(rest) = line.trim().strip_prefix("test result: ") else {
+            continue;
+        };
+        let mut c = Counts::default();
+        for part in rest.split(';') {
+            let words: Vec<&str> = part.split_whitespace().collect();
+            // "ok. 3 passed" / "FAILED. 1 passed" / " 0 failed" / " 2 ignored"
+            let (n, what) = match words.as_slice() {
+                [_, n, what, ..] if part.contains('.') && words[0].ends_with('.') => (n, what),
+                [n, what, ..] => (n, what),
+                _ => continue,
+            };
+            let Ok(n) = n.parse::<u64>() else { continue };
+            match *what {
+                "passed" => c.passed += n,
+                "failed" => c.failed += n,
+                "ignored" => c.ignored += n,
+                _ => {}
+            }
+        }
+        *found.get_or_insert_with(Counts::default) += c;
+    }
+    found
+}
+
+struct Opts {
+    host: bool,
+    vm: bool,
+    test_args: Vec<String>,
+}
+
+pub fn run(args: &[String]) -> Result<u8> {
+    let mut opts = Opts {
+        host: true,
+        vm: true,
+        test_args: Vec::new(),
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--no-vm" => opts.vm = false,
+            "--vm-only" => opts.host = false,
+            "--" => opts.test_args.extend(it.by_ref().cloned()),
+            "--help" | "-h" => {
+                print!("{}", crate::HELP);
+                return Ok(0);
+            }
+            other => crate::bail!(
+                "unknown option `{other}` for `cargo xtask test` (see `cargo xtask help`)"
+            ),
+        }
+    }
+    let t0 = Instant::now();
+    let mut report = Report::default();
+    if opts.host {
+        check(
+            &mut report,
+            "fmt",
+            util::cargo().args(["fmt", "--all", "--", "--check"]),
+        );
+        check(
+            &mut report,
+            "clippy",
+            util::cargo().args([
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]),
+        );
+        host_tests(&mut report);
+    }
+    if opts.vm {
+        vm_stages(&mut report, &opts);
+    }
+    let total = report.total();
+    let mut text = String::new();
+    for s in &report.stages {
+        let _ = writeln!(
+            text,
+            "{}: {} passed, {} failed, {} skipped ({})",
+            s.name,
+            s.counts.passed,
+            s.counts.failed,
+            s.counts.ignored,
+            fmt_secs(s.took)
+        );
+        for n in &s.notes {
+            let _ = writeln!(text, "    {n}");
+        }
+    }
+    let _ = writeln!(text, "total time {}", fmt_secs(t0.elapsed()));
+    let report_path = util::vm_dir().join("last-test-report.txt");
+    if fs::create_dir_all(util::vm_dir()).is_ok() && fs::write(&report_path, &text).is_ok() {
+        println!(
+            "xtask: report: {} (total time {})",
+            report_path.display(),
+            fmt_secs(t0.elapsed())
+        );
+    }
+    println!(
+        "xtask: {} passed, {} failed, {} skipped",
+        total.passed, total.failed, total.ignored
+    );
+    Ok(if total.failed == 0 && total.passed > 0 {
+        0
+    } else {
+        1
+    })
+}
+
+fn check(report: &mut Report, name: &str, cmd: &mut Command) {
+    println!("xtask: ==== {name}: {}", util::show(cmd));
+    let t = Instant::now();
+    let (counts, notes) = match cmd.status() {
+        Ok(s) if s.success() => (
+            Counts {
+                passed: 1,
+                ..Default::default()
+            },
+            vec![],
+        ),
+        Ok(s) => (
+            Counts {
+                failed: 1,
+                ..Default::default()
+            },
+            vec![format!("FAILED: {}", util::describe_status(s))],
+        ),
+        Err(e) => (
+            Counts {
+                failed: 1,
+                ..Default::default()
+            },
+            vec![format!("FAILED: cannot run: {e}")],
+        ),
+    };
+    report.add(name, counts, notes, t.elapsed());
+}
+
+/// Runs a command with its output shown and returns its stdout text and success.
+fn tee(cmd: &mut Command) -> Result<(String, std::process::ExitStatus)> {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context(|| format!("cannot run `{}`", util::show(cmd)))?;
+    let err = child.stderr.take().map(|e| {
+        std::thread::spawn(move || {
+            let _ = util::for_each_line(e, |l| eprintln!("{l}"));
+        })
+    });
+    let mut text = String::new();
+    if let Some(out) = child.stdout.take() {
+        let _ = util::for_each_line(out, |l| {
+            println!("{l}");
+            text.push_str(&l);
+            text.push('\n');
+        });
+    }
+    if let Some(e) = err {
+        let _ = e.join();
+    }
+    let status = child
+        .wait()
+        .context(|| "cannot wait for cargo".to_string())?;
+    Ok((text, status))
+}
+
+fn host_tests(report: &mut Report) {
+    let mut cmd = util::cargo();
+    cmd.args(["test", "--workspace", "--no-fail-fast"]);
+    println!("xtask: ==== host tests: {}", util::show(&cmd));
+    let t = Instant::now();
+    let mut notes = Vec::new();
+    let counts = match tee(&mut cmd) {
+        Ok((text, status)) => {
+            let mut c = parse_results(&text).unwrap_or_default();
+            if !status.success() && c.failed == 0 {
+                c.failed += 1;
+                notes.push(format!(
+                    "FAILED: `cargo test` {} (build error?)",
+                    util::describe_status(status)
+                ));
+            }
+            c
+        }
+        Err(e) => {
+            notes.push(format!("FAILED: {e}"));
+            Counts {
+                failed: 1,
+                ..Default::default()
+            }
+        }
+    };
+    report.add("host tests", counts, notes, t.elapsed());
+}
+
+fn fail_stage(report: &mut Report, name: &str, why: String, t: Instant) {
+    report.add(
+        name,
+        Counts {
+            failed: 1,
+            ..Default::default()
+        },
+        vec![format!("FAILED: {why}")],
+        t.elapsed(),
+    );
+}
+
+fn vm_stages(report: &mut Report, opts: &Opts) {
+    println!("xtask: ==== VM tests: static build of rverbs and of the integration tests (--cfg rverbs_vm)");
+    let t = Instant::now();
+    let built = (|| -> Result<(GuestTarget, PathBuf, build::VmTests)> {
+        let (target, rverbs) = build::rverbs_any()?;
+        let tests = build::vm_tests(target)?;
+        Ok((target, rverbs, tests))
+    })();
+    let (target, rverbs, tests) = match built {
+        Ok(b) => b,
+        Err(e) => return fail_stage(report, "vm build", e.0, t),
+    };
+    let mut notes = vec![format!(
+        "{} test binaries for {}",
+        tests.tests.len(),
+        target.triple()
+    )];
+    if target == GuestTarget::GnuStatic {
+        notes.push(
+            "WARNING: glibc + crt-static binaries (the musl target was not available)".into(),
+        );
+    }
+    report.add("vm build", Counts::default(), notes, t.elapsed());
+
+    let t = Instant::now();
+    let bed = match Bed::prepare() {
+        Ok(b) => b,
+        Err(e) => return fail_stage(report, "vm set-up", e.0, t),
+    };
+    println!(
+        "xtask: guest kernel {}, {:?}, set-up took {}",
+        bed.kernel.package,
+        bed.accel,
+        fmt_secs(t.elapsed())
+    );
+
+    let mut dirs = BTreeSet::new();
+    for a in &tests.tests {
+        dirs.insert(a.package_dir.to_string_lossy().into_owned());
+    }
+    let files = tests
+        .tests
+        .iter()
+        .chain(&tests.bins)
+        .map(|a| a.executable.clone())
+        .collect();
+    let payload = Payload {
+        rverbs: Some(rverbs),
+        files,
+        dirs: dirs.into_iter().collect(),
+    };
+    let stage_timeout = env_secs("RVERBS_VM_STAGE_TIMEOUT", 900);
+    let test_timeout = env_secs("RVERBS_VM_TEST_TIMEOUT", 300);
+    let threads = std::env::var("RVERBS_VM_TEST_THREADS").unwrap_or_else(|_| "1".into());
+    let mut args = vec![format!("--test-threads={threads}")];
+    args.extend(opts.test_args.iter().cloned());
+    let script = runner_script(&tests.tests, &args, test_timeout);
+
+    for &(guest, topo) in VM_STAGES {
+        let name = format!("vm {}/{}", guest.name(), topo.name());
+        println!(
+            "xtask: ==== {name}: booting the {} guest, {} topology",
+            guest.name(),
+            topo.name()
+        );
+        let t = Instant::now();
+        let spec = RunSpec {
+            guest,
+            topo,
+            label: &format!("test-{}-{}", guest.name(), topo.name()),
+            script: script.clone(),
+            cwd: None,
+            timeout: stage_timeout,
+            display: Display::Progress,
+            payload: &payload,
+        };
+        match bed.run(&spec) {
+            Ok(out) => {
+                let (counts, notes) = collect(&out, &tests.tests);
+                report.add(&name, counts, notes, t.elapsed());
+            }
+            Err(e) => fail_stage(report, &name, e.0, t),
+        }
+    }
+}
+
+fn env_secs(var: &str, default: u64) -> Duration {
+    Duration::from_secs(
+        std::env::var(var)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default),
+    )
+}
+
+/// The script the guest runs: every test binary in turn, from its package directory, its
+/// output into tests/<i>.log and its exit code into tests/<i>.rc on the run share.
+fn runner_script(tests: &[build::Artifact], args: &[String], timeout: Duration) -> String {
+    let mut s = String::from(
+        "T=/tmp/rverbs-vm/tests\nmkdir -p \"$T\"\n\
+         run_one() {\n\
+         \x20   i=$1; name=$2; dir=$3; shift 3\n\
+         \x20   echo \"RVERBS-VM-TEST: [$i] $name\"\n\
+         \x20   ( cd \"$dir\" 2>/dev/null || cd /; exec \"$@\" ) > \"$T/$i.log\" 2>&1\n\
+         \x20   rc=$?\n\
+         \x20   echo $rc > \"$T/$i.rc\"\n\
+         \x20   echo \"RVERBS-VM-TEST: [$i] $name: exit $rc; $(grep '^test result:' \"$T/$i.log\" | tail -n 1)\"\n\
+         }\n",
+    );
+    let args = util::shell_join(args);
+    for (i, a) in tests.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "run_one {i} {} {} timeout {} {} {args}",
+            util::shell_quote(&a.name),
+            util::shell_quote(&a.package_dir.to_string_lossy()),
+            timeout.as_secs(),
+            util::shell_quote(&a.executable.to_string_lossy()),
+        );
+    }
+    s.push_str("exit 0\n");
+    s
+}
+
+/// Turns a guest run into counts: per test binary from its log and exit code; a binary
+/// without a result, and a guest that did not finish, count as failures.
+fn collect(out: &vm::Outcome, tests: &[build::Artifact]) -> (Counts, Vec<String>) {
+    let mut total = Counts::default();
+    let mut notes = Vec::new();
+    if let Some(r) = out.ready_after {
+        notes.push(format!("guest ready after {}", fmt_secs(r)));
+    }
+    for d in &out.fallback {
+        notes.push(format!("WARNING: {d} was created with iproute2's `rdma link add` (FALLBACK), not `rverbs link add`"));
+    }
+    let dir = out.run_dir.join("tests");
+    for (i, a) in tests.iter().enumerate() {
+        let log = dir.join(format!("{i}.log"));
+        let text = fs::read_to_string(&log).unwrap_or_default();
+        let rc = fs::read_to_string(dir.join(format!("{i}.rc")))
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok());
+        let res = parse_results(&text);
+        let mut c = res.unwrap_or_default();
+        let mut why = None;
+        match (rc, res) {
+            (None, _) => {
+                c.failed += 1;
+                why = Some("did not finish (the guest ended before it)".to_string());
+            }
+            (Some(0), None) => {
+                c.passed += 1;
+                notes.push(format!(
+                    "{}: no libtest summary; counted as 1 passed by its exit code 0",
+                    a.name
+                ));
+            }
+            (Some(rc), None) => {
+                c.failed += 1;
+                let timeout = if rc == 124 || rc == 143 {
+                    " (timed out?)"
+                } else {
+                    ""
+                };
+                why = Some(format!("died without a result line: exit {rc}{timeout}"));
+            }
+            (Some(rc), Some(r)) if rc != 0 && r.failed == 0 => {
+                c.failed += 1;
+                why = Some(format!(
+                    "exit {rc} although its result line shows no failure"
+                ));
+            }
+            (Some(_), Some(r)) if r.failed > 0 => {
+                why = Some(format!("{} test(s) failed", r.failed))
+            }
+            _ => {}
+        }
+        if let Some(why) = why {
+            notes.push(format!("FAILED: {}: {why}; log: {}", a.name, log.display()));
+            print_log_tail(&log, 60);
+        }
+        total += c;
+    }
+    match &out.status {
+        GuestStatus::Exited(0) => {}
+        _ => {
+            total.failed += 1;
+            notes.push(format!("FAILED: {}", out.describe()));
+            for e in &out.errors {
+                notes.push(format!("guest error: {e}"));
+            }
+            notes.push(out.where_to_look().replace('\n', "; "));
+            vm::print_tail(&out.console_log, 40);
+        }
+    }
+    (total, notes)
+}
+
+fn print_log_tail(path: &Path, lines: usize) {
+    if path.exists() {
+        vm::print_tail(path, lines);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn result_lines_are_summed() {
+        let text = "\
+running 2 tests
+test a ... ok
+test b ... ignored, needs an RDMA device
+test result: ok. 1 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.00s
+
+test result: FAILED. 3 passed; 2 failed; 0 ignored; 0 measured; 5 filtered out; finished in 1.20s
+";
+        assert_eq!(
+            parse_results(text),
+            Some(Counts {
+                passed: 4,
+                failed: 2,
+                ignored: 1
+            })
+        );
+        assert_eq!(parse_results("running 1 test\nthread panicked\n"), None);
+    }
+
+    #[test]
+    fn runner_quotes_paths_and_records_status() {
+        let a = build::Artifact {
+            executable: PathBuf::from("/t/deps/vm smoke-1"),
+            package_dir: PathBuf::from("/w/crates/uverbs"),
+            name: "uverbs/vm_smoke".into(),
+            kind: "test".into(),
+        };
+        let s = runner_script(
+            &[a],
+            &["--test-threads=1".into(), "a b".into()],
+            Duration::from_secs(30),
+        );
+        assert!(
+            s.contains("run_one 0 uverbs/vm_smoke /w/crates/uverbs timeout 30 '/t/deps/vm smoke-1' --test-threads=1 'a b'"),
+            "{s}"
+        );
+        assert!(s.contains("> \"$T/$i.rc\""));
+        assert!(s.trim_end().ends_with("exit 0"));
+    }
 }

@@ -202,6 +202,43 @@ fn elf_static_from_bytes(b: &[u8]) -> Option<bool> {
     Some(true)
 }
 
+/// Whether an ELF image carries the Xen note `XEN_ELFNOTE_PHYS32_ENTRY` (type 18), the PVH
+/// entry point that lets QEMU boot an uncompressed kernel directly.
+pub fn elf_has_pvh_entry(b: &[u8]) -> bool {
+    (|| -> Option<bool> {
+        if b.len() < 64 || &b[..4] != b"\x7fELF" || b[4] != 2 || b[5] != 1 {
+            return None;
+        }
+        let u16_at = |o: usize| Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?));
+        let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
+        let u64_at = |o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
+        let phoff = usize::try_from(u64_at(0x20)?).ok()?;
+        let phentsize = usize::from(u16_at(0x36)?);
+        for i in 0..usize::from(u16_at(0x38)?) {
+            let ph = phoff + i * phentsize;
+            const PT_NOTE: u32 = 4;
+            if u32_at(ph)? != PT_NOTE {
+                continue;
+            }
+            let off = usize::try_from(u64_at(ph + 8)?).ok()?;
+            let size = usize::try_from(u64_at(ph + 32)?).ok()?;
+            let mut at = off;
+            while at + 12 <= off + size {
+                let namesz = u32_at(at)? as usize;
+                let descsz = u32_at(at + 4)? as usize;
+                let ty = u32_at(at + 8)?;
+                let name = b.get(at + 12..at + 12 + namesz)?;
+                if name.starts_with(b"Xen") && ty == 18 {
+                    return Some(true);
+                }
+                at += 12 + namesz.div_ceil(4) * 4 + descsz.div_ceil(4) * 4;
+            }
+        }
+        Some(false)
+    })()
+    .unwrap_or(false)
+}
+
 /// Reads a stream to its end, turning bytes into lines (lossy UTF-8, `\r` removed) and
 /// handing each one to `f`. Used for console output, which may hold partial garbage.
 pub fn for_each_line(mut r: impl Read, mut f: impl FnMut(String)) -> io::Result<()> {

@@ -79,8 +79,6 @@ pub enum Display {
     Progress,
     /// The whole console.
     Verbose,
-    /// Nothing.
-    Silent,
 }
 
 /// Everything a boot needs that does not change between runs.
@@ -273,23 +271,22 @@ impl Bed {
             Accel::Tcg => cmd.args(["-accel", "tcg", "-cpu", "max"]),
             Accel::Kvm => cmd.args(["-accel", "kvm", "-cpu", "host"]),
         };
-        cmd.args([
-            "-smp",
-            "2",
-            "-m",
-            "2G",
-            "-nographic",
-            "-no-reboot",
-            "-nic",
-            "none",
-        ]);
-        cmd.arg("-kernel").arg(&self.kernel.vmlinuz);
+        cmd.args(["-smp", "2", "-m", "2G"]);
+        cmd.args(["-nographic", "-no-reboot", "-nic", "none"]);
+        // Fast boot (several seconds less under emulation): the uncompressed kernel through its
+        // PVH entry and, when QEMU ships it, the minimal qboot firmware instead of SeaBIOS.
+        let fast = std::env::var("RVERBS_VM_FAST_BOOT").as_deref() != Ok("0");
+        match &self.kernel.vmlinux {
+            Some(elf) if fast => cmd.arg("-kernel").arg(elf),
+            _ => cmd.arg("-kernel").arg(&self.kernel.vmlinuz),
+        };
+        let qboot = Path::new("/usr/share/qemu/qboot.rom");
+        if fast && qboot.exists() {
+            cmd.arg("-bios").arg(qboot);
+        }
         cmd.arg("-initrd").arg(initrd);
-        cmd.arg("-append").arg(
-            format!("console=ttyS0 panic=-1 quiet loglevel=4 {extra_append}")
-                .trim_end()
-                .to_string(),
-        );
+        cmd.arg("-append")
+            .arg(format!("console=ttyS0 panic=-1 quiet loglevel=4 {extra_append}").trim_end());
         cmd
     }
 
@@ -384,8 +381,8 @@ impl Bed {
                 errors.push(e.to_string());
             }
             let markers = ["RVERBS-VM-BEGIN", "RVERBS-VM-END"];
+            let tagged = tagged && !line.starts_with("RVERBS-VM-STATUS");
             match display {
-                Display::Silent => {}
                 Display::Verbose => println!("{line}"),
                 Display::Command if in_cmd && !markers.contains(&line) => println!("{line}"),
                 Display::Command | Display::Progress if tagged && !markers.contains(&line) => {
