@@ -155,6 +155,41 @@ pub fn messages(buf: &[u8]) -> impl Iterator<Item = Result<Message<'_>, DecodeEr
     })
 }
 
+/// Decodes the `RES_SUMMARY` table of a `RES_GET` reply into (name, current count) pairs.
+pub fn decode_res_summary(payload: &[u8]) -> Result<Vec<(String, u64)>, DecodeError> {
+    let mut out = Vec::new();
+    for a in attrs(payload) {
+        let a = a?;
+        if a.ty != attr::RES_SUMMARY {
+            continue;
+        }
+        for e in attrs(a.data) {
+            let e = e?;
+            if e.ty != attr::RES_SUMMARY_ENTRY {
+                continue;
+            }
+            let (mut name, mut curr) = (None, None);
+            for f in attrs(e.data) {
+                let f = f?;
+                match f.ty {
+                    attr::RES_SUMMARY_ENTRY_NAME => name = Some(f.str()?.to_string()),
+                    attr::RES_SUMMARY_ENTRY_CURR => curr = Some(f.u64()?),
+                    _ => {}
+                }
+            }
+            match (name, curr) {
+                (Some(n), Some(c)) => out.push((n, c)),
+                _ => {
+                    return Err(DecodeError(
+                        "resource summary entry without name or count".into(),
+                    ))
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// One attribute: its type (flag bits removed), whether it is nested, and its payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Attr<'a> {
@@ -635,6 +670,25 @@ impl RdmaNetlink {
         Ok(Chardev::decode(p)?)
     }
 
+    /// How many objects of each kind (`pd`, `cq`, `qp`, `cm_id`, `mr`, `ctx`, `srq`) the kernel
+    /// holds for device `dev_index` across all processes (`RDMA_NLDEV_CMD_RES_GET`, what
+    /// `rdma resource show` prints).
+    pub fn resource_summary(&mut self, dev_index: u32) -> io::Result<Vec<(String, u64)>> {
+        const OP: &str = "query RDMA resource summary over netlink";
+        let replies = self
+            .transact(cmd::RES_GET, false, |b| {
+                b.put_u32(attr::DEV_INDEX, dev_index);
+            })
+            .map_err(|e| {
+                e.into_error(OP)
+                    .with_detail(format!("device index {dev_index}"))
+            })?;
+        let p = replies
+            .first()
+            .ok_or_else(|| Error::protocol(OP, "the kernel acknowledged without a reply"))?;
+        decode_res_summary(p).map_err(io::Error::from)
+    }
+
     /// Creates a software RDMA device `name` of `link_type` ("rxe" or "siw") on `netdev`
     /// (`RDMA_NLDEV_CMD_NEWLINK`, as `rdma link add NAME type TYPE netdev NETDEV`).
     pub fn link_add(&mut self, name: &str, link_type: &str, netdev: &str) -> io::Result<()> {
@@ -967,5 +1021,49 @@ mod tests {
         assert_eq!(t, 0x1405);
         assert_eq!(crate::abi::netlink::rdma_nl_get_client(t), RDMA_NL_NLDEV);
         assert_eq!(crate::abi::netlink::rdma_nl_get_op(t), cmd::PORT_GET);
+    }
+}
+
+#[cfg(test)]
+mod res_summary_tests {
+    use super::*;
+
+    fn nla(ty: u16, payload: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
+        v.extend_from_slice(&ty.to_ne_bytes());
+        v.extend_from_slice(payload);
+        while v.len() % 4 != 0 {
+            v.push(0);
+        }
+        v
+    }
+
+    fn entry(name: &str, curr: u64) -> Vec<u8> {
+        let mut n = name.as_bytes().to_vec();
+        n.push(0);
+        let mut e = nla(attr::RES_SUMMARY_ENTRY_NAME, &n);
+        e.extend(nla(attr::RES_SUMMARY_ENTRY_CURR, &curr.to_ne_bytes()));
+        nla(attr::RES_SUMMARY_ENTRY | 0x8000, &e)
+    }
+
+    #[test]
+    fn decodes_nested_summary() {
+        let mut table = entry("pd", 3);
+        table.extend(entry("qp", 12));
+        let mut payload = nla(attr::DEV_INDEX, &7u32.to_ne_bytes());
+        payload.extend(nla(attr::RES_SUMMARY | 0x8000, &table));
+        let got = decode_res_summary(&payload).unwrap();
+        assert_eq!(got, vec![("pd".to_string(), 3), ("qp".to_string(), 12)]);
+    }
+
+    #[test]
+    fn entry_without_count_is_an_error() {
+        let e = nla(
+            attr::RES_SUMMARY_ENTRY | 0x8000,
+            &nla(attr::RES_SUMMARY_ENTRY_NAME, b"pd\0"),
+        );
+        let payload = nla(attr::RES_SUMMARY | 0x8000, &e);
+        assert!(decode_res_summary(&payload).is_err());
     }
 }

@@ -117,6 +117,10 @@ pub mod attr {
     pub const PORT_STATE: u16 = 12;
     pub const PORT_PHYS_STATE: u16 = 13;
     pub const DEV_NODE_TYPE: u16 = 14;
+    pub const RES_SUMMARY: u16 = 15;
+    pub const RES_SUMMARY_ENTRY: u16 = 16;
+    pub const RES_SUMMARY_ENTRY_NAME: u16 = 17;
+    pub const RES_SUMMARY_ENTRY_CURR: u16 = 18;
     pub const NDEV_INDEX: u16 = 50;
     pub const NDEV_NAME: u16 = 51;
     pub const LINK_TYPE: u16 = 65;
