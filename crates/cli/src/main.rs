@@ -12,6 +12,7 @@ use std::process::ExitCode;
 mod devices;
 mod devinfo;
 mod link;
+mod rc_pingpong;
 
 /// What a subcommand returns: any error is printed as `rverbs <cmd>: <error>` and exits 1.
 pub type CmdResult = Result<(), Box<dyn std::error::Error>>;
@@ -43,6 +44,12 @@ pub const COMMANDS: &[Command] = &[
         summary: "add, show and delete software RDMA links (rxe)",
         usage: link::USAGE,
         run: link::run,
+    },
+    Command {
+        name: "rc-pingpong",
+        summary: "RC ping-pong latency test, interoperable with ibv_rc_pingpong",
+        usage: rc_pingpong::USAGE,
+        run: rc_pingpong::run,
     },
 ];
 
