@@ -879,9 +879,14 @@ impl Context {
                 sysfs_gid_entry(self.device.ibdev_path(), port, index, pa.link_layer)?
                     .ok_or_else(|| empty_gid(op(), index, pa.gid_tbl_len))
             }
-            Err(Errno::NODATA) => {
+            // The kernel says ENODATA for an empty slot and EINVAL past the table's end.
+            Err(errno @ (Errno::NODATA | Errno::INVAL)) => {
                 let len = self.query_port(port).map_or(0, |p| p.gid_tbl_len);
-                Err(empty_gid(op(), index, len))
+                if errno == Errno::NODATA || index >= len {
+                    Err(empty_gid(op(), index, len))
+                } else {
+                    Err(Error::os(op(), errno).into())
+                }
             }
             Err(err) => Err(Error::os(op(), err).into()),
         }

@@ -123,6 +123,10 @@ fn opens_and_queries_device_and_port() {
     assert_eq!(a.vendor_id, 0xffffff, "rxe's vendor id");
     assert_eq!(a.fw_ver, "0.0.0");
     assert!(a.max_qp > 0 && a.max_cqe > 0 && a.max_sge > 0 && a.max_mr > 0);
+    eprintln!(
+        "extended QUERY_DEVICE response_length: {}",
+        a.ex_response_length
+    );
     assert!(a.ex_response_length > 176, "the extended query answered");
 
     let p = ctx.query_port(1).unwrap();
@@ -196,9 +200,21 @@ fn empty_or_past_the_end_gid_is_a_clear_error() {
     for index in [len - 1, len + 5] {
         let e = ctx.query_gid(1, index).unwrap_err();
         let s = e.to_string();
+        eprintln!("GID {index} of a {len}-entry table: {s}");
         assert!(
             s.contains(&format!("query GID {index} of {name} port 1")),
             "{s}"
         );
+        assert_eq!(e.kind(), io::ErrorKind::NotFound, "{s}");
     }
+    let s = ctx.query_gid(1, len - 1).unwrap_err().to_string();
+    assert!(s.ends_with(&format!("entry {} is empty", len - 1)), "{s}");
+    let s = ctx.query_gid(1, len + 5).unwrap_err().to_string();
+    assert!(
+        s.ends_with(&format!(
+            "index {} is past the table's {len} entries",
+            len + 5
+        )),
+        "{s}"
+    );
 }
