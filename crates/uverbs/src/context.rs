@@ -472,7 +472,10 @@ const M_QUERY_PORT: u32 = 1 << 0;
 const M_GID_TABLE: u32 = 1 << 1;
 const M_GID_ENTRY: u32 = 1 << 2;
 /// ENOTTY: no ioctl interface at all.
-const M_ALL: u32 = u32::MAX;
+const M_ALL: u32 = M_QUERY_PORT | M_GID_TABLE | M_GID_ENTRY;
+/// Not an ioctl: the extended write `QUERY_DEVICE` is missing (or the legacy ABI was asked
+/// for), use the legacy one.
+const M_EX_QUERY_DEVICE: u32 = 1 << 31;
 
 /// What an ioctl with a fallback came to.
 enum Outcome {
@@ -489,8 +492,8 @@ pub struct Context {
     async_fd: OwnedFd,
     num_comp_vectors: u32,
     core_support: u64,
-    /// ioctl methods known to be missing (bits `M_*`), so later calls go straight to the
-    /// fallback, as rdma-core remembers them.
+    /// ioctl methods (and the extended `QUERY_DEVICE`) known to be missing (bits `M_*`), so
+    /// later calls go straight to the fallback, as rdma-core remembers them.
     no_ioctl: AtomicU32,
     /// The provider's per-context driver, attached once by the provider that opened us.
     driver: OnceLock<Box<dyn Driver>>,
@@ -518,6 +521,23 @@ impl Context {
     /// its response (`uhw_out`, filled by the kernel). With the write fallback both lengths
     /// must be multiples of 4.
     pub fn open_with_udata(dev: &Device, uhw_in: &[u8], uhw_out: &mut [u8]) -> io::Result<Context> {
+        Self::open_impl(dev, uhw_in, uhw_out, false)
+    }
+
+    /// Opens `dev` speaking only what the oldest uverbs kernels have: write `GET_CONTEXT`,
+    /// legacy write `QUERY_DEVICE` and `QUERY_PORT`, GIDs from sysfs. It exists to test the
+    /// fallback paths against a kernel that has the new ones.
+    #[doc(hidden)]
+    pub fn open_legacy_abi(dev: &Device) -> io::Result<Context> {
+        Self::open_impl(dev, &[], &mut [], true)
+    }
+
+    fn open_impl(
+        dev: &Device,
+        uhw_in: &[u8],
+        uhw_out: &mut [u8],
+        legacy: bool,
+    ) -> io::Result<Context> {
         let path = dev.dev_path();
         let cmd_fd = rustix::fs::open(path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()).map_err(|e| {
             let err = Error::os(format!("open {}", dev.name()), e).with_detail(path.display().to_string());
@@ -536,7 +556,9 @@ impl Context {
 
         let mut num_comp_vectors = 0u32;
         let mut core_support = 0u64;
-        let r = {
+        let r = if legacy {
+            Err(Errno::NOTTY)
+        } else {
             let mut c = IoctlCall::new(object::DEVICE, dev_m::METHOD_GET_CONTEXT);
             c.ptr_out(
                 dev_m::ATTR_GET_CONTEXT_NUM_COMP_VECTORS,
@@ -575,7 +597,12 @@ impl Context {
                 // SAFETY: the legacy GET_CONTEXT installs a new async event fd and returns
                 // its number; it is ours alone.
                 let fd = unsafe { owned(core.async_fd as RawFd) };
-                (fd, if e == Errno::NOTTY { M_ALL } else { 0 })
+                let no_ioctl = match (legacy, e) {
+                    (true, _) => M_ALL | M_EX_QUERY_DEVICE,
+                    (false, Errno::NOTTY) => M_ALL,
+                    (false, _) => 0,
+                };
+                (fd, no_ioctl)
             }
             Err(e) => {
                 return Err(Error::os(op(), e)
@@ -714,14 +741,20 @@ impl Context {
         let mut resp = ib_uverbs_ex_query_device_resp::new_zeroed();
         let req = ib_uverbs_ex_query_device::default();
         let core_len = size_of::<ib_uverbs_ex_query_device_resp>();
-        match write::extended(
-            self.cmd_fd(),
-            ex_nr::QUERY_DEVICE,
-            req.as_bytes(),
-            &[],
-            resp.as_mut_bytes(),
-            core_len,
-        ) {
+        // Relaxed: see `ioctl_or_fallback`.
+        let ex = if self.no_ioctl.load(Ordering::Relaxed) & M_EX_QUERY_DEVICE != 0 {
+            Err(Errno::NOTSUP)
+        } else {
+            write::extended(
+                self.cmd_fd(),
+                ex_nr::QUERY_DEVICE,
+                req.as_bytes(),
+                &[],
+                resp.as_mut_bytes(),
+                core_len,
+            )
+        };
+        match ex {
             Ok(()) => {
                 let len = resp.response_length;
                 if (len as usize) < size_of::<ib_uverbs_query_device_resp>() {
@@ -733,7 +766,9 @@ impl Context {
                 }
                 Ok(DeviceAttr::from_resp(self.driver_id(), &resp, len))
             }
-            Err(Errno::NOTSUP | Errno::NOSYS | Errno::INVAL) => {
+            // As rdma-core: only "not supported" falls back; EINVAL would be our own bug.
+            Err(Errno::NOTSUP | Errno::NOSYS) => {
+                self.no_ioctl.fetch_or(M_EX_QUERY_DEVICE, Ordering::Relaxed);
                 let mut base = ib_uverbs_query_device_resp::new_zeroed();
                 write::legacy_simple(
                     self.cmd_fd(),

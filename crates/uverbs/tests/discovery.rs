@@ -218,3 +218,52 @@ fn empty_or_past_the_end_gid_is_a_clear_error() {
         "{s}"
     );
 }
+
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn legacy_write_paths_agree_with_ioctl_paths() {
+    // The fallbacks (write GET_CONTEXT, legacy QUERY_DEVICE, write QUERY_PORT, sysfs GIDs)
+    // against the same device as the ioctl/extended paths.
+    let (name, _, _) = dev_and_addr();
+    let d = Device::by_name(&name).unwrap();
+    let new = Context::open(&d).unwrap();
+    let old = Context::open_legacy_abi(&d).unwrap();
+    rustix::fs::fstat(old.async_fd()).expect("the write GET_CONTEXT's async fd is open");
+    assert_eq!(old.num_comp_vectors(), new.num_comp_vectors());
+
+    let (a_new, a_old) = (new.query_device().unwrap(), old.query_device().unwrap());
+    assert_eq!(a_old.ex_response_length, 0, "legacy QUERY_DEVICE was used");
+    let base_only = rverbs_uverbs::context::DeviceAttr {
+        ex_response_length: 0,
+        odp_caps: Default::default(),
+        completion_timestamp_mask: 0,
+        hca_core_clock: 0,
+        device_cap_flags_ex: 0,
+        rss_caps: Default::default(),
+        max_wq_type_rq: 0,
+        raw_packet_caps: 0,
+        tm_caps: Default::default(),
+        cq_mod_caps: Default::default(),
+        max_dm_size: 0,
+        ..a_new.clone()
+    };
+    assert_eq!(a_old, base_only);
+
+    let (p_new, p_old) = (new.query_port(1).unwrap(), old.query_port(1).unwrap());
+    assert_eq!(
+        p_old,
+        rverbs_uverbs::context::PortAttr {
+            port_cap_flags2: 0,
+            ..p_new
+        },
+        "write QUERY_PORT has no port_cap_flags2"
+    );
+    assert_eq!(
+        old.query_gid_table().unwrap(),
+        new.query_gid_table().unwrap()
+    );
+    assert_eq!(old.query_gid(1, 1).unwrap(), new.query_gid(1, 1).unwrap());
+}
