@@ -22,7 +22,7 @@ use super::abi::{
     MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX, MLX5_MAX_CQ_ENTRIES,
 };
 use super::barrier::{dma_rmb, mmio_flush, mmio_wmb};
-use super::cqe::{parse_cqe, Cqe64, CqeOpcode, WrIdLookup, CQE64_SIZE};
+use super::cqe::{parse_cqe, parse_cqe_into, Cqe64, CqeOpcode, WrIdLookup, CQE64_SIZE};
 
 const OP: &str = "mlx5 CQ";
 
@@ -474,7 +474,7 @@ impl<L: WrIdLookup> Mlx5Cq<L> {
         for slot in out.iter_mut() {
             let Some(cqe) = ring.take(ci) else { break };
             ci = ci.wrapping_add(1);
-            *slot = parse_cqe(&cqe, &mut self.lookup);
+            parse_cqe_into(&cqe, &mut self.lookup, slot);
             n += 1;
         }
         self.cons_index = ci;

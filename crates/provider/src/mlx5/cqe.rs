@@ -350,6 +350,17 @@ impl Cqe64 {
     pub const fn syndrome(&self) -> CqeSyndrome {
         CqeSyndrome(self.u8_at(55))
     }
+
+    /// The WQE this CQE completes, on `queue`.
+    #[inline(always)]
+    pub const fn wqe_ref(&self, queue: WorkQueue) -> WqeRef {
+        WqeRef {
+            qpn: self.qpn(),
+            srqn_uidx: self.srqn_uidx(),
+            queue,
+            wqe_counter: self.wqe_counter(),
+        }
+    }
 }
 
 /// Which work queue of a QP a CQE completes.
@@ -447,6 +458,152 @@ fn req_opcode(op: WqeOpcode) -> Option<(WcOpcode, bool)> {
 /// [`ParseFault`] in `vendor_err`.
 #[inline(always)]
 pub fn parse_cqe<L: WrIdLookup + ?Sized>(cqe: &Cqe64, lookup: &mut L) -> WorkCompletion {
+    let mut wc = WorkCompletion::default();
+    parse_cqe_into(cqe, lookup, &mut wc);
+    wc
+}
+
+/// [`parse_cqe`] writing into `out` (what the poller uses: the completion goes straight into
+/// the caller's slot).
+#[inline(always)]
+pub fn parse_cqe_into<L: WrIdLookup + ?Sized>(
+    cqe: &Cqe64,
+    lookup: &mut L,
+    out: &mut WorkCompletion,
+) {
+    // Fast paths for successful plain CQEs; anything unusual goes to `parse_general` (cold),
+    // which holds the complete rules. Both give the same result for the same CQE; the lookup
+    // is called exactly once either way.
+    let opcode = cqe.op_own() >> 4;
+    if opcode == CqeOpcode::REQ.0 {
+        let wr = lookup.wr_id(cqe.wqe_ref(WorkQueue::Send));
+        if !req_fast(cqe, wr, out) {
+            *out = parse_general(cqe, Looked::<dyn WrIdLookup>::Up(wr));
+        }
+        return;
+    }
+    if opcode.wrapping_sub(CqeOpcode::RESP_WR_IMM.0) < 4 {
+        let wr = lookup.wr_id(cqe.wqe_ref(WorkQueue::Recv));
+        if !resp_fast(cqe, wr, out) {
+            *out = parse_general(cqe, Looked::<dyn WrIdLookup>::Up(wr));
+        }
+        return;
+    }
+    *out = parse_general(cqe, Looked::NotYet(lookup));
+}
+
+/// Requester table, indexed by send WQE opcode: 0 = not a plain requester completion, else
+/// `0x80 | byte_len kind << 5 | WITH_IMM << 4 | WcOpcode` (kind 0: 0, 1: `byte_cnt`, 2: 8).
+static REQ_MAP: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let send = 0x80 | WcOpcode::SEND.0 as u8;
+    let write = 0x80 | WcOpcode::RDMA_WRITE.0 as u8;
+    t[WqeOpcode::SEND.0 as usize] = send;
+    t[WqeOpcode::SEND_INVAL.0 as usize] = send;
+    t[WqeOpcode::SEND_IMM.0 as usize] = send | 0x10;
+    t[WqeOpcode::RDMA_WRITE.0 as usize] = write;
+    t[WqeOpcode::RDMA_WRITE_IMM.0 as usize] = write | 0x10;
+    t[WqeOpcode::RDMA_READ.0 as usize] = 0x80 | (1 << 5) | WcOpcode::RDMA_READ.0 as u8;
+    t[WqeOpcode::ATOMIC_CS.0 as usize] = 0x80 | (2 << 5) | WcOpcode::COMP_SWAP.0 as u8;
+    t[WqeOpcode::ATOMIC_FA.0 as usize] = 0x80 | (2 << 5) | WcOpcode::FETCH_ADD.0 as u8;
+    t[WqeOpcode::TSO.0 as usize] = 0x80 | WcOpcode::TSO.0 as u8;
+    t
+};
+
+/// Writes a successful plain requester CQE into `out`; `false` (nothing written) sends it to
+/// the general path.
+#[inline(always)]
+fn req_fast(cqe: &Cqe64, wr: Option<u64>, out: &mut WorkCompletion) -> bool {
+    let Some(wr_id) = wr else { return false };
+    let sop = cqe.sop_drop_qpn();
+    let e = REQ_MAP[(sop >> 24) as usize];
+    if e == 0 || cqe.op_own() & 0x0c != 0 {
+        return false;
+    }
+    let byte_len = match e >> 5 & 3 {
+        0 => 0,
+        1 => {
+            let n = cqe.byte_cnt();
+            if n > MAX_BYTE_COUNT {
+                return false;
+            }
+            n
+        }
+        _ => 8,
+    };
+    *out = WorkCompletion {
+        wr_id,
+        status: WcStatus::SUCCESS,
+        opcode: WcOpcode((e & 0x0f) as u32),
+        vendor_err: 0,
+        byte_len,
+        imm_data: 0,
+        qp_num: sop & 0x00ff_ffff,
+        src_qp: 0,
+        wc_flags: WcFlags::from_bits_retain(((e >> 4) & 1) as u32 * WcFlags::WITH_IMM.bits()),
+        pkey_index: 0,
+        slid: 0,
+        sl: 0,
+        dlid_path_bits: 0,
+        port_num: 0,
+    };
+    true
+}
+
+/// Responder opcodes 1..=4 (index opcode - 1): (WcOpcode, flags carrying `imm_inval_pkey`).
+const RESP_MAP: [(WcOpcode, WcFlags); 4] = [
+    (WcOpcode::RECV_RDMA_WITH_IMM, WcFlags::WITH_IMM),
+    (WcOpcode::RECV, WcFlags::empty()),
+    (WcOpcode::RECV, WcFlags::WITH_IMM),
+    (WcOpcode::RECV, WcFlags::WITH_INV),
+];
+
+/// Writes a successful plain responder CQE into `out`; `false` (nothing written) sends it to
+/// the general path.
+#[inline(always)]
+fn resp_fast(cqe: &Cqe64, wr: Option<u64>, out: &mut WorkCompletion) -> bool {
+    let Some(wr_id) = wr else { return false };
+    let op_own = cqe.op_own();
+    let n = cqe.byte_cnt();
+    if op_own & 0x0c != 0 || n > MAX_BYTE_COUNT {
+        return false;
+    }
+    let (opcode, flags) = RESP_MAP[((op_own >> 4).wrapping_sub(1) & 3) as usize];
+    let field = cqe.imm_inval_pkey();
+    let rqpn = cqe.flags_rqpn();
+    let grh = ((rqpn >> 28) & 3 != 0) as u32 * WcFlags::GRH.bits();
+    *out = WorkCompletion {
+        wr_id,
+        status: WcStatus::SUCCESS,
+        opcode,
+        vendor_err: 0,
+        byte_len: n,
+        imm_data: if flags.is_empty() { 0 } else { field },
+        qp_num: cqe.qpn(),
+        src_qp: rqpn & 0x00ff_ffff,
+        wc_flags: WcFlags::from_bits_retain(flags.bits() | grh),
+        pkey_index: field as u16,
+        slid: cqe.slid(),
+        sl: ((rqpn >> 24) & 0xf) as u8,
+        dlid_path_bits: cqe.ml_path() & 0x7f,
+        port_num: 0,
+    };
+    true
+}
+
+/// The lookup state handed to the general path.
+enum Looked<'a, L: ?Sized> {
+    /// The fast path already asked (once): here is the answer.
+    Up(Option<u64>),
+    /// Not asked yet: ask if the CQE names a WQE.
+    NotYet(&'a mut L),
+}
+
+/// Every CQE, by the full rules (see [`parse_cqe`]). Kept out of line: the poll loop stays
+/// small for the common completions.
+#[cold]
+#[inline(never)]
+fn parse_general<L: WrIdLookup + ?Sized>(cqe: &Cqe64, looked: Looked<'_, L>) -> WorkCompletion {
     let qpn = cqe.qpn();
     let mut wc = WorkCompletion {
         qp_num: qpn,
@@ -469,13 +626,11 @@ pub fn parse_cqe<L: WrIdLookup + ?Sized>(cqe: &Cqe64, lookup: &mut L) -> WorkCom
             return wc;
         }
     };
-    let wqe = WqeRef {
-        qpn,
-        srqn_uidx: cqe.srqn_uidx(),
-        queue,
-        wqe_counter: cqe.wqe_counter(),
+    let wr = match looked {
+        Looked::Up(wr) => wr,
+        Looked::NotYet(lookup) => lookup.wr_id(cqe.wqe_ref(queue)),
     };
-    match lookup.wr_id(wqe) {
+    match wr {
         Some(id) => wc.wr_id = id,
         None => {
             fault(&mut wc, ParseFault::NO_WR_ID, 0);

@@ -22,8 +22,8 @@ pub mod driver;
 pub use context::{Mlx5ContextInfo, Mlx5ContextUdata};
 pub use cq::{ring_entries, CqBuf, CqIter, CqeSize, Mlx5Cq, UarPage};
 pub use cqe::{
-    parse_cqe, Cqe64, CqeFormat, CqeOpcode, CqeSyndrome, ParseFault, WorkQueue, WqeOpcode, WqeRef,
-    WrIdLookup,
+    parse_cqe, parse_cqe_into, Cqe64, CqeFormat, CqeOpcode, CqeSyndrome, ParseFault, WorkQueue,
+    WqeOpcode, WqeRef, WrIdLookup,
 };
 
 /// A newtype over a raw device value with named constants (like `raw_newtype!` in
