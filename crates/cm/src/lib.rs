@@ -26,6 +26,7 @@ mod event;
 mod id;
 mod query;
 mod types;
+pub mod verbs;
 
 #[cfg(test)]
 mod encode_tests;
@@ -41,3 +42,4 @@ pub use id::{
 };
 pub use query::{AddrQuery, GidQuery, PathRecord, RouteQuery};
 pub use types::{CmEventKind, PortSpace, QpAttrMask, QpState, QpType, RejectReason};
+pub use verbs::{Endpoint, EndpointAttr, OwnCqs, UserCqs};

@@ -1,0 +1,568 @@
+//! librdmacm's verbs helpers over an rdma_cm id: [`Endpoint`] is an id with its QP, and the
+//! blocking [`Endpoint::get_send_comp`] / [`Endpoint::get_recv_comp`].
+//!
+//! `rdma_get_send_comp(3)` may only be used on an id whose CQs are its own and separate for
+//! sends and receives. Here that restriction is a property of the type: [`Endpoint::create`]
+//! (like `rdma_create_qp` without CQs) gives the QP its own send CQ and its own receive CQ,
+//! each with its own completion channel, and returns an `Endpoint<OwnCqs>` — the only kind with
+//! `get_send_comp` / `get_recv_comp`. An endpoint built on caller-supplied CQs
+//! ([`Endpoint::with_cqs`]) is an `Endpoint<UserCqs>`, which has neither; converting it with
+//! [`Endpoint::into_own_cqs`] checks the CQs and refuses shared or combined ones with an error
+//! that says which. The CQs of an `Endpoint<OwnCqs>` are never handed out as `Arc`s, so they
+//! cannot be given to another QP; the check is repeated (one atomic load) at each call.
+
+#![allow(unsafe_code)] // posting hands memory to the device: the post_* helpers are unsafe fns
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, Weak};
+
+use rverbs_uverbs::ah::{AhAttr, GlobalRoute};
+use rverbs_uverbs::channel::CompChannel;
+use rverbs_uverbs::context::{Context, Mtu};
+use rverbs_uverbs::cq::{Cq, CqOptions};
+use rverbs_uverbs::mr::{AccessFlags, Mr, MrMemory};
+use rverbs_uverbs::pd::Pd;
+use rverbs_uverbs::provider::{PostError, QpCaps};
+use rverbs_uverbs::qp::{self as vqp, Qp, QpInit};
+use rverbs_uverbs::{Error, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion};
+
+use crate::{CmId, ConnParam, QpAttr, QpAttrMask, QpState, QpType};
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// Who owns an endpoint's CQs (a type-level marker).
+pub trait CqOwnership: sealed::Sealed {}
+
+/// The endpoint's send and receive CQs are its own, separate, each with its own channel:
+/// `get_send_comp` / `get_recv_comp` are available.
+#[derive(Debug)]
+pub enum OwnCqs {}
+/// The caller supplied the CQs: they may be shared or combined, so the blocking helpers are
+/// not available.
+#[derive(Debug)]
+pub enum UserCqs {}
+impl sealed::Sealed for OwnCqs {}
+impl sealed::Sealed for UserCqs {}
+impl CqOwnership for OwnCqs {}
+impl CqOwnership for UserCqs {}
+
+/// What to create on the id (`ibv_qp_init_attr` of `rdma_create_qp`).
+#[derive(Clone, Copy, Debug)]
+pub struct EndpointAttr {
+    pub caps: QpCaps,
+    /// Every send is signaled (librdmacm's examples set it).
+    pub sq_sig_all: bool,
+}
+
+impl Default for EndpointAttr {
+    /// librdmacm's examples: one send, one receive, one SGE each, 16 bytes inline, all
+    /// sends signaled.
+    fn default() -> Self {
+        Self {
+            caps: QpCaps {
+                max_send_wr: 1,
+                max_recv_wr: 1,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 16,
+            },
+            sq_sig_all: true,
+        }
+    }
+}
+
+/// An rdma_cm id with its QP (librdmacm's `rdma_cm_id` after `rdma_create_qp`).
+pub struct Endpoint<C: CqOwnership = OwnCqs> {
+    // Drop order: the QP first (it holds the CQs and PD), then the CQs and PD, then the id.
+    qp: Arc<Qp>,
+    send_cq: Arc<Cq>,
+    recv_cq: Arc<Cq>,
+    pd: Arc<Pd>,
+    id: CmId,
+    _own: PhantomData<C>,
+}
+
+impl<C: CqOwnership> fmt::Debug for Endpoint<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("id", &self.id)
+            .field("qp", &self.qp)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Per-device context and PD shared by every endpoint on that device (librdmacm keeps one PD
+/// per device too). Held weakly: they go away with the last endpoint.
+fn device_pd(dev: &str) -> io::Result<Arc<Pd>> {
+    static PDS: Mutex<Option<HashMap<String, Weak<Pd>>>> = Mutex::new(None);
+    let mut g = PDS.lock().unwrap_or_else(|p| p.into_inner());
+    let map = g.get_or_insert_with(HashMap::new);
+    if let Some(pd) = map.get(dev).and_then(Weak::upgrade) {
+        return Ok(pd);
+    }
+    let ctx: Arc<Context> = rverbs_provider::open_by_name(dev)?;
+    let pd = Pd::alloc(&ctx)?;
+    map.insert(dev.to_string(), Arc::downgrade(&pd));
+    Ok(pd)
+}
+
+/// The id's RDMA device name (known once its address is bound or resolved).
+fn id_device(id: &CmId, op: &str) -> io::Result<String> {
+    let q = id.query_addr()?;
+    q.ib_device_name().map_err(|e| {
+        Error::invalid(
+            format!("{op} on rdma_cm id {}", id.handle()),
+            format!("{e} (bind or resolve an address first)"),
+        )
+        .into()
+    })
+}
+
+/// The verbs modify-QP attributes of what `INIT_QP_ATTR` returned: exactly the fields the
+/// kernel's mask names.
+pub fn qp_attr_from_cm(a: &QpAttr) -> vqp::QpAttr {
+    let r = &a.raw;
+    let m = a.mask;
+    let on = |bit: QpAttrMask| m.contains(bit);
+    let ah = |x: &crate::abi::ib_uverbs_ah_attr| AhAttr {
+        dlid: x.dlid,
+        sl: x.sl,
+        src_path_bits: x.src_path_bits,
+        static_rate: x.static_rate,
+        port_num: x.port_num,
+        grh: (x.is_global != 0).then_some(GlobalRoute {
+            dgid: x.grh.dgid,
+            flow_label: x.grh.flow_label,
+            sgid_index: x.grh.sgid_index,
+            hop_limit: x.grh.hop_limit,
+            traffic_class: x.grh.traffic_class,
+        }),
+    };
+    vqp::QpAttr {
+        qp_state: on(QpAttrMask::STATE).then_some(vqp::QpState(r.qp_state as u8)),
+        cur_qp_state: on(QpAttrMask::CUR_STATE).then_some(vqp::QpState(r.cur_qp_state as u8)),
+        en_sqd_async_notify: on(QpAttrMask::EN_SQD_ASYNC_NOTIFY)
+            .then_some(r.en_sqd_async_notify != 0),
+        access_flags: on(QpAttrMask::ACCESS_FLAGS)
+            .then_some(AccessFlags::from_bits_retain(r.qp_access_flags)),
+        pkey_index: on(QpAttrMask::PKEY_INDEX).then_some(r.pkey_index),
+        port_num: on(QpAttrMask::PORT).then_some(r.port_num),
+        qkey: on(QpAttrMask::QKEY).then_some(r.qkey),
+        ah_attr: on(QpAttrMask::AV).then(|| ah(&r.ah_attr)),
+        path_mtu: on(QpAttrMask::PATH_MTU).then_some(Mtu(r.path_mtu as u8)),
+        timeout: on(QpAttrMask::TIMEOUT).then_some(r.timeout),
+        retry_cnt: on(QpAttrMask::RETRY_CNT).then_some(r.retry_cnt),
+        rnr_retry: on(QpAttrMask::RNR_RETRY).then_some(r.rnr_retry),
+        rq_psn: on(QpAttrMask::RQ_PSN).then_some(r.rq_psn),
+        max_rd_atomic: on(QpAttrMask::MAX_QP_RD_ATOMIC).then_some(r.max_rd_atomic),
+        min_rnr_timer: on(QpAttrMask::MIN_RNR_TIMER).then_some(r.min_rnr_timer),
+        sq_psn: on(QpAttrMask::SQ_PSN).then_some(r.sq_psn),
+        max_dest_rd_atomic: on(QpAttrMask::MAX_DEST_RD_ATOMIC).then_some(r.max_dest_rd_atomic),
+        dest_qp_num: on(QpAttrMask::DEST_QPN).then_some(r.dest_qp_num),
+    }
+}
+
+/// Moves `qp` to `state` with the attributes the kernel's rdma_cm gives for `id`.
+fn cm_modify(id: &CmId, qp: &Qp, state: QpState) -> io::Result<()> {
+    let a = id.init_qp_attr(state)?;
+    qp.modify(&qp_attr_from_cm(&a))
+}
+
+fn vqp_type(t: QpType) -> vqp::QpType {
+    vqp::QpType(t.0)
+}
+
+impl Endpoint<OwnCqs> {
+    /// `rdma_create_qp` without CQs: the device's PD, a send CQ and a receive CQ (depths
+    /// `max_send_wr` and `max_recv_wr`), each with its own completion channel, and a QP of the
+    /// id's type brought to INIT (RTS for UD) with the kernel's attributes. The id must have
+    /// a device (bound, resolved, or from a connection request).
+    pub fn create(id: CmId, attr: &EndpointAttr) -> io::Result<Endpoint<OwnCqs>> {
+        let dev = id_device(&id, "create QP")?;
+        let pd = device_pd(&dev)?;
+        let ctx = pd.context().clone();
+        let cq_of = |depth: u32| -> io::Result<Arc<Cq>> {
+            let ch = CompChannel::create(&ctx)?;
+            Cq::create(
+                &ctx,
+                depth.max(1),
+                CqOptions {
+                    channel: Some(ch),
+                    comp_vector: 0,
+                },
+            )
+        };
+        let send_cq = cq_of(attr.caps.max_send_wr)?;
+        let recv_cq = cq_of(attr.caps.max_recv_wr)?;
+        Self::build(id, pd, send_cq, recv_cq, attr)
+    }
+
+    fn check_own(&self, which: &'static str) -> io::Result<&Arc<Cq>> {
+        let cq = if which == "send" {
+            &self.send_cq
+        } else {
+            &self.recv_cq
+        };
+        // Held by this endpoint and by its QP, nothing else.
+        let holders = Arc::strong_count(cq);
+        if holders != 2 {
+            return Err(Error::invalid(
+                format!("get_{which}_comp on rdma_cm id {}", self.id.handle()),
+                format!(
+                    "the {which} CQ has {} holders besides this endpoint and its QP",
+                    holders.saturating_sub(2)
+                ),
+            )
+            .into());
+        }
+        Ok(cq)
+    }
+
+    /// `rdma_get_send_comp`: a completed send, RDMA read or RDMA write of this id (its
+    /// `wr_id` is the context given at post). Polls the send CQ; if none is there, arms the CQ,
+    /// polls again (a completion that arrived before the arm raises no event), and sleeps on
+    /// the CQ's channel until one arrives. The status is not checked: look at `wc.status`.
+    pub fn get_send_comp(&self) -> io::Result<WorkCompletion> {
+        get_comp(self.check_own("send")?)
+    }
+
+    /// `rdma_get_recv_comp`: the same for the receive CQ.
+    pub fn get_recv_comp(&self) -> io::Result<WorkCompletion> {
+        get_comp(self.check_own("recv")?)
+    }
+}
+
+fn get_comp(cq: &Cq) -> io::Result<WorkCompletion> {
+    loop {
+        if let Some(wc) = cq.poll_one() {
+            return Ok(wc);
+        }
+        cq.req_notify(false)?;
+        if let Some(wc) = cq.poll_one() {
+            return Ok(wc);
+        }
+        cq.wait_event()?;
+        cq.ack_events(1);
+    }
+}
+
+impl Endpoint<UserCqs> {
+    /// `rdma_create_qp` with caller-supplied CQs (possibly shared with other ids, or one CQ
+    /// for both directions). The blocking helpers are not available on such an endpoint.
+    pub fn with_cqs(
+        id: CmId,
+        pd: &Arc<Pd>,
+        send_cq: &Arc<Cq>,
+        recv_cq: &Arc<Cq>,
+        attr: &EndpointAttr,
+    ) -> io::Result<Endpoint<UserCqs>> {
+        Self::build(id, pd.clone(), send_cq.clone(), recv_cq.clone(), attr)
+    }
+
+    /// Turns this endpoint into one with `get_send_comp` / `get_recv_comp`, if its CQs allow:
+    /// separate for sends and receives, used by no other QP or holder, each with a completion
+    /// channel of its own. Otherwise returns it with an error saying which rule failed.
+    pub fn into_own_cqs(self) -> Result<Endpoint<OwnCqs>, (io::Error, Box<Self>)> {
+        let op = || format!("use get_send_comp on rdma_cm id {}", self.id.handle());
+        let problem = if Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+            Some("sends and receives share one CQ (a combined CQ)".to_string())
+        } else if Arc::strong_count(&self.send_cq) != 2 || Arc::strong_count(&self.recv_cq) != 2 {
+            Some(format!(
+                "a CQ is shared: send CQ has {} holders, receive CQ {} (want 2 each: the \
+                 endpoint and its QP)",
+                Arc::strong_count(&self.send_cq),
+                Arc::strong_count(&self.recv_cq)
+            ))
+        } else {
+            match (self.send_cq.channel(), self.recv_cq.channel()) {
+                (Some(a), Some(b)) if !Arc::ptr_eq(a, b) => None,
+                (Some(_), Some(_)) => Some("both CQs report to one completion channel".into()),
+                _ => Some("a CQ has no completion channel to sleep on".into()),
+            }
+        };
+        match problem {
+            Some(p) => {
+                let e = Error::invalid(op(), p).into();
+                Err((e, Box::new(self)))
+            }
+            None => {
+                let Endpoint {
+                    qp,
+                    send_cq,
+                    recv_cq,
+                    pd,
+                    id,
+                    ..
+                } = self;
+                Ok(Endpoint {
+                    qp,
+                    send_cq,
+                    recv_cq,
+                    pd,
+                    id,
+                    _own: PhantomData,
+                })
+            }
+        }
+    }
+}
+
+impl<C: CqOwnership> Endpoint<C> {
+    fn build(
+        id: CmId,
+        pd: Arc<Pd>,
+        send_cq: Arc<Cq>,
+        recv_cq: Arc<Cq>,
+        attr: &EndpointAttr,
+    ) -> io::Result<Endpoint<C>> {
+        let qp = Qp::create(
+            &pd,
+            QpInit {
+                qp_type: vqp_type(id.qp_type()),
+                send_cq: send_cq.clone(),
+                recv_cq: recv_cq.clone(),
+                srq: None,
+                caps: attr.caps,
+                sq_sig_all: attr.sq_sig_all,
+            },
+        )?;
+        // As librdmacm: a connected QP goes to INIT now (receives can then be posted before
+        // connecting); a UD QP all the way to RTS.
+        cm_modify(&id, &qp, QpState::INIT)?;
+        if id.qp_type() == QpType::UD {
+            cm_modify(&id, &qp, QpState::RTR)?;
+            cm_modify(&id, &qp, QpState::RTS)?;
+        }
+        Ok(Endpoint {
+            qp,
+            send_cq,
+            recv_cq,
+            pd,
+            id,
+            _own: PhantomData,
+        })
+    }
+
+    /// The rdma_cm id.
+    pub fn id(&self) -> &CmId {
+        &self.id
+    }
+    /// The QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.qp.qp_num()
+    }
+    /// The QP's capacities as the kernel granted them.
+    pub fn caps(&self) -> QpCaps {
+        self.qp.caps()
+    }
+    /// The protection domain (shared by the endpoints of a device).
+    pub fn pd(&self) -> &Arc<Pd> {
+        &self.pd
+    }
+    /// The QP's current state as last set.
+    pub fn qp_state(&self) -> vqp::QpState {
+        self.qp.state()
+    }
+
+    /// `rdma_connect` with the QP: REQ, then RTR and RTS with the kernel's attributes when
+    /// the REP arrives, then RTU. `param.qp_num` is filled in.
+    pub fn connect(&self, param: &ConnParam) -> io::Result<()> {
+        let mut p = param.clone();
+        p.qp_num = self.qp.qp_num();
+        if self.id.qp_type() == QpType::UD {
+            return self.id.connect(&p);
+        }
+        self.id.connect_with(&p, |id, _ev| {
+            // INIT again first, as librdmacm does: now that the connection exists the kernel's
+            // INIT attributes carry the access rights the peer's resources allow.
+            cm_modify(id, &self.qp, QpState::INIT)?;
+            cm_modify(id, &self.qp, QpState::RTR)?;
+            cm_modify(id, &self.qp, QpState::RTS)
+        })
+    }
+
+    /// `rdma_accept` with the QP: RTR and RTS with the kernel's attributes, then REP.
+    pub fn accept(&self, param: &ConnParam) -> io::Result<()> {
+        let mut p = param.clone();
+        p.qp_num = self.qp.qp_num();
+        if self.id.qp_type() != QpType::UD {
+            cm_modify(&self.id, &self.qp, QpState::INIT)?;
+            cm_modify(&self.id, &self.qp, QpState::RTR)?;
+            cm_modify(&self.id, &self.qp, QpState::RTS)?;
+        }
+        self.id.accept(&p)
+    }
+
+    /// `rdma_disconnect`: the QP to ERR (flushing what is posted), then DREQ/DREP.
+    pub fn disconnect(&self) -> io::Result<()> {
+        self.qp.modify(&vqp::QpAttr {
+            qp_state: Some(vqp::QpState::ERR),
+            ..Default::default()
+        })?;
+        self.id.disconnect()
+    }
+
+    /// `rdma_reg_msgs`: registers `mem` for local send/receive (LOCAL_WRITE).
+    pub fn reg_msgs<M: MrMemory>(&self, mem: M) -> Result<Mr<M>, (io::Error, M)> {
+        Mr::register(&self.pd, mem, AccessFlags::LOCAL_WRITE)
+    }
+
+    /// `rdma_reg_read`: registers `mem` so the peer may RDMA READ it.
+    pub fn reg_read<M: MrMemory>(&self, mem: M) -> Result<Mr<M>, (io::Error, M)> {
+        Mr::register(
+            &self.pd,
+            mem,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+        )
+    }
+
+    /// `rdma_reg_write`: registers `mem` so the peer may RDMA WRITE it.
+    pub fn reg_write<M: MrMemory>(&self, mem: M) -> Result<Mr<M>, (io::Error, M)> {
+        Mr::register(
+            &self.pd,
+            mem,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        )
+    }
+
+    /// # Safety
+    /// As for [`Qp::post_send`].
+    unsafe fn post_one(&self, wr: SendWr<'_>) -> io::Result<()> {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.qp.post_send(&[wr]) }.map_err(io::Error::from)
+    }
+
+    /// `rdma_post_send`: sends `sge` with `wr_id` as the completion's context.
+    ///
+    /// # Safety
+    /// The memory `sge` names must lie in a live MR of this endpoint's PD and stay valid
+    /// until the completion is retrieved (see [`Qp::post_send`]). With [`SendFlags::INLINE`]
+    /// the data is copied at post time and only needs to be valid during the call.
+    pub unsafe fn post_send(&self, wr_id: u64, sge: &[Sge], flags: SendFlags) -> io::Result<()> {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            self.post_one(SendWr {
+                wr_id,
+                op: SendOp::Send,
+                sge,
+                flags,
+                ud: None,
+            })
+        }
+    }
+
+    /// Sends `data` inline (copied into the work request at post time, so no MR is needed).
+    /// Fails if `data` is longer than the QP's `max_inline_data`.
+    pub fn post_send_inline(&self, wr_id: u64, data: &[u8], flags: SendFlags) -> io::Result<()> {
+        let max = self.qp.caps().max_inline_data as usize;
+        if data.len() > max {
+            return Err(Error::invalid(
+                format!("post inline send on QP {:#x}", self.qp.qp_num()),
+                format!("{} bytes, the QP's max_inline_data is {max}", data.len()),
+            )
+            .into());
+        }
+        let sge = [Sge {
+            addr: data.as_ptr() as u64,
+            length: data.len() as u32,
+            lkey: 0,
+        }];
+        // SAFETY: with INLINE the data is copied into the WQE during the call (length
+        // checked against max_inline_data above), so only `data` must be valid meanwhile.
+        unsafe {
+            self.post_one(SendWr {
+                wr_id,
+                op: SendOp::Send,
+                sge: &sge,
+                flags: flags | SendFlags::INLINE,
+                ud: None,
+            })
+        }
+    }
+
+    /// `rdma_post_recv`: a receive into `sge` with `wr_id` as the completion's context.
+    ///
+    /// # Safety
+    /// As for [`Endpoint::post_send`]; the device writes into the memory.
+    pub unsafe fn post_recv(&self, wr_id: u64, sge: &[Sge]) -> io::Result<()> {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.qp.post_recv(&[RecvWr { wr_id, sge }]) }
+            .map_err(|e: PostError| io::Error::from(e))
+    }
+
+    /// `rdma_post_read`: RDMA READ of `remote_addr`/`rkey` into `sge`.
+    ///
+    /// # Safety
+    /// As for [`Endpoint::post_recv`].
+    pub unsafe fn post_read(
+        &self,
+        wr_id: u64,
+        sge: &[Sge],
+        remote_addr: u64,
+        rkey: u32,
+        flags: SendFlags,
+    ) -> io::Result<()> {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            self.post_one(SendWr {
+                wr_id,
+                op: SendOp::RdmaRead { remote_addr, rkey },
+                sge,
+                flags,
+                ud: None,
+            })
+        }
+    }
+
+    /// `rdma_post_write`: RDMA WRITE of `sge` to `remote_addr`/`rkey`.
+    ///
+    /// # Safety
+    /// As for [`Endpoint::post_send`].
+    pub unsafe fn post_write(
+        &self,
+        wr_id: u64,
+        sge: &[Sge],
+        remote_addr: u64,
+        rkey: u32,
+        flags: SendFlags,
+    ) -> io::Result<()> {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            self.post_one(SendWr {
+                wr_id,
+                op: SendOp::RdmaWrite { remote_addr, rkey },
+                sge,
+                flags,
+                ud: None,
+            })
+        }
+    }
+
+    /// `rdma_post_ud_send`: a UD send to `dest`.
+    ///
+    /// # Safety
+    /// As for [`Endpoint::post_send`].
+    pub unsafe fn post_ud_send(
+        &self,
+        wr_id: u64,
+        sge: &[Sge],
+        dest: UdDest,
+        flags: SendFlags,
+    ) -> io::Result<()> {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            self.post_one(SendWr {
+                wr_id,
+                op: SendOp::Send,
+                sge,
+                flags,
+                ud: Some(dest),
+            })
+        }
+    }
+}

@@ -1,0 +1,284 @@
+//! librdmacm's verbs helpers on an rdma_cm id: Endpoint with its own send/recv CQs and the
+//! blocking get_send_comp / get_recv_comp (issue #5). Runs in the VM on rxe.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rverbs_cm::verbs::{Endpoint, EndpointAttr};
+use rverbs_cm::{create_ep, getaddrinfo, AddrHints, CmId, ConnParam};
+use rverbs_uverbs::cq::{Cq, CqOptions};
+use rverbs_uverbs::mr::{AccessFlags, PageBuf};
+use rverbs_uverbs::pd::Pd;
+use rverbs_uverbs::provider::QpCaps;
+use rverbs_uverbs::{SendFlags, WcOpcode, WcStatus};
+
+fn addr_a() -> IpAddr {
+    let s = std::env::var("RVERBS_ADDR_A").unwrap_or_else(|_| "10.10.0.1".into());
+    IpAddr::V4(s.parse::<Ipv4Addr>().expect("RVERBS_ADDR_A"))
+}
+
+fn attr() -> EndpointAttr {
+    EndpointAttr {
+        caps: QpCaps {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 16,
+        },
+        sq_sig_all: true,
+    }
+}
+
+fn listener(port: u16) -> CmId {
+    let ai = getaddrinfo(
+        Some(&addr_a().to_string()),
+        Some(&port.to_string()),
+        &AddrHints {
+            passive: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let id = create_ep(&ai[0]).unwrap();
+    id.listen(4).unwrap();
+    id
+}
+
+fn client(port: u16) -> Endpoint {
+    let ai = getaddrinfo(
+        Some(&addr_a().to_string()),
+        Some(&port.to_string()),
+        &AddrHints::default(),
+    )
+    .unwrap();
+    Endpoint::create(create_ep(&ai[0]).unwrap(), &attr()).unwrap()
+}
+
+/// Thread CPU time: proves a waiter slept instead of spinning.
+fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// Sends, RDMA reads and RDMA writes all complete through get_send_comp with their wr_id;
+/// receives through get_recv_comp.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn send_read_write_completions_carry_wr_id() {
+    let port = 7601;
+    let lis = listener(port);
+    let ready = Arc::new(Barrier::new(2));
+    let r2 = ready.clone();
+    let server = thread::spawn(move || {
+        let req = lis.get_request().unwrap();
+        let ep = Endpoint::create(req, &attr()).unwrap();
+        let mut buf = rverbs_uverbs::mr::Mr::register(
+            ep.pd(),
+            PageBuf::new(4096).unwrap(),
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
+        buf.as_mut_slice()[100..108].copy_from_slice(b"server!!");
+        let recv = [buf.sge(0..64)];
+        // SAFETY: buf outlives the completion retrieved below.
+        unsafe { ep.post_recv(11, &recv) }.unwrap();
+        // Advertise addr/rkey in the REP's private data.
+        let mut pd = Vec::new();
+        pd.extend_from_slice(&buf.addr().to_le_bytes());
+        pd.extend_from_slice(&buf.rkey().to_le_bytes());
+        ep.accept(&ConnParam {
+            private_data: pd,
+            ..Default::default()
+        })
+        .unwrap();
+        let wc = ep.get_recv_comp().unwrap();
+        assert_eq!(
+            (wc.wr_id, wc.status, wc.byte_len),
+            (11, WcStatus::SUCCESS, 5)
+        );
+        assert_eq!(&buf.as_slice()[..5], b"hello");
+        r2.wait(); // the client RDMA-writes, then tells us via a second send
+        let recv = [buf.sge(0..64)];
+        // SAFETY: as above.
+        unsafe { ep.post_recv(12, &recv) }.unwrap();
+        r2.wait();
+        let wc = ep.get_recv_comp().unwrap();
+        assert_eq!(wc.wr_id, 12);
+        assert_eq!(&buf.as_slice()[200..208], b"written!");
+        let ev = ep.id().get_event(Some(Duration::from_secs(10))).unwrap();
+        assert!(ev.is_some(), "no DISCONNECTED within 10 s");
+    });
+    let ep = client(port);
+    let mut mr = ep
+        .reg_read(PageBuf::new(4096).unwrap())
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let param = ConnParam::default();
+    ep.connect(&param).unwrap();
+    let ev = ep.id().take_event().expect("CONNECT_RESPONSE kept");
+    let pdata = ev.private_data();
+    let raddr = u64::from_le_bytes(pdata[0..8].try_into().unwrap());
+    let rkey = u32::from_le_bytes(pdata[8..12].try_into().unwrap());
+    ep.post_send_inline(21, b"hello", SendFlags::empty())
+        .unwrap();
+    let wc = ep.get_send_comp().unwrap();
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode),
+        (21, WcStatus::SUCCESS, WcOpcode::SEND)
+    );
+    // RDMA READ of the server's bytes 100..108.
+    let dst = [mr.sge(0..8)];
+    // SAFETY: mr outlives the completion.
+    unsafe { ep.post_read(22, &dst, raddr + 100, rkey, SendFlags::empty()) }.unwrap();
+    let wc = ep.get_send_comp().unwrap();
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode),
+        (22, WcStatus::SUCCESS, WcOpcode::RDMA_READ)
+    );
+    assert_eq!(&mr.as_slice()[..8], b"server!!");
+    // RDMA WRITE into the server's bytes 200..208.
+    ready.wait();
+    mr.as_mut_slice()[8..16].copy_from_slice(b"written!");
+    let src = [mr.sge(8..16)];
+    // SAFETY: as above.
+    unsafe { ep.post_write(23, &src, raddr + 200, rkey, SendFlags::empty()) }.unwrap();
+    let wc = ep.get_send_comp().unwrap();
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode),
+        (23, WcStatus::SUCCESS, WcOpcode::RDMA_WRITE)
+    );
+    ready.wait();
+    ep.post_send_inline(24, b"done", SendFlags::empty())
+        .unwrap();
+    assert_eq!(ep.get_send_comp().unwrap().wr_id, 24);
+    ep.disconnect().unwrap();
+    server.join().unwrap();
+}
+
+/// get_recv_comp blocks, asleep, until the peer's send arrives from another thread.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn get_recv_comp_sleeps_until_a_completion() {
+    let port = 7602;
+    let lis = listener(port);
+    let server = thread::spawn(move || {
+        let req = lis.get_request().unwrap();
+        let ep = Endpoint::create(req, &attr()).unwrap();
+        ep.accept(&ConnParam::default()).unwrap();
+        thread::sleep(Duration::from_millis(500));
+        ep.post_send_inline(1, b"wake", SendFlags::empty()).unwrap();
+        assert_eq!(ep.get_send_comp().unwrap().status, WcStatus::SUCCESS);
+        thread::sleep(Duration::from_millis(200));
+    });
+    let ep = client(port);
+    let buf = ep.reg_msgs(PageBuf::new(4096).unwrap()).unwrap();
+    let sge = [buf.sge(0..64)];
+    // SAFETY: buf outlives the completion.
+    unsafe { ep.post_recv(5, &sge) }.unwrap();
+    ep.connect(&ConnParam::default()).unwrap();
+    let (t0, c0) = (Instant::now(), thread_cpu());
+    let wc = ep.get_recv_comp().unwrap();
+    let (waited, cpu) = (t0.elapsed(), thread_cpu() - c0);
+    assert_eq!((wc.wr_id, wc.status), (5, WcStatus::SUCCESS));
+    assert_eq!(&buf.as_slice()[..4], b"wake");
+    assert!(
+        waited >= Duration::from_millis(300),
+        "returned after {waited:?}"
+    );
+    assert!(
+        cpu < waited / 4,
+        "the waiter burned {cpu:?} of CPU in {waited:?}: it spun instead of sleeping"
+    );
+    server.join().unwrap();
+}
+
+/// Caller-supplied CQs give an Endpoint<UserCqs>, which has no get_send_comp; turning it into
+/// one with its own CQs refuses combined and shared CQs with a clear error.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn shared_or_combined_cqs_are_refused() {
+    let ai = getaddrinfo(
+        Some(&addr_a().to_string()),
+        Some("7603"),
+        &AddrHints::default(),
+    )
+    .unwrap();
+    let dev = std::env::var("RVERBS_DEV_A").unwrap_or_else(|_| "rxe0".into());
+    let ctx = rverbs_provider::open_by_name(&dev).unwrap();
+    let pd = Pd::alloc(&ctx).unwrap();
+    let ch = rverbs_uverbs::channel::CompChannel::create(&ctx).unwrap();
+    let combined = Cq::create(
+        &ctx,
+        16,
+        CqOptions {
+            channel: Some(ch.clone()),
+            comp_vector: 0,
+        },
+    )
+    .unwrap();
+    let ep = Endpoint::with_cqs(
+        create_ep(&ai[0]).unwrap(),
+        &pd,
+        &combined,
+        &combined,
+        &attr(),
+    )
+    .unwrap();
+    let (e, _ep) = ep.into_own_cqs().unwrap_err();
+    assert!(e.to_string().contains("combined CQ"), "{e}");
+
+    let ch2 = rverbs_uverbs::channel::CompChannel::create(&ctx).unwrap();
+    let recv_cq = Cq::create(
+        &ctx,
+        16,
+        CqOptions {
+            channel: Some(ch2),
+            comp_vector: 0,
+        },
+    )
+    .unwrap();
+    // `combined` is also held by this test (and the first endpoint): shared.
+    let ep2 = Endpoint::with_cqs(
+        create_ep(&ai[0]).unwrap(),
+        &pd,
+        &combined,
+        &recv_cq,
+        &attr(),
+    )
+    .unwrap();
+    let (e, _ep2) = ep2.into_own_cqs().unwrap_err();
+    assert!(e.to_string().contains("a CQ is shared"), "{e}");
+}
+
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn inline_over_the_limit_is_refused() {
+    let ai = getaddrinfo(
+        Some(&addr_a().to_string()),
+        Some("7604"),
+        &AddrHints::default(),
+    )
+    .unwrap();
+    let ep = Endpoint::create(create_ep(&ai[0]).unwrap(), &attr()).unwrap();
+    let big = vec![0u8; ep.caps().max_inline_data as usize + 1];
+    let e = ep
+        .post_send_inline(1, &big, SendFlags::empty())
+        .unwrap_err();
+    assert!(e.to_string().contains("max_inline_data"), "{e}");
+}
