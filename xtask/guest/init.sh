@@ -10,8 +10,8 @@ mount -t devtmpfs devtmpfs /dev
 mkdir -p /dev/pts /dev/shm /run /tmp
 mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /dev/shm
-mount -t tmpfs tmpfs /tmp
-mount -t tmpfs tmpfs /run
+# /tmp and /run stay on the initramfs (already writable memory): files of the minimal guest's
+# payload may live there, at the same paths as on the host.
 
 R=/run/rverbs
 off() {
@@ -46,8 +46,22 @@ if [ "$RVERBS_GUEST" = host ]; then
     mkdir -p "$N"
     mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144,cache=loose host "$N" ||
         fail "cannot mount this machine's root (9p tag host)"
+    # Host paths under /tmp or /run that the run needs (the workspace, the target dir) are
+    # bound back over the guest's writable tmpfs there.
+    i=0
+    for p in $RVERBS_HOST_BINDS; do
+        mkdir -p "/mnt/keep/$i"
+        mount -o bind "$N$p" "/mnt/keep/$i" || fail "cannot bind $p of the host root"
+        i=$((i + 1))
+    done
     mount -t tmpfs tmpfs "$N/tmp" || fail "cannot mount a tmpfs on /tmp of the host root"
     mount -t tmpfs tmpfs "$N/run" || fail "cannot mount a tmpfs on /run of the host root"
+    i=0
+    for p in $RVERBS_HOST_BINDS; do
+        mkdir -p "$N$p"
+        mount -o bind "/mnt/keep/$i" "$N$p" || fail "cannot bind $p back over the tmpfs"
+        i=$((i + 1))
+    done
     mount -o rbind /dev "$N/dev" || fail "cannot bind /dev"
     mount -t proc proc "$N/proc" || fail "cannot mount /proc"
     mount -t sysfs sysfs "$N/sys" || fail "cannot mount /sys"

@@ -10,10 +10,19 @@ mod testcmd;
 mod util;
 mod vm;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 use util::{fmt_secs, Result};
 use vm::{Display, Guest, Payload, RunSpec, Topo};
+
+/// What `cargo xtask vm --shell` runs: an interactive shell that owns the console, so that
+/// Ctrl-C reaches its foreground program (util-linux and busybox `setsid -c` both do that).
+const SHELL_SCRIPT: &str = "\
+echo 'xtask: guest shell; leave with exit (or Ctrl-A x to kill QEMU)'
+if command -v bash >/dev/null; then exec setsid -c bash -i; fi
+exec setsid -c sh -i
+";
 
 /// Commands `cargo xtask demo` runs in the minimal guest, one per line of output section.
 const DEMO_COMMANDS: &[&str] = &["rverbs devinfo -v"];
@@ -42,6 +51,8 @@ USAGE:
                               veth pair that the traffic between them really crosses
             --timeout SECS    kill the guest after SECS (default 600); a hang is a failure
             --verbose         show the whole console (kernel messages included)
+            --shell           an interactive shell in the guest on this terminal (no
+                              timeout; its exit status is the command's)
     cargo xtask setup
         Prepares everything (tools, kernel, modules, KVM verdict, static build) and says where.
     cargo xtask help
@@ -104,6 +115,7 @@ fn cmd_vm(args: &[String]) -> Result<u8> {
     let mut topo = Topo::One;
     let mut timeout = Duration::from_secs(600);
     let mut verbose = false;
+    let mut shell = false;
     let mut cmd: Vec<String> = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -137,6 +149,7 @@ fn cmd_vm(args: &[String]) -> Result<u8> {
                 timeout = Duration::from_secs(secs);
             }
             "--verbose" | "-v" => verbose = true,
+            "--shell" => shell = true,
             "--" => {
                 cmd.extend(it.by_ref().cloned());
             }
@@ -149,7 +162,14 @@ fn cmd_vm(args: &[String]) -> Result<u8> {
             }
         }
     }
+    if shell && !cmd.is_empty() {
+        bail!("--shell takes no command");
+    }
+    if shell && !std::io::stdin().is_terminal() {
+        bail!("--shell needs a terminal on stdin");
+    }
     let script = match cmd.len() {
+        _ if shell => SHELL_SCRIPT.to_string(),
         0 => "rdma link show 2>/dev/null; rverbs devinfo\n".to_string(),
         1 => format!("{}\n", cmd[0]),
         _ => format!("{}\n", util::shell_join(&cmd)),
@@ -170,7 +190,9 @@ fn cmd_vm(args: &[String]) -> Result<u8> {
         script,
         cwd: if guest == Guest::Host { cwd } else { None },
         timeout,
-        display: if verbose {
+        display: if shell {
+            Display::Interactive
+        } else if verbose {
             Display::Verbose
         } else {
             Display::Command

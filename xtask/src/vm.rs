@@ -79,6 +79,8 @@ pub enum Display {
     Progress,
     /// The whole console.
     Verbose,
+    /// The console is this terminal (stdin included); nothing is logged.
+    Interactive,
 }
 
 /// Everything a boot needs that does not change between runs.
@@ -300,6 +302,16 @@ impl Bed {
             spec.guest.name(),
             spec.topo.name()
         );
+        if spec.guest == Guest::Host {
+            let mut needed = vec![util::workspace_root(), util::target_dir()];
+            needed.extend(spec.cwd.iter().map(PathBuf::from));
+            needed.extend(spec.payload.files.iter().cloned());
+            let binds = hidden_host_paths(&needed);
+            env.push_str(&format!(
+                "RVERBS_HOST_BINDS={}\n",
+                util::shell_quote(&binds.join(" "))
+            ));
+        }
         if let Some(cwd) = &spec.cwd {
             env.push_str(&format!("RVERBS_CWD={}\n", util::shell_quote(cwd)));
         }
@@ -365,32 +377,44 @@ impl Bed {
         let mut marker_status: Option<(String, i32)> = None;
         let mut errors = Vec::new();
         let display = spec.display;
-        let (exit, timed_out) = drive(&mut cmd, &console_log, spec.timeout, |line| {
-            let tagged = line.starts_with("RVERBS-VM");
-            if line == "RVERBS-VM-BEGIN" {
-                in_cmd = true;
-                ready_after = Some(started.elapsed());
-            } else if line == "RVERBS-VM-END" {
-                in_cmd = false;
-            } else if let Some(rest) = line.strip_prefix("RVERBS-VM-STATUS: ") {
-                let mut it = rest.split_whitespace();
-                if let (Some(stage), Some(Ok(code))) = (it.next(), it.next().map(str::parse)) {
-                    marker_status = Some((stage.to_string(), code));
+        let interactive = display == Display::Interactive;
+        let (exit, timed_out) = if interactive {
+            let _ = fs::write(
+                &console_log,
+                "(interactive run: the console was the terminal)\n",
+            );
+            let st = cmd
+                .status()
+                .context(|| format!("cannot start `{}`", util::show(&cmd)))?;
+            (Some(st), false)
+        } else {
+            drive(&mut cmd, &console_log, spec.timeout, |line| {
+                let tagged = line.starts_with("RVERBS-VM");
+                if line == "RVERBS-VM-BEGIN" {
+                    in_cmd = true;
+                    ready_after = Some(started.elapsed());
+                } else if line == "RVERBS-VM-END" {
+                    in_cmd = false;
+                } else if let Some(rest) = line.strip_prefix("RVERBS-VM-STATUS: ") {
+                    let mut it = rest.split_whitespace();
+                    if let (Some(stage), Some(Ok(code))) = (it.next(), it.next().map(str::parse)) {
+                        marker_status = Some((stage.to_string(), code));
+                    }
+                } else if let Some(e) = line.strip_prefix("RVERBS-VM-ERROR: ") {
+                    errors.push(e.to_string());
                 }
-            } else if let Some(e) = line.strip_prefix("RVERBS-VM-ERROR: ") {
-                errors.push(e.to_string());
-            }
-            let markers = ["RVERBS-VM-BEGIN", "RVERBS-VM-END"];
-            let tagged = tagged && !line.starts_with("RVERBS-VM-STATUS");
-            match display {
-                Display::Verbose => println!("{line}"),
-                Display::Command if in_cmd && !markers.contains(&line) => println!("{line}"),
-                Display::Command | Display::Progress if tagged && !markers.contains(&line) => {
-                    eprintln!("{line}")
+                let markers = ["RVERBS-VM-BEGIN", "RVERBS-VM-END"];
+                let tagged = tagged && !line.starts_with("RVERBS-VM-STATUS");
+                match display {
+                    Display::Verbose => println!("{line}"),
+                    Display::Command if in_cmd && !markers.contains(&line) => println!("{line}"),
+                    Display::Command | Display::Progress if tagged && !markers.contains(&line) => {
+                        eprintln!("{line}")
+                    }
+                    Display::Command | Display::Progress | Display::Interactive => {}
                 }
-                Display::Command | Display::Progress => {}
-            }
-        })?;
+            })?
+        };
         let elapsed = started.elapsed();
         let _ = fs::remove_file(&initrd);
 
@@ -558,6 +582,28 @@ fn base_initramfs(tools: &HostTools, kernel: &Kernel) -> Result<Vec<u8>> {
     Ok(c.finish())
 }
 
+/// The host guest covers /tmp and /run of the host root with a tmpfs; these are the entries
+/// directly below them that hold something the run needs and must be bound back.
+fn hidden_host_paths(needed: &[PathBuf]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for p in needed {
+        let mut comps = p
+            .components()
+            .skip(1)
+            .map(|c| c.as_os_str().to_string_lossy());
+        if let (Some(top), Some(entry)) = (comps.next(), comps.next()) {
+            let keep = format!("/{top}/{entry}");
+            if (top == "tmp" || top == "run")
+                && !keep.contains(char::is_whitespace)
+                && !out.contains(&keep)
+            {
+                out.push(keep);
+            }
+        }
+    }
+    out
+}
+
 fn write(path: &Path, data: &[u8]) -> Result<()> {
     fs::write(path, data).context(|| format!("cannot write {}", path.display()))
 }
@@ -594,4 +640,23 @@ fn new_run_dir(label: &str) -> Result<PathBuf> {
         }
     }
     unreachable!()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_paths_under_tmp_and_run_are_bound_back() {
+        let needed = [
+            "/tmp/ci/main",
+            "/tmp/ci/main/target",
+            "/work/main",
+            "/run/user/0/x",
+            "/tmp",
+            "/tmp/ci/other",
+        ]
+        .map(PathBuf::from);
+        assert_eq!(hidden_host_paths(&needed), ["/tmp/ci", "/run/user"]);
+    }
 }
