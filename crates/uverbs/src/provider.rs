@@ -195,6 +195,12 @@ pub trait QpOps: Send + fmt::Debug {
 
 /// An SRQ's data path.
 pub trait SrqOps: Send + fmt::Debug {
+    /// Driver data for a modify-SRQ command that changes only the limit (rxe 6.1 refuses the
+    /// command with EINVAL unless it carries its 8-byte `rxe_modify_srq_cmd`). Default: none.
+    fn modify_udata(&self) -> &[u8] {
+        &[]
+    }
+
     /// Posts receive work requests.
     ///
     /// # Safety

@@ -153,7 +153,20 @@ impl Srq {
             max_wr: 0,
             srq_limit,
         };
-        write::legacy(ctx.cmd_fd(), nr::MODIFY_SRQ, req.as_bytes(), &[], &mut []).map_err(|e| {
+        let udata = self
+            .ops
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .modify_udata()
+            .to_vec();
+        write::legacy(
+            ctx.cmd_fd(),
+            nr::MODIFY_SRQ,
+            req.as_bytes(),
+            &udata,
+            &mut [],
+        )
+        .map_err(|e| {
             Error::os(
                 format!(
                     "set SRQ {} limit to {srq_limit} on {}",

@@ -20,6 +20,7 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use super::abi::{
     mminfo, rxe_create_ah_resp, rxe_create_cq_resp, rxe_create_qp_resp, rxe_create_srq_resp,
+    rxe_modify_srq_cmd,
 };
 use crate::mapping::Mapping;
 
@@ -123,7 +124,15 @@ struct SrqRing {
     _map: Mapping,
 }
 
+/// `rxe_modify_srq_cmd` with no mapping address: 6.1 reads the struct on every modify but uses
+/// the address only to resize, which rverbs does not do.
+const MODIFY_SRQ_LIMIT_ONLY: rxe_modify_srq_cmd = rxe_modify_srq_cmd { mmap_info_addr: 0 };
+
 impl SrqOps for SrqRing {
+    fn modify_udata(&self) -> &[u8] {
+        MODIFY_SRQ_LIMIT_ONLY.as_bytes()
+    }
+
     unsafe fn post_recv(
         &mut self,
         _srq: KernelObj<'_>,
