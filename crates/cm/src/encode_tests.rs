@@ -328,11 +328,11 @@ fn init_qp_attr_query_options_notify() {
     let (_, _, _, p) = f.one();
     assert_eq!((u32_at(&p, 16), u32_at(&p, 20)), (3, 1));
 
-    id.notify(3).unwrap();
+    id.notify(4).unwrap();
     let (c, i, o, p) = f.one();
     assert_eq!(
         (c, i, o, u32_at(&p, 0), u32_at(&p, 4)),
-        (cmd::NOTIFY, 8, 0, 6, 3)
+        (cmd::NOTIFY, 8, 0, 6, 4)
     );
 }
 

@@ -904,8 +904,8 @@ impl CmId {
         self.set_option_raw(abi::opt::LEVEL_ID, abi::opt::ID_ACK_TIMEOUT, &[timeout])
     }
 
-    /// Tells the CM about a QP event (`NOTIFY`, e.g. IB_EVENT_COMM_EST = 3 when the first
-    /// receive completes before ESTABLISHED).
+    /// Tells the CM about a QP event (`NOTIFY`, an `ib_event_type`): IB_EVENT_COMM_EST = 4 when
+    /// a receive completes before ESTABLISHED, IB_EVENT_PATH_MIG = 6.
     pub fn notify(&self, ib_event: u32) -> io::Result<()> {
         let req = abi::rdma_ucm_notify {
             id: self.handle,
