@@ -69,7 +69,7 @@ fn argument_errors_name_the_command_and_the_problem() {
 #[test]
 fn no_devices_is_explained() {
     if std::path::Path::new("/sys/class/infiniband_verbs").exists() {
-        eprintln!("skipped: this machine has RDMA devices");
+        common::skipped("this machine has RDMA devices");
         return;
     }
     let o = run(&["devinfo"]);

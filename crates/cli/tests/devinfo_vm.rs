@@ -15,7 +15,9 @@ fn ibv_devinfo(args: &[&str]) -> Option<String> {
             guest, "host",
             "ibv_devinfo is not in PATH in the host guest, which should have rdma-core"
         );
-        eprintln!("skipped: ibv_devinfo not available in this guest ({guest})");
+        common::skipped(&format!(
+            "ibv_devinfo not available in this guest ({guest})"
+        ));
         return None;
     };
     let o = Command::new(prog)
@@ -142,7 +144,9 @@ fn devices_matches_ibv_devices() {
             guest, "host",
             "ibv_devices is not in PATH in the host guest"
         );
-        eprintln!("skipped: ibv_devices not available in this guest ({guest})");
+        common::skipped(&format!(
+            "ibv_devices not available in this guest ({guest})"
+        ));
         return;
     };
     let theirs = Command::new(prog).output().expect("run ibv_devices");

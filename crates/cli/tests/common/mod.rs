@@ -39,3 +39,10 @@ pub fn which(prog: &str) -> Option<PathBuf> {
         .map(|d| d.join(prog))
         .find(|p| p.is_file())
 }
+
+/// Says a test skipped part of its work, on the real stderr: libtest captures `eprintln!`
+/// of passing tests, and a skip must not go unnoticed.
+pub fn skipped(why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "skipped: {why}");
+}
