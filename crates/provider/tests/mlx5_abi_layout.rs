@@ -171,6 +171,10 @@ fn run_probe() -> Option<HashMap<String, u64>> {
 }
 
 #[test]
+#[cfg_attr(
+    rverbs_vm,
+    ignore = "a host test: needs the uapi headers and a C compiler"
+)]
 #[cfg_attr(miri, ignore = "Miri cannot run a C compiler")]
 fn mlx5_abi_matches_the_kernel_header() {
     let Some(c) = run_probe() else { return };

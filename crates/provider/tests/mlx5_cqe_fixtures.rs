@@ -88,7 +88,7 @@ const REQ_SEND: [u8; 64] = [
 ];
 
 #[test]
-fn req_send() {
+fn mlx5_req_send() {
     let wc = parse(&REQ_SEND);
     assert_eq!(
         wc,
@@ -112,7 +112,7 @@ fn req(wqe_opcode: u8, counter: u16, byte_cnt: u32) -> [u8; 64] {
 }
 
 #[test]
-fn req_send_imm_write_write_imm() {
+fn mlx5_req_send_imm_write_write_imm() {
     // SEND_IMM 0x0b → SEND + WITH_IMM (handle_good_req); no immediate on the requester side.
     let wc = parse(&req(0x0b, 6, 0));
     assert_eq!(
@@ -149,7 +149,7 @@ const REQ_READ: [u8; 64] = [
 ];
 
 #[test]
-fn req_read_and_atomics() {
+fn mlx5_req_read_and_atomics() {
     let wc = parse(&REQ_READ);
     assert_eq!(
         (wc.opcode, wc.byte_len, wc.wr_id, wc.status),
@@ -169,7 +169,7 @@ fn req_read_and_atomics() {
 }
 
 #[test]
-fn req_unknown_wqe_opcode() {
+fn mlx5_req_unknown_wqe_opcode() {
     // UMR 0x25: rverbs posts none; explicit error, wr_id still resolved.
     let wc = parse(&req(0x25, 12, 0));
     assert_eq!(wc.status, WcStatus::GENERAL_ERR);
@@ -205,7 +205,7 @@ const RESP_SEND: [u8; 64] = [
 ];
 
 #[test]
-fn resp_send_with_grh() {
+fn mlx5_resp_send_with_grh() {
     let wc = parse(&RESP_SEND);
     assert_eq!(
         wc,
@@ -238,7 +238,7 @@ fn resp(op_own: u8, imm_inval_pkey: u32, byte_cnt: u32) -> [u8; 64] {
 }
 
 #[test]
-fn resp_imm_inv_write_imm() {
+fn mlx5_resp_imm_inv_write_imm() {
     // RESP_SEND_IMM (3): imm in host order; pkey_index = low 16 bits as libmlx5 reports.
     let wc = parse(&resp(0x30, 0x1234_5678, 16));
     assert_eq!(
@@ -272,7 +272,7 @@ fn resp_imm_inv_write_imm() {
 }
 
 #[test]
-fn owner_and_solicited_bits_do_not_change_the_parse() {
+fn mlx5_owner_and_solicited_bits_do_not_change_the_parse() {
     let mut b = RESP_SEND;
     b[63] = 0x23; // RESP_SEND, solicited, owner 1
     assert_eq!(parse(&b), parse(&RESP_SEND));
@@ -297,7 +297,7 @@ const REQ_ERR_FLUSH: [u8; 64] = [
 ];
 
 #[test]
-fn req_err_flush() {
+fn mlx5_req_err_flush() {
     let wc = parse(&REQ_ERR_FLUSH);
     assert_eq!(
         wc,
@@ -313,7 +313,7 @@ fn req_err_flush() {
 }
 
 #[test]
-fn resp_err_and_syndrome_table() {
+fn mlx5_resp_err_and_syndrome_table() {
     // RESP_ERR (0xe0), LOCAL_PROT_ERR (0x04), vendor 0x88, on QPN 0x456 → recv wr_id.
     let mut b = RESP_SEND;
     b[63] = 0xe0;
@@ -359,7 +359,7 @@ fn resp_err_and_syndrome_table() {
 // Bad input: explicit completion values, no lookup where no WQE can be named, no panic.
 
 #[test]
-fn unknown_opcode_resize_corrupt_length_format_and_missing_wqe() {
+fn mlx5_unknown_opcode_resize_corrupt_length_format_and_missing_wqe() {
     let mut t = table();
     // CQE opcode 7 (unknown): GENERAL_ERR, vendor_err 0x100 | op_own, no lookup.
     let mut b = REQ_SEND;
@@ -405,7 +405,7 @@ fn unknown_opcode_resize_corrupt_length_format_and_missing_wqe() {
 }
 
 #[test]
-fn cqe128_carries_the_cqe64_in_its_second_half() {
+fn mlx5_cqe128_carries_the_cqe64_in_its_second_half() {
     let mut slot = [0xa5u8; 128];
     slot[64..].copy_from_slice(&RESP_SEND);
     let c = Cqe64::from_slot(&slot).unwrap();
@@ -416,7 +416,7 @@ fn cqe128_carries_the_cqe64_in_its_second_half() {
 // The poller uses this very parser: fixtures written into a real ring come out the same.
 
 #[test]
-fn poller_yields_the_fixture_parses() {
+fn mlx5_poller_yields_the_fixture_parses() {
     let fixtures = [
         REQ_SEND,
         REQ_READ,

@@ -209,7 +209,7 @@ fn run(cqe: u32, size: CqeSize, total: u32, use_iter: bool) {
 }
 
 #[test]
-fn sim_device_64b_many_wraps_poll() {
+fn mlx5_sim_device_64b_many_wraps_poll() {
     run(
         63,
         CqeSize::B64,
@@ -219,7 +219,7 @@ fn sim_device_64b_many_wraps_poll() {
 }
 
 #[test]
-fn sim_device_128b_many_wraps_poll_and_iter() {
+fn mlx5_sim_device_128b_many_wraps_poll_and_iter() {
     run(
         15,
         CqeSize::B128,
@@ -229,7 +229,7 @@ fn sim_device_128b_many_wraps_poll_and_iter() {
 }
 
 #[test]
-fn sim_device_two_entry_ring() {
+fn mlx5_sim_device_two_entry_ring() {
     // The smallest ring (cqe 1 → 2 entries): the owner bit flips every other CQE.
     run(1, CqeSize::B64, if cfg!(miri) { 50 } else { 50_000 }, true);
 }
