@@ -188,6 +188,14 @@ impl Endpoint<OwnCqs> {
         let ctx = pd.context().clone();
         let cq_of = |depth: u32| -> io::Result<Arc<Cq>> {
             let ch = CompChannel::create(&ctx)?;
+            // Nobody but get_comp reads this channel (the CQs of an Endpoint<OwnCqs> are never
+            // handed out), so it can block like libibverbs' channels: the wait is then one
+            // read() that sleeps, instead of read (EAGAIN) + poll + read on the non-blocking
+            // fd CompChannel::create makes. Blocking get_*_comp = arm + read, as librdmacm.
+            let fl = rustix::fs::fcntl_getfl(&*ch)
+                .map_err(|e| Error::os("get completion channel flags", e))?;
+            rustix::fs::fcntl_setfl(&*ch, fl - rustix::fs::OFlags::NONBLOCK)
+                .map_err(|e| Error::os("make completion channel blocking", e))?;
             Cq::create(
                 &ctx,
                 depth.max(1),
@@ -320,6 +328,12 @@ impl<C: CqOwnership> Endpoint<C> {
         recv_cq: Arc<Cq>,
         attr: &EndpointAttr,
     ) -> io::Result<Endpoint<C>> {
+        // Connection parameters default to what the device allows (librdmacm does the same).
+        let dev = pd.context().query_device()?;
+        id.set_rd_atomic_max(
+            dev.max_qp_init_rd_atom.min(255) as u8,
+            dev.max_qp_rd_atom.min(255) as u8,
+        );
         let qp = Qp::create(
             &pd,
             QpInit {

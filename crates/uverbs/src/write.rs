@@ -7,7 +7,9 @@
 
 #![allow(unsafe_code)]
 
-use std::os::fd::AsFd;
+use std::fs::File;
+use std::mem::ManuallyDrop;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd};
 
 use rustix::io::Errno;
 use zerocopy::{FromBytes, Immutable, IntoBytes};
@@ -139,9 +141,29 @@ pub fn extended(
     write_all(fd, &buf)
 }
 
+/// Writes one command to a uverbs (or ucma) fd and returns the byte count the kernel took.
+///
+/// Not `rustix::io::write`: rustix declares its write syscall as not modifying memory, but
+/// these commands make the kernel write the response through a pointer carried inside `buf`,
+/// so the compiler must not assume the response buffer unchanged. std's `write()` is an opaque
+/// call into the C library, which may write any memory whose address has escaped.
+pub fn write_cmd(fd: BorrowedFd<'_>, buf: &[u8]) -> Result<usize, Errno> {
+    use std::io::Write;
+    // SAFETY: the `File` borrows the raw fd only for this call (while `fd` is borrowed) and
+    // is never dropped, so it never closes the fd.
+    let mut f = ManuallyDrop::new(unsafe { File::from_raw_fd(fd.as_raw_fd()) });
+    loop {
+        match f.write(buf) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Errno::from_io_error(&e).unwrap_or(Errno::IO)),
+        }
+    }
+}
+
 fn write_all(fd: impl AsFd, buf: &[u8]) -> Result<(), Errno> {
     // uverbs consumes a command in one write() or fails it; a short count is a protocol error.
-    let n = rustix::io::write(fd, buf)?;
+    let n = write_cmd(fd.as_fd(), buf)?;
     if n != buf.len() {
         return Err(Errno::IO);
     }

@@ -62,7 +62,7 @@ pub fn post_send_doorbell(cmd_fd: BorrowedFd<'_>, qp_handle: u32) -> io::Result<
     let resp_addr = core::ptr::addr_of_mut!(resp) as usize as u64;
     let cmd = post_send_cmd(qp_handle, resp_addr);
     let result = loop {
-        match rustix::io::write(cmd_fd, &cmd) {
+        match rverbs_uverbs::write::write_cmd(cmd_fd, &cmd) {
             Ok(n) if n == cmd.len() => break Ok(()),
             Ok(n) => {
                 break Err(Error::protocol(
