@@ -26,6 +26,13 @@ fn caps() -> QpCaps {
     }
 }
 
+/// The tests of this file count the device's kernel objects, so they run one at a time
+/// (libtest runs tests on several threads).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn msg(e: &std::io::Error) -> String {
     e.to_string()
 }
@@ -36,6 +43,7 @@ fn msg(e: &std::io::Error) -> String {
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
 fn mr_bad_input() {
+    let _serial = serial();
     let ctx = ctx();
     let pd = Pd::alloc(&ctx).unwrap();
 
@@ -82,6 +90,7 @@ fn mr_bad_input() {
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
 fn cq_and_qp_over_limits() {
+    let _serial = serial();
     let ctx = ctx();
     let attr = ctx.query_device().unwrap();
     let e = Cq::create(&ctx, attr.max_cqe + 1, CqOptions::default()).unwrap_err();
@@ -132,6 +141,7 @@ fn cq_and_qp_over_limits() {
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
 fn illegal_transitions_are_named() {
+    let _serial = serial();
     let ctx = ctx();
     let pd = Pd::alloc(&ctx).unwrap();
     let cq = Cq::create(&ctx, 16, CqOptions::default()).unwrap();
@@ -182,6 +192,7 @@ fn illegal_transitions_are_named() {
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
 fn ah_with_missing_gid_index() {
+    let _serial = serial();
     let ctx = ctx();
     let pd = Pd::alloc(&ctx).unwrap();
     let (sgid, gid) = roce_v2_gid(&ctx);
@@ -197,6 +208,7 @@ fn ah_with_missing_gid_index() {
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
 fn cq_in_use_cannot_be_destroyed() {
+    let _serial = serial();
     let ctx = ctx();
     let pd = Pd::alloc(&ctx).unwrap();
     let cq = Cq::create(&ctx, 16, CqOptions::default()).unwrap();
@@ -218,6 +230,7 @@ fn cq_in_use_cannot_be_destroyed() {
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
 fn context_without_provider_says_so() {
+    let _serial = serial();
     let dev = rverbs::uverbs::device::Device::by_name(&dev_name()).unwrap();
     let ctx = std::sync::Arc::new(Context::open(&dev).unwrap());
     let e = Cq::create(&ctx, 4, CqOptions::default()).unwrap_err();
@@ -240,6 +253,7 @@ fn kernel_objects(dev: &str) -> HashMap<String, u64> {
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
 fn kernel_holds_exactly_our_objects() {
+    let _serial = serial();
     let name = dev_name();
     let ctx = ctx();
     let base = kernel_objects(&name);
@@ -266,6 +280,7 @@ fn kernel_holds_exactly_our_objects() {
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
 fn ten_thousand_cycles_leak_nothing() {
+    let _serial = serial();
     let name = dev_name();
     let ctx = ctx();
     let cycle = || {
