@@ -5,7 +5,9 @@
 //! - `/sys/class/infiniband_verbs/uverbsN/{ibdev, abi_version, dev}`: one entry per device
 //!   that has a uverbs char device `/dev/infiniband/uverbsN`;
 //! - `/sys/class/infiniband/<ibdev>/{node_type, node_guid, sys_image_guid, fw_ver, node_desc,
-//!   ports/, device/vendor, device/device}`: the device's identity;
+//!   ports/, device/vendor, device/device}`: the device's identity. rxe (6.1) has no
+//!   `device/` link (its vendor id 0xffffff comes from the device query) but a `parent`
+//!   file naming its netdev;
 //! - RDMA netlink `RDMA_NLDEV_CMD_GET_CHARDEV`: the driver id (`RDMA_DRIVER_*`), which sysfs
 //!   does not show. When netlink fails the driver is guessed from the device name (`rxe*`,
 //!   `mlx5_*`, `siw*`, …) and [`Device::driver_id_source`] says so.
@@ -155,6 +157,7 @@ pub struct Device {
     node_desc: String,
     vendor_id: Option<u32>,
     vendor_part_id: Option<u32>,
+    parent: Option<String>,
     port_count: u32,
 }
 
@@ -249,6 +252,12 @@ impl Device {
     /// PCI device id (`device/device`), absent for software devices.
     pub fn vendor_part_id(&self) -> Option<u32> {
         self.vendor_part_id
+    }
+
+    /// The netdev a software device sits on (sysfs `parent`, which rxe has; hardware devices
+    /// have a PCI `device/` link instead).
+    pub fn parent(&self) -> Option<&str> {
+        self.parent.as_deref()
     }
 
     /// Number of ports under `ports/` in sysfs.
@@ -507,6 +516,9 @@ impl Sysfs {
             node_desc: read_str(&ibdev_path.join("node_desc")).unwrap_or_default(),
             vendor_id: hex(ibdev_path.join("device/vendor")),
             vendor_part_id: hex(ibdev_path.join("device/device")),
+            parent: read_str(&ibdev_path.join("parent"))
+                .ok()
+                .filter(|p| !p.is_empty()),
             port_count,
             ibdev_path,
             name,
@@ -642,6 +654,7 @@ pub(crate) mod fake {
         ),
         ("class/infiniband/rxe0/fw_ver", "\n"),
         ("class/infiniband/rxe0/node_desc", "rxe0\n"),
+        ("class/infiniband/rxe0/parent", "d0\n"),
         ("class/infiniband/rxe0/ports/1/state", "4: ACTIVE\n"),
         ("class/infiniband/rxe0/ports/1/phys_state", "5: LinkUp\n"),
         ("class/infiniband/rxe0/ports/1/link_layer", "Ethernet\n"),
@@ -742,6 +755,7 @@ mod tests {
         assert_eq!(rxe.fw_ver(), "");
         assert_eq!(rxe.node_desc(), "rxe0");
         assert_eq!((rxe.vendor_id(), rxe.vendor_part_id()), (None, None));
+        assert_eq!(rxe.parent(), Some("d0"));
         assert_eq!(rxe.port_count(), 1);
         assert_eq!(rxe.driver_id(), DriverId::RXE);
         assert_eq!(rxe.driver_id_source(), DriverIdSource::NamePrefix);
@@ -755,6 +769,7 @@ mod tests {
         assert_eq!((mlx.port_count(), mlx.abi_version()), (2, 1));
         assert_eq!(mlx.fw_ver(), "16.35.2000");
         assert_eq!(mlx.driver_id(), DriverId::MLX5);
+        assert_eq!(mlx.parent(), None);
     }
 
     #[test]

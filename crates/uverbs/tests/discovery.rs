@@ -52,6 +52,13 @@ fn finds_the_rxe_device_with_its_driver_from_netlink() {
     assert_eq!(d.port_count(), 1);
     assert_ne!(d.node_guid(), 0);
     assert!(d.netlink_index().is_some());
+    let (_, _, netdev) = dev_and_addr();
+    assert_eq!(
+        d.parent(),
+        Some(netdev.as_str()),
+        "rxe's sysfs parent is its netdev"
+    );
+    assert_eq!(d.vendor_id(), None, "rxe has no PCI device link");
 }
 
 #[test]
