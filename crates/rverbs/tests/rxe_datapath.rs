@@ -2001,26 +2001,35 @@ fn completion_events() {
         // Not scoped: if the event never comes, the test fails on the timeout below instead
         // of joining a thread that sleeps forever.
         std::thread::spawn(move || {
+            // Taken before the poster exists (it starts once we have sent our tid), so the
+            // time to the wake-up is at least the poster's delay.
+            let t0 = Instant::now();
             let me = std::fs::read_link("/proc/thread-self").unwrap();
             let tid = me.file_name().unwrap().to_string_lossy().into_owned();
             tid_tx.send(tid).unwrap();
-            let t0 = Instant::now();
             let r = cq_b.wait_event().map_err(|e| e.to_string());
-            let _ = tx.send((r, t0.elapsed()));
+            let _ = tx.send((r, t0, Instant::now()));
         });
         let tid = tid_rx.recv_timeout(WAIT).expect("waiter thread started");
-        std::thread::scope(|sc| {
+        let posted_at = std::thread::scope(|sc| {
             let poster = sc.spawn(|| {
                 std::thread::sleep(DELAY);
+                let at = Instant::now();
                 send_ok(&a.qp, &[SendWr::send(1, &s)]);
+                at
             });
             std::thread::sleep(DELAY / 2);
             assert_eq!(thread_state(&tid), 'S', "the waiter is not asleep");
-            poster.join().unwrap();
+            poster.join().unwrap()
         });
-        let (res, waited) = rx.recv_timeout(WAIT).expect("no completion event");
+        let (res, t0, woke) = rx.recv_timeout(WAIT).expect("no completion event");
         res.unwrap_or_else(|e| panic!("wait_event: {e}"));
-        assert!(waited >= DELAY, "woke after {waited:?}, before the post");
+        assert!(woke >= posted_at, "woke before the post");
+        let waited = woke - t0;
+        assert!(
+            waited >= DELAY,
+            "woke after {waited:?}, less than the poster's delay"
+        );
         b.cq.ack_events(1);
         assert_wc(&poll1(&b.cq), 0, WcOpcode::RECV);
         assert_wc(&poll1(&a.cq), 1, WcOpcode::SEND);
