@@ -469,6 +469,14 @@ fn send_and_send_with_imm() {
         assert_eq!(&b.mr.as_slice()[..5000], &msg[..]);
         assert_eq!(b.mr.as_slice()[5000], 0, "nothing past byte_len");
         assert_eq!(&b.mr.as_slice()[8192..8196], b"imm\0");
+
+        // Zero bytes, no SGE on either side: only the immediate travels.
+        recv_ok(&b.qp, &[recv(12, &[])]);
+        send_ok(&a.qp, &[wr(3, SendOp::SendWithImm { imm: !IMM }, &[])]);
+        assert_wc(&poll1(&a.cq), 3, WcOpcode::SEND);
+        let r = poll1(&b.cq);
+        assert_wc(&r, 12, WcOpcode::RECV);
+        assert_eq!((r.byte_len, r.imm()), (0, Some(!IMM)));
     });
 }
 
@@ -532,6 +540,30 @@ fn rdma_write_and_write_with_imm() {
         assert_wc(&r, 21, WcOpcode::RECV);
         assert_eq!(r.byte_len, 5);
         assert_eq!(&b.mr.as_slice()[40100..40105], b"after");
+
+        // A zero-length WRITE_WITH_IMM (no SGE) into a receive without SGEs; then a 60 KB
+        // write (60 packets).
+        recv_ok(&b.qp, &[recv(22, &[])]);
+        let op = SendOp::RdmaWriteWithImm {
+            remote_addr: rb,
+            rkey,
+            imm: 7,
+        };
+        send_ok(&a.qp, &[wr(4, op, &[])]);
+        assert_wc(&poll1(&a.cq), 4, WcOpcode::RDMA_WRITE);
+        let r = poll1(&b.cq);
+        assert_wc(&r, 22, WcOpcode::RECV_RDMA_WITH_IMM);
+        assert_eq!((r.byte_len, r.imm()), (0, Some(7)));
+        let big = pattern(14, 60 * 1024);
+        a.mr.as_mut_slice()[..big.len()].copy_from_slice(&big);
+        let s = [a.mr.sge(0..big.len())];
+        let op = SendOp::RdmaWrite {
+            remote_addr: rb + 1,
+            rkey,
+        };
+        send_ok(&a.qp, &[wr(5, op, &s)]);
+        assert_wc(&poll1(&a.cq), 5, WcOpcode::RDMA_WRITE);
+        assert!(b.mr.as_slice()[1..1 + big.len()] == big[..], "60 KB write");
     });
 }
 
@@ -1001,6 +1033,31 @@ fn inline_data() {
         send_ok(&a.qp, &[SendWr::send(5, &s)]);
         assert_wc(&poll1(&a.cq), 5, WcOpcode::SEND);
         assert_wc(&poll1(&b.cq), 2, WcOpcode::RECV);
+
+        // Inline data gathered from two unregistered buffers.
+        let (x, y) = (*b"gather", *b" inline");
+        let two = [
+            Sge {
+                addr: x.as_ptr() as u64,
+                length: 6,
+                lkey: 0,
+            },
+            Sge {
+                addr: y.as_ptr() as u64,
+                length: 7,
+                lkey: 0,
+            },
+        ];
+        let r4 = [b.mr.sge(30000..30100)];
+        recv_ok(&b.qp, &[recv(3, &r4)]);
+        send_ok(&a.qp, &[iw(7, &two)]);
+        assert_wc(&poll1(&a.cq), 7, WcOpcode::SEND);
+        let wc = poll1(&b.cq);
+        assert_wc(&wc, 3, WcOpcode::RECV);
+        assert_eq!(
+            &b.mr.as_slice()[30000..30000 + wc.byte_len as usize],
+            b"gather inline"
+        );
 
         // INLINE makes no sense for a READ: refused.
         let d = [a.mr.sge(0..8)];
