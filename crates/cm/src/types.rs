@@ -1,48 +1,9 @@
 //! Values the kernel hands back (event kinds, reject reasons, QP states…) as newtypes with named
 //! constants: an unknown number stays an unknown number instead of becoming a wrong variant.
 
-use std::fmt;
-
 use bitflags::bitflags;
 
-macro_rules! raw_newtype {
-    ($(#[$m:meta])* $name:ident($ty:ty) { $($(#[$cm:meta])* $c:ident = $v:expr;)* }) => {
-        $(#[$m])*
-        #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-        #[repr(transparent)]
-        pub struct $name(pub $ty);
-
-        impl $name {
-            $($(#[$cm])* pub const $c: Self = Self($v);)*
-
-            /// The constant's name, or `None` for a value this crate does not know.
-            pub const fn name(self) -> Option<&'static str> {
-                match self.0 {
-                    $(v if v == $v => Some(stringify!($c)),)*
-                    _ => None,
-                }
-            }
-        }
-
-        impl fmt::Debug for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                match self.name() {
-                    Some(n) => f.write_str(n),
-                    None => write!(f, "{}({})", stringify!($name), self.0),
-                }
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                match self.name() {
-                    Some(n) => f.write_str(n),
-                    None => write!(f, "unknown {} {}", stringify!($name), self.0),
-                }
-            }
-        }
-    };
-}
+use rverbs_uverbs::raw_newtype;
 
 raw_newtype! {
     /// `enum rdma_cm_event_type` (kernel `include/rdma/rdma_cm.h`; librdmacm uses the same
@@ -224,8 +185,8 @@ mod tests {
     #[test]
     fn unknown_values_stay_unknown() {
         assert_eq!(CmEventKind(99).name(), None);
-        assert_eq!(format!("{:?}", CmEventKind(99)), "CmEventKind(99)");
-        assert_eq!(CmEventKind(99).to_string(), "unknown CmEventKind 99");
+        assert_eq!(format!("{:?}", CmEventKind(99)), "CmEventKind(0x63)");
+        assert_eq!(CmEventKind(99).to_string(), "unknown CmEventKind 99 (0x63)");
         assert_eq!(CmEventKind::ESTABLISHED.to_string(), "ESTABLISHED");
         assert_eq!(RejectReason(28), RejectReason::CONSUMER_DEFINED);
         assert_eq!(RejectReason(34).name(), None);

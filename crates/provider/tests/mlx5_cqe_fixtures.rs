@@ -352,7 +352,10 @@ fn mlx5_resp_err_and_syndrome_table() {
         assert_eq!(wc.vendor_err, 0xf9, "syndrome {synd:#x}");
         assert_eq!(CqeSyndrome(synd).status(), status);
     }
-    assert_eq!(format!("{}", CqeSyndrome(0x99)), "unknown CqeSyndrome 0x99");
+    assert_eq!(
+        format!("{}", CqeSyndrome(0x99)),
+        "unknown CqeSyndrome 153 (0x99)"
+    );
 }
 
 // ---------------------------------------------------------------------------------------

@@ -726,7 +726,7 @@ mod tests {
         assert_eq!(DriverId::from_device_name("siw_eth0"), DriverId::SIW);
         assert_eq!(DriverId::from_device_name("foo"), DriverId::UNKNOWN);
         assert_eq!(DriverId::RXE.name(), Some("rxe"));
-        assert_eq!(format!("{}", DriverId(99)), "unknown DriverId 99");
+        assert_eq!(format!("{}", DriverId(99)), "unknown DriverId 99 (0x63)");
     }
 
     use super::fake::{Tree, MLX5_0, RXE0};

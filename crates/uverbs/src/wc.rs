@@ -5,8 +5,17 @@
 
 use bitflags::bitflags;
 
+/// Declares a newtype over a raw kernel or device value with named constants: unknown values
+/// stay representable, compare and print as such (never an invalid enum). Each constant may
+/// carry a display name (`NAME = value, "name";`) or use its own identifier (`NAME = value;`).
+/// Used across the rverbs crates; not part of the public API.
+#[doc(hidden)]
+#[macro_export]
 macro_rules! raw_newtype {
-    ($(#[$m:meta])* $name:ident($ty:ty) { $($(#[$cm:meta])* $c:ident = $v:expr, $s:literal;)* }) => {
+    ($(#[$m:meta])* $name:ident($ty:ty) { $($(#[$cm:meta])* $c:ident = $v:expr;)* }) => {
+        $crate::raw_newtype! { $(#[$m])* $name($ty) { $($(#[$cm])* $c = $v, stringify!($c);)* } }
+    };
+    ($(#[$m:meta])* $name:ident($ty:ty) { $($(#[$cm:meta])* $c:ident = $v:expr, $s:expr;)* }) => {
         $(#[$m])*
         #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
         #[repr(transparent)]
@@ -28,7 +37,7 @@ macro_rules! raw_newtype {
             fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
                 match self.name() {
                     Some(n) => f.write_str(n),
-                    None => write!(f, "{}({})", stringify!($name), self.0),
+                    None => write!(f, "{}({:#x})", stringify!($name), self.0),
                 }
             }
         }
@@ -37,7 +46,7 @@ macro_rules! raw_newtype {
             fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
                 match self.name() {
                     Some(n) => f.write_str(n),
-                    None => write!(f, "unknown {} {}", stringify!($name), self.0),
+                    None => write!(f, "unknown {} {} ({:#x})", stringify!($name), self.0, self.0),
                 }
             }
         }
@@ -186,7 +195,7 @@ mod tests {
     fn unknown_values_survive() {
         let s = WcStatus(99);
         assert_eq!(s.name(), None);
-        assert_eq!(format!("{s:?}"), "WcStatus(99)");
+        assert_eq!(format!("{s:?}"), "WcStatus(0x63)");
         assert_eq!(
             format!("{}", WcStatus::WR_FLUSH_ERR),
             "Work Request Flushed Error"

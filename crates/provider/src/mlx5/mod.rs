@@ -26,44 +26,4 @@ pub use cqe::{
     WqeOpcode, WqeRef, WrIdLookup,
 };
 
-/// A newtype over a raw device value with named constants (like `raw_newtype!` in
-/// rverbs-uverbs): unknown values stay representable and print as such.
-macro_rules! mlx5_newtype {
-    ($(#[$m:meta])* $name:ident($ty:ty) { $($(#[$cm:meta])* $c:ident = $v:expr, $s:literal;)* }) => {
-        $(#[$m])*
-        #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-        #[repr(transparent)]
-        pub struct $name(pub $ty);
-
-        impl $name {
-            $($(#[$cm])* pub const $c: Self = Self($v);)*
-
-            /// The constant's name, or `None` for a value rverbs does not know.
-            pub const fn name(self) -> Option<&'static str> {
-                match self.0 {
-                    $(v if v == $v => Some($s),)*
-                    _ => None,
-                }
-            }
-        }
-
-        impl ::std::fmt::Debug for $name {
-            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-                match self.name() {
-                    Some(n) => f.write_str(n),
-                    None => write!(f, "{}({:#x})", stringify!($name), self.0),
-                }
-            }
-        }
-
-        impl ::std::fmt::Display for $name {
-            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-                match self.name() {
-                    Some(n) => f.write_str(n),
-                    None => write!(f, "unknown {} {:#x}", stringify!($name), self.0),
-                }
-            }
-        }
-    };
-}
-use mlx5_newtype;
+use rverbs_uverbs::raw_newtype as mlx5_newtype;
