@@ -393,6 +393,16 @@ impl Bed {
             (Some(st), false)
         } else {
             drive(&mut cmd, &console_log, spec.timeout, |line| {
+                // Output without a final newline runs into the end marker: split it off.
+                let line = match line.strip_suffix("RVERBS-VM-END") {
+                    Some(rest) if !rest.is_empty() && in_cmd => {
+                        if display == Display::Command {
+                            println!("{rest}");
+                        }
+                        "RVERBS-VM-END"
+                    }
+                    _ => line,
+                };
                 let tagged = line.starts_with("RVERBS-VM");
                 if line == "RVERBS-VM-BEGIN" {
                     in_cmd = true;
