@@ -72,6 +72,13 @@ if [ "$RVERBS_TOPO" = two ]; then
     # sends locally generated traffic between 10.20.0.1 and 10.20.0.2 out of the veth instead
     # of through the local table (lo); see docs/testing.md.
     ipc link add ve1 type veth peer name ve2
+    if [ ! -e /sys/class/net/ve2 ]; then
+        # busybox's ip ignores "peer name": rename the peer the kernel named itself.
+        peer=$(cat /sys/class/net/ve1/iflink)
+        for d in /sys/class/net/*; do
+            [ "$(cat "$d/ifindex")" = "$peer" ] && ipc link set "${d##*/}" name ve2
+        done
+    fi
     ipc addr add 10.20.0.1/24 dev ve1
     ipc addr add 10.20.0.2/24 dev ve2
     for c in all default ve1 ve2; do
