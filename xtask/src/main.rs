@@ -31,18 +31,19 @@ pub const HELP: &str = "\
 cargo xtask: the rverbs test bed (QEMU guests with soft-RoCE devices)
 
 USAGE:
-    cargo xtask test [--no-vm] [-- TEST-ARGS...]
+    cargo xtask test [--no-vm | --vm-only] [-- TEST-ARGS...]
         cargo fmt --check, clippy -D warnings, host tests, then every integration test
         built with --cfg rverbs_vm in the minimal guest, the host guest and the two-node
         topology. Ends with `xtask: N passed, N failed, N skipped`; exits non-zero on any
         failure. TEST-ARGS go to each libtest binary in the guests (e.g. a test name filter).
+        --no-vm: fmt, clippy and host tests only; --vm-only: the VM stages only.
     cargo xtask demo
         Boots the minimal guest, brings up rxe0 and runs: rverbs devinfo -v
     cargo xtask vm [--guest minimal|host] [--topo one|two] [--timeout SECS] [--verbose]
-                   [-- CMD...]
+                   [--shell | -- CMD...]
         Boots a guest, brings up the topology and runs CMD (by sh; a single argument is a
         shell command line). Prints CMD's output and exits with its exit code. Without CMD:
-        shows the devices (rdma link / rverbs devinfo).
+        runs `rverbs link show; rverbs devinfo`.
             --guest host      (default) this machine's root, read-only over 9p: rdma-core's
                               tools (ibv_*, rping, ib_*_lat...) and any host path are there
             --guest minimal   busybox, the kernel modules and our static rverbs binary only
@@ -62,7 +63,10 @@ are installed with apt when missing and running as root). Each guest run keeps i
 log and outputs in target/vm/runs/<run>/. Environment:
     RVERBS_VM_KVM=0|1         skip the KVM probe (0: software emulation, 1: KVM)
     RVERBS_GUEST_TARGET=gnu   build the guest binaries with glibc + crt-static, not musl
+    RVERBS_VM_FAST_BOOT=0     boot the compressed kernel with SeaBIOS (slower)
     RVERBS_VM_STAGE_TIMEOUT   seconds for each VM stage of `cargo xtask test` (default 900)
+    RVERBS_VM_TEST_TIMEOUT    seconds for each test binary in a guest (default 300)
+    RVERBS_VM_TEST_THREADS    libtest threads in the guests (default 1)
 Inside the guests: RVERBS_VM=1, RVERBS_TOPO, RVERBS_GUEST, RVERBS_DEV_A/B, RVERBS_ADDR_A/B,
 RVERBS_NETDEV_A/B (see docs/testing.md).
 ";
@@ -170,7 +174,7 @@ fn cmd_vm(args: &[String]) -> Result<u8> {
     }
     let script = match cmd.len() {
         _ if shell => SHELL_SCRIPT.to_string(),
-        0 => "rdma link show 2>/dev/null; rverbs devinfo\n".to_string(),
+        0 => "rverbs link show; rverbs devinfo\n".to_string(),
         1 => format!("{}\n", cmd[0]),
         _ => format!("{}\n", util::shell_join(&cmd)),
     };
