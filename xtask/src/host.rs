@@ -1,7 +1,6 @@
 //! Host programs the test bed needs: QEMU and a static busybox. Installed with apt when
 //! missing and running as root; otherwise a message says exactly what to install.
 
-use crate::bail;
 use crate::util::{self, Result};
 use std::path::PathBuf;
 use std::process::Command;
@@ -54,12 +53,7 @@ pub fn ensure() -> Result<HostTools> {
                 })?;
             }
         } else {
-            bail!(
-                "the VM test bed needs {list}, which {} missing.\n\
-                 Install {}: sudo apt-get install --no-install-recommends {list}",
-                if missing.len() == 1 { "is" } else { "are" },
-                if missing.len() == 1 { "it" } else { "them" },
-            );
+            return Err(util::Error(missing_message(&missing)));
         }
     }
     let qemu = util::which(QEMU)
@@ -67,4 +61,39 @@ pub fn ensure() -> Result<HostTools> {
     let busybox = find_static_busybox()
         .ok_or("a statically linked busybox is still missing (install busybox-static)")?;
     Ok(HostTools { qemu, busybox })
+}
+
+/// What to tell a user who cannot install the packages themselves (not root).
+fn missing_message(missing: &[&str]) -> String {
+    let list = missing.join(" ");
+    let (verb, obj) = if missing.len() == 1 {
+        ("is", "it")
+    } else {
+        ("are", "them")
+    };
+    format!(
+        "the VM test bed needs the Debian package(s) {list}, which {verb} missing.\n\
+         Install {obj} as root: apt-get install --no-install-recommends {list}\n\
+         (or run the xtask as root, and it installs {obj} itself)"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_names_the_packages_and_the_command() {
+        let m = missing_message(&["qemu-system-x86", "busybox-static"]);
+        assert!(
+            m.contains("apt-get install --no-install-recommends qemu-system-x86 busybox-static"),
+            "{m}"
+        );
+        assert!(m.contains("are missing"), "{m}");
+        let m = missing_message(&["busybox-static"]);
+        assert!(
+            m.contains("is missing") && m.contains("--no-install-recommends busybox-static\n"),
+            "{m}"
+        );
+    }
 }
