@@ -66,6 +66,9 @@ fn has_std_for(triple: &str) -> bool {
 /// crt-static (reported) only when the musl standard library cannot be had.
 pub fn guest_target() -> GuestTarget {
     if std::env::var("RVERBS_GUEST_TARGET").as_deref() == Ok("gnu") {
+        eprintln!(
+            "xtask: note: guest binaries are glibc with crt-static (RVERBS_GUEST_TARGET=gnu)"
+        );
         return GuestTarget::GnuStatic;
     }
     if has_std_for(MUSL) {
