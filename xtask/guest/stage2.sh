@@ -4,7 +4,7 @@
 R=/tmp/rverbs-vm
 . "$R/guest.env"
 export PATH="$R/bin:$PATH:/usr/sbin:/sbin:/usr/bin:/bin"
-export HOME=/tmp RUST_BACKTRACE=1
+export HOME=/tmp RUST_BACKTRACE=1 RVERBS_VM=1 RVERBS_GUEST RVERBS_TOPO
 
 say() { echo "RVERBS-VM: $*"; }
 status() {
@@ -66,7 +66,6 @@ ipc link add d0 type dummy
 ipc addr add 10.10.0.1/24 dev d0
 ipc link set d0 up
 mkrxe rxe0 d0 10.10.0.1
-export RVERBS_VM=1 RVERBS_GUEST RVERBS_TOPO
 if [ "$RVERBS_TOPO" = two ]; then
     # Both veth ends stay in the initial netns (rxe's UDP socket lives there). Policy routing
     # sends locally generated traffic between 10.20.0.1 and 10.20.0.2 out of the veth instead
