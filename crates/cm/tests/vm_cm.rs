@@ -658,6 +658,14 @@ fn address_nobody_has_times_out_or_is_unreachable() {
     assert!(t.elapsed() < Duration::from_secs(10));
     drop(sync);
 
+    // The kernel's own verdict takes about 100 s; wait for it in one guest only (the host
+    // guest), to keep the test run short. The minimal guest has proved the bounded form above.
+    if std::env::var("RVERBS_GUEST").as_deref() == Ok("minimal") {
+        eprintln!(
+            "minimal guest: not waiting ~100 s for the kernel's UNREACHABLE (host guest does)"
+        );
+        return;
+    }
     id.connect(&ConnParam::default()).unwrap();
     let t = Instant::now();
     let ev = ch
