@@ -13,6 +13,9 @@ mod devices;
 mod devinfo;
 mod link;
 mod rc_pingpong;
+mod rdma_client;
+mod rdma_server;
+mod rping;
 
 /// What a subcommand returns: any error is printed as `rverbs <cmd>: <error>` and exits 1.
 pub type CmdResult = Result<(), Box<dyn std::error::Error>>;
@@ -50,6 +53,24 @@ pub const COMMANDS: &[Command] = &[
         summary: "RC ping-pong latency test, interoperable with ibv_rc_pingpong",
         usage: rc_pingpong::USAGE,
         run: rc_pingpong::run,
+    },
+    Command {
+        name: "rdma-server",
+        summary: "rdma_cm server of librdmacm's rdma_server example (one 16-byte exchange)",
+        usage: rdma_server::USAGE,
+        run: rdma_server::run,
+    },
+    Command {
+        name: "rdma-client",
+        summary: "rdma_cm client of librdmacm's rdma_client example (one 16-byte exchange)",
+        usage: rdma_client::USAGE,
+        run: rdma_client::run,
+    },
+    Command {
+        name: "rping",
+        summary: "RDMA READ/WRITE ping-pong over rdma_cm, interoperable with rping",
+        usage: rping::USAGE,
+        run: rping::run,
     },
 ];
 
