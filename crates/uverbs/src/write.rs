@@ -25,8 +25,23 @@ pub fn legacy_bytes(
     resp_ptr: Option<u64>,
     resp_len: usize,
 ) -> Result<Vec<u8>, Errno> {
+    let mut buf = vec![0u8; size_of::<ib_uverbs_cmd_hdr>() + core_in.len() + driver_in.len()];
+    fill_legacy(&mut buf, command, core_in, driver_in, resp_ptr, resp_len)?;
+    Ok(buf)
+}
+
+/// Writes the legacy command into `buf`, which must be exactly its length.
+fn fill_legacy(
+    buf: &mut [u8],
+    command: u32,
+    core_in: &[u8],
+    driver_in: &[u8],
+    resp_ptr: Option<u64>,
+    resp_len: usize,
+) -> Result<(), Errno> {
     let hdr_len = size_of::<ib_uverbs_cmd_hdr>();
     let total = hdr_len + core_in.len() + driver_in.len();
+    debug_assert_eq!(buf.len(), total);
     if total % 4 != 0 || resp_len % 4 != 0 || total / 4 > u16::MAX as usize {
         return Err(Errno::INVAL);
     }
@@ -35,18 +50,22 @@ pub fn legacy_bytes(
         in_words: (total / 4) as u16,
         out_words: (resp_len / 4) as u16,
     };
-    let mut buf = Vec::with_capacity(total);
-    buf.extend_from_slice(hdr.as_bytes());
-    buf.extend_from_slice(core_in);
-    buf.extend_from_slice(driver_in);
+    buf[..hdr_len].copy_from_slice(hdr.as_bytes());
+    buf[hdr_len..hdr_len + core_in.len()].copy_from_slice(core_in);
+    buf[hdr_len + core_in.len()..].copy_from_slice(driver_in);
     if let Some(p) = resp_ptr {
         if core_in.len() < 8 {
             return Err(Errno::INVAL);
         }
         buf[hdr_len..hdr_len + 8].copy_from_slice(&p.to_ne_bytes());
     }
-    Ok(buf)
+    Ok(())
 }
+
+/// Legacy commands up to this many bytes are built on the stack: the data-path ones
+/// (REQ_NOTIFY_CQ when a CQ is re-armed after every event, rxe's POST_SEND doorbell) then
+/// never allocate.
+const STACK_CMD_LEN: usize = 64;
 
 /// Sends a legacy command. `resp` receives the core response followed by the driver response;
 /// pass an empty slice for commands without a response (the request then has no response
@@ -60,6 +79,19 @@ pub fn legacy(
 ) -> Result<(), Errno> {
     let has_resp = !resp.is_empty();
     let ptr = has_resp.then_some(resp.as_mut_ptr() as u64);
+    let total = size_of::<ib_uverbs_cmd_hdr>() + core_in.len() + driver_in.len();
+    if total <= STACK_CMD_LEN {
+        let mut buf = [0u8; STACK_CMD_LEN];
+        fill_legacy(
+            &mut buf[..total],
+            command,
+            core_in,
+            driver_in,
+            ptr,
+            resp.len(),
+        )?;
+        return write_all(fd, &buf[..total]);
+    }
     let buf = legacy_bytes(command, core_in, driver_in, ptr, resp.len())?;
     write_all(fd, &buf)
 }
@@ -193,6 +225,24 @@ mod tests {
             legacy_bytes(3, &[0u8; 4], &[], Some(1), 8),
             Err(Errno::INVAL)
         );
+    }
+
+    /// `legacy` sends the bytes `legacy_bytes` builds, from the stack for a small command and
+    /// from the heap for a large one (written into a socket pair here).
+    #[test]
+    fn legacy_sends_the_built_bytes() {
+        let (mut r, w) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut resp = [0u8; 8];
+        for core_len in [16usize, 24, 72] {
+            let core: Vec<u8> = (0..core_len as u8).collect();
+            legacy(&w, 9, &core, &[7, 7, 7, 7], &mut resp).unwrap();
+            let want =
+                legacy_bytes(9, &core, &[7, 7, 7, 7], Some(resp.as_ptr() as u64), 8).unwrap();
+            let mut got = vec![0u8; want.len()];
+            std::io::Read::read_exact(&mut r, &mut got).unwrap();
+            assert_eq!(got, want, "core of {core_len} bytes");
+        }
+        assert_eq!(legacy(&w, 9, &[0u8; 6], &[], &mut []), Err(Errno::INVAL));
     }
 
     #[test]
