@@ -31,9 +31,12 @@ use std::ffi::OsString;
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
 use rverbs::uverbs::ah::{AhAttr, GlobalRoute};
 use rverbs::uverbs::channel::CompChannel;
 use rverbs::uverbs::context::{Gid, LinkLayer, Mtu};
@@ -70,6 +73,9 @@ Options:
 
 Not supported (ibv_rc_pingpong has them): -o/--odp, -O/--iodp, -P/--prefetch, -t/--ts,
 -j/--dm, -N/--new_send.
+
+With RVERBS_PINGPONG_STATS set, the number of CQ polls and completion events of the run is
+printed to stderr at the end.
 ";
 
 /// Default TCP port, as ibv_rc_pingpong.
@@ -89,8 +95,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
 /// A run with no completion for this long has lost its peer.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-/// Empty polls between two looks at the clock (polling mode).
-const SPINS_PER_CLOCK_CHECK: u32 = 1 << 14;
+/// Polls between two looks at the clock (polling mode).
+const SPINS_PER_CLOCK_CHECK: u64 = 1 << 14;
 
 /// Parsed options.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -646,6 +652,25 @@ impl PingPong<'_> {
     }
 }
 
+/// Waits until `fd` is readable (`true`) or `timeout` passes (`false`). A fixed timeout, no
+/// clock reads: this runs once per completion event.
+fn readable_within(fd: BorrowedFd<'_>, timeout: &Timespec) -> io::Result<bool> {
+    loop {
+        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+        match rustix::event::poll(&mut fds, Some(timeout)) {
+            Ok(0) => return Ok(false),
+            Ok(_) => return Ok(true),
+            Err(Errno::INTR) => continue,
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("wait for a completion event: {e}"),
+                ))
+            }
+        }
+    }
+}
+
 /// Runs one side and prints what the C tool prints to `out`.
 pub fn run_pingpong(o: &Opts, out: &mut dyn Write) -> Result<Summary, Box<dyn std::error::Error>> {
     let ctx = match &o.ib_dev {
@@ -803,45 +828,63 @@ pub fn run_pingpong(o: &Opts, out: &mut dyn Write) -> Result<Summary, Box<dyn st
 
     let start = Instant::now();
     let mut wc = [WorkCompletion::default(); 2];
+    // CQ polls and completion events, for RVERBS_PINGPONG_STATS (docs/perf.md uses them to
+    // separate waiting from work in instruction counts).
+    let mut polls: u64 = 0;
+    let mut events: u64 = 0;
     if let Some(ch) = &channel {
+        let idle = Timespec {
+            tv_sec: IDLE_TIMEOUT.as_secs() as _,
+            tv_nsec: 0,
+        };
         while !pp.done() {
             // Sleep on the channel (bounded: a lost peer must not hang us), take the event,
             // acknowledge it, re-arm, then poll once, as ibv_rc_pingpong does.
-            if !ch.wait(Some(IDLE_TIMEOUT))? {
+            if !readable_within(ch.as_fd(), &idle)? {
                 return Err(pp.idle_error());
             }
             cq.wait_event()
                 .map_err(|e| format!("Failed to get cq_event: {e}"))?;
             cq.ack_events(1);
+            events += 1;
             cq.req_notify(false)
                 .map_err(|e| format!("Couldn't request CQ notification: {e}"))?;
             let n = cq.poll(&mut wc);
+            polls += 1;
             for w in &wc[..n] {
                 pp.completion(w)?;
             }
         }
     } else {
-        let mut spins = 0u32;
+        // Spin on the CQ. Every SPINS_PER_CLOCK_CHECK polls, look back: no completion since
+        // the last look starts (or continues) the idle clock.
+        let cq: &Cq = &cq;
+        let mut progressed = true;
         let mut idle_since: Option<Instant> = None;
         while !pp.done() {
-            let n = cq.poll(&mut wc);
-            if n == 0 {
-                spins += 1;
-                if spins == SPINS_PER_CLOCK_CHECK {
-                    spins = 0;
-                    let now = Instant::now();
-                    match idle_since {
-                        None => idle_since = Some(now),
-                        Some(t) if now.duration_since(t) >= IDLE_TIMEOUT => {
-                            return Err(pp.idle_error())
+            let n = loop {
+                let n = cq.poll(&mut wc);
+                polls += 1;
+                if n != 0 {
+                    break n;
+                }
+                if polls % SPINS_PER_CLOCK_CHECK == 0 {
+                    if progressed {
+                        progressed = false;
+                        idle_since = None;
+                    } else {
+                        let now = Instant::now();
+                        match idle_since {
+                            None => idle_since = Some(now),
+                            Some(t) if now.duration_since(t) >= IDLE_TIMEOUT => {
+                                return Err(pp.idle_error())
+                            }
+                            Some(_) => {}
                         }
-                        Some(_) => {}
                     }
                 }
-                continue;
-            }
-            spins = 0;
-            idle_since = None;
+            };
+            progressed = true;
             for w in &wc[..n] {
                 pp.completion(w)?;
             }
@@ -855,6 +898,9 @@ pub fn run_pingpong(o: &Opts, out: &mut dyn Write) -> Result<Summary, Box<dyn st
         iters: o.iters,
     };
     write!(out, "{summary}")?;
+    if std::env::var_os("RVERBS_PINGPONG_STATS").is_some() {
+        eprintln!("rc-pingpong stats: {polls} CQ polls, {events} completion events");
+    }
     let mut bad_pages = 0;
     if o.server.is_none() && o.chk {
         let b = mr.as_slice();
