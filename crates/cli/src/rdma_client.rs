@@ -136,6 +136,10 @@ pub fn finish(prog: &str, res: Result<(), Failure>) -> CmdResult {
     Ok(())
 }
 
+/// How long after the peer's DISCONNECTED the watcher lets completions in flight arrive before
+/// flushing the QP.
+const DISCONNECT_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// What a peer-watcher thread saw on the rdma_cm id while the main thread waited for
 /// completions.
 #[derive(Default)]
@@ -163,10 +167,10 @@ impl PeerWatch {
 }
 
 /// Runs `body` while a helper thread watches `ep`'s rdma_cm id: when the peer disconnects
-/// (DISCONNECTED) or the connection otherwise ends, the helper moves the QP to ERR and
-/// disconnects, which flushes the posted work requests, so a blocking `get_send_comp` /
-/// `get_recv_comp` returns (with WR_FLUSH_ERR) instead of waiting forever for a peer that is
-/// gone. The helper stops when `body` returns.
+/// (DISCONNECTED) or the connection otherwise ends and `body` is still running 2 s later,
+/// the helper moves the QP to ERR and disconnects, which flushes the posted work requests, so
+/// a blocking `get_send_comp` / `get_recv_comp` returns (with WR_FLUSH_ERR) instead of
+/// waiting forever for a peer that is gone. The helper stops when `body` returns.
 pub fn with_peer_watch<T>(ep: &Endpoint, body: impl FnOnce(&PeerWatch) -> T) -> io::Result<T> {
     use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags};
     let stop = eventfd(0, EventfdFlags::CLOEXEC)?;
@@ -211,8 +215,19 @@ pub fn with_peer_watch<T>(ep: &Endpoint, body: impl FnOnce(&PeerWatch) -> T) -> 
                     )
                 };
                 *watch.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(what);
-                // Flush what is posted so the main thread's wait ends. Errors are moot: the
-                // connection is gone either way.
+                // The peer may have left after a complete exchange: its DREQ can overtake the
+                // ACK that completes our last send (the CM and the data path are separate
+                // queues in the kernel). Give completions in flight a grace period; if the
+                // main thread is still waiting after it, flush what is posted so its wait
+                // ends. Errors are moot: the connection is gone either way.
+                let mut fds = [PollFd::new(&stop, PollFlags::IN)];
+                let ts = rustix::time::Timespec {
+                    tv_sec: DISCONNECT_GRACE.as_secs() as _,
+                    tv_nsec: DISCONNECT_GRACE.subsec_nanos() as _,
+                };
+                if matches!(poll(&mut fds, Some(&ts)), Ok(n) if n > 0) {
+                    return;
+                }
                 let _ = ep.disconnect();
                 return;
             }
