@@ -25,7 +25,12 @@ exec setsid -c sh -i
 ";
 
 /// Commands `cargo xtask demo` runs in the minimal guest, one per line of output section.
-const DEMO_COMMANDS: &[&str] = &["rverbs devinfo -v"];
+/// The second is a whole rdma_cm connection: server in the background, client, then the
+/// server's exit status.
+const DEMO_COMMANDS: &[&str] = &[
+    "rverbs devinfo -v",
+    "rverbs rdma-server -s 10.10.0.1 & sleep 1; rverbs rdma-client -s 10.10.0.1 && wait $!",
+];
 
 pub const HELP: &str = "\
 cargo xtask: the rverbs test bed (QEMU guests with soft-RoCE devices)
@@ -38,7 +43,8 @@ USAGE:
         failure. TEST-ARGS go to each libtest binary in the guests (e.g. a test name filter).
         --no-vm: fmt, clippy and host tests only; --vm-only: the VM stages only.
     cargo xtask demo
-        Boots the minimal guest, brings up rxe0 and runs: rverbs devinfo -v
+        Boots the minimal guest, brings up rxe0 and runs: rverbs devinfo -v, then an
+        rverbs rdma-server / rdma-client exchange over 10.10.0.1
     cargo xtask vm [--guest minimal|host] [--topo one|two] [--timeout SECS] [--verbose]
                    [--shell | -- CMD...]
         Boots a guest, brings up the topology and runs CMD (by sh; a single argument is a
