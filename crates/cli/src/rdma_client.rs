@@ -10,7 +10,8 @@
 //! Differences by design: errors name what failed (the C tool prints `perror`); completions
 //! are checked (the C tool ignores their status); a peer that disconnects or dies while we
 //! wait for a completion ends the wait with an error instead of hanging forever (a helper
-//! thread watches the rdma_cm id for DISCONNECTED and flushes the QP); getaddrinfo failures
+//! thread watches the rdma_cm id for DISCONNECTED and, if we are still waiting 2 s later,
+//! flushes the QP); getaddrinfo failures
 //! end with -2 (unresolvable host) or -8 (bad port: a port above 65535 is refused, not
 //! truncated to 16 bits).
 //!
