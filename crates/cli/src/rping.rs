@@ -681,7 +681,7 @@ impl<'o> Cb<'o> {
         let kind = ev.kind();
         debug_log!(
             self.o,
-            "cma_event type {} cma_id {} ({})",
+            "cma_event type RDMA_CM_EVENT_{} cma_id {} ({})",
             kind,
             ev.id_handle(),
             if self.server { "child" } else { "parent" }
@@ -705,7 +705,7 @@ impl<'o> Cb<'o> {
             | CmEventKind::CONNECT_ERROR
             | CmEventKind::UNREACHABLE
             | CmEventKind::REJECTED => {
-                eprintln!("cma event {kind}, error {}", ev.status());
+                eprintln!("cma event RDMA_CM_EVENT_{kind}, error {}", ev.status());
                 self.state = State::Error;
                 self.sem += 1;
             }
@@ -715,7 +715,7 @@ impl<'o> Cb<'o> {
                 }
                 self.sem += 1;
             }
-            other => eprintln!("unhandled event: {other}, ignoring"),
+            other => eprintln!("unhandled event: RDMA_CM_EVENT_{other}, ignoring"),
         }
     }
 
@@ -977,14 +977,14 @@ fn run_client(o: &Opts, out: &mut impl Write) -> io::Result<()> {
         .map_err(|e| os_err("rdma_resolve_addr", e))?;
     debug_log!(
         o,
-        "cma_event type ADDR_RESOLVED cma_id {} (parent)",
+        "cma_event type RDMA_CM_EVENT_ADDR_RESOLVED cma_id {} (parent)",
         id.handle()
     );
     id.resolve_route(RESOLVE_TIMEOUT)
         .map_err(|e| os_err("rdma_resolve_route", e))?;
     debug_log!(
         o,
-        "cma_event type ROUTE_RESOLVED cma_id {} (parent)",
+        "cma_event type RDMA_CM_EVENT_ROUTE_RESOLVED cma_id {} (parent)",
         id.handle()
     );
     debug_log!(o, "rdma_resolve_addr - rdma_resolve_route successful");
@@ -1020,7 +1020,7 @@ fn serve(o: &Opts, id: CmId, out: &mut impl Write) -> io::Result<()> {
         .map_err(|e| os_err("connect error: rdma_accept", e))?;
     debug_log!(
         o,
-        "cma_event type ESTABLISHED cma_id {} (child)",
+        "cma_event type RDMA_CM_EVENT_ESTABLISHED cma_id {} (child)",
         cb.link.id().handle()
     );
     let res = cb
@@ -1046,7 +1046,7 @@ fn run_server(o: &Opts, out: &mut impl Write) -> io::Result<()> {
             .map_err(|e| os_err("wait for CONNECT_REQUEST", e))?;
         debug_log!(
             o,
-            "cma_event type CONNECT_REQUEST cma_id {} (child)",
+            "cma_event type RDMA_CM_EVENT_CONNECT_REQUEST cma_id {} (child)",
             id.handle()
         );
         let res = serve(o, id, out);
@@ -1060,7 +1060,7 @@ fn run_server(o: &Opts, out: &mut impl Write) -> io::Result<()> {
             .map_err(|e| os_err("wait for CONNECT_REQUEST", e))?;
         debug_log!(
             o,
-            "cma_event type CONNECT_REQUEST cma_id {} (child)",
+            "cma_event type RDMA_CM_EVENT_CONNECT_REQUEST cma_id {} (child)",
             id.handle()
         );
         let o = o.clone();
