@@ -115,3 +115,25 @@ pub fn map_count() -> usize {
         .lines()
         .count()
 }
+
+/// Mappings of the uverbs device (provider rings, doorbell pages) in this process.
+pub fn device_map_count() -> usize {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("/dev/infiniband/"))
+        .count()
+}
+
+/// Bytes of address space this process has mapped (the sum of /proc/self/maps ranges).
+pub fn mapped_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let range = l.split_whitespace().next()?;
+            let (a, b) = range.split_once('-')?;
+            Some(u64::from_str_radix(b, 16).ok()? - u64::from_str_radix(a, 16).ok()?)
+        })
+        .sum()
+}
