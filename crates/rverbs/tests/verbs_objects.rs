@@ -222,3 +222,60 @@ fn rc_pair_by_hand_moves_data() {
     let _ = Sge::default();
     let _: Arc<Pd> = pd;
 }
+
+/// Resizing a CQ keeps the completions not yet polled, and the bigger CQ keeps working.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn cq_resize_keeps_pending_completions() {
+    let ctx = ctx();
+    let pd = Pd::alloc(&ctx).unwrap();
+    let cq_a = Cq::create(&ctx, 8, CqOptions::default()).unwrap();
+    let cq_b = Cq::create(&ctx, 64, CqOptions::default()).unwrap();
+    let a = Qp::create(&pd, QpInit::rc(&cq_a, caps())).unwrap();
+    let b = Qp::create(&pd, QpInit::rc(&cq_b, caps())).unwrap();
+    let (sgid, gid) = roce_v2_gid(&ctx);
+    connect(&a, b.qp_num(), gid, sgid, ALL_ACCESS);
+    connect(&b, a.qp_num(), gid, sgid, ALL_ACCESS);
+    let m = Mr::register(&pd, PageBuf::new(4096).unwrap(), ALL_ACCESS).unwrap();
+    let rs = [m.sge(0..64)];
+    let ss = [m.sge(64..72)];
+    let send = |id| {
+        // SAFETY: `m` outlives every completion polled below.
+        unsafe {
+            b.post_recv(&[rverbs::uverbs::RecvWr {
+                wr_id: id,
+                sge: &rs,
+            }])
+            .unwrap();
+            a.post_send(&[SendWr::send(id, &ss)]).unwrap();
+        }
+    };
+    for id in 1..=3 {
+        send(id);
+    }
+    // Let all three land in cq_a before resizing (rxe completes within the doorbell, but a
+    // delayed ACK would only make the test weaker, never wrong: we then poll what arrived).
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let before = cq_a.cqe();
+    let e = cq_a.resize(0).unwrap_err();
+    assert!(e.to_string().contains("at least 1"), "{e}");
+    let got = cq_a.resize(100).unwrap();
+    assert!(got >= 100 && got > before, "{before} -> {got}");
+    assert_eq!(cq_a.cqe(), got);
+    let ids: Vec<u64> = poll_n(&cq_a, 3).iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, [1, 2, 3]);
+    // More completions than the old depth fit now, and arrive in order.
+    for id in 4..=20 {
+        send(id);
+        assert_eq!(poll_n(&cq_b, 1)[0].status, WcStatus::SUCCESS);
+    }
+    let wcs = poll_n(&cq_a, 17);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::SUCCESS));
+    assert_eq!(
+        wcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+        (4..=20).collect::<Vec<_>>()
+    );
+}

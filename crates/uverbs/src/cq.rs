@@ -7,7 +7,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::abi::cmd::nr;
 use crate::abi::ioctl::{cq, object, UVERBS_ATTR_UHW_IN, UVERBS_ATTR_UHW_OUT};
-use crate::abi::obj::{ib_uverbs_destroy_cq_resp, ib_uverbs_req_notify_cq};
+use crate::abi::obj::{
+    ib_uverbs_destroy_cq_resp, ib_uverbs_req_notify_cq, ib_uverbs_resize_cq,
+    ib_uverbs_resize_cq_resp,
+};
 use crate::channel::CompChannel;
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -24,7 +27,7 @@ pub struct Cq {
     ctx: Arc<Context>,
     channel: Option<Arc<CompChannel>>,
     handle: u32,
-    cqe: u32,
+    cqe: AtomicU32,
     user_handle: u64,
     events_received: AtomicU32,
     events_acked: AtomicU32,
@@ -36,7 +39,7 @@ impl fmt::Debug for Cq {
         f.debug_struct("Cq")
             .field("device", &self.ctx.name())
             .field("handle", &self.handle)
-            .field("cqe", &self.cqe)
+            .field("cqe", &self.cqe())
             .field("channel", &self.channel.is_some())
             .finish()
     }
@@ -121,7 +124,7 @@ impl Cq {
                     ctx: ctx.clone(),
                     channel: opts.channel,
                     handle: k.handle,
-                    cqe: k.cqe,
+                    cqe: AtomicU32::new(k.cqe),
                     user_handle,
                     events_received: AtomicU32::new(0),
                     events_acked: AtomicU32::new(0),
@@ -145,7 +148,58 @@ impl Cq {
 
     /// Entries the kernel gave (≥ asked).
     pub fn cqe(&self) -> u32 {
-        self.cqe
+        // Relaxed: a plain value, written under the ring lock by resize().
+        self.cqe.load(Ordering::Relaxed)
+    }
+
+    /// Resizes the CQ to hold at least `cqe` completions (`ibv_resize_cq`); completions not
+    /// yet polled are kept. Returns the depth the kernel gave. rxe resizes; mlx5 does not yet.
+    pub fn resize(&self, cqe: u32) -> Result<u32> {
+        let ctx = &self.ctx;
+        let op = || {
+            format!(
+                "resize CQ {} on {} from {} to {cqe} entries",
+                self.handle,
+                ctx.name(),
+                self.cqe()
+            )
+        };
+        if cqe == 0 {
+            return Err(Error::invalid(op(), "cqe must be at least 1").into());
+        }
+        if let Some(max) = ctx.cached_max_cqe() {
+            if cqe > max {
+                return Err(Error::invalid(op(), format!("device limit max_cqe is {max}")).into());
+            }
+        }
+        let mut ops = self.lock();
+        let handle = self.handle;
+        let mut new_cqe = 0;
+        ops.resize(ctx.cmd_fd(), cqe, &mut |uhw_in, uhw_out| {
+            let req = ib_uverbs_resize_cq {
+                response: 0,
+                cq_handle: handle,
+                cqe,
+            };
+            let core_len = size_of::<ib_uverbs_resize_cq_resp>();
+            let mut resp = vec![0u8; core_len + uhw_out.len()];
+            write::legacy(
+                ctx.cmd_fd(),
+                nr::RESIZE_CQ,
+                zerocopy::IntoBytes::as_bytes(&req),
+                uhw_in,
+                &mut resp,
+            )
+            .map_err(|e| Error::os(op(), e))?;
+            let r = <ib_uverbs_resize_cq_resp as zerocopy::FromBytes>::read_from_prefix(&resp)
+                .map(|(r, _)| r)
+                .map_err(|_| Error::protocol(op(), "short response"))?;
+            uhw_out.copy_from_slice(&resp[core_len..]);
+            new_cqe = r.cqe;
+            Ok(r.cqe)
+        })?;
+        self.cqe.store(new_cqe, Ordering::Relaxed);
+        Ok(new_cqe)
     }
 
     /// The value completion events on the channel carry for this CQ.

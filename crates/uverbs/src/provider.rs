@@ -134,6 +134,19 @@ pub trait CqOps: Send + fmt::Debug {
     /// Called once per completion event read from the channel (mlx5 advances its arm
     /// sequence number here).
     fn event_received(&mut self) {}
+
+    /// Resizes the CQ to at least `cqe` entries: the driver calls `resize` (which issues the
+    /// kernel's RESIZE_CQ with the driver data given and returns the new depth), then moves
+    /// its ring to what the kernel answered. Completions not yet polled are kept. Default: the
+    /// provider cannot resize.
+    fn resize(
+        &mut self,
+        _cmd_fd: BorrowedFd<'_>,
+        _cqe: u32,
+        _resize: &mut CreateFn<'_, u32>,
+    ) -> Result<()> {
+        Err(crate::Error::unsupported("resize CQ", "the provider does not resize CQs").into())
+    }
 }
 
 /// Why a post stopped: how many work requests went in before the failing one.

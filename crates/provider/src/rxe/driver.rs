@@ -20,7 +20,7 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use super::abi::{
     mminfo, rxe_create_ah_resp, rxe_create_cq_resp, rxe_create_qp_resp, rxe_create_srq_resp,
-    rxe_modify_srq_cmd,
+    rxe_modify_srq_cmd, rxe_resize_cq_resp,
 };
 use crate::mapping::Mapping;
 
@@ -64,6 +64,24 @@ struct CqRing {
 impl CqOps for CqRing {
     fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
         self.cq.poll(out)
+    }
+
+    fn resize(
+        &mut self,
+        cmd_fd: BorrowedFd<'_>,
+        _cqe: u32,
+        resize: &mut CreateFn<'_, u32>,
+    ) -> io::Result<()> {
+        // The kernel builds a new queue, copies the completions we have not consumed (our
+        // consumer index is published after every batch) and answers with its mapping.
+        let mut resp = rxe_resize_cq_resp::default();
+        resize(&[], resp.as_mut_bytes())?;
+        let map = map_queue(cmd_fd, &resp.mi, "resized completion queue")?;
+        let cq = RxeCq::new(queue(&map, QueueKind::Completion)?)?;
+        // The old view goes before its mapping is unmapped.
+        self.cq = cq;
+        self._map = map;
+        Ok(())
     }
 }
 
