@@ -816,9 +816,16 @@ impl<'o> Cb<'o> {
 
     // --- the two loops -----------------------------------------------------------------
 
-    /// `rping_test_server`: serves pings until the client disconnects (`Ok`) or something
-    /// fails.
+    /// `rping_test_server`: serves pings until the client disconnects (`Ok`, wherever in a
+    /// ping it happens, as rping: the client decides when the run ends) or something fails.
     fn test_server(&mut self, out: &mut impl Write) -> io::Result<()> {
+        match self.serve_pings(out) {
+            Err(_) if self.state == State::Disconnected => Ok(()),
+            r => r,
+        }
+    }
+
+    fn serve_pings(&mut self, out: &mut impl Write) -> io::Result<()> {
         loop {
             if !self.wait_for(State::RdmaReadAdv)? {
                 if self.state == State::Disconnected {

@@ -53,6 +53,23 @@ fn veth_counters() -> Option<(u64, u64)> {
     })
 }
 
+/// Exit 0 — or, for rdma-core's rping (v44), its known teardown race: the CM-event thread
+/// calls rdma_get_cm_event once more after the main thread destroyed the event channel and
+/// exits 255 with "rdma_get_cm_event: Bad file descriptor" although the run succeeded (fixed
+/// upstream after v44, rdma-core PR #1622). The output checks that follow still apply.
+fn ok_exit(d: &Done, t: Tool) -> bool {
+    if d.code() == Some(0) {
+        return true;
+    }
+    let race = t == Tool::C
+        && d.code() == Some(255)
+        && d.err.contains("rdma_get_cm_event: Bad file descriptor");
+    if race {
+        eprintln!("note: C rping's teardown race (exit 255 after a complete run): {d}");
+    }
+    race
+}
+
 struct Run {
     server: Tool,
     client: Tool,
@@ -104,8 +121,8 @@ fn run(r: Run) -> bool {
     let mut s = spawn(&sp, &sa);
     let c = client_once_server_listens(&mut s, &cp, &ca, T);
     let s = s.finish(T);
-    assert_eq!(c.code(), Some(0), "client failed: {c}\nserver: {s}");
-    assert_eq!(s.code(), Some(0), "server failed: {s}\nclient: {c}");
+    assert!(ok_exit(&c, r.client), "client failed: {c}\nserver: {s}");
+    assert!(ok_exit(&s, r.server), "server failed: {s}\nclient: {c}");
     let want_c: String = (0..r.count)
         .map(|n| format!("ping data: {}\n", expected_ping(n, r.size)))
         .collect();
