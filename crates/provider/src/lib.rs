@@ -78,6 +78,22 @@ pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
     }
 }
 
+/// Opens `dev` (rxe only) with [`Context::open_legacy_abi`]: every ioctl method that has a
+/// legacy write() command is skipped for it. It exists to test those fallbacks in the VM.
+#[doc(hidden)]
+pub fn open_legacy_abi(dev: &Device) -> io::Result<Arc<Context>> {
+    if dev.driver_id() != DriverId::RXE {
+        return Err(Error::unsupported(
+            format!("open {} with the legacy ABI", dev.name()),
+            format!("only rxe can be opened so, not driver {}", dev.driver_id()),
+        )
+        .into());
+    }
+    let ctx = Context::open_legacy_abi(dev)?;
+    ctx.set_driver(Box::new(rxe::driver::RxeDriver))?;
+    Ok(Arc::new(ctx))
+}
+
 /// Opens the device called `name` (e.g. `rxe0`) with its provider.
 pub fn open_by_name(name: &str) -> io::Result<Arc<Context>> {
     open(&Device::by_name(name)?)

@@ -8,10 +8,12 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use crate::abi::cmd::nr;
 use crate::abi::ioctl::{ah, object};
+use crate::abi::obj::ib_uverbs_destroy_ah;
 use crate::abi::obj::{
     ib_uverbs_ah_attr, ib_uverbs_create_ah, ib_uverbs_create_ah_resp, ib_uverbs_global_route,
     ib_uverbs_qp_dest,
 };
+use crate::context::M_DESTROY_AH;
 use crate::error::{Error, Result};
 use crate::ioctl::IoctlCall;
 use crate::pd::Pd;
@@ -232,8 +234,15 @@ fn destroy_ah(pd: &Pd, handle: u32) -> Result<()> {
     let ctx = pd.context();
     let mut c = IoctlCall::new(object::AH, ah::METHOD_DESTROY);
     c.idr(ah::ATTR_DESTROY_HANDLE, handle);
-    ctx.ioctl(&mut c)
-        .map_err(|e| Error::os(format!("destroy AH {handle} on {}", ctx.name()), e).into())
+    let r = match ctx.try_ioctl(M_DESTROY_AH, &mut c) {
+        Ok(true) => Ok(()),
+        Ok(false) => {
+            let req = ib_uverbs_destroy_ah { ah_handle: handle };
+            write::legacy(ctx.cmd_fd(), nr::DESTROY_AH, req.as_bytes(), &[], &mut [])
+        }
+        Err(e) => Err(e),
+    };
+    r.map_err(|e| Error::os(format!("destroy AH {handle} on {}", ctx.name()), e).into())
 }
 
 impl Drop for Ah {

@@ -11,6 +11,11 @@
 //! | query port       | ioctl `DEVICE/QUERY_PORT`              | write `QUERY_PORT` (2)       |
 //! | GID table        | ioctl `DEVICE/QUERY_GID_TABLE`         | sysfs `gids/`, `gid_attrs/`  |
 //! | one GID          | ioctl `DEVICE/QUERY_GID_ENTRY`         | sysfs                        |
+//! | create CQ        | ioctl `CQ/CREATE`                      | write `CREATE_CQ` (18)       |
+//! | create QP        | ioctl `QP/CREATE`                      | write `CREATE_QP` (24)       |
+//! | destroy PD/MR    | ioctl `PD/DESTROY`, `MR/DESTROY`       | write `DEALLOC_PD` (4), `DEREG_MR` (13) |
+//! | destroy CQ/QP    | ioctl `CQ/DESTROY`, `QP/DESTROY`       | write `DESTROY_CQ` (20), `DESTROY_QP` (27) |
+//! | destroy SRQ/AH   | ioctl `SRQ/DESTROY`, `AH/DESTROY`      | write `DESTROY_SRQ` (35), `DESTROY_AH` (8) |
 //!
 //! An ioctl failing with `ENOTTY` means the kernel has no ioctl interface at all; with
 //! `EPROTONOSUPPORT` that this method is missing. Both switch to the fallback (and remember
@@ -471,8 +476,27 @@ impl DeviceAttr {
 const M_QUERY_PORT: u32 = 1 << 0;
 const M_GID_TABLE: u32 = 1 << 1;
 const M_GID_ENTRY: u32 = 1 << 2;
+/// CQ/QP create and the objects' destroy methods, each with a legacy write() command.
+pub(crate) const M_CREATE_CQ: u32 = 1 << 3;
+pub(crate) const M_CREATE_QP: u32 = 1 << 4;
+pub(crate) const M_DESTROY_PD: u32 = 1 << 5;
+pub(crate) const M_DESTROY_MR: u32 = 1 << 6;
+pub(crate) const M_DESTROY_CQ: u32 = 1 << 7;
+pub(crate) const M_DESTROY_QP: u32 = 1 << 8;
+pub(crate) const M_DESTROY_SRQ: u32 = 1 << 9;
+pub(crate) const M_DESTROY_AH: u32 = 1 << 10;
 /// ENOTTY: no ioctl interface at all.
-const M_ALL: u32 = M_QUERY_PORT | M_GID_TABLE | M_GID_ENTRY;
+const M_ALL: u32 = M_QUERY_PORT
+    | M_GID_TABLE
+    | M_GID_ENTRY
+    | M_CREATE_CQ
+    | M_CREATE_QP
+    | M_DESTROY_PD
+    | M_DESTROY_MR
+    | M_DESTROY_CQ
+    | M_DESTROY_QP
+    | M_DESTROY_SRQ
+    | M_DESTROY_AH;
 /// Not an ioctl: the extended write `QUERY_DEVICE` is missing (or the legacy ABI was asked
 /// for), use the legacy one.
 const M_EX_QUERY_DEVICE: u32 = 1 << 31;
@@ -525,7 +549,8 @@ impl Context {
     }
 
     /// Opens `dev` speaking only what the oldest uverbs kernels have: write `GET_CONTEXT`,
-    /// legacy write `QUERY_DEVICE` and `QUERY_PORT`, GIDs from sysfs. It exists to test the
+    /// legacy write `QUERY_DEVICE` and `QUERY_PORT`, GIDs from sysfs, and the write commands
+    /// that create CQs and QPs and destroy every object. It exists to test the
     /// fallback paths against a kernel that has the new ones.
     #[doc(hidden)]
     pub fn open_legacy_abi(dev: &Device) -> io::Result<Context> {
@@ -713,26 +738,52 @@ impl Context {
         call.call(self.cmd_fd(), self.driver_id().0)
     }
 
-    /// Runs `call` unless `method` is known to be missing; ENOTTY/EPROTONOSUPPORT mark it
-    /// missing and ask for the fallback.
-    fn ioctl_or_fallback(&self, method: u32, call: &mut IoctlCall) -> Result<Outcome, Errno> {
+    /// Whether the ioctl method `method` (an `M_*` bit) is worth trying: false once the
+    /// kernel said it lacks it (or the context was opened with [`Context::open_legacy_abi`]).
+    pub(crate) fn use_ioctl(&self, method: u32) -> bool {
         // Relaxed: the mask is a cache of what the kernel answered; a stale read only costs
         // one more ioctl that fails the same way.
-        if self.no_ioctl.load(Ordering::Relaxed) & method != 0 {
-            return Ok(Outcome::Fallback);
+        self.no_ioctl.load(Ordering::Relaxed) & method == 0
+    }
+
+    /// Records what an ioctl for `method` failed with: ENOTTY (no ioctl interface at all)
+    /// and EPROTONOSUPPORT (this method is missing) are remembered and return true, meaning
+    /// "use the write() command"; any other error returns false.
+    pub(crate) fn ioctl_missing(&self, method: u32, e: Errno) -> bool {
+        // Relaxed: see `use_ioctl`.
+        match e {
+            Errno::NOTTY => {
+                self.no_ioctl.fetch_or(M_ALL, Ordering::Relaxed);
+                true
+            }
+            Errno::PROTONOSUPPORT => {
+                self.no_ioctl.fetch_or(method, Ordering::Relaxed);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Runs `call` unless `method` is known to be missing. `Ok(true)`: the ioctl did it;
+    /// `Ok(false)`: the method is missing (now remembered), use the write() command.
+    pub(crate) fn try_ioctl(&self, method: u32, call: &mut IoctlCall) -> Result<bool, Errno> {
+        if !self.use_ioctl(method) {
+            return Ok(false);
         }
         match self.ioctl(call) {
-            Ok(()) => Ok(Outcome::Done),
-            Err(Errno::NOTTY) => {
-                self.no_ioctl.store(M_ALL, Ordering::Relaxed);
-                Ok(Outcome::Fallback)
-            }
-            Err(Errno::PROTONOSUPPORT) => {
-                self.no_ioctl.fetch_or(method, Ordering::Relaxed);
-                Ok(Outcome::Fallback)
-            }
+            Ok(()) => Ok(true),
+            Err(e) if self.ioctl_missing(method, e) => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    /// [`Context::try_ioctl`] for the queries below.
+    fn ioctl_or_fallback(&self, method: u32, call: &mut IoctlCall) -> Result<Outcome, Errno> {
+        Ok(if self.try_ioctl(method, call)? {
+            Outcome::Done
+        } else {
+            Outcome::Fallback
+        })
     }
 
     /// Device attributes: extended `QUERY_DEVICE`, or the legacy one on kernels without it.

@@ -7,17 +7,21 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::abi::cmd::nr;
 use crate::abi::ioctl::{cq, object, UVERBS_ATTR_UHW_IN, UVERBS_ATTR_UHW_OUT};
+use crate::abi::obj::{ib_uverbs_create_cq, ib_uverbs_create_cq_resp, ib_uverbs_destroy_cq};
 use crate::abi::obj::{
     ib_uverbs_destroy_cq_resp, ib_uverbs_req_notify_cq, ib_uverbs_resize_cq,
     ib_uverbs_resize_cq_resp,
 };
 use crate::channel::CompChannel;
 use crate::context::Context;
+use crate::context::{M_CREATE_CQ, M_DESTROY_CQ};
 use crate::error::{Error, Result};
 use crate::ioctl::IoctlCall;
 use crate::provider::{CqCreated, CqOps, KernelObj};
 use crate::wc::WorkCompletion;
 use crate::write;
+use std::os::fd::AsRawFd;
+use zerocopy::{FromBytes, IntoBytes};
 
 /// A completion queue. QPs keep their CQs alive (`Arc<Cq>`).
 ///
@@ -94,7 +98,32 @@ impl Cq {
             if !uhw_out.is_empty() {
                 c.ptr_out_bytes(UVERBS_ATTR_UHW_OUT, uhw_out);
             }
-            ctx.ioctl(&mut c).map_err(|e| {
+            let done = ctx
+                .try_ioctl(M_CREATE_CQ, &mut c)
+                .map(|ok| ok.then(|| c.handle(h)));
+            let r = match done {
+                Ok(Some(handle)) => Ok(CqCreated {
+                    handle,
+                    cqe: resp_cqe,
+                }),
+                Ok(None) => create_cq_write(
+                    ctx,
+                    ib_uverbs_create_cq {
+                        user_handle,
+                        cqe: kernel_cqe,
+                        comp_vector: opts.comp_vector,
+                        comp_channel: opts
+                            .channel
+                            .as_ref()
+                            .map_or(-1, |ch| ch.as_fd().as_raw_fd()),
+                        ..Default::default()
+                    },
+                    uhw_in,
+                    uhw_out,
+                ),
+                Err(e) => Err(e),
+            };
+            let r = r.map_err(|e| {
                 let mut err = Error::os(op(), e);
                 if e == rustix::io::Errno::INVAL {
                     if let Some(max) = ctx.cached_max_cqe() {
@@ -103,11 +132,6 @@ impl Cq {
                 }
                 err
             })?;
-            let handle = c.handle(h);
-            let r = CqCreated {
-                handle,
-                cqe: resp_cqe,
-            };
             created = Some(r);
             Ok(r)
         });
@@ -313,13 +337,49 @@ impl Cq {
     }
 }
 
+/// The legacy write `CREATE_CQ`, for kernels without the ioctl method: driver data follows
+/// the core request and the 8-byte core response.
+fn create_cq_write(
+    ctx: &Context,
+    req: ib_uverbs_create_cq,
+    uhw_in: &[u8],
+    uhw_out: &mut [u8],
+) -> std::result::Result<CqCreated, rustix::io::Errno> {
+    let core = size_of::<ib_uverbs_create_cq_resp>();
+    let mut resp = vec![0u8; core + uhw_out.len()];
+    write::legacy(
+        ctx.cmd_fd(),
+        nr::CREATE_CQ,
+        req.as_bytes(),
+        uhw_in,
+        &mut resp,
+    )?;
+    let (head, drv) = resp.split_at(core);
+    let r = ib_uverbs_create_cq_resp::read_from_bytes(head).expect("sized above");
+    uhw_out.copy_from_slice(drv);
+    Ok(CqCreated {
+        handle: r.cq_handle,
+        cqe: r.cqe,
+    })
+}
+
 fn destroy_kernel_cq(ctx: &Context, handle: u32) -> Result<ib_uverbs_destroy_cq_resp> {
     let mut resp = ib_uverbs_destroy_cq_resp::default();
     let mut c = IoctlCall::new(object::CQ, cq::METHOD_DESTROY);
     c.idr(cq::ATTR_DESTROY_HANDLE, handle);
     c.ptr_out(cq::ATTR_DESTROY_RESP, &mut resp);
-    ctx.ioctl(&mut c)
-        .map_err(|e| Error::os(format!("destroy CQ {handle} on {}", ctx.name()), e))?;
+    let r = match ctx.try_ioctl(M_DESTROY_CQ, &mut c) {
+        Ok(true) => Ok(()),
+        Ok(false) => {
+            let req = ib_uverbs_destroy_cq {
+                cq_handle: handle,
+                ..Default::default()
+            };
+            write::legacy_simple(ctx.cmd_fd(), nr::DESTROY_CQ, &req, &mut resp)
+        }
+        Err(e) => Err(e),
+    };
+    r.map_err(|e| Error::os(format!("destroy CQ {handle} on {}", ctx.name()), e))?;
     Ok(resp)
 }
 

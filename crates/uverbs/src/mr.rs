@@ -15,12 +15,16 @@ use bitflags::bitflags;
 
 use crate::abi::cmd::nr;
 use crate::abi::ioctl::{mr, object};
+use crate::abi::obj::ib_uverbs_dereg_mr;
 use crate::abi::obj::{ib_uverbs_reg_mr, ib_uverbs_reg_mr_resp};
+use crate::context::{Context, M_DESTROY_MR};
 use crate::error::{Error, Result};
 use crate::ioctl::IoctlCall;
 use crate::pd::Pd;
 use crate::wr::Sge;
 use crate::write;
+use rustix::io::Errno;
+use zerocopy::IntoBytes as _;
 
 bitflags! {
     /// `IB_UVERBS_ACCESS_*` / `ibv_access_flags`.
@@ -320,9 +324,7 @@ impl<M: MrMemory> Mr<M> {
 impl<M: MrMemory> Drop for Mr<M> {
     fn drop(&mut self) {
         let ctx = self.pd.context();
-        let mut c = IoctlCall::new(object::MR, mr::METHOD_DESTROY);
-        c.idr(mr::ATTR_DESTROY_HANDLE, self.handle);
-        if let Err(e) = ctx.ioctl(&mut c) {
+        if let Err(e) = dereg_mr(ctx, self.handle) {
             tracing::error!(
                 device = ctx.name(),
                 handle = self.handle,
@@ -375,12 +377,21 @@ impl fmt::Debug for RawMr {
     }
 }
 
+/// Deregisters MR `handle`: ioctl `MR_DESTROY`, or the legacy `DEREG_MR` command.
+fn dereg_mr(ctx: &Context, handle: u32) -> std::result::Result<(), Errno> {
+    let mut c = IoctlCall::new(object::MR, mr::METHOD_DESTROY);
+    c.idr(mr::ATTR_DESTROY_HANDLE, handle);
+    if ctx.try_ioctl(M_DESTROY_MR, &mut c)? {
+        return Ok(());
+    }
+    let req = ib_uverbs_dereg_mr { mr_handle: handle };
+    write::legacy(ctx.cmd_fd(), nr::DEREG_MR, req.as_bytes(), &[], &mut [])
+}
+
 impl Drop for RawMr {
     fn drop(&mut self) {
         let ctx = self.pd.context();
-        let mut c = IoctlCall::new(object::MR, mr::METHOD_DESTROY);
-        c.idr(mr::ATTR_DESTROY_HANDLE, self.handle);
-        if let Err(e) = ctx.ioctl(&mut c) {
+        if let Err(e) = dereg_mr(ctx, self.handle) {
             tracing::error!(handle = self.handle, "{}", Error::os("deregister MR", e));
         }
     }

@@ -5,11 +5,14 @@ use std::sync::Arc;
 
 use crate::abi::cmd::nr;
 use crate::abi::ioctl::{object, pd};
+use crate::abi::obj::ib_uverbs_dealloc_pd;
 use crate::abi::obj::{ib_uverbs_alloc_pd, ib_uverbs_alloc_pd_resp};
 use crate::context::Context;
+use crate::context::M_DESTROY_PD;
 use crate::error::{Error, Result};
 use crate::ioctl::IoctlCall;
 use crate::write;
+use zerocopy::IntoBytes as _;
 
 /// A protection domain. Memory regions, QPs, SRQs and AHs keep their PD alive (`Arc<Pd>`).
 pub struct Pd {
@@ -55,7 +58,23 @@ impl Drop for Pd {
     fn drop(&mut self) {
         let mut c = IoctlCall::new(object::PD, pd::METHOD_DESTROY);
         c.idr(pd::ATTR_DESTROY_HANDLE, self.handle);
-        if let Err(e) = self.ctx.ioctl(&mut c) {
+        let r = match self.ctx.try_ioctl(M_DESTROY_PD, &mut c) {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                let req = ib_uverbs_dealloc_pd {
+                    pd_handle: self.handle,
+                };
+                write::legacy(
+                    self.ctx.cmd_fd(),
+                    nr::DEALLOC_PD,
+                    req.as_bytes(),
+                    &[],
+                    &mut [],
+                )
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = r {
             tracing::error!(
                 device = self.ctx.name(),
                 handle = self.handle,

@@ -11,12 +11,15 @@ use zerocopy::IntoBytes;
 
 use crate::abi::cmd::nr;
 use crate::abi::ioctl::{object, qp, UVERBS_ATTR_UHW_IN, UVERBS_ATTR_UHW_OUT};
+use crate::abi::obj::{ib_uverbs_create_qp, ib_uverbs_create_qp_resp, ib_uverbs_destroy_qp};
 use crate::abi::obj::{
     ib_uverbs_destroy_qp_resp, ib_uverbs_modify_qp, ib_uverbs_qp_cap, ib_uverbs_qp_dest,
     ib_uverbs_query_qp, ib_uverbs_query_qp_resp, IB_UVERBS_QP_CREATE_SQ_SIG_ALL,
 };
 use crate::ah::AhAttr;
+use crate::context::Context;
 use crate::context::Mtu;
+use crate::context::{M_CREATE_QP, M_DESTROY_QP};
 use crate::cq::Cq;
 use crate::error::{Error, Result};
 use crate::ioctl::IoctlCall;
@@ -27,6 +30,7 @@ use crate::srq::Srq;
 use crate::wc::raw_newtype;
 use crate::wr::{RecvWr, SendWr};
 use crate::write;
+use zerocopy::FromBytes;
 
 raw_newtype! {
     /// `ib_uverbs_qp_type`.
@@ -385,7 +389,45 @@ impl Qp {
             if !uhw_out.is_empty() {
                 c.ptr_out_bytes(UVERBS_ATTR_UHW_OUT, uhw_out);
             }
-            ctx.ioctl(&mut c).map_err(|e| {
+            let done = ctx
+                .try_ioctl(M_CREATE_QP, &mut c)
+                .map(|ok| ok.then(|| c.handle(h)));
+            let r = match done {
+                Ok(Some(handle)) => Ok(QpCreated {
+                    handle,
+                    qp_num: qpn,
+                    caps: QpCaps {
+                        max_send_wr: resp_cap.max_send_wr,
+                        max_recv_wr: resp_cap.max_recv_wr,
+                        max_send_sge: resp_cap.max_send_sge,
+                        max_recv_sge: resp_cap.max_recv_sge,
+                        max_inline_data: resp_cap.max_inline_data,
+                    },
+                }),
+                Ok(None) => create_qp_write(
+                    ctx,
+                    ib_uverbs_create_qp {
+                        user_handle,
+                        pd_handle: pd.handle(),
+                        send_cq_handle: init.send_cq.handle(),
+                        recv_cq_handle: init.recv_cq.handle(),
+                        srq_handle: init.srq.as_ref().map_or(0, |s| s.handle()),
+                        max_send_wr: cap.max_send_wr,
+                        max_recv_wr: cap.max_recv_wr,
+                        max_send_sge: cap.max_send_sge,
+                        max_recv_sge: cap.max_recv_sge,
+                        max_inline_data: cap.max_inline_data,
+                        sq_sig_all: u8::from(init.sq_sig_all),
+                        qp_type: init.qp_type.0,
+                        is_srq: u8::from(init.srq.is_some()),
+                        ..Default::default()
+                    },
+                    uhw_in,
+                    uhw_out,
+                ),
+                Err(e) => Err(e),
+            };
+            let r = r.map_err(|e| {
                 Error::os(op(), e).with_detail(format!(
                     "caps send_wr {} recv_wr {} send_sge {} recv_sge {} inline {}",
                     cap.max_send_wr,
@@ -395,18 +437,6 @@ impl Qp {
                     cap.max_inline_data
                 ))
             })?;
-            let handle = c.handle(h);
-            let r = QpCreated {
-                handle,
-                qp_num: qpn,
-                caps: QpCaps {
-                    max_send_wr: resp_cap.max_send_wr,
-                    max_recv_wr: resp_cap.max_recv_wr,
-                    max_send_sge: resp_cap.max_send_sge,
-                    max_recv_sge: resp_cap.max_recv_sge,
-                    max_inline_data: resp_cap.max_inline_data,
-                },
-            };
             created = Some(r);
             Ok(r)
         });
@@ -613,14 +643,57 @@ impl Qp {
     }
 }
 
+/// The legacy write `CREATE_QP`, for kernels without the ioctl method: driver data follows
+/// the core request and the 32-byte core response.
+fn create_qp_write(
+    ctx: &Context,
+    req: ib_uverbs_create_qp,
+    uhw_in: &[u8],
+    uhw_out: &mut [u8],
+) -> std::result::Result<QpCreated, rustix::io::Errno> {
+    let core = size_of::<ib_uverbs_create_qp_resp>();
+    let mut resp = vec![0u8; core + uhw_out.len()];
+    write::legacy(
+        ctx.cmd_fd(),
+        nr::CREATE_QP,
+        req.as_bytes(),
+        uhw_in,
+        &mut resp,
+    )?;
+    let (head, drv) = resp.split_at(core);
+    let r = ib_uverbs_create_qp_resp::read_from_bytes(head).expect("sized above");
+    uhw_out.copy_from_slice(drv);
+    Ok(QpCreated {
+        handle: r.qp_handle,
+        qp_num: r.qpn,
+        caps: QpCaps {
+            max_send_wr: r.max_send_wr,
+            max_recv_wr: r.max_recv_wr,
+            max_send_sge: r.max_send_sge,
+            max_recv_sge: r.max_recv_sge,
+            max_inline_data: r.max_inline_data,
+        },
+    })
+}
+
 fn destroy_kernel_qp(pd: &Pd, handle: u32) -> Result<u32> {
     let ctx = pd.context();
     let mut resp = ib_uverbs_destroy_qp_resp::default();
     let mut c = IoctlCall::new(object::QP, qp::METHOD_DESTROY);
     c.idr(qp::ATTR_DESTROY_HANDLE, handle);
     c.ptr_out(qp::ATTR_DESTROY_RESP, &mut resp);
-    ctx.ioctl(&mut c)
-        .map_err(|e| Error::os(format!("destroy QP handle {handle} on {}", ctx.name()), e))?;
+    let r = match ctx.try_ioctl(M_DESTROY_QP, &mut c) {
+        Ok(true) => Ok(()),
+        Ok(false) => {
+            let req = ib_uverbs_destroy_qp {
+                qp_handle: handle,
+                ..Default::default()
+            };
+            write::legacy_simple(ctx.cmd_fd(), nr::DESTROY_QP, &req, &mut resp)
+        }
+        Err(e) => Err(e),
+    };
+    r.map_err(|e| Error::os(format!("destroy QP handle {handle} on {}", ctx.name()), e))?;
     Ok(resp.events_reported)
 }
 

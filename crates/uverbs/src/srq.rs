@@ -9,10 +9,12 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use crate::abi::cmd::nr;
 use crate::abi::ioctl::{object, srq};
+use crate::abi::obj::ib_uverbs_destroy_srq;
 use crate::abi::obj::{
     ib_uverbs_create_srq, ib_uverbs_create_srq_resp, ib_uverbs_destroy_srq_resp,
     ib_uverbs_modify_srq, ib_uverbs_query_srq, ib_uverbs_query_srq_resp,
 };
+use crate::context::M_DESTROY_SRQ;
 use crate::error::{Error, Result};
 use crate::ioctl::IoctlCall;
 use crate::pd::Pd;
@@ -218,8 +220,18 @@ fn destroy_kernel_srq(pd: &Pd, handle: u32) -> Result<u32> {
     let mut c = IoctlCall::new(object::SRQ, srq::METHOD_DESTROY);
     c.idr(srq::ATTR_DESTROY_HANDLE, handle);
     c.ptr_out(srq::ATTR_DESTROY_RESP, &mut resp);
-    ctx.ioctl(&mut c)
-        .map_err(|e| Error::os(format!("destroy SRQ {handle} on {}", ctx.name()), e))?;
+    let r = match ctx.try_ioctl(M_DESTROY_SRQ, &mut c) {
+        Ok(true) => Ok(()),
+        Ok(false) => {
+            let req = ib_uverbs_destroy_srq {
+                srq_handle: handle,
+                ..Default::default()
+            };
+            write::legacy_simple(ctx.cmd_fd(), nr::DESTROY_SRQ, &req, &mut resp)
+        }
+        Err(e) => Err(e),
+    };
+    r.map_err(|e| Error::os(format!("destroy SRQ {handle} on {}", ctx.name()), e))?;
     Ok(resp.events_reported)
 }
 

@@ -261,6 +261,60 @@ fn layouts() -> Vec<Layout> {
             netdev_ifindex
         }), // abi/obj.rs
         layout!(ib_uverbs_alloc_pd { response }),
+        layout!(ib_uverbs_dealloc_pd { pd_handle }),
+        layout!(ib_uverbs_dereg_mr { mr_handle }),
+        layout!(ib_uverbs_create_cq {
+            response,
+            user_handle,
+            cqe,
+            comp_vector,
+            comp_channel,
+            reserved
+        }),
+        layout!(ib_uverbs_create_cq_resp { cq_handle, cqe }),
+        layout!(ib_uverbs_destroy_cq {
+            response,
+            cq_handle,
+            reserved
+        }),
+        layout!(ib_uverbs_create_qp {
+            response,
+            user_handle,
+            pd_handle,
+            send_cq_handle,
+            recv_cq_handle,
+            srq_handle,
+            max_send_wr,
+            max_recv_wr,
+            max_send_sge,
+            max_recv_sge,
+            max_inline_data,
+            sq_sig_all,
+            qp_type,
+            is_srq,
+            reserved
+        }),
+        layout!(ib_uverbs_create_qp_resp {
+            qp_handle,
+            qpn,
+            max_send_wr,
+            max_recv_wr,
+            max_send_sge,
+            max_recv_sge,
+            max_inline_data,
+            reserved
+        }),
+        layout!(ib_uverbs_destroy_qp {
+            response,
+            qp_handle,
+            reserved
+        }),
+        layout!(ib_uverbs_destroy_ah { ah_handle }),
+        layout!(ib_uverbs_destroy_srq {
+            response,
+            srq_handle,
+            reserved
+        }),
         layout!(ib_uverbs_alloc_pd_resp { pd_handle }),
         layout!(ib_uverbs_reg_mr {
             response,

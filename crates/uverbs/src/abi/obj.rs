@@ -15,6 +15,65 @@ macro_rules! abi_struct {
 
 abi_struct!(ib_uverbs_alloc_pd { response: u64 });
 abi_struct!(ib_uverbs_alloc_pd_resp { pd_handle: u32 });
+abi_struct!(ib_uverbs_dealloc_pd { pd_handle: u32 });
+abi_struct!(ib_uverbs_dereg_mr { mr_handle: u32 });
+
+abi_struct!(ib_uverbs_create_cq {
+    response: u64,
+    user_handle: u64,
+    cqe: u32,
+    comp_vector: u32,
+    comp_channel: i32,
+    reserved: u32,
+});
+abi_struct!(ib_uverbs_create_cq_resp {
+    cq_handle: u32,
+    cqe: u32
+});
+abi_struct!(ib_uverbs_destroy_cq {
+    response: u64,
+    cq_handle: u32,
+    reserved: u32,
+});
+
+abi_struct!(ib_uverbs_create_qp {
+    response: u64,
+    user_handle: u64,
+    pd_handle: u32,
+    send_cq_handle: u32,
+    recv_cq_handle: u32,
+    srq_handle: u32,
+    max_send_wr: u32,
+    max_recv_wr: u32,
+    max_send_sge: u32,
+    max_recv_sge: u32,
+    max_inline_data: u32,
+    sq_sig_all: u8,
+    qp_type: u8,
+    is_srq: u8,
+    reserved: u8,
+});
+abi_struct!(ib_uverbs_create_qp_resp {
+    qp_handle: u32,
+    qpn: u32,
+    max_send_wr: u32,
+    max_recv_wr: u32,
+    max_send_sge: u32,
+    max_recv_sge: u32,
+    max_inline_data: u32,
+    reserved: u32,
+});
+abi_struct!(ib_uverbs_destroy_qp {
+    response: u64,
+    qp_handle: u32,
+    reserved: u32,
+});
+abi_struct!(ib_uverbs_destroy_ah { ah_handle: u32 });
+abi_struct!(ib_uverbs_destroy_srq {
+    response: u64,
+    srq_handle: u32,
+    reserved: u32,
+});
 
 abi_struct!(ib_uverbs_reg_mr {
     response: u64,
