@@ -23,7 +23,8 @@
 //! up after 10 s per address and each exchange read after 30 s; a run that sees no completion
 //! for 60 s stops with an error instead of hanging (the peer died or cannot reach us); with
 //! `-c` a failed buffer check exits 1 (the C tool only prints it); without `-g` on our side but
-//! a GID from the peer, the address uses our GID index 0 (the C tool sends index 255).
+//! a GID from the peer, the address uses our GID index 0 (the C tool puts its -1 there,
+//! which the kernel sees as index 255).
 
 #![allow(unsafe_code)] // posting work requests hands the buffer to the device
 
