@@ -678,6 +678,11 @@ pub fn run_pingpong(o: &Opts, out: &mut dyn Write) -> Result<Summary, Box<dyn st
         Some(name) => rverbs::provider::open_by_name(name)?,
         None => rverbs::provider::open_first()?,
     };
+    // Queried first (the C tool asks after creating its objects): a port that does not exist
+    // is then reported as such, not as a failed QP transition.
+    let port = ctx
+        .query_port(u32::from(o.ib_port))
+        .map_err(|e| format!("Couldn't get port info: {e}"))?;
     let page = rustix::param::page_size();
     let size = o.size as usize;
     let mut buf = PageBuf::new(size)?;
@@ -759,9 +764,6 @@ pub fn run_pingpong(o: &Opts, out: &mut dyn Write) -> Result<Summary, Box<dyn st
             .map_err(|e| format!("Couldn't request CQ notification: {e}"))?;
     }
 
-    let port = ctx
-        .query_port(u32::from(o.ib_port))
-        .map_err(|e| format!("Couldn't get port info: {e}"))?;
     if port.link_layer != LinkLayer::ETHERNET && port.lid == 0 {
         return Err(format!(
             "Couldn't get local LID: port {} of {} has LID 0 (is the subnet manager running?)",
@@ -791,7 +793,18 @@ pub fn run_pingpong(o: &Opts, out: &mut dyn Write) -> Result<Summary, Box<dyn st
     let rem = match &o.server {
         Some(host) => {
             let mut s = connect(host, o.port)?;
-            client_exchange(&mut s, &format!("{host}:{}", o.port), &me)?
+            client_exchange(&mut s, &format!("{host}:{}", o.port), &me).map_err(|e| {
+                let hint = if e.kind() == io::ErrorKind::UnexpectedEof
+                    && port.link_layer == LinkLayer::ETHERNET
+                    && o.gid_idx.is_none()
+                {
+                    " (did the server fail to connect its QP? RoCE needs -g <GID index> on \
+                     both sides)"
+                } else {
+                    ""
+                };
+                format!("{e}{hint}")
+            })?
         }
         None => {
             let l = listen(o.port)?;

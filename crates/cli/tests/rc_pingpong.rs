@@ -795,3 +795,43 @@ fn failed_completion_status() {
         assert_eq!(failed_status_line(&server, 1), ours, "{server}");
     }
 }
+
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn bad_port_and_gid_index() {
+    let t = Duration::from_secs(30);
+    let d = rverbs(&["-d", &dev_a(), "-i", "2", "-p", "18636", "127.0.0.1"]).finish(t);
+    fails_with(&d, &["Couldn't get port info", "there is no port 2"]);
+    let d = rverbs(&["-d", &dev_a(), "-g", "200", "-p", "18636", "127.0.0.1"]).finish(t);
+    fails_with(&d, &["can't read sgid of index 200"]);
+}
+
+/// Without -g on RoCE the server cannot move its QP to RTR: it says why, and the client, whose
+/// server hung up, says what probably happened. Neither hangs.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn roce_without_gid_fails_clearly() {
+    let port = 18638u16;
+    let p = port.to_string();
+    let mut server = rverbs(&["-d", &dev_a(), "-p", &p]);
+    server.wait_listening(port);
+    let client = rverbs(&["-d", &dev_a(), "-p", &p, "127.0.0.1"]).finish(Duration::from_secs(30));
+    let server = server.finish(Duration::from_secs(30));
+    fails_with(
+        &server,
+        &["Failed to modify QP to RTR", "RoCE needs GIDs: give -g"],
+    );
+    fails_with(
+        &client,
+        &[
+            "closed the connection after 0 of the 52 bytes",
+            "RoCE needs -g",
+        ],
+    );
+}
