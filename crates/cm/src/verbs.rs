@@ -386,6 +386,7 @@ impl<C: CqOwnership> Endpoint<C> {
     /// `rdma_connect` with the QP: REQ, then RTR and RTS with the kernel's attributes when
     /// the REP arrives, then RTU. `param.qp_num` is filled in.
     pub fn connect(&self, param: &ConnParam) -> io::Result<()> {
+        self.expect_init("connect")?;
         let mut p = param.clone();
         p.qp_num = self.qp.qp_num();
         if self.id.qp_type() == QpType::UD {
@@ -402,6 +403,7 @@ impl<C: CqOwnership> Endpoint<C> {
 
     /// `rdma_accept` with the QP: RTR and RTS with the kernel's attributes, then REP.
     pub fn accept(&self, param: &ConnParam) -> io::Result<()> {
+        self.expect_init("accept")?;
         let mut p = param.clone();
         p.qp_num = self.qp.qp_num();
         if self.id.qp_type() != QpType::UD {
@@ -410,6 +412,19 @@ impl<C: CqOwnership> Endpoint<C> {
             cm_modify(&self.id, &self.qp, QpState::RTS)?;
         }
         self.id.accept(&p)
+    }
+
+    /// Connected QPs are connected once: connect/accept need the QP still in INIT.
+    fn expect_init(&self, op: &str) -> io::Result<()> {
+        let st = self.qp.state();
+        if self.id.qp_type() != QpType::UD && st != vqp::QpState::INIT {
+            return Err(Error::invalid(
+                format!("{op} on rdma_cm id {}", self.id.handle()),
+                format!("the QP is in {st}, not INIT: already connected or accepted"),
+            )
+            .into());
+        }
+        Ok(())
     }
 
     /// `rdma_disconnect`: the QP to ERR (flushing what is posted), then DREQ/DREP.

@@ -282,3 +282,44 @@ fn inline_over_the_limit_is_refused() {
         .unwrap_err();
     assert!(e.to_string().contains("max_inline_data"), "{e}");
 }
+
+/// Operations in the wrong state: a send posted before connecting, and accepting twice,
+/// fail with errors that say so; the connection still works afterwards.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn post_before_connect_and_accept_twice_are_refused() {
+    let port = 7605;
+    let lis = listener(port);
+    let server = thread::spawn(move || {
+        let req = lis.get_request().unwrap();
+        let ep = Endpoint::create(req, &attr()).unwrap();
+        let buf = ep.reg_msgs(PageBuf::new(4096).unwrap()).unwrap();
+        let sge = [buf.sge(0..64)];
+        // SAFETY: buf outlives the completion retrieved below.
+        unsafe { ep.post_recv(1, &sge) }.unwrap();
+        ep.accept(&ConnParam::default()).unwrap();
+        let e = ep.accept(&ConnParam::default()).unwrap_err();
+        let s = e.to_string();
+        assert!(s.contains("accept on rdma_cm id"), "{s}");
+        assert!(s.contains("already connected or accepted"), "{s}");
+        let wc = ep.get_recv_comp().unwrap();
+        assert_eq!((wc.wr_id, wc.status), (1, WcStatus::SUCCESS));
+        assert_eq!(&buf.as_slice()[..2], b"ok");
+        e.to_string()
+    });
+    let ep = client(port);
+    // The QP is in INIT: the send is refused before anything is queued.
+    let e = ep
+        .post_send_inline(9, b"early", SendFlags::empty())
+        .unwrap_err();
+    assert!(e.to_string().contains("INIT: sends need RTS"), "{e}");
+    ep.connect(&ConnParam::default()).unwrap();
+    ep.post_send_inline(10, b"ok", SendFlags::empty()).unwrap();
+    let wc = ep.get_send_comp().unwrap();
+    assert_eq!((wc.wr_id, wc.status), (10, WcStatus::SUCCESS));
+    let accept_twice = server.join().unwrap();
+    eprintln!("second accept: {accept_twice}");
+}

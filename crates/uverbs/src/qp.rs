@@ -617,6 +617,19 @@ impl Qp {
     /// must stay valid (its `Mr` alive) until the request's completion is polled or the QP is
     /// destroyed: the device reads it — and for RDMA READ and atomics writes it — later.
     pub unsafe fn post_send(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), PostError> {
+        let st = self.state();
+        if matches!(st, QpState::RESET | QpState::INIT | QpState::RTR) {
+            // Refused before anything is queued: a WQE left in the ring would go out later, at
+            // the next doorbell, which the caller was told had failed.
+            return Err(PostError {
+                posted: 0,
+                error: Error::invalid(
+                    format!("post send on QP {:#x}", self.qp_num),
+                    format!("the QP is in {st}: sends need RTS (connect first)"),
+                )
+                .into(),
+            });
+        }
         let k = self.kobj();
         // SAFETY: forwarded to the caller.
         unsafe { self.lock().post_send(k, wrs) }
@@ -627,6 +640,16 @@ impl Qp {
     /// # Safety
     /// As for [`Qp::post_send`]; the device writes the received data into the memory.
     pub unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostError> {
+        if self.state() == QpState::RESET {
+            return Err(PostError {
+                posted: 0,
+                error: Error::invalid(
+                    format!("post receive on QP {:#x}", self.qp_num),
+                    "the QP is in RESET: receives need INIT or later",
+                )
+                .into(),
+            });
+        }
         if self.srq.is_some() {
             return Err(PostError {
                 posted: 0,
