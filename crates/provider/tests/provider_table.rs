@@ -1,0 +1,48 @@
+//! A device whose driver rverbs has no provider for is refused with an error that names the
+//! device, the driver and the providers there are — before anything is opened. Host test on a
+//! fake sysfs tree.
+
+use std::collections::HashMap;
+use std::io::ErrorKind;
+
+fn fake_siw_tree() -> std::path::PathBuf {
+    let root = std::env::temp_dir().join(format!("rverbs-provider-table-{}", std::process::id()));
+    let files = [
+        ("class/infiniband_verbs/abi_version", "6\n"),
+        ("class/infiniband_verbs/uverbs0/ibdev", "siw0\n"),
+        ("class/infiniband_verbs/uverbs0/abi_version", "1\n"),
+        ("class/infiniband_verbs/uverbs0/dev", "231:192\n"),
+        ("class/infiniband/siw0/node_type", "1: CA\n"),
+        ("class/infiniband/siw0/node_guid", "5054:00ff:fe12:3456\n"),
+        (
+            "class/infiniband/siw0/sys_image_guid",
+            "5054:00ff:fe12:3456\n",
+        ),
+        ("class/infiniband/siw0/fw_ver", "0.0.0\n"),
+        ("class/infiniband/siw0/node_desc", "siw0\n"),
+        ("class/infiniband/siw0/ports/1/state", "4: ACTIVE\n"),
+        ("class/infiniband/siw0/ports/1/link_layer", "Ethernet\n"),
+    ];
+    for (path, text) in files {
+        let p = root.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    root
+}
+
+#[test]
+fn unsupported_driver_is_named() {
+    let root = fake_siw_tree();
+    let dev = rverbs_uverbs::device::Sysfs::at(&root)
+        .find("siw0", &HashMap::new())
+        .unwrap();
+    let e = rverbs_provider::open(&dev).unwrap_err();
+    std::fs::remove_dir_all(&root).unwrap();
+    assert_eq!(e.kind(), ErrorKind::Unsupported);
+    let s = e.to_string();
+    assert!(s.contains("open siw0"), "{s}");
+    assert!(s.contains("no rverbs provider for driver"), "{s}");
+    assert!(s.contains("(id 18)"), "{s}");
+    assert!(s.contains("rverbs has: rxe, mlx5"), "{s}");
+}
