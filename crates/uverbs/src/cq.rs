@@ -3,7 +3,7 @@
 use std::fmt;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use crate::abi::cmd::nr;
 use crate::abi::ioctl::{cq, object, UVERBS_ATTR_UHW_IN, UVERBS_ATTR_UHW_OUT};
@@ -17,7 +17,7 @@ use crate::context::Context;
 use crate::context::{M_CREATE_CQ, M_DESTROY_CQ};
 use crate::error::{Error, Result};
 use crate::ioctl::IoctlCall;
-use crate::provider::{CqCreated, CqOps, KernelObj};
+use crate::provider::{CqCreated, CqOps, KernelObj, OpsGuard, OpsLock};
 use crate::wc::WorkCompletion;
 use crate::write;
 use std::os::fd::AsRawFd;
@@ -25,8 +25,8 @@ use zerocopy::{FromBytes, IntoBytes};
 
 /// A completion queue. QPs keep their CQs alive (`Arc<Cq>`).
 ///
-/// Polling locks a mutex around the provider's ring (uncontended: one atomic swap in and out),
-/// which makes `Cq` `Sync`: one thread may post while another waits for completions.
+/// Polling locks a small lock around the provider's ring (uncontended: one compare-and-swap in,
+/// one store out), which makes `Cq` `Sync`: several threads may poll, arm and wait on it.
 pub struct Cq {
     ctx: Arc<Context>,
     channel: Option<Arc<CompChannel>>,
@@ -35,7 +35,7 @@ pub struct Cq {
     user_handle: u64,
     events_received: AtomicU32,
     events_acked: AtomicU32,
-    ops: Mutex<Box<dyn CqOps>>,
+    ops: OpsLock<Box<dyn CqOps>>,
 }
 
 impl fmt::Debug for Cq {
@@ -152,7 +152,7 @@ impl Cq {
                     user_handle,
                     events_received: AtomicU32::new(0),
                     events_acked: AtomicU32::new(0),
-                    ops: Mutex::new(ops),
+                    ops: OpsLock::new(ops),
                 }))
             }
             Err(e) => {
@@ -241,10 +241,11 @@ impl Cq {
         &self.ctx
     }
 
-    fn lock(&self) -> MutexGuard<'_, Box<dyn CqOps>> {
-        // A panic while polling cannot leave the ring inconsistent (indices are published
-        // atomically), so a poisoned lock is still usable.
-        self.ops.lock().unwrap_or_else(|p| p.into_inner())
+    #[inline]
+    fn lock(&self) -> OpsGuard<'_, Box<dyn CqOps>> {
+        // No poisoning: a panic while polling cannot leave the ring inconsistent (indices are
+        // published atomically), see OpsLock.
+        self.ops.lock()
     }
 
     /// Moves up to `out.len()` completions into `out`; returns how many. Never blocks.

@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use bitflags::bitflags;
 use zerocopy::IntoBytes;
@@ -25,7 +25,9 @@ use crate::error::{Error, Result};
 use crate::ioctl::IoctlCall;
 use crate::mr::AccessFlags;
 use crate::pd::Pd;
-use crate::provider::{KernelObj, PostError, QpCaps, QpCreated, QpOps, QpRequest};
+use crate::provider::{
+    KernelObj, OpsGuard, OpsLock, PostError, QpCaps, QpCreated, QpOps, QpRequest,
+};
 use crate::srq::Srq;
 use crate::wc::raw_newtype;
 use crate::wr::{RecvWr, SendWr};
@@ -296,7 +298,7 @@ pub struct Qp {
     sq_sig_all: bool,
     user_handle: u64,
     state: AtomicU8,
-    ops: Mutex<Box<dyn QpOps>>,
+    ops: OpsLock<Box<dyn QpOps>>,
 }
 
 impl fmt::Debug for Qp {
@@ -456,7 +458,7 @@ impl Qp {
                     sq_sig_all: init.sq_sig_all,
                     user_handle,
                     state: AtomicU8::new(QpState::RESET.0),
-                    ops: Mutex::new(ops),
+                    ops: OpsLock::new(ops),
                 }))
             }
             Err(e) => {
@@ -599,8 +601,9 @@ impl Qp {
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Box<dyn QpOps>> {
-        self.ops.lock().unwrap_or_else(|p| p.into_inner())
+    #[inline]
+    fn lock(&self) -> OpsGuard<'_, Box<dyn QpOps>> {
+        self.ops.lock()
     }
 
     fn kobj(&self) -> KernelObj<'_> {
@@ -616,23 +619,29 @@ impl Qp {
     /// Every SGE must lie inside a memory region registered on this QP's PD, and that memory
     /// must stay valid (its `Mr` alive) until the request's completion is polled or the QP is
     /// destroyed: the device reads it — and for RDMA READ and atomics writes it — later.
+    #[inline]
     pub unsafe fn post_send(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), PostError> {
         let st = self.state();
         if matches!(st, QpState::RESET | QpState::INIT | QpState::RTR) {
             // Refused before anything is queued: a WQE left in the ring would go out later, at
             // the next doorbell, which the caller was told had failed.
-            return Err(PostError {
-                posted: 0,
-                error: Error::invalid(
-                    format!("post send on QP {:#x}", self.qp_num),
-                    format!("the QP is in {st}: sends need RTS (connect first)"),
-                )
-                .into(),
-            });
+            return Err(self.send_refused(st));
         }
         let k = self.kobj();
         // SAFETY: forwarded to the caller.
         unsafe { self.lock().post_send(k, wrs) }
+    }
+
+    #[cold]
+    fn send_refused(&self, st: QpState) -> PostError {
+        PostError {
+            posted: 0,
+            error: Error::invalid(
+                format!("post send on QP {:#x}", self.qp_num),
+                format!("the QP is in {st}: sends need RTS (connect first)"),
+            )
+            .into(),
+        }
     }
 
     /// Posts receive work requests.

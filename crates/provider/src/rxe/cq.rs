@@ -80,17 +80,42 @@ impl RxeCq {
 
     /// Copies up to `out.len()` completions into `out`, oldest first, and returns how many.
     /// Publishes the consumer index once.
+    ///
+    /// The empty case comes first and costs two loads and a compare: the caller of a busy
+    /// poll loop mostly finds the queue empty.
+    #[inline]
     pub fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
-        let mut it = self.iter();
-        let mut n = 0;
-        for slot in out.iter_mut() {
-            match it.next() {
-                Some(wc) => {
-                    *slot = wc;
-                    n += 1;
-                }
-                None => break,
-            }
+        // Acquire (in load_peer): pairs with the kernel's release store of its producer
+        // index, so the CQEs below it are visible to the copies in `take`.
+        let tail = self.queue.load_peer();
+        let head = self.queue.load_own();
+        if head == tail {
+            return 0;
+        }
+        self.take(out, head, tail)
+    }
+
+    /// The non-empty part of [`poll`](Self::poll): copies the completions in `head..tail`
+    /// (at most `out.len()`) and publishes the new consumer index.
+    fn take(&mut self, out: &mut [WorkCompletion], head: u32, tail: u32) -> usize {
+        let avail = (tail.wrapping_sub(head) & self.queue.index_mask()) as usize;
+        let n = avail.min(out.len());
+        let mut h = head;
+        for slot in &mut out[..n] {
+            let src = self.queue.slot(h).cast::<ib_uverbs_wc>();
+            // SAFETY: the slot is in bounds, 8-aligned and at least 48 bytes (RxeQueue::new
+            // checked the element size for a CQ); it lies between our consumer index and the
+            // producer index loaded with Acquire, so the kernel finished writing it and will
+            // not rewrite it before we publish a consumer index past it. It is copied out by
+            // value; no reference into it is formed.
+            let raw = unsafe { src.read() };
+            *slot = wc_from_raw(&raw);
+            h = self.queue.next(h);
+        }
+        if n != 0 {
+            // Release (in publish_own): our copies out of the slots happen before the kernel
+            // may see them free and reuse them.
+            self.queue.publish_own(h);
         }
         n
     }

@@ -34,7 +34,14 @@ pub const POST_SEND_CMD_LEN: usize = core::mem::size_of::<PostSendCmd>();
 /// u32 wqe_size = sizeof(ib_uverbs_send_wr)}` (the kernel rejects a smaller `wqe_size` even
 /// when there are no WRs).
 pub fn post_send_cmd(qp_handle: u32, response: u64) -> [u8; POST_SEND_CMD_LEN] {
-    let cmd = PostSendCmd {
+    let mut out = [0u8; POST_SEND_CMD_LEN];
+    out.copy_from_slice(cmd(qp_handle, response).as_bytes());
+    out
+}
+
+#[inline]
+fn cmd(qp_handle: u32, response: u64) -> PostSendCmd {
+    PostSendCmd {
         hdr: ib_uverbs_cmd_hdr {
             command: nr::POST_SEND,
             in_words: (POST_SEND_CMD_LEN / 4) as u16,
@@ -47,49 +54,49 @@ pub fn post_send_cmd(qp_handle: u32, response: u64) -> [u8; POST_SEND_CMD_LEN] {
             sge_count: 0,
             wqe_size: IB_UVERBS_SEND_WR_SIZE,
         },
-    };
-    let mut out = [0u8; POST_SEND_CMD_LEN];
-    out.copy_from_slice(cmd.as_bytes());
-    out
+    }
 }
 
-/// Rings the send doorbell of the QP with kernel handle `qp_handle` on the uverbs command fd.
-/// Does not allocate unless it fails.
+/// Rings the send doorbell of the QP with kernel handle `qp_handle` on the uverbs command fd:
+/// one write() of 32 bytes from the stack. Does not allocate unless it fails.
+#[inline]
 pub fn post_send_doorbell(cmd_fd: BorrowedFd<'_>, qp_handle: u32) -> io::Result<()> {
-    const OP: &str = "rxe post send doorbell";
     let mut resp = ib_uverbs_post_send_resp::default();
-    // The kernel writes the response through this address during the write() below.
+    // The kernel writes the response through this address during the write() below
+    // (write_cmd tells the compiler that the call may write memory).
     let resp_addr = core::ptr::addr_of_mut!(resp) as usize as u64;
-    let cmd = post_send_cmd(qp_handle, resp_addr);
-    let result = loop {
-        match rverbs_uverbs::write::write_cmd(cmd_fd, &cmd) {
-            Ok(n) if n == cmd.len() => break Ok(()),
-            Ok(n) => {
-                break Err(Error::protocol(
-                    OP,
-                    format!(
-                        "QP handle {qp_handle}: short write of {n} of {} bytes",
-                        cmd.len()
-                    ),
-                )
-                .into())
-            }
-            Err(Errno::INTR) => continue,
-            Err(e) => {
-                let hint = if e == Errno::INVAL {
-                    " (is the QP in RTS?)"
-                } else {
-                    ""
-                };
-                break Err(Error::os(OP, e)
-                    .with_detail(format!("QP handle {qp_handle}{hint}"))
-                    .into());
-            }
-        }
-    };
+    let cmd = cmd(qp_handle, resp_addr);
+    let r = rverbs_uverbs::write::write_cmd(cmd_fd, cmd.as_bytes());
     // Keep the response buffer alive (and considered possibly written) past the syscall.
     std::hint::black_box(&mut resp);
-    result
+    match r {
+        Ok(POST_SEND_CMD_LEN) => Ok(()),
+        other => Err(doorbell_error(other, qp_handle)),
+    }
+}
+
+/// The error of a doorbell write() that failed or was short (write_cmd retried EINTR).
+#[cold]
+#[inline(never)]
+fn doorbell_error(r: Result<usize, Errno>, qp_handle: u32) -> io::Error {
+    const OP: &str = "rxe post send doorbell";
+    match r {
+        Ok(n) => Error::protocol(
+            OP,
+            format!("QP handle {qp_handle}: short write of {n} of {POST_SEND_CMD_LEN} bytes"),
+        )
+        .into(),
+        Err(e) => {
+            let hint = if e == Errno::INVAL {
+                " (is the QP in RTS?)"
+            } else {
+                ""
+            };
+            Error::os(OP, e)
+                .with_detail(format!("QP handle {qp_handle}{hint}"))
+                .into()
+        }
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,9 @@
 //! array or inline data after the header; `state` must be 0 (posted). It recomputes `mask`
 //! from the opcode itself and owns `status`, `first_psn`, `last_psn`, `ack_length`,
 //! `has_rd_atomic`; `ssn` is not read. We write the whole 208-byte header each time (kernel
-//! fields zeroed) so nothing is left over from the slot's previous use.
+//! fields zeroed) so nothing is left over from the slot's previous use, in place: the slot at
+//! our producer index is ours until we publish a producer index past it, so it is written
+//! field by field through raw pointers (no WQE is built on the stack and copied).
 //!
 //! Operations per QP type that the 6.1 requester runs (anything else would complete with
 //! `LOC_QP_OP_ERR` and move the QP to error, so it is refused here):
@@ -28,16 +30,14 @@ use std::io;
 use std::os::fd::BorrowedFd;
 use std::ptr;
 
-use rverbs_uverbs::{Error, SendFlags, SendOp, SendWr};
-use zerocopy::FromZeros;
-
 use super::abi::{
-    rxe_send_wqe, rxe_sge, rxe_wr_atomic, rxe_wr_rdma, rxe_wr_ud, send_flags,
-    RXE_SEND_WQE_SGE_OFFSET,
+    rxe_dma_info, rxe_send_wqe, rxe_sge, rxe_wr_atomic, rxe_wr_rdma, rxe_wr_ud, send_flags,
+    RXE_SEND_WQE_SGE_OFFSET, RXE_SEND_WR_UNION_SIZE,
 };
 use super::doorbell::post_send_doorbell;
 use super::queue::{QueueKind, RxeQueue};
 use super::{PostError, PostErrorReason};
+use rverbs_uverbs::{Error, SendFlags, SendOp, SendWr};
 
 /// The transport of the QP a send queue belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -81,6 +81,18 @@ pub struct RxeSq {
     queue: RxeQueue,
     cfg: RxeSqConfig,
     ssn: u32,
+}
+
+/// What [`RxeSq::build`] decided about one work request (a few words, cheap to return).
+#[derive(Clone, Copy)]
+struct Plan {
+    /// `send_flags`, with SIGNALED added for `sq_sig_all`.
+    flags: u32,
+    /// `dma.length` and `dma.resid`: payload bytes (0 for local operations).
+    len: u32,
+    payload: Payload,
+    /// The destination of a UD send.
+    ud: Option<rverbs_uverbs::UdDest>,
 }
 
 /// Where the bytes after the WQE header come from.
@@ -165,13 +177,18 @@ impl RxeSq {
         self.queue.capacity() - self.queue.len()
     }
 
-    /// Checks `wr` and builds its WQE header, without touching the ring.
-    fn build(&self, wr: &SendWr<'_>) -> Result<(rxe_send_wqe, Payload), PostErrorReason> {
+    /// Checks `wr` against the queue's limits and decides what its WQE holds, without
+    /// touching the ring. Small on purpose: the WQE itself is written in place by
+    /// [`write`](Self::write), never built on the stack and copied.
+    #[inline]
+    fn build(&self, wr: &SendWr<'_>) -> Result<Plan, PostErrorReason> {
         let op = &wr.op;
-        let name = op_name(op);
         let qp_type = self.cfg.qp_type;
         if !supported(op, qp_type) {
-            return Err(PostErrorReason::UnsupportedOp { op: name, qp_type });
+            return Err(PostErrorReason::UnsupportedOp {
+                op: op_name(op),
+                qp_type,
+            });
         }
         let mut flags = wr.flags.bits();
         if flags & !ALLOWED_FLAGS != 0 {
@@ -186,7 +203,10 @@ impl RxeSq {
         let num_sge = wr.sge.len();
         let is_local = matches!(op, SendOp::LocalInv { .. });
         if is_local && num_sge != 0 {
-            return Err(PostErrorReason::SgeOnLocalOp { op: name, num_sge });
+            return Err(PostErrorReason::SgeOnLocalOp {
+                op: op_name(op),
+                num_sge,
+            });
         }
         if num_sge > self.cfg.max_sge as usize {
             return Err(PostErrorReason::TooManySge {
@@ -194,7 +214,8 @@ impl RxeSq {
                 max_sge: self.cfg.max_sge,
             });
         }
-        let len = wr.total_len();
+        // SendWr::total_len, summed here so that it inlines (no call in the post path).
+        let len: u64 = wr.sge.iter().map(|s| u64::from(s.length)).sum();
         let Ok(len32) = u32::try_from(len) else {
             return Err(PostErrorReason::LengthOverflow { len });
         };
@@ -208,7 +229,7 @@ impl RxeSq {
                     | SendOp::RdmaWriteWithImm { .. }
             );
             if !payload_op {
-                return Err(PostErrorReason::InlineNotAllowed { op: name });
+                return Err(PostErrorReason::InlineNotAllowed { op: op_name(op) });
             }
             if len > u64::from(self.cfg.max_inline) {
                 return Err(PostErrorReason::InlineTooLong {
@@ -217,114 +238,160 @@ impl RxeSq {
                 });
             }
         }
-
-        let mut wqe = rxe_send_wqe::new_zeroed();
-        wqe.wr.wr_id = wr.wr_id;
-        wqe.wr.opcode = op.wr_opcode();
-        wqe.wr.send_flags = flags;
         match *op {
-            SendOp::Send => {}
-            // Immediate data travels big-endian: rxe copies `ex` into the packet unchanged.
-            SendOp::SendWithImm { imm } => wqe.wr.ex = imm.to_be(),
-            SendOp::SendWithInv { invalidate_rkey } | SendOp::LocalInv { invalidate_rkey } => {
-                wqe.wr.ex = invalidate_rkey;
-            }
-            SendOp::RdmaWrite { remote_addr, rkey } | SendOp::RdmaRead { remote_addr, rkey } => {
-                wqe.wr.wr.set_rdma(&rxe_wr_rdma {
-                    remote_addr,
-                    rkey,
-                    reserved: 0,
-                });
-                wqe.iova = remote_addr;
-            }
-            SendOp::RdmaWriteWithImm {
-                remote_addr,
-                rkey,
-                imm,
-            } => {
-                wqe.wr.ex = imm.to_be();
-                wqe.wr.wr.set_rdma(&rxe_wr_rdma {
-                    remote_addr,
-                    rkey,
-                    reserved: 0,
-                });
-                wqe.iova = remote_addr;
-            }
-            SendOp::AtomicCmpSwp {
-                remote_addr,
-                rkey,
-                compare,
-                swap,
-            } => {
-                check_atomic(len, remote_addr)?;
-                wqe.wr.wr.set_atomic(&rxe_wr_atomic {
-                    remote_addr,
-                    compare_add: compare,
-                    swap,
-                    rkey,
-                    reserved: 0,
-                });
-                wqe.iova = remote_addr;
-            }
-            SendOp::AtomicFetchAdd {
-                remote_addr,
-                rkey,
-                add,
-            } => {
-                check_atomic(len, remote_addr)?;
-                wqe.wr.wr.set_atomic(&rxe_wr_atomic {
-                    remote_addr,
-                    compare_add: add,
-                    swap: 0,
-                    rkey,
-                    reserved: 0,
-                });
-                wqe.iova = remote_addr;
-            }
+            SendOp::AtomicCmpSwp { remote_addr, .. }
+            | SendOp::AtomicFetchAdd { remote_addr, .. } => check_atomic(len, remote_addr)?,
+            _ => {}
         }
-        if qp_type == RxeQpType::Ud {
+        let ud = if qp_type == RxeQpType::Ud {
             let Some(ud) = wr.ud else {
                 return Err(PostErrorReason::MissingUdDest);
             };
             if ud.ah_num == 0 {
                 return Err(PostErrorReason::NoAhNum);
             }
-            let mut arm = rxe_wr_ud::new_zeroed();
-            arm.remote_qpn = ud.remote_qpn;
-            arm.remote_qkey = ud.remote_qkey;
-            arm.ah_num = ud.ah_num;
-            wqe.wr.wr.set_ud(&arm);
-        }
+            Some(ud)
+        } else {
+            None
+        };
         let payload = if is_local {
             Payload::None
+        } else if inline {
+            Payload::Inline
         } else {
-            wqe.dma.length = len32;
-            wqe.dma.resid = len32;
-            wqe.dma.num_sge = num_sge as u32;
-            if inline {
-                Payload::Inline
-            } else {
-                Payload::Sges
-            }
+            Payload::Sges
         };
-        wqe.ssn = self.ssn;
-        Ok((wqe, payload))
+        Ok(Plan {
+            flags,
+            len: if is_local { 0 } else { len32 },
+            payload,
+            ud,
+        })
     }
 
-    /// Writes a built WQE and its payload into slot `index`.
+    /// Writes the WQE of `wr` (checked by [`build`](Self::build) into `plan`) and its payload
+    /// straight into slot `index`: every field of the 208-byte header once (the kernel-owned
+    /// ones zeroed, so nothing is left from the slot's previous use), then the SGEs or the
+    /// inline bytes.
     ///
     /// # Safety
     ///
-    /// The slot must be free (not between the kernel's consumer and our producer); for an
-    /// inline payload every SGE must name `length` readable bytes at `addr`.
-    unsafe fn write(&self, index: u32, wqe: &rxe_send_wqe, payload: Payload, wr: &SendWr<'_>) {
-        let slot = self.queue.slot(index);
-        // SAFETY: the slot is 8-aligned and in bounds for elem_size bytes, which `new` checked
-        // hold the header plus max_sge SGEs or max_inline bytes, and `build` checked the WR
-        // against those limits. The kernel does not read the slot before we publish it.
-        unsafe { ptr::write(slot.cast::<rxe_send_wqe>(), *wqe) };
-        let data = slot.wrapping_add(RXE_SEND_WQE_SGE_OFFSET);
-        match payload {
+    /// The slot must be ours: at or past our producer index and not yet published, and not
+    /// between the kernel's consumer and our producer (the kernel neither reads nor writes it
+    /// until we publish a producer index past it). For an inline payload every SGE must name
+    /// `length` readable bytes at `addr`.
+    #[inline]
+    unsafe fn write(&self, index: u32, plan: &Plan, wr: &SendWr<'_>) {
+        let wqe = self.queue.slot(index).cast::<rxe_send_wqe>();
+        // SAFETY (all writes through `wqe` and `w` below): the slot is 8-aligned and in bounds
+        // for elem_size bytes, which `new` checked hold the 208-byte header plus max_sge SGEs
+        // or max_inline bytes, and `build` checked the WR against those limits. Per this
+        // function's contract nobody else reads or writes the slot until we publish it, so
+        // plain (non-atomic) raw-pointer writes are race-free; no reference into the shared
+        // memory is formed (`addr_of_mut!` only computes field addresses).
+        unsafe {
+            let w = ptr::addr_of_mut!((*wqe).wr);
+            ptr::addr_of_mut!((*w).wr_id).write(wr.wr_id);
+            ptr::addr_of_mut!((*w).reserved).write(0);
+            ptr::addr_of_mut!((*w).opcode).write(wr.op.wr_opcode());
+            ptr::addr_of_mut!((*w).send_flags).write(plan.flags);
+            // The union: zeroed, then the arm of the opcode (or of UD) written over it.
+            let arm = ptr::addr_of_mut!((*w).wr).cast::<u8>();
+            ptr::write_bytes(arm, 0, RXE_SEND_WR_UNION_SIZE);
+            let mut ex = 0;
+            let mut iova = 0;
+            match wr.op {
+                SendOp::Send => {}
+                // Immediate data travels big-endian: rxe copies `ex` into the packet unchanged.
+                SendOp::SendWithImm { imm } => ex = imm.to_be(),
+                SendOp::SendWithInv { invalidate_rkey } | SendOp::LocalInv { invalidate_rkey } => {
+                    ex = invalidate_rkey
+                }
+                SendOp::RdmaWrite { remote_addr, rkey }
+                | SendOp::RdmaRead { remote_addr, rkey } => {
+                    arm.cast::<rxe_wr_rdma>().write(rxe_wr_rdma {
+                        remote_addr,
+                        rkey,
+                        reserved: 0,
+                    });
+                    iova = remote_addr;
+                }
+                SendOp::RdmaWriteWithImm {
+                    remote_addr,
+                    rkey,
+                    imm,
+                } => {
+                    ex = imm.to_be();
+                    arm.cast::<rxe_wr_rdma>().write(rxe_wr_rdma {
+                        remote_addr,
+                        rkey,
+                        reserved: 0,
+                    });
+                    iova = remote_addr;
+                }
+                SendOp::AtomicCmpSwp {
+                    remote_addr,
+                    rkey,
+                    compare,
+                    swap,
+                } => {
+                    arm.cast::<rxe_wr_atomic>().write(rxe_wr_atomic {
+                        remote_addr,
+                        compare_add: compare,
+                        swap,
+                        rkey,
+                        reserved: 0,
+                    });
+                    iova = remote_addr;
+                }
+                SendOp::AtomicFetchAdd {
+                    remote_addr,
+                    rkey,
+                    add,
+                } => {
+                    arm.cast::<rxe_wr_atomic>().write(rxe_wr_atomic {
+                        remote_addr,
+                        compare_add: add,
+                        swap: 0,
+                        rkey,
+                        reserved: 0,
+                    });
+                    iova = remote_addr;
+                }
+            }
+            ptr::addr_of_mut!((*w).ex).write(ex);
+            if let Some(ud) = plan.ud {
+                // Only the leading fields; the rest of the arm (pad, av) stays zero.
+                let u = arm.cast::<rxe_wr_ud>();
+                ptr::addr_of_mut!((*u).remote_qpn).write(ud.remote_qpn);
+                ptr::addr_of_mut!((*u).remote_qkey).write(ud.remote_qkey);
+                ptr::addr_of_mut!((*u).ah_num).write(ud.ah_num);
+            }
+            ptr::addr_of_mut!((*wqe).status).write(0);
+            ptr::addr_of_mut!((*wqe).state).write(0);
+            ptr::addr_of_mut!((*wqe).iova).write(iova);
+            ptr::addr_of_mut!((*wqe).mask).write(0);
+            ptr::addr_of_mut!((*wqe).first_psn).write(0);
+            ptr::addr_of_mut!((*wqe).last_psn).write(0);
+            ptr::addr_of_mut!((*wqe).ack_length).write(0);
+            ptr::addr_of_mut!((*wqe).ssn).write(self.ssn);
+            ptr::addr_of_mut!((*wqe).has_rd_atomic).write(0);
+            let num_sge = if plan.payload == Payload::None {
+                0
+            } else {
+                wr.sge.len() as u32
+            };
+            ptr::addr_of_mut!((*wqe).dma).write(rxe_dma_info {
+                length: plan.len,
+                resid: plan.len,
+                cur_sge: 0,
+                num_sge,
+                sge_offset: 0,
+                reserved: 0,
+            });
+        }
+        let data = wqe.cast::<u8>().wrapping_add(RXE_SEND_WQE_SGE_OFFSET);
+        match plan.payload {
             Payload::None => {}
             Payload::Sges => {
                 for (i, s) in wr.sge.iter().enumerate() {
@@ -382,8 +449,8 @@ impl RxeSq {
                 posted: i,
                 reason,
             };
-            let (wqe, payload) = match self.build(wr) {
-                Ok(b) => b,
+            let plan = match self.build(wr) {
+                Ok(p) => p,
                 Err(reason) => {
                     self.publish(start, prod);
                     return Err(fail(reason));
@@ -399,8 +466,10 @@ impl RxeSq {
                     }));
                 }
             }
-            // SAFETY: `prod` is free (next != cons); the inline contract is the caller's.
-            unsafe { self.write(prod, &wqe, payload, wr) };
+            // SAFETY: `prod` is at our producer index, not yet published, and free
+            // (next != cons): the kernel does not touch it until the Release store of a
+            // producer index past it in `publish`. The inline contract is the caller's.
+            unsafe { self.write(prod, &plan, wr) };
             self.ssn = self.ssn.wrapping_add(1);
             prod = next;
         }
