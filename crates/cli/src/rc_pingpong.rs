@@ -21,10 +21,11 @@
 //! 1; the C options this tool does not implement (`-o -O -P -t -j -N`) are refused by name;
 //! numbers that do not parse are refused instead of read as 0; the client's TCP connect gives
 //! up after 10 s per address and each exchange read after 30 s; a run that sees no completion
-//! for 60 s stops with an error instead of hanging (the peer died or cannot reach us); with
-//! `-c` a failed buffer check exits 1 (the C tool only prints it); without `-g` on our side but
-//! a GID from the peer, the address uses our GID index 0 (the C tool puts its -1 there,
-//! which the kernel sees as index 255).
+//! for 60 s stops with an error instead of hanging (the peer died or cannot reach us; with `-e`
+//! after 60 to 70 s: the loop sleeps in a blocking read, one system call per event as in the C
+//! tool, and a watchdog thread looks every 10 s); with `-c` a failed buffer check exits 1 (the
+//! C tool only prints it); without `-g` on our side but a GID from the peer, the address uses
+//! our GID index 0 (the C tool puts its -1 there, which the kernel sees as index 255).
 
 #![allow(unsafe_code)] // posting work requests hands the buffer to the device
 
@@ -32,12 +33,10 @@ use std::ffi::OsString;
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustix::event::{PollFd, PollFlags, Timespec};
-use rustix::io::Errno;
 use rverbs::uverbs::ah::{AhAttr, GlobalRoute};
 use rverbs::uverbs::channel::CompChannel;
 use rverbs::uverbs::context::{Gid, LinkLayer, Mtu};
@@ -641,35 +640,95 @@ impl PingPong<'_> {
     }
 
     fn idle_error(&self) -> Box<dyn std::error::Error> {
-        format!(
-            "no completion for {} s: the remote side stopped or cannot reach us (sent {}, \
-             received {} of {} messages)",
-            IDLE_TIMEOUT.as_secs(),
-            self.scnt,
-            self.rcnt,
-            self.iters
-        )
-        .into()
+        idle_message(self.scnt, self.rcnt, self.iters).into()
     }
 }
 
-/// Waits until `fd` is readable (`true`) or `timeout` passes (`false`). A fixed timeout, no
-/// clock reads: this runs once per completion event.
-fn readable_within(fd: BorrowedFd<'_>, timeout: &Timespec) -> io::Result<bool> {
-    loop {
-        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
-        match rustix::event::poll(&mut fds, Some(timeout)) {
-            Ok(0) => return Ok(false),
-            Ok(_) => return Ok(true),
-            Err(Errno::INTR) => continue,
-            Err(e) => {
-                return Err(io::Error::new(
-                    e.kind(),
-                    format!("wait for a completion event: {e}"),
-                ))
-            }
+/// Bounds the `-e` loop's waits without a timeout on each one: the loop sleeps in a plain
+/// blocking `read(2)` of the channel (one system call per event, as the C tool), and this
+/// thread ends the process with the idle error if the loop's counters do not move for
+/// [`IDLE_TIMEOUT`] (checked every [`WATCHDOG_CHECK`]). A blocked read cannot be interrupted
+/// soundly from another thread without a signal handler; exiting is what the loop would do
+/// anyway (print the error, exit 1), and the kernel releases the QP, CQ, MR and mappings of
+/// an exiting process.
+struct Watchdog {
+    shared: Arc<WatchShared>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+struct WatchShared {
+    /// `scnt << 32 | rcnt`, stored by the loop after every event.
+    progress: AtomicU64,
+    stop: AtomicBool,
+}
+
+/// How often the watchdog looks at the loop's progress.
+const WATCHDOG_CHECK: Duration = Duration::from_secs(10);
+
+impl Watchdog {
+    fn start(iters: u32) -> io::Result<Watchdog> {
+        let shared = Arc::new(WatchShared {
+            progress: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+        });
+        let sh = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("rc-pingpong watchdog".into())
+            .spawn(move || {
+                let mut last = u64::MAX;
+                let mut since = Instant::now();
+                loop {
+                    std::thread::park_timeout(WATCHDOG_CHECK);
+                    // Relaxed: the flag carries no data; a late look only delays the exit.
+                    if sh.stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    // Relaxed: a plain counter; all we need is to see it change eventually.
+                    let p = sh.progress.load(Ordering::Relaxed);
+                    let now = Instant::now();
+                    if p != last {
+                        last = p;
+                        since = now;
+                    } else if now.duration_since(since) >= IDLE_TIMEOUT {
+                        eprintln!(
+                            "rverbs rc-pingpong: {}",
+                            idle_message((p >> 32) as u32, p as u32, iters)
+                        );
+                        std::process::exit(1);
+                    }
+                }
+            })?;
+        Ok(Watchdog {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    #[inline]
+    fn progress(&self, scnt: u32, rcnt: u32) {
+        // Relaxed: read only by the watchdog, which needs no other memory with it.
+        self.shared
+            .progress
+            .store(u64::from(scnt) << 32 | u64::from(rcnt), Ordering::Relaxed);
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
         }
     }
+}
+
+fn idle_message(scnt: u32, rcnt: u32, iters: u32) -> String {
+    format!(
+        "no completion for {} s: the remote side stopped or cannot reach us (sent {scnt}, \
+         received {rcnt} of {iters} messages)",
+        IDLE_TIMEOUT.as_secs(),
+    )
 }
 
 /// Runs one side and prints what the C tool prints to `out`.
@@ -847,16 +906,12 @@ pub fn run_pingpong(o: &Opts, out: &mut dyn Write) -> Result<Summary, Box<dyn st
     let mut polls: u64 = 0;
     let mut events: u64 = 0;
     if let Some(ch) = &channel {
-        let idle = Timespec {
-            tv_sec: IDLE_TIMEOUT.as_secs() as _,
-            tv_nsec: 0,
-        };
+        // One read(2) per event, like the C tool; the watchdog bounds the wait.
+        ch.set_blocking(true)?;
+        let watchdog = Watchdog::start(o.iters)?;
         while !pp.done() {
-            // Sleep on the channel (bounded: a lost peer must not hang us), take the event,
-            // acknowledge it, re-arm, then poll once, as ibv_rc_pingpong does.
-            if !readable_within(ch.as_fd(), &idle)? {
-                return Err(pp.idle_error());
-            }
+            // Sleep on the channel, take the event, acknowledge it, re-arm, then poll once,
+            // as ibv_rc_pingpong does.
             cq.wait_event()
                 .map_err(|e| format!("Failed to get cq_event: {e}"))?;
             cq.ack_events(1);
@@ -868,33 +923,35 @@ pub fn run_pingpong(o: &Opts, out: &mut dyn Write) -> Result<Summary, Box<dyn st
             for w in &wc[..n] {
                 pp.completion(w)?;
             }
+            watchdog.progress(pp.scnt, pp.rcnt);
         }
+        drop(watchdog);
     } else {
-        // Spin on the CQ. Every SPINS_PER_CLOCK_CHECK polls, look back: no completion since
-        // the last look starts (or continues) the idle clock.
+        // Spin on the CQ. After SPINS_PER_CLOCK_CHECK empty polls in a row, look back: no
+        // completion since the last look starts (or continues) the idle clock.
         let cq: &Cq = &cq;
         let mut progressed = true;
         let mut idle_since: Option<Instant> = None;
         while !pp.done() {
-            let n = loop {
-                let n = cq.poll(&mut wc);
-                polls += 1;
-                if n != 0 {
-                    break n;
+            let n = 'spin: loop {
+                for _ in 0..SPINS_PER_CLOCK_CHECK {
+                    let n = cq.poll(&mut wc);
+                    polls += 1;
+                    if n != 0 {
+                        break 'spin n;
+                    }
                 }
-                if polls % SPINS_PER_CLOCK_CHECK == 0 {
-                    if progressed {
-                        progressed = false;
-                        idle_since = None;
-                    } else {
-                        let now = Instant::now();
-                        match idle_since {
-                            None => idle_since = Some(now),
-                            Some(t) if now.duration_since(t) >= IDLE_TIMEOUT => {
-                                return Err(pp.idle_error())
-                            }
-                            Some(_) => {}
+                if progressed {
+                    progressed = false;
+                    idle_since = None;
+                } else {
+                    let now = Instant::now();
+                    match idle_since {
+                        None => idle_since = Some(now),
+                        Some(t) if now.duration_since(t) >= IDLE_TIMEOUT => {
+                            return Err(pp.idle_error())
                         }
+                        Some(_) => {}
                     }
                 }
             };

@@ -49,7 +49,8 @@ impl CompChannel {
         #[allow(unsafe_code)]
         // SAFETY: the kernel just installed this fd for us; nobody else owns it.
         let fd = unsafe { OwnedFd::from_raw_fd(resp.fd as i32) };
-        // Non-blocking, so that a read never sleeps past a wait(): get_event() polls first.
+        // Non-blocking by default, so that a read never sleeps past a wait(); see
+        // set_blocking for the other mode.
         rustix::fs::fcntl_setfl(&fd, rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::RDWR)
             .map_err(|e| Error::os("set completion channel non-blocking", e))?;
         Ok(Arc::new(CompChannel {
@@ -63,7 +64,39 @@ impl CompChannel {
         &self.ctx
     }
 
-    /// Blocks until a completion event arrives.
+    /// Makes reads of the channel block (`true`) or not (`false`, the default).
+    ///
+    /// Non-blocking (the default), [`get_event`](Self::get_event) tries a read and, when no
+    /// event is there, waits with `poll(2)` and reads again: three system calls when it has to
+    /// wait. Blocking, it is one `read(2)` that sleeps until an event arrives, as
+    /// libibverbs' `ibv_get_cq_event` does — but then a wait cannot be bounded by this type:
+    /// bound it from outside if needed (e.g. a watchdog). [`try_get_event`](Self::try_get_event)
+    /// still never blocks unless another thread takes the event between its `poll(2)` and its
+    /// read; when several threads read one blocking channel, use `poll(2)` on
+    /// [`as_fd`](AsFd::as_fd) yourself.
+    ///
+    /// The flag belongs to the open file, so it applies to every user of this channel.
+    pub fn set_blocking(&self, blocking: bool) -> Result<()> {
+        let flags = if blocking {
+            rustix::fs::OFlags::RDWR
+        } else {
+            rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::RDWR
+        };
+        rustix::fs::fcntl_setfl(&self.fd, flags).map_err(|e| {
+            Error::os(
+                format!(
+                    "make completion channel of {} {}",
+                    self.ctx.name(),
+                    if blocking { "blocking" } else { "non-blocking" }
+                ),
+                e,
+            )
+            .into()
+        })
+    }
+
+    /// Blocks until a completion event arrives (one `read(2)` on a channel made blocking with
+    /// [`set_blocking`](Self::set_blocking)).
     pub fn get_event(&self) -> Result<CompEvent> {
         loop {
             match self.read_event() {
