@@ -12,8 +12,11 @@
 #            run, the classic per-iteration figure (Ir(2000) - Ir(1000)) / 1000, and a least-
 #            squares fit Ir = start-up + work * iters + cost * calls, where calls are the CQ
 #            poll calls (polling) or the completion events (-e): the number of empty polls and
-#            of events per iteration depends on timing, the fit separates it out. Also malloc
-#            calls per iteration.
+#            of events per iteration depends on timing, the fit separates it out (polling: only
+#            when polls/iter varied between the runs). Also malloc calls per iteration.
+# syscalls:  the client under `strace -f -c` (the server natively), -s 64, polling and -e, at
+#            1000 and 2000 iterations: system calls per iteration, (calls(2000) - calls(1000))
+#            / 1000 per syscall and in all, next to the completion events per iteration.
 # Results and raw files go to $OUT (default: bench-pingpong/ on the run share, which is
 # target/vm/runs/<run>/bench-pingpong/ on the host).
 #
@@ -220,14 +223,15 @@ callgrind() {
 
 # The table of $OUT/callgrind.txt (also: sh ci/bench-pingpong.sh cg-summary, to re-read it).
 cg_summary() {
-    echo "| tool | mode | Ir/iter: (Ir(2000)-Ir(1000))/1000 | Ir/iter outside CQ poll calls | Ir per CQ poll call | CQ polls/iter | events/iter | -e fit: Ir/iter + Ir/event | start-up Ir | malloc calls/iter |"
+    echo "| tool | mode | Ir/iter: (Ir(2000)-Ir(1000))/1000 | Ir/iter outside CQ poll calls | Ir per CQ poll call | CQ polls/iter | events/iter | fit: Ir/iter + Ir/event (-e) or + Ir/poll call (polling) | start-up Ir | malloc calls/iter |"
     echo "|---|---|---|---|---|---|---|---|---|---|"
     awk '
         {
             # tool mode n Ir polls events mallocs Ir_in_poll usec
             k = $1 " " $2; keys[k] = 1
-            # normal equations of the -e fit Ir = a + b*n + c*events
-            x[1] = 1; x[2] = $3; x[3] = $6
+            # normal equations of the fit Ir = a + b*n + c*calls: calls are the events (-e)
+            # or the CQ poll calls (polling)
+            x[1] = 1; x[2] = $3; x[3] = $2 == "poll" ? $5 : $6
             for (i = 1; i <= 3; i++) { r[k, i] += x[i] * $4; for (j = 1; j <= 3; j++) A[k, i, j] += x[i] * x[j] }
             if ($3 == 1000) { s1[k] += $4; o1[k] += $4 - $8; c1[k]++; m1[k] += $7 }
             if ($3 == 2000) { s2[k] += $4; o2[k] += $4 - $8; c2[k]++; m2[k] += $7 }
@@ -253,7 +257,7 @@ cg_summary() {
                 start = o1[k] / c1[k] - 1000 * out
                 mal = (m2[k] / c2[k] - m1[k] / c1[k]) / 1000
                 fit = "n/a"
-                if (kk[2] == "events" && emax[k] - emin[k] >= 0.1) {
+                if ((kk[2] == "events" && emax[k] - emin[k] >= 0.1) || (kk[2] == "poll" && qmax[k] - qmin[k] >= 1)) {
                     for (i = 1; i <= 3; i++) { for (j = 1; j <= 3; j++) M[i, j] = A[k, i, j]; M[i, 4] = r[k, i] }
                     ok = 1
                     for (p = 1; p <= 3 && ok; p++) {
@@ -264,17 +268,54 @@ cg_summary() {
                         for (i = 1; i <= 3; i++) if (i != p) { f = M[i, p] / M[p, p]; for (j = p; j <= 4; j++) M[i, j] -= f * M[p, j] }
                     }
                     if (ok) fit = sprintf("%.0f + %.0f", M[2, 4] / M[2, 2], M[3, 4] / M[3, 3])
-                } else if (kk[2] == "events") fit = "n/a (events/iter did not vary)"
+                } else fit = kk[2] == "events" ? "n/a (events/iter did not vary)" : "n/a (polls/iter did not vary)"
                 printf "| %s | %s | %.0f | %.0f | %s | %.2f | %.2f | %s | %.0f | %.3f |\n", tool, mode, d, out, per_poll, ppi[k] / runs[k], epi[k] / runs[k], fit, start, mal
             }
         }' "$OUT/callgrind.txt" | sort
 }
 
+syscalls() {
+    command -v strace > /dev/null || die "no strace in this guest"
+    : > "$OUT/syscalls.txt"
+    export RVERBS_PINGPONG_STATS=1
+    for mode in events poll; do
+        for tool in C R; do
+            for n in 1000 2000; do
+                PORT=$((PORT + 1))
+                f=$OUT/strace.$tool.$mode.$n.$PORT
+                run_pair $tool $mode 64 $n strace -f -c -o "$f" > /dev/null || exit 1
+                # "% time seconds usecs/call calls [errors] syscall" rows; the total row last.
+                awk -v t=$tool -v m=$mode -v n=$n '
+                    $1 ~ /^[0-9.]+$/ && NF >= 5 { print t, m, n, $NF, $4 }' "$f" >> "$OUT/syscalls.txt"
+                echo "syscalls: $tool $mode 64 B x $n: $(awk '$1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" { s += $4 } END { print s }' "$f") calls, $(sed -n 's/^rc-pingpong stats: //p' "$OUT/client.log")"
+            done
+        done
+    done
+    echo
+    echo "| tool | mode | syscalls/iter | per syscall (calls/iter) |"
+    echo "|---|---|---|---|"
+    awk '
+        { k = $1 " " $2; keys[k] = 1; c[k, $4, $3] = $5; names[k, $4] = 1 }
+        END {
+            for (k in keys) {
+                split(k, kk, " "); d = ""; tot = 0
+                for (kn in names) {
+                    split(kn, p, SUBSEP); if (p[1] != k || p[2] == "total") continue
+                    v = (c[k, p[2], 2000] - c[k, p[2], 1000]) / 1000
+                    tot += v
+                    if (v >= 0.005 || v <= -0.005) d = d sprintf(" %s %.2f", p[2], v)
+                }
+                printf "| %s | %s | %.2f |%s |\n", kk[1] == "C" ? "ibv_rc_pingpong" : "rverbs", kk[2] == "poll" ? "polling" : "-e", tot, d
+            }
+        }' "$OUT/syscalls.txt" | sort
+}
+
 case "$what" in
 latency) latency ;;
 callgrind) callgrind ;;
+syscalls) syscalls ;;
 cg-summary) cg_summary ;;
 lat-summary) lat_summary ;;
 all) latency && echo && callgrind ;;
-*) die "usage: sh ci/bench-pingpong.sh [latency|callgrind|all|lat-summary|cg-summary]" ;;
+*) die "usage: sh ci/bench-pingpong.sh [latency|callgrind|syscalls|all|lat-summary|cg-summary]" ;;
 esac
