@@ -21,8 +21,10 @@ const QPN: u32 = 0x1234;
 /// The QP side's tables, as a real QP keeps them: wr_ids by send WQE index, receives in
 /// order.
 struct Tables {
-    sq: Vec<u64>,
-    rq: Vec<u64>,
+    sq: Box<[u64]>,
+    rq: Box<[u64]>,
+    /// Both tables' length - 1 (a power of two).
+    mask: usize,
     rq_tail: u32,
 }
 
@@ -30,15 +32,9 @@ impl rverbs_provider::mlx5::WrIdLookup for Tables {
     #[inline]
     fn wr_id(&mut self, w: WqeRef) -> Option<u64> {
         match w.queue {
-            WorkQueue::Send => self
-                .sq
-                .get(w.wqe_counter as usize & (self.sq.len() - 1))
-                .copied(),
+            WorkQueue::Send => self.sq.get(w.wqe_counter as usize & self.mask).copied(),
             WorkQueue::Recv => {
-                let id = self
-                    .rq
-                    .get(self.rq_tail as usize & (self.rq.len() - 1))
-                    .copied();
+                let id = self.rq.get(self.rq_tail as usize & self.mask).copied();
                 self.rq_tail = self.rq_tail.wrapping_add(1);
                 id
             }
@@ -86,6 +82,7 @@ impl Rig {
         let tables = Tables {
             sq: (0..1024).map(|i| 0x5000_0000 + i).collect(),
             rq: (0..1024).map(|i| 0x7000_0000 + i).collect(),
+            mask: 1023,
             rq_tail: 0,
         };
         Rig {

@@ -8,18 +8,20 @@
 //! `dma_rmb()` is `barrier()`), while ordering a store to write-combining UAR memory after
 //! ordinary stores needs `sfence` (rdma-core's `mmio_wc_start()`/`mmio_flush_writes()`).
 //!
-//! Every function also issues the matching Rust fence, so the ordering is visible to the Rust
-//! memory model (and to Miri, which runs these paths in the unit tests with a simulated
-//! device thread).
+//! The store barriers also issue the matching Rust fence, so the ordering is visible to the
+//! Rust memory model (and to Miri, which runs these paths in the unit tests with a simulated
+//! device thread). On the read side the poller's Acquire load of the owner byte is what the
+//! memory model sees; `dma_rmb_device` adds only the device-domain part.
 #![allow(unsafe_code)]
 
 use std::sync::atomic::{fence, Ordering};
 
-/// Read barrier after seeing a CQE's owner bit and before reading the rest of it
-/// (`dma_rmb()` / `udma_from_device_barrier()`).
+/// What reading a CQE needs after an Acquire load of its owner byte, beyond that Acquire:
+/// the device-domain barrier on aarch64 (`dmb oshld`), nothing on x86-64 (DMA is coherent
+/// and loads are not reordered with loads). Unlike [`dma_rmb`] it issues no Rust fence, so it
+/// does not make the compiler forget what it holds in registers.
 #[inline(always)]
-pub(crate) fn dma_rmb() {
-    fence(Ordering::Acquire);
+pub(crate) fn dma_rmb_device() {
     #[cfg(all(target_arch = "aarch64", not(miri)))]
     // SAFETY: a barrier instruction; touches no memory and no registers.
     unsafe {

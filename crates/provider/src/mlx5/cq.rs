@@ -21,8 +21,10 @@ use super::abi::{
     MLX5_CQ_DB_REQ_NOT_SOL, MLX5_CQ_DOORBELL, MLX5_CQ_SET_CI,
     MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX, MLX5_MAX_CQ_ENTRIES,
 };
-use super::barrier::{dma_rmb, mmio_flush, mmio_wmb};
-use super::cqe::{parse_cqe, parse_cqe_into, Cqe64, CqeOpcode, WrIdLookup, CQE64_SIZE};
+use super::barrier::{dma_rmb_device, mmio_flush, mmio_wmb};
+use super::cqe::{
+    parse_from, parse_req_plain, Cqe64, CqeOpcode, CqeSource, WrIdLookup, CQE64_SIZE, OFF_OP_OWN,
+};
 
 const OP: &str = "mlx5 CQ";
 
@@ -329,42 +331,164 @@ impl UarPage {
 /// The ring geometry, cached for the poll path.
 #[derive(Clone, Copy, Debug)]
 struct Ring {
-    base: *mut u8,
-    ncqe: u32,
+    /// The CQE64 of slot 0 (the ring start, plus 64 with 128-byte slots).
+    cqe0: *mut u8,
+    /// One past the last slot's CQE64: `cqe0 + ncqe * stride`.
+    end: *mut u8,
+    /// Slot size in bytes.
+    stride: usize,
+    /// log2 of the entry count: `ci >> lap_shift` counts laps, its low bit is the owner
+    /// bit software expects.
+    lap_shift: u32,
     mask: u32,
     /// log2 of the slot size.
     shift: u32,
-    /// Offset of the CQE64 inside a slot (0 or 64).
-    cqe64_off: usize,
     dbrec: *mut u32,
 }
 
-impl Ring {
-    /// The CQE at consumer index `ci`, copied out, if software owns it.
+/// What an owned entry is, as far as its owner byte tells.
+#[derive(Clone, Copy)]
+enum Owned {
+    /// A requester CQE of the plain format (`op_own` bits 7:2 zero).
+    ReqPlain,
+    /// Anything else; its `op_own`.
+    Other(u8),
+}
+
+impl Owned {
+    /// Parses the entry `cqe` into `out`.
     #[inline(always)]
-    fn take(&self, ci: u32) -> Option<Cqe64> {
+    fn parse<L: WrIdLookup>(self, cqe: OwnedCqe, lookup: &mut L, out: &mut WorkCompletion) {
+        match self {
+            Owned::ReqPlain => parse_req_plain(cqe, lookup, out),
+            Owned::Other(op_own) => parse_from(cqe, op_own, lookup, out),
+        }
+    }
+}
+
+/// Where the next entry is: its CQE64, and the owner bit it carries once it is ours (the
+/// lap's parity). The poller walks this instead of recomputing both from the index.
+#[derive(Clone, Copy)]
+struct Cursor {
+    cqe: *mut u8,
+    parity: u8,
+}
+
+/// A CQE64 in the ring that software owns: its owner byte said so and the read barrier is
+/// behind us. The parser reads the fields it needs through the raw pointer (plain copies of
+/// the bytes; no reference into the ring is formed). Valid until the consumer index is
+/// published past the slot, which happens only after parsing.
+#[derive(Clone, Copy)]
+struct OwnedCqe(*const u8);
+
+impl OwnedCqe {
+    /// # Safety
+    /// `p` points at a CQE64 (64 bytes, 64-byte aligned) inside a live ring, and the entry is
+    /// software-owned for as long as the value is used: the producer does not write the slot
+    /// again before the consumer index passes it.
+    #[inline(always)]
+    unsafe fn at(p: *const u8) -> Self {
+        Self(p)
+    }
+}
+
+impl CqeSource for OwnedCqe {
+    #[inline(always)]
+    fn u8_at(self, off: usize) -> u8 {
+        debug_assert!(off < CQE64_SIZE);
+        // SAFETY: off < 64: inside the owned entry (`at`'s contract), which nobody writes
+        // while we read it.
+        unsafe { self.0.add(off).read() }
+    }
+    #[inline(always)]
+    fn be16_at(self, off: usize) -> u16 {
+        debug_assert!(off + 2 <= CQE64_SIZE);
+        // SAFETY: as in `u8_at`; unaligned read, so any offset inside the entry is fine.
+        u16::from_be(unsafe { self.0.add(off).cast::<u16>().read_unaligned() })
+    }
+    #[inline(always)]
+    fn be32_at(self, off: usize) -> u32 {
+        debug_assert!(off + 4 <= CQE64_SIZE);
+        // SAFETY: as in `be16_at`.
+        u32::from_be(unsafe { self.0.add(off).cast::<u32>().read_unaligned() })
+    }
+    #[inline(always)]
+    fn to_cqe64(self) -> Cqe64 {
+        // SAFETY: the whole entry is ours and 64-byte aligned (`at`'s contract).
+        unsafe { ptr::read(self.0.cast::<Cqe64>()) }
+    }
+}
+
+impl Ring {
+    /// The CQE64 of consumer index `ci` (its slot is `ci mod ncqe`).
+    #[inline(always)]
+    fn slot(&self, ci: u32) -> *mut u8 {
         let idx = (ci & self.mask) as usize;
         // SAFETY: idx < ncqe, so the slot and its CQE64 lie inside the ring mapping, which
         // lives as long as the CQ that owns this Ring.
-        let cqe = unsafe { self.base.add((idx << self.shift) + self.cqe64_off) };
-        // SAFETY: in bounds (see above); u8 has no alignment requirement. The device (or a
+        unsafe { self.cqe0.add(idx << self.shift) }
+    }
+
+    /// The cursor of consumer index `ci`.
+    #[inline(always)]
+    fn cursor(&self, ci: u32) -> Cursor {
+        Cursor {
+            cqe: self.slot(ci),
+            parity: (ci >> self.lap_shift) as u8 & 1,
+        }
+    }
+
+    /// `at`, or slot 0 of the next lap when `at` is one past the last slot.
+    #[inline(always)]
+    fn wrap(&self, at: Cursor) -> Cursor {
+        if at.cqe == self.end {
+            Cursor {
+                cqe: self.cqe0,
+                parity: at.parity ^ 1,
+            }
+        } else {
+            at
+        }
+    }
+
+    /// Slots from `at` to the end of the ring (at least 1).
+    #[inline(always)]
+    fn slots_left(&self, at: Cursor) -> usize {
+        (self.end as usize - at.cqe as usize) >> self.shift
+    }
+
+    /// The CQE at `at` and what it is, if software owns it: its opcode is not INVALID and
+    /// its owner bit matches the lap's parity.
+    #[inline(always)]
+    fn take(&self, at: Cursor) -> Option<(OwnedCqe, Owned)> {
+        // SAFETY: a cursor points at a CQE64 inside the ring (`cursor`, `advance`), so its
+        // owner byte is in bounds; u8 has no alignment requirement. The device (or a
         // simulated device thread) writes this byte while we read it, so it is read as an
         // atomic; nothing reads it through a reference.
-        let op_own = unsafe { AtomicU8::from_ptr(cqe.add(CQE64_SIZE - 1)) }.load(Ordering::Relaxed);
-        let sw_owner = (ci & self.ncqe != 0) as u8;
-        if op_own >> 4 == CqeOpcode::INVALID.0 || (op_own & 1) != sw_owner {
+        let owner_byte = unsafe { AtomicU8::from_ptr(at.cqe.add(OFF_OP_OWN)) };
+        // Acquire: the owner byte says the entry is complete, and nothing else of it may be
+        // read before that byte was. Pairs with the producer's release of the byte (a
+        // simulated device's store; the device's write ordering for a real one), so its
+        // writes of the rest of the entry are visible to the reads the parser makes. A load
+        // ordering rather than a fence: a fence per entry would make the compiler reload
+        // everything it holds from memory (the lookup's tables) for every entry.
+        let op_own = owner_byte.load(Ordering::Acquire);
+        // Owner bit, solicited bit (ignored), format and opcode: one test finds the commonest
+        // entry, an owned requester CQE of the plain format.
+        let x = op_own ^ at.parity;
+        let kind = if x & 0xfd == 0 {
+            Owned::ReqPlain
+        } else if x & 1 == 0 && op_own >> 4 != CqeOpcode::INVALID.0 {
+            Owned::Other(op_own)
+        } else {
             return None;
-        }
-        // The owner byte says the entry is complete; nothing else of it may be read before
-        // that byte was. Acquire fence (plus the device barrier where the architecture needs
-        // one): pairs with the producer's release of the owner byte, so its writes of the rest
-        // of the entry are visible to the copy below.
-        dma_rmb();
-        // SAFETY: in bounds and 64-byte aligned (page-aligned base, 64- or 128-byte slots,
-        // CQE64 at offset 0 or 64). The producer does not write this slot again until we
-        // publish a consumer index past it, so this plain copy races with nothing. We copy
-        // the entry out and never keep a reference into device-written memory.
-        Some(unsafe { ptr::read(cqe.cast::<Cqe64>()) })
+        };
+        // What DMA needs beyond the Acquire (aarch64: `dmb oshld`; nothing on x86-64).
+        dma_rmb_device();
+        // SAFETY: in bounds and 64-byte aligned (page-aligned ring, 64- or 128-byte slots,
+        // CQE64 at offset 0 or 64); software-owned (checked above) until `set_ci` passes it,
+        // which the poller does only after parsing.
+        Some((unsafe { OwnedCqe::at(at.cqe) }, kind))
     }
 
     /// Publishes the consumer index: `dbrec[SET_CI] = be32(ci & 0xffffff)`.
@@ -444,11 +568,19 @@ impl<L: WrIdLookup> Mlx5Cq<L> {
             return Err(Error::invalid(OP, format!("cqn {cqn:#x} does not fit 24 bits")).into());
         }
         let ring = Ring {
-            base: buf.ring_ptr(),
-            ncqe: buf.ncqe,
+            // SAFETY: 0 or 64 bytes into slot 0, inside the ring.
+            cqe0: unsafe { buf.ring_ptr().add(buf.cqe_size.bytes() - CQE64_SIZE) },
+            // SAFETY: one past the last slot's CQE64, at most 64 bytes past the ring, where
+            // the doorbell page follows; never dereferenced.
+            end: unsafe {
+                buf.ring_ptr().add(
+                    buf.ncqe as usize * buf.cqe_size.bytes() + buf.cqe_size.bytes() - CQE64_SIZE,
+                )
+            },
+            stride: buf.cqe_size.bytes(),
+            lap_shift: buf.ncqe.trailing_zeros(),
             mask: buf.ncqe - 1,
             shift: buf.cqe_size.bytes().trailing_zeros(),
-            cqe64_off: buf.cqe_size.bytes() - CQE64_SIZE,
             dbrec: buf.dbrec_ptr(),
         };
         Ok(Self {
@@ -468,16 +600,26 @@ impl<L: WrIdLookup> Mlx5Cq<L> {
     #[inline]
     pub fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
         let mut n = 0;
-        let mut ci = self.cons_index;
-        // A local copy keeps the geometry in registers across the read barriers.
+        // A local copy keeps the geometry in registers.
         let ring = self.ring;
-        for slot in out.iter_mut() {
-            let Some(cqe) = ring.take(ci) else { break };
-            ci = ci.wrapping_add(1);
-            parse_cqe_into(&cqe, &mut self.lookup, slot);
-            n += 1;
+        let mut at = ring.cursor(self.cons_index);
+        'ring: while n < out.len() {
+            // Up to the end of the ring, the next slot is simply the one after: no wrap test
+            // per entry.
+            let rest = &mut out[n..];
+            let run = ring.slots_left(at).min(rest.len());
+            for (i, slot) in rest[..run].iter_mut().enumerate() {
+                let Some((cqe, kind)) = ring.take(at) else {
+                    n += i;
+                    break 'ring;
+                };
+                kind.parse(cqe, &mut self.lookup, slot);
+                at.cqe = at.cqe.wrapping_add(ring.stride);
+            }
+            n += run;
+            at = ring.wrap(at);
         }
-        self.cons_index = ci;
+        self.cons_index = self.cons_index.wrapping_add(n as u32);
         self.publish();
         n
     }
@@ -529,9 +671,11 @@ impl<L: WrIdLookup> Mlx5Cq<L> {
     /// Takes the next CQE if software owns it.
     #[inline(always)]
     fn next(&mut self) -> Option<WorkCompletion> {
-        let cqe = self.ring.take(self.cons_index)?;
+        let (cqe, kind) = self.ring.take(self.ring.cursor(self.cons_index))?;
+        let mut wc = WorkCompletion::default();
+        kind.parse(cqe, &mut self.lookup, &mut wc);
         self.cons_index = self.cons_index.wrapping_add(1);
-        Some(parse_cqe(&cqe, &mut self.lookup))
+        Some(wc)
     }
 
     #[inline(always)]
