@@ -246,40 +246,50 @@ pub fn example_attr() -> EndpointAttr {
     EndpointAttr::default()
 }
 
-fn run_client(o: &Opts) -> Result<(), Failure> {
-    let ai = getaddrinfo(Some(&o.server), Some(&o.port), &AddrHints::default())
-        .map_err(addrinfo_failure)?;
-    let id = create_ep(&ai[0]).map_err(|e| Failure::new("rdma_create_ep", e))?;
-    let ep =
-        Endpoint::create(id, &example_attr()).map_err(|e| Failure::new("rdma_create_ep", e))?;
-    let inline = ep.caps().max_inline_data as usize >= MSG_LEN;
-    if !inline {
-        println!("rdma_client: device doesn't support IBV_SEND_INLINE, using sge sends");
+/// The examples' two 16-byte message buffers, registered as the C tools do (the send buffer
+/// only when the QP cannot send 16 bytes inline), with the receive posted. Drop it after the
+/// endpoint: the QP must be gone before the memory it could still write to.
+pub struct Msgs {
+    /// Held, not read: the posted receive lands here.
+    _recv: Mr<Vec<u8>>,
+    send: Option<Mr<Vec<u8>>>,
+}
+
+impl Msgs {
+    /// Registers the buffers on `ep` and posts the receive. `prog` names the tool in the
+    /// "device doesn't support IBV_SEND_INLINE" line the C tools print.
+    pub fn post_recv(ep: &Endpoint, prog: &str) -> Result<Msgs, Failure> {
+        let inline = ep.caps().max_inline_data as usize >= MSG_LEN;
+        if !inline {
+            println!("{prog}: device doesn't support IBV_SEND_INLINE, using sge sends");
+        }
+        let recv = ep
+            .reg_msgs(vec![0u8; MSG_LEN])
+            .map_err(|(e, _)| Failure::new("rdma_reg_msgs for recv_msg", e))?;
+        // The C tools send their (zeroed) send buffer.
+        let send = if inline {
+            None
+        } else {
+            Some(
+                ep.reg_msgs(vec![0u8; MSG_LEN])
+                    .map_err(|(e, _)| Failure::new("rdma_reg_msgs for send_msg", e))?,
+            )
+        };
+        let sge = [recv.sge(0..MSG_LEN)];
+        // SAFETY: `recv` is registered on this endpoint's PD and the caller drops the Msgs
+        // only after the endpoint (and so its QP): the device cannot write to freed memory.
+        unsafe { ep.post_recv(0, &sge) }.map_err(|e| Failure::new("rdma_post_recv", e))?;
+        Ok(Msgs { _recv: recv, send })
     }
-    let recv_mr = ep
-        .reg_msgs(vec![0u8; MSG_LEN])
-        .map_err(|(e, _)| Failure::new("rdma_reg_msgs for recv_msg", e))?;
-    // The C tool sends its (zeroed) send buffer.
-    let send_mr: Option<Mr<Vec<u8>>> = if inline {
-        None
-    } else {
-        Some(
-            ep.reg_msgs(vec![0u8; MSG_LEN])
-                .map_err(|(e, _)| Failure::new("rdma_reg_msgs for send_msg", e))?,
-        )
-    };
-    let sge = [recv_mr.sge(0..MSG_LEN)];
-    // SAFETY: recv_mr is registered on this endpoint's PD and is dropped only after `ep`
-    // (and so its QP) at the end of this function: the device cannot write to freed memory.
-    unsafe { ep.post_recv(0, &sge) }.map_err(|e| Failure::new("rdma_post_recv", e))?;
-    ep.connect(&ConnParam::default())
-        .map_err(|e| Failure::new("rdma_connect", e))?;
-    let res = with_peer_watch(&ep, |watch| -> Result<(), Failure> {
-        match &send_mr {
+
+    /// Sends the 16-byte message (inline, or from the send buffer) and waits for its
+    /// completion; a failed one is explained with `what` and the peer's event.
+    pub fn send(&self, ep: &Endpoint, watch: &PeerWatch, what: &str) -> Result<(), Failure> {
+        match &self.send {
             None => ep.post_send_inline(0, &[0u8; MSG_LEN], SendFlags::empty()),
             Some(mr) => {
                 let s = [mr.sge(0..MSG_LEN)];
-                // SAFETY: mr is a live MR of this PD, kept until after the completion.
+                // SAFETY: mr is a live MR of this PD, kept (in self) until after the QP.
                 unsafe { ep.post_send(0, &s, SendFlags::empty()) }
             }
         }
@@ -288,21 +298,35 @@ fn run_client(o: &Opts) -> Result<(), Failure> {
             .get_send_comp()
             .map_err(|e| Failure::new("rdma_get_send_comp", e))?;
         if !wc.status.is_success() {
-            return Err(Failure::new(
-                "rdma_get_send_comp",
-                watch.explain("the send", &wc),
-            ));
+            return Err(Failure::new("rdma_get_send_comp", watch.explain(what, &wc)));
         }
+        Ok(())
+    }
+
+    /// Waits for the posted receive; a failed one is explained with `what`.
+    pub fn recv(&self, ep: &Endpoint, watch: &PeerWatch, what: &str) -> Result<(), Failure> {
         let wc = ep
             .get_recv_comp()
             .map_err(|e| Failure::new("rdma_get_recv_comp", e))?;
         if !wc.status.is_success() {
-            return Err(Failure::new(
-                "rdma_get_recv_comp",
-                watch.explain("the receive of the server's answer", &wc),
-            ));
+            return Err(Failure::new("rdma_get_recv_comp", watch.explain(what, &wc)));
         }
         Ok(())
+    }
+}
+
+fn run_client(o: &Opts) -> Result<(), Failure> {
+    let ai = getaddrinfo(Some(&o.server), Some(&o.port), &AddrHints::default())
+        .map_err(addrinfo_failure)?;
+    let id = create_ep(&ai[0]).map_err(|e| Failure::new("rdma_create_ep", e))?;
+    let ep =
+        Endpoint::create(id, &example_attr()).map_err(|e| Failure::new("rdma_create_ep", e))?;
+    let msgs = Msgs::post_recv(&ep, "rdma_client")?;
+    ep.connect(&ConnParam::default())
+        .map_err(|e| Failure::new("rdma_connect", e))?;
+    let res = with_peer_watch(&ep, |watch| -> Result<(), Failure> {
+        msgs.send(&ep, watch, "the send")?;
+        msgs.recv(&ep, watch, "the receive of the server's answer")
     })
     .map_err(|e| Failure::new("start the peer watcher", e))?;
     // As the C tool: disconnect whatever happened (its errors do not change the result;
@@ -310,8 +334,7 @@ fn run_client(o: &Opts) -> Result<(), Failure> {
     let _ = ep.disconnect();
     // The QP (in `ep`) goes before the buffers it could still write to.
     drop(ep);
-    drop(send_mr);
-    drop(recv_mr);
+    drop(msgs);
     res
 }
 

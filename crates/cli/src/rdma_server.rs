@@ -19,11 +19,9 @@ use std::io::{self, Write};
 
 use rverbs::cm::verbs::Endpoint;
 use rverbs::cm::{create_ep, getaddrinfo, AddrHints, ConnParam};
-use rverbs::uverbs::mr::Mr;
-use rverbs::uverbs::SendFlags;
 
 use crate::rdma_client::{
-    addrinfo_failure, example_attr, finish, parse, with_peer_watch, Failure, MSG_LEN,
+    addrinfo_failure, example_attr, finish, parse, with_peer_watch, Failure, Msgs,
 };
 use crate::CmdResult;
 
@@ -56,63 +54,18 @@ fn run_server(server: &str, port: &str) -> Result<(), Failure> {
         .map_err(|e| Failure::new("rdma_get_request", e))?;
     let ep =
         Endpoint::create(id, &example_attr()).map_err(|e| Failure::new("rdma_get_request", e))?;
-    let inline = ep.caps().max_inline_data as usize >= MSG_LEN;
-    if !inline {
-        println!("rdma_server: device doesn't support IBV_SEND_INLINE, using sge sends");
-    }
-    let recv_mr = ep
-        .reg_msgs(vec![0u8; MSG_LEN])
-        .map_err(|(e, _)| Failure::new("rdma_reg_msgs for recv_msg", e))?;
-    // The C tool answers with its (zeroed) send buffer.
-    let send_mr: Option<Mr<Vec<u8>>> = if inline {
-        None
-    } else {
-        Some(
-            ep.reg_msgs(vec![0u8; MSG_LEN])
-                .map_err(|(e, _)| Failure::new("rdma_reg_msgs for send_msg", e))?,
-        )
-    };
-    let sge = [recv_mr.sge(0..MSG_LEN)];
-    // SAFETY: recv_mr is registered on this endpoint's PD and is dropped only after `ep`
-    // (and so its QP) at the end of this function.
-    unsafe { ep.post_recv(0, &sge) }.map_err(|e| Failure::new("rdma_post_recv", e))?;
+    let msgs = Msgs::post_recv(&ep, "rdma_server")?;
     ep.accept(&ConnParam::default())
         .map_err(|e| Failure::new("rdma_accept", e))?;
     let res = with_peer_watch(&ep, |watch| -> Result<(), Failure> {
-        let wc = ep
-            .get_recv_comp()
-            .map_err(|e| Failure::new("rdma_get_recv_comp", e))?;
-        if !wc.status.is_success() {
-            return Err(Failure::new(
-                "rdma_get_recv_comp",
-                watch.explain("the receive of the client's message", &wc),
-            ));
-        }
-        match &send_mr {
-            None => ep.post_send_inline(0, &[0u8; MSG_LEN], SendFlags::empty()),
-            Some(mr) => {
-                let s = [mr.sge(0..MSG_LEN)];
-                // SAFETY: mr is a live MR of this PD, dropped after `ep`.
-                unsafe { ep.post_send(0, &s, SendFlags::empty()) }
-            }
-        }
-        .map_err(|e| Failure::new("rdma_post_send", e))?;
-        let wc = ep
-            .get_send_comp()
-            .map_err(|e| Failure::new("rdma_get_send_comp", e))?;
-        if !wc.status.is_success() {
-            return Err(Failure::new(
-                "rdma_get_send_comp",
-                watch.explain("the send of the answer", &wc),
-            ));
-        }
-        Ok(())
+        msgs.recv(&ep, watch, "the receive of the client's message")?;
+        msgs.send(&ep, watch, "the send of the answer")
     })
     .map_err(|e| Failure::new("start the peer watcher", e))?;
     let _ = ep.disconnect();
+    // The QP (in `ep`) goes before the buffers it could still write to.
     drop(ep);
-    drop(send_mr);
-    drop(recv_mr);
+    drop(msgs);
     drop(listen_id);
     res
 }
