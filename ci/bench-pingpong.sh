@@ -283,7 +283,8 @@ syscalls() {
             for n in 1000 2000; do
                 PORT=$((PORT + 1))
                 f=$OUT/strace.$tool.$mode.$n.$PORT
-                run_pair $tool $mode 64 $n strace -f -c -o "$f" > /dev/null || exit 1
+                # In a subshell, as in callgrind(): run_pair and wait_listen set n and PORT.
+                (run_pair $tool $mode 64 $n strace -f -c -o "$f") > /dev/null || exit 1
                 # "% time seconds usecs/call calls [errors] syscall" rows; the total row last.
                 awk -v t=$tool -v m=$mode -v n=$n '
                     $1 ~ /^[0-9.]+$/ && NF >= 5 { print t, m, n, $NF, $4 }' "$f" >> "$OUT/syscalls.txt"
