@@ -18,8 +18,9 @@ use std::sync::atomic::{fence, Ordering};
 
 /// What reading a CQE needs after an Acquire load of its owner byte, beyond that Acquire:
 /// the device-domain barrier on aarch64 (`dmb oshld`), nothing on x86-64 (DMA is coherent
-/// and loads are not reordered with loads). Unlike [`dma_rmb`] it issues no Rust fence, so it
-/// does not make the compiler forget what it holds in registers.
+/// and loads are not reordered with loads). It issues no Rust fence (the Acquire load is what
+/// orders the reads for the memory model), so it does not make the compiler forget what it
+/// holds in registers.
 #[inline(always)]
 pub(crate) fn dma_rmb_device() {
     #[cfg(all(target_arch = "aarch64", not(miri)))]
