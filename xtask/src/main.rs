@@ -37,11 +37,11 @@ cargo xtask: the rverbs test bed (QEMU guests with soft-RoCE devices)
 
 USAGE:
     cargo xtask test [--no-vm | --vm-only] [-- TEST-ARGS...]
-        cargo fmt --check, clippy -D warnings, host tests, then every integration test
-        built with --cfg rverbs_vm in the minimal guest, the host guest and the two-node
-        topology. Ends with `xtask: N passed, N failed, N skipped`; exits non-zero on any
+        cargo fmt --check, clippy -D warnings, cargo doc -D warnings, host tests, then every
+        integration test built with --cfg rverbs_vm in the minimal guest, the host guest and
+        the two-node topology. Ends with `xtask: N passed, N failed, N skipped`; exits non-zero on any
         failure. TEST-ARGS go to each libtest binary in the guests (e.g. a test name filter).
-        --no-vm: fmt, clippy and host tests only; --vm-only: the VM stages only.
+        --no-vm: fmt, clippy, doc and host tests only; --vm-only: the VM stages only.
     cargo xtask demo
         Boots the minimal guest, brings up rxe0 and runs: rverbs devinfo -v, then an
         rverbs rdma-server / rdma-client exchange over 10.10.0.1

@@ -159,6 +159,14 @@ pub fn run(args: &[String]) -> Result<u8> {
                 "warnings",
             ]),
         );
+        // The API docs must build without a broken link or a stray HTML tag.
+        check(
+            &mut report,
+            "doc",
+            util::cargo()
+                .args(["doc", "--workspace", "--no-deps"])
+                .env("RUSTDOCFLAGS", "-D warnings"),
+        );
         host_tests(&mut report);
     }
     if opts.vm {
@@ -407,7 +415,7 @@ fn env_secs(var: &str, default: u64) -> Duration {
 }
 
 /// The script the guest runs: every test binary in turn, from its package directory, its
-/// output into tests/<i>.log and its exit code into tests/<i>.rc on the run share.
+/// output into `tests/<i>.log` and its exit code into `tests/<i>.rc` on the run share.
 fn runner_script(tests: &[build::Artifact], args: &[String], timeout: Duration) -> String {
     let mut s = String::from(
         "T=/tmp/rverbs-vm/tests\nmkdir -p \"$T\"\n\

@@ -19,7 +19,7 @@ pub fn format(devs: &[Device]) -> String {
     format_rows(&rows)
 }
 
-/// [`format`] from (name, node GUID) pairs.
+/// [`format()`] from (name, node GUID) pairs.
 pub fn format_rows(rows: &[(&str, u64)]) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "    {:<16}\t   node GUID", "device");

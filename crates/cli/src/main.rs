@@ -116,7 +116,7 @@ fn find(name: &str) -> Option<&'static Command> {
     COMMANDS.iter().find(|c| c.name == name)
 }
 
-/// Runs `rverbs` with `args` (without argv[0]); returns what to print and the exit code.
+/// Runs `rverbs` with `args` (without `argv[0]`); returns what to print and the exit code.
 fn dispatch(mut args: Vec<OsString>) -> ExitCode {
     if args.is_empty() {
         eprint!("{}", help_text());

@@ -4,7 +4,7 @@
 //!
 //! - [`abi`]: raw kernel structures and numbers (`include/rdma/*.h`), layout-checked.
 //! - [`ioctl`]: a typed attribute builder for `RDMA_VERBS_IOCTL`.
-//! - [`write`]: the legacy and extended write() commands.
+//! - [`write`](mod@write): the legacy and extended write() commands.
 //! - [`wc`], [`wr`]: the provider-neutral completion and work-request types.
 //!
 //! `unsafe` is denied at the crate root and allowed only in the modules that talk to the
