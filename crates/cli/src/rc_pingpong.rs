@@ -21,7 +21,7 @@
 //! 1; the C options this tool does not implement (`-o -O -P -t -j -N`) are refused by name;
 //! numbers that do not parse are refused instead of read as 0; the client's TCP connect gives
 //! up after 10 s per address and each exchange read after 30 s; a run that sees no completion
-//! for 60 s stops with an error instead of hanging (the peer died or cannot reach us; with `-e`
+//! for 60 s (`RVERBS_PINGPONG_IDLE_SECS`) stops with an error instead of hanging (the peer died or cannot reach us; with `-e`
 //! after 60 to 70 s: the loop sleeps in a blocking read, one system call per event as in the C
 //! tool, and a watchdog thread looks every 10 s); with `-c` a failed buffer check exits 1 (the
 //! C tool only prints it); without `-g` on our side but a GID from the peer, the address uses
@@ -75,7 +75,8 @@ Not supported (ibv_rc_pingpong has them): -o/--odp, -O/--iodp, -P/--prefetch, -t
 -j/--dm, -N/--new_send.
 
 With RVERBS_PINGPONG_STATS set, the number of CQ polls and completion events of the run is
-printed to stderr at the end.
+printed to stderr at the end. RVERBS_PINGPONG_IDLE_SECS=N (default 60) is how long a run may
+see no completion before it gives up on its peer (exit 1).
 ";
 
 /// Default TCP port, as ibv_rc_pingpong.
@@ -93,8 +94,24 @@ const SEND_WRID: u64 = 2;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long each read or write of the address exchange may take.
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
-/// A run with no completion for this long has lost its peer.
+/// A run with no completion for this long has lost its peer (unless RVERBS_PINGPONG_IDLE_SECS
+/// says otherwise).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The idle limit of this run: RVERBS_PINGPONG_IDLE_SECS, else [`IDLE_TIMEOUT`].
+fn idle_timeout() -> Result<Duration, String> {
+    const VAR: &str = "RVERBS_PINGPONG_IDLE_SECS";
+    let Some(v) = std::env::var_os(VAR) else {
+        return Ok(IDLE_TIMEOUT);
+    };
+    match v.to_str().and_then(|s| s.parse::<u64>().ok()) {
+        Some(n) if n >= 1 => Ok(Duration::from_secs(n)),
+        _ => Err(format!(
+            "{VAR}={}: expected a whole number of seconds, at least 1",
+            v.to_string_lossy()
+        )),
+    }
+}
 /// Polls between two looks at the clock (polling mode).
 const SPINS_PER_CLOCK_CHECK: u64 = 1 << 14;
 
@@ -639,15 +656,15 @@ impl PingPong<'_> {
         self.rcnt >= self.iters && self.scnt >= self.iters
     }
 
-    fn idle_error(&self) -> Box<dyn std::error::Error> {
-        idle_message(self.scnt, self.rcnt, self.iters).into()
+    fn idle_error(&self, idle: Duration) -> Box<dyn std::error::Error> {
+        idle_message(idle, self.scnt, self.rcnt, self.iters).into()
     }
 }
 
 /// Bounds the `-e` loop's waits without a timeout on each one: the loop sleeps in a plain
 /// blocking `read(2)` of the channel (one system call per event, as the C tool), and this
-/// thread ends the process with the idle error if the loop's counters do not move for
-/// [`IDLE_TIMEOUT`] (checked every [`WATCHDOG_CHECK`]). A blocked read cannot be interrupted
+/// thread ends the process with the idle error if the loop's counters do not move for the
+/// idle limit (checked every [`WATCHDOG_CHECK`], or a quarter of a shorter limit). A blocked read cannot be interrupted
 /// soundly from another thread without a signal handler; exiting is what the loop would do
 /// anyway (print the error, exit 1), and the kernel releases the QP, CQ, MR and mappings of
 /// an exiting process.
@@ -666,7 +683,8 @@ struct WatchShared {
 const WATCHDOG_CHECK: Duration = Duration::from_secs(10);
 
 impl Watchdog {
-    fn start(iters: u32) -> io::Result<Watchdog> {
+    fn start(iters: u32, idle: Duration) -> io::Result<Watchdog> {
+        let check = WATCHDOG_CHECK.min(idle / 4);
         let shared = Arc::new(WatchShared {
             progress: AtomicU64::new(0),
             stop: AtomicBool::new(false),
@@ -678,7 +696,7 @@ impl Watchdog {
                 let mut last = u64::MAX;
                 let mut since = Instant::now();
                 loop {
-                    std::thread::park_timeout(WATCHDOG_CHECK);
+                    std::thread::park_timeout(check);
                     // Relaxed: the flag carries no data; a late look only delays the exit.
                     if sh.stop.load(Ordering::Relaxed) {
                         return;
@@ -689,10 +707,10 @@ impl Watchdog {
                     if p != last {
                         last = p;
                         since = now;
-                    } else if now.duration_since(since) >= IDLE_TIMEOUT {
+                    } else if now.duration_since(since) >= idle {
                         eprintln!(
                             "rverbs rc-pingpong: {}",
-                            idle_message((p >> 32) as u32, p as u32, iters)
+                            idle_message(idle, (p >> 32) as u32, p as u32, iters)
                         );
                         std::process::exit(1);
                     }
@@ -723,16 +741,17 @@ impl Drop for Watchdog {
     }
 }
 
-fn idle_message(scnt: u32, rcnt: u32, iters: u32) -> String {
+fn idle_message(idle: Duration, scnt: u32, rcnt: u32, iters: u32) -> String {
     format!(
         "no completion for {} s: the remote side stopped or cannot reach us (sent {scnt}, \
          received {rcnt} of {iters} messages)",
-        IDLE_TIMEOUT.as_secs(),
+        idle.as_secs(),
     )
 }
 
 /// Runs one side and prints what the C tool prints to `out`.
 pub fn run_pingpong(o: &Opts, out: &mut dyn Write) -> Result<Summary, Box<dyn std::error::Error>> {
+    let idle = idle_timeout()?;
     let ctx = match &o.ib_dev {
         Some(name) => rverbs::provider::open_by_name(name)?,
         None => rverbs::provider::open_first()?,
@@ -908,7 +927,7 @@ pub fn run_pingpong(o: &Opts, out: &mut dyn Write) -> Result<Summary, Box<dyn st
     if let Some(ch) = &channel {
         // One read(2) per event, like the C tool; the watchdog bounds the wait.
         ch.set_blocking(true)?;
-        let watchdog = Watchdog::start(o.iters)?;
+        let watchdog = Watchdog::start(o.iters, idle)?;
         while !pp.done() {
             // Sleep on the channel, take the event, acknowledge it, re-arm, then poll once,
             // as ibv_rc_pingpong does.
@@ -948,9 +967,7 @@ pub fn run_pingpong(o: &Opts, out: &mut dyn Write) -> Result<Summary, Box<dyn st
                     let now = Instant::now();
                     match idle_since {
                         None => idle_since = Some(now),
-                        Some(t) if now.duration_since(t) >= IDLE_TIMEOUT => {
-                            return Err(pp.idle_error())
-                        }
+                        Some(t) if now.duration_since(t) >= idle => return Err(pp.idle_error(idle)),
                         Some(_) => {}
                     }
                 }

@@ -118,9 +118,14 @@ fn collect(r: impl Read + Send + 'static, into: Arc<Mutex<String>>) -> JoinHandl
 }
 
 fn spawn(prog: &PathBuf, args: &[String]) -> Running {
+    spawn_env(prog, args, &[])
+}
+
+fn spawn_env(prog: &PathBuf, args: &[String], env: &[(&str, &str)]) -> Running {
     let what = format!("{} {}", prog.display(), args.join(" "));
     let mut child = Command::new(prog)
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -834,4 +839,90 @@ fn roce_without_gid_fails_clearly() {
             "RoCE needs -g",
         ],
     );
+}
+
+/// A bad idle limit is refused before anything is opened, naming the variable (host too).
+#[test]
+fn bad_idle_limit_is_refused() {
+    let args: Vec<String> = ["rc-pingpong", "-p", "18640"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for bad in ["0", "soon", "-3"] {
+        let d = spawn_env(&rverbs_bin(), &args, &[("RVERBS_PINGPONG_IDLE_SECS", bad)])
+            .finish(Duration::from_secs(20));
+        fails_with(
+            &d,
+            &[
+                &format!("RVERBS_PINGPONG_IDLE_SECS={bad}"),
+                "whole number of seconds",
+            ],
+        );
+    }
+}
+
+/// A peer that stops answering mid-run (SIGSTOP) ends the other side's run with the idle
+/// error instead of a hang: polling (the loop's own clock) and with `-e` (the watchdog of the
+/// blocking event wait). The limit is 2 s here (RVERBS_PINGPONG_IDLE_SECS).
+fn peer_stops(events: bool, port: u16) {
+    let dev = dev_a();
+    let (g, _) = roce_v2_gid(&dev);
+    let p = port.to_string();
+    let g = g.to_string();
+    let mut base = vec![
+        "rc-pingpong",
+        "-d",
+        &dev,
+        "-g",
+        &g,
+        "-p",
+        &p,
+        "-n",
+        "100000000",
+    ];
+    if events {
+        base.push("-e");
+    }
+    let sargs: Vec<String> = base.iter().map(|s| s.to_string()).collect();
+    let env = [("RVERBS_PINGPONG_IDLE_SECS", "2")];
+    let mut server = spawn_env(&rverbs_bin(), &sargs, &env);
+    server.wait_listening(port);
+    let mut cargs = sargs.clone();
+    cargs.push("127.0.0.1".into());
+    let client = spawn_env(&rverbs_bin(), &cargs, &env);
+    // Let the exchange get going, then freeze the client.
+    std::thread::sleep(Duration::from_secs(2));
+    let stop = Command::new("kill")
+        .args(["-STOP", &client.child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(stop.success(), "kill -STOP failed");
+    let t0 = Instant::now();
+    let d = server.finish(Duration::from_secs(30));
+    let took = t0.elapsed();
+    fails_with(&d, &["no completion for 2 s", "the remote side stopped"]);
+    assert!(
+        took >= Duration::from_millis(1500) && took < Duration::from_secs(15),
+        "the server gave up after {took:?}, not about 2 s: {d}"
+    );
+    // The stopped client is killed when `client` drops.
+    drop(client);
+}
+
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn peer_stops_polling() {
+    peer_stops(false, 18641);
+}
+
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn peer_stops_events() {
+    peer_stops(true, 18642);
 }
