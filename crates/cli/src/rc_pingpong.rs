@@ -21,9 +21,10 @@
 //! 1; the C options this tool does not implement (`-o -O -P -t -j -N`) are refused by name;
 //! numbers that do not parse are refused instead of read as 0; the client's TCP connect gives
 //! up after 10 s per address and each exchange read after 30 s; a run that sees no completion
-//! for 60 s (`RVERBS_PINGPONG_IDLE_SECS`) stops with an error instead of hanging (the peer died or cannot reach us; with `-e`
-//! after 60 to 70 s: the loop sleeps in a blocking read, one system call per event as in the C
-//! tool, and a watchdog thread looks every 10 s); with `-c` a failed buffer check exits 1 (the
+//! for 60 s (`RVERBS_PINGPONG_IDLE_SECS`) stops with an error instead of hanging (the peer
+//! died or cannot reach us; with `-e` after 60 to 70 s: the loop sleeps in a blocking read,
+//! one system call per event as in the C tool, and a watchdog thread looks every 10 s, or a
+//! quarter of a shorter limit); with `-c` a failed buffer check exits 1 (the
 //! C tool only prints it); without `-g` on our side but a GID from the peer, the address uses
 //! our GID index 0 (the C tool puts its -1 there, which the kernel sees as index 255).
 
