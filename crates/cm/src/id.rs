@@ -786,7 +786,7 @@ impl CmId {
         let req = abi::rdma_ucm_init_qp_attr {
             response: resp_ptr(&mut resp),
             id: self.handle,
-            qp_state: state.0,
+            qp_state: u32::from(state.0),
         };
         self.run("init_qp_attr", cmd::INIT_QP_ATTR, &req, size_of_val(&resp))
             .map_err(|e| add_detail(e, format!("QP state {state}")))?;

@@ -1,8 +1,9 @@
-//! Values the kernel hands back (event kinds, reject reasons, QP states…) as newtypes with named
-//! constants: an unknown number stays an unknown number instead of becoming a wrong variant.
+//! Values the kernel hands back (event kinds, reject reasons, port spaces) as newtypes with
+//! named constants: an unknown number stays an unknown number instead of becoming a wrong
+//! variant. The QP's type, state and attribute mask are the verbs ones (`rverbs_uverbs::qp`),
+//! re-exported here: the rdma_cm speaks of the same QPs.
 
-use bitflags::bitflags;
-
+pub use rverbs_uverbs::qp::{QpAttrMask, QpState, QpType};
 use rverbs_uverbs::raw_newtype;
 
 raw_newtype! {
@@ -44,15 +45,6 @@ raw_newtype! {
     }
 }
 
-raw_newtype! {
-    /// `enum ib_qp_type` (same numbers as `ibv_qp_type` for these).
-    QpType(u8) {
-        RC = 2;
-        UC = 3;
-        UD = 4;
-    }
-}
-
 impl PortSpace {
     /// The QP type the kernel implies for this port space (`RDMA_PS_IB` has none: RC by
     /// default, as librdmacm's `rdma_create_id`).
@@ -61,19 +53,6 @@ impl PortSpace {
             0x0111 | 0x0002 => QpType::UD,
             _ => QpType::RC,
         }
-    }
-}
-
-raw_newtype! {
-    /// `enum ib_qp_state`.
-    QpState(u32) {
-        RESET = 0;
-        INIT = 1;
-        RTR = 2;
-        RTS = 3;
-        SQD = 4;
-        SQE = 5;
-        ERR = 6;
     }
 }
 
@@ -117,38 +96,6 @@ raw_newtype! {
         INVALID_FLOW_LABEL = 32;
         INVALID_ALT_FLOW_LABEL = 33;
         VENDOR_OPTION_NOT_SUPPORTED = 35;
-    }
-}
-
-bitflags! {
-    /// `enum ib_qp_attr_mask` (same bits as `ibv_qp_attr_mask`): which fields of
-    /// [`crate::QpAttr::raw`] the kernel filled and a modify-QP must apply.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-    pub struct QpAttrMask: u32 {
-        const STATE = 1 << 0;
-        const CUR_STATE = 1 << 1;
-        const EN_SQD_ASYNC_NOTIFY = 1 << 2;
-        const ACCESS_FLAGS = 1 << 3;
-        const PKEY_INDEX = 1 << 4;
-        const PORT = 1 << 5;
-        const QKEY = 1 << 6;
-        const AV = 1 << 7;
-        const PATH_MTU = 1 << 8;
-        const TIMEOUT = 1 << 9;
-        const RETRY_CNT = 1 << 10;
-        const RNR_RETRY = 1 << 11;
-        const RQ_PSN = 1 << 12;
-        const MAX_QP_RD_ATOMIC = 1 << 13;
-        const ALT_PATH = 1 << 14;
-        const MIN_RNR_TIMER = 1 << 15;
-        const SQ_PSN = 1 << 16;
-        const MAX_DEST_RD_ATOMIC = 1 << 17;
-        const PATH_MIG_STATE = 1 << 18;
-        const CAP = 1 << 19;
-        const DEST_QPN = 1 << 20;
-        const RATE_LIMIT = 1 << 25;
-        // Keep bits this crate does not name.
-        const _ = !0;
     }
 }
 

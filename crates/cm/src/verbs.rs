@@ -144,8 +144,8 @@ pub fn qp_attr_from_cm(a: &QpAttr) -> vqp::QpAttr {
         }),
     };
     vqp::QpAttr {
-        qp_state: on(QpAttrMask::STATE).then_some(vqp::QpState(r.qp_state as u8)),
-        cur_qp_state: on(QpAttrMask::CUR_STATE).then_some(vqp::QpState(r.cur_qp_state as u8)),
+        qp_state: on(QpAttrMask::STATE).then_some(QpState(r.qp_state as u8)),
+        cur_qp_state: on(QpAttrMask::CUR_STATE).then_some(QpState(r.cur_qp_state as u8)),
         en_sqd_async_notify: on(QpAttrMask::EN_SQD_ASYNC_NOTIFY)
             .then_some(r.en_sqd_async_notify != 0),
         access_flags: on(QpAttrMask::ACCESS_FLAGS)
@@ -171,10 +171,6 @@ pub fn qp_attr_from_cm(a: &QpAttr) -> vqp::QpAttr {
 fn cm_modify(id: &CmId, qp: &Qp, state: QpState) -> io::Result<()> {
     let a = id.init_qp_attr(state)?;
     qp.modify(&qp_attr_from_cm(&a))
-}
-
-fn vqp_type(t: QpType) -> vqp::QpType {
-    vqp::QpType(t.0)
 }
 
 impl Endpoint<OwnCqs> {
@@ -337,7 +333,7 @@ impl<C: CqOwnership> Endpoint<C> {
         let qp = Qp::create(
             &pd,
             QpInit {
-                qp_type: vqp_type(id.qp_type()),
+                qp_type: id.qp_type(),
                 send_cq: send_cq.clone(),
                 recv_cq: recv_cq.clone(),
                 srq: None,
@@ -379,7 +375,7 @@ impl<C: CqOwnership> Endpoint<C> {
         &self.pd
     }
     /// The QP's current state as last set.
-    pub fn qp_state(&self) -> vqp::QpState {
+    pub fn qp_state(&self) -> QpState {
         self.qp.state()
     }
 
@@ -417,7 +413,7 @@ impl<C: CqOwnership> Endpoint<C> {
     /// Connected QPs are connected once: connect/accept need the QP still in INIT.
     fn expect_init(&self, op: &str) -> io::Result<()> {
         let st = self.qp.state();
-        if self.id.qp_type() != QpType::UD && st != vqp::QpState::INIT {
+        if self.id.qp_type() != QpType::UD && st != QpState::INIT {
             return Err(Error::invalid(
                 format!("{op} on rdma_cm id {}", self.id.handle()),
                 format!("the QP is in {st}, not INIT: already connected or accepted"),
@@ -430,7 +426,7 @@ impl<C: CqOwnership> Endpoint<C> {
     /// `rdma_disconnect`: the QP to ERR (flushing what is posted), then DREQ/DREP.
     pub fn disconnect(&self) -> io::Result<()> {
         self.qp.modify(&vqp::QpAttr {
-            qp_state: Some(vqp::QpState::ERR),
+            qp_state: Some(QpState::ERR),
             ..Default::default()
         })?;
         self.id.disconnect()

@@ -221,7 +221,7 @@ fn resolve_address_and_route_to_self() {
         ),
         "{init:?}"
     );
-    assert_eq!(init.raw.qp_state, QpState::INIT.0);
+    assert_eq!(init.raw.qp_state, u32::from(QpState::INIT.0));
     assert_eq!(init.raw.port_num, 1);
 
     assert!(

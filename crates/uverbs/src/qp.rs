@@ -98,6 +98,8 @@ bitflags! {
         const PATH_MIG_STATE = 1 << 18;
         const CAP = 1 << 19;
         const DEST_QPN = 1 << 20;
+        /// Not sent by rverbs' modify; the rdma_cm's INIT_QP_ATTR may report it.
+        const RATE_LIMIT = 1 << 25;
     }
 }
 
