@@ -13,7 +13,7 @@ use rverbs::uverbs::pd::Pd;
 use rverbs::uverbs::provider::QpCaps;
 use rverbs::uverbs::qp::{Qp, QpAttr, QpInit, QpState, QpType};
 use rverbs::uverbs::srq::{Srq, SrqAttr};
-use rverbs::uverbs::{SendWr, Sge, WcOpcode, WcStatus};
+use rverbs::uverbs::{SendWr, Sge, WcStatus};
 
 const VM_ONLY: &str = "needs an RDMA device: runs in the VM (cargo xtask test)";
 
@@ -153,72 +153,16 @@ fn rc_pair_by_hand_moves_data() {
 
     let mut ma = Mr::register(&pd, PageBuf::new(4096).unwrap(), ALL_ACCESS).unwrap();
     let mb = Mr::register(&pd, PageBuf::new(4096).unwrap(), ALL_ACCESS).unwrap();
-    ma.as_mut_slice()[..11].copy_from_slice(b"hello, rxe!");
-    let recv_sge = [mb.sge(0..1024)];
-    // SAFETY: mb outlives the completion polled below.
-    unsafe {
-        b.post_recv(&[rverbs::uverbs::RecvWr {
-            wr_id: 7,
-            sge: &recv_sge,
-        }])
-    }
-    .unwrap();
-    let send_sge = [ma.sge(0..11)];
-    let wr = SendWr {
-        op: rverbs::uverbs::SendOp::SendWithImm { imm: 0x1234_5678 },
-        ..SendWr::send(1, &send_sge)
-    };
-    // SAFETY: ma outlives the completion.
-    unsafe { a.post_send(&[wr]) }.unwrap();
-    let wc = poll_n(&cq_a, 1)[0];
-    assert_eq!(
-        (wc.wr_id, wc.status, wc.opcode),
-        (1, WcStatus::SUCCESS, WcOpcode::SEND)
+    send_write_read(
+        &a,
+        &b,
+        &cq_a,
+        &cq_b,
+        &mut ma,
+        &mb,
+        b"hello, rxe!",
+        0x1234_5678,
     );
-    let wc = poll_n(&cq_b, 1)[0];
-    assert_eq!(
-        (wc.wr_id, wc.status, wc.opcode),
-        (7, WcStatus::SUCCESS, WcOpcode::RECV)
-    );
-    assert_eq!(wc.byte_len, 11);
-    assert_eq!(wc.imm(), Some(0x1234_5678));
-    assert_eq!(wc.qp_num, b.qp_num());
-    assert_eq!(&mb.as_slice()[..11], b"hello, rxe!");
-
-    // RDMA WRITE a → b at offset 2048, then RDMA READ it back into a at offset 1024.
-    ma.as_mut_slice()[..8].copy_from_slice(b"written!");
-    let s = [ma.sge(0..8)];
-    let w = SendWr {
-        op: rverbs::uverbs::SendOp::RdmaWrite {
-            remote_addr: mb.addr() + 2048,
-            rkey: mb.rkey(),
-        },
-        ..SendWr::send(2, &s)
-    };
-    // SAFETY: as above.
-    unsafe { a.post_send(&[w]) }.unwrap();
-    let wc = poll_n(&cq_a, 1)[0];
-    assert_eq!(
-        (wc.status, wc.opcode),
-        (WcStatus::SUCCESS, WcOpcode::RDMA_WRITE)
-    );
-    assert_eq!(&mb.as_slice()[2048..2056], b"written!");
-    let d = [ma.sge(1024..1032)];
-    let r = SendWr {
-        op: rverbs::uverbs::SendOp::RdmaRead {
-            remote_addr: mb.addr() + 2048,
-            rkey: mb.rkey(),
-        },
-        ..SendWr::send(3, &d)
-    };
-    // SAFETY: as above.
-    unsafe { a.post_send(&[r]) }.unwrap();
-    let wc = poll_n(&cq_a, 1)[0];
-    assert_eq!(
-        (wc.status, wc.opcode, wc.byte_len),
-        (WcStatus::SUCCESS, WcOpcode::RDMA_READ, 8)
-    );
-    assert_eq!(&ma.as_slice()[1024..1032], b"written!");
     let _ = Sge::default();
     let _: Arc<Pd> = pd;
 }

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use rverbs::uverbs::ah::AhAttr;
 use rverbs::uverbs::context::{Context, GidType, Mtu};
 use rverbs::uverbs::cq::Cq;
-use rverbs::uverbs::mr::AccessFlags;
+use rverbs::uverbs::mr::{AccessFlags, Mr, PageBuf};
 use rverbs::uverbs::qp::{Qp, QpAttr, QpState};
+use rverbs::uverbs::{RecvWr, SendOp, SendWr, WcOpcode, WcStatus};
 
 /// The device under test: `$RVERBS_DEV_A` (set by the VM), else `rxe0`.
 pub fn dev_name() -> String {
@@ -136,4 +137,88 @@ pub fn mapped_bytes() -> u64 {
             Some(u64::from_str_radix(b, 16).ok()? - u64::from_str_radix(a, 16).ok()?)
         })
         .sum()
+}
+
+/// Moves data between two connected RC QPs `a` → `b` (CQs `cq_a`, `cq_b`) through their MRs
+/// `ma` and `mb` (4 KiB each, every access): a SEND with immediate of `msg` (checked at the
+/// receiver with its immediate, length and QP number), an RDMA WRITE into `mb` at 2048 and an
+/// RDMA READ of it back into `ma` at 1024, each completion and payload checked.
+#[allow(clippy::too_many_arguments)]
+pub fn send_write_read(
+    a: &Qp,
+    b: &Qp,
+    cq_a: &Cq,
+    cq_b: &Cq,
+    ma: &mut Mr<PageBuf>,
+    mb: &Mr<PageBuf>,
+    msg: &[u8],
+    imm: u32,
+) {
+    let n = msg.len();
+    ma.as_mut_slice()[..n].copy_from_slice(msg);
+    let recv_sge = [mb.sge(0..1024)];
+    // SAFETY: mb outlives the completion polled below.
+    unsafe {
+        b.post_recv(&[RecvWr {
+            wr_id: 7,
+            sge: &recv_sge,
+        }])
+    }
+    .unwrap();
+    let send_sge = [ma.sge(0..n)];
+    let wr = SendWr {
+        op: SendOp::SendWithImm { imm },
+        ..SendWr::send(1, &send_sge)
+    };
+    // SAFETY: ma outlives the completion.
+    unsafe { a.post_send(&[wr]) }.unwrap();
+    let wc = poll_n(cq_a, 1)[0];
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode),
+        (1, WcStatus::SUCCESS, WcOpcode::SEND)
+    );
+    let wc = poll_n(cq_b, 1)[0];
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode),
+        (7, WcStatus::SUCCESS, WcOpcode::RECV)
+    );
+    assert_eq!(wc.byte_len as usize, n);
+    assert_eq!(wc.imm(), Some(imm));
+    assert_eq!(wc.qp_num, b.qp_num());
+    assert_eq!(&mb.as_slice()[..n], msg);
+
+    // RDMA WRITE a → b at offset 2048, then RDMA READ it back into a at offset 1024.
+    ma.as_mut_slice()[..8].copy_from_slice(b"written!");
+    let s = [ma.sge(0..8)];
+    let w = SendWr {
+        op: SendOp::RdmaWrite {
+            remote_addr: mb.addr() + 2048,
+            rkey: mb.rkey(),
+        },
+        ..SendWr::send(2, &s)
+    };
+    // SAFETY: as above.
+    unsafe { a.post_send(&[w]) }.unwrap();
+    let wc = poll_n(cq_a, 1)[0];
+    assert_eq!(
+        (wc.status, wc.opcode),
+        (WcStatus::SUCCESS, WcOpcode::RDMA_WRITE)
+    );
+    assert_eq!(&mb.as_slice()[2048..2056], b"written!");
+    let d = [ma.sge(1024..1032)];
+    let r = SendWr {
+        op: SendOp::RdmaRead {
+            remote_addr: mb.addr() + 2048,
+            rkey: mb.rkey(),
+        },
+        ..SendWr::send(3, &d)
+    };
+    // SAFETY: as above.
+    unsafe { a.post_send(&[r]) }.unwrap();
+    let wc = poll_n(cq_a, 1)[0];
+    assert_eq!(
+        (wc.status, wc.opcode, wc.byte_len),
+        (WcStatus::SUCCESS, WcOpcode::RDMA_READ, 8)
+    );
+    assert_eq!(&ma.as_slice()[1024..1032], b"written!");
 }
