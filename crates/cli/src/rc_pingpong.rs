@@ -665,10 +665,10 @@ impl PingPong<'_> {
 /// Bounds the `-e` loop's waits without a timeout on each one: the loop sleeps in a plain
 /// blocking `read(2)` of the channel (one system call per event, as the C tool), and this
 /// thread ends the process with the idle error if the loop's counters do not move for the
-/// idle limit (checked every [`WATCHDOG_CHECK`], or a quarter of a shorter limit). A blocked read cannot be interrupted
-/// soundly from another thread without a signal handler; exiting is what the loop would do
-/// anyway (print the error, exit 1), and the kernel releases the QP, CQ, MR and mappings of
-/// an exiting process.
+/// idle limit (checked every [`WATCHDOG_CHECK`], or a quarter of a shorter limit). A blocked
+/// read cannot be interrupted soundly from another thread without a signal handler; exiting
+/// is what the loop would do anyway (print the error, exit 1), and the kernel releases the
+/// QP, CQ, MR and mappings of an exiting process.
 struct Watchdog {
     shared: Arc<WatchShared>,
     thread: Option<std::thread::JoinHandle<()>>,

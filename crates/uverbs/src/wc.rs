@@ -134,15 +134,11 @@ bitflags! {
 
 impl WcFlags {
     /// Kernel (`ib_wc_flags`) numbering: GRH 1, WITH_IMM 2, WITH_INVALIDATE 4, IP_CSUM_OK 8.
+    /// The two numberings differ only in bits 2 and 3, which swap places (no branch: this
+    /// runs once per rxe completion).
     pub const fn from_kernel(raw: u32) -> Self {
-        let mut v = raw & !0b1100;
-        if raw & 4 != 0 {
-            v |= Self::WITH_INV.bits();
-        }
-        if raw & 8 != 0 {
-            v |= Self::IP_CSUM_OK.bits();
-        }
-        Self::from_bits_retain(v)
+        const _: () = assert!(WcFlags::WITH_INV.bits() == 8 && WcFlags::IP_CSUM_OK.bits() == 4);
+        Self::from_bits_retain((raw & !0b1100) | (raw & 4) << 1 | (raw & 8) >> 1)
     }
 }
 
@@ -219,6 +215,10 @@ mod tests {
         );
         assert_eq!(WcFlags::from_kernel(4), WcFlags::WITH_INV);
         assert_eq!(WcFlags::from_kernel(8), WcFlags::IP_CSUM_OK);
+        assert_eq!(
+            WcFlags::from_kernel(4 | 8 | 1),
+            WcFlags::WITH_INV | WcFlags::IP_CSUM_OK | WcFlags::GRH
+        );
         assert_eq!(WcFlags::from_kernel(0x40).bits(), 0x40);
     }
 }

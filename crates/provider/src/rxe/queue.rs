@@ -90,6 +90,10 @@ pub struct RxeQueue {
     log2_elem_size: u32,
     index_mask: u32,
     kind: QueueKind,
+    /// Header offset of our index and of the kernel's, fixed by `kind` (computed once: the
+    /// post and poll paths read them on every call).
+    own_off: usize,
+    peer_off: usize,
 }
 
 // SAFETY: the view only holds a pointer to memory that is valid for its whole life (the
@@ -210,12 +214,19 @@ impl RxeQueue {
             )
             .into());
         }
+        let (own_off, peer_off) = if kind.user_produces() {
+            (QUEUE_PRODUCER_INDEX_OFFSET, QUEUE_CONSUMER_INDEX_OFFSET)
+        } else {
+            (QUEUE_CONSUMER_INDEX_OFFSET, QUEUE_PRODUCER_INDEX_OFFSET)
+        };
         Ok(Self {
             base,
             map_len: len,
             log2_elem_size,
             index_mask,
             kind,
+            own_off,
+            peer_off,
         })
     }
 
@@ -277,20 +288,12 @@ impl RxeQueue {
 
     #[inline]
     fn own_offset(&self) -> usize {
-        if self.kind.user_produces() {
-            QUEUE_PRODUCER_INDEX_OFFSET
-        } else {
-            QUEUE_CONSUMER_INDEX_OFFSET
-        }
+        self.own_off
     }
 
     #[inline]
     fn peer_offset(&self) -> usize {
-        if self.kind.user_produces() {
-            QUEUE_CONSUMER_INDEX_OFFSET
-        } else {
-            QUEUE_PRODUCER_INDEX_OFFSET
-        }
+        self.peer_off
     }
 
     /// Our own index (producer of a work queue, consumer of a CQ).
