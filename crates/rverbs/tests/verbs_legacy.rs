@@ -162,19 +162,14 @@ fn rc_pair_over_write_commands_moves_data() {
         connect(&a, b.qp_num(), gid, sgid, ALL_ACCESS);
         connect(&b, a.qp_num(), gid, sgid, ALL_ACCESS);
 
-        let mut ma = Mr::register(&pd, PageBuf::new(4096).unwrap(), ALL_ACCESS).unwrap();
-        let mb = Mr::register(&pd, PageBuf::new(4096).unwrap(), ALL_ACCESS).unwrap();
         send_write_read(
-            &a,
-            &b,
-            &cq_a,
-            &cq_b,
-            &mut ma,
-            &mb,
+            &pd,
+            (&a, &cq_a),
+            (&b, &cq_b),
             b"legacy writes!",
             0x0bad_cafe,
         );
-        drop((a, b, ma, mb));
+        drop((a, b));
         drop((cq_a, cq_b, ch, pd));
     }
     assert_eq!(kernel_objects(&name), base);

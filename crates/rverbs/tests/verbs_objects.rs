@@ -151,18 +151,7 @@ fn rc_pair_by_hand_moves_data() {
     connect(&a, b.qp_num(), gid, sgid, ALL_ACCESS);
     connect(&b, a.qp_num(), gid, sgid, ALL_ACCESS);
 
-    let mut ma = Mr::register(&pd, PageBuf::new(4096).unwrap(), ALL_ACCESS).unwrap();
-    let mb = Mr::register(&pd, PageBuf::new(4096).unwrap(), ALL_ACCESS).unwrap();
-    send_write_read(
-        &a,
-        &b,
-        &cq_a,
-        &cq_b,
-        &mut ma,
-        &mb,
-        b"hello, rxe!",
-        0x1234_5678,
-    );
+    send_write_read(&pd, (&a, &cq_a), (&b, &cq_b), b"hello, rxe!", 0x1234_5678);
     let _ = Sge::default();
     let _: Arc<Pd> = pd;
 }

@@ -308,20 +308,13 @@ impl RxeSq {
                     ex = invalidate_rkey
                 }
                 SendOp::RdmaWrite { remote_addr, rkey }
-                | SendOp::RdmaRead { remote_addr, rkey } => {
-                    arm.cast::<rxe_wr_rdma>().write(rxe_wr_rdma {
-                        remote_addr,
-                        rkey,
-                        reserved: 0,
-                    });
-                    iova = remote_addr;
-                }
-                SendOp::RdmaWriteWithImm {
-                    remote_addr,
-                    rkey,
-                    imm,
+                | SendOp::RdmaRead { remote_addr, rkey }
+                | SendOp::RdmaWriteWithImm {
+                    remote_addr, rkey, ..
                 } => {
-                    ex = imm.to_be();
+                    if let SendOp::RdmaWriteWithImm { imm, .. } = wr.op {
+                        ex = imm.to_be();
+                    }
                     arm.cast::<rxe_wr_rdma>().write(rxe_wr_rdma {
                         remote_addr,
                         rkey,

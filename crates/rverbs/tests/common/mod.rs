@@ -7,6 +7,7 @@ use rverbs::uverbs::ah::AhAttr;
 use rverbs::uverbs::context::{Context, GidType, Mtu};
 use rverbs::uverbs::cq::Cq;
 use rverbs::uverbs::mr::{AccessFlags, Mr, PageBuf};
+use rverbs::uverbs::pd::Pd;
 use rverbs::uverbs::qp::{Qp, QpAttr, QpState};
 use rverbs::uverbs::{RecvWr, SendOp, SendWr, WcOpcode, WcStatus};
 
@@ -139,21 +140,21 @@ pub fn mapped_bytes() -> u64 {
         .sum()
 }
 
-/// Moves data between two connected RC QPs `a` → `b` (CQs `cq_a`, `cq_b`) through their MRs
-/// `ma` and `mb` (4 KiB each, every access): a SEND with immediate of `msg` (checked at the
-/// receiver with its immediate, length and QP number), an RDMA WRITE into `mb` at 2048 and an
-/// RDMA READ of it back into `ma` at 1024, each completion and payload checked.
-#[allow(clippy::too_many_arguments)]
+/// Moves data between two connected RC QPs `a` → `b` (CQs `cq_a`, `cq_b`) through two 4 KiB
+/// MRs of `pd` (every access), `ma` on a's side and `mb` on b's: a SEND with immediate of
+/// `msg` (checked at the receiver with its immediate, length and QP number), an RDMA WRITE
+/// into `mb` at 2048 and an RDMA READ of it back into `ma` at 1024, each completion and
+/// payload checked. The MRs are dropped after the QPs are done with them (every request has
+/// completed when this returns).
 pub fn send_write_read(
-    a: &Qp,
-    b: &Qp,
-    cq_a: &Cq,
-    cq_b: &Cq,
-    ma: &mut Mr<PageBuf>,
-    mb: &Mr<PageBuf>,
+    pd: &Arc<Pd>,
+    (a, cq_a): (&Qp, &Cq),
+    (b, cq_b): (&Qp, &Cq),
     msg: &[u8],
     imm: u32,
 ) {
+    let mut ma = Mr::register(pd, PageBuf::new(4096).unwrap(), ALL_ACCESS).unwrap();
+    let mb = Mr::register(pd, PageBuf::new(4096).unwrap(), ALL_ACCESS).unwrap();
     let n = msg.len();
     ma.as_mut_slice()[..n].copy_from_slice(msg);
     let recv_sge = [mb.sge(0..1024)];
