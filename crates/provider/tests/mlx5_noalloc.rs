@@ -1,35 +1,11 @@
 //! The mlx5 poll path allocates nothing: not for plain completions, not for the ones that go
 //! through the general (error, resize, unknown) path, not through the iterator, not to arm.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod common;
+use common::allocs;
 
 use rverbs_provider::mlx5::{CqBuf, CqeSize, Mlx5Cq, UarPage, WqeRef};
 use rverbs_uverbs::wc::WorkCompletion;
-
-struct Counting;
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator, only counting.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 /// CQE `i` of lap 0: a mix of plain and general-path kinds.
 fn cqe(i: u32) -> [u8; 64] {
@@ -64,14 +40,14 @@ fn mlx5_poll_iter_and_arm_do_not_allocate() {
     let mut cq = Mlx5Cq::new(buf, 3, uar, lookup).unwrap();
     let mut out = [WorkCompletion::default(); 16];
 
-    let before = ALLOCS.load(Ordering::Relaxed);
+    let before = allocs();
     let mut got = cq.poll(&mut out);
     got += cq.poll(&mut out);
     got += cq.iter().count();
     cq.arm(true);
     cq.ack_event();
     cq.arm(false);
-    let after = ALLOCS.load(Ordering::Relaxed);
+    let after = allocs();
 
     assert_eq!(got, 48);
     assert_eq!(after - before, 0, "the poll path allocated");
