@@ -106,6 +106,28 @@ unsafe fn wc_from_raw_words(src: *const ib_uverbs_wc, dst: *mut WorkCompletion) 
     unsafe { dst.cast::<[u64; 6]>().write(words) };
 }
 
+/// The completion of the CQE at `src`, converted as the poll loop does (word-wise on
+/// little-endian targets).
+///
+/// # Safety
+/// `src` is valid for reading 48 bytes and 8-aligned.
+#[inline(always)]
+unsafe fn read_wc(src: *const ib_uverbs_wc) -> WorkCompletion {
+    #[cfg(target_endian = "little")]
+    {
+        let mut wc = core::mem::MaybeUninit::<WorkCompletion>::uninit();
+        // SAFETY: `src` per our contract; `wc` is writable storage for one WorkCompletion.
+        unsafe { wc_from_raw_words(src, wc.as_mut_ptr()) };
+        // SAFETY: wc_from_raw_words wrote all 48 bytes, every field included.
+        unsafe { wc.assume_init() }
+    }
+    #[cfg(not(target_endian = "little"))]
+    {
+        // SAFETY: `src` per our contract.
+        wc_from_raw(&unsafe { src.read() })
+    }
+}
+
 /// The user side of one rxe completion queue.
 #[derive(Debug)]
 pub struct RxeCq {
@@ -257,9 +279,9 @@ impl Iterator for RxeCqIter<'_> {
         // checked the element size for a CQ); the kernel published it before the producer
         // index we loaded with Acquire, and will not rewrite it before we publish a consumer
         // index past it. It is copied out by value; no reference into it is formed.
-        let raw = unsafe { src.read() };
+        let wc = unsafe { read_wc(src) };
         self.head = self.queue.next(self.head);
-        Some(wc_from_raw(&raw))
+        Some(wc)
     }
 
     #[inline]
