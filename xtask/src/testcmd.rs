@@ -329,7 +329,16 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
             "WARNING: glibc + crt-static binaries (the musl target was not available)".into(),
         );
     }
-    report.add("vm build", Counts::default(), notes, t.elapsed());
+    // Counted like fmt and clippy: one check, passed (a failed build is one failure).
+    report.add(
+        "vm build",
+        Counts {
+            passed: 1,
+            ..Default::default()
+        },
+        notes,
+        t.elapsed(),
+    );
 
     let t = Instant::now();
     let bed = match Bed::prepare() {
