@@ -190,22 +190,12 @@ impl RxeCq {
         let mut h = head;
         for slot in &mut out[..n] {
             let src = self.queue.slot(h).cast::<ib_uverbs_wc>();
-            // The slot is in bounds, 8-aligned and at least 48 bytes (RxeQueue::new checked
-            // the element size for a CQ); it lies between our consumer index and the producer
-            // index loaded with Acquire, so the kernel finished writing it and will not rewrite
-            // it before we publish a consumer index past it. It is copied out by value; no
-            // reference into it is formed.
-            #[cfg(target_endian = "little")]
-            // SAFETY: `src` as just said; `slot` is a whole, writable WorkCompletion.
-            unsafe {
-                wc_from_raw_words(src, slot)
-            };
-            #[cfg(not(target_endian = "little"))]
-            {
-                // SAFETY: `src` as just said.
-                let raw = unsafe { src.read() };
-                *slot = wc_from_raw(&raw);
-            }
+            // SAFETY: the slot is in bounds, 8-aligned and at least 48 bytes (RxeQueue::new
+            // checked the element size for a CQ); it lies between our consumer index and the
+            // producer index loaded with Acquire, so the kernel finished writing it and will
+            // not rewrite it before we publish a consumer index past it. It is copied out by
+            // value; no reference into it is formed.
+            *slot = unsafe { read_wc(src) };
             h = self.queue.next(h);
         }
         if n != 0 {

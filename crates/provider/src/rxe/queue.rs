@@ -286,21 +286,11 @@ impl RxeQueue {
         self.len() == 0
     }
 
-    #[inline]
-    fn own_offset(&self) -> usize {
-        self.own_off
-    }
-
-    #[inline]
-    fn peer_offset(&self) -> usize {
-        self.peer_off
-    }
-
     /// Our own index (producer of a work queue, consumer of a CQ).
     #[inline]
     pub(crate) fn load_own(&self) -> u32 {
         // SAFETY: the index word is inside the validated header.
-        let a = unsafe { atomic_at(self.base, self.own_offset()) };
+        let a = unsafe { atomic_at(self.base, self.own_off) };
         // Relaxed: only this side writes this index, and all our writes to it came from this
         // thread (or were handed over with the view, which synchronizes); no other memory is
         // published through it towards us.
@@ -311,7 +301,7 @@ impl RxeQueue {
     #[inline]
     pub(crate) fn load_peer(&self) -> u32 {
         // SAFETY: the index word is inside the validated header.
-        let a = unsafe { atomic_at(self.base, self.peer_offset()) };
+        let a = unsafe { atomic_at(self.base, self.peer_off) };
         // Acquire: pairs with the kernel's smp_store_release of this index. For a CQ it makes
         // the CQEs the kernel wrote before moving the producer visible to our reads; for a work
         // queue it orders the kernel's last reads/writes of the slots it released before our
@@ -324,7 +314,7 @@ impl RxeQueue {
     pub(crate) fn publish_own(&self, index: u32) {
         debug_assert!(index <= self.index_mask);
         // SAFETY: the index word is inside the validated header.
-        let a = unsafe { atomic_at(self.base, self.own_offset()) };
+        let a = unsafe { atomic_at(self.base, self.own_off) };
         // Release: pairs with the kernel's smp_load_acquire of this index. For a work queue the
         // kernel must see the WQE bytes we wrote before the producer that covers them; for a
         // CQ our copies out of the released slots must be finished before the kernel reuses
