@@ -10,37 +10,24 @@
 //! with the right byte and iteration counts. Each test has its own TCP ports, so they may run
 //! in parallel.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+mod tool_support;
+use tool_support::{addr_a, c_tool, env_or, rverbs_bin, spawn, spawn_env, Done, Running};
 
 use rverbs::uverbs::context::GidType;
 
 const ITERS: u32 = 500;
-
-fn rverbs_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_rverbs"))
-}
-
-fn env_or(var: &str, default: &str) -> String {
-    std::env::var(var)
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| default.to_string())
-}
 
 fn dev_a() -> String {
     env_or("RVERBS_DEV_A", "rxe0")
 }
 fn dev_b() -> String {
     env_or("RVERBS_DEV_B", &dev_a())
-}
-fn addr_a() -> String {
-    env_or("RVERBS_ADDR_A", "10.10.0.1")
 }
 
 /// Index and text of the first RoCE v2 IPv4-mapped GID of port 1 of `dev`.
@@ -57,181 +44,6 @@ fn roce_v2_gid(dev: &str) -> (u32, String) {
         })
         .unwrap_or_else(|| panic!("no RoCE v2 IPv4 GID on {dev}: {table:?}"));
     (e.index, e.gid.to_string())
-}
-
-/// Where rdma-core's ibv_rc_pingpong is: `Some(path)`, or `None` in the minimal guest (which
-/// has none; the test says it skipped). Missing anywhere else is a failure.
-fn c_pingpong() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let found = std::env::split_paths(&path)
-        .chain([PathBuf::from("/usr/bin")])
-        .map(|d| d.join("ibv_rc_pingpong"))
-        .find(|p| p.is_file());
-    if found.is_none() {
-        let guest = std::env::var("RVERBS_GUEST").unwrap_or_default();
-        assert_eq!(
-            guest, "minimal",
-            "ibv_rc_pingpong (rdma-core) is not on PATH in the {guest:?} guest: install \
-             ibverbs-utils on this machine"
-        );
-        eprintln!("skipped: ibv_rc_pingpong not in this guest");
-    }
-    found
-}
-
-/// A running child whose stdout and stderr are collected by threads (so a timeout still shows
-/// what it printed).
-struct Running {
-    what: String,
-    child: Child,
-    out: Arc<Mutex<String>>,
-    err: Arc<Mutex<String>>,
-    readers: Vec<JoinHandle<()>>,
-}
-
-struct Done {
-    what: String,
-    status: ExitStatus,
-    out: String,
-    err: String,
-}
-
-impl std::fmt::Display for Done {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} ({}):\n--- stdout\n{}--- stderr\n{}---",
-            self.what, self.status, self.out, self.err
-        )
-    }
-}
-
-fn collect(r: impl Read + Send + 'static, into: Arc<Mutex<String>>) -> JoinHandle<()> {
-    std::thread::spawn(move || {
-        for line in BufReader::new(r).lines() {
-            let Ok(line) = line else { break };
-            let mut s = into.lock().unwrap();
-            s.push_str(&line);
-            s.push('\n');
-        }
-    })
-}
-
-fn spawn(prog: &PathBuf, args: &[String]) -> Running {
-    spawn_env(prog, args, &[])
-}
-
-fn spawn_env(prog: &PathBuf, args: &[String], env: &[(&str, &str)]) -> Running {
-    let what = format!("{} {}", prog.display(), args.join(" "));
-    let mut child = Command::new(prog)
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
-    let out = Arc::new(Mutex::new(String::new()));
-    let err = Arc::new(Mutex::new(String::new()));
-    let readers = vec![
-        collect(child.stdout.take().unwrap(), out.clone()),
-        collect(child.stderr.take().unwrap(), err.clone()),
-    ];
-    Running {
-        what,
-        child,
-        out,
-        err,
-        readers,
-    }
-}
-
-impl Running {
-    fn snapshot(&self) -> String {
-        format!(
-            "{}:\n--- stdout\n{}--- stderr\n{}---",
-            self.what,
-            self.out.lock().unwrap(),
-            self.err.lock().unwrap()
-        )
-    }
-
-    /// Waits for the exit; after `timeout` kills it and fails the test.
-    fn finish(mut self, timeout: Duration) -> Done {
-        let deadline = Instant::now() + timeout;
-        let status = loop {
-            if let Some(st) = self.child.try_wait().expect("wait") {
-                break st;
-            }
-            if Instant::now() >= deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                for r in self.readers.drain(..) {
-                    let _ = r.join();
-                }
-                panic!(
-                    "timed out after {} s, killed: {}",
-                    timeout.as_secs(),
-                    self.snapshot()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        for r in self.readers.drain(..) {
-            let _ = r.join();
-        }
-        let out = std::mem::take(&mut *self.out.lock().unwrap());
-        let err = std::mem::take(&mut *self.err.lock().unwrap());
-        Done {
-            what: self.what.clone(),
-            status,
-            out,
-            err,
-        }
-    }
-
-    /// Waits until something listens on TCP `port` (via /proc/net/tcp{,6}); fails if the
-    /// server exits first or 20 s pass.
-    fn wait_listening(&mut self, port: u16) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if listening(port) {
-                return;
-            }
-            if let Some(st) = self.child.try_wait().expect("wait") {
-                std::thread::sleep(Duration::from_millis(50));
-                panic!("server exited ({st}) before listening: {}", self.snapshot());
-            }
-            if Instant::now() >= deadline {
-                let _ = self.child.kill();
-                panic!(
-                    "server not listening on port {port} after 20 s: {}",
-                    self.snapshot()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        // A test that panics must not leave its child behind.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn listening(port: u16) -> bool {
-    let want = format!(":{port:04X}");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|t| {
-            t.lines().skip(1).any(|l| {
-                let cols: Vec<&str> = l.split_whitespace().collect();
-                cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A"
-            })
-        })
-    })
 }
 
 /// What one side printed.
@@ -368,7 +180,7 @@ fn command(t: Tool, c: &Option<PathBuf>, args: Vec<String>) -> (PathBuf, Vec<Str
 /// Runs one ping-pong and checks everything both sides printed. Returns (server, client).
 fn run_pair(p: Pair) -> Option<(Report, Report)> {
     let c = if p.server == Tool::C || p.client == Tool::C {
-        match c_pingpong() {
+        match c_tool("ibv_rc_pingpong") {
             Some(c) => Some(c),
             None => return None,
         }
@@ -793,7 +605,7 @@ fn failed_completion_status() {
     let ours = failed_status_line(&server, 1);
     failed_status_line(&client, 2);
     eprintln!("rverbs server: {ours}");
-    if let Some(c) = c_pingpong() {
+    if let Some(c) = c_tool("ibv_rc_pingpong") {
         let (server, client) = run(c, vec![], 18635);
         assert_eq!(server.status.code(), Some(1), "{server}");
         fails_with(&client, &["Failed status "]);
@@ -892,11 +704,7 @@ fn peer_stops(events: bool, port: u16) {
     let client = spawn_env(&rverbs_bin(), &cargs, &env);
     // Let the exchange get going, then freeze the client.
     std::thread::sleep(Duration::from_secs(2));
-    let stop = Command::new("kill")
-        .args(["-STOP", &client.child.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(stop.success(), "kill -STOP failed");
+    client.stop();
     let t0 = Instant::now();
     let d = server.finish(Duration::from_secs(30));
     let took = t0.elapsed();

@@ -7,11 +7,11 @@
 //! with the netdevs' byte counters). Every child is bounded by a timeout and killed on
 //! expiry; each test has its own port.
 
-mod cm_support;
+mod tool_support;
 
 use std::time::Duration;
 
-use cm_support::*;
+use tool_support::*;
 
 const T: Duration = Duration::from_secs(60);
 

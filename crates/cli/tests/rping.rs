@@ -7,12 +7,12 @@
 //! it (in the two-node topology across the veth, checked with its byte counters). Every
 //! child is bounded by a timeout and killed on expiry; each test has its own port.
 
-mod cm_support;
+mod tool_support;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cm_support::*;
+use tool_support::*;
 
 const T: Duration = Duration::from_secs(90);
 

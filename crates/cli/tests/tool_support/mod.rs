@@ -1,6 +1,7 @@
-//! Helpers of the rdma_cm tool tests (`rdma_examples.rs`, `rping.rs`): children whose every
-//! wait is bounded (killed on timeout, with what they printed in the failure), rdma-core's C
-//! tools found or reported missing, and the VM's addresses.
+//! Helpers of the tests that run the tools as processes (`rdma_examples.rs`, `rping.rs`,
+//! `rc_pingpong.rs`): children whose every wait is bounded (killed on timeout, with what they
+//! printed in the failure), rdma-core's C tools found or reported missing, and the VM's
+//! addresses.
 
 #![allow(dead_code)]
 
@@ -48,7 +49,8 @@ pub fn c_tool(tool: &str) -> Option<PathBuf> {
         let guest = std::env::var("RVERBS_GUEST").unwrap_or_default();
         assert_eq!(
             guest, "minimal",
-            "{tool} (rdma-core) is not on PATH in the {guest:?} guest: install rdmacm-utils"
+            "{tool} (rdma-core) is not on PATH in the {guest:?} guest: install rdmacm-utils and \
+             ibverbs-utils on this machine"
         );
         eprintln!("skipped: {tool} not in this guest");
     }
@@ -194,6 +196,37 @@ impl Running {
         }
     }
 
+    /// SIGSTOP: a peer that stops answering without going away.
+    pub fn stop(&self) {
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(self.child.id() as i32).expect("pid"),
+            rustix::process::Signal::STOP,
+        );
+    }
+
+    /// Waits until something listens on TCP `port` (via /proc/net/tcp{,6}); fails the test
+    /// if the child exits first or 20 s pass.
+    pub fn wait_listening(&mut self, port: u16) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if listening(port) {
+                return;
+            }
+            if let Some(st) = self.child.try_wait().expect("wait") {
+                std::thread::sleep(Duration::from_millis(50));
+                panic!("server exited ({st}) before listening: {}", self.snapshot());
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "server not listening on port {port} after 20 s: {}",
+                    self.snapshot()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// SIGKILL, as a crashing peer.
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
@@ -252,6 +285,19 @@ impl Drop for Running {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Whether some socket listens on TCP `port` (any address, IPv4 or IPv6).
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A"
+            })
+        })
+    })
 }
 
 /// True if a client's output says nobody listened (yet): the server is still starting.
