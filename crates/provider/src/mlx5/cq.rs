@@ -461,7 +461,8 @@ impl Ring {
     /// its owner bit matches the lap's parity.
     #[inline(always)]
     fn take(&self, at: Cursor) -> Option<(OwnedCqe, Owned)> {
-        // SAFETY: a cursor points at a CQE64 inside the ring (`cursor`, `advance`), so its
+        // SAFETY: a cursor points at a CQE64 inside the ring (`cursor`; the poll loop steps
+        // it by `stride` only while `slots_left` says so, and `wrap` restarts it), so its
         // owner byte is in bounds; u8 has no alignment requirement. The device (or a
         // simulated device thread) writes this byte while we read it, so it is read as an
         // atomic; nothing reads it through a reference.
