@@ -1,7 +1,7 @@
 #!/bin/sh
 # rverbs rc-pingpong against rdma-core's ibv_rc_pingpong, side by side, in one VM run.
 #
-#   cargo xtask vm --guest host -- sh ci/bench-pingpong.sh [latency|callgrind|all]
+#   cargo xtask vm --guest host -- sh ci/bench-pingpong.sh [latency|callgrind|syscalls|pad|all]
 #
 # latency:   ROUNDS rounds; in each, for 64 and 4096 bytes, polling and -e, one C<->C and one
 #            Rust<->Rust ping-pong (server on $RVERBS_DEV_A, client to $RVERBS_ADDR_A); the
@@ -17,12 +17,19 @@
 # syscalls:  the client under `strace -f -c` (the server natively), -s 64, polling and -e, at
 #            1000 and 2000 iterations: system calls per iteration, (calls(2000) - calls(1000))
 #            / 1000 per syscall and in all, next to the completion events per iteration.
+# pad:       what userspace instructions cost in latency: polling, -s 64, Rust<->Rust with
+#            RVERBS_PINGPONG_PAD=P (P extra polls of the empty CQ before every send, on both
+#            sides) for each P of PADS, and C<->C, in ROUNDS rounds (the order rotates).
+#            Callgrind counts the Ir of one such poll; a least-squares line through (Ir added
+#            per iteration, usec/iter) gives the latency of one userspace instruction of our
+#            hot code on the critical path.
 # Results and raw files go to $OUT (default: bench-pingpong/ on the run share, which is
 # target/vm/runs/<run>/bench-pingpong/ on the host).
 #
 # Environment: ROUNDS (5), SIZES ("64 4096"), ITERS_POLL (1000), ITERS_EVENTS (1000),
 # CG_ITERS ("1000 2000 1000 2000"), RVERBS (the rverbs on PATH), C_PINGPONG (ibv_rc_pingpong),
-# GIDX (the device's RoCE v2 IPv4 GID index), PORT (19500: first TCP port minus one).
+# GIDX (the device's RoCE v2 IPv4 GID index), PORT (19500: first TCP port minus one),
+# PADS ("0 100 400 1600"), ITERS_PAD (2000).
 set -u
 
 what=${1:-all}
@@ -31,6 +38,8 @@ SIZES=${SIZES:-64 4096}
 ITERS_POLL=${ITERS_POLL:-1000}
 ITERS_EVENTS=${ITERS_EVENTS:-1000}
 CG_ITERS=${CG_ITERS:-1000 2000 1000 2000}
+PADS=${PADS:-0 100 400 1600}
+ITERS_PAD=${ITERS_PAD:-2000}
 DEV=${RVERBS_DEV_A:-rxe0}
 ADDR=${RVERBS_ADDR_A:-10.10.0.1}
 PORT=${PORT:-19500}
@@ -274,6 +283,82 @@ cg_summary() {
         }' "$OUT/callgrind.txt" | sort
 }
 
+pad() {
+    command -v valgrind > /dev/null || die "no valgrind in this guest"
+    : > "$OUT/pad.txt"
+    # Ir of one padding poll: the client under callgrind with the largest padding; the pad
+    # function is never inlined, so its inclusive cost over its calls and polls is the figure.
+    big=0
+    for p in $PADS; do [ "$p" -gt "$big" ] && big=$p; done
+    [ "$big" -gt 0 ] || die "PADS needs a padding above 0"
+    PORT=$((PORT + 1))
+    f=$OUT/cg.pad.$big.$PORT
+    (export RVERBS_PINGPONG_PAD=$big; run_pair R poll 64 200 valgrind --tool=callgrind --callgrind-out-file="$f") > /dev/null || exit 1
+    calls_of "$f"
+    pcalls=$(max_calls "$f" 'rc_pingpong::pad \[')
+    # Summed: callgrind_annotate splits a function by the source file of its inlined code.
+    pir=$(callgrind_annotate --inclusive=yes --threshold=100 "$f" 2> /dev/null | awk '
+        /^ *[0-9,]+ +\( *[0-9.]+%\) +[^ ]/ && /:rverbs::rc_pingpong::pad( \[|$)/ { v = $1; gsub(",", "", v); s += v }
+        END { if (s) print s }')
+    [ -n "$pcalls" ] && [ -n "$pir" ] || die "callgrind did not see rc_pingpong::pad"
+    per_poll=$(awk -v i="$pir" -v c="$pcalls" -v p="$big" 'BEGIN { printf "%.3f", i / c / p }')
+    echo "pad: $pcalls sends padded with $big polls: $pir Ir, $per_poll Ir per poll"
+    r=1
+    while [ $r -le "$ROUNDS" ]; do
+        # Rotate the order: C first, then the paddings, shifted by one each round.
+        list="C $PADS"
+        i=1
+        while [ $i -lt $r ]; do list="${list#* } ${list%% *}"; i=$((i + 1)); done
+        for p in $list; do
+            PORT=$((PORT + 1))
+            if [ "$p" = C ]; then
+                us=$(run_pair C poll 64 "$ITERS_PAD") || exit 1
+            else
+                us=$(export RVERBS_PINGPONG_PAD=$p; run_pair R poll 64 "$ITERS_PAD") || exit 1
+            fi
+            echo "$p $r $us" >> "$OUT/pad.txt"
+            echo "round $r: $p: $us usec/iter"
+        done
+        r=$((r + 1))
+    done
+    echo
+    pad_summary "$per_poll"
+}
+
+# The table of $OUT/pad.txt; $1 is the Ir of one padding poll (also: sh ci/bench-pingpong.sh
+# pad-summary IR_PER_POLL).
+pad_summary() {
+    echo "| padding (CQ polls per send) | userspace Ir added per iteration (both sides) | usec/iter, rounds in order | median | min |"
+    echo "|---|---|---|---|---|"
+    # One line per padding: turns, Ir added, median, minimum, the rounds.
+    awk -v t="$1" '
+        { v[$1] = v[$1] " " $3; keys[$1] = 1 }
+        END {
+            for (k in keys) {
+                n = split(v[k], a, " ")
+                for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) { x = a[j]; a[j] = a[j - 1]; a[j - 1] = x }
+                med = n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+                print (k == "C" ? -1 : k), (k == "C" ? -1 : 2 * k * t), med, a[1], v[k]
+            }
+        }' "$OUT/pad.txt" | sort -n > "$OUT/pad.rows"
+    awk '{
+        r = ""; for (i = 5; i <= NF; i++) r = r " " $i
+        if ($1 < 0) printf "| C<->C | (ibv_rc_pingpong) |%s | %.2f | %.2f |\n", r, $3, $4
+        else printf "| %s | %.0f |%s | %.2f | %.2f |\n", $1, $2, r, $3, $4
+    }' "$OUT/pad.rows"
+    # Least squares through (Ir added, usec/iter) of the paddings, medians and minima.
+    awk '
+        $1 >= 0 { N++; Sx += $2; Sxx += $2 * $2; Sm += $3; Sn += $4; Sxm += $2 * $3; Sxn += $2 * $4 }
+        END {
+            d = N * Sxx - Sx * Sx
+            if (N < 2 || d == 0) { print "\n(the fit needs two paddings)"; exit }
+            bm = (N * Sxm - Sx * Sm) / d; am = (Sm - bm * Sx) / N
+            bn = (N * Sxn - Sx * Sn) / d; an = (Sn - bn * Sx) / N
+            printf "\nfit of the medians: usec/iter = %.2f + %.3f per 1000 Ir added (%.2f ns per Ir)\n", am, bm * 1000, bm * 1000
+            printf "fit of the minima:  usec/iter = %.2f + %.3f per 1000 Ir added (%.2f ns per Ir)\n", an, bn * 1000, bn * 1000
+        }' "$OUT/pad.rows"
+}
+
 syscalls() {
     command -v strace > /dev/null || die "no strace in this guest"
     : > "$OUT/syscalls.txt"
@@ -315,8 +400,10 @@ case "$what" in
 latency) latency ;;
 callgrind) callgrind ;;
 syscalls) syscalls ;;
+pad) pad ;;
+pad-summary) pad_summary "${2:?Ir per padding poll}" ;;
 cg-summary) cg_summary ;;
 lat-summary) lat_summary ;;
 all) latency && echo && callgrind ;;
-*) die "usage: sh ci/bench-pingpong.sh [latency|callgrind|syscalls|all|lat-summary|cg-summary]" ;;
+*) die "usage: sh ci/bench-pingpong.sh [latency|callgrind|syscalls|pad|all|lat-summary|cg-summary|pad-summary]" ;;
 esac

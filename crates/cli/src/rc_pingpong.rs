@@ -77,7 +77,8 @@ Not supported (ibv_rc_pingpong has them): -o/--odp, -O/--iodp, -P/--prefetch, -t
 
 With RVERBS_PINGPONG_STATS set, the number of CQ polls and completion events of the run is
 printed to stderr at the end. RVERBS_PINGPONG_IDLE_SECS=N (default 60) is how long a run may
-see no completion before it gives up on its peer (exit 1).
+see no completion before it gives up on its peer (exit 1). RVERBS_PINGPONG_PAD=N polls the empty CQ N
+times before every send, to measure what userspace work costs in latency.
 ";
 
 /// Default TCP port, as ibv_rc_pingpong.
@@ -99,20 +100,36 @@ const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
 /// says otherwise).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The idle limit of this run: RVERBS_PINGPONG_IDLE_SECS, else [`IDLE_TIMEOUT`].
-fn idle_timeout() -> Result<Duration, String> {
-    const VAR: &str = "RVERBS_PINGPONG_IDLE_SECS";
-    let Some(v) = std::env::var_os(VAR) else {
-        return Ok(IDLE_TIMEOUT);
+/// The value of the environment variable `var`: `None` if it is unset, an error naming it if
+/// it is not a whole number `what` from `min` to `max`.
+fn env_number(var: &str, min: u64, max: u64, what: &str) -> Result<Option<u64>, String> {
+    let Some(v) = std::env::var_os(var) else {
+        return Ok(None);
     };
     match v.to_str().and_then(|s| s.parse::<u64>().ok()) {
-        Some(n) if n >= 1 => Ok(Duration::from_secs(n)),
+        Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
         _ => Err(format!(
-            "{VAR}={}: expected a whole number of seconds, at least 1",
+            "{var}={}: expected a whole number of {what}, from {min} to {max}",
             v.to_string_lossy()
         )),
     }
 }
+
+/// The idle limit of this run: RVERBS_PINGPONG_IDLE_SECS, else [`IDLE_TIMEOUT`].
+fn idle_timeout() -> Result<Duration, String> {
+    let secs = env_number("RVERBS_PINGPONG_IDLE_SECS", 1, u64::MAX, "seconds")?;
+    Ok(secs.map_or(IDLE_TIMEOUT, Duration::from_secs))
+}
+
+/// RVERBS_PINGPONG_PAD: extra polls of the empty CQ before every send (default 0). A
+/// measurement aid, not a feature: `ci/bench-pingpong.sh pad` adds a known number of
+/// userspace instructions of the library's own hot code to the critical path this way and
+/// measures what they cost in latency (docs/perf.md).
+fn send_padding() -> Result<u32, String> {
+    let n = env_number("RVERBS_PINGPONG_PAD", 0, u32::MAX.into(), "CQ polls")?;
+    Ok(n.map_or(0, |n| n as u32))
+}
+
 /// Polls between two looks at the clock (polling mode).
 const SPINS_PER_CLOCK_CHECK: u64 = 1 << 14;
 
@@ -602,6 +619,29 @@ struct PingPong<'a> {
     rcnt: u32,
     scnt: u32,
     pending: u64,
+    /// Empty CQ polls before every send (RVERBS_PINGPONG_PAD).
+    pad: u32,
+    /// Padding polls made so far.
+    padded: u64,
+    cq: &'a Cq,
+}
+
+/// Polls the CQ `n` times, for the padding measurement: callgrind counts the instructions.
+/// The CQ is empty when a send is due (both completions of the last exchange are taken, and
+/// the peer sends only after this side's send), so a completion here breaks the protocol.
+#[inline(never)]
+fn pad(cq: &Cq, n: u32) -> CmdResult {
+    let mut wc = [WorkCompletion::default(); 1];
+    for _ in 0..n {
+        if cq.poll(&mut wc) != 0 {
+            return Err(format!(
+                "RVERBS_PINGPONG_PAD: a padding poll found a completion (wr_id {})",
+                wc[0].wr_id
+            )
+            .into());
+        }
+    }
+    Ok(())
 }
 
 impl PingPong<'_> {
@@ -616,7 +656,11 @@ impl PingPong<'_> {
         }
     }
 
-    fn post_send(&self) -> CmdResult {
+    fn post_send(&mut self) -> CmdResult {
+        if self.pad != 0 {
+            pad(self.cq, self.pad)?;
+            self.padded += u64::from(self.pad);
+        }
         // SAFETY: as in post_recvs: the SGE names the live MR's buffer.
         unsafe { self.qp.post_send(&self.send_wr) }
             .map_err(|e| format!("Couldn't post send: {e}").into())
@@ -753,6 +797,7 @@ fn idle_message(idle: Duration, scnt: u32, rcnt: u32, iters: u32) -> String {
 /// Runs one side and prints what the C tool prints to `out`.
 pub fn run_pingpong(o: &Opts, out: &mut dyn Write) -> Result<Summary, Box<dyn std::error::Error>> {
     let idle = idle_timeout()?;
+    let pad = send_padding()?;
     let ctx = match &o.ib_dev {
         Some(name) => rverbs::provider::open_by_name(name)?,
         None => rverbs::provider::open_first()?,
@@ -833,6 +878,9 @@ pub fn run_pingpong(o: &Opts, out: &mut dyn Write) -> Result<Summary, Box<dyn st
         rcnt: 0,
         scnt: 0,
         pending: 0,
+        pad,
+        padded: 0,
+        cq: &cq,
     };
     pp.routs = pp.post_recvs(o.rx_depth);
     if pp.routs < o.rx_depth {
@@ -989,6 +1037,9 @@ pub fn run_pingpong(o: &Opts, out: &mut dyn Write) -> Result<Summary, Box<dyn st
     write!(out, "{summary}")?;
     if std::env::var_os("RVERBS_PINGPONG_STATS").is_some() {
         eprintln!("rc-pingpong stats: {polls} CQ polls, {events} completion events");
+        if pad != 0 {
+            eprintln!("rc-pingpong stats: {} padding polls", pp.padded);
+        }
     }
     let mut bad_pages = 0;
     if o.server.is_none() && o.chk {

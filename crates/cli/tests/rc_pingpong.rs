@@ -673,6 +673,26 @@ fn bad_idle_limit_is_refused() {
     }
 }
 
+/// The padding of the latency measurement (RVERBS_PINGPONG_PAD) is checked the same way.
+#[test]
+fn bad_padding_is_refused() {
+    let args: Vec<String> = ["rc-pingpong", "-p", "18643"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for bad in ["lots", "-1", "4294967296"] {
+        let d = spawn_env(&rverbs_bin(), &args, &[("RVERBS_PINGPONG_PAD", bad)])
+            .finish(Duration::from_secs(20));
+        fails_with(
+            &d,
+            &[
+                &format!("RVERBS_PINGPONG_PAD={bad}"),
+                "whole number of CQ polls, from 0 to 4294967295",
+            ],
+        );
+    }
+}
+
 /// A peer that stops answering mid-run (SIGSTOP) ends the other side's run with the idle
 /// error instead of a hang: polling (the loop's own clock) and with `-e` (the watchdog of the
 /// blocking event wait). The limit is 2 s here (RVERBS_PINGPONG_IDLE_SECS).
@@ -733,4 +753,41 @@ fn peer_stops_polling() {
 )]
 fn peer_stops_events() {
     peer_stops(true, 18642);
+}
+
+/// RVERBS_PINGPONG_PAD=N (the latency measurement of docs/perf.md) polls the empty CQ N more
+/// times before every send: the run completes and its poll count shows the padding.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn padding_polls_before_each_send() {
+    let dev = dev_a();
+    let (g, _) = roce_v2_gid(&dev);
+    let g = g.to_string();
+    let sargs: Vec<String> = ["rc-pingpong", "-d", &dev, "-g", &g, "-p", "18644"]
+        .iter()
+        .chain(&["-s", "64", "-n", "200"])
+        .map(|s| s.to_string())
+        .collect();
+    let env = [
+        ("RVERBS_PINGPONG_PAD", "25"),
+        ("RVERBS_PINGPONG_STATS", "1"),
+    ];
+    let mut server = spawn_env(&rverbs_bin(), &sargs, &env);
+    server.wait_listening(18644);
+    let mut cargs = sargs.clone();
+    cargs.push("127.0.0.1".into());
+    let client = spawn_env(&rverbs_bin(), &cargs, &env).finish(Duration::from_secs(120));
+    let server = server.finish(Duration::from_secs(30));
+    for d in [&client, &server] {
+        assert_eq!(d.code(), Some(0), "{d}");
+        assert!(d.out.contains("200 iters in"), "no summary: {d}");
+        // 200 sends, each after 25 padding polls.
+        assert!(
+            d.err.contains("rc-pingpong stats: 5000 padding polls"),
+            "{d}"
+        );
+    }
 }
