@@ -17,12 +17,13 @@
 # syscalls:  the client under `strace -f -c` (the server natively), -s 64, polling and -e, at
 #            1000 and 2000 iterations: system calls per iteration, (calls(2000) - calls(1000))
 #            / 1000 per syscall and in all, next to the completion events per iteration.
-# pad:       what userspace instructions cost in latency: polling, -s 64, Rust<->Rust with
-#            RVERBS_PINGPONG_PAD=P (P extra polls of the empty CQ before every send, on both
-#            sides) for each P of PADS, and C<->C, in ROUNDS rounds (the order rotates).
-#            Callgrind counts the Ir of one such poll; a least-squares line through (Ir added
-#            per iteration, usec/iter) gives the latency of one userspace instruction of our
-#            hot code on the critical path.
+# pad:       what userspace instructions cost in latency: polling, -s 64, C<->C and
+#            Rust<->Rust with RVERBS_PINGPONG_PAD=P (P extra polls of the empty CQ before every
+#            send, on both sides; the C tool gets them from the LD_PRELOAD shim
+#            ci/bench/cpad.c, built here with cc) for each P of PADS, in ROUNDS rounds (the
+#            order rotates). Callgrind counts the Ir of one such poll per tool; a least-squares
+#            line through (Ir added per iteration, usec/iter) gives the latency of one
+#            userspace instruction of each tool's hot code on the critical path.
 # Results and raw files go to $OUT (default: bench-pingpong/ on the run share, which is
 # target/vm/runs/<run>/bench-pingpong/ on the host).
 #
@@ -285,78 +286,91 @@ cg_summary() {
 
 pad() {
     command -v valgrind > /dev/null || die "no valgrind in this guest"
+    command -v cc > /dev/null || die "pad needs a C compiler for the C side's shim (ci/bench/cpad.c)"
+    here=$(dirname "$0")
+    so=$OUT/cpad.so
+    cc -O2 -g -shared -fPIC -o "$so" "$here/bench/cpad.c" -ldl || die "could not build $so"
     : > "$OUT/pad.txt"
-    # Ir of one padding poll: the client under callgrind with the largest padding; the pad
-    # function is never inlined, so its inclusive cost over its calls and polls is the figure.
     big=0
     for p in $PADS; do [ "$p" -gt "$big" ] && big=$p; done
     [ "$big" -gt 0 ] || die "PADS needs a padding above 0"
-    PORT=$((PORT + 1))
-    f=$OUT/cg.pad.$big.$PORT
-    (export RVERBS_PINGPONG_PAD=$big; run_pair R poll 64 200 valgrind --tool=callgrind --callgrind-out-file="$f") > /dev/null || exit 1
-    calls_of "$f"
-    pcalls=$(max_calls "$f" 'rc_pingpong::pad \[')
-    # Summed: callgrind_annotate splits a function by the source file of its inlined code.
-    pir=$(callgrind_annotate --inclusive=yes --threshold=100 "$f" 2> /dev/null | awk '
-        /^ *[0-9,]+ +\( *[0-9.]+%\) +[^ ]/ && /:rverbs::rc_pingpong::pad( \[|$)/ { v = $1; gsub(",", "", v); s += v }
-        END { if (s) print s }')
-    [ -n "$pcalls" ] && [ -n "$pir" ] || die "callgrind did not see rc_pingpong::pad"
-    per_poll=$(awk -v i="$pir" -v c="$pcalls" -v p="$big" 'BEGIN { printf "%.3f", i / c / p }')
-    echo "pad: $pcalls sends padded with $big polls: $pir Ir, $per_poll Ir per poll"
+    # Ir of one padding poll, per tool: the client under callgrind with the largest padding;
+    # the padding function (rc_pingpong::pad, the shim's rverbs_cpad) is never inlined, so
+    # its inclusive cost over its calls and polls is the figure.
+    for tool in R C; do
+        PORT=$((PORT + 1))
+        f=$OUT/cg.pad.$tool.$big.$PORT
+        (export RVERBS_PINGPONG_PAD=$big; [ $tool = C ] && export LD_PRELOAD=$so
+         run_pair $tool poll 64 200 valgrind --tool=callgrind --callgrind-out-file="$f") > /dev/null || exit 1
+        calls_of "$f"
+        if [ $tool = R ]; then fn='rc_pingpong::pad \['; re=':rverbs::rc_pingpong::pad( \[|$)'
+        else fn=':rverbs_cpad \['; re=':rverbs_cpad( \[|$)'; fi
+        pcalls=$(max_calls "$f" "$fn")
+        # Summed: callgrind_annotate splits a function by the source file of its inlined code.
+        pir=$(callgrind_annotate --inclusive=yes --threshold=100 "$f" 2> /dev/null | awk -v re="$re" '
+            /^ *[0-9,]+ +\( *[0-9.]+%\) +[^ ]/ && $0 ~ re { v = $1; gsub(",", "", v); s += v }
+            END { if (s) print s }')
+        [ -n "$pcalls" ] && [ -n "$pir" ] || die "callgrind did not see the padding function of $tool"
+        per=$(awk -v i="$pir" -v c="$pcalls" -v p="$big" 'BEGIN { printf "%.3f", i / c / p }')
+        echo "pad: $tool: $pcalls sends padded with $big polls: $pir Ir, $per Ir per poll"
+        echo "irpoll $tool $per" >> "$OUT/pad.txt"
+    done
     r=1
     while [ $r -le "$ROUNDS" ]; do
-        # Rotate the order: C first, then the paddings, shifted by one each round.
-        list="C $PADS"
+        # Every padding of both tools once a round, the order rotated by one each round.
+        list=""
+        for p in $PADS; do list="$list C:$p R:$p"; done
+        list=${list# }
         i=1
         while [ $i -lt $r ]; do list="${list#* } ${list%% *}"; i=$((i + 1)); done
-        for p in $list; do
+        for tp in $list; do
+            tool=${tp%%:*} p=${tp#*:}
             PORT=$((PORT + 1))
-            if [ "$p" = C ]; then
-                us=$(run_pair C poll 64 "$ITERS_PAD") || exit 1
-            else
-                us=$(export RVERBS_PINGPONG_PAD=$p; run_pair R poll 64 "$ITERS_PAD") || exit 1
-            fi
-            echo "$p $r $us" >> "$OUT/pad.txt"
-            echo "round $r: $p: $us usec/iter"
+            us=$(export RVERBS_PINGPONG_PAD=$p; [ $tool = C ] && export LD_PRELOAD=$so
+                 run_pair $tool poll 64 "$ITERS_PAD") || exit 1
+            echo "$tool $p $r $us" >> "$OUT/pad.txt"
+            echo "round $r: $tool pad $p: $us usec/iter"
         done
         r=$((r + 1))
     done
     echo
-    pad_summary "$per_poll"
+    pad_summary
 }
 
-# The table of $OUT/pad.txt; $1 is the Ir of one padding poll (also: sh ci/bench-pingpong.sh
-# pad-summary IR_PER_POLL).
+# The tables of $OUT/pad.txt (also: sh ci/bench-pingpong.sh pad-summary).
 pad_summary() {
-    echo "| padding (CQ polls per send) | userspace Ir added per iteration (both sides) | usec/iter, rounds in order | median | min |"
-    echo "|---|---|---|---|---|"
-    # One line per padding: turns, Ir added, median, minimum, the rounds.
-    awk -v t="$1" '
-        { v[$1] = v[$1] " " $3; keys[$1] = 1 }
+    echo "| tool | padding (CQ polls per send) | userspace Ir added per iteration (both sides) | usec/iter, rounds in order | median | min |"
+    echo "|---|---|---|---|---|---|"
+    # One line per tool and padding: tool, polls, Ir added, median, minimum, the rounds.
+    awk '
+        $1 == "irpoll" { t[$2] = $3; next }
+        { k = $1 " " $2; v[k] = v[k] " " $4; keys[k] = 1 }
         END {
             for (k in keys) {
+                split(k, kk, " ")
                 n = split(v[k], a, " ")
                 for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) { x = a[j]; a[j] = a[j - 1]; a[j - 1] = x }
                 med = n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-                print (k == "C" ? -1 : k), (k == "C" ? -1 : 2 * k * t), med, a[1], v[k]
+                print kk[1], kk[2], 2 * kk[2] * t[kk[1]], med, a[1], v[k]
             }
-        }' "$OUT/pad.txt" | sort -n > "$OUT/pad.rows"
+        }' "$OUT/pad.txt" | sort -k1,1 -k2,2n > "$OUT/pad.rows"
     awk '{
-        r = ""; for (i = 5; i <= NF; i++) r = r " " $i
-        if ($1 < 0) printf "| C<->C | (ibv_rc_pingpong) |%s | %.2f | %.2f |\n", r, $3, $4
-        else printf "| %s | %.0f |%s | %.2f | %.2f |\n", $1, $2, r, $3, $4
+        r = ""; for (i = 6; i <= NF; i++) r = r " " $i
+        printf "| %s | %s | %.0f |%s | %.2f | %.2f |\n", $1 == "C" ? "ibv_rc_pingpong" : "rverbs", $2, $3, r, $4, $5
     }' "$OUT/pad.rows"
-    # Least squares through (Ir added, usec/iter) of the paddings, medians and minima.
+    # Least squares through (Ir added, usec/iter), per tool, medians and minima.
     awk '
-        $1 >= 0 { N++; Sx += $2; Sxx += $2 * $2; Sm += $3; Sn += $4; Sxm += $2 * $3; Sxn += $2 * $4 }
+        { k = $1; N[k]++; Sx[k] += $3; Sxx[k] += $3 * $3; Sm[k] += $4; Sn[k] += $5; Sxm[k] += $3 * $4; Sxn[k] += $3 * $5 }
         END {
-            d = N * Sxx - Sx * Sx
-            if (N < 2 || d == 0) { print "\n(the fit needs two paddings)"; exit }
-            bm = (N * Sxm - Sx * Sm) / d; am = (Sm - bm * Sx) / N
-            bn = (N * Sxn - Sx * Sn) / d; an = (Sn - bn * Sx) / N
-            printf "\nfit of the medians: usec/iter = %.2f + %.3f per 1000 Ir added (%.2f ns per Ir)\n", am, bm * 1000, bm * 1000
-            printf "fit of the minima:  usec/iter = %.2f + %.3f per 1000 Ir added (%.2f ns per Ir)\n", an, bn * 1000, bn * 1000
-        }' "$OUT/pad.rows"
+            print ""
+            for (k in N) {
+                d = N[k] * Sxx[k] - Sx[k] * Sx[k]
+                if (N[k] < 2 || d == 0) { printf "%s: the fit needs two paddings\n", k; continue }
+                bm = (N[k] * Sxm[k] - Sx[k] * Sm[k]) / d; am = (Sm[k] - bm * Sx[k]) / N[k]
+                bn = (N[k] * Sxn[k] - Sx[k] * Sn[k]) / d; an = (Sn[k] - bn * Sx[k]) / N[k]
+                printf "%s: fit of the medians: usec/iter = %.2f + %.3f per 1000 Ir added (%.2f ns per Ir); of the minima: %.2f + %.3f (%.2f ns per Ir)\n", k == "C" ? "ibv_rc_pingpong" : "rverbs", am, bm * 1000, bm * 1000, an, bn * 1000, bn * 1000
+            }
+        }' "$OUT/pad.rows" | sort
 }
 
 syscalls() {
@@ -401,7 +415,7 @@ latency) latency ;;
 callgrind) callgrind ;;
 syscalls) syscalls ;;
 pad) pad ;;
-pad-summary) pad_summary "${2:?Ir per padding poll}" ;;
+pad-summary) pad_summary ;;
 cg-summary) cg_summary ;;
 lat-summary) lat_summary ;;
 all) latency && echo && callgrind ;;
