@@ -724,6 +724,7 @@ impl Context {
     }
 
     /// The uverbs command fd (ioctl, write commands, mmap of provider queues).
+    #[inline]
     pub fn cmd_fd(&self) -> BorrowedFd<'_> {
         self.cmd_fd.as_fd()
     }

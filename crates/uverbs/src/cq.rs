@@ -237,6 +237,7 @@ impl Cq {
     }
 
     /// The context.
+    #[inline]
     pub fn context(&self) -> &Arc<Context> {
         &self.ctx
     }
@@ -249,6 +250,7 @@ impl Cq {
     }
 
     /// Moves up to `out.len()` completions into `out`; returns how many. Never blocks.
+    #[inline]
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
         self.lock().poll(out)
     }
@@ -330,6 +332,7 @@ impl Cq {
         }
     }
 
+    #[inline]
     pub(crate) fn kobj(&self) -> KernelObj<'_> {
         KernelObj {
             fd: self.ctx.cmd_fd(),

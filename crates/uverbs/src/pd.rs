@@ -49,6 +49,7 @@ impl Pd {
     }
 
     /// The context this PD belongs to.
+    #[inline]
     pub fn context(&self) -> &Arc<Context> {
         &self.ctx
     }

@@ -507,6 +507,7 @@ impl Qp {
 
     /// The state of the last successful transition made through this handle (the kernel may
     /// have moved the QP to ERR/SQE on its own since; [`Qp::query`] tells).
+    #[inline]
     pub fn state(&self) -> QpState {
         // Relaxed: an advisory cache; modify() is the only writer.
         QpState(self.state.load(Ordering::Relaxed))
@@ -608,6 +609,7 @@ impl Qp {
         self.ops.lock()
     }
 
+    #[inline]
     fn kobj(&self) -> KernelObj<'_> {
         KernelObj {
             fd: self.pd.context().cmd_fd(),
@@ -650,6 +652,7 @@ impl Qp {
     ///
     /// # Safety
     /// As for [`Qp::post_send`]; the device writes the received data into the memory.
+    #[inline]
     pub unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostError> {
         if self.state() == QpState::RESET {
             return Err(PostError {

@@ -432,6 +432,7 @@ impl RxeSq {
     /// must not be accessed meanwhile. For requests with INLINE, each SGE's `addr` must point
     /// to `length` readable bytes during this call (they are copied into the WQE; the lkey is
     /// ignored).
+    #[inline]
     pub unsafe fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<usize, PostError> {
         let start = self.queue.load_own();
         let mut prod = start;
