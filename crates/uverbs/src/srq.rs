@@ -3,7 +3,7 @@
 #![allow(unsafe_code)] // unsafe fns: posting hands memory to the device
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -18,7 +18,7 @@ use crate::context::M_DESTROY_SRQ;
 use crate::error::{Error, Result};
 use crate::ioctl::IoctlCall;
 use crate::pd::Pd;
-use crate::provider::{KernelObj, PostError, SrqCreated, SrqOps};
+use crate::provider::{KernelObj, OpsLock, PostError, SrqCreated, SrqOps};
 use crate::wr::RecvWr;
 use crate::write;
 
@@ -38,7 +38,7 @@ pub struct Srq {
     srq_num: u32,
     attr: SrqAttr,
     user_handle: u64,
-    ops: Mutex<Box<dyn SrqOps>>,
+    ops: OpsLock<Box<dyn SrqOps>>,
 }
 
 impl fmt::Debug for Srq {
@@ -117,7 +117,7 @@ impl Srq {
                         srq_limit: attr.srq_limit,
                     },
                     user_handle,
-                    ops: Mutex::new(ops),
+                    ops: OpsLock::new(ops),
                 }))
             }
             Err(e) => {
@@ -155,12 +155,7 @@ impl Srq {
             max_wr: 0,
             srq_limit,
         };
-        let udata = self
-            .ops
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .modify_udata()
-            .to_vec();
+        let udata = self.ops.lock().modify_udata().to_vec();
         write::legacy(
             ctx.cmd_fd(),
             nr::MODIFY_SRQ,
@@ -208,9 +203,8 @@ impl Srq {
             fd: self.pd.context().cmd_fd(),
             handle: self.handle,
         };
-        let mut ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
         // SAFETY: forwarded to the caller.
-        unsafe { ops.post_recv(k, wrs) }
+        unsafe { self.ops.lock().post_recv(k, wrs) }
     }
 }
 
