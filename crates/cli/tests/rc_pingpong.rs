@@ -653,44 +653,37 @@ fn roce_without_gid_fails_clearly() {
     );
 }
 
-/// A bad idle limit is refused before anything is opened, naming the variable (host too).
-#[test]
-fn bad_idle_limit_is_refused() {
-    let args: Vec<String> = ["rc-pingpong", "-p", "18640"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    for bad in ["0", "soon", "-3"] {
-        let d = spawn_env(&rverbs_bin(), &args, &[("RVERBS_PINGPONG_IDLE_SECS", bad)])
-            .finish(Duration::from_secs(20));
-        fails_with(
-            &d,
-            &[
-                &format!("RVERBS_PINGPONG_IDLE_SECS={bad}"),
-                "whole number of seconds",
-            ],
-        );
+/// Runs rc-pingpong with each of `bads` as the value of the environment variable `var`: it
+/// must fail before anything is opened (so this runs on the host too), naming the variable,
+/// the value and `what` was expected.
+fn bad_env_is_refused(var: &str, bads: &[&str], what: &str, port: u16) {
+    let args: Vec<String> = vec!["rc-pingpong".into(), "-p".into(), port.to_string()];
+    for bad in bads {
+        let d = spawn_env(&rverbs_bin(), &args, &[(var, bad)]).finish(Duration::from_secs(20));
+        fails_with(&d, &[&format!("{var}={bad}"), what]);
     }
 }
 
-/// The padding of the latency measurement (RVERBS_PINGPONG_PAD) is checked the same way.
+/// A bad idle limit is refused.
+#[test]
+fn bad_idle_limit_is_refused() {
+    bad_env_is_refused(
+        "RVERBS_PINGPONG_IDLE_SECS",
+        &["0", "soon", "-3"],
+        "whole number of seconds",
+        18640,
+    );
+}
+
+/// A bad padding of the latency measurement (RVERBS_PINGPONG_PAD) is refused.
 #[test]
 fn bad_padding_is_refused() {
-    let args: Vec<String> = ["rc-pingpong", "-p", "18643"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    for bad in ["lots", "-1", "4294967296"] {
-        let d = spawn_env(&rverbs_bin(), &args, &[("RVERBS_PINGPONG_PAD", bad)])
-            .finish(Duration::from_secs(20));
-        fails_with(
-            &d,
-            &[
-                &format!("RVERBS_PINGPONG_PAD={bad}"),
-                "whole number of CQ polls, from 0 to 4294967295",
-            ],
-        );
-    }
+    bad_env_is_refused(
+        "RVERBS_PINGPONG_PAD",
+        &["lots", "-1", "4294967296"],
+        "whole number of CQ polls, from 0 to 4294967295",
+        18643,
+    );
 }
 
 /// A peer that stops answering mid-run (SIGSTOP) ends the other side's run with the idle
