@@ -619,6 +619,12 @@ impl Qp {
 
     /// Posts send work requests (one doorbell for the list).
     ///
+    /// A request counts against the send CQ until its completion is polled, not only until
+    /// the send queue accepts it: rxe frees a queue slot when the kernel completes the
+    /// request, so a queue that keeps accepting posts can still overflow a CQ that is polled
+    /// too slowly (the kernel then drops the completion and raises a `CQ_ERR` async event).
+    /// The same holds for [`Qp::post_recv`] and the receive CQ.
+    ///
     /// # Safety
     /// Every SGE must lie inside a memory region registered on this QP's PD, and that memory
     /// must stay valid (its `Mr` alive) until the request's completion is polled or the QP is
