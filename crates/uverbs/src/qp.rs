@@ -623,7 +623,8 @@ impl Qp {
     /// the send queue accepts it: rxe frees a queue slot when the kernel completes the
     /// request, so a queue that keeps accepting posts can still overflow a CQ that is polled
     /// too slowly (the kernel then drops the completion and raises a `CQ_ERR` async event).
-    /// The same holds for [`Qp::post_recv`] and the receive CQ.
+    /// The same holds for [`Qp::post_recv`] and the receive CQ, whose overflow also moves the
+    /// QP to the error state.
     ///
     /// # Safety
     /// Every SGE must lie inside a memory region registered on this QP's PD, and that memory
