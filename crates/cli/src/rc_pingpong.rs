@@ -77,8 +77,8 @@ Not supported (ibv_rc_pingpong has them): -o/--odp, -O/--iodp, -P/--prefetch, -t
 
 With RVERBS_PINGPONG_STATS set, the number of CQ polls and completion events of the run is
 printed to stderr at the end. RVERBS_PINGPONG_IDLE_SECS=N (default 60) is how long a run may
-see no completion before it gives up on its peer (exit 1). RVERBS_PINGPONG_PAD=N polls the empty CQ N
-times before every send, to measure what userspace work costs in latency.
+see no completion before it gives up on its peer (exit 1). RVERBS_PINGPONG_PAD=N polls the
+empty CQ N more times before every send, to measure what userspace work costs in latency.
 ";
 
 /// Default TCP port, as ibv_rc_pingpong.
