@@ -355,6 +355,14 @@ fn recv(wr_id: u64, sge: &[Sge]) -> RecvWr<'_> {
 }
 
 /// A signaled work request of `op`.
+/// One receive per SGE list of `sges`, each with its index as `wr_id`.
+fn recvs(sges: &[[Sge; 1]]) -> Vec<RecvWr<'_>> {
+    sges.iter()
+        .enumerate()
+        .map(|(i, s)| recv(i as u64, s))
+        .collect()
+}
+
 fn wr(wr_id: u64, op: SendOp, sge: &[Sge]) -> SendWr<'_> {
     SendWr {
         op,
@@ -965,11 +973,7 @@ fn inline_data() {
         let r: Vec<[Sge; 1]> = (0..3)
             .map(|i| [b.mr.sge(i * 4096..i * 4096 + 4096)])
             .collect();
-        let rw: Vec<RecvWr> = r
-            .iter()
-            .enumerate()
-            .map(|(i, s)| recv(i as u64, s))
-            .collect();
+        let rw = recvs(&r);
         recv_ok(&b.qp, &rw);
         let (id, sge) = inline(1, m, &src);
         let sg = [sge];
@@ -1459,11 +1463,7 @@ fn full_send_and_recv_queues() {
         let (mut a, b) = rc_pair(t, &Opts::default());
         let cap = ring_capacity(&b.qp).1;
         let r: Vec<[Sge; 1]> = (0..=cap).map(|i| [b.mr.sge(i * 64..i * 64 + 64)]).collect();
-        let rw: Vec<RecvWr> = r
-            .iter()
-            .enumerate()
-            .map(|(i, s)| recv(i as u64, s))
-            .collect();
+        let rw = recvs(&r);
         let e = post_recv(&b.qp, &rw).unwrap_err();
         assert_eq!(e.posted, cap, "{e}");
         assert_eq!(errno(&e), Some(12), "ENOMEM: {e}");
@@ -1510,11 +1510,7 @@ fn full_cq_keeps_its_entries() {
         let cap = a.cq.cqe() as usize;
         let n = cap + 2;
         let r: Vec<[Sge; 1]> = (0..n).map(|i| [b.mr.sge(i * 64..i * 64 + 64)]).collect();
-        let rw: Vec<RecvWr> = r
-            .iter()
-            .enumerate()
-            .map(|(i, s)| recv(i as u64, s))
-            .collect();
+        let rw = recvs(&r);
         recv_ok(&b.qp, &rw);
         let s = [a.mr.sge(0..8)];
         let sw: Vec<SendWr> = (0..n as u64).map(|i| SendWr::send(i, &s)).collect();
@@ -1728,11 +1724,7 @@ fn srq_shared_by_two_qps() {
         assert!(e.error.to_string().contains("SRQ"), "{e}");
 
         // Full: `cap` accepted, the next refused.
-        let rw: Vec<RecvWr> = r
-            .iter()
-            .enumerate()
-            .map(|(i, s)| recv(i as u64, s))
-            .collect();
+        let rw = recvs(&r);
         let e = post_srq(&srq, &rw).unwrap_err();
         assert_eq!(e.posted, cap, "{e}");
         assert_eq!(errno(&e), Some(12), "ENOMEM: {e}");
@@ -1745,11 +1737,7 @@ fn srq_shared_by_two_qps() {
         let mut seq = 0u64;
         for round in 0..rounds {
             if round > 0 {
-                let rw: Vec<RecvWr> = r[..cap]
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| recv(i as u64, s))
-                    .collect();
+                let rw = recvs(&r[..cap]);
                 post_srq(&srq, &rw).unwrap_or_else(|e| panic!("post to SRQ: {e}"));
             }
             for i in 0..cap {
@@ -2039,11 +2027,7 @@ fn completion_events() {
         );
         let ch = b.cq.channel().expect("channel").clone();
         let r: Vec<[Sge; 1]> = (0..8).map(|i| [b.mr.sge(i * 64..i * 64 + 64)]).collect();
-        let rw: Vec<RecvWr> = r
-            .iter()
-            .enumerate()
-            .map(|(i, s)| recv(i as u64, s))
-            .collect();
+        let rw = recvs(&r);
         recv_ok(&b.qp, &rw);
         let s = [a.mr.sge(0..8)];
 
@@ -2229,11 +2213,7 @@ fn async_events() {
         rc_connect(&qa, sa, qb.qp_num(), sb.gid, NORMAL);
         rc_connect(&qb, sb, qa.qp_num(), sa.gid, NORMAL);
         let r: Vec<[Sge; 1]> = (0..6).map(|i| [b.mr.sge(i * 64..i * 64 + 64)]).collect();
-        let rw: Vec<RecvWr> = r
-            .iter()
-            .enumerate()
-            .map(|(i, s)| recv(i as u64, s))
-            .collect();
+        let rw = recvs(&r);
         post_srq(&srq, &rw).unwrap();
         srq.set_limit(4).unwrap();
         assert_eq!(srq.query().unwrap().srq_limit, 4);
@@ -2536,11 +2516,7 @@ fn full_receive_cq_moves_the_qp_to_err() {
         let r: Vec<[Sge; 1]> = (0..=cap_b)
             .map(|i| [b.mr.sge(i * 64..i * 64 + 64)])
             .collect();
-        let rw: Vec<RecvWr> = r
-            .iter()
-            .enumerate()
-            .map(|(i, s)| recv(i as u64, s))
-            .collect();
+        let rw = recvs(&r);
         recv_ok(&b.qp, &rw);
         for i in 0..cap_b {
             send_ok(&a.qp, &[SendWr::send(i as u64, &s)]);
