@@ -355,12 +355,17 @@ fn recv(wr_id: u64, sge: &[Sge]) -> RecvWr<'_> {
 }
 
 /// A signaled work request of `op`.
-/// One receive per SGE list of `sges`, each with its index as `wr_id`.
-fn recvs(sges: &[[Sge; 1]]) -> Vec<RecvWr<'_>> {
+/// One receive per SGE list of `sges`, numbered from `first` (the `wr_id`s).
+fn recvs(first: u64, sges: &[[Sge; 1]]) -> Vec<RecvWr<'_>> {
     sges.iter()
         .enumerate()
-        .map(|(i, s)| recv(i as u64, s))
+        .map(|(i, s)| recv(first + i as u64, s))
         .collect()
+}
+
+/// `n` single-SGE lists over consecutive `len`-byte slots of `mr`, from its start.
+fn sge_slots(mr: &Mr<PageBuf>, n: usize, len: usize) -> Vec<[Sge; 1]> {
+    (0..n).map(|i| [mr.sge(i * len..(i + 1) * len)]).collect()
 }
 
 fn wr(wr_id: u64, op: SendOp, sge: &[Sge]) -> SendWr<'_> {
@@ -802,12 +807,8 @@ fn signaled_and_unsignaled() {
     each_topo("signaled_and_unsignaled", |t| {
         let (a, b) = rc_pair(t, &Opts::default());
         assert!(!a.qp.query().unwrap().sq_sig_all);
-        let r: Vec<[Sge; 1]> = (0..3).map(|i| [b.mr.sge(i * 64..i * 64 + 64)]).collect();
-        let rw: Vec<RecvWr> = r
-            .iter()
-            .enumerate()
-            .map(|(i, s)| recv(30 + i as u64, s))
-            .collect();
+        let r = sge_slots(&b.mr, 3, 64);
+        let rw = recvs(30, &r);
         recv_ok(&b.qp, &rw);
         let s = [a.mr.sge(0..16)];
         let unsignaled = |id| SendWr {
@@ -970,10 +971,8 @@ fn inline_data() {
             };
             (id, sge)
         };
-        let r: Vec<[Sge; 1]> = (0..3)
-            .map(|i| [b.mr.sge(i * 4096..i * 4096 + 4096)])
-            .collect();
-        let rw = recvs(&r);
+        let r = sge_slots(&b.mr, 3, 4096);
+        let rw = recvs(0, &r);
         recv_ok(&b.qp, &rw);
         let (id, sge) = inline(1, m, &src);
         let sg = [sge];
@@ -1197,14 +1196,8 @@ fn many_wrs_one_doorbell() {
         b.mr.as_mut_slice()[8200..8208].copy_from_slice(&9u64.to_ne_bytes());
         b.mr.as_mut_slice()[12288..12388].copy_from_slice(&pattern(11, 100));
 
-        let r: Vec<[Sge; 1]> = (0..4)
-            .map(|i| [b.mr.sge(i * 1024..i * 1024 + 1024)])
-            .collect();
-        let rw: Vec<RecvWr> = r
-            .iter()
-            .enumerate()
-            .map(|(i, s)| recv(100 + i as u64, s))
-            .collect();
+        let r = sge_slots(&b.mr, 4, 1024);
+        let rw = recvs(100, &r);
         let before = write_syscalls();
         recv_ok(&b.qp, &rw);
         assert_eq!(write_syscalls() - before, 0, "receives need no doorbell");
@@ -1371,9 +1364,7 @@ fn rings_wrap_around() {
         const MSG: usize = 64;
         let mut seq = 0u64;
         for _ in 0..rounds {
-            let r: Vec<[Sge; 1]> = (0..batch)
-                .map(|i| [b.mr.sge(i * MSG..(i + 1) * MSG)])
-                .collect();
+            let r = sge_slots(&b.mr, batch, MSG);
             let rw: Vec<RecvWr> = r
                 .iter()
                 .enumerate()
@@ -1385,9 +1376,7 @@ fn rings_wrap_around() {
                 m.copy_from_slice(&pattern(seq as u8 + i as u8, MSG));
                 m[..8].copy_from_slice(&(seq + i as u64).to_ne_bytes());
             }
-            let s: Vec<[Sge; 1]> = (0..batch)
-                .map(|i| [a.mr.sge(i * MSG..(i + 1) * MSG)])
-                .collect();
+            let s = sge_slots(&a.mr, batch, MSG);
             let sw: Vec<SendWr> = s
                 .iter()
                 .enumerate()
@@ -1462,8 +1451,8 @@ fn full_send_and_recv_queues() {
         // RQ.
         let (mut a, b) = rc_pair(t, &Opts::default());
         let cap = ring_capacity(&b.qp).1;
-        let r: Vec<[Sge; 1]> = (0..=cap).map(|i| [b.mr.sge(i * 64..i * 64 + 64)]).collect();
-        let rw = recvs(&r);
+        let r = sge_slots(&b.mr, cap + 1, 64);
+        let rw = recvs(0, &r);
         let e = post_recv(&b.qp, &rw).unwrap_err();
         assert_eq!(e.posted, cap, "{e}");
         assert_eq!(errno(&e), Some(12), "ENOMEM: {e}");
@@ -1471,7 +1460,7 @@ fn full_send_and_recv_queues() {
         for i in 0..cap {
             a.mr.as_mut_slice()[i * 8..i * 8 + 8].copy_from_slice(&(i as u64).to_ne_bytes());
         }
-        let s: Vec<[Sge; 1]> = (0..cap).map(|i| [a.mr.sge(i * 8..i * 8 + 8)]).collect();
+        let s = sge_slots(&a.mr, cap, 8);
         let sw: Vec<SendWr> = s
             .iter()
             .enumerate()
@@ -1509,8 +1498,8 @@ fn full_cq_keeps_its_entries() {
         );
         let cap = a.cq.cqe() as usize;
         let n = cap + 2;
-        let r: Vec<[Sge; 1]> = (0..n).map(|i| [b.mr.sge(i * 64..i * 64 + 64)]).collect();
-        let rw = recvs(&r);
+        let r = sge_slots(&b.mr, n, 64);
+        let rw = recvs(0, &r);
         recv_ok(&b.qp, &rw);
         let s = [a.mr.sge(0..8)];
         let sw: Vec<SendWr> = (0..n as u64).map(|i| SendWr::send(i, &s)).collect();
@@ -1714,9 +1703,7 @@ fn srq_shared_by_two_qps() {
         let mut ma = reg(&sa.pd, 4096, ALL_ACCESS);
         let mb = reg(&sb.pd, 4096, ALL_ACCESS);
         const MSG: usize = 64;
-        let r: Vec<[Sge; 1]> = (0..=cap)
-            .map(|i| [mb.sge(i * MSG..(i + 1) * MSG)])
-            .collect();
+        let r = sge_slots(&mb, cap + 1, MSG);
 
         let e = post_recv(&b[0], &[recv(0, &r[0])]).unwrap_err();
         assert_eq!(e.posted, 0);
@@ -1724,7 +1711,7 @@ fn srq_shared_by_two_qps() {
         assert!(e.error.to_string().contains("SRQ"), "{e}");
 
         // Full: `cap` accepted, the next refused.
-        let rw = recvs(&r);
+        let rw = recvs(0, &r);
         let e = post_srq(&srq, &rw).unwrap_err();
         assert_eq!(e.posted, cap, "{e}");
         assert_eq!(errno(&e), Some(12), "ENOMEM: {e}");
@@ -1737,7 +1724,7 @@ fn srq_shared_by_two_qps() {
         let mut seq = 0u64;
         for round in 0..rounds {
             if round > 0 {
-                let rw = recvs(&r[..cap]);
+                let rw = recvs(0, &r[..cap]);
                 post_srq(&srq, &rw).unwrap_or_else(|e| panic!("post to SRQ: {e}"));
             }
             for i in 0..cap {
@@ -1745,7 +1732,7 @@ fn srq_shared_by_two_qps() {
                 m[..8].copy_from_slice(&(seq + i as u64).to_ne_bytes());
                 m[8] = (i % 2) as u8;
             }
-            let s: Vec<[Sge; 1]> = (0..cap).map(|i| [ma.sge(i * MSG..(i + 1) * MSG)]).collect();
+            let s = sge_slots(&ma, cap, MSG);
             for (i, sg) in s.iter().enumerate() {
                 send_ok(&a[i % 2], &[SendWr::send(seq + i as u64, sg)]);
             }
@@ -1969,12 +1956,8 @@ fn error_rnr_retry_exceeded() {
 fn error_flush_after_err() {
     each_topo("error_flush_after_err", |t| {
         let (a, b) = rc_pair(t, &Opts::default());
-        let r: Vec<[Sge; 1]> = (0..4).map(|i| [b.mr.sge(i * 64..i * 64 + 64)]).collect();
-        let rw: Vec<RecvWr> = r
-            .iter()
-            .enumerate()
-            .map(|(i, s)| recv(40 + i as u64, s))
-            .collect();
+        let r = sge_slots(&b.mr, 4, 64);
+        let rw = recvs(40, &r);
         recv_ok(&b.qp, &rw);
         assert_quiet(&b.cq, "posted receives");
         let to_err = QpAttr {
@@ -2026,8 +2009,8 @@ fn completion_events() {
             },
         );
         let ch = b.cq.channel().expect("channel").clone();
-        let r: Vec<[Sge; 1]> = (0..8).map(|i| [b.mr.sge(i * 64..i * 64 + 64)]).collect();
-        let rw = recvs(&r);
+        let r = sge_slots(&b.mr, 8, 64);
+        let rw = recvs(0, &r);
         recv_ok(&b.qp, &rw);
         let s = [a.mr.sge(0..8)];
 
@@ -2212,8 +2195,8 @@ fn async_events() {
         );
         rc_connect(&qa, sa, qb.qp_num(), sb.gid, NORMAL);
         rc_connect(&qb, sb, qa.qp_num(), sa.gid, NORMAL);
-        let r: Vec<[Sge; 1]> = (0..6).map(|i| [b.mr.sge(i * 64..i * 64 + 64)]).collect();
-        let rw = recvs(&r);
+        let r = sge_slots(&b.mr, 6, 64);
+        let rw = recvs(0, &r);
         post_srq(&srq, &rw).unwrap();
         srq.set_limit(4).unwrap();
         assert_eq!(srq.query().unwrap().srq_limit, 4);
@@ -2513,10 +2496,8 @@ fn full_receive_cq_moves_the_qp_to_err() {
         let cap_b = b.cq.cqe() as usize;
         assert!((4..16).contains(&cap_b), "B's CQ holds {cap_b}");
         let s = [a.mr.sge(0..8)];
-        let r: Vec<[Sge; 1]> = (0..=cap_b)
-            .map(|i| [b.mr.sge(i * 64..i * 64 + 64)])
-            .collect();
-        let rw = recvs(&r);
+        let r = sge_slots(&b.mr, cap_b + 1, 64);
+        let rw = recvs(0, &r);
         recv_ok(&b.qp, &rw);
         for i in 0..cap_b {
             send_ok(&a.qp, &[SendWr::send(i as u64, &s)]);
