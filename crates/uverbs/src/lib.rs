@@ -36,4 +36,4 @@ pub mod write;
 
 pub use error::{Error, Result};
 pub use wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
-pub use wr::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
+pub use wr::{MrRecvWr, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::ioctl::IoctlCall;
 use crate::pd::Pd;
 use crate::provider::{KernelObj, OpsLock, PostError, SrqCreated, SrqOps};
-use crate::wr::RecvWr;
+use crate::wr::{MrRecvWr, RecvWr};
 use crate::write;
 
 /// SRQ attributes (`ibv_srq_attr`).
@@ -194,11 +194,18 @@ impl Srq {
         })
     }
 
-    /// Posts receive work requests to the SRQ.
+    /// Posts receive work requests to the SRQ; safe for the reasons given at
+    /// [`Qp::post_send`](crate::qp::Qp::post_send).
+    pub fn post_recv(&self, wrs: &[MrRecvWr<'_>]) -> std::result::Result<(), PostError> {
+        // SAFETY: every SGE names a range of a registered Mr (MrSge's invariant).
+        unsafe { self.post_recv_raw(RecvWr::raw_list(wrs)) }
+    }
+
+    /// Posts receive work requests with raw SGEs to the SRQ.
     ///
     /// # Safety
-    /// As for [`crate::qp::Qp::post_recv`].
-    pub unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostError> {
+    /// As for [`crate::qp::Qp::post_recv_raw`].
+    pub unsafe fn post_recv_raw(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostError> {
         let k = KernelObj {
             fd: self.pd.context().cmd_fd(),
             handle: self.handle,
