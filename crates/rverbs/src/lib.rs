@@ -9,6 +9,7 @@
 //! - [`cm`] (`rverbs-cm`): rdma_cm ids, events, and librdmacm's helpers.
 
 #![deny(unsafe_code)]
+#![allow(missing_docs)]
 
 pub use rverbs_cm as cm;
 pub use rverbs_provider as provider;

@@ -1800,6 +1800,40 @@ fn error_wrong_lkey() {
     });
 }
 
+/// A receive whose `Mr` is dropped before data arrives completes with an error: deregistration
+/// cuts the device off (the argument docs/architecture.md's "Why this is sound" makes for the
+/// safe post path), and nothing is written to the freed buffer.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn dropped_mr_fails_its_receive() {
+    each_topo("dropped_mr_fails_its_receive", |t| {
+        let fast = Opts {
+            path: FAST_FAIL,
+            ..Opts::default()
+        };
+        let (a, b) = rc_pair(t, &fast);
+        let gone = reg(&b.side.pd, 4096, ALL_ACCESS);
+        let r = [gone.sge(0..64)];
+        recv_ok(&b.qp, &[recv(1, &r)]);
+        drop(gone);
+        a.mr.write_at(0, b"too late");
+        let s = [a.mr.sge(0..8)];
+        send_ok(&a.qp, &[SendWr::send(2, &s)]);
+        let wc = poll1(&b.cq);
+        assert_eq!(wc.wr_id, 1, "{wc:?}");
+        assert!(
+            !wc.status.is_success(),
+            "a receive into a deregistered region must fail: {wc:?}"
+        );
+        let sc = poll1(&a.cq);
+        assert_eq!(sc.wr_id, 2, "{sc:?}");
+        assert!(!sc.status.is_success(), "the send cannot land: {sc:?}");
+    });
+}
+
 /// A wrong rkey: REM_ACCESS_ERR at the requester; the responder goes to ERR and flushes its
 /// posted receive.
 #[test]

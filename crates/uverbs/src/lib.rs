@@ -11,9 +11,14 @@
 //! kernel, each block with a `// SAFETY:` comment.
 
 #![deny(unsafe_code)]
+#![allow(missing_docs)]
 #![warn(missing_debug_implementations)]
 
-#[allow(non_camel_case_types, missing_debug_implementations)] // zerocopy derives add helper types
+#[allow(non_camel_case_types, missing_debug_implementations)]
+// zerocopy derives add helper types
+// Raw kernel structures and numbers, named field for field as in the uapi headers they are
+// layout-checked against: those headers are their documentation.
+#[allow(missing_docs)]
 pub mod abi;
 pub mod ah;
 pub mod async_event;

@@ -355,7 +355,7 @@ fn reg_raw(pd: &Pd, addr: u64, len: usize, access: AccessFlags) -> Result<(u32, 
         access_flags: access.bits(),
     };
     let mut resp = ib_uverbs_reg_mr_resp::default();
-    write::legacy_simple(ctx.cmd_fd(), nr::REG_MR, &req, &mut resp).map_err(|e| {
+    write::cmd_legacy_simple(ctx.cmd_fd(), nr::REG_MR, &req, &mut resp).map_err(|e| {
         let hint = match e {
             rustix::io::Errno::FAULT => "; the range is not mapped",
             rustix::io::Errno::NOMEM => "; the memlock limit (ulimit -l) may be too low",
@@ -787,7 +787,7 @@ fn dereg_mr(ctx: &Context, handle: u32) -> std::result::Result<(), Errno> {
         return Ok(());
     }
     let req = ib_uverbs_dereg_mr { mr_handle: handle };
-    write::legacy(ctx.cmd_fd(), nr::DEREG_MR, req.as_bytes(), &[], &mut [])
+    write::cmd_legacy(ctx.cmd_fd(), nr::DEREG_MR, req.as_bytes(), &[], &mut [])
 }
 
 impl Drop for RawMr {

@@ -554,7 +554,7 @@ impl Qp {
             }
         }
         let cmd = attr.to_modify(self.handle);
-        write::legacy(ctx.cmd_fd(), nr::MODIFY_QP, cmd.as_bytes(), &[], &mut [])
+        write::cmd_legacy(ctx.cmd_fd(), nr::MODIFY_QP, cmd.as_bytes(), &[], &mut [])
             .map_err(|e| Error::os(op(), e).with_detail(format!("mask {mask:?}")))?;
         if let Some(next) = attr.qp_state {
             self.state.store(next.0, Ordering::Relaxed);
@@ -571,7 +571,7 @@ impl Qp {
             attr_mask: u32::MAX >> 7,
         };
         let mut r = ib_uverbs_query_qp_resp::default();
-        write::legacy_simple(ctx.cmd_fd(), nr::QUERY_QP, &req, &mut r)
+        write::cmd_legacy_simple(ctx.cmd_fd(), nr::QUERY_QP, &req, &mut r)
             .map_err(|e| Error::os(format!("query QP {:#x} on {}", self.qp_num, ctx.name()), e))?;
         self.state.store(r.qp_state, Ordering::Relaxed);
         Ok(QpInfo {
@@ -619,7 +619,7 @@ impl Qp {
 
     /// Posts send work requests (one doorbell for the list).
     ///
-    /// Every SGE is an [`MrSge`] made from a live [`Mr`](crate::mr::Mr), so this is safe:
+    /// Every SGE is an [`MrSge`](crate::wr::MrSge) made from a live [`Mr`](crate::mr::Mr), so this is safe:
     /// the device reads (or, for RDMA READ and atomics, writes) memory that Rust never
     /// references while it is registered, and if an `Mr` is dropped before its requests
     /// complete, deregistration cuts the device off and the requests complete with an error
@@ -720,7 +720,7 @@ fn create_qp_write(
 ) -> std::result::Result<QpCreated, rustix::io::Errno> {
     let core = size_of::<ib_uverbs_create_qp_resp>();
     let mut resp = vec![0u8; core + uhw_out.len()];
-    write::legacy(
+    write::cmd_legacy(
         ctx.cmd_fd(),
         nr::CREATE_QP,
         req.as_bytes(),
@@ -756,7 +756,7 @@ fn destroy_kernel_qp(pd: &Pd, handle: u32) -> Result<u32> {
                 qp_handle: handle,
                 ..Default::default()
             };
-            write::legacy_simple(ctx.cmd_fd(), nr::DESTROY_QP, &req, &mut resp)
+            write::cmd_legacy_simple(ctx.cmd_fd(), nr::DESTROY_QP, &req, &mut resp)
         }
         Err(e) => Err(e),
     };

@@ -89,7 +89,7 @@ impl Srq {
             };
             let core_len = size_of::<ib_uverbs_create_srq_resp>();
             let mut resp = vec![0u8; core_len + uout.len()];
-            write::legacy(ctx.cmd_fd(), nr::CREATE_SRQ, req.as_bytes(), uin, &mut resp)
+            write::cmd_legacy(ctx.cmd_fd(), nr::CREATE_SRQ, req.as_bytes(), uin, &mut resp)
                 .map_err(|e| Error::os(op(), e))?;
             let r = ib_uverbs_create_srq_resp::read_from_prefix(&resp)
                 .map(|(r, _)| r)
@@ -156,7 +156,7 @@ impl Srq {
             srq_limit,
         };
         let udata = self.ops.lock().modify_udata().to_vec();
-        write::legacy(
+        write::cmd_legacy(
             ctx.cmd_fd(),
             nr::MODIFY_SRQ,
             req.as_bytes(),
@@ -185,7 +185,7 @@ impl Srq {
             reserved: 0,
         };
         let mut r = ib_uverbs_query_srq_resp::default();
-        write::legacy_simple(ctx.cmd_fd(), nr::QUERY_SRQ, &req, &mut r)
+        write::cmd_legacy_simple(ctx.cmd_fd(), nr::QUERY_SRQ, &req, &mut r)
             .map_err(|e| Error::os(format!("query SRQ {} on {}", self.handle, ctx.name()), e))?;
         Ok(SrqAttr {
             max_wr: r.max_wr,
@@ -228,7 +228,7 @@ fn destroy_kernel_srq(pd: &Pd, handle: u32) -> Result<u32> {
                 srq_handle: handle,
                 ..Default::default()
             };
-            write::legacy_simple(ctx.cmd_fd(), nr::DESTROY_SRQ, &req, &mut resp)
+            write::cmd_legacy_simple(ctx.cmd_fd(), nr::DESTROY_SRQ, &req, &mut resp)
         }
         Err(e) => Err(e),
     };
