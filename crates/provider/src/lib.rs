@@ -14,6 +14,7 @@
 //! ```
 
 #![deny(unsafe_code)]
+// missing_docs: to be turned to deny once every public item has its doc (issue #12, not done).
 #![allow(missing_docs)]
 
 use std::io;

@@ -5,6 +5,56 @@
 //! deregisters first and only then releases the memory (if deregistration fails, the memory is
 //! leaked). While registered the bytes are reached by copies, never by Rust references: see
 //! docs/architecture.md, "Why this is sound".
+//!
+//! What does not compile in safe code:
+//!
+//! A region outliving its buffer (borrowed memory needs [`Mr::scoped`]):
+//! ```compile_fail,E0597
+//! # use rverbs_uverbs::mr::{AccessFlags, Mr};
+//! # fn demo(pd: &std::sync::Arc<rverbs_uverbs::pd::Pd>) {
+//! let mr;
+//! {
+//!     let mut buf = vec![0u8; 4096];
+//!     mr = Mr::register(pd, &mut buf[..], AccessFlags::LOCAL_WRITE).unwrap();
+//! }
+//! drop(mr);
+//! # }
+//! ```
+//!
+//! Forgetting a registration of borrowed memory (so it would stay registered after the
+//! borrow):
+//! ```compile_fail,E0597
+//! # use rverbs_uverbs::mr::{AccessFlags, Mr};
+//! # fn demo(pd: &std::sync::Arc<rverbs_uverbs::pd::Pd>) {
+//! let mut buf = [0u8; 64];
+//! let mr = Mr::register(pd, &mut buf[..], AccessFlags::LOCAL_WRITE).unwrap();
+//! std::mem::forget(mr);
+//! # }
+//! ```
+//!
+//! A safe `&[u8]` over memory a peer may write:
+//! ```compile_fail,E0133
+//! # use rverbs_uverbs::mr::{AccessFlags, Mr, PageBuf};
+//! # fn demo(pd: &std::sync::Arc<rverbs_uverbs::pd::Pd>) {
+//! let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+//! let mr = Mr::register(pd, PageBuf::new(4096).unwrap(), access).unwrap();
+//! let bytes: &[u8] = mr.as_slice();
+//! # let _ = bytes; }
+//! ```
+//!
+//! The same three in their sound forms:
+//! ```no_run
+//! # use rverbs_uverbs::mr::{AccessFlags, Mr, PageBuf};
+//! # fn demo(pd: &std::sync::Arc<rverbs_uverbs::pd::Pd>) -> std::io::Result<()> {
+//! let mut buf = [0u8; 64];
+//! Mr::scoped(pd, &mut buf[..], AccessFlags::LOCAL_WRITE, |mr| mr.write_at(0, b"hi"))?;
+//! let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+//! let mr = Mr::register(pd, PageBuf::new(4096)?, access)?;
+//! let mut head = [0u8; 16];
+//! mr.read_at(0, &mut head);
+//! std::mem::forget(mr); // owned memory: leaked together with its registration
+//! # Ok(()) }
+//! ```
 
 #![allow(unsafe_code)]
 
@@ -680,12 +730,15 @@ pub unsafe fn copy_from_shared(src: *const u8, dst: &mut [u8]) {
         dst[i] = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Relaxed);
         i += 1;
     }
-    while i + W <= n {
-        // SAFETY: in range, aligned to W (the loop above).
-        let w = unsafe { AtomicUsize::from_ptr(src.add(i).cast_mut().cast()) }.load(Relaxed);
-        dst[i..i + W].copy_from_slice(&w.to_ne_bytes());
-        i += W;
+    let words = (n - i) / W;
+    // SAFETY: src+i is aligned to W (the loop above) and `words` words from it are in range.
+    let shared = unsafe { src.add(i) }.cast::<usize>().cast_mut();
+    for (k, chunk) in dst[i..i + words * W].chunks_exact_mut(W).enumerate() {
+        // SAFETY: word k of the aligned, in-range run.
+        let w = unsafe { AtomicUsize::from_ptr(shared.add(k)) }.load(Relaxed);
+        chunk.copy_from_slice(&w.to_ne_bytes());
     }
+    i += words * W;
     while i < n {
         // SAFETY: in range.
         dst[i] = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Relaxed);
@@ -709,12 +762,15 @@ pub unsafe fn copy_to_shared(src: &[u8], dst: *mut u8) {
         unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(src[i], Relaxed);
         i += 1;
     }
-    while i + W <= n {
-        let w = usize::from_ne_bytes(src[i..i + W].try_into().expect("W bytes"));
-        // SAFETY: in range, aligned to W.
-        unsafe { AtomicUsize::from_ptr(dst.add(i).cast()) }.store(w, Relaxed);
-        i += W;
+    let words = (n - i) / W;
+    // SAFETY: dst+i is aligned to W (the loop above) and `words` words from it are in range.
+    let shared = unsafe { dst.add(i) }.cast::<usize>();
+    for (k, chunk) in src[i..i + words * W].chunks_exact(W).enumerate() {
+        let w = usize::from_ne_bytes(chunk.try_into().expect("W bytes"));
+        // SAFETY: word k of the aligned, in-range run.
+        unsafe { AtomicUsize::from_ptr(shared.add(k)) }.store(w, Relaxed);
     }
+    i += words * W;
     while i < n {
         // SAFETY: in range.
         unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(src[i], Relaxed);
