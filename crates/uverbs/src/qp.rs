@@ -26,7 +26,7 @@ use crate::ioctl::IoctlCall;
 use crate::mr::AccessFlags;
 use crate::pd::Pd;
 use crate::provider::{
-    KernelObj, OpsGuard, OpsLock, PostError, QpCaps, QpCreated, QpOps, QpRequest,
+    KernelObj, OpsGuard, OpsLock, PostError, PostQueue, QpCaps, QpCreated, QpOps, QpRequest,
 };
 use crate::srq::Srq;
 use crate::wc::raw_newtype;
@@ -656,19 +656,24 @@ impl Qp {
         }
         let k = self.kobj();
         // SAFETY: forwarded to the caller.
-        unsafe { self.lock().post_send(k, wrs) }
+        unsafe { self.lock().post_send(k, wrs) }.map_err(|e| self.post_error(e, PostQueue::Send))
+    }
+
+    /// Names this QP and its device in a provider's error.
+    #[cold]
+    fn post_error(&self, e: PostError, queue: PostQueue) -> PostError {
+        e.at(self.pd.context().name(), queue, self.qp_num)
     }
 
     #[cold]
     fn send_refused(&self, st: QpState) -> PostError {
-        PostError {
-            posted: 0,
-            error: Error::invalid(
-                format!("post send on QP {:#x}", self.qp_num),
+        self.post_error(
+            PostError::invalid(
+                0,
                 format!("the QP is in {st}: sends need RTS (connect first)"),
-            )
-            .into(),
-        }
+            ),
+            PostQueue::Send,
+        )
     }
 
     /// Posts receive work requests; safe for the reasons given at [`Qp::post_send`].
@@ -685,28 +690,20 @@ impl Qp {
     #[inline]
     pub unsafe fn post_recv_raw(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostError> {
         if self.state() == QpState::RESET {
-            return Err(PostError {
-                posted: 0,
-                error: Error::invalid(
-                    format!("post receive on QP {:#x}", self.qp_num),
-                    "the QP is in RESET: receives need INIT or later",
-                )
-                .into(),
-            });
+            return Err(self.post_error(
+                PostError::invalid(0, "the QP is in RESET: receives need INIT or later"),
+                PostQueue::Recv,
+            ));
         }
         if self.srq.is_some() {
-            return Err(PostError {
-                posted: 0,
-                error: Error::invalid(
-                    format!("post receive on QP {:#x}", self.qp_num),
-                    "the QP uses an SRQ: post receives to the SRQ",
-                )
-                .into(),
-            });
+            return Err(self.post_error(
+                PostError::invalid(0, "the QP uses an SRQ: post receives to the SRQ"),
+                PostQueue::Recv,
+            ));
         }
         let k = self.kobj();
         // SAFETY: forwarded to the caller.
-        unsafe { self.lock().post_recv(k, wrs) }
+        unsafe { self.lock().post_recv(k, wrs) }.map_err(|e| self.post_error(e, PostQueue::Recv))
     }
 }
 

@@ -18,7 +18,7 @@ use crate::context::M_DESTROY_SRQ;
 use crate::error::{Error, Result};
 use crate::ioctl::IoctlCall;
 use crate::pd::Pd;
-use crate::provider::{KernelObj, OpsLock, PostError, SrqCreated, SrqOps};
+use crate::provider::{KernelObj, OpsLock, PostError, PostQueue, SrqCreated, SrqOps};
 use crate::wr::{MrRecvWr, RecvWr};
 use crate::write;
 
@@ -212,6 +212,7 @@ impl Srq {
         };
         // SAFETY: forwarded to the caller.
         unsafe { self.ops.lock().post_recv(k, wrs) }
+            .map_err(|e| e.at(self.pd.context().name(), PostQueue::Srq, self.srq_num))
     }
 }
 

@@ -36,7 +36,7 @@ use super::abi::{
 };
 use super::doorbell::post_send_doorbell;
 use super::queue::{QueueKind, RxeQueue};
-use super::{PostError, PostErrorReason};
+use super::{PostErrorReason, RxePostError};
 use rverbs_uverbs::{Error, SendFlags, SendOp, SendWr};
 
 /// The transport of the QP a send queue belongs to.
@@ -420,7 +420,7 @@ impl RxeSq {
 
     /// Posts `wrs` in order and publishes them to the kernel with one producer-index store.
     /// Returns `wrs.len()`. Stops at the first request that is invalid or finds the queue
-    /// full: the [`PostError`] says how many were posted before it. Does not ring the
+    /// full: the [`RxePostError`] says how many were posted before it. Does not ring the
     /// doorbell (see [`post_send_doorbell`] / [`RxeSq::post_and_ring`]). Never allocates.
     ///
     /// # Safety
@@ -433,12 +433,12 @@ impl RxeSq {
     /// to `length` readable bytes during this call (they are copied into the WQE; the lkey is
     /// ignored).
     #[inline]
-    pub unsafe fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<usize, PostError> {
+    pub unsafe fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<usize, RxePostError> {
         let start = self.queue.load_own();
         let mut prod = start;
         let mut cons = self.queue.load_peer();
         for (i, wr) in wrs.iter().enumerate() {
-            let fail = |reason| PostError {
+            let fail = |reason| RxePostError {
                 queue: QueueKind::Send,
                 posted: i,
                 reason,
