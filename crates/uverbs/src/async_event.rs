@@ -56,7 +56,9 @@ pub enum AsyncElement {
 /// One async event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AsyncEvent {
+    /// What happened.
     pub event_type: AsyncEventType,
+    /// The object (CQ, QP, SRQ, WQ, port) it happened to.
     pub element: AsyncElement,
 }
 

@@ -821,9 +821,13 @@ pub unsafe fn register_raw(
 pub struct RawMr {
     pd: Arc<Pd>,
     handle: u32,
+    /// Local key: what SGEs over this memory carry.
     pub lkey: u32,
+    /// Remote key: what a peer's RDMA READ/WRITE/atomic names.
     pub rkey: u32,
+    /// Start address of the registered range.
     pub addr: u64,
+    /// Length of the registered range, in bytes.
     pub len: usize,
 }
 

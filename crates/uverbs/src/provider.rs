@@ -35,6 +35,7 @@ pub struct KernelObj<'a> {
 /// The kernel's answer to a CQ create.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CqCreated {
+    /// The CQ's kernel handle.
     pub handle: u32,
     /// Entries the kernel actually gave (≥ requested).
     pub cqe: u32,
@@ -43,36 +44,52 @@ pub struct CqCreated {
 /// The kernel's answer to a QP create.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QpCreated {
+    /// The QP's kernel handle.
     pub handle: u32,
+    /// The QP number peers address.
     pub qp_num: u32,
+    /// Capacities the kernel granted (≥ requested).
     pub caps: QpCaps,
 }
 
 /// The kernel's answer to an SRQ create.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SrqCreated {
+    /// The SRQ's kernel handle.
     pub handle: u32,
+    /// Work requests the SRQ holds, as the kernel answered.
     pub max_wr: u32,
+    /// Most SGEs per work request, as the kernel answered.
     pub max_sge: u32,
+    /// The SRQ number the kernel reported (what XRC senders address; may be 0 otherwise).
     pub srq_num: u32,
 }
 
 /// Queue pair capacities (`ib_uverbs_qp_cap`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QpCaps {
+    /// Outstanding work requests the send queue holds.
     pub max_send_wr: u32,
+    /// Outstanding work requests the receive queue holds.
     pub max_recv_wr: u32,
+    /// Most SGEs per send work request.
     pub max_send_sge: u32,
+    /// Most SGEs per receive work request.
     pub max_recv_sge: u32,
+    /// Most bytes of inline data per send.
     pub max_inline_data: u32,
 }
 
 /// What a driver learns about a QP being created.
 #[derive(Clone, Copy, Debug)]
 pub struct QpRequest {
+    /// RC, UC, UD, …
     pub qp_type: crate::qp::QpType,
+    /// Capacities the caller asked for.
     pub caps: QpCaps,
+    /// Every send produces a completion, whatever its SIGNALED flag.
     pub sq_sig_all: bool,
+    /// The QP takes receives from an SRQ (so it has no receive queue).
     pub has_srq: bool,
 }
 
