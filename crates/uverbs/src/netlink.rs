@@ -335,6 +335,8 @@ impl<'a> AttrTable<'a> {
 
 /// One RDMA device as `RDMA_NLDEV_CMD_GET` reports it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+// The kernel adds nldev attributes; a new field is not a breaking change.
+#[non_exhaustive]
 pub struct NlDevice {
     /// The kernel's device index (`RDMA_NLDEV_ATTR_DEV_INDEX`), used by the other commands.
     pub index: u32,
@@ -407,6 +409,8 @@ pub fn phys_state_name(state: u8) -> &'static str {
 
 /// One port as `RDMA_NLDEV_CMD_PORT_GET` reports it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+// The kernel adds nldev attributes; a new field is not a breaking change.
+#[non_exhaustive]
 pub struct NlPort {
     /// The kernel's index of the port's device.
     pub dev_index: u32,

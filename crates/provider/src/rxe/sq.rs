@@ -117,6 +117,8 @@ fn op_name(op: &SendOp) -> &'static str {
         SendOp::AtomicCmpSwp { .. } => "ATOMIC_CMP_AND_SWP",
         SendOp::AtomicFetchAdd { .. } => "ATOMIC_FETCH_AND_ADD",
         SendOp::LocalInv { .. } => "LOCAL_INV",
+        // SendOp is non_exhaustive: an operation added later gets this name in the refusal.
+        _ => "an operation this provider does not know",
     }
 }
 
@@ -129,6 +131,8 @@ fn supported(op: &SendOp, qp_type: RxeQpType) -> bool {
         | SendOp::AtomicCmpSwp { .. }
         | SendOp::AtomicFetchAdd { .. }
         | SendOp::LocalInv { .. } => qp_type == RxeQpType::Rc,
+        // Operations added to SendOp later are refused until this provider implements them.
+        _ => false,
     }
 }
 
@@ -351,6 +355,8 @@ impl RxeSq {
                     });
                     iova = remote_addr;
                 }
+                // `build` refused every operation not named above (`supported` is false).
+                _ => {}
             }
             ptr::addr_of_mut!((*w).ex).write(ex);
             if let Some(ud) = plan.ud {
