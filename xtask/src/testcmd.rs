@@ -1,8 +1,14 @@
 //! `cargo xtask test`: formatting and lints, host tests, then the integration tests built with
 //! `--cfg rverbs_vm` in the guests. Ends with one summary line
 //! `xtask: N passed, N failed, N skipped` (skipped = ignored) and a non-zero exit on any failure.
+//!
+//! The stages are the list in [`run`]. To add one: write `pub fn stage(report: &mut Report,
+//! opts: &Opts)` in a new file (see usercrate.rs), add its `mod` line in main.rs and one call
+//! in that list; count its results with [`Report::add`] (or [`check`] for a command that
+//! passes or fails as a whole, [`parse_results`] for libtest output).
 
 use crate::build::{self, GuestTarget};
+use crate::kernel::{KernelSpec, KERNELS};
 use crate::util::{self, fmt_secs, Context, Result};
 use crate::vm::{self, Bed, Display, Guest, GuestStatus, Payload, RunSpec, Topo};
 use std::collections::BTreeSet;
@@ -15,8 +21,18 @@ use std::time::{Duration, Instant};
 /// Tests whose name contains this need rdma-core's C tools: not run in the minimal guest.
 const INTEROP: &str = "interop";
 
-/// The VM stages, in order.
-const VM_STAGES: &[(Guest, Topo)] = &[
+/// The VM stages of a default run (no `--kernel`), in order: every integration test binary
+/// runs in each. Both kernels get both topologies and the host guest (so the interop tests)
+/// once, and every guest/topology pair runs once, in about 12 minutes (docs/testing.md).
+const VM_STAGES: &[(&str, Guest, Topo)] = &[
+    ("6.1", Guest::Minimal, Topo::One),
+    ("6.1", Guest::Host, Topo::Two),
+    ("6.12", Guest::Host, Topo::One),
+    ("6.12", Guest::Minimal, Topo::Two),
+];
+
+/// The VM stages per kernel with `--kernel K` or `--kernel all`: the whole matrix.
+const FULL_MATRIX: &[(Guest, Topo)] = &[
     (Guest::Minimal, Topo::One),
     (Guest::Host, Topo::One),
     (Guest::Host, Topo::Two),
@@ -40,20 +56,22 @@ impl std::ops::AddAssign for Counts {
     }
 }
 
-struct Stage {
+pub struct Stage {
     name: String,
     counts: Counts,
     notes: Vec<String>,
     took: Duration,
 }
 
+/// The results of a `cargo xtask test` run, stage by stage.
 #[derive(Default)]
-struct Report {
+pub struct Report {
     stages: Vec<Stage>,
 }
 
 impl Report {
-    fn add(&mut self, name: &str, counts: Counts, notes: Vec<String>, took: Duration) {
+    /// Records (and prints) one stage's counts and notes.
+    pub fn add(&mut self, name: &str, counts: Counts, notes: Vec<String>, took: Duration) {
         let line = format!(
             "xtask: stage {name}: {} passed, {} failed, {} skipped ({})",
             counts.passed,
@@ -112,16 +130,26 @@ pub fn parse_results(text: &str) -> Option<Counts> {
     found
 }
 
-struct Opts {
-    host: bool,
-    vm: bool,
-    test_args: Vec<String>,
+/// Options of `cargo xtask test`.
+pub struct Opts {
+    pub host: bool,
+    pub vm: bool,
+    /// The VM stages: (kernel, guest, topology).
+    pub vm_stages: Vec<(KernelSpec, Guest, Topo)>,
+    /// The kernels the VM stages boot, in order (each at least once).
+    pub kernels: Vec<KernelSpec>,
+    pub test_args: Vec<String>,
 }
 
 pub fn run(args: &[String]) -> Result<u8> {
     let mut opts = Opts {
         host: true,
         vm: true,
+        vm_stages: VM_STAGES
+            .iter()
+            .map(|&(k, g, t)| (KernelSpec::parse(k).expect("a known kernel"), g, t))
+            .collect(),
+        kernels: KERNELS.to_vec(),
         test_args: Vec::new(),
     };
     let mut it = args.iter();
@@ -129,6 +157,17 @@ pub fn run(args: &[String]) -> Result<u8> {
         match a.as_str() {
             "--no-vm" => opts.vm = false,
             "--vm-only" => opts.host = false,
+            "--kernel" => {
+                let v = it
+                    .next()
+                    .ok_or("--kernel needs a value: 6.1, 6.12 or all")?;
+                opts.kernels = crate::parse_kernels(v, true)?;
+                opts.vm_stages = opts
+                    .kernels
+                    .iter()
+                    .flat_map(|&k| FULL_MATRIX.iter().map(move |&(g, t)| (k, g, t)))
+                    .collect();
+            }
             "--" => opts.test_args.extend(it.by_ref().cloned()),
             "--help" | "-h" => {
                 print!("{}", crate::HELP);
@@ -140,7 +179,10 @@ pub fn run(args: &[String]) -> Result<u8> {
         }
     }
     let t0 = Instant::now();
+    // Everything the stages use, installed first (or a stop right here with the apt-get line).
+    crate::packages::ensure(crate::packages::Need::Test, "xtask")?;
     let mut report = Report::default();
+    // ---- the stages, in order ----
     if opts.host {
         check(
             &mut report,
@@ -171,7 +213,9 @@ pub fn run(args: &[String]) -> Result<u8> {
     }
     if opts.vm {
         vm_stages(&mut report, &opts);
+        crate::usercrate::stage(&mut report, &opts);
     }
+    // ---- end of the stages ----
     let total = report.total();
     let mut text = String::new();
     for s in &report.stages {
@@ -208,7 +252,8 @@ pub fn run(args: &[String]) -> Result<u8> {
     })
 }
 
-fn check(report: &mut Report, name: &str, cmd: &mut Command) {
+/// Runs `cmd` as one stage that passes (exit 0) or fails as a whole.
+pub fn check(report: &mut Report, name: &str, cmd: &mut Command) {
     println!("xtask: ==== {name}: {}", util::show(cmd));
     let t = Instant::now();
     let (counts, notes) = match cmd.status() {
@@ -238,7 +283,7 @@ fn check(report: &mut Report, name: &str, cmd: &mut Command) {
 }
 
 /// Runs a command with its output shown and returns its stdout text and success.
-fn tee(cmd: &mut Command) -> Result<(String, std::process::ExitStatus)> {
+pub fn tee(cmd: &mut Command) -> Result<(String, std::process::ExitStatus)> {
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -295,7 +340,7 @@ fn host_tests(report: &mut Report) {
     report.add("host tests", counts, notes, t.elapsed());
 }
 
-fn fail_stage(report: &mut Report, name: &str, why: String, t: Instant) {
+pub fn fail_stage(report: &mut Report, name: &str, why: String, t: Instant) {
     report.add(
         name,
         Counts {
@@ -340,17 +385,8 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
         t.elapsed(),
     );
 
-    let t = Instant::now();
-    let bed = match Bed::prepare() {
-        Ok(b) => b,
-        Err(e) => return fail_stage(report, "vm set-up", e.0, t),
-    };
-    println!(
-        "xtask: guest kernel {}, {:?}, set-up took {}",
-        bed.kernel.package,
-        bed.accel,
-        fmt_secs(t.elapsed())
-    );
+    // One bed per kernel, prepared on first use (download and unpacking are cached).
+    let mut beds: Vec<(KernelSpec, std::result::Result<Bed, String>)> = Vec::new();
 
     let mut dirs = BTreeSet::new();
     for a in &tests.tests {
@@ -366,6 +402,8 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
         rverbs: Some(rverbs),
         files,
         dirs: dirs.into_iter().collect(),
+        host_paths: vec![util::workspace_root(), util::target_dir()],
+        env: vec![],
     };
     let stage_timeout = env_secs("RVERBS_VM_STAGE_TIMEOUT", 900);
     let test_timeout = env_secs("RVERBS_VM_TEST_TIMEOUT", 300);
@@ -374,14 +412,45 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
     args.extend(opts.test_args.iter().cloned());
     let user_filter = !opts.test_args.is_empty();
 
-    for &(guest, topo) in VM_STAGES {
-        let name = format!("vm {}/{}", guest.name(), topo.name());
-        println!(
-            "xtask: ==== {name}: booting the {} guest, {} topology",
-            guest.name(),
-            topo.name()
-        );
+    for &(kernel, guest, topo) in &opts.vm_stages {
+        let name = format!("vm {} {}/{}", kernel.name, guest.name(), topo.name());
         let t = Instant::now();
+        if !beds.iter().any(|(k, _)| *k == kernel) {
+            println!(
+                "xtask: ==== vm set-up {}: packages, kernel, initramfs",
+                kernel.name
+            );
+            let b = Bed::prepare(&util::bed_config(kernel)).map_err(|e| e.0);
+            if let Ok(b) = &b {
+                println!(
+                    "xtask: guest kernel {} ({}), {:?}, set-up took {}",
+                    kernel.name,
+                    b.kernel.package,
+                    b.accel,
+                    fmt_secs(t.elapsed())
+                );
+            }
+            beds.push((kernel, b));
+        }
+        let bed = match beds.iter().find(|(k, _)| *k == kernel).map(|(_, b)| b) {
+            Some(Ok(b)) => b,
+            Some(Err(e)) => {
+                fail_stage(
+                    report,
+                    &name,
+                    format!("vm set-up of kernel {}: {e}", kernel.name),
+                    t,
+                );
+                continue;
+            }
+            None => unreachable!(),
+        };
+        println!(
+            "xtask: ==== {name}: booting the {} guest, {} topology, kernel {}",
+            guest.name(),
+            topo.name(),
+            kernel.name
+        );
         let mut stage_args = args.clone();
         if guest == Guest::Minimal {
             // Interop tests need rdma-core's C tools, which only the host guest has.
@@ -390,7 +459,7 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
         let spec = RunSpec {
             guest,
             topo,
-            label: &format!("test-{}-{}", guest.name(), topo.name()),
+            label: &format!("test-{}-{}-{}", kernel.name, guest.name(), topo.name()),
             script: runner_script(&tests.tests, &stage_args, test_timeout),
             cwd: None,
             timeout: stage_timeout,
@@ -414,7 +483,7 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
     }
 }
 
-fn env_secs(var: &str, default: u64) -> Duration {
+pub fn env_secs(var: &str, default: u64) -> Duration {
     Duration::from_secs(
         std::env::var(var)
             .ok()

@@ -1,15 +1,19 @@
-//! Obtains the guest kernel: the Debian package that `linux-image-amd64` depends on, its
-//! vmlinuz and the modules the test bed needs (with their dependencies from modules.dep),
-//! cached under `target/vm/kernel/<package>/`.
+//! Obtains a guest kernel: the Debian package that `linux-image-amd64` of a Debian release
+//! depends on (6.1 of bookworm, 6.12 of trixie), its vmlinuz and the modules the bed needs
+//! (with their dependencies from modules.dep), cached under `<cache>/kernel/<suite>/<package>/`.
+//! The package lists come from a private apt state per release (`<cache>/apt/<suite>/`), so
+//! neither root nor the host's own sources are needed, whatever Debian release the host runs.
 
 use crate::bail;
-use crate::util::{self, output, Context, Result};
+use crate::util::{self, output, say, Context, Result};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant, SystemTime};
 
-/// Modules the guests load (their dependencies are added from modules.dep).
+/// Modules the guests load (their dependencies are added from modules.dep). A name ending in
+/// `?` is optional: left out when the kernel has neither the module nor the built-in.
 pub const WANTED_MODULES: &[&str] = &[
     // virtio PCI transport and 9p, for the shares
     "virtio_pci",
@@ -28,13 +32,56 @@ pub const WANTED_MODULES: &[&str] = &[
     // netdevs for the topologies; rxe computes its ICRC with the kernel's "crc32"
     "dummy",
     "veth",
-    "crc32_generic",
+    "crc32_generic?",
 ];
 
 const META_PACKAGE: &str = "linux-image-amd64";
+/// Package lists older than this are fetched again (a newer kernel may have been published).
+const LISTS_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+const KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
+
+/// A kernel the bed can boot: a name for the command line and the Debian release it comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelSpec {
+    /// What `--kernel` takes: `6.1`, `6.12`.
+    pub name: &'static str,
+    /// The Debian release whose `linux-image-amd64` names the package.
+    pub suite: &'static str,
+}
+
+/// The kernels the bed knows, oldest first.
+pub const KERNELS: &[KernelSpec] = &[
+    KernelSpec {
+        name: "6.1",
+        suite: "bookworm",
+    },
+    KernelSpec {
+        name: "6.12",
+        suite: "trixie",
+    },
+];
+
+/// The default kernel of single-guest commands (`rverbs-vm run`, `cargo xtask vm`).
+pub const DEFAULT_KERNEL: KernelSpec = KERNELS[0];
+
+impl KernelSpec {
+    /// `6.1`, `6.12`, or a release name (`bookworm`, `trixie`).
+    pub fn parse(s: &str) -> Option<KernelSpec> {
+        KERNELS
+            .iter()
+            .copied()
+            .find(|k| k.name == s || k.suite == s)
+    }
+
+    /// The accepted names, for messages.
+    pub fn names() -> String {
+        KERNELS.iter().map(|k| k.name).collect::<Vec<_>>().join("|")
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct Kernel {
+    pub spec: KernelSpec,
     pub package: String,
     pub release: String,
     pub vmlinuz: PathBuf,
@@ -45,37 +92,235 @@ pub struct Kernel {
     pub modules: Vec<PathBuf>,
 }
 
-/// Returns the cached kernel, downloading and preparing it when the package changed.
-pub fn prepare(vm_dir: &Path) -> Result<Kernel> {
-    let kdir = vm_dir.join("kernel");
-    let package = match current_package() {
+/// A private apt configuration for one Debian release: its own sources.list, lists and cache.
+struct Apt {
+    dir: PathBuf,
+    suite: &'static str,
+}
+
+impl Apt {
+    fn new(cache: &Path, suite: &'static str) -> Result<Apt> {
+        let dir = cache.join("apt").join(suite);
+        for d in [
+            "state/lists/partial",
+            "cache/archives/partial",
+            "parts",
+            "prefs",
+        ] {
+            fs::create_dir_all(dir.join(d))
+                .context(|| format!("cannot create {}", dir.join(d).display()))?;
+        }
+        if !Path::new(KEYRING).exists() {
+            bail!("{KEYRING} is missing: it is needed to check Debian's package lists (install debian-archive-keyring)");
+        }
+        let mut list = String::new();
+        for (uri, suffix) in mirrors() {
+            list.push_str(&format!(
+                "deb [signed-by={KEYRING}] {uri} {}{suffix} main\n",
+                suite
+            ));
+        }
+        let sources = dir.join("sources.list");
+        if fs::read_to_string(&sources).ok().as_deref() != Some(list.as_str()) {
+            fs::write(&sources, &list).context(|| format!("cannot write {}", sources.display()))?;
+        }
+        let status = dir.join("status");
+        if !status.exists() {
+            fs::write(&status, "").context(|| format!("cannot write {}", status.display()))?;
+        }
+        Ok(Apt { dir, suite })
+    }
+
+    fn cmd(&self, prog: &str) -> Command {
+        let d = |p: &str| self.dir.join(p).to_string_lossy().into_owned();
+        let mut c = Command::new(prog);
+        for (k, v) in [
+            ("Dir::Etc::SourceList", d("sources.list")),
+            ("Dir::Etc::SourceParts", d("parts")),
+            ("Dir::Etc::PreferencesParts", d("prefs")),
+            ("Dir::Etc::Preferences", d("prefs/none")),
+            ("Dir::State", d("state")),
+            ("Dir::State::status", d("status")),
+            ("Dir::Cache", d("cache")),
+            ("Debug::NoLocking", "1".into()),
+            ("Acquire::Languages", "none".into()),
+            // Only the Packages indices: no AppStream metadata or icons (apt.conf.d may add them).
+            (
+                "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled",
+                "false".into(),
+            ),
+            (
+                "Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled",
+                "false".into(),
+            ),
+            (
+                "Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled",
+                "false".into(),
+            ),
+            (
+                "Acquire::IndexTargets::deb::DEP-11-icons-hidpi::DefaultEnabled",
+                "false".into(),
+            ),
+            ("APT::Architecture", "amd64".into()),
+            ("APT::Architectures", "amd64".into()),
+        ] {
+            c.arg("-o").arg(format!("{k}={v}"));
+        }
+        if util::is_root() {
+            // Downloads into a user's cache: apt's _apt sandbox user could not write there.
+            c.args(["-o", "APT::Sandbox::User=root"]);
+        }
+        c
+    }
+
+    /// Time since the last successful `update` (apt dates the list files by the archive's
+    /// clock, so a stamp of our own says when we fetched them).
+    fn lists_age(&self) -> Option<Duration> {
+        let t = fs::metadata(self.dir.join("updated"))
+            .ok()?
+            .modified()
+            .ok()?;
+        SystemTime::now().duration_since(t).ok()
+    }
+
+    fn update(&self) -> Result<()> {
+        let t = Instant::now();
+        say(format!(
+            "fetching Debian {}'s package lists (apt-get update, private state in {})",
+            self.suite,
+            self.dir.display()
+        ));
+        output(self.cmd("apt-get").args(["update", "-q"]))?;
+        let _ = fs::write(self.dir.join("updated"), "");
+        say(format!(
+            "package lists of {} fetched in {}",
+            self.suite,
+            util::fmt_secs(t.elapsed())
+        ));
+        Ok(())
+    }
+
+    /// `apt-cache depends linux-image-amd64` → `linux-image-6.1.0-NN-amd64`.
+    fn kernel_package(&self) -> Result<String> {
+        let text = output(self.cmd("apt-cache").args(["depends", META_PACKAGE]))?;
+        parse_depends(&text).ok_or_else(|| {
+            format!(
+                "`apt-cache depends {META_PACKAGE}` of {} names no kernel package",
+                self.suite
+            )
+            .into()
+        })
+    }
+}
+
+/// The Debian mirrors the host's apt uses (`$RVERBS_TESTBED_MIRROR` first), with the suite
+/// suffix each serves: the main archive ("") and, when the host names one, the security one.
+fn mirrors() -> Vec<(String, &'static str)> {
+    if let Ok(m) = std::env::var("RVERBS_TESTBED_MIRROR") {
+        if !m.is_empty() {
+            return vec![(m, "")];
+        }
+    }
+    let mut text = fs::read_to_string("/etc/apt/sources.list").unwrap_or_default();
+    if let Ok(rd) = fs::read_dir("/etc/apt/sources.list.d") {
+        let mut files: Vec<_> = rd.flatten().map(|e| e.path()).collect();
+        files.sort();
+        for f in files {
+            let name = f.to_string_lossy();
+            if name.ends_with(".list") || name.ends_with(".sources") {
+                text.push_str(&fs::read_to_string(&f).unwrap_or_default());
+                text.push('\n');
+            }
+        }
+    }
+    mirrors_from(&text)
+}
+
+fn mirrors_from(sources: &str) -> Vec<(String, &'static str)> {
+    let mut main = None;
+    let mut security = None;
+    for line in sources.lines() {
+        let line = line.trim();
+        let uris: Vec<&str> = if let Some(rest) = line.strip_prefix("URIs:") {
+            rest.split_whitespace().collect()
+        } else if let Some(rest) = line.strip_prefix("deb ") {
+            let rest = rest.trim_start();
+            let rest = match rest.strip_prefix('[') {
+                Some(r) => r.split_once(']').map_or("", |x| x.1),
+                None => rest,
+            };
+            rest.split_whitespace().take(1).collect()
+        } else {
+            continue;
+        };
+        for u in uris {
+            let u = u.trim_end_matches('/');
+            if u.ends_with("/debian-security") {
+                security.get_or_insert_with(|| u.to_string());
+            } else if u.ends_with("/debian") {
+                main.get_or_insert_with(|| u.to_string());
+            }
+        }
+    }
+    let mut out = vec![(
+        main.unwrap_or_else(|| "http://deb.debian.org/debian".to_string()),
+        "",
+    )];
+    if let Some(s) = security {
+        out.push((s, "-security"));
+    }
+    out
+}
+
+/// Returns the cached kernel of `spec`, downloading and preparing it when Debian's package
+/// changed. Progress goes to stderr.
+pub fn prepare(cache: &Path, spec: KernelSpec) -> Result<Kernel> {
+    let kdir = cache.join("kernel").join(spec.suite);
+    let apt = Apt::new(cache, spec.suite)?;
+    let fresh = apt.lists_age().is_some_and(|a| a < LISTS_MAX_AGE);
+    let mut found = if fresh {
+        apt.kernel_package()
+    } else {
+        Err("stale lists".into())
+    };
+    if found.is_err() {
+        found = apt.update().and_then(|_| apt.kernel_package());
+    }
+    let package = match found {
         Ok(p) => p,
         Err(e) => match newest_cached(&kdir) {
             Some(p) => {
-                eprintln!("xtask: warning: {e}; using the cached kernel package {p}");
+                say(format!("warning: {e}; using the cached kernel package {p}"));
                 p
             }
             None => bail!(
-                "the guest kernel package is not obtainable: {e}\n\
-                 (the test bed boots the kernel package that Debian's `{META_PACKAGE}` depends on; \
-                 it needs apt's package lists: run `apt-get update` as root)"
+                "the guest kernel {} is not obtainable: {e}\n\
+                 (the bed boots the kernel package that Debian {}'s `{META_PACKAGE}` depends on, \
+                 from the Debian mirror the host's apt uses or $RVERBS_TESTBED_MIRROR)",
+                spec.name,
+                spec.suite
             ),
         },
     };
     let dir = kdir.join(&package);
-    if let Ok(k) = load(&dir, &package) {
+    if let Ok(k) = load(&dir, &package, spec) {
         return Ok(k);
     }
-    eprintln!("xtask: preparing guest kernel {package} (download and module extraction, once)");
+    let t = Instant::now();
+    say(format!(
+        "preparing guest kernel {} ({package}): download, unpack, modules (once; cached in {})",
+        spec.name,
+        kdir.display()
+    ));
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).context(|| format!("cannot create {}", dir.display()))?;
-    let res = extract(&dir, &package);
+    let res = extract(&apt, &dir, &package);
     let _ = fs::remove_dir_all(dir.join("dl"));
     if let Err(e) = res {
         let _ = fs::remove_dir_all(&dir);
         return Err(e);
     }
-    // Older kernels are not needed any more.
+    // Older kernels of this release are not needed any more.
     if let Ok(rd) = fs::read_dir(&kdir) {
         for e in rd.flatten() {
             if e.file_name().to_string_lossy() != package {
@@ -83,24 +328,12 @@ pub fn prepare(vm_dir: &Path) -> Result<Kernel> {
             }
         }
     }
-    load(&dir, &package)
-}
-
-/// `apt-cache depends linux-image-amd64` → `linux-image-6.1.0-NN-amd64`.
-fn current_package() -> Result<String> {
-    let query = || output(Command::new("apt-cache").args(["depends", META_PACKAGE]));
-    let text = match query().map(|t| parse_depends(&t)) {
-        Ok(Some(p)) => return Ok(p),
-        Ok(None) | Err(_) if util::is_root() && util::which("apt-get").is_some() => {
-            eprintln!("xtask: apt knows no {META_PACKAGE}; running `apt-get update`");
-            util::run(Command::new("apt-get").arg("update").arg("-q"))?;
-            query()?
-        }
-        Ok(None) => bail!("`apt-cache depends {META_PACKAGE}` names no kernel package"),
-        Err(e) => return Err(e),
-    };
-    parse_depends(&text)
-        .ok_or_else(|| format!("`apt-cache depends {META_PACKAGE}` names no kernel package").into())
+    say(format!(
+        "guest kernel {} ready in {}",
+        spec.name,
+        util::fmt_secs(t.elapsed())
+    ));
+    load(&dir, &package, spec)
 }
 
 fn parse_depends(text: &str) -> Option<String> {
@@ -116,7 +349,7 @@ fn parse_depends(text: &str) -> Option<String> {
 }
 
 fn newest_cached(kdir: &Path) -> Option<String> {
-    let mut best: Option<(std::time::SystemTime, String)> = None;
+    let mut best: Option<(SystemTime, String)> = None;
     for e in fs::read_dir(kdir).ok()?.flatten() {
         if e.path().join("READY").exists() {
             let t = e.metadata().and_then(|m| m.modified()).ok()?;
@@ -128,7 +361,7 @@ fn newest_cached(kdir: &Path) -> Option<String> {
     best.map(|b| b.1)
 }
 
-fn load(dir: &Path, package: &str) -> Result<Kernel> {
+fn load(dir: &Path, package: &str, spec: KernelSpec) -> Result<Kernel> {
     let ready = fs::read_to_string(dir.join("READY")).context(|| "no cached kernel".into())?;
     let release = ready.trim().to_string();
     let order =
@@ -146,6 +379,7 @@ fn load(dir: &Path, package: &str) -> Result<Kernel> {
     }
     let vmlinux = Some(dir.join("vmlinux")).filter(|p| p.exists());
     Ok(Kernel {
+        spec,
         package: package.to_string(),
         release,
         vmlinuz,
@@ -154,18 +388,20 @@ fn load(dir: &Path, package: &str) -> Result<Kernel> {
     })
 }
 
-fn extract(dir: &Path, package: &str) -> Result<()> {
+fn extract(apt: &Apt, dir: &Path, package: &str) -> Result<()> {
     let dl = dir.join("dl");
     fs::create_dir_all(&dl).context(|| format!("cannot create {}", dl.display()))?;
-    for tool in ["apt-get", "dpkg-deb", "depmod"] {
+    for tool in ["apt-get", "dpkg-deb", "depmod", "xz"] {
         if util::which(tool).is_none() {
-            bail!("`{tool}` is missing: it is needed to unpack the guest kernel (install apt, dpkg and kmod)");
+            bail!("`{tool}` is missing: it is needed to unpack the guest kernel (install apt, dpkg, kmod and xz-utils)");
         }
     }
-    output(
-        Command::new("apt-get")
+    say(format!("downloading {package} (apt-get download)"));
+    let t = Instant::now();
+    util::run(
+        apt.cmd("apt-get")
             .current_dir(&dl)
-            .args(["download", "-q", package]),
+            .args(["download", package]),
     )
     .context(|| format!("the guest kernel package {package} is not obtainable"))?;
     let deb = fs::read_dir(&dl)
@@ -179,6 +415,11 @@ fn extract(dir: &Path, package: &str) -> Result<()> {
                 dl.display()
             )
         })?;
+    say(format!(
+        "downloaded {} in {}; unpacking",
+        deb.file_name().unwrap_or_default().to_string_lossy(),
+        util::fmt_secs(t.elapsed())
+    ));
     let root = dl.join("root");
     util::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root))?;
     let _ = fs::remove_file(&deb);
@@ -210,6 +451,10 @@ fn extract(dir: &Path, package: &str) -> Result<()> {
     let builtin = fs::read_to_string(moddir.join("modules.builtin")).unwrap_or_default();
     let order = resolve(&dep_text, &builtin, WANTED_MODULES)?;
 
+    say(format!(
+        "{} modules for the guests (with their dependencies), decompressed",
+        order.len()
+    ));
     let out = dir.join("modules");
     fs::create_dir_all(&out).context(|| format!("cannot create {}", out.display()))?;
     let mut names = Vec::new();
@@ -227,7 +472,7 @@ fn extract(dir: &Path, package: &str) -> Result<()> {
         Ok(elf) => {
             fs::write(dir.join("vmlinux"), elf).context(|| "cannot write vmlinux".to_string())?
         }
-        Err(e) => eprintln!("xtask: note: booting the compressed kernel ({e})"),
+        Err(e) => say(format!("note: booting the compressed kernel ({e})")),
     }
     fs::write(dir.join("READY"), format!("{release}\n"))
         .context(|| "cannot mark kernel ready".to_string())?;
@@ -360,8 +605,12 @@ pub fn resolve(modules_dep: &str, modules_builtin: &str, wanted: &[&str]) -> Res
         Ok(())
     }
     for w in wanted {
+        let (w, optional) = match w.strip_suffix('?') {
+            Some(w) => (w, true),
+            None => (*w, false),
+        };
         let w = w.replace('-', "_");
-        if !deps.contains_key(&w) && builtin.contains(&w) {
+        if !deps.contains_key(&w) && (builtin.contains(&w) || optional) {
             continue;
         }
         if !deps.contains_key(&w) {
