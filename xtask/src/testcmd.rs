@@ -500,10 +500,12 @@ fn runner_script(tests: &[build::Artifact], args: &[String], timeout: Duration) 
          run_one() {\n\
          \x20   i=$1; name=$2; dir=$3; shift 3\n\
          \x20   echo \"RVERBS-VM-TEST: [$i] $name\"\n\
+         \x20   t0=$(cut -d' ' -f1 /proc/uptime)\n\
          \x20   ( cd \"$dir\" 2>/dev/null || cd /; exec \"$@\" ) > \"$T/$i.log\" 2>&1\n\
          \x20   rc=$?\n\
          \x20   echo $rc > \"$T/$i.rc\"\n\
-         \x20   echo \"RVERBS-VM-TEST: [$i] $name: exit $rc; $(grep '^test result:' \"$T/$i.log\" | tail -n 1)\"\n\
+         \x20   dt=$(awk -v t0=\"$t0\" '{ printf \"%.1f\", $1 - t0 }' /proc/uptime)\n\
+         \x20   echo \"RVERBS-VM-TEST: [$i] $name: exit $rc after $dt s; $(grep '^test result:' \"$T/$i.log\" | tail -n 1)\"\n\
          }\n",
     );
     let args = util::shell_join(args);
