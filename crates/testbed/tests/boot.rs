@@ -86,6 +86,49 @@ fn a_kernel_that_cannot_be_obtained_is_named() {
     );
 }
 
+/// Packages missing and no installing (not root, or RVERBS_TESTBED_NO_INSTALL=1): stop at
+/// once with the exact apt-get line. A dpkg-query that knows nothing stands in for a fresh
+/// machine.
+#[test]
+fn missing_packages_stop_with_the_apt_get_line() {
+    let dir = std::env::temp_dir().join(format!("rverbs-testbed-nodpkg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = dir.join("dpkg-query");
+    std::fs::write(&fake, "#!/bin/sh\nexit 1\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let t = std::time::Instant::now();
+    let out = runner()
+        .args(["run", "--", "/bin/true"])
+        .env("PATH", path)
+        .env("RVERBS_TESTBED_NO_INSTALL", "1")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "apt-get install -y --no-install-recommends qemu-system-x86 busybox-static kmod xz-utils iproute2\n"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("kmod") && err.contains("depmod"),
+        "the why column: {err}"
+    );
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(10),
+        "not at once: {:?}",
+        t.elapsed()
+    );
+}
+
 #[test]
 #[ignore = "boots a guest: run by cargo xtask test (stage runner boot tests)"]
 fn exit_code_output_and_variables_come_back() {
