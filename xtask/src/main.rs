@@ -227,9 +227,23 @@ fn cmd_vm(args: &[String]) -> Result<u8> {
     };
     let bed = vm::Bed::prepare(&util::bed_config(kernel))?;
     let (_, rverbs) = build::rverbs_any()?;
+    // Files named by path on the command line go into the minimal guest at that path, and
+    // the host guest sees them even under /tmp or /run.
+    let named: Vec<std::path::PathBuf> = cmd
+        .iter()
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_absolute() && p.is_file())
+        .collect();
+    let mut host_paths = vec![util::workspace_root(), util::target_dir()];
+    host_paths.extend(named.iter().cloned());
     let payload = Payload {
         rverbs: Some(rverbs),
-        host_paths: vec![util::workspace_root(), util::target_dir()],
+        files: if guest == Guest::Minimal {
+            named
+        } else {
+            vec![]
+        },
+        host_paths,
         ..Default::default()
     };
     let cwd = std::env::current_dir()

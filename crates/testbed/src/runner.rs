@@ -229,11 +229,19 @@ pub fn run(o: &Opts) -> Result<u8> {
         .map_err(|e| format!("no current directory: {e}"))?
         .to_string_lossy()
         .into_owned();
+    // Other files named by absolute path in the arguments come along too.
+    let mut files = vec![program.clone()];
+    files.extend(
+        o.rest[1..]
+            .iter()
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute() && p.is_file()),
+    );
     let payload = Payload {
         rverbs: o.rverbs.clone(),
-        files: vec![program.clone()],
+        files: files.clone(),
         dirs: vec![cwd.clone()],
-        host_paths: vec![],
+        host_paths: files,
         env: passed_env(std::env::vars(), &o.env),
     };
     let mut words = vec![program.to_string_lossy().into_owned()];
