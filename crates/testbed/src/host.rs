@@ -4,8 +4,11 @@ use crate::packages::{self, Need};
 use crate::util::{self, Result};
 use std::path::PathBuf;
 
+/// The host programs a boot needs.
 pub struct HostTools {
+    /// `qemu-system-x86_64`.
     pub qemu: PathBuf,
+    /// A statically linked busybox (the guests' userland).
     pub busybox: PathBuf,
 }
 
@@ -20,7 +23,7 @@ fn find_static_busybox() -> Option<PathBuf> {
 }
 
 /// Finds qemu-system-x86_64 and a statically linked busybox, after making sure the bed's
-/// packages are installed (see [`packages`](crate::packages)).
+/// packages are installed (see [`packages`]).
 pub fn ensure() -> Result<HostTools> {
     packages::ensure(Need::Bed, util::prefix())?;
     let qemu = util::which(QEMU).ok_or_else(|| {

@@ -80,10 +80,15 @@ impl KernelSpec {
 }
 
 #[derive(Debug, Clone)]
+/// A prepared guest kernel in the cache.
 pub struct Kernel {
+    /// Which kernel it is.
     pub spec: KernelSpec,
+    /// The Debian package it came from (`linux-image-6.1.0-57-amd64`).
     pub package: String,
+    /// The kernel release (`uname -r` in the guest).
     pub release: String,
+    /// The compressed kernel (bzImage) as the package ships it.
     pub vmlinuz: PathBuf,
     /// The uncompressed kernel (ELF with a PVH entry point) taken out of vmlinuz: QEMU boots
     /// it directly, which saves the guest several seconds of decompression under emulation.

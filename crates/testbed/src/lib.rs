@@ -4,6 +4,8 @@
 //!
 //! std only; it depends on no rverbs crate (it sits beside them, see docs/architecture.md).
 
+#![warn(missing_docs)]
+
 pub mod cpio;
 pub mod host;
 pub mod kernel;

@@ -14,6 +14,7 @@ pub const GUEST_FAILED: u8 = 125;
 /// Exit code for a usage or set-up error of the runner itself.
 pub const RUNNER_ERROR: u8 = 2;
 
+/// `rverbs-vm help`.
 pub const HELP: &str = "\
 rverbs-vm: run programs on soft-RoCE (rxe) devices in a QEMU guest booting Debian's kernel
 
@@ -56,18 +57,26 @@ Exit codes: PROGRAM's; 125 when the guest failed; 2 for a usage or set-up error.
 pub enum GuestChoice {
     /// By the program: static → minimal, dynamic → host.
     Auto,
+    /// The guest given with `--guest`.
     Fixed(Guest),
 }
 
 /// Parsed options of `run` and `test`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Opts {
+    /// `--guest`.
     pub guest: GuestChoice,
+    /// `--topo`.
     pub topo: Topo,
+    /// `--kernel`.
     pub kernel: KernelSpec,
+    /// `--timeout`: the whole guest run, boot included.
     pub timeout: Duration,
+    /// `--rverbs`: a static rverbs binary to create the rxe devices with.
     pub rverbs: Option<PathBuf>,
+    /// `--env NAME`s.
     pub env: Vec<String>,
+    /// `--verbose`: the whole console.
     pub verbose: bool,
     /// The rest: PROGRAM ARGS for `run`, cargo's arguments for `test`.
     pub rest: Vec<String>,

@@ -27,10 +27,12 @@ impl From<&str> for Error {
     }
 }
 
+/// Results of the bed: errors are messages for a person.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Adds what was being done to an error.
 pub trait Context<T> {
+    /// Prefixes the error with what was being done.
     fn context(self, what: impl FnOnce() -> String) -> Result<T>;
 }
 
@@ -41,6 +43,7 @@ impl<T, E: fmt::Display> Context<T> for std::result::Result<T, E> {
 }
 
 #[macro_export]
+/// Returns early with an [`Error`] made by `format!`.
 macro_rules! bail {
     ($($arg:tt)*) => { return Err($crate::util::Error(format!($($arg)*))) };
 }
@@ -99,6 +102,7 @@ pub fn which(prog: &str) -> Option<PathBuf> {
         .find(|p| is_executable(p))
 }
 
+/// Whether `p` is an executable regular file.
 pub fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     p.metadata()
@@ -106,6 +110,7 @@ pub fn is_executable(p: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// Whether this process runs as root (effective uid 0).
 pub fn is_root() -> bool {
     // The effective uid is the owner of /proc/self.
     use std::os::unix::fs::MetadataExt;
@@ -152,6 +157,7 @@ pub fn output(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// `exit code N` or `killed by signal N`.
 pub fn describe_status(s: ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (s.code(), s.signal()) {
@@ -173,6 +179,7 @@ pub fn shell_quote(s: &str) -> String {
     }
 }
 
+/// Quotes and joins words into a shell command line.
 pub fn shell_join<S: AsRef<str>>(words: &[S]) -> String {
     words
         .iter()
@@ -300,6 +307,7 @@ fn clean_line(b: &[u8]) -> String {
     String::from_utf8_lossy(b).replace('\r', "")
 }
 
+/// A duration as seconds with one decimal (`12.3 s`).
 pub fn fmt_secs(d: std::time::Duration) -> String {
     format!("{:.1} s", d.as_secs_f64())
 }

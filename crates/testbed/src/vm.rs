@@ -19,6 +19,7 @@ const KEEP_RUNS: usize = 30;
 const KVM_PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The two guests.
 pub enum Guest {
     /// busybox, the modules and our static binaries only.
     Minimal,
@@ -27,12 +28,16 @@ pub enum Guest {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The two topologies (docs/testing.md).
 pub enum Topo {
+    /// `rxe0` on the dummy netdev `d0`.
     One,
+    /// `rxe1`/`rxe2` on the veth pair `ve1`/`ve2` (and `rxe0`).
     Two,
 }
 
 impl Guest {
+    /// `minimal` or `host`.
     pub fn parse(s: &str) -> Option<Guest> {
         match s {
             "minimal" => Some(Guest::Minimal),
@@ -40,6 +45,7 @@ impl Guest {
             _ => None,
         }
     }
+    /// The name `parse` takes.
     pub fn name(self) -> &'static str {
         match self {
             Guest::Minimal => "minimal",
@@ -49,6 +55,7 @@ impl Guest {
 }
 
 impl Topo {
+    /// `one` or `two`.
     pub fn parse(s: &str) -> Option<Topo> {
         match s {
             "one" => Some(Topo::One),
@@ -56,6 +63,7 @@ impl Topo {
             _ => None,
         }
     }
+    /// The name `parse` takes.
     pub fn name(self) -> &'static str {
         match self {
             Topo::One => "one",
@@ -65,8 +73,11 @@ impl Topo {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How QEMU runs the guest.
 pub enum Accel {
+    /// Software emulation.
     Tcg,
+    /// KVM (only when a test boot proved it works).
     Kvm,
 }
 
@@ -90,6 +101,7 @@ pub struct BedConfig {
     pub cache_dir: PathBuf,
     /// One directory per guest run (console log, outputs); the newest 30 are kept.
     pub runs_dir: PathBuf,
+    /// The kernel to boot.
     pub kernel: KernelSpec,
 }
 
@@ -108,9 +120,13 @@ impl BedConfig {
 
 /// Everything a boot needs that does not change between runs.
 pub struct Bed {
+    /// QEMU and busybox.
     pub tools: HostTools,
+    /// The kernel and its modules.
     pub kernel: Kernel,
+    /// TCG or KVM (probed once, cached).
     pub accel: Accel,
+    /// Where things are kept.
     pub config: BedConfig,
     base_initrd: Vec<u8>,
 }
@@ -135,8 +151,11 @@ pub struct Payload {
     pub env: Vec<(String, String)>,
 }
 
+/// One guest run.
 pub struct RunSpec<'a> {
+    /// Which guest.
     pub guest: Guest,
+    /// Which topology.
     pub topo: Topo,
     /// Short name for the run directory.
     pub label: &'a str,
@@ -144,12 +163,16 @@ pub struct RunSpec<'a> {
     pub script: String,
     /// Working directory for the script (when it exists in the guest).
     pub cwd: Option<String>,
+    /// Killed after this (boot included); a hang is reported as such.
     pub timeout: Duration,
+    /// What the terminal shows.
     pub display: Display,
+    /// The binaries to bring.
     pub payload: &'a Payload,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// How a guest run ended.
 pub enum GuestStatus {
     /// The command ran; its exit code.
     Exited(i32),
@@ -159,12 +182,17 @@ pub enum GuestStatus {
     Lost(String),
 }
 
+/// What a guest run produced.
 pub struct Outcome {
+    /// How it ended.
     pub status: GuestStatus,
+    /// Its run directory (kept).
     pub run_dir: PathBuf,
+    /// The whole serial console.
     pub console_log: PathBuf,
     /// From QEMU's start to the guest's "ready" (command about to run).
     pub ready_after: Option<Duration>,
+    /// QEMU's start to its end.
     pub elapsed: Duration,
     /// rxe devices that were created with iproute2's fallback instead of `rverbs link add`.
     pub fallback: Vec<String>,
@@ -173,10 +201,12 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// The command ran and exited 0.
     pub fn success(&self) -> bool {
         self.status == GuestStatus::Exited(0)
     }
 
+    /// One line saying how the run ended.
     pub fn describe(&self) -> String {
         match &self.status {
             GuestStatus::Exited(c) => format!("command exited with code {c}"),
