@@ -37,7 +37,8 @@ pub const HELP: &str = "\
 cargo xtask: the rverbs test bed (QEMU guests with soft-RoCE devices)
 
 USAGE:
-    cargo xtask test [--no-vm | --vm-only] [--kernel 6.1|6.12|all] [-- TEST-ARGS...]
+    cargo xtask test [--no-vm | --vm-only] [--kernel 6.1|6.12|all] [--stage PART,...]
+                     [-- TEST-ARGS...]
         Installs the Debian packages it needs (as root; otherwise it stops with the apt-get
         line), then cargo fmt --check, clippy -D warnings, cargo doc -D warnings, host tests,
         then every integration test built with --cfg rverbs_vm in the guests (the stages of
@@ -46,7 +47,8 @@ USAGE:
         `xtask: N passed, N failed, N skipped`; exits non-zero on any failure. TEST-ARGS go to
         each libtest binary in the guests (e.g. a test name filter).
         --no-vm: fmt, clippy, doc and host tests only; --vm-only: the VM stages only;
-        --kernel: only that kernel's VM stages (default all: both kernels).
+        --kernel: only that kernel's VM stages (default all: both kernels); --stage: only
+        the stages whose name contains one of the PARTs (e.g. `--stage 6.12,user`).
     cargo xtask demo [--kernel 6.1|6.12]
         Boots the minimal guest, brings up rxe0 and runs: rverbs devinfo -v, then an
         rverbs rdma-server / rdma-client exchange over 10.10.0.1

@@ -67,9 +67,18 @@ pub struct Stage {
 #[derive(Default)]
 pub struct Report {
     stages: Vec<Stage>,
+    /// `--stage A,B`: only the stages whose name contains A or B.
+    only: Option<Vec<String>>,
 }
 
 impl Report {
+    /// Whether the stage called `name` is to run (`--stage`).
+    pub fn wants(&self, name: &str) -> bool {
+        self.only
+            .as_ref()
+            .map_or(true, |o| o.iter().any(|p| name.contains(p.as_str())))
+    }
+
     /// Records (and prints) one stage's counts and notes.
     pub fn add(&mut self, name: &str, counts: Counts, notes: Vec<String>, took: Duration) {
         let line = format!(
@@ -152,11 +161,18 @@ pub fn run(args: &[String]) -> Result<u8> {
         kernels: KERNELS.to_vec(),
         test_args: Vec::new(),
     };
+    let mut only = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--no-vm" => opts.vm = false,
             "--vm-only" => opts.host = false,
+            "--stage" => {
+                let v = it
+                    .next()
+                    .ok_or("--stage needs a value: part of a stage name")?;
+                only = Some(v.split(',').map(str::to_string).collect());
+            }
             "--kernel" => {
                 let v = it
                     .next()
@@ -181,7 +197,10 @@ pub fn run(args: &[String]) -> Result<u8> {
     let t0 = Instant::now();
     // Everything the stages use, installed first (or a stop right here with the apt-get line).
     crate::packages::ensure(crate::packages::Need::Test, "xtask")?;
-    let mut report = Report::default();
+    let mut report = Report {
+        only,
+        ..Report::default()
+    };
     // ---- the stages, in order ----
     if opts.host {
         check(
@@ -254,6 +273,9 @@ pub fn run(args: &[String]) -> Result<u8> {
 
 /// Runs `cmd` as one stage that passes (exit 0) or fails as a whole.
 pub fn check(report: &mut Report, name: &str, cmd: &mut Command) {
+    if !report.wants(name) {
+        return;
+    }
     println!("xtask: ==== {name}: {}", util::show(cmd));
     let t = Instant::now();
     let (counts, notes) = match cmd.status() {
@@ -312,6 +334,9 @@ pub fn tee(cmd: &mut Command) -> Result<(String, std::process::ExitStatus)> {
 }
 
 fn host_tests(report: &mut Report) {
+    if !report.wants("host tests") {
+        return;
+    }
     let mut cmd = util::cargo();
     cmd.args(["test", "--workspace", "--no-fail-fast"]);
     println!("xtask: ==== host tests: {}", util::show(&cmd));
@@ -353,6 +378,12 @@ pub fn fail_stage(report: &mut Report, name: &str, why: String, t: Instant) {
 }
 
 fn vm_stages(report: &mut Report, opts: &Opts) {
+    let wanted = |k: &KernelSpec, g: &Guest, t: &Topo| {
+        report.wants(&format!("vm {} {}/{}", k.name, g.name(), t.name()))
+    };
+    if !report.wants("vm build") && !opts.vm_stages.iter().any(|(k, g, t)| wanted(k, g, t)) {
+        return;
+    }
     println!("xtask: ==== VM tests: static build of rverbs and of the integration tests (--cfg rverbs_vm)");
     let t = Instant::now();
     let built = (|| -> Result<(GuestTarget, PathBuf, build::VmTests)> {
@@ -414,6 +445,9 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
 
     for &(kernel, guest, topo) in &opts.vm_stages {
         let name = format!("vm {} {}/{}", kernel.name, guest.name(), topo.name());
+        if !report.wants(&name) {
+            continue;
+        }
         let t = Instant::now();
         if !beds.iter().any(|(k, _)| *k == kernel) {
             println!(

@@ -9,6 +9,14 @@ use crate::vm::Topo;
 use std::time::Instant;
 
 pub fn stage(report: &mut Report, opts: &Opts) {
+    let first = opts.kernels[0];
+    let last = *opts.kernels.last().unwrap_or(&first);
+    let boot = format!("runner boot tests (kernel {})", first.name);
+    let users = [(Topo::One, first), (Topo::Two, last)]
+        .map(|(t, k)| (t, k, format!("user crate {}/{}", k.name, t.name())));
+    if !report.wants(&boot) && !users.iter().any(|u| report.wants(&u.2)) {
+        return;
+    }
     let t = Instant::now();
     println!("xtask: ==== runner: building rverbs-vm (crates/testbed)");
     let built = util::run(util::cargo().args([
@@ -25,8 +33,6 @@ pub fn stage(report: &mut Report, opts: &Opts) {
     }
     // The runner shares the xtask's kernel cache (target/vm) instead of the user's.
     let cache = util::vm_dir();
-    let first = opts.kernels[0];
-    let last = *opts.kernels.last().unwrap_or(&first);
 
     // The runner's boot tests: ignored in the host-test stage, run here.
     let mut cmd = util::cargo();
@@ -51,7 +57,10 @@ pub fn stage(report: &mut Report, opts: &Opts) {
 
     // examples/user-crate, as its users run it: cargo test --target musl with our runner.
     let dir = util::workspace_root().join("examples/user-crate");
-    for (topo, kernel) in [(Topo::One, first), (Topo::Two, last)] {
+    for (topo, kernel, name) in users {
+        if !report.wants(&name) {
+            continue;
+        }
         let var = "CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUNNER";
         let value = format!(
             "{} run --topo {} --kernel {} --",
@@ -66,11 +75,7 @@ pub fn stage(report: &mut Report, opts: &Opts) {
             .env("RVERBS_TESTBED_CACHE", &cache)
             .env(var, &value);
         println!("xtask: {var}=\"{value}\"");
-        libtest_stage(
-            report,
-            &format!("user crate {}/{}", kernel.name, topo.name()),
-            &mut cmd,
-        );
+        libtest_stage(report, &name, &mut cmd);
     }
     println!("xtask: runner stages took {}", fmt_secs(t.elapsed()));
 }
