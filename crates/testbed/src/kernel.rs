@@ -281,6 +281,14 @@ fn mirrors_from(sources: &str) -> Vec<(String, &'static str)> {
 /// changed. Progress goes to stderr.
 pub fn prepare(cache: &Path, spec: KernelSpec) -> Result<Kernel> {
     let kdir = cache.join("kernel").join(spec.suite);
+    // Kernels cached directly under kernel/ (one release only) are an older layout.
+    if let Ok(rd) = fs::read_dir(cache.join("kernel")) {
+        for e in rd.flatten() {
+            if e.file_name().to_string_lossy().starts_with("linux-image-") {
+                let _ = fs::remove_dir_all(e.path());
+            }
+        }
+    }
     let apt = Apt::new(cache, spec.suite)?;
     let fresh = apt.lists_age().is_some_and(|a| a < LISTS_MAX_AGE);
     let mut found = if fresh {
