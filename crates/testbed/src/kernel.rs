@@ -684,6 +684,70 @@ kernel/drivers/net/dummy.ko:
     }
 
     #[test]
+    fn mirrors_come_from_the_hosts_sources() {
+        let deb822 = "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\n\n\
+                      Types: deb\nURIs: http://security.example/debian-security/\n";
+        assert_eq!(
+            mirrors_from(deb822),
+            [
+                ("http://deb.debian.org/debian".to_string(), ""),
+                (
+                    "http://security.example/debian-security".to_string(),
+                    "-security"
+                )
+            ]
+        );
+        let one_line =
+            "# comment\ndeb [arch=amd64 signed-by=/k.gpg] http://m.example/debian bookworm main\n\
+                        deb https://packages.cloud.google.com/apt cloud-sdk main\n";
+        assert_eq!(
+            mirrors_from(one_line),
+            [("http://m.example/debian".to_string(), "")]
+        );
+        assert_eq!(mirrors_from("")[0].0, "http://deb.debian.org/debian");
+    }
+
+    #[test]
+    fn the_cache_is_used_only_when_complete() {
+        let dir =
+            std::env::temp_dir().join(format!("rverbs-testbed-kcache-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let k = dir.join("linux-image-6.12.1-amd64");
+        fs::create_dir_all(k.join("modules")).unwrap();
+        let spec = KernelSpec::parse("6.12").unwrap();
+        // Not READY: not a cached kernel (a download was interrupted).
+        assert!(load(&k, "linux-image-6.12.1-amd64", spec).is_err());
+        assert_eq!(newest_cached(&dir), None);
+        fs::write(k.join("READY"), "6.12.1-amd64\n").unwrap();
+        fs::write(k.join("modules.order"), "rdma_rxe.ko\n").unwrap();
+        fs::write(k.join("vmlinuz"), "").unwrap();
+        let e = load(&k, "linux-image-6.12.1-amd64", spec).unwrap_err();
+        assert!(e.0.contains("rdma_rxe.ko is missing"), "{e}");
+        fs::write(k.join("modules/rdma_rxe.ko"), "").unwrap();
+        let got = load(&k, "linux-image-6.12.1-amd64", spec).unwrap();
+        assert_eq!(
+            (got.release.as_str(), got.modules.len()),
+            ("6.12.1-amd64", 1)
+        );
+        assert_eq!(
+            newest_cached(&dir).as_deref(),
+            Some("linux-image-6.12.1-amd64")
+        );
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn optional_modules_may_be_absent() {
+        assert_eq!(
+            resolve(DEP, "", &["dummy", "crc32_generic?"]).unwrap(),
+            ["kernel/drivers/net/dummy.ko"]
+        );
+        assert!(resolve(DEP, "", &["crc32_generic"]).is_err());
+        assert_eq!(KernelSpec::parse("trixie"), KernelSpec::parse("6.12"));
+        assert_eq!(KernelSpec::parse("5.10"), None);
+    }
+
+    #[test]
     fn depends_output() {
         let t = "linux-image-amd64\n  Depends: linux-image-6.1.0-57-amd64\n";
         assert_eq!(
