@@ -23,7 +23,7 @@ const INTEROP: &str = "interop";
 
 /// The VM stages of a default run (no `--kernel`), in order: every integration test binary
 /// runs in each. Both kernels get both topologies and the host guest (so the interop tests)
-/// once, and every guest/topology pair runs once, in about 12 minutes (docs/testing.md).
+/// once, and every guest/topology pair runs once: four stages instead of six (docs/testing.md).
 const VM_STAGES: &[(&str, Guest, Topo)] = &[
     ("6.1", Guest::Minimal, Topo::One),
     ("6.1", Guest::Host, Topo::Two),
