@@ -91,8 +91,6 @@ pub struct Mlx5Driver {
 // SAFETY: the UAR memory is only written through single 64-bit doorbell stores (UarPage) and
 // under each blue-flame register's lock (BfReg); everything else is plain data or locked.
 unsafe impl Sync for Mlx5Driver {}
-// SAFETY: as above; the mappings may be unmapped from any thread.
-unsafe impl Send for Mlx5Driver {}
 
 impl Mlx5Driver {
     /// What the kernel said at context creation.
