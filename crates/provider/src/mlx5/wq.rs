@@ -295,9 +295,10 @@ pub fn srq_sizing(lim: &WqLimits, max_wr: u32, max_sge: u32) -> rverbs_uverbs::R
 /// A UD address vector as the send WQE's datagram segment carries it (48 bytes).
 pub type Av = [u8; AV_SIZE];
 
-/// `ib_to_mlx5_rate_table` of libmlx5 (`enum ibv_rate` → device rate code).
-const RATE: [u8; 19] = [
-    0, 0, 0, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
+/// libmlx5's `ib_to_mlx5_rate_table`: `enum ibv_rate` → the device's rate code (0 =
+/// unlimited).
+const RATE: [u8; 23] = [
+    0, 0, 7, 8, 9, 10, 11, 12, 13, 14, 15, 11, 13, 15, 0, 9, 15, 0, 0, 9, 13, 0, 0,
 ];
 
 /// Builds the address vector of an AH (libmlx5 `mlx5_create_ah`); `dmac` is the RoCE
