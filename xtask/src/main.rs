@@ -6,6 +6,7 @@ mod cpio;
 mod host;
 mod json;
 mod kernel;
+mod mlx5_oracle;
 mod testcmd;
 mod util;
 mod vm;
@@ -60,6 +61,10 @@ USAGE:
             --verbose         show the whole console (kernel messages included)
             --shell           an interactive shell in the guest on this terminal (no
                               timeout; its exit status is the command's)
+    cargo xtask mlx5-oracle [--check | --script FILE]
+        Regenerates the golden dumps of libmlx5 for crates/provider/tests/mlx5_oracle/*.script
+        (--check: proves the committed ones are what libmlx5 gives; --script: runs FILE
+        through libmlx5 and rverbs and prints `identical` or the first difference).
     cargo xtask setup
         Prepares everything (tools, kernel, modules, KVM verdict, static build) and says where.
     cargo xtask help
@@ -87,6 +92,7 @@ fn main() -> ExitCode {
         Some("vm") => cmd_vm(&args[1..]),
         Some("demo") => cmd_demo(),
         Some("test") => testcmd::run(&args[1..]),
+        Some("mlx5-oracle") => mlx5_oracle::run(&args[1..]),
         Some("setup") => cmd_setup(),
         Some(other) => Err(util::Error(format!(
             "unknown command `{other}` (see `cargo xtask help`)"

@@ -37,6 +37,9 @@ struct Region {
     shadow: Vec<u8>,
 }
 
+/// A CQ: its ops, ring, entries, CQEs written so far.
+type TestCq = (Box<dyn CqOps>, *mut u8, u32, u32);
+
 #[derive(Default)]
 struct Run {
     out: String,
@@ -44,7 +47,7 @@ struct Run {
     env: Vec<(String, String)>,
     driver: Option<Mlx5Driver>,
     regions: Vec<Region>,
-    cqs: Vec<Option<(Box<dyn CqOps>, *mut u8, u32, u32)>>,
+    cqs: Vec<Option<TestCq>>,
     qps: Vec<Option<Box<dyn QpOps>>>,
     srqs: Vec<Option<(Box<dyn SrqOps>, u32)>>,
     ahs: Vec<Option<u32>>,
@@ -524,7 +527,7 @@ impl Run {
         };
         let policy = BfPolicy {
             shut_up_bf: env("MLX5_SHUT_UP_BF").is_some_and(|v| v != "0"),
-            prefer_bf: env("MLX5_POST_SEND_PREFER_BF").is_none_or(|v| v != "0"),
+            prefer_bf: env("MLX5_POST_SEND_PREFER_BF") != Some("0"),
         };
         // SAFETY: as above.
         self.driver =

@@ -12,7 +12,7 @@
  * text for the same script (crates/provider/tests/mlx5_oracle.rs); `cargo xtask mlx5-oracle`
  * compares the two.
  *
- * Usage: harness SCRIPT (SYSFS_PATH must point at a sysfs tree made by the xtask).
+ * Usage: harness SCRIPT (it makes its own sysfs tree under /tmp and removes it at exit).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -584,6 +584,16 @@ static void put(const char *root, const char *rel, const char *text)
 	fclose(f);
 }
 
+static char sysfs_root[64];
+
+static void remove_sysfs(void)
+{
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", sysfs_root);
+	if (system(cmd) != 0)
+		fprintf(stderr, "harness: could not remove %s\n", sysfs_root);
+}
+
 /* A sysfs tree with one mlx5 device (a ConnectX-4 by its PCI modalias), given to libibverbs
  * through SYSFS_PATH. */
 static void setup_sysfs_env(void)
@@ -591,6 +601,7 @@ static void setup_sysfs_env(void)
 	static char root[] = "/tmp/mlx5-oracle-sysfs-XXXXXX";
 	if (!mkdtemp(root))
 		exit(3);
+	snprintf(sysfs_root, sizeof(sysfs_root), "%s", root);
 	put(root, "class/infiniband_verbs/abi_version", "6");
 	put(root, "class/infiniband_verbs/uverbs0/ibdev", "mlx5_0");
 	put(root, "class/infiniband_verbs/uverbs0/dev", "231:192");
@@ -606,6 +617,7 @@ static void setup_sysfs_env(void)
 		put(root, rel, "IB/RoCE v1");
 	}
 	setenv("SYSFS_PATH", root, 1);
+	atexit(remove_sysfs);
 }
 
 int main(int argc, char **argv)
