@@ -51,6 +51,8 @@ struct Run {
     qps: Vec<Option<Box<dyn QpOps>>>,
     srqs: Vec<Option<(Box<dyn SrqOps>, u32)>>,
     ahs: Vec<Option<u32>>,
+    /// Per QP: its number and doorbell record.
+    qp_info: Vec<Option<(u32, *const u32)>>,
     inline: Vec<Vec<u8>>,
 }
 
@@ -243,6 +245,7 @@ impl Run {
                 let db = u64::from_ne_bytes(udata[8..16].try_into().unwrap()) as usize as *const u8;
                 self.region(format!("qp{id}.buf"), buf, len);
                 self.region(format!("qp{id}.db"), db, 8);
+                set(&mut self.qp_info, id, (qpn, db.cast::<u32>()));
                 set(&mut self.qps, id, ops);
             }
             "srq" => {
@@ -327,7 +330,7 @@ impl Run {
                 }
             }
             "rts" => {}
-            "send" => {
+            "send" | "bench" => {
                 let id = num(t, "qp", 0) as usize;
                 let groups: Vec<Vec<&str>> =
                     t[1..].split(|s| *s == "|").map(|g| g.to_vec()).collect();
@@ -337,6 +340,10 @@ impl Run {
                     .zip(&sges)
                     .map(|(g, s)| self.send_wr(g, s))
                     .collect();
+                if t[0] == "bench" {
+                    self.bench(t, id, &wrs);
+                    return;
+                }
                 let qp = self.qps[id].as_mut().unwrap();
                 // SAFETY: non-inline SGEs are never dereferenced (no device); inline ones name
                 // buffers this run keeps.
@@ -421,6 +428,41 @@ impl Run {
                 }
             }
             other => panic!("unknown step {other}"),
+        }
+    }
+
+    /// `bench`: posts the list `n` times through [`bench_post`]; after each post completes
+    /// its last WQE (a REQ CQE, polled outside `bench_post`), as the harness does.
+    fn bench(&mut self, t: &[&str], id: usize, wrs: &[SendWr<'_>]) {
+        let reps = num(t, "n", 1);
+        let cq = num(t, "cq", 1) as usize;
+        let (qpn, db) = self.qp_info[id].unwrap();
+        let mut wc = [WorkCompletion::default(); 1];
+        for _ in 0..reps {
+            // SAFETY: the QP's doorbell record, alive; this thread is the only writer.
+            let before = u32::from_be(unsafe { db.add(1).read_volatile() }) as u16;
+            let qp = self.qps[id].as_mut().unwrap();
+            bench_post(qp.as_mut(), wrs);
+            // SAFETY: as above.
+            let after = u32::from_be(unsafe { db.add(1).read_volatile() }) as u16;
+            let last = after.wrapping_sub(after.wrapping_sub(before) / wrs.len() as u16);
+            let e = self.cqs[cq].as_mut().unwrap();
+            let mut c = [0u8; 64];
+            c[56..60].copy_from_slice(&((0x0a << 24) | qpn).to_be_bytes());
+            c[60..62].copy_from_slice(&last.to_be_bytes());
+            let ci = e.3;
+            e.3 += 1;
+            c[63] = u8::from(ci & e.2 != 0);
+            // SAFETY: slot `ci` of this run's CQ ring; the poller is not running.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    c.as_ptr(),
+                    e.1.add((ci & (e.2 - 1)) as usize * 64),
+                    64,
+                )
+            };
+            assert_eq!(e.0.poll(&mut wc), 1);
+            assert_eq!(wc[0].status.0, 0);
         }
     }
 
@@ -536,6 +578,16 @@ impl Run {
             self.region(format!("uar0.p{i}"), p.0, PAGE);
         }
     }
+}
+
+/// The benchmark's post: not inlined, so that callgrind can count it alone (the same call
+/// the core's `Qp::post_send` makes through the seam, without the core's state check and
+/// lock).
+#[inline(never)]
+fn bench_post(qp: &mut dyn QpOps, wrs: &[SendWr<'_>]) {
+    // SAFETY: non-inline SGEs are never dereferenced (no device); inline ones name buffers
+    // the run keeps.
+    unsafe { qp.post_send(kobj(), wrs) }.unwrap();
 }
 
 fn set<T>(v: &mut Vec<Option<T>>, i: usize, x: T)
