@@ -997,7 +997,7 @@ impl Mlx5Qp {
                             ),
                         ));
                     }
-                    if p.add(len) > self.sq_end {
+                    if p as usize + len > self.sq_end as usize {
                         let first = self.sq_end.offset_from(p) as usize;
                         ptr::copy_nonoverlapping(src, p, first);
                         src = src.add(first);
