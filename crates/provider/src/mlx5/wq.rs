@@ -500,10 +500,18 @@ impl BfReg {
                 // see string instructions whose store order is unspecified (libmlx5
                 // `mlx5_bf_copy`).
                 unsafe {
-                    for i in 0..8 {
-                        let v = ptr::read(src.cast::<u64>().add(i));
-                        ptr::write_volatile(d.cast::<u64>().add(i), v);
-                    }
+                    // One block read first (plain loads, the SQ is ours), then eight
+                    // volatile stores in address order.
+                    let b = ptr::read(src.cast::<[u64; 8]>());
+                    let d8 = d.cast::<u64>();
+                    ptr::write_volatile(d8, b[0]);
+                    ptr::write_volatile(d8.add(1), b[1]);
+                    ptr::write_volatile(d8.add(2), b[2]);
+                    ptr::write_volatile(d8.add(3), b[3]);
+                    ptr::write_volatile(d8.add(4), b[4]);
+                    ptr::write_volatile(d8.add(5), b[5]);
+                    ptr::write_volatile(d8.add(6), b[6]);
+                    ptr::write_volatile(d8.add(7), b[7]);
                     src = src.add(64);
                     d = d.add(64);
                 }
