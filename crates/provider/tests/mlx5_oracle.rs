@@ -56,9 +56,13 @@ struct Run {
     inline: Vec<Vec<u8>>,
 }
 
+/// A command fd for the seam: /dev/null, opened once and kept for the process (the mlx5 data
+/// path never uses it: no write() doorbells).
 fn fd() -> std::os::fd::BorrowedFd<'static> {
-    // SAFETY: fd 0 stays open for the test process; the mlx5 data path never uses it.
-    unsafe { std::os::fd::BorrowedFd::borrow_raw(0) }
+    use std::os::fd::AsFd;
+    static NULL: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
+    NULL.get_or_init(|| std::fs::File::open("/dev/null").unwrap())
+        .as_fd()
 }
 
 fn kobj() -> KernelObj<'static> {

@@ -75,10 +75,13 @@ fn driver(uars: &mut Uars, policy: BfPolicy, eth: bool) -> Mlx5Driver {
     unsafe { Mlx5Driver::from_parts(info(), &uars.pages(), policy, vec![eth]) }.unwrap()
 }
 
+/// A command fd for the seam: /dev/null, opened once and kept for the process (the mlx5 data
+/// path never uses it: no write() doorbells).
 fn fd() -> std::os::fd::BorrowedFd<'static> {
-    // stdin is never used by the mlx5 data path (no write() doorbells); it only fills the seam.
-    // SAFETY: fd 0 stays open for the test process.
-    unsafe { std::os::fd::BorrowedFd::borrow_raw(0) }
+    use std::os::fd::AsFd;
+    static NULL: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
+    NULL.get_or_init(|| std::fs::File::open("/dev/null").unwrap())
+        .as_fd()
 }
 
 fn kobj() -> KernelObj<'static> {
