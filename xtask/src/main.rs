@@ -6,6 +6,7 @@ mod cpio;
 mod host;
 mod json;
 mod kernel;
+mod miri;
 mod mlx5_oracle;
 mod testcmd;
 mod util;

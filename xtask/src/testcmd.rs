@@ -175,6 +175,8 @@ pub fn run(args: &[String]) -> Result<u8> {
             "mlx5 oracle",
             Command::new(exe).args(["mlx5-oracle", "--check"]),
         );
+        let (counts, notes, took) = crate::miri::stage();
+        report.add("miri", counts, notes, took);
     }
     if opts.vm {
         vm_stages(&mut report, &opts);

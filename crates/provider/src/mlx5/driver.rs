@@ -63,7 +63,9 @@ pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
     // and CQ made from them (all hold the context alive).
     let mut d = unsafe { Mlx5Driver::from_parts(info, &uar_mem, BfPolicy::from_env(), eth)? };
     d._uars = uars;
-    ctx.set_driver(Box::new(d))?;
+    // SAFETY: this context was opened with mlx5's driver data and the kernel accepted it, so
+    // the device is an mlx5 device and the rings follow mlx5's layout.
+    unsafe { ctx.set_driver(Box::new(d)) }?;
     Ok(Arc::new(ctx))
 }
 

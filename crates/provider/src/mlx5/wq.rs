@@ -893,9 +893,10 @@ impl Mlx5Qp {
         }
         let idx = self.cur_post & self.shared.sq_mask;
         let ctrl = self.wqe(idx);
-        // SAFETY (whole block): every store stays inside the SQ: a WQE is at most the size the
-        // sizing reserved (checked SGE count and inline length), starting at a block the
-        // full-queue check gave us, and wraps at `sq_end`.
+        // SAFETY: every store stays inside the SQ: a WQE is at most the size the sizing
+        // reserved (checked SGE count and inline length), starting at a block the full-queue
+        // check gave us, and wraps at `sq_end`; inline sources are readable per the caller's
+        // contract. (One comment for the whole block.)
         unsafe {
             w32(ctrl, 8, 0);
             w32(ctrl, 12, imm);
