@@ -2,6 +2,7 @@
 //! our binaries and tests in them; see `cargo xtask help` and docs/testing.md.
 
 mod build;
+mod capi;
 mod cpio;
 mod host;
 mod json;
@@ -60,6 +61,10 @@ USAGE:
             --verbose         show the whole console (kernel messages included)
             --shell           an interactive shell in the guest on this terminal (no
                               timeout; its exit status is the command's)
+    cargo xtask capi [--release]
+        Builds the C drop-in (crates/capi): target/capi/lib/libibverbs.so.1 and librverbs.a,
+        and checks that it exports every ibv_* symbol version rdma-core's tools import
+        (docs/capi.md). `cargo xtask test` runs it as its `capi` stage.
     cargo xtask setup
         Prepares everything (tools, kernel, modules, KVM verdict, static build) and says where.
     cargo xtask help
@@ -88,6 +93,7 @@ fn main() -> ExitCode {
         Some("demo") => cmd_demo(),
         Some("test") => testcmd::run(&args[1..]),
         Some("setup") => cmd_setup(),
+        Some("capi") => capi::cmd(&args[1..]),
         Some(other) => Err(util::Error(format!(
             "unknown command `{other}` (see `cargo xtask help`)"
         ))),

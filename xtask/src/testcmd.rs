@@ -169,6 +169,21 @@ pub fn run(args: &[String]) -> Result<u8> {
         );
         host_tests(&mut report);
     }
+    // The C drop-in (crates/capi, xtask/src/capi.rs): built and checked here, loaded by the
+    // interop tests of the host guest.
+    let t = Instant::now();
+    match crate::capi::build_and_check(false) {
+        Ok(o) => report.add(
+            "capi",
+            Counts {
+                passed: 1,
+                ..Default::default()
+            },
+            o.notes,
+            t.elapsed(),
+        ),
+        Err(e) => fail_stage(&mut report, "capi", e.0, t),
+    }
     if opts.vm {
         vm_stages(&mut report, &opts);
     }

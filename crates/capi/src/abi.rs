@@ -595,12 +595,21 @@ pub struct ibv_mr {
     pub rkey: u32,
 }
 
+/// `union ibv_gid`: 16 bytes, aligned as its `__be64` view (which makes `ibv_qp_attr` 144
+/// bytes, not 140).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_gid {
+    /// The GID in network order.
+    pub raw: [u8; 16],
+}
+
 /// `struct ibv_global_route`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 pub struct ibv_global_route {
-    /// `union ibv_gid`.
-    pub dgid: [u8; 16],
+    #[allow(missing_docs)]
+    pub dgid: ibv_gid,
     #[allow(missing_docs)]
     pub flow_label: u32,
     #[allow(missing_docs)]
@@ -955,6 +964,7 @@ macro_rules! layouts {
 }
 
 layouts! {
+    "ibv_gid" => ibv_gid { "raw": raw }
     "ibv_device" => ibv_device { "node_type": node_type, "transport_type": transport_type,
         "name": name, "dev_name": dev_name, "dev_path": dev_path, "ibdev_path": ibdev_path }
     "ibv_context_ops" => ibv_context_ops { "alloc_mw": alloc_mw, "poll_cq": poll_cq,

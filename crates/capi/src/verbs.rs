@@ -1324,7 +1324,7 @@ fn ah_attr_from(a: &ibv_ah_attr) -> AhAttr {
         static_rate: a.static_rate,
         port_num: a.port_num,
         grh: (a.is_global != 0).then_some(GlobalRoute {
-            dgid: a.grh.dgid,
+            dgid: a.grh.dgid.raw,
             flow_label: a.grh.flow_label,
             sgid_index: a.grh.sgid_index,
             hop_limit: a.grh.hop_limit,
@@ -1337,7 +1337,7 @@ fn ah_attr_to(a: &AhAttr) -> ibv_ah_attr {
     let g = a.grh.unwrap_or_default();
     ibv_ah_attr {
         grh: ibv_global_route {
-            dgid: g.dgid,
+            dgid: ibv_gid { raw: g.dgid },
             flow_label: g.flow_label,
             sgid_index: g.sgid_index,
             hop_limit: g.hop_limit,
