@@ -8,6 +8,10 @@
 //!   (`readelf --dyn-syms`) must be exported by our library with the same version; the
 //!   library must carry the soname `libibverbs.so.1`.
 //!
+//! - `static_pingpong`: our C test program (`crates/capi/tests/c/static_pingpong.c`) linked
+//!   `-static` against `librverbs.a` into `<target>/capi/bin/`; `cargo xtask test` puts it
+//!   into the guests (the minimal one has no rdma-core library at all).
+//!
 //! `cargo xtask test` runs the same build and check (stage `capi`) before the VM stages,
 //! whose interop tests load the library from `<target>/capi/lib`.
 
@@ -30,6 +34,40 @@ pub const PROGRAMS: &[&str] = &[
 /// Where the libraries go.
 pub fn lib_dir() -> PathBuf {
     util::target_dir().join("capi").join("lib")
+}
+
+/// Our static C test program.
+pub fn static_pingpong() -> PathBuf {
+    util::target_dir().join("capi/bin/static_pingpong")
+}
+
+/// Files the guests need besides the test binaries (the static C program, once built).
+pub fn guest_files() -> Vec<PathBuf> {
+    let p = static_pingpong();
+    if p.is_file() {
+        vec![p]
+    } else {
+        Vec::new()
+    }
+}
+
+/// Links the static C program against `archive` with `$CC` (default `cc`).
+fn link_static_program(archive: &Path) -> Result<PathBuf> {
+    let out = static_pingpong();
+    let dir = out.parent().unwrap();
+    std::fs::create_dir_all(dir).map_err(|e| util::Error(format!("{}: {e}", dir.display())))?;
+    let src = util::workspace_root().join("crates/capi/tests/c/static_pingpong.c");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let mut cmd = Command::new(&cc);
+    cmd.args(["-O2", "-Wall", "-static", "-s", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .arg(archive)
+        .args(["-lpthread", "-ldl", "-lm"]);
+    // The linker warns that std's getaddrinfo/getpwuid_r want glibc's NSS at run time; the
+    // program never reaches them.
+    util::output(&mut cmd)?;
+    Ok(out)
 }
 
 /// What [`build_and_check`] did, for the report.
@@ -108,16 +146,19 @@ pub fn build_and_check(release: bool) -> Result<Outcome> {
     std::os::unix::fs::symlink("libibverbs.so.1", &link)
         .map_err(|e| util::Error(format!("{}: {e}", link.display())))?;
 
+    let prog = link_static_program(&a_dst)?;
+
     let dynamic = util::output(Command::new("readelf").args(["-d", "-W"]).arg(&so_dst))?;
     if !dynamic.contains("Library soname: [libibverbs.so.1]") {
         crate::bail!("{} has no soname libibverbs.so.1", so_dst.display());
     }
     let exports = versioned(&so_dst, false)?;
     let mut notes = vec![format!(
-        "{} ({} versioned ibv symbols), {}",
+        "{} ({} versioned ibv symbols), {}, {}",
         so_dst.display(),
         exports.len(),
-        a_dst.display()
+        a_dst.display(),
+        prog.display()
     )];
     let mut missing: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for p in PROGRAMS {

@@ -371,12 +371,13 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
     for a in &tests.tests {
         dirs.insert(a.package_dir.to_string_lossy().into_owned());
     }
-    let files = tests
+    let mut files: Vec<_> = tests
         .tests
         .iter()
         .chain(&tests.bins)
         .map(|a| a.executable.clone())
         .collect();
+    files.extend(crate::capi::guest_files());
     let payload = Payload {
         rverbs: Some(rverbs),
         files,
