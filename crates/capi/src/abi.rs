@@ -951,6 +951,76 @@ pub struct ibv_ah {
     pub handle: u32,
 }
 
+/// `struct ibv_gid_entry`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_gid_entry {
+    #[allow(missing_docs)]
+    pub gid: ibv_gid,
+    #[allow(missing_docs)]
+    pub gid_index: u32,
+    #[allow(missing_docs)]
+    pub port_num: u32,
+    /// `enum ibv_gid_type` (the kernel's numbers).
+    pub gid_type: u32,
+    #[allow(missing_docs)]
+    pub ndev_ifindex: u32,
+}
+
+/// `struct ibv_async_event`: `element` is the union of `cq`, `qp`, `srq`, `wq` pointers and
+/// `port_num`.
+#[repr(C)]
+pub struct ibv_async_event {
+    /// The object (a pointer) or the port number (an `int` in the low bytes).
+    pub element: *mut c_void,
+    /// `enum ibv_event_type` (the kernel's numbers).
+    pub event_type: u32,
+}
+
+/// `struct ibv_sa_path_rec` (`<infiniband/sa.h>`).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_sa_path_rec {
+    #[allow(missing_docs)]
+    pub dgid: ibv_gid,
+    #[allow(missing_docs)]
+    pub sgid: ibv_gid,
+    /// Big-endian.
+    pub dlid: u16,
+    /// Big-endian.
+    pub slid: u16,
+    #[allow(missing_docs)]
+    pub raw_traffic: c_int,
+    /// Big-endian.
+    pub flow_label: u32,
+    #[allow(missing_docs)]
+    pub hop_limit: u8,
+    #[allow(missing_docs)]
+    pub traffic_class: u8,
+    #[allow(missing_docs)]
+    pub reversible: c_int,
+    #[allow(missing_docs)]
+    pub numb_path: u8,
+    /// Big-endian.
+    pub pkey: u16,
+    #[allow(missing_docs)]
+    pub sl: u8,
+    #[allow(missing_docs)]
+    pub mtu_selector: u8,
+    #[allow(missing_docs)]
+    pub mtu: u8,
+    #[allow(missing_docs)]
+    pub rate_selector: u8,
+    #[allow(missing_docs)]
+    pub rate: u8,
+    #[allow(missing_docs)]
+    pub packet_life_time_selector: u8,
+    #[allow(missing_docs)]
+    pub packet_life_time: u8,
+    #[allow(missing_docs)]
+    pub preference: u8,
+}
+
 /// The structs the layout test checks: C name, Rust size, and (C field, Rust offset) pairs.
 pub type LayoutRow = (&'static str, usize, &'static [(&'static str, usize)]);
 
@@ -1045,4 +1115,14 @@ layouts! {
         "comp_events_completed": comp_events_completed,
         "async_events_completed": async_events_completed }
     "ibv_ah" => ibv_ah { "context": context, "pd": pd, "handle": handle }
+    "ibv_gid_entry" => ibv_gid_entry { "gid": gid, "gid_index": gid_index,
+        "port_num": port_num, "gid_type": gid_type, "ndev_ifindex": ndev_ifindex }
+    "ibv_async_event" => ibv_async_event { "element": element, "event_type": event_type }
+    "ibv_sa_path_rec" => ibv_sa_path_rec { "dgid": dgid, "sgid": sgid, "dlid": dlid,
+        "slid": slid, "raw_traffic": raw_traffic, "flow_label": flow_label,
+        "hop_limit": hop_limit, "traffic_class": traffic_class, "reversible": reversible,
+        "numb_path": numb_path, "pkey": pkey, "sl": sl, "mtu_selector": mtu_selector,
+        "mtu": mtu, "rate_selector": rate_selector, "rate": rate,
+        "packet_life_time_selector": packet_life_time_selector,
+        "packet_life_time": packet_life_time, "preference": preference }
 }
