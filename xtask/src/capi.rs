@@ -21,7 +21,8 @@ use std::process::Command;
 
 use crate::util::{self, Result};
 
-/// The programs whose imports the library must satisfy (Debian's ibverbs-utils).
+/// The programs and libraries whose imports the library must satisfy (Debian's ibverbs-utils
+/// and ibverbs-providers).
 pub const PROGRAMS: &[&str] = &[
     "ibv_devices",
     "ibv_devinfo",
@@ -29,6 +30,9 @@ pub const PROGRAMS: &[&str] = &[
     "ibv_uc_pingpong",
     "ibv_ud_pingpong",
     "ibv_srq_pingpong",
+    // rdma-core's provider libraries, which perftest and pyverbs link directly: they must load.
+    "/usr/lib/x86_64-linux-gnu/libmlx5.so.1",
+    "/usr/lib/x86_64-linux-gnu/libefa.so.1",
 ];
 
 /// Where the libraries go.
@@ -162,10 +166,10 @@ pub fn build_and_check(release: bool) -> Result<Outcome> {
     )];
     let mut missing: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for p in PROGRAMS {
-        let path = Path::new("/usr/bin").join(p);
+        let path = Path::new("/usr/bin").join(p); // an absolute p replaces the directory
         if !path.exists() {
             crate::bail!(
-                "{} is not installed (package ibverbs-utils; .ci/run installs it)",
+                "{} is not installed (packages ibverbs-utils, ibverbs-providers; .ci/run installs them)",
                 path.display()
             );
         }

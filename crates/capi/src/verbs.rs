@@ -88,6 +88,10 @@ fn copy_cstr(dst: &mut [c_char], s: &str) {
 pub struct CDevice {
     /// What C sees.
     pub c: ibv_device,
+    /// NULL where rdma-core's `struct verbs_device` keeps its provider's ops pointer: the
+    /// `mlx5dv_*`/`efadv_*` functions of rdma-core's provider libraries compare it with their
+    /// own and so see that a device of ours is not theirs.
+    pub provider_ops: *const c_void,
     /// The sysfs device.
     pub dev: Device,
 }
@@ -111,7 +115,11 @@ fn new_device(dev: Device) -> *mut CDevice {
         &format!("/sys/class/infiniband_verbs/{uv}"),
     );
     copy_cstr(&mut c.ibdev_path, &dev.ibdev_path().to_string_lossy());
-    Box::into_raw(Box::new(CDevice { c, dev }))
+    Box::into_raw(Box::new(CDevice {
+        c,
+        provider_ops: ptr::null(),
+        dev,
+    }))
 }
 
 /// `ibv_get_device_list`: a NULL-terminated array of the RDMA devices (free it with
@@ -1760,7 +1768,7 @@ const WC_STATUS: &[&CStr] = &[
     c"response timeout error",
     c"general error",
     c"TM error",
-    c"TM rendezvous error",
+    c"TM software rendezvous",
 ];
 
 fn pick(table: &[&'static CStr], i: c_int) -> *const c_char {
@@ -1796,17 +1804,14 @@ pub extern "C" fn ibv_node_type_str(node_type: c_int) -> *const c_char {
 #[no_mangle]
 pub extern "C" fn ibv_port_state_str(state: c_int) -> *const c_char {
     const T: &[&CStr] = &[
-        c"PORT_NOP",
-        c"PORT_DOWN",
-        c"PORT_INIT",
-        c"PORT_ARMED",
-        c"PORT_ACTIVE",
-        c"PORT_ACTIVE_DEFER",
+        c"no state change (NOP)",
+        c"down",
+        c"init",
+        c"armed",
+        c"active",
+        c"active defer",
     ];
-    match state {
-        0..=5 => pick(T, state),
-        _ => c"invalid state".as_ptr(),
-    }
+    pick(T, state)
 }
 
 /// `ibv_event_type_str`.
@@ -2183,6 +2188,83 @@ pub unsafe extern "C" fn ibv_query_qp_data_in_order(
     _flags: u32,
 ) -> c_int {
     0
+}
+
+// ---------------------------------------------------------------------------------------
+// rdma-core's provider interface (IBVERBS_PRIVATE_34)
+
+/// rdma-core's provider libraries (Debian's libmlx5.so.1, libefa.so.1, … which perftest and
+/// pyverbs link directly) import these libibverbs-private entry points; they are exported
+/// so that those libraries load. rverbs does not host rdma-core's providers (it has its own,
+/// `rverbs-provider`), so none of them is ever reached through a device of ours: a call
+/// fails with `EOPNOTSUPP` (or NULL, or does nothing, for the pointer and void ones). They
+/// are declared without parameters; on the C ABIs rverbs supports the caller's arguments
+/// are then simply ignored.
+macro_rules! provider_entry_points {
+    (int: $($i:ident),*; ptr: $($p:ident),*; void: $($v:ident),*;) => {
+        $(
+            #[doc = concat!("`", stringify!($i), "` (provider interface): `EOPNOTSUPP`.")]
+            #[no_mangle]
+            pub extern "C" fn $i() -> c_int {
+                set_errno(libc::EOPNOTSUPP);
+                libc::EOPNOTSUPP
+            }
+        )*
+        $(
+            #[doc = concat!("`", stringify!($p), "` (provider interface): NULL, `EOPNOTSUPP`.")]
+            #[no_mangle]
+            pub extern "C" fn $p() -> *mut c_void {
+                set_errno(libc::EOPNOTSUPP);
+                null_mut()
+            }
+        )*
+        $(
+            #[doc = concat!("`", stringify!($v), "` (provider interface): does nothing.")]
+            #[no_mangle]
+            pub extern "C" fn $v() {}
+        )*
+    };
+}
+
+provider_entry_points! {
+    int: execute_ioctl, ibv_cmd_advise_mr, ibv_cmd_alloc_dm, ibv_cmd_alloc_mw, ibv_cmd_alloc_pd, ibv_cmd_attach_mcast, ibv_cmd_close_xrcd, ibv_cmd_create_ah, ibv_cmd_create_counters, ibv_cmd_create_cq, ibv_cmd_create_cq_ex, ibv_cmd_create_flow, ibv_cmd_create_flow_action_esp, ibv_cmd_create_qp, ibv_cmd_create_qp_ex2, ibv_cmd_create_qp_ex, ibv_cmd_create_rwq_ind_table, ibv_cmd_create_srq, ibv_cmd_create_srq_ex, ibv_cmd_create_wq, ibv_cmd_dealloc_mw, ibv_cmd_dealloc_pd, ibv_cmd_dereg_mr, ibv_cmd_destroy_ah, ibv_cmd_destroy_counters, ibv_cmd_destroy_cq, ibv_cmd_destroy_flow, ibv_cmd_destroy_flow_action, ibv_cmd_destroy_qp, ibv_cmd_destroy_rwq_ind_table, ibv_cmd_destroy_srq, ibv_cmd_destroy_wq, ibv_cmd_detach_mcast, ibv_cmd_free_dm, ibv_cmd_get_context, ibv_cmd_modify_cq, ibv_cmd_modify_flow_action_esp, ibv_cmd_modify_qp, ibv_cmd_modify_qp_ex, ibv_cmd_modify_srq, ibv_cmd_modify_wq, ibv_cmd_open_qp, ibv_cmd_open_xrcd, ibv_cmd_query_context, ibv_cmd_query_device_any, ibv_cmd_query_mr, ibv_cmd_query_port, ibv_cmd_query_qp, ibv_cmd_query_srq, ibv_cmd_read_counters, ibv_cmd_reg_dm_mr, ibv_cmd_reg_dmabuf_mr, ibv_cmd_reg_mr, ibv_cmd_rereg_mr, ibv_cmd_resize_cq;
+    ptr: _verbs_init_and_alloc_context, verbs_open_device;
+    void: __verbs_log, verbs_init_cq, verbs_set_ops, verbs_uninit_context;
+}
+
+/// `verbs_register_driver_34`: called by each rdma-core provider library's constructor when
+/// it is loaded. The registration is ignored: devices are served by rverbs' own providers.
+///
+/// # Safety
+/// Any pointer (not dereferenced).
+#[no_mangle]
+pub unsafe extern "C" fn verbs_register_driver_34(_ops: *const c_void) {}
+
+/// `verbs_allow_disassociate_destroy` (a flag providers read): false.
+#[no_mangle]
+pub static verbs_allow_disassociate_destroy: bool = false;
+
+/// `ibv_dontfork_range`: 0 (nothing to do, see [`ibv_fork_init`]).
+///
+/// # Safety
+/// Any range (not touched).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_dontfork_range(_base: *mut c_void, _size: usize) -> c_int {
+    0
+}
+
+/// `ibv_dofork_range`: 0 (nothing to do, see [`ibv_fork_init`]).
+///
+/// # Safety
+/// Any range (not touched).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_dofork_range(_base: *mut c_void, _size: usize) -> c_int {
+    0
+}
+
+unsupported! {
+    /// `ibv_resolve_eth_l2_from_gid`.
+    fn ibv_resolve_eth_l2_from_gid(ctx: *mut ibv_context, attr: *mut c_void, mac: *mut u8, vid: *mut u16) -> c_int = libc::EOPNOTSUPP;
 }
 
 all_symvers!();

@@ -236,3 +236,56 @@ fn ibv_ud_pingpong_interop() {
 fn ibv_srq_pingpong_interop() {
     both_ways("ibv_srq_pingpong", &[], 18650);
 }
+
+/// perftest's `prog` (which links rdma-core's libmlx5/libefa too: they must load on ours)
+/// between a server on A and a client from B, one side on ours; 100 iterations.
+fn perftest(prog: &str, port: u16, server_ours: bool) {
+    let (dev_a, dev_b) = (
+        env_or("RVERBS_DEV_A", "rxe0"),
+        env_or("RVERBS_DEV_B", "rxe0"),
+    );
+    let addr_a = env_or("RVERBS_ADDR_A", "10.10.0.1");
+    let port = port.to_string();
+    let args = |c: &mut Command, dev: &str| {
+        c.args(["-d", dev, "-x", "1", "-n", "100", "-p", &port]);
+    };
+    let mut s = tool(prog, server_ours);
+    args(&mut s, &dev_a);
+    let server = Proc::spawn(s);
+    let t0 = Instant::now();
+    let client_out = loop {
+        std::thread::sleep(Duration::from_secs(2));
+        let mut c = tool(prog, !server_ours);
+        args(&mut c, &dev_b);
+        c.arg(&addr_a);
+        let (ok, out) = Proc::spawn(c).finish(Duration::from_secs(120));
+        if ok {
+            break out;
+        }
+        if !out.contains("Couldn't connect") || t0.elapsed() > Duration::from_secs(30) {
+            let (_, sout) = server.finish(Duration::from_secs(1));
+            panic!("client failed:\n{out}\nserver:\n{sout}");
+        }
+    };
+    let (ok, sout) = server.finish(Duration::from_secs(120));
+    assert!(ok, "server failed:\n{sout}\nclient:\n{client_out}");
+    for out in [&sout, &client_out] {
+        assert!(out.contains("#bytes"), "no result table in:\n{out}");
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn perftest_interop() {
+    for (i, prog) in ["ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_write_bw"]
+        .iter()
+        .enumerate()
+    {
+        let port = 18660 + 2 * i as u16;
+        perftest(prog, port, true);
+        perftest(prog, port + 1, false);
+    }
+}
