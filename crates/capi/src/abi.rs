@@ -240,8 +240,8 @@ pub struct verbs_context {
     pub ABI_placeholder1: VoidFn,
     /// Not supported (NULL).
     pub open_qp: VoidFn,
-    /// Not supported (NULL): `ibv_create_qp_ex` fails with `EOPNOTSUPP`.
-    pub create_qp_ex: VoidFn,
+    /// `ibv_create_qp_ex` without the extended send API (`IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`).
+    pub create_qp_ex: Option<CreateQpExFn>,
     /// Not supported (NULL).
     pub get_srq_num: VoidFn,
     /// Not supported (NULL).
@@ -696,6 +696,61 @@ pub struct ibv_qp_init_attr {
     pub sq_sig_all: c_int,
 }
 
+/// `struct ibv_rx_hash_conf`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_rx_hash_conf {
+    #[allow(missing_docs)]
+    pub rx_hash_function: u8,
+    #[allow(missing_docs)]
+    pub rx_hash_key_len: u8,
+    #[allow(missing_docs)]
+    pub rx_hash_key: *mut u8,
+    #[allow(missing_docs)]
+    pub rx_hash_fields_mask: u64,
+}
+
+/// `struct ibv_qp_init_attr_ex`: the fields of [`ibv_qp_init_attr`], then the extension.
+#[repr(C)]
+pub struct ibv_qp_init_attr_ex {
+    #[allow(missing_docs)]
+    pub qp_context: *mut c_void,
+    #[allow(missing_docs)]
+    pub send_cq: *mut ibv_cq,
+    #[allow(missing_docs)]
+    pub recv_cq: *mut ibv_cq,
+    #[allow(missing_docs)]
+    pub srq: *mut ibv_srq,
+    #[allow(missing_docs)]
+    pub cap: ibv_qp_cap,
+    /// `enum ibv_qp_type`.
+    pub qp_type: u32,
+    /// Not padded to 8 here, unlike the end of [`ibv_qp_init_attr`]: `comp_mask` follows.
+    pub sq_sig_all: c_int,
+    /// `IBV_QP_INIT_ATTR_*`.
+    pub comp_mask: u32,
+    #[allow(missing_docs)]
+    pub pd: *mut ibv_pd,
+    #[allow(missing_docs)]
+    pub xrcd: *mut c_void,
+    #[allow(missing_docs)]
+    pub create_flags: u32,
+    #[allow(missing_docs)]
+    pub max_tso_header: u16,
+    #[allow(missing_docs)]
+    pub rwq_ind_tbl: *mut c_void,
+    #[allow(missing_docs)]
+    pub rx_hash_conf: ibv_rx_hash_conf,
+    #[allow(missing_docs)]
+    pub source_qpn: u32,
+    #[allow(missing_docs)]
+    pub send_ops_flags: u64,
+}
+
+/// `create_qp_ex` slot of [`verbs_context`].
+pub type CreateQpExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp;
+
 /// `struct ibv_qp_attr`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -1087,6 +1142,15 @@ layouts! {
         "max_inline_data": max_inline_data }
     "ibv_qp_init_attr" => ibv_qp_init_attr { "qp_context": qp_context, "send_cq": send_cq,
         "recv_cq": recv_cq, "srq": srq, "cap": cap, "qp_type": qp_type, "sq_sig_all": sq_sig_all }
+    "ibv_qp_init_attr_ex" => ibv_qp_init_attr_ex { "qp_context": qp_context,
+        "send_cq": send_cq, "cap": cap, "qp_type": qp_type, "sq_sig_all": sq_sig_all,
+        "comp_mask": comp_mask,
+        "pd": pd, "xrcd": xrcd, "create_flags": create_flags, "max_tso_header": max_tso_header,
+        "rwq_ind_tbl": rwq_ind_tbl, "rx_hash_conf": rx_hash_conf, "source_qpn": source_qpn,
+        "send_ops_flags": send_ops_flags }
+    "ibv_rx_hash_conf" => ibv_rx_hash_conf { "rx_hash_function": rx_hash_function,
+        "rx_hash_key_len": rx_hash_key_len, "rx_hash_key": rx_hash_key,
+        "rx_hash_fields_mask": rx_hash_fields_mask }
     "ibv_qp_attr" => ibv_qp_attr { "qp_state": qp_state, "cur_qp_state": cur_qp_state,
         "path_mtu": path_mtu, "path_mig_state": path_mig_state, "qkey": qkey, "rq_psn": rq_psn,
         "sq_psn": sq_psn, "dest_qp_num": dest_qp_num, "qp_access_flags": qp_access_flags,

@@ -265,6 +265,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
     let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
     vctx.query_port = Some(query_port_op);
     vctx.query_device_ex = Some(query_device_ex_op);
+    vctx.create_qp_ex = Some(create_qp_ex_op);
     vctx.sz = size_of::<verbs_context>();
     let c = &mut vctx.context;
     c.device = device;
@@ -1549,6 +1550,37 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     unregister(0, b.qp.user_handle());
     drop(b);
     0
+}
+
+/// `IBV_QP_INIT_ATTR_PD`: the one extension [`create_qp_ex_op`] carries.
+const QP_INIT_ATTR_PD: u32 = 1;
+
+/// `verbs_context.create_qp_ex` (the inline `ibv_create_qp_ex`): the PD extension only;
+/// XRC, create flags, TSO, RSS, source QPN and the extended send API
+/// (`IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`) fail with `EOPNOTSUPP`.
+unsafe extern "C" fn create_qp_ex_op(
+    _context: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    // SAFETY: the inline wrapper passes the caller's attributes.
+    let a = unsafe { &mut *attr };
+    if a.comp_mask != QP_INIT_ATTR_PD || a.pd.is_null() {
+        set_errno(libc::EOPNOTSUPP);
+        return null_mut();
+    }
+    let mut base = ibv_qp_init_attr {
+        qp_context: a.qp_context,
+        send_cq: a.send_cq,
+        recv_cq: a.recv_cq,
+        srq: a.srq,
+        cap: a.cap,
+        qp_type: a.qp_type,
+        sq_sig_all: a.sq_sig_all,
+    };
+    // SAFETY: the PD and the CQs/SRQ named are ours (the caller's contract).
+    let qp = unsafe { ibv_create_qp(a.pd, &mut base) };
+    a.cap = base.cap;
+    qp
 }
 
 /// `ibv_qp_to_qp_ex`: NULL — QPs are not created with the extended send API
