@@ -1273,7 +1273,7 @@ unsafe extern "C" fn post_srq_recv_op(
     let s = unsafe { csrq(srq) };
     // SAFETY: ibv_post_srq_recv's contract: the SGEs name registered memory that stays valid
     // until the completions are polled.
-    unsafe { post_recv_list(wr, bad, |w| s.srq.post_recv(w)) }
+    unsafe { post_recv_list(wr, bad, |w| s.srq.post_recv_raw(w)) }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1693,7 +1693,7 @@ unsafe extern "C" fn post_send_op(
         }
         // SAFETY: ibv_post_send's contract: the SGEs name registered memory that stays valid
         // until the completions are polled.
-        if let Err(e) = unsafe { q.qp.post_send(&wrs[..n]) } {
+        if let Err(e) = unsafe { q.qp.post_send_raw(&wrs[..n]) } {
             // SAFETY: caller's contract.
             unsafe { *bad = ptrs[e.posted.min(n - 1)] };
             return fail(&e.error);
@@ -1712,7 +1712,7 @@ unsafe extern "C" fn post_recv_op(
     let q = unsafe { cqp(qp) };
     // SAFETY: ibv_post_recv's contract: the SGEs name registered memory that stays valid
     // until the completions are polled.
-    unsafe { post_recv_list(wr, bad, |w| q.qp.post_recv(w)) }
+    unsafe { post_recv_list(wr, bad, |w| q.qp.post_recv_raw(w)) }
 }
 
 // ---------------------------------------------------------------------------------------

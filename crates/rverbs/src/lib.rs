@@ -9,6 +9,8 @@
 //! - [`cm`] (`rverbs-cm`): rdma_cm ids, events, and librdmacm's helpers.
 
 #![deny(unsafe_code)]
+// missing_docs: to be turned to deny once every public item has its doc (issue #12, not done).
+#![allow(missing_docs)]
 
 pub use rverbs_cm as cm;
 pub use rverbs_provider as provider;
