@@ -23,7 +23,7 @@
 //!   not claimed;
 //! - completion waiters only look at the end record, taking nothing.
 //!
-//! A blocking waiter registers a per-thread eventfd before it checks the queue and sleeps in
+//! A blocking waiter registers an eventfd (kept by the channel for the next wait) before it checks the queue and sleeps in
 //! `poll()` on the channel fd *and* that eventfd: an event that another thread pumps between
 //! the check and the sleep writes the eventfd, so no wake-up is lost. Async runtimes register
 //! a callback instead ([`EventChannel::on_dispatch`]).
@@ -79,6 +79,8 @@ pub(crate) struct Dispatch {
     ended: HashMap<u64, (CmEventKind, i32)>,
     /// Blocking waiters' eventfds, written after each pump that queued something.
     wakers: Vec<Arc<OwnedFd>>,
+    /// Eventfds of finished waits, for the next ones (closed with the channel).
+    spare: Vec<Arc<OwnedFd>>,
     /// Callbacks run after each pump that queued something.
     hooks: Vec<(u64, DispatchHook)>,
     next_hook: u64,
@@ -184,24 +186,12 @@ pub(crate) enum Woke<T> {
     TimedOut,
 }
 
-thread_local! {
-    /// Each thread's eventfd for blocking waits (a thread waits on one channel at a time).
-    static WAKE_FD: std::cell::OnceCell<Arc<OwnedFd>> = const { std::cell::OnceCell::new() };
-}
-
-fn thread_wake_fd() -> Result<Arc<OwnedFd>, Errno> {
-    WAKE_FD.with(|c| {
-        if let Some(fd) = c.get() {
-            return Ok(fd.clone());
-        }
-        let fd = rustix::event::eventfd(
-            0,
-            rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
-        )?;
-        let fd = Arc::new(fd);
-        let _ = c.set(fd.clone());
-        Ok(fd)
-    })
+fn new_wake_fd() -> Result<Arc<OwnedFd>, Errno> {
+    let fd = rustix::event::eventfd(
+        0,
+        rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+    )?;
+    Ok(Arc::new(fd))
 }
 
 fn timespec_until(deadline: Option<Instant>) -> Option<rustix::event::Timespec> {
@@ -316,7 +306,26 @@ impl Channel {
         extra: &[BorrowedFd<'_>],
         mut check: impl FnMut(&mut Dispatch) -> Option<T>,
     ) -> Result<Woke<T>, Errno> {
-        let wake = thread_wake_fd()?;
+        let spare = self.lock().spare.pop();
+        let wake = match spare {
+            Some(fd) => fd,
+            None => new_wake_fd()?,
+        };
+        let r = self.wait_with(&wake, deadline, extra, &mut check);
+        let mut buf = [0u8; 8];
+        // Non-blocking: EAGAIN when nobody woke us. Drained before reuse.
+        let _ = rustix::io::read(&*wake, &mut buf);
+        self.lock().spare.push(wake);
+        r
+    }
+
+    fn wait_with<T>(
+        &self,
+        wake: &Arc<OwnedFd>,
+        deadline: Option<Instant>,
+        extra: &[BorrowedFd<'_>],
+        check: &mut impl FnMut(&mut Dispatch) -> Option<T>,
+    ) -> Result<Woke<T>, Errno> {
         let mut pump = false;
         loop {
             {
@@ -331,15 +340,15 @@ impl Channel {
             }
             let mut fds = Vec::with_capacity(2 + extra.len());
             fds.push(PollFd::new(&self.file, PollFlags::IN));
-            fds.push(PollFd::new(&*wake, PollFlags::IN));
+            fds.push(PollFd::new(&**wake, PollFlags::IN));
             for e in extra {
                 fds.push(PollFd::new(e, PollFlags::IN));
             }
             let r = rustix::event::poll(&mut fds, timespec_until(deadline).as_ref());
-            self.lock().wakers.retain(|w| !Arc::ptr_eq(w, &wake));
+            self.lock().wakers.retain(|w| !Arc::ptr_eq(w, wake));
             let mut buf = [0u8; 8];
             // Non-blocking: EAGAIN when nobody woke us.
-            let _ = rustix::io::read(&*wake, &mut buf);
+            let _ = rustix::io::read(&**wake, &mut buf);
             match r {
                 Ok(0) => {
                     if deadline.is_some_and(|d| Instant::now() >= d) {
