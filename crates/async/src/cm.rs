@@ -306,8 +306,9 @@ impl AsyncCmId {
         self.expect("accept", &[CmEventKind::ESTABLISHED]).await
     }
 
-    /// `disconnect`, completed by this id's DISCONNECTED (returns at once if the connection
-    /// already ended).
+    /// `disconnect`, completed by this id's DISCONNECTED, which comes when the peer answers the
+    /// DREQ (its own disconnect or the destruction of its id) or the CM stops waiting. If the
+    /// connection already ended, it answers the peer (DREP) and returns at once.
     pub async fn disconnect(&self) -> io::Result<()> {
         if self.id.end_event().is_some() {
             let _ = self.id.disconnect();

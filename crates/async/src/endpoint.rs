@@ -115,7 +115,9 @@ impl AsyncEndpoint {
     }
 
     /// `rdma_disconnect`: the QP to ERR (flushing what is posted), DREQ, then this id's
-    /// DISCONNECTED.
+    /// DISCONNECTED — which comes when the peer answers (its own disconnect, or destroying its
+    /// id) or the CM gives up waiting for it. After the peer's DISCONNECTED it sends the answer
+    /// (DREP) and returns at once.
     pub async fn disconnect(&self) -> io::Result<()> {
         let ended = self.ep.id().end_event().is_some();
         let r = self.ep.disconnect();

@@ -242,11 +242,16 @@ impl Rng {
     }
 }
 
+/// Messages per client in the 64-client tests: 100 by default, `RVERBS_ASYNC_MSGS` to
+/// change. The issue asks for 1,000; under TCG on a loaded 2-core host (load ~12) 64 × 200
+/// took 144 s (current-thread) and 78 s (multi-thread) in the debug test build, so 1,000 would
+/// exceed the test bed's 300 s per test binary. Run the full figure by hand:
+/// `cargo xtask vm -- sh -c 'RVERBS_ASYNC_MSGS=1000 <vm_async binary> sixty_four'`.
 fn msgs_per_client() -> u32 {
     std::env::var("RVERBS_ASYNC_MSGS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(1000)
+        .unwrap_or(100)
 }
 
 /// 64 clients (one task each, all on one event channel) against one server (a task per
@@ -306,8 +311,8 @@ fn sixty_four_clients_on_a_multi_thread_runtime() {
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
 fn cancelled_waits_lose_nothing() {
-    many_clients(current_thread(), 7803, 8, 300, true);
-    many_clients(multi_thread(), 7804, 8, 300, true);
+    many_clients(current_thread(), 7803, 8, 150, true);
+    many_clients(multi_thread(), 7804, 8, 150, true);
 }
 
 /// Event waits dropped mid-wait: a get_request cancelled many times still yields the
@@ -349,6 +354,8 @@ fn cancelled_event_waits_lose_nothing() {
             }
         };
         assert_eq!(ev.kind(), rverbs_cm::CmEventKind::DISCONNECTED);
+        // Our DREP: the client's disconnect completes with its DISCONNECTED.
+        ep.disconnect().await.unwrap();
         cl.await.unwrap();
     });
 }
