@@ -654,6 +654,91 @@ mod tests {
         assert_eq!(&b[12..16], &2000u32.to_ne_bytes());
     }
 
+    fn ev(uid: u64, kind: CmEventKind) -> abi::rdma_ucm_event_resp {
+        let mut r = abi::rdma_ucm_event_resp::new_zeroed();
+        r.uid = uid;
+        r.event = kind.0;
+        r
+    }
+
+    #[test]
+    fn dispatch_gives_each_reader_its_own_events() {
+        let mut d = Dispatch::default();
+        for (uid, k) in [
+            (1, CmEventKind::ESTABLISHED),
+            (2, CmEventKind::ADDR_RESOLVED),
+            (1, CmEventKind::DISCONNECTED),
+            (3, CmEventKind::ROUTE_RESOLVED),
+        ] {
+            d.queue.push_back(ev(uid, k));
+        }
+        d.claim(1);
+        d.claim(2);
+        // A channel reader skips claimed ids.
+        assert_eq!(d.take_unclaimed().map(|e| e.uid), Some(3));
+        assert!(d.take_unclaimed().is_none());
+        // Per-id readers take their own, in order.
+        assert_eq!(
+            d.take_for(1).map(|e| e.event),
+            Some(CmEventKind::ESTABLISHED.0)
+        );
+        assert_eq!(
+            d.take_for(1).map(|e| e.event),
+            Some(CmEventKind::DISCONNECTED.0)
+        );
+        assert!(d.take_for(1).is_none());
+        assert_eq!(d.take_for(2).map(|e| e.uid), Some(2));
+    }
+
+    #[test]
+    fn forget_and_adopt_move_an_ids_events_and_end() {
+        let mut a = Dispatch::default();
+        a.queue.push_back(ev(7, CmEventKind::ESTABLISHED));
+        a.queue.push_back(ev(8, CmEventKind::ESTABLISHED));
+        a.queue.push_back(ev(7, CmEventKind::DISCONNECTED));
+        a.claim(7);
+        let moved = a.forget(7);
+        assert_eq!(moved.len(), 2);
+        assert!(!a.is_claimed(7));
+        assert_eq!(a.queue.len(), 1);
+        let mut b = Dispatch::default();
+        b.queue.push_back(ev(9, CmEventKind::ADDR_RESOLVED));
+        b.adopt(7, true, moved);
+        assert!(b.is_claimed(7));
+        assert_eq!(b.ended(7).map(|e| e.0), Some(CmEventKind::DISCONNECTED));
+        // The adopted events come first, in their order.
+        assert_eq!(b.queue[0].event, CmEventKind::ESTABLISHED.0);
+        assert_eq!(b.queue[1].event, CmEventKind::DISCONNECTED.0);
+        assert_eq!(b.take_unclaimed().map(|e| e.uid), Some(9));
+    }
+
+    #[test]
+    fn a_blocked_waiter_is_woken_by_another_readers_dispatch() {
+        // The fake channel answers every GET_EVENT (a socket pair that accepts writes), so
+        // only the waker path is tested here: a thread waiting on the dispatcher sees an
+        // event another thread queued, although the fd readiness it polls says nothing.
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let chan = Channel::for_test(File::from(std::os::fd::OwnedFd::from(a)));
+        let c2 = chan.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let r = c2.wait_until(None, &[], |d| d.take_for(42).map(|e| e.event));
+            let _ = tx.send(r);
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        {
+            let mut d = chan.lock();
+            d.queue.push_back(ev(42, CmEventKind::ESTABLISHED));
+            d.wake();
+        }
+        // Without the wake-up the waiter sleeps for ever: fail after 5 s instead.
+        match rx.recv_timeout(Duration::from_secs(5)) {
+            Ok(Ok(Woke::Found(k))) => assert_eq!(k, CmEventKind::ESTABLISHED.0),
+            Ok(other) => panic!("{other:?}"),
+            Err(_) => panic!("the waiter was not woken by the other reader's dispatch"),
+        }
+    }
+
     #[test]
     fn header_rejects_oversized() {
         assert_eq!(command_bytes(0, &[0u8; 70000], 0), Err(Errno::INVAL));
