@@ -134,6 +134,7 @@ impl AsyncEventChannel {
         notified: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
     ) -> io::Result<()> {
         tokio::select! {
+            biased;
             r = self.fd.readable() => {
                 let mut guard = r?;
                 let res = guard.try_io(|fd| {

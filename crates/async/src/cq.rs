@@ -22,12 +22,12 @@
 //! it). Events read by a dropped future were counted for their CQ and are applied by the
 //! next wait; a CQ left armed produces one event too many at worst, which the next wait reads.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::ops::Deref;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rverbs_uverbs::channel::CompChannel;
@@ -51,8 +51,12 @@ impl AsRawFd for ChanFd {
 /// counted per CQ.
 pub struct AsyncCompChannel {
     fd: AsyncFd<ChanFd>,
-    /// Events read and not yet applied, per CQ user handle.
-    pending: Mutex<HashMap<u64, u32>>,
+    /// Events read and not yet applied: (CQ user handle, count). A channel serves few CQs,
+    /// so a short list beats hashing.
+    pending: Mutex<Vec<(u64, u32)>>,
+    /// True while `pending` may be non-empty: the common wait finds nothing to apply without
+    /// taking the lock.
+    has_pending: AtomicBool,
     pub(crate) notify: Notify,
 }
 
@@ -76,7 +80,8 @@ impl AsyncCompChannel {
             .map_err(io::Error::from)?;
         Ok(Arc::new(AsyncCompChannel {
             fd,
-            pending: Mutex::new(HashMap::new()),
+            pending: Mutex::new(Vec::new()),
+            has_pending: AtomicBool::new(false),
             notify: Notify::new(),
         }))
     }
@@ -86,14 +91,31 @@ impl AsyncCompChannel {
         &self.fd.get_ref().0
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, u32>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(u64, u32)>> {
         // Plain counters: nothing half-updated survives a panic.
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Applies the events counted for `cq` (`event_received` once each, then `ack_events`).
     pub(crate) fn apply(&self, cq: &Cq) {
-        let n = self.lock().remove(&cq.user_handle()).unwrap_or(0);
+        // Acquire: pairs with the Release store in read_all, so the counts pushed before it are
+        // seen by the lock below (the lock orders them anyway; the flag only skips it).
+        if !self.has_pending.load(Ordering::Acquire) {
+            return;
+        }
+        let n = {
+            let mut p = self.lock();
+            let h = cq.user_handle();
+            let n = match p.iter().position(|e| e.0 == h) {
+                Some(i) => p.swap_remove(i).1,
+                None => 0,
+            };
+            if p.is_empty() {
+                // Relaxed: written under the lock; a stale `true` only costs a lock.
+                self.has_pending.store(false, Ordering::Relaxed);
+            }
+            n
+        };
         for _ in 0..n {
             cq.event_received();
         }
@@ -108,7 +130,13 @@ impl AsyncCompChannel {
     fn read_all(&self) -> io::Result<()> {
         let mut got = false;
         while let Some(ev) = self.channel().try_get_event()? {
-            *self.lock().entry(ev.cq_user_handle).or_insert(0) += 1;
+            let mut p = self.lock();
+            match p.iter_mut().find(|e| e.0 == ev.cq_user_handle) {
+                Some(e) => e.1 += 1,
+                None => p.push((ev.cq_user_handle, 1)),
+            }
+            // Release: the count above is visible to whoever sees the flag (see apply).
+            self.has_pending.store(true, Ordering::Release);
             got = true;
         }
         if got {
@@ -124,6 +152,7 @@ impl AsyncCompChannel {
         notified: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
     ) -> io::Result<()> {
         tokio::select! {
+            biased;
             r = self.fd.readable() => {
                 let mut guard = r?;
                 match guard.try_io(|_| self.read_all()) {

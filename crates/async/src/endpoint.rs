@@ -201,6 +201,7 @@ impl AsyncEndpoint {
             }
             let end_known = grace.get();
             tokio::select! {
+                biased;
                 r = ch.wait(cq_woken) => r?,
                 r = self.cm.sleep(cm_woken), if end_known.is_none() => r?,
                 () = tokio::time::sleep_until(end_known.unwrap_or_else(tokio::time::Instant::now)),
