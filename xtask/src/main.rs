@@ -6,6 +6,7 @@ mod cpio;
 mod host;
 mod json;
 mod kernel;
+mod miri;
 mod testcmd;
 mod util;
 mod vm;

@@ -168,6 +168,8 @@ pub fn run(args: &[String]) -> Result<u8> {
                 .env("RUSTDOCFLAGS", "-D warnings"),
         );
         host_tests(&mut report);
+        let (counts, notes, took) = crate::miri::stage();
+        report.add("miri", counts, notes, took);
     }
     if opts.vm {
         vm_stages(&mut report, &opts);

@@ -40,10 +40,9 @@ async fn main() -> io::Result<()> {
     let mr = ep
         .endpoint()
         .reg_msgs(PageBuf::new(4096)?)
-        .map_err(|(e, _)| e)?;
+        .map_err(std::io::Error::from)?;
     let sge = [mr.sge(0..MSG)];
-    // SAFETY: `ep` is dropped before `mr` (explicitly, at the end).
-    unsafe { ep.endpoint().post_recv(0, &sge) }?;
+    ep.endpoint().post_recv(0, &sge)?;
     ep.connect(&ConnParam::default()).await?;
     let t0 = Instant::now();
     for i in 0..n {
@@ -52,13 +51,12 @@ async fn main() -> io::Result<()> {
             .post_send_inline(u64::from(i), &msg, SendFlags::empty())?;
         ep.send_comp().await?;
         let wc = ep.recv_comp().await?;
-        if !wc.status.is_success() || mr.as_slice()[..MSG] != msg[..] {
+        if !wc.status.is_success() || mr.read_vec(0..MSG)[..] != msg[..] {
             return Err(io::Error::other(format!(
                 "message {i} came back wrong: {wc:?}"
             )));
         }
-        // SAFETY: as above.
-        unsafe { ep.endpoint().post_recv(0, &sge) }?;
+        ep.endpoint().post_recv(0, &sge)?;
     }
     let dt = t0.elapsed();
     println!(

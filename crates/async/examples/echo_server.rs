@@ -35,11 +35,9 @@ async fn serve(id: AsyncCmId) -> io::Result<u64> {
     let mr = ep
         .endpoint()
         .reg_msgs(PageBuf::new(4096)?)
-        .map_err(|(e, _)| e)?;
+        .map_err(std::io::Error::from)?;
     let sge = [mr.sge(0..MSG)];
-    // SAFETY: `ep` (and so its QP) is dropped before `mr`, explicitly at the end: the device
-    // never writes freed memory.
-    unsafe { ep.endpoint().post_recv(0, &sge) }?;
+    ep.endpoint().post_recv(0, &sge)?;
     ep.accept(&ConnParam::default()).await?;
     let mut n = 0;
     loop {
@@ -50,9 +48,8 @@ async fn serve(id: AsyncCmId) -> io::Result<u64> {
             Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break,
             Err(e) => return Err(e),
         };
-        let msg = mr.as_slice()[..wc.byte_len as usize].to_vec();
-        // SAFETY: as above.
-        unsafe { ep.endpoint().post_recv(0, &sge) }?;
+        let msg = mr.read_vec(0..wc.byte_len as usize);
+        ep.endpoint().post_recv(0, &sge)?;
         ep.endpoint()
             .post_send_inline(n, &msg, SendFlags::empty())?;
         ep.send_comp().await?;

@@ -56,17 +56,15 @@ fn server(addr: SocketAddr, conns: u32, iters: u32, ready: std::sync::mpsc::Send
         let ep = Endpoint::create(lis.get_request().unwrap(), &attr()).unwrap();
         let mr = ep
             .reg_msgs(PageBuf::new(4096).unwrap())
-            .map_err(|(e, _)| e)
+            .map_err(std::io::Error::from)
             .unwrap();
         let sge = [mr.sge(0..MSG)];
-        // SAFETY: `ep` is dropped before `mr` at the end of the iteration.
-        unsafe { ep.post_recv(0, &sge) }.unwrap();
+        ep.post_recv(0, &sge).unwrap();
         ep.accept(&ConnParam::default()).unwrap();
         let msg = [0x5au8; MSG];
         for _ in 0..iters {
             assert!(ep.get_recv_comp().unwrap().status.is_success());
-            // SAFETY: as above.
-            unsafe { ep.post_recv(0, &sge) }.unwrap();
+            ep.post_recv(0, &sge).unwrap();
             ep.post_send_inline(0, &msg, SendFlags::empty()).unwrap();
             assert!(ep.get_send_comp().unwrap().status.is_success());
         }
@@ -86,11 +84,10 @@ fn blocking_client(addr: SocketAddr, iters: u32) -> Duration {
     let ep = Endpoint::create(create_ep(&ai[0]).unwrap(), &attr()).unwrap();
     let mr = ep
         .reg_msgs(PageBuf::new(4096).unwrap())
-        .map_err(|(e, _)| e)
+        .map_err(std::io::Error::from)
         .unwrap();
     let sge = [mr.sge(0..MSG)];
-    // SAFETY: `ep` is dropped before `mr`.
-    unsafe { ep.post_recv(0, &sge) }.unwrap();
+    ep.post_recv(0, &sge).unwrap();
     ep.connect(&ConnParam::default()).unwrap();
     let msg = [0xa5u8; MSG];
     let t0 = Instant::now();
@@ -98,8 +95,7 @@ fn blocking_client(addr: SocketAddr, iters: u32) -> Duration {
         ep.post_send_inline(0, &msg, SendFlags::empty()).unwrap();
         assert!(ep.get_send_comp().unwrap().status.is_success());
         assert!(ep.get_recv_comp().unwrap().status.is_success());
-        // SAFETY: as above.
-        unsafe { ep.post_recv(0, &sge) }.unwrap();
+        ep.post_recv(0, &sge).unwrap();
     }
     let dt = t0.elapsed();
     ep.disconnect().unwrap();
@@ -120,11 +116,10 @@ fn async_client(rt: &tokio::runtime::Runtime, addr: SocketAddr, iters: u32) -> D
         let mr = ep
             .endpoint()
             .reg_msgs(PageBuf::new(4096).unwrap())
-            .map_err(|(e, _)| e)
+            .map_err(std::io::Error::from)
             .unwrap();
         let sge = [mr.sge(0..MSG)];
-        // SAFETY: `ep` is dropped before `mr`.
-        unsafe { ep.endpoint().post_recv(0, &sge) }.unwrap();
+        ep.endpoint().post_recv(0, &sge).unwrap();
         ep.connect(&ConnParam::default()).await.unwrap();
         let msg = [0xa5u8; MSG];
         let t0 = Instant::now();
@@ -134,8 +129,7 @@ fn async_client(rt: &tokio::runtime::Runtime, addr: SocketAddr, iters: u32) -> D
                 .unwrap();
             assert!(ep.send_comp().await.unwrap().status.is_success());
             assert!(ep.recv_comp().await.unwrap().status.is_success());
-            // SAFETY: as above.
-            unsafe { ep.endpoint().post_recv(0, &sge) }.unwrap();
+            ep.endpoint().post_recv(0, &sge).unwrap();
         }
         let dt = t0.elapsed();
         ep.disconnect().await.unwrap();

@@ -76,7 +76,7 @@ impl Slots {
     fn new(ep: &Endpoint) -> Slots {
         let mr = ep
             .reg_msgs(PageBuf::new(4096).unwrap())
-            .map_err(|(e, _)| e)
+            .map_err(std::io::Error::from)
             .unwrap();
         Slots { mr }
     }
@@ -84,14 +84,12 @@ impl Slots {
     fn post(&self, ep: &Endpoint, slot: u64) {
         let off = slot as usize * MSG;
         let sge = [self.mr.sge(off..off + MSG)];
-        // SAFETY: the Slots of an endpoint are dropped after it (callers keep that order), so
-        // the device never writes into freed memory.
-        unsafe { ep.post_recv(slot, &sge) }.unwrap();
+        ep.post_recv(slot, &sge).unwrap();
     }
 
     fn read(&self, slot: u64, len: usize) -> Vec<u8> {
         let off = slot as usize * MSG;
-        self.mr.as_slice()[off..off + len].to_vec()
+        self.mr.read_vec(off..off + len)
     }
 }
 
@@ -440,7 +438,7 @@ impl Slots {
     fn new_user(ep: &Endpoint<rverbs_cm::verbs::UserCqs>) -> Slots {
         let mr = ep
             .reg_msgs(PageBuf::new(4096).unwrap())
-            .map_err(|(e, _)| e)
+            .map_err(std::io::Error::from)
             .unwrap();
         Slots { mr }
     }
@@ -448,8 +446,7 @@ impl Slots {
     fn post_user(&self, ep: &Endpoint<rverbs_cm::verbs::UserCqs>, slot: u64) {
         let off = slot as usize * MSG;
         let sge = [self.mr.sge(off..off + MSG)];
-        // SAFETY: as in `post`: the Slots outlive the endpoint.
-        unsafe { ep.post_recv(slot, &sge) }.unwrap();
+        ep.post_recv(slot, &sge).unwrap();
     }
 }
 

@@ -46,7 +46,7 @@ use rverbs::uverbs::mr::{AccessFlags, Mr, PageBuf};
 use rverbs::uverbs::pd::Pd;
 use rverbs::uverbs::provider::QpCaps;
 use rverbs::uverbs::qp::{Qp, QpAttr, QpInit, QpState};
-use rverbs::uverbs::{RecvWr, SendFlags, SendOp, SendWr, WorkCompletion};
+use rverbs::uverbs::{MrRecvWr, MrSendWr, RecvWr, SendFlags, SendOp, SendWr, WorkCompletion};
 
 use crate::{usage_err, CmdResult};
 
@@ -611,8 +611,8 @@ fn connect_qp(qp: &Qp, o: &Opts, my_psn: u32, rem: &Dest, link: LinkLayer) -> Cm
 /// The ping-pong loop's state (`parse_single_wc` of the C tool).
 struct PingPong<'a> {
     qp: &'a Qp,
-    recv_wrs: &'a [RecvWr<'a>],
-    send_wr: [SendWr<'a>; 1],
+    recv_wrs: &'a [MrRecvWr<'a>],
+    send_wr: [MrSendWr<'a>; 1],
     rx_depth: u32,
     iters: u32,
     routs: u32,
@@ -648,9 +648,7 @@ impl PingPong<'_> {
     /// Posts up to `n` receives; returns how many went in.
     fn post_recvs(&self, n: u32) -> u32 {
         let list = &self.recv_wrs[..n as usize];
-        // SAFETY: every receive names the MR's buffer, and the MR is dropped only after the
-        // QP (see `run_pingpong`): the device can write to it only while the memory is alive.
-        match unsafe { self.qp.post_recv(list) } {
+        match self.qp.post_recv(list) {
             Ok(()) => n,
             Err(e) => e.posted as u32,
         }
@@ -661,8 +659,8 @@ impl PingPong<'_> {
             pad(self.cq, self.pad)?;
             self.padded += u64::from(self.pad);
         }
-        // SAFETY: as in post_recvs: the SGE names the live MR's buffer.
-        unsafe { self.qp.post_send(&self.send_wr) }
+        self.qp
+            .post_send(&self.send_wr)
             .map_err(|e| format!("Couldn't post send: {e}").into())
     }
 
@@ -819,7 +817,7 @@ pub fn run_pingpong(o: &Opts, out: &mut dyn Write) -> Result<Summary, Box<dyn st
     let pd = Pd::alloc(&ctx)?;
     // Declared before the QP so that it is dropped after it: the device never writes to a
     // buffer whose registration is gone while receives are still posted.
-    let mut mr = Mr::register(&pd, buf, AccessFlags::LOCAL_WRITE).map_err(|(e, _)| e)?;
+    let mr = Mr::register(&pd, buf, AccessFlags::LOCAL_WRITE)?;
     let cq = Cq::create(
         &ctx,
         o.rx_depth + 1,
@@ -855,7 +853,7 @@ pub fn run_pingpong(o: &Opts, out: &mut dyn Write) -> Result<Summary, Box<dyn st
     .map_err(|e| format!("Failed to modify QP to INIT: {e}"))?;
 
     let sge = [mr.sge(0..size)];
-    let recv_wrs: Vec<RecvWr<'_>> = vec![
+    let recv_wrs: Vec<MrRecvWr<'_>> = vec![
         RecvWr {
             wr_id: RECV_WRID,
             sge: &sge,
@@ -958,9 +956,8 @@ pub fn run_pingpong(o: &Opts, out: &mut dyn Write) -> Result<Summary, Box<dyn st
             // ibv_rc_pingpong writes `i / page_size % sizeof(char)` at the start of every
             // page, which is always 0: the server checks those bytes after the run (the
             // buffer started as 0x7b, so they must have been received).
-            let b = mr.as_mut_slice();
             for i in (0..size).step_by(page) {
-                b[i] = 0;
+                mr.write_at(i, &[0]);
             }
         }
         pp.post_send()?;
@@ -1043,7 +1040,7 @@ pub fn run_pingpong(o: &Opts, out: &mut dyn Write) -> Result<Summary, Box<dyn st
     }
     let mut bad_pages = 0;
     if o.server.is_none() && o.chk {
-        let b = mr.as_slice();
+        let b = mr.to_vec();
         for i in (0..size).step_by(page) {
             if b[i] != 0 {
                 writeln!(out, "invalid data in page {}", i / page)?;

@@ -170,20 +170,19 @@ impl Msgs {
         }
         let recv = ep
             .reg_msgs(vec![0u8; MSG_LEN])
-            .map_err(|(e, _)| Failure::new("rdma_reg_msgs for recv_msg", e))?;
+            .map_err(|e| Failure::new("rdma_reg_msgs for recv_msg", e))?;
         // The C tools send their (zeroed) send buffer.
         let send = if inline {
             None
         } else {
             Some(
                 ep.reg_msgs(vec![0u8; MSG_LEN])
-                    .map_err(|(e, _)| Failure::new("rdma_reg_msgs for send_msg", e))?,
+                    .map_err(|e| Failure::new("rdma_reg_msgs for send_msg", e))?,
             )
         };
         let sge = [recv.sge(0..MSG_LEN)];
-        // SAFETY: `recv` is registered on this endpoint's PD and the caller drops the Msgs
-        // only after the endpoint (and so its QP): the device cannot write to freed memory.
-        unsafe { ep.post_recv(0, &sge) }.map_err(|e| Failure::new("rdma_post_recv", e))?;
+        ep.post_recv(0, &sge)
+            .map_err(|e| Failure::new("rdma_post_recv", e))?;
         Ok(Msgs { _recv: recv, send })
     }
 
@@ -194,8 +193,7 @@ impl Msgs {
             None => ep.post_send_inline(0, &[0u8; MSG_LEN], SendFlags::empty()),
             Some(mr) => {
                 let s = [mr.sge(0..MSG_LEN)];
-                // SAFETY: mr is a live MR of this PD, kept (in self) until after the QP.
-                unsafe { ep.post_send(0, &s, SendFlags::empty()) }
+                ep.post_send(0, &s, SendFlags::empty())
             }
         }
         .map_err(|e| Failure::new("rdma_post_send", e))?;

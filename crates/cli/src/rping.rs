@@ -48,7 +48,9 @@ use rverbs::uverbs::mr::{AccessFlags, Mr};
 use rverbs::uverbs::pd::Pd;
 use rverbs::uverbs::provider::QpCaps;
 use rverbs::uverbs::qp::{self as vqp, Qp, QpInit};
-use rverbs::uverbs::{RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
+use rverbs::uverbs::{
+    MrSge, RecvWr, SendFlags, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion,
+};
 
 use crate::{usage_err, CmdResult};
 
@@ -350,44 +352,36 @@ impl Link {
         }
     }
 
-    /// # Safety
-    /// The SGEs must lie in live MRs of the connection's PD that outlive the QP.
-    unsafe fn post_send(&self, op: SendOp, sge: &[Sge]) -> io::Result<()> {
+    fn post_send(&self, op: SendOp, sge: &[MrSge<'_>]) -> io::Result<()> {
         let flags = SendFlags::SIGNALED;
         match self {
-            // SAFETY (all arms): forwarded to the caller.
             Link::Cm(ep) => match op {
-                SendOp::RdmaRead { remote_addr, rkey } => unsafe {
+                SendOp::RdmaRead { remote_addr, rkey } => {
                     ep.post_read(0, sge, remote_addr, rkey, flags)
-                },
-                SendOp::RdmaWrite { remote_addr, rkey } => unsafe {
+                }
+                SendOp::RdmaWrite { remote_addr, rkey } => {
                     ep.post_write(0, sge, remote_addr, rkey, flags)
-                },
-                _ => unsafe { ep.post_send(0, sge, flags) },
+                }
+                _ => ep.post_send(0, sge, flags),
             },
-            Link::Own { qp, .. } => unsafe {
-                qp.post_send(&[SendWr {
+            Link::Own { qp, .. } => qp
+                .post_send(&[SendWr {
                     wr_id: 0,
                     op,
                     sge,
                     flags,
                     ud: None,
                 }])
-            }
-            .map_err(io::Error::from),
+                .map_err(io::Error::from),
         }
     }
 
-    /// # Safety
-    /// As for [`Link::post_send`].
-    unsafe fn post_recv(&self, sge: &[Sge]) -> io::Result<()> {
+    fn post_recv(&self, sge: &[MrSge<'_>]) -> io::Result<()> {
         match self {
-            // SAFETY: forwarded to the caller.
-            Link::Cm(ep) => unsafe { ep.post_recv(0, sge) },
-            // SAFETY: forwarded to the caller.
-            Link::Own { qp, .. } => {
-                unsafe { qp.post_recv(&[RecvWr { wr_id: 0, sge }]) }.map_err(io::Error::from)
-            }
+            Link::Cm(ep) => ep.post_recv(0, sge),
+            Link::Own { qp, .. } => qp
+                .post_recv(&[RecvWr { wr_id: 0, sge }])
+                .map_err(io::Error::from),
         }
     }
 
@@ -532,7 +526,7 @@ impl<'o> Cb<'o> {
         debug_log!(o, "created qp {:#x}", link.qp_num());
         let reg = |len: usize, access: AccessFlags, what: &str| {
             Mr::register(&pd, vec![0u8; len].into_boxed_slice(), access)
-                .map_err(|(e, _)| os_err(&format!("{what} reg_mr failed"), e))
+                .map_err(|e| os_err(&format!("{what} reg_mr failed"), e))
         };
         let rw = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
         let size = o.size as usize;
@@ -568,15 +562,12 @@ impl<'o> Cb<'o> {
 
     fn post_recv(&self) -> io::Result<()> {
         let sge = [self.recv_mr.sge(0..INFO_LEN)];
-        // SAFETY: recv_mr belongs to this connection's PD and is dropped after `link` (field
-        // order), so the QP is gone before the memory.
-        unsafe { self.link.post_recv(&sge) }
+        self.link.post_recv(&sge)
     }
 
     fn post_info_send(&self) -> io::Result<()> {
         let sge = [self.send_mr.sge(0..INFO_LEN)];
-        // SAFETY: as in post_recv, for send_mr.
-        unsafe { self.link.post_send(SendOp::Send, &sge) }
+        self.link.post_send(SendOp::Send, &sge)
     }
 
     /// `rping_format_send`: advertises the client's start or sink buffer.
@@ -598,7 +589,7 @@ impl<'o> Cb<'o> {
             info.rkey,
             info.size
         );
-        self.send_mr.as_mut_slice().copy_from_slice(&info.encode());
+        self.send_mr.write_at(0, &info.encode());
     }
 
     // --- completions and events ----------------------------------------------------------
@@ -611,7 +602,8 @@ impl<'o> Cb<'o> {
             )));
         }
         if self.server {
-            let b: [u8; INFO_LEN] = self.recv_mr.as_slice().try_into().expect("16 bytes");
+            let mut b = [0u8; INFO_LEN];
+            self.recv_mr.read_at(0, &mut b);
             self.remote = RdmaInfo::decode(&b);
             debug_log!(
                 self.o,
@@ -849,8 +841,9 @@ impl<'o> Cb<'o> {
                 remote_addr: self.remote.buf,
                 rkey: self.remote.rkey,
             };
-            // SAFETY: rdma_mr outlives the QP (field order).
-            unsafe { self.link.post_send(op, &sge) }.map_err(|e| os_err("post send error", e))?;
+            self.link
+                .post_send(op, &sge)
+                .map_err(|e| os_err("post send error", e))?;
             debug_log!(self.o, "server posted rdma read req ");
             if !self.wait_for(State::RdmaReadComplete)? {
                 return Err(self.unexpected(State::RdmaReadComplete));
@@ -858,7 +851,7 @@ impl<'o> Cb<'o> {
             debug_log!(self.o, "server received read complete");
             if self.o.verbose {
                 out.write_all(b"server ping data: ")?;
-                out.write_all(c_str(self.rdma_mr.as_slice()))?;
+                out.write_all(c_str(&self.rdma_mr.to_vec()))?;
                 out.write_all(b"\n")?;
                 out.flush()?;
             }
@@ -870,7 +863,7 @@ impl<'o> Cb<'o> {
             }
             debug_log!(self.o, "server received sink adv");
             // The string read, with its NUL (rping: strlen + 1), within our buffer.
-            let len = (c_str(self.rdma_mr.as_slice()).len() + 1).min(self.o.size as usize);
+            let len = (c_str(&self.rdma_mr.to_vec()).len() + 1).min(self.o.size as usize);
             let sge = [self.rdma_mr.sge(0..len)];
             debug_log!(
                 self.o,
@@ -883,8 +876,9 @@ impl<'o> Cb<'o> {
                 remote_addr: self.remote.buf,
                 rkey: self.remote.rkey,
             };
-            // SAFETY: as above.
-            unsafe { self.link.post_send(op, &sge) }.map_err(|e| os_err("post send error", e))?;
+            self.link
+                .post_send(op, &sge)
+                .map_err(|e| os_err("post send error", e))?;
             if !self.wait_for(State::RdmaWriteComplete)? {
                 return Err(self.unexpected(State::RdmaWriteComplete));
             }
@@ -918,8 +912,12 @@ impl<'o> Cb<'o> {
             self.state = State::RdmaReadAdv;
             let size = self.o.size as usize;
             {
-                let sb = self.start_mr.as_mut().expect("client").as_mut_slice();
-                fill_ping(&mut sb[..size], ping, start);
+                let mut ping_buf = vec![0u8; size];
+                fill_ping(&mut ping_buf, ping, start);
+                self.start_mr
+                    .as_ref()
+                    .expect("client")
+                    .write_at(0, &ping_buf);
             }
             start = next_start(start);
             self.format_send(false);
@@ -934,8 +932,8 @@ impl<'o> Cb<'o> {
             if !self.wait_for(State::RdmaWriteComplete)? {
                 return Err(self.lost(State::RdmaWriteComplete, ping));
             }
-            let start_buf = self.start_mr.as_ref().expect("client").as_slice();
-            let sink = self.rdma_mr.as_slice();
+            let start_buf = self.start_mr.as_ref().expect("client").to_vec();
+            let sink = self.rdma_mr.to_vec();
             if self.o.validate && start_buf[..size] != sink[..size] {
                 return Err(io::Error::other(format!(
                     "data mismatch! (ping {ping}: the {size} bytes written back differ from \
@@ -944,7 +942,7 @@ impl<'o> Cb<'o> {
             }
             if self.o.verbose {
                 out.write_all(b"ping data: ")?;
-                out.write_all(c_str(sink))?;
+                out.write_all(c_str(&sink))?;
                 out.write_all(b"\n")?;
                 out.flush()?;
             }

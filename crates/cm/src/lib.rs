@@ -15,9 +15,14 @@
 //! limits; what the kernel does and does not report).
 
 #![deny(unsafe_code)]
+// missing_docs: to be turned to deny once every public item has its doc (issue #12, not done).
+#![allow(missing_docs)]
 #![warn(missing_debug_implementations)]
 
 #[allow(non_camel_case_types)]
+// Raw kernel structures and numbers, named field for field as in the uapi headers they are
+// layout-checked against: those headers are their documentation.
+#[allow(missing_docs)]
 pub mod abi;
 mod addr;
 mod addrinfo;

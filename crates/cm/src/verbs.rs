@@ -39,11 +39,13 @@ use rverbs_uverbs::ah::{AhAttr, GlobalRoute};
 use rverbs_uverbs::channel::CompChannel;
 use rverbs_uverbs::context::{Context, Mtu};
 use rverbs_uverbs::cq::{Cq, CqOptions};
-use rverbs_uverbs::mr::{AccessFlags, Mr, MrMemory};
+use rverbs_uverbs::mr::{AccessFlags, Mr, MrMemory, RegisterError};
 use rverbs_uverbs::pd::Pd;
 use rverbs_uverbs::provider::{PostError, QpCaps};
 use rverbs_uverbs::qp::{self as vqp, Qp, QpInit};
-use rverbs_uverbs::{Error, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion};
+use rverbs_uverbs::{
+    Error, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion,
+};
 
 use crate::channel::Woke;
 use crate::{CmEventKind, CmId, ConnParam, QpAttr, QpAttrMask, QpState, QpType};
@@ -622,12 +624,12 @@ impl<C: CqOwnership> Endpoint<C> {
     }
 
     /// `rdma_reg_msgs`: registers `mem` for local send/receive (LOCAL_WRITE).
-    pub fn reg_msgs<M: MrMemory>(&self, mem: M) -> Result<Mr<M>, (io::Error, M)> {
+    pub fn reg_msgs<M: MrMemory + 'static>(&self, mem: M) -> Result<Mr<M>, RegisterError<M>> {
         Mr::register(&self.pd, mem, AccessFlags::LOCAL_WRITE)
     }
 
     /// `rdma_reg_read`: registers `mem` so the peer may RDMA READ it.
-    pub fn reg_read<M: MrMemory>(&self, mem: M) -> Result<Mr<M>, (io::Error, M)> {
+    pub fn reg_read<M: MrMemory + 'static>(&self, mem: M) -> Result<Mr<M>, RegisterError<M>> {
         Mr::register(
             &self.pd,
             mem,
@@ -636,7 +638,7 @@ impl<C: CqOwnership> Endpoint<C> {
     }
 
     /// `rdma_reg_write`: registers `mem` so the peer may RDMA WRITE it.
-    pub fn reg_write<M: MrMemory>(&self, mem: M) -> Result<Mr<M>, (io::Error, M)> {
+    pub fn reg_write<M: MrMemory + 'static>(&self, mem: M) -> Result<Mr<M>, RegisterError<M>> {
         Mr::register(
             &self.pd,
             mem,
@@ -644,30 +646,31 @@ impl<C: CqOwnership> Endpoint<C> {
         )
     }
 
-    /// # Safety
-    /// As for [`Qp::post_send`].
-    unsafe fn post_one(&self, wr: SendWr<'_>) -> io::Result<()> {
-        // SAFETY: forwarded to the caller.
-        unsafe { self.qp.post_send(&[wr]) }.map_err(io::Error::from)
+    /// Registers `mem` so the peer may both RDMA READ and RDMA WRITE it (one registration,
+    /// where librdmacm needs `ibv_reg_mr` with both flags).
+    pub fn reg_remote<M: MrMemory + 'static>(&self, mem: M) -> Result<Mr<M>, RegisterError<M>> {
+        Mr::register(
+            &self.pd,
+            mem,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
+        )
     }
 
-    /// `rdma_post_send`: sends `sge` with `wr_id` as the completion's context.
-    ///
-    /// # Safety
-    /// The memory `sge` names must lie in a live MR of this endpoint's PD and stay valid
-    /// until the completion is retrieved (see [`Qp::post_send`]). With [`SendFlags::INLINE`]
-    /// the data is copied at post time and only needs to be valid during the call.
-    pub unsafe fn post_send(&self, wr_id: u64, sge: &[Sge], flags: SendFlags) -> io::Result<()> {
-        // SAFETY: forwarded to the caller.
-        unsafe {
-            self.post_one(SendWr {
-                wr_id,
-                op: SendOp::Send,
-                sge,
-                flags,
-                ud: None,
-            })
-        }
+    fn post_one(&self, wr: MrSendWr<'_>) -> io::Result<()> {
+        self.qp.post_send(&[wr]).map_err(io::Error::from)
+    }
+
+    /// `rdma_post_send`: sends `sge` with `wr_id` as the completion's context. Keep the
+    /// regions alive until the completion is retrieved to get the data sent (see
+    /// [`Qp::post_send`]).
+    pub fn post_send(&self, wr_id: u64, sge: &[MrSge<'_>], flags: SendFlags) -> io::Result<()> {
+        self.post_one(SendWr {
+            wr_id,
+            op: SendOp::Send,
+            sge,
+            flags,
+            ud: None,
+        })
     }
 
     /// Sends `data` inline (copied into the work request at post time, so no MR is needed).
@@ -689,94 +692,74 @@ impl<C: CqOwnership> Endpoint<C> {
         // SAFETY: with INLINE the data is copied into the WQE during the call (length
         // checked against max_inline_data above), so only `data` must be valid meanwhile.
         unsafe {
-            self.post_one(SendWr {
+            self.qp.post_send_raw(&[SendWr {
                 wr_id,
                 op: SendOp::Send,
                 sge: &sge,
                 flags: flags | SendFlags::INLINE,
                 ud: None,
-            })
+            }])
         }
+        .map_err(io::Error::from)
     }
 
     /// `rdma_post_recv`: a receive into `sge` with `wr_id` as the completion's context.
-    ///
-    /// # Safety
-    /// As for [`Endpoint::post_send`]; the device writes into the memory.
-    pub unsafe fn post_recv(&self, wr_id: u64, sge: &[Sge]) -> io::Result<()> {
-        // SAFETY: forwarded to the caller.
-        unsafe { self.qp.post_recv(&[RecvWr { wr_id, sge }]) }
+    pub fn post_recv(&self, wr_id: u64, sge: &[MrSge<'_>]) -> io::Result<()> {
+        self.qp
+            .post_recv(&[RecvWr { wr_id, sge }])
             .map_err(|e: PostError| io::Error::from(e))
     }
 
     /// `rdma_post_read`: RDMA READ of `remote_addr`/`rkey` into `sge`.
-    ///
-    /// # Safety
-    /// As for [`Endpoint::post_recv`].
-    pub unsafe fn post_read(
+    pub fn post_read(
         &self,
         wr_id: u64,
-        sge: &[Sge],
+        sge: &[MrSge<'_>],
         remote_addr: u64,
         rkey: u32,
         flags: SendFlags,
     ) -> io::Result<()> {
-        // SAFETY: forwarded to the caller.
-        unsafe {
-            self.post_one(SendWr {
-                wr_id,
-                op: SendOp::RdmaRead { remote_addr, rkey },
-                sge,
-                flags,
-                ud: None,
-            })
-        }
+        self.post_one(SendWr {
+            wr_id,
+            op: SendOp::RdmaRead { remote_addr, rkey },
+            sge,
+            flags,
+            ud: None,
+        })
     }
 
     /// `rdma_post_write`: RDMA WRITE of `sge` to `remote_addr`/`rkey`.
-    ///
-    /// # Safety
-    /// As for [`Endpoint::post_send`].
-    pub unsafe fn post_write(
+    pub fn post_write(
         &self,
         wr_id: u64,
-        sge: &[Sge],
+        sge: &[MrSge<'_>],
         remote_addr: u64,
         rkey: u32,
         flags: SendFlags,
     ) -> io::Result<()> {
-        // SAFETY: forwarded to the caller.
-        unsafe {
-            self.post_one(SendWr {
-                wr_id,
-                op: SendOp::RdmaWrite { remote_addr, rkey },
-                sge,
-                flags,
-                ud: None,
-            })
-        }
+        self.post_one(SendWr {
+            wr_id,
+            op: SendOp::RdmaWrite { remote_addr, rkey },
+            sge,
+            flags,
+            ud: None,
+        })
     }
 
     /// `rdma_post_ud_send`: a UD send to `dest`.
-    ///
-    /// # Safety
-    /// As for [`Endpoint::post_send`].
-    pub unsafe fn post_ud_send(
+    pub fn post_ud_send(
         &self,
         wr_id: u64,
-        sge: &[Sge],
+        sge: &[MrSge<'_>],
         dest: UdDest,
         flags: SendFlags,
     ) -> io::Result<()> {
-        // SAFETY: forwarded to the caller.
-        unsafe {
-            self.post_one(SendWr {
-                wr_id,
-                op: SendOp::Send,
-                sge,
-                flags,
-                ud: Some(dest),
-            })
-        }
+        self.post_one(SendWr {
+            wr_id,
+            op: SendOp::Send,
+            sge,
+            flags,
+            ud: Some(dest),
+        })
     }
 }

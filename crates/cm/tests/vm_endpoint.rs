@@ -78,17 +78,15 @@ fn send_read_write_completions_carry_wr_id() {
     let server = thread::spawn(move || {
         let req = lis.get_request().unwrap();
         let ep = Endpoint::create(req, &attr()).unwrap();
-        let mut buf = rverbs_uverbs::mr::Mr::register(
+        let buf = rverbs_uverbs::mr::Mr::register(
             ep.pd(),
             PageBuf::new(4096).unwrap(),
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
         )
-        .map_err(|(e, _)| e)
         .unwrap();
-        buf.as_mut_slice()[100..108].copy_from_slice(b"server!!");
+        buf.write_at(100, b"server!!");
         let recv = [buf.sge(0..64)];
-        // SAFETY: buf outlives the completion retrieved below.
-        unsafe { ep.post_recv(11, &recv) }.unwrap();
+        ep.post_recv(11, &recv).unwrap();
         // Advertise addr/rkey in the REP's private data.
         let mut pd = Vec::new();
         pd.extend_from_slice(&buf.addr().to_le_bytes());
@@ -103,23 +101,19 @@ fn send_read_write_completions_carry_wr_id() {
             (wc.wr_id, wc.status, wc.byte_len),
             (11, WcStatus::SUCCESS, 5)
         );
-        assert_eq!(&buf.as_slice()[..5], b"hello");
+        assert_eq!(&buf.to_vec()[..5], b"hello");
         r2.wait(); // the client RDMA-writes, then tells us via a second send
         let recv = [buf.sge(0..64)];
-        // SAFETY: as above.
-        unsafe { ep.post_recv(12, &recv) }.unwrap();
+        ep.post_recv(12, &recv).unwrap();
         r2.wait();
         let wc = ep.get_recv_comp().unwrap();
         assert_eq!(wc.wr_id, 12);
-        assert_eq!(&buf.as_slice()[200..208], b"written!");
+        assert_eq!(&buf.to_vec()[200..208], b"written!");
         let ev = ep.id().get_event(Some(Duration::from_secs(10))).unwrap();
         assert!(ev.is_some(), "no DISCONNECTED within 10 s");
     });
     let ep = client(port);
-    let mut mr = ep
-        .reg_read(PageBuf::new(4096).unwrap())
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let mr = ep.reg_read(PageBuf::new(4096).unwrap()).unwrap();
     let param = ConnParam::default();
     ep.connect(&param).unwrap();
     let ev = ep.id().take_event().expect("CONNECT_RESPONSE kept");
@@ -135,20 +129,20 @@ fn send_read_write_completions_carry_wr_id() {
     );
     // RDMA READ of the server's bytes 100..108.
     let dst = [mr.sge(0..8)];
-    // SAFETY: mr outlives the completion.
-    unsafe { ep.post_read(22, &dst, raddr + 100, rkey, SendFlags::empty()) }.unwrap();
+    ep.post_read(22, &dst, raddr + 100, rkey, SendFlags::empty())
+        .unwrap();
     let wc = ep.get_send_comp().unwrap();
     assert_eq!(
         (wc.wr_id, wc.status, wc.opcode),
         (22, WcStatus::SUCCESS, WcOpcode::RDMA_READ)
     );
-    assert_eq!(&mr.as_slice()[..8], b"server!!");
+    assert_eq!(&mr.to_vec()[..8], b"server!!");
     // RDMA WRITE into the server's bytes 200..208.
     ready.wait();
-    mr.as_mut_slice()[8..16].copy_from_slice(b"written!");
+    mr.write_at(8, b"written!");
     let src = [mr.sge(8..16)];
-    // SAFETY: as above.
-    unsafe { ep.post_write(23, &src, raddr + 200, rkey, SendFlags::empty()) }.unwrap();
+    ep.post_write(23, &src, raddr + 200, rkey, SendFlags::empty())
+        .unwrap();
     let wc = ep.get_send_comp().unwrap();
     assert_eq!(
         (wc.wr_id, wc.status, wc.opcode),
@@ -183,14 +177,13 @@ fn get_recv_comp_sleeps_until_a_completion() {
     let ep = client(port);
     let buf = ep.reg_msgs(PageBuf::new(4096).unwrap()).unwrap();
     let sge = [buf.sge(0..64)];
-    // SAFETY: buf outlives the completion.
-    unsafe { ep.post_recv(5, &sge) }.unwrap();
+    ep.post_recv(5, &sge).unwrap();
     ep.connect(&ConnParam::default()).unwrap();
     let (t0, c0) = (Instant::now(), thread_cpu());
     let wc = ep.get_recv_comp().unwrap();
     let (waited, cpu) = (t0.elapsed(), thread_cpu() - c0);
     assert_eq!((wc.wr_id, wc.status), (5, WcStatus::SUCCESS));
-    assert_eq!(&buf.as_slice()[..4], b"wake");
+    assert_eq!(&buf.to_vec()[..4], b"wake");
     assert!(
         waited >= Duration::from_millis(300),
         "returned after {waited:?}"
@@ -298,8 +291,7 @@ fn post_before_connect_and_accept_twice_are_refused() {
         let ep = Endpoint::create(req, &attr()).unwrap();
         let buf = ep.reg_msgs(PageBuf::new(4096).unwrap()).unwrap();
         let sge = [buf.sge(0..64)];
-        // SAFETY: buf outlives the completion retrieved below.
-        unsafe { ep.post_recv(1, &sge) }.unwrap();
+        ep.post_recv(1, &sge).unwrap();
         ep.accept(&ConnParam::default()).unwrap();
         let e = ep.accept(&ConnParam::default()).unwrap_err();
         let s = e.to_string();
@@ -307,7 +299,7 @@ fn post_before_connect_and_accept_twice_are_refused() {
         assert!(s.contains("already connected or accepted"), "{s}");
         let wc = ep.get_recv_comp().unwrap();
         assert_eq!((wc.wr_id, wc.status), (1, WcStatus::SUCCESS));
-        assert_eq!(&buf.as_slice()[..2], b"ok");
+        assert_eq!(&buf.to_vec()[..2], b"ok");
         e.to_string()
     });
     let ep = client(port);

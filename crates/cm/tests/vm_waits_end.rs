@@ -74,9 +74,7 @@ fn connect(port: u16, before: impl Fn(&Endpoint)) -> Endpoint {
 
 fn post_recv(ep: &Endpoint, mr: &Mr<PageBuf>, wr_id: u64) {
     let sge = [mr.sge(0..64)];
-    // SAFETY: every Mr in these tests outlives its endpoint (declared before it, or the
-    // process sleeps until killed).
-    unsafe { ep.post_recv(wr_id, &sge) }.unwrap();
+    ep.post_recv(wr_id, &sge).unwrap();
 }
 
 const PEER_ENV: &str = "RVERBS_WAITS_END_PEER";
@@ -151,7 +149,7 @@ fn maybe_be_the_peer() {
             let ep = Endpoint::create(lis.get_request().unwrap(), &attr()).unwrap();
             let mr = ep
                 .reg_msgs(PageBuf::new(4096).unwrap())
-                .map_err(|(e, _)| e)
+                .map_err(std::io::Error::from)
                 .unwrap();
             if role == "server" {
                 post_recv(&ep, &mr, 1);
@@ -202,7 +200,7 @@ fn server_blocked_in_get_recv_comp_sees_its_client_die() {
     );
     let buf = PageBuf::new(4096).unwrap();
     let ep = Endpoint::create(lis.get_request().unwrap(), &attr()).unwrap();
-    let mr = ep.reg_msgs(buf).map_err(|(e, _)| e).unwrap();
+    let mr = ep.reg_msgs(buf).map_err(std::io::Error::from).unwrap();
     post_recv(&ep, &mr, 1);
     post_recv(&ep, &mr, 2);
     ep.accept(&ConnParam::default()).unwrap();
@@ -237,24 +235,24 @@ fn server_blocked_in_get_recv_comp_sees_its_client_die() {
     let next = thread::spawn(move || {
         let buf = PageBuf::new(4096).unwrap();
         let c = connect(port, |_| {});
-        let mr = c.reg_msgs(buf).map_err(|(e, _)| e).unwrap();
+        let mr = c.reg_msgs(buf).map_err(std::io::Error::from).unwrap();
         post_recv(&c, &mr, 7);
         c.post_send_inline(3, b"next", SendFlags::empty()).unwrap();
         assert!(c.get_send_comp().unwrap().status.is_success());
         let wc = c.get_recv_comp().unwrap();
         assert_eq!((wc.wr_id, wc.status), (7, WcStatus::SUCCESS));
-        assert_eq!(&mr.as_slice()[..5], b"again");
+        assert_eq!(&mr.read_vec(0..5)[..], b"again");
         c.disconnect().unwrap();
         drop(c);
     });
     let buf = PageBuf::new(4096).unwrap();
     let ep = Endpoint::create(lis.get_request().unwrap(), &attr()).unwrap();
-    let mr = ep.reg_msgs(buf).map_err(|(e, _)| e).unwrap();
+    let mr = ep.reg_msgs(buf).map_err(std::io::Error::from).unwrap();
     post_recv(&ep, &mr, 9);
     ep.accept(&ConnParam::default()).unwrap();
     let wc = ep.get_recv_comp().unwrap();
     assert_eq!((wc.wr_id, wc.status), (9, WcStatus::SUCCESS));
-    assert_eq!(&mr.as_slice()[..4], b"next");
+    assert_eq!(&mr.read_vec(0..4)[..], b"next");
     ep.post_send_inline(4, b"again", SendFlags::empty())
         .unwrap();
     assert!(ep.get_send_comp().unwrap().status.is_success());
@@ -278,7 +276,7 @@ fn client_blocked_in_get_recv_comp_sees_its_server_die() {
     peer.wait_for("PEER LISTENING");
     let buf = PageBuf::new(4096).unwrap();
     let ep = connect(port, |_| {});
-    let mr = ep.reg_msgs(buf).map_err(|(e, _)| e).unwrap();
+    let mr = ep.reg_msgs(buf).map_err(std::io::Error::from).unwrap();
     post_recv(&ep, &mr, 1);
     ep.post_send_inline(1, b"hello", SendFlags::empty())
         .unwrap();
@@ -361,7 +359,7 @@ fn timeout_and_flushed_qp() {
     });
     let buf = PageBuf::new(4096).unwrap();
     let ep = connect(port, |_| {});
-    let mr = ep.reg_msgs(buf).map_err(|(e, _)| e).unwrap();
+    let mr = ep.reg_msgs(buf).map_err(std::io::Error::from).unwrap();
     post_recv(&ep, &mr, 5);
     let t = Instant::now();
     assert_eq!(
@@ -411,7 +409,7 @@ fn a_completion_waiter_does_not_steal_accepts_event() {
     });
     let buf = PageBuf::new(4096).unwrap();
     let ep = Endpoint::create(lis.get_request().unwrap(), &attr()).unwrap();
-    let mr = ep.reg_msgs(buf).map_err(|(e, _)| e).unwrap();
+    let mr = ep.reg_msgs(buf).map_err(std::io::Error::from).unwrap();
     post_recv(&ep, &mr, 8);
     let wc = thread::scope(|s| {
         let waiter = s.spawn(|| ep.get_recv_comp());
@@ -422,7 +420,7 @@ fn a_completion_waiter_does_not_steal_accepts_event() {
         waiter.join().unwrap().unwrap()
     });
     assert_eq!((wc.wr_id, wc.status), (8, WcStatus::SUCCESS));
-    assert_eq!(&mr.as_slice()[..4], b"late");
+    assert_eq!(&mr.read_vec(0..4)[..], b"late");
     assert!(ep.ended().is_none());
     ep.disconnect().unwrap();
     client.join().unwrap();

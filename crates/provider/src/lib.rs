@@ -14,6 +14,8 @@
 //! ```
 
 #![deny(unsafe_code)]
+// missing_docs: to be turned to deny once every public item has its doc (issue #12, not done).
+#![allow(missing_docs)]
 
 use std::io;
 use std::sync::Arc;
@@ -90,7 +92,11 @@ pub fn open_legacy_abi(dev: &Device) -> io::Result<Arc<Context>> {
         .into());
     }
     let ctx = Context::open_legacy_abi(dev)?;
-    ctx.set_driver(Box::new(rxe::driver::RxeDriver))?;
+    // SAFETY: the device is an rxe device (checked above).
+    #[allow(unsafe_code)]
+    unsafe {
+        ctx.set_driver(Box::new(rxe::driver::RxeDriver))?;
+    }
     Ok(Arc::new(ctx))
 }
 

@@ -47,8 +47,18 @@ fn mr_bad_input() {
     let ctx = ctx();
     let pd = Pd::alloc(&ctx).unwrap();
 
-    let (e, _v) = Mr::register(&pd, Vec::new(), AccessFlags::LOCAL_WRITE).unwrap_err();
+    let (e, v) = Mr::register(&pd, Vec::with_capacity(77), AccessFlags::LOCAL_WRITE)
+        .unwrap_err()
+        .into_parts();
+    assert!(v.capacity() >= 77, "the buffer comes back with the error");
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    // `?` converts the error (giving up the buffer) in functions returning io::Result.
+    let via_q = || -> std::io::Result<()> {
+        let _mr = Mr::register(&pd, PageBuf::new(4096)?, AccessFlags::REMOTE_WRITE)?;
+        Ok(())
+    };
+    let e2 = via_q().unwrap_err();
+    assert!(msg(&e2).contains("LOCAL_WRITE"), "{e2}");
     assert!(
         msg(&e).contains("length 0") && msg(&e).contains("rxe"),
         "{e}"
@@ -59,11 +69,13 @@ fn mr_bad_input() {
         PageBuf::new(4096).unwrap(),
         AccessFlags::from_bits_retain(1 << 15),
     )
-    .unwrap_err();
+    .unwrap_err()
+    .into_parts();
     assert!(msg(&e).contains("unknown access bits 0x8000"), "{e}");
 
-    let (e, _b) =
-        Mr::register(&pd, PageBuf::new(4096).unwrap(), AccessFlags::REMOTE_WRITE).unwrap_err();
+    let (e, _b) = Mr::register(&pd, PageBuf::new(4096).unwrap(), AccessFlags::REMOTE_WRITE)
+        .unwrap_err()
+        .into_parts();
     assert!(msg(&e).contains("LOCAL_WRITE"), "{e}");
 
     // A range nothing is mapped at: the kernel refuses to pin it.

@@ -40,7 +40,18 @@ fn create_and_destroy_every_object() {
     assert_ne!(mr.lkey(), 0);
     let vmr = Mr::register(&pd, vec![0u8; 100], AccessFlags::LOCAL_WRITE).unwrap();
     let mut local = [0u8; 64];
-    let bmr = Mr::register(&pd, &mut local[..], AccessFlags::LOCAL_WRITE).unwrap();
+    let bmr_lkey = Mr::scoped(&pd, &mut local[..], AccessFlags::LOCAL_WRITE, |m| {
+        m.write_at(0, b"scoped");
+        assert_eq!(m.read_vec(0..6), b"scoped");
+        m.lkey()
+    })
+    .unwrap();
+    assert_ne!(bmr_lkey, 0);
+    assert_eq!(
+        &local[..6],
+        b"scoped",
+        "the borrow is back, with what was written"
+    );
     let ch = CompChannel::create(&ctx).unwrap();
     let cq = Cq::create(
         &ctx,
@@ -89,7 +100,7 @@ fn create_and_destroy_every_object() {
     .unwrap();
     let (sgid, gid) = roce_v2_gid(&ctx);
     let ah = Ah::create(&pd, AhAttr::roce(1, gid, sgid)).unwrap();
-    drop((ah, srq_qp, srq, bmr, vmr, mr));
+    drop((ah, srq_qp, srq, vmr, mr));
     drop(cq);
     drop(ch);
     drop(pd);
@@ -176,15 +187,12 @@ fn cq_resize_keeps_pending_completions() {
     let rs = [m.sge(0..64)];
     let ss = [m.sge(64..72)];
     let send = |id| {
-        // SAFETY: `m` outlives every completion polled below.
-        unsafe {
-            b.post_recv(&[rverbs::uverbs::RecvWr {
-                wr_id: id,
-                sge: &rs,
-            }])
-            .unwrap();
-            a.post_send(&[SendWr::send(id, &ss)]).unwrap();
-        }
+        b.post_recv(&[rverbs::uverbs::RecvWr {
+            wr_id: id,
+            sge: &rs,
+        }])
+        .unwrap();
+        a.post_send(&[SendWr::send(id, &ss)]).unwrap();
     };
     for id in 1..=3 {
         send(id);

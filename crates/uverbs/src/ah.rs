@@ -171,7 +171,7 @@ impl Ah {
             };
             let core_len = size_of::<ib_uverbs_create_ah_resp>();
             let mut resp = vec![0u8; core_len + uhw_out.len()];
-            write::legacy(
+            write::cmd_legacy(
                 ctx.cmd_fd(),
                 nr::CREATE_AH,
                 req.as_bytes(),
@@ -238,7 +238,7 @@ fn destroy_ah(pd: &Pd, handle: u32) -> Result<()> {
         Ok(true) => Ok(()),
         Ok(false) => {
             let req = ib_uverbs_destroy_ah { ah_handle: handle };
-            write::legacy(ctx.cmd_fd(), nr::DESTROY_AH, req.as_bytes(), &[], &mut [])
+            write::cmd_legacy(ctx.cmd_fd(), nr::DESTROY_AH, req.as_bytes(), &[], &mut [])
         }
         Err(e) => Err(e),
     };

@@ -62,7 +62,7 @@ impl CompChannel {
     pub fn create(ctx: &Arc<Context>) -> Result<Arc<CompChannel>> {
         let req = ib_uverbs_create_comp_channel { response: 0 };
         let mut resp = ib_uverbs_create_comp_channel_resp::default();
-        write::legacy_simple(ctx.cmd_fd(), nr::CREATE_COMP_CHANNEL, &req, &mut resp)
+        write::cmd_legacy_simple(ctx.cmd_fd(), nr::CREATE_COMP_CHANNEL, &req, &mut resp)
             .map_err(|e| Error::os(format!("create completion channel on {}", ctx.name()), e))?;
         #[allow(unsafe_code)]
         // SAFETY: the kernel just installed this fd for us; nobody else owns it.

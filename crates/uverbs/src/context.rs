@@ -596,13 +596,13 @@ impl Context {
             if !uhw_out.is_empty() {
                 c.ptr_out_bytes(UVERBS_ATTR_UHW_OUT, &mut *uhw_out);
             }
-            c.call(&cmd_fd, driver_id)
+            c.call_checked(&cmd_fd, driver_id)
         };
         let (async_fd, no_ioctl) = match r {
             Ok(()) => {
                 let mut c = IoctlCall::new(object::ASYNC_EVENT, async_event::METHOD_ALLOC);
                 let i = c.fd_new(async_event::ATTR_ALLOC_FD_HANDLE);
-                c.call(&cmd_fd, driver_id).map_err(|e| {
+                c.call_checked(&cmd_fd, driver_id).map_err(|e| {
                     Error::os(format!("create async event fd on {}", dev.name()), e)
                 })?;
                 // SAFETY: the kernel just installed this fd for us (FD-out attribute of a
@@ -613,7 +613,7 @@ impl Context {
                 tracing::debug!("GET_CONTEXT ioctl: {e}; using the write() command");
                 let mut resp = vec![0u8; size_of::<ib_uverbs_get_context_resp>() + uhw_out.len()];
                 let req = ib_uverbs_get_context::default();
-                write::legacy(&cmd_fd, nr::GET_CONTEXT, req.as_bytes(), uhw_in, &mut resp)
+                write::cmd_legacy(&cmd_fd, nr::GET_CONTEXT, req.as_bytes(), uhw_in, &mut resp)
                     .map_err(|e| Error::os(op(), e).with_detail("write GET_CONTEXT"))?;
                 let (core, drv) = resp.split_at(size_of::<ib_uverbs_get_context_resp>());
                 let core = ib_uverbs_get_context_resp::read_from_bytes(core).expect("sized above");
@@ -685,7 +685,13 @@ impl Context {
     }
 
     /// Attaches the provider's driver (done once, by the provider that opened the context).
-    pub fn set_driver(&self, driver: Box<dyn Driver>) -> io::Result<()> {
+    ///
+    /// # Safety
+    /// `driver` must be the provider for this context's device (its kernel driver id and ABI
+    /// version): its data path writes the rings and doorbells the kernel driver mapped and
+    /// trusts their layout, so a driver for another device (rxe's data path on an mlx5
+    /// context) would read and write memory by the wrong layout.
+    pub unsafe fn set_driver(&self, driver: Box<dyn Driver>) -> io::Result<()> {
         self.driver.set(driver).map_err(|d| {
             Error::invalid(
                 format!("attach provider to {}", self.name()),
@@ -744,7 +750,7 @@ impl Context {
 
     /// Issues `call` on this context's command fd.
     pub(crate) fn ioctl(&self, call: &mut IoctlCall) -> Result<(), Errno> {
-        call.call(self.cmd_fd(), self.driver_id().0)
+        call.call_checked(self.cmd_fd(), self.driver_id().0)
     }
 
     /// Whether the ioctl method `method` (an `M_*` bit) is worth trying: false once the
@@ -805,7 +811,7 @@ impl Context {
         let ex = if self.no_ioctl.load(Ordering::Relaxed) & M_EX_QUERY_DEVICE != 0 {
             Err(Errno::NOTSUP)
         } else {
-            write::extended(
+            write::cmd_extended(
                 self.cmd_fd(),
                 ex_nr::QUERY_DEVICE,
                 req.as_bytes(),
@@ -830,7 +836,7 @@ impl Context {
             Err(Errno::NOTSUP | Errno::NOSYS) => {
                 self.no_ioctl.fetch_or(M_EX_QUERY_DEVICE, Ordering::Relaxed);
                 let mut base = ib_uverbs_query_device_resp::new_zeroed();
-                write::legacy_simple(
+                write::cmd_legacy_simple(
                     self.cmd_fd(),
                     nr::QUERY_DEVICE,
                     &ib_uverbs_query_device::default(),
@@ -897,7 +903,8 @@ impl Context {
                     port_num: port as u8,
                     ..Default::default()
                 };
-                write::legacy_simple(self.cmd_fd(), nr::QUERY_PORT, &req, &mut r).map_err(map)?;
+                write::cmd_legacy_simple(self.cmd_fd(), nr::QUERY_PORT, &req, &mut r)
+                    .map_err(map)?;
                 Ok(PortAttr::from_resp(&r, 0))
             }
         }

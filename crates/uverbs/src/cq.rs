@@ -207,7 +207,7 @@ impl Cq {
             };
             let core_len = size_of::<ib_uverbs_resize_cq_resp>();
             let mut resp = vec![0u8; core_len + uhw_out.len()];
-            write::legacy(
+            write::cmd_legacy(
                 ctx.cmd_fd(),
                 nr::RESIZE_CQ,
                 zerocopy::IntoBytes::as_bytes(&req),
@@ -351,7 +351,7 @@ fn create_cq_write(
 ) -> std::result::Result<CqCreated, rustix::io::Errno> {
     let core = size_of::<ib_uverbs_create_cq_resp>();
     let mut resp = vec![0u8; core + uhw_out.len()];
-    write::legacy(
+    write::cmd_legacy(
         ctx.cmd_fd(),
         nr::CREATE_CQ,
         req.as_bytes(),
@@ -379,7 +379,7 @@ fn destroy_kernel_cq(ctx: &Context, handle: u32) -> Result<ib_uverbs_destroy_cq_
                 cq_handle: handle,
                 ..Default::default()
             };
-            write::legacy_simple(ctx.cmd_fd(), nr::DESTROY_CQ, &req, &mut resp)
+            write::cmd_legacy_simple(ctx.cmd_fd(), nr::DESTROY_CQ, &req, &mut resp)
         }
         Err(e) => Err(e),
     };
@@ -414,7 +414,7 @@ pub fn req_notify_write(cq: KernelObj<'_>, solicited_only: bool) -> Result<()> {
         cq_handle: cq.handle,
         solicited_only: u32::from(solicited_only),
     };
-    write::legacy(
+    write::cmd_legacy(
         cq.fd,
         nr::REQ_NOTIFY_CQ,
         zerocopy::IntoBytes::as_bytes(&req),

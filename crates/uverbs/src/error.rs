@@ -90,12 +90,33 @@ impl Error {
         self.errno
     }
 
-    /// The errno of an `io::Error` made by rverbs (or a plain OS error).
+    /// The errno of an `io::Error` made by rverbs (or a plain OS error): the first rverbs
+    /// [`Error`] or OS error found walking the chain of `source()`s, so wrappers such as
+    /// `PostError` (inside an `io::Error`) give their cause's errno.
     pub fn errno_of(err: &io::Error) -> Option<Errno> {
-        if let Some(e) = err.get_ref().and_then(|e| e.downcast_ref::<Error>()) {
-            return e.errno;
+        if let Some(n) = err.raw_os_error() {
+            return Some(Errno::from_raw_os_error(n));
         }
-        err.raw_os_error().map(Errno::from_raw_os_error)
+        let mut cur: Option<&(dyn std::error::Error + 'static)> = match err.get_ref() {
+            Some(e) => Some(e),
+            None => return None,
+        };
+        while let Some(e) = cur {
+            if let Some(e) = e.downcast_ref::<Error>() {
+                return e.errno;
+            }
+            if let Some(io) = e.downcast_ref::<io::Error>() {
+                if let Some(n) = io.raw_os_error() {
+                    return Some(Errno::from_raw_os_error(n));
+                }
+                if let Some(inner) = io.get_ref() {
+                    cur = Some(inner);
+                    continue;
+                }
+            }
+            cur = e.source();
+        }
+        None
     }
 }
 
@@ -176,6 +197,20 @@ mod tests {
         let io: io::Error = e.into();
         assert_eq!(io.kind(), io::ErrorKind::InvalidInput);
         assert_eq!(Error::errno_of(&io), Some(Errno::INVAL));
+    }
+
+    #[test]
+    fn errno_of_walks_sources() {
+        let inner: io::Error = Error::os("post send on QP 0x11", Errno::NOMEM).into();
+        let post = crate::provider::PostError {
+            posted: 2,
+            error: inner,
+        };
+        let outer = io::Error::from(post);
+        assert_eq!(Error::errno_of(&outer), Some(Errno::NOMEM));
+        let wrapped = io::Error::other(outer);
+        assert_eq!(Error::errno_of(&wrapped), Some(Errno::NOMEM));
+        assert_eq!(Error::errno_of(&io::Error::other("no errno")), None);
     }
 
     #[test]

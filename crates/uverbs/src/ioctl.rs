@@ -209,7 +209,24 @@ impl<'a> IoctlCall<'a> {
 
     /// Issues the ioctl on the device's command fd. `driver_id` must be the device's
     /// (`RDMA_DRIVER_*`). Returns the raw errno on failure; callers name the operation.
-    pub fn call(&mut self, fd: impl AsFd, driver_id: u32) -> Result<(), Errno> {
+    ///
+    /// # Safety
+    /// The kernel interprets each attribute by the method's specification, not by how it was
+    /// added here: every attribute's kind must match what the method expects for its id (a
+    /// value added with [`IoctlCall::const_in`] or [`IoctlCall::ptr_in`] where the method
+    /// writes back, PTR_OUT, is taken as an address and written to), and every address carried
+    /// inside attribute data (driver attributes, `UVERBS_ATTR_UHW` driver data: CQ/QP buffer
+    /// addresses, doorbell records) must point to memory valid for what the kernel and the
+    /// device do with it, for as long as they do it. The call must not destroy or modify
+    /// kernel objects that safe rverbs types own.
+    pub unsafe fn call(&mut self, fd: impl AsFd, driver_id: u32) -> Result<(), Errno> {
+        self.call_checked(fd, driver_id)
+    }
+
+    /// [`IoctlCall::call`] for this crate, whose callers build each call from the method
+    /// definitions in `abi::ioctl` (attribute kinds as the kernel specifies them) and pass
+    /// driver data whose buffers the owning object keeps alive while the kernel object lives.
+    pub(crate) fn call_checked(&mut self, fd: impl AsFd, driver_id: u32) -> Result<(), Errno> {
         self.finish_header(driver_id);
         let req = Raw {
             ptr: (&mut self.buf as *mut Buf).cast(),

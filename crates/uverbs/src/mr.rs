@@ -1,14 +1,69 @@
 //! Memory regions, tied to the memory they cover.
 //!
-//! An [`Mr<M>`] owns (or exclusively borrows) its memory `M`, so the buffer can be neither
-//! freed nor moved while the device may access it: dropping the `Mr` deregisters first and only
-//! then releases the memory.
+//! An [`Mr<M>`] takes over its memory `M` (owned, or borrowed inside [`Mr::scoped`]), so the
+//! buffer can be neither freed nor moved while the device may access it: dropping the `Mr`
+//! deregisters first and only then releases the memory (if deregistration fails, the memory is
+//! leaked). While registered the bytes are reached by copies, never by Rust references: see
+//! docs/architecture.md, "Why this is sound".
+//!
+//! What does not compile in safe code:
+//!
+//! A region outliving its buffer (borrowed memory needs [`Mr::scoped`]):
+//! ```compile_fail,E0597
+//! # use rverbs_uverbs::mr::{AccessFlags, Mr};
+//! # fn demo(pd: &std::sync::Arc<rverbs_uverbs::pd::Pd>) {
+//! let mr;
+//! {
+//!     let mut buf = vec![0u8; 4096];
+//!     mr = Mr::register(pd, &mut buf[..], AccessFlags::LOCAL_WRITE).unwrap();
+//! }
+//! drop(mr);
+//! # }
+//! ```
+//!
+//! Forgetting a registration of borrowed memory (so it would stay registered after the
+//! borrow):
+//! ```compile_fail,E0597
+//! # use rverbs_uverbs::mr::{AccessFlags, Mr};
+//! # fn demo(pd: &std::sync::Arc<rverbs_uverbs::pd::Pd>) {
+//! let mut buf = [0u8; 64];
+//! let mr = Mr::register(pd, &mut buf[..], AccessFlags::LOCAL_WRITE).unwrap();
+//! std::mem::forget(mr);
+//! # }
+//! ```
+//!
+//! A safe `&[u8]` over memory a peer may write:
+//! ```compile_fail,E0133
+//! # use rverbs_uverbs::mr::{AccessFlags, Mr, PageBuf};
+//! # fn demo(pd: &std::sync::Arc<rverbs_uverbs::pd::Pd>) {
+//! let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+//! let mr = Mr::register(pd, PageBuf::new(4096).unwrap(), access).unwrap();
+//! let bytes: &[u8] = mr.as_slice();
+//! # let _ = bytes; }
+//! ```
+//!
+//! The same three in their sound forms:
+//! ```no_run
+//! # use rverbs_uverbs::mr::{AccessFlags, Mr, PageBuf};
+//! # fn demo(pd: &std::sync::Arc<rverbs_uverbs::pd::Pd>) -> std::io::Result<()> {
+//! let mut buf = [0u8; 64];
+//! Mr::scoped(pd, &mut buf[..], AccessFlags::LOCAL_WRITE, |mr| mr.write_at(0, b"hi"))?;
+//! let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+//! let mr = Mr::register(pd, PageBuf::new(4096)?, access)?;
+//! let mut head = [0u8; 16];
+//! mr.read_at(0, &mut head);
+//! std::mem::forget(mr); // owned memory: leaked together with its registration
+//! # Ok(()) }
+//! ```
 
 #![allow(unsafe_code)]
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::ops::Range;
 use std::ptr::NonNull;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU8, AtomicUsize};
 use std::sync::Arc;
 
 use bitflags::bitflags;
@@ -21,7 +76,7 @@ use crate::context::{Context, M_DESTROY_MR};
 use crate::error::{Error, Result};
 use crate::ioctl::IoctlCall;
 use crate::pd::Pd;
-use crate::wr::Sge;
+use crate::wr::{MrSge, Sge};
 use crate::write;
 use rustix::io::Errno;
 use zerocopy::IntoBytes as _;
@@ -30,66 +85,117 @@ bitflags! {
     /// `IB_UVERBS_ACCESS_*` / `ibv_access_flags`.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
     pub struct AccessFlags: u32 {
+        /// The local device may write the memory (receives, RDMA READ results).
         const LOCAL_WRITE = 1 << 0;
+        /// Peers may RDMA WRITE the memory (needs LOCAL_WRITE).
         const REMOTE_WRITE = 1 << 1;
+        /// Peers may RDMA READ the memory.
         const REMOTE_READ = 1 << 2;
+        /// Peers may run atomics on the memory (needs LOCAL_WRITE).
         const REMOTE_ATOMIC = 1 << 3;
+        /// Memory windows may be bound to the region.
         const MW_BIND = 1 << 4;
+        /// Addresses are offsets from the region's start.
         const ZERO_BASED = 1 << 5;
+        /// On-demand paging.
         const ON_DEMAND = 1 << 6;
+        /// The memory is backed by huge pages.
         const HUGETLB = 1 << 7;
         /// Optional: a kernel or device that does not support it ignores it.
         const RELAXED_ORDERING = 1 << 20;
     }
 }
 
-/// Memory that can be registered: a stable address range that stays valid and unmoved for as
-/// long as the value lives.
+/// The parts of a memory buffer given up for registration: a pointer with read and write
+/// provenance over `len` bytes, and one word the type may use to rebuild itself (a `Vec`'s
+/// capacity, a mapping's length).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawMemory {
+    /// Start of the range.
+    pub ptr: NonNull<u8>,
+    /// Length in bytes.
+    pub len: usize,
+    /// Type-specific word for [`MrMemory::from_raw`].
+    pub extra: usize,
+}
+
+/// Memory that can be registered: a buffer that gives itself up as a [`RawMemory`] for the
+/// time it is registered and is rebuilt from it after deregistration.
+///
+/// Registration captures the pointer once, from the owned (or exclusively borrowed) value, so
+/// the pointer the device and the copy accessors use carries write provenance, and no Rust
+/// reference to the bytes exists while they are registered.
 ///
 /// # Safety
-/// `as_ptr()..as_ptr()+len()` must be valid for reads and writes for the value's whole life and
-/// must not change while the value is not mutably borrowed through `as_mut_slice`-like means
-/// that could reallocate (implementations must never reallocate).
-pub unsafe trait MrMemory {
-    /// Start of the range.
-    fn as_ptr(&self) -> *mut u8;
-    /// Length in bytes.
-    fn len(&self) -> usize;
-    /// True when empty.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
+/// `into_raw` must return a range that is valid for reads and writes, initialised, and not
+/// accessed by anything else until `from_raw` is called with the same parts; the range must
+/// not move or change size meanwhile. `from_raw` must accept exactly what `into_raw`
+/// returned. [`MrMemory::OWNED`] must be `false` for a type whose memory can be reused by
+/// someone else when the value is leaked (a borrow).
+pub unsafe trait MrMemory: Sized {
+    /// True when leaking the value keeps the memory allocated forever (owned memory); false
+    /// for borrows, whose memory goes back to its owner when the borrow ends.
+    const OWNED: bool = true;
+    /// Gives up the buffer.
+    fn into_raw(self) -> RawMemory;
+    /// Rebuilds the buffer.
+    ///
+    /// # Safety
+    /// `raw` must come from `into_raw` of this type, and be used once.
+    unsafe fn from_raw(raw: RawMemory) -> Self;
 }
 
-// SAFETY: the slice is exclusively borrowed for the Mr's life; its memory cannot move or be
-// freed while the borrow lasts.
+// SAFETY: the pointer comes from the exclusive borrow (write provenance) and the borrow is held
+// (as the lifetime of the rebuilt value) until from_raw; OWNED is false, so a failed
+// deregistration aborts rather than hand the memory back to its owner.
 unsafe impl MrMemory for &mut [u8] {
-    fn as_ptr(&self) -> *mut u8 {
-        <[u8]>::as_ptr(self).cast_mut()
+    const OWNED: bool = false;
+    fn into_raw(self) -> RawMemory {
+        RawMemory {
+            ptr: NonNull::new(self.as_mut_ptr()).expect("slice pointer is non-null"),
+            len: self.len(),
+            extra: 0,
+        }
     }
-    fn len(&self) -> usize {
-        <[u8]>::len(self)
+    unsafe fn from_raw(raw: RawMemory) -> Self {
+        // SAFETY: the caller passes what into_raw returned; the borrow lives as long as Self.
+        unsafe { std::slice::from_raw_parts_mut(raw.ptr.as_ptr(), raw.len) }
     }
 }
 
-// SAFETY: a boxed slice's heap allocation does not move when the box moves and is never
-// reallocated (we never hand out the Box itself mutably).
+// SAFETY: Box::into_raw gives up the allocation with full provenance; Box::from_raw takes it
+// back. The heap block never moves.
 unsafe impl MrMemory for Box<[u8]> {
-    fn as_ptr(&self) -> *mut u8 {
-        <[u8]>::as_ptr(self).cast_mut()
+    fn into_raw(self) -> RawMemory {
+        let len = self.len();
+        let p = Box::into_raw(self);
+        RawMemory {
+            ptr: NonNull::new(p.cast::<u8>()).expect("Box pointer is non-null"),
+            len,
+            extra: 0,
+        }
     }
-    fn len(&self) -> usize {
-        <[u8]>::len(self)
+    unsafe fn from_raw(raw: RawMemory) -> Self {
+        let p = std::ptr::slice_from_raw_parts_mut(raw.ptr.as_ptr(), raw.len);
+        // SAFETY: `p` is the pointer Box::into_raw returned.
+        unsafe { Box::from_raw(p) }
     }
 }
 
-// SAFETY: as for Box<[u8]>: the Mr owns the Vec and never lets it grow or shrink.
+// SAFETY: the Vec is taken apart (pointer, length, capacity) and rebuilt by from_raw_parts;
+// nothing can grow or shrink it meanwhile.
 unsafe impl MrMemory for Vec<u8> {
-    fn as_ptr(&self) -> *mut u8 {
-        <[u8]>::as_ptr(self).cast_mut()
+    fn into_raw(self) -> RawMemory {
+        let mut v = std::mem::ManuallyDrop::new(self);
+        RawMemory {
+            ptr: NonNull::new(v.as_mut_ptr()).expect("Vec pointer is non-null"),
+            len: v.len(),
+            extra: v.capacity(),
+        }
     }
-    fn len(&self) -> usize {
-        Vec::len(self)
+    unsafe fn from_raw(raw: RawMemory) -> Self {
+        // SAFETY: the parts of a Vec<u8> taken apart by into_raw.
+        unsafe { Vec::from_raw_parts(raw.ptr.as_ptr(), raw.len, raw.extra) }
     }
 }
 
@@ -161,37 +267,110 @@ impl Drop for PageBuf {
     }
 }
 
-// SAFETY: the mapping is owned, fixed, and unmapped only in Drop.
+// SAFETY: the mapping is taken over (with the pointer mmap returned) and rebuilt unchanged;
+// it is unmapped only by PageBuf's Drop.
 unsafe impl MrMemory for PageBuf {
-    fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
+    fn into_raw(self) -> RawMemory {
+        let b = std::mem::ManuallyDrop::new(self);
+        RawMemory {
+            ptr: b.ptr,
+            len: b.len,
+            extra: b.map_len,
+        }
     }
-    fn len(&self) -> usize {
-        self.len
+    unsafe fn from_raw(raw: RawMemory) -> Self {
+        PageBuf {
+            ptr: raw.ptr,
+            len: raw.len,
+            map_len: raw.extra,
+        }
     }
 }
 
 /// A registered memory region over memory `M`.
+///
+/// The memory is given up at registration ([`MrMemory::into_raw`]) and given back only after
+/// deregistration ([`Mr::deregister`]), so while it is registered safe code sees it only
+/// through copies: [`Mr::read_at`], [`Mr::write_at`], [`Mr::fill`], [`Mr::to_vec`]. The device
+/// and remote peers may read or write the bytes at any time; the copies use relaxed atomic
+/// loads and stores, never a Rust reference. Slice views exist as `unsafe` functions
+/// ([`Mr::as_slice`], [`Mr::as_mut_slice`]) with written contracts.
 pub struct Mr<M: MrMemory> {
-    // Field order matters for nothing here: Drop deregisters before any field is dropped.
     pd: Arc<Pd>,
     handle: u32,
     lkey: u32,
     rkey: u32,
     access: AccessFlags,
-    mem: M,
+    mem: RawMemory,
+    _mem: PhantomData<M>,
 }
+
+// SAFETY: the Mr owns M (as raw parts); moving it to another thread moves M.
+unsafe impl<M: MrMemory + Send> Send for Mr<M> {}
+// SAFETY: shared access reads and writes the bytes only with atomic copies (or through the
+// unsafe views, whose contracts cover threads); M itself is never shared.
+unsafe impl<M: MrMemory + Send> Sync for Mr<M> {}
 
 impl<M: MrMemory> fmt::Debug for Mr<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Mr")
             .field("handle", &self.handle)
-            .field("addr", &self.mem.as_ptr())
-            .field("len", &self.mem.len())
+            .field("addr", &self.mem.ptr)
+            .field("len", &self.mem.len)
             .field("lkey", &format_args!("{:#x}", self.lkey))
             .field("rkey", &format_args!("{:#x}", self.rkey))
             .field("access", &self.access)
             .finish()
+    }
+}
+
+/// A failed registration: the error, and the memory given back.
+///
+/// Converts to [`std::io::Error`] (dropping the memory), so `?` works in functions returning
+/// `io::Result`; [`RegisterError::into_inner`] keeps the memory.
+pub struct RegisterError<M> {
+    error: std::io::Error,
+    mem: M,
+}
+
+impl<M> RegisterError<M> {
+    /// The error.
+    pub fn error(&self) -> &std::io::Error {
+        &self.error
+    }
+    /// The memory that was to be registered.
+    pub fn into_inner(self) -> M {
+        self.mem
+    }
+    /// Both parts.
+    pub fn into_parts(self) -> (std::io::Error, M) {
+        (self.error, self.mem)
+    }
+}
+
+impl<M> fmt::Debug for RegisterError<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RegisterError")
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M> fmt::Display for RegisterError<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl<M> std::error::Error for RegisterError<M> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.source()
+    }
+}
+
+impl<M> From<RegisterError<M>> for std::io::Error {
+    fn from(e: RegisterError<M>) -> Self {
+        e.error
     }
 }
 
@@ -226,7 +405,7 @@ fn reg_raw(pd: &Pd, addr: u64, len: usize, access: AccessFlags) -> Result<(u32, 
         access_flags: access.bits(),
     };
     let mut resp = ib_uverbs_reg_mr_resp::default();
-    write::legacy_simple(ctx.cmd_fd(), nr::REG_MR, &req, &mut resp).map_err(|e| {
+    write::cmd_legacy_simple(ctx.cmd_fd(), nr::REG_MR, &req, &mut resp).map_err(|e| {
         let hint = match e {
             rustix::io::Errno::FAULT => "; the range is not mapped",
             rustix::io::Errno::NOMEM => "; the memlock limit (ulimit -l) may be too low",
@@ -237,101 +416,380 @@ fn reg_raw(pd: &Pd, addr: u64, len: usize, access: AccessFlags) -> Result<(u32, 
     Ok((resp.mr_handle, resp.lkey, resp.rkey))
 }
 
-impl<M: MrMemory> Mr<M> {
-    /// Registers `mem` with `access`. On failure `mem` is returned along with the error.
+impl<M: MrMemory + 'static> Mr<M> {
+    /// Registers `mem` with `access`. On failure the error gives `mem` back.
+    ///
+    /// `M: 'static`: the memory is owned (a `Vec`, `Box<[u8]>`, [`PageBuf`]), so leaking the
+    /// `Mr` with `mem::forget` leaks the memory too and the device can never reach memory that
+    /// was given to someone else. Borrowed memory is registered with [`Mr::scoped`] (or the
+    /// `unsafe` [`Mr::register_unchecked`]).
     pub fn register(
         pd: &Arc<Pd>,
         mem: M,
         access: AccessFlags,
-    ) -> std::result::Result<Mr<M>, (std::io::Error, M)> {
-        match reg_raw(pd, mem.as_ptr() as u64, mem.len(), access) {
+    ) -> std::result::Result<Mr<M>, RegisterError<M>> {
+        // SAFETY: M: 'static owns its memory (or borrows it forever), so leaking the Mr cannot
+        // let the memory be reused while registered.
+        unsafe { Mr::register_unchecked(pd, mem, access) }
+    }
+}
+
+impl<'a> Mr<&'a mut [u8]> {
+    /// Registers the borrowed `buf` for the duration of `f`, which gets the region by
+    /// reference; the region is deregistered when `f` returns or unwinds, before the borrow
+    /// ends. Returns `f`'s result, or the registration error.
+    ///
+    /// ```no_run
+    /// # use rverbs_uverbs::mr::{AccessFlags, Mr};
+    /// # fn demo(pd: &std::sync::Arc<rverbs_uverbs::pd::Pd>) -> std::io::Result<()> {
+    /// let mut buf = [0u8; 4096];
+    /// let n = Mr::scoped(pd, &mut buf[..], AccessFlags::LOCAL_WRITE, |mr| {
+    ///     mr.write_at(0, b"hello");
+    ///     mr.len()
+    /// })?;
+    /// # let _ = n; Ok(()) }
+    /// ```
+    ///
+    /// The region cannot leave the closure:
+    /// ```compile_fail,E0521
+    /// # use rverbs_uverbs::mr::{AccessFlags, Mr};
+    /// # fn demo(pd: &std::sync::Arc<rverbs_uverbs::pd::Pd>) {
+    /// let mut buf = [0u8; 64];
+    /// let mut keep = None;
+    /// let _ = Mr::scoped(pd, &mut buf[..], AccessFlags::LOCAL_WRITE, |mr| keep = Some(mr));
+    /// # }
+    /// ```
+    pub fn scoped<R>(
+        pd: &Arc<Pd>,
+        buf: &'a mut [u8],
+        access: AccessFlags,
+        f: impl FnOnce(&Mr<&'a mut [u8]>) -> R,
+    ) -> std::io::Result<R> {
+        // SAFETY: the Mr lives in this frame and is dropped (deregistered) on return and on
+        // unwind; `f` only borrows it, so it cannot be leaked.
+        let mr =
+            unsafe { Mr::register_unchecked(pd, buf, access) }.map_err(std::io::Error::from)?;
+        Ok(f(&mr))
+    }
+}
+
+impl<M: MrMemory> Mr<M> {
+    /// Registers `mem` with `access`, for any `M` including borrows.
+    ///
+    /// # Safety
+    /// The returned `Mr` must be dropped (or [deregistered](Mr::deregister)) before the memory
+    /// can be used by anyone else: for a borrow, before the borrow ends. `mem::forget` of an
+    /// `Mr` over borrowed memory (or an `Rc` cycle holding it) violates this and lets the
+    /// device or a remote peer write memory that has been reused.
+    pub unsafe fn register_unchecked(
+        pd: &Arc<Pd>,
+        mem: M,
+        access: AccessFlags,
+    ) -> std::result::Result<Mr<M>, RegisterError<M>> {
+        let raw = mem.into_raw();
+        match reg_raw(pd, raw.ptr.as_ptr() as u64, raw.len, access) {
             Ok((handle, lkey, rkey)) => Ok(Mr {
                 pd: pd.clone(),
                 handle,
                 lkey,
                 rkey,
                 access,
-                mem,
+                mem: raw,
+                _mem: PhantomData,
             }),
-            Err(e) => Err((e, mem)),
+            Err(error) => Err(RegisterError {
+                error,
+                // SAFETY: the parts into_raw just returned; nothing was registered.
+                mem: unsafe { M::from_raw(raw) },
+            }),
         }
     }
 
+    /// Local key: what SGEs name.
     pub fn lkey(&self) -> u32 {
         self.lkey
     }
+    /// Remote key: what a peer names in RDMA READ/WRITE/atomic requests.
     pub fn rkey(&self) -> u32 {
         self.rkey
     }
+    /// Kernel handle.
     pub fn handle(&self) -> u32 {
         self.handle
     }
+    /// The access the region was registered with.
     pub fn access(&self) -> AccessFlags {
         self.access
     }
     /// Start address (also the iova the remote side uses).
     pub fn addr(&self) -> u64 {
-        self.mem.as_ptr() as u64
+        self.mem.ptr.as_ptr() as u64
     }
+    /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.mem.len()
+        self.mem.len
     }
+    /// True for an empty region (never: registration refuses length 0).
     pub fn is_empty(&self) -> bool {
-        self.mem.len() == 0
+        self.mem.len == 0
     }
+    /// The protection domain.
     pub fn pd(&self) -> &Arc<Pd> {
         &self.pd
     }
 
     /// An SGE for `range` of this region. Panics if the range is outside the region (a
     /// programming error, like slice indexing); see [`Mr::try_sge`].
-    pub fn sge(&self, range: Range<usize>) -> Sge {
+    pub fn sge(&self, range: Range<usize>) -> MrSge<'_> {
         self.try_sge(range.clone())
-            .unwrap_or_else(|| panic!("SGE range {range:?} outside MR of {} bytes", self.mem.len()))
+            .unwrap_or_else(|| panic!("SGE range {range:?} outside MR of {} bytes", self.mem.len))
     }
 
     /// An SGE for `range`, or `None` if it is outside the region or over 4 GiB.
-    pub fn try_sge(&self, range: Range<usize>) -> Option<Sge> {
-        if range.start > range.end || range.end > self.mem.len() {
+    pub fn try_sge(&self, range: Range<usize>) -> Option<MrSge<'_>> {
+        if range.start > range.end || range.end > self.mem.len {
             return None;
         }
-        Some(Sge {
+        let sge = Sge {
             addr: self.addr() + range.start as u64,
             length: u32::try_from(range.len()).ok()?,
             lkey: self.lkey,
-        })
+        };
+        // SAFETY: the range is inside this region, which stays registered while `self` is
+        // borrowed, and whose memory Rust never references while registered.
+        Some(unsafe { MrSge::new_unchecked(sge) })
     }
 
-    /// The memory's bytes. Reading bytes that an in-flight RDMA operation writes gives
-    /// unspecified values: read after the completion.
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: MrMemory guarantees the range is valid for our life.
-        unsafe { std::slice::from_raw_parts(self.mem.as_ptr(), self.mem.len()) }
+    #[track_caller]
+    fn check(&self, offset: usize, len: usize) -> *mut u8 {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.mem.len => {}
+            _ => panic!(
+                "range {offset}..{offset}+{len} outside MR of {} bytes",
+                self.mem.len
+            ),
+        }
+        // SAFETY: offset <= len of the allocation.
+        unsafe { self.mem.ptr.as_ptr().add(offset) }
     }
 
-    /// The memory's bytes, mutably.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as above; `&mut self` makes this the only Rust reference.
-        unsafe { std::slice::from_raw_parts_mut(self.mem.as_ptr(), self.mem.len()) }
+    /// Copies `dst.len()` bytes from `offset` of the region into `dst`.
+    ///
+    /// Bytes that the device or a peer writes meanwhile read as old or new values (per byte
+    /// or per aligned word); read after the completion that says the data is there.
+    ///
+    /// # Panics
+    /// If `offset..offset + dst.len()` is outside the region.
+    #[track_caller]
+    pub fn read_at(&self, offset: usize, dst: &mut [u8]) {
+        let src = self.check(offset, dst.len());
+        // SAFETY: `src..src+dst.len()` lies in the registered memory, valid while self lives.
+        unsafe { copy_from_shared(src, dst) }
     }
 
-    /// The memory itself.
-    pub fn memory(&self) -> &M {
-        &self.mem
+    /// Copies `src` into the region at `offset`.
+    ///
+    /// # Panics
+    /// If `offset..offset + src.len()` is outside the region.
+    #[track_caller]
+    pub fn write_at(&self, offset: usize, src: &[u8]) {
+        let dst = self.check(offset, src.len());
+        // SAFETY: as in read_at.
+        unsafe { copy_to_shared(src, dst) }
     }
+
+    /// Sets the bytes of `range` to `byte`.
+    ///
+    /// # Panics
+    /// If `range` is outside the region.
+    #[track_caller]
+    pub fn fill(&self, range: Range<usize>, byte: u8) {
+        let n = range.end.saturating_sub(range.start);
+        let dst = self.check(range.start, n);
+        // SAFETY: as in read_at.
+        unsafe { fill_shared(dst, n, byte) }
+    }
+
+    /// A copy of `range` of the region.
+    ///
+    /// # Panics
+    /// If `range` is outside the region.
+    #[track_caller]
+    pub fn read_vec(&self, range: Range<usize>) -> Vec<u8> {
+        let mut v = vec![0u8; range.end.saturating_sub(range.start)];
+        self.read_at(range.start, &mut v);
+        v
+    }
+
+    /// A copy of the whole region.
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.read_vec(0..self.mem.len)
+    }
+
+    /// The memory's bytes as a slice.
+    ///
+    /// # Safety
+    /// While the slice lives nothing may write the bytes: no work request that writes them
+    /// (a receive, the local side of an RDMA READ or atomic) may be outstanding on any QP —
+    /// including requests posted with SGEs of a region already dropped, whose lkey the kernel
+    /// may give to a new region — and no peer may write them (the region was registered
+    /// without REMOTE_WRITE/REMOTE_ATOMIC, or no peer has its rkey and address, or all QPs a
+    /// peer could use are gone). No [`Mr::write_at`]/[`Mr::fill`] may run meanwhile.
+    pub unsafe fn as_slice(&self) -> &[u8] {
+        // SAFETY: the range is valid and initialised while self lives; the caller promises no
+        // writes while the slice lives.
+        unsafe { std::slice::from_raw_parts(self.mem.ptr.as_ptr(), self.mem.len) }
+    }
+
+    /// The memory's bytes as a mutable slice.
+    ///
+    /// # Safety
+    /// As for [`Mr::as_slice`], and also nothing may read them: no outstanding work request
+    /// that reads them (a send, the local side of an RDMA WRITE) and no peer that can RDMA
+    /// READ them.
+    pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above; `&mut self` excludes the copy accessors.
+        unsafe { std::slice::from_raw_parts_mut(self.mem.ptr.as_ptr(), self.mem.len) }
+    }
+
+    /// Deregisters the region and gives the memory back.
+    ///
+    /// On failure the memory stays given up (leaked: the device might still reach it) and the
+    /// error is returned; for borrowed memory the process aborts, as for `Drop`.
+    pub fn deregister(self) -> std::io::Result<M> {
+        let me = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `me` is never used again after its fields are read out.
+        let pd = unsafe { std::ptr::read(&me.pd) };
+        match dereg_mr(pd.context(), me.handle) {
+            // SAFETY: deregistered: the device no longer reaches the memory, and the parts
+            // are the ones into_raw returned.
+            Ok(()) => Ok(unsafe { M::from_raw(me.mem) }),
+            Err(e) => {
+                let err = dereg_failed::<M>(&pd, me.handle, me.mem, e);
+                Err(err.into())
+            }
+        }
+    }
+}
+
+/// Logs (and for borrowed memory, aborts on) a failed deregistration; the memory is leaked.
+#[cold]
+fn dereg_failed<M: MrMemory>(pd: &Pd, handle: u32, mem: RawMemory, e: Errno) -> Error {
+    let ctx = pd.context();
+    let err = Error::os(
+        format!(
+            "deregister MR {handle} ({} bytes at {:p}) on {}",
+            mem.len,
+            mem.ptr,
+            ctx.name()
+        ),
+        e,
+    );
+    tracing::error!(
+        device = ctx.name(),
+        handle,
+        "{err}; leaking the memory: the device may still reach it"
+    );
+    if !M::OWNED {
+        // The memory is borrowed: its owner gets it back when we return, while the device
+        // may still write it. Nothing but stopping the process keeps that from happening.
+        tracing::error!("aborting: borrowed memory of a failed deregistration");
+        std::process::abort();
+    }
+    err
 }
 
 impl<M: MrMemory> Drop for Mr<M> {
     fn drop(&mut self) {
-        let ctx = self.pd.context();
-        if let Err(e) = dereg_mr(ctx, self.handle) {
-            tracing::error!(
-                device = ctx.name(),
-                handle = self.handle,
-                "{}",
-                Error::os("deregister MR", e)
-            );
+        match dereg_mr(self.pd.context(), self.handle) {
+            // SAFETY: deregistered, so no device access remains; the parts come from into_raw
+            // and are used once (this is Drop).
+            Ok(()) => drop(unsafe { M::from_raw(self.mem) }),
+            Err(e) => {
+                dereg_failed::<M>(&self.pd, self.handle, self.mem, e);
+            }
         }
+    }
+}
+
+/// Copies `dst.len()` bytes from `src` with relaxed atomic loads (machine words where
+/// aligned, bytes at the edges), for memory a device or peer may write concurrently.
+///
+/// Relaxed is enough: the copy orders nothing; the completion that says the data is there is
+/// what orders it (the CQ's owner bit/index is read with Acquire).
+///
+/// # Safety
+/// `src..src+dst.len()` must be valid for reads, and only ever accessed atomically by Rust
+/// code (or by devices) while this runs.
+pub unsafe fn copy_from_shared(src: *const u8, dst: &mut [u8]) {
+    const W: usize = size_of::<usize>();
+    let n = dst.len();
+    let mut i = 0;
+    while i < n && (src as usize + i) % W != 0 {
+        // SAFETY: in range (caller); a byte is always aligned.
+        dst[i] = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Relaxed);
+        i += 1;
+    }
+    let words = (n - i) / W;
+    // SAFETY: src+i is aligned to W (the loop above) and `words` words from it are in range.
+    let shared = unsafe { src.add(i) }.cast::<usize>().cast_mut();
+    for (k, chunk) in dst[i..i + words * W].chunks_exact_mut(W).enumerate() {
+        // SAFETY: word k of the aligned, in-range run.
+        let w = unsafe { AtomicUsize::from_ptr(shared.add(k)) }.load(Relaxed);
+        chunk.copy_from_slice(&w.to_ne_bytes());
+    }
+    i += words * W;
+    while i < n {
+        // SAFETY: in range.
+        dst[i] = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Relaxed);
+        i += 1;
+    }
+}
+
+/// Copies `src` to `dst` with relaxed atomic stores (words where aligned), the counterpart of
+/// [`copy_from_shared`]. Relaxed: the doorbell/post that hands the data to the device is the
+/// release point.
+///
+/// # Safety
+/// `dst..dst+src.len()` must be valid for writes and only accessed atomically by Rust code
+/// (or by devices) while this runs.
+pub unsafe fn copy_to_shared(src: &[u8], dst: *mut u8) {
+    const W: usize = size_of::<usize>();
+    let n = src.len();
+    let mut i = 0;
+    while i < n && (dst as usize + i) % W != 0 {
+        // SAFETY: in range (caller).
+        unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(src[i], Relaxed);
+        i += 1;
+    }
+    let words = (n - i) / W;
+    // SAFETY: dst+i is aligned to W (the loop above) and `words` words from it are in range.
+    let shared = unsafe { dst.add(i) }.cast::<usize>();
+    for (k, chunk) in src[i..i + words * W].chunks_exact(W).enumerate() {
+        let w = usize::from_ne_bytes(chunk.try_into().expect("W bytes"));
+        // SAFETY: word k of the aligned, in-range run.
+        unsafe { AtomicUsize::from_ptr(shared.add(k)) }.store(w, Relaxed);
+    }
+    i += words * W;
+    while i < n {
+        // SAFETY: in range.
+        unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(src[i], Relaxed);
+        i += 1;
+    }
+}
+
+/// Sets `n` bytes at `dst` to `byte` with relaxed atomic stores.
+///
+/// # Safety
+/// As for [`copy_to_shared`].
+unsafe fn fill_shared(dst: *mut u8, n: usize, byte: u8) {
+    let chunk = [byte; 256];
+    let mut off = 0;
+    while off < n {
+        let k = (n - off).min(chunk.len());
+        // SAFETY: dst+off..dst+off+k is inside the caller's range.
+        unsafe { copy_to_shared(&chunk[..k], dst.add(off)) };
+        off += k;
     }
 }
 
@@ -385,7 +843,7 @@ fn dereg_mr(ctx: &Context, handle: u32) -> std::result::Result<(), Errno> {
         return Ok(());
     }
     let req = ib_uverbs_dereg_mr { mr_handle: handle };
-    write::legacy(ctx.cmd_fd(), nr::DEREG_MR, req.as_bytes(), &[], &mut [])
+    write::cmd_legacy(ctx.cmd_fd(), nr::DEREG_MR, req.as_bytes(), &[], &mut [])
 }
 
 impl Drop for RawMr {
@@ -415,10 +873,98 @@ mod tests {
     fn page_buf_is_aligned_and_zeroed() {
         let mut b = PageBuf::new(100).unwrap();
         assert_eq!(b.as_slice().len(), 100);
-        assert_eq!(b.as_ptr() as usize % rustix::param::page_size(), 0);
+        assert_eq!(b.ptr.as_ptr() as usize % rustix::param::page_size(), 0);
         assert!(b.as_slice().iter().all(|&x| x == 0));
         b.as_mut_slice()[99] = 7;
         assert_eq!(b.as_slice()[99], 7);
         assert!(PageBuf::new(0).is_err());
+    }
+
+    fn pattern(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i * 7 + 3) as u8).collect()
+    }
+
+    #[test]
+    fn shared_copies_at_every_alignment() {
+        let mut mem = vec![0u8; 64];
+        let src = pattern(64);
+        for off in 0..9 {
+            for len in [0, 1, 7, 8, 9, 15, 16, 17, 40] {
+                mem.fill(0);
+                let base = mem.as_mut_ptr();
+                // SAFETY: off+len <= 64; nothing else touches `mem` meanwhile.
+                unsafe { copy_to_shared(&src[..len], base.add(off)) };
+                assert_eq!(
+                    &mem[off..off + len],
+                    &src[..len],
+                    "write off {off} len {len}"
+                );
+                assert!(
+                    mem[..off].iter().all(|&b| b == 0),
+                    "before off {off} len {len}"
+                );
+                assert!(
+                    mem[off + len..].iter().all(|&b| b == 0),
+                    "after off {off} len {len}"
+                );
+                let mut out = vec![0u8; len];
+                // SAFETY: as above.
+                unsafe { copy_from_shared(mem.as_ptr().add(off), &mut out) };
+                assert_eq!(out, &src[..len], "read off {off} len {len}");
+            }
+        }
+    }
+
+    #[test]
+    fn shared_fill() {
+        let mut mem = vec![0u8; 700];
+        // SAFETY: 3+600 <= 700.
+        unsafe { fill_shared(mem.as_mut_ptr().add(3), 600, 0xab) };
+        assert!(mem[..3].iter().all(|&b| b == 0));
+        assert!(mem[3..603].iter().all(|&b| b == 0xab));
+        assert!(mem[603..].iter().all(|&b| b == 0));
+    }
+
+    fn round_trip<M: MrMemory>(m: M) -> M {
+        let raw = m.into_raw();
+        // SAFETY: writes through the captured pointer (write provenance) inside the range.
+        unsafe { copy_to_shared(b"xyz", raw.ptr.as_ptr().add(1)) };
+        // SAFETY: the parts into_raw returned, used once.
+        unsafe { M::from_raw(raw) }
+    }
+
+    #[test]
+    fn memory_round_trips_keep_contents() {
+        let v = round_trip(vec![0u8; 10]);
+        assert_eq!(&v[..5], b"\0xyz\0");
+        let b = round_trip(vec![0u8; 10].into_boxed_slice());
+        assert_eq!(&b[..5], b"\0xyz\0");
+        let mut arr = [0u8; 10];
+        let s = round_trip(&mut arr[..]);
+        assert_eq!(&s[..5], b"\0xyz\0");
+        assert_eq!(&arr[..5], b"\0xyz\0");
+        let p = round_trip(PageBuf::new(10).unwrap());
+        assert_eq!(&p.as_slice()[..5], b"\0xyz\0");
+    }
+
+    #[test]
+    fn mr_sge_lists_view_as_raw() {
+        let raw = [Sge {
+            addr: 0x1000,
+            length: 8,
+            lkey: 5,
+        }; 3];
+        // SAFETY: test only: the list is viewed, never posted.
+        let list: Vec<MrSge<'_>> = raw
+            .iter()
+            .map(|&s| unsafe { MrSge::new_unchecked(s) })
+            .collect();
+        assert_eq!(MrSge::raw_slice(&list), &raw[..]);
+        let wrs = [crate::wr::SendWr::send(7, &list[..])];
+        let r = crate::wr::SendWr::raw_list(&wrs);
+        assert_eq!(r[0].wr_id, 7);
+        assert_eq!(r[0].sge, &raw[..]);
+        let rw = [crate::wr::RecvWr::new(9, &list[1..])];
+        assert_eq!(crate::wr::RecvWr::raw_list(&rw)[0].sge, &raw[1..]);
     }
 }

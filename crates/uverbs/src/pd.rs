@@ -34,7 +34,7 @@ impl Pd {
     pub fn alloc(ctx: &Arc<Context>) -> Result<Arc<Pd>> {
         let req = ib_uverbs_alloc_pd { response: 0 };
         let mut resp = ib_uverbs_alloc_pd_resp::default();
-        write::legacy_simple(ctx.cmd_fd(), nr::ALLOC_PD, &req, &mut resp)
+        write::cmd_legacy_simple(ctx.cmd_fd(), nr::ALLOC_PD, &req, &mut resp)
             .map_err(|e| Error::os(format!("alloc PD on {}", ctx.name()), e))?;
         tracing::debug!(device = ctx.name(), handle = resp.pd_handle, "PD allocated");
         Ok(Arc::new(Pd {
@@ -65,7 +65,7 @@ impl Drop for Pd {
                 let req = ib_uverbs_dealloc_pd {
                     pd_handle: self.handle,
                 };
-                write::legacy(
+                write::cmd_legacy(
                     self.ctx.cmd_fd(),
                     nr::DEALLOC_PD,
                     req.as_bytes(),

@@ -30,7 +30,7 @@ use crate::provider::{
 };
 use crate::srq::Srq;
 use crate::wc::raw_newtype;
-use crate::wr::{RecvWr, SendWr};
+use crate::wr::{MrRecvWr, MrSendWr, RecvWr, SendWr};
 use crate::write;
 use zerocopy::FromBytes;
 
@@ -554,7 +554,7 @@ impl Qp {
             }
         }
         let cmd = attr.to_modify(self.handle);
-        write::legacy(ctx.cmd_fd(), nr::MODIFY_QP, cmd.as_bytes(), &[], &mut [])
+        write::cmd_legacy(ctx.cmd_fd(), nr::MODIFY_QP, cmd.as_bytes(), &[], &mut [])
             .map_err(|e| Error::os(op(), e).with_detail(format!("mask {mask:?}")))?;
         if let Some(next) = attr.qp_state {
             self.state.store(next.0, Ordering::Relaxed);
@@ -571,7 +571,7 @@ impl Qp {
             attr_mask: u32::MAX >> 7,
         };
         let mut r = ib_uverbs_query_qp_resp::default();
-        write::legacy_simple(ctx.cmd_fd(), nr::QUERY_QP, &req, &mut r)
+        write::cmd_legacy_simple(ctx.cmd_fd(), nr::QUERY_QP, &req, &mut r)
             .map_err(|e| Error::os(format!("query QP {:#x} on {}", self.qp_num, ctx.name()), e))?;
         self.state.store(r.qp_state, Ordering::Relaxed);
         Ok(QpInfo {
@@ -619,19 +619,35 @@ impl Qp {
 
     /// Posts send work requests (one doorbell for the list).
     ///
+    /// Every SGE is an [`MrSge`](crate::wr::MrSge) made from a live [`Mr`](crate::mr::Mr), so this is safe:
+    /// the device reads (or, for RDMA READ and atomics, writes) memory that Rust never
+    /// references while it is registered, and if an `Mr` is dropped before its requests
+    /// complete, deregistration cuts the device off and the requests complete with an error
+    /// (docs/architecture.md, "Why this is sound"). Keep the `Mr` alive until the completion
+    /// to get the data moved.
+    ///
     /// A request counts against the send CQ until its completion is polled, not only until
     /// the send queue accepts it: rxe frees a queue slot when the kernel completes the
     /// request, so a queue that keeps accepting posts can still overflow a CQ that is polled
     /// too slowly (the kernel then drops the completion and raises a `CQ_ERR` async event).
     /// The same holds for [`Qp::post_recv`] and the receive CQ, whose overflow also moves the
     /// QP to the error state.
+    #[inline]
+    pub fn post_send(&self, wrs: &[MrSendWr<'_>]) -> std::result::Result<(), PostError> {
+        // SAFETY: every SGE names a range of a registered Mr (MrSge's invariant); see above.
+        unsafe { self.post_send_raw(SendWr::raw_list(wrs)) }
+    }
+
+    /// Posts send work requests with raw SGEs.
     ///
     /// # Safety
     /// Every SGE must lie inside a memory region registered on this QP's PD, and that memory
     /// must stay valid (its `Mr` alive) until the request's completion is polled or the QP is
-    /// destroyed: the device reads it — and for RDMA READ and atomics writes it — later.
+    /// destroyed: the device reads it — and for RDMA READ and atomics writes it — later. With
+    /// [`SendFlags::INLINE`](crate::wr::SendFlags::INLINE) the provider reads the SGEs' memory
+    /// during the call, so it must be valid for reads then.
     #[inline]
-    pub unsafe fn post_send(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), PostError> {
+    pub unsafe fn post_send_raw(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), PostError> {
         let st = self.state();
         if matches!(st, QpState::RESET | QpState::INIT | QpState::RTR) {
             // Refused before anything is queued: a WQE left in the ring would go out later, at
@@ -655,12 +671,19 @@ impl Qp {
         }
     }
 
-    /// Posts receive work requests.
+    /// Posts receive work requests; safe for the reasons given at [`Qp::post_send`].
+    #[inline]
+    pub fn post_recv(&self, wrs: &[MrRecvWr<'_>]) -> std::result::Result<(), PostError> {
+        // SAFETY: every SGE names a range of a registered Mr (MrSge's invariant).
+        unsafe { self.post_recv_raw(RecvWr::raw_list(wrs)) }
+    }
+
+    /// Posts receive work requests with raw SGEs.
     ///
     /// # Safety
-    /// As for [`Qp::post_send`]; the device writes the received data into the memory.
+    /// As for [`Qp::post_send_raw`]; the device writes the received data into the memory.
     #[inline]
-    pub unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostError> {
+    pub unsafe fn post_recv_raw(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostError> {
         if self.state() == QpState::RESET {
             return Err(PostError {
                 posted: 0,
@@ -697,7 +720,7 @@ fn create_qp_write(
 ) -> std::result::Result<QpCreated, rustix::io::Errno> {
     let core = size_of::<ib_uverbs_create_qp_resp>();
     let mut resp = vec![0u8; core + uhw_out.len()];
-    write::legacy(
+    write::cmd_legacy(
         ctx.cmd_fd(),
         nr::CREATE_QP,
         req.as_bytes(),
@@ -733,7 +756,7 @@ fn destroy_kernel_qp(pd: &Pd, handle: u32) -> Result<u32> {
                 qp_handle: handle,
                 ..Default::default()
             };
-            write::legacy_simple(ctx.cmd_fd(), nr::DESTROY_QP, &req, &mut resp)
+            write::cmd_legacy_simple(ctx.cmd_fd(), nr::DESTROY_QP, &req, &mut resp)
         }
         Err(e) => Err(e),
     };

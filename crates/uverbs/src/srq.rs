@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::ioctl::IoctlCall;
 use crate::pd::Pd;
 use crate::provider::{KernelObj, OpsLock, PostError, SrqCreated, SrqOps};
-use crate::wr::RecvWr;
+use crate::wr::{MrRecvWr, RecvWr};
 use crate::write;
 
 /// SRQ attributes (`ibv_srq_attr`).
@@ -89,7 +89,7 @@ impl Srq {
             };
             let core_len = size_of::<ib_uverbs_create_srq_resp>();
             let mut resp = vec![0u8; core_len + uout.len()];
-            write::legacy(ctx.cmd_fd(), nr::CREATE_SRQ, req.as_bytes(), uin, &mut resp)
+            write::cmd_legacy(ctx.cmd_fd(), nr::CREATE_SRQ, req.as_bytes(), uin, &mut resp)
                 .map_err(|e| Error::os(op(), e))?;
             let r = ib_uverbs_create_srq_resp::read_from_prefix(&resp)
                 .map(|(r, _)| r)
@@ -156,7 +156,7 @@ impl Srq {
             srq_limit,
         };
         let udata = self.ops.lock().modify_udata().to_vec();
-        write::legacy(
+        write::cmd_legacy(
             ctx.cmd_fd(),
             nr::MODIFY_SRQ,
             req.as_bytes(),
@@ -185,7 +185,7 @@ impl Srq {
             reserved: 0,
         };
         let mut r = ib_uverbs_query_srq_resp::default();
-        write::legacy_simple(ctx.cmd_fd(), nr::QUERY_SRQ, &req, &mut r)
+        write::cmd_legacy_simple(ctx.cmd_fd(), nr::QUERY_SRQ, &req, &mut r)
             .map_err(|e| Error::os(format!("query SRQ {} on {}", self.handle, ctx.name()), e))?;
         Ok(SrqAttr {
             max_wr: r.max_wr,
@@ -194,11 +194,18 @@ impl Srq {
         })
     }
 
-    /// Posts receive work requests to the SRQ.
+    /// Posts receive work requests to the SRQ; safe for the reasons given at
+    /// [`Qp::post_send`](crate::qp::Qp::post_send).
+    pub fn post_recv(&self, wrs: &[MrRecvWr<'_>]) -> std::result::Result<(), PostError> {
+        // SAFETY: every SGE names a range of a registered Mr (MrSge's invariant).
+        unsafe { self.post_recv_raw(RecvWr::raw_list(wrs)) }
+    }
+
+    /// Posts receive work requests with raw SGEs to the SRQ.
     ///
     /// # Safety
-    /// As for [`crate::qp::Qp::post_recv`].
-    pub unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostError> {
+    /// As for [`crate::qp::Qp::post_recv_raw`].
+    pub unsafe fn post_recv_raw(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostError> {
         let k = KernelObj {
             fd: self.pd.context().cmd_fd(),
             handle: self.handle,
@@ -221,7 +228,7 @@ fn destroy_kernel_srq(pd: &Pd, handle: u32) -> Result<u32> {
                 srq_handle: handle,
                 ..Default::default()
             };
-            write::legacy_simple(ctx.cmd_fd(), nr::DESTROY_SRQ, &req, &mut resp)
+            write::cmd_legacy_simple(ctx.cmd_fd(), nr::DESTROY_SRQ, &req, &mut resp)
         }
         Err(e) => Err(e),
     };

@@ -68,7 +68,7 @@ const STACK_CMD_LEN: usize = 64;
 /// Sends a legacy command. `resp` receives the core response followed by the driver response;
 /// pass an empty slice for commands without a response (the request then has no response
 /// field to patch, `has_resp = false`).
-pub fn legacy(
+pub(crate) fn cmd_legacy(
     fd: impl AsFd,
     command: u32,
     core_in: &[u8],
@@ -95,7 +95,7 @@ pub fn legacy(
 }
 
 /// Sends a legacy command whose request and response are plain structs (no driver data).
-pub fn legacy_simple<Req, Resp>(
+pub(crate) fn cmd_legacy_simple<Req, Resp>(
     fd: impl AsFd,
     command: u32,
     req: &Req,
@@ -105,7 +105,7 @@ where
     Req: IntoBytes + Immutable,
     Resp: IntoBytes + FromBytes,
 {
-    legacy(fd, command, req.as_bytes(), &[], resp.as_mut_bytes())
+    cmd_legacy(fd, command, req.as_bytes(), &[], resp.as_mut_bytes())
 }
 
 /// The bytes of one extended command: header, extended header, core and driver requests.
@@ -143,7 +143,7 @@ pub fn extended_bytes(
 
 /// Sends an extended command; `resp` holds `core_out_len` bytes of core response followed by
 /// the driver response.
-pub fn extended(
+pub(crate) fn cmd_extended(
     fd: impl AsFd,
     command: u32,
     core_in: &[u8],
@@ -182,13 +182,79 @@ pub fn extended(
 /// `std::fs::File` costs about a hundred — it is the rxe send doorbell, once per post); on
 /// other targets std's `write()`, an opaque call into the C library.
 #[inline]
-pub fn write_cmd(fd: BorrowedFd<'_>, buf: &[u8]) -> Result<usize, Errno> {
+pub(crate) fn cmd_write(fd: BorrowedFd<'_>, buf: &[u8]) -> Result<usize, Errno> {
     loop {
         match sys_write(fd, buf) {
             Err(Errno::INTR) => continue,
             r => return r,
         }
     }
+}
+
+/// Sends a legacy command: `core_in` (whose first 8 bytes, if `resp` is not empty, are
+/// replaced by `resp`'s address), then `driver_in`; the kernel writes its response into
+/// `resp`.
+///
+/// # Safety
+/// The command bytes (core and driver request) are interpreted by the kernel and the driver:
+/// every address they carry (the response pointer, and driver fields such as a CQ or QP
+/// buffer address, a doorbell record, a user-memory range to pin) must point to memory that
+/// is valid for what the kernel and the device do with it — writes of the response during the
+/// call, and for buffers handed to the driver, device reads and writes until the kernel
+/// object is destroyed — and that Rust does not reference in a way those accesses would
+/// break. A command may also change kernel objects that safe rverbs types rely on (destroy a
+/// handle an `Mr` or `Qp` owns, move a QP's state); that must not be done behind their back.
+pub unsafe fn legacy(
+    fd: impl AsFd,
+    command: u32,
+    core_in: &[u8],
+    driver_in: &[u8],
+    resp: &mut [u8],
+) -> Result<(), Errno> {
+    cmd_legacy(fd, command, core_in, driver_in, resp)
+}
+
+/// Sends a legacy command whose request and response are plain structs (no driver data).
+///
+/// # Safety
+/// As for [`legacy`].
+pub unsafe fn legacy_simple<Req, Resp>(
+    fd: impl AsFd,
+    command: u32,
+    req: &Req,
+    resp: &mut Resp,
+) -> Result<(), Errno>
+where
+    Req: IntoBytes + Immutable,
+    Resp: IntoBytes + FromBytes,
+{
+    cmd_legacy_simple(fd, command, req, resp)
+}
+
+/// Sends an extended command; `resp` holds `core_out_len` bytes of core response followed by
+/// the driver response.
+///
+/// # Safety
+/// As for [`legacy`].
+pub unsafe fn extended(
+    fd: impl AsFd,
+    command: u32,
+    core_in: &[u8],
+    driver_in: &[u8],
+    resp: &mut [u8],
+    core_out_len: usize,
+) -> Result<(), Errno> {
+    cmd_extended(fd, command, core_in, driver_in, resp, core_out_len)
+}
+
+/// Writes one command (the bytes of [`legacy_bytes`] / [`extended_bytes`], or a provider's
+/// doorbell) to a uverbs fd; see `cmd_write` for why this is not `rustix::io::write`.
+///
+/// # Safety
+/// As for [`legacy`].
+#[inline]
+pub unsafe fn write_cmd(fd: BorrowedFd<'_>, buf: &[u8]) -> Result<usize, Errno> {
+    cmd_write(fd, buf)
 }
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64", not(miri)))]
@@ -237,7 +303,7 @@ fn sys_write(fd: BorrowedFd<'_>, buf: &[u8]) -> Result<usize, Errno> {
 
 fn write_all(fd: impl AsFd, buf: &[u8]) -> Result<(), Errno> {
     // uverbs consumes a command in one write() or fails it; a short count is a protocol error.
-    let n = write_cmd(fd.as_fd(), buf)?;
+    let n = cmd_write(fd.as_fd(), buf)?;
     if n != buf.len() {
         return Err(Errno::IO);
     }
@@ -277,14 +343,17 @@ mod tests {
         let mut resp = [0u8; 8];
         for core_len in [16usize, 24, 72] {
             let core: Vec<u8> = (0..core_len as u8).collect();
-            legacy(&w, 9, &core, &[7, 7, 7, 7], &mut resp).unwrap();
+            cmd_legacy(&w, 9, &core, &[7, 7, 7, 7], &mut resp).unwrap();
             let want =
                 legacy_bytes(9, &core, &[7, 7, 7, 7], Some(resp.as_ptr() as u64), 8).unwrap();
             let mut got = vec![0u8; want.len()];
             std::io::Read::read_exact(&mut r, &mut got).unwrap();
             assert_eq!(got, want, "core of {core_len} bytes");
         }
-        assert_eq!(legacy(&w, 9, &[0u8; 6], &[], &mut []), Err(Errno::INVAL));
+        assert_eq!(
+            cmd_legacy(&w, 9, &[0u8; 6], &[], &mut []),
+            Err(Errno::INVAL)
+        );
     }
 
     #[test]

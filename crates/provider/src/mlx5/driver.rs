@@ -36,7 +36,9 @@ pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
         page,
         &format!("mlx5 UAR page 0 of {}", dev.name()),
     )?;
-    ctx.set_driver(Box::new(Mlx5Driver { info, uar }))?;
+    // SAFETY: this context was opened with mlx5's driver data and the kernel accepted it, so
+    // the device is an mlx5 device and the rings follow mlx5's layout.
+    unsafe { ctx.set_driver(Box::new(Mlx5Driver { info, uar })) }?;
     Ok(Arc::new(ctx))
 }
 

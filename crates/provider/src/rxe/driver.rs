@@ -9,7 +9,7 @@ use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 
 use rverbs_uverbs::context::Context;
-use rverbs_uverbs::device::Device;
+use rverbs_uverbs::device::{Device, DriverId};
 use rverbs_uverbs::provider::{
     CqCreated, CqOps, CreateFn, Driver, KernelObj, PostError as CorePostError, QpCreated, QpOps,
     QpRequest, SrqCreated, SrqOps,
@@ -29,7 +29,15 @@ use super::{post_send_doorbell, QueueKind, RxeCq, RxeQpType, RxeQueue, RxeRq, Rx
 /// Opens an rxe device: no driver data for the context.
 pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
     let ctx = Context::open(dev)?;
-    ctx.set_driver(Box::new(RxeDriver))?;
+    if dev.driver_id() != DriverId::RXE {
+        return Err(Error::unsupported(
+            format!("open {} with the rxe provider", dev.name()),
+            format!("its driver is {}", dev.driver_id()),
+        )
+        .into());
+    }
+    // SAFETY: the context's device is an rxe device (checked above).
+    unsafe { ctx.set_driver(Box::new(RxeDriver)) }?;
     Ok(Arc::new(ctx))
 }
 

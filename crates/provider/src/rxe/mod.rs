@@ -30,12 +30,17 @@ use std::io;
 use rustix::io::Errno;
 use rverbs_uverbs::Error;
 
+// Raw kernel structures and numbers, named field for field as in the uapi headers they are
+// layout-checked against: those headers are their documentation.
+#[allow(missing_docs)]
 pub mod abi;
 pub mod cq;
 pub mod doorbell;
 pub mod driver;
 pub mod queue;
 pub mod rq;
+/// A simulated rxe queue in plain memory, for tests and benchmarks (feature `sim`).
+#[cfg(any(test, feature = "sim"))]
 pub mod sim;
 pub mod sq;
 

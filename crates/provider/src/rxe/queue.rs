@@ -372,42 +372,51 @@ mod tests {
         assert!(ok.is_empty());
 
         // Element too small for a send WQE.
+        // SAFETY: as above: the views never outlive `q`.
         let e = unsafe { RxeQueue::new(q.base(), q.len(), QueueKind::Send) }.unwrap_err();
         assert!(err_text(e).contains("smaller than the 208-byte send queue element"));
 
         // Exactly header + elements is enough; one byte less is not.
         let exact = QUEUE_DATA_OFFSET + 8 * 64;
+        // SAFETY: as above: the views never outlive `q`.
         unsafe { RxeQueue::new(q.base(), exact, QueueKind::Completion) }.unwrap();
+        // SAFETY: as above: the views never outlive `q`.
         let e = unsafe { RxeQueue::new(q.base(), exact - 1, QueueKind::Completion) }.unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidData);
         assert!(err_text(e).contains("do not fit"));
 
         // Shorter than the header.
+        // SAFETY: as above: the views never outlive `q`.
         let e = unsafe { RxeQueue::new(q.base(), 100, QueueKind::Completion) }.unwrap_err();
         assert!(err_text(e).contains("smaller than the 384-byte queue header"));
 
         // Misaligned base.
         let off = NonNull::new(q.base().as_ptr().wrapping_add(4)).unwrap();
+        // SAFETY: as above: the views never outlive `q`.
         let e = unsafe { RxeQueue::new(off, q.len() - 4, QueueKind::Completion) }.unwrap_err();
         assert!(err_text(e).contains("not 8-byte aligned"));
 
         q.set_header_word(QUEUE_INDEX_MASK_OFFSET, 6);
+        // SAFETY: as above: the views never outlive `q`.
         let e = unsafe { RxeQueue::new(q.base(), q.len(), QueueKind::Completion) }.unwrap_err();
         assert!(err_text(e).contains("not a power of two minus one"));
         q.set_header_word(QUEUE_INDEX_MASK_OFFSET, 7);
 
         q.set_header_word(QUEUE_LOG2_ELEM_SIZE_OFFSET, 40);
+        // SAFETY: as above: the views never outlive `q`.
         let e = unsafe { RxeQueue::new(q.base(), q.len(), QueueKind::Completion) }.unwrap_err();
         assert!(err_text(e).contains("log2_elem_size 40"));
         q.set_header_word(QUEUE_LOG2_ELEM_SIZE_OFFSET, 6);
 
         q.set_header_word(QUEUE_PRODUCER_INDEX_OFFSET, 8);
+        // SAFETY: as above: the views never outlive `q`.
         let e = unsafe { RxeQueue::new(q.base(), q.len(), QueueKind::Completion) }.unwrap_err();
         assert!(err_text(e).contains("exceed index_mask"));
         q.set_header_word(QUEUE_PRODUCER_INDEX_OFFSET, 0);
 
         // A huge mask must not overflow the size computation.
         q.set_header_word(QUEUE_INDEX_MASK_OFFSET, u32::MAX);
+        // SAFETY: as above: the views never outlive `q`.
         let e = unsafe { RxeQueue::new(q.base(), q.len(), QueueKind::Completion) }.unwrap_err();
         assert!(err_text(e).contains("do not fit"));
     }

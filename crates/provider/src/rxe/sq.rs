@@ -283,7 +283,7 @@ impl RxeSq {
     #[inline]
     unsafe fn write(&self, index: u32, plan: &Plan, wr: &SendWr<'_>) {
         let wqe = self.queue.slot(index).cast::<rxe_send_wqe>();
-        // SAFETY (all writes through `wqe` and `w` below): the slot is 8-aligned and in bounds
+        // SAFETY: (all writes through `wqe` and `w` below) the slot is 8-aligned and in bounds
         // for elem_size bytes, which `new` checked hold the 208-byte header plus max_sge SGEs
         // or max_inline bytes, and `build` checked the WR against those limits. Per this
         // function's contract nobody else reads or writes the slot until we publish it, so

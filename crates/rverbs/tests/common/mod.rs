@@ -153,26 +153,23 @@ pub fn send_write_read(
     msg: &[u8],
     imm: u32,
 ) {
-    let mut ma = Mr::register(pd, PageBuf::new(4096).unwrap(), ALL_ACCESS).unwrap();
+    let ma = Mr::register(pd, PageBuf::new(4096).unwrap(), ALL_ACCESS).unwrap();
     let mb = Mr::register(pd, PageBuf::new(4096).unwrap(), ALL_ACCESS).unwrap();
     let n = msg.len();
-    ma.as_mut_slice()[..n].copy_from_slice(msg);
+    ma.write_at(0, msg);
     let recv_sge = [mb.sge(0..1024)];
     // SAFETY: mb outlives the completion polled below.
-    unsafe {
-        b.post_recv(&[RecvWr {
-            wr_id: 7,
-            sge: &recv_sge,
-        }])
-    }
+    b.post_recv(&[RecvWr {
+        wr_id: 7,
+        sge: &recv_sge,
+    }])
     .unwrap();
     let send_sge = [ma.sge(0..n)];
     let wr = SendWr {
         op: SendOp::SendWithImm { imm },
         ..SendWr::send(1, &send_sge)
     };
-    // SAFETY: ma outlives the completion.
-    unsafe { a.post_send(&[wr]) }.unwrap();
+    a.post_send(&[wr]).unwrap();
     let wc = poll_n(cq_a, 1)[0];
     assert_eq!(
         (wc.wr_id, wc.status, wc.opcode),
@@ -186,10 +183,10 @@ pub fn send_write_read(
     assert_eq!(wc.byte_len as usize, n);
     assert_eq!(wc.imm(), Some(imm));
     assert_eq!(wc.qp_num, b.qp_num());
-    assert_eq!(&mb.as_slice()[..n], msg);
+    assert_eq!(&mb.to_vec()[..n], msg);
 
     // RDMA WRITE a → b at offset 2048, then RDMA READ it back into a at offset 1024.
-    ma.as_mut_slice()[..8].copy_from_slice(b"written!");
+    ma.write_at(0, b"written!");
     let s = [ma.sge(0..8)];
     let w = SendWr {
         op: SendOp::RdmaWrite {
@@ -198,14 +195,13 @@ pub fn send_write_read(
         },
         ..SendWr::send(2, &s)
     };
-    // SAFETY: as above.
-    unsafe { a.post_send(&[w]) }.unwrap();
+    a.post_send(&[w]).unwrap();
     let wc = poll_n(cq_a, 1)[0];
     assert_eq!(
         (wc.status, wc.opcode),
         (WcStatus::SUCCESS, WcOpcode::RDMA_WRITE)
     );
-    assert_eq!(&mb.as_slice()[2048..2056], b"written!");
+    assert_eq!(&mb.to_vec()[2048..2056], b"written!");
     let d = [ma.sge(1024..1032)];
     let r = SendWr {
         op: SendOp::RdmaRead {
@@ -214,12 +210,11 @@ pub fn send_write_read(
         },
         ..SendWr::send(3, &d)
     };
-    // SAFETY: as above.
-    unsafe { a.post_send(&[r]) }.unwrap();
+    a.post_send(&[r]).unwrap();
     let wc = poll_n(cq_a, 1)[0];
     assert_eq!(
         (wc.status, wc.opcode, wc.byte_len),
         (WcStatus::SUCCESS, WcOpcode::RDMA_READ, 8)
     );
-    assert_eq!(&ma.as_slice()[1024..1032], b"written!");
+    assert_eq!(&ma.to_vec()[1024..1032], b"written!");
 }

@@ -1,0 +1,95 @@
+//! The `miri` stage of `cargo xtask test`: the unit tests of the code that touches memory
+//! shared with the kernel or a device (memory regions and their copy accessors, `PageBuf`,
+//! the rxe rings, the CQE parsers) under Miri with Tree Borrows.
+//!
+//! Needs the nightly toolchain's `miri` and `rust-src` components. If they are missing the
+//! stage tries `rustup +nightly component add miri rust-src` once; if Miri still cannot run,
+//! the stage says `skipped: no miri` and counts one skipped, never a pass.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::testcmd::{parse_results, Counts};
+
+/// (package, libtest arguments: name filters and skips) run under Miri.
+const SUITES: &[(&str, &[&str])] = &[
+    ("rverbs-uverbs", &["mr::", "wr::"]),
+    // The exhaustive fast-path/general-rule comparison takes over 10 minutes under Miri even
+    // with its Miri-reduced input set; it runs natively in the host tests.
+    (
+        "rverbs-provider",
+        &[
+            "rxe::",
+            "mlx5::cqe",
+            "--skip",
+            "fast_paths_agree_with_the_general_rules",
+        ],
+    ),
+];
+
+fn miri_works() -> bool {
+    let ok = |c: &mut Command| c.output().map(|o| o.status.success()).unwrap_or(false);
+    ok(nightly_cargo().args(["miri", "--version"]))
+}
+
+/// The nightly toolchain's cargo, through rustup (a `cargo +nightly` could reach the stable
+/// toolchain's cargo binary directly when `cargo xtask` put it first in PATH).
+fn nightly_cargo() -> Command {
+    let mut c = Command::new("rustup");
+    c.args(["run", "nightly", "cargo"]);
+    // Set by the outer (stable) cargo; the nightly one must pick its own.
+    c.env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("CARGO")
+        .env_remove("RUSTC")
+        .env_remove("RUSTDOC");
+    c
+}
+
+/// Runs the stage; returns its counts, notes and duration.
+pub fn stage() -> (Counts, Vec<String>, Duration) {
+    let t = Instant::now();
+    println!("xtask: ==== miri: MIRIFLAGS=-Zmiri-tree-borrows cargo +nightly miri test");
+    if !miri_works() {
+        let _ = Command::new("rustup")
+            .args(["+nightly", "component", "add", "miri", "rust-src"])
+            .status();
+    }
+    if !miri_works() {
+        println!("xtask: miri: skipped: no miri");
+        let c = Counts {
+            ignored: 1,
+            ..Default::default()
+        };
+        return (c, vec!["skipped: no miri".to_string()], t.elapsed());
+    }
+    let mut total = Counts::default();
+    let mut notes = Vec::new();
+    for (pkg, filters) in SUITES {
+        let mut cmd = nightly_cargo();
+        cmd.args(["miri", "test", "-p", pkg, "--lib", "--"])
+            .args(filters.iter())
+            .env("MIRIFLAGS", "-Zmiri-tree-borrows");
+        match cmd.output() {
+            Ok(out) => {
+                let text = String::from_utf8_lossy(&out.stdout);
+                print!("{text}");
+                let c = parse_results(&text).unwrap_or_default();
+                if !out.status.success() || c.passed == 0 {
+                    let err = String::from_utf8_lossy(&out.stderr);
+                    let tail: Vec<&str> = err.lines().rev().take(30).collect();
+                    for l in tail.iter().rev() {
+                        eprintln!("{l}");
+                    }
+                    notes.push(format!("FAILED: miri test -p {pkg} ({})", out.status));
+                    total.failed += 1;
+                }
+                total += c;
+            }
+            Err(e) => {
+                notes.push(format!("FAILED: cannot run cargo miri: {e}"));
+                total.failed += 1;
+            }
+        }
+    }
+    (total, notes, t.elapsed())
+}
