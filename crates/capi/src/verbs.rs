@@ -1255,9 +1255,10 @@ unsafe fn post_recv_list(
             wr = w.next;
         }
         if let Err(e) = post(&wrs[..n]) {
+            let failed = e.posted().min(n - 1);
             // SAFETY: caller's contract.
-            unsafe { *bad = ptrs[e.posted.min(n - 1)] };
-            return fail(&e.error);
+            unsafe { *bad = ptrs[failed] };
+            return fail(&io::Error::from(e));
         }
     }
     0
@@ -1694,9 +1695,10 @@ unsafe extern "C" fn post_send_op(
         // SAFETY: ibv_post_send's contract: the SGEs name registered memory that stays valid
         // until the completions are polled.
         if let Err(e) = unsafe { q.qp.post_send_raw(&wrs[..n]) } {
+            let failed = e.posted().min(n - 1);
             // SAFETY: caller's contract.
-            unsafe { *bad = ptrs[e.posted.min(n - 1)] };
-            return fail(&e.error);
+            unsafe { *bad = ptrs[failed] };
+            return fail(&io::Error::from(e));
         }
     }
     0
@@ -1987,6 +1989,8 @@ pub unsafe extern "C" fn ibv_get_async_event(
         AsyncElement::Srq(h) => lookup(1, h).unwrap_or(0) as *mut c_void,
         AsyncElement::Port(p) => usize::from(p) as *mut c_void,
         AsyncElement::Device | AsyncElement::Unknown(_) => null_mut(),
+        // AsyncElement is non_exhaustive: an element kind added later has no C object here yet.
+        _ => null_mut(),
     };
     // SAFETY: caller's contract.
     unsafe {

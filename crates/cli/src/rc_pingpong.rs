@@ -650,7 +650,7 @@ impl PingPong<'_> {
         let list = &self.recv_wrs[..n as usize];
         match self.qp.post_recv(list) {
             Ok(()) => n,
-            Err(e) => e.posted as u32,
+            Err(e) => e.posted() as u32,
         }
     }
 

@@ -41,7 +41,7 @@ use rverbs_uverbs::context::{Context, Mtu};
 use rverbs_uverbs::cq::{Cq, CqOptions};
 use rverbs_uverbs::mr::{AccessFlags, Mr, MrMemory, RegisterError};
 use rverbs_uverbs::pd::Pd;
-use rverbs_uverbs::provider::{PostError, QpCaps};
+use rverbs_uverbs::provider::{PostError, PostQueue, QpCaps};
 use rverbs_uverbs::qp::{self as vqp, Qp, QpInit};
 use rverbs_uverbs::{
     Error, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion,
@@ -678,11 +678,16 @@ impl<C: CqOwnership> Endpoint<C> {
     pub fn post_send_inline(&self, wr_id: u64, data: &[u8], flags: SendFlags) -> io::Result<()> {
         let max = self.qp.caps().max_inline_data as usize;
         if data.len() > max {
-            return Err(Error::invalid(
-                format!("post inline send on QP {:#x}", self.qp.qp_num()),
-                format!("{} bytes, the QP's max_inline_data is {max}", data.len()),
-            )
-            .into());
+            let what = format!(
+                "{} bytes of inline data, the QP's max_inline_data is {max}",
+                data.len()
+            );
+            let e = PostError::invalid(0, what).at(
+                self.qp.pd().context().name(),
+                PostQueue::Send,
+                self.qp.qp_num(),
+            );
+            return Err(e.into());
         }
         let sge = [Sge {
             addr: data.as_ptr() as u64,

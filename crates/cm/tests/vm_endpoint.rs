@@ -273,7 +273,15 @@ fn inline_over_the_limit_is_refused() {
     let e = ep
         .post_send_inline(1, &big, SendFlags::empty())
         .unwrap_err();
-    assert!(e.to_string().contains("max_inline_data"), "{e}");
+    let want = format!(
+        "post send to QP {:#x} on {}: work request #0: {} bytes of inline data, the QP's \
+         max_inline_data is {}; 0 posted",
+        ep.qp_num(),
+        ep.pd().context().name(),
+        big.len(),
+        big.len() - 1
+    );
+    assert_eq!(e.to_string(), want);
 }
 
 /// Operations in the wrong state: a send posted before connecting, and accepting twice,
@@ -307,7 +315,13 @@ fn post_before_connect_and_accept_twice_are_refused() {
     let e = ep
         .post_send_inline(9, b"early", SendFlags::empty())
         .unwrap_err();
-    assert!(e.to_string().contains("INIT: sends need RTS"), "{e}");
+    let want = format!(
+        "post send to QP {:#x} on {}: work request #0: the QP is in INIT: sends need RTS \
+         (connect first); 0 posted",
+        ep.qp_num(),
+        ep.pd().context().name()
+    );
+    assert_eq!(e.to_string(), want);
     ep.connect(&ConnParam::default()).unwrap();
     ep.post_send_inline(10, b"ok", SendFlags::empty()).unwrap();
     let wc = ep.get_send_comp().unwrap();

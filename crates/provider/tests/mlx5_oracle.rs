@@ -352,7 +352,7 @@ impl Run {
                 // SAFETY: non-inline SGEs are never dereferenced (no device); inline ones name
                 // buffers this run keeps.
                 if let Err(e) = unsafe { qp.post_send(kobj(), &wrs) } {
-                    let _ = writeln!(self.out, "  = err at {}", e.posted);
+                    let _ = writeln!(self.out, "  = err at {}", e.posted());
                 }
             }
             "recv" | "srecv" => {
@@ -378,7 +378,7 @@ impl Run {
                     }
                 };
                 if let Err(e) = r {
-                    let _ = writeln!(self.out, "  = err at {}", e.posted);
+                    let _ = writeln!(self.out, "  = err at {}", e.posted());
                 }
             }
             "cqe" => {

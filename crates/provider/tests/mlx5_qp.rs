@@ -17,7 +17,8 @@ use rverbs_provider::mlx5::wq::{qp_sizing, srq_sizing, BfPolicy, WqLimits};
 use rverbs_provider::mlx5::Mlx5ContextInfo;
 use rverbs_uverbs::ah::{AhAttr, GlobalRoute};
 use rverbs_uverbs::provider::{
-    CqCreated, CqOps, Driver, KernelObj, QpCaps, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
+    CqCreated, CqOps, Driver, KernelObj, PostQueue, QpCaps, QpCreated, QpOps, QpRequest,
+    SrqCreated, SrqOps,
 };
 use rverbs_uverbs::qp::QpType;
 use rverbs_uverbs::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcStatus, WorkCompletion};
@@ -474,11 +475,12 @@ fn full_sq_refused_then_freed_by_completion() {
     let before = mem(buf, 1024);
     // SAFETY: as above.
     let e = unsafe { q.ops.post_send(kobj(), &[w(4)]) }.unwrap_err();
-    assert_eq!(e.posted, 0);
-    let msg = e.to_string();
-    assert!(
-        msg.contains("send queue is full") && msg.contains("0x42"),
-        "{msg}"
+    assert_eq!(e.posted(), 0);
+    let msg = e.at("mlx5_0", PostQueue::Send, 0x42).to_string();
+    assert_eq!(
+        msg,
+        "post send to QP 0x42 on mlx5_0: work request #0: queue full (4 requests outstanding) \
+         (ENOMEM); 0 posted"
     );
     assert_eq!(mem(buf, 1024), before, "a refused post writes nothing");
     // Completion of WQE 2 frees 0, 1 and 2 (unsignalled ones before it).
@@ -554,9 +556,14 @@ fn bad_posts_are_refused_clearly() {
     for (n, (bad, what)) in cases.into_iter().enumerate() {
         // SAFETY: SGEs name `data`, alive.
         let e = unsafe { rc.ops.post_send(kobj(), &[ok, bad, ok]) }.unwrap_err();
-        assert_eq!(e.posted, 1);
-        let msg = e.to_string();
-        assert!(msg.contains(what) && msg.contains("QP 0x77"), "{msg}");
+        assert_eq!(e.posted(), 1);
+        let msg = e.at("mlx5_0", PostQueue::Send, 0x77).to_string();
+        assert!(
+            msg.starts_with("post send to QP 0x77 on mlx5_0: work request #1: ")
+                && msg.contains(what)
+                && msg.ends_with("; 1 posted"),
+            "{msg}"
+        );
         // The good one before was written and rung: the record counts it.
         let db = u64_at(&rc.udata, 8);
         assert_eq!(mem(db, 8)[4..], ((n + 1) as u32).to_be_bytes());
@@ -767,8 +774,12 @@ fn recv_wqes_and_in_order_completion() {
     }; 3];
     // SAFETY: as above.
     let e = unsafe { q.ops.post_recv(kobj(), &many) }.unwrap_err();
-    assert_eq!(e.posted, 2);
-    assert!(e.to_string().contains("receive queue is full"), "{e}");
+    assert_eq!(e.posted(), 2);
+    assert_eq!(
+        e.at("mlx5_0", PostQueue::Recv, 0x42).to_string(),
+        "post receive to QP 0x42 on mlx5_0: work request #2: queue full (4 requests \
+         outstanding) (ENOMEM); 2 posted"
+    );
     write_cqe(ring, 0, 0x2, 0x31, 0, 0);
     write_cqe(ring, 1, 0x2, 0x31, 0, 0);
     let mut wc = [WorkCompletion::default(); 4];
@@ -822,9 +833,11 @@ fn srq_post_complete_repost() {
     assert_eq!(mem(db, 4), 3u32.to_be_bytes());
     // SAFETY: as above.
     let e = unsafe { srq.post_recv(kobj(), &[r(103)]) }.unwrap_err();
+    let msg = e.at("mlx5_0", PostQueue::Srq, 0x66).to_string();
     assert!(
-        e.to_string().contains("SRQ is full") && e.to_string().contains("0x66"),
-        "{e}"
+        msg.starts_with("post receive to SRQ 0x66 on mlx5_0: work request #0: queue full (")
+            && msg.ends_with("requests outstanding) (ENOMEM); 0 posted"),
+        "{msg}"
     );
     // Complete WQE 1 (receive through the SRQ: srqn in the CQE).
     write_cqe(ring, 0, 0x2, 0x51, 1, 0x66);

@@ -10,8 +10,9 @@ mod rxe {
     use rverbs_provider::rxe::abi::wr_opcode;
     use rverbs_provider::rxe::sim::SimQueue;
     use rverbs_provider::rxe::{
-        PostError, PostErrorReason, QueueKind, RxeQpType, RxeRq, RxeSq, RxeSqConfig,
+        PostErrorReason, QueueKind, RxePostError, RxeQpType, RxeRq, RxeSq, RxeSqConfig,
     };
+    use rverbs_uverbs::provider::{PostError, PostQueue};
     use rverbs_uverbs::{Error, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
 
     // Byte offsets in `struct rxe_send_wqe` (Linux 6.1 uapi, x86-64).
@@ -78,7 +79,7 @@ mod rxe {
     }
 
     impl Sq {
-        fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<usize, PostError> {
+        fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<usize, RxePostError> {
             // SAFETY: the SGEs name no memory the simulated kernel touches, except inline
             // SGEs, which point at live test buffers.
             unsafe { self.sq.post(wrs) }
@@ -575,6 +576,10 @@ mod rxe {
                 max_inline: 128
             }
         );
+        assert_eq!(
+            PostError::from(e).to_string(),
+            "post: work request #0: 129 bytes of inline data, max_inline_data is 128; 0 posted"
+        );
         // Not for READ.
         let sg = [sge(big.as_ptr() as u64, 8, 0)];
         let e = s
@@ -619,6 +624,12 @@ mod rxe {
                 max_sge: 4
             }
         );
+        let post = PostError::from(e).at("rxe0", PostQueue::Send, 0x11);
+        assert_eq!(
+            post.to_string(),
+            "post send to QP 0x11 on rxe0: work request #0: 5 SGEs, the queue allows 4; 0 posted"
+        );
+        assert_eq!(post.kind(), io::ErrorKind::InvalidInput);
         let huge = [sge(1, u32::MAX, 1), sge(2, 1, 1)];
         let e = s
             .post(&[wr(2, SendOp::Send, &huge, SendFlags::empty())])
@@ -642,9 +653,14 @@ mod rxe {
         assert_eq!(e.posted, 7);
         assert_eq!(e.reason, PostErrorReason::QueueFull { capacity: 7 });
         assert_eq!(s.q.producer(), 7);
-        let io: io::Error = e.into();
+        let post = PostError::from(e).at("rxe0", PostQueue::Send, 0x11);
+        assert_eq!(
+            post.to_string(),
+            "post send to QP 0x11 on rxe0: work request #7: queue full (7 requests \
+             outstanding) (ENOMEM); 7 posted"
+        );
+        let io: io::Error = post.into();
         assert_eq!(Error::errno_of(&io), Some(Errno::NOMEM));
-        assert!(io.to_string().contains("work request #7"), "{io}");
 
         // The kernel frees two slots: exactly two more fit, and they carry on in order.
         assert_eq!(u64_at(&s.take(), WR_ID), 100);
@@ -788,7 +804,13 @@ mod rxe {
         assert_eq!(e.reason, PostErrorReason::QueueFull { capacity: 3 });
         assert_eq!(q.producer(), 3);
         assert_eq!(r.free_slots(), 0);
-        assert!(e.to_string().contains("post SRQ recv"), "{e}");
+        assert_eq!(
+            PostError::from(e)
+                .at("rxe0", PostQueue::Srq, 0x5)
+                .to_string(),
+            "post receive to SRQ 0x5 on rxe0: work request #3: queue full (3 requests \
+             outstanding) (ENOMEM); 3 posted"
+        );
 
         // 40 + 6 * 16 = 136 > 128.
         // SAFETY: `q` outlives the view.

@@ -11,8 +11,7 @@
 //!   endpoints on tokio.
 
 #![deny(unsafe_code)]
-// missing_docs: to be turned to deny once every public item has its doc (issue #12, not done).
-#![allow(missing_docs)]
+#![deny(missing_docs)]
 
 #[cfg(feature = "tokio")]
 pub use rverbs_async as tokio;

@@ -37,8 +37,8 @@ use rverbs::uverbs::qp::{Qp, QpAttr, QpInit, QpState, QpType};
 use rverbs::uverbs::srq::{Srq, SrqAttr};
 use rverbs::uverbs::wr::SgeList;
 use rverbs::uverbs::{
-    Error, MrRecvWr, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, Sge, WcFlags, WcOpcode,
-    WcStatus, WorkCompletion,
+    MrRecvWr, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
+    WorkCompletion,
 };
 
 /// How long any single expected completion or event may take.
@@ -358,6 +358,13 @@ fn post_srq(srq: &Srq, wrs: &[MrRecvWr<'_>]) -> Result<(), PostError> {
     srq.post_recv(wrs)
 }
 
+/// The whole message a post to `qp` fails with: device, QP, work request, what, count, once each.
+fn qp_post_msg(qp: &Qp, op: &str, index: usize, what: &str, posted: usize) -> String {
+    let dev = qp.pd().context().name();
+    let n = qp.qp_num();
+    format!("{op} to QP {n:#x} on {dev}: work request #{index}: {what}; {posted} posted")
+}
+
 fn recv<'a>(wr_id: u64, sge: &'a [MrSge<'a>]) -> MrRecvWr<'a> {
     RecvWr { wr_id, sge }
 }
@@ -433,7 +440,7 @@ fn u64_at(b: &[u8], off: usize) -> u64 {
 }
 
 fn errno(e: &PostError) -> Option<i32> {
-    Error::errno_of(&e.error).map(|e| e.raw_os_error())
+    e.errno().map(|e| e.raw_os_error())
 }
 
 fn state(qp: &Qp) -> QpState {
@@ -686,9 +693,9 @@ fn atomics() {
             )],
         )
         .unwrap_err();
-        assert_eq!(e.posted, 0);
-        assert_eq!(e.error.kind(), std::io::ErrorKind::InvalidInput);
-        assert!(e.error.to_string().contains("not 8-byte aligned"), "{e}");
+        assert_eq!(e.posted(), 0);
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("not 8-byte aligned"), "{e}");
         assert_quiet(&a.cq, "refused atomic");
     });
 }
@@ -791,12 +798,9 @@ fn send_with_inv_and_local_inv() {
             SendOp::LocalInv { invalidate_rkey: 1 },
         ] {
             let e = post_send(&ud, &[wr(1, op, &[])]).unwrap_err();
-            assert_eq!(e.posted, 0);
-            assert_eq!(e.error.kind(), std::io::ErrorKind::Unsupported, "{e}");
-            assert!(
-                e.error.to_string().contains("does not support"),
-                "{op:?}: {e}"
-            );
+            assert_eq!(e.posted(), 0);
+            assert_eq!(e.kind(), std::io::ErrorKind::Unsupported, "{e}");
+            assert!(e.to_string().contains("does not support"), "{op:?}: {e}");
         }
         assert_quiet(&c, "refused UD work requests");
     });
@@ -1008,16 +1012,10 @@ fn inline_data() {
             ..SendWr::send(id, s)
         };
         let e = post_send_raw(&a.qp, &[iw(2, &ok), iw(3, &big)]).unwrap_err();
-        assert_eq!(e.posted, 1, "{e}");
-        assert_eq!(e.error.kind(), std::io::ErrorKind::InvalidInput, "{e}");
-        let msg = e.error.to_string();
-        assert!(
-            msg.contains(&format!(
-                "{} bytes of inline data, max_inline_data is {m}",
-                m + 1
-            )),
-            "{msg}"
-        );
+        assert_eq!(e.posted(), 1, "{e}");
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+        let what = format!("{} bytes of inline data, max_inline_data is {m}", m + 1);
+        assert_eq!(e.to_string(), qp_post_msg(&a.qp, "post send", 1, &what, 1));
         assert_wc(&poll1(&a.cq), 2, WcOpcode::SEND);
         assert_quiet(&a.cq, "refused inline WR");
         let wc = poll1(&b.cq);
@@ -1085,10 +1083,9 @@ fn inline_data() {
             }],
         )
         .unwrap_err();
-        assert_eq!(e.posted, 0);
+        assert_eq!(e.posted(), 0);
         assert!(
-            e.error
-                .to_string()
+            e.to_string()
                 .contains("INLINE is not possible with RDMA_READ"),
             "{e}"
         );
@@ -1159,18 +1156,18 @@ fn gather_and_scatter() {
         let n = a.qp.caps().max_send_sge as usize + 1;
         let many: Vec<MrSge<'_>> = (0..n).map(|i| a.mr.sge(i..i + 1)).collect();
         let e = post_send(&a.qp, &[SendWr::send(4, &many)]).unwrap_err();
-        assert_eq!(e.posted, 0);
-        assert!(
-            e.error
-                .to_string()
-                .contains(&format!("{n} SGEs, the queue allows {}", n - 1)),
-            "{e}"
-        );
+        assert_eq!(e.posted(), 0);
+        let what = format!("{n} SGEs, the queue allows {}", n - 1);
+        assert_eq!(e.to_string(), qp_post_msg(&a.qp, "post send", 0, &what, 0));
         let n = b.qp.caps().max_recv_sge as usize + 1;
         let many: Vec<MrSge<'_>> = (0..n).map(|i| b.mr.sge(i..i + 1)).collect();
         let e = post_recv(&b.qp, &[recv(5, &many)]).unwrap_err();
-        assert_eq!(e.posted, 0);
-        assert!(e.error.to_string().contains("SGEs"), "{e}");
+        assert_eq!(e.posted(), 0);
+        let what = format!("{n} SGEs, the queue allows {}", n - 1);
+        assert_eq!(
+            e.to_string(),
+            qp_post_msg(&b.qp, "post receive", 0, &what, 0)
+        );
         assert_quiet(&a.cq, "refused WRs");
         drop(a);
         drop(a2);
@@ -1314,14 +1311,14 @@ fn many_wrs_one_doorbell() {
         let before = write_syscalls();
         let e = post_send(&a.qp, &[SendWr::send(8, &s0), SendWr::send(9, &bad)]).unwrap_err();
         assert_eq!(write_syscalls() - before, 1);
-        assert_eq!(e.posted, 1);
+        assert_eq!(e.posted(), 1);
         assert_wc(&poll1(&a.cq), 8, WcOpcode::SEND);
         assert_wc(&poll1(&b.cq), 104, WcOpcode::RECV);
         // Fails at the first: no doorbell.
         let before = write_syscalls();
         let e = post_send(&a.qp, &[SendWr::send(10, &bad), SendWr::send(11, &s0)]).unwrap_err();
         assert_eq!(write_syscalls() - before, 0);
-        assert_eq!(e.posted, 0);
+        assert_eq!(e.posted(), 0);
         assert_quiet(&a.cq, "nothing posted");
     });
 }
@@ -1423,6 +1420,16 @@ fn full_send_and_recv_queues() {
         let peer = Side::open(&t.dev_b);
         let c = cq(&s, 64, None);
         let q = qp(&s, QpInit::rc(&c, caps(8, 1, 1, 0)));
+        // In RESET nothing may be posted; the whole list is refused at its first request.
+        let mr0 = reg(&s.pd, 64, ALL_ACCESS);
+        let sg0 = [mr0.sge(0..8)];
+        let e = post_send(&q, &[SendWr::send(0, &sg0), SendWr::send(1, &sg0)]).unwrap_err();
+        let what = "the QP is in RESET: sends need RTS (connect first)";
+        assert_eq!(e.to_string(), qp_post_msg(&q, "post send", 0, what, 0));
+        let e = post_recv(&q, &[recv(0, &sg0)]).unwrap_err();
+        let what = "the QP is in RESET: receives need INIT or later";
+        assert_eq!(e.to_string(), qp_post_msg(&q, "post receive", 0, what, 0));
+        drop(mr0);
         let slow = Path {
             timeout: 18, // ~1 s: nothing times out while we fill the queue
             ..NORMAL
@@ -1433,16 +1440,12 @@ fn full_send_and_recv_queues() {
         let sg = [mr.sge(0..8)];
         let wrs: Vec<MrSendWr> = (0..=cap as u64).map(|i| SendWr::send(i, &sg)).collect();
         let e = post_send(&q, &wrs).unwrap_err();
-        assert_eq!(e.posted, cap, "{e}");
+        assert_eq!(e.posted(), cap, "{e}");
         assert_eq!(errno(&e), Some(12), "ENOMEM: {e}");
-        assert!(
-            e.error
-                .to_string()
-                .contains(&format!("queue full ({cap} requests outstanding)")),
-            "{e}"
-        );
+        let what = format!("queue full ({cap} requests outstanding) (ENOMEM)");
+        assert_eq!(e.to_string(), qp_post_msg(&q, "post send", cap, &what, cap));
         let e = post_send(&q, &[SendWr::send(99, &sg)]).unwrap_err();
-        assert_eq!((e.posted, errno(&e)), (0, Some(12)), "{e}");
+        assert_eq!((e.posted(), errno(&e)), (0, Some(12)), "{e}");
         assert_quiet(&c, "WQEs waiting for an ACK");
         q.modify(&QpAttr {
             qp_state: Some(QpState::ERR),
@@ -1462,9 +1465,13 @@ fn full_send_and_recv_queues() {
         let r = sge_slots(&b.mr, cap + 1, 64);
         let rw = recvs(0, &r);
         let e = post_recv(&b.qp, &rw).unwrap_err();
-        assert_eq!(e.posted, cap, "{e}");
+        assert_eq!(e.posted(), cap, "{e}");
         assert_eq!(errno(&e), Some(12), "ENOMEM: {e}");
-        assert!(e.error.to_string().contains("queue full"), "{e}");
+        let what = format!("queue full ({cap} requests outstanding) (ENOMEM)");
+        assert_eq!(
+            e.to_string(),
+            qp_post_msg(&b.qp, "post receive", cap, &what, cap)
+        );
         for i in 0..cap {
             a.mr.write_at(i * 8, &(i as u64).to_ne_bytes());
         }
@@ -1644,9 +1651,7 @@ fn ud_send_recv_with_grh() {
         // What UD cannot do is refused at post time.
         let e = post_send(&qa, &[SendWr::send(12, &s2)]).unwrap_err();
         assert!(
-            e.error
-                .to_string()
-                .contains("UD send without a destination"),
+            e.to_string().contains("UD send without a destination"),
             "{e}"
         );
         let op = SendOp::RdmaWrite {
@@ -1661,7 +1666,7 @@ fn ud_send_recv_with_grh() {
             }],
         )
         .unwrap_err();
-        assert_eq!(e.error.kind(), std::io::ErrorKind::Unsupported, "{e}");
+        assert_eq!(e.kind(), std::io::ErrorKind::Unsupported, "{e}");
         assert_quiet(&ca, "refused UD WRs");
         drop((qa, qb, ah));
     });
@@ -1714,16 +1719,28 @@ fn srq_shared_by_two_qps() {
         let r = sge_slots(&mb, cap + 1, MSG);
 
         let e = post_recv(&b[0], &[recv(0, &r[0])]).unwrap_err();
-        assert_eq!(e.posted, 0);
-        assert_eq!(e.error.kind(), std::io::ErrorKind::InvalidInput, "{e}");
-        assert!(e.error.to_string().contains("SRQ"), "{e}");
+        assert_eq!(e.posted(), 0);
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+        let what = "the QP uses an SRQ: post receives to the SRQ";
+        assert_eq!(
+            e.to_string(),
+            qp_post_msg(&b[0], "post receive", 0, what, 0)
+        );
 
         // Full: `cap` accepted, the next refused.
         let rw = recvs(0, &r);
         let e = post_srq(&srq, &rw).unwrap_err();
-        assert_eq!(e.posted, cap, "{e}");
+        assert_eq!(e.posted(), cap, "{e}");
         assert_eq!(errno(&e), Some(12), "ENOMEM: {e}");
-        assert!(e.error.to_string().contains("queue full"), "{e}");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "post receive to SRQ {:#x} on {}: work request #{cap}: queue full ({cap} requests \
+                 outstanding) (ENOMEM); {cap} posted",
+                srq.srq_num(),
+                srq.pd().context().name()
+            )
+        );
 
         // Rounds of `cap` messages alternating between the two QPs; the SRQ holds `cap`
         // receives at the start of each round. Each message names its sender and number.
@@ -2379,7 +2396,7 @@ fn threads_share_queues(t: &Topo, use_srq: bool) {
         std::thread::yield_now();
     };
     let full = |e: &PostError| {
-        let f = e.posted == 0 && errno(e) == Some(12);
+        let f = e.posted() == 0 && errno(e) == Some(12);
         if f {
             nfull.fetch_add(1, Relaxed);
         }

@@ -24,10 +24,13 @@ use crate::write;
 pub struct GlobalRoute {
     /// Destination GID (for RoCE v2 over IPv4: `::ffff:a.b.c.d`).
     pub dgid: [u8; 16],
+    /// IPv6 flow label (20 bits) for the GRH.
     pub flow_label: u32,
     /// Index of our own GID to send from.
     pub sgid_index: u8,
+    /// Hop limit (IPv6 TTL) of the GRH.
     pub hop_limit: u8,
+    /// Traffic class (DSCP and ECN bits) of the GRH.
     pub traffic_class: u8,
 }
 
@@ -41,11 +44,17 @@ impl GlobalRoute {
 /// An address vector (`ibv_ah_attr`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AhAttr {
+    /// Destination LID (InfiniBand; 0 on RoCE).
     pub dlid: u16,
+    /// Service level (InfiniBand; on RoCE the kernel maps it to a VLAN priority).
     pub sl: u8,
+    /// Low bits of the source LID (InfiniBand LMC paths).
     pub src_path_bits: u8,
+    /// Static rate limit (`ib_rate`; 0 = port rate).
     pub static_rate: u8,
+    /// Local port (1-based) the packets leave from.
     pub port_num: u8,
+    /// Global route header; `Some` is required on RoCE.
     pub grh: Option<GlobalRoute>,
 }
 
@@ -208,6 +217,7 @@ impl Ah {
         }
     }
 
+    /// The kernel's handle for this AH.
     pub fn handle(&self) -> u32 {
         self.handle
     }
@@ -215,6 +225,7 @@ impl Ah {
     pub fn ah_num(&self) -> u32 {
         self.ah_num
     }
+    /// The address vector the AH was created with.
     pub fn attr(&self) -> &AhAttr {
         &self.attr
     }

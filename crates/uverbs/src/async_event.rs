@@ -38,6 +38,9 @@ raw_newtype! {
 
 /// What an async event is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+// The kernel adds event kinds about other objects (WQ events carry a WQ handle): a known kind
+// can get its own variant later without breaking matches.
+#[non_exhaustive]
 pub enum AsyncElement {
     /// A QP, by its [`crate::qp::Qp::user_handle`].
     Qp(u64),
@@ -56,7 +59,9 @@ pub enum AsyncElement {
 /// One async event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AsyncEvent {
+    /// What happened.
     pub event_type: AsyncEventType,
+    /// The object (CQ, QP, SRQ, WQ, port) it happened to.
     pub element: AsyncElement,
 }
 

@@ -54,6 +54,7 @@ impl fmt::Debug for CompChannel {
 /// has a new completion. Acknowledge it on that CQ with [`crate::cq::Cq::ack_events`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CompEvent {
+    /// The user handle of the CQ that has a new completion.
     pub cq_user_handle: u64,
 }
 

@@ -210,9 +210,13 @@ impl fmt::Debug for Gid {
 /// One entry of a port's GID table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GidEntry {
+    /// Index in the port's GID table.
     pub index: u32,
+    /// Port number (1-based).
     pub port: u32,
+    /// The GID itself.
     pub gid: Gid,
+    /// Whether the GID is InfiniBand/RoCE v1 or RoCE v2.
     pub gid_type: GidType,
     /// ifindex of the netdev behind the GID (RoCE), 0 when none.
     pub ndev_ifindex: u32,
@@ -221,34 +225,48 @@ pub struct GidEntry {
 /// `ibv_odp_caps` plus `xrc_odp_caps`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OdpCaps {
+    /// `IBV_ODP_SUPPORT*` bits: on-demand paging at all, implicit ODP.
     pub general_caps: u64,
+    /// Operations that may use ODP memory on RC QPs (`IBV_ODP_SUPPORT_SEND` etc.).
     pub rc_odp_caps: u32,
+    /// As `rc_odp_caps`, for UC QPs.
     pub uc_odp_caps: u32,
+    /// As `rc_odp_caps`, for UD QPs.
     pub ud_odp_caps: u32,
+    /// As `rc_odp_caps`, for XRC QPs.
     pub xrc_odp_caps: u32,
 }
 
 /// `ibv_rss_caps` as the kernel reports it (the hash fields are mlx5 driver data).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RssCaps {
+    /// QP types that support RSS (bit per `ib_qp_type`).
     pub supported_qpts: u32,
+    /// Most receive WQ indirection tables.
     pub max_rwq_indirection_tables: u32,
+    /// Most entries in one indirection table.
     pub max_rwq_indirection_table_size: u32,
 }
 
 /// `ibv_tm_caps` (tag matching).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TmCaps {
+    /// Largest rendezvous header tag matching accepts, in bytes.
     pub max_rndv_hdr_size: u32,
+    /// Most tags in the tag list.
     pub max_num_tags: u32,
+    /// `IBV_TM_CAP_*` bits.
     pub flags: u32,
+    /// Most outstanding tag-list operations.
     pub max_ops: u32,
+    /// Most SGEs in a tagged buffer.
     pub max_sge: u32,
 }
 
 /// `ibv_cq_moderation_caps`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CqModerationCaps {
+    /// Most completions that moderation may coalesce into one event.
     pub max_cq_count: u16,
     /// Microseconds.
     pub max_cq_period: u16,
@@ -264,82 +282,149 @@ pub struct DeviceAttr {
     pub fw_ver_raw: u64,
     /// Host-order GUIDs.
     pub node_guid: u64,
+    /// System image GUID (host order): shared by the ports of one system.
     pub sys_image_guid: u64,
+    /// Largest memory region, in bytes.
     pub max_mr_size: u64,
+    /// Page sizes the device supports (bit n = 2^n bytes).
     pub page_size_cap: u64,
+    /// IEEE vendor OUI.
     pub vendor_id: u32,
+    /// The vendor's part number.
     pub vendor_part_id: u32,
+    /// Hardware revision.
     pub hw_ver: u32,
+    /// Most QPs.
     pub max_qp: u32,
+    /// Most outstanding work requests per queue of a QP.
     pub max_qp_wr: u32,
+    /// `IBV_DEVICE_*` capability bits (the low 32 bits of the kernel's flags).
     pub device_cap_flags: u32,
+    /// Most SGEs per send or receive work request.
     pub max_sge: u32,
+    /// Most SGEs per RDMA READ work request.
     pub max_sge_rd: u32,
+    /// Most CQs.
     pub max_cq: u32,
+    /// Most entries per CQ.
     pub max_cqe: u32,
+    /// Most memory regions.
     pub max_mr: u32,
+    /// Most protection domains.
     pub max_pd: u32,
+    /// Most outstanding RDMA READ/atomic requests a QP can be the target of.
     pub max_qp_rd_atom: u32,
+    /// As `max_qp_rd_atom`, for EE contexts (unused by Linux drivers).
     pub max_ee_rd_atom: u32,
+    /// Most outstanding RDMA READ/atomic requests the device can be the target of, over all QPs.
     pub max_res_rd_atom: u32,
+    /// Most outstanding RDMA READ/atomic requests a QP can initiate.
     pub max_qp_init_rd_atom: u32,
+    /// As `max_qp_init_rd_atom`, for EE contexts (unused by Linux drivers).
     pub max_ee_init_rd_atom: u32,
+    /// How atomics are guaranteed (none, within the HCA, globally).
     pub atomic_cap: AtomicCap,
+    /// Most EE contexts (reliable datagram; 0 on Linux drivers).
     pub max_ee: u32,
+    /// Most RD domains (0 on Linux drivers).
     pub max_rdd: u32,
+    /// Most memory windows.
     pub max_mw: u32,
+    /// Most raw IPv6 QPs.
     pub max_raw_ipv6_qp: u32,
+    /// Most raw Ethertype QPs.
     pub max_raw_ethy_qp: u32,
+    /// Most multicast groups.
     pub max_mcast_grp: u32,
+    /// Most QPs attached to one multicast group.
     pub max_mcast_qp_attach: u32,
+    /// Most QP attachments to multicast groups in total.
     pub max_total_mcast_qp_attach: u32,
+    /// Most address handles.
     pub max_ah: u32,
+    /// Most fast memory regions (a retired feature; 0 on current kernels).
     pub max_fmr: u32,
+    /// Most remaps per FMR before it must be unmapped.
     pub max_map_per_fmr: u32,
+    /// Most shared receive queues.
     pub max_srq: u32,
+    /// Most work requests per SRQ.
     pub max_srq_wr: u32,
+    /// Most SGEs per SRQ work request.
     pub max_srq_sge: u32,
+    /// Entries of each port's P_Key table.
     pub max_pkeys: u16,
+    /// Local CA ACK delay (4.096 µs × 2^value).
     pub local_ca_ack_delay: u8,
+    /// Number of physical ports.
     pub phys_port_cnt: u8,
     /// Bytes of the extended response the kernel filled; 0 when only the legacy query
     /// worked (then every field below is 0).
     pub ex_response_length: u32,
+    /// On-demand paging capabilities.
     pub odp_caps: OdpCaps,
+    /// Bits of the completion timestamp the device fills (0: no timestamps).
     pub completion_timestamp_mask: u64,
     /// kHz.
     pub hca_core_clock: u64,
+    /// All `IB_DEVICE_*` capability bits (64-bit).
     pub device_cap_flags_ex: u64,
+    /// Receive-side scaling capabilities.
     pub rss_caps: RssCaps,
+    /// Most receive work queues (WQ type RQ).
     pub max_wq_type_rq: u32,
+    /// `IBV_RAW_PACKET_CAP_*` bits.
     pub raw_packet_caps: u32,
+    /// Tag matching capabilities.
     pub tm_caps: TmCaps,
+    /// CQ moderation limits.
     pub cq_mod_caps: CqModerationCaps,
+    /// Largest device memory allocation, in bytes.
     pub max_dm_size: u64,
 }
 
 /// Port attributes (`ibv_port_attr`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PortAttr {
+    /// Logical port state (DOWN, INIT, ARMED, ACTIVE).
     pub state: PortState,
+    /// Largest MTU the port supports.
     pub max_mtu: Mtu,
+    /// MTU in use.
     pub active_mtu: Mtu,
+    /// Entries of the port's GID table.
     pub gid_tbl_len: u32,
+    /// `IB_PORT_*` capability bits.
     pub port_cap_flags: u32,
+    /// Largest message, in bytes.
     pub max_msg_sz: u32,
+    /// Packets dropped for a bad P_Key.
     pub bad_pkey_cntr: u32,
+    /// Packets dropped for a Q_Key violation.
     pub qkey_viol_cntr: u32,
+    /// Entries of the port's P_Key table.
     pub pkey_tbl_len: u16,
+    /// The port's base LID (InfiniBand).
     pub lid: u16,
+    /// LID of the subnet manager (InfiniBand).
     pub sm_lid: u16,
+    /// LID mask control: 2^lmc LIDs per port (InfiniBand).
     pub lmc: u8,
+    /// Most virtual lanes.
     pub max_vl_num: u8,
+    /// Service level for talking to the subnet manager.
     pub sm_sl: u8,
+    /// Subnet propagation timeout (4.096 µs × 2^value).
     pub subnet_timeout: u8,
+    /// InitTypeReply from the subnet manager.
     pub init_type_reply: u8,
+    /// Link width (`IB_WIDTH_*`: 1 = 1x, 2 = 4x, …).
     pub active_width: u8,
+    /// Link speed per lane (`IB_SPEED_*`).
     pub active_speed: u8,
+    /// Physical link state (POLLING, LINK_UP, …).
     pub phys_state: PhysState,
+    /// InfiniBand or Ethernet (RoCE).
     pub link_layer: LinkLayer,
     /// `IB_UVERBS_QPF_*` (bit 0: GRH required).
     pub flags: u8,
@@ -528,10 +613,15 @@ pub struct Context {
 /// The device limits objects are checked against (from [`Context::query_device`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
+    /// Most work requests per queue of a QP.
     pub max_qp_wr: u32,
+    /// Most SGEs per work request.
     pub max_sge: u32,
+    /// Most entries per CQ.
     pub max_cqe: u32,
+    /// Most work requests per SRQ.
     pub max_srq_wr: u32,
+    /// Most SGEs per SRQ work request.
     pub max_srq_sge: u32,
 }
 

@@ -281,7 +281,9 @@ pub fn devices() -> io::Result<Vec<Device>> {
 /// Netlink's view of one device: its index and the driver id from `GET_CHARDEV`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NetlinkInfo {
+    /// The kernel's device index (the same as netlink's).
     pub index: u32,
+    /// The driver that owns the device, when the kernel reports one.
     pub driver_id: Option<DriverId>,
 }
 

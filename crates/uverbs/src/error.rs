@@ -105,6 +105,9 @@ impl Error {
             if let Some(e) = e.downcast_ref::<Error>() {
                 return e.errno;
             }
+            if let Some(e) = e.downcast_ref::<crate::provider::PostError>() {
+                return e.errno();
+            }
             if let Some(io) = e.downcast_ref::<io::Error>() {
                 if let Some(n) = io.raw_os_error() {
                     return Some(Errno::from_raw_os_error(n));
@@ -201,13 +204,13 @@ mod tests {
 
     #[test]
     fn errno_of_walks_sources() {
-        let inner: io::Error = Error::os("post send on QP 0x11", Errno::NOMEM).into();
-        let post = crate::provider::PostError {
-            posted: 2,
-            error: inner,
-        };
+        let post = crate::provider::PostError::queue_full(2, 4);
         let outer = io::Error::from(post);
         assert_eq!(Error::errno_of(&outer), Some(Errno::NOMEM));
+        // A failure after queueing keeps its cause's errno.
+        let doorbell: io::Error = Error::os("doorbell", Errno::BADF).into();
+        let late = io::Error::from(crate::provider::PostError::failed(3, "doorbell", doorbell));
+        assert_eq!(Error::errno_of(&late), Some(Errno::BADF));
         let wrapped = io::Error::other(outer);
         assert_eq!(Error::errno_of(&wrapped), Some(Errno::NOMEM));
         assert_eq!(Error::errno_of(&io::Error::other("no errno")), None);

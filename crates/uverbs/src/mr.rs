@@ -6,7 +6,9 @@
 //! leaked). While registered the bytes are reached by copies, never by Rust references: see
 //! docs/architecture.md, "Why this is sound".
 //!
-//! What does not compile in safe code:
+//! What does not compile in safe code (stable rustdoc only checks that these fail; the
+//! crate's `tests/compile_fail.rs` checks each one fails for the reason given, against the
+//! compiler's messages in `tests/ui/*.stderr`):
 //!
 //! A region outliving its buffer (borrowed memory needs [`Mr::scoped`]):
 //! ```compile_fail,E0597
@@ -819,9 +821,13 @@ pub unsafe fn register_raw(
 pub struct RawMr {
     pd: Arc<Pd>,
     handle: u32,
+    /// Local key: what SGEs over this memory carry.
     pub lkey: u32,
+    /// Remote key: what a peer's RDMA READ/WRITE/atomic names.
     pub rkey: u32,
+    /// Start address of the registered range.
     pub addr: u64,
+    /// Length of the registered range, in bytes.
     pub len: usize,
 }
 

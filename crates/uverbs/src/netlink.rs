@@ -123,7 +123,9 @@ impl From<DecodeError> for io::Error {
 /// One netlink message: its header and payload (without the header and trailing padding).
 #[derive(Debug, Clone, Copy)]
 pub struct Message<'a> {
+    /// The message header (type, flags, sequence number, port id).
     pub hdr: nlmsghdr,
+    /// The bytes after the header, without trailing padding.
     pub payload: &'a [u8],
 }
 
@@ -193,8 +195,11 @@ pub fn decode_res_summary(payload: &[u8]) -> Result<Vec<(String, u64)>, DecodeEr
 /// One attribute: its type (flag bits removed), whether it is nested, and its payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Attr<'a> {
+    /// The attribute type with the NESTED and BYTEORDER flag bits removed.
     pub ty: u16,
+    /// Whether the NESTED flag was set (the payload is more attributes).
     pub nested: bool,
+    /// The payload, without padding.
     pub data: &'a [u8],
 }
 
@@ -330,16 +335,22 @@ impl<'a> AttrTable<'a> {
 
 /// One RDMA device as `RDMA_NLDEV_CMD_GET` reports it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+// The kernel adds nldev attributes; a new field is not a breaking change.
+#[non_exhaustive]
 pub struct NlDevice {
     /// The kernel's device index (`RDMA_NLDEV_ATTR_DEV_INDEX`), used by the other commands.
     pub index: u32,
+    /// The device's name, e.g. `rxe0`.
     pub name: String,
     /// Number of the last port (`rdma_end_port`).
     pub port_count: Option<u32>,
+    /// `IB_DEVICE_*` capability bits.
     pub cap_flags: Option<u64>,
+    /// Firmware version string, when the driver reports one.
     pub fw_version: Option<String>,
     /// Host-order GUIDs.
     pub node_guid: Option<u64>,
+    /// System image GUID (host order).
     pub sys_image_guid: Option<u64>,
     /// `RDMA_NODE_*` (1 = CA).
     pub node_type: Option<u8>,
@@ -398,9 +409,14 @@ pub fn phys_state_name(state: u8) -> &'static str {
 
 /// One port as `RDMA_NLDEV_CMD_PORT_GET` reports it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+// The kernel adds nldev attributes; a new field is not a breaking change.
+#[non_exhaustive]
 pub struct NlPort {
+    /// The kernel's index of the port's device.
     pub dev_index: u32,
+    /// The name of the port's device.
     pub dev_name: String,
+    /// Port number (1-based).
     pub port: u32,
     /// `enum ib_port_state` (4 = ACTIVE); see [`link_state_name`].
     pub state: Option<u8>,
@@ -408,12 +424,17 @@ pub struct NlPort {
     pub phys_state: Option<u8>,
     /// The netdev under this port (RoCE, iWARP), when it is in our network namespace.
     pub netdev: Option<String>,
+    /// ifindex of `netdev`.
     pub netdev_index: Option<u32>,
     /// InfiniBand ports only.
     pub lid: Option<u32>,
+    /// LID of the subnet manager.
     pub sm_lid: Option<u32>,
+    /// LID mask control.
     pub lmc: Option<u8>,
+    /// The port's subnet prefix (upper 64 bits of its GIDs).
     pub subnet_prefix: Option<u64>,
+    /// `IB_PORT_*` capability bits.
     pub cap_flags: Option<u64>,
 }
 

@@ -26,7 +26,7 @@ use crate::ioctl::IoctlCall;
 use crate::mr::AccessFlags;
 use crate::pd::Pd;
 use crate::provider::{
-    KernelObj, OpsGuard, OpsLock, PostError, QpCaps, QpCreated, QpOps, QpRequest,
+    KernelObj, OpsGuard, OpsLock, PostError, PostQueue, QpCaps, QpCreated, QpOps, QpRequest,
 };
 use crate::srq::Srq;
 use crate::wc::raw_newtype;
@@ -77,26 +77,47 @@ bitflags! {
     /// `ib_qp_attr_mask` (`IBV_QP_*`).
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
     pub struct QpAttrMask: u32 {
+        /// Sets `qp_state`.
         const STATE = 1 << 0;
+        /// Sets `cur_qp_state`.
         const CUR_STATE = 1 << 1;
+        /// Sets `en_sqd_async_notify`.
         const EN_SQD_ASYNC_NOTIFY = 1 << 2;
+        /// Sets `qp_access_flags`.
         const ACCESS_FLAGS = 1 << 3;
+        /// Sets `pkey_index`.
         const PKEY_INDEX = 1 << 4;
+        /// Sets `port_num`.
         const PORT = 1 << 5;
+        /// Sets `qkey`.
         const QKEY = 1 << 6;
+        /// Sets `ah_attr` (the primary path's address vector).
         const AV = 1 << 7;
+        /// Sets `path_mtu`.
         const PATH_MTU = 1 << 8;
+        /// Sets `timeout`.
         const TIMEOUT = 1 << 9;
+        /// Sets `retry_cnt`.
         const RETRY_CNT = 1 << 10;
+        /// Sets `rnr_retry`.
         const RNR_RETRY = 1 << 11;
+        /// Sets `rq_psn`.
         const RQ_PSN = 1 << 12;
+        /// Sets `max_rd_atomic`.
         const MAX_QP_RD_ATOMIC = 1 << 13;
+        /// Sets The alternate path (`alt_ah_attr`, `alt_pkey_index`, …).
         const ALT_PATH = 1 << 14;
+        /// Sets `min_rnr_timer`.
         const MIN_RNR_TIMER = 1 << 15;
+        /// Sets `sq_psn`.
         const SQ_PSN = 1 << 16;
+        /// Sets `max_dest_rd_atomic`.
         const MAX_DEST_RD_ATOMIC = 1 << 17;
+        /// Sets `path_mig_state`.
         const PATH_MIG_STATE = 1 << 18;
+        /// Sets `cap` (queue capacities).
         const CAP = 1 << 19;
+        /// Sets `dest_qp_num`.
         const DEST_QPN = 1 << 20;
         /// Not sent by rverbs' modify; the rdma_cm's INIT_QP_ATTR may report it.
         const RATE_LIMIT = 1 << 25;
@@ -107,26 +128,41 @@ bitflags! {
 /// can never disagree with the values.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QpAttr {
+    /// The state to move to.
     pub qp_state: Option<QpState>,
+    /// The state the caller believes the QP is in (checked by the kernel).
     pub cur_qp_state: Option<QpState>,
+    /// In SQD: raise an SQ_DRAINED async event when the send queue has drained.
     pub en_sqd_async_notify: Option<bool>,
+    /// What remote peers may do through this QP (REMOTE_READ/WRITE/ATOMIC).
     pub access_flags: Option<AccessFlags>,
+    /// Index in the port's P_Key table.
     pub pkey_index: Option<u16>,
+    /// Local port (1-based).
     pub port_num: Option<u8>,
+    /// Q_Key of a UD QP: datagrams must carry it to be accepted.
     pub qkey: Option<u32>,
     /// Address vector of the primary path (with GRH for RoCE).
     pub ah_attr: Option<AhAttr>,
+    /// Path MTU (RC, UC).
     pub path_mtu: Option<Mtu>,
     /// Local ACK timeout: 4.096 µs × 2^timeout.
     pub timeout: Option<u8>,
+    /// Transport retries before a send fails with RETRY_EXC_ERR (0-7).
     pub retry_cnt: Option<u8>,
     /// 7 = retry forever.
     pub rnr_retry: Option<u8>,
+    /// First packet sequence number the receive side expects.
     pub rq_psn: Option<u32>,
+    /// Outstanding RDMA READ/atomic requests this QP may initiate.
     pub max_rd_atomic: Option<u8>,
+    /// RNR NAK timer the responder asks peers to wait (`IB_RNR_TIMER_*` code).
     pub min_rnr_timer: Option<u8>,
+    /// First packet sequence number of the send side.
     pub sq_psn: Option<u32>,
+    /// Outstanding RDMA READ/atomic requests this QP accepts as target.
     pub max_dest_rd_atomic: Option<u8>,
+    /// The remote QP number (RC, UC).
     pub dest_qp_num: Option<u32>,
 }
 
@@ -201,25 +237,45 @@ impl QpAttr {
 /// What [`Qp::query`] returns.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QpInfo {
+    /// The QP's state.
     pub state: QpState,
+    /// The state the kernel last recorded as current.
     pub cur_state: QpState,
+    /// Path MTU.
     pub path_mtu: Mtu,
+    /// Q_Key (UD).
     pub qkey: u32,
+    /// Receive packet sequence number.
     pub rq_psn: u32,
+    /// Send packet sequence number.
     pub sq_psn: u32,
+    /// The remote QP number.
     pub dest_qp_num: u32,
+    /// What remote peers may do through this QP.
     pub access_flags: AccessFlags,
+    /// Index in the port's P_Key table.
     pub pkey_index: u16,
+    /// Local port (1-based).
     pub port_num: u8,
+    /// Local ACK timeout: 4.096 µs × 2^timeout.
     pub timeout: u8,
+    /// Transport retries before a send fails.
     pub retry_cnt: u8,
+    /// RNR retries before a send fails (7 = forever).
     pub rnr_retry: u8,
+    /// RNR NAK timer code the responder sends.
     pub min_rnr_timer: u8,
+    /// Outstanding RDMA READ/atomic requests this QP may initiate.
     pub max_rd_atomic: u8,
+    /// Outstanding RDMA READ/atomic requests this QP accepts as target.
     pub max_dest_rd_atomic: u8,
+    /// In SQD: whether the send queue is still draining.
     pub sq_draining: bool,
+    /// Every send produces a completion.
     pub sq_sig_all: bool,
+    /// Address vector of the primary path.
     pub ah_attr: AhAttr,
+    /// Capacities of the queues.
     pub caps: QpCaps,
 }
 
@@ -264,10 +320,15 @@ pub fn required_for(qp_type: QpType, cur: QpState, next: QpState) -> Option<QpAt
 /// How to create a QP.
 #[derive(Clone, Debug)]
 pub struct QpInit {
+    /// Transport type (RC, UC, UD).
     pub qp_type: QpType,
+    /// CQ for send completions.
     pub send_cq: Arc<Cq>,
+    /// CQ for receive completions.
     pub recv_cq: Arc<Cq>,
+    /// SRQ to take receives from (then the QP has no receive queue).
     pub srq: Option<Arc<Srq>>,
+    /// Capacities to ask for (the kernel may grant more).
     pub caps: QpCaps,
     /// Every send WR produces a completion, whatever its SIGNALED flag.
     pub sq_sig_all: bool,
@@ -473,12 +534,15 @@ impl Qp {
         }
     }
 
+    /// The QP number peers address.
     pub fn qp_num(&self) -> u32 {
         self.qp_num
     }
+    /// The kernel's handle for this QP.
     pub fn handle(&self) -> u32 {
         self.handle
     }
+    /// The transport type the QP was created with.
     pub fn qp_type(&self) -> QpType {
         self.qp_type
     }
@@ -486,18 +550,23 @@ impl Qp {
     pub fn caps(&self) -> QpCaps {
         self.caps
     }
+    /// Whether every send produces a completion, whatever its SIGNALED flag.
     pub fn sq_sig_all(&self) -> bool {
         self.sq_sig_all
     }
+    /// The protection domain the QP belongs to.
     pub fn pd(&self) -> &Arc<Pd> {
         &self.pd
     }
+    /// The CQ send completions go to.
     pub fn send_cq(&self) -> &Arc<Cq> {
         &self.send_cq
     }
+    /// The CQ receive completions go to.
     pub fn recv_cq(&self) -> &Arc<Cq> {
         &self.recv_cq
     }
+    /// The SRQ the QP takes receives from, if any.
     pub fn srq(&self) -> Option<&Arc<Srq>> {
         self.srq.as_ref()
     }
@@ -657,19 +726,24 @@ impl Qp {
         }
         let k = self.kobj();
         // SAFETY: forwarded to the caller.
-        unsafe { self.lock().post_send(k, wrs) }
+        unsafe { self.lock().post_send(k, wrs) }.map_err(|e| self.post_error(e, PostQueue::Send))
+    }
+
+    /// Names this QP and its device in a provider's error.
+    #[cold]
+    fn post_error(&self, e: PostError, queue: PostQueue) -> PostError {
+        e.at(self.pd.context().name(), queue, self.qp_num)
     }
 
     #[cold]
     fn send_refused(&self, st: QpState) -> PostError {
-        PostError {
-            posted: 0,
-            error: Error::invalid(
-                format!("post send on QP {:#x}", self.qp_num),
+        self.post_error(
+            PostError::invalid(
+                0,
                 format!("the QP is in {st}: sends need RTS (connect first)"),
-            )
-            .into(),
-        }
+            ),
+            PostQueue::Send,
+        )
     }
 
     /// Posts receive work requests; safe for the reasons given at [`Qp::post_send`].
@@ -686,28 +760,20 @@ impl Qp {
     #[inline]
     pub unsafe fn post_recv_raw(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostError> {
         if self.state() == QpState::RESET {
-            return Err(PostError {
-                posted: 0,
-                error: Error::invalid(
-                    format!("post receive on QP {:#x}", self.qp_num),
-                    "the QP is in RESET: receives need INIT or later",
-                )
-                .into(),
-            });
+            return Err(self.post_error(
+                PostError::invalid(0, "the QP is in RESET: receives need INIT or later"),
+                PostQueue::Recv,
+            ));
         }
         if self.srq.is_some() {
-            return Err(PostError {
-                posted: 0,
-                error: Error::invalid(
-                    format!("post receive on QP {:#x}", self.qp_num),
-                    "the QP uses an SRQ: post receives to the SRQ",
-                )
-                .into(),
-            });
+            return Err(self.post_error(
+                PostError::invalid(0, "the QP uses an SRQ: post receives to the SRQ"),
+                PostQueue::Recv,
+            ));
         }
         let k = self.kobj();
         // SAFETY: forwarded to the caller.
-        unsafe { self.lock().post_recv(k, wrs) }
+        unsafe { self.lock().post_recv(k, wrs) }.map_err(|e| self.post_error(e, PostQueue::Recv))
     }
 }
 

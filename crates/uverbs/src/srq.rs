@@ -18,14 +18,16 @@ use crate::context::M_DESTROY_SRQ;
 use crate::error::{Error, Result};
 use crate::ioctl::IoctlCall;
 use crate::pd::Pd;
-use crate::provider::{KernelObj, OpsLock, PostError, SrqCreated, SrqOps};
+use crate::provider::{KernelObj, OpsLock, PostError, PostQueue, SrqCreated, SrqOps};
 use crate::wr::{MrRecvWr, RecvWr};
 use crate::write;
 
 /// SRQ attributes (`ibv_srq_attr`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SrqAttr {
+    /// Work requests the SRQ holds.
     pub max_wr: u32,
+    /// Most SGEs per work request.
     pub max_sge: u32,
     /// Limit event threshold: an SRQ_LIMIT_REACHED async event fires when fewer WRs remain.
     pub srq_limit: u32,
@@ -129,9 +131,11 @@ impl Srq {
         }
     }
 
+    /// The kernel's handle for this SRQ.
     pub fn handle(&self) -> u32 {
         self.handle
     }
+    /// The SRQ number the kernel reported (meaningful for XRC SRQs; may be 0 for others).
     pub fn srq_num(&self) -> u32 {
         self.srq_num
     }
@@ -139,9 +143,11 @@ impl Srq {
     pub fn attr(&self) -> SrqAttr {
         self.attr
     }
+    /// The user handle async events about this SRQ carry.
     pub fn user_handle(&self) -> u64 {
         self.user_handle
     }
+    /// The protection domain the SRQ belongs to.
     pub fn pd(&self) -> &Arc<Pd> {
         &self.pd
     }
@@ -212,6 +218,7 @@ impl Srq {
         };
         // SAFETY: forwarded to the caller.
         unsafe { self.ops.lock().post_recv(k, wrs) }
+            .map_err(|e| e.at(self.pd.context().name(), PostQueue::Srq, self.srq_num))
     }
 }
 

@@ -22,7 +22,12 @@ macro_rules! raw_newtype {
         pub struct $name(pub $ty);
 
         impl $name {
-            $($(#[$cm])* pub const $c: Self = Self($v);)*
+            $(
+                $(#[$cm])*
+                #[doc = ""]
+                #[doc = concat!("Raw value `", stringify!($v), "`.")]
+                pub const $c: Self = Self($v);
+            )*
 
             /// The constant's name, or `None` for a value this crate does not know.
             pub const fn name(self) -> Option<&'static str> {
@@ -156,9 +161,13 @@ pub struct WorkCompletion {
     pub wr_id: u64,
     /// Valid only when `status` is success (as in libibverbs).
     pub opcode: WcOpcode,
+    /// Bytes received (receives and RDMA WRITE with immediate); for sends, unspecified.
     pub byte_len: u32,
+    /// Local QP number the completion belongs to.
     pub qp_num: u32,
+    /// Which optional fields are valid (GRH, immediate data, invalidated rkey).
     pub wc_flags: WcFlags,
+    /// Whether the work request succeeded, and if not why.
     pub status: WcStatus,
     /// Provider-specific error detail (mlx5: the vendor syndrome).
     pub vendor_err: u32,
@@ -166,11 +175,17 @@ pub struct WorkCompletion {
     /// rkey when it has `WITH_INV`. (libibverbs keeps immediate data big-endian; we convert
     /// once, in the provider.)
     pub imm_data: u32,
+    /// Source QP number of a UD receive.
     pub src_qp: u32,
+    /// P_Key index of a GSI (QP1) receive.
     pub pkey_index: u16,
+    /// Source LID of a UD receive (InfiniBand).
     pub slid: u16,
+    /// Service level of a UD receive.
     pub sl: u8,
+    /// Destination LID path bits of a UD receive (InfiniBand).
     pub dlid_path_bits: u8,
+    /// Port of a receive on a switch's QP (0 otherwise).
     pub port_num: u8,
 }
 

@@ -115,6 +115,9 @@ bitflags! {
 /// The operation of a send work request, with its operands.
 #[allow(missing_docs)] // operand fields: the names are the verbs' own (remote_addr, rkey, ...)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+// Later work adds operations (memory-window bind, atomic write, flush, TSO): providers match
+// with a wildcard arm that refuses what they do not implement.
+#[non_exhaustive]
 pub enum SendOp {
     /// SEND: consumes a receive at the peer.
     Send,

@@ -63,17 +63,6 @@ const OP_ATOMIC_FA: u8 = 0x12;
 const RCV_DBR: usize = 0;
 const SND_DBR: usize = 1;
 
-/// The one place a [`PostError`] is made: `posted` requests went in before the failing one,
-/// `what` names the queue (QP number, queue), `detail` says what was wrong.
-#[cold]
-#[inline(never)]
-pub(crate) fn post_error(posted: usize, what: fmt::Arguments<'_>, detail: String) -> PostError {
-    PostError {
-        posted,
-        error: Error::invalid(what.to_string(), detail).into(),
-    }
-}
-
 /// The device limits sizing needs (from the alloc_ucontext response).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WqLimits {
@@ -866,10 +855,16 @@ impl Mlx5Qp {
             SendOp::AtomicCmpSwp { .. } => (OP_ATOMIC_CS, 0),
             SendOp::AtomicFetchAdd { .. } => (OP_ATOMIC_FA, 0),
             SendOp::LocalInv { .. } => {
-                return Err(post_error(
+                return Err(PostError::unsupported(
                     nreq,
-                    format_args!("post send on mlx5 QP {:#x}", self.qpn),
-                    "LOCAL_INV is not implemented on mlx5 by rverbs (it needs a UMR WQE)".into(),
+                    "LOCAL_INV is not implemented on mlx5 by rverbs (it needs a UMR WQE)",
+                ))
+            }
+            // SendOp is non_exhaustive: operations added later are refused until built here.
+            _ => {
+                return Err(PostError::unsupported(
+                    nreq,
+                    format!("{:?} is not implemented on mlx5 by rverbs", wr.op),
                 ))
             }
         };
@@ -885,9 +880,8 @@ impl Mlx5Qp {
         if (ud && (rdma || atomic || matches!(wr.op, SendOp::SendWithInv { .. })))
             || (self.qp_type == QpType::UC && (atomic || matches!(wr.op, SendOp::RdmaRead { .. })))
         {
-            return Err(post_error(
+            return Err(PostError::invalid(
                 nreq,
-                format_args!("post send on mlx5 QP {:#x}", self.qpn),
                 format!("a {} QP cannot post {:?}", self.qp_type, wr.op),
             ));
         }
@@ -963,16 +957,14 @@ impl Mlx5Qp {
             }
             if ud {
                 let Some(dest) = wr.ud else {
-                    return Err(post_error(
+                    return Err(PostError::invalid(
                         nreq,
-                        format_args!("post send on mlx5 QP {:#x}", self.qpn),
-                        "a UD send needs a destination (an AH)".into(),
+                        "a UD send needs a destination (an AH)",
                     ));
                 };
                 let Some(av) = self.ahs.get(dest.ah_num) else {
-                    return Err(post_error(
+                    return Err(PostError::invalid(
                         nreq,
-                        format_args!("post send on mlx5 QP {:#x}", self.qpn),
                         format!(
                             "AH number {} is not an mlx5 AH of this context",
                             dest.ah_num
@@ -997,9 +989,8 @@ impl Mlx5Qp {
                     let mut src = s.addr as usize as *const u8;
                     inl += len;
                     if inl > self.sz.max_inline as usize {
-                        return Err(post_error(
+                        return Err(PostError::invalid(
                             nreq,
-                            format_args!("post send on mlx5 QP {:#x}", self.qpn),
                             format!(
                                 "{inl} bytes of inline data exceed the QP's max_inline_data {}",
                                 self.sz.max_inline
@@ -1058,22 +1049,13 @@ impl QpOps for Mlx5Qp {
             if self.sz.sq_wqe_cnt == 0
                 || self.sq_head.wrapping_sub(tail) as usize + nreq >= self.sz.sq_max_post as usize
             {
-                err = Some(post_error(
-                    nreq,
-                    format_args!("post send on mlx5 QP {:#x}", self.qpn),
-                    format!(
-                        "the send queue is full ({} work requests outstanding, max_send_wr {}): \
-                         poll the send CQ first",
-                        self.sq_head.wrapping_sub(tail) as usize + nreq,
-                        self.sz.sq_max_post
-                    ),
-                ));
+                let outstanding = self.sq_head.wrapping_sub(tail) as usize + nreq;
+                err = Some(PostError::queue_full(nreq, outstanding as u32));
                 break;
             }
             if wr.sge.len() > self.sz.sq_max_gs as usize {
-                err = Some(post_error(
+                err = Some(PostError::invalid(
                     nreq,
-                    format_args!("post send on mlx5 QP {:#x}", self.qpn),
                     format!(
                         "{} SGEs exceed the QP's max_send_sge {}",
                         wr.sge.len(),
@@ -1132,20 +1114,13 @@ impl QpOps for Mlx5Qp {
             if self.sz.rq_wqe_cnt == 0
                 || self.rq_head.wrapping_sub(tail) as usize + nreq >= self.sz.rq_wqe_cnt as usize
             {
-                err = Some(post_error(
-                    nreq,
-                    format_args!("post receive on mlx5 QP {:#x}", self.qpn),
-                    format!(
-                        "the receive queue is full (max_recv_wr {}): poll the receive CQ first",
-                        self.sz.rq_wqe_cnt
-                    ),
-                ));
+                let outstanding = self.rq_head.wrapping_sub(tail) as usize + nreq;
+                err = Some(PostError::queue_full(nreq, outstanding as u32));
                 break;
             }
             if wr.sge.len() > self.sz.rq_max_gs as usize {
-                err = Some(post_error(
+                err = Some(PostError::invalid(
                     nreq,
-                    format_args!("post receive on mlx5 QP {:#x}", self.qpn),
                     format!(
                         "{} SGEs exceed the QP's max_recv_sge {}",
                         wr.sge.len(),
@@ -1400,9 +1375,8 @@ impl SrqOps for Mlx5Srq {
             let mut l = self.shared.inner.lock().unwrap_or_else(|e| e.into_inner());
             for wr in wrs {
                 if wr.sge.len() > self.sz.max_gs as usize {
-                    err = Some(post_error(
+                    err = Some(PostError::invalid(
                         nreq,
-                        format_args!("post receive on mlx5 SRQ {:#x}", self.shared.srqn),
                         format!(
                             "{} SGEs exceed the SRQ's max_sge {}",
                             wr.sge.len(),
@@ -1412,14 +1386,7 @@ impl SrqOps for Mlx5Srq {
                     break;
                 }
                 if l.head == l.tail {
-                    err = Some(post_error(
-                        nreq,
-                        format_args!("post receive on mlx5 SRQ {:#x}", self.shared.srqn),
-                        format!(
-                            "the SRQ is full (max_wr {}): receives must complete first",
-                            self.sz.max_wr
-                        ),
-                    ));
+                    err = Some(PostError::queue_full(nreq, self.sz.max_wr));
                     break;
                 }
                 let h = l.head;

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use rverbs_uverbs::context::Context;
 use rverbs_uverbs::device::{Device, DriverId};
 use rverbs_uverbs::provider::{
-    CqCreated, CqOps, CreateFn, Driver, KernelObj, PostError as CorePostError, QpCreated, QpOps,
-    QpRequest, SrqCreated, SrqOps,
+    CqCreated, CqOps, CreateFn, Driver, KernelObj, PostError, QpCreated, QpOps, QpRequest,
+    SrqCreated, SrqOps,
 };
 use rverbs_uverbs::qp::QpType;
 use rverbs_uverbs::{Error, RecvWr, SendWr, WorkCompletion};
@@ -101,19 +101,8 @@ struct QpRings {
     _rq_map: Option<Mapping>,
 }
 
-fn core_post_error(e: super::PostError) -> CorePostError {
-    CorePostError {
-        posted: e.posted,
-        error: e.into(),
-    }
-}
-
 impl QpOps for QpRings {
-    unsafe fn post_send(
-        &mut self,
-        qp: KernelObj<'_>,
-        wrs: &[SendWr<'_>],
-    ) -> Result<(), CorePostError> {
+    unsafe fn post_send(&mut self, qp: KernelObj<'_>, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
         // SAFETY: the caller upholds the memory contract of QpOps::post_send.
         let r = unsafe { self.sq.post(wrs) };
         let posted = match &r {
@@ -123,24 +112,23 @@ impl QpOps for QpRings {
         if posted > 0 {
             // The kernel processes the send queue only when told: one write() per list.
             post_send_doorbell(qp.fd, qp.handle)
-                .map_err(|error| CorePostError { posted, error })?;
+                .map_err(|e| PostError::failed(posted, "the send doorbell failed", e))?;
         }
-        r.map(|_| ()).map_err(core_post_error)
+        r.map(|_| ()).map_err(PostError::from)
     }
 
     unsafe fn post_recv(
         &mut self,
         _qp: KernelObj<'_>,
         wrs: &[RecvWr<'_>],
-    ) -> Result<(), CorePostError> {
-        let rq = self.rq.as_mut().ok_or_else(|| CorePostError {
-            posted: 0,
-            error: Error::invalid("post recv", "the QP has no receive queue (it uses an SRQ)")
-                .into(),
-        })?;
+    ) -> Result<(), PostError> {
+        let rq = self
+            .rq
+            .as_mut()
+            .ok_or_else(|| PostError::invalid(0, "the QP has no receive queue (it uses an SRQ)"))?;
         // SAFETY: the caller upholds the memory contract; rxe needs no receive doorbell (the
         // kernel reads the producer index when a packet arrives).
-        unsafe { rq.post(wrs) }.map(|_| ()).map_err(core_post_error)
+        unsafe { rq.post(wrs) }.map(|_| ()).map_err(PostError::from)
     }
 }
 
@@ -163,11 +151,11 @@ impl SrqOps for SrqRing {
         &mut self,
         _srq: KernelObj<'_>,
         wrs: &[RecvWr<'_>],
-    ) -> Result<(), CorePostError> {
+    ) -> Result<(), PostError> {
         // SAFETY: forwarded contract.
         unsafe { self.rq.post(wrs) }
             .map(|_| ())
-            .map_err(core_post_error)
+            .map_err(PostError::from)
     }
 }
 

@@ -27,8 +27,7 @@
 use std::fmt;
 use std::io;
 
-use rustix::io::Errno;
-use rverbs_uverbs::Error;
+use rverbs_uverbs::provider::PostError;
 
 // Raw kernel structures and numbers, named field for field as in the uapi headers they are
 // layout-checked against: those headers are their documentation.
@@ -133,60 +132,47 @@ impl fmt::Display for PostErrorReason {
     }
 }
 
-/// A post stopped at work request number `posted`: the ones before it are in the queue (and,
-/// for a send queue, still need the doorbell), it and the ones after it are not.
+/// An rxe ring's post stopped at work request number `posted`: the ones before it are in the
+/// queue (and, for a send queue, still need the doorbell), it and the ones after it are not.
+/// The typed form of what [`rverbs_uverbs::provider::PostError`] (which it converts into)
+/// says in words.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PostError {
+pub struct RxePostError {
     /// The queue posted to.
     pub queue: QueueKind,
     /// Requests posted before the failing one (= the failing one's index in the slice).
     pub posted: usize,
+    /// What was wrong with the failing request.
     pub reason: PostErrorReason,
 }
 
-impl PostError {
-    fn op(&self) -> &'static str {
-        match self.queue {
-            QueueKind::Send => "post send",
-            QueueKind::Recv => "post recv",
-            QueueKind::Srq => "post SRQ recv",
-            QueueKind::Completion => "post to completion queue",
-        }
-    }
-}
-
-impl fmt::Display for PostError {
+impl fmt::Display for RxePostError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} to rxe {}: work request #{} (after {} posted): {}",
-            self.op(),
-            self.queue,
-            self.posted,
-            self.posted,
-            self.reason
+            "rxe {}: work request #{}: {}",
+            self.queue, self.posted, self.reason
         )
     }
 }
 
-impl std::error::Error for PostError {}
+impl std::error::Error for RxePostError {}
 
-impl From<PostError> for io::Error {
-    fn from(e: PostError) -> Self {
-        let detail = format!(
-            "rxe {}: work request #{} (after {} posted): {}",
-            e.queue, e.posted, e.posted, e.reason
-        );
+impl From<RxePostError> for PostError {
+    #[cold]
+    fn from(e: RxePostError) -> Self {
         match e.reason {
-            // libibverbs reports a full rxe queue as ENOMEM; keep the errno for callers that
-            // look at it.
-            PostErrorReason::QueueFull { .. } => {
-                Error::os(e.op(), Errno::NOMEM).with_detail(detail).into()
-            }
+            PostErrorReason::QueueFull { capacity } => PostError::queue_full(e.posted, capacity),
             PostErrorReason::UnsupportedOp { .. } | PostErrorReason::UnsupportedFlags { .. } => {
-                Error::unsupported(e.op(), detail).into()
+                PostError::unsupported(e.posted, e.reason.to_string())
             }
-            _ => Error::invalid(e.op(), detail).into(),
+            _ => PostError::invalid(e.posted, e.reason.to_string()),
         }
+    }
+}
+
+impl From<RxePostError> for io::Error {
+    fn from(e: RxePostError) -> Self {
+        PostError::from(e).into()
     }
 }

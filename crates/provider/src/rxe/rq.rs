@@ -14,7 +14,7 @@ use rverbs_uverbs::{Error, RecvWr};
 
 use super::abi::{rxe_dma_info, rxe_recv_wqe, rxe_sge, RXE_RECV_WQE_SGE_OFFSET};
 use super::queue::{QueueKind, RxeQueue};
-use super::{PostError, PostErrorReason};
+use super::{PostErrorReason, RxePostError};
 
 /// The user side of one rxe receive queue or shared receive queue.
 #[derive(Debug)]
@@ -69,7 +69,7 @@ impl RxeRq {
 
     /// Posts `wrs` in order and publishes them with one producer-index store. Returns
     /// `wrs.len()`, or stops at the first request with too many SGEs (or too long a list) or
-    /// that finds the queue full; the [`PostError`] says how many were posted before it.
+    /// that finds the queue full; the [`RxePostError`] says how many were posted before it.
     /// Never allocates.
     ///
     /// # Safety
@@ -77,13 +77,13 @@ impl RxeRq {
     /// The memory each SGE names must stay allocated (and registered under its lkey) and must
     /// not be accessed until the request's completion is polled or the QP/SRQ is destroyed:
     /// the kernel writes received data into it at any time in between.
-    pub unsafe fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<usize, PostError> {
+    pub unsafe fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<usize, RxePostError> {
         let kind = self.queue.kind();
         let start = self.queue.load_own();
         let mut prod = start;
         let mut cons = self.queue.load_peer();
         for (i, wr) in wrs.iter().enumerate() {
-            let fail = |reason| PostError {
+            let fail = |reason| RxePostError {
                 queue: kind,
                 posted: i,
                 reason,

@@ -36,7 +36,7 @@ use super::abi::{
 };
 use super::doorbell::post_send_doorbell;
 use super::queue::{QueueKind, RxeQueue};
-use super::{PostError, PostErrorReason};
+use super::{PostErrorReason, RxePostError};
 use rverbs_uverbs::{Error, SendFlags, SendOp, SendWr};
 
 /// The transport of the QP a send queue belongs to.
@@ -117,6 +117,8 @@ fn op_name(op: &SendOp) -> &'static str {
         SendOp::AtomicCmpSwp { .. } => "ATOMIC_CMP_AND_SWP",
         SendOp::AtomicFetchAdd { .. } => "ATOMIC_FETCH_AND_ADD",
         SendOp::LocalInv { .. } => "LOCAL_INV",
+        // SendOp is non_exhaustive: an operation added later gets this name in the refusal.
+        _ => "an operation this provider does not know",
     }
 }
 
@@ -129,6 +131,8 @@ fn supported(op: &SendOp, qp_type: RxeQpType) -> bool {
         | SendOp::AtomicCmpSwp { .. }
         | SendOp::AtomicFetchAdd { .. }
         | SendOp::LocalInv { .. } => qp_type == RxeQpType::Rc,
+        // Operations added to SendOp later are refused until this provider implements them.
+        _ => false,
     }
 }
 
@@ -351,6 +355,8 @@ impl RxeSq {
                     });
                     iova = remote_addr;
                 }
+                // `build` refused every operation not named above (`supported` is false).
+                _ => {}
             }
             ptr::addr_of_mut!((*w).ex).write(ex);
             if let Some(ud) = plan.ud {
@@ -420,7 +426,7 @@ impl RxeSq {
 
     /// Posts `wrs` in order and publishes them to the kernel with one producer-index store.
     /// Returns `wrs.len()`. Stops at the first request that is invalid or finds the queue
-    /// full: the [`PostError`] says how many were posted before it. Does not ring the
+    /// full: the [`RxePostError`] says how many were posted before it. Does not ring the
     /// doorbell (see [`post_send_doorbell`] / [`RxeSq::post_and_ring`]). Never allocates.
     ///
     /// # Safety
@@ -433,12 +439,12 @@ impl RxeSq {
     /// to `length` readable bytes during this call (they are copied into the WQE; the lkey is
     /// ignored).
     #[inline]
-    pub unsafe fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<usize, PostError> {
+    pub unsafe fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<usize, RxePostError> {
         let start = self.queue.load_own();
         let mut prod = start;
         let mut cons = self.queue.load_peer();
         for (i, wr) in wrs.iter().enumerate() {
-            let fail = |reason| PostError {
+            let fail = |reason| RxePostError {
                 queue: QueueKind::Send,
                 posted: i,
                 reason,
