@@ -8,7 +8,7 @@
 
 use std::io;
 
-use rverbs_uverbs::{Error, WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use rverbs_uverbs::{Error, RawWc, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
 use super::abi::{ib_uverbs_wc, IB_WC_WITH_IMM};
 use super::queue::{QueueKind, RxeQueue};
@@ -196,6 +196,47 @@ impl RxeCq {
             // not rewrite it before we publish a consumer index past it. It is copied out by
             // value; no reference into it is formed.
             *slot = unsafe { read_wc(src) };
+            h = self.queue.next(h);
+        }
+        if n != 0 {
+            // Release (in publish_own): our copies out of the slots happen before the kernel
+            // may see them free and reuse them.
+            self.queue.publish_own(h);
+        }
+        n
+    }
+
+    /// Copies up to `out.len()` completions into `out` unchanged (rxe's ring holds the
+    /// kernel's `ib_uverbs_wc`, which is [`RawWc`]'s layout), oldest first, and returns how
+    /// many. Publishes the consumer index once. No field is decoded: that is left to the
+    /// reader of each `RawWc`.
+    #[inline]
+    pub fn poll_raw(&mut self, out: &mut [RawWc]) -> usize {
+        // Acquire (in load_peer): pairs with the kernel's release store of its producer
+        // index, so the CQEs below it are visible to the copies below.
+        let tail = self.queue.load_peer();
+        // Relaxed inside load_own: only we write the consumer index.
+        let head = self.queue.load_own();
+        if head == tail {
+            return 0;
+        }
+        self.take_raw(out, head, tail)
+    }
+
+    fn take_raw(&mut self, out: &mut [RawWc], head: u32, tail: u32) -> usize {
+        let avail = (tail.wrapping_sub(head) & self.queue.index_mask()) as usize;
+        let n = avail.min(out.len());
+        let mut h = head;
+        for slot in &mut out[..n] {
+            let src = self.queue.slot(h).cast::<ib_uverbs_wc>();
+            // SAFETY: as in `take`: the slot is in bounds, 8-aligned, at least 48 bytes, and
+            // below the producer index loaded with Acquire, so the kernel finished writing it
+            // and will not rewrite it before we publish a consumer index past it. It is
+            // copied out by value (a 48-byte read); no reference into it is formed.
+            let k = unsafe { src.read() };
+            // Same size, both plain repr(C) integers with no padding in the kernel's field
+            // order (RawWc is documented and tested as ib_uverbs_wc): a move, no decoding.
+            *slot = zerocopy::transmute!(k);
             h = self.queue.next(h);
         }
         if n != 0 {
@@ -402,6 +443,52 @@ mod tests {
         assert_eq!(it.next().unwrap().wr_id, 3);
         drop(it);
         assert_eq!(k.pending(), 0);
+    }
+
+    /// `poll_raw` copies entries unchanged, decodes them lazily to what `poll` gives, stops at
+    /// the slots' length, publishes once per call and wraps around the ring.
+    #[test]
+    fn rxe_cq_poll_raw_batches_and_decodes() {
+        let mut q = SimQueue::new(6, 4).unwrap();
+        // SAFETY: `q` outlives the view.
+        let mut cq = RxeCq::new(unsafe { q.view(QueueKind::Completion) }.unwrap()).unwrap();
+        let mut k = q.kernel();
+        let mut out = [RawWc::default(); 2];
+        assert_eq!(cq.poll_raw(&mut out), 0);
+        let mut next = 0u64;
+        for round in 0..5 {
+            for _ in 0..3 {
+                let raw = ib_uverbs_wc {
+                    wr_id: next,
+                    opcode: 129,
+                    byte_len: next as u32,
+                    ex: (0x0a0b_0c00 | next as u32).to_be(),
+                    wc_flags: 2 | (next as u32 & 1) << 2,
+                    qp_num: 7,
+                    ..Default::default()
+                };
+                assert!(k.produce_cqe(&raw), "round {round}");
+                next += 1;
+            }
+            let base = next - 3;
+            assert_eq!(cq.poll_raw(&mut out), 2);
+            assert_eq!(k.pending(), 1, "published once, for two");
+            assert_eq!(cq.poll_raw(&mut out[..1]), 1);
+            assert_eq!(out[0].wr_id(), base + 2);
+            let raw = ib_uverbs_wc {
+                wr_id: base + 2,
+                opcode: 129,
+                byte_len: (base + 2) as u32,
+                ex: (0x0a0b_0c00 | (base + 2) as u32).to_be(),
+                wc_flags: 2 | ((base + 2) as u32 & 1) << 2,
+                qp_num: 7,
+                ..Default::default()
+            };
+            assert_eq!(out[0].to_work_completion(), wc_from_raw(&raw));
+            assert_eq!(out[0].imm(), Some(0x0a0b_0c00 | (base + 2) as u32));
+            assert!(out[0].is_success());
+            assert_eq!(k.pending(), 0);
+        }
     }
 
     #[test]
