@@ -277,7 +277,7 @@ impl Cq {
     /// copied, never on drop.
     #[inline]
     pub fn start_poll<'a>(&'a self, slots: &'a mut [RawWc]) -> CqView<'a> {
-        let mut ops = self.lock();
+        let mut ops = ViewOps::Locked(self.lock());
         let len = ops.poll_raw(slots).min(slots.len());
         CqView {
             ops,
@@ -380,10 +380,26 @@ impl Cq {
 /// takes the next one, and as an [`Iterator`] it yields every completion (taking further
 /// batches while the previous one filled the slots).
 pub struct CqView<'a> {
-    ops: OpsGuard<'a, Box<dyn CqOps>>,
+    ops: ViewOps<'a>,
     slots: &'a mut [RawWc],
     len: usize,
     pos: usize,
+}
+
+/// The data path a view polls: a CQ's, under its lock, or one the caller lends.
+enum ViewOps<'a> {
+    Locked(OpsGuard<'a, Box<dyn CqOps>>),
+    Lent(&'a mut dyn CqOps),
+}
+
+impl ViewOps<'_> {
+    #[inline(always)]
+    fn poll_raw(&mut self, out: &mut [RawWc]) -> usize {
+        match self {
+            ViewOps::Locked(g) => g.poll_raw(out),
+            ViewOps::Lent(o) => o.poll_raw(out),
+        }
+    }
 }
 
 impl fmt::Debug for CqView<'_> {
@@ -395,7 +411,21 @@ impl fmt::Debug for CqView<'_> {
     }
 }
 
-impl CqView<'_> {
+impl<'a> CqView<'a> {
+    /// A view over a provider's data path that is not inside a [`Cq`] (a provider's own
+    /// tests, a ring driven outside the core): as [`Cq::start_poll`], with `&mut` access in
+    /// place of the lock.
+    pub fn from_ops(ops: &'a mut dyn CqOps, slots: &'a mut [RawWc]) -> Self {
+        let mut ops = ViewOps::Lent(ops);
+        let len = ops.poll_raw(slots).min(slots.len());
+        CqView {
+            ops,
+            slots,
+            len,
+            pos: 0,
+        }
+    }
+
     /// The completions of the current batch, oldest first.
     #[inline]
     pub fn completions(&self) -> &[RawWc] {

@@ -491,6 +491,103 @@ mod tests {
         }
     }
 
+    /// The simulated ring behind the core's seam, as the rxe driver puts it.
+    #[derive(Debug)]
+    struct Ops(RxeCq);
+    impl rverbs_uverbs::provider::CqOps for Ops {
+        fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
+            self.0.poll(out)
+        }
+        fn poll_raw(&mut self, out: &mut [RawWc]) -> usize {
+            self.0.poll_raw(out)
+        }
+    }
+
+    /// The same ring through the seam's default `poll_raw` (poll, then re-encode).
+    #[derive(Debug)]
+    struct DefaultOps(RxeCq);
+    impl rverbs_uverbs::provider::CqOps for DefaultOps {
+        fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
+            self.0.poll(out)
+        }
+    }
+
+    fn varied_cqe(i: u64) -> ib_uverbs_wc {
+        ib_uverbs_wc {
+            wr_id: i,
+            status: (i % 3 == 2) as u32 * 5,
+            opcode: if i % 2 == 0 { 0 } else { 129 },
+            vendor_err: i as u32 * 3,
+            byte_len: i as u32 * 7,
+            ex: (0x5000_0000 | i as u32).to_be(),
+            qp_num: 0x11,
+            src_qp: 0x22,
+            wc_flags: (i as u32) & 0xf,
+            pkey_index: i as u16,
+            slid: 3,
+            sl: 1,
+            dlid_path_bits: 2,
+            port_num: 1,
+            reserved: 0,
+        }
+    }
+
+    /// `CqView` over the simulated ring: batches of the slots' length, one consumer-index
+    /// publication per batch, lazily decoded fields equal to `poll`'s conversion, iteration
+    /// across batches and the ring's wrap, for the rxe `poll_raw` and the seam's default.
+    #[test]
+    fn rxe_cq_view_batches_publish_once_and_decode() {
+        use rverbs_uverbs::cq::CqView;
+        for native in [true, false] {
+            let mut q = SimQueue::new(6, 8).unwrap();
+            // SAFETY: `q` outlives the view.
+            let cq = RxeCq::new(unsafe { q.view(QueueKind::Completion) }.unwrap()).unwrap();
+            let a = Ops(cq);
+            let mut ops: Box<dyn rverbs_uverbs::provider::CqOps> = if native {
+                Box::new(a)
+            } else {
+                Box::new(DefaultOps(a.0))
+            };
+            let mut k = q.kernel();
+            let mut slots = [RawWc::default(); 3];
+            let mut next = 0u64;
+            for round in 0..4 {
+                for _ in 0..7 {
+                    assert!(k.produce_cqe(&varied_cqe(next)), "round {round}");
+                    next += 1;
+                }
+                let base = next - 7;
+                let mut view = CqView::from_ops(&mut *ops, &mut slots);
+                assert_eq!(view.len(), 3);
+                // The first batch is published when copied, before anything is read.
+                assert_eq!(k.pending(), 4);
+                for (j, w) in view.completions().iter().enumerate() {
+                    let want = wc_from_raw(&varied_cqe(base + j as u64));
+                    assert_eq!(w.wr_id(), want.wr_id);
+                    assert_eq!(w.status(), want.status);
+                    assert_eq!(w.wc_flags(), want.wc_flags);
+                    assert_eq!(w.imm(), want.imm());
+                    assert_eq!(w.to_work_completion(), want, "native {native}");
+                }
+                // Iterating goes on into the next batches (3, then 1) and stops.
+                let ids: Vec<u64> = view.by_ref().map(|w| w.wr_id()).collect();
+                assert_eq!(ids, (base..next).collect::<Vec<_>>());
+                assert_eq!(k.pending(), 0);
+                assert_eq!(view.next_batch(), 0);
+                assert!(view.is_empty());
+            }
+            // An empty ring gives an empty view, and a forgotten view loses nothing: its
+            // batch was published when copied.
+            assert!(k.produce_cqe(&varied_cqe(100)));
+            let view = CqView::from_ops(&mut *ops, &mut slots);
+            assert_eq!(view.len(), 1);
+            std::mem::forget(view);
+            assert_eq!(k.pending(), 0);
+            let view = CqView::from_ops(&mut *ops, &mut slots);
+            assert!(view.is_empty());
+        }
+    }
+
     #[test]
     fn rxe_cq_rejects_work_queue_view() {
         let q = SimQueue::new(8, 4).unwrap();
