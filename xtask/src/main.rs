@@ -2,15 +2,16 @@
 //! our binaries and tests in them; see `cargo xtask help` and docs/testing.md.
 
 mod build;
-mod cpio;
-mod host;
 mod json;
-mod kernel;
 mod miri;
 mod testcmd;
+mod usercrate;
 mod util;
-mod vm;
 
+// The bed itself is the crate rverbs-testbed (crates/testbed), shared with `rverbs-vm`.
+pub use rverbs_testbed::{kernel, packages, vm};
+
+use kernel::KernelSpec;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -37,17 +38,23 @@ pub const HELP: &str = "\
 cargo xtask: the rverbs test bed (QEMU guests with soft-RoCE devices)
 
 USAGE:
-    cargo xtask test [--no-vm | --vm-only] [-- TEST-ARGS...]
-        cargo fmt --check, clippy -D warnings, cargo doc -D warnings, host tests, then every
-        integration test built with --cfg rverbs_vm in the minimal guest, the host guest and
-        the two-node topology. Ends with `xtask: N passed, N failed, N skipped`; exits non-zero on any
-        failure. TEST-ARGS go to each libtest binary in the guests (e.g. a test name filter).
-        --no-vm: fmt, clippy, doc and host tests only; --vm-only: the VM stages only.
-    cargo xtask demo
+    cargo xtask test [--no-vm | --vm-only] [--kernel 6.1|6.12|all] [--stage PART,...]
+                     [-- TEST-ARGS...]
+        Installs the Debian packages it needs (as root; otherwise it stops with the apt-get
+        line), then cargo fmt --check, clippy -D warnings, cargo doc -D warnings, host tests,
+        then every integration test built with --cfg rverbs_vm in the guests (the stages of
+        testcmd.rs: per kernel, the minimal and host guests, one and two nodes), the runner's
+        boot tests and examples/user-crate through `rverbs-vm`. Ends with
+        `xtask: N passed, N failed, N skipped`; exits non-zero on any failure. TEST-ARGS go to
+        each libtest binary in the guests (e.g. a test name filter).
+        --no-vm: fmt, clippy, doc and host tests only; --vm-only: the VM stages only;
+        --kernel: only that kernel's VM stages (default all: both kernels); --stage: only
+        the stages whose name contains one of the PARTs (e.g. `--stage 6.12,user`).
+    cargo xtask demo [--kernel 6.1|6.12]
         Boots the minimal guest, brings up rxe0 and runs: rverbs devinfo -v, then an
         rverbs rdma-server / rdma-client exchange over 10.10.0.1
-    cargo xtask vm [--guest minimal|host] [--topo one|two] [--timeout SECS] [--verbose]
-                   [--shell | -- CMD...]
+    cargo xtask vm [--guest minimal|host] [--topo one|two] [--kernel 6.1|6.12] [--timeout SECS]
+                   [--verbose] [--shell | -- CMD...]
         Boots a guest, brings up the topology and runs CMD (by sh; a single argument is a
         shell command line). Prints CMD's output and exits with its exit code. Without CMD:
         runs `rverbs link show; rverbs devinfo`.
@@ -57,28 +64,30 @@ USAGE:
             --topo one        (default) rxe0 on dummy netdev d0, 10.10.0.1/24
             --topo two        also rxe1 on ve1 (10.20.0.1) and rxe2 on ve2 (10.20.0.2), a
                               veth pair that the traffic between them really crosses
+            --kernel 6.1      (default) Debian 12's kernel; 6.12: Debian 13's
             --timeout SECS    kill the guest after SECS (default 600); a hang is a failure
             --verbose         show the whole console (kernel messages included)
             --shell           an interactive shell in the guest on this terminal (no
                               timeout; its exit status is the command's)
-    cargo xtask setup
-        Prepares everything (tools, kernel, modules, KVM verdict, static build) and says where.
+    cargo xtask setup [--kernel 6.1|6.12|all]
+        Prepares everything (packages, kernels, modules, KVM verdict, static build), says where.
     cargo xtask help
 
-Everything is set up by the xtask itself and cached in target/vm/ (QEMU and busybox-static
-are installed with apt when missing and running as root). Each guest run keeps its console
-log and outputs in target/vm/runs/<run>/. Environment:
+Everything is set up by the xtask itself and cached in target/vm/ (the Debian packages of
+crates/testbed/src/packages.rs are installed with apt when missing and running as root).
+Each guest run keeps its console log and outputs in target/vm/runs/<run>/. Environment:
     RVERBS_VM_KVM=0|1         skip the KVM probe (0: software emulation, 1: KVM)
     RVERBS_GUEST_TARGET=gnu   build the guest binaries with glibc + crt-static, not musl
     RVERBS_VM_FAST_BOOT=0     boot the compressed kernel with SeaBIOS (slower)
     RVERBS_VM_STAGE_TIMEOUT   seconds for each VM stage of `cargo xtask test` (default 900)
     RVERBS_VM_TEST_TIMEOUT    seconds for each test binary in a guest (default 300)
     RVERBS_VM_TEST_THREADS    libtest threads in the guests (default 1)
-Inside the guests: RVERBS_VM=1, RVERBS_TOPO, RVERBS_GUEST, RVERBS_DEV_A/B, RVERBS_ADDR_A/B,
-RVERBS_NETDEV_A/B (see docs/testing.md).
+Inside the guests: RVERBS_VM=1, RVERBS_TOPO, RVERBS_GUEST, RVERBS_KERNEL, RVERBS_DEV_A/B,
+RVERBS_ADDR_A/B, RVERBS_NETDEV_A/B (see docs/testing.md).
 ";
 
 fn main() -> ExitCode {
+    util::set_prefix("xtask");
     let args: Vec<String> = std::env::args().skip(1).collect();
     let res = match args.first().map(String::as_str) {
         None | Some("help" | "--help" | "-h") => {
@@ -86,9 +95,9 @@ fn main() -> ExitCode {
             Ok(0)
         }
         Some("vm") => cmd_vm(&args[1..]),
-        Some("demo") => cmd_demo(),
+        Some("demo") => cmd_demo(&args[1..]),
         Some("test") => testcmd::run(&args[1..]),
-        Some("setup") => cmd_setup(),
+        Some("setup") => cmd_setup(&args[1..]),
         Some(other) => Err(util::Error(format!(
             "unknown command `{other}` (see `cargo xtask help`)"
         ))),
@@ -102,19 +111,51 @@ fn main() -> ExitCode {
     }
 }
 
-fn cmd_setup() -> Result<u8> {
+/// `--kernel K` (`all` when `allow_all`): the kernels it names; `default` when absent.
+pub fn parse_kernels(v: &str, allow_all: bool) -> Result<Vec<KernelSpec>> {
+    if v == "all" && allow_all {
+        return Ok(kernel::KERNELS.to_vec());
+    }
+    let all = if allow_all { "|all" } else { "" };
+    KernelSpec::parse(v).map(|k| vec![k]).ok_or_else(|| {
+        util::Error(format!(
+            "--kernel must be {}{all}, not `{v}`",
+            KernelSpec::names()
+        ))
+    })
+}
+
+/// Takes `--kernel K` out of `args` (for commands without other options).
+fn kernel_arg(args: &[String], allow_all: bool, default: &[KernelSpec]) -> Result<Vec<KernelSpec>> {
+    match args {
+        [] => Ok(default.to_vec()),
+        [k, v] if k == "--kernel" => parse_kernels(v, allow_all),
+        [a, ..] => bail!("unexpected `{a}` (see `cargo xtask help`)"),
+    }
+}
+
+fn cmd_setup(args: &[String]) -> Result<u8> {
     let t0 = std::time::Instant::now();
-    let bed = vm::Bed::prepare()?;
+    let kernels = kernel_arg(args, true, kernel::KERNELS)?;
+    packages::ensure(packages::Need::Test, "xtask")?;
+    let mut beds = Vec::new();
+    for k in kernels {
+        beds.push(vm::Bed::prepare(&util::bed_config(k))?);
+    }
     let (target, rverbs) = build::rverbs_any()?;
+    let bed = &beds[0];
     println!("qemu:     {}", bed.tools.qemu.display());
     println!("busybox:  {}", bed.tools.busybox.display());
-    println!(
-        "kernel:   {} {} ({})",
-        bed.kernel.package,
-        bed.kernel.release,
-        bed.kernel.vmlinuz.display()
-    );
-    println!("modules:  {}", bed.kernel.modules.len());
+    for bed in &beds {
+        println!(
+            "kernel {}: {} {} ({}, {} modules)",
+            bed.kernel.spec.name,
+            bed.kernel.package,
+            bed.kernel.release,
+            bed.kernel.vmlinuz.display(),
+            bed.kernel.modules.len()
+        );
+    }
     println!("accel:    {:?}", bed.accel);
     println!("rverbs:   {} ({})", rverbs.display(), target.triple());
     println!("ready in {}", fmt_secs(t0.elapsed()));
@@ -124,6 +165,7 @@ fn cmd_setup() -> Result<u8> {
 fn cmd_vm(args: &[String]) -> Result<u8> {
     let mut guest = Guest::Host;
     let mut topo = Topo::One;
+    let mut kernel = kernel::DEFAULT_KERNEL;
     let mut timeout = Duration::from_secs(600);
     let mut verbose = false;
     let mut shell = false;
@@ -152,6 +194,7 @@ fn cmd_vm(args: &[String]) -> Result<u8> {
                 topo = Topo::parse(&v)
                     .ok_or_else(|| format!("--topo must be one or two, not `{v}`"))?;
             }
+            "--kernel" => kernel = parse_kernels(&value("--kernel")?, false)?[0],
             "--timeout" => {
                 let v = value("--timeout")?;
                 let secs: u64 = v
@@ -185,10 +228,25 @@ fn cmd_vm(args: &[String]) -> Result<u8> {
         1 => format!("{}\n", cmd[0]),
         _ => format!("{}\n", util::shell_join(&cmd)),
     };
-    let bed = vm::Bed::prepare()?;
+    let bed = vm::Bed::prepare(&util::bed_config(kernel))?;
     let (_, rverbs) = build::rverbs_any()?;
+    // Files named by path on the command line go into the minimal guest at that path, and
+    // the host guest sees them even under /tmp or /run.
+    let named: Vec<std::path::PathBuf> = cmd
+        .iter()
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_absolute() && p.is_file())
+        .collect();
+    let mut host_paths = vec![util::workspace_root(), util::target_dir()];
+    host_paths.extend(named.iter().cloned());
     let payload = Payload {
         rverbs: Some(rverbs),
+        files: if guest == Guest::Minimal {
+            named
+        } else {
+            vec![]
+        },
+        host_paths,
         ..Default::default()
     };
     let cwd = std::env::current_dir()
@@ -211,10 +269,11 @@ fn cmd_vm(args: &[String]) -> Result<u8> {
         payload: &payload,
     };
     eprintln!(
-        "xtask: booting the {} guest ({} topology, {:?}, kernel {})",
+        "xtask: booting the {} guest ({} topology, {:?}, kernel {}: {})",
         guest.name(),
         topo.name(),
         bed.accel,
+        bed.kernel.spec.name,
         bed.kernel.package
     );
     let out = bed.run(&spec)?;
@@ -242,8 +301,9 @@ fn report_vm(out: &vm::Outcome) {
     }
 }
 
-fn cmd_demo() -> Result<u8> {
-    let bed = vm::Bed::prepare()?;
+fn cmd_demo(args: &[String]) -> Result<u8> {
+    let kernel = kernel_arg(args, false, &[kernel::DEFAULT_KERNEL])?[0];
+    let bed = vm::Bed::prepare(&util::bed_config(kernel))?;
     let (_, rverbs) = build::rverbs_any()?;
     let payload = Payload {
         rverbs: Some(rverbs),
@@ -267,8 +327,8 @@ fn cmd_demo() -> Result<u8> {
         payload: &payload,
     };
     eprintln!(
-        "xtask: demo: booting the minimal guest ({:?}), creating rxe0 with `rverbs link add`",
-        bed.accel
+        "xtask: demo: booting the minimal guest ({:?}, kernel {}), creating rxe0 with `rverbs link add`",
+        bed.accel, bed.kernel.spec.name
     );
     let out = bed.run(&spec)?;
     report_vm(&out);

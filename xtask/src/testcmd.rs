@@ -1,8 +1,14 @@
 //! `cargo xtask test`: formatting and lints, host tests, then the integration tests built with
 //! `--cfg rverbs_vm` in the guests. Ends with one summary line
 //! `xtask: N passed, N failed, N skipped` (skipped = ignored) and a non-zero exit on any failure.
+//!
+//! The stages are the list in [`run`]. To add one: write `pub fn stage(report: &mut Report,
+//! opts: &Opts)` in a new file (see usercrate.rs), add its `mod` line in main.rs and one call
+//! in that list; count its results with [`Report::add`] (or [`check`] for a command that
+//! passes or fails as a whole, [`parse_results`] for libtest output).
 
 use crate::build::{self, GuestTarget};
+use crate::kernel::{KernelSpec, KERNELS};
 use crate::util::{self, fmt_secs, Context, Result};
 use crate::vm::{self, Bed, Display, Guest, GuestStatus, Payload, RunSpec, Topo};
 use std::collections::BTreeSet;
@@ -15,8 +21,18 @@ use std::time::{Duration, Instant};
 /// Tests whose name contains this need rdma-core's C tools: not run in the minimal guest.
 const INTEROP: &str = "interop";
 
-/// The VM stages, in order.
-const VM_STAGES: &[(Guest, Topo)] = &[
+/// The VM stages of a default run (no `--kernel`), in order: every integration test binary
+/// runs in each. Both kernels get both topologies and the host guest (so the interop tests)
+/// once, and every guest/topology pair runs once: four stages instead of six (docs/testing.md).
+const VM_STAGES: &[(&str, Guest, Topo)] = &[
+    ("6.1", Guest::Minimal, Topo::One),
+    ("6.1", Guest::Host, Topo::Two),
+    ("6.12", Guest::Host, Topo::One),
+    ("6.12", Guest::Minimal, Topo::Two),
+];
+
+/// The VM stages per kernel with `--kernel K` or `--kernel all`: the whole matrix.
+const FULL_MATRIX: &[(Guest, Topo)] = &[
     (Guest::Minimal, Topo::One),
     (Guest::Host, Topo::One),
     (Guest::Host, Topo::Two),
@@ -40,20 +56,31 @@ impl std::ops::AddAssign for Counts {
     }
 }
 
-struct Stage {
+pub struct Stage {
     name: String,
     counts: Counts,
     notes: Vec<String>,
     took: Duration,
 }
 
+/// The results of a `cargo xtask test` run, stage by stage.
 #[derive(Default)]
-struct Report {
+pub struct Report {
     stages: Vec<Stage>,
+    /// `--stage A,B`: only the stages whose name contains A or B.
+    only: Option<Vec<String>>,
 }
 
 impl Report {
-    fn add(&mut self, name: &str, counts: Counts, notes: Vec<String>, took: Duration) {
+    /// Whether the stage called `name` is to run (`--stage`).
+    pub fn wants(&self, name: &str) -> bool {
+        self.only
+            .as_ref()
+            .map_or(true, |o| o.iter().any(|p| name.contains(p.as_str())))
+    }
+
+    /// Records (and prints) one stage's counts and notes.
+    pub fn add(&mut self, name: &str, counts: Counts, notes: Vec<String>, took: Duration) {
         let line = format!(
             "xtask: stage {name}: {} passed, {} failed, {} skipped ({})",
             counts.passed,
@@ -112,23 +139,51 @@ pub fn parse_results(text: &str) -> Option<Counts> {
     found
 }
 
-struct Opts {
-    host: bool,
-    vm: bool,
-    test_args: Vec<String>,
+/// Options of `cargo xtask test`.
+pub struct Opts {
+    pub host: bool,
+    pub vm: bool,
+    /// The VM stages: (kernel, guest, topology).
+    pub vm_stages: Vec<(KernelSpec, Guest, Topo)>,
+    /// The kernels the VM stages boot, in order (each at least once).
+    pub kernels: Vec<KernelSpec>,
+    pub test_args: Vec<String>,
 }
 
 pub fn run(args: &[String]) -> Result<u8> {
     let mut opts = Opts {
         host: true,
         vm: true,
+        vm_stages: VM_STAGES
+            .iter()
+            .map(|&(k, g, t)| (KernelSpec::parse(k).expect("a known kernel"), g, t))
+            .collect(),
+        kernels: KERNELS.to_vec(),
         test_args: Vec::new(),
     };
+    let mut only = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--no-vm" => opts.vm = false,
             "--vm-only" => opts.host = false,
+            "--stage" => {
+                let v = it
+                    .next()
+                    .ok_or("--stage needs a value: part of a stage name")?;
+                only = Some(v.split(',').map(str::to_string).collect());
+            }
+            "--kernel" => {
+                let v = it
+                    .next()
+                    .ok_or("--kernel needs a value: 6.1, 6.12 or all")?;
+                opts.kernels = crate::parse_kernels(v, true)?;
+                opts.vm_stages = opts
+                    .kernels
+                    .iter()
+                    .flat_map(|&k| FULL_MATRIX.iter().map(move |&(g, t)| (k, g, t)))
+                    .collect();
+            }
             "--" => opts.test_args.extend(it.by_ref().cloned()),
             "--help" | "-h" => {
                 print!("{}", crate::HELP);
@@ -140,7 +195,13 @@ pub fn run(args: &[String]) -> Result<u8> {
         }
     }
     let t0 = Instant::now();
-    let mut report = Report::default();
+    // Everything the stages use, installed first (or a stop right here with the apt-get line).
+    crate::packages::ensure(crate::packages::Need::Test, "xtask")?;
+    let mut report = Report {
+        only,
+        ..Report::default()
+    };
+    // ---- the stages, in order ----
     if opts.host {
         check(
             &mut report,
@@ -168,12 +229,16 @@ pub fn run(args: &[String]) -> Result<u8> {
                 .env("RUSTDOCFLAGS", "-D warnings"),
         );
         host_tests(&mut report);
-        let (counts, notes, took) = crate::miri::stage();
-        report.add("miri", counts, notes, took);
+        if report.wants("miri") {
+            let (counts, notes, took) = crate::miri::stage();
+            report.add("miri", counts, notes, took);
+        }
     }
     if opts.vm {
         vm_stages(&mut report, &opts);
+        crate::usercrate::stage(&mut report, &opts);
     }
+    // ---- end of the stages ----
     let total = report.total();
     let mut text = String::new();
     for s in &report.stages {
@@ -210,7 +275,11 @@ pub fn run(args: &[String]) -> Result<u8> {
     })
 }
 
-fn check(report: &mut Report, name: &str, cmd: &mut Command) {
+/// Runs `cmd` as one stage that passes (exit 0) or fails as a whole.
+pub fn check(report: &mut Report, name: &str, cmd: &mut Command) {
+    if !report.wants(name) {
+        return;
+    }
     println!("xtask: ==== {name}: {}", util::show(cmd));
     let t = Instant::now();
     let (counts, notes) = match cmd.status() {
@@ -240,7 +309,7 @@ fn check(report: &mut Report, name: &str, cmd: &mut Command) {
 }
 
 /// Runs a command with its output shown and returns its stdout text and success.
-fn tee(cmd: &mut Command) -> Result<(String, std::process::ExitStatus)> {
+pub fn tee(cmd: &mut Command) -> Result<(String, std::process::ExitStatus)> {
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -269,6 +338,9 @@ fn tee(cmd: &mut Command) -> Result<(String, std::process::ExitStatus)> {
 }
 
 fn host_tests(report: &mut Report) {
+    if !report.wants("host tests") {
+        return;
+    }
     let mut cmd = util::cargo();
     cmd.args(["test", "--workspace", "--no-fail-fast"]);
     println!("xtask: ==== host tests: {}", util::show(&cmd));
@@ -297,7 +369,7 @@ fn host_tests(report: &mut Report) {
     report.add("host tests", counts, notes, t.elapsed());
 }
 
-fn fail_stage(report: &mut Report, name: &str, why: String, t: Instant) {
+pub fn fail_stage(report: &mut Report, name: &str, why: String, t: Instant) {
     report.add(
         name,
         Counts {
@@ -310,6 +382,12 @@ fn fail_stage(report: &mut Report, name: &str, why: String, t: Instant) {
 }
 
 fn vm_stages(report: &mut Report, opts: &Opts) {
+    let wanted = |k: &KernelSpec, g: &Guest, t: &Topo| {
+        report.wants(&format!("vm {} {}/{}", k.name, g.name(), t.name()))
+    };
+    if !report.wants("vm build") && !opts.vm_stages.iter().any(|(k, g, t)| wanted(k, g, t)) {
+        return;
+    }
     println!("xtask: ==== VM tests: static build of rverbs and of the integration tests (--cfg rverbs_vm)");
     let t = Instant::now();
     let built = (|| -> Result<(GuestTarget, PathBuf, build::VmTests)> {
@@ -342,17 +420,8 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
         t.elapsed(),
     );
 
-    let t = Instant::now();
-    let bed = match Bed::prepare() {
-        Ok(b) => b,
-        Err(e) => return fail_stage(report, "vm set-up", e.0, t),
-    };
-    println!(
-        "xtask: guest kernel {}, {:?}, set-up took {}",
-        bed.kernel.package,
-        bed.accel,
-        fmt_secs(t.elapsed())
-    );
+    // One bed per kernel, prepared on first use (download and unpacking are cached).
+    let mut beds: Vec<(KernelSpec, std::result::Result<Bed, String>)> = Vec::new();
 
     let mut dirs = BTreeSet::new();
     for a in &tests.tests {
@@ -368,6 +437,8 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
         rverbs: Some(rverbs),
         files,
         dirs: dirs.into_iter().collect(),
+        host_paths: vec![util::workspace_root(), util::target_dir()],
+        env: vec![],
     };
     let stage_timeout = env_secs("RVERBS_VM_STAGE_TIMEOUT", 900);
     let test_timeout = env_secs("RVERBS_VM_TEST_TIMEOUT", 300);
@@ -376,14 +447,48 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
     args.extend(opts.test_args.iter().cloned());
     let user_filter = !opts.test_args.is_empty();
 
-    for &(guest, topo) in VM_STAGES {
-        let name = format!("vm {}/{}", guest.name(), topo.name());
-        println!(
-            "xtask: ==== {name}: booting the {} guest, {} topology",
-            guest.name(),
-            topo.name()
-        );
+    for &(kernel, guest, topo) in &opts.vm_stages {
+        let name = format!("vm {} {}/{}", kernel.name, guest.name(), topo.name());
+        if !report.wants(&name) {
+            continue;
+        }
         let t = Instant::now();
+        if !beds.iter().any(|(k, _)| *k == kernel) {
+            println!(
+                "xtask: ==== vm set-up {}: packages, kernel, initramfs",
+                kernel.name
+            );
+            let b = Bed::prepare(&util::bed_config(kernel)).map_err(|e| e.0);
+            if let Ok(b) = &b {
+                println!(
+                    "xtask: guest kernel {} ({}), {:?}, set-up took {}",
+                    kernel.name,
+                    b.kernel.package,
+                    b.accel,
+                    fmt_secs(t.elapsed())
+                );
+            }
+            beds.push((kernel, b));
+        }
+        let bed = match beds.iter().find(|(k, _)| *k == kernel).map(|(_, b)| b) {
+            Some(Ok(b)) => b,
+            Some(Err(e)) => {
+                fail_stage(
+                    report,
+                    &name,
+                    format!("vm set-up of kernel {}: {e}", kernel.name),
+                    t,
+                );
+                continue;
+            }
+            None => unreachable!(),
+        };
+        println!(
+            "xtask: ==== {name}: booting the {} guest, {} topology, kernel {}",
+            guest.name(),
+            topo.name(),
+            kernel.name
+        );
         let mut stage_args = args.clone();
         if guest == Guest::Minimal {
             // Interop tests need rdma-core's C tools, which only the host guest has.
@@ -392,7 +497,7 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
         let spec = RunSpec {
             guest,
             topo,
-            label: &format!("test-{}-{}", guest.name(), topo.name()),
+            label: &format!("test-{}-{}-{}", kernel.name, guest.name(), topo.name()),
             script: runner_script(&tests.tests, &stage_args, test_timeout),
             cwd: None,
             timeout: stage_timeout,
@@ -416,7 +521,7 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
     }
 }
 
-fn env_secs(var: &str, default: u64) -> Duration {
+pub fn env_secs(var: &str, default: u64) -> Duration {
     Duration::from_secs(
         std::env::var(var)
             .ok()
@@ -433,10 +538,12 @@ fn runner_script(tests: &[build::Artifact], args: &[String], timeout: Duration) 
          run_one() {\n\
          \x20   i=$1; name=$2; dir=$3; shift 3\n\
          \x20   echo \"RVERBS-VM-TEST: [$i] $name\"\n\
+         \x20   t0=$(cut -d' ' -f1 /proc/uptime)\n\
          \x20   ( cd \"$dir\" 2>/dev/null || cd /; exec \"$@\" ) > \"$T/$i.log\" 2>&1\n\
          \x20   rc=$?\n\
          \x20   echo $rc > \"$T/$i.rc\"\n\
-         \x20   echo \"RVERBS-VM-TEST: [$i] $name: exit $rc; $(grep '^test result:' \"$T/$i.log\" | tail -n 1)\"\n\
+         \x20   dt=$(awk -v t0=\"$t0\" '{ printf \"%.1f\", $1 - t0 }' /proc/uptime)\n\
+         \x20   echo \"RVERBS-VM-TEST: [$i] $name: exit $rc after $dt s; $(grep '^test result:' \"$T/$i.log\" | tail -n 1)\"\n\
          }\n",
     );
     let args = util::shell_join(args);

@@ -8,7 +8,7 @@
 //!
 //! What Linux 6.1's rxe does where the verbs leave it to the device is asserted as measured in
 //! the VM (the reason is at each assertion):
-//! - a wrong lkey completes LOC_QP_OP_ERR (not LOC_PROT_ERR);
+//! - a wrong lkey completes LOC_QP_OP_ERR (not LOC_PROT_ERR; 6.12: WR_FLUSH_ERR);
 //! - a receive buffer too small: LOC_QP_OP_ERR at the receiver, REM_OP_ERR at the sender
 //!   (not LOC_LEN_ERR / REM_INV_REQ_ERR);
 //! - LOCAL_INV and SEND_WITH_INV cannot invalidate a user MR (only fast-registration MRs and
@@ -732,14 +732,14 @@ fn send_with_inv_and_local_inv() {
             path: FAST_FAIL,
             ..Opts::default()
         };
-        // LOCAL_INV of a user MR: LOC_QP_OP_ERR, and the QP goes to ERR.
+        // LOCAL_INV of a user MR: LOC_QP_OP_ERR (6.12: WR_FLUSH_ERR), and the QP goes to ERR.
         let (a, mut b) = rc_pair(t, &fast);
         let op = SendOp::LocalInv {
             invalidate_rkey: a.mr.rkey(),
         };
         send_ok(&a.qp, &[wr(1, op, &[])]);
         let wc = poll1(&a.cq);
-        assert_status(&wc, 1, WcStatus::LOC_QP_OP_ERR);
+        assert_status(&wc, 1, requester_local_error());
         assert_eq!(state(&a.qp), QpState::ERR);
         // Nothing was invalidated: B reads A's MR through its rkey over a new connection.
         a.mr.write_at(0, b"live");
@@ -1768,8 +1768,26 @@ fn srq_shared_by_two_qps() {
 // ---------------------------------------------------------------------------------------------
 // Error completions
 
-/// A wrong lkey fails the WR at the requester (rxe 6.1: LOC_QP_OP_ERR); the WR after it in the
-/// list is flushed; the responder sees nothing.
+/// The status of a send WR that fails locally at the requester (a wrong lkey, LOCAL_INV of a
+/// user MR). rxe 6.1 completes it LOC_QP_OP_ERR. rxe 6.12 moves the QP to ERR first, and its
+/// completer then flushes the whole send queue, the failed WR included: WR_FLUSH_ERR
+/// (measured; docs/abi.md). Kernels between the two were not measured.
+fn requester_local_error() -> WcStatus {
+    let r = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("kernel release");
+    let mut v = r
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    if (v.next().unwrap_or(0), v.next().unwrap_or(0)) >= (6, 12) {
+        WcStatus::WR_FLUSH_ERR
+    } else {
+        WcStatus::LOC_QP_OP_ERR
+    }
+}
+
+/// A wrong lkey fails the WR at the requester (rxe 6.1: LOC_QP_OP_ERR; 6.12: WR_FLUSH_ERR, see
+/// [`requester_local_error`]); the WR after it in the list is flushed; the responder sees
+/// nothing.
 #[test]
 #[cfg_attr(
     not(rverbs_vm),
@@ -1793,7 +1811,7 @@ fn error_wrong_lkey() {
         let wc = poll_n(&a.cq, 2);
         // rxe 6.1: the lkey lookup fails with EINVAL (not EFAULT) in copy_data(), which the
         // requester reports as LOC_QP_OP_ERR rather than LOC_PROT_ERR.
-        assert_status(&wc[0], 1, WcStatus::LOC_QP_OP_ERR);
+        assert_status(&wc[0], 1, requester_local_error());
         assert_status(&wc[1], 2, WcStatus::WR_FLUSH_ERR);
         assert_eq!(state(&a.qp), QpState::ERR);
         assert_quiet(&b.cq, "responder of a failed request");

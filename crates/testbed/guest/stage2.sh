@@ -4,7 +4,9 @@
 R=/tmp/rverbs-vm
 . "$R/guest.env"
 export PATH="$R/bin:$PATH:/usr/sbin:/sbin:/usr/bin:/bin"
-export HOME=/tmp RUST_BACKTRACE=1 RVERBS_VM=1 RVERBS_GUEST RVERBS_TOPO
+export HOME=/tmp RUST_BACKTRACE=1 RVERBS_VM=1 RVERBS_GUEST RVERBS_TOPO RVERBS_KERNEL
+# Variables the caller passed for the command (guest.env sets them).
+[ -n "$RVERBS_EXPORT" ] && export $RVERBS_EXPORT
 
 say() { echo "RVERBS-VM: $*"; }
 status() {
@@ -29,10 +31,15 @@ gid_of() {
 }
 
 # mkrxe NAME NETDEV ADDR: create an rxe device with our own binary (iproute2's rdma as a
-# loudly reported fallback in the host guest only), then wait until its port is ACTIVE and
+# loudly reported fallback in the host guest only; or iproute2's rdma when the run was given
+# no rverbs binary, RVERBS_RXE_TOOL=rdma), then wait until its port is ACTIVE and
 # GID index 1 holds the IPv4-mapped GID of ADDR (ib_core fills the GID table asynchronously).
 mkrxe() {
-    if command -v rverbs > /dev/null 2>&1 &&
+    if [ "$RVERBS_RXE_TOOL" = rdma ]; then
+        rdma link add "$1" type rxe netdev "$2" > "$R/rxe-$1.log" 2>&1 ||
+            fail "\`rdma link add $1 type rxe netdev $2\` failed: $(cat "$R/rxe-$1.log")"
+        say "created $1 on $2 with iproute2's \`rdma link add\`"
+    elif command -v rverbs > /dev/null 2>&1 &&
         rverbs link add "$1" type rxe netdev "$2" > "$R/rxe-$1.log" 2>&1 &&
         [ -e "/sys/class/infiniband/$1" ]; then
         say "created $1 on $2 with \`rverbs link add\`"

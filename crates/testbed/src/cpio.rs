@@ -24,6 +24,7 @@ impl Default for Cpio {
 }
 
 impl Cpio {
+    /// An empty archive.
     pub fn new() -> Self {
         Cpio {
             buf: Vec::new(),
@@ -80,6 +81,7 @@ impl Cpio {
         }
     }
 
+    /// Adds a directory (and its parents).
     pub fn dir(&mut self, path: &str) {
         self.parents(path);
         let p = path.trim_matches('/').to_string();
@@ -88,16 +90,19 @@ impl Cpio {
         }
     }
 
+    /// Adds a regular file with permission bits `perm`.
     pub fn file(&mut self, path: &str, perm: u32, data: &[u8]) {
         self.parents(path);
         self.entry(path, S_IFREG | (perm & 0o7777), (0, 0), data);
     }
 
+    /// Adds a symbolic link to `target`.
     pub fn symlink(&mut self, path: &str, target: &str) {
         self.parents(path);
         self.entry(path, S_IFLNK | 0o777, (0, 0), target.as_bytes());
     }
 
+    /// Adds a character device node.
     pub fn char_dev(&mut self, path: &str, perm: u32, major: u32, minor: u32) {
         self.parents(path);
         self.entry(path, S_IFCHR | (perm & 0o7777), (major, minor), &[]);
@@ -109,6 +114,7 @@ impl Cpio {
         self.buf
     }
 
+    /// Writes the archive, trailer included.
     pub fn write_to(self, w: &mut impl Write) -> io::Result<()> {
         w.write_all(&self.finish())
     }

@@ -3,8 +3,8 @@
 
 use crate::cpio::Cpio;
 use crate::host::{self, HostTools};
-use crate::kernel::{self, Kernel};
-use crate::util::{self, fmt_secs, Context, Result};
+use crate::kernel::{self, Kernel, KernelSpec};
+use crate::util::{self, fmt_secs, say, Context, Result};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -19,6 +19,7 @@ const KEEP_RUNS: usize = 30;
 const KVM_PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The two guests.
 pub enum Guest {
     /// busybox, the modules and our static binaries only.
     Minimal,
@@ -27,12 +28,16 @@ pub enum Guest {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The two topologies (docs/testing.md).
 pub enum Topo {
+    /// `rxe0` on the dummy netdev `d0`.
     One,
+    /// `rxe1`/`rxe2` on the veth pair `ve1`/`ve2` (and `rxe0`).
     Two,
 }
 
 impl Guest {
+    /// `minimal` or `host`.
     pub fn parse(s: &str) -> Option<Guest> {
         match s {
             "minimal" => Some(Guest::Minimal),
@@ -40,6 +45,7 @@ impl Guest {
             _ => None,
         }
     }
+    /// The name `parse` takes.
     pub fn name(self) -> &'static str {
         match self {
             Guest::Minimal => "minimal",
@@ -49,6 +55,7 @@ impl Guest {
 }
 
 impl Topo {
+    /// `one` or `two`.
     pub fn parse(s: &str) -> Option<Topo> {
         match s {
             "one" => Some(Topo::One),
@@ -56,6 +63,7 @@ impl Topo {
             _ => None,
         }
     }
+    /// The name `parse` takes.
     pub fn name(self) -> &'static str {
         match self {
             Topo::One => "one",
@@ -65,8 +73,11 @@ impl Topo {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How QEMU runs the guest.
 pub enum Accel {
+    /// Software emulation.
     Tcg,
+    /// KVM (only when a test boot proved it works).
     Kvm,
 }
 
@@ -83,28 +94,68 @@ pub enum Display {
     Interactive,
 }
 
+/// Where a bed keeps things and which kernel it boots.
+#[derive(Debug, Clone)]
+pub struct BedConfig {
+    /// Kernels, package lists and the KVM verdict (kept between runs).
+    pub cache_dir: PathBuf,
+    /// One directory per guest run (console log, outputs); the newest 30 are kept.
+    pub runs_dir: PathBuf,
+    /// The kernel to boot.
+    pub kernel: KernelSpec,
+}
+
+impl BedConfig {
+    /// The runner's defaults: everything under the user's cache directory
+    /// ([`util::user_cache_dir`]), runs in its `runs/`.
+    pub fn user(kernel: KernelSpec) -> BedConfig {
+        let cache_dir = util::user_cache_dir();
+        BedConfig {
+            runs_dir: cache_dir.join("runs"),
+            cache_dir,
+            kernel,
+        }
+    }
+}
+
 /// Everything a boot needs that does not change between runs.
 pub struct Bed {
+    /// QEMU and busybox.
     pub tools: HostTools,
+    /// The kernel and its modules.
     pub kernel: Kernel,
+    /// TCG or KVM (probed once, cached).
     pub accel: Accel,
+    /// Where things are kept.
+    pub config: BedConfig,
     base_initrd: Vec<u8>,
 }
 
 /// Our binaries for a run.
 #[derive(Default)]
 pub struct Payload {
-    /// The static `rverbs` binary: /bin/rverbs in the minimal guest, on `$PATH` in both.
+    /// The static `rverbs` binary: /bin/rverbs in the minimal guest, on `$PATH` in both; the
+    /// guests create their rxe devices with it (`rverbs link add`). Without it they use
+    /// iproute2's `rdma link add` (the host's, with its libraries, in the minimal guest).
     pub rverbs: Option<PathBuf>,
     /// Files the minimal guest needs at the same absolute path as on this machine (test
-    /// binaries, the binaries they run); the host guest sees them through its root share.
+    /// binaries, the binaries they run; a dynamically linked one brings its libraries); the
+    /// host guest sees them through its root share.
     pub files: Vec<PathBuf>,
     /// Directories to create in the minimal guest (the tests' working directories).
     pub dirs: Vec<String>,
+    /// Host paths the host guest must see although they are under /tmp or /run (which it
+    /// covers with a tmpfs): a workspace, a target directory.
+    pub host_paths: Vec<PathBuf>,
+    /// Environment variables exported to the command in the guest (after the bed's own).
+    pub env: Vec<(String, String)>,
 }
 
+/// One guest run.
 pub struct RunSpec<'a> {
+    /// Which guest.
     pub guest: Guest,
+    /// Which topology.
     pub topo: Topo,
     /// Short name for the run directory.
     pub label: &'a str,
@@ -112,12 +163,16 @@ pub struct RunSpec<'a> {
     pub script: String,
     /// Working directory for the script (when it exists in the guest).
     pub cwd: Option<String>,
+    /// Killed after this (boot included); a hang is reported as such.
     pub timeout: Duration,
+    /// What the terminal shows.
     pub display: Display,
+    /// The binaries to bring.
     pub payload: &'a Payload,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// How a guest run ended.
 pub enum GuestStatus {
     /// The command ran; its exit code.
     Exited(i32),
@@ -127,12 +182,17 @@ pub enum GuestStatus {
     Lost(String),
 }
 
+/// What a guest run produced.
 pub struct Outcome {
+    /// How it ended.
     pub status: GuestStatus,
+    /// Its run directory (kept).
     pub run_dir: PathBuf,
+    /// The whole serial console.
     pub console_log: PathBuf,
     /// From QEMU's start to the guest's "ready" (command about to run).
     pub ready_after: Option<Duration>,
+    /// QEMU's start to its end.
     pub elapsed: Duration,
     /// rxe devices that were created with iproute2's fallback instead of `rverbs link add`.
     pub fallback: Vec<String>,
@@ -141,10 +201,12 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// The command ran and exited 0.
     pub fn success(&self) -> bool {
         self.status == GuestStatus::Exited(0)
     }
 
+    /// One line saying how the run ended.
     pub fn describe(&self) -> String {
         match &self.status {
             GuestStatus::Exited(c) => format!("command exited with code {c}"),
@@ -170,20 +232,22 @@ impl Outcome {
 }
 
 impl Bed {
-    /// Host tools, kernel, base initramfs and the KVM verdict (all cached).
-    pub fn prepare() -> Result<Bed> {
-        let vm_dir = util::vm_dir();
-        fs::create_dir_all(&vm_dir).context(|| format!("cannot create {}", vm_dir.display()))?;
+    /// Host tools (installed when missing and root), kernel, base initramfs and the KVM
+    /// verdict (all cached in `config.cache_dir`). Says what it does on stderr.
+    pub fn prepare(config: &BedConfig) -> Result<Bed> {
+        let vm_dir = &config.cache_dir;
+        fs::create_dir_all(vm_dir).context(|| format!("cannot create {}", vm_dir.display()))?;
         let tools = host::ensure()?;
-        let kernel = kernel::prepare(&vm_dir)?;
+        let kernel = kernel::prepare(vm_dir, config.kernel)?;
         let base_initrd = base_initramfs(&tools, &kernel)?;
         let mut bed = Bed {
             tools,
             kernel,
             accel: Accel::Tcg,
+            config: config.clone(),
             base_initrd,
         };
-        bed.accel = bed.choose_accel(&vm_dir);
+        bed.accel = bed.choose_accel(vm_dir);
         Ok(bed)
     }
 
@@ -201,7 +265,7 @@ impl Bed {
         {
             return Accel::Tcg;
         }
-        let cache = vm_dir.join("kvm-verdict");
+        let cache = vm_dir.join(format!("kvm-verdict-{}", self.kernel.spec.suite));
         let key = format!("{} {}", self.kernel.package, self.tools.qemu.display());
         if let Ok(v) = fs::read_to_string(&cache) {
             if let Some(rest) = v.trim().strip_prefix(&key) {
@@ -212,27 +276,24 @@ impl Bed {
                 };
             }
         }
-        eprintln!(
-            "xtask: probing KVM with a test boot ({} s at most, the verdict is cached in {})",
+        say(format!(
+            "probing KVM with a test boot ({} s at most, the verdict is cached in {})",
             KVM_PROBE_TIMEOUT.as_secs(),
             cache.display()
-        );
+        ));
         let verdict = match self.probe_kvm(vm_dir) {
             Ok(true) => Accel::Kvm,
             Ok(false) => Accel::Tcg,
             Err(e) => {
-                eprintln!("xtask: KVM probe failed: {e}");
+                say(format!("KVM probe failed: {e}"));
                 Accel::Tcg
             }
         };
-        eprintln!(
-            "xtask: {}",
-            if verdict == Accel::Kvm {
-                "KVM works: using it"
-            } else {
-                "KVM did not boot the guest: using software emulation (TCG)"
-            }
-        );
+        say(if verdict == Accel::Kvm {
+            "KVM works: using it"
+        } else {
+            "KVM did not boot the guest: using software emulation (TCG)"
+        });
         let _ = fs::write(
             &cache,
             format!(
@@ -259,10 +320,10 @@ impl Bed {
         let _ = fs::remove_file(&initrd);
         let (_, timed_out) = r?;
         if timed_out {
-            eprintln!(
-                "xtask: the KVM probe boot hung (killed after {})",
+            say(format!(
+                "the KVM probe boot hung (killed after {})",
                 fmt_secs(started.elapsed())
-            );
+            ));
         }
         Ok(seen && !timed_out)
     }
@@ -298,7 +359,7 @@ impl Bed {
 
     /// Boots a guest, runs `spec.script` in it and collects the result.
     pub fn run(&self, spec: &RunSpec) -> Result<Outcome> {
-        let run_dir = new_run_dir(spec.label)?;
+        let run_dir = new_run_dir(&self.config.runs_dir, spec.label)?;
         let console_log = run_dir.join("console.log");
         // The run share: scripts in, status and logs out.
         let mut env = format!(
@@ -307,9 +368,10 @@ impl Bed {
             spec.topo.name()
         );
         if spec.guest == Guest::Host {
-            let mut needed = vec![util::workspace_root(), util::target_dir()];
+            let mut needed = spec.payload.host_paths.clone();
             needed.extend(spec.cwd.iter().map(PathBuf::from));
             needed.extend(spec.payload.files.iter().cloned());
+            needed.extend(spec.payload.rverbs.iter().cloned());
             let binds = hidden_host_paths(&needed);
             env.push_str(&format!(
                 "RVERBS_HOST_BINDS={}\n",
@@ -318,6 +380,25 @@ impl Bed {
         }
         if let Some(cwd) = &spec.cwd {
             env.push_str(&format!("RVERBS_CWD={}\n", util::shell_quote(cwd)));
+        }
+        env.push_str(&format!(
+            "RVERBS_RXE_TOOL={}\nRVERBS_KERNEL={}\n",
+            if spec.payload.rverbs.is_some() {
+                "rverbs"
+            } else {
+                "rdma"
+            },
+            self.kernel.spec.name
+        ));
+        let mut names = Vec::new();
+        for (k, v) in &spec.payload.env {
+            if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                env.push_str(&format!("{k}={}\n", util::shell_quote(v)));
+                names.push(k.as_str());
+            }
+        }
+        if !names.is_empty() {
+            env.push_str(&format!("RVERBS_EXPORT='{}'\n", names.join(" ")));
         }
         write(&run_dir.join("guest.env"), env.as_bytes())?;
         write(&run_dir.join("stage2.sh"), STAGE2.as_bytes())?;
@@ -344,9 +425,32 @@ impl Bed {
             for d in &spec.payload.dirs {
                 extra.dir(d);
             }
-            for f in &spec.payload.files {
-                let bytes = fs::read(f).context(|| format!("cannot read {}", f.display()))?;
-                extra.file(&f.to_string_lossy(), 0o755, &bytes);
+            let mut files: Vec<PathBuf> = spec.payload.files.clone();
+            if spec.payload.rverbs.is_none() {
+                let rdma = util::which("rdma").ok_or(
+                    "the minimal guest needs a static `rverbs` binary or iproute2's `rdma` to \
+                     create its rxe devices (install iproute2, or give the rverbs binary)",
+                )?;
+                files.push(rdma);
+            }
+            let mut added = std::collections::BTreeSet::new();
+            for f in &files {
+                let key = f.to_string_lossy().into_owned();
+                if added.insert(key.clone()) {
+                    let bytes = fs::read(f).context(|| format!("cannot read {}", f.display()))?;
+                    extra.file(&key, 0o755, &bytes);
+                }
+                // A dynamically linked binary brings its loader and libraries along.
+                if !util::elf_is_static(f).unwrap_or(true) {
+                    for lib in util::shared_libs(f)? {
+                        let key = lib.to_string_lossy().into_owned();
+                        if added.insert(key.clone()) {
+                            let bytes = fs::read(&lib)
+                                .context(|| format!("cannot read {}", lib.display()))?;
+                            extra.file(&key, 0o755, &bytes);
+                        }
+                    }
+                }
             }
         }
         let initrd = run_dir.join("initrd.img");
@@ -533,7 +637,8 @@ fn drive(
                 timed_out = true;
                 let _ = writeln!(
                     logf,
-                    "xtask: TIMEOUT after {}: killing QEMU",
+                    "{}: TIMEOUT after {}: killing QEMU",
+                    util::prefix(),
                     fmt_secs(timeout)
                 );
                 let _ = child.kill();
@@ -626,11 +731,10 @@ fn qemu_escape(s: &str) -> String {
     s.replace(',', ",,")
 }
 
-fn new_run_dir(label: &str) -> Result<PathBuf> {
-    let runs = util::vm_dir().join("runs");
-    fs::create_dir_all(&runs).context(|| format!("cannot create {}", runs.display()))?;
+fn new_run_dir(runs: &Path, label: &str) -> Result<PathBuf> {
+    fs::create_dir_all(runs).context(|| format!("cannot create {}", runs.display()))?;
     // Keep the newest runs only (names sort by time).
-    if let Ok(rd) = fs::read_dir(&runs) {
+    if let Ok(rd) = fs::read_dir(runs) {
         let mut names: Vec<_> = rd.flatten().map(|e| e.path()).collect();
         names.sort();
         let excess = names.len().saturating_sub(KEEP_RUNS - 1);

@@ -1,0 +1,15 @@
+//! rverbs-testbed: boots QEMU guests with soft-RoCE (rxe) devices on Debian's own kernels and
+//! runs programs in them. Used by `rverbs-vm` (the runner for any crate's tests, see
+//! docs/testing.md "Testing your crate on RDMA") and by the rverbs workspace's `cargo xtask`.
+//!
+//! std only; it depends on no rverbs crate (it sits beside them, see docs/architecture.md).
+
+#![warn(missing_docs)]
+
+pub mod cpio;
+pub mod host;
+pub mod kernel;
+pub mod packages;
+pub mod runner;
+pub mod util;
+pub mod vm;

@@ -1,0 +1,208 @@
+//! The runner as its users meet it: `rverbs-vm` run as a program. The tests that boot a guest
+//! (a few seconds to a minute each under emulation) are ignored in plain `cargo test`;
+//! `cargo xtask test` runs them (stage "runner boot tests", `--include-ignored`) with the
+//! xtask's kernel cache. `RVERBS_VM_BIN` names the binary when the test is not run by cargo.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn runner() -> Command {
+    let bin = std::env::var_os("RVERBS_VM_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_rverbs-vm")));
+    Command::new(bin)
+}
+
+fn run(args: &[&str]) -> (Option<i32>, String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = runner()
+        .args(args)
+        .output()
+        .expect("cannot start rverbs-vm");
+    let (out, err) = (
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    );
+    eprintln!("---- stdout\n{out}---- stderr\n{err}----");
+    (status.code(), out, err)
+}
+
+fn busybox() -> &'static str {
+    ["/bin/busybox", "/usr/bin/busybox"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("no busybox (busybox-static) on this machine")
+}
+
+#[test]
+fn usage_errors_exit_2_and_say_what_is_wrong() {
+    let (code, _, err) = run(&["run", "--topo", "three", "--", "true"]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("--topo must be one or two, not `three`"),
+        "{err}"
+    );
+    let (code, _, err) = run(&["run"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("needs a PROGRAM"), "{err}");
+    let (code, _, err) = run(&["run", "--", "/no/such/test-binary"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("/no/such/test-binary: no such file"), "{err}");
+    let (code, _, err) = run(&["frobnicate"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("unknown command `frobnicate`"), "{err}");
+    let (code, out, _) = run(&["help"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        out.contains("CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUNNER"),
+        "{out}"
+    );
+}
+
+/// No kernel package to be had (a mirror nobody serves, an empty cache): a clear error that
+/// names the kernel, exit 2, no guest.
+#[test]
+fn a_kernel_that_cannot_be_obtained_is_named() {
+    let cache =
+        std::env::temp_dir().join(format!("rverbs-testbed-nokernel-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let out = runner()
+        .args(["prepare", "--kernel", "6.12"])
+        .env("RVERBS_TESTBED_CACHE", &cache)
+        .env("RVERBS_TESTBED_MIRROR", "http://127.0.0.1:9/debian")
+        .output()
+        .expect("cannot start rverbs-vm");
+    let _ = std::fs::remove_dir_all(&cache);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    // Without the bed's packages (and not root) the runner stops earlier, naming those.
+    assert!(
+        err.contains("guest kernel 6.12 is not obtainable")
+            || err.contains("missing Debian package"),
+        "{err}"
+    );
+}
+
+/// Packages missing and no installing (not root, or RVERBS_TESTBED_NO_INSTALL=1): stop at
+/// once with the exact apt-get line. A dpkg-query that knows nothing stands in for a fresh
+/// machine.
+#[test]
+fn missing_packages_stop_with_the_apt_get_line() {
+    let dir = std::env::temp_dir().join(format!("rverbs-testbed-nodpkg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = dir.join("dpkg-query");
+    std::fs::write(&fake, "#!/bin/sh\nexit 1\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let t = std::time::Instant::now();
+    let out = runner()
+        .args(["run", "--", "/bin/true"])
+        .env("PATH", path)
+        .env("RVERBS_TESTBED_NO_INSTALL", "1")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "apt-get install -y --no-install-recommends qemu-system-x86 busybox-static kmod xz-utils iproute2\n"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("kmod") && err.contains("depmod"),
+        "the why column: {err}"
+    );
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(10),
+        "not at once: {:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
+#[ignore = "boots a guest: run by cargo xtask test (stage runner boot tests)"]
+fn exit_code_output_and_variables_come_back() {
+    // A static program: the minimal guest.
+    let script = "echo out-$RVERBS_GUEST-$RVERBS_TOPO-$RVERBS_DEV_A-$RVERBS_TEST_X; \
+                  test -e /sys/class/infiniband/$RVERBS_DEV_A/ports/1/gids/1 || exit 9; exit 7";
+    let out = runner()
+        .args(["run", "--", busybox(), "sh", "-c", script])
+        .env("RVERBS_TEST_X", "passed")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("out-minimal-one-rxe0-passed"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(stderr.contains("booting the minimal guest"), "{stderr}");
+}
+
+#[test]
+#[ignore = "boots a guest: run by cargo xtask test (stage runner boot tests)"]
+fn a_dynamic_program_runs_in_the_host_guest_two_nodes() {
+    // /bin/sh of this machine is dynamically linked: the host guest, from the current dir.
+    let dir = std::env::current_dir().unwrap();
+    let (code, out, err) = run(&[
+        "run",
+        "--topo",
+        "two",
+        "--",
+        "/bin/sh",
+        "-c",
+        "echo in-$RVERBS_GUEST-$RVERBS_DEV_A-$RVERBS_DEV_B; pwd",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("in-host-rxe1-rxe2"), "{out}");
+    assert!(out.contains(&dir.to_string_lossy().into_owned()), "{out}");
+}
+
+#[test]
+#[ignore = "boots a guest: run by cargo xtask test (stage runner boot tests)"]
+fn a_crashing_program_fails_with_its_signal_and_the_console_tail() {
+    let (code, _, err) = run(&[
+        "run",
+        "--",
+        busybox(),
+        "sh",
+        "-c",
+        "echo about-to-crash; kill -SEGV $$",
+    ]);
+    assert_eq!(code, Some(128 + 11), "{err}");
+    assert!(err.contains("killed by signal 11"), "{err}");
+    assert!(
+        err.contains("---- last") && err.contains("about-to-crash"),
+        "{err}"
+    );
+}
+
+#[test]
+#[ignore = "boots a guest: run by cargo xtask test (stage runner boot tests)"]
+fn a_hanging_program_is_killed_at_the_timeout_and_fails() {
+    let (code, out, err) = run(&[
+        "run",
+        "--timeout",
+        "60",
+        "--",
+        busybox(),
+        "sh",
+        "-c",
+        "echo hanging-now; sleep 1000",
+    ]);
+    assert_eq!(code, Some(125), "{err}");
+    assert!(out.contains("hanging-now"), "{out}");
+    assert!(err.contains("hung and was killed after 60.0 s"), "{err}");
+    assert!(err.contains("---- last"), "{err}");
+}
