@@ -461,10 +461,8 @@ impl Iterator for CqView<'_> {
     /// long as the previous one filled the slots (so an iteration ends).
     #[inline]
     fn next(&mut self) -> Option<RawWc> {
-        if self.pos == self.len {
-            if self.len < self.slots.len() || self.next_batch() == 0 {
-                return None;
-            }
+        if self.pos == self.len && (self.len < self.slots.len() || self.next_batch() == 0) {
+            return None;
         }
         let w = self.slots[self.pos];
         self.pos += 1;
