@@ -4,6 +4,7 @@
 mod build;
 mod json;
 mod miri;
+mod mlx5_oracle;
 mod testcmd;
 mod usercrate;
 mod util;
@@ -69,6 +70,10 @@ USAGE:
             --verbose         show the whole console (kernel messages included)
             --shell           an interactive shell in the guest on this terminal (no
                               timeout; its exit status is the command's)
+    cargo xtask mlx5-oracle [--check | --script FILE]
+        Regenerates the golden dumps of libmlx5 for crates/provider/tests/mlx5_oracle/*.script
+        (--check: proves the committed ones are what libmlx5 gives; --script: runs FILE
+        through libmlx5 and rverbs and prints `identical` or the first difference).
     cargo xtask setup [--kernel 6.1|6.12|all]
         Prepares everything (packages, kernels, modules, KVM verdict, static build), says where.
     cargo xtask help
@@ -97,6 +102,7 @@ fn main() -> ExitCode {
         Some("vm") => cmd_vm(&args[1..]),
         Some("demo") => cmd_demo(&args[1..]),
         Some("test") => testcmd::run(&args[1..]),
+        Some("mlx5-oracle") => mlx5_oracle::run(&args[1..]),
         Some("setup") => cmd_setup(&args[1..]),
         Some(other) => Err(util::Error(format!(
             "unknown command `{other}` (see `cargo xtask help`)"

@@ -229,6 +229,13 @@ pub fn run(args: &[String]) -> Result<u8> {
                 .env("RUSTDOCFLAGS", "-D warnings"),
         );
         host_tests(&mut report);
+        // rdma-core's libmlx5 still produces the committed mlx5 dumps (xtask/src/mlx5_oracle.rs).
+        let exe = std::env::current_exe().unwrap_or_else(|_| "cargo-xtask".into());
+        check(
+            &mut report,
+            "mlx5 oracle",
+            Command::new(exe).args(["mlx5-oracle", "--check"]),
+        );
         if report.wants("miri") {
             let (counts, notes, took) = crate::miri::stage();
             report.add("miri", counts, notes, took);

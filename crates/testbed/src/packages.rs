@@ -53,6 +53,7 @@ pub const PACKAGES: &[Package] = &[
     p("gcc",               Test, "cc for the ABI layout probes"),
     p("libc6-dev",         Test, "C headers for the ABI layout probes"),
     p("linux-libc-dev",    Test, "the kernel uapi headers the ABI is checked against"),
+    p("libibverbs-dev",    Test, "verbs.h and libibverbs.so for the mlx5 oracle harness"),
 ];
 
 /// The package names needed for `need` (a `Test` run needs the `Bed` rows too), in table

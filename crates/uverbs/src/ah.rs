@@ -161,7 +161,7 @@ impl Ah {
         let driver = ctx.driver()?;
         let user_handle = crate::util::next_user_handle();
         let mut handle: Option<u32> = None;
-        let res = driver.create_ah(&mut |uhw_in, uhw_out| {
+        let res = driver.create_ah_for(&attr, &mut |uhw_in, uhw_out| {
             let req = ib_uverbs_create_ah {
                 response: 0,
                 user_handle,

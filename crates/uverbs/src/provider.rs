@@ -119,6 +119,17 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// Creates an address handle; returns the provider's number for it (rxe: `ah_num`), which
     /// UD sends carry.
     fn create_ah(&self, create: &mut CreateFn<'_, u32>) -> Result<u32>;
+
+    /// Creates an address handle for `attr` (mlx5 builds its address vector from it).
+    /// Default: [`Driver::create_ah`].
+    fn create_ah_for(
+        &self,
+        attr: &crate::ah::AhAttr,
+        create: &mut CreateFn<'_, u32>,
+    ) -> Result<u32> {
+        let _ = attr;
+        self.create_ah(create)
+    }
 }
 
 /// A CQ's data path.
@@ -228,6 +239,13 @@ pub trait QpOps: Send + fmt::Debug {
         qp: KernelObj<'_>,
         wrs: &[RecvWr<'_>],
     ) -> std::result::Result<(), PostError>;
+
+    /// The capacities the provider really gives, when they differ from what the kernel's
+    /// create response says (mlx5: libmlx5's sizing is what posts are checked against).
+    /// Default: `None` (the kernel's answer).
+    fn caps(&self) -> Option<QpCaps> {
+        None
+    }
 }
 
 /// An SRQ's data path.

@@ -447,6 +447,7 @@ impl Qp {
         match res {
             Ok(ops) => {
                 let k = created.expect("provider built a QP without creating it");
+                let caps = ops.caps().unwrap_or(k.caps);
                 tracing::debug!(device = ctx.name(), qpn = k.qp_num, "QP created");
                 Ok(Arc::new(Qp {
                     pd: pd.clone(),
@@ -456,7 +457,7 @@ impl Qp {
                     qp_type: init.qp_type,
                     handle: k.handle,
                     qp_num: k.qp_num,
-                    caps: k.caps,
+                    caps,
                     sq_sig_all: init.sq_sig_all,
                     user_handle,
                     state: AtomicU8::new(QpState::RESET.0),

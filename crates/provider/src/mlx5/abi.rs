@@ -154,3 +154,118 @@ pub const MLX5_IB_MMAP_NC_PAGE: u32 = 3;
 pub const MLX5_CQE_VERSION_V0: u8 = 0;
 /// `MLX5_CQE_VERSION_V1`: CQEs carry the user index given at QP creation in `srqn_uidx`.
 pub const MLX5_CQE_VERSION_V1: u8 = 1;
+
+/// `struct mlx5_ib_create_qp` (56 bytes): driver data of CREATE_QP.
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct mlx5_ib_create_qp {
+    /// The QP buffer (RQ first, SQ after it).
+    pub buf_addr: u64,
+    /// The doorbell record (two big-endian u32: receive, send).
+    pub db_addr: u64,
+    /// Send WQE basic blocks (64 bytes each), a power of two.
+    pub sq_wqe_count: u32,
+    /// Receive WQEs, a power of two.
+    pub rq_wqe_count: u32,
+    /// log2 of the receive WQE size.
+    pub rq_wqe_shift: u32,
+    /// `MLX5_QP_FLAG_*`.
+    pub flags: u32,
+    /// User index (CQE version 1), `0xffffff` with CQE version 0.
+    pub uidx: u32,
+    /// Blue-flame register asked for (with `MLX5_QP_FLAG_BFREG_INDEX`), else 0.
+    pub bfreg_index: u32,
+    /// Raw-packet QPs only: a separate SQ buffer.
+    pub sq_buf_addr: u64,
+    /// Enhanced connection establishment options.
+    pub ece_options: u32,
+    /// DCI streams (DC only): `log_num_concurent`, `log_num_errored`.
+    pub dci_streams: [u8; 2],
+    /// Reserved, zero.
+    pub reserved: u16,
+}
+
+/// `struct mlx5_ib_create_qp_resp` (40 bytes).
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct mlx5_ib_create_qp_resp {
+    /// The blue-flame register the kernel gave the QP (libmlx5's `bfs[]` numbering: four per
+    /// UAR, of which the first two are usable).
+    pub bfreg_index: u32,
+    /// Enhanced connection establishment options.
+    pub ece_options: u32,
+    /// `MLX5_IB_CREATE_QP_RESP_MASK_*`.
+    pub comp_mask: u32,
+    /// Raw-packet / RSS QPs only.
+    pub tirn: u32,
+    /// Raw-packet QPs only.
+    pub tisn: u32,
+    /// Raw-packet QPs only.
+    pub rqn: u32,
+    /// Raw-packet QPs only.
+    pub sqn: u32,
+    /// Reserved.
+    pub reserved1: u32,
+    /// RSS QPs only.
+    pub tir_icm_addr: u64,
+}
+
+/// `struct mlx5_ib_create_srq` (32 bytes): driver data of CREATE_SRQ.
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct mlx5_ib_create_srq {
+    /// The SRQ buffer.
+    pub buf_addr: u64,
+    /// The doorbell record (one big-endian u32: the WQE counter).
+    pub db_addr: u64,
+    /// `MLX5_SRQ_FLAG_SIGNATURE` or 0.
+    pub flags: u32,
+    /// Explicit padding.
+    pub reserved0: u32,
+    /// User index (CQE version 1).
+    pub uidx: u32,
+    /// Reserved.
+    pub reserved1: u32,
+}
+
+/// `struct mlx5_ib_create_srq_resp` (8 bytes).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct mlx5_ib_create_srq_resp {
+    /// The SRQ number.
+    pub srqn: u32,
+    /// Reserved.
+    pub reserved: u32,
+}
+
+/// `struct mlx5_ib_create_ah_resp` (16 bytes): the destination MAC on RoCE.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct mlx5_ib_create_ah_resp {
+    /// Bytes the kernel filled.
+    pub response_length: u32,
+    /// Destination MAC address.
+    pub dmac: [u8; 6],
+    /// Reserved.
+    pub reserved: [u8; 6],
+}
+
+/// `MLX5_QP_FLAG_SCATTER_CQE`: small messages land in the CQE (rverbs never asks: its poller
+/// does not take scattered CQEs).
+pub const MLX5_QP_FLAG_SCATTER_CQE: u32 = 1 << 1;
+/// `MLX5_QP_FLAG_BFREG_INDEX`: `bfreg_index` names a dynamically allocated register.
+pub const MLX5_QP_FLAG_BFREG_INDEX: u32 = 1 << 3;
+/// `MLX5_BF_OFFSET`: blue-flame registers start at this offset in a UAR.
+pub const MLX5_BF_OFFSET: usize = 0x800;
+/// Blue-flame registers per 4 KiB UAR in libmlx5's numbering (`NUM_BFREGS_PER_UAR`).
+pub const MLX5_BFREGS_PER_UAR: u32 = 4;

@@ -72,13 +72,14 @@ pub fn ring_entries(cqe: u32) -> rverbs_uverbs::Result<u32> {
 }
 
 /// Anonymous, page-aligned memory that stays at one address until dropped.
-struct Region {
+pub(crate) struct Region {
     ptr: NonNull<u8>,
     len: usize,
 }
 
 impl Region {
-    fn new(len: usize) -> rverbs_uverbs::Result<Self> {
+    /// Maps `len` zeroed bytes.
+    pub(crate) fn new(len: usize) -> rverbs_uverbs::Result<Self> {
         use rustix::mm::{mmap_anonymous, MapFlags, ProtFlags};
         // SAFETY: a fresh private anonymous mapping at an address the kernel picks; it aliases
         // nothing. Anonymous memory is zero-filled.
@@ -90,10 +91,15 @@ impl Region {
                 MapFlags::PRIVATE,
             )
         }
-        .map_err(|e| Error::os("mmap mlx5 CQ buffer", e).with_detail(format!("{len} bytes")))?;
+        .map_err(|e| Error::os("mmap mlx5 queue buffer", e).with_detail(format!("{len} bytes")))?;
         let ptr = NonNull::new(p.cast::<u8>())
-            .ok_or_else(|| Error::protocol("mmap mlx5 CQ buffer", "kernel returned NULL"))?;
+            .ok_or_else(|| Error::protocol("mmap mlx5 queue buffer", "kernel returned NULL"))?;
         Ok(Self { ptr, len })
+    }
+
+    /// The start of the memory.
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
     }
 }
 

@@ -1,6 +1,6 @@
-//! mlx5 as a [`Driver`]: context set-up (alloc_ucontext driver data, UAR page 0 mapped for CQ
-//! doorbells) and the CQ data path. QPs, SRQs and AHs on mlx5 are not implemented yet: their
-//! creation fails with an error that says so, before anything is created in the kernel.
+//! mlx5 as a [`Driver`]: context set-up (alloc_ucontext driver data, the static UAR pages
+//! mapped), CQs, QPs (RC, UC, UD), SRQs and AHs, and the registry through which the CQ poller
+//! finds the `wr_id` of each completion.
 
 #![allow(unsafe_code)]
 
@@ -16,13 +16,26 @@ use rverbs_uverbs::provider::{
 use rverbs_uverbs::{Error, WorkCompletion};
 use zerocopy::IntoBytes;
 
-use super::abi::{mlx5_ib_alloc_ucontext_resp, mlx5_ib_create_cq_resp};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use rverbs_uverbs::ah::AhAttr;
+
+use super::abi::{
+    mlx5_ib_alloc_ucontext_resp, mlx5_ib_create_ah_resp, mlx5_ib_create_cq_resp,
+    mlx5_ib_create_qp_resp, mlx5_ib_create_srq_resp, MLX5_ADAPTER_PAGE_SIZE, MLX5_BFREGS_PER_UAR,
+    MLX5_NUM_NON_FP_BFREGS_PER_UAR,
+};
 use super::context::{Mlx5ContextInfo, Mlx5ContextUdata};
 use super::cq::{parse_create_cq_resp, ring_entries, CqBuf, CqeSize, Mlx5Cq, UarPage};
-use super::cqe::WqeRef;
+use super::wq::{
+    build_av, qp_sizing, srq_sizing, AhTable, BfPolicy, BfReg, CqLookup, Mlx5Qp, Mlx5Srq, QpBuf,
+    QpParts, Registry, SrqBuf, WqLimits,
+};
 use crate::mapping::Mapping;
 
-/// Opens an mlx5 device: alloc_ucontext with mlx5's driver data, then maps UAR page 0.
+/// Opens an mlx5 device: alloc_ucontext with mlx5's driver data, then maps the static UAR
+/// pages (page 0 also carries the CQ doorbells).
 pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
     let page = rustix::param::page_size();
     let udata = Mlx5ContextUdata::new(page);
@@ -30,27 +43,55 @@ pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
     let mut resp = mlx5_ib_alloc_ucontext_resp::default();
     let ctx = Context::open_with_udata(dev, req.as_bytes(), resp.as_mut_bytes())?;
     let info = udata.parse_response(resp.as_bytes(), page)?;
-    let uar = Mapping::map(
-        ctx.cmd_fd(),
-        info.uar_mmap_offset(0),
-        page,
-        &format!("mlx5 UAR page 0 of {}", dev.name()),
-    )?;
+    let pages = static_uar_pages(&info);
+    let mut uars = Vec::with_capacity(pages);
+    for i in 0..pages {
+        uars.push(Mapping::map(
+            ctx.cmd_fd(),
+            info.uar_mmap_offset(i as u8),
+            page,
+            &format!("mlx5 UAR page {i} of {}", dev.name()),
+        )?);
+    }
+    let mut eth = Vec::new();
+    for p in 1..=u32::from(info.num_ports) {
+        let ll = ctx.query_port(p).map(|a| a.link_layer).ok();
+        eth.push(ll == Some(rverbs_uverbs::context::LinkLayer::ETHERNET));
+    }
+    let uar_mem: Vec<(*mut u8, usize)> = uars.iter().map(|m| (m.ptr().as_ptr(), m.len())).collect();
+    // SAFETY: the mappings are kept in the driver (`_uars`), so they outlive every register
+    // and CQ made from them (all hold the context alive).
+    let mut d = unsafe { Mlx5Driver::from_parts(info, &uar_mem, BfPolicy::from_env(), eth)? };
+    d._uars = uars;
     // SAFETY: this context was opened with mlx5's driver data and the kernel accepted it, so
     // the device is an mlx5 device and the rings follow mlx5's layout.
-    unsafe { ctx.set_driver(Box::new(Mlx5Driver { info, uar })) }?;
+    unsafe { ctx.set_driver(Box::new(d)) }?;
     Ok(Arc::new(ctx))
+}
+
+/// Static UAR pages a context maps (libmlx5: `tot_bfregs / (uars_per_page * 2)`, at least 1).
+pub fn static_uar_pages(info: &Mlx5ContextInfo) -> usize {
+    let per_page = info.num_uars_per_page.max(1) * MLX5_NUM_NON_FP_BFREGS_PER_UAR;
+    ((info.tot_bfregs / per_page) as usize).max(1)
 }
 
 /// The per-context mlx5 driver.
 #[derive(Debug)]
 pub struct Mlx5Driver {
     info: Mlx5ContextInfo,
-    uar: Mapping,
+    /// (start, length) of each static UAR system page.
+    uar_pages: Vec<(usize, usize)>,
+    _uars: Vec<Mapping>,
+    bfs: Mutex<HashMap<u32, Arc<BfReg>>>,
+    registry: Arc<Registry>,
+    ahs: Arc<AhTable>,
+    policy: BfPolicy,
+    /// Per port (1-based, index 0 = port 1): the link layer is Ethernet (RoCE).
+    eth: Vec<bool>,
 }
 
-// SAFETY: the UAR mapping is only written through single 64-bit doorbell stores (UarPage);
-// `info` is plain data.
+// SAFETY: the UAR memory is only written through single 64-bit doorbell stores (UarPage) and
+// under each blue-flame register's lock (BfReg); everything else is plain data or locked.
 unsafe impl Sync for Mlx5Driver {}
 
 impl Mlx5Driver {
@@ -58,22 +99,76 @@ impl Mlx5Driver {
     pub fn info(&self) -> &Mlx5ContextInfo {
         &self.info
     }
-}
 
-/// Until rverbs creates mlx5 QPs, no WQE can complete on our CQs: any CQE naming a WQE is
-/// unknown and reported as such by the poller.
-#[derive(Debug, Clone, Copy)]
-struct NoQps;
+    /// A driver over UAR memory the caller provides (the real open maps it from the device;
+    /// tests and the oracle give ordinary memory). `uar_pages` are the static UAR system
+    /// pages in order; `eth[p - 1]` says whether port `p` is Ethernet.
+    ///
+    /// # Safety
+    /// Each page must stay mapped and writable as long as the driver and every object created
+    /// through it exist, and nothing may hold a Rust reference into it.
+    pub unsafe fn from_parts(
+        info: Mlx5ContextInfo,
+        uar_pages: &[(*mut u8, usize)],
+        policy: BfPolicy,
+        eth: Vec<bool>,
+    ) -> io::Result<Self> {
+        if uar_pages.is_empty() {
+            return Err(Error::invalid("open mlx5 context", "no UAR page").into());
+        }
+        Ok(Self {
+            info,
+            uar_pages: uar_pages.iter().map(|&(p, l)| (p as usize, l)).collect(),
+            _uars: Vec::new(),
+            bfs: Mutex::new(HashMap::new()),
+            registry: Arc::new(Registry::default()),
+            ahs: Arc::new(AhTable::default()),
+            policy,
+            eth,
+        })
+    }
 
-impl super::cqe::WrIdLookup for NoQps {
-    fn wr_id(&mut self, _wqe: WqeRef) -> Option<u64> {
-        None
+    /// The blue-flame register `index`, shared by every QP the kernel gives it.
+    fn bfreg(&self, index: u32) -> io::Result<Arc<BfReg>> {
+        let mut m = self.bfs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = m.get(&index) {
+            return Ok(b.clone());
+        }
+        let uar = (index / MLX5_BFREGS_PER_UAR) as usize;
+        let per_page = self.info.num_uars_per_page.max(1) as usize;
+        let Some(&(page, len)) = self.uar_pages.get(uar / per_page) else {
+            return Err(Error::protocol(
+                "create QP on mlx5",
+                format!(
+                    "the kernel gave blue-flame register {index}, beyond the {} static UAR \
+                     pages of this context",
+                    self.uar_pages.len()
+                ),
+            )
+            .into());
+        };
+        let within = (uar % per_page) * MLX5_ADAPTER_PAGE_SIZE as usize;
+        if within >= len {
+            return Err(Error::protocol("create QP on mlx5", "UAR outside its page").into());
+        }
+        // SAFETY: the page stays mapped as long as the driver (from_parts' contract), and
+        // every QP holding the register holds the context, which owns the driver.
+        let b = Arc::new(unsafe {
+            BfReg::new(
+                (page + within) as *mut u8,
+                len - within,
+                index,
+                self.info.bf_reg_size,
+            )?
+        });
+        m.insert(index, b.clone());
+        Ok(b)
     }
 }
 
 #[derive(Debug)]
 struct CqRing {
-    cq: Mlx5Cq<NoQps>,
+    cq: Mlx5Cq<CqLookup>,
 }
 
 impl CqOps for CqRing {
@@ -90,15 +185,6 @@ impl CqOps for CqRing {
     fn event_received(&mut self) {
         self.cq.ack_event();
     }
-}
-
-fn not_yet(what: &str) -> io::Error {
-    Error::unsupported(
-        format!("create {what} on mlx5"),
-        "rverbs implements the mlx5 CQ data path only; mlx5 QPs, SRQs and AHs are not \
-         implemented yet",
-    )
-    .into()
 }
 
 impl Driver for Mlx5Driver {
@@ -122,33 +208,117 @@ impl Driver for Mlx5Driver {
         let mut resp = mlx5_ib_create_cq_resp::default();
         create(req.as_bytes(), resp.as_mut_bytes())?;
         let cqn = parse_create_cq_resp(resp.as_bytes())?;
+        let (page, len) = self.uar_pages[0];
         // SAFETY: the UAR page stays mapped as long as this driver, which the context owns,
         // and every CQ holds its context alive (Arc<Context>), so it outlives the CQ.
-        let uar = unsafe { UarPage::new(self.uar.ptr().as_ptr(), self.uar.len())? };
-        let cq = Mlx5Cq::new(buf, cqn, uar, NoQps)?;
+        let uar = unsafe { UarPage::new(page as *mut u8, len)? };
+        let cq = Mlx5Cq::new(buf, cqn, uar, CqLookup::new(self.registry.clone()))?;
         Ok(Box::new(CqRing { cq }))
     }
 
     fn create_qp(
         &self,
         _cmd_fd: BorrowedFd<'_>,
-        _req: &QpRequest,
-        _create: &mut CreateFn<'_, QpCreated>,
+        req: &QpRequest,
+        create: &mut CreateFn<'_, QpCreated>,
     ) -> io::Result<Box<dyn QpOps>> {
-        Err(not_yet("QP"))
+        let sz = qp_sizing(
+            &WqLimits::from(&self.info),
+            req.qp_type,
+            &req.caps,
+            req.has_srq,
+        )?;
+        let buf = QpBuf::new(sz)?;
+        let udata = buf.create_udata(self.info.cqe_version);
+        let mut resp = mlx5_ib_create_qp_resp::default();
+        let k = create(udata.as_bytes(), resp.as_mut_bytes())?;
+        let bf = self.bfreg(resp.bfreg_index).map_err(|e| {
+            Error::protocol(
+                format!("create {} QP {:#x} on mlx5", req.qp_type, k.qp_num),
+                e.to_string(),
+            )
+        })?;
+        let qp = Mlx5Qp::new(
+            buf,
+            QpParts {
+                qpn: k.qp_num,
+                qp_type: req.qp_type,
+                sq_sig_all: req.sq_sig_all,
+                bf,
+                policy: self.policy,
+                ahs: self.ahs.clone(),
+                reg: self.registry.clone(),
+                srq: None,
+            },
+        )?;
+        Ok(Box::new(qp))
     }
 
     fn create_srq(
         &self,
         _cmd_fd: BorrowedFd<'_>,
-        _max_wr: u32,
-        _max_sge: u32,
-        _create: &mut CreateFn<'_, SrqCreated>,
+        max_wr: u32,
+        max_sge: u32,
+        create: &mut CreateFn<'_, SrqCreated>,
     ) -> io::Result<Box<dyn SrqOps>> {
-        Err(not_yet("SRQ"))
+        let sz = srq_sizing(&WqLimits::from(&self.info), max_wr, max_sge)?;
+        let buf = SrqBuf::new(sz)?;
+        let udata = buf.create_udata();
+        let mut resp = mlx5_ib_create_srq_resp::default();
+        let k = create(udata.as_bytes(), resp.as_mut_bytes())?;
+        let op = || format!("create SRQ {:#x} on mlx5", k.srq_num);
+        if k.max_wr < sz.max_wr || k.max_sge < max_sge {
+            return Err(Error::protocol(
+                op(),
+                format!(
+                    "the kernel answered max_wr {} max_sge {} for a ring of {} WQEs of {} SGEs",
+                    k.max_wr, k.max_sge, sz.max_wr, sz.max_gs
+                ),
+            )
+            .into());
+        }
+        if resp.srqn != k.srq_num || resp.srqn > 0xff_ffff {
+            return Err(Error::protocol(
+                op(),
+                format!("driver response names SRQ {:#x}", resp.srqn),
+            )
+            .into());
+        }
+        Ok(Box::new(Mlx5Srq::new(
+            buf,
+            resp.srqn,
+            self.registry.clone(),
+        )))
     }
 
     fn create_ah(&self, _create: &mut CreateFn<'_, u32>) -> io::Result<u32> {
-        Err(not_yet("AH"))
+        Err(Error::invalid(
+            "create AH on mlx5",
+            "the mlx5 driver needs the address (create_ah_for)",
+        )
+        .into())
+    }
+
+    fn create_ah_for(&self, attr: &AhAttr, create: &mut CreateFn<'_, u32>) -> io::Result<u32> {
+        let op = || format!("create AH on mlx5 port {}", attr.port_num);
+        let eth = match self.eth.get(usize::from(attr.port_num).wrapping_sub(1)) {
+            Some(&e) => e,
+            None => {
+                return Err(Error::invalid(
+                    op(),
+                    format!("the device has ports 1..={}", self.eth.len()),
+                )
+                .into())
+            }
+        };
+        if eth && attr.grh.is_none() {
+            return Err(
+                Error::invalid(op(), "a RoCE address needs a GRH (destination GID)").into(),
+            );
+        }
+        let mut resp = mlx5_ib_create_ah_resp::default();
+        create(&[], resp.as_mut_bytes())?;
+        let av = build_av(attr, eth.then_some(resp.dmac));
+        Ok(self.ahs.insert(av))
     }
 }

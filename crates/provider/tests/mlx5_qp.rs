@@ -1,0 +1,949 @@
+//! mlx5 QPs, SRQs and AHs through the provider seam, with a fake kernel (the `create`
+//! callbacks) and ordinary memory behind the UAR: sizing, driver data, WQE bytes, doorbell
+//! record and UAR/BlueFlame writes, completions resolving `wr_id`, every bad input, and no
+//! allocation on the post/poll path.
+//!
+//! Expected bytes come from reading rdma-core v44 `providers/mlx5/qp.c` (`_mlx5_post_send`,
+//! `set_data_inl_seg`, `post_send_db`, `mlx5_post_recv`), `srq.c` and `verbs.c` (sizing);
+//! each test names the rule it checks.
+
+mod common;
+use common::allocs;
+
+use std::sync::Arc;
+
+use rverbs_provider::mlx5::driver::Mlx5Driver;
+use rverbs_provider::mlx5::wq::{qp_sizing, srq_sizing, BfPolicy, WqLimits};
+use rverbs_provider::mlx5::Mlx5ContextInfo;
+use rverbs_uverbs::ah::{AhAttr, GlobalRoute};
+use rverbs_uverbs::provider::{
+    CqCreated, CqOps, Driver, KernelObj, QpCaps, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
+};
+use rverbs_uverbs::qp::QpType;
+use rverbs_uverbs::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcStatus, WorkCompletion};
+
+fn info() -> Mlx5ContextInfo {
+    Mlx5ContextInfo {
+        qp_tab_size: 1 << 18,
+        bf_reg_size: 512,
+        tot_bfregs: 16,
+        cache_line_size: 64,
+        max_sq_desc_sz: 512,
+        max_rq_desc_sz: 512,
+        max_send_wqebb: 1 << 15,
+        max_recv_wr: 1 << 15,
+        max_srq_recv_wr: 1 << 15,
+        num_ports: 1,
+        comp_mask: 0,
+        cqe_version: 0,
+        cmds_supp_uhw: 0,
+        eth_min_inline: 0,
+        clock_info_versions: 0,
+        hca_core_clock_offset: None,
+        uar_size: 4096,
+        num_uars_per_page: 1,
+        num_dyn_bfregs: 0,
+        dump_fill_mkey: None,
+        filled_len: 72,
+        page_size: 4096,
+    }
+}
+
+/// Eight 4 KiB static UAR pages of ordinary memory.
+struct Uars(Box<[u64]>);
+
+impl Uars {
+    fn new() -> Self {
+        Self(vec![0u64; 8 * 512].into_boxed_slice())
+    }
+    fn pages(&mut self) -> Vec<(*mut u8, usize)> {
+        let base = self.0.as_mut_ptr().cast::<u8>();
+        // SAFETY: 8 pages of 4096 bytes inside the box.
+        (0..8)
+            .map(|i| (unsafe { base.add(i * 4096) }, 4096))
+            .collect()
+    }
+    fn bytes(&self, off: usize, len: usize) -> Vec<u8> {
+        // SAFETY: reads of our own memory after the posting thread is done.
+        let b = unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast::<u8>(), 8 * 4096) };
+        b[off..off + len].to_vec()
+    }
+}
+
+fn driver(uars: &mut Uars, policy: BfPolicy, eth: bool) -> Mlx5Driver {
+    // SAFETY: every test drops the driver and its objects before `uars`.
+    unsafe { Mlx5Driver::from_parts(info(), &uars.pages(), policy, vec![eth]) }.unwrap()
+}
+
+/// A command fd for the seam: /dev/null, opened once and kept for the process (the mlx5 data
+/// path never uses it: no write() doorbells).
+fn fd() -> std::os::fd::BorrowedFd<'static> {
+    use std::os::fd::AsFd;
+    static NULL: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
+    NULL.get_or_init(|| std::fs::File::open("/dev/null").unwrap())
+        .as_fd()
+}
+
+fn kobj() -> KernelObj<'static> {
+    KernelObj {
+        fd: fd(),
+        handle: 1,
+    }
+}
+
+/// A CQ through the driver; returns its ops and the ring address from the driver data.
+fn cq(d: &Mlx5Driver, cqn: u32) -> (Box<dyn CqOps>, *mut u8) {
+    let mut buf = 0u64;
+    let ops = d
+        .create_cq(fd(), 15, &mut |uin, uout| {
+            buf = u64::from_ne_bytes(uin[0..8].try_into().unwrap());
+            uout[0..4].copy_from_slice(&cqn.to_ne_bytes());
+            Ok(CqCreated { handle: 1, cqe: 15 })
+        })
+        .unwrap();
+    (ops, buf as usize as *mut u8)
+}
+
+struct Created {
+    ops: Box<dyn QpOps>,
+    udata: Vec<u8>,
+}
+
+fn qp(d: &Mlx5Driver, qp_type: QpType, caps: QpCaps, qpn: u32, bfreg: u32, srq: bool) -> Created {
+    let mut udata = Vec::new();
+    let req = QpRequest {
+        qp_type,
+        caps,
+        sq_sig_all: false,
+        has_srq: srq,
+    };
+    let ops = d
+        .create_qp(fd(), &req, &mut |uin, uout| {
+            udata = uin.to_vec();
+            uout[0..4].copy_from_slice(&bfreg.to_ne_bytes());
+            Ok(QpCreated {
+                handle: 7,
+                qp_num: qpn,
+                caps,
+            })
+        })
+        .unwrap();
+    Created { ops, udata }
+}
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_ne_bytes(b[o..o + 4].try_into().unwrap())
+}
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_ne_bytes(b[o..o + 8].try_into().unwrap())
+}
+
+/// Reads `len` bytes at `addr` (a queue buffer this test created).
+fn mem(addr: u64, len: usize) -> Vec<u8> {
+    // SAFETY: the queue buffers stay mapped while their ops objects live (callers keep them).
+    unsafe { std::slice::from_raw_parts(addr as usize as *const u8, len) }.to_vec()
+}
+
+fn caps(send: u32, recv: u32, ssge: u32, rsge: u32, inl: u32) -> QpCaps {
+    QpCaps {
+        max_send_wr: send,
+        max_recv_wr: recv,
+        max_send_sge: ssge,
+        max_recv_sge: rsge,
+        max_inline_data: inl,
+    }
+}
+
+/// libmlx5 `mlx5_calc_send_wqe` / `mlx5_calc_sq_size` / `mlx5_calc_rq_size`.
+#[test]
+fn sizing_follows_libmlx5() {
+    let lim = WqLimits::from(&info());
+    // RC: 192 bytes of overhead (control + memory-window bind), + 1 SGE = 208 → 256.
+    let s = qp_sizing(&lim, QpType::RC, &caps(16, 10, 1, 3, 0), false).unwrap();
+    assert_eq!(
+        (s.sq_wqe_cnt, s.sq_max_post, s.max_inline),
+        (64, 16, 256 - 192 - 4)
+    );
+    // RQ: 3 SGEs = 48 → 64-byte WQEs, 16 of them (next power of two of 10).
+    assert_eq!((s.rq_wqe_cnt, s.rq_wqe_shift, s.rq_max_gs), (16, 6, 4));
+    assert_eq!((s.sq_offset, s.buf_size), (1024, 1024 + 4096));
+    // UD: control + datagram = 64; inline 100 → 64 + align(104, 16) = 176 → 192.
+    let s = qp_sizing(&lim, QpType::UD, &caps(4, 0, 1, 0, 100), false).unwrap();
+    assert_eq!((s.max_inline, s.sq_wqe_cnt, s.sq_max_post), (124, 16, 5));
+    assert_eq!(s.rq_wqe_cnt, 0);
+    // A QP with an SRQ has no RQ; UC sizes like RC.
+    let s = qp_sizing(&lim, QpType::UC, &caps(1, 0, 2, 0, 0), true).unwrap();
+    assert_eq!(
+        (s.sq_wqe_cnt, s.max_inline, s.buf_size),
+        (4, 256 - 196, 256)
+    );
+    // Too many SGEs, too much inline data, too deep: clear errors.
+    let e = qp_sizing(&lim, QpType::RC, &caps(1, 0, 21, 0, 0), false).unwrap_err();
+    assert!(e.to_string().contains("max_send_sge 21"), "{e}");
+    let e = qp_sizing(&lim, QpType::RC, &caps(1, 0, 1, 0, 400), false).unwrap_err();
+    assert!(e.to_string().contains("max_inline_data 400"), "{e}");
+    let e = qp_sizing(&lim, QpType::RC, &caps(1 << 20, 0, 1, 0, 0), false).unwrap_err();
+    assert!(e.to_string().contains("max_send_wr"), "{e}");
+    let e = qp_sizing(&lim, QpType::RC, &caps(1, 1 << 16, 1, 1, 0), false).unwrap_err();
+    assert!(e.to_string().contains("max_recv_wr 65536"), "{e}");
+    // SRQ: 16 + 2·16 = 48 → 64-byte WQEs; ring of roundup(max_wr + 1).
+    let s = srq_sizing(&lim, 10, 2).unwrap();
+    assert_eq!((s.max, s.wqe_shift, s.max_gs, s.max_wr), (16, 6, 3, 15));
+}
+
+/// CREATE_QP driver data (`mlx5_ib_create_qp`): buffer, doorbell, counts, uidx 0xffffff with
+/// CQE version 0, no flags (static UAR, no scatter-to-CQE).
+#[test]
+fn create_qp_driver_data() {
+    let mut u = Uars::new();
+    let d = driver(&mut u, BfPolicy::default(), false);
+    let q = qp(&d, QpType::RC, caps(16, 10, 1, 3, 0), 0x123, 1, false);
+    let b = &q.udata;
+    assert_eq!(b.len(), 56);
+    let (buf, db) = (u64_at(b, 0), u64_at(b, 8));
+    assert_eq!(buf % 4096, 0);
+    assert!(db >= buf + 5120);
+    assert_eq!((u32_at(b, 16), u32_at(b, 20), u32_at(b, 24)), (64, 16, 6));
+    assert_eq!(
+        (u32_at(b, 28), u32_at(b, 32), u32_at(b, 36)),
+        (0, 0xff_ffff, 0)
+    );
+    assert_eq!(&b[40..56], &[0u8; 16]);
+    // The caps posts are checked against are libmlx5's, not the kernel's echo.
+    assert_eq!(q.ops.caps(), Some(caps(16, 16, 1, 4, 60)));
+    // Buffer and doorbell record start zeroed.
+    assert!(mem(buf, 5120).iter().all(|&x| x == 0));
+    assert_eq!(mem(db, 8), [0; 8]);
+}
+
+fn ctrl(wqe: &[u8]) -> (u32, u32, u8, u32) {
+    let be = |o: usize| u32::from_be_bytes(wqe[o..o + 4].try_into().unwrap());
+    (be(0), be(4), wqe[11], be(12))
+}
+
+/// One SEND with two SGEs (one empty, skipped), BlueFlame (single WR, prefer_bf default):
+/// the WQE bytes, the send doorbell record, the 64-byte copy into the BlueFlame buffer, then
+/// a list of three rings the 64-bit doorbell in the other half.
+#[test]
+fn send_wqe_bytes_doorbell_and_blueflame() {
+    let mut u = Uars::new();
+    let d = driver(&mut u, BfPolicy::default(), false);
+    let mut q = qp(&d, QpType::RC, caps(16, 0, 2, 0, 0), 0x123, 1, false);
+    let buf = u64_at(&q.udata, 0);
+    let db = u64_at(&q.udata, 8);
+    let sge = [
+        Sge {
+            addr: 0x1000_2000,
+            length: 100,
+            lkey: 0x55,
+        },
+        Sge {
+            addr: 0x9999,
+            length: 0,
+            lkey: 0x66,
+        },
+    ];
+    let wr = SendWr {
+        wr_id: 42,
+        op: SendOp::SendWithImm { imm: 0x1122_3344 },
+        sge: &sge,
+        flags: SendFlags::SIGNALED | SendFlags::SOLICITED | SendFlags::FENCE,
+        ud: None,
+    };
+    // SAFETY: non-inline SGEs are not read by the provider; the "device" is this test.
+    unsafe { q.ops.post_send(kobj(), &[wr]) }.unwrap();
+    let wqe = mem(buf, 64);
+    // opmod_idx_opcode: index 0 << 8 | SEND_IMM 0x0b; qpn_ds: qpn << 8 | 2 units;
+    // fm_ce_se: FENCE 0x80 | CQ_UPDATE 0x08 | SOLICITED 0x02; imm as given (big-endian).
+    assert_eq!(ctrl(&wqe), (0x0b, 0x12302, 0x8a, 0x1122_3344));
+    assert_eq!(&wqe[8..11], &[0, 0, 0]);
+    assert_eq!(&wqe[16..20], &100u32.to_be_bytes());
+    assert_eq!(&wqe[20..24], &0x55u32.to_be_bytes());
+    assert_eq!(&wqe[24..32], &0x1000_2000u64.to_be_bytes());
+    assert!(
+        wqe[32..].iter().all(|&x| x == 0),
+        "the empty SGE is skipped"
+    );
+    // Doorbell record: [recv, send] = [0, be32(1)] (one 64-byte block).
+    assert_eq!(mem(db, 8), [0, 0, 0, 0, 0, 0, 0, 1]);
+    // bfreg 1: UAR 0 + 0x800 + 1 · 512; BlueFlame copies the whole 64-byte block.
+    assert_eq!(u.bytes(0x800 + 512, 64), wqe);
+    assert_eq!(u.bytes(0x800 + 512 + 256, 64), [0; 64]);
+
+    // A list of three RDMA WRITEs: one doorbell, the 64-bit one, in the other buffer half.
+    let one = [Sge {
+        addr: 0x2000,
+        length: 8,
+        lkey: 9,
+    }];
+    let w = |id| SendWr {
+        wr_id: id,
+        op: SendOp::RdmaWrite {
+            remote_addr: 0xabc0,
+            rkey: 0x77,
+        },
+        sge: &one,
+        flags: SendFlags::empty(),
+        ud: None,
+    };
+    // SAFETY: as above.
+    unsafe { q.ops.post_send(kobj(), &[w(1), w(2), w(3)]) }.unwrap();
+    let last = mem(buf + 3 * 64, 64);
+    assert_eq!(ctrl(&last), ((3 << 8) | 0x08, 0x12303, 0, 0));
+    assert_eq!(&last[16..24], &0xabc0u64.to_be_bytes());
+    assert_eq!(&last[24..28], &0x77u32.to_be_bytes());
+    assert_eq!(mem(db, 8)[4..], 4u32.to_be_bytes());
+    assert_eq!(u.bytes(0x800 + 512 + 256, 8), last[..8]);
+    assert_eq!(
+        u.bytes(0x800 + 512 + 264, 56),
+        [0; 56],
+        "only 8 bytes: a doorbell"
+    );
+    drop(q);
+}
+
+/// Atomics: raddr then the atomic segment (swap, compare; fetch-and-add leaves compare as it
+/// was), the data segment's byte count forced to 8.
+#[test]
+fn atomics_layout() {
+    let mut u = Uars::new();
+    let d = driver(
+        &mut u,
+        BfPolicy {
+            shut_up_bf: true,
+            prefer_bf: false,
+        },
+        false,
+    );
+    let mut q = qp(&d, QpType::RC, caps(4, 0, 1, 0, 0), 5, 0, false);
+    let buf = u64_at(&q.udata, 0);
+    let s = [Sge {
+        addr: 0x4000,
+        length: 64,
+        lkey: 3,
+    }];
+    let cs = SendWr {
+        wr_id: 1,
+        op: SendOp::AtomicCmpSwp {
+            remote_addr: 0x8000,
+            rkey: 4,
+            compare: 11,
+            swap: 22,
+        },
+        sge: &s,
+        flags: SendFlags::SIGNALED,
+        ud: None,
+    };
+    let fa = SendWr {
+        op: SendOp::AtomicFetchAdd {
+            remote_addr: 0x8008,
+            rkey: 4,
+            add: 33,
+        },
+        ..cs
+    };
+    // SAFETY: non-inline SGEs are not read.
+    unsafe { q.ops.post_send(kobj(), &[cs, fa]) }.unwrap();
+    let w = mem(buf, 128);
+    assert_eq!(ctrl(&w).0, 0x11);
+    assert_eq!(ctrl(&w).1, (5 << 8) | 4);
+    assert_eq!(&w[32..40], &22u64.to_be_bytes());
+    assert_eq!(&w[40..48], &11u64.to_be_bytes());
+    assert_eq!(&w[48..52], &8u32.to_be_bytes());
+    assert_eq!(ctrl(&w[64..]).0, (1 << 8) | 0x12);
+    assert_eq!(&w[96..104], &33u64.to_be_bytes());
+    assert_eq!(&w[104..112], &[0; 8], "compare left as it was (zero)");
+    // bfreg 0: no BlueFlame buffer; the doorbell goes to UAR 0 + 0x800.
+    assert_eq!(u.bytes(0x800, 8), w[64..72]);
+}
+
+/// Inline data that crosses the end of the SQ continues at its start (libmlx5
+/// `set_data_inl_seg`); the BlueFlame copy wraps the same way.
+#[test]
+fn inline_wraps_past_the_sq_end() {
+    let mut u = Uars::new();
+    let d = driver(&mut u, BfPolicy::default(), false);
+    // UD needs an AV; use UC: overhead 192, inline 100 → 192 + 112 = 304 → 320 (5 blocks);
+    // 2 WRs → roundup(640) = 1024: 16 blocks.
+    let mut q = qp(&d, QpType::UC, caps(2, 0, 1, 0, 100), 9, 1, false);
+    let buf = u64_at(&q.udata, 0);
+    let (mut send_cq, ring) = cq(&d, 1);
+    let payload: Vec<u8> = (0..100u8).collect();
+    let s = [Sge {
+        addr: payload.as_ptr() as u64,
+        length: 100,
+        lkey: 0,
+    }];
+    let filler = [Sge {
+        addr: 0,
+        length: 8,
+        lkey: 0,
+    }];
+    let plain = SendWr {
+        wr_id: 0,
+        op: SendOp::Send,
+        sge: &filler,
+        flags: SendFlags::SIGNALED,
+        ud: None,
+    };
+    // 15 one-block sends (two at a time, completed in between) bring cur_post to 15.
+    for i in 0..15u32 {
+        // SAFETY: non-inline SGEs are not read.
+        unsafe {
+            q.ops.post_send(
+                kobj(),
+                &[SendWr {
+                    wr_id: u64::from(i),
+                    ..plain
+                }],
+            )
+        }
+        .unwrap();
+        write_cqe(ring, i, 0x00, 9, i as u16, 0);
+        let mut wc = [WorkCompletion::default(); 1];
+        assert_eq!(send_cq.poll(&mut wc), 1);
+        assert_eq!(
+            (wc[0].wr_id, wc[0].status),
+            (u64::from(i), WcStatus::SUCCESS)
+        );
+    }
+    let wr = SendWr {
+        wr_id: 77,
+        op: SendOp::Send,
+        sge: &s,
+        flags: SendFlags::INLINE,
+        ud: None,
+    };
+    // SAFETY: the inline SGE names `payload`, alive.
+    unsafe { q.ops.post_send(kobj(), &[wr]) }.unwrap();
+    let sq = mem(buf, 1024);
+    let last = &sq[15 * 64..];
+    // 1 ctrl + align(100 + 4, 16) / 16 = 7 → 8 units.
+    assert_eq!(ctrl(last), ((15 << 8) | 0x0a, (9 << 8) | 8, 0, 0));
+    assert_eq!(&last[16..20], &(100u32 | 0x8000_0000).to_be_bytes());
+    assert_eq!(&last[20..64], &payload[..44]);
+    assert_eq!(&sq[..56], &payload[44..]);
+    // The record counts 15 + 2 blocks.
+    // BlueFlame: 128 bytes, the second block taken from the SQ's start.
+    // Fifteen doorbells before this one: the buffer half toggled to the second (offset 256).
+    let bf = u.bytes(0x800 + 512 + 256, 128);
+    assert_eq!(&bf[..64], last);
+    assert_eq!(&bf[64..], &sq[..64]);
+    drop(q);
+    drop(send_cq);
+}
+
+/// Writes a CQE64 the way the device does (fields then the owner byte) into slot `ci`.
+fn write_cqe(ring: *mut u8, ci: u32, opcode: u8, qpn: u32, counter: u16, srqn: u32) {
+    let mut b = [0u8; 64];
+    b[32..36].copy_from_slice(&srqn.to_be_bytes());
+    b[44..48].copy_from_slice(&16u32.to_be_bytes());
+    b[56..60].copy_from_slice(&((0x0a << 24) | qpn).to_be_bytes());
+    b[60..62].copy_from_slice(&counter.to_be_bytes());
+    // 16-entry ring: owner bit = lap parity.
+    b[63] = (opcode << 4) | ((ci >> 4) & 1) as u8;
+    // SAFETY: slot ci & 15 of a 16-entry ring the test's CQ owns; the poller is not running.
+    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), ring.add((ci as usize & 15) * 64), 64) };
+}
+
+/// A full SQ is refused with a clear error and nothing is overwritten; the WRs before the
+/// failing one are rung. Completion of a signalled WR frees the unsignalled ones before it.
+#[test]
+fn full_sq_refused_then_freed_by_completion() {
+    let mut u = Uars::new();
+    let d = driver(&mut u, BfPolicy::default(), false);
+    // 3 WRs of 256 bytes → roundup(768) = 1024: max_post 4.
+    let mut q = qp(&d, QpType::RC, caps(3, 0, 1, 0, 0), 0x42, 1, false);
+    assert_eq!(q.ops.caps().unwrap().max_send_wr, 4);
+    let buf = u64_at(&q.udata, 0);
+    let (mut cq, ring) = cq(&d, 2);
+    let s = [Sge {
+        addr: 0x10,
+        length: 1,
+        lkey: 1,
+    }];
+    let w = |id| SendWr {
+        wr_id: id,
+        op: SendOp::Send,
+        sge: &s,
+        flags: SendFlags::empty(),
+        ud: None,
+    };
+    // SAFETY: non-inline SGEs are not read.
+    unsafe { q.ops.post_send(kobj(), &[w(0), w(1), w(2), w(3)]) }.unwrap();
+    let before = mem(buf, 1024);
+    // SAFETY: as above.
+    let e = unsafe { q.ops.post_send(kobj(), &[w(4)]) }.unwrap_err();
+    assert_eq!(e.posted, 0);
+    let msg = e.to_string();
+    assert!(
+        msg.contains("send queue is full") && msg.contains("0x42"),
+        "{msg}"
+    );
+    assert_eq!(mem(buf, 1024), before, "a refused post writes nothing");
+    // Completion of WQE 2 frees 0, 1 and 2 (unsignalled ones before it).
+    write_cqe(ring, 0, 0x00, 0x42, 2, 0);
+    let mut wc = [WorkCompletion::default(); 4];
+    assert_eq!(cq.poll(&mut wc), 1);
+    assert_eq!((wc[0].wr_id, wc[0].qp_num), (2, 0x42));
+    // SAFETY: as above.
+    unsafe { q.ops.post_send(kobj(), &[w(5), w(6), w(7)]) }.unwrap();
+    // An error CQE (flush) resolves and frees the same way.
+    let mut b = [0u8; 64];
+    b[55] = 0x05;
+    b[56..60].copy_from_slice(&((0x0a << 24) | 0x42u32).to_be_bytes());
+    b[60..62].copy_from_slice(&6u16.to_be_bytes());
+    b[63] = 0xd0;
+    // SAFETY: slot 1 of the CQ ring, not being polled.
+    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), ring.add(64), 64) };
+    assert_eq!(cq.poll(&mut wc), 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (7, WcStatus::WR_FLUSH_ERR));
+    drop(q);
+    drop(cq);
+}
+
+/// Bad input on post: too many SGEs, inline over max, a UD send without an AH, an unknown AH,
+/// an opcode the QP type cannot carry; each error names the QP and the limit, and the
+/// requests before it are rung.
+#[test]
+fn bad_posts_are_refused_clearly() {
+    let mut u = Uars::new();
+    let d = driver(&mut u, BfPolicy::default(), false);
+    let mut rc = qp(&d, QpType::RC, caps(8, 4, 1, 1, 16), 0x77, 1, false);
+    let buf = u64_at(&rc.udata, 0) + 64; // SQ after a 64-byte RQ (4 × 16)
+    let data = [0u8; 200];
+    let one = [Sge {
+        addr: data.as_ptr() as u64,
+        length: 8,
+        lkey: 1,
+    }];
+    let two = [one[0], one[0]];
+    let big = [Sge {
+        addr: data.as_ptr() as u64,
+        length: 200,
+        lkey: 0,
+    }];
+    let ok = SendWr {
+        wr_id: 1,
+        op: SendOp::Send,
+        sge: &one,
+        flags: SendFlags::empty(),
+        ud: None,
+    };
+    let cases: [(SendWr<'_>, &str); 3] = [
+        (
+            SendWr { sge: &two, ..ok },
+            "2 SGEs exceed the QP's max_send_sge 1",
+        ),
+        (
+            SendWr {
+                sge: &big,
+                flags: SendFlags::INLINE,
+                ..ok
+            },
+            "200 bytes of inline data exceed the QP's max_inline_data 60",
+        ),
+        (
+            SendWr {
+                op: SendOp::LocalInv { invalidate_rkey: 1 },
+                ..ok
+            },
+            "LOCAL_INV is not implemented",
+        ),
+    ];
+    for (n, (bad, what)) in cases.into_iter().enumerate() {
+        // SAFETY: SGEs name `data`, alive.
+        let e = unsafe { rc.ops.post_send(kobj(), &[ok, bad, ok]) }.unwrap_err();
+        assert_eq!(e.posted, 1);
+        let msg = e.to_string();
+        assert!(msg.contains(what) && msg.contains("QP 0x77"), "{msg}");
+        // The good one before was written and rung: the record counts it.
+        let db = u64_at(&rc.udata, 8);
+        assert_eq!(mem(db, 8)[4..], ((n + 1) as u32).to_be_bytes());
+    }
+    let _ = buf;
+    // Receives: too many SGEs.
+    let three = [one[0]; 3];
+    // SAFETY: as above.
+    let e = unsafe {
+        rc.ops.post_recv(
+            kobj(),
+            &[RecvWr {
+                wr_id: 1,
+                sge: &three,
+            }],
+        )
+    }
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("3 SGEs exceed the QP's max_recv_sge 1"),
+        "{e}"
+    );
+
+    let mut ud = qp(&d, QpType::UD, caps(4, 0, 1, 0, 0), 0x78, 1, false);
+    // SAFETY: as above.
+    let e = unsafe { ud.ops.post_send(kobj(), &[ok]) }.unwrap_err();
+    assert!(e.to_string().contains("UD send needs a destination"), "{e}");
+    let dest = UdDest {
+        ah_num: 99,
+        ah_handle: 1,
+        remote_qpn: 5,
+        remote_qkey: 6,
+    };
+    // SAFETY: as above.
+    let e = unsafe {
+        ud.ops.post_send(
+            kobj(),
+            &[SendWr {
+                ud: Some(dest),
+                ..ok
+            }],
+        )
+    }
+    .unwrap_err();
+    assert!(e.to_string().contains("AH number 99"), "{e}");
+    let rd = SendWr {
+        op: SendOp::RdmaRead {
+            remote_addr: 0,
+            rkey: 0,
+        },
+        ud: Some(dest),
+        ..ok
+    };
+    // SAFETY: as above.
+    let e = unsafe { ud.ops.post_send(kobj(), &[rd]) }.unwrap_err();
+    assert!(e.to_string().contains("a UD QP cannot post"), "{e}");
+}
+
+/// UD: the datagram segment is the AH's address vector with the remote QPN (extended-AV bit)
+/// and Q_Key; on RoCE the AV carries the MAC the kernel's create-AH response gave.
+#[test]
+fn ud_send_carries_the_av() {
+    let mut u = Uars::new();
+    let d = driver(&mut u, BfPolicy::default(), true);
+    let attr = AhAttr {
+        port_num: 1,
+        sl: 3,
+        grh: Some(GlobalRoute {
+            dgid: [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8],
+            flow_label: 0x12345,
+            sgid_index: 2,
+            hop_limit: 64,
+            traffic_class: 0x10,
+        }),
+        ..Default::default()
+    };
+    let ah = d
+        .create_ah_for(&attr, &mut |_, out| {
+            out[0..4].copy_from_slice(&16u32.to_ne_bytes());
+            out[4..10].copy_from_slice(&[0x02, 0x11, 0x22, 0x33, 0x44, 0x55]);
+            Ok(3)
+        })
+        .unwrap();
+    // Without a GRH on RoCE: refused before the kernel is asked.
+    let e = d
+        .create_ah_for(
+            &AhAttr {
+                port_num: 1,
+                ..Default::default()
+            },
+            &mut |_, _| panic!("no kernel call expected"),
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("needs a GRH"), "{e}");
+    let e = d
+        .create_ah_for(
+            &AhAttr {
+                port_num: 2,
+                ..attr
+            },
+            &mut |_, _| panic!("no kernel call"),
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("ports 1..=1"), "{e}");
+
+    let mut q = qp(&d, QpType::UD, caps(4, 0, 1, 0, 0), 0x80, 1, false);
+    let buf = u64_at(&q.udata, 0);
+    let s = [Sge {
+        addr: 0x5000,
+        length: 32,
+        lkey: 2,
+    }];
+    let dest = UdDest {
+        ah_num: ah,
+        ah_handle: 3,
+        remote_qpn: 0x99,
+        remote_qkey: 0x1111_1111,
+    };
+    let wr = SendWr {
+        wr_id: 5,
+        op: SendOp::Send,
+        sge: &s,
+        flags: SendFlags::SIGNALED,
+        ud: Some(dest),
+    };
+    // SAFETY: non-inline SGEs are not read.
+    unsafe { q.ops.post_send(kobj(), &[wr]) }.unwrap();
+    let w = mem(buf, 128);
+    assert_eq!(ctrl(&w).1, (0x80 << 8) | 5);
+    let av = &w[16..64];
+    assert_eq!(&av[0..4], &0x1111_1111u32.to_be_bytes());
+    assert_eq!(&av[8..12], &(0x99u32 | 0x8000_0000).to_be_bytes());
+    assert_eq!(av[12], 3 << 1, "RoCE: sl in bits 1-3, static rate 0");
+    assert_eq!(&av[20..26], &[0x02, 0x11, 0x22, 0x33, 0x44, 0x55]);
+    assert_eq!((av[26], av[27]), (0x10, 64));
+    assert_eq!(
+        &av[28..32],
+        &((2u32 << 20) | 0x12345).to_be_bytes(),
+        "no GRH bit on RoCE"
+    );
+    assert_eq!(&av[32..48], &attr.grh.unwrap().dgid);
+    assert_eq!(&w[64..68], &32u32.to_be_bytes());
+}
+
+/// Receives: data segments, the terminator when fewer than max, the receive doorbell record
+/// and no UAR write; completions come back in order with their wr_id.
+#[test]
+fn recv_wqes_and_in_order_completion() {
+    let mut u = Uars::new();
+    let d = driver(&mut u, BfPolicy::default(), false);
+    let mut q = qp(&d, QpType::RC, caps(1, 4, 1, 3, 0), 0x31, 1, false);
+    let (buf, db) = (u64_at(&q.udata, 0), u64_at(&q.udata, 8));
+    let (mut cq, ring) = cq(&d, 3);
+    let s = [
+        Sge {
+            addr: 0x100,
+            length: 16,
+            lkey: 1,
+        },
+        Sge {
+            addr: 0x200,
+            length: 0,
+            lkey: 2,
+        },
+    ];
+    let full = [Sge {
+        addr: 0x300,
+        length: 4,
+        lkey: 3,
+    }; 4];
+    // SAFETY: the SGEs are never touched (no device).
+    unsafe {
+        q.ops.post_recv(
+            kobj(),
+            &[
+                RecvWr { wr_id: 10, sge: &s },
+                RecvWr {
+                    wr_id: 11,
+                    sge: &full,
+                },
+            ],
+        )
+    }
+    .unwrap();
+    let r = mem(buf, 128);
+    assert_eq!(&r[0..4], &16u32.to_be_bytes());
+    assert_eq!(
+        &r[16..20],
+        &[0; 4],
+        "terminator after the one non-empty SGE"
+    );
+    assert_eq!(&r[20..24], &0x100u32.to_be_bytes());
+    assert!(
+        r[64..128].chunks(16).all(|c| c[4..8] == 3u32.to_be_bytes()),
+        "four SGEs, no terminator"
+    );
+    assert_eq!(mem(db, 8), [0, 0, 0, 2, 0, 0, 0, 0]);
+    assert!(
+        u.bytes(0, 4096).iter().all(|&x| x == 0),
+        "receives ring no UAR"
+    );
+    // Posting more than the RQ holds (4) is refused.
+    let one = [s[0]];
+    let many = [RecvWr {
+        wr_id: 0,
+        sge: &one,
+    }; 3];
+    // SAFETY: as above.
+    let e = unsafe { q.ops.post_recv(kobj(), &many) }.unwrap_err();
+    assert_eq!(e.posted, 2);
+    assert!(e.to_string().contains("receive queue is full"), "{e}");
+    write_cqe(ring, 0, 0x2, 0x31, 0, 0);
+    write_cqe(ring, 1, 0x2, 0x31, 0, 0);
+    let mut wc = [WorkCompletion::default(); 4];
+    assert_eq!(cq.poll(&mut wc), 2);
+    assert_eq!((wc[0].wr_id, wc[1].wr_id), (10, 11));
+    drop(q);
+}
+
+/// SRQ: the free list linked at creation, a post takes the head and writes every SGE, the
+/// doorbell record counts posts, a completion (by srqn) gives back the wr_id of that WQE and
+/// returns it to the tail, so a full SRQ can be reposted.
+#[test]
+fn srq_post_complete_repost() {
+    let mut u = Uars::new();
+    let d = driver(&mut u, BfPolicy::default(), false);
+    let mut udata = Vec::new();
+    let mut srq: Box<dyn SrqOps> = d
+        .create_srq(fd(), 3, 1, &mut |uin, uout| {
+            udata = uin.to_vec();
+            uout[0..4].copy_from_slice(&0x66u32.to_ne_bytes());
+            Ok(SrqCreated {
+                handle: 2,
+                max_wr: 3,
+                max_sge: 1,
+                srq_num: 0x66,
+            })
+        })
+        .unwrap();
+    assert_eq!(udata.len(), 32);
+    let (buf, db) = (u64_at(&udata, 0), u64_at(&udata, 8));
+    // 32-byte WQEs (16 + 1 SGE → 32), 4 of them: next indices 1, 2, 3 in WQEs 0..3.
+    let b = mem(buf, 128);
+    assert_eq!([&b[2..4], &b[34..36], &b[66..68]], [[0, 1], [0, 2], [0, 3]]);
+    let q = qp(&d, QpType::RC, caps(1, 0, 1, 0, 0), 0x51, 1, true);
+    let (mut cq, ring) = cq(&d, 4);
+    let s = [Sge {
+        addr: 0x700,
+        length: 0,
+        lkey: 7,
+    }];
+    let r = |id| RecvWr { wr_id: id, sge: &s };
+    // SAFETY: the SGEs are never touched.
+    unsafe { srq.post_recv(kobj(), &[r(100), r(101), r(102)]) }.unwrap();
+    let b = mem(buf, 128);
+    assert_eq!(
+        &b[16..20],
+        &[0; 4],
+        "SRQ copies every SGE, even an empty one"
+    );
+    assert_eq!(&b[20..24], &7u32.to_be_bytes());
+    assert_eq!(mem(db, 4), 3u32.to_be_bytes());
+    // SAFETY: as above.
+    let e = unsafe { srq.post_recv(kobj(), &[r(103)]) }.unwrap_err();
+    assert!(
+        e.to_string().contains("SRQ is full") && e.to_string().contains("0x66"),
+        "{e}"
+    );
+    // Complete WQE 1 (receive through the SRQ: srqn in the CQE).
+    write_cqe(ring, 0, 0x2, 0x51, 1, 0x66);
+    let mut wc = [WorkCompletion::default(); 2];
+    assert_eq!(cq.poll(&mut wc), 1);
+    assert_eq!((wc[0].wr_id, wc[0].qp_num), (101, 0x51));
+    // WQE 1 went to the tail (WQE 3 now links to it); a repost takes WQE 3 then 1.
+    assert_eq!(&mem(buf + 96, 4)[2..4], &[0, 1]);
+    // SAFETY: as above.
+    unsafe { srq.post_recv(kobj(), &[r(200)]) }.unwrap();
+    write_cqe(ring, 1, 0x2, 0x51, 3, 0x66);
+    assert_eq!(cq.poll(&mut wc), 1);
+    assert_eq!(wc[0].wr_id, 200);
+    let _ = q.ops.caps();
+    drop(q);
+    drop(srq);
+}
+
+/// A create response naming a blue-flame register the context does not have, or an SRQ
+/// answer smaller than the ring: refused, with the QP/SRQ named (the core then destroys the
+/// kernel object; the buffer is freed with the error).
+#[test]
+fn bad_create_responses_are_refused() {
+    let mut u = Uars::new();
+    let d = driver(&mut u, BfPolicy::default(), false);
+    let req = QpRequest {
+        qp_type: QpType::RC,
+        caps: caps(1, 1, 1, 1, 0),
+        sq_sig_all: false,
+        has_srq: false,
+    };
+    for bad in [2u32, 3, 32, 1000] {
+        let e = d
+            .create_qp(fd(), &req, &mut |_, out| {
+                out[0..4].copy_from_slice(&bad.to_ne_bytes());
+                Ok(QpCreated {
+                    handle: 1,
+                    qp_num: 0x10,
+                    caps: req.caps,
+                })
+            })
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("QP 0x10") && e.to_string().contains("register"),
+            "{e}"
+        );
+    }
+    let e = d
+        .create_qp(fd(), &req, &mut |_, _| {
+            Ok(QpCreated {
+                handle: 1,
+                qp_num: 1 << 24,
+                caps: req.caps,
+            })
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("24 bits"), "{e}");
+    let e = d
+        .create_srq(fd(), 8, 1, &mut |_, out| {
+            out[0..4].copy_from_slice(&5u32.to_ne_bytes());
+            Ok(SrqCreated {
+                handle: 1,
+                max_wr: 8,
+                max_sge: 1,
+                srq_num: 5,
+            })
+        })
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("max_wr 8") && e.to_string().contains("SRQ 0x5"),
+        "{e}"
+    );
+    let e = d
+        .create_srq(fd(), 0, 1, &mut |_, _| panic!("no kernel call"))
+        .unwrap_err();
+    assert!(e.to_string().contains("max_wr 0"), "{e}");
+}
+
+/// post_send, post_recv, SRQ post and polling their completions allocate nothing.
+#[test]
+fn post_and_poll_do_not_allocate() {
+    let mut u = Uars::new();
+    let d = Arc::new(driver(&mut u, BfPolicy::default(), false));
+    let mut q = qp(&d, QpType::RC, caps(64, 64, 2, 2, 64), 0x21, 1, false);
+    let (mut cq, ring) = cq(&d, 5);
+    let data = [7u8; 64];
+    let s = [Sge {
+        addr: data.as_ptr() as u64,
+        length: 64,
+        lkey: 1,
+    }];
+    let inl = SendWr {
+        wr_id: 1,
+        op: SendOp::Send,
+        sge: &s,
+        flags: SendFlags::INLINE | SendFlags::SIGNALED,
+        ud: None,
+    };
+    let list = [SendWr {
+        flags: SendFlags::SIGNALED,
+        ..inl
+    }; 4];
+    let mut wc = [WorkCompletion::default(); 8];
+    let before = allocs();
+    // SAFETY: SGEs name `data`, alive.
+    unsafe {
+        q.ops.post_send(kobj(), &[inl]).unwrap();
+        q.ops.post_send(kobj(), &list).unwrap();
+        q.ops
+            .post_recv(kobj(), &[RecvWr { wr_id: 9, sge: &s }])
+            .unwrap();
+    }
+    write_cqe(ring, 0, 0x0, 0x21, 0, 0);
+    write_cqe(ring, 1, 0x2, 0x21, 0, 0);
+    let n = cq.poll(&mut wc);
+    let after = allocs();
+    assert_eq!(n, 2);
+    assert_eq!((wc[0].wr_id, wc[1].wr_id), (1, 9));
+    assert_eq!(after - before, 0, "the post/poll path allocated");
+    drop(q);
+    drop(cq);
+}
