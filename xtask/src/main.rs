@@ -2,6 +2,7 @@
 //! our binaries and tests in them; see `cargo xtask help` and docs/testing.md.
 
 mod build;
+mod capi;
 mod json;
 mod miri;
 mod mlx5_oracle;
@@ -70,6 +71,10 @@ USAGE:
             --verbose         show the whole console (kernel messages included)
             --shell           an interactive shell in the guest on this terminal (no
                               timeout; its exit status is the command's)
+    cargo xtask capi [--release]
+        Builds the C drop-in (crates/capi): target/capi/lib/libibverbs.so.1 and librverbs.a,
+        and checks that it exports every ibv_* symbol version rdma-core's tools import
+        (docs/capi.md). `cargo xtask test` runs it as its `capi` stage.
     cargo xtask mlx5-oracle [--check | --script FILE]
         Regenerates the golden dumps of libmlx5 for crates/provider/tests/mlx5_oracle/*.script
         (--check: proves the committed ones are what libmlx5 gives; --script: runs FILE
@@ -102,6 +107,7 @@ fn main() -> ExitCode {
         Some("vm") => cmd_vm(&args[1..]),
         Some("demo") => cmd_demo(&args[1..]),
         Some("test") => testcmd::run(&args[1..]),
+        Some("capi") => capi::cmd(&args[1..]),
         Some("mlx5-oracle") => mlx5_oracle::run(&args[1..]),
         Some("setup") => cmd_setup(&args[1..]),
         Some(other) => Err(util::Error(format!(

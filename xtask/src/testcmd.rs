@@ -241,6 +241,23 @@ pub fn run(args: &[String]) -> Result<u8> {
             report.add("miri", counts, notes, took);
         }
     }
+    // The C drop-in (crates/capi, xtask/src/capi.rs): built and checked here, loaded by the
+    // interop tests of the host guest.
+    if report.wants("capi") {
+        let t = Instant::now();
+        match crate::capi::build_and_check(false) {
+            Ok(o) => report.add(
+                "capi",
+                Counts {
+                    passed: 1,
+                    ..Default::default()
+                },
+                o.notes,
+                t.elapsed(),
+            ),
+            Err(e) => fail_stage(&mut report, "capi", e.0, t),
+        }
+    }
     if opts.vm {
         vm_stages(&mut report, &opts);
         crate::usercrate::stage(&mut report, &opts);
@@ -434,12 +451,13 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
     for a in &tests.tests {
         dirs.insert(a.package_dir.to_string_lossy().into_owned());
     }
-    let files = tests
+    let mut files: Vec<_> = tests
         .tests
         .iter()
         .chain(&tests.bins)
         .map(|a| a.executable.clone())
         .collect();
+    files.extend(crate::capi::guest_files());
     let payload = Payload {
         rverbs: Some(rverbs),
         files,

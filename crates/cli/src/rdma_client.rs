@@ -9,23 +9,20 @@
 //!
 //! Differences by design: errors name what failed (the C tool prints `perror`); completions
 //! are checked (the C tool ignores their status); a peer that disconnects or dies while we
-//! wait for a completion ends the wait with an error instead of hanging forever (a helper
-//! thread watches the rdma_cm id for DISCONNECTED and, if we are still waiting 2 s later,
-//! flushes the QP); getaddrinfo failures
+//! wait for a completion ends the wait with an error instead of hanging forever (the
+//! library's `get_send_comp` / `get_recv_comp` end when the connection does); getaddrinfo failures
 //! end with -2 (unresolvable host) or -8 (bad port: a port above 65535 is refused, not
 //! truncated to 16 bits).
 //!
 //! The helpers shared with `rverbs rdma-server` live here.
 
-#![allow(unsafe_code)] // posting a receive hands a buffer to the device; borrowing the id's fd
+#![allow(unsafe_code)] // posting a receive hands a buffer to the device
 
 use std::ffi::OsString;
 use std::io::{self, Write};
-use std::os::fd::BorrowedFd;
-use std::sync::Mutex;
 
 use rverbs::cm::verbs::{Endpoint, EndpointAttr};
-use rverbs::cm::{create_ep, getaddrinfo, AddrHints, CmEventKind, ConnParam};
+use rverbs::cm::{create_ep, getaddrinfo, AddrHints, ConnParam};
 use rverbs::uverbs::mr::Mr;
 use rverbs::uverbs::{SendFlags, WorkCompletion};
 
@@ -137,108 +134,16 @@ pub fn finish(prog: &str, res: Result<(), Failure>) -> CmdResult {
     Ok(())
 }
 
-/// How long after the peer's DISCONNECTED the watcher lets completions in flight arrive before
-/// flushing the QP.
-const DISCONNECT_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// What a peer-watcher thread saw on the rdma_cm id while the main thread waited for
-/// completions.
-#[derive(Default)]
-pub struct PeerWatch {
-    seen: Mutex<Option<String>>,
-}
-
-impl PeerWatch {
-    /// A description of the event that ended the connection, if one came.
-    pub fn seen(&self) -> Option<String> {
-        self.seen.lock().unwrap_or_else(|p| p.into_inner()).clone()
+/// Explains a failed completion: its status, and how the connection ended if it did.
+pub fn explain(ep: &Endpoint, what: &str, wc: &WorkCompletion) -> String {
+    let mut s = format!(
+        "{what} completed with status {} ({})",
+        wc.status, wc.status.0
+    );
+    if let Some(end) = ep.ended() {
+        s += &format!(": {}", end.to_error("the connection", ep.id().handle()));
     }
-
-    /// Explains a failed completion: its status, and the peer's event if there was one.
-    pub fn explain(&self, what: &str, wc: &WorkCompletion) -> String {
-        let mut s = format!(
-            "{what} completed with status {} ({})",
-            wc.status, wc.status.0
-        );
-        if let Some(ev) = self.seen() {
-            s += &format!(": {ev}");
-        }
-        s
-    }
-}
-
-/// Runs `body` while a helper thread watches `ep`'s rdma_cm id: when the peer disconnects
-/// (DISCONNECTED) or the connection otherwise ends and `body` is still running 2 s later,
-/// the helper moves the QP to ERR and disconnects, which flushes the posted work requests, so
-/// a blocking `get_send_comp` / `get_recv_comp` returns (with WR_FLUSH_ERR) instead of
-/// waiting forever for a peer that is gone. The helper stops when `body` returns.
-pub fn with_peer_watch<T>(ep: &Endpoint, body: impl FnOnce(&PeerWatch) -> T) -> io::Result<T> {
-    use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags};
-    let stop = eventfd(0, EventfdFlags::CLOEXEC)?;
-    let watch = PeerWatch::default();
-    let out = std::thread::scope(|s| {
-        let helper = s.spawn(|| {
-            // SAFETY: the id (and so its channel fd) lives in `ep`, which outlives this
-            // scoped thread.
-            let cm_fd = unsafe { BorrowedFd::borrow_raw(ep.id().channel_fd()) };
-            loop {
-                let mut fds = [
-                    PollFd::new(&cm_fd, PollFlags::IN),
-                    PollFd::new(&stop, PollFlags::IN),
-                ];
-                match poll(&mut fds, None) {
-                    Ok(_) => {}
-                    Err(rustix::io::Errno::INTR) => continue,
-                    Err(_) => return,
-                }
-                if !fds[1].revents().is_empty() {
-                    return;
-                }
-                if fds[0].revents().is_empty() {
-                    continue;
-                }
-                let ev = match ep.id().get_event(Some(std::time::Duration::ZERO)) {
-                    Ok(Some(ev)) => ev,
-                    Ok(None) => continue,
-                    Err(e) => {
-                        *watch.seen.lock().unwrap_or_else(|p| p.into_inner()) =
-                            Some(format!("reading the rdma_cm id's events failed: {e}"));
-                        return;
-                    }
-                };
-                let kind = ev.kind();
-                let what = if kind == CmEventKind::DISCONNECTED {
-                    "the peer disconnected (DISCONNECTED event)".to_string()
-                } else {
-                    format!(
-                        "the connection ended ({kind} event, status {})",
-                        ev.status()
-                    )
-                };
-                *watch.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(what);
-                // The peer may have left after a complete exchange: its DREQ can overtake the
-                // ACK that completes our last send (the CM and the data path are separate
-                // queues in the kernel). Give completions in flight a grace period; if the
-                // main thread is still waiting after it, flush what is posted so its wait
-                // ends. Errors are moot: the connection is gone either way.
-                let mut fds = [PollFd::new(&stop, PollFlags::IN)];
-                let ts = rustix::time::Timespec {
-                    tv_sec: DISCONNECT_GRACE.as_secs() as _,
-                    tv_nsec: DISCONNECT_GRACE.subsec_nanos() as _,
-                };
-                if matches!(poll(&mut fds, Some(&ts)), Ok(n) if n > 0) {
-                    return;
-                }
-                let _ = ep.disconnect();
-                return;
-            }
-        });
-        let out = body(&watch);
-        let _ = rustix::io::write(&stop, &1u64.to_ne_bytes());
-        let _ = helper.join();
-        out
-    });
-    Ok(out)
+    s
 }
 
 /// The examples' QP: 1 send and 1 receive WR, 1 SGE each, 16 bytes inline, all signaled.
@@ -283,7 +188,7 @@ impl Msgs {
 
     /// Sends the 16-byte message (inline, or from the send buffer) and waits for its
     /// completion; a failed one is explained with `what` and the peer's event.
-    pub fn send(&self, ep: &Endpoint, watch: &PeerWatch, what: &str) -> Result<(), Failure> {
+    pub fn send(&self, ep: &Endpoint, what: &str) -> Result<(), Failure> {
         match &self.send {
             None => ep.post_send_inline(0, &[0u8; MSG_LEN], SendFlags::empty()),
             Some(mr) => {
@@ -296,18 +201,18 @@ impl Msgs {
             .get_send_comp()
             .map_err(|e| Failure::new("rdma_get_send_comp", e))?;
         if !wc.status.is_success() {
-            return Err(Failure::new("rdma_get_send_comp", watch.explain(what, &wc)));
+            return Err(Failure::new("rdma_get_send_comp", explain(ep, what, &wc)));
         }
         Ok(())
     }
 
     /// Waits for the posted receive; a failed one is explained with `what`.
-    pub fn recv(&self, ep: &Endpoint, watch: &PeerWatch, what: &str) -> Result<(), Failure> {
+    pub fn recv(&self, ep: &Endpoint, what: &str) -> Result<(), Failure> {
         let wc = ep
             .get_recv_comp()
             .map_err(|e| Failure::new("rdma_get_recv_comp", e))?;
         if !wc.status.is_success() {
-            return Err(Failure::new("rdma_get_recv_comp", watch.explain(what, &wc)));
+            return Err(Failure::new("rdma_get_recv_comp", explain(ep, what, &wc)));
         }
         Ok(())
     }
@@ -322,13 +227,10 @@ fn run_client(o: &Opts) -> Result<(), Failure> {
     let msgs = Msgs::post_recv(&ep, "rdma_client")?;
     ep.connect(&ConnParam::default())
         .map_err(|e| Failure::new("rdma_connect", e))?;
-    let res = with_peer_watch(&ep, |watch| -> Result<(), Failure> {
-        msgs.send(&ep, watch, "the send")?;
-        msgs.recv(&ep, watch, "the receive of the server's answer")
-    })
-    .map_err(|e| Failure::new("start the peer watcher", e))?;
-    // As the C tool: disconnect whatever happened (its errors do not change the result;
-    // after the peer left it is refused, as the helper already did it).
+    let res = msgs
+        .send(&ep, "the send")
+        .and_then(|()| msgs.recv(&ep, "the receive of the server's answer"));
+    // As the C tool: disconnect whatever happened (its errors do not change the result).
     let _ = ep.disconnect();
     // The QP (in `ep`) goes before the buffers it could still write to.
     drop(ep);

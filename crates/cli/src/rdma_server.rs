@@ -9,7 +9,7 @@
 //!
 //! As the C tool, the server waits for its one client as long as it takes. Once connected,
 //! a client that disconnects or dies ends the wait for its message with an error instead of
-//! a hang (see `rdma_client::with_peer_watch`). The other differences are those of
+//! a hang (the library's completion waits end with the connection). The other differences are those of
 //! `rverbs rdma-client`.
 
 #![allow(unsafe_code)] // posting a receive hands a buffer to the device
@@ -20,9 +20,7 @@ use std::io::{self, Write};
 use rverbs::cm::verbs::Endpoint;
 use rverbs::cm::{create_ep, getaddrinfo, AddrHints, ConnParam};
 
-use crate::rdma_client::{
-    addrinfo_failure, example_attr, finish, parse, with_peer_watch, Failure, Msgs,
-};
+use crate::rdma_client::{addrinfo_failure, example_attr, finish, parse, Failure, Msgs};
 use crate::CmdResult;
 
 pub const USAGE: &str = "\
@@ -57,11 +55,9 @@ fn run_server(server: &str, port: &str) -> Result<(), Failure> {
     let msgs = Msgs::post_recv(&ep, "rdma_server")?;
     ep.accept(&ConnParam::default())
         .map_err(|e| Failure::new("rdma_accept", e))?;
-    let res = with_peer_watch(&ep, |watch| -> Result<(), Failure> {
-        msgs.recv(&ep, watch, "the receive of the client's message")?;
-        msgs.send(&ep, watch, "the send of the answer")
-    })
-    .map_err(|e| Failure::new("start the peer watcher", e))?;
+    let res = msgs
+        .recv(&ep, "the receive of the client's message")
+        .and_then(|()| msgs.send(&ep, "the send of the answer"));
     let _ = ep.disconnect();
     // The QP (in `ep`) goes before the buffers it could still write to.
     drop(ep);

@@ -29,12 +29,12 @@
 //! final `wait for RDMA_READ_ADV state 10` line is not printed. `-t` (in the C tool's option
 //! string but unhandled there) is refused.
 
-#![allow(unsafe_code)] // posting work requests hands buffers to the device; borrowing the cm fd
+#![allow(unsafe_code)] // posting work requests hands buffers to the device
 
 use std::ffi::OsString;
 use std::io::{self, Write};
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -730,8 +730,7 @@ impl<'o> Cb<'o> {
             return Ok(());
         }
         use rustix::event::{poll, PollFd, PollFlags};
-        // SAFETY: the id, and so its channel's fd, lives in `self.link` beyond this call.
-        let cm_fd = unsafe { BorrowedFd::borrow_raw(self.link.id().channel_fd()) };
+        let cm_fd = self.link.id().channel_fd();
         let mut fds = [
             PollFd::new(&*self.channel, PollFlags::IN),
             PollFd::new(&cm_fd, PollFlags::IN),
@@ -766,10 +765,13 @@ impl<'o> Cb<'o> {
             self.armed = false;
         }
         if cm_ready {
-            match self.link.id().get_event(Some(Duration::ZERO)) {
-                Ok(Some(ev)) => self.on_cm_event(&ev),
-                Ok(None) => {}
-                Err(e) => return Err(os_err("rdma_get_cm_event", e)),
+            // The channel's readiness protocol: take events until none is left.
+            loop {
+                match self.link.id().try_next_event() {
+                    Ok(Some(ev)) => self.on_cm_event(&ev),
+                    Ok(None) => break,
+                    Err(e) => return Err(os_err("rdma_get_cm_event", e)),
+                }
             }
         }
         Ok(())

@@ -5,11 +5,35 @@
 //! created through (or migrated to) that file descriptor, and `GET_EVENT` hands them out in
 //! order. The descriptor is always non-blocking inside rverbs (`GET_EVENT` then fails with
 //! EAGAIN instead of sleeping); blocking waits are `poll()` + `GET_EVENT`.
+//!
+//! ## One dispatcher per channel
+//!
+//! Several readers may want a channel's events at once: a synchronous id waiting for its
+//! ESTABLISHED, an `Endpoint` blocked in `get_recv_comp` that must notice DISCONNECTED, a
+//! caller reading the channel, async tasks each waiting for their own id. `GET_EVENT` has no
+//! peek: whoever reads an event from the kernel takes it from everyone else. So every read
+//! goes through the channel's [`Dispatch`]: it reads *all* queued kernel events at once
+//! ([`Channel::pump`]) into a userspace queue, records the events that end a connection per
+//! id (DISCONNECTED, DEVICE_REMOVAL), and wakes every registered waiter, which then looks in
+//! the queue for what is its own:
+//!
+//! - per-id readers (synchronous ids, ids with [`crate::CmId::claim_events`]) take the first
+//!   queued event of their uid;
+//! - channel-wide readers ([`EventChannel::get_event`]) take the first event of an id that is
+//!   not claimed;
+//! - completion waiters only look at the end record, taking nothing.
+//!
+//! A blocking waiter registers an eventfd (kept by the channel for the next wait) before it checks the queue and sleeps in
+//! `poll()` on the channel fd *and* that eventfd: an event that another thread pumps between
+//! the check and the sleep writes the eventfd, so no wake-up is lost. Async runtimes register
+//! a callback instead ([`EventChannel::on_dispatch`]).
 
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt;
 use std::fs::File;
 use std::io::{self, Write as _};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
-use std::sync::Arc;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
@@ -20,6 +44,7 @@ use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes};
 
 use crate::abi::{self, rdma_ucm_cmd_hdr};
 use crate::event::CmEvent;
+use crate::types::CmEventKind;
 
 /// Path of the ucma character device.
 pub const DEVICE_PATH: &str = "/dev/infiniband/rdma_cm";
@@ -37,6 +62,146 @@ pub(crate) struct Channel {
     /// holds what it held before the call. An opaque libc call carries no such promise, and the
     /// response buffer's address is exposed (cast to an integer) before the call.
     file: File,
+    disp: Mutex<Dispatch>,
+}
+
+/// A callback run after a pump queued events (see [`EventChannel::on_dispatch`]).
+type DispatchHook = Arc<dyn Fn() + Send + Sync>;
+
+/// The userspace side of a channel's event queue (see the module documentation).
+#[derive(Default)]
+pub(crate) struct Dispatch {
+    /// Events read from the kernel and not taken yet, in the kernel's order.
+    queue: VecDeque<abi::rdma_ucm_event_resp>,
+    /// Uids whose events only their own id reads.
+    claimed: HashSet<u64>,
+    /// Per uid: the event that ended its connection (kind, status), once read.
+    ended: HashMap<u64, (CmEventKind, i32)>,
+    /// Blocking waiters' eventfds, written after each pump that queued something.
+    wakers: Vec<Arc<OwnedFd>>,
+    /// Eventfds of finished waits, for the next ones (closed with the channel).
+    spare: Vec<Arc<OwnedFd>>,
+    /// Callbacks run after each pump that queued something.
+    hooks: Vec<(u64, DispatchHook)>,
+    next_hook: u64,
+}
+
+impl fmt::Debug for Dispatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dispatch")
+            .field("queued", &self.queue.len())
+            .field("claimed", &self.claimed.len())
+            .field("ended", &self.ended.len())
+            .field("waiters", &self.wakers.len())
+            .field("hooks", &self.hooks.len())
+            .finish()
+    }
+}
+
+/// Event kinds after which a connection carries no more traffic.
+pub(crate) fn ends_connection(kind: CmEventKind) -> bool {
+    kind == CmEventKind::DISCONNECTED || kind == CmEventKind::DEVICE_REMOVAL
+}
+
+impl Dispatch {
+    /// Takes the first queued event of `uid`.
+    pub(crate) fn take_for(&mut self, uid: u64) -> Option<abi::rdma_ucm_event_resp> {
+        let i = self.queue.iter().position(|e| e.uid == uid)?;
+        self.queue.remove(i)
+    }
+
+    /// Takes the first queued event of an id that is not claimed.
+    pub(crate) fn take_unclaimed(&mut self) -> Option<abi::rdma_ucm_event_resp> {
+        let i = self
+            .queue
+            .iter()
+            .position(|e| !self.claimed.contains(&e.uid))?;
+        self.queue.remove(i)
+    }
+
+    /// The event that ended `uid`'s connection, if read.
+    pub(crate) fn ended(&self, uid: u64) -> Option<(CmEventKind, i32)> {
+        self.ended.get(&uid).copied()
+    }
+
+    pub(crate) fn claim(&mut self, uid: u64) {
+        self.claimed.insert(uid);
+    }
+
+    pub(crate) fn is_claimed(&self, uid: u64) -> bool {
+        self.claimed.contains(&uid)
+    }
+
+    /// Forgets `uid` (its id is destroyed or moved): returns its queued events.
+    pub(crate) fn forget(&mut self, uid: u64) -> Vec<abi::rdma_ucm_event_resp> {
+        self.claimed.remove(&uid);
+        self.ended.remove(&uid);
+        let mut out = Vec::new();
+        self.queue.retain(|e| {
+            if e.uid == uid {
+                out.push(*e);
+                false
+            } else {
+                true
+            }
+        });
+        out
+    }
+
+    /// Puts events of a migrated id in front (they are older than anything the kernel still
+    /// holds for it).
+    pub(crate) fn adopt(&mut self, uid: u64, claimed: bool, events: Vec<abi::rdma_ucm_event_resp>) {
+        for e in events.into_iter().rev() {
+            if ends_connection(CmEventKind(e.event)) {
+                self.ended
+                    .insert(uid, (CmEventKind(e.event), e.status as i32));
+            }
+            self.queue.push_front(e);
+        }
+        if claimed {
+            self.claimed.insert(uid);
+        }
+    }
+
+    fn wake(&self) {
+        for w in &self.wakers {
+            // An eventfd write fails only when the counter would overflow (it is then
+            // readable anyway) or with EAGAIN for the same reason.
+            let _ = rustix::io::write(&**w, &1u64.to_ne_bytes());
+        }
+        for (_, h) in &self.hooks {
+            h();
+        }
+    }
+}
+
+/// What [`Channel::wait_until`] saw.
+#[derive(Debug)]
+pub(crate) enum Woke<T> {
+    /// The check found what it looked for.
+    Found(T),
+    /// One of the extra fds is readable.
+    Extra,
+    /// The deadline passed.
+    TimedOut,
+}
+
+fn new_wake_fd() -> Result<Arc<OwnedFd>, Errno> {
+    let fd = rustix::event::eventfd(
+        0,
+        rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+    )?;
+    Ok(Arc::new(fd))
+}
+
+fn timespec_until(deadline: Option<Instant>) -> Option<rustix::event::Timespec> {
+    deadline.map(|d| {
+        let left = d.saturating_duration_since(Instant::now());
+        rustix::event::Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: i64::from(left.subsec_nanos()),
+        }
+    })
 }
 
 impl Channel {
@@ -60,13 +225,164 @@ impl Channel {
             .map_err(|e| Error::os("rdma_cm: fcntl(F_SETFL, O_NONBLOCK)", e))?;
         Ok(Arc::new(Self {
             file: File::from(fd),
+            disp: Mutex::new(Dispatch::default()),
         }))
     }
 
     /// A channel over any file (tests: one end of a socket pair records the commands).
     #[cfg(test)]
     pub(crate) fn for_test(file: File) -> Arc<Self> {
-        Arc::new(Self { file })
+        Arc::new(Self {
+            file,
+            disp: Mutex::new(Dispatch::default()),
+        })
+    }
+
+    /// The dispatcher, locked. Plain data: a panic while holding it leaves nothing
+    /// half-updated that matters, so poisoning is ignored.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Dispatch> {
+        self.disp.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Reads every event the kernel has queued into `d`, records connection ends, and wakes
+    /// the waiters if anything came. Returns how many events were read.
+    pub(crate) fn pump(&self, d: &mut Dispatch) -> Result<usize, Errno> {
+        let mut n = 0;
+        while self.read_one(d)? {
+            n += 1;
+        }
+        if n > 0 {
+            d.wake();
+        }
+        Ok(n)
+    }
+
+    /// Reads one event from the kernel into `d` (no wake-up); `false` when none is there.
+    fn read_one(&self, d: &mut Dispatch) -> Result<bool, Errno> {
+        let Some(raw) = self.try_get_raw()? else {
+            return Ok(false);
+        };
+        let kind = CmEventKind(raw.event);
+        if ends_connection(kind) {
+            d.ended.insert(raw.uid, (kind, raw.status as i32));
+        }
+        tracing::trace!(uid = raw.uid, %kind, "rdma_cm event queued");
+        d.queue.push_back(raw);
+        Ok(true)
+    }
+
+    /// The first event `pick` takes: from the queue, else reading the kernel's queue one event
+    /// at a time until `pick` takes one or the kernel has none. Waiters are woken when events
+    /// for others were queued on the way.
+    fn pick_or_read(
+        &self,
+        d: &mut Dispatch,
+        mut pick: impl FnMut(&mut Dispatch) -> Option<abi::rdma_ucm_event_resp>,
+    ) -> Result<Option<abi::rdma_ucm_event_resp>, Errno> {
+        if let Some(r) = pick(d) {
+            return Ok(Some(r));
+        }
+        let mut found = None;
+        let mut read = 0;
+        while self.read_one(d)? {
+            read += 1;
+            if let Some(r) = pick(d) {
+                found = Some(r);
+                break;
+            }
+        }
+        if read > 0 && !d.queue.is_empty() {
+            d.wake();
+        }
+        Ok(found)
+    }
+
+    /// Blocks until `check` (run on the dispatcher, after each pump or wake-up) returns
+    /// something, one of `extra` is readable, or `deadline` passes. The channel is pumped
+    /// whenever its fd is readable, so other waiters' events are queued for them.
+    pub(crate) fn wait_until<T>(
+        &self,
+        deadline: Option<Instant>,
+        extra: &[BorrowedFd<'_>],
+        mut check: impl FnMut(&mut Dispatch) -> Option<T>,
+    ) -> Result<Woke<T>, Errno> {
+        let spare = self.lock().spare.pop();
+        let wake = match spare {
+            Some(fd) => fd,
+            None => new_wake_fd()?,
+        };
+        let r = self.wait_with(&wake, deadline, extra, &mut check);
+        let mut buf = [0u8; 8];
+        // Non-blocking: EAGAIN when nobody woke us. Drained before reuse.
+        let _ = rustix::io::read(&*wake, &mut buf);
+        self.lock().spare.push(wake);
+        r
+    }
+
+    fn wait_with<T>(
+        &self,
+        wake: &Arc<OwnedFd>,
+        deadline: Option<Instant>,
+        extra: &[BorrowedFd<'_>],
+        check: &mut impl FnMut(&mut Dispatch) -> Option<T>,
+    ) -> Result<Woke<T>, Errno> {
+        let mut pump = false;
+        loop {
+            {
+                let mut d = self.lock();
+                if pump {
+                    self.pump(&mut d)?;
+                }
+                if let Some(t) = check(&mut d) {
+                    return Ok(Woke::Found(t));
+                }
+                d.wakers.push(wake.clone());
+            }
+            let mut fds = Vec::with_capacity(2 + extra.len());
+            fds.push(PollFd::new(&self.file, PollFlags::IN));
+            fds.push(PollFd::new(&**wake, PollFlags::IN));
+            for e in extra {
+                fds.push(PollFd::new(e, PollFlags::IN));
+            }
+            let r = rustix::event::poll(&mut fds, timespec_until(deadline).as_ref());
+            self.lock().wakers.retain(|w| !Arc::ptr_eq(w, wake));
+            let mut buf = [0u8; 8];
+            // Non-blocking: EAGAIN when nobody woke us.
+            let _ = rustix::io::read(&**wake, &mut buf);
+            match r {
+                Ok(0) => {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        // A last look: a wake-up may have raced with the timeout.
+                        let mut d = self.lock();
+                        self.pump(&mut d)?;
+                        return Ok(check(&mut d).map_or(Woke::TimedOut, Woke::Found));
+                    }
+                    pump = false;
+                }
+                Ok(_) => {
+                    if fds[0]
+                        .revents()
+                        .intersects(PollFlags::ERR | PollFlags::NVAL)
+                    {
+                        return Err(Errno::IO);
+                    }
+                    pump = !fds[0].revents().is_empty();
+                    if fds[2..].iter().any(|f| !f.revents().is_empty()) {
+                        if pump {
+                            // Queue what came for the others before returning.
+                            self.pump(&mut self.lock())?;
+                        }
+                        return Ok(Woke::Extra);
+                    }
+                }
+                Err(Errno::INTR) => pump = false,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
     }
 
     pub(crate) fn raw_fd(&self) -> RawFd {
@@ -106,53 +422,34 @@ impl Channel {
         }
     }
 
-    /// Waits until the fd is readable or `deadline` passes. `Ok(false)` on timeout.
-    pub(crate) fn wait_readable(&self, deadline: Option<Instant>) -> Result<bool, Errno> {
-        loop {
-            let timeout = match deadline {
-                None => None,
-                Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    Some(rustix::event::Timespec {
-                        tv_sec: left.as_secs() as i64,
-                        tv_nsec: i64::from(left.subsec_nanos()),
-                    })
-                }
-            };
-            let mut fds = [PollFd::new(&self.file, PollFlags::IN)];
-            match rustix::event::poll(&mut fds, timeout.as_ref()) {
-                Ok(0) => {
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Ok(false);
-                    }
-                }
-                Ok(_) => {
-                    let rev = fds[0].revents();
-                    if rev.intersects(PollFlags::ERR | PollFlags::NVAL) {
-                        return Err(Errno::IO);
-                    }
-                    return Ok(true);
-                }
-                Err(Errno::INTR) => {}
-                Err(e) => return Err(e),
+    /// Waits up to `timeout` (`None`: forever) for the first queued event that `pick` takes.
+    pub(crate) fn get_with(
+        &self,
+        timeout: Option<Duration>,
+        mut pick: impl FnMut(&mut Dispatch) -> Option<abi::rdma_ucm_event_resp>,
+    ) -> Result<Option<abi::rdma_ucm_event_resp>, Errno> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        {
+            // Read first: the caller may not have polled the fd.
+            let mut d = self.lock();
+            if let Some(r) = self.pick_or_read(&mut d, &mut pick)? {
+                return Ok(Some(r));
             }
+        }
+        match self.wait_until(deadline, &[], pick)? {
+            Woke::Found(r) => Ok(Some(r)),
+            Woke::TimedOut | Woke::Extra => Ok(None),
         }
     }
 
-    /// `GET_EVENT`, waiting up to `timeout` (`None`: forever). `Ok(None)` on timeout.
-    pub(crate) fn get_raw(
+    /// The first queued event that `pick` takes, pumping the kernel's queue first; never
+    /// waits.
+    pub(crate) fn try_get_with(
         &self,
-        timeout: Option<Duration>,
+        pick: impl FnMut(&mut Dispatch) -> Option<abi::rdma_ucm_event_resp>,
     ) -> Result<Option<abi::rdma_ucm_event_resp>, Errno> {
-        let deadline = timeout.map(|t| Instant::now() + t);
-        loop {
-            if let Some(r) = self.try_get_raw()? {
-                return Ok(Some(r));
-            }
-            if !self.wait_readable(deadline)? {
-                return Ok(None);
-            }
-        }
+        let mut d = self.lock();
+        self.pick_or_read(&mut d, pick)
     }
 }
 
@@ -228,9 +525,23 @@ fn check_abi_version() -> Result<(), io::Error> {
 /// only drops this handle; the file is closed with the last id. Events are plain values: there
 /// is nothing to acknowledge (see [`CmEvent`]).
 ///
-/// The file descriptor ([`AsFd`]) can be put into a caller's poll/epoll set: it is readable when
-/// an event is queued. It is non-blocking; use [`EventChannel::try_get_event`] after readiness.
-#[derive(Debug)]
+/// ## Readiness protocol (poll, epoll, any async runtime)
+///
+/// The file descriptor ([`AsFd`]) is non-blocking and readable while the kernel holds an event
+/// for this channel. Events already read from the kernel wait in the channel's userspace queue
+/// (see [`EventChannel::dispatch`]), which does not make the fd readable. So:
+///
+/// - **when the fd is readable**: call [`EventChannel::try_get_event`] (or, for an id whose
+///   events are claimed, [`crate::CmId::try_next_event`]) until it returns `None`;
+/// - **before waiting again**: make sure it did return `None`. Waiting after taking only one
+///   event can sleep with the next one already queued.
+///
+/// For edge-triggered readiness (tokio, epoll with `EPOLLET`) the same rule is what makes it
+/// work: `try_get_event` reads the kernel queue until `EAGAIN` every time. Waiters in other
+/// threads or tasks, which may miss the fd's readiness because somebody else read the
+/// kernel's queue, are woken by the dispatcher: blocking waits inside rverbs register
+/// themselves, async layers through [`EventChannel::on_dispatch`].
+#[derive(Debug, Clone)]
 pub struct EventChannel {
     pub(crate) chan: Arc<Channel>,
 }
@@ -246,7 +557,7 @@ impl EventChannel {
         })
     }
 
-    /// Waits for the next event (forever).
+    /// Waits for the next event of an unclaimed id (forever).
     pub fn get_event(&self) -> io::Result<CmEvent> {
         match self.get_event_timeout_inner(None)? {
             Some(ev) => Ok(ev),
@@ -254,24 +565,60 @@ impl EventChannel {
         }
     }
 
-    /// Waits up to `timeout` for the next event; `Ok(None)` when none arrived in time.
+    /// Waits up to `timeout` for the next event of an unclaimed id; `Ok(None)` when none
+    /// arrived in time.
     pub fn get_event_timeout(&self, timeout: Duration) -> io::Result<Option<CmEvent>> {
         self.get_event_timeout_inner(Some(timeout))
     }
 
-    /// Returns the next event if one is queued, without waiting.
+    /// Returns the next event of an unclaimed id if one is queued, without waiting. Events of
+    /// synchronous ids and of ids with [`crate::CmId::claim_events`] are left for them.
     pub fn try_get_event(&self) -> io::Result<Option<CmEvent>> {
         let raw = self
             .chan
-            .try_get_raw()
+            .try_get_with(Dispatch::take_unclaimed)
             .map_err(|e| Error::os("get rdma_cm event", e))?;
         Ok(raw.map(|r| CmEvent::decode(r, &self.chan)))
+    }
+
+    /// Reads every event the kernel holds for this channel into its userspace queue, notes the
+    /// ends of connections, and wakes every waiter; takes nothing. Returns how many events were
+    /// read. This is what an event loop calls when the fd is readable if it serves per-id
+    /// readers ([`crate::CmId::try_next_event`]) rather than taking events itself.
+    pub fn dispatch(&self) -> io::Result<usize> {
+        let mut d = self.chan.lock();
+        self.chan
+            .pump(&mut d)
+            .map_err(|e| Error::os("read rdma_cm events", e).into())
+    }
+
+    /// Registers `hook`, run (on the thread that read them, with the channel's dispatcher
+    /// locked: it must not call back into this channel) after each read that queued events,
+    /// whoever read them. An async layer uses it to wake its tasks when a blocking call in
+    /// another thread consumed the fd's readiness. Returns a key for
+    /// [`EventChannel::remove_dispatch_hook`].
+    pub fn on_dispatch(&self, hook: Arc<dyn Fn() + Send + Sync>) -> u64 {
+        let mut d = self.chan.lock();
+        d.next_hook += 1;
+        let key = d.next_hook;
+        d.hooks.push((key, hook));
+        key
+    }
+
+    /// Removes a hook registered with [`EventChannel::on_dispatch`].
+    pub fn remove_dispatch_hook(&self, key: u64) {
+        self.chan.lock().hooks.retain(|(k, _)| *k != key);
+    }
+
+    /// True if both handles name the same open file.
+    pub fn same_channel(&self, other: &EventChannel) -> bool {
+        Arc::ptr_eq(&self.chan, &other.chan)
     }
 
     fn get_event_timeout_inner(&self, timeout: Option<Duration>) -> io::Result<Option<CmEvent>> {
         let raw = self
             .chan
-            .get_raw(timeout)
+            .get_with(timeout, Dispatch::take_unclaimed)
             .map_err(|e| Error::os("get rdma_cm event", e))?;
         Ok(raw.map(|r| CmEvent::decode(r, &self.chan)))
     }
@@ -305,6 +652,91 @@ mod tests {
         assert_eq!((hdr.cmd, hdr.r#in, hdr.out), (4, 8, 0));
         assert_eq!(&b[8..12], &7u32.to_ne_bytes());
         assert_eq!(&b[12..16], &2000u32.to_ne_bytes());
+    }
+
+    fn ev(uid: u64, kind: CmEventKind) -> abi::rdma_ucm_event_resp {
+        let mut r = abi::rdma_ucm_event_resp::new_zeroed();
+        r.uid = uid;
+        r.event = kind.0;
+        r
+    }
+
+    #[test]
+    fn dispatch_gives_each_reader_its_own_events() {
+        let mut d = Dispatch::default();
+        for (uid, k) in [
+            (1, CmEventKind::ESTABLISHED),
+            (2, CmEventKind::ADDR_RESOLVED),
+            (1, CmEventKind::DISCONNECTED),
+            (3, CmEventKind::ROUTE_RESOLVED),
+        ] {
+            d.queue.push_back(ev(uid, k));
+        }
+        d.claim(1);
+        d.claim(2);
+        // A channel reader skips claimed ids.
+        assert_eq!(d.take_unclaimed().map(|e| e.uid), Some(3));
+        assert!(d.take_unclaimed().is_none());
+        // Per-id readers take their own, in order.
+        assert_eq!(
+            d.take_for(1).map(|e| e.event),
+            Some(CmEventKind::ESTABLISHED.0)
+        );
+        assert_eq!(
+            d.take_for(1).map(|e| e.event),
+            Some(CmEventKind::DISCONNECTED.0)
+        );
+        assert!(d.take_for(1).is_none());
+        assert_eq!(d.take_for(2).map(|e| e.uid), Some(2));
+    }
+
+    #[test]
+    fn forget_and_adopt_move_an_ids_events_and_end() {
+        let mut a = Dispatch::default();
+        a.queue.push_back(ev(7, CmEventKind::ESTABLISHED));
+        a.queue.push_back(ev(8, CmEventKind::ESTABLISHED));
+        a.queue.push_back(ev(7, CmEventKind::DISCONNECTED));
+        a.claim(7);
+        let moved = a.forget(7);
+        assert_eq!(moved.len(), 2);
+        assert!(!a.is_claimed(7));
+        assert_eq!(a.queue.len(), 1);
+        let mut b = Dispatch::default();
+        b.queue.push_back(ev(9, CmEventKind::ADDR_RESOLVED));
+        b.adopt(7, true, moved);
+        assert!(b.is_claimed(7));
+        assert_eq!(b.ended(7).map(|e| e.0), Some(CmEventKind::DISCONNECTED));
+        // The adopted events come first, in their order.
+        assert_eq!(b.queue[0].event, CmEventKind::ESTABLISHED.0);
+        assert_eq!(b.queue[1].event, CmEventKind::DISCONNECTED.0);
+        assert_eq!(b.take_unclaimed().map(|e| e.uid), Some(9));
+    }
+
+    #[test]
+    fn a_blocked_waiter_is_woken_by_another_readers_dispatch() {
+        // The fake channel answers every GET_EVENT (a socket pair that accepts writes), so
+        // only the waker path is tested here: a thread waiting on the dispatcher sees an
+        // event another thread queued, although the fd readiness it polls says nothing.
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let chan = Channel::for_test(File::from(std::os::fd::OwnedFd::from(a)));
+        let c2 = chan.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let r = c2.wait_until(None, &[], |d| d.take_for(42).map(|e| e.event));
+            let _ = tx.send(r);
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        {
+            let mut d = chan.lock();
+            d.queue.push_back(ev(42, CmEventKind::ESTABLISHED));
+            d.wake();
+        }
+        // Without the wake-up the waiter sleeps for ever: fail after 5 s instead.
+        match rx.recv_timeout(Duration::from_secs(5)) {
+            Ok(Ok(Woke::Found(k))) => assert_eq!(k, CmEventKind::ESTABLISHED.0),
+            Ok(other) => panic!("{other:?}"),
+            Err(_) => panic!("the waiter was not woken by the other reader's dispatch"),
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use std::fs::File;
 use std::io::Read;
 use std::net::SocketAddr;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
@@ -349,7 +349,7 @@ fn migrate_writes_to_the_destination_with_the_source_fd() {
     assert_eq!((c, i, o), (cmd::MIGRATE_ID, 16, 4));
     assert_ne!(u64_at(&p, 0), 0);
     assert_eq!((u32_at(&p, 8), u32_at(&p, 12)), (8, old_fd as u32));
-    assert_eq!(id.channel_fd(), to.chan.raw_fd());
+    assert_eq!(id.channel_fd().as_raw_fd(), to.chan.raw_fd());
     drop(id);
     assert_eq!(to.one().0, cmd::DESTROY_ID, "commands follow the id");
 }

@@ -183,6 +183,13 @@ impl CmEvent {
     pub fn raw(&self) -> &rdma_ucm_event_resp {
         &self.raw
     }
+
+    /// `Ok` if the event is one of `ok` with status 0; otherwise the error a synchronous call
+    /// `op` reports for it (REJECTED → ECONNREFUSED naming the reason, a negative status → its
+    /// errno, anything else → a protocol error naming the event and what was awaited).
+    pub fn check(&self, op: &'static str, ok: &[CmEventKind]) -> std::io::Result<()> {
+        crate::id::check_event(op, self, ok)
+    }
 }
 
 fn conn_param(raw: &rdma_ucm_event_resp) -> rdma_ucm_conn_param {

@@ -13,7 +13,7 @@ use zerocopy::{FromZeros, IntoBytes};
 
 use crate::abi::{self, cm_sizes, cmd};
 use crate::addr::{self, CmAddr, IbAddr};
-use crate::channel::{resp_ptr, Channel, EventChannel};
+use crate::channel::{resp_ptr, Channel, Dispatch, EventChannel};
 use crate::event::CmEvent;
 use crate::query::{AddrQuery, GidQuery, PathRecord, RouteQuery};
 use crate::types::{CmEventKind, PortSpace, QpAttrMask, QpState, QpType, RejectReason};
@@ -352,6 +352,10 @@ impl CmId {
                     .with_detail(format!("port space {ps}, QP type {qp_type}"))
             })?;
         tracing::debug!(id = resp.id, ?ps, ?qp_type, sync, "rdma_cm id created");
+        if sync {
+            // A private channel's events are the id's own: nobody else may take them.
+            chan.lock().claim(uid);
+        }
         Ok(CmId {
             chan,
             handle: resp.id,
@@ -428,9 +432,58 @@ impl CmId {
         self.sync
     }
 
-    /// The fd of the channel this id's events arrive on (for synchronous ids: the private one).
-    pub fn channel_fd(&self) -> std::os::fd::RawFd {
-        self.chan.raw_fd()
+    /// The fd of the channel this id's events arrive on (for synchronous ids: the private one),
+    /// for poll/epoll or an async runtime. When it is readable, call
+    /// [`CmId::try_next_event`] (synchronous or claimed ids) or
+    /// [`EventChannel::try_get_event`] until `None` before waiting again (see
+    /// [`EventChannel`]'s readiness protocol).
+    pub fn channel_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.chan.fd()
+    }
+
+    /// A handle to the channel this id's events arrive on (for synchronous ids: the private
+    /// one). Its [`EventChannel::try_get_event`] never takes a synchronous or claimed id's
+    /// events; [`EventChannel::dispatch`] and [`EventChannel::on_dispatch`] serve event loops
+    /// that wait for this id.
+    pub fn event_channel(&self) -> EventChannel {
+        EventChannel {
+            chan: self.chan.clone(),
+        }
+    }
+
+    /// Reserves this id's events for the id itself: from now on they are read with
+    /// [`CmId::try_next_event`] / [`CmId::get_event`], and the channel's
+    /// [`EventChannel::get_event`] skips them. Synchronous ids are claimed from the start.
+    /// Events of the id that a channel reader already took stay taken.
+    pub fn claim_events(&self) {
+        self.chan.lock().claim(self.uid);
+    }
+
+    /// The next event of this id if one is queued (reading the kernel's queue first), without
+    /// waiting. For synchronous ids and ids with [`CmId::claim_events`].
+    pub fn try_next_event(&self) -> io::Result<Option<CmEvent>> {
+        let uid = self.uid;
+        let raw = self
+            .chan
+            .try_get_with(|d| d.take_for(uid))
+            .map_err(|e| Error::os("get rdma_cm event", e))?;
+        Ok(raw.map(|r| {
+            let ev = CmEvent::decode(r, &self.chan);
+            self.set_step(Step::Event(ev.kind()));
+            ev
+        }))
+    }
+
+    /// The event that ended this id's connection (DISCONNECTED or DEVICE_REMOVAL) and its
+    /// status, once the channel's dispatcher has read it — whoever takes the event itself.
+    /// Completion waits ([`crate::verbs::Endpoint::get_recv_comp`]) end on it.
+    pub fn end_event(&self) -> Option<(CmEventKind, i32)> {
+        self.chan.lock().ended(self.uid)
+    }
+
+    /// The channel (crate-internal: the verbs helpers wait on its dispatcher).
+    pub(crate) fn channel(&self) -> &Arc<Channel> {
+        &self.chan
     }
 
     /// Synchronous ids: bounds every internal wait (`None`, the default, waits as long as the
@@ -490,9 +543,10 @@ impl CmId {
     /// Synchronous ids: reads this id's next event and checks it is one of `ok` with status 0.
     fn wait(&self, op: &'static str, ok: &[CmEventKind]) -> io::Result<()> {
         let timeout = self.lock().sync_timeout;
+        let uid = self.uid;
         let raw = self
             .chan
-            .get_raw(timeout)
+            .get_with(timeout, |d: &mut Dispatch| d.take_for(uid))
             .map_err(|e| Error::os(op, e).with_detail("reading the id's event"))?;
         let Some(raw) = raw else {
             return Err(Error::os(op, Errno::TIMEDOUT)
@@ -755,19 +809,21 @@ impl CmId {
     /// Synchronous ids: waits for this id's next event (e.g. DISCONNECTED), up to `timeout`
     /// (`None`: forever). `Ok(None)` on timeout.
     pub fn get_event(&self, timeout: Option<Duration>) -> io::Result<Option<CmEvent>> {
-        if !self.sync {
+        if !self.sync && !self.chan.lock().is_claimed(self.uid) {
             return Err(Error::invalid(
                 "get_event",
                 format!(
-                    "rdma_cm id {} uses an explicit EventChannel: read its events there",
+                    "rdma_cm id {} uses an explicit EventChannel: read its events there (or \
+                     claim them with CmId::claim_events)",
                     self.handle
                 ),
             )
             .into());
         }
+        let uid = self.uid;
         let raw = self
             .chan
-            .get_raw(timeout)
+            .get_with(timeout, |d: &mut Dispatch| d.take_for(uid))
             .map_err(|e| Error::os("get rdma_cm event", e))?;
         Ok(raw.map(|r| {
             let ev = CmEvent::decode(r, &self.chan);
@@ -933,12 +989,25 @@ impl CmId {
         new_chan
             .command(cmd::MIGRATE_ID, &req, size_of_val(&resp))
             .map_err(|e| self.kernel_err("migrate", e))?;
-        self.chan = new_chan;
+        // The kernel moved the events it held; move those our dispatcher already read (they
+        // are older) and the claim.
+        let (claimed, queued) = {
+            let mut d = self.chan.lock();
+            let claimed = d.is_claimed(self.uid);
+            (claimed, d.forget(self.uid))
+        };
         self.sync = to.is_none();
+        new_chan
+            .lock()
+            .adopt(self.uid, claimed || self.sync, queued);
+        self.chan = new_chan;
         Ok(resp.events_reported)
     }
 
     fn destroy_inner(&mut self) -> io::Result<u32> {
+        if self.destroyed {
+            return Ok(0);
+        }
         self.destroyed = true;
         let mut resp = abi::rdma_ucm_destroy_id_resp::default();
         let req = abi::rdma_ucm_destroy_id {
@@ -963,6 +1032,13 @@ impl Drop for CmId {
             if let Err(e) = self.destroy_inner() {
                 tracing::warn!("dropping rdma_cm id {}: {e}", self.handle);
             }
+        }
+        // The kernel discarded the events it still held; discard those the dispatcher read.
+        // A CONNECT_REQUEST among them owns a new id: decoding and dropping it destroys that
+        // id (outside the dispatcher's lock: destroying writes a command).
+        let queued = self.chan.lock().forget(self.uid);
+        for raw in queued {
+            drop(CmEvent::decode(raw, &self.chan));
         }
     }
 }

@@ -10,6 +10,18 @@
 //! [`Endpoint::into_own_cqs`] checks the CQs and refuses shared or combined ones with an error
 //! that says which. The CQs of an `Endpoint<OwnCqs>` are never handed out as `Arc`s, so they
 //! cannot be given to another QP; the check is repeated (one atomic load) at each call.
+//!
+//! ## Waits that end
+//!
+//! A completion wait also watches the id: when the connection ends — the peer disconnected or
+//! died (DISCONNECTED), the device went away (DEVICE_REMOVAL), or the QP was moved to ERR
+//! (flushed) — and the CQ stays empty for [`END_GRACE`] after that, the wait fails with an
+//! error naming the cause (`ConnectionReset` / `ConnectionAborted`, errno ECONNRESET, ENODEV,
+//! ECONNABORTED) instead of sleeping for ever. Completions already there, or arriving within the
+//! grace (the peer's DREQ can overtake the ACK of our last send), are returned first. The id's
+//! events are not taken from their reader: the wait only looks at what the channel's
+//! dispatcher recorded (see [`crate::CmId::end_event`]), so a `get_recv_comp` in one thread
+//! and an `accept` or `get_event` in another do not steal each other's events.
 
 #![allow(unsafe_code)] // posting hands memory to the device: the post_* helpers are unsafe fns
 
@@ -17,7 +29,11 @@ use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::marker::PhantomData;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use rustix::io::Errno;
 
 use rverbs_uverbs::ah::{AhAttr, GlobalRoute};
 use rverbs_uverbs::channel::CompChannel;
@@ -31,7 +47,47 @@ use rverbs_uverbs::{
     Error, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion,
 };
 
-use crate::{CmId, ConnParam, QpAttr, QpAttrMask, QpState, QpType};
+use crate::channel::Woke;
+use crate::{CmEventKind, CmId, ConnParam, QpAttr, QpAttrMask, QpState, QpType};
+
+/// How long a completion wait goes on after the connection ended before it fails: completions
+/// in flight (the ACK of our last send, flushed work requests) arrive within it.
+pub const END_GRACE: Duration = Duration::from_millis(300);
+
+/// Why an endpoint's connection carries no more traffic (see [`Endpoint::ended`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndReason {
+    /// The rdma_cm reported this event (DISCONNECTED, DEVICE_REMOVAL) with this status.
+    Event(CmEventKind, i32),
+    /// The QP was moved to this state (ERR, RESET): its work requests are flushed.
+    Qp(QpState),
+}
+
+impl EndReason {
+    /// The error a completion wait (`op`) on rdma_cm id `id` returns for this end.
+    pub fn to_error(self, op: &str, id: u32) -> io::Error {
+        let (errno, what) = match self {
+            EndReason::Event(k, st) if k == CmEventKind::DEVICE_REMOVAL => (
+                Errno::NODEV,
+                format!("the RDMA device was removed ({k} event, status {st})"),
+            ),
+            EndReason::Event(k, st) => (
+                Errno::CONNRESET,
+                format!("the connection ended: the peer disconnected or died ({k} event, status {st})"),
+            ),
+            EndReason::Qp(st) => (
+                Errno::CONNABORTED,
+                format!("the QP is in {st}: its work requests were flushed (disconnect or a failed request)"),
+            ),
+        };
+        Error::os(format!("{op} on rdma_cm id {id}"), errno)
+            .with_detail(format!(
+                "{what}; no completion arrived within {} ms after it",
+                END_GRACE.as_millis()
+            ))
+            .into()
+    }
+}
 
 mod sealed {
     pub trait Sealed {}
@@ -185,15 +241,9 @@ impl Endpoint<OwnCqs> {
         let pd = device_pd(&dev)?;
         let ctx = pd.context().clone();
         let cq_of = |depth: u32| -> io::Result<Arc<Cq>> {
+            // Non-blocking (CompChannel's default): get_comp sleeps in poll() on this fd and
+            // the rdma_cm channel together, so that the end of the connection ends the wait.
             let ch = CompChannel::create(&ctx)?;
-            // Nobody but get_comp reads this channel (the CQs of an Endpoint<OwnCqs> are never
-            // handed out), so it can block like libibverbs' channels: the wait is then one
-            // read() that sleeps, instead of read (EAGAIN) + poll + read on the non-blocking
-            // fd CompChannel::create makes. Blocking get_*_comp = arm + read, as librdmacm.
-            let fl = rustix::fs::fcntl_getfl(&*ch)
-                .map_err(|e| Error::os("get completion channel flags", e))?;
-            rustix::fs::fcntl_setfl(&*ch, fl - rustix::fs::OFlags::NONBLOCK)
-                .map_err(|e| Error::os("make completion channel blocking", e))?;
             Cq::create(
                 &ctx,
                 depth.max(1),
@@ -232,28 +282,130 @@ impl Endpoint<OwnCqs> {
     /// `rdma_get_send_comp`: a completed send, RDMA read or RDMA write of this id (its
     /// `wr_id` is the context given at post). Polls the send CQ; if none is there, arms the CQ,
     /// polls again (a completion that arrived before the arm raises no event), and sleeps on
-    /// the CQ's channel until one arrives. The status is not checked: look at `wc.status`.
+    /// the CQ's channel and the id's rdma_cm channel until one arrives. The status is not
+    /// checked: look at `wc.status`.
+    ///
+    /// Fails when the connection ended and no completion came within [`END_GRACE`] (see the
+    /// module documentation): `ConnectionReset` (ECONNRESET) after DISCONNECTED, ENODEV after
+    /// DEVICE_REMOVAL, `ConnectionAborted` (ECONNABORTED) once the QP is in ERR and its
+    /// flushed completions are all taken.
     pub fn get_send_comp(&self) -> io::Result<WorkCompletion> {
-        get_comp(self.check_own("send")?)
+        self.get_comp_until("get_send_comp", true, None)?
+            .ok_or_else(|| Error::protocol("get_send_comp", "woke up without a completion").into())
     }
 
     /// `rdma_get_recv_comp`: the same for the receive CQ.
     pub fn get_recv_comp(&self) -> io::Result<WorkCompletion> {
-        get_comp(self.check_own("recv")?)
+        self.get_comp_until("get_recv_comp", false, None)?
+            .ok_or_else(|| Error::protocol("get_recv_comp", "woke up without a completion").into())
     }
-}
 
-fn get_comp(cq: &Cq) -> io::Result<WorkCompletion> {
-    loop {
-        if let Some(wc) = cq.poll_one() {
-            return Ok(wc);
+    /// [`Endpoint::get_send_comp`] waiting at most `timeout`: `Ok(None)` when no completion
+    /// came in time (and the connection did not end).
+    pub fn get_send_comp_timeout(&self, timeout: Duration) -> io::Result<Option<WorkCompletion>> {
+        self.get_comp_until("get_send_comp", true, Some(Instant::now() + timeout))
+    }
+
+    /// [`Endpoint::get_recv_comp`] waiting at most `timeout`: `Ok(None)` when no completion
+    /// came in time (and the connection did not end).
+    pub fn get_recv_comp_timeout(&self, timeout: Duration) -> io::Result<Option<WorkCompletion>> {
+        self.get_comp_until("get_recv_comp", false, Some(Instant::now() + timeout))
+    }
+
+    /// The send CQ (its own, never shared; for polling and arming from an event loop).
+    pub fn send_cq(&self) -> &Cq {
+        &self.send_cq
+    }
+
+    /// The receive CQ (its own, never shared).
+    pub fn recv_cq(&self) -> &Cq {
+        &self.recv_cq
+    }
+
+    /// The send CQ's completion channel (for an event loop: see [`CompChannel`]'s readiness
+    /// protocol).
+    pub fn send_channel(&self) -> &Arc<CompChannel> {
+        self.send_cq
+            .channel()
+            .expect("an Endpoint<OwnCqs> has its channels")
+    }
+
+    /// The receive CQ's completion channel.
+    pub fn recv_channel(&self) -> &Arc<CompChannel> {
+        self.recv_cq
+            .channel()
+            .expect("an Endpoint<OwnCqs> has its channels")
+    }
+
+    /// The fd of the send CQ's completion channel (non-blocking; readable when the armed CQ
+    /// got a completion).
+    pub fn send_comp_fd(&self) -> BorrowedFd<'_> {
+        self.send_channel().as_fd()
+    }
+
+    /// The fd of the receive CQ's completion channel.
+    pub fn recv_comp_fd(&self) -> BorrowedFd<'_> {
+        self.recv_channel().as_fd()
+    }
+
+    fn get_comp_until(
+        &self,
+        op: &'static str,
+        send: bool,
+        deadline: Option<Instant>,
+    ) -> io::Result<Option<WorkCompletion>> {
+        let cq = self.check_own(if send { "send" } else { "recv" })?;
+        let ch = cq.channel().expect("an Endpoint<OwnCqs> has its channels");
+        let uid = self.id.uid();
+        let mut grace: Option<Instant> = None;
+        loop {
+            if let Some(wc) = cq.poll_one() {
+                return Ok(Some(wc));
+            }
+            if let Some(end) = self.ended() {
+                let g = *grace.get_or_insert_with(|| Instant::now() + END_GRACE);
+                if Instant::now() >= g {
+                    return Err(end.to_error(op, self.id.handle()));
+                }
+            }
+            cq.req_notify(false)?;
+            if let Some(wc) = cq.poll_one() {
+                return Ok(Some(wc));
+            }
+            let until = match (deadline, grace) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let known_end = grace.is_some();
+            let woke = self
+                .id
+                .channel()
+                .wait_until(until, &[ch.as_fd()], |d| {
+                    (!known_end && d.ended(uid).is_some()).then_some(())
+                })
+                .map_err(|e| Error::os(format!("{op}: wait for a completion"), e))?;
+            match woke {
+                Woke::Extra => {
+                    while let Some(ev) = ch.try_get_event()? {
+                        if ev.cq_user_handle == cq.user_handle() {
+                            cq.event_received();
+                            cq.ack_events(1);
+                        } else {
+                            tracing::warn!(
+                                handle = ev.cq_user_handle,
+                                "{op}: completion event of a foreign CQ on an endpoint's channel"
+                            );
+                        }
+                    }
+                }
+                Woke::Found(()) => {}
+                Woke::TimedOut => {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Ok(cq.poll_one());
+                    }
+                }
+            }
         }
-        cq.req_notify(false)?;
-        if let Some(wc) = cq.poll_one() {
-            return Ok(wc);
-        }
-        cq.wait_event()?;
-        cq.ack_events(1);
     }
 }
 
@@ -381,6 +533,17 @@ impl<C: CqOwnership> Endpoint<C> {
         self.qp.state()
     }
 
+    /// Whether the connection has ended: the rdma_cm reported DISCONNECTED or DEVICE_REMOVAL
+    /// for the id (as far as its channel's dispatcher has read), or the QP was moved to ERR
+    /// or RESET. Completions may still be queued.
+    pub fn ended(&self) -> Option<EndReason> {
+        let st = self.qp.state();
+        if st == QpState::ERR || st == QpState::RESET {
+            return Some(EndReason::Qp(st));
+        }
+        self.id.end_event().map(|(k, s)| EndReason::Event(k, s))
+    }
+
     /// `rdma_connect` with the QP: REQ, then RTR and RTS with the kernel's attributes when
     /// the REP arrives, then RTU. `param.qp_num` is filled in.
     pub fn connect(&self, param: &ConnParam) -> io::Result<()> {
@@ -397,6 +560,32 @@ impl<C: CqOwnership> Endpoint<C> {
             cm_modify(id, &self.qp, QpState::RTR)?;
             cm_modify(id, &self.qp, QpState::RTS)
         })
+    }
+
+    /// For asynchronous ids (an event loop waits for the events): sends the REQ announcing the
+    /// QP and returns at once. On CONNECT_RESPONSE call [`Endpoint::complete_connect`]; on a
+    /// UD id, ESTABLISHED ends the connect.
+    pub fn start_connect(&self, param: &ConnParam) -> io::Result<()> {
+        self.expect_init("connect")?;
+        if self.id.is_sync() {
+            return Err(Error::invalid(
+                format!("start_connect on rdma_cm id {}", self.id.handle()),
+                "the id is synchronous: use connect, which waits for the response itself",
+            )
+            .into());
+        }
+        let mut p = param.clone();
+        p.qp_num = self.qp.qp_num();
+        self.id.connect(&p)
+    }
+
+    /// After CONNECT_RESPONSE on an asynchronous RC id: the QP to INIT, RTR and RTS with the
+    /// kernel's attributes, then the RTU ([`CmId::establish`]).
+    pub fn complete_connect(&self) -> io::Result<()> {
+        cm_modify(&self.id, &self.qp, QpState::INIT)?;
+        cm_modify(&self.id, &self.qp, QpState::RTR)?;
+        cm_modify(&self.id, &self.qp, QpState::RTS)?;
+        self.id.establish()
     }
 
     /// `rdma_accept` with the QP: RTR and RTS with the kernel's attributes, then REP.

@@ -122,7 +122,8 @@ fn create_and_destroy_ids() {
     }
     let sync = CmId::create(None, PortSpace::TCP).unwrap();
     assert!(sync.is_sync());
-    assert_ne!(sync.channel_fd(), std::os::fd::AsRawFd::as_raw_fd(&ch));
+    use std::os::fd::AsRawFd;
+    assert_ne!(sync.channel_fd().as_raw_fd(), ch.as_raw_fd());
     let a = CmId::create(Some(&ch), PortSpace::TCP).unwrap();
     let b = CmId::create(Some(&ch), PortSpace::TCP).unwrap();
     assert_ne!(a.handle(), b.handle());

@@ -53,7 +53,9 @@ pub const PACKAGES: &[Package] = &[
     p("gcc",               Test, "cc for the ABI layout probes"),
     p("libc6-dev",         Test, "C headers for the ABI layout probes"),
     p("linux-libc-dev",    Test, "the kernel uapi headers the ABI is checked against"),
-    p("libibverbs-dev",    Test, "verbs.h and libibverbs.so for the mlx5 oracle harness"),
+    p("libibverbs-dev",    Test, "verbs.h and libibverbs.so: mlx5 oracle harness, capi layout tests"),
+    p("librdmacm-dev",     Test, "rdma_cma.h: the capi layout tests"),
+    p("python3-pyverbs",   Test, "rdma-core's Python suite, run on both libraries (docs/capi.md)"),
 ];
 
 /// The package names needed for `need` (a `Test` run needs the `Bed` rows too), in table

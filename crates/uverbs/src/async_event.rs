@@ -95,6 +95,24 @@ impl AsyncEvent {
 }
 
 impl Context {
+    /// The next async event if one is queued, without waiting (one `read(2)` on the
+    /// non-blocking async fd).
+    pub fn try_get_async_event(&self) -> Result<Option<AsyncEvent>> {
+        let op = || format!("read async event on {}", self.name());
+        let mut buf = [0u8; 16];
+        loop {
+            return match rustix::io::read(self.async_fd(), &mut buf) {
+                Ok(16) => AsyncEvent::decode(&buf)
+                    .map(Some)
+                    .ok_or_else(|| Error::protocol(op(), "undecodable event").into()),
+                Ok(n) => Err(Error::protocol(op(), format!("short read of {n} bytes")).into()),
+                Err(Errno::AGAIN) => Ok(None),
+                Err(Errno::INTR) => continue,
+                Err(e) => Err(Error::os(op(), e).into()),
+            };
+        }
+    }
+
     /// Waits up to `timeout` (forever with `None`) for the next async event.
     pub fn get_async_event(&self, timeout: Option<Duration>) -> Result<Option<AsyncEvent>> {
         let fd = self.async_fd();

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,9 +19,26 @@ use crate::write;
 
 /// A completion channel (`ibv_comp_channel`). Its fd becomes readable when a CQ attached to it
 /// and armed with [`crate::cq::Cq::req_notify`] gets a completion.
+///
+/// ## Readiness protocol (poll, epoll, any async runtime)
+///
+/// The fd ([`AsFd`]) is non-blocking by default and readable while the kernel holds a
+/// completion event. For each CQ attached to the channel:
+///
+/// - **before waiting**: poll the CQ until empty, then arm it ([`crate::cq::Cq::req_notify`]),
+///   then poll it once more — a completion that arrived between the last poll and the arm
+///   raised no event and would otherwise wait for the next one;
+/// - **when the fd is readable**: read events with [`CompChannel::try_get_event`] until
+///   `None` (edge-triggered readiness such as tokio's needs the queue read to `EAGAIN`); for
+///   each, call [`crate::cq::Cq::event_received`] and [`crate::cq::Cq::ack_events`] on the
+///   CQ its `cq_user_handle` names — which may be *another* CQ of the same channel: keep a
+///   map, never drop an event for a CQ you do not serve — then poll that CQ (it is disarmed
+///   now) and go back to "before waiting".
 pub struct CompChannel {
     ctx: Arc<Context>,
     fd: OwnedFd,
+    /// Set by [`CompChannel::set_blocking`]; decides whether a read must be preceded by a poll.
+    blocking: AtomicBool,
 }
 
 impl fmt::Debug for CompChannel {
@@ -56,6 +74,7 @@ impl CompChannel {
         Ok(Arc::new(CompChannel {
             ctx: ctx.clone(),
             fd,
+            blocking: AtomicBool::new(false),
         }))
     }
 
@@ -82,6 +101,8 @@ impl CompChannel {
         } else {
             rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::RDWR
         };
+        // Relaxed: a hint for try_get_event; the file flag itself is the kernel's.
+        self.blocking.store(blocking, Ordering::Relaxed);
         rustix::fs::fcntl_setfl(&self.fd, flags).map_err(|e| {
             Error::os(
                 format!(
@@ -110,9 +131,11 @@ impl CompChannel {
         }
     }
 
-    /// Returns an event if one is ready, without blocking.
+    /// Returns an event if one is ready, without blocking (one `read(2)` on a non-blocking
+    /// channel; `poll(2)` first on a blocking one).
     pub fn try_get_event(&self) -> Result<Option<CompEvent>> {
-        if !self.wait(Some(Duration::ZERO))? {
+        // Relaxed: see set_blocking.
+        if self.blocking.load(Ordering::Relaxed) && !self.wait(Some(Duration::ZERO))? {
             return Ok(None);
         }
         match self.read_event() {

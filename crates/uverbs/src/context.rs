@@ -639,6 +639,12 @@ impl Context {
                     .into())
             }
         };
+        // Non-blocking, so that an event loop can read it to EAGAIN (see try_get_async_event);
+        // get_async_event polls before reading.
+        let fl = rustix::fs::fcntl_getfl(&async_fd)
+            .map_err(|e| Error::os("get async event fd flags", e))?;
+        rustix::fs::fcntl_setfl(&async_fd, fl | rustix::fs::OFlags::NONBLOCK)
+            .map_err(|e| Error::os("make the async event fd non-blocking", e))?;
         Ok(Context {
             device: dev.clone(),
             cmd_fd,
@@ -671,7 +677,9 @@ impl Context {
         self.core_support
     }
 
-    /// The async event fd (port and QP events are read from it).
+    /// The async event fd (port and QP events are read from it), non-blocking. Readiness
+    /// protocol: when it is readable, call [`Context::try_get_async_event`] until `None`;
+    /// only then wait again.
     pub fn async_fd(&self) -> BorrowedFd<'_> {
         self.async_fd.as_fd()
     }

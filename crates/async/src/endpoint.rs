@@ -1,0 +1,212 @@
+//! [`AsyncEndpoint`]: librdmacm's verbs helpers with `send_comp().await` / `recv_comp().await`,
+//! the async counterparts of `Endpoint::get_send_comp` / `get_recv_comp`, under the same rule
+//! (the id's own, separate send and receive CQs) and with the same end: when the connection
+//! ends (DISCONNECTED, DEVICE_REMOVAL, the QP in ERR) and no completion arrives within
+//! [`END_GRACE`], the future fails with the same error as the blocking call.
+//!
+//! **Cancel safety.** `send_comp` / `recv_comp` are cancel-safe (see [`crate::cq`]): a
+//! dropped future loses no completion. `connect` / `accept` / `disconnect` send their command
+//! first; dropping them afterwards does not undo it, and a dropped `connect` leaves the
+//! connection half-made (the peer times out): drop the endpoint then.
+
+use std::cell::Cell;
+use std::fmt;
+use std::io;
+use std::pin::pin;
+use std::sync::Arc;
+
+use rverbs_cm::verbs::{Endpoint, EndpointAttr, OwnCqs, END_GRACE};
+use rverbs_cm::{CmEvent, CmEventKind, ConnParam, QpType};
+use rverbs_uverbs::cq::Cq;
+use rverbs_uverbs::WorkCompletion;
+
+use crate::cm::{AsyncCmId, AsyncEventChannel};
+use crate::cq::AsyncCompChannel;
+
+/// An [`Endpoint`] whose completions and connection events are awaited.
+pub struct AsyncEndpoint {
+    ep: Endpoint<OwnCqs>,
+    cm: Arc<AsyncEventChannel>,
+    send: Arc<AsyncCompChannel>,
+    recv: Arc<AsyncCompChannel>,
+}
+
+impl fmt::Debug for AsyncEndpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncEndpoint")
+            .field("endpoint", &self.ep)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AsyncEndpoint {
+    /// `rdma_create_qp` on an async id ([`Endpoint::create`]: own send and receive CQs, each
+    /// with its own completion channel), with the channels registered with tokio.
+    pub fn create(id: AsyncCmId, attr: &EndpointAttr) -> io::Result<AsyncEndpoint> {
+        let cm = id.channel().clone();
+        let ep = Endpoint::create(id.into_id(), attr)?;
+        Self::with_channel(ep, cm)
+    }
+
+    /// Wraps an endpoint made by blocking calls (e.g. on a synchronous id from `create_ep`,
+    /// already connected): its id's channel and both completion channels are registered with
+    /// tokio. For an id of an [`AsyncEventChannel`], use [`AsyncEndpoint::with_channel`].
+    pub fn from_endpoint(ep: Endpoint<OwnCqs>) -> io::Result<AsyncEndpoint> {
+        let cm = AsyncEventChannel::from_channel(ep.id().event_channel())?;
+        Self::with_channel(ep, cm)
+    }
+
+    /// Wraps an endpoint whose id's events arrive on `cm`.
+    pub fn with_channel(
+        ep: Endpoint<OwnCqs>,
+        cm: Arc<AsyncEventChannel>,
+    ) -> io::Result<AsyncEndpoint> {
+        ep.id().claim_events();
+        let send = AsyncCompChannel::new(ep.send_channel().clone())?;
+        let recv = AsyncCompChannel::new(ep.recv_channel().clone())?;
+        Ok(AsyncEndpoint { ep, cm, send, recv })
+    }
+
+    /// The endpoint (posting, registration, the id).
+    pub fn endpoint(&self) -> &Endpoint<OwnCqs> {
+        &self.ep
+    }
+
+    /// The next event of the id. Cancel-safe.
+    pub async fn next_event(&self) -> io::Result<CmEvent> {
+        let id = self.ep.id();
+        self.cm.wait_for(|| id.try_next_event()).await
+    }
+
+    async fn expect(&self, op: &'static str, ok: &[CmEventKind]) -> io::Result<CmEvent> {
+        let ev = self.next_event().await?;
+        ev.check(op, ok)?;
+        Ok(ev)
+    }
+
+    /// `rdma_connect` with the QP: REQ, then on CONNECT_RESPONSE the QP to RTR/RTS and the RTU
+    /// (UD: until ESTABLISHED). The id must be asynchronous.
+    pub async fn connect(&self, param: &ConnParam) -> io::Result<()> {
+        self.ep.start_connect(param)?;
+        if self.ep.id().qp_type() == QpType::UD {
+            self.expect("connect", &[CmEventKind::ESTABLISHED]).await?;
+            return Ok(());
+        }
+        self.expect("connect", &[CmEventKind::CONNECT_RESPONSE])
+            .await?;
+        if let Err(e) = self.ep.complete_connect() {
+            let _ = self.ep.id().reject(&[]);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// `rdma_accept` with the QP: RTR/RTS, REP, then ESTABLISHED (RC).
+    pub async fn accept(&self, param: &ConnParam) -> io::Result<()> {
+        self.ep.accept(param)?;
+        if self.ep.id().qp_type() != QpType::UD && self.ep.id().is_sync() {
+            // A synchronous id waited for ESTABLISHED inside accept.
+            return Ok(());
+        }
+        if self.ep.id().qp_type() != QpType::UD {
+            self.expect("accept", &[CmEventKind::ESTABLISHED]).await?;
+        }
+        Ok(())
+    }
+
+    /// `rdma_disconnect`: the QP to ERR (flushing what is posted), DREQ, then this id's
+    /// DISCONNECTED — which comes when the peer answers (its own disconnect, or destroying its
+    /// id) or the CM gives up waiting for it. After the peer's DISCONNECTED it sends the answer
+    /// (DREP) and returns at once.
+    pub async fn disconnect(&self) -> io::Result<()> {
+        let ended = self.ep.id().end_event().is_some();
+        let r = self.ep.disconnect();
+        if ended {
+            return Ok(());
+        }
+        r?;
+        let id = self.ep.id();
+        self.cm.wait_for(|| Ok(id.end_event().map(|_| ()))).await
+    }
+
+    /// The next completion of the send CQ (`rdma_get_send_comp`, awaited). Cancel-safe.
+    /// Fails as [`Endpoint::get_send_comp`] does when the connection ended. Needs a runtime
+    /// with the time driver (for the end's grace period).
+    pub async fn send_comp(&self) -> io::Result<WorkCompletion> {
+        let mut wc = [WorkCompletion::default()];
+        self.comp("send_comp", self.ep.send_cq(), &self.send, &mut wc)
+            .await?;
+        Ok(wc[0])
+    }
+
+    /// The next completion of the receive CQ. Cancel-safe.
+    pub async fn recv_comp(&self) -> io::Result<WorkCompletion> {
+        let mut wc = [WorkCompletion::default()];
+        self.comp("recv_comp", self.ep.recv_cq(), &self.recv, &mut wc)
+            .await?;
+        Ok(wc[0])
+    }
+
+    /// Up to `out.len()` completions of the send CQ (at least one). Cancel-safe.
+    pub async fn send_comps(&self, out: &mut [WorkCompletion]) -> io::Result<usize> {
+        self.comp("send_comp", self.ep.send_cq(), &self.send, out)
+            .await
+    }
+
+    /// Up to `out.len()` completions of the receive CQ (at least one). Cancel-safe.
+    pub async fn recv_comps(&self, out: &mut [WorkCompletion]) -> io::Result<usize> {
+        self.comp("recv_comp", self.ep.recv_cq(), &self.recv, out)
+            .await
+    }
+
+    async fn comp(
+        &self,
+        op: &'static str,
+        cq: &Cq,
+        ch: &AsyncCompChannel,
+        out: &mut [WorkCompletion],
+    ) -> io::Result<usize> {
+        if out.is_empty() {
+            return Err(rverbs_uverbs::Error::invalid(op, "empty completion buffer").into());
+        }
+        let grace: Cell<Option<tokio::time::Instant>> = Cell::new(None);
+        loop {
+            ch.apply(cq);
+            let n = cq.poll(out);
+            if n > 0 {
+                return Ok(n);
+            }
+            // Registered before the checks below, so that nothing read from now on is missed.
+            let mut cq_woken = pin!(ch.notify.notified());
+            cq_woken.as_mut().enable();
+            let mut cm_woken = pin!(self.cm.notify().notified());
+            cm_woken.as_mut().enable();
+            if let Some(end) = self.ep.ended() {
+                let g = match grace.get() {
+                    Some(g) => g,
+                    None => {
+                        let g = tokio::time::Instant::now() + END_GRACE;
+                        grace.set(Some(g));
+                        g
+                    }
+                };
+                if tokio::time::Instant::now() >= g {
+                    return Err(end.to_error(op, self.ep.id().handle()));
+                }
+            }
+            cq.req_notify(false)?;
+            let n = cq.poll(out);
+            if n > 0 {
+                return Ok(n);
+            }
+            let end_known = grace.get();
+            tokio::select! {
+                biased;
+                r = ch.wait(cq_woken) => r?,
+                r = self.cm.sleep(cm_woken), if end_known.is_none() => r?,
+                () = tokio::time::sleep_until(end_known.unwrap_or_else(tokio::time::Instant::now)),
+                    if end_known.is_some() => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,637 @@
+//! tokio integration on rxe (issue #14): 64 concurrent echo connections on a current-thread
+//! and a multi-thread runtime, futures cancelled at random points, two CQs sharing one
+//! completion channel (the lost-wake-up pattern), a completion already queued before the
+//! first arm, errors (nobody listening, an address without a route, a peer killed
+//! mid-stream). Server on A, client from B, so the two-node topology crosses the veth pair.
+
+use std::future::Future;
+use std::io::{self, BufRead, BufReader};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use rverbs_async::{AsyncCmId, AsyncCompChannel, AsyncCq, AsyncEndpoint, AsyncEventChannel};
+use rverbs_cm::verbs::{Endpoint, EndpointAttr};
+use rverbs_cm::{ConnParam, PortSpace};
+use rverbs_uverbs::channel::CompChannel;
+use rverbs_uverbs::cq::{Cq, CqOptions};
+use rverbs_uverbs::mr::{Mr, PageBuf};
+use rverbs_uverbs::pd::Pd;
+use rverbs_uverbs::provider::QpCaps;
+use rverbs_uverbs::{SendFlags, WcOpcode, WcStatus, WorkCompletion};
+
+fn env_addr(var: &str) -> IpAddr {
+    let s = std::env::var(var).unwrap_or_else(|_| "10.10.0.1".into());
+    IpAddr::V4(s.parse::<Ipv4Addr>().expect(var))
+}
+
+fn addr_a(port: u16) -> SocketAddr {
+    SocketAddr::new(env_addr("RVERBS_ADDR_A"), port)
+}
+
+fn addr_b() -> SocketAddr {
+    SocketAddr::new(env_addr("RVERBS_ADDR_B"), 0)
+}
+
+/// Message size: every message fits the QP's inline data.
+const MSG: usize = 48;
+/// Receive slots per endpoint.
+const SLOTS: u64 = 4;
+
+fn attr() -> EndpointAttr {
+    EndpointAttr {
+        caps: QpCaps {
+            max_send_wr: 4,
+            max_recv_wr: SLOTS as u32,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: MSG as u32,
+        },
+        sq_sig_all: true,
+    }
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn multi_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A registered buffer of SLOTS receive slots.
+struct Slots {
+    mr: Mr<PageBuf>,
+}
+
+impl Slots {
+    fn new(ep: &Endpoint) -> Slots {
+        let mr = ep
+            .reg_msgs(PageBuf::new(4096).unwrap())
+            .map_err(std::io::Error::from)
+            .unwrap();
+        Slots { mr }
+    }
+
+    fn post(&self, ep: &Endpoint, slot: u64) {
+        let off = slot as usize * MSG;
+        let sge = [self.mr.sge(off..off + MSG)];
+        ep.post_recv(slot, &sge).unwrap();
+    }
+
+    fn read(&self, slot: u64, len: usize) -> Vec<u8> {
+        let off = slot as usize * MSG;
+        self.mr.read_vec(off..off + len)
+    }
+}
+
+/// The message `seq` of client `c`: every byte depends on both.
+fn message(c: u32, seq: u32) -> Vec<u8> {
+    let mut m = Vec::with_capacity(MSG);
+    m.extend_from_slice(&c.to_le_bytes());
+    m.extend_from_slice(&seq.to_le_bytes());
+    for i in 8..MSG {
+        m.push((c as usize * 31 + seq as usize * 7 + i) as u8);
+    }
+    m
+}
+
+/// Serves one connection: echoes every message back until the peer disconnects.
+async fn echo_one(id: AsyncCmId) -> io::Result<u64> {
+    let ep = AsyncEndpoint::create(id, &attr())?;
+    let slots = Slots::new(ep.endpoint());
+    for s in 0..SLOTS {
+        slots.post(ep.endpoint(), s);
+    }
+    ep.accept(&ConnParam::default()).await?;
+    let mut n = 0;
+    loop {
+        let wc = match ep.recv_comp().await {
+            Ok(wc) => wc,
+            // The client disconnected: the wait ends with the connection.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break,
+            Err(e) => return Err(e),
+        };
+        if wc.status == WcStatus::WR_FLUSH_ERR {
+            break;
+        }
+        assert_eq!(wc.status, WcStatus::SUCCESS, "{wc:?}");
+        let data = slots.read(wc.wr_id, wc.byte_len as usize);
+        slots.post(ep.endpoint(), wc.wr_id);
+        ep.endpoint()
+            .post_send_inline(n, &data, SendFlags::empty())?;
+        let s = ep.send_comp().await?;
+        assert_eq!((s.wr_id, s.status), (n, WcStatus::SUCCESS));
+        n += 1;
+    }
+    drop(ep);
+    drop(slots);
+    Ok(n)
+}
+
+/// Listens on A:`port` and serves `conns` connections, one task each; returns the messages
+/// echoed per connection.
+async fn echo_server(
+    ch: Arc<AsyncEventChannel>,
+    port: u16,
+    conns: usize,
+    ready: tokio::sync::oneshot::Sender<()>,
+) -> Vec<u64> {
+    let lis = ch.create_id(PortSpace::TCP).unwrap();
+    lis.bind(addr_a(port)).unwrap();
+    lis.listen(0).unwrap();
+    ready.send(()).unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..conns {
+        let (id, _ev) = lis.get_request().await.unwrap();
+        tasks.spawn(echo_one(id));
+    }
+    let mut out = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        out.push(r.unwrap().unwrap());
+    }
+    out
+}
+
+/// A connected client endpoint from B to A:`port` on `ch`.
+async fn connect(ch: &Arc<AsyncEventChannel>, port: u16) -> io::Result<(AsyncEndpoint, Slots)> {
+    let id = ch.create_id(PortSpace::TCP)?;
+    id.resolve_addr(Some(addr_b()), addr_a(port), Duration::from_secs(2))
+        .await?;
+    id.resolve_route(Duration::from_secs(2)).await?;
+    let ep = AsyncEndpoint::create(id, &attr())?;
+    let slots = Slots::new(ep.endpoint());
+    for s in 0..SLOTS {
+        slots.post(ep.endpoint(), s);
+    }
+    ep.connect(&ConnParam::default()).await?;
+    Ok((ep, slots))
+}
+
+/// Sends `msgs` messages one at a time, checking every byte of every echo, then disconnects.
+/// `cancel` wraps each wait: it may drop the wait's future and start it again.
+async fn client(ch: Arc<AsyncEventChannel>, port: u16, c: u32, msgs: u32, cancel: bool) {
+    let (ep, slots) = connect(&ch, port).await.unwrap();
+    let mut rng = Rng::new(u64::from(c) + 1);
+    let mut cancelled = 0u32;
+    for seq in 0..msgs {
+        let m = message(c, seq);
+        ep.endpoint()
+            .post_send_inline(u64::from(seq), &m, SendFlags::empty())
+            .unwrap();
+        let s = retry(cancel, &mut rng, &mut cancelled, || ep.send_comp()).await;
+        assert_eq!((s.wr_id, s.status), (u64::from(seq), WcStatus::SUCCESS));
+        let r = retry(cancel, &mut rng, &mut cancelled, || ep.recv_comp()).await;
+        assert_eq!(r.status, WcStatus::SUCCESS, "{r:?}");
+        assert_eq!(r.opcode, WcOpcode::RECV);
+        assert_eq!(r.byte_len as usize, MSG);
+        assert_eq!(slots.read(r.wr_id, MSG), m, "client {c} message {seq}");
+        slots.post(ep.endpoint(), r.wr_id);
+    }
+    if cancel {
+        assert!(cancelled > 0, "client {c}: no wait was cancelled");
+    }
+    ep.disconnect().await.unwrap();
+    drop(ep);
+    drop(slots);
+}
+
+/// Runs `f()` to completion; with `cancel`, first drops it at random points (after 0 to
+/// 300 µs) a random number of times, each time starting it again.
+async fn retry<F, Fut>(cancel: bool, rng: &mut Rng, cancelled: &mut u32, mut f: F) -> WorkCompletion
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = io::Result<WorkCompletion>>,
+{
+    if cancel {
+        for _ in 0..rng.below(3) {
+            let d = Duration::from_micros(rng.below(300));
+            match tokio::time::timeout(d, f()).await {
+                Ok(r) => return r.unwrap(),
+                Err(_) => *cancelled += 1,
+            }
+        }
+    }
+    tokio::time::timeout(Duration::from_secs(20), f())
+        .await
+        .expect("a completion wait hung for 20 s")
+        .unwrap()
+}
+
+/// xorshift64: reproducible randomness without a dependency.
+struct Rng(u64);
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+}
+
+/// Messages per client in the 64-client tests: 100 by default, `RVERBS_ASYNC_MSGS` to
+/// change. The issue asks for 1,000; under TCG on a loaded 2-core host (load ~12) 64 × 200
+/// took 144 s (current-thread) and 78 s (multi-thread) in the debug test build, so 1,000 would
+/// exceed the test bed's 300 s per test binary. Run the full figure by hand:
+/// `cargo xtask vm -- sh -c 'RVERBS_ASYNC_MSGS=1000 <vm_async binary> sixty_four'`.
+fn msgs_per_client() -> u32 {
+    std::env::var("RVERBS_ASYNC_MSGS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100)
+}
+
+/// 64 clients (one task each, all on one event channel) against one server (a task per
+/// connection, on another channel), `msgs` messages each.
+fn many_clients(rt: tokio::runtime::Runtime, port: u16, clients: u32, msgs: u32, cancel: bool) {
+    let t0 = Instant::now();
+    rt.block_on(async {
+        let sch = AsyncEventChannel::new().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let server = tokio::spawn(echo_server(sch, port, clients as usize, tx));
+        rx.await.unwrap();
+        let cch = AsyncEventChannel::new().unwrap();
+        let mut tasks = tokio::task::JoinSet::new();
+        for c in 0..clients {
+            tasks.spawn(client(cch.clone(), port, c, msgs, cancel));
+        }
+        while let Some(r) = tasks.join_next().await {
+            r.unwrap();
+        }
+        let echoed = server.await.unwrap();
+        assert_eq!(echoed.len(), clients as usize);
+        assert!(
+            echoed.iter().all(|&n| n == u64::from(msgs)),
+            "messages echoed per connection: {echoed:?}"
+        );
+    });
+    eprintln!(
+        "{clients} clients x {msgs} messages{}: {:?}",
+        if cancel { " (cancelling)" } else { "" },
+        t0.elapsed()
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn sixty_four_clients_on_a_current_thread_runtime() {
+    many_clients(current_thread(), 7801, 64, msgs_per_client(), false);
+}
+
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn sixty_four_clients_on_a_multi_thread_runtime() {
+    many_clients(multi_thread(), 7802, 64, msgs_per_client(), false);
+}
+
+/// Completion waits dropped at random points (timeouts of 0-300 µs), then started again:
+/// every message still arrives once, in order, intact.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn cancelled_waits_lose_nothing() {
+    many_clients(current_thread(), 7803, 8, 150, true);
+    many_clients(multi_thread(), 7804, 8, 150, true);
+}
+
+/// Event waits dropped mid-wait: a get_request cancelled many times still yields the
+/// connection request; a cancelled next_event loses no event.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn cancelled_event_waits_lose_nothing() {
+    current_thread().block_on(async {
+        let ch = AsyncEventChannel::new().unwrap();
+        let lis = ch.create_id(PortSpace::TCP).unwrap();
+        lis.bind(addr_a(7805)).unwrap();
+        lis.listen(0).unwrap();
+        let cch = AsyncEventChannel::new().unwrap();
+        let cl = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let (ep, slots) = connect(&cch, 7805).await.unwrap();
+            ep.disconnect().await.unwrap();
+            drop(ep);
+            drop(slots);
+        });
+        let mut timeouts = 0;
+        let (id, ev) = loop {
+            match tokio::time::timeout(Duration::from_millis(20), lis.get_request()).await {
+                Ok(r) => break r.unwrap(),
+                Err(_) => timeouts += 1,
+            }
+        };
+        assert!(timeouts > 3, "only {timeouts} cancelled waits");
+        assert_eq!(ev.kind(), rverbs_cm::CmEventKind::CONNECT_REQUEST);
+        let ep = AsyncEndpoint::create(id, &attr()).unwrap();
+        ep.accept(&ConnParam::default()).await.unwrap();
+        // DISCONNECTED comes: wait for it through cancelled next_event futures.
+        let ev = loop {
+            if let Ok(r) = tokio::time::timeout(Duration::from_millis(5), ep.next_event()).await {
+                break r.unwrap();
+            }
+        };
+        assert_eq!(ev.kind(), rverbs_cm::CmEventKind::DISCONNECTED);
+        // Our DREP: the client's disconnect completes with its DISCONNECTED.
+        ep.disconnect().await.unwrap();
+        cl.await.unwrap();
+    });
+}
+
+/// Two CQs on one completion channel (a client whose send and receive CQs share it), each
+/// awaited by its own task at the same time: whichever task reads the channel, the event
+/// for the other CQ wakes the other task. 500 round trips with a 10 s limit each: a lost
+/// wake-up hangs one of them.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn two_cqs_on_one_channel_lose_no_wake_up() {
+    for rt in [current_thread(), multi_thread()] {
+        rt.block_on(async {
+            let sch = AsyncEventChannel::new().unwrap();
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let server = tokio::spawn(echo_server(sch, 7806, 1, tx));
+            rx.await.unwrap();
+            let cch = AsyncEventChannel::new().unwrap();
+            let id = cch.create_id(PortSpace::TCP).unwrap();
+            id.resolve_addr(Some(addr_b()), addr_a(7806), Duration::from_secs(2))
+                .await
+                .unwrap();
+            id.resolve_route(Duration::from_secs(2)).await.unwrap();
+            let dev = id.id().query_addr().unwrap().ib_device_name().unwrap();
+            let ctx = rverbs_provider::open_by_name(&dev).unwrap();
+            let pd = Pd::alloc(&ctx).unwrap();
+            let comp = CompChannel::create(pd.context()).unwrap();
+            let cq = |n| {
+                Cq::create(
+                    pd.context(),
+                    n,
+                    CqOptions {
+                        channel: Some(comp.clone()),
+                        comp_vector: 0,
+                    },
+                )
+                .unwrap()
+            };
+            let (scq, rcq) = (cq(8), cq(8));
+            let ep = Endpoint::with_cqs(id.into_id(), &pd, &scq, &rcq, &attr()).unwrap();
+            let ach = AsyncCompChannel::new(comp.clone()).unwrap();
+            let sq = AsyncCq::new(scq.clone(), ach.clone()).unwrap();
+            let rq = AsyncCq::new(rcq.clone(), ach.clone()).unwrap();
+            let slots = Slots::new_user(&ep);
+            for s in 0..SLOTS {
+                slots.post_user(&ep, s);
+            }
+            // Asynchronous id: send the REQ, wait for CONNECT_RESPONSE on the channel.
+            connect_user(&ep, &cch).await;
+            for seq in 0..500u32 {
+                let m = message(9, seq);
+                // Both waits run at once; the receive's event may be read by the send task.
+                let (s, r) = tokio::time::timeout(Duration::from_secs(10), async {
+                    let recv = rq.next();
+                    let send = async {
+                        ep.post_send_inline(u64::from(seq), &m, SendFlags::empty())
+                            .unwrap();
+                        sq.next().await
+                    };
+                    tokio::join!(send, recv)
+                })
+                .await
+                .unwrap_or_else(|_| panic!("round trip {seq} hung: a wake-up was lost"));
+                let (s, r) = (s.unwrap(), r.unwrap());
+                assert_eq!((s.wr_id, s.status), (u64::from(seq), WcStatus::SUCCESS));
+                assert_eq!(r.status, WcStatus::SUCCESS);
+                assert_eq!(slots.read(r.wr_id, MSG), m);
+                slots.post_user(&ep, r.wr_id);
+            }
+            ep.disconnect().unwrap();
+            assert_eq!(server.await.unwrap(), vec![500]);
+            drop(ep);
+            drop(slots);
+        });
+    }
+}
+
+impl Slots {
+    fn new_user(ep: &Endpoint<rverbs_cm::verbs::UserCqs>) -> Slots {
+        let mr = ep
+            .reg_msgs(PageBuf::new(4096).unwrap())
+            .map_err(std::io::Error::from)
+            .unwrap();
+        Slots { mr }
+    }
+
+    fn post_user(&self, ep: &Endpoint<rverbs_cm::verbs::UserCqs>, slot: u64) {
+        let off = slot as usize * MSG;
+        let sge = [self.mr.sge(off..off + MSG)];
+        ep.post_recv(slot, &sge).unwrap();
+    }
+}
+
+/// Connects an endpoint with caller-supplied CQs on an async id of `ch`.
+async fn connect_user(ep: &Endpoint<rverbs_cm::verbs::UserCqs>, ch: &Arc<AsyncEventChannel>) {
+    ep.start_connect(&ConnParam::default()).unwrap();
+    let ev = ch.next_event_for(ep.id()).await.unwrap();
+    ev.check("connect", &[rverbs_cm::CmEventKind::CONNECT_RESPONSE])
+        .unwrap();
+    ep.complete_connect().unwrap();
+}
+
+/// A completion that is already in the CQ before anything armed it is returned at once (the
+/// poll before the arm), and one that arrives while the wait sleeps armed wakes it.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn completion_before_and_after_the_arm() {
+    current_thread().block_on(async {
+        let sch = AsyncEventChannel::new().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let server = tokio::spawn(echo_server(sch, 7807, 1, tx));
+        rx.await.unwrap();
+        let cch = AsyncEventChannel::new().unwrap();
+        let (ep, slots) = connect(&cch, 7807).await.unwrap();
+        let m = message(1, 1);
+        ep.endpoint()
+            .post_send_inline(1, &m, SendFlags::empty())
+            .unwrap();
+        // Both completions (the send's and the echo's receive) land while nothing is armed.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let t = Instant::now();
+        assert_eq!(ep.send_comp().await.unwrap().wr_id, 1);
+        let r = ep.recv_comp().await.unwrap();
+        assert!(
+            t.elapsed() < Duration::from_millis(100),
+            "{:?}",
+            t.elapsed()
+        );
+        assert_eq!(slots.read(r.wr_id, MSG), m);
+        slots.post(ep.endpoint(), r.wr_id);
+        // Now the wait arms and sleeps first; the completion comes later.
+        let ep = Arc::new(ep);
+        let waiter = ep.clone();
+        let wait = tokio::spawn(async move { waiter.recv_comp().await.unwrap() });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!wait.is_finished(), "recv_comp returned without a message");
+        let m = message(1, 2);
+        ep.endpoint()
+            .post_send_inline(2, &m, SendFlags::empty())
+            .unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(5), wait)
+            .await
+            .expect("the armed wait was not woken")
+            .unwrap();
+        assert_eq!(slots.read(r.wr_id, MSG), m);
+        assert_eq!(ep.send_comp().await.unwrap().wr_id, 2);
+        ep.disconnect().await.unwrap();
+        assert_eq!(server.await.unwrap(), vec![2]);
+        drop(ep);
+        drop(slots);
+    });
+}
+
+/// Connect to a port nobody listens on: ConnectionRefused naming the reject, promptly; an
+/// address without a route: the resolve fails at once. Nothing leaks (fd count).
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn async_errors_are_prompt_and_clear() {
+    let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+    current_thread().block_on(async {
+        let ch = AsyncEventChannel::new().unwrap();
+        let before = fds();
+        let t = Instant::now();
+        let e = match connect(&ch, 7899).await {
+            Ok(_) => panic!("connected to nobody"),
+            Err(e) => e,
+        };
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}");
+        assert!(e.to_string().contains("nobody listens"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        let id = ch.create_id(PortSpace::TCP).unwrap();
+        let t = Instant::now();
+        let dst: SocketAddr = "192.0.2.1:7898".parse().unwrap();
+        let e = id
+            .resolve_addr(None, dst, Duration::from_millis(500))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("192.0.2.1"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+        drop(id);
+        assert_eq!(fds(), before, "file descriptors leaked");
+    });
+}
+
+const PEER_ENV: &str = "RVERBS_ASYNC_PEER";
+
+/// An async server blocked in recv_comp when its client process is killed gets an error
+/// naming the disconnect within a second, then serves the next client.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn async_server_sees_a_killed_client_and_serves_the_next() {
+    if let Ok(port) = std::env::var(PEER_ENV) {
+        // The peer: connect, send one message, wait to be killed.
+        current_thread().block_on(async {
+            let ch = AsyncEventChannel::new().unwrap();
+            let (ep, _slots) = connect(&ch, port.parse().unwrap()).await.unwrap();
+            ep.endpoint()
+                .post_send_inline(1, &message(0, 0), SendFlags::empty())
+                .unwrap();
+            ep.send_comp().await.unwrap();
+            println!("PEER SENT");
+            tokio::time::sleep(Duration::from_secs(120)).await;
+        });
+        std::process::exit(0);
+    }
+    let port = 7808;
+    current_thread().block_on(async {
+        let ch = AsyncEventChannel::new().unwrap();
+        let lis = ch.create_id(PortSpace::TCP).unwrap();
+        lis.bind(addr_a(port)).unwrap();
+        lis.listen(0).unwrap();
+        let mut peer = spawn_peer(
+            "async_server_sees_a_killed_client_and_serves_the_next",
+            port,
+        );
+        let (id, _) = lis.get_request().await.unwrap();
+        let ep = AsyncEndpoint::create(id, &attr()).unwrap();
+        let slots = Slots::new(ep.endpoint());
+        slots.post(ep.endpoint(), 0);
+        slots.post(ep.endpoint(), 1);
+        ep.accept(&ConnParam::default()).await.unwrap();
+        assert!(ep.recv_comp().await.unwrap().status.is_success());
+        peer.1.recv_timeout(Duration::from_secs(60)).unwrap();
+        let killer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            peer.0.kill().unwrap();
+            let t = Instant::now();
+            peer.0.wait().unwrap();
+            t
+        });
+        let e = ep.recv_comp().await.unwrap_err();
+        let ended = Instant::now();
+        let killed = killer.join().unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}");
+        assert!(e.to_string().contains("DISCONNECTED"), "{e}");
+        assert!(
+            ended - killed < Duration::from_secs(1),
+            "ended {:?} after the kill",
+            ended - killed
+        );
+        drop(ep);
+        drop(slots);
+        // The next client.
+        let cch = AsyncEventChannel::new().unwrap();
+        let c = tokio::spawn(client(cch, port, 5, 20, false));
+        let (id, _) = lis.get_request().await.unwrap();
+        assert_eq!(echo_one(id).await.unwrap(), 20);
+        c.await.unwrap();
+    });
+}
+
+fn spawn_peer(test: &str, port: u16) -> (Child, mpsc::Receiver<()>) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(PEER_ENV, port.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            if l.contains("PEER SENT") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    (child, rx)
+}

@@ -1,0 +1,1192 @@
+//! The C structures of `<infiniband/verbs.h>` that callers read or write directly, laid out
+//! byte for byte as rdma-core's headers declare them (x86-64 and other LP64 Linux targets).
+//! `tests/layout.rs` compiles a probe against the installed libibverbs-dev headers and checks
+//! every size and field offset declared here.
+//!
+//! Field names follow the C names so that the probe and readers can match them one to one.
+//! Enumerations are plain integers (`u32`/`i32`): a C caller may store any value in them.
+
+#![allow(non_camel_case_types, non_snake_case)]
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+/// `pthread_mutex_t`: callers never touch it; it is zero-initialised (glibc's and musl's
+/// `PTHREAD_MUTEX_INITIALIZER`) and only its size and alignment matter here.
+pub type pthread_mutex_t = libc::pthread_mutex_t;
+/// `pthread_cond_t`, like [`pthread_mutex_t`].
+pub type pthread_cond_t = libc::pthread_cond_t;
+
+/// An ops-table slot we leave empty (NULL): the inline functions of `verbs.h` test it.
+pub type VoidFn = Option<unsafe extern "C" fn()>;
+
+/// `struct _ibv_device_ops` (obsolete, never called).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct _ibv_device_ops {
+    /// Never used.
+    pub _dummy1: VoidFn,
+    /// Never used.
+    pub _dummy2: VoidFn,
+}
+
+/// `IBV_SYSFS_NAME_MAX`.
+pub const IBV_SYSFS_NAME_MAX: usize = 64;
+/// `IBV_SYSFS_PATH_MAX`.
+pub const IBV_SYSFS_PATH_MAX: usize = 256;
+
+/// `struct ibv_device`.
+#[repr(C)]
+pub struct ibv_device {
+    /// Obsolete ops.
+    pub _ops: _ibv_device_ops,
+    /// `enum ibv_node_type`.
+    pub node_type: c_int,
+    /// `enum ibv_transport_type`.
+    pub transport_type: c_int,
+    /// Kernel device name, e.g. `rxe0`.
+    pub name: [c_char; IBV_SYSFS_NAME_MAX],
+    /// uverbs device name, e.g. `uverbs0`.
+    pub dev_name: [c_char; IBV_SYSFS_NAME_MAX],
+    /// `/sys/class/infiniband_verbs/uverbsN`.
+    pub dev_path: [c_char; IBV_SYSFS_PATH_MAX],
+    /// `/sys/class/infiniband/<name>`.
+    pub ibdev_path: [c_char; IBV_SYSFS_PATH_MAX],
+}
+
+/// `poll_cq` slot type.
+pub type PollCqFn = unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int;
+/// `req_notify_cq` slot type.
+pub type ReqNotifyFn = unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int;
+/// `post_send` slot type.
+pub type PostSendFn =
+    unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int;
+/// `post_recv` slot type.
+pub type PostRecvFn =
+    unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
+/// `post_srq_recv` slot type.
+pub type PostSrqRecvFn =
+    unsafe extern "C" fn(*mut ibv_srq, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
+
+/// `struct ibv_context_ops`: the data-path entries the inline functions call.
+#[repr(C)]
+pub struct ibv_context_ops {
+    /// Legacy slot (NULL).
+    pub _compat_query_device: VoidFn,
+    /// Legacy slot (NULL).
+    pub _compat_query_port: VoidFn,
+    /// Legacy slot (NULL).
+    pub _compat_alloc_pd: VoidFn,
+    /// Legacy slot (NULL).
+    pub _compat_dealloc_pd: VoidFn,
+    /// Legacy slot (NULL).
+    pub _compat_reg_mr: VoidFn,
+    /// Legacy slot (NULL).
+    pub _compat_rereg_mr: VoidFn,
+    /// Legacy slot (NULL).
+    pub _compat_dereg_mr: VoidFn,
+    /// Memory windows: not supported (NULL).
+    pub alloc_mw: VoidFn,
+    /// Memory windows: not supported (NULL).
+    pub bind_mw: VoidFn,
+    /// Memory windows: not supported (NULL).
+    pub dealloc_mw: VoidFn,
+    /// Legacy slot (NULL).
+    pub _compat_create_cq: VoidFn,
+    /// `ibv_poll_cq`.
+    pub poll_cq: Option<PollCqFn>,
+    /// `ibv_req_notify_cq`.
+    pub req_notify_cq: Option<ReqNotifyFn>,
+    /// Legacy slot (NULL).
+    pub _compat_cq_event: VoidFn,
+    /// Legacy slot (NULL).
+    pub _compat_resize_cq: VoidFn,
+    /// Legacy slot (NULL).
+    pub _compat_destroy_cq: VoidFn,
+    /// Legacy slot (NULL).
+    pub _compat_create_srq: VoidFn,
+    /// Legacy slot (NULL).
+    pub _compat_modify_srq: VoidFn,
+    /// Legacy slot (NULL).
+    pub _compat_query_srq: VoidFn,
+    /// Legacy slot (NULL).
+    pub _compat_destroy_srq: VoidFn,
+    /// `ibv_post_srq_recv`.
+    pub post_srq_recv: Option<PostSrqRecvFn>,
+    /// Legacy slot (NULL).
+    pub _compat_create_qp: VoidFn,
+    /// Legacy slot (NULL).
+    pub _compat_query_qp: VoidFn,
+    /// Legacy slot (NULL).
+    pub _compat_modify_qp: VoidFn,
+    /// Legacy slot (NULL).
+    pub _compat_destroy_qp: VoidFn,
+    /// `ibv_post_send`.
+    pub post_send: Option<PostSendFn>,
+    /// `ibv_post_recv`.
+    pub post_recv: Option<PostRecvFn>,
+    /// Legacy slot (NULL).
+    pub _compat_create_ah: VoidFn,
+    /// Legacy slot (NULL).
+    pub _compat_destroy_ah: VoidFn,
+    /// Legacy slot (NULL).
+    pub _compat_attach_mcast: VoidFn,
+    /// Legacy slot (NULL).
+    pub _compat_detach_mcast: VoidFn,
+    /// Legacy slot (NULL).
+    pub _compat_async_event: VoidFn,
+}
+
+/// `struct ibv_context`.
+#[repr(C)]
+pub struct ibv_context {
+    /// The device it was opened on.
+    pub device: *mut ibv_device,
+    /// Data-path entries.
+    pub ops: ibv_context_ops,
+    /// The uverbs command fd.
+    pub cmd_fd: c_int,
+    /// The async event fd.
+    pub async_fd: c_int,
+    /// Completion vectors.
+    pub num_comp_vectors: c_int,
+    /// Unused by us.
+    pub mutex: pthread_mutex_t,
+    /// [`VERBS_ABI_IS_EXTENDED`]: a [`verbs_context`] surrounds this struct.
+    pub abi_compat: *mut c_void,
+}
+
+/// `__VERBS_ABI_IS_EXTENDED`: `ibv_context.abi_compat` of an extended context.
+pub const VERBS_ABI_IS_EXTENDED: *mut c_void = usize::MAX as *mut c_void;
+
+/// `query_port` slot of [`verbs_context`].
+pub type QueryPortFn =
+    unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, usize) -> c_int;
+/// `query_device_ex` slot of [`verbs_context`].
+pub type QueryDeviceExFn = unsafe extern "C" fn(
+    *mut ibv_context,
+    *const ibv_query_device_ex_input,
+    *mut ibv_device_attr_ex,
+    usize,
+) -> c_int;
+
+/// `struct verbs_context`: the extension that sits *before* `ibv_context` in memory; the
+/// inline functions reach it at a negative offset from the context pointer and check `sz`
+/// before using a slot.
+#[repr(C)]
+pub struct verbs_context {
+    /// `ibv_query_port` (the inline wrapper prefers it).
+    pub query_port: Option<QueryPortFn>,
+    /// Not supported (NULL).
+    pub advise_mr: VoidFn,
+    /// Not supported (NULL).
+    pub alloc_null_mr: VoidFn,
+    /// Not supported (NULL).
+    pub read_counters: VoidFn,
+    /// Not supported (NULL).
+    pub attach_counters_point_flow: VoidFn,
+    /// Not supported (NULL).
+    pub create_counters: VoidFn,
+    /// Not supported (NULL).
+    pub destroy_counters: VoidFn,
+    /// Not supported (NULL).
+    pub reg_dm_mr: VoidFn,
+    /// Not supported (NULL).
+    pub alloc_dm: VoidFn,
+    /// Not supported (NULL).
+    pub free_dm: VoidFn,
+    /// Not supported (NULL).
+    pub modify_flow_action_esp: VoidFn,
+    /// Not supported (NULL).
+    pub destroy_flow_action: VoidFn,
+    /// Not supported (NULL).
+    pub create_flow_action_esp: VoidFn,
+    /// Not supported (NULL).
+    pub modify_qp_rate_limit: VoidFn,
+    /// Not supported (NULL).
+    pub alloc_parent_domain: VoidFn,
+    /// Not supported (NULL).
+    pub dealloc_td: VoidFn,
+    /// Not supported (NULL).
+    pub alloc_td: VoidFn,
+    /// Not supported (NULL).
+    pub modify_cq: VoidFn,
+    /// Not supported (NULL).
+    pub post_srq_ops: VoidFn,
+    /// Not supported (NULL).
+    pub destroy_rwq_ind_table: VoidFn,
+    /// Not supported (NULL).
+    pub create_rwq_ind_table: VoidFn,
+    /// Not supported (NULL).
+    pub destroy_wq: VoidFn,
+    /// Not supported (NULL).
+    pub modify_wq: VoidFn,
+    /// Not supported (NULL).
+    pub create_wq: VoidFn,
+    /// Not supported (NULL).
+    pub query_rt_values: VoidFn,
+    /// Not supported (NULL): `ibv_create_cq_ex` fails with `EOPNOTSUPP`.
+    pub create_cq_ex: VoidFn,
+    /// libibverbs-private (NULL).
+    pub priv_: *mut c_void,
+    /// `ibv_query_device_ex`.
+    pub query_device_ex: Option<QueryDeviceExFn>,
+    /// Not supported (NULL).
+    pub ibv_destroy_flow: VoidFn,
+    /// Placeholder.
+    pub ABI_placeholder2: VoidFn,
+    /// Not supported (NULL).
+    pub ibv_create_flow: VoidFn,
+    /// Placeholder.
+    pub ABI_placeholder1: VoidFn,
+    /// Not supported (NULL).
+    pub open_qp: VoidFn,
+    /// `ibv_create_qp_ex` without the extended send API (`IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`).
+    pub create_qp_ex: Option<CreateQpExFn>,
+    /// Not supported (NULL).
+    pub get_srq_num: VoidFn,
+    /// Not supported (NULL).
+    pub create_srq_ex: VoidFn,
+    /// Not supported (NULL).
+    pub open_xrcd: VoidFn,
+    /// Not supported (NULL).
+    pub close_xrcd: VoidFn,
+    /// Placeholder.
+    pub _ABI_placeholder3: u64,
+    /// `sizeof(struct verbs_context)`: the slots a caller may use.
+    pub sz: usize,
+    /// The public part; must be last.
+    pub context: ibv_context,
+}
+
+/// `struct ibv_device_attr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_device_attr {
+    /// Firmware version text.
+    pub fw_ver: [c_char; 64],
+    /// Big-endian.
+    pub node_guid: u64,
+    /// Big-endian.
+    pub sys_image_guid: u64,
+    /// See `ibv_query_device(3)` for the fields below.
+    pub max_mr_size: u64,
+    #[allow(missing_docs)]
+    pub page_size_cap: u64,
+    #[allow(missing_docs)]
+    pub vendor_id: u32,
+    #[allow(missing_docs)]
+    pub vendor_part_id: u32,
+    #[allow(missing_docs)]
+    pub hw_ver: u32,
+    #[allow(missing_docs)]
+    pub max_qp: c_int,
+    #[allow(missing_docs)]
+    pub max_qp_wr: c_int,
+    #[allow(missing_docs)]
+    pub device_cap_flags: c_uint,
+    #[allow(missing_docs)]
+    pub max_sge: c_int,
+    #[allow(missing_docs)]
+    pub max_sge_rd: c_int,
+    #[allow(missing_docs)]
+    pub max_cq: c_int,
+    #[allow(missing_docs)]
+    pub max_cqe: c_int,
+    #[allow(missing_docs)]
+    pub max_mr: c_int,
+    #[allow(missing_docs)]
+    pub max_pd: c_int,
+    #[allow(missing_docs)]
+    pub max_qp_rd_atom: c_int,
+    #[allow(missing_docs)]
+    pub max_ee_rd_atom: c_int,
+    #[allow(missing_docs)]
+    pub max_res_rd_atom: c_int,
+    #[allow(missing_docs)]
+    pub max_qp_init_rd_atom: c_int,
+    #[allow(missing_docs)]
+    pub max_ee_init_rd_atom: c_int,
+    /// `enum ibv_atomic_cap`.
+    pub atomic_cap: u32,
+    #[allow(missing_docs)]
+    pub max_ee: c_int,
+    #[allow(missing_docs)]
+    pub max_rdd: c_int,
+    #[allow(missing_docs)]
+    pub max_mw: c_int,
+    #[allow(missing_docs)]
+    pub max_raw_ipv6_qp: c_int,
+    #[allow(missing_docs)]
+    pub max_raw_ethy_qp: c_int,
+    #[allow(missing_docs)]
+    pub max_mcast_grp: c_int,
+    #[allow(missing_docs)]
+    pub max_mcast_qp_attach: c_int,
+    #[allow(missing_docs)]
+    pub max_total_mcast_qp_attach: c_int,
+    #[allow(missing_docs)]
+    pub max_ah: c_int,
+    #[allow(missing_docs)]
+    pub max_fmr: c_int,
+    #[allow(missing_docs)]
+    pub max_map_per_fmr: c_int,
+    #[allow(missing_docs)]
+    pub max_srq: c_int,
+    #[allow(missing_docs)]
+    pub max_srq_wr: c_int,
+    #[allow(missing_docs)]
+    pub max_srq_sge: c_int,
+    #[allow(missing_docs)]
+    pub max_pkeys: u16,
+    #[allow(missing_docs)]
+    pub local_ca_ack_delay: u8,
+    #[allow(missing_docs)]
+    pub phys_port_cnt: u8,
+}
+
+/// `struct ibv_query_device_ex_input`.
+#[repr(C)]
+pub struct ibv_query_device_ex_input {
+    /// Must be 0.
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_odp_caps`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_odp_caps {
+    #[allow(missing_docs)]
+    pub general_caps: u64,
+    #[allow(missing_docs)]
+    pub rc_odp_caps: u32,
+    #[allow(missing_docs)]
+    pub uc_odp_caps: u32,
+    #[allow(missing_docs)]
+    pub ud_odp_caps: u32,
+}
+
+/// `struct ibv_tso_caps`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_tso_caps {
+    #[allow(missing_docs)]
+    pub max_tso: u32,
+    #[allow(missing_docs)]
+    pub supported_qpts: u32,
+}
+
+/// `struct ibv_rss_caps`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_rss_caps {
+    #[allow(missing_docs)]
+    pub supported_qpts: u32,
+    #[allow(missing_docs)]
+    pub max_rwq_indirection_tables: u32,
+    #[allow(missing_docs)]
+    pub max_rwq_indirection_table_size: u32,
+    #[allow(missing_docs)]
+    pub rx_hash_fields_mask: u64,
+    #[allow(missing_docs)]
+    pub rx_hash_function: u8,
+}
+
+/// `struct ibv_packet_pacing_caps`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_packet_pacing_caps {
+    #[allow(missing_docs)]
+    pub qp_rate_limit_min: u32,
+    #[allow(missing_docs)]
+    pub qp_rate_limit_max: u32,
+    #[allow(missing_docs)]
+    pub supported_qpts: u32,
+}
+
+/// `struct ibv_tm_caps`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_tm_caps {
+    #[allow(missing_docs)]
+    pub max_rndv_hdr_size: u32,
+    #[allow(missing_docs)]
+    pub max_num_tags: u32,
+    #[allow(missing_docs)]
+    pub flags: u32,
+    #[allow(missing_docs)]
+    pub max_ops: u32,
+    #[allow(missing_docs)]
+    pub max_sge: u32,
+}
+
+/// `struct ibv_cq_moderation_caps`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_cq_moderation_caps {
+    #[allow(missing_docs)]
+    pub max_cq_count: u16,
+    #[allow(missing_docs)]
+    pub max_cq_period: u16,
+}
+
+/// `struct ibv_pci_atomic_caps`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_pci_atomic_caps {
+    #[allow(missing_docs)]
+    pub fetch_add: u16,
+    #[allow(missing_docs)]
+    pub swap: u16,
+    #[allow(missing_docs)]
+    pub compare_swap: u16,
+}
+
+/// `struct ibv_device_attr_ex`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_device_attr_ex {
+    /// The legacy attributes.
+    pub orig_attr: ibv_device_attr,
+    #[allow(missing_docs)]
+    pub comp_mask: u32,
+    #[allow(missing_docs)]
+    pub odp_caps: ibv_odp_caps,
+    #[allow(missing_docs)]
+    pub completion_timestamp_mask: u64,
+    #[allow(missing_docs)]
+    pub hca_core_clock: u64,
+    #[allow(missing_docs)]
+    pub device_cap_flags_ex: u64,
+    #[allow(missing_docs)]
+    pub tso_caps: ibv_tso_caps,
+    #[allow(missing_docs)]
+    pub rss_caps: ibv_rss_caps,
+    #[allow(missing_docs)]
+    pub max_wq_type_rq: u32,
+    #[allow(missing_docs)]
+    pub packet_pacing_caps: ibv_packet_pacing_caps,
+    #[allow(missing_docs)]
+    pub raw_packet_caps: u32,
+    #[allow(missing_docs)]
+    pub tm_caps: ibv_tm_caps,
+    #[allow(missing_docs)]
+    pub cq_mod_caps: ibv_cq_moderation_caps,
+    #[allow(missing_docs)]
+    pub max_dm_size: u64,
+    #[allow(missing_docs)]
+    pub pci_atomic_caps: ibv_pci_atomic_caps,
+    #[allow(missing_docs)]
+    pub xrc_odp_caps: u32,
+    #[allow(missing_docs)]
+    pub phys_port_cnt_ex: u32,
+}
+
+/// `struct ibv_port_attr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_port_attr {
+    /// `enum ibv_port_state`.
+    pub state: u32,
+    /// `enum ibv_mtu`.
+    pub max_mtu: u32,
+    /// `enum ibv_mtu`.
+    pub active_mtu: u32,
+    #[allow(missing_docs)]
+    pub gid_tbl_len: c_int,
+    #[allow(missing_docs)]
+    pub port_cap_flags: u32,
+    #[allow(missing_docs)]
+    pub max_msg_sz: u32,
+    #[allow(missing_docs)]
+    pub bad_pkey_cntr: u32,
+    #[allow(missing_docs)]
+    pub qkey_viol_cntr: u32,
+    #[allow(missing_docs)]
+    pub pkey_tbl_len: u16,
+    #[allow(missing_docs)]
+    pub lid: u16,
+    #[allow(missing_docs)]
+    pub sm_lid: u16,
+    #[allow(missing_docs)]
+    pub lmc: u8,
+    #[allow(missing_docs)]
+    pub max_vl_num: u8,
+    #[allow(missing_docs)]
+    pub sm_sl: u8,
+    #[allow(missing_docs)]
+    pub subnet_timeout: u8,
+    #[allow(missing_docs)]
+    pub init_type_reply: u8,
+    #[allow(missing_docs)]
+    pub active_width: u8,
+    #[allow(missing_docs)]
+    pub active_speed: u8,
+    #[allow(missing_docs)]
+    pub phys_state: u8,
+    #[allow(missing_docs)]
+    pub link_layer: u8,
+    #[allow(missing_docs)]
+    pub flags: u8,
+    #[allow(missing_docs)]
+    pub port_cap_flags2: u16,
+}
+
+/// Bytes of `ibv_port_attr` the exported `ibv_query_port@IBVERBS_1.1` writes
+/// (`struct _compat_ibv_port_attr`: everything before `port_cap_flags2`).
+pub const COMPAT_PORT_ATTR_SIZE: usize = std::mem::offset_of!(ibv_port_attr, port_cap_flags2);
+
+/// `struct ibv_wc`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_wc {
+    #[allow(missing_docs)]
+    pub wr_id: u64,
+    /// `enum ibv_wc_status`.
+    pub status: u32,
+    /// `enum ibv_wc_opcode`.
+    pub opcode: u32,
+    #[allow(missing_docs)]
+    pub vendor_err: u32,
+    #[allow(missing_docs)]
+    pub byte_len: u32,
+    /// Big-endian immediate data, or the invalidated rkey.
+    pub imm_data: u32,
+    #[allow(missing_docs)]
+    pub qp_num: u32,
+    #[allow(missing_docs)]
+    pub src_qp: u32,
+    #[allow(missing_docs)]
+    pub wc_flags: c_uint,
+    #[allow(missing_docs)]
+    pub pkey_index: u16,
+    #[allow(missing_docs)]
+    pub slid: u16,
+    #[allow(missing_docs)]
+    pub sl: u8,
+    #[allow(missing_docs)]
+    pub dlid_path_bits: u8,
+}
+
+/// `struct ibv_pd`.
+#[repr(C)]
+pub struct ibv_pd {
+    #[allow(missing_docs)]
+    pub context: *mut ibv_context,
+    #[allow(missing_docs)]
+    pub handle: u32,
+}
+
+/// `struct ibv_mr`.
+#[repr(C)]
+pub struct ibv_mr {
+    #[allow(missing_docs)]
+    pub context: *mut ibv_context,
+    #[allow(missing_docs)]
+    pub pd: *mut ibv_pd,
+    #[allow(missing_docs)]
+    pub addr: *mut c_void,
+    #[allow(missing_docs)]
+    pub length: usize,
+    #[allow(missing_docs)]
+    pub handle: u32,
+    #[allow(missing_docs)]
+    pub lkey: u32,
+    #[allow(missing_docs)]
+    pub rkey: u32,
+}
+
+/// `union ibv_gid`: 16 bytes, aligned as its `__be64` view (which makes `ibv_qp_attr` 144
+/// bytes, not 140).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_gid {
+    /// The GID in network order.
+    pub raw: [u8; 16],
+}
+
+/// `struct ibv_global_route`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_global_route {
+    #[allow(missing_docs)]
+    pub dgid: ibv_gid,
+    #[allow(missing_docs)]
+    pub flow_label: u32,
+    #[allow(missing_docs)]
+    pub sgid_index: u8,
+    #[allow(missing_docs)]
+    pub hop_limit: u8,
+    #[allow(missing_docs)]
+    pub traffic_class: u8,
+}
+
+/// `struct ibv_ah_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_ah_attr {
+    #[allow(missing_docs)]
+    pub grh: ibv_global_route,
+    #[allow(missing_docs)]
+    pub dlid: u16,
+    #[allow(missing_docs)]
+    pub sl: u8,
+    #[allow(missing_docs)]
+    pub src_path_bits: u8,
+    #[allow(missing_docs)]
+    pub static_rate: u8,
+    #[allow(missing_docs)]
+    pub is_global: u8,
+    #[allow(missing_docs)]
+    pub port_num: u8,
+}
+
+/// `struct ibv_srq_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_srq_attr {
+    #[allow(missing_docs)]
+    pub max_wr: u32,
+    #[allow(missing_docs)]
+    pub max_sge: u32,
+    #[allow(missing_docs)]
+    pub srq_limit: u32,
+}
+
+/// `struct ibv_srq_init_attr`.
+#[repr(C)]
+pub struct ibv_srq_init_attr {
+    #[allow(missing_docs)]
+    pub srq_context: *mut c_void,
+    #[allow(missing_docs)]
+    pub attr: ibv_srq_attr,
+}
+
+/// `struct ibv_qp_cap`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_qp_cap {
+    #[allow(missing_docs)]
+    pub max_send_wr: u32,
+    #[allow(missing_docs)]
+    pub max_recv_wr: u32,
+    #[allow(missing_docs)]
+    pub max_send_sge: u32,
+    #[allow(missing_docs)]
+    pub max_recv_sge: u32,
+    #[allow(missing_docs)]
+    pub max_inline_data: u32,
+}
+
+/// `struct ibv_qp_init_attr`.
+#[repr(C)]
+pub struct ibv_qp_init_attr {
+    #[allow(missing_docs)]
+    pub qp_context: *mut c_void,
+    #[allow(missing_docs)]
+    pub send_cq: *mut ibv_cq,
+    #[allow(missing_docs)]
+    pub recv_cq: *mut ibv_cq,
+    #[allow(missing_docs)]
+    pub srq: *mut ibv_srq,
+    #[allow(missing_docs)]
+    pub cap: ibv_qp_cap,
+    /// `enum ibv_qp_type`.
+    pub qp_type: u32,
+    #[allow(missing_docs)]
+    pub sq_sig_all: c_int,
+}
+
+/// `struct ibv_rx_hash_conf`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_rx_hash_conf {
+    #[allow(missing_docs)]
+    pub rx_hash_function: u8,
+    #[allow(missing_docs)]
+    pub rx_hash_key_len: u8,
+    #[allow(missing_docs)]
+    pub rx_hash_key: *mut u8,
+    #[allow(missing_docs)]
+    pub rx_hash_fields_mask: u64,
+}
+
+/// `struct ibv_qp_init_attr_ex`: the fields of [`ibv_qp_init_attr`], then the extension.
+#[repr(C)]
+pub struct ibv_qp_init_attr_ex {
+    #[allow(missing_docs)]
+    pub qp_context: *mut c_void,
+    #[allow(missing_docs)]
+    pub send_cq: *mut ibv_cq,
+    #[allow(missing_docs)]
+    pub recv_cq: *mut ibv_cq,
+    #[allow(missing_docs)]
+    pub srq: *mut ibv_srq,
+    #[allow(missing_docs)]
+    pub cap: ibv_qp_cap,
+    /// `enum ibv_qp_type`.
+    pub qp_type: u32,
+    /// Not padded to 8 here, unlike the end of [`ibv_qp_init_attr`]: `comp_mask` follows.
+    pub sq_sig_all: c_int,
+    /// `IBV_QP_INIT_ATTR_*`.
+    pub comp_mask: u32,
+    #[allow(missing_docs)]
+    pub pd: *mut ibv_pd,
+    #[allow(missing_docs)]
+    pub xrcd: *mut c_void,
+    #[allow(missing_docs)]
+    pub create_flags: u32,
+    #[allow(missing_docs)]
+    pub max_tso_header: u16,
+    #[allow(missing_docs)]
+    pub rwq_ind_tbl: *mut c_void,
+    #[allow(missing_docs)]
+    pub rx_hash_conf: ibv_rx_hash_conf,
+    #[allow(missing_docs)]
+    pub source_qpn: u32,
+    #[allow(missing_docs)]
+    pub send_ops_flags: u64,
+}
+
+/// `create_qp_ex` slot of [`verbs_context`].
+pub type CreateQpExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp;
+
+/// `struct ibv_qp_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_qp_attr {
+    /// `enum ibv_qp_state`.
+    pub qp_state: u32,
+    /// `enum ibv_qp_state`.
+    pub cur_qp_state: u32,
+    /// `enum ibv_mtu`.
+    pub path_mtu: u32,
+    /// `enum ibv_mig_state`.
+    pub path_mig_state: u32,
+    #[allow(missing_docs)]
+    pub qkey: u32,
+    #[allow(missing_docs)]
+    pub rq_psn: u32,
+    #[allow(missing_docs)]
+    pub sq_psn: u32,
+    #[allow(missing_docs)]
+    pub dest_qp_num: u32,
+    #[allow(missing_docs)]
+    pub qp_access_flags: c_uint,
+    #[allow(missing_docs)]
+    pub cap: ibv_qp_cap,
+    #[allow(missing_docs)]
+    pub ah_attr: ibv_ah_attr,
+    #[allow(missing_docs)]
+    pub alt_ah_attr: ibv_ah_attr,
+    #[allow(missing_docs)]
+    pub pkey_index: u16,
+    #[allow(missing_docs)]
+    pub alt_pkey_index: u16,
+    #[allow(missing_docs)]
+    pub en_sqd_async_notify: u8,
+    #[allow(missing_docs)]
+    pub sq_draining: u8,
+    #[allow(missing_docs)]
+    pub max_rd_atomic: u8,
+    #[allow(missing_docs)]
+    pub max_dest_rd_atomic: u8,
+    #[allow(missing_docs)]
+    pub min_rnr_timer: u8,
+    #[allow(missing_docs)]
+    pub port_num: u8,
+    #[allow(missing_docs)]
+    pub timeout: u8,
+    #[allow(missing_docs)]
+    pub retry_cnt: u8,
+    #[allow(missing_docs)]
+    pub rnr_retry: u8,
+    #[allow(missing_docs)]
+    pub alt_port_num: u8,
+    #[allow(missing_docs)]
+    pub alt_timeout: u8,
+    #[allow(missing_docs)]
+    pub rate_limit: u32,
+}
+
+/// `struct ibv_sge`: the same layout as [`rverbs_uverbs::Sge`] (checked by the layout test),
+/// so a C gather list is used in place.
+pub type ibv_sge = rverbs_uverbs::Sge;
+
+/// `wr.rdma` of [`ibv_send_wr`].
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct wr_rdma {
+    #[allow(missing_docs)]
+    pub remote_addr: u64,
+    #[allow(missing_docs)]
+    pub rkey: u32,
+}
+
+/// `wr.atomic` of [`ibv_send_wr`].
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct wr_atomic {
+    #[allow(missing_docs)]
+    pub remote_addr: u64,
+    #[allow(missing_docs)]
+    pub compare_add: u64,
+    #[allow(missing_docs)]
+    pub swap: u64,
+    #[allow(missing_docs)]
+    pub rkey: u32,
+}
+
+/// `wr.ud` of [`ibv_send_wr`].
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct wr_ud {
+    #[allow(missing_docs)]
+    pub ah: *mut ibv_ah,
+    #[allow(missing_docs)]
+    pub remote_qpn: u32,
+    #[allow(missing_docs)]
+    pub remote_qkey: u32,
+}
+
+/// The `wr` union of [`ibv_send_wr`].
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union wr_union {
+    #[allow(missing_docs)]
+    pub rdma: wr_rdma,
+    #[allow(missing_docs)]
+    pub atomic: wr_atomic,
+    #[allow(missing_docs)]
+    pub ud: wr_ud,
+}
+
+/// `bind_mw` of [`ibv_send_wr`] (memory windows are not supported; only its size matters).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct wr_bind_mw {
+    #[allow(missing_docs)]
+    pub mw: *mut c_void,
+    #[allow(missing_docs)]
+    pub rkey: u32,
+    /// `struct ibv_mw_bind_info`: mr, addr, length, mw_access_flags.
+    pub bind_info: [u64; 4],
+}
+
+/// `struct ibv_send_wr`.
+#[repr(C)]
+pub struct ibv_send_wr {
+    #[allow(missing_docs)]
+    pub wr_id: u64,
+    #[allow(missing_docs)]
+    pub next: *mut ibv_send_wr,
+    #[allow(missing_docs)]
+    pub sg_list: *mut ibv_sge,
+    #[allow(missing_docs)]
+    pub num_sge: c_int,
+    /// `enum ibv_wr_opcode`.
+    pub opcode: u32,
+    #[allow(missing_docs)]
+    pub send_flags: c_uint,
+    /// Big-endian immediate data, or the rkey to invalidate.
+    pub imm_data: u32,
+    #[allow(missing_docs)]
+    pub wr: wr_union,
+    /// `qp_type.xrc.remote_srqn`.
+    pub remote_srqn: u32,
+    /// The `bind_mw` / `tso` union.
+    pub bind_mw: wr_bind_mw,
+}
+
+/// `struct ibv_recv_wr`.
+#[repr(C)]
+pub struct ibv_recv_wr {
+    #[allow(missing_docs)]
+    pub wr_id: u64,
+    #[allow(missing_docs)]
+    pub next: *mut ibv_recv_wr,
+    #[allow(missing_docs)]
+    pub sg_list: *mut ibv_sge,
+    #[allow(missing_docs)]
+    pub num_sge: c_int,
+}
+
+/// `struct ibv_srq`.
+#[repr(C)]
+pub struct ibv_srq {
+    #[allow(missing_docs)]
+    pub context: *mut ibv_context,
+    #[allow(missing_docs)]
+    pub srq_context: *mut c_void,
+    #[allow(missing_docs)]
+    pub pd: *mut ibv_pd,
+    #[allow(missing_docs)]
+    pub handle: u32,
+    #[allow(missing_docs)]
+    pub mutex: pthread_mutex_t,
+    #[allow(missing_docs)]
+    pub cond: pthread_cond_t,
+    #[allow(missing_docs)]
+    pub events_completed: u32,
+}
+
+/// `struct ibv_qp`.
+#[repr(C)]
+pub struct ibv_qp {
+    #[allow(missing_docs)]
+    pub context: *mut ibv_context,
+    #[allow(missing_docs)]
+    pub qp_context: *mut c_void,
+    #[allow(missing_docs)]
+    pub pd: *mut ibv_pd,
+    #[allow(missing_docs)]
+    pub send_cq: *mut ibv_cq,
+    #[allow(missing_docs)]
+    pub recv_cq: *mut ibv_cq,
+    #[allow(missing_docs)]
+    pub srq: *mut ibv_srq,
+    #[allow(missing_docs)]
+    pub handle: u32,
+    #[allow(missing_docs)]
+    pub qp_num: u32,
+    /// `enum ibv_qp_state`.
+    pub state: u32,
+    /// `enum ibv_qp_type`.
+    pub qp_type: u32,
+    #[allow(missing_docs)]
+    pub mutex: pthread_mutex_t,
+    #[allow(missing_docs)]
+    pub cond: pthread_cond_t,
+    #[allow(missing_docs)]
+    pub events_completed: u32,
+}
+
+/// `struct ibv_comp_channel`.
+#[repr(C)]
+pub struct ibv_comp_channel {
+    #[allow(missing_docs)]
+    pub context: *mut ibv_context,
+    #[allow(missing_docs)]
+    pub fd: c_int,
+    #[allow(missing_docs)]
+    pub refcnt: c_int,
+}
+
+/// `struct ibv_cq`.
+#[repr(C)]
+pub struct ibv_cq {
+    #[allow(missing_docs)]
+    pub context: *mut ibv_context,
+    #[allow(missing_docs)]
+    pub channel: *mut ibv_comp_channel,
+    #[allow(missing_docs)]
+    pub cq_context: *mut c_void,
+    #[allow(missing_docs)]
+    pub handle: u32,
+    #[allow(missing_docs)]
+    pub cqe: c_int,
+    #[allow(missing_docs)]
+    pub mutex: pthread_mutex_t,
+    #[allow(missing_docs)]
+    pub cond: pthread_cond_t,
+    #[allow(missing_docs)]
+    pub comp_events_completed: u32,
+    #[allow(missing_docs)]
+    pub async_events_completed: u32,
+}
+
+/// `struct ibv_ah`.
+#[repr(C)]
+pub struct ibv_ah {
+    #[allow(missing_docs)]
+    pub context: *mut ibv_context,
+    #[allow(missing_docs)]
+    pub pd: *mut ibv_pd,
+    #[allow(missing_docs)]
+    pub handle: u32,
+}
+
+/// `struct ibv_gid_entry`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_gid_entry {
+    #[allow(missing_docs)]
+    pub gid: ibv_gid,
+    #[allow(missing_docs)]
+    pub gid_index: u32,
+    #[allow(missing_docs)]
+    pub port_num: u32,
+    /// `enum ibv_gid_type` (the kernel's numbers).
+    pub gid_type: u32,
+    #[allow(missing_docs)]
+    pub ndev_ifindex: u32,
+}
+
+/// `struct ibv_async_event`: `element` is the union of `cq`, `qp`, `srq`, `wq` pointers and
+/// `port_num`.
+#[repr(C)]
+pub struct ibv_async_event {
+    /// The object (a pointer) or the port number (an `int` in the low bytes).
+    pub element: *mut c_void,
+    /// `enum ibv_event_type` (the kernel's numbers).
+    pub event_type: u32,
+}
+
+/// `struct ibv_sa_path_rec` (`<infiniband/sa.h>`).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_sa_path_rec {
+    #[allow(missing_docs)]
+    pub dgid: ibv_gid,
+    #[allow(missing_docs)]
+    pub sgid: ibv_gid,
+    /// Big-endian.
+    pub dlid: u16,
+    /// Big-endian.
+    pub slid: u16,
+    #[allow(missing_docs)]
+    pub raw_traffic: c_int,
+    /// Big-endian.
+    pub flow_label: u32,
+    #[allow(missing_docs)]
+    pub hop_limit: u8,
+    #[allow(missing_docs)]
+    pub traffic_class: u8,
+    #[allow(missing_docs)]
+    pub reversible: c_int,
+    #[allow(missing_docs)]
+    pub numb_path: u8,
+    /// Big-endian.
+    pub pkey: u16,
+    #[allow(missing_docs)]
+    pub sl: u8,
+    #[allow(missing_docs)]
+    pub mtu_selector: u8,
+    #[allow(missing_docs)]
+    pub mtu: u8,
+    #[allow(missing_docs)]
+    pub rate_selector: u8,
+    #[allow(missing_docs)]
+    pub rate: u8,
+    #[allow(missing_docs)]
+    pub packet_life_time_selector: u8,
+    #[allow(missing_docs)]
+    pub packet_life_time: u8,
+    #[allow(missing_docs)]
+    pub preference: u8,
+}
+
+/// The structs the layout test checks: C name, Rust size, and (C field, Rust offset) pairs.
+pub type LayoutRow = (&'static str, usize, &'static [(&'static str, usize)]);
+
+macro_rules! layouts {
+    ($($cname:literal => $ty:ty { $($cf:literal : $rf:ident),* $(,)? })*) => {
+        /// Every struct of this module with its size and field offsets, named as in C.
+        pub const LAYOUTS: &[LayoutRow] = &[
+            $(($cname, std::mem::size_of::<$ty>(), &[$(($cf, std::mem::offset_of!($ty, $rf))),*]),)*
+        ];
+    };
+}
+
+layouts! {
+    "ibv_gid" => ibv_gid { "raw": raw }
+    "ibv_device" => ibv_device { "node_type": node_type, "transport_type": transport_type,
+        "name": name, "dev_name": dev_name, "dev_path": dev_path, "ibdev_path": ibdev_path }
+    "ibv_context_ops" => ibv_context_ops { "alloc_mw": alloc_mw, "poll_cq": poll_cq,
+        "req_notify_cq": req_notify_cq, "post_srq_recv": post_srq_recv,
+        "post_send": post_send, "post_recv": post_recv, "_compat_async_event": _compat_async_event }
+    "ibv_context" => ibv_context { "device": device, "ops": ops, "cmd_fd": cmd_fd,
+        "async_fd": async_fd, "num_comp_vectors": num_comp_vectors, "mutex": mutex,
+        "abi_compat": abi_compat }
+    "verbs_context" => verbs_context { "query_port": query_port, "create_cq_ex": create_cq_ex,
+        "priv": priv_, "query_device_ex": query_device_ex, "open_qp": open_qp,
+        "create_qp_ex": create_qp_ex, "close_xrcd": close_xrcd, "sz": sz, "context": context }
+    "ibv_device_attr" => ibv_device_attr { "fw_ver": fw_ver, "node_guid": node_guid,
+        "sys_image_guid": sys_image_guid, "max_mr_size": max_mr_size, "vendor_id": vendor_id,
+        "max_qp": max_qp, "device_cap_flags": device_cap_flags, "atomic_cap": atomic_cap,
+        "max_srq_sge": max_srq_sge, "max_pkeys": max_pkeys,
+        "local_ca_ack_delay": local_ca_ack_delay, "phys_port_cnt": phys_port_cnt }
+    "ibv_device_attr_ex" => ibv_device_attr_ex { "orig_attr": orig_attr, "comp_mask": comp_mask,
+        "odp_caps": odp_caps, "completion_timestamp_mask": completion_timestamp_mask,
+        "hca_core_clock": hca_core_clock, "device_cap_flags_ex": device_cap_flags_ex,
+        "tso_caps": tso_caps, "rss_caps": rss_caps, "max_wq_type_rq": max_wq_type_rq,
+        "packet_pacing_caps": packet_pacing_caps, "raw_packet_caps": raw_packet_caps,
+        "tm_caps": tm_caps, "cq_mod_caps": cq_mod_caps, "max_dm_size": max_dm_size,
+        "pci_atomic_caps": pci_atomic_caps, "xrc_odp_caps": xrc_odp_caps,
+        "phys_port_cnt_ex": phys_port_cnt_ex }
+    "ibv_rss_caps" => ibv_rss_caps { "rx_hash_fields_mask": rx_hash_fields_mask,
+        "rx_hash_function": rx_hash_function }
+    "ibv_port_attr" => ibv_port_attr { "state": state, "max_mtu": max_mtu,
+        "active_mtu": active_mtu, "gid_tbl_len": gid_tbl_len, "port_cap_flags": port_cap_flags,
+        "max_msg_sz": max_msg_sz, "pkey_tbl_len": pkey_tbl_len, "lid": lid, "sm_lid": sm_lid,
+        "lmc": lmc, "active_width": active_width, "active_speed": active_speed,
+        "phys_state": phys_state, "link_layer": link_layer, "flags": flags,
+        "port_cap_flags2": port_cap_flags2 }
+    "ibv_wc" => ibv_wc { "wr_id": wr_id, "status": status, "opcode": opcode,
+        "vendor_err": vendor_err, "byte_len": byte_len, "imm_data": imm_data, "qp_num": qp_num,
+        "src_qp": src_qp, "wc_flags": wc_flags, "pkey_index": pkey_index, "slid": slid, "sl": sl,
+        "dlid_path_bits": dlid_path_bits }
+    "ibv_pd" => ibv_pd { "context": context, "handle": handle }
+    "ibv_mr" => ibv_mr { "context": context, "pd": pd, "addr": addr, "length": length,
+        "handle": handle, "lkey": lkey, "rkey": rkey }
+    "ibv_global_route" => ibv_global_route { "dgid": dgid, "flow_label": flow_label,
+        "sgid_index": sgid_index, "hop_limit": hop_limit, "traffic_class": traffic_class }
+    "ibv_ah_attr" => ibv_ah_attr { "grh": grh, "dlid": dlid, "sl": sl,
+        "src_path_bits": src_path_bits, "static_rate": static_rate, "is_global": is_global,
+        "port_num": port_num }
+    "ibv_srq_attr" => ibv_srq_attr { "max_wr": max_wr, "max_sge": max_sge,
+        "srq_limit": srq_limit }
+    "ibv_srq_init_attr" => ibv_srq_init_attr { "srq_context": srq_context, "attr": attr }
+    "ibv_qp_cap" => ibv_qp_cap { "max_send_wr": max_send_wr, "max_recv_wr": max_recv_wr,
+        "max_send_sge": max_send_sge, "max_recv_sge": max_recv_sge,
+        "max_inline_data": max_inline_data }
+    "ibv_qp_init_attr" => ibv_qp_init_attr { "qp_context": qp_context, "send_cq": send_cq,
+        "recv_cq": recv_cq, "srq": srq, "cap": cap, "qp_type": qp_type, "sq_sig_all": sq_sig_all }
+    "ibv_qp_init_attr_ex" => ibv_qp_init_attr_ex { "qp_context": qp_context,
+        "send_cq": send_cq, "cap": cap, "qp_type": qp_type, "sq_sig_all": sq_sig_all,
+        "comp_mask": comp_mask,
+        "pd": pd, "xrcd": xrcd, "create_flags": create_flags, "max_tso_header": max_tso_header,
+        "rwq_ind_tbl": rwq_ind_tbl, "rx_hash_conf": rx_hash_conf, "source_qpn": source_qpn,
+        "send_ops_flags": send_ops_flags }
+    "ibv_rx_hash_conf" => ibv_rx_hash_conf { "rx_hash_function": rx_hash_function,
+        "rx_hash_key_len": rx_hash_key_len, "rx_hash_key": rx_hash_key,
+        "rx_hash_fields_mask": rx_hash_fields_mask }
+    "ibv_qp_attr" => ibv_qp_attr { "qp_state": qp_state, "cur_qp_state": cur_qp_state,
+        "path_mtu": path_mtu, "path_mig_state": path_mig_state, "qkey": qkey, "rq_psn": rq_psn,
+        "sq_psn": sq_psn, "dest_qp_num": dest_qp_num, "qp_access_flags": qp_access_flags,
+        "cap": cap, "ah_attr": ah_attr, "alt_ah_attr": alt_ah_attr, "pkey_index": pkey_index,
+        "alt_pkey_index": alt_pkey_index, "en_sqd_async_notify": en_sqd_async_notify,
+        "sq_draining": sq_draining, "max_rd_atomic": max_rd_atomic,
+        "max_dest_rd_atomic": max_dest_rd_atomic, "min_rnr_timer": min_rnr_timer,
+        "port_num": port_num, "timeout": timeout, "retry_cnt": retry_cnt,
+        "rnr_retry": rnr_retry, "alt_port_num": alt_port_num, "alt_timeout": alt_timeout,
+        "rate_limit": rate_limit }
+    "ibv_sge" => ibv_sge { "addr": addr, "length": length, "lkey": lkey }
+    "ibv_send_wr" => ibv_send_wr { "wr_id": wr_id, "next": next, "sg_list": sg_list,
+        "num_sge": num_sge, "opcode": opcode, "send_flags": send_flags, "imm_data": imm_data,
+        "wr": wr, "qp_type": remote_srqn, "bind_mw": bind_mw }
+    "ibv_recv_wr" => ibv_recv_wr { "wr_id": wr_id, "next": next, "sg_list": sg_list,
+        "num_sge": num_sge }
+    "ibv_srq" => ibv_srq { "context": context, "srq_context": srq_context, "pd": pd,
+        "handle": handle, "mutex": mutex, "cond": cond, "events_completed": events_completed }
+    "ibv_qp" => ibv_qp { "context": context, "qp_context": qp_context, "pd": pd,
+        "send_cq": send_cq, "recv_cq": recv_cq, "srq": srq, "handle": handle, "qp_num": qp_num,
+        "state": state, "qp_type": qp_type, "mutex": mutex, "cond": cond,
+        "events_completed": events_completed }
+    "ibv_comp_channel" => ibv_comp_channel { "context": context, "fd": fd, "refcnt": refcnt }
+    "ibv_cq" => ibv_cq { "context": context, "channel": channel, "cq_context": cq_context,
+        "handle": handle, "cqe": cqe, "mutex": mutex, "cond": cond,
+        "comp_events_completed": comp_events_completed,
+        "async_events_completed": async_events_completed }
+    "ibv_ah" => ibv_ah { "context": context, "pd": pd, "handle": handle }
+    "ibv_gid_entry" => ibv_gid_entry { "gid": gid, "gid_index": gid_index,
+        "port_num": port_num, "gid_type": gid_type, "ndev_ifindex": ndev_ifindex }
+    "ibv_async_event" => ibv_async_event { "element": element, "event_type": event_type }
+    "ibv_sa_path_rec" => ibv_sa_path_rec { "dgid": dgid, "sgid": sgid, "dlid": dlid,
+        "slid": slid, "raw_traffic": raw_traffic, "flow_label": flow_label,
+        "hop_limit": hop_limit, "traffic_class": traffic_class, "reversible": reversible,
+        "numb_path": numb_path, "pkey": pkey, "sl": sl, "mtu_selector": mtu_selector,
+        "mtu": mtu, "rate_selector": rate_selector, "rate": rate,
+        "packet_life_time_selector": packet_life_time_selector,
+        "packet_life_time": packet_life_time, "preference": preference }
+}

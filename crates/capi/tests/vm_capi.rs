@@ -1,0 +1,344 @@
+//! rdma-core's own, unmodified programs (Debian's ibverbs-utils) run on our
+//! `libibverbs.so.1` through `LD_LIBRARY_PATH`, against the same programs on rdma-core's
+//! libraries. Host guest only (the tests' names carry `interop`, which the minimal guest
+//! skips); the library is the one `cargo xtask capi` (stage `capi` of `cargo xtask test`)
+//! put in `<target>/capi/lib`, or `$RVERBS_CAPI_LIB`.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn env_or(var: &str, default: &str) -> String {
+    std::env::var(var)
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| default.to_string())
+}
+
+/// The directory holding our `libibverbs.so.1`.
+fn lib_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("RVERBS_CAPI_LIB") {
+        return PathBuf::from(d);
+    }
+    let exe = std::env::current_exe().unwrap();
+    exe.ancestors()
+        .map(|a| a.join("capi/lib"))
+        .find(|d| d.join("libibverbs.so.1").is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "no capi/lib/libibverbs.so.1 above {}: run `cargo xtask capi` (or set RVERBS_CAPI_LIB)",
+                exe.display()
+            )
+        })
+}
+
+/// A command for rdma-core's `tool`, on our library (`ours`) or on rdma-core's.
+fn tool(name: &str, ours: bool) -> Command {
+    let path = PathBuf::from("/usr/bin").join(name);
+    assert!(
+        path.is_file(),
+        "{} missing in the {:?} guest: install ibverbs-utils",
+        path.display(),
+        std::env::var("RVERBS_GUEST").unwrap_or_default()
+    );
+    let mut c = Command::new(path);
+    if ours {
+        c.env("LD_LIBRARY_PATH", lib_dir());
+        c.env("RVERBS_CAPI_LOG", "1");
+    } else {
+        c.env_remove("LD_LIBRARY_PATH");
+    }
+    c
+}
+
+fn run(mut c: Command) -> Output {
+    let what = format!("{c:?}");
+    let o = c.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        o.status.success(),
+        "{what}: {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn ibv_devices_and_devinfo_print_the_same_interop() {
+    let dev = env_or("RVERBS_DEV_A", "rxe0");
+    // The dynamic loader really picks our library (ldd's view of the same environment).
+    let mut c = tool("ibv_devinfo", true);
+    c.env("LD_TRACE_LOADED_OBJECTS", "1");
+    let loaded = String::from_utf8_lossy(&run(c).stdout).into_owned();
+    let want = format!("libibverbs.so.1 => {}/libibverbs.so.1", lib_dir().display());
+    assert!(loaded.contains(&want), "{want} not in:\n{loaded}");
+    for args in [&[][..], &["-v"][..]] {
+        for prog in ["ibv_devices", "ibv_devinfo"] {
+            if prog == "ibv_devices" && !args.is_empty() {
+                continue;
+            }
+            let mut c = tool(prog, false);
+            c.args(args);
+            let theirs = run(c).stdout;
+            let mut c = tool(prog, true);
+            c.args(args);
+            let ours = run(c).stdout;
+            let (t, o) = (
+                String::from_utf8_lossy(&theirs),
+                String::from_utf8_lossy(&ours),
+            );
+            assert!(
+                t.contains(&dev),
+                "{prog} {args:?} on rdma-core lists no {dev}:\n{t}"
+            );
+            assert_eq!(
+                o, t,
+                "{prog} {args:?}: ours (left) differs from rdma-core's (right)"
+            );
+        }
+    }
+}
+
+/// A child with a deadline; its output is read when it ends.
+struct Proc {
+    child: Child,
+    what: String,
+}
+
+impl Proc {
+    fn spawn(mut c: Command) -> Proc {
+        let what = format!("{c:?}");
+        let child = c
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        Proc { child, what }
+    }
+
+    /// Waits up to `limit`; kills on timeout. Returns (success, stdout + stderr).
+    fn finish(mut self, limit: Duration) -> (bool, String) {
+        let t0 = Instant::now();
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break Some(s);
+            }
+            if t0.elapsed() > limit {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut text = String::new();
+        let _ = self.child.stdout.take().unwrap().read_to_string(&mut text);
+        let _ = self.child.stderr.take().unwrap().read_to_string(&mut text);
+        let ok = status.is_some_and(|s| s.success());
+        let head = match status {
+            Some(s) => format!("{}: {s}", self.what),
+            None => format!("{}: killed after {limit:?}", self.what),
+        };
+        (ok, format!("{head}\n{text}"))
+    }
+}
+
+/// One ping-pong of `prog` between a server on A and a client to A's address from B, each on
+/// our library or rdma-core's. The client is retried while the server is not listening yet.
+fn pingpong(prog: &str, extra: &[&str], port: u16, server_ours: bool, client_ours: bool) {
+    let (dev_a, dev_b) = (
+        env_or("RVERBS_DEV_A", "rxe0"),
+        env_or("RVERBS_DEV_B", "rxe0"),
+    );
+    let addr_a = env_or("RVERBS_ADDR_A", "10.10.0.1");
+    let port = port.to_string();
+    let common = |c: &mut Command, dev: &str| {
+        c.args(["-d", dev, "-g", "1", "-n", "50", "-p", &port])
+            .args(extra);
+    };
+    let mut s = tool(prog, server_ours);
+    common(&mut s, &dev_a);
+    let server = Proc::spawn(s);
+    let t0 = Instant::now();
+    let client_out = loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let mut c = tool(prog, client_ours);
+        common(&mut c, &dev_b);
+        c.arg(&addr_a);
+        let (ok, out) = Proc::spawn(c).finish(Duration::from_secs(120));
+        if ok {
+            break out;
+        }
+        if !out.contains("Couldn't connect") || t0.elapsed() > Duration::from_secs(30) {
+            let (_, sout) = server.finish(Duration::from_secs(1));
+            panic!("client failed:\n{out}\nserver:\n{sout}");
+        }
+    };
+    let (ok, sout) = server.finish(Duration::from_secs(120));
+    assert!(ok, "server failed:\n{sout}\nclient:\n{client_out}");
+    for out in [&sout, &client_out] {
+        assert!(out.contains("50 iters in"), "no iteration count in:\n{out}");
+    }
+}
+
+/// Both directions: server on rdma-core and client on ours, then the other way round.
+fn both_ways(prog: &str, extra: &[&str], port: u16) {
+    pingpong(prog, extra, port, false, true);
+    pingpong(prog, extra, port + 1, true, false);
+}
+
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn ibv_rc_pingpong_polling_interop() {
+    both_ways("ibv_rc_pingpong", &[], 18610);
+}
+
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn ibv_rc_pingpong_events_interop() {
+    both_ways("ibv_rc_pingpong", &["-e"], 18620);
+}
+
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn ibv_uc_pingpong_interop() {
+    both_ways("ibv_uc_pingpong", &[], 18630);
+}
+
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn ibv_ud_pingpong_interop() {
+    both_ways("ibv_ud_pingpong", &["-s", "512"], 18640);
+}
+
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn ibv_srq_pingpong_interop() {
+    both_ways("ibv_srq_pingpong", &[], 18650);
+}
+
+/// perftest's `prog` (which links rdma-core's libmlx5/libefa too: they must load on ours)
+/// between a server on A and a client from B, one side on ours; 100 iterations.
+fn perftest(prog: &str, port: u16, server_ours: bool) {
+    let (dev_a, dev_b) = (
+        env_or("RVERBS_DEV_A", "rxe0"),
+        env_or("RVERBS_DEV_B", "rxe0"),
+    );
+    let addr_a = env_or("RVERBS_ADDR_A", "10.10.0.1");
+    let port = port.to_string();
+    let args = |c: &mut Command, dev: &str| {
+        c.args(["-d", dev, "-x", "1", "-n", "100", "-p", &port]);
+    };
+    let mut s = tool(prog, server_ours);
+    args(&mut s, &dev_a);
+    let server = Proc::spawn(s);
+    let t0 = Instant::now();
+    let client_out = loop {
+        std::thread::sleep(Duration::from_secs(2));
+        let mut c = tool(prog, !server_ours);
+        args(&mut c, &dev_b);
+        c.arg(&addr_a);
+        let (ok, out) = Proc::spawn(c).finish(Duration::from_secs(120));
+        if ok {
+            break out;
+        }
+        if !out.contains("Couldn't connect") || t0.elapsed() > Duration::from_secs(30) {
+            let (_, sout) = server.finish(Duration::from_secs(1));
+            panic!("client failed:\n{out}\nserver:\n{sout}");
+        }
+    };
+    let (ok, sout) = server.finish(Duration::from_secs(120));
+    assert!(ok, "server failed:\n{sout}\nclient:\n{client_out}");
+    // The client reports; of the latency tests only ib_send_lat's server reports too.
+    assert!(
+        client_out.contains("#bytes"),
+        "no result table in:\n{client_out}"
+    );
+    if prog == "ib_send_lat" {
+        assert!(sout.contains("#bytes"), "no result table in:\n{sout}");
+    }
+}
+
+/// rdma-core's own librdmacm (Debian's librdmacm.so.1, not ours: rverbs provides no
+/// librdmacm yet) loaded with our libibverbs under it, driving `prog`'s client (`ours_client`)
+/// or server against the same program entirely on rdma-core. `check` must appear in the
+/// output of the side on ours.
+fn cm_tool(server: &[&str], client: &[&str], ours_client: bool, check: &str) {
+    let mut s = tool(server[0], !ours_client);
+    s.args(&server[1..]);
+    let server_p = Proc::spawn(s);
+    std::thread::sleep(Duration::from_secs(3));
+    let mut c = tool(client[0], ours_client);
+    c.args(&client[1..]);
+    let (cok, cout) = Proc::spawn(c).finish(Duration::from_secs(120));
+    let (sok, sout) = server_p.finish(Duration::from_secs(60));
+    assert!(cok && sok, "client:\n{cout}\nserver:\n{sout}");
+    let mine = if ours_client { &cout } else { &sout };
+    assert!(mine.contains(check), "{check:?} not in:\n{mine}");
+}
+
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn rdma_cores_librdmacm_runs_on_our_libibverbs_interop() {
+    let a = env_or("RVERBS_ADDR_A", "10.10.0.1");
+    let a = a.as_str();
+    for ours_client in [true, false] {
+        cm_tool(
+            &["rping", "-s", "-a", a, "-C", "10", "-v"],
+            &["rping", "-c", "-a", a, "-C", "10", "-v"],
+            ours_client,
+            "rdma-ping-9",
+        );
+        cm_tool(
+            &["rdma_server", "-s", a],
+            &["rdma_client", "-s", a],
+            ours_client,
+            "end 0",
+        );
+        cm_tool(
+            &["ucmatose", "-b", a],
+            &["ucmatose", "-s", a],
+            ours_client,
+            "test complete",
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn perftest_interop() {
+    for (i, prog) in ["ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_write_bw"]
+        .iter()
+        .enumerate()
+    {
+        let port = 18660 + 2 * i as u16;
+        perftest(prog, port, true);
+        perftest(prog, port + 1, false);
+    }
+}

@@ -1,0 +1,187 @@
+//! The C API's error paths, called from Rust through the exported functions and the ops
+//! table exactly as C would: rdma-core's conventions (NULL + errno, positive errno, -1 +
+//! errno), and nothing destroyed when a destroy is refused. Runs in every guest.
+
+#![allow(unsafe_code)]
+
+use std::ptr::{null, null_mut};
+
+use rverbs_capi::abi::*;
+use rverbs_capi::verbs::*;
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap()
+}
+
+fn open_a() -> *mut ibv_context {
+    let want = std::env::var("RVERBS_DEV_A").unwrap_or_else(|_| "rxe0".into());
+    let mut n = 0;
+    // SAFETY: n is writable.
+    let list = unsafe { ibv_get_device_list(&mut n) };
+    assert!(!list.is_null(), "ibv_get_device_list: errno {}", errno());
+    let mut ctx = null_mut();
+    for i in 0..n as usize {
+        // SAFETY: list has n entries of ours.
+        let d = unsafe { *list.add(i) };
+        // SAFETY: a device of ours: its name is a C string.
+        let name = unsafe { std::ffi::CStr::from_ptr(ibv_get_device_name(d)) };
+        if name.to_str().unwrap() == want {
+            // SAFETY: a device of ours.
+            ctx = unsafe { ibv_open_device(d) };
+        }
+    }
+    // SAFETY: the list came from ibv_get_device_list.
+    unsafe { ibv_free_device_list(list) };
+    assert!(!ctx.is_null(), "{want} not found or not opened");
+    ctx
+}
+
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn errors_follow_rdma_core_conventions() {
+    let ctx = open_a();
+    // SAFETY: every call below gets objects of ours, created here, and writable outputs.
+    unsafe {
+        // Constructors: NULL and errno.
+        assert!(ibv_create_cq(ctx, -1, null_mut(), null_mut(), 0).is_null());
+        assert_eq!(errno(), libc::EINVAL);
+        let pd = ibv_alloc_pd(ctx);
+        assert!(!pd.is_null());
+        let mut buf = vec![0u8; 4096];
+        let p = buf.as_mut_ptr().cast();
+        assert!(ibv_reg_mr_iova2(pd, p, 4096, 0x1000, 1).is_null());
+        assert_eq!(errno(), libc::EOPNOTSUPP);
+        assert!(ibv_reg_mr(pd, p, 0, 1).is_null(), "a zero-length MR");
+        assert_eq!(errno(), libc::EINVAL);
+        let mr = ibv_reg_mr(pd, p, 4096, 1);
+        assert!(!mr.is_null());
+
+        // Destroys refused while in use: positive EBUSY, object intact.
+        assert_eq!(ibv_dealloc_pd(pd), libc::EBUSY);
+        let ch = ibv_create_comp_channel(ctx);
+        let cq = ibv_create_cq(ctx, 16, null_mut(), ch, 0);
+        assert!(!cq.is_null());
+        assert_eq!(ibv_destroy_comp_channel(ch), libc::EBUSY);
+        let mut ia = ibv_qp_init_attr {
+            qp_context: null_mut(),
+            send_cq: cq,
+            recv_cq: cq,
+            srq: null_mut(),
+            cap: ibv_qp_cap {
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_type: 2,
+            sq_sig_all: 0,
+        };
+        let qp = ibv_create_qp(pd, &mut ia);
+        assert!(!qp.is_null(), "ibv_create_qp: errno {}", errno());
+        assert!(ia.cap.max_send_wr >= 4, "granted caps written back");
+        assert_eq!(ibv_destroy_cq(cq), libc::EBUSY);
+
+        // Posting on a QP in RESET: positive errno, bad_wr names the request.
+        let mut sge = ibv_sge {
+            addr: p as u64,
+            length: 64,
+            lkey: (*mr).lkey,
+        };
+        let mut wr: ibv_send_wr = std::mem::zeroed();
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.opcode = 2;
+        let mut bad = null_mut();
+        let post = (*ctx).ops.post_send.unwrap();
+        assert_eq!(post(qp, &mut wr, &mut bad), libc::EINVAL);
+        assert_eq!(bad, &raw mut wr);
+        // An opcode rverbs does not carry (BIND_MW): EINVAL, bad_wr set.
+        wr.opcode = 8;
+        bad = null_mut();
+        assert_eq!(post(qp, &mut wr, &mut bad), libc::EINVAL);
+        assert_eq!(bad, &raw mut wr);
+
+        // Modify with a mask bit we do not carry (ALT_PATH), and an illegal transition.
+        let mut a = ibv_qp_attr::default();
+        assert_eq!(ibv_modify_qp(qp, &mut a, 1 << 14), libc::EOPNOTSUPP);
+        a.qp_state = 3; // RESET -> RTS
+        assert_eq!(ibv_modify_qp(qp, &mut a, 1), libc::EINVAL);
+        assert_eq!((*qp).state, 0, "state unchanged after a failed modify");
+
+        // Polling an empty CQ; arming it.
+        let mut wc = [ibv_wc::default(); 4];
+        assert_eq!(((*ctx).ops.poll_cq.unwrap())(cq, 4, wc.as_mut_ptr()), 0);
+        assert_eq!(((*ctx).ops.req_notify_cq.unwrap())(cq, 0), 0);
+
+        // GID queries: a bad port is -1 + errno; past the table too.
+        let mut gid = [0u8; 16];
+        assert_eq!(ibv_query_gid(ctx, 9, 0, &mut gid), -1);
+        assert_ne!(errno(), 0);
+        assert_eq!(ibv_query_gid(ctx, 1, 1, &mut gid), 0);
+        assert_ne!(gid, [0; 16], "GID 1 is the RoCE v2 address");
+        let mut e = ibv_gid_entry::default();
+        assert_eq!(
+            _ibv_query_gid_ex(ctx, 1, 100_000, &mut e, 0, 32),
+            libc::ENODATA
+        );
+
+        // Now the teardown in order succeeds.
+        assert_eq!(ibv_destroy_qp(qp), 0);
+        assert_eq!(ibv_destroy_cq(cq), 0);
+        assert_eq!(ibv_destroy_comp_channel(ch), 0);
+        assert_eq!(ibv_dereg_mr(mr), 0);
+        assert_eq!(ibv_dealloc_pd(pd), 0);
+        assert_eq!(ibv_close_device(ctx), 0);
+        let _ = null::<u8>();
+    }
+}
+
+/// The `*_str` functions return what rdma-core's own library returns, for every value and a
+/// few past the end (rdma-core's libibverbs.so.1, loaded with `dlopen`, is the oracle).
+#[test]
+#[cfg_attr(
+    rverbs_vm,
+    ignore = "host only: needs rdma-core's libibverbs.so.1 and dlopen"
+)]
+fn strings_match_rdma_core() {
+    type StrFn = unsafe extern "C" fn(i32) -> *const std::ffi::c_char;
+    // SAFETY: dlopen of a system library by name; checked for NULL.
+    let h = unsafe {
+        libc::dlopen(
+            c"libibverbs.so.1".as_ptr(),
+            libc::RTLD_NOW | libc::RTLD_LOCAL,
+        )
+    };
+    assert!(
+        !h.is_null(),
+        "rdma-core's libibverbs.so.1 is not installed (libibverbs1)"
+    );
+    let ours: [(&std::ffi::CStr, StrFn, i32); 4] = [
+        (c"ibv_wc_status_str", ibv_wc_status_str, 26),
+        (c"ibv_port_state_str", ibv_port_state_str, 8),
+        (c"ibv_event_type_str", ibv_event_type_str, 22),
+        (c"ibv_node_type_str", ibv_node_type_str, 9),
+    ];
+    for (name, f, upto) in ours {
+        // SAFETY: h is a live handle; the symbol, when found, has this signature.
+        let theirs: StrFn = unsafe {
+            let p = libc::dlsym(h, name.as_ptr());
+            assert!(!p.is_null(), "{name:?} missing in rdma-core");
+            std::mem::transmute::<*mut libc::c_void, StrFn>(p)
+        };
+        for v in -1..upto {
+            // SAFETY: both return static C strings for any value.
+            let (a, b) = unsafe {
+                (
+                    std::ffi::CStr::from_ptr(f(v)),
+                    std::ffi::CStr::from_ptr(theirs(v)),
+                )
+            };
+            assert_eq!(a, b, "{name:?}({v})");
+        }
+    }
+}

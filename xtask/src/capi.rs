@@ -1,0 +1,219 @@
+//! `cargo xtask capi`: builds the C drop-in (`crates/capi`) and checks its exports.
+//!
+//! - `libibverbs.so.1`: `cargo rustc -p rverbs-capi --features symver --crate-type cdylib`
+//!   (one codegen unit, so that each `.symver` directive sits in the object that defines its
+//!   function), copied to `<target>/capi/lib/libibverbs.so.1` with a `libibverbs.so` link.
+//! - `librverbs.a`: the same crate as `--crate-type staticlib`, without `.symver`.
+//! - The check: every `ibv_*@IBVERBS_*` symbol that rdma-core's programs installed here import
+//!   (`readelf --dyn-syms`) must be exported by our library with the same version; the
+//!   library must carry the soname `libibverbs.so.1`.
+//!
+//! - `static_pingpong`: our C test program (`crates/capi/tests/c/static_pingpong.c`) linked
+//!   `-static` against `librverbs.a` into `<target>/capi/bin/`; `cargo xtask test` puts it
+//!   into the guests (the minimal one has no rdma-core library at all).
+//!
+//! `cargo xtask test` runs the same build and check (stage `capi`) before the VM stages,
+//! whose interop tests load the library from `<target>/capi/lib`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::util::{self, Result};
+
+/// The programs and libraries whose imports the library must satisfy (Debian's ibverbs-utils
+/// and ibverbs-providers).
+pub const PROGRAMS: &[&str] = &[
+    "ibv_devices",
+    "ibv_devinfo",
+    "ibv_rc_pingpong",
+    "ibv_uc_pingpong",
+    "ibv_ud_pingpong",
+    "ibv_srq_pingpong",
+    // rdma-core's provider libraries, which perftest and pyverbs link directly: they must load.
+    "/usr/lib/x86_64-linux-gnu/libmlx5.so.1",
+    "/usr/lib/x86_64-linux-gnu/libefa.so.1",
+];
+
+/// Where the libraries go.
+pub fn lib_dir() -> PathBuf {
+    util::target_dir().join("capi").join("lib")
+}
+
+/// Our static C test program.
+pub fn static_pingpong() -> PathBuf {
+    util::target_dir().join("capi/bin/static_pingpong")
+}
+
+/// Files the guests need besides the test binaries (the static C program, once built).
+pub fn guest_files() -> Vec<PathBuf> {
+    let p = static_pingpong();
+    if p.is_file() {
+        vec![p]
+    } else {
+        Vec::new()
+    }
+}
+
+/// Links the static C program against `archive` with `$CC` (default `cc`).
+fn link_static_program(archive: &Path) -> Result<PathBuf> {
+    let out = static_pingpong();
+    let dir = out.parent().unwrap();
+    std::fs::create_dir_all(dir).map_err(|e| util::Error(format!("{}: {e}", dir.display())))?;
+    let src = util::workspace_root().join("crates/capi/tests/c/static_pingpong.c");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let mut cmd = Command::new(&cc);
+    cmd.args(["-O2", "-Wall", "-static", "-s", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .arg(archive)
+        .args(["-lpthread", "-ldl", "-lm"]);
+    // The linker warns that std's getaddrinfo/getpwuid_r want glibc's NSS at run time; the
+    // program never reaches them.
+    util::output(&mut cmd)?;
+    Ok(out)
+}
+
+/// What [`build_and_check`] did, for the report.
+pub struct Outcome {
+    /// One line per program checked, and the library paths.
+    pub notes: Vec<String>,
+}
+
+fn build(crate_type: &str, symver: bool, release: bool) -> Result<PathBuf> {
+    let mut cmd = util::cargo();
+    cmd.args([
+        "rustc",
+        "-p",
+        "rverbs-capi",
+        "--lib",
+        "--crate-type",
+        crate_type,
+    ]);
+    if symver {
+        cmd.args(["--features", "symver"]);
+    }
+    if release {
+        cmd.arg("--release");
+    }
+    cmd.args(["--", "-C", "codegen-units=1"]);
+    util::run(&mut cmd)?;
+    let profile = if release { "release" } else { "debug" };
+    let file = match crate_type {
+        "cdylib" => "librverbs_capi.so",
+        _ => "librverbs_capi.a",
+    };
+    Ok(util::target_dir().join(profile).join(file))
+}
+
+/// `name@VERSION` pairs of a `readelf --dyn-syms -W` listing: the undefined ones (imports)
+/// or the defined ones (exports).
+fn versioned(path: &Path, undefined: bool) -> Result<BTreeSet<(String, String)>> {
+    let text = util::output(Command::new("readelf").args(["--dyn-syms", "-W"]).arg(path))?;
+    let mut out = BTreeSet::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 8 || (f[6] == "UND") != undefined {
+            continue;
+        }
+        let sym = f[7];
+        let Some((name, ver)) = sym.split_once('@') else {
+            continue;
+        };
+        let ver = ver.trim_start_matches('@');
+        if ver.starts_with("IBVERBS_") {
+            out.insert((name.to_string(), ver.to_string()));
+        }
+    }
+    Ok(out)
+}
+
+/// Builds both libraries into [`lib_dir`] and checks the exports against [`PROGRAMS`].
+pub fn build_and_check(release: bool) -> Result<Outcome> {
+    let so = build("cdylib", true, release)?;
+    let a = build("staticlib", false, release)?;
+    let dir = lib_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| util::Error(format!("{}: {e}", dir.display())))?;
+    let so_dst = dir.join("libibverbs.so.1");
+    let a_dst = dir.join("librverbs.a");
+    for (from, to) in [(&so, &so_dst), (&a, &a_dst)] {
+        // Replace, never overwrite in place: a running guest may have the old file mapped.
+        let tmp = to.with_extension("tmp");
+        std::fs::copy(from, &tmp)
+            .and_then(|_| std::fs::rename(&tmp, to))
+            .map_err(|e| {
+                util::Error(format!("copy {} to {}: {e}", from.display(), to.display()))
+            })?;
+    }
+    let link = dir.join("libibverbs.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink("libibverbs.so.1", &link)
+        .map_err(|e| util::Error(format!("{}: {e}", link.display())))?;
+
+    let prog = link_static_program(&a_dst)?;
+
+    let dynamic = util::output(Command::new("readelf").args(["-d", "-W"]).arg(&so_dst))?;
+    if !dynamic.contains("Library soname: [libibverbs.so.1]") {
+        crate::bail!("{} has no soname libibverbs.so.1", so_dst.display());
+    }
+    let exports = versioned(&so_dst, false)?;
+    let mut notes = vec![format!(
+        "{} ({} versioned ibv symbols), {}, {}",
+        so_dst.display(),
+        exports.len(),
+        a_dst.display(),
+        prog.display()
+    )];
+    let mut missing: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for p in PROGRAMS {
+        let path = Path::new("/usr/bin").join(p); // an absolute p replaces the directory
+        if !path.exists() {
+            crate::bail!(
+                "{} is not installed (packages ibverbs-utils, ibverbs-providers; .ci/run installs them)",
+                path.display()
+            );
+        }
+        let imports = versioned(&path, true)?;
+        let lacking: Vec<String> = imports
+            .iter()
+            .filter(|s| !exports.contains(*s))
+            .map(|(n, v)| format!("{n}@{v}"))
+            .collect();
+        notes.push(format!(
+            "{p}: {} of {} imports exported",
+            imports.len() - lacking.len(),
+            imports.len()
+        ));
+        if !lacking.is_empty() {
+            missing.insert(p.to_string(), lacking);
+        }
+    }
+    if !missing.is_empty() {
+        let list: Vec<String> = missing
+            .iter()
+            .map(|(p, l)| format!("{p}: {}", l.join(" ")))
+            .collect();
+        crate::bail!(
+            "imports our libibverbs.so.1 lacks:\n  {}",
+            list.join("\n  ")
+        );
+    }
+    Ok(Outcome { notes })
+}
+
+/// `cargo xtask capi [--release]`.
+pub fn cmd(args: &[String]) -> Result<u8> {
+    let mut release = false;
+    for a in args {
+        match a.as_str() {
+            "--release" => release = true,
+            other => crate::bail!("unknown option `{other}` for `cargo xtask capi`"),
+        }
+    }
+    let o = build_and_check(release)?;
+    for n in &o.notes {
+        println!("xtask capi: {n}");
+    }
+    println!("xtask capi: ok");
+    Ok(0)
+}
