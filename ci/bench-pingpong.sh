@@ -214,8 +214,8 @@ callgrind() {
                     ev=${st#* }
                 fi
                 mallocs=$(max_calls "$f" ':malloc \[')
-                # Inclusive Ir of the CQ poll function (librxe's for C, Cq::poll for Rust).
-                if [ $tool = C ]; then pfn=$poll_fn_c; else pfn='cq::Cq::poll \['; fi
+                # Inclusive Ir of the CQ poll function (librxe's for C, Cq::poll_raw for Rust, the path rc-pingpong takes).
+                if [ $tool = C ]; then pfn=$poll_fn_c; else pfn='cq::Cq::poll_raw \['; fi
                 pir=$(callgrind_annotate --inclusive=yes --threshold=100 "$f" 2> /dev/null | awk -v fn="$pfn" -v exact=$([ $tool = C ] && echo 1 || echo 0) '
                     /^ *[0-9,]+ +\( *[0-9.]+%\) +[^ ]/ {
                         v = $1; gsub(",", "", v); name = $0; sub(/^ *[0-9,]+ +\( *[0-9.]+%\) +/, "", name)

@@ -1,6 +1,6 @@
 //! The `miri` stage of `cargo xtask test`: the unit tests of the code that touches memory
 //! shared with the kernel or a device (memory regions and their copy accessors, `PageBuf`,
-//! the rxe rings, the CQE parsers) under Miri with Tree Borrows.
+//! the rxe rings and their completion views, the CQE parsers, the lazy completion `RawWc`) under Miri with Tree Borrows.
 //!
 //! Needs the nightly toolchain's `miri` and `rust-src` components. If they are missing the
 //! stage tries `rustup +nightly component add miri rust-src` once; if Miri still cannot run,
@@ -13,7 +13,7 @@ use crate::testcmd::{parse_results, Counts};
 
 /// (package, libtest arguments: name filters and skips) run under Miri.
 const SUITES: &[(&str, &[&str])] = &[
-    ("rverbs-uverbs", &["mr::", "wr::"]),
+    ("rverbs-uverbs", &["mr::", "wr::", "wc::"]),
     // The exhaustive fast-path/general-rule comparison takes over 10 minutes under Miri even
     // with its Miri-reduced input set; it runs natively in the host tests.
     (

@@ -46,7 +46,7 @@ use rverbs::uverbs::mr::{AccessFlags, Mr, PageBuf};
 use rverbs::uverbs::pd::Pd;
 use rverbs::uverbs::provider::QpCaps;
 use rverbs::uverbs::qp::{Qp, QpAttr, QpInit, QpState};
-use rverbs::uverbs::{MrRecvWr, MrSendWr, RecvWr, SendFlags, SendOp, SendWr, WorkCompletion};
+use rverbs::uverbs::{MrRecvWr, MrSendWr, RawWc, RecvWr, SendFlags, SendOp, SendWr};
 
 use crate::{usage_err, CmdResult};
 
@@ -631,12 +631,12 @@ struct PingPong<'a> {
 /// the peer sends only after this side's send), so a completion here breaks the protocol.
 #[inline(never)]
 fn pad(cq: &Cq, n: u32) -> CmdResult {
-    let mut wc = [WorkCompletion::default(); 1];
+    let mut wc = [RawWc::default(); 1];
     for _ in 0..n {
-        if cq.poll(&mut wc) != 0 {
+        if cq.poll_raw(&mut wc) != 0 {
             return Err(format!(
                 "RVERBS_PINGPONG_PAD: a padding poll found a completion (wr_id {})",
-                wc[0].wr_id
+                wc[0].wr_id()
             )
             .into());
         }
@@ -664,16 +664,22 @@ impl PingPong<'_> {
             .map_err(|e| format!("Couldn't post send: {e}").into())
     }
 
+    /// Handles one completion, reading only its status and `wr_id` (the CQ is polled with
+    /// `Cq::poll_raw`: nothing else of the entry is decoded).
     #[inline]
-    fn completion(&mut self, wc: &WorkCompletion) -> CmdResult {
-        if !wc.status.is_success() {
+    fn completion(&mut self, wc: &RawWc) -> CmdResult {
+        if !wc.is_success() {
+            let status = wc.status();
             return Err(format!(
                 "Failed status {} ({}) for wr_id {}",
-                wc.status, wc.status.0, wc.wr_id
+                status,
+                status.0,
+                wc.wr_id()
             )
             .into());
         }
-        match wc.wr_id {
+        let wr_id = wc.wr_id();
+        match wr_id {
             SEND_WRID => self.scnt += 1,
             RECV_WRID => {
                 self.routs -= 1;
@@ -687,7 +693,7 @@ impl PingPong<'_> {
             }
             other => return Err(format!("Completion for unknown wr_id {other}").into()),
         }
-        self.pending &= !wc.wr_id;
+        self.pending &= !wr_id;
         if self.scnt < self.iters && self.pending == 0 {
             self.post_send()?;
             self.pending = RECV_WRID | SEND_WRID;
@@ -965,7 +971,9 @@ pub fn run_pingpong(o: &Opts, out: &mut dyn Write) -> Result<Summary, Box<dyn st
     }
 
     let start = Instant::now();
-    let mut wc = [WorkCompletion::default(); 2];
+    // Polled with `poll_raw`: completions are copied out undecoded and only their status and
+    // wr_id read (the fastest path; `Cq::poll` would decode every field).
+    let mut wc = [RawWc::default(); 2];
     // CQ polls and completion events, for RVERBS_PINGPONG_STATS (docs/perf.md uses them to
     // separate waiting from work in instruction counts).
     let mut polls: u64 = 0;
@@ -983,7 +991,7 @@ pub fn run_pingpong(o: &Opts, out: &mut dyn Write) -> Result<Summary, Box<dyn st
             events += 1;
             cq.req_notify(false)
                 .map_err(|e| format!("Couldn't request CQ notification: {e}"))?;
-            let n = cq.poll(&mut wc);
+            let n = cq.poll_raw(&mut wc);
             polls += 1;
             for w in &wc[..n] {
                 pp.completion(w)?;
@@ -1000,7 +1008,7 @@ pub fn run_pingpong(o: &Opts, out: &mut dyn Write) -> Result<Summary, Box<dyn st
         while !pp.done() {
             let n = 'spin: loop {
                 for _ in 0..SPINS_PER_CLOCK_CHECK {
-                    let n = cq.poll(&mut wc);
+                    let n = cq.poll_raw(&mut wc);
                     polls += 1;
                     if n != 0 {
                         break 'spin n;

@@ -18,7 +18,7 @@ use crate::context::{M_CREATE_CQ, M_DESTROY_CQ};
 use crate::error::{Error, Result};
 use crate::ioctl::IoctlCall;
 use crate::provider::{CqCreated, CqOps, KernelObj, OpsGuard, OpsLock};
-use crate::wc::WorkCompletion;
+use crate::wc::{RawWc, WorkCompletion};
 use crate::write;
 use std::os::fd::AsRawFd;
 use zerocopy::{FromBytes, IntoBytes};
@@ -255,6 +255,38 @@ impl Cq {
         self.lock().poll(out)
     }
 
+    /// Copies up to `out.len()` completions into `out` without decoding them and publishes
+    /// the consumer index once; returns how many. Never blocks. The fastest poll: a field of
+    /// a [`RawWc`] is decoded only when it is read (rxe copies its ring entries unchanged).
+    /// After the call `out[..n]` are the caller's copies; the ring slots are free again.
+    #[inline]
+    pub fn poll_raw(&self, out: &mut [RawWc]) -> usize {
+        self.lock().poll_raw(out)
+    }
+
+    /// Starts a lazy poll (`ibv_start_poll`): takes the CQ's lock for the life of the
+    /// returned [`CqView`] and copies a first batch of up to `slots.len()` completions into
+    /// `slots` (publishing the consumer index once for the batch). The view reads them in
+    /// place in `slots`, decoding a field only when it is read, and can take further batches
+    /// under the same lock ([`CqView::next_batch`], or by iterating past the batch).
+    ///
+    /// While the view lives, every other use of this CQ (`poll`, `req_notify`, another view,
+    /// from any thread) waits for it: drop it before waiting on anything else. Leaking it
+    /// (`mem::forget`) leaves the CQ locked for good (later polls wait forever) but cannot
+    /// lose or repeat a completion or touch memory: each batch is published when it is
+    /// copied, never on drop.
+    #[inline]
+    pub fn start_poll<'a>(&'a self, slots: &'a mut [RawWc]) -> CqView<'a> {
+        let mut ops = ViewOps::Locked(self.lock());
+        let len = ops.poll_raw(slots).min(slots.len());
+        CqView {
+            ops,
+            slots,
+            len,
+            pos: 0,
+        }
+    }
+
     /// Polls one completion.
     pub fn poll_one(&self) -> Option<WorkCompletion> {
         let mut wc = [WorkCompletion::default()];
@@ -338,6 +370,103 @@ impl Cq {
             fd: self.ctx.cmd_fd(),
             handle: self.handle,
         }
+    }
+}
+
+/// A lazy, borrowed view of a CQ's completions (the idea of `ibv_cq_ex`'s start_poll /
+/// next_poll / read_*), made by [`Cq::start_poll`]. It holds the CQ's lock for its life and
+/// reads completions copied out of the ring into the caller's slots, never the shared ring:
+/// [`completions`](Self::completions) is the current batch, [`next_batch`](Self::next_batch)
+/// takes the next one, and as an [`Iterator`] it yields every completion (taking further
+/// batches while the previous one filled the slots).
+pub struct CqView<'a> {
+    ops: ViewOps<'a>,
+    slots: &'a mut [RawWc],
+    len: usize,
+    pos: usize,
+}
+
+/// The data path a view polls: a CQ's, under its lock, or one the caller lends.
+enum ViewOps<'a> {
+    Locked(OpsGuard<'a, Box<dyn CqOps>>),
+    Lent(&'a mut dyn CqOps),
+}
+
+impl ViewOps<'_> {
+    #[inline(always)]
+    fn poll_raw(&mut self, out: &mut [RawWc]) -> usize {
+        match self {
+            ViewOps::Locked(g) => g.poll_raw(out),
+            ViewOps::Lent(o) => o.poll_raw(out),
+        }
+    }
+}
+
+impl fmt::Debug for CqView<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CqView")
+            .field("batch", &self.completions())
+            .field("pos", &self.pos)
+            .finish()
+    }
+}
+
+impl<'a> CqView<'a> {
+    /// A view over a provider's data path that is not inside a [`Cq`] (a provider's own
+    /// tests, a ring driven outside the core): as [`Cq::start_poll`], with `&mut` access in
+    /// place of the lock.
+    pub fn from_ops(ops: &'a mut dyn CqOps, slots: &'a mut [RawWc]) -> Self {
+        let mut ops = ViewOps::Lent(ops);
+        let len = ops.poll_raw(slots).min(slots.len());
+        CqView {
+            ops,
+            slots,
+            len,
+            pos: 0,
+        }
+    }
+
+    /// The completions of the current batch, oldest first.
+    #[inline]
+    pub fn completions(&self) -> &[RawWc] {
+        &self.slots[..self.len]
+    }
+
+    /// Completions in the current batch.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the current batch is empty (the CQ had no completion).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Replaces the current batch with the next one (the completions that arrived since, up
+    /// to the slots' length), under the same lock; returns its length.
+    #[inline]
+    pub fn next_batch(&mut self) -> usize {
+        self.len = self.ops.poll_raw(self.slots).min(self.slots.len());
+        self.pos = 0;
+        self.len
+    }
+}
+
+impl Iterator for CqView<'_> {
+    type Item = RawWc;
+
+    /// The next completion by copy: the rest of the current batch, then further batches as
+    /// long as the previous one filled the slots (so an iteration ends).
+    #[inline]
+    fn next(&mut self) -> Option<RawWc> {
+        if self.pos == self.len && (self.len < self.slots.len() || self.next_batch() == 0) {
+            return None;
+        }
+        let w = self.slots[self.pos];
+        self.pos += 1;
+        Some(w)
     }
 }
 

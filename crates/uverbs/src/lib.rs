@@ -40,5 +40,5 @@ pub mod wr;
 pub mod write;
 
 pub use error::{Error, Result};
-pub use wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+pub use wc::{RawWc, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{MrRecvWr, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};

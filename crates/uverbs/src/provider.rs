@@ -20,7 +20,7 @@ use std::fmt;
 use std::os::fd::BorrowedFd;
 
 use crate::error::Result;
-use crate::wc::WorkCompletion;
+use crate::wc::{RawWc, WorkCompletion};
 use crate::wr::{RecvWr, SendWr};
 
 /// What the data path needs to address a kernel object (for doorbells through write()).
@@ -153,6 +153,30 @@ pub trait Driver: Send + Sync + fmt::Debug {
 pub trait CqOps: Send + fmt::Debug {
     /// Moves up to `out.len()` completions into `out`; returns how many.
     fn poll(&mut self, out: &mut [WorkCompletion]) -> usize;
+
+    /// Copies up to `out.len()` completions into `out` undecoded, in the kernel's
+    /// `ib_uverbs_wc` layout ([`RawWc`]), oldest first; returns how many. Publishes the
+    /// consumer index at most once per call (one batch). This is the path of
+    /// [`Cq::poll_raw`](crate::cq::Cq::poll_raw) and [`CqView`](crate::cq::CqView).
+    ///
+    /// Default: [`poll`](Self::poll) in chunks of eight, each completion re-encoded with
+    /// [`RawWc::from_work_completion`] (correct for any provider, and no faster than `poll`).
+    fn poll_raw(&mut self, out: &mut [RawWc]) -> usize {
+        let mut wc = [WorkCompletion::default(); 8];
+        let mut done = 0;
+        while done < out.len() {
+            let want = (out.len() - done).min(wc.len());
+            let n = self.poll(&mut wc[..want]).min(want);
+            for (o, w) in out[done..done + n].iter_mut().zip(&wc[..n]) {
+                *o = RawWc::from_work_completion(w);
+            }
+            done += n;
+            if n < want {
+                break;
+            }
+        }
+        done
+    }
 
     /// Requests a completion event for the next (solicited) completion.
     fn arm(&mut self, cq: KernelObj<'_>, solicited_only: bool) -> Result<()> {

@@ -205,6 +205,209 @@ impl WorkCompletion {
     }
 }
 
+/// One completion as copied out of a completion ring, in the kernel's `ib_uverbs_wc` layout
+/// (48 bytes), decoded only when a field is read: the lazy counterpart of [`WorkCompletion`]
+/// that [`CqView`](crate::cq::CqView) hands out.
+///
+/// A `RawWc` is always a copy owned by the caller (never a place in shared memory). rxe copies
+/// its ring entries into it unchanged; other providers build one from their own CQE format
+/// ([`RawWc::from_work_completion`]). Reading [`wr_id`](Self::wr_id) or
+/// [`status`](Self::status) is one load; [`wc_flags`](Self::wc_flags) converts the kernel's
+/// flag numbering and [`imm`](Self::imm) the immediate data's byte order, each only when
+/// called.
+#[derive(Clone, Copy, Default, PartialEq, Eq, zerocopy::FromBytes, zerocopy::IntoBytes)]
+#[repr(C)]
+pub struct RawWc {
+    wr_id: u64,
+    status: u32,
+    opcode: u32,
+    vendor_err: u32,
+    byte_len: u32,
+    /// Immediate data as it came off the wire (big-endian) with `IB_WC_WITH_IMM`, the
+    /// invalidated rkey (host order) with `IB_WC_WITH_INVALIDATE`.
+    ex: u32,
+    qp_num: u32,
+    src_qp: u32,
+    /// Kernel `ib_wc_flags` numbering.
+    wc_flags: u32,
+    pkey_index: u16,
+    slid: u16,
+    sl: u8,
+    dlid_path_bits: u8,
+    port_num: u8,
+    reserved: u8,
+}
+
+const _: () = {
+    assert!(core::mem::size_of::<RawWc>() == 48 && core::mem::align_of::<RawWc>() == 8);
+    assert!(core::mem::offset_of!(RawWc, ex) == 24 && core::mem::offset_of!(RawWc, port_num) == 46);
+};
+
+/// Kernel `IB_WC_WITH_IMM`.
+const K_WITH_IMM: u32 = 1 << 1;
+/// Kernel `IB_WC_WITH_INVALIDATE`.
+const K_WITH_INV: u32 = 1 << 2;
+
+impl RawWc {
+    /// The `wr_id` the work request was posted with.
+    #[inline(always)]
+    pub fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+
+    /// The completion's status.
+    #[inline(always)]
+    pub fn status(&self) -> WcStatus {
+        WcStatus(self.status)
+    }
+
+    /// True when the status is success (one compare).
+    #[inline(always)]
+    pub fn is_success(&self) -> bool {
+        self.status == 0
+    }
+
+    /// The opcode; valid only when the status is success (as in libibverbs).
+    #[inline(always)]
+    pub fn opcode(&self) -> WcOpcode {
+        WcOpcode(self.opcode)
+    }
+
+    /// Bytes received (receives) or transferred.
+    #[inline(always)]
+    pub fn byte_len(&self) -> u32 {
+        self.byte_len
+    }
+
+    /// The local QP number.
+    #[inline(always)]
+    pub fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+
+    /// The flags, converted from the kernel's numbering to the userspace one on this call.
+    #[inline]
+    pub fn wc_flags(&self) -> WcFlags {
+        WcFlags::from_kernel(self.wc_flags)
+    }
+
+    /// The immediate data in host byte order, when the completion carries some.
+    #[inline]
+    pub fn imm(&self) -> Option<u32> {
+        (self.wc_flags & K_WITH_IMM != 0).then(|| u32::from_be(self.ex))
+    }
+
+    /// The rkey invalidated by a SEND_WITH_INV, when there was one.
+    #[inline]
+    pub fn invalidated_rkey(&self) -> Option<u32> {
+        (self.wc_flags & K_WITH_INV != 0).then_some(self.ex)
+    }
+
+    /// Provider-specific error detail (mlx5: the vendor syndrome).
+    #[inline]
+    pub fn vendor_err(&self) -> u32 {
+        self.vendor_err
+    }
+
+    /// The remote QP number (UD receives).
+    #[inline]
+    pub fn src_qp(&self) -> u32 {
+        self.src_qp
+    }
+
+    /// The P_Key index (GSI receives).
+    #[inline]
+    pub fn pkey_index(&self) -> u16 {
+        self.pkey_index
+    }
+
+    /// The source LID (UD receives on InfiniBand).
+    #[inline]
+    pub fn slid(&self) -> u16 {
+        self.slid
+    }
+
+    /// The service level (UD receives).
+    #[inline]
+    pub fn sl(&self) -> u8 {
+        self.sl
+    }
+
+    /// The destination LID path bits (UD receives).
+    #[inline]
+    pub fn dlid_path_bits(&self) -> u8 {
+        self.dlid_path_bits
+    }
+
+    /// The port number (switches' and GSI receives).
+    #[inline]
+    pub fn port_num(&self) -> u8 {
+        self.port_num
+    }
+
+    /// Every field decoded: what [`Cq::poll`](crate::cq::Cq::poll) would have returned.
+    pub fn to_work_completion(&self) -> WorkCompletion {
+        let flags = self.wc_flags();
+        WorkCompletion {
+            wr_id: self.wr_id,
+            opcode: self.opcode(),
+            byte_len: self.byte_len,
+            qp_num: self.qp_num,
+            wc_flags: flags,
+            status: self.status(),
+            vendor_err: self.vendor_err,
+            imm_data: if self.wc_flags & K_WITH_IMM != 0 {
+                u32::from_be(self.ex)
+            } else {
+                self.ex
+            },
+            src_qp: self.src_qp,
+            pkey_index: self.pkey_index,
+            slid: self.slid,
+            sl: self.sl,
+            dlid_path_bits: self.dlid_path_bits,
+            port_num: self.port_num,
+        }
+    }
+
+    /// The raw form of a decoded completion (the inverse of
+    /// [`to_work_completion`](Self::to_work_completion)): for providers whose ring format is
+    /// not the kernel's, and for [`CqOps::poll_raw`](crate::provider::CqOps::poll_raw)'s
+    /// default.
+    pub fn from_work_completion(wc: &WorkCompletion) -> Self {
+        let u = wc.wc_flags.bits();
+        // Userspace → kernel numbering: bits 2 and 3 swap (the same swap as from_kernel).
+        let k = (u & !0b1100) | (u & 4) << 1 | (u & 8) >> 1;
+        RawWc {
+            wr_id: wc.wr_id,
+            status: wc.status.0,
+            opcode: wc.opcode.0,
+            vendor_err: wc.vendor_err,
+            byte_len: wc.byte_len,
+            ex: if k & K_WITH_IMM != 0 {
+                wc.imm_data.to_be()
+            } else {
+                wc.imm_data
+            },
+            qp_num: wc.qp_num,
+            src_qp: wc.src_qp,
+            wc_flags: k,
+            pkey_index: wc.pkey_index,
+            slid: wc.slid,
+            sl: wc.sl,
+            dlid_path_bits: wc.dlid_path_bits,
+            port_num: wc.port_num,
+            reserved: 0,
+        }
+    }
+}
+
+impl std::fmt::Debug for RawWc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.to_work_completion(), f)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,5 +438,49 @@ mod tests {
             WcFlags::WITH_INV | WcFlags::IP_CSUM_OK | WcFlags::GRH
         );
         assert_eq!(WcFlags::from_kernel(0x40).bits(), 0x40);
+    }
+
+    /// `RawWc` round-trips every decoded completion, flags and immediate data included, and
+    /// decodes lazily what the kernel wrote.
+    #[test]
+    fn raw_wc_round_trips() {
+        for flags in 0..16u32 {
+            let wc = WorkCompletion {
+                wr_id: 0x1122_3344_5566_7788,
+                opcode: WcOpcode::RECV_RDMA_WITH_IMM,
+                byte_len: 64,
+                qp_num: 17,
+                wc_flags: WcFlags::from_bits_retain(flags | 0x40),
+                status: WcStatus(flags),
+                vendor_err: 3,
+                imm_data: 0xdead_beef,
+                src_qp: 18,
+                pkey_index: 1,
+                slid: 2,
+                sl: 3,
+                dlid_path_bits: 4,
+                port_num: 1,
+            };
+            let raw = RawWc::from_work_completion(&wc);
+            assert_eq!(raw.to_work_completion(), wc);
+            assert_eq!(raw.wc_flags(), wc.wc_flags);
+            assert_eq!(raw.imm(), wc.imm());
+            // One union holds both: a completion never has both flags (the raw form keeps
+            // the immediate data's wire order there, so the two forms differ only then).
+            if flags & 0b1010 != 0b1010 {
+                assert_eq!(raw.invalidated_rkey(), wc.invalidated_rkey());
+            }
+            assert_eq!(
+                (raw.wr_id(), raw.status(), raw.is_success()),
+                (wc.wr_id, wc.status, flags == 0)
+            );
+        }
+        // What rxe's kernel writes: immediate data big-endian, kernel flag numbering.
+        let mut bytes = [0u8; 48];
+        bytes[24..28].copy_from_slice(&0x0102_0304u32.to_be_bytes());
+        bytes[36..40].copy_from_slice(&2u32.to_ne_bytes());
+        let raw = <RawWc as zerocopy::FromBytes>::read_from_bytes(&bytes[..]).unwrap();
+        assert_eq!(raw.imm(), Some(0x0102_0304));
+        assert_eq!(raw.wc_flags(), WcFlags::WITH_IMM);
     }
 }

@@ -13,7 +13,7 @@ use rverbs_uverbs::device::Device;
 use rverbs_uverbs::provider::{
     CqCreated, CqOps, CreateFn, Driver, KernelObj, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
 };
-use rverbs_uverbs::{Error, WorkCompletion};
+use rverbs_uverbs::{Error, RawWc, WorkCompletion};
 use zerocopy::IntoBytes;
 
 use std::collections::HashMap;
@@ -174,6 +174,10 @@ struct CqRing {
 impl CqOps for CqRing {
     fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
         self.cq.poll(out)
+    }
+
+    fn poll_raw(&mut self, out: &mut [RawWc]) -> usize {
+        self.cq.poll_raw(out)
     }
 
     fn arm(&mut self, _cq: KernelObj<'_>, solicited_only: bool) -> io::Result<()> {

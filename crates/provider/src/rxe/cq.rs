@@ -8,7 +8,7 @@
 
 use std::io;
 
-use rverbs_uverbs::{Error, WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use rverbs_uverbs::{Error, RawWc, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
 use super::abi::{ib_uverbs_wc, IB_WC_WITH_IMM};
 use super::queue::{QueueKind, RxeQueue};
@@ -196,6 +196,47 @@ impl RxeCq {
             // not rewrite it before we publish a consumer index past it. It is copied out by
             // value; no reference into it is formed.
             *slot = unsafe { read_wc(src) };
+            h = self.queue.next(h);
+        }
+        if n != 0 {
+            // Release (in publish_own): our copies out of the slots happen before the kernel
+            // may see them free and reuse them.
+            self.queue.publish_own(h);
+        }
+        n
+    }
+
+    /// Copies up to `out.len()` completions into `out` unchanged (rxe's ring holds the
+    /// kernel's `ib_uverbs_wc`, which is [`RawWc`]'s layout), oldest first, and returns how
+    /// many. Publishes the consumer index once. No field is decoded: that is left to the
+    /// reader of each `RawWc`.
+    #[inline]
+    pub fn poll_raw(&mut self, out: &mut [RawWc]) -> usize {
+        // Acquire (in load_peer): pairs with the kernel's release store of its producer
+        // index, so the CQEs below it are visible to the copies below.
+        let tail = self.queue.load_peer();
+        // Relaxed inside load_own: only we write the consumer index.
+        let head = self.queue.load_own();
+        if head == tail {
+            return 0;
+        }
+        self.take_raw(out, head, tail)
+    }
+
+    fn take_raw(&mut self, out: &mut [RawWc], head: u32, tail: u32) -> usize {
+        let avail = (tail.wrapping_sub(head) & self.queue.index_mask()) as usize;
+        let n = avail.min(out.len());
+        let mut h = head;
+        for slot in &mut out[..n] {
+            let src = self.queue.slot(h).cast::<ib_uverbs_wc>();
+            // SAFETY: as in `take`: the slot is in bounds, 8-aligned, at least 48 bytes, and
+            // below the producer index loaded with Acquire, so the kernel finished writing it
+            // and will not rewrite it before we publish a consumer index past it. It is
+            // copied out by value (a 48-byte read); no reference into it is formed.
+            let k = unsafe { src.read() };
+            // Same size, both plain repr(C) integers with no padding in the kernel's field
+            // order (RawWc is documented and tested as ib_uverbs_wc): a move, no decoding.
+            *slot = zerocopy::transmute!(k);
             h = self.queue.next(h);
         }
         if n != 0 {
@@ -402,6 +443,149 @@ mod tests {
         assert_eq!(it.next().unwrap().wr_id, 3);
         drop(it);
         assert_eq!(k.pending(), 0);
+    }
+
+    /// `poll_raw` copies entries unchanged, decodes them lazily to what `poll` gives, stops at
+    /// the slots' length, publishes once per call and wraps around the ring.
+    #[test]
+    fn rxe_cq_poll_raw_batches_and_decodes() {
+        let mut q = SimQueue::new(6, 4).unwrap();
+        // SAFETY: `q` outlives the view.
+        let mut cq = RxeCq::new(unsafe { q.view(QueueKind::Completion) }.unwrap()).unwrap();
+        let mut k = q.kernel();
+        let mut out = [RawWc::default(); 2];
+        assert_eq!(cq.poll_raw(&mut out), 0);
+        let mut next = 0u64;
+        for round in 0..5 {
+            for _ in 0..3 {
+                let raw = ib_uverbs_wc {
+                    wr_id: next,
+                    opcode: 129,
+                    byte_len: next as u32,
+                    ex: (0x0a0b_0c00 | next as u32).to_be(),
+                    wc_flags: 2 | (next as u32 & 1) << 2,
+                    qp_num: 7,
+                    ..Default::default()
+                };
+                assert!(k.produce_cqe(&raw), "round {round}");
+                next += 1;
+            }
+            let base = next - 3;
+            assert_eq!(cq.poll_raw(&mut out), 2);
+            assert_eq!(k.pending(), 1, "published once, for two");
+            assert_eq!(cq.poll_raw(&mut out[..1]), 1);
+            assert_eq!(out[0].wr_id(), base + 2);
+            let raw = ib_uverbs_wc {
+                wr_id: base + 2,
+                opcode: 129,
+                byte_len: (base + 2) as u32,
+                ex: (0x0a0b_0c00 | (base + 2) as u32).to_be(),
+                wc_flags: 2 | ((base + 2) as u32 & 1) << 2,
+                qp_num: 7,
+                ..Default::default()
+            };
+            assert_eq!(out[0].to_work_completion(), wc_from_raw(&raw));
+            assert_eq!(out[0].imm(), Some(0x0a0b_0c00 | (base + 2) as u32));
+            assert!(out[0].is_success());
+            assert_eq!(k.pending(), 0);
+        }
+    }
+
+    /// The simulated ring behind the core's seam, as the rxe driver puts it.
+    #[derive(Debug)]
+    struct Ops(RxeCq);
+    impl rverbs_uverbs::provider::CqOps for Ops {
+        fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
+            self.0.poll(out)
+        }
+        fn poll_raw(&mut self, out: &mut [RawWc]) -> usize {
+            self.0.poll_raw(out)
+        }
+    }
+
+    /// The same ring through the seam's default `poll_raw` (poll, then re-encode).
+    #[derive(Debug)]
+    struct DefaultOps(RxeCq);
+    impl rverbs_uverbs::provider::CqOps for DefaultOps {
+        fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
+            self.0.poll(out)
+        }
+    }
+
+    fn varied_cqe(i: u64) -> ib_uverbs_wc {
+        ib_uverbs_wc {
+            wr_id: i,
+            status: (i % 3 == 2) as u32 * 5,
+            opcode: if i % 2 == 0 { 0 } else { 129 },
+            vendor_err: i as u32 * 3,
+            byte_len: i as u32 * 7,
+            ex: (0x5000_0000 | i as u32).to_be(),
+            qp_num: 0x11,
+            src_qp: 0x22,
+            wc_flags: (i as u32) & 0xf,
+            pkey_index: i as u16,
+            slid: 3,
+            sl: 1,
+            dlid_path_bits: 2,
+            port_num: 1,
+            reserved: 0,
+        }
+    }
+
+    /// `CqView` over the simulated ring: batches of the slots' length, one consumer-index
+    /// publication per batch, lazily decoded fields equal to `poll`'s conversion, iteration
+    /// across batches and the ring's wrap, for the rxe `poll_raw` and the seam's default.
+    #[test]
+    fn rxe_cq_view_batches_publish_once_and_decode() {
+        use rverbs_uverbs::cq::CqView;
+        for native in [true, false] {
+            let mut q = SimQueue::new(6, 8).unwrap();
+            // SAFETY: `q` outlives the view.
+            let cq = RxeCq::new(unsafe { q.view(QueueKind::Completion) }.unwrap()).unwrap();
+            let a = Ops(cq);
+            let mut ops: Box<dyn rverbs_uverbs::provider::CqOps> = if native {
+                Box::new(a)
+            } else {
+                Box::new(DefaultOps(a.0))
+            };
+            let mut k = q.kernel();
+            let mut slots = [RawWc::default(); 3];
+            let mut next = 0u64;
+            for round in 0..4 {
+                for _ in 0..7 {
+                    assert!(k.produce_cqe(&varied_cqe(next)), "round {round}");
+                    next += 1;
+                }
+                let base = next - 7;
+                let mut view = CqView::from_ops(&mut *ops, &mut slots);
+                assert_eq!(view.len(), 3);
+                // The first batch is published when copied, before anything is read.
+                assert_eq!(k.pending(), 4);
+                for (j, w) in view.completions().iter().enumerate() {
+                    let want = wc_from_raw(&varied_cqe(base + j as u64));
+                    assert_eq!(w.wr_id(), want.wr_id);
+                    assert_eq!(w.status(), want.status);
+                    assert_eq!(w.wc_flags(), want.wc_flags);
+                    assert_eq!(w.imm(), want.imm());
+                    assert_eq!(w.to_work_completion(), want, "native {native}");
+                }
+                // Iterating goes on into the next batches (3, then 1) and stops.
+                let ids: Vec<u64> = view.by_ref().map(|w| w.wr_id()).collect();
+                assert_eq!(ids, (base..next).collect::<Vec<_>>());
+                assert_eq!(k.pending(), 0);
+                assert_eq!(view.next_batch(), 0);
+                assert!(view.is_empty());
+            }
+            // An empty ring gives an empty view, and a forgotten view loses nothing: its
+            // batch was published when copied.
+            assert!(k.produce_cqe(&varied_cqe(100)));
+            let view = CqView::from_ops(&mut *ops, &mut slots);
+            assert_eq!(view.len(), 1);
+            std::mem::forget(view);
+            assert_eq!(k.pending(), 0);
+            let view = CqView::from_ops(&mut *ops, &mut slots);
+            assert!(view.is_empty());
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@ use rverbs_uverbs::provider::{
     SrqCreated, SrqOps,
 };
 use rverbs_uverbs::qp::QpType;
-use rverbs_uverbs::{Error, RecvWr, SendWr, WorkCompletion};
+use rverbs_uverbs::{Error, RawWc, RecvWr, SendWr, WorkCompletion};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::abi::{
@@ -72,6 +72,10 @@ struct CqRing {
 impl CqOps for CqRing {
     fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
         self.cq.poll(out)
+    }
+
+    fn poll_raw(&mut self, out: &mut [RawWc]) -> usize {
+        self.cq.poll_raw(out)
     }
 
     fn resize(
