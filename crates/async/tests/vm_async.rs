@@ -177,8 +177,9 @@ async fn connect(ch: &Arc<AsyncEventChannel>, port: u16) -> io::Result<(AsyncEnd
 }
 
 /// Sends `msgs` messages one at a time, checking every byte of every echo, then disconnects.
-/// `cancel` wraps each wait: it may drop the wait's future and start it again.
-async fn client(ch: Arc<AsyncEventChannel>, port: u16, c: u32, msgs: u32, cancel: bool) {
+/// `cancel` wraps each wait: it may drop the wait's future and start it again. Returns how
+/// many waits were dropped while pending.
+async fn client(ch: Arc<AsyncEventChannel>, port: u16, c: u32, msgs: u32, cancel: bool) -> u32 {
     let (ep, slots) = connect(&ch, port).await.unwrap();
     let mut rng = Rng::new(u64::from(c) + 1);
     let mut cancelled = 0u32;
@@ -196,12 +197,10 @@ async fn client(ch: Arc<AsyncEventChannel>, port: u16, c: u32, msgs: u32, cancel
         assert_eq!(slots.read(r.wr_id, MSG), m, "client {c} message {seq}");
         slots.post(ep.endpoint(), r.wr_id);
     }
-    if cancel {
-        assert!(cancelled > 0, "client {c}: no wait was cancelled");
-    }
     ep.disconnect().await.unwrap();
     drop(ep);
     drop(slots);
+    cancelled
 }
 
 /// Runs `f()` to completion; with `cancel`, first drops it at random points (after 0 to
@@ -266,8 +265,15 @@ fn many_clients(rt: tokio::runtime::Runtime, port: u16, clients: u32, msgs: u32,
         for c in 0..clients {
             tasks.spawn(client(cch.clone(), port, c, msgs, cancel));
         }
+        // A client whose completions all came faster than its random timeouts (tokio's timer
+        // has millisecond granularity) cancels nothing; the test still needs cancellations
+        // to have happened, counted over all clients.
+        let mut cancelled = 0;
         while let Some(r) = tasks.join_next().await {
-            r.unwrap();
+            cancelled += r.unwrap();
+        }
+        if cancel {
+            assert!(cancelled > 0, "no wait of any client was cancelled");
         }
         let echoed = server.await.unwrap();
         assert_eq!(echoed.len(), clients as usize);
