@@ -595,8 +595,8 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
                         let n = c.passed + c.failed + c.ignored;
                         counts.ignored += n;
                         notes.push(format!(
-                            "{n} test(s) of the device-free binaries (simulators, fixtures, \
-                             layout probes) skipped: they ran in stage {first}"
+                            "the device-free binaries (simulators, fixtures, layout probes) \
+                             ran in stage {first}: their {n} test(s) counted as skipped here"
                         ));
                     }
                 }
