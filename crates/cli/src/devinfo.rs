@@ -8,10 +8,11 @@
 use std::ffi::OsString;
 use std::fmt::Write as _;
 
-use rverbs::uverbs::context::{
-    AtomicCap, Context, DeviceAttr, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState,
-};
+use rverbs::uverbs::context::Context;
 use rverbs::uverbs::device::{devices, format_guid, Device, Transport};
+use rverbs::uverbs::device_attr::{AtomicCap, DeviceAttr};
+use rverbs::uverbs::gid::{GidEntry, GidType};
+use rverbs::uverbs::port::{LinkLayer, Mtu, PortAttr, PortState};
 
 use crate::{usage_err, CmdResult};
 
@@ -618,7 +619,8 @@ pub fn run(args: Vec<OsString>) -> CmdResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rverbs::uverbs::context::{Gid, PhysState};
+    use rverbs::uverbs::gid::Gid;
+    use rverbs::uverbs::port::PhysState;
 
     fn args(s: &str) -> Vec<OsString> {
         s.split_whitespace().map(OsString::from).collect()

@@ -37,11 +37,13 @@ use rustix::io::Errno;
 
 use rverbs_uverbs::ah::{AhAttr, GlobalRoute};
 use rverbs_uverbs::channel::CompChannel;
-use rverbs_uverbs::context::{Context, Mtu};
+use rverbs_uverbs::context::Context;
 use rverbs_uverbs::cq::{Cq, CqOptions};
+use rverbs_uverbs::error::{PostError, PostQueue};
 use rverbs_uverbs::mr::{AccessFlags, Mr, MrMemory, RegisterError};
 use rverbs_uverbs::pd::Pd;
-use rverbs_uverbs::provider::{PostError, PostQueue, QpCaps};
+use rverbs_uverbs::port::Mtu;
+use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::qp::{self as vqp, Qp, QpInit};
 use rverbs_uverbs::{
     Error, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion,

@@ -11,7 +11,7 @@ use rverbs_cm::{create_ep, getaddrinfo, AddrHints, CmId, ConnParam};
 use rverbs_uverbs::cq::{Cq, CqOptions};
 use rverbs_uverbs::mr::{AccessFlags, PageBuf};
 use rverbs_uverbs::pd::Pd;
-use rverbs_uverbs::provider::QpCaps;
+use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::{SendFlags, WcOpcode, WcStatus};
 
 fn addr_a() -> IpAddr {

@@ -13,7 +13,7 @@ use rverbs::uverbs::cq::{Cq, CqOptions};
 use rverbs::uverbs::mr::{self, AccessFlags, Mr, PageBuf};
 use rverbs::uverbs::netlink::RdmaNetlink;
 use rverbs::uverbs::pd::Pd;
-use rverbs::uverbs::provider::QpCaps;
+use rverbs::uverbs::qp::QpCaps;
 use rverbs::uverbs::qp::{Qp, QpAttr, QpInit, QpState};
 
 fn caps() -> QpCaps {

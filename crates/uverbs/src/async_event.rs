@@ -8,7 +8,7 @@ use zerocopy::FromBytes;
 use crate::abi::obj::ib_uverbs_async_event_desc;
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::wc::raw_newtype;
+use crate::newtype::raw_newtype;
 
 raw_newtype! {
     /// `ib_event_type`.

@@ -18,18 +18,17 @@ use crate::abi::obj::{
 };
 use crate::ah::AhAttr;
 use crate::context::Context;
-use crate::context::Mtu;
 use crate::context::{M_CREATE_QP, M_DESTROY_QP};
 use crate::cq::Cq;
+use crate::driver::{KernelObj, OpsGuard, OpsLock, QpCreated, QpOps, QpRequest};
 use crate::error::{Error, Result};
+use crate::error::{PostError, PostQueue};
 use crate::ioctl::IoctlCall;
 use crate::mr::AccessFlags;
+use crate::newtype::raw_newtype;
 use crate::pd::Pd;
-use crate::provider::{
-    KernelObj, OpsGuard, OpsLock, PostError, PostQueue, QpCaps, QpCreated, QpOps, QpRequest,
-};
+use crate::port::Mtu;
 use crate::srq::Srq;
-use crate::wc::raw_newtype;
 use crate::wr::{MrRecvWr, MrSendWr, RecvWr, SendWr};
 use crate::write;
 use zerocopy::FromBytes;
@@ -59,18 +58,19 @@ raw_newtype! {
     }
 }
 
-impl Mtu {
-    /// The `Mtu` of a byte count (256, 512, 1024, 2048, 4096).
-    pub const fn from_bytes(b: u32) -> Option<Mtu> {
-        match b {
-            256 => Some(Mtu::MTU_256),
-            512 => Some(Mtu::MTU_512),
-            1024 => Some(Mtu::MTU_1024),
-            2048 => Some(Mtu::MTU_2048),
-            4096 => Some(Mtu::MTU_4096),
-            _ => None,
-        }
-    }
+/// Queue pair capacities (`ib_uverbs_qp_cap`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpCaps {
+    /// Outstanding work requests the send queue holds.
+    pub max_send_wr: u32,
+    /// Outstanding work requests the receive queue holds.
+    pub max_recv_wr: u32,
+    /// Most SGEs per send work request.
+    pub max_send_sge: u32,
+    /// Most SGEs per receive work request.
+    pub max_recv_sge: u32,
+    /// Most bytes of inline data per send.
+    pub max_inline_data: u32,
 }
 
 bitflags! {

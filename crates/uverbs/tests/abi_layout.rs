@@ -34,8 +34,8 @@ use rverbs_uverbs::abi::ioctl::*;
 use rverbs_uverbs::abi::netlink::*;
 use rverbs_uverbs::abi::obj::*;
 use rverbs_uverbs::abi::verbs::*;
-use rverbs_uverbs::context::GidType;
 use rverbs_uverbs::device::{DriverId, UVERBS_ABI_VERSION};
+use rverbs_uverbs::gid::GidType;
 
 /// Size of a field, from a projection closure (no value of the struct needed).
 fn field_size<T, F>(_: fn(&T) -> &F) -> usize {

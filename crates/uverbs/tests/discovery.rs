@@ -5,9 +5,11 @@
 use std::io;
 use std::path::Path;
 
-use rverbs_uverbs::context::{Context, GidType, LinkLayer, Mtu, PortState};
+use rverbs_uverbs::context::Context;
 use rverbs_uverbs::device::{devices, Device, DriverId, DriverIdSource};
+use rverbs_uverbs::gid::GidType;
 use rverbs_uverbs::netlink::RdmaNetlink;
+use rverbs_uverbs::port::{LinkLayer, Mtu, PortState};
 
 /// The one-node topology's device (the two-node one names its first device in
 /// RVERBS_DEV_A) and its address.
@@ -187,11 +189,9 @@ fn gid_table_has_the_ipv4_mapped_roce_v2_gid_at_index_1() {
 
     // And sysfs (the fallback path) agrees with the kernel's table entry by entry.
     let p = ctx.query_port(1).unwrap();
-    let sysfs = rverbs_uverbs::context::sysfs_gid_table(
-        d.ibdev_path(),
-        &[(1, p.gid_tbl_len, p.link_layer)],
-    )
-    .unwrap();
+    let sysfs =
+        rverbs_uverbs::gid::sysfs_gid_table(d.ibdev_path(), &[(1, p.gid_tbl_len, p.link_layer)])
+            .unwrap();
     assert_eq!(sysfs, table);
 }
 
@@ -243,7 +243,7 @@ fn legacy_write_paths_agree_with_ioctl_paths() {
 
     let (a_new, a_old) = (new.query_device().unwrap(), old.query_device().unwrap());
     assert_eq!(a_old.ex_response_length, 0, "legacy QUERY_DEVICE was used");
-    let base_only = rverbs_uverbs::context::DeviceAttr {
+    let base_only = rverbs_uverbs::device_attr::DeviceAttr {
         ex_response_length: 0,
         odp_caps: Default::default(),
         completion_timestamp_mask: 0,
@@ -262,7 +262,7 @@ fn legacy_write_paths_agree_with_ioctl_paths() {
     let (p_new, p_old) = (new.query_port(1).unwrap(), old.query_port(1).unwrap());
     assert_eq!(
         p_old,
-        rverbs_uverbs::context::PortAttr {
+        rverbs_uverbs::port::PortAttr {
             port_cap_flags2: 0,
             ..p_new
         },
