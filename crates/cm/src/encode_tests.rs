@@ -283,7 +283,7 @@ fn init_qp_attr_query_options_notify() {
     let mut f = Fake::new();
     let id = f.id(6, PortSpace::TCP, QpType::RC);
     let a = id.init_qp_attr(QpState::RTR).unwrap();
-    assert_eq!(a.mask.bits(), 0, "silent kernel: zeroed response");
+    assert_eq!(a.mask().bits(), 0, "silent kernel: zeroed response");
     let (c, i, o, p) = f.one();
     assert_eq!((c, i, o), (cmd::INIT_QP_ATTR, 16, 144));
     assert_ne!(u64_at(&p, 0), 0);

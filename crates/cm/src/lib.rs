@@ -29,6 +29,7 @@ mod addrinfo;
 mod channel;
 mod event;
 mod id;
+mod qp_attr;
 mod query;
 mod types;
 pub mod verbs;
@@ -42,9 +43,7 @@ pub use addrinfo::{
 };
 pub use channel::{EventChannel, ABI_VERSION_PATH, DEVICE_PATH};
 pub use event::{CmEvent, ConnEventParam, UdEventParam};
-pub use id::{
-    CmId, ConnParam, QpAttr, DEFAULT_RETRY_COUNT, DEFAULT_RNR_RETRY_COUNT, FALLBACK_RD_ATOMIC,
-};
+pub use id::{CmId, ConnParam, DEFAULT_RETRY_COUNT, DEFAULT_RNR_RETRY_COUNT, FALLBACK_RD_ATOMIC};
 pub use query::{AddrQuery, GidQuery, PathRecord, RouteQuery};
 pub use types::{CmEventKind, PortSpace, QpAttrMask, QpState, QpType, RejectReason};
 pub use verbs::{Endpoint, EndpointAttr, OwnCqs, UserCqs};

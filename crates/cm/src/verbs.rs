@@ -35,14 +35,12 @@ use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
 
-use rverbs_uverbs::ah::{AhAttr, GlobalRoute};
 use rverbs_uverbs::channel::CompChannel;
 use rverbs_uverbs::context::Context;
 use rverbs_uverbs::cq::{Cq, CqOptions};
 use rverbs_uverbs::error::{PostError, PostQueue};
 use rverbs_uverbs::mr::{AccessFlags, Mr, MrMemory, RegisterError};
 use rverbs_uverbs::pd::Pd;
-use rverbs_uverbs::port::Mtu;
 use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::qp::{self as vqp, Qp, QpInit};
 use rverbs_uverbs::{
@@ -50,7 +48,7 @@ use rverbs_uverbs::{
 };
 
 use crate::channel::Woke;
-use crate::{CmEventKind, CmId, ConnParam, QpAttr, QpAttrMask, QpState, QpType};
+use crate::{CmEventKind, CmId, ConnParam, QpState, QpType};
 
 /// How long a completion wait goes on after the connection ended before it fails: completions
 /// in flight (the ACK of our last send, flushed work requests) arrive within it.
@@ -183,54 +181,9 @@ fn id_device(id: &CmId, op: &str) -> io::Result<String> {
     })
 }
 
-/// The verbs modify-QP attributes of what `INIT_QP_ATTR` returned: exactly the fields the
-/// kernel's mask names.
-pub fn qp_attr_from_cm(a: &QpAttr) -> vqp::QpAttr {
-    let r = &a.raw;
-    let m = a.mask;
-    let on = |bit: QpAttrMask| m.contains(bit);
-    let ah = |x: &crate::abi::ib_uverbs_ah_attr| AhAttr {
-        dlid: x.dlid,
-        sl: x.sl,
-        src_path_bits: x.src_path_bits,
-        static_rate: x.static_rate,
-        port_num: x.port_num,
-        grh: (x.is_global != 0).then_some(GlobalRoute {
-            dgid: x.grh.dgid,
-            flow_label: x.grh.flow_label,
-            sgid_index: x.grh.sgid_index,
-            hop_limit: x.grh.hop_limit,
-            traffic_class: x.grh.traffic_class,
-        }),
-    };
-    vqp::QpAttr {
-        qp_state: on(QpAttrMask::STATE).then_some(QpState(r.qp_state as u8)),
-        cur_qp_state: on(QpAttrMask::CUR_STATE).then_some(QpState(r.cur_qp_state as u8)),
-        en_sqd_async_notify: on(QpAttrMask::EN_SQD_ASYNC_NOTIFY)
-            .then_some(r.en_sqd_async_notify != 0),
-        access_flags: on(QpAttrMask::ACCESS_FLAGS)
-            .then_some(AccessFlags::from_bits_retain(r.qp_access_flags)),
-        pkey_index: on(QpAttrMask::PKEY_INDEX).then_some(r.pkey_index),
-        port_num: on(QpAttrMask::PORT).then_some(r.port_num),
-        qkey: on(QpAttrMask::QKEY).then_some(r.qkey),
-        ah_attr: on(QpAttrMask::AV).then(|| ah(&r.ah_attr)),
-        path_mtu: on(QpAttrMask::PATH_MTU).then_some(Mtu(r.path_mtu as u8)),
-        timeout: on(QpAttrMask::TIMEOUT).then_some(r.timeout),
-        retry_cnt: on(QpAttrMask::RETRY_CNT).then_some(r.retry_cnt),
-        rnr_retry: on(QpAttrMask::RNR_RETRY).then_some(r.rnr_retry),
-        rq_psn: on(QpAttrMask::RQ_PSN).then_some(r.rq_psn),
-        max_rd_atomic: on(QpAttrMask::MAX_QP_RD_ATOMIC).then_some(r.max_rd_atomic),
-        min_rnr_timer: on(QpAttrMask::MIN_RNR_TIMER).then_some(r.min_rnr_timer),
-        sq_psn: on(QpAttrMask::SQ_PSN).then_some(r.sq_psn),
-        max_dest_rd_atomic: on(QpAttrMask::MAX_DEST_RD_ATOMIC).then_some(r.max_dest_rd_atomic),
-        dest_qp_num: on(QpAttrMask::DEST_QPN).then_some(r.dest_qp_num),
-    }
-}
-
 /// Moves `qp` to `state` with the attributes the kernel's rdma_cm gives for `id`.
 fn cm_modify(id: &CmId, qp: &Qp, state: QpState) -> io::Result<()> {
-    let a = id.init_qp_attr(state)?;
-    qp.modify(&qp_attr_from_cm(&a))
+    qp.modify(&id.init_qp_attr(state)?)
 }
 
 impl Endpoint<OwnCqs> {

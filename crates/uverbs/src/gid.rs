@@ -28,7 +28,12 @@ raw_newtype! {
     }
 }
 
-/// A 16-byte GID in network order.
+/// A 16-byte InfiniBand/RoCE GID in network byte order, as the wire, the kernel and the
+/// rdma_cm carry it: the one GID type of rverbs (`rverbs_cm` uses it too).
+///
+/// `Display` prints the IPv6 text `inet_ntop(AF_INET6)` gives, which is what `ibv_devinfo`
+/// shows for RoCE v2 GIDs (`::ffff:10.10.0.1`, `fe80::5054:ff:fe12:3456`);
+/// [`Gid::to_sysfs_string`] gives sysfs' fixed-width form, [`Gid::parse`] reads either.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Gid(pub [u8; 16]);
 
@@ -45,6 +50,25 @@ impl Gid {
             .parse::<std::net::Ipv6Addr>()
             .ok()
             .map(|a| Gid(a.octets()))
+    }
+
+    /// The IPv4 address of an IPv4-mapped GID (`::ffff:a.b.c.d`, what RoCE v2 uses for IPv4).
+    pub fn to_ipv4_mapped(&self) -> Option<Ipv4Addr> {
+        std::net::Ipv6Addr::from(self.0).to_ipv4_mapped()
+    }
+
+    /// The text sysfs shows (`/sys/class/infiniband/*/ports/*/gids/*`): eight groups of four
+    /// hex digits, e.g. `0000:0000:0000:0000:0000:ffff:0a0a:0001`.
+    pub fn to_sysfs_string(&self) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::with_capacity(39);
+        for (i, pair) in self.0.chunks(2).enumerate() {
+            if i > 0 {
+                s.push(':');
+            }
+            let _ = write!(s, "{:02x}{:02x}", pair[0], pair[1]);
+        }
+        s
     }
 }
 
@@ -329,6 +353,18 @@ mod tests {
         assert_eq!(g("1:2:3:4:5:6:7:0").to_string(), "1:2:3:4:5:6:7:0");
         assert_eq!(g("1:2:3:4:5:6::").to_string(), "1:2:3:4:5:6::");
         assert_eq!(g("2001:db8::").to_string(), "2001:db8::");
+    }
+
+    #[test]
+    fn gid_sysfs_text_and_mapped_ipv4() {
+        let gid = g("::ffff:10.10.0.1");
+        assert_eq!(gid.to_ipv4_mapped(), Some(Ipv4Addr::new(10, 10, 0, 1)));
+        assert_eq!(
+            gid.to_sysfs_string(),
+            "0000:0000:0000:0000:0000:ffff:0a0a:0001"
+        );
+        assert_eq!(Gid::parse(&gid.to_sysfs_string()), Some(gid));
+        assert_eq!(g("fe80::1").to_ipv4_mapped(), None);
     }
 
     #[test]
