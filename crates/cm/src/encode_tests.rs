@@ -3,7 +3,6 @@
 //! (No kernel answers, so response buffers stay zeroed: the created id's handle is 0, which
 //! is why most tests build ids with a chosen handle through `CmId::from_request`.)
 
-use std::fs::File;
 use std::io::Read;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -29,7 +28,7 @@ impl Fake {
         let (a, b) = UnixStream::pair().unwrap();
         b.set_nonblocking(true).unwrap();
         Self {
-            chan: Channel::for_test(File::from(OwnedFd::from(a))),
+            chan: Channel::for_test(OwnedFd::from(a)),
             peer: b,
         }
     }

@@ -483,16 +483,17 @@ impl<C: CqOwnership> Endpoint<C> {
     pub fn pd(&self) -> &Arc<Pd> {
         &self.pd
     }
-    /// The QP's current state as last set.
-    pub fn qp_state(&self) -> QpState {
-        self.qp.state()
+    /// The QP's state as this endpoint last set it ([`Qp::cached_state`]: no system call; the
+    /// kernel may have moved it to ERR since).
+    pub fn cached_qp_state(&self) -> QpState {
+        self.qp.cached_state()
     }
 
     /// Whether the connection has ended: the rdma_cm reported DISCONNECTED or DEVICE_REMOVAL
     /// for the id (as far as its channel's dispatcher has read), or the QP was moved to ERR
     /// or RESET. Completions may still be queued.
     pub fn ended(&self) -> Option<EndReason> {
-        let st = self.qp.state();
+        let st = self.qp.cached_state();
         if st == QpState::ERR || st == QpState::RESET {
             return Some(EndReason::Qp(st));
         }
@@ -558,7 +559,7 @@ impl<C: CqOwnership> Endpoint<C> {
 
     /// Connected QPs are connected once: connect/accept need the QP still in INIT.
     fn expect_init(&self, op: &str) -> io::Result<()> {
-        let st = self.qp.state();
+        let st = self.qp.cached_state();
         if self.id.qp_type() != QpType::UD && st != QpState::INIT {
             return Err(Error::invalid(
                 format!("{op} on rdma_cm id {}", self.id.handle()),

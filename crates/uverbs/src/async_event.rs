@@ -123,7 +123,7 @@ impl Context {
         let fd = self.async_fd();
         let op = || format!("read async event on {}", self.name());
         loop {
-            if !crate::util::poll_readable(fd, timeout).map_err(|e| Error::os(op(), e))? {
+            if !crate::fd::poll_readable(fd, timeout).map_err(|e| Error::os(op(), e))? {
                 return Ok(None);
             }
             let mut buf = [0u8; 16];

@@ -220,9 +220,7 @@ impl Context {
         };
         // Non-blocking, so that an event loop can read it to EAGAIN (see try_get_async_event);
         // get_async_event polls before reading.
-        let fl = rustix::fs::fcntl_getfl(&async_fd)
-            .map_err(|e| Error::os("get async event fd flags", e))?;
-        rustix::fs::fcntl_setfl(&async_fd, fl | rustix::fs::OFlags::NONBLOCK)
+        crate::fd::set_nonblocking(&async_fd, true)
             .map_err(|e| Error::os("make the async event fd non-blocking", e))?;
         Ok(Context {
             device: dev.clone(),

@@ -79,7 +79,11 @@ pub struct CqModerationCaps {
 
 /// Device attributes: `ibv_device_attr` and the extended fields of `ibv_device_attr_ex` that
 /// the kernel reports (driver-specific ones such as mlx5's TSO caps are not here).
+///
+/// Non-exhaustive: the kernel adds fields. Outside this crate start from
+/// `DeviceAttr::default()` (all zero) and set the fields you need.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DeviceAttr {
     /// Firmware version as the driver's rdma-core provider formats it.
     pub fw_ver: String,

@@ -31,6 +31,7 @@ pub mod device;
 pub mod device_attr;
 pub mod driver;
 pub mod error;
+pub mod fd;
 pub mod gid;
 pub mod ioctl;
 pub mod mr;

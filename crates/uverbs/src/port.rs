@@ -86,7 +86,11 @@ raw_newtype! {
 }
 
 /// Port attributes (`ibv_port_attr`).
+///
+/// Non-exhaustive: the kernel adds fields. Outside this crate start from
+/// `PortAttr::default()` (all zero) and set the fields you need.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PortAttr {
     /// Logical port state (DOWN, INIT, ARMED, ACTIVE).
     pub state: PortState,

@@ -370,7 +370,7 @@ impl fmt::Debug for Qp {
             .field("device", &self.pd.context().name())
             .field("type", &self.qp_type)
             .field("qp_num", &format_args!("{:#x}", self.qp_num))
-            .field("state", &self.state())
+            .field("state", &self.cached_state())
             .field("caps", &self.caps)
             .finish()
     }
@@ -575,10 +575,11 @@ impl Qp {
         self.user_handle
     }
 
-    /// The state of the last successful transition made through this handle (the kernel may
-    /// have moved the QP to ERR/SQE on its own since; [`Qp::query`] tells).
+    /// The state of the last successful transition made through this handle, cached here: no
+    /// system call. The kernel may have moved the QP to ERR/SQE on its own since;
+    /// [`Qp::query`] asks the kernel (`query().state`).
     #[inline]
-    pub fn state(&self) -> QpState {
+    pub fn cached_state(&self) -> QpState {
         // Relaxed: an advisory cache; modify() is the only writer.
         QpState(self.state.load(Ordering::Relaxed))
     }
@@ -587,7 +588,7 @@ impl Qp {
     /// names what is missing); the kernel has the final word.
     pub fn modify(&self, attr: &QpAttr) -> Result<()> {
         let ctx = self.pd.context();
-        let cur = attr.cur_qp_state.unwrap_or_else(|| self.state());
+        let cur = attr.cur_qp_state.unwrap_or_else(|| self.cached_state());
         let op = || match attr.qp_state {
             Some(next) => format!(
                 "modify {} QP {:#x} on {} from {} to {}",
@@ -718,7 +719,7 @@ impl Qp {
     /// during the call, so it must be valid for reads then.
     #[inline]
     pub unsafe fn post_send_raw(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), PostError> {
-        let st = self.state();
+        let st = self.cached_state();
         if matches!(st, QpState::RESET | QpState::INIT | QpState::RTR) {
             // Refused before anything is queued: a WQE left in the ring would go out later, at
             // the next doorbell, which the caller was told had failed.
@@ -759,7 +760,7 @@ impl Qp {
     /// As for [`Qp::post_send_raw`]; the device writes the received data into the memory.
     #[inline]
     pub unsafe fn post_recv_raw(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostError> {
-        if self.state() == QpState::RESET {
+        if self.cached_state() == QpState::RESET {
             return Err(self.post_error(
                 PostError::invalid(0, "the QP is in RESET: receives need INIT or later"),
                 PostQueue::Recv,
