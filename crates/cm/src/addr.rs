@@ -14,13 +14,18 @@ use crate::abi::{self, sockaddr_in, sockaddr_in6, sockaddr_storage, AF_IB, AF_IN
 /// An AF_IB address (`sockaddr_ib`): what the kernel reports for `QUERY_GID`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct IbAddr {
+    /// The GID (`sib_addr`).
     pub gid: Gid,
+    /// The partition key (`sib_pkey`), host order.
     pub pkey: u16,
+    /// IPv6-style flow label bits (`sib_flowinfo`), host order.
     pub flowinfo: u32,
     /// Service id (for IP-addressed ids: the port space and port, e.g. 0x0000000001061cef for
     /// RDMA_PS_TCP port 7407).
     pub sid: u64,
+    /// Which bits of `sid` are significant (`sib_sid_mask`), host order.
     pub sid_mask: u64,
+    /// `sib_scope_id`.
     pub scope_id: u64,
 }
 
@@ -47,7 +52,9 @@ impl IbAddr {
 pub enum CmAddr {
     /// Family 0: nothing bound/resolved yet.
     Unspecified,
+    /// An IPv4 or IPv6 socket address (`sockaddr_in` / `sockaddr_in6`).
     Ip(SocketAddr),
+    /// An AF_IB address (`sockaddr_ib`).
     Ib(IbAddr),
     /// A family this crate does not decode.
     Other(u16),

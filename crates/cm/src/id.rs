@@ -70,11 +70,13 @@ pub struct ConnParam {
     pub responder_resources: Option<u8>,
     /// RDMA reads/atomics we may have outstanding toward the peer.
     pub initiator_depth: Option<u8>,
+    /// Announce end-to-end flow control support.
     pub flow_control: bool,
     /// Transport retries (0..=7).
     pub retry_count: u8,
     /// RNR retries (0..=7; 7 = infinite).
     pub rnr_retry_count: u8,
+    /// Announce that the local QP takes receives from an SRQ.
     pub srq: bool,
     /// The local QP number announced to the peer (24 bits). The CM only carries it in its
     /// messages: a handshake without a QP can use any value.
@@ -411,10 +413,12 @@ impl CmId {
         self.uid
     }
 
+    /// The id's port space (TCP for RC, UDP for UD, IB for any QP type).
     pub fn port_space(&self) -> PortSpace {
         self.ps
     }
 
+    /// The QP type this id connects (the port space's default unless chosen at creation).
     pub fn qp_type(&self) -> QpType {
         self.qp_type
     }

@@ -15,8 +15,7 @@
 //! limits; what the kernel does and does not report).
 
 #![deny(unsafe_code)]
-// missing_docs: to be turned to deny once every public item has its doc (issue #12, not done).
-#![allow(missing_docs)]
+#![deny(missing_docs)]
 #![warn(missing_debug_implementations)]
 
 #[allow(non_camel_case_types)]

@@ -59,12 +59,14 @@ mod tests {
 
     #[test]
     fn only_the_masked_fields_are_taken() {
-        let mut r = abi::ib_uverbs_qp_attr::default();
-        r.qp_state = 2;
-        r.dest_qp_num = 0x456;
-        r.path_mtu = 3;
-        r.rq_psn = 77;
-        r.qp_attr_mask = (QpAttrMask::STATE | QpAttrMask::DEST_QPN | QpAttrMask::PATH_MTU).bits();
+        let r = abi::ib_uverbs_qp_attr {
+            qp_state: 2,
+            dest_qp_num: 0x456,
+            path_mtu: 3,
+            rq_psn: 77,
+            qp_attr_mask: (QpAttrMask::STATE | QpAttrMask::DEST_QPN | QpAttrMask::PATH_MTU).bits(),
+            ..Default::default()
+        };
         let a = from_kernel(&r);
         assert_eq!(a.qp_state, Some(QpState::RTR));
         assert_eq!(a.dest_qp_num, Some(0x456));

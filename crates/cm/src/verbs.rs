@@ -112,6 +112,7 @@ impl CqOwnership for UserCqs {}
 /// What to create on the id (`ibv_qp_init_attr` of `rdma_create_qp`).
 #[derive(Clone, Copy, Debug)]
 pub struct EndpointAttr {
+    /// Queue capacities the QP is created with (the kernel may grant more).
     pub caps: QpCaps,
     /// Every send is signaled (librdmacm's examples set it).
     pub sq_sig_all: bool,
@@ -154,9 +155,23 @@ impl<C: CqOwnership> fmt::Debug for Endpoint<C> {
     }
 }
 
-/// Per-device context and PD shared by every endpoint on that device (librdmacm keeps one PD
-/// per device too). Held weakly: they go away with the last endpoint.
+/// The default protection domain of `id`'s device: what [`Endpoint::create`] uses, as
+/// librdmacm's `rdma_create_qp(id, NULL, …)` and `rdma_create_ep` use the per-device PD they
+/// keep. One per device (by name) per process, on a context of its own, shared by every
+/// endpoint and every caller of this function on that device; it is freed (with its context)
+/// when its last holder drops it, and the next call allocates a new one.
+///
+/// Memory an endpoint's peer should reach through [`Endpoint::create`]'s QP must be registered
+/// in this PD ([`Endpoint::reg_msgs`] and its siblings do that). To use a PD of your own,
+/// create the endpoint with [`Endpoint::create_with_pd`].
+pub fn default_pd(id: &CmId) -> io::Result<Arc<Pd>> {
+    let dev = id_device(id, "get the default PD")?;
+    device_pd(&dev)
+}
+
 fn device_pd(dev: &str) -> io::Result<Arc<Pd>> {
+    // The table of default PDs, by device name. Held weakly: a PD goes away with its last
+    // holder; the entry is then replaced on the next call.
     static PDS: Mutex<Option<HashMap<String, Weak<Pd>>>> = Mutex::new(None);
     let mut g = PDS.lock().unwrap_or_else(|p| p.into_inner());
     let map = g.get_or_insert_with(HashMap::new);
@@ -187,13 +202,36 @@ fn cm_modify(id: &CmId, qp: &Qp, state: QpState) -> io::Result<()> {
 }
 
 impl Endpoint<OwnCqs> {
-    /// `rdma_create_qp` without CQs: the device's PD, a send CQ and a receive CQ (depths
-    /// `max_send_wr` and `max_recv_wr`), each with its own completion channel, and a QP of the
-    /// id's type brought to INIT (RTS for UD) with the kernel's attributes. The id must have
-    /// a device (bound, resolved, or from a connection request).
+    /// `rdma_create_qp` without CQs or PD: the device's [`default_pd`], a send CQ and a
+    /// receive CQ (depths `max_send_wr` and `max_recv_wr`), each with its own completion
+    /// channel, and a QP of the id's type brought to INIT (RTS for UD) with the kernel's
+    /// attributes. The id must have a device (bound, resolved, or from a connection request).
     pub fn create(id: CmId, attr: &EndpointAttr) -> io::Result<Endpoint<OwnCqs>> {
         let dev = id_device(&id, "create QP")?;
         let pd = device_pd(&dev)?;
+        Self::create_in(id, pd, attr)
+    }
+
+    /// As [`Endpoint::create`], in the caller's protection domain `pd` (`rdma_create_qp`
+    /// with a PD), which must be on the id's device.
+    pub fn create_with_pd(
+        id: CmId,
+        pd: &Arc<Pd>,
+        attr: &EndpointAttr,
+    ) -> io::Result<Endpoint<OwnCqs>> {
+        let dev = id_device(&id, "create QP")?;
+        let pd_dev = pd.context().name();
+        if pd_dev != dev {
+            return Err(Error::invalid(
+                format!("create QP on rdma_cm id {}", id.handle()),
+                format!("the PD is on {pd_dev}, the id's device is {dev}"),
+            )
+            .into());
+        }
+        Self::create_in(id, pd.clone(), attr)
+    }
+
+    fn create_in(id: CmId, pd: Arc<Pd>, attr: &EndpointAttr) -> io::Result<Endpoint<OwnCqs>> {
         let ctx = pd.context().clone();
         let cq_of = |depth: u32| -> io::Result<Arc<Cq>> {
             // Non-blocking (CompChannel's default): get_comp sleeps in poll() on this fd and
@@ -479,7 +517,8 @@ impl<C: CqOwnership> Endpoint<C> {
     pub fn caps(&self) -> QpCaps {
         self.qp.caps()
     }
-    /// The protection domain (shared by the endpoints of a device).
+    /// The protection domain: the device's [`default_pd`] (shared by the endpoints of a
+    /// device) unless the endpoint was created with a PD of the caller's.
     pub fn pd(&self) -> &Arc<Pd> {
         &self.pd
     }

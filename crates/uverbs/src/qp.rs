@@ -633,7 +633,7 @@ impl Qp {
         Ok(())
     }
 
-    /// Queries the QP's attributes from the kernel (and refreshes [`Qp::state`]).
+    /// Queries the QP's attributes from the kernel (and refreshes [`Qp::cached_state`]).
     pub fn query(&self) -> Result<QpInfo> {
         let ctx = self.pd.context();
         let req = ib_uverbs_query_qp {
