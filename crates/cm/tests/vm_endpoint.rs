@@ -329,3 +329,33 @@ fn post_before_connect_and_accept_twice_are_refused() {
     let accept_twice = server.join().unwrap();
     eprintln!("second accept: {accept_twice}");
 }
+
+/// `Endpoint::create` uses the device's default PD (the one `default_pd` returns, shared by
+/// the endpoints of the device); `create_with_pd` uses the caller's.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn endpoints_use_the_default_pd_or_the_callers() {
+    let resolved = || {
+        let ai = getaddrinfo(
+            Some(&addr_a().to_string()),
+            Some("7431"),
+            &AddrHints::default(),
+        )
+        .unwrap();
+        create_ep(&ai[0]).unwrap()
+    };
+    let a = Endpoint::create(resolved(), &attr()).unwrap();
+    let id = resolved();
+    let pd = rverbs_cm::verbs::default_pd(&id).unwrap();
+    assert!(Arc::ptr_eq(a.pd(), &pd), "one default PD per device");
+    let b = Endpoint::create(id, &attr()).unwrap();
+    assert!(Arc::ptr_eq(b.pd(), &pd));
+
+    let own = Pd::alloc(pd.context()).unwrap();
+    let c = Endpoint::create_with_pd(resolved(), &own, &attr()).unwrap();
+    assert!(Arc::ptr_eq(c.pd(), &own), "the caller's PD");
+    assert!(!Arc::ptr_eq(c.pd(), &pd));
+}
