@@ -15,14 +15,14 @@ pub const DEFAULT_RETRY_COUNT: u8 = 7;
 /// See [`DEFAULT_RETRY_COUNT`].
 pub const DEFAULT_RNR_RETRY_COUNT: u8 = 7;
 /// responder_resources / initiator_depth used when neither the caller nor
-/// [`CmId::set_rd_atomic_max`] says more: 1 lets RDMA READ work on every device.
+/// [`CmId::set_rd_atomic_max`](crate::CmId::set_rd_atomic_max) says more: 1 lets RDMA READ work on every device.
 pub const FALLBACK_RD_ATOMIC: u8 = 1;
 
-/// Parameters of [`CmId::connect`] and [`CmId::accept`] (`struct rdma_conn_param`).
+/// Parameters of [`CmId::connect`](crate::CmId::connect) and [`CmId::accept`](crate::CmId::accept) (`struct rdma_conn_param`).
 ///
 /// Defaults follow librdmacm: retry_count 7, rnr_retry_count 7; `None` for
 /// responder_resources / initiator_depth means "the device maximum" when known (see
-/// [`CmId::set_rd_atomic_max`]), on accept at most what the peer's request asked, else
+/// [`CmId::set_rd_atomic_max`](crate::CmId::set_rd_atomic_max)), on accept at most what the peer's request asked, else
 /// [`FALLBACK_RD_ATOMIC`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConnParam {

@@ -344,7 +344,7 @@ impl CmId {
     }
 
     /// Tells the id the device's limits (`max_qp_init_rd_atom`, `max_qp_rd_atom`), used for
-    /// `None` initiator_depth / responder_resources in [`ConnParam`] (as librdmacm does with
+    /// `None` initiator_depth / responder_resources in [`ConnParam`](crate::ConnParam) (as librdmacm does with
     /// the device it queries).
     pub fn set_rd_atomic_max(&self, max_initiator_depth: u8, max_responder_resources: u8) {
         self.lock().rd_max = Some((max_initiator_depth, max_responder_resources));
