@@ -14,8 +14,9 @@ use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 use crate::abi::{self, cmd};
 use crate::channel::{Channel, EventChannel};
+use crate::conn_param::ConnParam;
 use crate::event::CmEvent;
-use crate::id::{check_event, CmId, ConnParam};
+use crate::id::{check_event, CmId};
 use crate::types::{CmEventKind, PortSpace, QpState, QpType, RejectReason};
 
 struct Fake {

@@ -26,6 +26,7 @@ pub mod abi;
 mod addr;
 mod addrinfo;
 mod channel;
+mod conn_param;
 mod event;
 mod id;
 mod qp_attr;
@@ -41,8 +42,9 @@ pub use addrinfo::{
     create_ep, getaddrinfo, parse_service, AddrHints, AddrInfo, IpFamily, EP_RESOLVE_TIMEOUT,
 };
 pub use channel::{EventChannel, ABI_VERSION_PATH, DEVICE_PATH};
+pub use conn_param::{ConnParam, DEFAULT_RETRY_COUNT, DEFAULT_RNR_RETRY_COUNT, FALLBACK_RD_ATOMIC};
 pub use event::{CmEvent, ConnEventParam, UdEventParam};
-pub use id::{CmId, ConnParam, DEFAULT_RETRY_COUNT, DEFAULT_RNR_RETRY_COUNT, FALLBACK_RD_ATOMIC};
+pub use id::CmId;
 pub use query::{AddrQuery, GidQuery, PathRecord, RouteQuery};
 pub use types::{CmEventKind, PortSpace, QpAttrMask, QpState, QpType, RejectReason};
 pub use verbs::{Endpoint, EndpointAttr, OwnCqs, UserCqs};

@@ -1,0 +1,60 @@
+//! Options of an id (`SET_OPTION`: type of service, reuse, AF_IB, ACK timeout, …) and
+//! `NOTIFY`.
+
+use super::*;
+
+impl CmId {
+    // --- options -----------------------------------------------------------------------------
+
+    /// `SET_OPTION` with raw bytes (see [`abi::opt`]).
+    pub fn set_option_raw(&self, level: u32, name: u32, value: &[u8]) -> io::Result<()> {
+        let req = abi::rdma_ucm_set_option {
+            optval: value.as_ptr() as u64,
+            id: self.handle,
+            level,
+            optname: name,
+            optlen: u32::try_from(value.len())
+                .map_err(|_| Error::invalid("set_option", "value too large"))?,
+        };
+        self.run("set_option", cmd::SET_OPTION, &req, 0)
+            .map_err(|e| add_detail(e, format!("level {level} option {name}")))
+    }
+
+    /// Type of service of the connection's traffic (RDMA_OPTION_ID_TOS).
+    pub fn set_tos(&self, tos: u8) -> io::Result<()> {
+        self.set_option_raw(abi::opt::LEVEL_ID, abi::opt::ID_TOS, &[tos])
+    }
+
+    /// Allow binding a port still in use (RDMA_OPTION_ID_REUSEADDR); before bind.
+    pub fn set_reuseaddr(&self, on: bool) -> io::Result<()> {
+        self.set_option_raw(
+            abi::opt::LEVEL_ID,
+            abi::opt::ID_REUSEADDR,
+            &i32::from(on).to_ne_bytes(),
+        )
+    }
+
+    /// An IPv6 wildcard bind listens on IPv6 only (RDMA_OPTION_ID_AFONLY); before bind.
+    pub fn set_afonly(&self, on: bool) -> io::Result<()> {
+        self.set_option_raw(
+            abi::opt::LEVEL_ID,
+            abi::opt::ID_AFONLY,
+            &i32::from(on).to_ne_bytes(),
+        )
+    }
+
+    /// Local ACK timeout exponent for the QP (RDMA_OPTION_ID_ACK_TIMEOUT): 4.096 µs · 2^t.
+    pub fn set_ack_timeout(&self, timeout: u8) -> io::Result<()> {
+        self.set_option_raw(abi::opt::LEVEL_ID, abi::opt::ID_ACK_TIMEOUT, &[timeout])
+    }
+
+    /// Tells the CM about a QP event (`NOTIFY`, an `ib_event_type`): IB_EVENT_COMM_EST = 4 when
+    /// a receive completes before ESTABLISHED, IB_EVENT_PATH_MIG = 6.
+    pub fn notify(&self, ib_event: u32) -> io::Result<()> {
+        let req = abi::rdma_ucm_notify {
+            id: self.handle,
+            event: ib_event,
+        };
+        self.run("notify", cmd::NOTIFY, &req, 0)
+    }
+}
