@@ -212,6 +212,7 @@ impl Run {
                     caps,
                     sq_sig_all: num(t, "sig_all", 0) != 0,
                     has_srq: arg(t, "srq").is_some(),
+                    srq_handle: arg(t, "srq").map(|s| 100 + s.parse::<u32>().unwrap()),
                 };
                 let qpn = num(t, "qpn", 0x100 + id as u64) as u32;
                 let bfreg = num(t, "bfreg", 1) as u32;

@@ -117,6 +117,7 @@ fn qp(d: &Mlx5Driver, qp_type: QpType, caps: QpCaps, qpn: u32, bfreg: u32, srq: 
         caps,
         sq_sig_all: false,
         has_srq: srq,
+        srq_handle: srq.then_some(1),
     };
     let ops = d
         .create_qp(fd(), &req, &mut |uin, uout| {
@@ -868,6 +869,7 @@ fn bad_create_responses_are_refused() {
         caps: caps(1, 1, 1, 1, 0),
         sq_sig_all: false,
         has_srq: false,
+        srq_handle: None,
     };
     for bad in [2u32, 3, 32, 1000] {
         let e = d

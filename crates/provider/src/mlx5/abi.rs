@@ -269,3 +269,29 @@ pub const MLX5_QP_FLAG_BFREG_INDEX: u32 = 1 << 3;
 pub const MLX5_BF_OFFSET: usize = 0x800;
 /// Blue-flame registers per 4 KiB UAR in libmlx5's numbering (`NUM_BFREGS_PER_UAR`).
 pub const MLX5_BFREGS_PER_UAR: u32 = 4;
+
+/// `MLX5_IB_OBJECT_UAR` (`enum mlx5_ib_objects` in `mlx5_user_ioctl_cmds.h`): the driver
+/// object through which a context allocates UARs dynamically (driver namespace, 0x1000 + 8).
+pub const MLX5_IB_OBJECT_UAR: u16 = 0x1008;
+/// `MLX5_IB_METHOD_UAR_OBJ_ALLOC`.
+pub const MLX5_IB_METHOD_UAR_OBJ_ALLOC: u16 = 0x1000;
+/// `MLX5_IB_METHOD_UAR_OBJ_DESTROY`.
+pub const MLX5_IB_METHOD_UAR_OBJ_DESTROY: u16 = 0x1001;
+/// `MLX5_IB_ATTR_UAR_OBJ_ALLOC_HANDLE` (IDR, new object).
+pub const MLX5_IB_ATTR_UAR_OBJ_ALLOC_HANDLE: u16 = 0x1000;
+/// `MLX5_IB_ATTR_UAR_OBJ_ALLOC_TYPE` (const in, `MLX5_IB_UAPI_UAR_ALLOC_TYPE_*`).
+pub const MLX5_IB_ATTR_UAR_OBJ_ALLOC_TYPE: u16 = 0x1001;
+/// `MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_OFFSET` (out u64).
+pub const MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_OFFSET: u16 = 0x1002;
+/// `MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_LENGTH` (out u32).
+pub const MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_LENGTH: u16 = 0x1003;
+/// `MLX5_IB_ATTR_UAR_OBJ_ALLOC_PAGE_ID` (out u32: the UAR's index on the device).
+pub const MLX5_IB_ATTR_UAR_OBJ_ALLOC_PAGE_ID: u16 = 0x1004;
+/// `MLX5_IB_ATTR_UAR_OBJ_DESTROY_HANDLE` (IDR).
+pub const MLX5_IB_ATTR_UAR_OBJ_DESTROY_HANDLE: u16 = 0x1000;
+/// `MLX5_IB_UAPI_UAR_ALLOC_TYPE_BF`: a write-combining UAR (doorbells and BlueFlame).
+pub const MLX5_IB_UAPI_UAR_ALLOC_TYPE_BF: u32 = 0;
+/// `MLX5_IB_UAPI_UAR_ALLOC_TYPE_NC`: a non-cached UAR (doorbells only).
+pub const MLX5_IB_UAPI_UAR_ALLOC_TYPE_NC: u32 = 1;
+/// `MLX5_QP_FLAG_UAR_PAGE_INDEX`: `bfreg_index` of CREATE_QP is a dynamic UAR's page id.
+pub const MLX5_QP_FLAG_UAR_PAGE_INDEX: u32 = 1 << 10;

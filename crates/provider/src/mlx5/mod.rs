@@ -21,6 +21,7 @@ pub mod context;
 pub mod cq;
 pub mod cqe;
 pub mod driver;
+pub mod uar;
 pub mod wq;
 
 pub use context::{Mlx5ContextInfo, Mlx5ContextUdata};

@@ -441,6 +441,36 @@ impl BfReg {
         })
     }
 
+    /// A register at byte `off` of the UAR mapping `uar..uar + uar_len`, with BlueFlame
+    /// halves of `buf_size` bytes (0: doorbells only), named `index` in errors and
+    /// [`BfReg::index`] (dynamic UARs: the UAR's page id).
+    ///
+    /// # Safety
+    /// As for [`BfReg::new`].
+    pub unsafe fn at(
+        uar: *mut u8,
+        uar_len: usize,
+        off: usize,
+        buf_size: usize,
+        index: u32,
+    ) -> rverbs_uverbs::Result<Self> {
+        if off + 8.max(2 * buf_size) > uar_len {
+            return Err(Error::protocol(
+                "map an mlx5 UAR",
+                format!("register at {off:#x} lies outside the UAR's {uar_len} bytes"),
+            )
+            .into());
+        }
+        Ok(Self {
+            // SAFETY: in bounds (checked above).
+            reg: unsafe { uar.add(off) },
+            buf_size,
+            index,
+            offset: AtomicUsize::new(0),
+            lock: AtomicBool::new(false),
+        })
+    }
+
     /// The register's number.
     pub fn index(&self) -> u32 {
         self.index
@@ -628,12 +658,19 @@ impl Registry {
 pub struct CqLookup {
     reg: Arc<Registry>,
     cache: Option<(u64, Arc<QpShared>)>,
+    /// CQE version 1: `srqn_uidx` is the QP's user index, not an SRQ number (the SRQ of a
+    /// receive is found through its QP).
+    cqe_v1: bool,
 }
 
 impl CqLookup {
-    /// A lookup over `reg`.
-    pub fn new(reg: Arc<Registry>) -> Self {
-        Self { reg, cache: None }
+    /// A lookup over `reg` for CQEs of `cqe_version` (0 or 1).
+    pub fn new(reg: Arc<Registry>, cqe_version: u8) -> Self {
+        Self {
+            reg,
+            cache: None,
+            cqe_v1: cqe_version != 0,
+        }
     }
 }
 
@@ -653,7 +690,11 @@ impl WrIdLookup for CqLookup {
         };
         match w.queue {
             WorkQueue::Send => qp.send_done(w.wqe_counter),
-            _ => qp.recv_done(w.wqe_counter, &self.reg, w.srqn_uidx),
+            _ => qp.recv_done(
+                w.wqe_counter,
+                &self.reg,
+                if self.cqe_v1 { 0 } else { w.srqn_uidx },
+            ),
         }
     }
 }
@@ -693,6 +734,57 @@ pub struct Mlx5Qp {
     ahs: Arc<AhTable>,
     shared: Arc<QpShared>,
     reg: Arc<Registry>,
+    _lease: Option<super::uar::UarLease>,
+    _uidx: Option<UserIndex>,
+}
+
+/// A user index (CQE version 1: what the CQEs of a QP carry in `srqn_uidx`), taken from
+/// its context's table and freed on drop.
+#[derive(Debug)]
+pub struct UserIndex {
+    idx: u32,
+    table: Arc<Mutex<Vec<bool>>>,
+}
+
+/// User indices fit 24 bits (the CQE field).
+const MAX_UIDX: usize = 0xff_ffff;
+
+impl UserIndex {
+    /// The lowest free index of `table` (libmlx5 `mlx5_store_uidx`).
+    pub fn take(table: &Arc<Mutex<Vec<bool>>>) -> rverbs_uverbs::Result<Self> {
+        let mut t = table.lock().unwrap_or_else(|e| e.into_inner());
+        let i = match t.iter().position(|used| !used) {
+            Some(i) => i,
+            None if t.len() < MAX_UIDX => {
+                t.push(false);
+                t.len() - 1
+            }
+            None => {
+                return Err(Error::invalid(
+                    "create QP on mlx5",
+                    format!("all {MAX_UIDX} user indices of the context are in use"),
+                )
+                .into())
+            }
+        };
+        t[i] = true;
+        Ok(Self {
+            idx: i as u32,
+            table: table.clone(),
+        })
+    }
+
+    /// The index.
+    pub fn get(&self) -> u32 {
+        self.idx
+    }
+}
+
+impl Drop for UserIndex {
+    fn drop(&mut self) {
+        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        t[self.idx as usize] = false;
+    }
 }
 
 // SAFETY: the raw pointers point into `region`, which this value owns; the BlueFlame register
@@ -729,8 +821,11 @@ impl QpBuf {
         })
     }
 
-    /// The CREATE_QP driver data (static UARs: the kernel picks the register).
-    pub fn create_udata(&self, cqe_version: u8) -> mlx5_ib_create_qp {
+    /// The CREATE_QP driver data. `uidx`: the user index CQEs of version 1 carry (`None`
+    /// with CQE version 0: 0xffffff). `uar_page`: with dynamic UARs, the page id of the UAR
+    /// whose register the QP uses (`MLX5_QP_FLAG_UAR_PAGE_INDEX`); `None` with static UARs
+    /// (the kernel picks the register and answers it).
+    pub fn create_udata(&self, uidx: Option<u32>, uar_page: Option<u32>) -> mlx5_ib_create_qp {
         mlx5_ib_create_qp {
             buf_addr: self.region.ptr() as u64,
             // SAFETY: in bounds of the region.
@@ -738,8 +833,13 @@ impl QpBuf {
             sq_wqe_count: self.sz.sq_wqe_cnt,
             rq_wqe_count: self.sz.rq_wqe_cnt,
             rq_wqe_shift: self.sz.rq_wqe_shift,
-            flags: 0,
-            uidx: if cqe_version == 0 { 0xff_ffff } else { 0 },
+            flags: if uar_page.is_some() {
+                super::abi::MLX5_QP_FLAG_UAR_PAGE_INDEX
+            } else {
+                0
+            },
+            uidx: uidx.unwrap_or(0xff_ffff),
+            bfreg_index: uar_page.unwrap_or(0),
             ..Default::default()
         }
     }
@@ -768,6 +868,10 @@ pub struct QpParts {
     pub reg: Arc<Registry>,
     /// The SRQ's shared state, if the QP receives through one.
     pub srq: Option<Arc<SrqShared>>,
+    /// With dynamic UARs: the pool's lease on `bf`, given back when the QP is dropped.
+    pub lease: Option<super::uar::UarLease>,
+    /// With CQE version 1: the QP's user index, freed when the QP is dropped.
+    pub uidx: Option<UserIndex>,
 }
 
 impl Mlx5Qp {
@@ -815,6 +919,8 @@ impl Mlx5Qp {
             ahs: p.ahs,
             shared,
             reg: p.reg,
+            _lease: p.lease,
+            _uidx: p.uidx,
         })
     }
 
