@@ -14,10 +14,20 @@
 //! which refuses posts before RTS itself) prints nothing on either side.
 
 use std::fmt::Write as _;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex};
 
 use rverbs_provider::mlx5::abi::mlx5_ib_alloc_ucontext_resp;
 use rverbs_provider::mlx5::driver::Mlx5Driver;
+use rverbs_provider::mlx5::abi::{
+    MLX5_IB_ATTR_UAR_OBJ_ALLOC_HANDLE, MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_LENGTH,
+    MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_OFFSET, MLX5_IB_ATTR_UAR_OBJ_ALLOC_PAGE_ID,
+    MLX5_IB_ATTR_UAR_OBJ_ALLOC_TYPE, MLX5_IB_METHOD_UAR_OBJ_ALLOC, MLX5_IB_METHOD_UAR_OBJ_DESTROY,
+    MLX5_IB_OBJECT_UAR,
+};
+use rverbs_provider::mlx5::uar::{DynUarPool, UarKernel};
 use rverbs_provider::mlx5::wq::BfPolicy;
+use rverbs_uverbs::ioctl::IoctlCall;
 use rverbs_provider::mlx5::Mlx5ContextUdata;
 use rverbs_uverbs::ah::{AhAttr, GlobalRoute};
 use rverbs_uverbs::provider::{
@@ -29,6 +39,113 @@ use zerocopy::IntoBytes;
 
 const PAGE: usize = 4096;
 const UAR_PAGES: usize = 8;
+/// The harness's dynamic UARs: UAR `k` is mapped at offset `(DYN_OFF + k) * PAGE`, has page
+/// id `DYN_PAGE_ID + k` and handle `0x100 + k` (harness.c, `fake_uar_ioctl`).
+const DYN_UARS: usize = 8;
+const DYN_OFF: u64 = 0x1000;
+const DYN_PAGE_ID: u32 = 0x30;
+
+/// The fake kernel's `MLX5_IB_OBJECT_UAR`, answering as the harness's does; what it prints
+/// and maps is collected for the run to take in order.
+#[derive(Debug, Default)]
+struct FakeUars {
+    st: Mutex<FakeUarState>,
+}
+
+#[derive(Debug, Default)]
+struct FakeUarState {
+    mem: Vec<u64>,
+    alive: Vec<bool>,
+    fail_at: u32,
+    out: String,
+    mapped: Vec<(usize, *mut u8)>,
+    destroyed: Vec<u32>,
+}
+
+// SAFETY: the raw pointers are into `mem`, owned by the state; all access is under the lock.
+unsafe impl Send for FakeUarState {}
+
+impl UarKernel for FakeUars {
+    unsafe fn ioctl(&self, call: &mut IoctlCall<'_>) -> Result<(), rustix::io::Errno> {
+        let mut s = self.st.lock().unwrap();
+        let h = call.header(1);
+        assert_eq!(h.object_id, MLX5_IB_OBJECT_UAR);
+        if h.method_id == MLX5_IB_METHOD_UAR_OBJ_DESTROY {
+            let a = call.attrs();
+            assert_eq!(a.len(), 1);
+            assert_eq!((a[0].attr_id, a[0].len, a[0].flags), (0x1000, 0, 1));
+            let k = a[0].data as usize - 0x100;
+            if !s.alive.get(k).copied().unwrap_or(false) {
+                return Err(rustix::io::Errno::NOENT);
+            }
+            s.alive[k] = false;
+            s.destroyed.push(a[0].data as u32);
+            return Ok(());
+        }
+        assert_eq!(h.method_id, MLX5_IB_METHOD_UAR_OBJ_ALLOC);
+        let mut line = format!("  ioctl {:x}/{:x}", h.object_id, h.method_id);
+        for a in call.attrs() {
+            let _ = write!(line, " {:x}:{}:{}", a.attr_id, a.len, a.flags);
+            if a.attr_id == MLX5_IB_ATTR_UAR_OBJ_ALLOC_HANDLE
+                || a.attr_id == MLX5_IB_ATTR_UAR_OBJ_ALLOC_TYPE
+            {
+                let _ = write!(line, "={:x}", a.data);
+            }
+        }
+        let _ = writeln!(s.out, "{line}");
+        let k = s.alive.len();
+        if k == DYN_UARS || (s.fail_at != 0 && k as u32 + 1 == s.fail_at) {
+            s.fail_at = 0;
+            s.out.push_str("  = ENOMEM\n");
+            return Err(rustix::io::Errno::NOMEM);
+        }
+        s.alive.push(true);
+        for a in call.attrs_mut() {
+            let v: u64 = match a.attr_id {
+                MLX5_IB_ATTR_UAR_OBJ_ALLOC_HANDLE => {
+                    a.data = 0x100 + k as u64;
+                    continue;
+                }
+                MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_OFFSET => (DYN_OFF + k as u64) * PAGE as u64,
+                MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_LENGTH => PAGE as u64,
+                MLX5_IB_ATTR_UAR_OBJ_ALLOC_PAGE_ID => u64::from(DYN_PAGE_ID) + k as u64,
+                _ => continue,
+            };
+            let n = usize::from(a.len).min(8);
+            // SAFETY: a PTR_OUT attribute: `data` points to `len` writable bytes the caller
+            // keeps for the call (the kernel writes at most `len`).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    v.to_ne_bytes().as_ptr(),
+                    a.data as usize as *mut u8,
+                    n,
+                )
+            };
+        }
+        Ok(())
+    }
+
+    fn map(&self, offset: u64, len: usize) -> std::io::Result<NonNull<u8>> {
+        let mut s = self.st.lock().unwrap();
+        let k = (offset / PAGE as u64).wrapping_sub(DYN_OFF) as usize;
+        if !s.alive.get(k).copied().unwrap_or(false) || len != PAGE {
+            return Err(std::io::Error::from_raw_os_error(libc_einval()));
+        }
+        if s.mem.is_empty() {
+            s.mem = vec![0u64; DYN_UARS * PAGE / 8];
+        }
+        // SAFETY: page `k` of `mem` (k < DYN_UARS), which is never reallocated.
+        let p = unsafe { s.mem.as_mut_ptr().cast::<u8>().add(k * PAGE) };
+        s.mapped.push((k, p));
+        Ok(NonNull::new(p).unwrap())
+    }
+
+    unsafe fn unmap(&self, _ptr: NonNull<u8>, _len: usize) {}
+}
+
+fn libc_einval() -> i32 {
+    rustix::io::Errno::INVAL.raw_os_error()
+}
 
 struct Region {
     name: String,
@@ -54,6 +171,7 @@ struct Run {
     /// Per QP: its number and doorbell record.
     qp_info: Vec<Option<(u32, *const u32)>>,
     inline: Vec<Vec<u8>>,
+    uars: Arc<FakeUars>,
 }
 
 /// A command fd for the seam: /dev/null, opened once and kept for the process (the mlx5 data
@@ -100,6 +218,18 @@ fn hex(b: &[u8]) -> String {
 }
 
 impl Run {
+    /// What the fake UAR kernel printed and mapped since the last call, in order.
+    fn take_uars(&mut self) {
+        let (out, mapped) = {
+            let mut s = self.uars.st.lock().unwrap();
+            (std::mem::take(&mut s.out), std::mem::take(&mut s.mapped))
+        };
+        self.out.push_str(&out);
+        for (k, p) in mapped {
+            self.region(format!("duar{k}.p0"), p, PAGE);
+        }
+    }
+
     fn region(&mut self, name: String, addr: *const u8, len: usize) {
         self.regions.push(Region {
             name,
@@ -230,6 +360,7 @@ impl Run {
                             caps,
                         })
                     });
+                self.take_uars();
                 let ops = match r {
                     Ok(o) => o,
                     Err(_) => {
@@ -268,7 +399,7 @@ impl Run {
                         uout[..4].copy_from_slice(&srqn.to_ne_bytes());
                         // As the kernel answers: roundup_pow_of_two(max_wr + 1) - 1.
                         Ok(SrqCreated {
-                            handle: 1,
+                            handle: 100 + id as u32,
                             max_wr: (max_wr + 1).next_power_of_two() - 1,
                             max_sge,
                             srq_num: srqn,
@@ -335,6 +466,27 @@ impl Run {
                 }
             }
             "rts" => {}
+            "close" => {
+                // Objects, then the driver (which destroys its UARs); the destroys sorted.
+                self.qps.clear();
+                self.srqs.clear();
+                self.cqs.clear();
+                self.ahs.clear();
+                self.driver = None;
+                let mut s = self.uars.st.lock().unwrap();
+                let mut d = std::mem::take(&mut s.destroyed);
+                d.sort_unstable();
+                for h in d {
+                    let _ = writeln!(self.out, "  destroyed uar handle {h}");
+                }
+                for (k, a) in s.alive.iter().enumerate() {
+                    if *a {
+                        let _ = writeln!(self.out, "  leaked uar handle {}", 0x100 + k);
+                    }
+                }
+                drop(s);
+                self.regions.clear();
+            }
             "send" | "bench" => {
                 let id = num(t, "qp", 0) as usize;
                 let groups: Vec<Vec<&str>> =
@@ -537,6 +689,8 @@ impl Run {
 
     fn ctx(&mut self, t: &[&str]) {
         let eth = arg(t, "link") == Some("eth");
+        let udata = Mlx5ContextUdata::new(PAGE);
+        let req = udata.request().unwrap();
         // The same response the harness's fake kernel gives (harness.c, GET_CONTEXT).
         let r = mlx5_ib_alloc_ucontext_resp {
             qp_tab_size: 1 << 18,
@@ -549,23 +703,14 @@ impl Run {
             max_recv_wr: 1 << 15,
             max_srq_recv_wr: num(t, "max_srq_wr", 1 << 15) as u32,
             num_ports: 1,
-            cqe_version: 0,
+            cqe_version: (num(t, "cqe_version", 0) as u8).min(req.max_cqe_version),
             cmds_supp_uhw: if eth { 1 << 1 } else { 0 },
             log_uar_size: 12,
             num_uars_per_page: 1,
             response_length: core::mem::size_of::<mlx5_ib_alloc_ucontext_resp>() as u32,
             ..Default::default()
         };
-        let info = Mlx5ContextUdata::new(PAGE)
-            .parse_response(r.as_bytes(), PAGE)
-            .unwrap();
-        self.uar = vec![0u64; UAR_PAGES * PAGE / 8];
-        let base = self.uar.as_mut_ptr().cast::<u8>();
-        // SAFETY: UAR_PAGES pages inside `self.uar`, which lives (never reallocated) until
-        // the run ends, after the driver and its objects.
-        let pages: Vec<(*mut u8, usize)> = (0..UAR_PAGES)
-            .map(|i| (unsafe { base.add(i * PAGE) }, PAGE))
-            .collect();
+        let info = udata.parse_response(r.as_bytes(), PAGE).unwrap();
         let env = |k: &str| {
             self.env
                 .iter()
@@ -576,6 +721,31 @@ impl Run {
             shut_up_bf: env("MLX5_SHUT_UP_BF").is_some_and(|v| v != "0"),
             prefer_bf: env("MLX5_POST_SEND_PREFER_BF") != Some("0"),
         };
+        if info.tot_bfregs == 0 {
+            self.uars.st.lock().unwrap().fail_at = num(t, "uar_fail", 0) as u32;
+            let kernel: Arc<dyn UarKernel> = self.uars.clone();
+            let pool = DynUarPool::new(
+                kernel,
+                "mlx5_0",
+                udata.total_num_bfregs,
+                udata.num_low_latency_bfregs,
+                info.bf_reg_size,
+                info.num_uars_per_page,
+            )
+            .unwrap();
+            self.driver = Some(Mlx5Driver::from_dynamic(info, pool, policy, vec![eth]));
+            self.take_uars();
+            self.udata(req.as_bytes(), 0);
+            return;
+        }
+        self.udata(req.as_bytes(), 0);
+        self.uar = vec![0u64; UAR_PAGES * PAGE / 8];
+        let base = self.uar.as_mut_ptr().cast::<u8>();
+        // SAFETY: UAR_PAGES pages inside `self.uar`, which lives (never reallocated) until
+        // the run ends, after the driver and its objects.
+        let pages: Vec<(*mut u8, usize)> = (0..UAR_PAGES)
+            .map(|i| (unsafe { base.add(i * PAGE) }, PAGE))
+            .collect();
         // SAFETY: as above.
         self.driver =
             Some(unsafe { Mlx5Driver::from_parts(info, &pages, policy, vec![eth]) }.unwrap());
@@ -671,9 +841,12 @@ macro_rules! scripts {
 }
 
 /// Every script in `tests/mlx5_oracle/`.
-pub const SCRIPTS: [(&str, &str, &str); 7] = scripts![
+pub const SCRIPTS: [(&str, &str, &str); 10] = scripts![
     "doorbell_prefer_bf_0",
     "doorbell_shut_up_bf",
+    "dyn_uar",
+    "dyn_uar_fail",
+    "dyn_uar_shut_up_bf",
     "inline_and_wrap",
     "rc_opcodes",
     "recv_srq",

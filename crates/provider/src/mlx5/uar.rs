@@ -146,9 +146,8 @@ impl DynUar {
         };
         let op = || format!("allocate a {what} UAR on {dev}");
         let mut offset = 0u64;
-        // libmlx5 passes `size_t` and `uint32_t` outputs (8 and 4 bytes); the kernel writes
-        // at most the attribute's length.
-        let mut length = 0u64;
+        // The kernel's u64 offset, u32 length and u32 page id, as libmlx5 passes them.
+        let mut length = 0u32;
         let mut page_id = 0u32;
         let mut call = IoctlCall::new(MLX5_IB_OBJECT_UAR, MLX5_IB_METHOD_UAR_OBJ_ALLOC);
         let h = call.idr_new(MLX5_IB_ATTR_UAR_OBJ_ALLOC_HANDLE);
@@ -352,8 +351,15 @@ impl DynUarPool {
                 let regs = self.alloc_regs(&mut s)?;
                 s.shared.extend(regs.into_iter().map(|b| (b, 0)));
             }
-            // The least used shared register (the first of equals), as libmlx5.
-            let Some(i) = (0..s.shared.len()).min_by_key(|&i| s.shared[i].1) else {
+            // The least used shared register, the first of equals (libmlx5 takes a later
+            // one only if strictly less used).
+            let mut best = None;
+            for (i, &(_, n)) in s.shared.iter().enumerate() {
+                if best.is_none_or(|b: usize| n < s.shared[b].1) {
+                    best = Some(i);
+                }
+            }
+            let Some(i) = best else {
                 return Err(Error::invalid(
                     format!("create QP on {}", self.dev),
                     "no blue-flame register: the context asked for none beyond the low-latency ones",
