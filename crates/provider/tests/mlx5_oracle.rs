@@ -841,7 +841,8 @@ macro_rules! scripts {
 }
 
 /// Every script in `tests/mlx5_oracle/`.
-pub const SCRIPTS: [(&str, &str, &str); 10] = scripts![
+pub const SCRIPTS: [(&str, &str, &str); 11] = scripts![
+    "cqe_v1",
     "doorbell_prefer_bf_0",
     "doorbell_shut_up_bf",
     "dyn_uar",
