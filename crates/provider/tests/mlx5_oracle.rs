@@ -13,140 +13,27 @@
 //! Steps rverbs does not take at the provider level: `rts` (QP state lives in the core,
 //! which refuses posts before RTS itself) prints nothing on either side.
 
+#[path = "common/mlx5.rs"]
+mod mlx5_common;
+use mlx5_common::{fd, kobj, FakeUars, PAGE};
+
 use std::fmt::Write as _;
-use std::ptr::NonNull;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use rverbs_provider::mlx5::abi::mlx5_ib_alloc_ucontext_resp;
 use rverbs_provider::mlx5::driver::Mlx5Driver;
-use rverbs_provider::mlx5::abi::{
-    MLX5_IB_ATTR_UAR_OBJ_ALLOC_HANDLE, MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_LENGTH,
-    MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_OFFSET, MLX5_IB_ATTR_UAR_OBJ_ALLOC_PAGE_ID,
-    MLX5_IB_ATTR_UAR_OBJ_ALLOC_TYPE, MLX5_IB_METHOD_UAR_OBJ_ALLOC, MLX5_IB_METHOD_UAR_OBJ_DESTROY,
-    MLX5_IB_OBJECT_UAR,
-};
 use rverbs_provider::mlx5::uar::{DynUarPool, UarKernel};
 use rverbs_provider::mlx5::wq::BfPolicy;
-use rverbs_uverbs::ioctl::IoctlCall;
 use rverbs_provider::mlx5::Mlx5ContextUdata;
 use rverbs_uverbs::ah::{AhAttr, GlobalRoute};
 use rverbs_uverbs::provider::{
-    CqCreated, CqOps, Driver, KernelObj, QpCaps, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
+    CqCreated, CqOps, Driver, QpCaps, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
 };
 use rverbs_uverbs::qp::QpType;
 use rverbs_uverbs::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion};
 use zerocopy::IntoBytes;
 
-const PAGE: usize = 4096;
 const UAR_PAGES: usize = 8;
-/// The harness's dynamic UARs: UAR `k` is mapped at offset `(DYN_OFF + k) * PAGE`, has page
-/// id `DYN_PAGE_ID + k` and handle `0x100 + k` (harness.c, `fake_uar_ioctl`).
-const DYN_UARS: usize = 8;
-const DYN_OFF: u64 = 0x1000;
-const DYN_PAGE_ID: u32 = 0x30;
-
-/// The fake kernel's `MLX5_IB_OBJECT_UAR`, answering as the harness's does; what it prints
-/// and maps is collected for the run to take in order.
-#[derive(Debug, Default)]
-struct FakeUars {
-    st: Mutex<FakeUarState>,
-}
-
-#[derive(Debug, Default)]
-struct FakeUarState {
-    mem: Vec<u64>,
-    alive: Vec<bool>,
-    fail_at: u32,
-    out: String,
-    mapped: Vec<(usize, *mut u8)>,
-    destroyed: Vec<u32>,
-}
-
-// SAFETY: the raw pointers are into `mem`, owned by the state; all access is under the lock.
-unsafe impl Send for FakeUarState {}
-
-impl UarKernel for FakeUars {
-    unsafe fn ioctl(&self, call: &mut IoctlCall<'_>) -> Result<(), rustix::io::Errno> {
-        let mut s = self.st.lock().unwrap();
-        let h = call.header(1);
-        assert_eq!(h.object_id, MLX5_IB_OBJECT_UAR);
-        if h.method_id == MLX5_IB_METHOD_UAR_OBJ_DESTROY {
-            let a = call.attrs();
-            assert_eq!(a.len(), 1);
-            assert_eq!((a[0].attr_id, a[0].len, a[0].flags), (0x1000, 0, 1));
-            let k = a[0].data as usize - 0x100;
-            if !s.alive.get(k).copied().unwrap_or(false) {
-                return Err(rustix::io::Errno::NOENT);
-            }
-            s.alive[k] = false;
-            s.destroyed.push(a[0].data as u32);
-            return Ok(());
-        }
-        assert_eq!(h.method_id, MLX5_IB_METHOD_UAR_OBJ_ALLOC);
-        let mut line = format!("  ioctl {:x}/{:x}", h.object_id, h.method_id);
-        for a in call.attrs() {
-            let _ = write!(line, " {:x}:{}:{}", a.attr_id, a.len, a.flags);
-            if a.attr_id == MLX5_IB_ATTR_UAR_OBJ_ALLOC_HANDLE
-                || a.attr_id == MLX5_IB_ATTR_UAR_OBJ_ALLOC_TYPE
-            {
-                let _ = write!(line, "={:x}", a.data);
-            }
-        }
-        let _ = writeln!(s.out, "{line}");
-        let k = s.alive.len();
-        if k == DYN_UARS || (s.fail_at != 0 && k as u32 + 1 == s.fail_at) {
-            s.fail_at = 0;
-            s.out.push_str("  = ENOMEM\n");
-            return Err(rustix::io::Errno::NOMEM);
-        }
-        s.alive.push(true);
-        for a in call.attrs_mut() {
-            let v: u64 = match a.attr_id {
-                MLX5_IB_ATTR_UAR_OBJ_ALLOC_HANDLE => {
-                    a.data = 0x100 + k as u64;
-                    continue;
-                }
-                MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_OFFSET => (DYN_OFF + k as u64) * PAGE as u64,
-                MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_LENGTH => PAGE as u64,
-                MLX5_IB_ATTR_UAR_OBJ_ALLOC_PAGE_ID => u64::from(DYN_PAGE_ID) + k as u64,
-                _ => continue,
-            };
-            let n = usize::from(a.len).min(8);
-            // SAFETY: a PTR_OUT attribute: `data` points to `len` writable bytes the caller
-            // keeps for the call (the kernel writes at most `len`).
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    v.to_ne_bytes().as_ptr(),
-                    a.data as usize as *mut u8,
-                    n,
-                )
-            };
-        }
-        Ok(())
-    }
-
-    fn map(&self, offset: u64, len: usize) -> std::io::Result<NonNull<u8>> {
-        let mut s = self.st.lock().unwrap();
-        let k = (offset / PAGE as u64).wrapping_sub(DYN_OFF) as usize;
-        if !s.alive.get(k).copied().unwrap_or(false) || len != PAGE {
-            return Err(std::io::Error::from_raw_os_error(libc_einval()));
-        }
-        if s.mem.is_empty() {
-            s.mem = vec![0u64; DYN_UARS * PAGE / 8];
-        }
-        // SAFETY: page `k` of `mem` (k < DYN_UARS), which is never reallocated.
-        let p = unsafe { s.mem.as_mut_ptr().cast::<u8>().add(k * PAGE) };
-        s.mapped.push((k, p));
-        Ok(NonNull::new(p).unwrap())
-    }
-
-    unsafe fn unmap(&self, _ptr: NonNull<u8>, _len: usize) {}
-}
-
-fn libc_einval() -> i32 {
-    rustix::io::Errno::INVAL.raw_os_error()
-}
-
 struct Region {
     name: String,
     addr: *const u8,
@@ -172,22 +59,6 @@ struct Run {
     qp_info: Vec<Option<(u32, *const u32)>>,
     inline: Vec<Vec<u8>>,
     uars: Arc<FakeUars>,
-}
-
-/// A command fd for the seam: /dev/null, opened once and kept for the process (the mlx5 data
-/// path never uses it: no write() doorbells).
-fn fd() -> std::os::fd::BorrowedFd<'static> {
-    use std::os::fd::AsFd;
-    static NULL: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
-    NULL.get_or_init(|| std::fs::File::open("/dev/null").unwrap())
-        .as_fd()
-}
-
-fn kobj() -> KernelObj<'static> {
-    KernelObj {
-        fd: fd(),
-        handle: 1,
-    }
 }
 
 fn arg<'a>(t: &[&'a str], key: &str) -> Option<&'a str> {

@@ -28,11 +28,11 @@ use super::abi::{
 };
 use super::context::{Mlx5ContextInfo, Mlx5ContextUdata};
 use super::cq::{parse_create_cq_resp, ring_entries, CqBuf, CqeSize, Mlx5Cq, UarPage};
+use super::uar::{DynUarPool, KernelUars, UarKernel};
 use super::wq::{
     build_av, qp_sizing, srq_sizing, AhTable, BfPolicy, BfReg, CqLookup, Mlx5Qp, Mlx5Srq, QpBuf,
     QpParts, Registry, SrqBuf, SrqShared, UserIndex, WqLimits,
 };
-use super::uar::{DynUarPool, KernelUars, UarKernel};
 use crate::mapping::Mapping;
 
 /// Opens an mlx5 device: alloc_ucontext with mlx5's driver data, then maps the static UAR
@@ -285,7 +285,12 @@ impl Driver for Mlx5Driver {
         // SAFETY: the UAR page stays mapped as long as this driver, which the context owns,
         // and every CQ holds its context alive (Arc<Context>), so it outlives the CQ.
         let uar = unsafe { UarPage::new(page as *mut u8, len)? };
-        let cq = Mlx5Cq::new(buf, cqn, uar, CqLookup::new(self.registry.clone(), self.info.cqe_version))?;
+        let cq = Mlx5Cq::new(
+            buf,
+            cqn,
+            uar,
+            CqLookup::new(self.registry.clone(), self.info.cqe_version),
+        )?;
         Ok(Box::new(CqRing { cq }))
     }
 

@@ -26,12 +26,12 @@ use rverbs_uverbs::ioctl::IoctlCall;
 use rverbs_uverbs::Error;
 
 use super::abi::{
-    MLX5_ADAPTER_PAGE_SIZE, MLX5_IB_ATTR_UAR_OBJ_ALLOC_HANDLE, MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_LENGTH,
-    MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_OFFSET, MLX5_IB_ATTR_UAR_OBJ_ALLOC_PAGE_ID,
-    MLX5_IB_ATTR_UAR_OBJ_ALLOC_TYPE, MLX5_IB_ATTR_UAR_OBJ_DESTROY_HANDLE,
-    MLX5_IB_METHOD_UAR_OBJ_ALLOC, MLX5_IB_METHOD_UAR_OBJ_DESTROY, MLX5_IB_OBJECT_UAR,
-    MLX5_IB_UAPI_UAR_ALLOC_TYPE_BF, MLX5_IB_UAPI_UAR_ALLOC_TYPE_NC,
-    MLX5_NUM_NON_FP_BFREGS_PER_UAR,
+    MLX5_ADAPTER_PAGE_SIZE, MLX5_IB_ATTR_UAR_OBJ_ALLOC_HANDLE,
+    MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_LENGTH, MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_OFFSET,
+    MLX5_IB_ATTR_UAR_OBJ_ALLOC_PAGE_ID, MLX5_IB_ATTR_UAR_OBJ_ALLOC_TYPE,
+    MLX5_IB_ATTR_UAR_OBJ_DESTROY_HANDLE, MLX5_IB_METHOD_UAR_OBJ_ALLOC,
+    MLX5_IB_METHOD_UAR_OBJ_DESTROY, MLX5_IB_OBJECT_UAR, MLX5_IB_UAPI_UAR_ALLOC_TYPE_BF,
+    MLX5_IB_UAPI_UAR_ALLOC_TYPE_NC, MLX5_NUM_NON_FP_BFREGS_PER_UAR,
 };
 use super::wq::BfReg;
 
@@ -196,7 +196,9 @@ impl DynUar {
 
     /// Start and length of the mapping.
     pub fn mapping(&self) -> (*mut u8, usize) {
-        let (p, l) = self.map.expect("a DynUar is always mapped once alloc returns");
+        let (p, l) = self
+            .map
+            .expect("a DynUar is always mapped once alloc returns");
         (p.as_ptr(), l)
     }
 }
@@ -383,7 +385,8 @@ impl DynUarPool {
         let n = self.uars_per_page * MLX5_NUM_NON_FP_BFREGS_PER_UAR;
         let mut regs = Vec::with_capacity(n as usize);
         for j in 0..n {
-            let within = (j / MLX5_NUM_NON_FP_BFREGS_PER_UAR) as usize * MLX5_ADAPTER_PAGE_SIZE as usize;
+            let within =
+                (j / MLX5_NUM_NON_FP_BFREGS_PER_UAR) as usize * MLX5_ADAPTER_PAGE_SIZE as usize;
             let off = within
                 + BF_OFFSET
                 + (j % MLX5_NUM_NON_FP_BFREGS_PER_UAR) as usize * self.bf_reg_size as usize;
