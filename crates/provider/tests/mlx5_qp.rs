@@ -964,6 +964,15 @@ fn pool(k: &Arc<FakeUars>) -> std::io::Result<DynUarPool> {
     DynUarPool::new(kernel, "mlx5_0", 16, 4, 512, 1)
 }
 
+fn dyn_driver(k: &Arc<FakeUars>) -> Mlx5Driver {
+    Mlx5Driver::from_dynamic(
+        dyn_info(),
+        pool(k).unwrap(),
+        BfPolicy::default(),
+        vec![false],
+    )
+}
+
 fn rc_req() -> QpRequest {
     QpRequest {
         qp_type: QpType::RC,
@@ -1026,12 +1035,7 @@ fn mlx5_dyn_uar_bad_answers_destroy_the_uar() {
 #[test]
 fn mlx5_dyn_uar_qp_alloc_refused_creates_no_qp() {
     let k = Arc::new(FakeUars::default());
-    let d = Mlx5Driver::from_dynamic(
-        dyn_info(),
-        pool(&k).unwrap(),
-        BfPolicy::default(),
-        vec![false],
-    );
+    let d = dyn_driver(&k);
     k.st.lock().unwrap().fail_at = 2;
     let (r, udata) = dyn_qp(&d, 0x100);
     let e = r.unwrap_err();
@@ -1061,12 +1065,7 @@ fn mlx5_dyn_uar_qp_alloc_refused_creates_no_qp() {
 #[test]
 fn mlx5_dyn_uar_dedicated_register_comes_back() {
     let k = Arc::new(FakeUars::default());
-    let d = Mlx5Driver::from_dynamic(
-        dyn_info(),
-        pool(&k).unwrap(),
-        BfPolicy::default(),
-        vec![false],
-    );
+    let d = dyn_driver(&k);
     let page = |u: &[u8]| u32::from_ne_bytes(u[36..40].try_into().unwrap());
     let qps: Vec<_> = (0..4).map(|i| dyn_qp(&d, 0x100 + i)).collect();
     let pages: Vec<u32> = qps.iter().map(|(_, u)| page(u)).collect();

@@ -142,19 +142,13 @@ impl Mlx5Driver {
         if uar_pages.is_empty() {
             return Err(Error::invalid("open mlx5 context", "no UAR page").into());
         }
-        Ok(Self {
+        Ok(Self::with_uars(
             info,
-            uar_pages: uar_pages.iter().map(|&(p, l)| (p as usize, l)).collect(),
-            _uars: Vec::new(),
-            bfs: Mutex::new(HashMap::new()),
-            registry: Arc::new(Registry::default()),
-            ahs: Arc::new(AhTable::default()),
+            uar_pages.iter().map(|&(p, l)| (p as usize, l)).collect(),
+            None,
             policy,
             eth,
-            dyn_uars: None,
-            uidx: Arc::default(),
-            srqs: Mutex::default(),
-        })
+        ))
     }
 
     /// A driver whose UARs come from `pool` (dynamic UARs: the kernel answered
@@ -165,16 +159,26 @@ impl Mlx5Driver {
         policy: BfPolicy,
         eth: Vec<bool>,
     ) -> Self {
+        Self::with_uars(info, Vec::new(), Some(pool), policy, eth)
+    }
+
+    fn with_uars(
+        info: Mlx5ContextInfo,
+        uar_pages: Vec<(usize, usize)>,
+        dyn_uars: Option<DynUarPool>,
+        policy: BfPolicy,
+        eth: Vec<bool>,
+    ) -> Self {
         Self {
             info,
-            uar_pages: Vec::new(),
+            uar_pages,
             _uars: Vec::new(),
             bfs: Mutex::new(HashMap::new()),
             registry: Arc::new(Registry::default()),
             ahs: Arc::new(AhTable::default()),
             policy,
             eth,
-            dyn_uars: Some(pool),
+            dyn_uars,
             uidx: Arc::default(),
             srqs: Mutex::default(),
         }
