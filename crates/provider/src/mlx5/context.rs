@@ -237,6 +237,7 @@ impl Mlx5ContextUdata {
 /// documented on [`Mlx5ContextUdata::parse_response`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Mlx5ContextInfo {
+    /// Size of the device QP table.
     pub qp_tab_size: u32,
     /// Blue-flame register size (0: the device has no write-combining support).
     pub bf_reg_size: u32,
@@ -244,24 +245,37 @@ pub struct Mlx5ContextInfo {
     pub tot_bfregs: u32,
     /// The kernel's cache line size.
     pub cache_line_size: u32,
+    /// Largest send WQE, bytes (the QP sizing limit).
     pub max_sq_desc_sz: u16,
+    /// Largest receive WQE, bytes.
     pub max_rq_desc_sz: u16,
+    /// Most 64-byte send blocks per SQ.
     pub max_send_wqebb: u32,
+    /// Most receive WQEs per RQ.
     pub max_recv_wr: u32,
+    /// Most WQEs per SRQ.
     pub max_srq_recv_wr: u32,
+    /// Ports of the device (1-based port numbers up to this).
     pub num_ports: u16,
     /// `MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_*`.
     pub comp_mask: u32,
     /// CQE version in force for this context (0 or 1).
     pub cqe_version: u8,
+    /// `MLX5_USER_CMDS_SUPP_UHW_*` (bit 1: create AH answers the destination MAC).
     pub cmds_supp_uhw: u8,
+    /// Minimum inline header for Ethernet raw-packet QPs (0 if not given).
     pub eth_min_inline: u8,
+    /// Clock-info page versions the kernel can map (0 if not given).
     pub clock_info_versions: u8,
+    /// mmap offset of the core clock, when the kernel gave one.
     pub hca_core_clock_offset: Option<u64>,
     /// Bytes per UAR (4 KiB when the device has 4K UARs, else the system page).
     pub uar_size: u32,
+    /// UARs per system page.
     pub num_uars_per_page: u32,
+    /// Blue-flame registers available for dynamic allocation (0 if not given).
     pub num_dyn_bfregs: u32,
+    /// The dump-and-fill memory key, when the kernel gave one.
     pub dump_fill_mkey: Option<u32>,
     /// How many response bytes were taken as filled.
     pub filled_len: usize,
