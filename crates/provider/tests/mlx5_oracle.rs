@@ -59,6 +59,8 @@ struct Run {
     qp_info: Vec<Option<(u32, *const u32)>>,
     inline: Vec<Vec<u8>>,
     uars: Arc<FakeUars>,
+    /// (port, GID index) pairs the script made RoCE v2 GIDs.
+    roce_v2: Arc<std::sync::Mutex<Vec<(u8, u8)>>>,
 }
 
 fn arg<'a>(t: &[&'a str], key: &str) -> Option<&'a str> {
@@ -320,6 +322,10 @@ impl Run {
                     });
                 }
                 let dmac = arg(t, "dmac").map(unhex).unwrap_or_default();
+                if num(t, "roce_v2", 0) != 0 {
+                    let sgid = a.grh.map_or(0, |g| g.sgid_index);
+                    self.roce_v2.lock().unwrap().push((a.port_num, sgid));
+                }
                 let r = self
                     .driver
                     .as_ref()
@@ -558,6 +564,12 @@ impl Run {
         }
     }
 
+    /// The GID types as the script set them (`ah ... roce_v2=1`).
+    fn gid_types(&self) -> rverbs_provider::mlx5::driver::GidTypeFn {
+        let v2 = self.roce_v2.clone();
+        Box::new(move |p, i| v2.lock().unwrap().contains(&(p, i)))
+    }
+
     fn ctx(&mut self, t: &[&str]) {
         let eth = arg(t, "link") == Some("eth");
         let udata = Mlx5ContextUdata::new(PAGE);
@@ -604,7 +616,10 @@ impl Run {
                 info.num_uars_per_page,
             )
             .unwrap();
-            self.driver = Some(Mlx5Driver::from_dynamic(info, pool, policy, vec![eth]));
+            self.driver = Some(
+                Mlx5Driver::from_dynamic(info, pool, policy, vec![eth])
+                    .with_gid_types(self.gid_types()),
+            );
             self.take_uars();
             self.udata(req.as_bytes(), 0);
             return;
@@ -618,8 +633,11 @@ impl Run {
             .map(|i| (unsafe { base.add(i * PAGE) }, PAGE))
             .collect();
         // SAFETY: as above.
-        self.driver =
-            Some(unsafe { Mlx5Driver::from_parts(info, &pages, policy, vec![eth]) }.unwrap());
+        self.driver = Some(
+            unsafe { Mlx5Driver::from_parts(info, &pages, policy, vec![eth]) }
+                .unwrap()
+                .with_gid_types(self.gid_types()),
+        );
         for (i, p) in pages.iter().enumerate() {
             self.region(format!("uar0.p{i}"), p.0, PAGE);
         }
@@ -712,7 +730,7 @@ macro_rules! scripts {
 }
 
 /// Every script in `tests/mlx5_oracle/`.
-pub const SCRIPTS: [(&str, &str, &str); 11] = scripts![
+pub const SCRIPTS: [(&str, &str, &str); 12] = scripts![
     "cqe_v1",
     "doorbell_prefer_bf_0",
     "doorbell_shut_up_bf",
@@ -724,6 +742,7 @@ pub const SCRIPTS: [(&str, &str, &str); 11] = scripts![
     "recv_srq",
     "ud_ib",
     "ud_roce",
+    "ud_roce_v2",
 ];
 
 /// Every committed script: rverbs' dump is identical to libmlx5's golden one.

@@ -1080,3 +1080,19 @@ fn mlx5_dyn_uar_dedicated_register_comes_back() {
     assert_eq!(page(&u), 0x31);
     assert_eq!(k.st.lock().unwrap().live(), 3);
 }
+
+/// RoCE v2 UDP source ports (libmlx5 `mlx5_ah_set_udp_sport`): from the flow label, else
+/// random, always in 0xC000..=0xFFFF.
+#[test]
+fn mlx5_roce_v2_udp_sport() {
+    use rverbs_provider::mlx5::wq::roce_v2_udp_sport;
+    assert_eq!(roce_v2_udp_sport(0x12345), 0xe341);
+    assert_eq!(roce_v2_udp_sport(0xfffff), 0xffc0);
+    assert_eq!(roce_v2_udp_sport(1), 0xc001);
+    let ports: Vec<u16> = (0..64).map(|_| roce_v2_udp_sport(0)).collect();
+    assert!(ports.iter().all(|&p| p >= 0xc000), "{ports:x?}");
+    assert!(
+        ports.iter().any(|&p| p != ports[0]),
+        "random ports: {ports:x?}"
+    );
+}

@@ -61,7 +61,8 @@ pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
             info.bf_reg_size,
             info.num_uars_per_page,
         )?;
-        let d = Mlx5Driver::from_dynamic(info, pool, BfPolicy::from_env(), eth);
+        let d = Mlx5Driver::from_dynamic(info, pool, BfPolicy::from_env(), eth)
+            .with_gid_types(sysfs_gid_types(dev));
         // SAFETY: as below.
         unsafe { ctx.set_driver(Box::new(d)) }?;
         return Ok(Arc::new(ctx));
@@ -79,12 +80,23 @@ pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
     let uar_mem: Vec<(*mut u8, usize)> = uars.iter().map(|m| (m.ptr().as_ptr(), m.len())).collect();
     // SAFETY: the mappings are kept in the driver (`_uars`), so they outlive every register
     // and CQ made from them (all hold the context alive).
-    let mut d = unsafe { Mlx5Driver::from_parts(info, &uar_mem, BfPolicy::from_env(), eth)? };
+    let mut d = unsafe { Mlx5Driver::from_parts(info, &uar_mem, BfPolicy::from_env(), eth)? }
+        .with_gid_types(sysfs_gid_types(dev));
     d._uars = uars;
     // SAFETY: this context was opened with mlx5's driver data and the kernel accepted it, so
     // the device is an mlx5 device and the rings follow mlx5's layout.
     unsafe { ctx.set_driver(Box::new(d)) }?;
     Ok(Arc::new(ctx))
+}
+
+/// RoCE v2 GIDs as sysfs shows them (`ports/P/gid_attrs/types/I` = `RoCE v2`), what
+/// libibverbs' `ibv_query_gid_type` reads.
+fn sysfs_gid_types(dev: &Device) -> GidTypeFn {
+    let ibdev = dev.ibdev_path().to_path_buf();
+    Box::new(move |port, index| {
+        std::fs::read_to_string(ibdev.join(format!("ports/{port}/gid_attrs/types/{index}")))
+            .is_ok_and(|t| t.trim() == "RoCE v2")
+    })
 }
 
 /// Static UAR pages a context maps (libmlx5: `tot_bfregs / (uars_per_page * 2)`, at least 1).
@@ -94,7 +106,6 @@ pub fn static_uar_pages(info: &Mlx5ContextInfo) -> usize {
 }
 
 /// The per-context mlx5 driver.
-#[derive(Debug)]
 pub struct Mlx5Driver {
     info: Mlx5ContextInfo,
     /// (start, length) of each static UAR system page.
@@ -114,6 +125,24 @@ pub struct Mlx5Driver {
     /// SRQs by kernel handle, so that a QP on an SRQ knows it (CQE version 1 names the QP,
     /// not the SRQ, in a receive completion).
     srqs: Mutex<HashMap<u32, std::sync::Weak<SrqShared>>>,
+    /// Whether GID `index` of `port` is a RoCE v2 GID (read when an AH is created: GIDs
+    /// come and go with the netdev's addresses).
+    roce_v2: GidTypeFn,
+}
+
+/// Tells whether GID `(port, index)` is a RoCE v2 GID.
+pub type GidTypeFn = Box<dyn Fn(u8, u8) -> bool + Send + Sync>;
+
+impl std::fmt::Debug for Mlx5Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mlx5Driver")
+            .field("info", &self.info)
+            .field("uar_pages", &self.uar_pages)
+            .field("dyn_uars", &self.dyn_uars)
+            .field("policy", &self.policy)
+            .field("eth", &self.eth)
+            .finish_non_exhaustive()
+    }
 }
 
 // SAFETY: the UAR memory is only written through single 64-bit doorbell stores (UarPage) and
@@ -181,7 +210,16 @@ impl Mlx5Driver {
             dyn_uars,
             uidx: Arc::default(),
             srqs: Mutex::default(),
+            roce_v2: Box::new(|_, _| false),
         }
+    }
+
+    /// Sets how the driver learns whether a source GID is RoCE v2 (its AVs then carry a UDP
+    /// source port). [`open`] reads the device's sysfs `gid_attrs/types`; without this call
+    /// every GID counts as RoCE v1 / InfiniBand.
+    pub fn with_gid_types(mut self, roce_v2: GidTypeFn) -> Self {
+        self.roce_v2 = roce_v2;
+        self
     }
 
     /// With CQE version 1, a user index for a new QP (`None` with version 0).
@@ -418,7 +456,11 @@ impl Driver for Mlx5Driver {
         }
         let mut resp = mlx5_ib_create_ah_resp::default();
         create(&[], resp.as_mut_bytes())?;
-        let av = build_av(attr, eth.then_some(resp.dmac));
+        let v2 = eth
+            && attr
+                .grh
+                .is_some_and(|g| (self.roce_v2)(attr.port_num, g.sgid_index));
+        let av = build_av(attr, eth.then_some(resp.dmac), v2);
         Ok(self.ahs.insert(av))
     }
 }

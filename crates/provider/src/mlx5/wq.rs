@@ -290,14 +290,43 @@ const RATE: [u8; 23] = [
     0, 0, 7, 8, 9, 10, 11, 12, 13, 14, 15, 11, 13, 15, 0, 9, 15, 0, 0, 9, 13, 0, 0,
 ];
 
+/// The lowest UDP source port of RoCE v2 (`IB_ROCE_UDP_ENCAP_VALID_PORT_MIN`): ports are
+/// chosen in `0xC000..=0xFFFF`.
+pub const ROCE_V2_SPORT_MIN: u16 = 0xc000;
+
+/// The RoCE v2 UDP source port of an AH (libmlx5 `mlx5_ah_set_udp_sport`): from a non-zero
+/// flow label, its low 14 bits XOR its high 6 bits, in the valid range
+/// (`ibv_flow_label_to_udp_sport`); with flow label 0 a random port of that range (it spreads
+/// flows over the fabric's paths; nothing on the receiving side depends on it).
+pub fn roce_v2_udp_sport(flow_label: u32) -> u16 {
+    let fl = flow_label & 0xfffff;
+    if fl != 0 {
+        let low = (fl & 0x3fff) ^ ((fl & 0xfc000) >> 14);
+        return low as u16 | ROCE_V2_SPORT_MIN;
+    }
+    use std::hash::{BuildHasher, Hasher};
+    // A per-process random key (std's hasher seed) hashing a counter: random enough to
+    // spread flows, no dependency.
+    static N: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(N.fetch_add(1, Ordering::Relaxed));
+    (h.finish() % (0x1_0000 - u64::from(ROCE_V2_SPORT_MIN))) as u16 + ROCE_V2_SPORT_MIN
+}
+
 /// Builds the address vector of an AH (libmlx5 `mlx5_create_ah`); `dmac` is the RoCE
-/// destination MAC the kernel's create-AH response gave (`None` on InfiniBand).
-pub fn build_av(attr: &AhAttr, dmac: Option<[u8; 6]>) -> Av {
+/// destination MAC the kernel's create-AH response gave (`None` on InfiniBand); `roce_v2`:
+/// the source GID is a RoCE v2 one, so the AV carries a UDP source port where InfiniBand has
+/// the destination LID.
+pub fn build_av(attr: &AhAttr, dmac: Option<[u8; 6]>, roce_v2: bool) -> Av {
     let mut av = [0u8; AV_SIZE];
     let rate = RATE.get(attr.static_rate as usize).copied().unwrap_or(0);
     let grh_bit;
     if let Some(mac) = dmac {
         grh_bit = 0;
+        if roce_v2 {
+            let fl = attr.grh.map_or(0, |g| g.flow_label);
+            av[14..16].copy_from_slice(&roce_v2_udp_sport(fl).to_be_bytes());
+        }
         av[12] = (rate << 4) | ((attr.sl & 7) << 1);
         av[20..26].copy_from_slice(&mac);
     } else {

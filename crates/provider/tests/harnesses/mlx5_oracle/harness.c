@@ -924,6 +924,14 @@ int main(int argc, char **argv)
 			}
 			if (arg(tok, n, "dmac"))
 				unhex(arg(tok, n, "dmac"), next_dmac);
+			if (num(tok, n, "roce_v2", 0)) {
+				/* the source GID is a RoCE v2 one: what ibv_query_gid_type reads */
+				char rel[128];
+				snprintf(rel, sizeof(rel),
+					 "class/infiniband/mlx5_0/ports/%u/gid_attrs/types/%u",
+					 a.port_num, a.grh.sgid_index);
+				put(sysfs_root, rel, "RoCE v2");
+			}
 			ahs[id] = ibv_create_ah(pd, &a);
 			if (!ahs[id]) { rc = errno ? errno : EINVAL; goto done; }
 		} else if (!strcmp(w, "rts")) {
