@@ -472,11 +472,24 @@ impl Run {
         let cq = num(t, "cq", 1) as usize;
         let (qpn, db) = self.qp_info[id].unwrap();
         let mut wc = [WorkCompletion::default(); 1];
+        // ns per WR (stderr, outside the dump), measured as the harness does: each
+        // bench_post timed with the monotonic clock, minus the cost of an empty timed region.
+        // The command fd the core hands over, fetched once (the core's `Qp::post_send` has it
+        // in a field: no lookup per post).
+        let k = kobj();
+        let mut empty = std::time::Duration::ZERO;
+        let mut spent = std::time::Duration::ZERO;
+        for _ in 0..reps {
+            let t0 = std::time::Instant::now();
+            empty += t0.elapsed();
+        }
         for _ in 0..reps {
             // SAFETY: the QP's doorbell record, alive; this thread is the only writer.
             let before = u32::from_be(unsafe { db.add(1).read_volatile() }) as u16;
             let qp = self.qps[id].as_mut().unwrap();
-            bench_post(qp.as_mut(), wrs);
+            let t0 = std::time::Instant::now();
+            bench_post(qp.as_mut(), wrs, k);
+            spent += t0.elapsed();
             // SAFETY: as above.
             let after = u32::from_be(unsafe { db.add(1).read_volatile() }) as u16;
             let last = after.wrapping_sub(after.wrapping_sub(before) / wrs.len() as u16);
@@ -498,6 +511,10 @@ impl Run {
             assert_eq!(e.0.poll(&mut wc), 1);
             assert_eq!(wc[0].status.0, 0);
         }
+        eprintln!(
+            "bench: {:.2} ns per WR",
+            spent.saturating_sub(empty).as_nanos() as f64 / (reps as f64 * wrs.len() as f64)
+        );
     }
 
     fn send_wr<'a>(&self, g: &[&str], sge: &'a [Sge]) -> SendWr<'a> {
@@ -648,10 +665,10 @@ impl Run {
 /// the core's `Qp::post_send` makes through the seam, without the core's state check and
 /// lock).
 #[inline(never)]
-fn bench_post(qp: &mut dyn QpOps, wrs: &[SendWr<'_>]) {
+fn bench_post(qp: &mut dyn QpOps, wrs: &[SendWr<'_>], k: rverbs_uverbs::provider::KernelObj<'_>) {
     // SAFETY: non-inline SGEs are never dereferenced (no device); inline ones name buffers
     // the run keeps.
-    unsafe { qp.post_send(kobj(), wrs) }.unwrap();
+    unsafe { qp.post_send(k, wrs) }.unwrap();
 }
 
 fn set<T>(v: &mut Vec<Option<T>>, i: usize, x: T)
