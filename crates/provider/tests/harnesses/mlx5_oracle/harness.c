@@ -602,6 +602,12 @@ static int sges(char **tok, int n, struct ibv_sge *sg)
 
 static volatile uint32_t *qp_db[MAXOBJ];
 
+static int cmp_ll(const void *a, const void *b)
+{
+	long long x = *(const long long *)a, y = *(const long long *)b;
+	return (x > y) - (x < y);
+}
+
 /* The benchmark's post: not inlined, so that callgrind can count it alone. */
 __attribute__((noinline)) int bench_post(struct ibv_qp *qp, struct ibv_send_wr *wr,
 					 struct ibv_send_wr **bad)
@@ -688,21 +694,22 @@ static int step_send(char **tok, int n)
 		 * outside bench_post) so the SQ never fills: callgrind counts bench_post only */
 		int reps = num(tok, n, "n", 1), cq = num(tok, n, "cq", 1);
 		volatile uint32_t *db = qp_db[qp];
-		/* ns per WR (stderr, outside the dump): each bench_post timed with
-		 * CLOCK_MONOTONIC, minus the cost of an empty timed region */
-		long long spent = 0, empty = 0;
+		/* ns per WR (stderr, outside the dump): the median of each bench_post timed with
+		 * CLOCK_MONOTONIC, minus the median of an empty timed region (medians: a loaded
+		 * machine preempts some of them) */
+		long long *spent = calloc(reps, sizeof(long long)), *empty = calloc(reps, sizeof(long long));
 		struct timespec t0, t1;
 		for (int r = 0; r < reps; r++) {
 			clock_gettime(CLOCK_MONOTONIC, &t0);
 			clock_gettime(CLOCK_MONOTONIC, &t1);
-			empty += (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
+			empty[r] = (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
 		}
 		for (int r = 0; r < reps; r++) {
 			uint16_t before = be32toh(db[1]);
 			clock_gettime(CLOCK_MONOTONIC, &t0);
 			int e = bench_post(qps[qp], wrs, &bad);
 			clock_gettime(CLOCK_MONOTONIC, &t1);
-			spent += (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
+			spent[r] = (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
 			if (e)
 				return 1;
 			uint16_t after = be32toh(db[1]);
@@ -712,8 +719,12 @@ static int step_send(char **tok, int n)
 			if (ibv_poll_cq(cqs[cq], 1, &wc) != 1 || wc.status != IBV_WC_SUCCESS)
 				return 1;
 		}
+		qsort(spent, reps, sizeof(long long), cmp_ll);
+		qsort(empty, reps, sizeof(long long), cmp_ll);
 		fprintf(stderr, "bench: %.2f ns per WR\n",
-			(double)(spent - empty) / ((double)reps * nw));
+			(double)(spent[reps / 2] - empty[reps / 2]) / nw);
+		free(spent);
+		free(empty);
 		return 0;
 	}
 	int rc = ibv_post_send(qps[qp], wrs, &bad);
