@@ -1074,7 +1074,7 @@ fn mlx5_dyn_uar_dedicated_register_comes_back() {
     assert_eq!(k.st.lock().unwrap().live(), 3);
     // Dropping a QP gives its register back: the next QP takes it, no new UAR.
     let mut qps = qps;
-    qps.remove(1);
+    drop(qps.remove(1).0.unwrap());
     let (r, u) = dyn_qp(&d, 0x200);
     r.unwrap();
     assert_eq!(page(&u), 0x31);

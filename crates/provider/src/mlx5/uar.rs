@@ -159,7 +159,6 @@ impl DynUar {
         // outputs into locals that outlive the call.
         unsafe { kernel.ioctl(&mut call) }.map_err(|e| Error::os(op(), e))?;
         let handle = call.handle(h);
-        drop(call);
         let mut uar = Self {
             kernel: kernel.clone(),
             handle,
@@ -357,7 +356,7 @@ impl DynUarPool {
             // one only if strictly less used).
             let mut best = None;
             for (i, &(_, n)) in s.shared.iter().enumerate() {
-                if best.is_none_or(|b: usize| n < s.shared[b].1) {
+                if best.map_or(true, |b: usize| n < s.shared[b].1) {
                     best = Some(i);
                 }
             }
