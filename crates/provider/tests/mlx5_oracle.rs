@@ -26,9 +26,10 @@ use rverbs_provider::mlx5::uar::{DynUarPool, UarKernel};
 use rverbs_provider::mlx5::wq::BfPolicy;
 use rverbs_provider::mlx5::Mlx5ContextUdata;
 use rverbs_uverbs::ah::{AhAttr, GlobalRoute};
-use rverbs_uverbs::provider::{
-    CqCreated, CqOps, Driver, QpCaps, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
+use rverbs_uverbs::driver::{
+    CqCreated, CqOps, Driver, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
 };
+use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::qp::QpType;
 use rverbs_uverbs::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion};
 use zerocopy::IntoBytes;
@@ -668,7 +669,7 @@ impl Run {
 /// the core's `Qp::post_send` makes through the seam, without the core's state check and
 /// lock).
 #[inline(never)]
-fn bench_post(qp: &mut dyn QpOps, wrs: &[SendWr<'_>], k: rverbs_uverbs::provider::KernelObj<'_>) {
+fn bench_post(qp: &mut dyn QpOps, wrs: &[SendWr<'_>], k: rverbs_uverbs::driver::KernelObj<'_>) {
     // SAFETY: non-inline SGEs are never dereferenced (no device); inline ones name buffers
     // the run keeps.
     unsafe { qp.post_send(k, wrs) }.unwrap();

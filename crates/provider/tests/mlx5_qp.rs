@@ -20,9 +20,11 @@ use rverbs_provider::mlx5::uar::{DynUarPool, UarKernel};
 use rverbs_provider::mlx5::wq::{qp_sizing, srq_sizing, BfPolicy, WqLimits};
 use rverbs_provider::mlx5::Mlx5ContextInfo;
 use rverbs_uverbs::ah::{AhAttr, GlobalRoute};
-use rverbs_uverbs::provider::{
-    CqCreated, CqOps, Driver, PostQueue, QpCaps, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
+use rverbs_uverbs::driver::{
+    CqCreated, CqOps, Driver, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
 };
+use rverbs_uverbs::error::PostQueue;
+use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::qp::QpType;
 use rverbs_uverbs::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcStatus, WorkCompletion};
 

@@ -16,8 +16,8 @@ use rverbs_provider::mlx5::abi::{
     MLX5_IB_OBJECT_UAR,
 };
 use rverbs_provider::mlx5::uar::UarKernel;
+use rverbs_uverbs::driver::KernelObj;
 use rverbs_uverbs::ioctl::IoctlCall;
-use rverbs_uverbs::provider::KernelObj;
 
 /// The system page size the fakes use.
 pub const PAGE: usize = 4096;
