@@ -118,12 +118,57 @@ fn constants() -> Vec<(&'static str, u64)> {
             "MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS",
             MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS as u64,
         ),
+        ("MLX5_IB_OBJECT_UAR", MLX5_IB_OBJECT_UAR as u64),
+        (
+            "MLX5_IB_METHOD_UAR_OBJ_ALLOC",
+            MLX5_IB_METHOD_UAR_OBJ_ALLOC as u64,
+        ),
+        (
+            "MLX5_IB_METHOD_UAR_OBJ_DESTROY",
+            MLX5_IB_METHOD_UAR_OBJ_DESTROY as u64,
+        ),
+        (
+            "MLX5_IB_ATTR_UAR_OBJ_ALLOC_HANDLE",
+            MLX5_IB_ATTR_UAR_OBJ_ALLOC_HANDLE as u64,
+        ),
+        (
+            "MLX5_IB_ATTR_UAR_OBJ_ALLOC_TYPE",
+            MLX5_IB_ATTR_UAR_OBJ_ALLOC_TYPE as u64,
+        ),
+        (
+            "MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_OFFSET",
+            MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_OFFSET as u64,
+        ),
+        (
+            "MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_LENGTH",
+            MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_LENGTH as u64,
+        ),
+        (
+            "MLX5_IB_ATTR_UAR_OBJ_ALLOC_PAGE_ID",
+            MLX5_IB_ATTR_UAR_OBJ_ALLOC_PAGE_ID as u64,
+        ),
+        (
+            "MLX5_IB_ATTR_UAR_OBJ_DESTROY_HANDLE",
+            MLX5_IB_ATTR_UAR_OBJ_DESTROY_HANDLE as u64,
+        ),
+        (
+            "MLX5_IB_UAPI_UAR_ALLOC_TYPE_BF",
+            MLX5_IB_UAPI_UAR_ALLOC_TYPE_BF as u64,
+        ),
+        (
+            "MLX5_IB_UAPI_UAR_ALLOC_TYPE_NC",
+            MLX5_IB_UAPI_UAR_ALLOC_TYPE_NC as u64,
+        ),
+        (
+            "MLX5_QP_FLAG_UAR_PAGE_INDEX",
+            MLX5_QP_FLAG_UAR_PAGE_INDEX as u64,
+        ),
     ]
 }
 
 fn probe_source() -> String {
     let mut c = String::from(
-        "#include <stddef.h>\n#include <stdio.h>\n#include <rdma/mlx5-abi.h>\nint main(void) {\n",
+        "#include <stddef.h>\n#include <stdio.h>\n#include <rdma/mlx5-abi.h>\n#include <rdma/mlx5_user_ioctl_cmds.h>\n#include <rdma/mlx5_user_ioctl_verbs.h>\nint main(void) {\n",
     );
     for (name, _, fields) in layouts() {
         c += &format!("printf(\"{name} sizeof %zu\\n\", sizeof(struct {name}));\n");

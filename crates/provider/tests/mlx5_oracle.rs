@@ -13,24 +13,28 @@
 //! Steps rverbs does not take at the provider level: `rts` (QP state lives in the core,
 //! which refuses posts before RTS itself) prints nothing on either side.
 
+#[path = "common/mlx5.rs"]
+mod mlx5_common;
+use mlx5_common::{fd, kobj, FakeUars, PAGE};
+
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use rverbs_provider::mlx5::abi::mlx5_ib_alloc_ucontext_resp;
 use rverbs_provider::mlx5::driver::Mlx5Driver;
+use rverbs_provider::mlx5::uar::{DynUarPool, UarKernel};
 use rverbs_provider::mlx5::wq::BfPolicy;
 use rverbs_provider::mlx5::Mlx5ContextUdata;
 use rverbs_uverbs::ah::{AhAttr, GlobalRoute};
 use rverbs_uverbs::driver::{
-    CqCreated, CqOps, Driver, KernelObj, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
+    CqCreated, CqOps, Driver, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
 };
 use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::qp::QpType;
 use rverbs_uverbs::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion};
 use zerocopy::IntoBytes;
 
-const PAGE: usize = 4096;
 const UAR_PAGES: usize = 8;
-
 struct Region {
     name: String,
     addr: *const u8,
@@ -55,22 +59,9 @@ struct Run {
     /// Per QP: its number and doorbell record.
     qp_info: Vec<Option<(u32, *const u32)>>,
     inline: Vec<Vec<u8>>,
-}
-
-/// A command fd for the seam: /dev/null, opened once and kept for the process (the mlx5 data
-/// path never uses it: no write() doorbells).
-fn fd() -> std::os::fd::BorrowedFd<'static> {
-    use std::os::fd::AsFd;
-    static NULL: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
-    NULL.get_or_init(|| std::fs::File::open("/dev/null").unwrap())
-        .as_fd()
-}
-
-fn kobj() -> KernelObj<'static> {
-    KernelObj {
-        fd: fd(),
-        handle: 1,
-    }
+    uars: Arc<FakeUars>,
+    /// (port, GID index) pairs the script made RoCE v2 GIDs.
+    roce_v2: Arc<std::sync::Mutex<Vec<(u8, u8)>>>,
 }
 
 fn arg<'a>(t: &[&'a str], key: &str) -> Option<&'a str> {
@@ -101,6 +92,18 @@ fn hex(b: &[u8]) -> String {
 }
 
 impl Run {
+    /// What the fake UAR kernel printed and mapped since the last call, in order.
+    fn take_uars(&mut self) {
+        let (out, mapped) = {
+            let mut s = self.uars.st.lock().unwrap();
+            (std::mem::take(&mut s.out), std::mem::take(&mut s.mapped))
+        };
+        self.out.push_str(&out);
+        for (k, p) in mapped {
+            self.region(format!("duar{k}.p0"), p, PAGE);
+        }
+    }
+
     fn region(&mut self, name: String, addr: *const u8, len: usize) {
         self.regions.push(Region {
             name,
@@ -213,6 +216,7 @@ impl Run {
                     caps,
                     sq_sig_all: num(t, "sig_all", 0) != 0,
                     has_srq: arg(t, "srq").is_some(),
+                    srq_handle: arg(t, "srq").map(|s| 100 + s.parse::<u32>().unwrap()),
                 };
                 let qpn = num(t, "qpn", 0x100 + id as u64) as u32;
                 let bfreg = num(t, "bfreg", 1) as u32;
@@ -230,6 +234,7 @@ impl Run {
                             caps,
                         })
                     });
+                self.take_uars();
                 let ops = match r {
                     Ok(o) => o,
                     Err(_) => {
@@ -268,7 +273,7 @@ impl Run {
                         uout[..4].copy_from_slice(&srqn.to_ne_bytes());
                         // As the kernel answers: roundup_pow_of_two(max_wr + 1) - 1.
                         Ok(SrqCreated {
-                            handle: 1,
+                            handle: 100 + id as u32,
                             max_wr: (max_wr + 1).next_power_of_two() - 1,
                             max_sge,
                             srq_num: srqn,
@@ -318,6 +323,10 @@ impl Run {
                     });
                 }
                 let dmac = arg(t, "dmac").map(unhex).unwrap_or_default();
+                if num(t, "roce_v2", 0) != 0 {
+                    let sgid = a.grh.map_or(0, |g| g.sgid_index);
+                    self.roce_v2.lock().unwrap().push((a.port_num, sgid));
+                }
                 let r = self
                     .driver
                     .as_ref()
@@ -335,6 +344,27 @@ impl Run {
                 }
             }
             "rts" => {}
+            "close" => {
+                // Objects, then the driver (which destroys its UARs); the destroys sorted.
+                self.qps.clear();
+                self.srqs.clear();
+                self.cqs.clear();
+                self.ahs.clear();
+                self.driver = None;
+                let mut s = self.uars.st.lock().unwrap();
+                let mut d = std::mem::take(&mut s.destroyed);
+                d.sort_unstable();
+                for h in d {
+                    let _ = writeln!(self.out, "  destroyed uar handle {h}");
+                }
+                for (k, a) in s.alive.iter().enumerate() {
+                    if *a {
+                        let _ = writeln!(self.out, "  leaked uar handle {}", 0x100 + k);
+                    }
+                }
+                drop(s);
+                self.regions.clear();
+            }
             "send" | "bench" => {
                 let id = num(t, "qp", 0) as usize;
                 let groups: Vec<Vec<&str>> =
@@ -443,11 +473,24 @@ impl Run {
         let cq = num(t, "cq", 1) as usize;
         let (qpn, db) = self.qp_info[id].unwrap();
         let mut wc = [WorkCompletion::default(); 1];
+        // ns per WR (stderr, outside the dump), measured as the harness does: the median of
+        // each bench_post timed with the monotonic clock, minus the median of an empty timed
+        // region.
+        // The command fd as the core hands it over (its `Qp::post_send` has it in a field).
+        let k = kobj();
+        let mut empty = Vec::with_capacity(reps as usize);
+        let mut spent = Vec::with_capacity(reps as usize);
+        for _ in 0..reps {
+            let t0 = std::time::Instant::now();
+            empty.push(t0.elapsed());
+        }
         for _ in 0..reps {
             // SAFETY: the QP's doorbell record, alive; this thread is the only writer.
             let before = u32::from_be(unsafe { db.add(1).read_volatile() }) as u16;
             let qp = self.qps[id].as_mut().unwrap();
-            bench_post(qp.as_mut(), wrs);
+            let t0 = std::time::Instant::now();
+            bench_post(qp.as_mut(), wrs, k);
+            spent.push(t0.elapsed());
             // SAFETY: as above.
             let after = u32::from_be(unsafe { db.add(1).read_volatile() }) as u16;
             let last = after.wrapping_sub(after.wrapping_sub(before) / wrs.len() as u16);
@@ -469,6 +512,13 @@ impl Run {
             assert_eq!(e.0.poll(&mut wc), 1);
             assert_eq!(wc[0].status.0, 0);
         }
+        spent.sort_unstable();
+        empty.sort_unstable();
+        let mid = reps as usize / 2;
+        eprintln!(
+            "bench: {:.2} ns per WR",
+            (spent[mid].as_nanos() as f64 - empty[mid].as_nanos() as f64) / wrs.len() as f64
+        );
     }
 
     fn send_wr<'a>(&self, g: &[&str], sge: &'a [Sge]) -> SendWr<'a> {
@@ -535,8 +585,16 @@ impl Run {
         }
     }
 
+    /// The GID types as the script set them (`ah ... roce_v2=1`).
+    fn gid_types(&self) -> rverbs_provider::mlx5::driver::GidTypeFn {
+        let v2 = self.roce_v2.clone();
+        Box::new(move |p, i| v2.lock().unwrap().contains(&(p, i)))
+    }
+
     fn ctx(&mut self, t: &[&str]) {
         let eth = arg(t, "link") == Some("eth");
+        let udata = Mlx5ContextUdata::new(PAGE);
+        let req = udata.request().unwrap();
         // The same response the harness's fake kernel gives (harness.c, GET_CONTEXT).
         let r = mlx5_ib_alloc_ucontext_resp {
             qp_tab_size: 1 << 18,
@@ -549,23 +607,14 @@ impl Run {
             max_recv_wr: 1 << 15,
             max_srq_recv_wr: num(t, "max_srq_wr", 1 << 15) as u32,
             num_ports: 1,
-            cqe_version: 0,
+            cqe_version: (num(t, "cqe_version", 0) as u8).min(req.max_cqe_version),
             cmds_supp_uhw: if eth { 1 << 1 } else { 0 },
             log_uar_size: 12,
             num_uars_per_page: 1,
             response_length: core::mem::size_of::<mlx5_ib_alloc_ucontext_resp>() as u32,
             ..Default::default()
         };
-        let info = Mlx5ContextUdata::new(PAGE)
-            .parse_response(r.as_bytes(), PAGE)
-            .unwrap();
-        self.uar = vec![0u64; UAR_PAGES * PAGE / 8];
-        let base = self.uar.as_mut_ptr().cast::<u8>();
-        // SAFETY: UAR_PAGES pages inside `self.uar`, which lives (never reallocated) until
-        // the run ends, after the driver and its objects.
-        let pages: Vec<(*mut u8, usize)> = (0..UAR_PAGES)
-            .map(|i| (unsafe { base.add(i * PAGE) }, PAGE))
-            .collect();
+        let info = udata.parse_response(r.as_bytes(), PAGE).unwrap();
         let env = |k: &str| {
             self.env
                 .iter()
@@ -576,9 +625,40 @@ impl Run {
             shut_up_bf: env("MLX5_SHUT_UP_BF").is_some_and(|v| v != "0"),
             prefer_bf: env("MLX5_POST_SEND_PREFER_BF") != Some("0"),
         };
+        if info.tot_bfregs == 0 {
+            self.uars.st.lock().unwrap().fail_at = num(t, "uar_fail", 0) as u32;
+            let kernel: Arc<dyn UarKernel> = self.uars.clone();
+            let pool = DynUarPool::new(
+                kernel,
+                "mlx5_0",
+                udata.total_num_bfregs,
+                udata.num_low_latency_bfregs,
+                info.bf_reg_size,
+                info.num_uars_per_page,
+            )
+            .unwrap();
+            self.driver = Some(
+                Mlx5Driver::from_dynamic(info, pool, policy, vec![eth])
+                    .with_gid_types(self.gid_types()),
+            );
+            self.take_uars();
+            self.udata(req.as_bytes(), 0);
+            return;
+        }
+        self.udata(req.as_bytes(), 0);
+        self.uar = vec![0u64; UAR_PAGES * PAGE / 8];
+        let base = self.uar.as_mut_ptr().cast::<u8>();
+        // SAFETY: UAR_PAGES pages inside `self.uar`, which lives (never reallocated) until
+        // the run ends, after the driver and its objects.
+        let pages: Vec<(*mut u8, usize)> = (0..UAR_PAGES)
+            .map(|i| (unsafe { base.add(i * PAGE) }, PAGE))
+            .collect();
         // SAFETY: as above.
-        self.driver =
-            Some(unsafe { Mlx5Driver::from_parts(info, &pages, policy, vec![eth]) }.unwrap());
+        self.driver = Some(
+            unsafe { Mlx5Driver::from_parts(info, &pages, policy, vec![eth]) }
+                .unwrap()
+                .with_gid_types(self.gid_types()),
+        );
         for (i, p) in pages.iter().enumerate() {
             self.region(format!("uar0.p{i}"), p.0, PAGE);
         }
@@ -589,10 +669,10 @@ impl Run {
 /// the core's `Qp::post_send` makes through the seam, without the core's state check and
 /// lock).
 #[inline(never)]
-fn bench_post(qp: &mut dyn QpOps, wrs: &[SendWr<'_>]) {
+fn bench_post(qp: &mut dyn QpOps, wrs: &[SendWr<'_>], k: rverbs_uverbs::driver::KernelObj<'_>) {
     // SAFETY: non-inline SGEs are never dereferenced (no device); inline ones name buffers
     // the run keeps.
-    unsafe { qp.post_send(kobj(), wrs) }.unwrap();
+    unsafe { qp.post_send(k, wrs) }.unwrap();
 }
 
 fn set<T>(v: &mut Vec<Option<T>>, i: usize, x: T)
@@ -671,14 +751,19 @@ macro_rules! scripts {
 }
 
 /// Every script in `tests/mlx5_oracle/`.
-pub const SCRIPTS: [(&str, &str, &str); 7] = scripts![
+pub const SCRIPTS: [(&str, &str, &str); 12] = scripts![
+    "cqe_v1",
     "doorbell_prefer_bf_0",
     "doorbell_shut_up_bf",
+    "dyn_uar",
+    "dyn_uar_fail",
+    "dyn_uar_shut_up_bf",
     "inline_and_wrap",
     "rc_opcodes",
     "recv_srq",
     "ud_ib",
     "ud_roce",
+    "ud_roce_v2",
 ];
 
 /// Every committed script: rverbs' dump is identical to libmlx5's golden one.

@@ -9,15 +9,19 @@
 
 mod common;
 use common::allocs;
+#[path = "common/mlx5.rs"]
+mod mlx5_common;
+use mlx5_common::{fd, kobj, FakeUars};
 
 use std::sync::Arc;
 
 use rverbs_provider::mlx5::driver::Mlx5Driver;
+use rverbs_provider::mlx5::uar::{DynUarPool, UarKernel};
 use rverbs_provider::mlx5::wq::{qp_sizing, srq_sizing, BfPolicy, WqLimits};
 use rverbs_provider::mlx5::Mlx5ContextInfo;
 use rverbs_uverbs::ah::{AhAttr, GlobalRoute};
 use rverbs_uverbs::driver::{
-    CqCreated, CqOps, Driver, KernelObj, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
+    CqCreated, CqOps, Driver, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
 };
 use rverbs_uverbs::error::PostQueue;
 use rverbs_uverbs::qp::QpCaps;
@@ -77,22 +81,6 @@ fn driver(uars: &mut Uars, policy: BfPolicy, eth: bool) -> Mlx5Driver {
     unsafe { Mlx5Driver::from_parts(info(), &uars.pages(), policy, vec![eth]) }.unwrap()
 }
 
-/// A command fd for the seam: /dev/null, opened once and kept for the process (the mlx5 data
-/// path never uses it: no write() doorbells).
-fn fd() -> std::os::fd::BorrowedFd<'static> {
-    use std::os::fd::AsFd;
-    static NULL: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
-    NULL.get_or_init(|| std::fs::File::open("/dev/null").unwrap())
-        .as_fd()
-}
-
-fn kobj() -> KernelObj<'static> {
-    KernelObj {
-        fd: fd(),
-        handle: 1,
-    }
-}
-
 /// A CQ through the driver; returns its ops and the ring address from the driver data.
 fn cq(d: &Mlx5Driver, cqn: u32) -> (Box<dyn CqOps>, *mut u8) {
     let mut buf = 0u64;
@@ -118,6 +106,7 @@ fn qp(d: &Mlx5Driver, qp_type: QpType, caps: QpCaps, qpn: u32, bfreg: u32, srq: 
         caps,
         sq_sig_all: false,
         has_srq: srq,
+        srq_handle: srq.then_some(1),
     };
     let ops = d
         .create_qp(fd(), &req, &mut |uin, uout| {
@@ -869,6 +858,7 @@ fn bad_create_responses_are_refused() {
         caps: caps(1, 1, 1, 1, 0),
         sq_sig_all: false,
         has_srq: false,
+        srq_handle: None,
     };
     for bad in [2u32, 3, 32, 1000] {
         let e = d
@@ -960,4 +950,151 @@ fn post_and_poll_do_not_allocate() {
     assert_eq!(after - before, 0, "the post/poll path allocated");
     drop(q);
     drop(cq);
+}
+
+// ---- dynamic UARs (tot_bfregs 0): every failure is a clear error and leaves no UAR ----
+
+fn dyn_info() -> Mlx5ContextInfo {
+    Mlx5ContextInfo {
+        tot_bfregs: 0,
+        ..info()
+    }
+}
+
+fn pool(k: &Arc<FakeUars>) -> std::io::Result<DynUarPool> {
+    let kernel: Arc<dyn UarKernel> = k.clone();
+    DynUarPool::new(kernel, "mlx5_0", 16, 4, 512, 1)
+}
+
+fn dyn_driver(k: &Arc<FakeUars>) -> Mlx5Driver {
+    Mlx5Driver::from_dynamic(
+        dyn_info(),
+        pool(k).unwrap(),
+        BfPolicy::default(),
+        vec![false],
+    )
+}
+
+fn rc_req() -> QpRequest {
+    QpRequest {
+        qp_type: QpType::RC,
+        caps: caps(4, 4, 1, 1, 0),
+        sq_sig_all: false,
+        has_srq: false,
+        srq_handle: None,
+    }
+}
+
+/// Creates an RC QP; returns it (or the error) and whether the kernel create was reached.
+fn dyn_qp(d: &Mlx5Driver, qpn: u32) -> (std::io::Result<Box<dyn QpOps>>, Vec<u8>) {
+    let mut udata = Vec::new();
+    let r = d.create_qp(fd(), &rc_req(), &mut |uin, _| {
+        udata = uin.to_vec();
+        Ok(QpCreated {
+            handle: 1,
+            qp_num: qpn,
+            caps: rc_req().caps,
+        })
+    });
+    (r, udata)
+}
+
+#[test]
+fn mlx5_dyn_uar_nc_alloc_refused_fails_open_and_leaks_nothing() {
+    let k = Arc::new(FakeUars::default());
+    k.st.lock().unwrap().fail_at = 1;
+    let e = pool(&k).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("allocate a non-cached UAR on mlx5_0"),
+        "{e}"
+    );
+    assert_eq!(k.st.lock().unwrap().live(), 0);
+}
+
+#[test]
+fn mlx5_dyn_uar_bad_answers_destroy_the_uar() {
+    // A length that is not whole 4 KiB UARs.
+    let k = Arc::new(FakeUars::default());
+    k.st.lock().unwrap().bad_len = Some(100);
+    let e = pool(&k).unwrap_err();
+    assert!(e.to_string().contains("UAR of 100 bytes"), "{e}");
+    assert_eq!(k.st.lock().unwrap().live(), 0);
+    // A page id CREATE_CQ cannot carry.
+    let k = Arc::new(FakeUars::default());
+    k.st.lock().unwrap().page_base = Some(0x1_0000);
+    let e = pool(&k).unwrap_err();
+    assert!(e.to_string().contains("16-bit uar_page_index"), "{e}");
+    assert_eq!(k.st.lock().unwrap().live(), 0);
+    // The mapping fails.
+    let k = Arc::new(FakeUars::default());
+    k.st.lock().unwrap().map_fail = true;
+    let e = pool(&k).unwrap_err();
+    assert!(e.to_string().contains("non-cached UAR on mlx5_0"), "{e}");
+    assert_eq!(k.st.lock().unwrap().live(), 0);
+}
+
+#[test]
+fn mlx5_dyn_uar_qp_alloc_refused_creates_no_qp() {
+    let k = Arc::new(FakeUars::default());
+    let d = dyn_driver(&k);
+    k.st.lock().unwrap().fail_at = 2;
+    let (r, udata) = dyn_qp(&d, 0x100);
+    let e = r.unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("allocate a write-combining UAR on mlx5_0"),
+        "{e}"
+    );
+    assert!(udata.is_empty(), "the kernel QP must not be created");
+    assert_eq!(k.st.lock().unwrap().live(), 1, "only the non-cached UAR");
+    // The next QP allocates again and gets it.
+    let (r, udata) = dyn_qp(&d, 0x101);
+    let qp = r.unwrap();
+    // bfreg_index: the first write-combining UAR's page id; flags: MLX5_QP_FLAG_UAR_PAGE_INDEX.
+    assert_eq!(u32::from_ne_bytes(udata[36..40].try_into().unwrap()), 0x31);
+    assert_eq!(
+        u32::from_ne_bytes(udata[28..32].try_into().unwrap()),
+        1 << 10
+    );
+    drop(qp);
+    drop(d);
+    let s = k.st.lock().unwrap();
+    assert_eq!(s.live(), 0, "the driver destroys every UAR it allocated");
+    assert_eq!(s.destroyed.len(), 2);
+}
+
+#[test]
+fn mlx5_dyn_uar_dedicated_register_comes_back() {
+    let k = Arc::new(FakeUars::default());
+    let d = dyn_driver(&k);
+    let page = |u: &[u8]| u32::from_ne_bytes(u[36..40].try_into().unwrap());
+    let qps: Vec<_> = (0..4).map(|i| dyn_qp(&d, 0x100 + i)).collect();
+    let pages: Vec<u32> = qps.iter().map(|(_, u)| page(u)).collect();
+    // Four dedicated registers: two UARs, two registers each.
+    assert_eq!(pages, [0x31, 0x31, 0x32, 0x32]);
+    assert_eq!(k.st.lock().unwrap().live(), 3);
+    // Dropping a QP gives its register back: the next QP takes it, no new UAR.
+    let mut qps = qps;
+    drop(qps.remove(1).0.unwrap());
+    let (r, u) = dyn_qp(&d, 0x200);
+    r.unwrap();
+    assert_eq!(page(&u), 0x31);
+    assert_eq!(k.st.lock().unwrap().live(), 3);
+}
+
+/// RoCE v2 UDP source ports (libmlx5 `mlx5_ah_set_udp_sport`): from the flow label, else
+/// random, always in 0xC000..=0xFFFF.
+#[test]
+fn mlx5_roce_v2_udp_sport() {
+    use rverbs_provider::mlx5::wq::roce_v2_udp_sport;
+    assert_eq!(roce_v2_udp_sport(0x12345), 0xe341);
+    assert_eq!(roce_v2_udp_sport(0xfffff), 0xffc0);
+    assert_eq!(roce_v2_udp_sport(1), 0xc001);
+    let ports: Vec<u16> = (0..64).map(|_| roce_v2_udp_sport(0)).collect();
+    assert!(ports.iter().all(|&p| p >= 0xc000), "{ports:x?}");
+    assert!(
+        ports.iter().any(|&p| p != ports[0]),
+        "random ports: {ports:x?}"
+    );
 }

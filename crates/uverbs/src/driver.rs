@@ -79,6 +79,9 @@ pub struct QpRequest {
     pub sq_sig_all: bool,
     /// The QP takes receives from an SRQ (so it has no receive queue).
     pub has_srq: bool,
+    /// That SRQ's kernel handle (mlx5 with CQE version 1 finds the SRQ of a receive
+    /// completion through its QP).
+    pub srq_handle: Option<u32>,
 }
 
 /// The callback that creates the kernel object with the driver's data. Arguments: request

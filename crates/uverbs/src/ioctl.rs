@@ -200,6 +200,12 @@ impl<'a> IoctlCall<'a> {
         &self.buf.attrs[..self.n]
     }
 
+    /// The attributes, writable: for a test transport that answers in the kernel's place
+    /// (writes a new object's handle back into its IDR attribute, sets `VALID_OUTPUT`).
+    pub fn attrs_mut(&mut self) -> &mut [ib_uverbs_attr] {
+        &mut self.buf.attrs[..self.n]
+    }
+
     fn finish_header(&mut self, driver_id: u32) {
         let len = size_of::<ib_uverbs_ioctl_hdr>() + self.n * size_of::<ib_uverbs_attr>();
         self.buf.hdr.length = len as u16;

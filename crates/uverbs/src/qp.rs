@@ -415,6 +415,7 @@ impl Qp {
             caps: init.caps,
             sq_sig_all: init.sq_sig_all,
             has_srq: init.srq.is_some(),
+            srq_handle: init.srq.as_ref().map(|s| s.handle()),
         };
         let cap = ib_uverbs_qp_cap {
             max_send_wr: init.caps.max_send_wr,

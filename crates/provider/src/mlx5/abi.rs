@@ -23,17 +23,25 @@ pub const MLX5_LIB_CAP_DYN_UAR: u64 = 1 << 1;
 /// `enum mlx5_ib_alloc_uctx_v2_flags`.
 pub const MLX5_IB_ALLOC_UCTX_DEVX: u32 = 1 << 0;
 
-/// `enum mlx5_ib_alloc_ucontext_resp_mask` (`comp_mask` of the response).
+/// `enum mlx5_ib_alloc_ucontext_resp_mask` (`comp_mask` of the response): the response
+/// carries `hca_core_clock_offset`.
 pub const MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_CORE_CLOCK_OFFSET: u32 = 1 << 0;
+/// The response carries `dump_fill_mkey`.
 pub const MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_DUMP_FILL_MKEY: u32 = 1 << 1;
+/// The device supports enhanced connection establishment (ECE).
 pub const MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_ECE: u32 = 1 << 2;
+/// The device can move a QP from SQD back to RTS.
 pub const MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_SQD2RTS: u32 = 1 << 3;
+/// CQE timestamps can be real time (not free-running).
 pub const MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_REAL_TIME_TS: u32 = 1 << 4;
+/// The device supports the mkey update-tag feature.
 pub const MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_MKEY_UPDATE_TAG: u32 = 1 << 5;
 
-/// `enum mlx5_ib_create_cq_flags`.
+/// `enum mlx5_ib_create_cq_flags`: 128-byte CQE slots padded (the CQE in the second half).
 pub const MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD: u16 = 1 << 0;
+/// `uar_page_index` names the UAR the CQ doorbells go through (dynamic UARs).
 pub const MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX: u16 = 1 << 1;
+/// Real-time CQE timestamps.
 pub const MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS: u16 = 1 << 2;
 
 /// `struct mlx5_ib_alloc_ucontext_req_v2` (32 bytes): driver data of GET_CONTEXT.
@@ -42,14 +50,23 @@ pub const MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS: u16 = 1 << 2;
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct mlx5_ib_alloc_ucontext_req_v2 {
+    /// Blue-flame registers asked for (two per 4 KiB UAR; static UARs only).
     pub total_num_bfregs: u32,
+    /// Of those, registers dedicated to one QP each.
     pub num_low_latency_bfregs: u32,
+    /// `MLX5_IB_ALLOC_UCTX_*` (DEVX).
     pub flags: u32,
+    /// Must be 0.
     pub comp_mask: u32,
+    /// Highest CQE version the library parses (0 or 1).
     pub max_cqe_version: u8,
+    /// Must be 0.
     pub reserved0: u8,
+    /// Must be 0.
     pub reserved1: u16,
+    /// Must be 0.
     pub reserved2: u32,
+    /// `MLX5_LIB_CAP_*`: 4 KiB UARs, dynamic UARs.
     pub lib_caps: u64,
 }
 
@@ -60,27 +77,49 @@ pub struct mlx5_ib_alloc_ucontext_req_v2 {
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct mlx5_ib_alloc_ucontext_resp {
+    /// Size of the device QP table.
     pub qp_tab_size: u32,
+    /// Bytes of one blue-flame register (both BlueFlame halves); 0: no write combining.
     pub bf_reg_size: u32,
+    /// Static blue-flame registers the context got (0: dynamic UARs).
     pub tot_bfregs: u32,
+    /// The device's cache line size.
     pub cache_line_size: u32,
+    /// Largest send WQE, bytes.
     pub max_sq_desc_sz: u16,
+    /// Largest receive WQE, bytes.
     pub max_rq_desc_sz: u16,
+    /// Most 64-byte send blocks per SQ.
     pub max_send_wqebb: u32,
+    /// Most receive WQEs per RQ.
     pub max_recv_wr: u32,
+    /// Most WQEs per SRQ.
     pub max_srq_recv_wr: u32,
+    /// Ports of the device.
     pub num_ports: u16,
+    /// Flow-action capabilities (`MLX5_USER_ALLOC_UCONTEXT_FLOW_ACTION_FLAGS_*`).
     pub flow_action_flags: u16,
+    /// `MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_*`: which optional fields are valid.
     pub comp_mask: u32,
+    /// Bytes of this response the kernel filled.
     pub response_length: u32,
+    /// CQE version in force (at most the one asked for).
     pub cqe_version: u8,
+    /// `MLX5_USER_CMDS_SUPP_UHW_*`: commands that take driver data (create AH).
     pub cmds_supp_uhw: u8,
+    /// Minimum inline header for Ethernet raw-packet QPs.
     pub eth_min_inline: u8,
+    /// Bit mask of the clock-info page versions the kernel can map.
     pub clock_info_versions: u8,
+    /// mmap offset of the core clock (with the CORE_CLOCK_OFFSET bit).
     pub hca_core_clock_offset: u64,
+    /// log2 of one UAR's size.
     pub log_uar_size: u32,
+    /// UARs per system page.
     pub num_uars_per_page: u32,
+    /// Blue-flame registers available for dynamic allocation.
     pub num_dyn_bfregs: u32,
+    /// The dump-and-fill memory key (with the DUMP_FILL_MKEY bit).
     pub dump_fill_mkey: u32,
 }
 
@@ -90,14 +129,23 @@ pub struct mlx5_ib_alloc_ucontext_resp {
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct mlx5_ib_create_cq {
+    /// Address of the CQ buffer the library allocated.
     pub buf_addr: u64,
+    /// Address of the CQ doorbell record.
     pub db_addr: u64,
+    /// CQE slot size: 64 or 128.
     pub cqe_size: u32,
+    /// CQE compression (rverbs: 0).
     pub cqe_comp_en: u8,
+    /// Compressed CQE format (with `cqe_comp_en`).
     pub cqe_comp_res_format: u8,
+    /// `MLX5_IB_CREATE_CQ_FLAGS_*`.
     pub flags: u16,
+    /// The UAR for the CQ doorbells (with `UAR_PAGE_INDEX`).
     pub uar_page_index: u16,
+    /// Must be 0.
     pub reserved0: u16,
+    /// Must be 0.
     pub reserved1: u32,
 }
 
@@ -107,7 +155,9 @@ pub struct mlx5_ib_create_cq {
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct mlx5_ib_create_cq_resp {
+    /// The CQ number (24 bits).
     pub cqn: u32,
+    /// Unused.
     pub reserved: u32,
 }
 
@@ -269,3 +319,29 @@ pub const MLX5_QP_FLAG_BFREG_INDEX: u32 = 1 << 3;
 pub const MLX5_BF_OFFSET: usize = 0x800;
 /// Blue-flame registers per 4 KiB UAR in libmlx5's numbering (`NUM_BFREGS_PER_UAR`).
 pub const MLX5_BFREGS_PER_UAR: u32 = 4;
+
+/// `MLX5_IB_OBJECT_UAR` (`enum mlx5_ib_objects` in `mlx5_user_ioctl_cmds.h`): the driver
+/// object through which a context allocates UARs dynamically (driver namespace, 0x1000 + 8).
+pub const MLX5_IB_OBJECT_UAR: u16 = 0x1008;
+/// `MLX5_IB_METHOD_UAR_OBJ_ALLOC`.
+pub const MLX5_IB_METHOD_UAR_OBJ_ALLOC: u16 = 0x1000;
+/// `MLX5_IB_METHOD_UAR_OBJ_DESTROY`.
+pub const MLX5_IB_METHOD_UAR_OBJ_DESTROY: u16 = 0x1001;
+/// `MLX5_IB_ATTR_UAR_OBJ_ALLOC_HANDLE` (IDR, new object).
+pub const MLX5_IB_ATTR_UAR_OBJ_ALLOC_HANDLE: u16 = 0x1000;
+/// `MLX5_IB_ATTR_UAR_OBJ_ALLOC_TYPE` (const in, `MLX5_IB_UAPI_UAR_ALLOC_TYPE_*`).
+pub const MLX5_IB_ATTR_UAR_OBJ_ALLOC_TYPE: u16 = 0x1001;
+/// `MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_OFFSET` (out u64).
+pub const MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_OFFSET: u16 = 0x1002;
+/// `MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_LENGTH` (out u32).
+pub const MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_LENGTH: u16 = 0x1003;
+/// `MLX5_IB_ATTR_UAR_OBJ_ALLOC_PAGE_ID` (out u32: the UAR's index on the device).
+pub const MLX5_IB_ATTR_UAR_OBJ_ALLOC_PAGE_ID: u16 = 0x1004;
+/// `MLX5_IB_ATTR_UAR_OBJ_DESTROY_HANDLE` (IDR).
+pub const MLX5_IB_ATTR_UAR_OBJ_DESTROY_HANDLE: u16 = 0x1000;
+/// `MLX5_IB_UAPI_UAR_ALLOC_TYPE_BF`: a write-combining UAR (doorbells and BlueFlame).
+pub const MLX5_IB_UAPI_UAR_ALLOC_TYPE_BF: u32 = 0;
+/// `MLX5_IB_UAPI_UAR_ALLOC_TYPE_NC`: a non-cached UAR (doorbells only).
+pub const MLX5_IB_UAPI_UAR_ALLOC_TYPE_NC: u32 = 1;
+/// `MLX5_QP_FLAG_UAR_PAGE_INDEX`: `bfreg_index` of CREATE_QP is a dynamic UAR's page id.
+pub const MLX5_QP_FLAG_UAR_PAGE_INDEX: u32 = 1 << 10;

@@ -10,8 +10,8 @@ use super::abi::{
     MLX5_CQE_VERSION_V0, MLX5_CQE_VERSION_V1, MLX5_DEF_TOT_UUARS,
     MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_CORE_CLOCK_OFFSET,
     MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_DUMP_FILL_MKEY, MLX5_IB_MMAP_CMD_SHIFT,
-    MLX5_IB_MMAP_REGULAR_PAGE, MLX5_LIB_CAP_4K_UAR, MLX5_MAX_BFREGS, MLX5_MED_BFREGS_TSHOLD,
-    MLX5_NUM_NON_FP_BFREGS_PER_UAR,
+    MLX5_IB_MMAP_REGULAR_PAGE, MLX5_LIB_CAP_4K_UAR, MLX5_LIB_CAP_DYN_UAR, MLX5_MAX_BFREGS,
+    MLX5_MED_BFREGS_TSHOLD, MLX5_NUM_NON_FP_BFREGS_PER_UAR,
 };
 
 const OP: &str = "mlx5 alloc_ucontext";
@@ -22,10 +22,10 @@ pub const RESP_MIN_LEN: usize = core::mem::offset_of!(mlx5_ib_alloc_ucontext_res
 
 /// The alloc_ucontext request rverbs sends, and the parser of the answer.
 ///
-/// Defaults follow libmlx5 where rverbs needs the same (bfreg counts), and differ where
-/// rverbs keeps things simple: no dynamic UARs (`MLX5_LIB_CAP_DYN_UAR` is not asked, so the
-/// kernel allocates static UAR pages and CQs use the first one), no DEVX, and CQE version 0
-/// (CQEs name QPs by number; version 1 would need a user index at every QP creation).
+/// The defaults are libmlx5's request without DEVX (which rverbs does not use): its bfreg
+/// counts, CQE version up to 1, 4 KiB UARs and dynamic UARs (`MLX5_LIB_CAP_DYN_UAR`: a
+/// kernel that supports them then allocates no static UAR page and answers `tot_bfregs` 0;
+/// see [`super::uar`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Mlx5ContextUdata {
     /// `total_num_bfregs` (blue-flame registers; two per 4 KiB UAR).
@@ -41,7 +41,7 @@ pub struct Mlx5ContextUdata {
 impl Mlx5ContextUdata {
     /// The request for a system page size of `page_size` bytes: libmlx5's default bfreg
     /// counts (16, or one system page's worth of UARs if more; 4 low-latency ones, or all but
-    /// 12), `MLX5_LIB_CAP_4K_UAR`, CQE version 0.
+    /// 12), `MLX5_LIB_CAP_4K_UAR | MLX5_LIB_CAP_DYN_UAR`, CQE version up to 1.
     pub fn new(page_size: usize) -> Self {
         let per_page =
             (page_size as u32 / MLX5_ADAPTER_PAGE_SIZE).max(1) * MLX5_NUM_NON_FP_BFREGS_PER_UAR;
@@ -52,8 +52,8 @@ impl Mlx5ContextUdata {
         Self {
             total_num_bfregs: total,
             num_low_latency_bfregs: low,
-            max_cqe_version: MLX5_CQE_VERSION_V0,
-            lib_caps: MLX5_LIB_CAP_4K_UAR,
+            max_cqe_version: MLX5_CQE_VERSION_V1,
+            lib_caps: MLX5_LIB_CAP_4K_UAR | MLX5_LIB_CAP_DYN_UAR,
         }
     }
 
@@ -109,8 +109,8 @@ impl Mlx5ContextUdata {
     /// Shorter than [`RESP_MIN_LEN`] (36 bytes) is an error. Fields past the filled length
     /// take the values older kernels imply: `cqe_version` 0, no clock offset, no dump-fill
     /// mkey, UAR size = system page and one UAR per page (libmlx5's `adjust_uar_info`).
-    /// A CQE version above the one asked for, or `tot_bfregs` 0 (no static UAR to ring CQ
-    /// doorbells through), is an error.
+    /// A CQE version above the one asked for, or `tot_bfregs` 0 when dynamic UARs were not
+    /// asked for (no UAR to ring doorbells through), is an error.
     pub fn parse_response(
         &self,
         resp: &[u8],
@@ -174,10 +174,10 @@ impl Mlx5ContextUdata {
             )
             .into());
         }
-        if r.tot_bfregs == 0 {
+        if r.tot_bfregs == 0 && self.lib_caps & MLX5_LIB_CAP_DYN_UAR == 0 {
             return Err(Error::protocol(
                 OP,
-                "tot_bfregs is 0: the kernel allocated no static UAR pages (dynamic UARs are not supported)",
+                "tot_bfregs is 0: the kernel allocated no static UAR pages, and dynamic UARs were not asked for",
             )
             .into());
         }
@@ -237,6 +237,7 @@ impl Mlx5ContextUdata {
 /// documented on [`Mlx5ContextUdata::parse_response`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Mlx5ContextInfo {
+    /// Size of the device QP table.
     pub qp_tab_size: u32,
     /// Blue-flame register size (0: the device has no write-combining support).
     pub bf_reg_size: u32,
@@ -244,24 +245,37 @@ pub struct Mlx5ContextInfo {
     pub tot_bfregs: u32,
     /// The kernel's cache line size.
     pub cache_line_size: u32,
+    /// Largest send WQE, bytes (the QP sizing limit).
     pub max_sq_desc_sz: u16,
+    /// Largest receive WQE, bytes.
     pub max_rq_desc_sz: u16,
+    /// Most 64-byte send blocks per SQ.
     pub max_send_wqebb: u32,
+    /// Most receive WQEs per RQ.
     pub max_recv_wr: u32,
+    /// Most WQEs per SRQ.
     pub max_srq_recv_wr: u32,
+    /// Ports of the device (1-based port numbers up to this).
     pub num_ports: u16,
     /// `MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_*`.
     pub comp_mask: u32,
     /// CQE version in force for this context (0 or 1).
     pub cqe_version: u8,
+    /// `MLX5_USER_CMDS_SUPP_UHW_*` (bit 1: create AH answers the destination MAC).
     pub cmds_supp_uhw: u8,
+    /// Minimum inline header for Ethernet raw-packet QPs (0 if not given).
     pub eth_min_inline: u8,
+    /// Clock-info page versions the kernel can map (0 if not given).
     pub clock_info_versions: u8,
+    /// mmap offset of the core clock, when the kernel gave one.
     pub hca_core_clock_offset: Option<u64>,
     /// Bytes per UAR (4 KiB when the device has 4K UARs, else the system page).
     pub uar_size: u32,
+    /// UARs per system page.
     pub num_uars_per_page: u32,
+    /// Blue-flame registers available for dynamic allocation (0 if not given).
     pub num_dyn_bfregs: u32,
+    /// The dump-and-fill memory key, when the kernel gave one.
     pub dump_fill_mkey: Option<u32>,
     /// How many response bytes were taken as filled.
     pub filled_len: usize,
@@ -318,8 +332,8 @@ mod tests {
         let r = u.request().unwrap();
         assert_eq!(r.total_num_bfregs, 16);
         assert_eq!(r.num_low_latency_bfregs, 4);
-        assert_eq!(r.lib_caps, MLX5_LIB_CAP_4K_UAR);
-        assert_eq!(r.max_cqe_version, 0);
+        assert_eq!(r.lib_caps, MLX5_LIB_CAP_4K_UAR | MLX5_LIB_CAP_DYN_UAR);
+        assert_eq!(r.max_cqe_version, 1);
         // 64 KiB pages: 16 UARs * 2 bfregs fill a page; all but 12 are low latency.
         let u = Mlx5ContextUdata::new(65536);
         assert_eq!((u.total_num_bfregs, u.num_low_latency_bfregs), (32, 20));
@@ -382,14 +396,19 @@ mod tests {
 
     #[test]
     fn mlx5_response_semantics_errors() {
-        let u = Mlx5ContextUdata::new(4096);
+        let mut u = Mlx5ContextUdata::new(4096);
+        u.max_cqe_version = 0;
         let mut r = full_resp();
         r.cqe_version = 1;
         let e = u.parse_response(r.as_bytes(), 4096).unwrap_err();
         assert!(e.to_string().contains("CQE version 1"), "{e}");
+        // tot_bfregs 0: dynamic UARs when asked for, else an error.
         let mut r = full_resp();
         r.tot_bfregs = 0;
-        assert!(u.parse_response(r.as_bytes(), 4096).is_err());
+        assert_eq!(u.parse_response(r.as_bytes(), 4096).unwrap().tot_bfregs, 0);
+        u.lib_caps = MLX5_LIB_CAP_4K_UAR;
+        let e = u.parse_response(r.as_bytes(), 4096).unwrap_err();
+        assert!(e.to_string().contains("dynamic UARs were not asked"), "{e}");
         let mut r = full_resp();
         r.log_uar_size = 40;
         assert!(u.parse_response(r.as_bytes(), 4096).is_err());

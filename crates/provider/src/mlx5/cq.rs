@@ -606,6 +606,39 @@ impl<L: WrIdLookup> Mlx5Cq<L> {
     /// is published once, after the batch. Does not allocate.
     #[inline]
     pub fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
+        self.walk(
+            out,
+            #[inline(always)]
+            |cqe, kind, lookup, slot| kind.parse(cqe, lookup, slot),
+        )
+    }
+
+    /// Polls up to `out.len()` completions into `out` as [`RawWc`]s (the kernel's
+    /// `ib_uverbs_wc` layout, decoded by the reader): each CQE is parsed as by
+    /// [`poll`](Self::poll), `wr_id` looked up, and encoded. The consumer index is published
+    /// once, after the batch. Does not allocate.
+    #[inline]
+    pub fn poll_raw(&mut self, out: &mut [RawWc]) -> usize {
+        self.walk(
+            out,
+            #[inline(always)]
+            |cqe, kind, lookup, slot| {
+                let mut wc = WorkCompletion::default();
+                kind.parse(cqe, lookup, &mut wc);
+                *slot = RawWc::from_work_completion(&wc);
+            },
+        )
+    }
+
+    /// The ring walk of [`poll`](Self::poll) and [`poll_raw`](Self::poll_raw): takes the
+    /// software-owned entries in order into `out` through `emit`, then publishes the
+    /// consumer index once.
+    #[inline(always)]
+    fn walk<T>(
+        &mut self,
+        out: &mut [T],
+        mut emit: impl FnMut(OwnedCqe, Owned, &mut L, &mut T),
+    ) -> usize {
         let mut n = 0;
         // A local copy keeps the geometry in registers.
         let ring = self.ring;
@@ -616,43 +649,13 @@ impl<L: WrIdLookup> Mlx5Cq<L> {
             let rest = &mut out[n..];
             let run = ring.slots_left(at).min(rest.len());
             for (i, slot) in rest[..run].iter_mut().enumerate() {
-                let Some((cqe, kind)) = ring.take(at) else {
-                    n += i;
-                    break 'ring;
-                };
-                kind.parse(cqe, &mut self.lookup, slot);
-                at.cqe = at.cqe.wrapping_add(ring.stride);
-            }
-            n += run;
-            at = ring.wrap(at);
-        }
-        self.cons_index = self.cons_index.wrapping_add(n as u32);
-        self.publish();
-        n
-    }
-
-    /// Polls up to `out.len()` completions into `out` as [`RawWc`]s (the kernel's
-    /// `ib_uverbs_wc` layout, decoded by the reader): each CQE is parsed as by
-    /// [`poll`](Self::poll), `wr_id` looked up, and encoded. The consumer index is published
-    /// once, after the batch. Does not allocate.
-    #[inline]
-    pub fn poll_raw(&mut self, out: &mut [RawWc]) -> usize {
-        let mut n = 0;
-        let ring = self.ring;
-        let mut at = ring.cursor(self.cons_index);
-        'ring: while n < out.len() {
-            let rest = &mut out[n..];
-            let run = ring.slots_left(at).min(rest.len());
-            for (i, slot) in rest[..run].iter_mut().enumerate() {
                 // The owner byte is read with Acquire inside `take` (the device writes the
                 // entry, then its owner byte); the entry is read by copy from then on.
                 let Some((cqe, kind)) = ring.take(at) else {
                     n += i;
                     break 'ring;
                 };
-                let mut wc = WorkCompletion::default();
-                kind.parse(cqe, &mut self.lookup, &mut wc);
-                *slot = RawWc::from_work_completion(&wc);
+                emit(cqe, kind, &mut self.lookup, slot);
                 at.cqe = at.cqe.wrapping_add(ring.stride);
             }
             n += run;

@@ -28,9 +28,10 @@ use super::abi::{
 };
 use super::context::{Mlx5ContextInfo, Mlx5ContextUdata};
 use super::cq::{parse_create_cq_resp, ring_entries, CqBuf, CqeSize, Mlx5Cq, UarPage};
+use super::uar::{DynUarPool, KernelUars, UarKernel};
 use super::wq::{
     build_av, qp_sizing, srq_sizing, AhTable, BfPolicy, BfReg, CqLookup, Mlx5Qp, Mlx5Srq, QpBuf,
-    QpParts, Registry, SrqBuf, WqLimits,
+    QpParts, Registry, SrqBuf, SrqShared, UserIndex, WqLimits,
 };
 use crate::mapping::Mapping;
 
@@ -43,6 +44,29 @@ pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
     let mut resp = mlx5_ib_alloc_ucontext_resp::default();
     let ctx = Context::open_with_udata(dev, req.as_bytes(), resp.as_mut_bytes())?;
     let info = udata.parse_response(resp.as_bytes(), page)?;
+    let mut eth = Vec::new();
+    for p in 1..=u32::from(info.num_ports) {
+        let ll = ctx.query_port(p).map(|a| a.link_layer).ok();
+        eth.push(ll == Some(rverbs_uverbs::port::LinkLayer::ETHERNET));
+    }
+    if info.tot_bfregs == 0 {
+        // Dynamic UARs (the kernel allocated no static page): the UAR object method.
+        let kernel: Arc<dyn UarKernel> =
+            Arc::new(KernelUars::new(ctx.cmd_fd(), dev.driver_id().0)?);
+        let pool = DynUarPool::new(
+            kernel,
+            dev.name(),
+            udata.total_num_bfregs,
+            udata.num_low_latency_bfregs,
+            info.bf_reg_size,
+            info.num_uars_per_page,
+        )?;
+        let d = Mlx5Driver::from_dynamic(info, pool, BfPolicy::from_env(), eth)
+            .with_gid_types(sysfs_gid_types(dev));
+        // SAFETY: as below.
+        unsafe { ctx.set_driver(Box::new(d)) }?;
+        return Ok(Arc::new(ctx));
+    }
     let pages = static_uar_pages(&info);
     let mut uars = Vec::with_capacity(pages);
     for i in 0..pages {
@@ -53,20 +77,26 @@ pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
             &format!("mlx5 UAR page {i} of {}", dev.name()),
         )?);
     }
-    let mut eth = Vec::new();
-    for p in 1..=u32::from(info.num_ports) {
-        let ll = ctx.query_port(p).map(|a| a.link_layer).ok();
-        eth.push(ll == Some(rverbs_uverbs::port::LinkLayer::ETHERNET));
-    }
     let uar_mem: Vec<(*mut u8, usize)> = uars.iter().map(|m| (m.ptr().as_ptr(), m.len())).collect();
     // SAFETY: the mappings are kept in the driver (`_uars`), so they outlive every register
     // and CQ made from them (all hold the context alive).
-    let mut d = unsafe { Mlx5Driver::from_parts(info, &uar_mem, BfPolicy::from_env(), eth)? };
+    let mut d = unsafe { Mlx5Driver::from_parts(info, &uar_mem, BfPolicy::from_env(), eth)? }
+        .with_gid_types(sysfs_gid_types(dev));
     d._uars = uars;
     // SAFETY: this context was opened with mlx5's driver data and the kernel accepted it, so
     // the device is an mlx5 device and the rings follow mlx5's layout.
     unsafe { ctx.set_driver(Box::new(d)) }?;
     Ok(Arc::new(ctx))
+}
+
+/// RoCE v2 GIDs as sysfs shows them (`ports/P/gid_attrs/types/I` = `RoCE v2`), what
+/// libibverbs' `ibv_query_gid_type` reads.
+fn sysfs_gid_types(dev: &Device) -> GidTypeFn {
+    let ibdev = dev.ibdev_path().to_path_buf();
+    Box::new(move |port, index| {
+        std::fs::read_to_string(ibdev.join(format!("ports/{port}/gid_attrs/types/{index}")))
+            .is_ok_and(|t| t.trim() == "RoCE v2")
+    })
 }
 
 /// Static UAR pages a context maps (libmlx5: `tot_bfregs / (uars_per_page * 2)`, at least 1).
@@ -76,7 +106,6 @@ pub fn static_uar_pages(info: &Mlx5ContextInfo) -> usize {
 }
 
 /// The per-context mlx5 driver.
-#[derive(Debug)]
 pub struct Mlx5Driver {
     info: Mlx5ContextInfo,
     /// (start, length) of each static UAR system page.
@@ -88,6 +117,32 @@ pub struct Mlx5Driver {
     policy: BfPolicy,
     /// Per port (1-based, index 0 = port 1): the link layer is Ethernet (RoCE).
     eth: Vec<bool>,
+    /// Dynamic UARs (the kernel answered `tot_bfregs` 0), else `None`.
+    dyn_uars: Option<DynUarPool>,
+    /// CQE version 1: the user indices given to QPs and SRQs (lowest free first, as
+    /// libmlx5's `mlx5_store_uidx`).
+    uidx: Arc<Mutex<Vec<bool>>>,
+    /// SRQs by kernel handle, so that a QP on an SRQ knows it (CQE version 1 names the QP,
+    /// not the SRQ, in a receive completion).
+    srqs: Mutex<HashMap<u32, std::sync::Weak<SrqShared>>>,
+    /// Whether GID `index` of `port` is a RoCE v2 GID (read when an AH is created: GIDs
+    /// come and go with the netdev's addresses).
+    roce_v2: GidTypeFn,
+}
+
+/// Tells whether GID `(port, index)` is a RoCE v2 GID.
+pub type GidTypeFn = Box<dyn Fn(u8, u8) -> bool + Send + Sync>;
+
+impl std::fmt::Debug for Mlx5Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mlx5Driver")
+            .field("info", &self.info)
+            .field("uar_pages", &self.uar_pages)
+            .field("dyn_uars", &self.dyn_uars)
+            .field("policy", &self.policy)
+            .field("eth", &self.eth)
+            .finish_non_exhaustive()
+    }
 }
 
 // SAFETY: the UAR memory is only written through single 64-bit doorbell stores (UarPage) and
@@ -116,16 +171,63 @@ impl Mlx5Driver {
         if uar_pages.is_empty() {
             return Err(Error::invalid("open mlx5 context", "no UAR page").into());
         }
-        Ok(Self {
+        Ok(Self::with_uars(
             info,
-            uar_pages: uar_pages.iter().map(|&(p, l)| (p as usize, l)).collect(),
+            uar_pages.iter().map(|&(p, l)| (p as usize, l)).collect(),
+            None,
+            policy,
+            eth,
+        ))
+    }
+
+    /// A driver whose UARs come from `pool` (dynamic UARs: the kernel answered
+    /// `tot_bfregs` 0). `eth[p - 1]` says whether port `p` is Ethernet.
+    pub fn from_dynamic(
+        info: Mlx5ContextInfo,
+        pool: DynUarPool,
+        policy: BfPolicy,
+        eth: Vec<bool>,
+    ) -> Self {
+        Self::with_uars(info, Vec::new(), Some(pool), policy, eth)
+    }
+
+    fn with_uars(
+        info: Mlx5ContextInfo,
+        uar_pages: Vec<(usize, usize)>,
+        dyn_uars: Option<DynUarPool>,
+        policy: BfPolicy,
+        eth: Vec<bool>,
+    ) -> Self {
+        Self {
+            info,
+            uar_pages,
             _uars: Vec::new(),
             bfs: Mutex::new(HashMap::new()),
             registry: Arc::new(Registry::default()),
             ahs: Arc::new(AhTable::default()),
             policy,
             eth,
-        })
+            dyn_uars,
+            uidx: Arc::default(),
+            srqs: Mutex::default(),
+            roce_v2: Box::new(|_, _| false),
+        }
+    }
+
+    /// Sets how the driver learns whether a source GID is RoCE v2 (its AVs then carry a UDP
+    /// source port). [`open`] reads the device's sysfs `gid_attrs/types`; without this call
+    /// every GID counts as RoCE v1 / InfiniBand.
+    pub fn with_gid_types(mut self, roce_v2: GidTypeFn) -> Self {
+        self.roce_v2 = roce_v2;
+        self
+    }
+
+    /// With CQE version 1, a user index for a new QP (`None` with version 0).
+    fn take_uidx(&self) -> io::Result<Option<UserIndex>> {
+        if self.info.cqe_version == 0 {
+            return Ok(None);
+        }
+        Ok(Some(UserIndex::take(&self.uidx)?))
     }
 
     /// The blue-flame register `index`, shared by every QP the kernel gives it.
@@ -208,15 +310,29 @@ impl Driver for Mlx5Driver {
         create: &mut CreateFn<'_, CqCreated>,
     ) -> io::Result<Box<dyn CqOps>> {
         let buf = CqBuf::new(cqe, CqeSize::B64)?;
-        let req = buf.create_cq_udata(None);
+        // Dynamic UARs: the context's non-cached UAR, named by its page id (libmlx5:
+        // `MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX` with `nc_uar->page_id`).
+        let nc = self.dyn_uars.as_ref().map(|p| p.nc());
+        let req = buf.create_cq_udata(nc.map(|u| u.page_id() as u16));
         let mut resp = mlx5_ib_create_cq_resp::default();
         create(req.as_bytes(), resp.as_mut_bytes())?;
         let cqn = parse_create_cq_resp(resp.as_bytes())?;
-        let (page, len) = self.uar_pages[0];
+        let (page, len) = match nc {
+            Some(u) => {
+                let (p, l) = u.mapping();
+                (p as usize, l)
+            }
+            None => self.uar_pages[0],
+        };
         // SAFETY: the UAR page stays mapped as long as this driver, which the context owns,
         // and every CQ holds its context alive (Arc<Context>), so it outlives the CQ.
         let uar = unsafe { UarPage::new(page as *mut u8, len)? };
-        let cq = Mlx5Cq::new(buf, cqn, uar, CqLookup::new(self.registry.clone()))?;
+        let cq = Mlx5Cq::new(
+            buf,
+            cqn,
+            uar,
+            CqLookup::new(self.registry.clone(), self.info.cqe_version),
+        )?;
         Ok(Box::new(CqRing { cq }))
     }
 
@@ -233,15 +349,27 @@ impl Driver for Mlx5Driver {
             req.has_srq,
         )?;
         let buf = QpBuf::new(sz)?;
-        let udata = buf.create_udata(self.info.cqe_version);
+        let lease = match &self.dyn_uars {
+            Some(p) => Some(p.qp_register(self.policy.shut_up_bf)?),
+            None => None,
+        };
+        let uidx = self.take_uidx()?;
+        let udata = buf.create_udata(
+            uidx.as_ref().map(UserIndex::get),
+            lease.as_ref().map(|l| l.bf().index()),
+        );
         let mut resp = mlx5_ib_create_qp_resp::default();
         let k = create(udata.as_bytes(), resp.as_mut_bytes())?;
-        let bf = self.bfreg(resp.bfreg_index).map_err(|e| {
-            Error::protocol(
-                format!("create {} QP {:#x} on mlx5", req.qp_type, k.qp_num),
-                e.to_string(),
-            )
-        })?;
+        let bf = match &lease {
+            // Dynamic UARs: the register is ours; the kernel's bfreg answer does not apply.
+            Some(l) => l.bf().clone(),
+            None => self.bfreg(resp.bfreg_index).map_err(|e| {
+                Error::protocol(
+                    format!("create {} QP {:#x} on mlx5", req.qp_type, k.qp_num),
+                    e.to_string(),
+                )
+            })?,
+        };
         let qp = Mlx5Qp::new(
             buf,
             QpParts {
@@ -252,7 +380,12 @@ impl Driver for Mlx5Driver {
                 policy: self.policy,
                 ahs: self.ahs.clone(),
                 reg: self.registry.clone(),
-                srq: None,
+                srq: req.srq_handle.and_then(|h| {
+                    let m = self.srqs.lock().unwrap_or_else(|e| e.into_inner());
+                    m.get(&h).and_then(std::sync::Weak::upgrade)
+                }),
+                lease,
+                uidx,
             },
         )?;
         Ok(Box::new(qp))
@@ -288,11 +421,12 @@ impl Driver for Mlx5Driver {
             )
             .into());
         }
-        Ok(Box::new(Mlx5Srq::new(
-            buf,
-            resp.srqn,
-            self.registry.clone(),
-        )))
+        let srq = Mlx5Srq::new(buf, resp.srqn, self.registry.clone());
+        let mut m = self.srqs.lock().unwrap_or_else(|e| e.into_inner());
+        m.retain(|_, w| w.strong_count() > 0);
+        m.insert(k.handle, Arc::downgrade(srq.shared()));
+        drop(m);
+        Ok(Box::new(srq))
     }
 
     fn create_ah(&self, _create: &mut CreateFn<'_, u32>) -> io::Result<u32> {
@@ -322,7 +456,11 @@ impl Driver for Mlx5Driver {
         }
         let mut resp = mlx5_ib_create_ah_resp::default();
         create(&[], resp.as_mut_bytes())?;
-        let av = build_av(attr, eth.then_some(resp.dmac));
+        let v2 = eth
+            && attr
+                .grh
+                .is_some_and(|g| (self.roce_v2)(attr.port_num, g.sgid_index));
+        let av = build_av(attr, eth.then_some(resp.dmac), v2);
         Ok(self.ahs.insert(av))
     }
 }

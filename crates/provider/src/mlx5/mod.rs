@@ -1,26 +1,29 @@
-//! mlx5 (ConnectX-4 and later): the CQ data path, spoken directly — no libmlx5.
+//! mlx5 (ConnectX-4 and later), spoken directly — no libmlx5: context, CQs, RC/UC/UD QPs,
+//! SRQs and AHs, posting and polling.
 //!
-//! - [`abi`]: the driver data of `include/rdma/mlx5-abi.h` (layout-checked against the header)
-//!   and the device numbers the CQ needs.
+//! - [`abi`]: the driver data of `include/rdma/mlx5-abi.h` and the numbers of
+//!   `mlx5_user_ioctl_cmds.h` (layout-checked against the installed headers).
 //! - [`context`]: the alloc_ucontext request and the parser of its response.
+//! - [`driver`]: [`Mlx5Driver`](driver::Mlx5Driver), the provider seam: opens a context,
+//!   creates the data path of each CQ, QP, SRQ and AH.
+//! - [`uar`]: dynamic UARs (a kernel answering `tot_bfregs` 0): allocation through the UAR
+//!   object, libmlx5's assignment of registers to QPs.
 //! - [`cq`]: the CQ buffer and doorbell record we allocate, the CREATE_CQ driver data, the
 //!   poller ([`Mlx5Cq::poll`], [`Mlx5Cq::iter`]) and arming ([`Mlx5Cq::arm`]).
 //! - [`cqe`]: the CQE64 view and its translation into a
 //!   [`WorkCompletion`](rverbs_uverbs::WorkCompletion).
+//! - [`wq`]: QP and SRQ sizing, buffers, WQE building, doorbells and BlueFlame, AVs.
 //!
-//! No mlx5 hardware was available while this was written: it is built from the ABI header,
-//! rdma-core's and the kernel's public sources, and proven on byte-exact CQE fixtures and a
-//! simulated device (see `docs/mlx5.md`).
+//! Proven without hardware against libmlx5 itself (the oracle), byte-exact CQE fixtures and
+//! a simulated device: see `docs/mlx5.md`, which also lists what only a ConnectX can prove.
 
-// Raw kernel structures and numbers, named field for field as in the uapi headers they are
-// layout-checked against: those headers are their documentation.
-#[allow(missing_docs)]
 pub mod abi;
 mod barrier;
 pub mod context;
 pub mod cq;
 pub mod cqe;
 pub mod driver;
+pub mod uar;
 pub mod wq;
 
 pub use context::{Mlx5ContextInfo, Mlx5ContextUdata};

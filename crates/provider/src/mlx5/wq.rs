@@ -292,14 +292,43 @@ const RATE: [u8; 23] = [
     0, 0, 7, 8, 9, 10, 11, 12, 13, 14, 15, 11, 13, 15, 0, 9, 15, 0, 0, 9, 13, 0, 0,
 ];
 
+/// The lowest UDP source port of RoCE v2 (`IB_ROCE_UDP_ENCAP_VALID_PORT_MIN`): ports are
+/// chosen in `0xC000..=0xFFFF`.
+pub const ROCE_V2_SPORT_MIN: u16 = 0xc000;
+
+/// The RoCE v2 UDP source port of an AH (libmlx5 `mlx5_ah_set_udp_sport`): from a non-zero
+/// flow label, its low 14 bits XOR its high 6 bits, in the valid range
+/// (`ibv_flow_label_to_udp_sport`); with flow label 0 a random port of that range (it spreads
+/// flows over the fabric's paths; nothing on the receiving side depends on it).
+pub fn roce_v2_udp_sport(flow_label: u32) -> u16 {
+    let fl = flow_label & 0xfffff;
+    if fl != 0 {
+        let low = (fl & 0x3fff) ^ ((fl & 0xfc000) >> 14);
+        return low as u16 | ROCE_V2_SPORT_MIN;
+    }
+    use std::hash::{BuildHasher, Hasher};
+    // A per-process random key (std's hasher seed) hashing a counter: random enough to
+    // spread flows, no dependency.
+    static N: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(N.fetch_add(1, Ordering::Relaxed));
+    (h.finish() % (0x1_0000 - u64::from(ROCE_V2_SPORT_MIN))) as u16 + ROCE_V2_SPORT_MIN
+}
+
 /// Builds the address vector of an AH (libmlx5 `mlx5_create_ah`); `dmac` is the RoCE
-/// destination MAC the kernel's create-AH response gave (`None` on InfiniBand).
-pub fn build_av(attr: &AhAttr, dmac: Option<[u8; 6]>) -> Av {
+/// destination MAC the kernel's create-AH response gave (`None` on InfiniBand); `roce_v2`:
+/// the source GID is a RoCE v2 one, so the AV carries a UDP source port where InfiniBand has
+/// the destination LID.
+pub fn build_av(attr: &AhAttr, dmac: Option<[u8; 6]>, roce_v2: bool) -> Av {
     let mut av = [0u8; AV_SIZE];
     let rate = RATE.get(attr.static_rate as usize).copied().unwrap_or(0);
     let grh_bit;
     if let Some(mac) = dmac {
         grh_bit = 0;
+        if roce_v2 {
+            let fl = attr.grh.map_or(0, |g| g.flow_label);
+            av[14..16].copy_from_slice(&roce_v2_udp_sport(fl).to_be_bytes());
+        }
         av[12] = (rate << 4) | ((attr.sl & 7) << 1);
         av[20..26].copy_from_slice(&mac);
     } else {
@@ -436,6 +465,36 @@ impl BfReg {
         Ok(Self {
             // SAFETY: in bounds (checked above).
             reg: unsafe { uars.add(off) },
+            buf_size,
+            index,
+            offset: AtomicUsize::new(0),
+            lock: AtomicBool::new(false),
+        })
+    }
+
+    /// A register at byte `off` of the UAR mapping `uar..uar + uar_len`, with BlueFlame
+    /// halves of `buf_size` bytes (0: doorbells only), named `index` in errors and
+    /// [`BfReg::index`] (dynamic UARs: the UAR's page id).
+    ///
+    /// # Safety
+    /// As for [`BfReg::new`].
+    pub unsafe fn at(
+        uar: *mut u8,
+        uar_len: usize,
+        off: usize,
+        buf_size: usize,
+        index: u32,
+    ) -> rverbs_uverbs::Result<Self> {
+        if off + 8.max(2 * buf_size) > uar_len {
+            return Err(Error::protocol(
+                "map an mlx5 UAR",
+                format!("register at {off:#x} lies outside the UAR's {uar_len} bytes"),
+            )
+            .into());
+        }
+        Ok(Self {
+            // SAFETY: in bounds (checked above).
+            reg: unsafe { uar.add(off) },
             buf_size,
             index,
             offset: AtomicUsize::new(0),
@@ -630,12 +689,19 @@ impl Registry {
 pub struct CqLookup {
     reg: Arc<Registry>,
     cache: Option<(u64, Arc<QpShared>)>,
+    /// CQE version 1: `srqn_uidx` is the QP's user index, not an SRQ number (the SRQ of a
+    /// receive is found through its QP).
+    cqe_v1: bool,
 }
 
 impl CqLookup {
-    /// A lookup over `reg`.
-    pub fn new(reg: Arc<Registry>) -> Self {
-        Self { reg, cache: None }
+    /// A lookup over `reg` for CQEs of `cqe_version` (0 or 1).
+    pub fn new(reg: Arc<Registry>, cqe_version: u8) -> Self {
+        Self {
+            reg,
+            cache: None,
+            cqe_v1: cqe_version != 0,
+        }
     }
 }
 
@@ -655,7 +721,11 @@ impl WrIdLookup for CqLookup {
         };
         match w.queue {
             WorkQueue::Send => qp.send_done(w.wqe_counter),
-            _ => qp.recv_done(w.wqe_counter, &self.reg, w.srqn_uidx),
+            _ => qp.recv_done(
+                w.wqe_counter,
+                &self.reg,
+                if self.cqe_v1 { 0 } else { w.srqn_uidx },
+            ),
         }
     }
 }
@@ -695,6 +765,57 @@ pub struct Mlx5Qp {
     ahs: Arc<AhTable>,
     shared: Arc<QpShared>,
     reg: Arc<Registry>,
+    _lease: Option<super::uar::UarLease>,
+    _uidx: Option<UserIndex>,
+}
+
+/// A user index (CQE version 1: what the CQEs of a QP carry in `srqn_uidx`), taken from
+/// its context's table and freed on drop.
+#[derive(Debug)]
+pub struct UserIndex {
+    idx: u32,
+    table: Arc<Mutex<Vec<bool>>>,
+}
+
+/// User indices fit 24 bits (the CQE field).
+const MAX_UIDX: usize = 0xff_ffff;
+
+impl UserIndex {
+    /// The lowest free index of `table` (libmlx5 `mlx5_store_uidx`).
+    pub fn take(table: &Arc<Mutex<Vec<bool>>>) -> rverbs_uverbs::Result<Self> {
+        let mut t = table.lock().unwrap_or_else(|e| e.into_inner());
+        let i = match t.iter().position(|used| !used) {
+            Some(i) => i,
+            None if t.len() < MAX_UIDX => {
+                t.push(false);
+                t.len() - 1
+            }
+            None => {
+                return Err(Error::invalid(
+                    "create QP on mlx5",
+                    format!("all {MAX_UIDX} user indices of the context are in use"),
+                )
+                .into())
+            }
+        };
+        t[i] = true;
+        Ok(Self {
+            idx: i as u32,
+            table: table.clone(),
+        })
+    }
+
+    /// The index.
+    pub fn get(&self) -> u32 {
+        self.idx
+    }
+}
+
+impl Drop for UserIndex {
+    fn drop(&mut self) {
+        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        t[self.idx as usize] = false;
+    }
 }
 
 // SAFETY: the raw pointers point into `region`, which this value owns; the BlueFlame register
@@ -731,8 +852,11 @@ impl QpBuf {
         })
     }
 
-    /// The CREATE_QP driver data (static UARs: the kernel picks the register).
-    pub fn create_udata(&self, cqe_version: u8) -> mlx5_ib_create_qp {
+    /// The CREATE_QP driver data. `uidx`: the user index CQEs of version 1 carry (`None`
+    /// with CQE version 0: 0xffffff). `uar_page`: with dynamic UARs, the page id of the UAR
+    /// whose register the QP uses (`MLX5_QP_FLAG_UAR_PAGE_INDEX`); `None` with static UARs
+    /// (the kernel picks the register and answers it).
+    pub fn create_udata(&self, uidx: Option<u32>, uar_page: Option<u32>) -> mlx5_ib_create_qp {
         mlx5_ib_create_qp {
             buf_addr: self.region.ptr() as u64,
             // SAFETY: in bounds of the region.
@@ -740,8 +864,13 @@ impl QpBuf {
             sq_wqe_count: self.sz.sq_wqe_cnt,
             rq_wqe_count: self.sz.rq_wqe_cnt,
             rq_wqe_shift: self.sz.rq_wqe_shift,
-            flags: 0,
-            uidx: if cqe_version == 0 { 0xff_ffff } else { 0 },
+            flags: if uar_page.is_some() {
+                super::abi::MLX5_QP_FLAG_UAR_PAGE_INDEX
+            } else {
+                0
+            },
+            uidx: uidx.unwrap_or(0xff_ffff),
+            bfreg_index: uar_page.unwrap_or(0),
             ..Default::default()
         }
     }
@@ -770,6 +899,10 @@ pub struct QpParts {
     pub reg: Arc<Registry>,
     /// The SRQ's shared state, if the QP receives through one.
     pub srq: Option<Arc<SrqShared>>,
+    /// With dynamic UARs: the pool's lease on `bf`, given back when the QP is dropped.
+    pub lease: Option<super::uar::UarLease>,
+    /// With CQE version 1: the QP's user index, freed when the QP is dropped.
+    pub uidx: Option<UserIndex>,
 }
 
 impl Mlx5Qp {
@@ -817,6 +950,8 @@ impl Mlx5Qp {
             ahs: p.ahs,
             shared,
             reg: p.reg,
+            _lease: p.lease,
+            _uidx: p.uidx,
         })
     }
 

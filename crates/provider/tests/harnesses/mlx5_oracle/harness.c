@@ -29,11 +29,14 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
 #include <rdma/ib_user_verbs.h>
 #include <rdma/mlx5-abi.h>
+#include <rdma/mlx5_user_ioctl_cmds.h>
+#include <rdma/rdma_user_ioctl_cmds.h>
 
 #define DEV_PATH "/dev/infiniband/uverbs0"
 #define FAKE_RDEV makedev(231, 192)
@@ -49,8 +52,21 @@ static int next_handle = 1;
 /* what the script's ctx line chooses */
 static struct {
 	unsigned bf_reg_size, tot_bfregs, max_sq_desc, max_rq_desc, max_wqebb, max_recv_wr,
-		max_srq_wr, link_eth, cmds_supp_uhw;
-} kc = {512, 16, 512, 512, 1 << 15, 1 << 15, 1 << 15, 0, 0};
+		max_srq_wr, link_eth, cmds_supp_uhw, cqe_version, uar_fail;
+} kc = {512, 16, 512, 512, 1 << 15, 1 << 15, 1 << 15, 0, 0, 0, 0};
+
+/* dynamic UARs (MLX5_IB_OBJECT_UAR): UAR k is memory dyn_mem + k * PAGE, mapped at offset
+ * (DYN_OFF + k) * PAGE, page id DYN_PAGE_ID + k */
+#define DYN_UARS 8
+#define DYN_OFF 0x1000
+#define DYN_PAGE_ID 0x30
+static uint8_t *dyn_mem;
+static int ndyn, dyn_alive[DYN_UARS], dyn_handle[DYN_UARS];
+/* the accepted alloc_ucontext request */
+static uint8_t ctx_udata[64];
+static size_t ctx_udata_len;
+/* UAR destroys seen during a close step (printed sorted: their order does not matter) */
+static int destroyed[DYN_UARS], ndestroyed;
 
 /* answers for the create being executed */
 static uint32_t next_qpn, next_bfreg, next_cqn, next_srqn;
@@ -139,6 +155,71 @@ int socket(int domain, int type, int protocol)
 	return real_socket(domain, type, protocol);
 }
 
+/* Prints an ioctl of the UAR object: every attribute's id/len/flags, and the value of
+ * those that carry one (the IDR handle, the allocation type), not of output pointers. */
+static void print_ioctl(const struct ib_uverbs_ioctl_hdr *h)
+{
+	printf("  ioctl %x/%x", h->object_id, h->method_id);
+	for (unsigned i = 0; i < h->num_attrs; i++) {
+		const struct ib_uverbs_attr *a = &h->attrs[i];
+		int value = a->attr_id == MLX5_IB_ATTR_UAR_OBJ_ALLOC_HANDLE ||
+			    (h->method_id == MLX5_IB_METHOD_UAR_OBJ_ALLOC &&
+			     a->attr_id == MLX5_IB_ATTR_UAR_OBJ_ALLOC_TYPE);
+		printf(" %x:%u:%u", a->attr_id, a->len, a->flags);
+		if (value)
+			printf("=%llx", (unsigned long long)a->data);
+	}
+	printf("\n");
+}
+
+/* The fake kernel's MLX5_IB_OBJECT_UAR: alloc (the `uar_fail=N`th one fails with ENOMEM)
+ * and destroy. */
+static int fake_uar_ioctl(struct ib_uverbs_ioctl_hdr *h)
+{
+	if (h->method_id == MLX5_IB_METHOD_UAR_OBJ_DESTROY) {
+		unsigned handle = h->attrs[0].data;
+		for (int k = 0; k < ndyn; k++)
+			if (dyn_alive[k] && (unsigned)dyn_handle[k] == handle) {
+				dyn_alive[k] = 0;
+				destroyed[ndestroyed++] = handle;
+				return 0;
+			}
+		errno = ENOENT;
+		return -1;
+	}
+	print_ioctl(h);
+	if (h->method_id != MLX5_IB_METHOD_UAR_OBJ_ALLOC) {
+		errno = EPROTONOSUPPORT;
+		return -1;
+	}
+	if (ndyn == DYN_UARS || (kc.uar_fail && (unsigned)ndyn + 1 == kc.uar_fail)) {
+		kc.uar_fail = 0;
+		printf("  = ENOMEM\n");
+		errno = ENOMEM;
+		return -1;
+	}
+	int k = ndyn++;
+	dyn_alive[k] = 1;
+	dyn_handle[k] = 0x100 + k; /* UAR handles apart from the others: rverbs' fake numbers the same */
+	for (unsigned i = 0; i < h->num_attrs; i++) {
+		struct ib_uverbs_attr *a = &h->attrs[i];
+		uint64_t v;
+		switch (a->attr_id) {
+		case MLX5_IB_ATTR_UAR_OBJ_ALLOC_HANDLE: a->data = dyn_handle[k]; continue;
+		case MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_OFFSET: v = (uint64_t)(DYN_OFF + k) * PAGE; break;
+		case MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_LENGTH: v = PAGE; break;
+		case MLX5_IB_ATTR_UAR_OBJ_ALLOC_PAGE_ID: v = DYN_PAGE_ID + k; break;
+		default: continue;
+		}
+		/* the kernel's u32 / u64 outputs: at most the attribute's length */
+		memcpy((void *)(uintptr_t)a->data, &v, a->len < 8 ? a->len : 8);
+		a->flags |= UVERBS_ATTR_F_VALID_OUTPUT;
+	}
+	return 0;
+}
+
+static void add_region(const char *kind, int id, const char *part, void *addr, size_t len);
+
 int ioctl(int fd, unsigned long req, ...)
 {
 	REAL(ioctl, int, int, unsigned long, ...);
@@ -147,7 +228,10 @@ int ioctl(int fd, unsigned long req, ...)
 	void *arg = va_arg(ap, void *);
 	va_end(ap);
 	if (fd >= 0 && fd == fake_fd) {
-		errno = ENOTTY; /* no ioctl methods: every command goes through write() */
+		struct ib_uverbs_ioctl_hdr *h = arg;
+		if (req == RDMA_VERBS_IOCTL && h->object_id == MLX5_IB_OBJECT_UAR)
+			return fake_uar_ioctl(h);
+		errno = ENOTTY; /* no core ioctl methods: every command goes through write() */
 		return -1;
 	}
 	return real_ioctl(fd, req, arg);
@@ -156,6 +240,15 @@ int ioctl(int fd, unsigned long req, ...)
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
 	REAL(mmap, void *, void *, size_t, int, int, int, off_t);
+	if (fd >= 0 && fd == fake_fd && off / PAGE >= DYN_OFF) {
+		int k = off / PAGE - DYN_OFF;
+		if (k >= ndyn || !dyn_alive[k] || len != PAGE) {
+			errno = EINVAL;
+			return MAP_FAILED;
+		}
+		add_region("duar", k, "p0", dyn_mem + k * PAGE, PAGE);
+		return dyn_mem + k * PAGE;
+	}
 	if (fd >= 0 && fd == fake_fd) {
 		unsigned cmd = (off / PAGE) >> 8, idx = (off / PAGE) & 0xff;
 		if ((cmd != MLX5_IB_MMAP_REGULAR_PAGE && cmd != MLX5_IB_MMAP_NC_PAGE) || idx >= UAR_PAGES || len != PAGE) {
@@ -171,6 +264,8 @@ int munmap(void *addr, size_t len)
 {
 	REAL(munmap, int, void *, size_t);
 	if ((uint8_t *)addr >= uar_mem && (uint8_t *)addr < uar_mem + UAR_PAGES * PAGE)
+		return 0;
+	if ((uint8_t *)addr >= dyn_mem && (uint8_t *)addr < dyn_mem + DYN_UARS * PAGE)
 		return 0;
 	return real_munmap(addr, len);
 }
@@ -193,6 +288,11 @@ static size_t core_in_size(unsigned cmd)
 	case IB_USER_VERBS_CMD_CREATE_SRQ: return sizeof(struct ib_uverbs_create_srq);
 	case IB_USER_VERBS_CMD_CREATE_AH: return sizeof(struct ib_uverbs_create_ah);
 	case IB_USER_VERBS_CMD_QUERY_DEVICE: return sizeof(struct ib_uverbs_query_device);
+	case IB_USER_VERBS_CMD_DESTROY_QP: return sizeof(struct ib_uverbs_destroy_qp);
+	case IB_USER_VERBS_CMD_DESTROY_CQ: return sizeof(struct ib_uverbs_destroy_cq);
+	case IB_USER_VERBS_CMD_DESTROY_SRQ: return sizeof(struct ib_uverbs_destroy_srq);
+	case IB_USER_VERBS_CMD_DESTROY_AH: return sizeof(struct ib_uverbs_destroy_ah);
+	case IB_USER_VERBS_CMD_DEALLOC_PD: return sizeof(struct ib_uverbs_dealloc_pd);
 	default: return 8;
 	}
 }
@@ -208,6 +308,9 @@ static size_t core_out_size(unsigned cmd)
 	case IB_USER_VERBS_CMD_CREATE_SRQ: return sizeof(struct ib_uverbs_create_srq_resp);
 	case IB_USER_VERBS_CMD_CREATE_AH: return sizeof(struct ib_uverbs_create_ah_resp);
 	case IB_USER_VERBS_CMD_QUERY_DEVICE: return sizeof(struct ib_uverbs_query_device_resp);
+	case IB_USER_VERBS_CMD_DESTROY_QP: return sizeof(struct ib_uverbs_destroy_qp_resp);
+	case IB_USER_VERBS_CMD_DESTROY_CQ: return sizeof(struct ib_uverbs_destroy_cq_resp);
+	case IB_USER_VERBS_CMD_DESTROY_SRQ: return sizeof(struct ib_uverbs_destroy_srq_resp);
 	default: return 0;
 	}
 }
@@ -242,6 +345,14 @@ static int fake_cmd(unsigned cmd, int ex, const uint8_t *in, size_t inlen, uint8
 	case IB_USER_VERBS_CMD_GET_CONTEXT: {
 		struct ib_uverbs_get_context_resp *r = (void *)out;
 		struct mlx5_ib_alloc_ucontext_resp m = {0};
+		const struct mlx5_ib_alloc_ucontext_req_v2 *q = (const void *)uin;
+		/* a device without DEVX (libmlx5 asks for it, then asks again without) */
+		if (uinlen >= 12 && (q->flags & MLX5_IB_ALLOC_UCTX_DEVX)) {
+			errno = EOPNOTSUPP;
+			return -1;
+		}
+		ctx_udata_len = uinlen < sizeof(ctx_udata) ? uinlen : sizeof(ctx_udata);
+		memcpy(ctx_udata, uin, ctx_udata_len);
 		r->async_fd = eventfd(0, EFD_CLOEXEC);
 		r->num_comp_vectors = 1;
 		m.qp_tab_size = 1 << 18;
@@ -254,7 +365,9 @@ static int fake_cmd(unsigned cmd, int ex, const uint8_t *in, size_t inlen, uint8
 		m.max_recv_wr = kc.max_recv_wr;
 		m.max_srq_recv_wr = kc.max_srq_wr;
 		m.num_ports = 1;
-		m.cqe_version = 0;
+		/* the version asked for, at most the device's */
+		m.cqe_version = uinlen >= 17 && q->max_cqe_version < kc.cqe_version ? q->max_cqe_version
+										  : kc.cqe_version;
 		m.cmds_supp_uhw = kc.cmds_supp_uhw;
 		m.log_uar_size = 12;
 		m.num_uars_per_page = 1;
@@ -344,6 +457,12 @@ static int fake_cmd(unsigned cmd, int ex, const uint8_t *in, size_t inlen, uint8
 		}
 		return 0;
 	}
+	case IB_USER_VERBS_CMD_DESTROY_QP:
+	case IB_USER_VERBS_CMD_DESTROY_CQ:
+	case IB_USER_VERBS_CMD_DESTROY_SRQ:
+	case IB_USER_VERBS_CMD_DESTROY_AH:
+	case IB_USER_VERBS_CMD_DEALLOC_PD:
+		return 0;
 	default:
 		fprintf(stderr, "harness: unexpected uverbs command %u (ex %d)\n", cmd, ex);
 		errno = EOPNOTSUPP;
@@ -483,6 +602,12 @@ static int sges(char **tok, int n, struct ibv_sge *sg)
 
 static volatile uint32_t *qp_db[MAXOBJ];
 
+static int cmp_ll(const void *a, const void *b)
+{
+	long long x = *(const long long *)a, y = *(const long long *)b;
+	return (x > y) - (x < y);
+}
+
 /* The benchmark's post: not inlined, so that callgrind can count it alone. */
 __attribute__((noinline)) int bench_post(struct ibv_qp *qp, struct ibv_send_wr *wr,
 					 struct ibv_send_wr **bad)
@@ -569,9 +694,23 @@ static int step_send(char **tok, int n)
 		 * outside bench_post) so the SQ never fills: callgrind counts bench_post only */
 		int reps = num(tok, n, "n", 1), cq = num(tok, n, "cq", 1);
 		volatile uint32_t *db = qp_db[qp];
+		/* ns per WR (stderr, outside the dump): the median of each bench_post timed with
+		 * CLOCK_MONOTONIC, minus the median of an empty timed region (medians: a loaded
+		 * machine preempts some of them) */
+		long long *spent = calloc(reps, sizeof(long long)), *empty = calloc(reps, sizeof(long long));
+		struct timespec t0, t1;
+		for (int r = 0; r < reps; r++) {
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+			clock_gettime(CLOCK_MONOTONIC, &t1);
+			empty[r] = (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
+		}
 		for (int r = 0; r < reps; r++) {
 			uint16_t before = be32toh(db[1]);
-			if (bench_post(qps[qp], wrs, &bad))
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+			int e = bench_post(qps[qp], wrs, &bad);
+			clock_gettime(CLOCK_MONOTONIC, &t1);
+			spent[r] = (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
+			if (e)
 				return 1;
 			uint16_t after = be32toh(db[1]);
 			uint16_t last = after - (uint16_t)(after - before) / nw;
@@ -580,6 +719,12 @@ static int step_send(char **tok, int n)
 			if (ibv_poll_cq(cqs[cq], 1, &wc) != 1 || wc.status != IBV_WC_SUCCESS)
 				return 1;
 		}
+		qsort(spent, reps, sizeof(long long), cmp_ll);
+		qsort(empty, reps, sizeof(long long), cmp_ll);
+		fprintf(stderr, "bench: %.2f ns per WR\n",
+			(double)(spent[reps / 2] - empty[reps / 2]) / nw);
+		free(spent);
+		free(empty);
 		return 0;
 	}
 	int rc = ibv_post_send(qps[qp], wrs, &bad);
@@ -675,6 +820,8 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	uar_mem = aligned_alloc(PAGE, UAR_PAGES * PAGE);
 	memset(uar_mem, 0, UAR_PAGES * PAGE);
+	dyn_mem = aligned_alloc(PAGE, DYN_UARS * PAGE);
+	memset(dyn_mem, 0, DYN_UARS * PAGE);
 	setup_sysfs_env();
 	char line[8192];
 	int stepno = 0;
@@ -701,6 +848,8 @@ int main(int argc, char **argv)
 			kc.bf_reg_size = num(tok, n, "bf_reg_size", kc.bf_reg_size);
 			kc.tot_bfregs = num(tok, n, "tot_bfregs", kc.tot_bfregs);
 			kc.max_srq_wr = num(tok, n, "max_srq_wr", kc.max_srq_wr);
+			kc.cqe_version = num(tok, n, "cqe_version", 0);
+			kc.uar_fail = num(tok, n, "uar_fail", 0);
 			kc.link_eth = arg(tok, n, "link") && !strcmp(arg(tok, n, "link"), "eth");
 			kc.cmds_supp_uhw = kc.link_eth ? MLX5_USER_CMDS_SUPP_UHW_CREATE_AH : 0;
 			int nd = 0;
@@ -715,7 +864,10 @@ int main(int argc, char **argv)
 				return 1;
 			}
 			pd = ibv_alloc_pd(ctx);
-			for (int i = 0; i < UAR_PAGES; i++) {
+			printf("  udata ");
+			hex(ctx_udata, ctx_udata_len);
+			printf("\n");
+			for (int i = 0; i < UAR_PAGES && kc.tot_bfregs; i++) {
 				char name[8];
 				snprintf(name, sizeof(name), "p%d", i);
 				add_region("uar", 0, strdup(name), uar_mem + i * PAGE, PAGE);
@@ -799,6 +951,14 @@ int main(int argc, char **argv)
 			}
 			if (arg(tok, n, "dmac"))
 				unhex(arg(tok, n, "dmac"), next_dmac);
+			if (num(tok, n, "roce_v2", 0)) {
+				/* the source GID is a RoCE v2 one: what ibv_query_gid_type reads */
+				char rel[128];
+				snprintf(rel, sizeof(rel),
+					 "class/infiniband/mlx5_0/ports/%u/gid_attrs/types/%u",
+					 a.port_num, a.grh.sgid_index);
+				put(sysfs_root, rel, "RoCE v2");
+			}
 			ahs[id] = ibv_create_ah(pd, &a);
 			if (!ahs[id]) { rc = errno ? errno : EINVAL; goto done; }
 		} else if (!strcmp(w, "rts")) {
@@ -825,6 +985,35 @@ int main(int argc, char **argv)
 				rc = ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_SQ_PSN |
 						   (q->qp_type == IBV_QPT_RC ? IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
 						    IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC : 0));
+		} else if (!strcmp(w, "close")) {
+			/* destroy everything, close the device; print the UAR destroys, sorted */
+			for (int i = 0; i < MAXOBJ; i++)
+				if (qps[i] && ibv_destroy_qp(qps[i]))
+					rc = errno;
+			for (int i = 0; i < MAXOBJ; i++)
+				if (srqs[i] && ibv_destroy_srq(srqs[i]))
+					rc = errno;
+			for (int i = 0; i < MAXOBJ; i++)
+				if (ahs[i] && ibv_destroy_ah(ahs[i]))
+					rc = errno;
+			for (int i = 0; i < MAXOBJ; i++)
+				if (cqs[i] && ibv_destroy_cq(cqs[i]))
+					rc = errno;
+			if (ibv_dealloc_pd(pd) || ibv_close_device(ctx))
+				rc = errno;
+			for (int i = 0; i < ndestroyed; i++)
+				for (int j = i + 1; j < ndestroyed; j++)
+					if (destroyed[j] < destroyed[i]) {
+						int t = destroyed[i];
+						destroyed[i] = destroyed[j];
+						destroyed[j] = t;
+					}
+			for (int i = 0; i < ndestroyed; i++)
+				printf("  destroyed uar handle %d\n", destroyed[i]);
+			for (int k = 0; k < ndyn; k++)
+				if (dyn_alive[k])
+					printf("  leaked uar handle %d\n", dyn_handle[k]);
+			nregions = 0; /* the memory of destroyed objects is gone */
 		} else if (!strcmp(w, "send") || !strcmp(w, "bench")) {
 			errat = step_send(tok, n);
 		} else if (!strcmp(w, "recv")) {
