@@ -25,6 +25,9 @@ const PUBLIC: &[&str] = &[
 /// The private node of rdma-core 44 (Debian bookworm): `IBVERBS_PRIVATE_<PABI>`.
 const PRIVATE: &str = "IBVERBS_PRIVATE_34";
 
+/// librdmacm's version nodes (rdma-core 44), oldest first.
+pub const RDMACM: &[&str] = &["RDMACM_1.0", "RDMACM_1.1", "RDMACM_1.2", "RDMACM_1.3"];
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     if std::env::var_os("CARGO_FEATURE_SYMVER").is_none() {
@@ -40,6 +43,17 @@ fn main() {
         prev = Some(v);
     }
     writeln!(script, "{PRIVATE} {{ }};").unwrap();
+    // librdmacm's functions live in this library too (one copy of the verbs objects); the
+    // librdmacm.so.1 that `cargo xtask capi` builds declares the same nodes and needs this
+    // library, so the loader binds `rdma_*@RDMACM_*` here.
+    let mut prev: Option<&str> = None;
+    for v in RDMACM {
+        match prev {
+            None => writeln!(script, "{v} {{ }};").unwrap(),
+            Some(p) => writeln!(script, "{v} {{ }} {p};").unwrap(),
+        }
+        prev = Some(v);
+    }
     let out = std::path::PathBuf::from(std::env::var_os("OUT_DIR").unwrap()).join("libibverbs.map");
     std::fs::write(&out, script).unwrap();
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libibverbs.so.1");

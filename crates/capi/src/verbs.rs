@@ -32,7 +32,7 @@ use crate::abi::*;
 // ---------------------------------------------------------------------------------------
 // errno and diagnostics
 
-fn set_errno(e: c_int) {
+pub(crate) fn set_errno(e: c_int) {
     // SAFETY: __errno_location returns the calling thread's errno slot (glibc and musl).
     unsafe { *libc::__errno_location() = e };
 }
@@ -58,7 +58,7 @@ pub fn errno_of(e: &io::Error) -> c_int {
 
 /// Reports `e` on stderr when `RVERBS_CAPI_LOG` is set (libibverbs' callers see only the
 /// errno; the message says which object and operation failed) and returns its errno.
-fn fail(e: &io::Error) -> c_int {
+pub(crate) fn fail(e: &io::Error) -> c_int {
     if std::env::var_os("RVERBS_CAPI_LOG").is_some() {
         eprintln!("rverbs libibverbs: {e}");
     }
@@ -2047,7 +2047,7 @@ pub unsafe extern "C" fn ibv_get_sysfs_path(buf: *mut c_char, size: usize) -> c_
     0
 }
 
-fn ah_from_kern(a: &rverbs_cm::abi::ib_uverbs_ah_attr) -> ibv_ah_attr {
+pub(crate) fn ah_from_kern(a: &rverbs_cm::abi::ib_uverbs_ah_attr) -> ibv_ah_attr {
     ibv_ah_attr {
         grh: ibv_global_route {
             dgid: ibv_gid { raw: a.grh.dgid },
