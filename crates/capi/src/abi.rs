@@ -679,6 +679,7 @@ pub struct ibv_qp_cap {
 
 /// `struct ibv_qp_init_attr`.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct ibv_qp_init_attr {
     #[allow(missing_docs)]
     pub qp_context: *mut c_void,
@@ -745,6 +746,48 @@ pub struct ibv_qp_init_attr_ex {
     pub source_qpn: u32,
     #[allow(missing_docs)]
     pub send_ops_flags: u64,
+}
+
+impl ibv_qp_init_attr_ex {
+    /// The fields it shares with [`ibv_qp_init_attr`].
+    pub fn base(&self) -> ibv_qp_init_attr {
+        ibv_qp_init_attr {
+            qp_context: self.qp_context,
+            send_cq: self.send_cq,
+            recv_cq: self.recv_cq,
+            srq: self.srq,
+            cap: self.cap,
+            qp_type: self.qp_type,
+            sq_sig_all: self.sq_sig_all,
+        }
+    }
+
+    /// `a` with the PD extension (`comp_mask` = `IBV_QP_INIT_ATTR_PD`), the rest zero.
+    pub fn with_pd(a: &ibv_qp_init_attr, pd: *mut ibv_pd) -> Self {
+        Self {
+            qp_context: a.qp_context,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            cap: a.cap,
+            qp_type: a.qp_type,
+            sq_sig_all: a.sq_sig_all,
+            comp_mask: 1,
+            pd,
+            xrcd: std::ptr::null_mut(),
+            create_flags: 0,
+            max_tso_header: 0,
+            rwq_ind_tbl: std::ptr::null_mut(),
+            rx_hash_conf: ibv_rx_hash_conf {
+                rx_hash_function: 0,
+                rx_hash_key_len: 0,
+                rx_hash_key: std::ptr::null_mut(),
+                rx_hash_fields_mask: 0,
+            },
+            source_qpn: 0,
+            send_ops_flags: 0,
+        }
+    }
 }
 
 /// `create_qp_ex` slot of [`verbs_context`].

@@ -489,12 +489,22 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
     // SAFETY: caller's contract.
-    let c = unsafe { cid(id) };
+    unsafe {
+        on_id(id, |i| {
+            let a = from_sockaddr(addr)?.ok_or_else(|| einval("rdma_bind_addr: NULL address"))?;
+            i.bind(a)
+        })
+    }
+}
+
+/// Runs `f` on the id's rverbs id and, when it succeeds, refreshes what the id exposes.
+///
+/// # Safety
+/// `id` is ours.
+unsafe fn on_id(id: *mut rdma_cm_id, f: impl FnOnce(&CmId) -> io::Result<()>) -> c_int {
     // SAFETY: caller's contract.
-    let r = unsafe { from_sockaddr(addr) }.and_then(|a| {
-        let a = a.ok_or_else(|| einval("rdma_bind_addr: NULL address"))?;
-        c.id()?.bind(a)
-    });
+    let c = unsafe { cid(id) };
+    let r = c.id().and_then(f);
     if r.is_ok() {
         update_addr(c);
     }
@@ -518,19 +528,14 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     timeout_ms: c_int,
 ) -> c_int {
     // SAFETY: caller's contract.
-    let c = unsafe { cid(id) };
-    let r = (|| {
-        // SAFETY: caller's contract.
-        let s = unsafe { from_sockaddr(src) }?;
-        // SAFETY: caller's contract.
-        let d = unsafe { from_sockaddr(dst) }?
-            .ok_or_else(|| einval("rdma_resolve_addr: NULL destination"))?;
-        c.id()?.resolve_addr(s, d, ms(timeout_ms))
-    })();
-    if r.is_ok() {
-        update_addr(c);
+    unsafe {
+        on_id(id, |i| {
+            let s = from_sockaddr(src)?;
+            let d =
+                from_sockaddr(dst)?.ok_or_else(|| einval("rdma_resolve_addr: NULL destination"))?;
+            i.resolve_addr(s, d, ms(timeout_ms))
+        })
     }
-    ret(r)
 }
 
 /// `rdma_resolve_route`.
@@ -540,12 +545,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
 #[no_mangle]
 pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> c_int {
     // SAFETY: caller's contract.
-    let c = unsafe { cid(id) };
-    let r = c.id().and_then(|i| i.resolve_route(ms(timeout_ms)));
-    if r.is_ok() {
-        update_addr(c);
-    }
-    ret(r)
+    unsafe { on_id(id, |i| i.resolve_route(ms(timeout_ms))) }
 }
 
 /// `rdma_listen`.
@@ -555,12 +555,7 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_i
 #[no_mangle]
 pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
     // SAFETY: caller's contract.
-    let c = unsafe { cid(id) };
-    let r = c.id().and_then(|i| i.listen(backlog.max(0) as u32));
-    if r.is_ok() {
-        update_addr(c);
-    }
-    ret(r)
+    unsafe { on_id(id, |i| i.listen(backlog.max(0) as u32)) }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -600,7 +595,10 @@ fn init_qp(c: &CCmId) -> io::Result<()> {
     Ok(())
 }
 
+/// INIT again (the attributes now reflect the peer's parameters: remote read access once
+/// the peer may read), then RTR and RTS.
 fn rtr_rts(c: &CCmId) -> io::Result<()> {
+    modify_qp_to(c, QpState::INIT)?;
     modify_qp_to(c, QpState::RTR)?;
     modify_qp_to(c, QpState::RTS)
 }
@@ -659,6 +657,10 @@ fn create_qp(c: &mut CCmId, attr: &mut ibv_qp_init_attr_ex) -> io::Result<()> {
     if !c.c.qp.is_null() {
         return Err(einval("rdma_create_qp: the id already has a QP"));
     }
+    if attr.qp_type == 0 {
+        // Callers of rdma_create_ep often leave it zero: the id's type.
+        attr.qp_type = c.c.qp_type;
+    }
     let pd = if attr.comp_mask & IBV_QP_INIT_ATTR_PD != 0 && !attr.pd.is_null() {
         attr.pd
     } else {
@@ -689,19 +691,10 @@ fn create_qp(c: &mut CCmId, attr: &mut ibv_qp_init_attr_ex) -> io::Result<()> {
             }
         }
     }
-    let mut plain = ibv_qp_init_attr {
-        qp_context: attr.qp_context,
-        send_cq: attr.send_cq,
-        recv_cq: attr.recv_cq,
-        srq: if attr.srq.is_null() {
-            c.c.srq
-        } else {
-            attr.srq
-        },
-        cap: attr.cap,
-        qp_type: attr.qp_type,
-        sq_sig_all: attr.sq_sig_all,
-    };
+    let mut plain = attr.base();
+    if plain.srq.is_null() {
+        plain.srq = c.c.srq;
+    }
     // SAFETY: pd is ours, plain valid and names CQs of ours.
     let qp = unsafe { verbs::ibv_create_qp(pd, &mut plain) };
     if qp.is_null() {
@@ -755,25 +748,7 @@ pub unsafe extern "C" fn rdma_create_qp(
 ) -> c_int {
     // SAFETY: caller's contract.
     let (c, a) = unsafe { (cid(id), &mut *qp_init_attr) };
-    let mut ex = ibv_qp_init_attr_ex {
-        qp_context: a.qp_context,
-        send_cq: a.send_cq,
-        recv_cq: a.recv_cq,
-        srq: a.srq,
-        cap: a.cap,
-        qp_type: a.qp_type,
-        sq_sig_all: a.sq_sig_all,
-        comp_mask: IBV_QP_INIT_ATTR_PD,
-        pd,
-        xrcd: null_mut(),
-        create_flags: 0,
-        max_tso_header: 0,
-        rwq_ind_tbl: null_mut(),
-        // SAFETY: plain data; all-zero is valid.
-        rx_hash_conf: unsafe { std::mem::zeroed() },
-        source_qpn: 0,
-        send_ops_flags: 0,
-    };
+    let mut ex = ibv_qp_init_attr_ex::with_pd(a, pd);
     let r = create_qp(c, &mut ex);
     if r.is_ok() {
         a.send_cq = ex.send_cq;
@@ -1138,8 +1113,8 @@ fn make_event(ev: CmEvent, id: *mut CCmId, listen: *mut CCmId) -> *mut CEvent {
     Box::into_raw(b)
 }
 
-/// `rdma_get_cm_event`: the next event of the channel (blocking unless the fd is made
-/// non-blocking, then -1 and `EAGAIN`). CONNECT_REQUEST carries a new id (on the listener's
+/// `rdma_get_cm_event`: the next event of the channel; waits for one (also when the caller
+/// made the fd non-blocking: poll it first). CONNECT_REQUEST carries a new id (on the listener's
 /// channel, with its context). For an id with a QP, CONNECT_RESPONSE is completed here
 /// (QP to RTR/RTS, RTU) and reported as ESTABLISHED, or as CONNECT_ERROR if that failed.
 ///
@@ -1156,14 +1131,10 @@ pub unsafe extern "C" fn rdma_get_cm_event(
     }
     // SAFETY: caller's contract.
     let ch = unsafe { cchan(channel) };
-    // SAFETY: fcntl on our own fd.
-    let nonblock = unsafe { libc::fcntl(ch.c.fd, libc::F_GETFL) } & libc::O_NONBLOCK != 0;
     loop {
-        let got = if nonblock {
-            ch.ch.try_get_event()
-        } else {
-            ch.ch.get_event().map(Some)
-        };
+        // The descriptor is O_NONBLOCK from the start (rverbs-cm reads it after poll), so a
+        // caller's own O_NONBLOCK cannot be told apart: this call always waits.
+        let got = ch.ch.get_event().map(Some);
         let mut ev = match got {
             Ok(Some(ev)) => ev,
             Ok(None) => {
@@ -1461,18 +1432,7 @@ pub unsafe extern "C" fn rdma_create_ep(
         // SAFETY: fresh.
         let c = unsafe { &mut *p };
         if ai.passive {
-            c.ep_qp = Some((
-                ibv_qp_init_attr {
-                    qp_context: a.qp_context,
-                    send_cq: a.send_cq,
-                    recv_cq: a.recv_cq,
-                    srq: a.srq,
-                    cap: a.cap,
-                    qp_type: a.qp_type,
-                    sq_sig_all: a.sq_sig_all,
-                },
-                pd,
-            ));
+            c.ep_qp = Some((*a, pd));
         // SAFETY: p is ours, a is the caller's readable attr.
         } else if unsafe { rdma_create_qp(p.cast(), pd, a) } != 0 {
             let e = io::Error::last_os_error();
@@ -1529,9 +1489,7 @@ pub unsafe extern "C" fn rdma_get_request(
     if let Some(ev) = ev {
         c.c.event = make_event(ev, p, listen.cast()).cast();
     }
-    if let Some((a, pd)) = &l.ep_qp {
-        // SAFETY: ibv_qp_init_attr is plain data (integers and pointers): a bitwise copy.
-        let (mut a, pd) = (unsafe { ptr::read(a) }, *pd);
+    if let Some((mut a, pd)) = l.ep_qp {
         // SAFETY: ours; a is a copy.
         if unsafe { rdma_create_qp(p.cast(), pd, &mut a) } != 0 {
             let e = io::Error::last_os_error();

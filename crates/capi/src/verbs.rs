@@ -1569,15 +1569,7 @@ unsafe extern "C" fn create_qp_ex_op(
         set_errno(libc::EOPNOTSUPP);
         return null_mut();
     }
-    let mut base = ibv_qp_init_attr {
-        qp_context: a.qp_context,
-        send_cq: a.send_cq,
-        recv_cq: a.recv_cq,
-        srq: a.srq,
-        cap: a.cap,
-        qp_type: a.qp_type,
-        sq_sig_all: a.sq_sig_all,
-    };
+    let mut base = a.base();
     // SAFETY: the PD and the CQs/SRQ named are ours (the caller's contract).
     let qp = unsafe { ibv_create_qp(a.pd, &mut base) };
     a.cap = base.cap;

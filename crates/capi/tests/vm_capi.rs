@@ -1,5 +1,5 @@
 //! rdma-core's own, unmodified programs (Debian's ibverbs-utils) run on our
-//! `libibverbs.so.1` through `LD_LIBRARY_PATH`, against the same programs on rdma-core's
+//! `libibverbs.so.1` (and rdmacm-utils on our `librdmacm.so.1`) through `LD_LIBRARY_PATH`, against the same programs on rdma-core's
 //! libraries. Host guest only (the tests' names carry `interop`, which the minimal guest
 //! skips); the library is the one `cargo xtask capi` (stage `capi` of `cargo xtask test`)
 //! put in `<target>/capi/lib`, or `$RVERBS_CAPI_LIB`.
@@ -279,10 +279,9 @@ fn perftest(prog: &str, port: u16, server_ours: bool) {
     }
 }
 
-/// rdma-core's own librdmacm (Debian's librdmacm.so.1, not ours: rverbs provides no
-/// librdmacm yet) loaded with our libibverbs under it, driving `prog`'s client (`ours_client`)
-/// or server against the same program entirely on rdma-core. `check` must appear in the
-/// output of the side on ours.
+/// `prog`'s client (`ours_client`) or server on our `librdmacm.so.1` and `libibverbs.so.1`
+/// against the same program entirely on rdma-core. `check` must appear in the output of the
+/// side on ours.
 fn cm_tool(server: &[&str], client: &[&str], ours_client: bool, check: &str) {
     let mut s = tool(server[0], !ours_client);
     s.args(&server[1..]);
@@ -302,9 +301,15 @@ fn cm_tool(server: &[&str], client: &[&str], ours_client: bool, check: &str) {
     not(rverbs_vm),
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
-fn rdma_cores_librdmacm_runs_on_our_libibverbs_interop() {
+fn our_librdmacm_runs_rdmacm_utils_interop() {
     let a = env_or("RVERBS_ADDR_A", "10.10.0.1");
     let a = a.as_str();
+    // The loader really maps our librdmacm (ldd's view of the same environment).
+    let mut c = tool("rping", true);
+    c.env("LD_TRACE_LOADED_OBJECTS", "1");
+    let loaded = String::from_utf8_lossy(&run(c).stdout).into_owned();
+    let want = format!("librdmacm.so.1 => {}/librdmacm.so.1", lib_dir().display());
+    assert!(loaded.contains(&want), "{want} not in:\n{loaded}");
     for ours_client in [true, false] {
         cm_tool(
             &["rping", "-s", "-a", a, "-C", "10", "-v"],
