@@ -729,8 +729,13 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
     // SAFETY: caller's contract.
     let (c, a) = unsafe { (cid(id), &mut *attr) };
     if a.comp_mask & !IBV_QP_INIT_ATTR_PD != 0 {
-        set_errno(libc::EOPNOTSUPP);
-        return -1;
+        return ret(Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!(
+                "rdma_create_qp_ex: comp_mask {:#x} (only IBV_QP_INIT_ATTR_PD is supported)",
+                a.comp_mask
+            ),
+        )));
     }
     ret(create_qp(c, a))
 }

@@ -4,17 +4,12 @@
 //! skips); the library is the one `cargo xtask capi` (stage `capi` of `cargo xtask test`)
 //! put in `<target>/capi/lib`, or `$RVERBS_CAPI_LIB`.
 
-use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-fn env_or(var: &str, default: &str) -> String {
-    std::env::var(var)
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| default.to_string())
-}
+mod common;
+use common::{env_or, Proc};
 
 /// The directory holding our `libibverbs.so.1`.
 fn lib_dir() -> PathBuf {
@@ -102,49 +97,6 @@ fn ibv_devices_and_devinfo_print_the_same_interop() {
                 "{prog} {args:?}: ours (left) differs from rdma-core's (right)"
             );
         }
-    }
-}
-
-/// A child with a deadline; its output is read when it ends.
-struct Proc {
-    child: Child,
-    what: String,
-}
-
-impl Proc {
-    fn spawn(mut c: Command) -> Proc {
-        let what = format!("{c:?}");
-        let child = c
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-        Proc { child, what }
-    }
-
-    /// Waits up to `limit`; kills on timeout. Returns (success, stdout + stderr).
-    fn finish(mut self, limit: Duration) -> (bool, String) {
-        let t0 = Instant::now();
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break Some(s);
-            }
-            if t0.elapsed() > limit {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        let mut text = String::new();
-        let _ = self.child.stdout.take().unwrap().read_to_string(&mut text);
-        let _ = self.child.stderr.take().unwrap().read_to_string(&mut text);
-        let ok = status.is_some_and(|s| s.success());
-        let head = match status {
-            Some(s) => format!("{}: {s}", self.what),
-            None => format!("{}: killed after {limit:?}", self.what),
-        };
-        (ok, format!("{head}\n{text}"))
     }
 }
 

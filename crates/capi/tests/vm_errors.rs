@@ -201,7 +201,11 @@ fn rdma_cm_errors_follow_librdmacm_conventions() {
     // outputs.
     unsafe {
         let ch = rdma_create_event_channel();
-        assert!(!ch.is_null(), "rdma_create_event_channel: errno {}", errno());
+        assert!(
+            !ch.is_null(),
+            "rdma_create_event_channel: errno {}",
+            errno()
+        );
         let mut id = null_mut();
         assert_eq!(rdma_create_id(ch, &mut id, null_mut(), -5), -1);
         assert_eq!(errno(), libc::EINVAL, "a negative port space");
@@ -214,7 +218,11 @@ fn rdma_cm_errors_follow_librdmacm_conventions() {
         attr.cap.max_recv_wr = 1;
         attr.qp_type = 2;
         assert_eq!(rdma_create_qp(id, null_mut(), &mut attr), -1);
-        assert_eq!(errno(), libc::EINVAL, "rdma_create_qp before the id has a device");
+        assert_eq!(
+            errno(),
+            libc::EINVAL,
+            "rdma_create_qp before the id has a device"
+        );
         // A family it does not speak.
         let mut un: libc::sockaddr = std::mem::zeroed();
         un.sa_family = libc::AF_UNIX as u16;
@@ -232,7 +240,12 @@ fn rdma_cm_errors_follow_librdmacm_conventions() {
         );
         assert!(!(*id).verbs.is_null(), "bound to {a}: no device");
         assert_ne!(rdma_get_src_port(id), 0);
-        assert_eq!(rdma_create_qp(id, null_mut(), &mut attr), 0, "errno {}", errno());
+        assert_eq!(
+            rdma_create_qp(id, null_mut(), &mut attr),
+            0,
+            "errno {}",
+            errno()
+        );
         assert!(!(*id).qp.is_null() && !(*id).send_cq.is_null() && !(*id).pd.is_null());
         assert_eq!(rdma_create_qp(id, null_mut(), &mut attr), -1);
         assert_eq!(errno(), libc::EINVAL, "a second QP on the id");
@@ -244,7 +257,10 @@ fn rdma_cm_errors_follow_librdmacm_conventions() {
         assert_eq!(errno(), libc::EADDRINUSE);
         assert_eq!(rdma_destroy_id(id2), 0);
         // Unsupported features.
-        assert_eq!(rdma_join_multicast(id, (&raw mut sin).cast(), null_mut()), -1);
+        assert_eq!(
+            rdma_join_multicast(id, (&raw mut sin).cast(), null_mut()),
+            -1
+        );
         assert_eq!(errno(), libc::EOPNOTSUPP);
         let mut one: i32 = 1;
         assert_eq!(rdma_set_option(id, 0, 1, (&raw mut one).cast(), 2), -1);
@@ -252,10 +268,18 @@ fn rdma_cm_errors_follow_librdmacm_conventions() {
         assert_eq!(rdma_set_option(id, 0, 1, (&raw mut one).cast(), 4), 0);
         // rdma_getaddrinfo: an active lookup needs a node; a bad service is refused.
         let mut res = null_mut();
-        assert_eq!(rdma_getaddrinfo(null(), c"7471".as_ptr(), null(), &mut res), -1);
+        assert_eq!(
+            rdma_getaddrinfo(null(), c"7471".as_ptr(), null(), &mut res),
+            -1
+        );
         assert_eq!(errno(), libc::EINVAL);
         assert_eq!(
-            rdma_getaddrinfo(c"127.0.0.1".as_ptr(), c"no-such-port".as_ptr(), null(), &mut res),
+            rdma_getaddrinfo(
+                c"127.0.0.1".as_ptr(),
+                c"no-such-port".as_ptr(),
+                null(),
+                &mut res
+            ),
             -1
         );
         assert_ne!(errno(), 0);
@@ -266,7 +290,9 @@ fn rdma_cm_errors_follow_librdmacm_conventions() {
         assert_eq!(errno(), libc::EINVAL);
         rdma_destroy_event_channel(ch);
         assert_eq!(
-            std::ffi::CStr::from_ptr(rdma_event_str(9)).to_str().unwrap(),
+            std::ffi::CStr::from_ptr(rdma_event_str(9))
+                .to_str()
+                .unwrap(),
             "RDMA_CM_EVENT_ESTABLISHED"
         );
     }
