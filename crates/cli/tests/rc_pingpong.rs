@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 mod tool_support;
 use tool_support::{addr_a, c_tool, env_or, rverbs_bin, spawn, spawn_env, Done, Running};
 
-use rverbs::uverbs::context::GidType;
+use rverbs::uverbs::gid::GidType;
 
-const ITERS: u32 = 500;
+const ITERS: u32 = 200;
 
 fn dev_a() -> String {
     env_or("RVERBS_DEV_A", "rxe0")
