@@ -568,11 +568,8 @@ const IBV_QP_INIT_ATTR_PD: u32 = 1;
 /// Moves the id's QP to `state` with the attributes the kernel gives for it.
 fn modify_qp_to(c: &CCmId, state: QpState) -> io::Result<()> {
     let a = c.id()?.init_qp_attr(state)?;
-    let mut attr = ibv_qp_attr::default();
-    // SAFETY: both valid.
-    unsafe { verbs::ibv_copy_qp_attr_from_kern(&mut attr, &a.raw) };
     // SAFETY: c.c.qp is a live QP of ours.
-    let r = unsafe { verbs::ibv_modify_qp(c.c.qp, &mut attr, a.mask.bits() as c_int) };
+    let r = unsafe { verbs::modify_qp_with(c.c.qp, &a) };
     from_errno("rdma_cm: modify QP", r)
 }
 
@@ -798,13 +795,40 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
         Ok(a) => {
             // SAFETY: caller's contract.
             unsafe {
-                verbs::ibv_copy_qp_attr_from_kern(qp_attr, &a.raw);
-                *qp_attr_mask = a.mask.bits() as c_int;
+                *qp_attr = to_ibv_qp_attr(&a);
+                *qp_attr_mask = a.mask().bits() as c_int;
             }
             0
         }
         Err(e) => ret(Err(e)),
     }
+}
+
+/// The C view of the attributes `INIT_QP_ATTR` returned (fields outside the mask zero).
+fn to_ibv_qp_attr(a: &rverbs_uverbs::qp::QpAttr) -> ibv_qp_attr {
+    let mut o = ibv_qp_attr::default();
+    let st = |s: Option<QpState>| s.map_or(0, |s| u32::from(s.0));
+    o.qp_state = st(a.qp_state);
+    o.cur_qp_state = st(a.cur_qp_state);
+    o.en_sqd_async_notify = a.en_sqd_async_notify.map_or(0, u8::from);
+    o.qp_access_flags = a.access_flags.map_or(0, |f| f.bits());
+    o.pkey_index = a.pkey_index.unwrap_or(0);
+    o.port_num = a.port_num.unwrap_or(0);
+    o.qkey = a.qkey.unwrap_or(0);
+    if let Some(ah) = &a.ah_attr {
+        o.ah_attr = verbs::ah_attr_to(ah);
+    }
+    o.path_mtu = a.path_mtu.map_or(0, |m| u32::from(m.0));
+    o.timeout = a.timeout.unwrap_or(0);
+    o.retry_cnt = a.retry_cnt.unwrap_or(0);
+    o.rnr_retry = a.rnr_retry.unwrap_or(0);
+    o.rq_psn = a.rq_psn.unwrap_or(0);
+    o.max_rd_atomic = a.max_rd_atomic.unwrap_or(0);
+    o.min_rnr_timer = a.min_rnr_timer.unwrap_or(0);
+    o.sq_psn = a.sq_psn.unwrap_or(0);
+    o.max_dest_rd_atomic = a.max_dest_rd_atomic.unwrap_or(0);
+    o.dest_qp_num = a.dest_qp_num.unwrap_or(0);
+    o
 }
 
 // ---------------------------------------------------------------------------------------

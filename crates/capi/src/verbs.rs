@@ -1379,7 +1379,7 @@ fn ah_attr_from(a: &ibv_ah_attr) -> AhAttr {
     }
 }
 
-fn ah_attr_to(a: &AhAttr) -> ibv_ah_attr {
+pub(crate) fn ah_attr_to(a: &AhAttr) -> ibv_ah_attr {
     let g = a.grh.unwrap_or_default();
     ibv_ah_attr {
         grh: ibv_global_route {
@@ -1445,6 +1445,26 @@ fn qp_attr_from(a: &ibv_qp_attr, mask: u32) -> QpAttr {
     }
 }
 
+/// Applies rverbs attributes to our QP, keeping `ibv_qp.state` as libibverbs does; a
+/// positive errno on failure.
+///
+/// # Safety
+/// `qp` is a live QP of ours.
+pub(crate) unsafe fn modify_qp_with(qp: *mut ibv_qp, a: &QpAttr) -> c_int {
+    // SAFETY: caller's contract.
+    let q = unsafe { cqp(qp) };
+    match q.qp.modify(a) {
+        Ok(()) => {
+            if let Some(st) = a.qp_state {
+                // SAFETY: caller's contract; libibverbs updates this field the same way.
+                unsafe { (*qp).state = u32::from(st.0) };
+            }
+            0
+        }
+        Err(e) => fail(&e),
+    }
+}
+
 /// `ibv_modify_qp`: positive errno on failure. Alternate paths, path migration, `IBV_QP_CAP`
 /// and rate limits are `EOPNOTSUPP`.
 ///
@@ -1457,21 +1477,13 @@ pub unsafe extern "C" fn ibv_modify_qp(
     mask: c_int,
 ) -> c_int {
     // SAFETY: caller's contract.
-    let (q, a) = unsafe { (cqp(qp), &*attr) };
+    let a = unsafe { &*attr };
     let mask = mask as u32;
     if mask & !MODIFY_SUPPORTED != 0 {
         return libc::EOPNOTSUPP;
     }
-    match q.qp.modify(&qp_attr_from(a, mask)) {
-        Ok(()) => {
-            if mask & QpAttrMask::STATE.bits() != 0 {
-                // SAFETY: caller's contract; libibverbs updates this field the same way.
-                unsafe { (*qp).state = a.qp_state };
-            }
-            0
-        }
-        Err(e) => fail(&e),
-    }
+    // SAFETY: caller's contract.
+    unsafe { modify_qp_with(qp, &qp_attr_from(a, mask)) }
 }
 
 /// `ibv_query_qp`: fills every attribute (whatever `mask`) and `init_attr`.
