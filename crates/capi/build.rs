@@ -25,21 +25,33 @@ const PUBLIC: &[&str] = &[
 /// The private node of rdma-core 44 (Debian bookworm): `IBVERBS_PRIVATE_<PABI>`.
 const PRIVATE: &str = "IBVERBS_PRIVATE_34";
 
-fn main() {
-    println!("cargo:rerun-if-changed=build.rs");
-    if std::env::var_os("CARGO_FEATURE_SYMVER").is_none() {
-        return;
-    }
-    let mut script = String::new();
+/// librdmacm's version nodes (rdma-core 44), oldest first.
+pub const RDMACM: &[&str] = &["RDMACM_1.0", "RDMACM_1.1", "RDMACM_1.2", "RDMACM_1.3"];
+
+/// Declares `nodes` in order, each depending on the one before.
+fn chain(script: &mut String, nodes: &[&str]) {
     let mut prev: Option<&str> = None;
-    for v in PUBLIC {
+    for v in nodes {
         match prev {
             None => writeln!(script, "{v} {{ }};").unwrap(),
             Some(p) => writeln!(script, "{v} {{ }} {p};").unwrap(),
         }
         prev = Some(v);
     }
+}
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    if std::env::var_os("CARGO_FEATURE_SYMVER").is_none() {
+        return;
+    }
+    let mut script = String::new();
+    chain(&mut script, PUBLIC);
     writeln!(script, "{PRIVATE} {{ }};").unwrap();
+    // librdmacm's functions live in this library too (one copy of the verbs objects); the
+    // librdmacm.so.1 that `cargo xtask capi` builds declares the same nodes and needs this
+    // library, so the loader binds `rdma_*@RDMACM_*` here.
+    chain(&mut script, RDMACM);
     let out = std::path::PathBuf::from(std::env::var_os("OUT_DIR").unwrap()).join("libibverbs.map");
     std::fs::write(&out, script).unwrap();
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libibverbs.so.1");

@@ -8,6 +8,9 @@
 //!   (`readelf --dyn-syms`) must be exported by our library with the same version; the
 //!   library must carry the soname `libibverbs.so.1`.
 //!
+//! - `librdmacm.so.1`: `crates/capi/rdmacm/librdmacm.rs` built with `rustc` (soname, the
+//!   RDMACM_1.0 … 1.3 nodes, needs our libibverbs.so.1, which defines the `rdma_*`
+//!   functions); checked against the `rdma_*@RDMACM_*` imports of [`CM_PROGRAMS`].
 //! - `static_pingpong`: our C test program (`crates/capi/tests/c/static_pingpong.c`) linked
 //!   `-static` against `librverbs.a` into `<target>/capi/bin/`; `cargo xtask test` puts it
 //!   into the guests (the minimal one has no rdma-core library at all).
@@ -34,6 +37,123 @@ pub const PROGRAMS: &[&str] = &[
     "/usr/lib/x86_64-linux-gnu/libmlx5.so.1",
     "/usr/lib/x86_64-linux-gnu/libefa.so.1",
 ];
+
+/// The programs whose `rdma_*@RDMACM_*` imports our librdmacm must satisfy (Debian's
+/// rdmacm-utils and perftest).
+pub const CM_PROGRAMS: &[&str] = &[
+    "rping",
+    "rdma_client",
+    "rdma_server",
+    "ucmatose",
+    "ib_send_lat",
+    "ib_write_lat",
+    "ib_read_lat",
+    "ib_write_bw",
+];
+
+/// librdmacm's version nodes, as `crates/capi/build.rs` declares them in libibverbs.so.1.
+const RDMACM_NODES: &[&str] = &["RDMACM_1.0", "RDMACM_1.1", "RDMACM_1.2", "RDMACM_1.3"];
+
+/// Builds `librdmacm.so.1` (`crates/capi/rdmacm/librdmacm.rs`: soname, the RDMACM version
+/// nodes, `DT_NEEDED` on our `libibverbs.so.1`, which defines the functions) into `dir`.
+fn build_rdmacm(dir: &Path, release: bool) -> Result<PathBuf> {
+    let root = util::workspace_root();
+    let obj = util::target_dir().join("capi").join("rdmacm");
+    std::fs::create_dir_all(&obj).map_err(|e| util::Error(format!("{}: {e}", obj.display())))?;
+    let map = obj.join("librdmacm.map");
+    let mut script = String::new();
+    for (i, v) in RDMACM_NODES.iter().enumerate() {
+        match i {
+            0 => script.push_str(&format!("{v} {{ }};\n")),
+            _ => script.push_str(&format!("{v} {{ }} {};\n", RDMACM_NODES[i - 1])),
+        }
+    }
+    std::fs::write(&map, script).map_err(|e| util::Error(format!("{}: {e}", map.display())))?;
+    let out = obj.join("librdmacm.so.1");
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let mut cmd = Command::new(rustc);
+    cmd.args([
+        "--edition",
+        "2021",
+        "--crate-type",
+        "cdylib",
+        "--crate-name",
+        "rdmacm",
+    ])
+    .args(["-C", "panic=abort", "-C", "strip=debuginfo"])
+    .args([
+        "-C",
+        if release {
+            "opt-level=2"
+        } else {
+            "opt-level=1"
+        },
+    ])
+    .args(["-C", "link-arg=-Wl,-soname,librdmacm.so.1"])
+    .arg("-C")
+    .arg(format!("link-arg=-Wl,--version-script={}", map.display()))
+    .args(["-C", "link-arg=-Wl,--no-as-needed"])
+    .arg("-C")
+    .arg(format!(
+        "link-arg={}",
+        dir.join("libibverbs.so.1").display()
+    ))
+    .arg("-o")
+    .arg(&out)
+    .arg(root.join("crates/capi/rdmacm/librdmacm.rs"));
+    util::run(&mut cmd)?;
+    Ok(out)
+}
+
+/// Checks `librdmacm.so.1` (soname, version nodes, needs libibverbs.so.1) and that every
+/// `rdma_*@RDMACM_*` import of [`CM_PROGRAMS`] is defined with its version by our
+/// libibverbs.so.1, where the loader binds it.
+fn check_rdmacm(cm: &Path, verbs: &Path, notes: &mut Vec<String>) -> Result<()> {
+    let d = util::output(Command::new("readelf").args(["-d", "-V", "-W"]).arg(cm))?;
+    if !d.contains("Library soname: [librdmacm.so.1]") {
+        crate::bail!("{} has no soname librdmacm.so.1", cm.display());
+    }
+    if !d.contains("Shared library: [libibverbs.so.1]") {
+        crate::bail!("{} does not need libibverbs.so.1", cm.display());
+    }
+    for v in RDMACM_NODES {
+        if !d.contains(&format!("Name: {v}")) {
+            crate::bail!("{} does not define version {v}", cm.display());
+        }
+    }
+    let exports = versioned_with(verbs, false, "RDMACM_")?;
+    let mut missing = Vec::new();
+    for p in CM_PROGRAMS {
+        let path = Path::new("/usr/bin").join(p);
+        if !path.exists() {
+            crate::bail!(
+                "{} is not installed (packages rdmacm-utils, perftest; .ci/run installs them)",
+                path.display()
+            );
+        }
+        let imports = versioned_with(&path, true, "RDMACM_")?;
+        let lacking: Vec<String> = imports
+            .iter()
+            .filter(|s| !exports.contains(*s))
+            .map(|(n, v)| format!("{n}@{v}"))
+            .collect();
+        notes.push(format!(
+            "{p}: {} of {} rdma_cm imports exported",
+            imports.len() - lacking.len(),
+            imports.len()
+        ));
+        if !lacking.is_empty() {
+            missing.push(format!("{p}: {}", lacking.join(" ")));
+        }
+    }
+    if !missing.is_empty() {
+        crate::bail!(
+            "rdma_cm imports our libraries lack:\n  {}",
+            missing.join("\n  ")
+        );
+    }
+    Ok(())
+}
 
 /// Where the libraries go.
 pub fn lib_dir() -> PathBuf {
@@ -109,6 +229,14 @@ fn build(crate_type: &str, symver: bool, release: bool) -> Result<PathBuf> {
 /// `name@VERSION` pairs of a `readelf --dyn-syms -W` listing: the undefined ones (imports)
 /// or the defined ones (exports).
 fn versioned(path: &Path, undefined: bool) -> Result<BTreeSet<(String, String)>> {
+    versioned_with(path, undefined, "IBVERBS_")
+}
+
+fn versioned_with(
+    path: &Path,
+    undefined: bool,
+    prefix: &str,
+) -> Result<BTreeSet<(String, String)>> {
     let text = util::output(Command::new("readelf").args(["--dyn-syms", "-W"]).arg(path))?;
     let mut out = BTreeSet::new();
     for line in text.lines() {
@@ -121,7 +249,7 @@ fn versioned(path: &Path, undefined: bool) -> Result<BTreeSet<(String, String)>>
             continue;
         };
         let ver = ver.trim_start_matches('@');
-        if ver.starts_with("IBVERBS_") {
+        if ver.starts_with(prefix) {
             out.insert((name.to_string(), ver.to_string()));
         }
     }
@@ -151,6 +279,18 @@ pub fn build_and_check(release: bool) -> Result<Outcome> {
         .map_err(|e| util::Error(format!("{}: {e}", link.display())))?;
 
     let prog = link_static_program(&a_dst)?;
+    let cm = build_rdmacm(&dir, release)?;
+    let cm_dst = dir.join("librdmacm.so.1");
+    let tmp = cm_dst.with_extension("tmp");
+    std::fs::copy(&cm, &tmp)
+        .and_then(|_| std::fs::rename(&tmp, &cm_dst))
+        .map_err(|e| {
+            util::Error(format!(
+                "copy {} to {}: {e}",
+                cm.display(),
+                cm_dst.display()
+            ))
+        })?;
 
     let dynamic = util::output(Command::new("readelf").args(["-d", "-W"]).arg(&so_dst))?;
     if !dynamic.contains("Library soname: [libibverbs.so.1]") {
@@ -164,6 +304,7 @@ pub fn build_and_check(release: bool) -> Result<Outcome> {
         a_dst.display(),
         prog.display()
     )];
+    check_rdmacm(&cm_dst, &so_dst, &mut notes)?;
     let mut missing: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for p in PROGRAMS {
         let path = Path::new("/usr/bin").join(p); // an absolute p replaces the directory

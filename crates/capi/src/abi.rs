@@ -679,6 +679,7 @@ pub struct ibv_qp_cap {
 
 /// `struct ibv_qp_init_attr`.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct ibv_qp_init_attr {
     #[allow(missing_docs)]
     pub qp_context: *mut c_void,
@@ -745,6 +746,48 @@ pub struct ibv_qp_init_attr_ex {
     pub source_qpn: u32,
     #[allow(missing_docs)]
     pub send_ops_flags: u64,
+}
+
+impl ibv_qp_init_attr_ex {
+    /// The fields it shares with [`ibv_qp_init_attr`].
+    pub fn base(&self) -> ibv_qp_init_attr {
+        ibv_qp_init_attr {
+            qp_context: self.qp_context,
+            send_cq: self.send_cq,
+            recv_cq: self.recv_cq,
+            srq: self.srq,
+            cap: self.cap,
+            qp_type: self.qp_type,
+            sq_sig_all: self.sq_sig_all,
+        }
+    }
+
+    /// `a` with the PD extension (`comp_mask` = `IBV_QP_INIT_ATTR_PD`), the rest zero.
+    pub fn with_pd(a: &ibv_qp_init_attr, pd: *mut ibv_pd) -> Self {
+        Self {
+            qp_context: a.qp_context,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            cap: a.cap,
+            qp_type: a.qp_type,
+            sq_sig_all: a.sq_sig_all,
+            comp_mask: 1,
+            pd,
+            xrcd: std::ptr::null_mut(),
+            create_flags: 0,
+            max_tso_header: 0,
+            rwq_ind_tbl: std::ptr::null_mut(),
+            rx_hash_conf: ibv_rx_hash_conf {
+                rx_hash_function: 0,
+                rx_hash_key_len: 0,
+                rx_hash_key: std::ptr::null_mut(),
+                rx_hash_fields_mask: 0,
+            },
+            source_qpn: 0,
+            send_ops_flags: 0,
+        }
+    }
 }
 
 /// `create_qp_ex` slot of [`verbs_context`].
@@ -1076,6 +1119,186 @@ pub struct ibv_sa_path_rec {
     pub preference: u8,
 }
 
+// ---------------------------------------------------------------------------------------
+// <rdma/rdma_cma.h> (librdmacm-dev)
+
+/// `struct rdma_event_channel`.
+#[repr(C)]
+pub struct rdma_event_channel {
+    /// The ucma file's descriptor (poll it; `rdma_get_cm_event` reads it).
+    pub fd: c_int,
+}
+
+/// `struct rdma_ib_addr`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct rdma_ib_addr {
+    #[allow(missing_docs)]
+    pub sgid: ibv_gid,
+    #[allow(missing_docs)]
+    pub dgid: ibv_gid,
+    /// Big-endian.
+    pub pkey: u16,
+}
+
+/// `struct rdma_addr`: the source and destination unions (each as large as a
+/// `sockaddr_storage`), then the IB address.
+#[repr(C)]
+pub struct rdma_addr {
+    /// `src_addr` / `src_sin` / `src_sin6` / `src_storage`.
+    pub src_storage: libc::sockaddr_storage,
+    /// `dst_addr` / `dst_sin` / `dst_sin6` / `dst_storage`.
+    pub dst_storage: libc::sockaddr_storage,
+    /// `addr.ibaddr`.
+    pub ibaddr: rdma_ib_addr,
+}
+
+/// `struct rdma_route`.
+#[repr(C)]
+pub struct rdma_route {
+    #[allow(missing_docs)]
+    pub addr: rdma_addr,
+    #[allow(missing_docs)]
+    pub path_rec: *mut ibv_sa_path_rec,
+    #[allow(missing_docs)]
+    pub num_paths: c_int,
+}
+
+/// `struct rdma_cm_id`: what `rdma_cma.h`'s and `rdma_verbs.h`'s inline functions read.
+#[repr(C)]
+pub struct rdma_cm_id {
+    #[allow(missing_docs)]
+    pub verbs: *mut ibv_context,
+    #[allow(missing_docs)]
+    pub channel: *mut rdma_event_channel,
+    #[allow(missing_docs)]
+    pub context: *mut c_void,
+    #[allow(missing_docs)]
+    pub qp: *mut ibv_qp,
+    #[allow(missing_docs)]
+    pub route: rdma_route,
+    /// `enum rdma_port_space`.
+    pub ps: u32,
+    #[allow(missing_docs)]
+    pub port_num: u8,
+    #[allow(missing_docs)]
+    pub event: *mut rdma_cm_event,
+    #[allow(missing_docs)]
+    pub send_cq_channel: *mut ibv_comp_channel,
+    #[allow(missing_docs)]
+    pub send_cq: *mut ibv_cq,
+    #[allow(missing_docs)]
+    pub recv_cq_channel: *mut ibv_comp_channel,
+    #[allow(missing_docs)]
+    pub recv_cq: *mut ibv_cq,
+    #[allow(missing_docs)]
+    pub srq: *mut ibv_srq,
+    #[allow(missing_docs)]
+    pub pd: *mut ibv_pd,
+    /// `enum ibv_qp_type`.
+    pub qp_type: u32,
+}
+
+/// `struct rdma_conn_param`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct rdma_conn_param {
+    #[allow(missing_docs)]
+    pub private_data: *const c_void,
+    #[allow(missing_docs)]
+    pub private_data_len: u8,
+    #[allow(missing_docs)]
+    pub responder_resources: u8,
+    #[allow(missing_docs)]
+    pub initiator_depth: u8,
+    #[allow(missing_docs)]
+    pub flow_control: u8,
+    #[allow(missing_docs)]
+    pub retry_count: u8,
+    #[allow(missing_docs)]
+    pub rnr_retry_count: u8,
+    #[allow(missing_docs)]
+    pub srq: u8,
+    #[allow(missing_docs)]
+    pub qp_num: u32,
+}
+
+/// `struct rdma_ud_param`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct rdma_ud_param {
+    #[allow(missing_docs)]
+    pub private_data: *const c_void,
+    #[allow(missing_docs)]
+    pub private_data_len: u8,
+    #[allow(missing_docs)]
+    pub ah_attr: ibv_ah_attr,
+    #[allow(missing_docs)]
+    pub qp_num: u32,
+    #[allow(missing_docs)]
+    pub qkey: u32,
+}
+
+/// The `param` union of `struct rdma_cm_event`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union rdma_cm_event_param {
+    #[allow(missing_docs)]
+    pub conn: rdma_conn_param,
+    #[allow(missing_docs)]
+    pub ud: rdma_ud_param,
+}
+
+/// `struct rdma_cm_event`.
+#[repr(C)]
+pub struct rdma_cm_event {
+    #[allow(missing_docs)]
+    pub id: *mut rdma_cm_id,
+    #[allow(missing_docs)]
+    pub listen_id: *mut rdma_cm_id,
+    /// `enum rdma_cm_event_type`.
+    pub event: u32,
+    #[allow(missing_docs)]
+    pub status: c_int,
+    #[allow(missing_docs)]
+    pub param: rdma_cm_event_param,
+}
+
+/// `struct rdma_addrinfo`.
+#[repr(C)]
+pub struct rdma_addrinfo {
+    /// `RAI_*`.
+    pub ai_flags: c_int,
+    #[allow(missing_docs)]
+    pub ai_family: c_int,
+    #[allow(missing_docs)]
+    pub ai_qp_type: c_int,
+    #[allow(missing_docs)]
+    pub ai_port_space: c_int,
+    #[allow(missing_docs)]
+    pub ai_src_len: u32,
+    #[allow(missing_docs)]
+    pub ai_dst_len: u32,
+    #[allow(missing_docs)]
+    pub ai_src_addr: *mut libc::sockaddr,
+    #[allow(missing_docs)]
+    pub ai_dst_addr: *mut libc::sockaddr,
+    #[allow(missing_docs)]
+    pub ai_src_canonname: *mut c_char,
+    #[allow(missing_docs)]
+    pub ai_dst_canonname: *mut c_char,
+    #[allow(missing_docs)]
+    pub ai_route_len: usize,
+    #[allow(missing_docs)]
+    pub ai_route: *mut c_void,
+    #[allow(missing_docs)]
+    pub ai_connect_len: usize,
+    #[allow(missing_docs)]
+    pub ai_connect: *mut c_void,
+    #[allow(missing_docs)]
+    pub ai_next: *mut rdma_addrinfo,
+}
+
 /// The structs the layout test checks: C name, Rust size, and (C field, Rust offset) pairs.
 pub type LayoutRow = (&'static str, usize, &'static [(&'static str, usize)]);
 
@@ -1089,6 +1312,32 @@ macro_rules! layouts {
 }
 
 layouts! {
+    "rdma_event_channel" => rdma_event_channel { "fd": fd }
+    "rdma_ib_addr" => rdma_ib_addr { "sgid": sgid, "dgid": dgid, "pkey": pkey }
+    "rdma_addr" => rdma_addr { "src_storage": src_storage, "dst_storage": dst_storage,
+        "addr": ibaddr }
+    "rdma_route" => rdma_route { "addr": addr, "path_rec": path_rec, "num_paths": num_paths }
+    "rdma_cm_id" => rdma_cm_id { "verbs": verbs, "channel": channel, "context": context,
+        "qp": qp, "route": route, "ps": ps, "port_num": port_num, "event": event,
+        "send_cq_channel": send_cq_channel, "send_cq": send_cq,
+        "recv_cq_channel": recv_cq_channel, "recv_cq": recv_cq, "srq": srq, "pd": pd,
+        "qp_type": qp_type }
+    "rdma_conn_param" => rdma_conn_param { "private_data": private_data,
+        "private_data_len": private_data_len, "responder_resources": responder_resources,
+        "initiator_depth": initiator_depth, "flow_control": flow_control,
+        "retry_count": retry_count, "rnr_retry_count": rnr_retry_count, "srq": srq,
+        "qp_num": qp_num }
+    "rdma_ud_param" => rdma_ud_param { "private_data": private_data,
+        "private_data_len": private_data_len, "ah_attr": ah_attr, "qp_num": qp_num,
+        "qkey": qkey }
+    "rdma_cm_event" => rdma_cm_event { "id": id, "listen_id": listen_id, "event": event,
+        "status": status, "param": param }
+    "rdma_addrinfo" => rdma_addrinfo { "ai_flags": ai_flags, "ai_family": ai_family,
+        "ai_qp_type": ai_qp_type, "ai_port_space": ai_port_space, "ai_src_len": ai_src_len,
+        "ai_dst_len": ai_dst_len, "ai_src_addr": ai_src_addr, "ai_dst_addr": ai_dst_addr,
+        "ai_src_canonname": ai_src_canonname, "ai_dst_canonname": ai_dst_canonname,
+        "ai_route_len": ai_route_len, "ai_route": ai_route, "ai_connect_len": ai_connect_len,
+        "ai_connect": ai_connect, "ai_next": ai_next }
     "ibv_gid" => ibv_gid { "raw": raw }
     "ibv_device" => ibv_device { "node_type": node_type, "transport_type": transport_type,
         "name": name, "dev_name": dev_name, "dev_path": dev_path, "ibdev_path": ibdev_path }

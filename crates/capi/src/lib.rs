@@ -28,4 +28,5 @@
 pub mod abi;
 #[macro_use]
 mod symver;
+pub mod cma;
 pub mod verbs;

@@ -34,7 +34,7 @@ use crate::abi::*;
 // ---------------------------------------------------------------------------------------
 // errno and diagnostics
 
-fn set_errno(e: c_int) {
+pub(crate) fn set_errno(e: c_int) {
     // SAFETY: __errno_location returns the calling thread's errno slot (glibc and musl).
     unsafe { *libc::__errno_location() = e };
 }
@@ -60,7 +60,7 @@ pub fn errno_of(e: &io::Error) -> c_int {
 
 /// Reports `e` on stderr when `RVERBS_CAPI_LOG` is set (libibverbs' callers see only the
 /// errno; the message says which object and operation failed) and returns its errno.
-fn fail(e: &io::Error) -> c_int {
+pub(crate) fn fail(e: &io::Error) -> c_int {
     if std::env::var_os("RVERBS_CAPI_LOG").is_some() {
         eprintln!("rverbs libibverbs: {e}");
     }
@@ -1379,7 +1379,7 @@ fn ah_attr_from(a: &ibv_ah_attr) -> AhAttr {
     }
 }
 
-fn ah_attr_to(a: &AhAttr) -> ibv_ah_attr {
+pub(crate) fn ah_attr_to(a: &AhAttr) -> ibv_ah_attr {
     let g = a.grh.unwrap_or_default();
     ibv_ah_attr {
         grh: ibv_global_route {
@@ -1445,6 +1445,26 @@ fn qp_attr_from(a: &ibv_qp_attr, mask: u32) -> QpAttr {
     }
 }
 
+/// Applies rverbs attributes to our QP, keeping `ibv_qp.state` as libibverbs does; a
+/// positive errno on failure.
+///
+/// # Safety
+/// `qp` is a live QP of ours.
+pub(crate) unsafe fn modify_qp_with(qp: *mut ibv_qp, a: &QpAttr) -> c_int {
+    // SAFETY: caller's contract.
+    let q = unsafe { cqp(qp) };
+    match q.qp.modify(a) {
+        Ok(()) => {
+            if let Some(st) = a.qp_state {
+                // SAFETY: caller's contract; libibverbs updates this field the same way.
+                unsafe { (*qp).state = u32::from(st.0) };
+            }
+            0
+        }
+        Err(e) => fail(&e),
+    }
+}
+
 /// `ibv_modify_qp`: positive errno on failure. Alternate paths, path migration, `IBV_QP_CAP`
 /// and rate limits are `EOPNOTSUPP`.
 ///
@@ -1457,21 +1477,13 @@ pub unsafe extern "C" fn ibv_modify_qp(
     mask: c_int,
 ) -> c_int {
     // SAFETY: caller's contract.
-    let (q, a) = unsafe { (cqp(qp), &*attr) };
+    let a = unsafe { &*attr };
     let mask = mask as u32;
     if mask & !MODIFY_SUPPORTED != 0 {
         return libc::EOPNOTSUPP;
     }
-    match q.qp.modify(&qp_attr_from(a, mask)) {
-        Ok(()) => {
-            if mask & QpAttrMask::STATE.bits() != 0 {
-                // SAFETY: caller's contract; libibverbs updates this field the same way.
-                unsafe { (*qp).state = a.qp_state };
-            }
-            0
-        }
-        Err(e) => fail(&e),
-    }
+    // SAFETY: caller's contract.
+    unsafe { modify_qp_with(qp, &qp_attr_from(a, mask)) }
 }
 
 /// `ibv_query_qp`: fills every attribute (whatever `mask`) and `init_attr`.
@@ -1571,15 +1583,7 @@ unsafe extern "C" fn create_qp_ex_op(
         set_errno(libc::EOPNOTSUPP);
         return null_mut();
     }
-    let mut base = ibv_qp_init_attr {
-        qp_context: a.qp_context,
-        send_cq: a.send_cq,
-        recv_cq: a.recv_cq,
-        srq: a.srq,
-        cap: a.cap,
-        qp_type: a.qp_type,
-        sq_sig_all: a.sq_sig_all,
-    };
+    let mut base = a.base();
     // SAFETY: the PD and the CQs/SRQ named are ours (the caller's contract).
     let qp = unsafe { ibv_create_qp(a.pd, &mut base) };
     a.cap = base.cap;
@@ -2049,7 +2053,7 @@ pub unsafe extern "C" fn ibv_get_sysfs_path(buf: *mut c_char, size: usize) -> c_
     0
 }
 
-fn ah_from_kern(a: &rverbs_cm::abi::ib_uverbs_ah_attr) -> ibv_ah_attr {
+pub(crate) fn ah_from_kern(a: &rverbs_cm::abi::ib_uverbs_ah_attr) -> ibv_ah_attr {
     ibv_ah_attr {
         grh: ibv_global_route {
             dgid: ibv_gid { raw: a.grh.dgid },

@@ -1,20 +1,15 @@
 //! rdma-core's own, unmodified programs (Debian's ibverbs-utils) run on our
-//! `libibverbs.so.1` through `LD_LIBRARY_PATH`, against the same programs on rdma-core's
+//! `libibverbs.so.1` (and rdmacm-utils on our `librdmacm.so.1`) through `LD_LIBRARY_PATH`, against the same programs on rdma-core's
 //! libraries. Host guest only (the tests' names carry `interop`, which the minimal guest
 //! skips); the library is the one `cargo xtask capi` (stage `capi` of `cargo xtask test`)
 //! put in `<target>/capi/lib`, or `$RVERBS_CAPI_LIB`.
 
-use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-fn env_or(var: &str, default: &str) -> String {
-    std::env::var(var)
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| default.to_string())
-}
+mod common;
+use common::{env_or, Proc};
 
 /// The directory holding our `libibverbs.so.1`.
 fn lib_dir() -> PathBuf {
@@ -102,49 +97,6 @@ fn ibv_devices_and_devinfo_print_the_same_interop() {
                 "{prog} {args:?}: ours (left) differs from rdma-core's (right)"
             );
         }
-    }
-}
-
-/// A child with a deadline; its output is read when it ends.
-struct Proc {
-    child: Child,
-    what: String,
-}
-
-impl Proc {
-    fn spawn(mut c: Command) -> Proc {
-        let what = format!("{c:?}");
-        let child = c
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-        Proc { child, what }
-    }
-
-    /// Waits up to `limit`; kills on timeout. Returns (success, stdout + stderr).
-    fn finish(mut self, limit: Duration) -> (bool, String) {
-        let t0 = Instant::now();
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break Some(s);
-            }
-            if t0.elapsed() > limit {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        let mut text = String::new();
-        let _ = self.child.stdout.take().unwrap().read_to_string(&mut text);
-        let _ = self.child.stderr.take().unwrap().read_to_string(&mut text);
-        let ok = status.is_some_and(|s| s.success());
-        let head = match status {
-            Some(s) => format!("{}: {s}", self.what),
-            None => format!("{}: killed after {limit:?}", self.what),
-        };
-        (ok, format!("{head}\n{text}"))
     }
 }
 
@@ -279,10 +231,9 @@ fn perftest(prog: &str, port: u16, server_ours: bool) {
     }
 }
 
-/// rdma-core's own librdmacm (Debian's librdmacm.so.1, not ours: rverbs provides no
-/// librdmacm yet) loaded with our libibverbs under it, driving `prog`'s client (`ours_client`)
-/// or server against the same program entirely on rdma-core. `check` must appear in the
-/// output of the side on ours.
+/// `prog`'s client (`ours_client`) or server on our `librdmacm.so.1` and `libibverbs.so.1`
+/// against the same program entirely on rdma-core. `check` must appear in the output of the
+/// side on ours.
 fn cm_tool(server: &[&str], client: &[&str], ours_client: bool, check: &str) {
     let mut s = tool(server[0], !ours_client);
     s.args(&server[1..]);
@@ -302,9 +253,15 @@ fn cm_tool(server: &[&str], client: &[&str], ours_client: bool, check: &str) {
     not(rverbs_vm),
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
-fn rdma_cores_librdmacm_runs_on_our_libibverbs_interop() {
+fn our_librdmacm_runs_rdmacm_utils_interop() {
     let a = env_or("RVERBS_ADDR_A", "10.10.0.1");
     let a = a.as_str();
+    // The loader really maps our librdmacm (ldd's view of the same environment).
+    let mut c = tool("rping", true);
+    c.env("LD_TRACE_LOADED_OBJECTS", "1");
+    let loaded = String::from_utf8_lossy(&run(c).stdout).into_owned();
+    let want = format!("librdmacm.so.1 => {}/librdmacm.so.1", lib_dir().display());
+    assert!(loaded.contains(&want), "{want} not in:\n{loaded}");
     for ours_client in [true, false] {
         cm_tool(
             &["rping", "-s", "-a", a, "-C", "10", "-v"],

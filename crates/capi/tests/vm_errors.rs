@@ -185,3 +185,115 @@ fn strings_match_rdma_core() {
         }
     }
 }
+
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn rdma_cm_errors_follow_librdmacm_conventions() {
+    use rverbs_capi::cma::*;
+    let a: std::net::Ipv4Addr = std::env::var("RVERBS_ADDR_A")
+        .unwrap_or_else(|_| "10.10.0.1".into())
+        .parse()
+        .unwrap();
+    // SAFETY: every call below gets ids and channels of ours, created here, and writable
+    // outputs.
+    unsafe {
+        let ch = rdma_create_event_channel();
+        assert!(
+            !ch.is_null(),
+            "rdma_create_event_channel: errno {}",
+            errno()
+        );
+        let mut id = null_mut();
+        assert_eq!(rdma_create_id(ch, &mut id, null_mut(), -5), -1);
+        assert_eq!(errno(), libc::EINVAL, "a negative port space");
+        assert_eq!(rdma_create_id(ch, null_mut(), null_mut(), 0x106), -1);
+        assert_eq!(errno(), libc::EINVAL, "no place for the id");
+        assert_eq!(rdma_create_id(ch, &mut id, null_mut(), 0x106), 0);
+        // No device yet: no QP.
+        let mut attr: ibv_qp_init_attr = std::mem::zeroed();
+        attr.cap.max_send_wr = 1;
+        attr.cap.max_recv_wr = 1;
+        attr.qp_type = 2;
+        assert_eq!(rdma_create_qp(id, null_mut(), &mut attr), -1);
+        assert_eq!(
+            errno(),
+            libc::EINVAL,
+            "rdma_create_qp before the id has a device"
+        );
+        // A family it does not speak.
+        let mut un: libc::sockaddr = std::mem::zeroed();
+        un.sa_family = libc::AF_UNIX as u16;
+        assert_eq!(rdma_bind_addr(id, &mut un), -1);
+        assert_eq!(errno(), libc::EOPNOTSUPP);
+        // Bound to the device's address: the id has its device, the QP its CQs.
+        let mut sin: libc::sockaddr_in = std::mem::zeroed();
+        sin.sin_family = libc::AF_INET as u16;
+        sin.sin_addr.s_addr = u32::from_ne_bytes(a.octets());
+        assert_eq!(
+            rdma_bind_addr(id, (&raw mut sin).cast()),
+            0,
+            "bind {a}: errno {}",
+            errno()
+        );
+        assert!(!(*id).verbs.is_null(), "bound to {a}: no device");
+        assert_ne!(rdma_get_src_port(id), 0);
+        assert_eq!(
+            rdma_create_qp(id, null_mut(), &mut attr),
+            0,
+            "errno {}",
+            errno()
+        );
+        assert!(!(*id).qp.is_null() && !(*id).send_cq.is_null() && !(*id).pd.is_null());
+        assert_eq!(rdma_create_qp(id, null_mut(), &mut attr), -1);
+        assert_eq!(errno(), libc::EINVAL, "a second QP on the id");
+        // A second id on the same address and port.
+        let mut id2 = null_mut();
+        assert_eq!(rdma_create_id(ch, &mut id2, null_mut(), 0x106), 0);
+        sin.sin_port = rdma_get_src_port(id);
+        assert_eq!(rdma_bind_addr(id2, (&raw mut sin).cast()), -1);
+        assert_eq!(errno(), libc::EADDRINUSE);
+        assert_eq!(rdma_destroy_id(id2), 0);
+        // Unsupported features.
+        assert_eq!(
+            rdma_join_multicast(id, (&raw mut sin).cast(), null_mut()),
+            -1
+        );
+        assert_eq!(errno(), libc::EOPNOTSUPP);
+        let mut one: i32 = 1;
+        assert_eq!(rdma_set_option(id, 0, 1, (&raw mut one).cast(), 2), -1);
+        assert_eq!(errno(), libc::EINVAL, "REUSEADDR takes an int");
+        assert_eq!(rdma_set_option(id, 0, 1, (&raw mut one).cast(), 4), 0);
+        // rdma_getaddrinfo: an active lookup needs a node; a bad service is refused.
+        let mut res = null_mut();
+        assert_eq!(
+            rdma_getaddrinfo(null(), c"7471".as_ptr(), null(), &mut res),
+            -1
+        );
+        assert_eq!(errno(), libc::EINVAL);
+        assert_eq!(
+            rdma_getaddrinfo(
+                c"127.0.0.1".as_ptr(),
+                c"no-such-port".as_ptr(),
+                null(),
+                &mut res
+            ),
+            -1
+        );
+        assert_ne!(errno(), 0);
+        rdma_destroy_qp(id);
+        assert!((*id).qp.is_null() && (*id).send_cq.is_null());
+        assert_eq!(rdma_destroy_id(id), 0);
+        assert_eq!(rdma_destroy_id(null_mut()), -1);
+        assert_eq!(errno(), libc::EINVAL);
+        rdma_destroy_event_channel(ch);
+        assert_eq!(
+            std::ffi::CStr::from_ptr(rdma_event_str(9))
+                .to_str()
+                .unwrap(),
+            "RDMA_CM_EVENT_ESTABLISHED"
+        );
+    }
+}

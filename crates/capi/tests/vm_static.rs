@@ -4,17 +4,12 @@
 //! nothing but our archive can serve it — and against rdma-core's `ibv_rc_pingpong` in the
 //! host guest (test named `interop`).
 
-use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-fn env_or(var: &str, default: &str) -> String {
-    std::env::var(var)
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| default.to_string())
-}
+mod common;
+use common::{env_or, Proc};
 
 /// `<target>/capi/bin/static_pingpong`, found above this test binary (the guests place
 /// both at their host paths), or `$RVERBS_CAPI_STATIC`.
@@ -32,43 +27,6 @@ fn program() -> PathBuf {
                 exe.display()
             )
         })
-}
-
-fn spawn(mut c: Command) -> (Child, String) {
-    let what = format!("{c:?}");
-    let child = c
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    (child, what)
-}
-
-/// Waits up to `limit` (then kills); returns (success, what it printed).
-fn finish((mut child, what): (Child, String), limit: Duration) -> (bool, String) {
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break Some(s);
-        }
-        if t0.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut text = String::new();
-    let _ = child.stdout.take().unwrap().read_to_string(&mut text);
-    let _ = child.stderr.take().unwrap().read_to_string(&mut text);
-    let head = match status {
-        Some(s) => format!("{what}: {s}"),
-        None => format!("{what}: killed after {limit:?}"),
-    };
-    (
-        status.is_some_and(|s| s.success()),
-        format!("{head}\n{text}"),
-    )
 }
 
 /// The peer tool (`rverbs rc-pingpong` or `ibv_rc_pingpong`) with its device and port.
@@ -109,9 +67,9 @@ fn both_roles(kind: &str, port: u16) {
     for ours_is_server in [false, true] {
         let p = port + u16::from(ours_is_server);
         let server = if ours_is_server {
-            spawn(ours(&dev_a, p))
+            Proc::spawn(ours(&dev_a, p))
         } else {
-            spawn(peer(kind, &dev_a, p))
+            Proc::spawn(peer(kind, &dev_a, p))
         };
         // Our client retries its TCP connect; the peer's client needs the server up first.
         std::thread::sleep(Duration::from_secs(2));
@@ -121,8 +79,8 @@ fn both_roles(kind: &str, port: u16) {
             ours(&dev_b, p)
         };
         c.arg(&addr_a);
-        let (cok, cout) = finish(spawn(c), Duration::from_secs(120));
-        let (sok, sout) = finish(server, Duration::from_secs(60));
+        let (cok, cout) = Proc::spawn(c).finish(Duration::from_secs(120));
+        let (sok, sout) = server.finish(Duration::from_secs(60));
         assert!(cok && sok, "client:\n{cout}\nserver:\n{sout}");
         let mine = if ours_is_server { &sout } else { &cout };
         assert!(mine.contains("50 iters done"), "ours printed:\n{mine}");

@@ -1,0 +1,1727 @@
+//! The exported `rdma_*` functions of librdmacm on `rverbs-cm`, sharing this library's verbs
+//! objects: the `ibv_context`, `ibv_pd`, `ibv_cq`, `ibv_comp_channel` and `ibv_qp` an
+//! `rdma_cm_id` exposes are made by the `ibv_*` functions of [`crate::verbs`], so the inline
+//! functions of `rdma_verbs.h` (`rdma_reg_msgs`, `rdma_post_send`, `rdma_get_send_comp`, …)
+//! reach rverbs through the same ops tables as any verbs caller.
+//!
+//! Each `rdma_cm_id` is the first field of a [`CCmId`] that owns the [`CmId`] behind it;
+//! each `rdma_cm_event` the first field of a [`CEvent`] that owns the decoded [`CmEvent`]
+//! (its private data stays valid until `rdma_ack_cm_event`). Devices are opened once per
+//! node GUID, with one default PD each, and live until the process ends (as librdmacm's
+//! device list).
+//!
+//! What librdmacm does on top of the kernel's events is done here too: an id with a QP has
+//! it moved to INIT on creation (UD: to RTS), to RTR/RTS before `rdma_accept` and on
+//! CONNECT_RESPONSE (which is then reported as ESTABLISHED after the RTU), and to ERR on
+//! `rdma_disconnect`. Error conventions are librdmacm's: -1 with `errno`, constructors NULL
+//! with `errno`.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::AsRawFd;
+use std::ptr::{self, null_mut};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rverbs_cm::{
+    AddrHints, AddrInfo, CmEvent, CmEventKind, CmId, ConnParam, EventChannel, IpFamily, PortSpace,
+    QpState, QpType,
+};
+
+use crate::abi::*;
+use crate::verbs::{self, fail, set_errno};
+
+// ---------------------------------------------------------------------------------------
+// errors
+
+fn ret(r: io::Result<()>) -> c_int {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            set_errno(fail(&e));
+            -1
+        }
+    }
+}
+
+fn einval(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, what.to_string())
+}
+
+fn from_errno(op: &str, r: c_int) -> io::Result<()> {
+    if r == 0 {
+        Ok(())
+    } else {
+        let e = io::Error::from_raw_os_error(r);
+        Err(io::Error::new(e.kind(), format!("{op}: {e}")))
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// devices: one context and one default PD per node GUID
+
+struct Dev {
+    guid: u64,
+    ctx: usize,
+    pd: usize,
+}
+
+static DEVS: Mutex<Vec<Dev>> = Mutex::new(Vec::new());
+
+/// The context (opened once) of the device with node GUID `guid` (host order).
+fn device_for(guid: u64) -> io::Result<*mut ibv_context> {
+    let mut devs = DEVS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(d) = devs.iter().find(|d| d.guid == guid) {
+        return Ok(d.ctx as *mut ibv_context);
+    }
+    // SAFETY: NULL count is allowed; the list is freed below, its devices live forever.
+    let list = unsafe { verbs::ibv_get_device_list(null_mut()) };
+    if list.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    let mut found = null_mut();
+    let mut i = 0;
+    loop {
+        // SAFETY: NULL-terminated array from ibv_get_device_list.
+        let d = unsafe { *list.add(i) };
+        if d.is_null() {
+            break;
+        }
+        // SAFETY: d is one of our devices.
+        if unsafe { verbs::ibv_get_device_guid(d) } == guid.to_be() {
+            found = d;
+            break;
+        }
+        i += 1;
+    }
+    let ctx = if found.is_null() {
+        null_mut()
+    } else {
+        // SAFETY: found is one of our devices.
+        unsafe { verbs::ibv_open_device(found) }
+    };
+    // SAFETY: from ibv_get_device_list.
+    unsafe { verbs::ibv_free_device_list(list) };
+    if found.is_null() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("rdma_cm: no verbs device has node GUID {guid:#018x}"),
+        ));
+    }
+    if ctx.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    devs.push(Dev {
+        guid,
+        ctx: ctx as usize,
+        pd: 0,
+    });
+    Ok(ctx)
+}
+
+/// The default PD of `ctx` (a context from [`device_for`]), allocated on first use.
+fn default_pd(ctx: *mut ibv_context) -> io::Result<*mut ibv_pd> {
+    let mut devs = DEVS.lock().unwrap_or_else(|p| p.into_inner());
+    let d = devs
+        .iter_mut()
+        .find(|d| d.ctx == ctx as usize)
+        .ok_or_else(|| einval("rdma_cm: the id's context is not one the rdma_cm opened"))?;
+    if d.pd == 0 {
+        // SAFETY: ctx is a live context of ours.
+        let pd = unsafe { verbs::ibv_alloc_pd(ctx) };
+        if pd.is_null() {
+            return Err(io::Error::last_os_error());
+        }
+        d.pd = pd as usize;
+    }
+    Ok(d.pd as *mut ibv_pd)
+}
+
+// ---------------------------------------------------------------------------------------
+// event channels
+
+/// An `rdma_event_channel` and the rverbs channel behind it.
+#[repr(C)]
+pub struct CEventChannel {
+    /// What C sees.
+    pub c: rdma_event_channel,
+    /// The rverbs channel.
+    pub ch: EventChannel,
+}
+
+fn new_channel(ch: EventChannel) -> *mut CEventChannel {
+    Box::into_raw(Box::new(CEventChannel {
+        c: rdma_event_channel { fd: ch.as_raw_fd() },
+        ch,
+    }))
+}
+
+/// # Safety
+/// `c` is a live channel of ours.
+unsafe fn cchan<'a>(c: *mut rdma_event_channel) -> &'a CEventChannel {
+    // SAFETY: the rdma_event_channel is the first field of its CEventChannel.
+    unsafe { &*(c as *const CEventChannel) }
+}
+
+/// `rdma_create_event_channel`: NULL and `errno` when `/dev/infiniband/rdma_cm` cannot be
+/// opened.
+#[no_mangle]
+pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
+    match EventChannel::new() {
+        Ok(ch) => new_channel(ch).cast(),
+        Err(e) => {
+            set_errno(fail(&e));
+            null_mut()
+        }
+    }
+}
+
+/// `rdma_destroy_event_channel`.
+///
+/// # Safety
+/// `channel` came from [`rdma_create_event_channel`] and no id uses it any more.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) {
+    if !channel.is_null() {
+        // SAFETY: boxed by rdma_create_event_channel.
+        drop(unsafe { Box::from_raw(channel as *mut CEventChannel) });
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// ids
+
+/// An `rdma_cm_id` and the rverbs id behind it.
+#[repr(C)]
+pub struct CCmId {
+    /// What C sees.
+    pub c: rdma_cm_id,
+    id: Option<CmId>,
+    /// The private channel of a synchronous id (`c.channel` points at it).
+    own_channel: *mut CEventChannel,
+    paths: Vec<ibv_sa_path_rec>,
+    /// `rdma_create_ep` on the passive side: the QP attributes (and PD) for the ids
+    /// `rdma_get_request` returns.
+    ep_qp: Option<(ibv_qp_init_attr, *mut ibv_pd)>,
+    /// Set when the active side's CONNECT_RESPONSE could not be completed: the peer's
+    /// REJECTED that follows is not reported (as librdmacm).
+    connect_error: bool,
+}
+
+impl CCmId {
+    fn id(&self) -> io::Result<&CmId> {
+        self.id
+            .as_ref()
+            .ok_or_else(|| einval("rdma_cm id without a kernel id"))
+    }
+}
+
+/// CCmId addresses by the uid the kernel echoes in their events.
+static IDS: Mutex<Option<HashMap<u64, usize>>> = Mutex::new(None);
+
+fn lookup_id(uid: u64) -> Option<*mut CCmId> {
+    IDS.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .and_then(|m| m.get(&uid).map(|a| *a as *mut CCmId))
+}
+
+/// # Safety
+/// `id` is a live id of ours.
+unsafe fn cid<'a>(id: *mut rdma_cm_id) -> &'a mut CCmId {
+    // SAFETY: the rdma_cm_id is the first field of its CCmId.
+    unsafe { &mut *(id as *mut CCmId) }
+}
+
+fn wrap_id(id: CmId, channel: *mut rdma_event_channel, context: *mut c_void) -> *mut CCmId {
+    let (own, channel) = if id.is_sync() {
+        let own = new_channel(id.event_channel());
+        (own, own.cast::<rdma_event_channel>())
+    } else {
+        (null_mut(), channel)
+    };
+    // SAFETY: rdma_cm_id is integers, raw pointers and sockaddr_storage: all-zero is valid.
+    let mut c: rdma_cm_id = unsafe { std::mem::zeroed() };
+    c.channel = channel;
+    c.context = context;
+    c.ps = u32::from(id.port_space().0);
+    c.qp_type = u32::from(id.qp_type().0);
+    let uid = id.uid();
+    let p = Box::into_raw(Box::new(CCmId {
+        c,
+        id: Some(id),
+        own_channel: own,
+        paths: Vec::new(),
+        ep_qp: None,
+        connect_error: false,
+    }));
+    IDS.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .insert(uid, p as usize);
+    // SAFETY: fresh allocation.
+    unsafe { update_addr(&mut *p) };
+    p
+}
+
+fn to_storage(a: &SocketAddr) -> libc::sockaddr_storage {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut s: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    match a {
+        SocketAddr::V4(v) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as u16,
+                sin_port: v.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(v.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            unsafe { ptr::write(&raw mut s as *mut libc::sockaddr_in, sin) };
+        }
+        SocketAddr::V6(v) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as u16,
+                sin6_port: v.port().to_be(),
+                sin6_flowinfo: v.flowinfo().to_be(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: v.ip().octets(),
+                },
+                sin6_scope_id: v.scope_id(),
+            };
+            // SAFETY: as above, for sockaddr_in6.
+            unsafe { ptr::write(&raw mut s as *mut libc::sockaddr_in6, sin6) };
+        }
+    }
+    s
+}
+
+fn sockaddr_len(a: &SocketAddr) -> u32 {
+    match a {
+        SocketAddr::V4(_) => size_of::<libc::sockaddr_in>() as u32,
+        SocketAddr::V6(_) => size_of::<libc::sockaddr_in6>() as u32,
+    }
+}
+
+use std::mem::size_of;
+
+/// # Safety
+/// `sa` is NULL or points at a sockaddr whose family says how much is readable.
+unsafe fn from_sockaddr(sa: *const libc::sockaddr) -> io::Result<Option<SocketAddr>> {
+    if sa.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: caller's contract: at least the family is readable.
+    let family = c_int::from(unsafe { (*sa).sa_family });
+    match family {
+        libc::AF_INET => {
+            // SAFETY: an AF_INET address is a sockaddr_in.
+            let s = unsafe { (sa as *const libc::sockaddr_in).read_unaligned() };
+            Ok(Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(s.sin_addr.s_addr.to_ne_bytes()),
+                u16::from_be(s.sin_port),
+            ))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: an AF_INET6 address is a sockaddr_in6.
+            let s = unsafe { (sa as *const libc::sockaddr_in6).read_unaligned() };
+            Ok(Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(s.sin6_addr.s6_addr),
+                u16::from_be(s.sin6_port),
+                u32::from_be(s.sin6_flowinfo),
+                s.sin6_scope_id,
+            ))))
+        }
+        f => Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("rdma_cm: address family {f} (only AF_INET and AF_INET6)"),
+        )),
+    }
+}
+
+/// Refreshes what the id exposes from the kernel (`QUERY` ADDR and ROUTE): addresses, the
+/// device (`verbs`, opened on first use), the port and the path records.
+fn update_addr(c: &mut CCmId) {
+    let Some(id) = c.id.as_ref() else { return };
+    let Ok(q) = id.query_addr() else { return };
+    if let Some(a) = q.src.ip() {
+        c.c.route.addr.src_storage = to_storage(&a);
+    }
+    if let Some(a) = q.dst.ip() {
+        c.c.route.addr.dst_storage = to_storage(&a);
+    }
+    c.c.route.addr.ibaddr.pkey = q.pkey.to_be();
+    if q.has_device() {
+        c.c.port_num = q.port_num;
+        if c.c.verbs.is_null() {
+            match device_for(q.node_guid) {
+                Ok(ctx) => {
+                    c.c.verbs = ctx;
+                    let mut a: ibv_device_attr =
+                        // SAFETY: plain data; all-zero is valid.
+                        unsafe { std::mem::zeroed() };
+                    // SAFETY: ctx is live, a writable.
+                    if unsafe { verbs::ibv_query_device(ctx, &mut a) } == 0 {
+                        id.set_rd_atomic_max(
+                            a.max_qp_init_rd_atom.clamp(0, 255) as u8,
+                            a.max_qp_rd_atom.clamp(0, 255) as u8,
+                        );
+                    }
+                }
+                Err(e) => {
+                    fail(&e);
+                }
+            }
+        }
+    }
+    if let Ok(r) = id.query_route() {
+        if let Some(p) = r.paths.first() {
+            c.c.route.addr.ibaddr.sgid = ibv_gid { raw: p.sgid.0 };
+            c.c.route.addr.ibaddr.dgid = ibv_gid { raw: p.dgid.0 };
+        }
+        c.paths = r
+            .paths
+            .iter()
+            .take(r.num_paths as usize)
+            .map(|p| ibv_sa_path_rec {
+                dgid: ibv_gid { raw: p.dgid.0 },
+                sgid: ibv_gid { raw: p.sgid.0 },
+                dlid: p.dlid.to_be(),
+                slid: p.slid.to_be(),
+                raw_traffic: c_int::from(p.raw_traffic),
+                flow_label: p.flow_label.to_be(),
+                hop_limit: p.hop_limit,
+                traffic_class: p.traffic_class,
+                reversible: c_int::from(p.reversible),
+                numb_path: p.numb_path,
+                pkey: p.pkey.to_be(),
+                sl: p.sl,
+                mtu_selector: p.mtu_selector,
+                mtu: p.mtu,
+                rate_selector: p.rate_selector,
+                rate: p.rate,
+                packet_life_time_selector: p.packet_life_time_selector,
+                packet_life_time: p.packet_life_time,
+                preference: p.preference,
+            })
+            .collect();
+        c.c.route.num_paths = c.paths.len() as c_int;
+        c.c.route.path_rec = if c.paths.is_empty() {
+            null_mut()
+        } else {
+            c.paths.as_mut_ptr()
+        };
+    }
+}
+
+/// `rdma_create_id`: 0, or -1 and `errno`. A NULL `channel` makes a synchronous id (with a
+/// private channel of its own, as librdmacm).
+///
+/// # Safety
+/// `channel` is NULL or ours; `id` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_id(
+    channel: *mut rdma_event_channel,
+    id: *mut *mut rdma_cm_id,
+    context: *mut c_void,
+    ps: c_int,
+) -> c_int {
+    if id.is_null() || !(0..=0xffff).contains(&ps) {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    let ch = (!channel.is_null()).then(|| {
+        // SAFETY: caller's contract.
+        &unsafe { cchan(channel) }.ch
+    });
+    match CmId::create(ch, PortSpace(ps as u16)) {
+        Ok(i) => {
+            // SAFETY: caller's contract.
+            unsafe { *id = wrap_id(i, channel, context).cast() };
+            0
+        }
+        Err(e) => ret(Err(e)),
+    }
+}
+
+/// `rdma_destroy_id`: 0 (destroying never waits for unacknowledged events here: an event
+/// does not borrow its id).
+///
+/// # Safety
+/// `id` is ours and not used afterwards; its QP was destroyed (`rdma_destroy_qp`).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
+    if id.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: boxed by wrap_id; caller's contract.
+    let b = unsafe { Box::from_raw(id as *mut CCmId) };
+    if let Some(i) = &b.id {
+        if let Some(m) = IDS.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            m.remove(&i.uid());
+        }
+    }
+    let own = b.own_channel;
+    let ev = b.c.event;
+    let r = match b.id {
+        Some(i) => i.destroy().map(|_| ()),
+        None => Ok(()),
+    };
+    if !ev.is_null() {
+        // SAFETY: our event, owned by the id.
+        drop(unsafe { Box::from_raw(ev as *mut CEvent) });
+    }
+    if !own.is_null() {
+        // SAFETY: the private channel, boxed by wrap_id.
+        drop(unsafe { Box::from_raw(own) });
+    }
+    ret(r)
+}
+
+/// `rdma_bind_addr`.
+///
+/// # Safety
+/// `id` is ours; `addr` a readable sockaddr.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
+    // SAFETY: caller's contract.
+    unsafe {
+        on_id(id, |i| {
+            let a = from_sockaddr(addr)?.ok_or_else(|| einval("rdma_bind_addr: NULL address"))?;
+            i.bind(a)
+        })
+    }
+}
+
+/// Runs `f` on the id's rverbs id and, when it succeeds, refreshes what the id exposes.
+///
+/// # Safety
+/// `id` is ours.
+unsafe fn on_id(id: *mut rdma_cm_id, f: impl FnOnce(&CmId) -> io::Result<()>) -> c_int {
+    // SAFETY: caller's contract.
+    let c = unsafe { cid(id) };
+    let r = c.id().and_then(f);
+    if r.is_ok() {
+        update_addr(c);
+    }
+    ret(r)
+}
+
+fn ms(timeout_ms: c_int) -> Duration {
+    Duration::from_millis(timeout_ms.max(0) as u64)
+}
+
+/// `rdma_resolve_addr`: asynchronous ids get ADDR_RESOLVED / ADDR_ERROR; synchronous ones
+/// wait for it.
+///
+/// # Safety
+/// `id` is ours; `src` NULL or a sockaddr, `dst` a sockaddr.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_resolve_addr(
+    id: *mut rdma_cm_id,
+    src: *mut libc::sockaddr,
+    dst: *mut libc::sockaddr,
+    timeout_ms: c_int,
+) -> c_int {
+    // SAFETY: caller's contract.
+    unsafe {
+        on_id(id, |i| {
+            let s = from_sockaddr(src)?;
+            let d =
+                from_sockaddr(dst)?.ok_or_else(|| einval("rdma_resolve_addr: NULL destination"))?;
+            i.resolve_addr(s, d, ms(timeout_ms))
+        })
+    }
+}
+
+/// `rdma_resolve_route`.
+///
+/// # Safety
+/// `id` is ours.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> c_int {
+    // SAFETY: caller's contract.
+    unsafe { on_id(id, |i| i.resolve_route(ms(timeout_ms))) }
+}
+
+/// `rdma_listen`.
+///
+/// # Safety
+/// `id` is ours.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
+    // SAFETY: caller's contract.
+    unsafe { on_id(id, |i| i.listen(backlog.max(0) as u32)) }
+}
+
+// ---------------------------------------------------------------------------------------
+// QPs
+
+const IBV_QP_STATE: c_int = 1;
+const IBV_QP_SQ_PSN: c_int = 1 << 16;
+const IBV_QP_INIT_ATTR_PD: u32 = 1;
+
+/// Moves the id's QP to `state` with the attributes the kernel gives for it.
+fn modify_qp_to(c: &CCmId, state: QpState) -> io::Result<()> {
+    let a = c.id()?.init_qp_attr(state)?;
+    // SAFETY: c.c.qp is a live QP of ours.
+    let r = unsafe { verbs::modify_qp_with(c.c.qp, &a) };
+    from_errno("rdma_cm: modify QP", r)
+}
+
+fn modify_qp_plain(c: &CCmId, state: QpState, mask: c_int) -> io::Result<()> {
+    let mut attr = ibv_qp_attr {
+        qp_state: u32::from(state.0),
+        ..Default::default()
+    };
+    // SAFETY: c.c.qp is a live QP of ours.
+    let r = unsafe { verbs::ibv_modify_qp(c.c.qp, &mut attr, mask) };
+    from_errno("rdma_cm: modify QP", r)
+}
+
+fn init_qp(c: &CCmId) -> io::Result<()> {
+    modify_qp_to(c, QpState::INIT)?;
+    if c.c.qp_type == u32::from(QpType::UD.0) {
+        modify_qp_plain(c, QpState::RTR, IBV_QP_STATE)?;
+        modify_qp_plain(c, QpState::RTS, IBV_QP_STATE | IBV_QP_SQ_PSN)?;
+    }
+    Ok(())
+}
+
+/// INIT again (the attributes now reflect the peer's parameters: remote read access once
+/// the peer may read), then RTR and RTS.
+fn rtr_rts(c: &CCmId) -> io::Result<()> {
+    modify_qp_to(c, QpState::INIT)?;
+    modify_qp_to(c, QpState::RTR)?;
+    modify_qp_to(c, QpState::RTS)
+}
+
+fn destroy_cqs(c: &mut CCmId) {
+    // SAFETY: CQs and channels the rdma_cm created for this id (the only ones stored here).
+    unsafe {
+        if !c.c.recv_cq.is_null() {
+            verbs::ibv_destroy_cq(c.c.recv_cq);
+        }
+        if !c.c.send_cq.is_null() && c.c.send_cq != c.c.recv_cq {
+            verbs::ibv_destroy_cq(c.c.send_cq);
+        }
+        if !c.c.recv_cq_channel.is_null() {
+            verbs::ibv_destroy_comp_channel(c.c.recv_cq_channel);
+        }
+        if !c.c.send_cq_channel.is_null() && c.c.send_cq_channel != c.c.recv_cq_channel {
+            verbs::ibv_destroy_comp_channel(c.c.send_cq_channel);
+        }
+    }
+    c.c.recv_cq = null_mut();
+    c.c.send_cq = null_mut();
+    c.c.recv_cq_channel = null_mut();
+    c.c.send_cq_channel = null_mut();
+}
+
+/// A completion channel and CQ for one side of the id (`cq_context` = the id, which
+/// `rdma_get_send_comp`/`rdma_get_recv_comp` assert).
+fn create_cq(c: &mut CCmId, cqe: u32) -> io::Result<(*mut ibv_comp_channel, *mut ibv_cq)> {
+    let ctx = c.c.verbs;
+    // SAFETY: a live context of ours.
+    let ch = unsafe { verbs::ibv_create_comp_channel(ctx) };
+    if ch.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    let me = (&raw mut c.c).cast::<c_void>();
+    // SAFETY: ctx and ch are live and ours.
+    let cq = unsafe { verbs::ibv_create_cq(ctx, cqe.max(1) as c_int, me, ch, 0) };
+    if cq.is_null() {
+        let e = io::Error::last_os_error();
+        // SAFETY: just created, unused.
+        unsafe { verbs::ibv_destroy_comp_channel(ch) };
+        return Err(e);
+    }
+    Ok((ch, cq))
+}
+
+fn create_qp(c: &mut CCmId, attr: &mut ibv_qp_init_attr_ex) -> io::Result<()> {
+    if c.c.verbs.is_null() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "rdma_create_qp: the id has no device yet (bind, resolve the address or take a \
+             connection request first)",
+        ));
+    }
+    if !c.c.qp.is_null() {
+        return Err(einval("rdma_create_qp: the id already has a QP"));
+    }
+    if attr.qp_type == 0 {
+        // Callers of rdma_create_ep often leave it zero: the id's type.
+        attr.qp_type = c.c.qp_type;
+    }
+    let pd = if attr.comp_mask & IBV_QP_INIT_ATTR_PD != 0 && !attr.pd.is_null() {
+        attr.pd
+    } else {
+        default_pd(c.c.verbs)?
+    };
+    // SAFETY: pd is a live PD of ours.
+    if unsafe { (*pd).context } != c.c.verbs {
+        return Err(einval(
+            "rdma_create_qp: the PD belongs to another device than the id",
+        ));
+    }
+    if attr.recv_cq.is_null() {
+        let (ch, cq) = create_cq(c, attr.cap.max_recv_wr)?;
+        c.c.recv_cq_channel = ch;
+        c.c.recv_cq = cq;
+        attr.recv_cq = cq;
+    }
+    if attr.send_cq.is_null() {
+        match create_cq(c, attr.cap.max_send_wr) {
+            Ok((ch, cq)) => {
+                c.c.send_cq_channel = ch;
+                c.c.send_cq = cq;
+                attr.send_cq = cq;
+            }
+            Err(e) => {
+                destroy_cqs(c);
+                return Err(e);
+            }
+        }
+    }
+    let mut plain = attr.base();
+    if plain.srq.is_null() {
+        plain.srq = c.c.srq;
+    }
+    // SAFETY: pd is ours, plain valid and names CQs of ours.
+    let qp = unsafe { verbs::ibv_create_qp(pd, &mut plain) };
+    if qp.is_null() {
+        let e = io::Error::last_os_error();
+        destroy_cqs(c);
+        return Err(e);
+    }
+    attr.cap = plain.cap;
+    c.c.qp = qp;
+    c.c.pd = pd;
+    if let Err(e) = init_qp(c) {
+        // SAFETY: just created.
+        unsafe { verbs::ibv_destroy_qp(qp) };
+        c.c.qp = null_mut();
+        destroy_cqs(c);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// `rdma_create_qp_ex`: the QP on the id's device, moved to INIT (UD: RTS). Missing CQs are
+/// created (with completion channels) and owned by the id; no PD means the device's
+/// default one.
+///
+/// # Safety
+/// `id` is ours; `attr` readable and writable, naming objects of ours.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_qp_ex(
+    id: *mut rdma_cm_id,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> c_int {
+    // SAFETY: caller's contract.
+    let (c, a) = unsafe { (cid(id), &mut *attr) };
+    if a.comp_mask & !IBV_QP_INIT_ATTR_PD != 0 {
+        return ret(Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!(
+                "rdma_create_qp_ex: comp_mask {:#x} (only IBV_QP_INIT_ATTR_PD is supported)",
+                a.comp_mask
+            ),
+        )));
+    }
+    ret(create_qp(c, a))
+}
+
+/// `rdma_create_qp`: [`rdma_create_qp_ex`] with `pd`; the CQs used and the granted
+/// capabilities are written back into `qp_init_attr`.
+///
+/// # Safety
+/// As [`rdma_create_qp_ex`].
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_qp(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    qp_init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    // SAFETY: caller's contract.
+    let (c, a) = unsafe { (cid(id), &mut *qp_init_attr) };
+    let mut ex = ibv_qp_init_attr_ex::with_pd(a, pd);
+    let r = create_qp(c, &mut ex);
+    if r.is_ok() {
+        a.send_cq = ex.send_cq;
+        a.recv_cq = ex.recv_cq;
+        a.cap = ex.cap;
+    }
+    ret(r)
+}
+
+/// `rdma_destroy_qp`: the QP and the CQs the rdma_cm created for it.
+///
+/// # Safety
+/// `id` is ours.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
+    // SAFETY: caller's contract.
+    let c = unsafe { cid(id) };
+    if !c.c.qp.is_null() {
+        // SAFETY: the id's QP, ours.
+        unsafe { verbs::ibv_destroy_qp(c.c.qp) };
+        c.c.qp = null_mut();
+    }
+    destroy_cqs(c);
+}
+
+/// `rdma_init_qp_attr`: the attributes (and mask) for `qp_attr.qp_state`.
+///
+/// # Safety
+/// `id` is ours; `qp_attr` readable and writable; `qp_attr_mask` writable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_init_qp_attr(
+    id: *mut rdma_cm_id,
+    qp_attr: *mut ibv_qp_attr,
+    qp_attr_mask: *mut c_int,
+) -> c_int {
+    // SAFETY: caller's contract.
+    let c = unsafe { cid(id) };
+    // SAFETY: caller's contract.
+    let state = unsafe { (*qp_attr).qp_state };
+    let r = c.id().and_then(|i| i.init_qp_attr(QpState(state as u8)));
+    match r {
+        Ok(a) => {
+            // SAFETY: caller's contract.
+            unsafe {
+                *qp_attr = to_ibv_qp_attr(&a);
+                *qp_attr_mask = a.mask().bits() as c_int;
+            }
+            0
+        }
+        Err(e) => ret(Err(e)),
+    }
+}
+
+/// The C view of the attributes `INIT_QP_ATTR` returned (fields outside the mask zero).
+fn to_ibv_qp_attr(a: &rverbs_uverbs::qp::QpAttr) -> ibv_qp_attr {
+    let mut o = ibv_qp_attr::default();
+    let st = |s: Option<QpState>| s.map_or(0, |s| u32::from(s.0));
+    o.qp_state = st(a.qp_state);
+    o.cur_qp_state = st(a.cur_qp_state);
+    o.en_sqd_async_notify = a.en_sqd_async_notify.map_or(0, u8::from);
+    o.qp_access_flags = a.access_flags.map_or(0, |f| f.bits());
+    o.pkey_index = a.pkey_index.unwrap_or(0);
+    o.port_num = a.port_num.unwrap_or(0);
+    o.qkey = a.qkey.unwrap_or(0);
+    if let Some(ah) = &a.ah_attr {
+        o.ah_attr = verbs::ah_attr_to(ah);
+    }
+    o.path_mtu = a.path_mtu.map_or(0, |m| u32::from(m.0));
+    o.timeout = a.timeout.unwrap_or(0);
+    o.retry_cnt = a.retry_cnt.unwrap_or(0);
+    o.rnr_retry = a.rnr_retry.unwrap_or(0);
+    o.rq_psn = a.rq_psn.unwrap_or(0);
+    o.max_rd_atomic = a.max_rd_atomic.unwrap_or(0);
+    o.min_rnr_timer = a.min_rnr_timer.unwrap_or(0);
+    o.sq_psn = a.sq_psn.unwrap_or(0);
+    o.max_dest_rd_atomic = a.max_dest_rd_atomic.unwrap_or(0);
+    o.dest_qp_num = a.dest_qp_num.unwrap_or(0);
+    o
+}
+
+// ---------------------------------------------------------------------------------------
+// connections
+
+fn depth(v: u8) -> Option<u8> {
+    (v != 0xff).then_some(v)
+}
+
+/// # Safety
+/// `p` is NULL or a readable `rdma_conn_param` whose private data is readable.
+unsafe fn conn_param(c: &CCmId, p: *const rdma_conn_param) -> ConnParam {
+    let mut cp = ConnParam::default();
+    if !p.is_null() {
+        // SAFETY: caller's contract.
+        let p = unsafe { &*p };
+        if !p.private_data.is_null() && p.private_data_len > 0 {
+            // SAFETY: caller's contract.
+            cp.private_data = unsafe {
+                std::slice::from_raw_parts(p.private_data.cast::<u8>(), p.private_data_len.into())
+            }
+            .to_vec();
+        }
+        cp.responder_resources = depth(p.responder_resources);
+        cp.initiator_depth = depth(p.initiator_depth);
+        cp.flow_control = p.flow_control != 0;
+        cp.retry_count = p.retry_count.min(7);
+        cp.rnr_retry_count = p.rnr_retry_count.min(7);
+        cp.srq = p.srq != 0;
+        cp.qp_num = p.qp_num;
+    }
+    if !c.c.qp.is_null() {
+        // SAFETY: the id's QP, ours.
+        let q = unsafe { &*c.c.qp };
+        cp.qp_num = q.qp_num;
+        cp.srq = !q.srq.is_null();
+    }
+    cp
+}
+
+/// `rdma_connect`. With a QP, synchronous ids move it to RTR/RTS between the peer's reply and
+/// the RTU; asynchronous ids do it when `rdma_get_cm_event` reads CONNECT_RESPONSE.
+///
+/// # Safety
+/// `id` is ours; `conn_param` NULL or readable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_connect(
+    id: *mut rdma_cm_id,
+    conn_param: *mut rdma_conn_param,
+) -> c_int {
+    // SAFETY: caller's contract.
+    let c = unsafe { cid(id) };
+    // SAFETY: caller's contract.
+    let p = unsafe { self::conn_param(c, conn_param) };
+    let r = c.id().and_then(|i| {
+        if i.is_sync() && !c.c.qp.is_null() {
+            i.connect_with(&p, |_, _| rtr_rts(c))
+        } else {
+            i.connect(&p)
+        }
+    });
+    ret(r)
+}
+
+/// `rdma_establish`: sends the RTU after CONNECT_RESPONSE (ids whose QP the caller manages).
+///
+/// # Safety
+/// `id` is ours.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
+    // SAFETY: caller's contract.
+    let c = unsafe { cid(id) };
+    ret(c.id().and_then(|i| i.establish()))
+}
+
+/// `rdma_accept`. With a (connected) QP, moves it to RTR and RTS first.
+///
+/// # Safety
+/// `id` is ours; `conn_param` NULL or readable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_accept(
+    id: *mut rdma_cm_id,
+    conn_param: *mut rdma_conn_param,
+) -> c_int {
+    // SAFETY: caller's contract.
+    let c = unsafe { cid(id) };
+    // SAFETY: caller's contract.
+    let p = unsafe { self::conn_param(c, conn_param) };
+    let r = (|| {
+        if !c.c.qp.is_null() && c.c.qp_type != u32::from(QpType::UD.0) {
+            rtr_rts(c)?;
+        }
+        c.id()?.accept(&p)
+    })();
+    ret(r)
+}
+
+/// `rdma_reject`.
+///
+/// # Safety
+/// `id` is ours; `private_data` NULL or `private_data_len` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_reject(
+    id: *mut rdma_cm_id,
+    private_data: *const c_void,
+    private_data_len: u8,
+) -> c_int {
+    // SAFETY: caller's contract.
+    let c = unsafe { cid(id) };
+    let data: &[u8] = if private_data.is_null() {
+        &[]
+    } else {
+        // SAFETY: caller's contract.
+        unsafe { std::slice::from_raw_parts(private_data.cast(), private_data_len.into()) }
+    };
+    ret(c.id().and_then(|i| i.reject(data)))
+}
+
+/// `rdma_disconnect`: the QP (if any, connected) goes to ERR first.
+///
+/// # Safety
+/// `id` is ours.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
+    // SAFETY: caller's contract.
+    let c = unsafe { cid(id) };
+    let r = (|| {
+        if !c.c.qp.is_null() && c.c.qp_type != u32::from(QpType::UD.0) {
+            modify_qp_plain(c, QpState::ERR, IBV_QP_STATE)?;
+        }
+        c.id()?.disconnect()
+    })();
+    ret(r)
+}
+
+/// `rdma_notify`.
+///
+/// # Safety
+/// `id` is ours.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int {
+    // SAFETY: caller's contract.
+    let c = unsafe { cid(id) };
+    ret(c.id().and_then(|i| i.notify(event as u32)))
+}
+
+/// `rdma_set_option`: `RDMA_OPTION_ID` TOS, REUSEADDR, AFONLY, ACK_TIMEOUT; `RDMA_OPTION_IB`
+/// PATH (passed to the kernel).
+///
+/// # Safety
+/// `id` is ours; `optval` has `optlen` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_set_option(
+    id: *mut rdma_cm_id,
+    level: c_int,
+    optname: c_int,
+    optval: *mut c_void,
+    optlen: usize,
+) -> c_int {
+    // SAFETY: caller's contract.
+    let c = unsafe { cid(id) };
+    if optval.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: caller's contract.
+    let v = unsafe { std::slice::from_raw_parts(optval.cast::<u8>(), optlen) };
+    let int = || -> io::Result<c_int> {
+        let b: [u8; 4] = v
+            .try_into()
+            .map_err(|_| einval("rdma_set_option: this option takes an int"))?;
+        Ok(c_int::from_ne_bytes(b))
+    };
+    let byte = || -> io::Result<u8> {
+        match v {
+            [b] => Ok(*b),
+            _ => Err(einval("rdma_set_option: this option takes a uint8_t")),
+        }
+    };
+    let r = c.id().and_then(|i| match (level, optname) {
+        (0, 0) => i.set_tos(byte()?),
+        (0, 1) => i.set_reuseaddr(int()? != 0),
+        (0, 2) => i.set_afonly(int()? != 0),
+        (0, 3) => i.set_ack_timeout(byte()?),
+        _ => i.set_option_raw(level as u32, optname as u32, v),
+    });
+    ret(r)
+}
+
+/// `rdma_migrate_id`: moves the id (and its events) to `channel`; NULL makes it synchronous.
+///
+/// # Safety
+/// `id` is ours; `channel` NULL or ours.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_migrate_id(
+    id: *mut rdma_cm_id,
+    channel: *mut rdma_event_channel,
+) -> c_int {
+    // SAFETY: caller's contract.
+    let c = unsafe { cid(id) };
+    let Some(i) = c.id.as_mut() else {
+        set_errno(libc::EINVAL);
+        return -1;
+    };
+    let to = (!channel.is_null()).then(|| {
+        // SAFETY: caller's contract.
+        &unsafe { cchan(channel) }.ch
+    });
+    if let Err(e) = i.migrate(to) {
+        return ret(Err(e));
+    }
+    let old = c.own_channel;
+    if channel.is_null() {
+        let own = new_channel(i.event_channel());
+        c.own_channel = own;
+        c.c.channel = own.cast();
+    } else {
+        c.own_channel = null_mut();
+        c.c.channel = channel;
+    }
+    if !old.is_null() {
+        // SAFETY: the old private channel, boxed by wrap_id/here.
+        drop(unsafe { Box::from_raw(old) });
+    }
+    0
+}
+
+/// `rdma_get_src_port`: the local port, network order.
+///
+/// # Safety
+/// `id` is ours.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
+    // SAFETY: caller's contract.
+    port_of(&unsafe { cid(id) }.c.route.addr.src_storage)
+}
+
+/// `rdma_get_dst_port`: the peer's port, network order.
+///
+/// # Safety
+/// `id` is ours.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
+    // SAFETY: caller's contract.
+    port_of(&unsafe { cid(id) }.c.route.addr.dst_storage)
+}
+
+fn port_of(s: &libc::sockaddr_storage) -> u16 {
+    // SAFETY: sockaddr_storage is large enough for either view.
+    unsafe { from_sockaddr((s as *const libc::sockaddr_storage).cast()) }
+        .ok()
+        .flatten()
+        .map_or(0, |a| a.port().to_be())
+}
+
+// ---------------------------------------------------------------------------------------
+// events
+
+/// An `rdma_cm_event` and the rverbs event behind it.
+#[repr(C)]
+pub struct CEvent {
+    /// What C sees.
+    pub c: rdma_cm_event,
+    _ev: CmEvent,
+    private_data: Vec<u8>,
+}
+
+fn make_event(ev: CmEvent, id: *mut CCmId, listen: *mut CCmId) -> *mut CEvent {
+    // SAFETY: integers and raw pointers; all-zero is valid.
+    let mut c: rdma_cm_event = unsafe { std::mem::zeroed() };
+    c.id = id.cast();
+    c.listen_id = listen.cast();
+    c.event = ev.kind().0;
+    c.status = ev.status();
+    let pd = ev.private_data().to_vec();
+    let mut b = Box::new(CEvent {
+        c,
+        _ev: ev,
+        private_data: pd,
+    });
+    let (ptr, len) = if b.private_data.is_empty() {
+        (ptr::null(), 0u8)
+    } else {
+        (
+            b.private_data.as_ptr().cast::<c_void>(),
+            b.private_data.len().min(255) as u8,
+        )
+    };
+    if let Some(u) = b._ev.ud() {
+        b.c.param.ud = rdma_ud_param {
+            private_data: ptr,
+            private_data_len: len,
+            ah_attr: verbs::ah_from_kern(&u.ah_attr),
+            qp_num: u.qp_num,
+            qkey: u.qkey,
+        };
+    } else {
+        let p = b._ev.conn().unwrap_or_default();
+        b.c.param.conn = rdma_conn_param {
+            private_data: ptr,
+            private_data_len: len,
+            responder_resources: p.responder_resources,
+            initiator_depth: p.initiator_depth,
+            flow_control: p.flow_control,
+            retry_count: p.retry_count,
+            rnr_retry_count: p.rnr_retry_count,
+            srq: u8::from(p.srq),
+            qp_num: p.qp_num,
+        };
+    }
+    Box::into_raw(b)
+}
+
+/// `rdma_get_cm_event`: the next event of the channel; waits for one (also when the caller
+/// made the fd non-blocking: poll it first). CONNECT_REQUEST carries a new id (on the listener's
+/// channel, with its context). For an id with a QP, CONNECT_RESPONSE is completed here
+/// (QP to RTR/RTS, RTU) and reported as ESTABLISHED, or as CONNECT_ERROR if that failed.
+///
+/// # Safety
+/// `channel` is ours; `event` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_cm_event(
+    channel: *mut rdma_event_channel,
+    event: *mut *mut rdma_cm_event,
+) -> c_int {
+    if channel.is_null() || event.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: caller's contract.
+    let ch = unsafe { cchan(channel) };
+    loop {
+        // The descriptor is O_NONBLOCK from the start (rverbs-cm reads it after poll), so a
+        // caller's own O_NONBLOCK cannot be told apart: this call always waits.
+        let got = ch.ch.get_event().map(Some);
+        let mut ev = match got {
+            Ok(Some(ev)) => ev,
+            Ok(None) => {
+                set_errno(libc::EAGAIN);
+                return -1;
+            }
+            Err(e) => return ret(Err(e)),
+        };
+        let Some(idp) = lookup_id(ev.uid()) else {
+            // An id destroyed with events still queued: nobody to report them to.
+            continue;
+        };
+        // SAFETY: registered ids are live.
+        let c = unsafe { &mut *idp };
+        let kind = ev.kind();
+        let out = match kind {
+            CmEventKind::CONNECT_REQUEST => {
+                let Some(new) = ev.take_id() else { continue };
+                let n = wrap_id(new, c.c.channel, c.c.context);
+                make_event(ev, n, idp)
+            }
+            CmEventKind::ADDR_RESOLVED | CmEventKind::ROUTE_RESOLVED => {
+                update_addr(c);
+                let e = make_event(ev, idp, null_mut());
+                if kind == CmEventKind::ADDR_RESOLVED && c.c.verbs.is_null() {
+                    // SAFETY: just made.
+                    unsafe {
+                        (*e).c.event = CmEventKind::ADDR_ERROR.0;
+                        (*e).c.status = -libc::ENODEV;
+                    }
+                }
+                e
+            }
+            CmEventKind::CONNECT_RESPONSE if !c.c.qp.is_null() => {
+                let r = rtr_rts(c).and_then(|()| c.id()?.establish());
+                let e = make_event(ev, idp, null_mut());
+                // SAFETY: just made.
+                let ce = unsafe { &mut (*e).c };
+                match r {
+                    Ok(()) => ce.event = CmEventKind::ESTABLISHED.0,
+                    Err(err) => {
+                        let n = fail(&err);
+                        if let Ok(i) = c.id() {
+                            let _ = i.reject(&[]);
+                        }
+                        c.connect_error = true;
+                        ce.event = CmEventKind::CONNECT_ERROR.0;
+                        ce.status = -n;
+                    }
+                }
+                e
+            }
+            CmEventKind::REJECTED if c.connect_error => {
+                c.connect_error = false;
+                continue;
+            }
+            _ => make_event(ev, idp, null_mut()),
+        };
+        // SAFETY: caller's contract.
+        unsafe { *event = out.cast() };
+        return 0;
+    }
+}
+
+/// `rdma_ack_cm_event`: frees the event (its private data with it).
+///
+/// # Safety
+/// `event` came from [`rdma_get_cm_event`] and is not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
+    if event.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: boxed by make_event.
+    drop(unsafe { Box::from_raw(event as *mut CEvent) });
+    0
+}
+
+/// `rdma_event_str`.
+#[no_mangle]
+pub extern "C" fn rdma_event_str(event: c_int) -> *const c_char {
+    const NAMES: [&CStr; 16] = [
+        c"RDMA_CM_EVENT_ADDR_RESOLVED",
+        c"RDMA_CM_EVENT_ADDR_ERROR",
+        c"RDMA_CM_EVENT_ROUTE_RESOLVED",
+        c"RDMA_CM_EVENT_ROUTE_ERROR",
+        c"RDMA_CM_EVENT_CONNECT_REQUEST",
+        c"RDMA_CM_EVENT_CONNECT_RESPONSE",
+        c"RDMA_CM_EVENT_CONNECT_ERROR",
+        c"RDMA_CM_EVENT_UNREACHABLE",
+        c"RDMA_CM_EVENT_REJECTED",
+        c"RDMA_CM_EVENT_ESTABLISHED",
+        c"RDMA_CM_EVENT_DISCONNECTED",
+        c"RDMA_CM_EVENT_DEVICE_REMOVAL",
+        c"RDMA_CM_EVENT_MULTICAST_JOIN",
+        c"RDMA_CM_EVENT_MULTICAST_ERROR",
+        c"RDMA_CM_EVENT_ADDR_CHANGE",
+        c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
+    ];
+    usize::try_from(event)
+        .ok()
+        .and_then(|i| NAMES.get(i))
+        .map_or(c"UNKNOWN EVENT".as_ptr(), |s| s.as_ptr())
+}
+
+// ---------------------------------------------------------------------------------------
+// synchronous endpoints: rdma_getaddrinfo, rdma_create_ep, rdma_get_request
+
+const RAI_PASSIVE: c_int = 1;
+
+fn alloc_sockaddr(a: &SocketAddr) -> *mut libc::sockaddr {
+    let s = to_storage(a);
+    // SAFETY: plain allocation; checked for NULL.
+    let p = unsafe { libc::calloc(1, size_of::<libc::sockaddr_storage>()) }
+        .cast::<libc::sockaddr_storage>();
+    if !p.is_null() {
+        // SAFETY: fresh allocation of the right size.
+        unsafe { p.write(s) };
+    }
+    p.cast()
+}
+
+/// `rdma_getaddrinfo`: numeric or resolvable IPv4/IPv6 nodes and numeric services; 0, or -1
+/// and `errno`. Free the list with [`rdma_freeaddrinfo`].
+///
+/// # Safety
+/// `node`/`service` NULL or C strings; `hints` NULL or readable; `res` writable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_getaddrinfo(
+    node: *const c_char,
+    service: *const c_char,
+    hints: *const rdma_addrinfo,
+    res: *mut *mut rdma_addrinfo,
+) -> c_int {
+    let r = (|| -> io::Result<*mut rdma_addrinfo> {
+        let s = |p: *const c_char| -> io::Result<Option<String>> {
+            if p.is_null() {
+                return Ok(None);
+            }
+            // SAFETY: caller's contract.
+            let c = unsafe { CStr::from_ptr(p) };
+            Ok(Some(
+                c.to_str()
+                    .map_err(|_| einval("rdma_getaddrinfo: not UTF-8"))?
+                    .to_string(),
+            ))
+        };
+        let (node, service) = (s(node)?, s(service)?);
+        let mut h = AddrHints::default();
+        let mut flags = 0;
+        if !hints.is_null() {
+            // SAFETY: caller's contract.
+            let hi = unsafe { &*hints };
+            flags = hi.ai_flags;
+            h.passive = hi.ai_flags & RAI_PASSIVE != 0;
+            if hi.ai_port_space != 0 {
+                h.port_space = PortSpace(hi.ai_port_space as u16);
+            }
+            if hi.ai_qp_type != 0 {
+                h.qp_type = Some(QpType(hi.ai_qp_type as u8));
+            }
+            h.family = match hi.ai_family {
+                0 => None,
+                libc::AF_INET => Some(IpFamily::V4),
+                libc::AF_INET6 => Some(IpFamily::V6),
+                f => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::Unsupported,
+                        format!("rdma_getaddrinfo: family {f} (AF_INET and AF_INET6 only)"),
+                    ))
+                }
+            };
+            // SAFETY: caller's contract.
+            h.src = unsafe { from_sockaddr(hi.ai_src_addr) }?;
+        }
+        let list = rverbs_cm::getaddrinfo(node.as_deref(), service.as_deref(), &h)?;
+        let mut head: *mut rdma_addrinfo = null_mut();
+        for ai in list.iter().rev() {
+            // SAFETY: calloc of the struct's size; all-zero is a valid rdma_addrinfo.
+            let n = unsafe { libc::calloc(1, size_of::<rdma_addrinfo>()) }.cast::<rdma_addrinfo>();
+            if n.is_null() {
+                // SAFETY: our list so far.
+                unsafe { rdma_freeaddrinfo(head) };
+                return Err(io::Error::from_raw_os_error(libc::ENOMEM));
+            }
+            // SAFETY: fresh, zeroed.
+            let r = unsafe { &mut *n };
+            r.ai_flags = flags;
+            r.ai_qp_type = c_int::from(ai.qp_type.0);
+            r.ai_port_space = c_int::from(ai.port_space.0);
+            let fam = ai.dst.or(ai.src).map(|a| a.is_ipv6());
+            r.ai_family = match fam {
+                Some(true) => libc::AF_INET6,
+                _ => libc::AF_INET,
+            };
+            if let Some(a) = &ai.src {
+                r.ai_src_addr = alloc_sockaddr(a);
+                r.ai_src_len = sockaddr_len(a);
+            }
+            if let Some(a) = &ai.dst {
+                r.ai_dst_addr = alloc_sockaddr(a);
+                r.ai_dst_len = sockaddr_len(a);
+            }
+            r.ai_next = head;
+            head = n;
+        }
+        Ok(head)
+    })();
+    match r {
+        Ok(h) => {
+            // SAFETY: caller's contract.
+            unsafe { *res = h };
+            0
+        }
+        Err(e) => ret(Err(e)),
+    }
+}
+
+/// `rdma_freeaddrinfo`.
+///
+/// # Safety
+/// `res` came from [`rdma_getaddrinfo`] (or is NULL).
+#[no_mangle]
+pub unsafe extern "C" fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
+    let mut p = res;
+    while !p.is_null() {
+        // SAFETY: nodes and addresses were calloc'ed by rdma_getaddrinfo.
+        unsafe {
+            let next = (*p).ai_next;
+            libc::free((*p).ai_src_addr.cast());
+            libc::free((*p).ai_dst_addr.cast());
+            libc::free(p.cast());
+            p = next;
+        }
+    }
+}
+
+/// # Safety
+/// `res` is a readable `rdma_addrinfo`.
+unsafe fn addrinfo_of(res: *const rdma_addrinfo) -> io::Result<AddrInfo> {
+    // SAFETY: caller's contract.
+    let r = unsafe { &*res };
+    let ps = if r.ai_port_space == 0 {
+        PortSpace::TCP
+    } else {
+        PortSpace(r.ai_port_space as u16)
+    };
+    Ok(AddrInfo {
+        passive: r.ai_flags & RAI_PASSIVE != 0,
+        port_space: ps,
+        qp_type: if r.ai_qp_type == 0 {
+            ps.default_qp_type()
+        } else {
+            QpType(r.ai_qp_type as u8)
+        },
+        // SAFETY: the addresses of an rdma_addrinfo are sockaddrs (or NULL).
+        src: unsafe { from_sockaddr(r.ai_src_addr) }?,
+        // SAFETY: as above.
+        dst: unsafe { from_sockaddr(r.ai_dst_addr) }?,
+    })
+}
+
+/// `rdma_create_ep`: a synchronous id for `res` (active: address and route resolved, and
+/// with `qp_init_attr` its QP; passive: bound, and `qp_init_attr` kept for the ids
+/// `rdma_get_request` returns).
+///
+/// # Safety
+/// `id` writable; `res` readable; `pd` NULL or ours; `qp_init_attr` NULL or readable and
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_ep(
+    id: *mut *mut rdma_cm_id,
+    res: *mut rdma_addrinfo,
+    pd: *mut ibv_pd,
+    qp_init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    if id.is_null() || res.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: caller's contract.
+    let ai = match unsafe { addrinfo_of(res) } {
+        Ok(a) => a,
+        Err(e) => return ret(Err(e)),
+    };
+    let cm = match rverbs_cm::create_ep(&ai) {
+        Ok(i) => i,
+        Err(e) => return ret(Err(e)),
+    };
+    let p = wrap_id(cm, null_mut(), null_mut());
+    if !qp_init_attr.is_null() {
+        // SAFETY: caller's contract.
+        let a = unsafe { &mut *qp_init_attr };
+        // SAFETY: fresh.
+        let c = unsafe { &mut *p };
+        if ai.passive {
+            c.ep_qp = Some((*a, pd));
+        // SAFETY: p is ours, a is the caller's readable attr.
+        } else if unsafe { rdma_create_qp(p.cast(), pd, a) } != 0 {
+            let e = io::Error::last_os_error();
+            // SAFETY: ours, no QP.
+            unsafe { rdma_destroy_id(p.cast()) };
+            set_errno(e.raw_os_error().unwrap_or(libc::EINVAL));
+            return -1;
+        }
+    }
+    // SAFETY: caller's contract.
+    unsafe { *id = p.cast() };
+    0
+}
+
+/// `rdma_destroy_ep`: QP, SRQ, CQs and the id.
+///
+/// # Safety
+/// `id` is ours and not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
+    // SAFETY: caller's contract.
+    unsafe {
+        rdma_destroy_qp(id);
+        let c = cid(id);
+        if !c.c.srq.is_null() {
+            verbs::ibv_destroy_srq(c.c.srq);
+            c.c.srq = null_mut();
+        }
+        rdma_destroy_id(id);
+    }
+}
+
+/// `rdma_get_request`: on a synchronous listening id, waits for the next connection request
+/// and returns its (synchronous) id, with its QP when the listener came from
+/// `rdma_create_ep` with QP attributes. `id->event` is the CONNECT_REQUEST.
+///
+/// # Safety
+/// `listen` is ours; `id` writable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_request(
+    listen: *mut rdma_cm_id,
+    id: *mut *mut rdma_cm_id,
+) -> c_int {
+    // SAFETY: caller's contract.
+    let l = unsafe { cid(listen) };
+    let new = match l.id().and_then(|i| i.get_request()) {
+        Ok(n) => n,
+        Err(e) => return ret(Err(e)),
+    };
+    let ev = new.take_event();
+    let p = wrap_id(new, null_mut(), l.c.context);
+    // SAFETY: fresh.
+    let c = unsafe { &mut *p };
+    if let Some(ev) = ev {
+        c.c.event = make_event(ev, p, listen.cast()).cast();
+    }
+    if let Some((mut a, pd)) = l.ep_qp {
+        // SAFETY: ours; a is a copy.
+        if unsafe { rdma_create_qp(p.cast(), pd, &mut a) } != 0 {
+            let e = io::Error::last_os_error();
+            if let Ok(i) = c.id() {
+                let _ = i.reject(&[]);
+            }
+            // SAFETY: ours, no QP.
+            unsafe { rdma_destroy_id(p.cast()) };
+            set_errno(e.raw_os_error().unwrap_or(libc::EINVAL));
+            return -1;
+        }
+    }
+    // SAFETY: caller's contract.
+    unsafe { *id = p.cast() };
+    0
+}
+
+// ---------------------------------------------------------------------------------------
+// SRQs, devices, unsupported
+
+/// `rdma_create_srq`: an SRQ on the id's device (PD NULL: the default one), kept in
+/// `id->srq` for the QP created next.
+///
+/// # Safety
+/// `id` is ours; `pd` NULL or ours; `attr` readable and writable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_srq(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_srq_init_attr,
+) -> c_int {
+    // SAFETY: caller's contract.
+    let c = unsafe { cid(id) };
+    let pd = if pd.is_null() {
+        match default_pd(c.c.verbs) {
+            Ok(p) => p,
+            Err(e) => return ret(Err(e)),
+        }
+    } else {
+        pd
+    };
+    // SAFETY: caller's contract.
+    let srq = unsafe { verbs::ibv_create_srq(pd, attr) };
+    if srq.is_null() {
+        return -1;
+    }
+    c.c.srq = srq;
+    c.c.pd = pd;
+    0
+}
+
+/// `rdma_destroy_srq`.
+///
+/// # Safety
+/// `id` is ours.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
+    // SAFETY: caller's contract.
+    let c = unsafe { cid(id) };
+    if !c.c.srq.is_null() {
+        // SAFETY: the id's SRQ, ours.
+        unsafe { verbs::ibv_destroy_srq(c.c.srq) };
+        c.c.srq = null_mut();
+    }
+}
+
+/// `rdma_get_devices`: a NULL-terminated array of every device's context (opened once, kept
+/// open); free it with [`rdma_free_devices`].
+///
+/// # Safety
+/// `num_devices` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut ibv_context {
+    let mut n: c_int = 0;
+    // SAFETY: n is writable.
+    let list = unsafe { verbs::ibv_get_device_list(&mut n) };
+    if list.is_null() {
+        return null_mut();
+    }
+    let mut ctxs = Vec::new();
+    for i in 0..n as usize {
+        // SAFETY: n entries.
+        let d = unsafe { *list.add(i) };
+        // SAFETY: one of ours.
+        let guid = u64::from_be(unsafe { verbs::ibv_get_device_guid(d) });
+        if let Ok(c) = device_for(guid) {
+            ctxs.push(c);
+        }
+    }
+    // SAFETY: from ibv_get_device_list.
+    unsafe { verbs::ibv_free_device_list(list) };
+    // SAFETY: plain allocation, checked.
+    let out = unsafe { libc::calloc(ctxs.len() + 1, size_of::<*mut ibv_context>()) }
+        .cast::<*mut ibv_context>();
+    if out.is_null() {
+        set_errno(libc::ENOMEM);
+        return null_mut();
+    }
+    for (i, c) in ctxs.iter().enumerate() {
+        // SAFETY: len + 1 entries allocated.
+        unsafe { *out.add(i) = *c };
+    }
+    if !num_devices.is_null() {
+        // SAFETY: caller's contract.
+        unsafe { *num_devices = ctxs.len() as c_int };
+    }
+    out
+}
+
+/// `rdma_free_devices`.
+///
+/// # Safety
+/// `list` came from [`rdma_get_devices`].
+#[no_mangle]
+pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
+    // SAFETY: calloc'ed by rdma_get_devices.
+    unsafe { libc::free(list.cast()) };
+}
+
+macro_rules! cm_unsupported {
+    ($($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),*);)*) => {$(
+        $(#[$m])*
+        ///
+        /// Not supported: -1 and `errno` `EOPNOTSUPP`.
+        ///
+        /// # Safety
+        /// Never touches its arguments.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($(_: $t),*) -> c_int {
+            set_errno(libc::EOPNOTSUPP);
+            -1
+        }
+    )*};
+}
+
+cm_unsupported! {
+    /// `rdma_join_multicast`.
+    fn rdma_join_multicast(id: *mut rdma_cm_id, addr: *mut libc::sockaddr, context: *mut c_void);
+    /// `rdma_join_multicast_ex`.
+    fn rdma_join_multicast_ex(id: *mut rdma_cm_id, attr: *mut c_void, context: *mut c_void);
+    /// `rdma_leave_multicast`.
+    fn rdma_leave_multicast(id: *mut rdma_cm_id, addr: *mut libc::sockaddr);
+    /// `rdma_set_local_ece`.
+    fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut c_void);
+    /// `rdma_get_remote_ece`.
+    fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut c_void);
+}
+
+/// `rpoll` (rsockets): this library has no rsockets, so every descriptor is an ordinary one
+/// and `poll(2)` serves.
+///
+/// # Safety
+/// As `poll(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn rpoll(
+    fds: *mut libc::pollfd,
+    nfds: libc::nfds_t,
+    timeout: c_int,
+) -> c_int {
+    // SAFETY: caller's contract, as poll(2).
+    unsafe { libc::poll(fds, nfds, timeout) }
+}
+
+#[rustfmt::skip]
+symvers! {
+    rdma_create_event_channel => "RDMACM_1.0",
+    rdma_destroy_event_channel => "RDMACM_1.0",
+    rdma_create_id => "RDMACM_1.0",
+    rdma_destroy_id => "RDMACM_1.0",
+    rdma_bind_addr => "RDMACM_1.0",
+    rdma_resolve_addr => "RDMACM_1.0",
+    rdma_resolve_route => "RDMACM_1.0",
+    rdma_listen => "RDMACM_1.0",
+    rdma_create_qp => "RDMACM_1.0",
+    rdma_create_qp_ex => "RDMACM_1.0",
+    rdma_destroy_qp => "RDMACM_1.0",
+    rdma_init_qp_attr => "RDMACM_1.2",
+    rdma_connect => "RDMACM_1.0",
+    rdma_establish => "RDMACM_1.2",
+    rdma_accept => "RDMACM_1.0",
+    rdma_reject => "RDMACM_1.0",
+    rdma_disconnect => "RDMACM_1.0",
+    rdma_notify => "RDMACM_1.0",
+    rdma_set_option => "RDMACM_1.0",
+    rdma_migrate_id => "RDMACM_1.0",
+    rdma_get_src_port => "RDMACM_1.0",
+    rdma_get_dst_port => "RDMACM_1.0",
+    rdma_get_cm_event => "RDMACM_1.0",
+    rdma_ack_cm_event => "RDMACM_1.0",
+    rdma_event_str => "RDMACM_1.0",
+    rdma_getaddrinfo => "RDMACM_1.0",
+    rdma_freeaddrinfo => "RDMACM_1.0",
+    rdma_create_ep => "RDMACM_1.0",
+    rdma_destroy_ep => "RDMACM_1.0",
+    rdma_get_request => "RDMACM_1.0",
+    rdma_create_srq => "RDMACM_1.0",
+    rdma_destroy_srq => "RDMACM_1.0",
+    rdma_get_devices => "RDMACM_1.0",
+    rdma_free_devices => "RDMACM_1.0",
+    rdma_join_multicast => "RDMACM_1.0",
+    rdma_join_multicast_ex => "RDMACM_1.1",
+    rdma_leave_multicast => "RDMACM_1.0",
+    rdma_set_local_ece => "RDMACM_1.3",
+    rdma_get_remote_ece => "RDMACM_1.3",
+    rpoll => "RDMACM_1.0",
+}
