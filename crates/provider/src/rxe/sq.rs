@@ -66,6 +66,8 @@ impl RxeQpType {
 /// The parameters of a send queue, as the kernel returned them at QP creation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RxeSqConfig {
+    /// The QP's transport: decides which operations are accepted and whether a UD
+    /// destination is needed.
     pub qp_type: RxeQpType,
     /// `max_send_sge` from the create QP response (rxe rounds it up).
     pub max_sge: u32,
