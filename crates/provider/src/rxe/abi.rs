@@ -14,8 +14,9 @@
 //! (`rxe_dma_info.sge[]` / `.inline_data[]`, `rxe_queue_buf.data[]`) are not part of the Rust
 //! structs: they start right after them, at the offsets given by the `*_OFFSET` constants.
 //!
-//! None of these types is ever referenced in place in kernel-shared memory: WQEs are built on
-//! the stack and copied into a ring slot, CQEs are copied out of a slot (see [`super::queue`]).
+//! None of these types is ever referenced in place in kernel-shared memory: WQEs are written
+//! into a ring slot through raw pointers (field by field or as whole values), CQEs are copied
+//! out of a slot (see [`super::queue`]).
 
 #![allow(non_camel_case_types)]
 
