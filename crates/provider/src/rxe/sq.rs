@@ -85,7 +85,7 @@ pub struct RxeSq {
     ssn: u32,
 }
 
-/// What [`RxeSq::build`] decided about one work request (a few words, cheap to return).
+/// What [`RxeSq::check_and_plan`] decided about one work request (a few words, cheap to return).
 #[derive(Clone, Copy)]
 struct Plan {
     /// `send_flags`, with SIGNALED added for `sq_sig_all`.
@@ -188,7 +188,7 @@ impl RxeSq {
     /// `UD` is whether the queue is a UD QP's (the caller's `cfg.qp_type == Ud`, made a
     /// constant so that the connected path carries no destination code).
     #[inline(always)]
-    fn build<const UD: bool>(&self, wr: &SendWr<'_>) -> Result<Plan, PostErrorReason> {
+    fn check_and_plan<const UD: bool>(&self, wr: &SendWr<'_>) -> Result<Plan, PostErrorReason> {
         let op = &wr.op;
         let qp_type = self.cfg.qp_type;
         if !supported(op, qp_type) {
@@ -270,7 +270,7 @@ impl RxeSq {
         })
     }
 
-    /// Writes the WQE of `wr` (checked by [`build`](Self::build) into `plan`) and its payload
+    /// Writes the WQE of `wr` (checked by [`check_and_plan`](Self::check_and_plan) into `plan`) and its payload
     /// straight into slot `index`: every field of the 208-byte header once (the kernel-owned
     /// ones zeroed, so nothing is left from the slot's previous use), then the SGEs or the
     /// inline bytes.
@@ -280,14 +280,14 @@ impl RxeSq {
     /// The slot must be ours: at or past our producer index and not yet published, and not
     /// between the kernel's consumer and our producer (the kernel neither reads nor writes it
     /// until we publish a producer index past it). For an inline payload every SGE must name
-    /// `length` readable bytes at `addr`. `UD` as for [`build`](Self::build), which checked
+    /// `length` readable bytes at `addr`. `UD` as for [`check_and_plan`](Self::check_and_plan), which checked
     /// that a UD request has its destination.
     #[inline(always)]
     unsafe fn write<const UD: bool>(&self, index: u32, ssn: u32, plan: &Plan, wr: &SendWr<'_>) {
         let wqe = self.queue.slot(index).cast::<rxe_send_wqe>();
         // SAFETY: (all writes through `wqe` and `w` below) the slot is 8-aligned and in bounds
         // for elem_size bytes, which `new` checked hold the 208-byte header plus max_sge SGEs
-        // or max_inline bytes, and `build` checked the WR against those limits. Per this
+        // or max_inline bytes, and `check_and_plan` checked the WR against those limits. Per this
         // function's contract nobody else reads or writes the slot until we publish it, so
         // plain (non-atomic) raw-pointer writes are race-free; no reference into the shared
         // memory is formed (`addr_of_mut!` only computes field addresses).
@@ -353,7 +353,7 @@ impl RxeSq {
                     });
                     iova = remote_addr;
                 }
-                // `build` refused every operation not named above (`supported` is false).
+                // `check_and_plan` refused every operation not named above (`supported` is false).
                 _ => {}
             }
             ptr::addr_of_mut!((*w).ex).write(ex);
@@ -486,7 +486,7 @@ impl RxeSq {
                 posted: i,
                 reason,
             };
-            let plan = match self.build::<UD>(wr) {
+            let plan = match self.check_and_plan::<UD>(wr) {
                 Ok(p) => p,
                 Err(reason) => {
                     self.publish(start, prod);
@@ -527,7 +527,7 @@ impl RxeSq {
             posted: 0,
             reason,
         };
-        let plan = self.build::<UD>(wr).map_err(fail)?;
+        let plan = self.check_and_plan::<UD>(wr).map_err(fail)?;
         let prod = self.queue.load_own();
         let next = self.queue.next(prod);
         if next == self.queue.load_peer() {
