@@ -653,6 +653,13 @@ mod rxe {
         assert_eq!(e.posted, 7);
         assert_eq!(e.reason, PostErrorReason::QueueFull { capacity: 7 });
         assert_eq!(s.q.producer(), 7);
+        // A list of one request (posted without the list loop) is refused the same way.
+        let e1 = s.post(&wrs[..1]).unwrap_err();
+        assert_eq!(
+            (e1.posted, e1.reason),
+            (0, PostErrorReason::QueueFull { capacity: 7 })
+        );
+        assert_eq!(s.q.producer(), 7);
         let post = PostError::from(e).at("rxe0", PostQueue::Send, 0x11);
         assert_eq!(
             post.to_string(),

@@ -5,7 +5,7 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use crate::abi::cmd::nr;
+use crate::abi::cmd::{ib_uverbs_cmd_hdr, nr};
 use crate::abi::ioctl::{cq, object, UVERBS_ATTR_UHW_IN, UVERBS_ATTR_UHW_OUT};
 use crate::abi::obj::{ib_uverbs_create_cq, ib_uverbs_create_cq_resp, ib_uverbs_destroy_cq};
 use crate::abi::obj::{
@@ -35,6 +35,8 @@ pub struct Cq {
     user_handle: u64,
     events_received: AtomicU32,
     events_acked: AtomicU32,
+    /// The provider's `CqOps::arms_in_kernel`: arm and take events without the lock.
+    arms_in_kernel: bool,
     ops: OpsLock<Box<dyn CqOps>>,
 }
 
@@ -152,6 +154,7 @@ impl Cq {
                     user_handle,
                     events_received: AtomicU32::new(0),
                     events_acked: AtomicU32::new(0),
+                    arms_in_kernel: ops.arms_in_kernel(),
                     ops: OpsLock::new(ops),
                 }))
             }
@@ -304,6 +307,10 @@ impl Cq {
             )
             .into());
         }
+        if self.arms_in_kernel {
+            // The provider's arm is this kernel command and guards nothing (arms_in_kernel).
+            return req_notify_write(self.kobj(), solicited_only);
+        }
         self.lock().arm(self.kobj(), solicited_only)
     }
 
@@ -336,7 +343,9 @@ impl Cq {
     pub fn event_received(&self) {
         // Relaxed: plain counters, read only for reporting.
         self.events_received.fetch_add(1, Ordering::Relaxed);
-        self.lock().event_received();
+        if !self.arms_in_kernel {
+            self.lock().event_received();
+        }
     }
 
     /// Acknowledges `n` events (bookkeeping as libibverbs does; destroy never waits on it).
@@ -538,17 +547,92 @@ impl Drop for Cq {
 
 /// Arms a CQ through the kernel (`IB_USER_VERBS_CMD_REQ_NOTIFY_CQ`), the default for
 /// providers whose CQ arming is a kernel call (rxe).
+///
+/// One `write(2)` of 16 bytes built on the stack (it runs after every completion event when a
+/// CQ is re-armed): the command header and `ib_uverbs_req_notify_cq`, no response.
+#[inline]
 pub fn req_notify_write(cq: KernelObj<'_>, solicited_only: bool) -> Result<()> {
-    let req = ib_uverbs_req_notify_cq {
-        cq_handle: cq.handle,
-        solicited_only: u32::from(solicited_only),
+    let cmd = ReqNotifyCmd {
+        hdr: ib_uverbs_cmd_hdr {
+            command: nr::REQ_NOTIFY_CQ,
+            in_words: (size_of::<ReqNotifyCmd>() / 4) as u16,
+            out_words: 0,
+        },
+        body: ib_uverbs_req_notify_cq {
+            cq_handle: cq.handle,
+            solicited_only: u32::from(solicited_only),
+        },
     };
-    write::cmd_legacy(
-        cq.fd,
-        nr::REQ_NOTIFY_CQ,
-        zerocopy::IntoBytes::as_bytes(&req),
-        &[],
-        &mut [],
-    )
-    .map_err(|e| Error::os(format!("arm CQ {}", cq.handle), e).into())
+    match write::cmd_write(cq.fd, cmd.as_bytes()) {
+        Ok(n) if n == size_of::<ReqNotifyCmd>() => Ok(()),
+        r => Err(req_notify_error(cq.handle, r)),
+    }
+}
+
+/// The whole REQ_NOTIFY_CQ write(): header and request (the command has no response).
+#[repr(C)]
+#[derive(IntoBytes, zerocopy::Immutable)]
+struct ReqNotifyCmd {
+    hdr: ib_uverbs_cmd_hdr,
+    body: ib_uverbs_req_notify_cq,
+}
+
+#[cold]
+#[inline(never)]
+fn req_notify_error(
+    handle: u32,
+    r: std::result::Result<usize, rustix::io::Errno>,
+) -> std::io::Error {
+    // uverbs consumes a command in one write() or fails it; a short count is a protocol error.
+    let e = r.err().unwrap_or(rustix::io::Errno::IO);
+    Error::os(format!("arm CQ {handle}"), e).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[cfg_attr(miri, ignore = "Miri cannot run raw syscalls")]
+    fn req_notify_write_sends_one_16_byte_command() {
+        let path = std::env::temp_dir().join(format!("rverbs-{}-arm", std::process::id()));
+        let f = std::fs::File::create(&path).unwrap();
+        let k = KernelObj {
+            fd: f.as_fd(),
+            handle: 0x0102_0304,
+        };
+        req_notify_write(k, true).unwrap();
+        req_notify_write(k, false).unwrap();
+        drop(f);
+        let b = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(b.len(), 32, "two commands of 16 bytes");
+        let u32_at = |o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().unwrap());
+        let u16_at = |o: usize| u16::from_ne_bytes(b[o..o + 2].try_into().unwrap());
+        assert_eq!(u32_at(0), nr::REQ_NOTIFY_CQ, "command");
+        assert_eq!(u16_at(4), 4, "in_words: header and request");
+        assert_eq!(u16_at(6), 0, "out_words: no response");
+        assert_eq!(u32_at(8), 0x0102_0304, "cq_handle");
+        assert_eq!(u32_at(12), 1, "solicited_only");
+        assert_eq!(u32_at(16 + 12), 0, "solicited_only of the second");
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "Miri cannot run raw syscalls")]
+    fn req_notify_write_names_the_cq_on_error() {
+        let path = std::env::temp_dir().join(format!("rverbs-{}-arm-ro", std::process::id()));
+        std::fs::write(&path, b"").unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        let e = req_notify_write(
+            KernelObj {
+                fd: f.as_fd(),
+                handle: 9,
+            },
+            false,
+        )
+        .unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(Error::errno_of(&e), Some(rustix::io::Errno::BADF));
+        assert!(e.to_string().contains("arm CQ 9"), "{e}");
+    }
 }

@@ -178,6 +178,15 @@ pub trait CqOps: Send + fmt::Debug {
     /// sequence number here).
     fn event_received(&mut self) {}
 
+    /// True when this provider arms with the default [`arm`](Self::arm) (the kernel's
+    /// REQ_NOTIFY_CQ) and keeps no event state ([`event_received`](Self::event_received) does
+    /// nothing). The CQ then arms and counts events without taking its lock or calling the
+    /// provider: a kernel command on the CQ's handle touches nothing the lock guards. Asked
+    /// once, when the CQ is created. Default: false.
+    fn arms_in_kernel(&self) -> bool {
+        false
+    }
+
     /// Resizes the CQ to at least `cqe` entries: the driver calls `resize` (which issues the
     /// kernel's RESIZE_CQ with the driver data given and returns the new depth), then moves
     /// its ring to what the kernel answered. Completions not yet polled are kept. Default: the

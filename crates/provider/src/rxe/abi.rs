@@ -14,8 +14,9 @@
 //! (`rxe_dma_info.sge[]` / `.inline_data[]`, `rxe_queue_buf.data[]`) are not part of the Rust
 //! structs: they start right after them, at the offsets given by the `*_OFFSET` constants.
 //!
-//! None of these types is ever referenced in place in kernel-shared memory: WQEs are built on
-//! the stack and copied into a ring slot, CQEs are copied out of a slot (see [`super::queue`]).
+//! None of these types is ever referenced in place in kernel-shared memory: WQEs are written
+//! into a ring slot through raw pointers (field by field or as whole values), CQEs are copied
+//! out of a slot (see [`super::queue`]).
 
 #![allow(non_camel_case_types)]
 
@@ -34,8 +35,11 @@ pub const RXE_NETWORK_TYPE_IPV6: u8 = 2;
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct mminfo {
+    /// The mmap offset on the uverbs command fd that selects this queue.
     pub offset: u64,
+    /// Bytes to map (header and elements), page-aligned by the kernel.
     pub size: u32,
+    /// Padding; the kernel writes 0.
     pub pad: u32,
 }
 
@@ -45,6 +49,7 @@ pub struct mminfo {
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct rxe_create_cq_resp {
+    /// Where to map the completion queue.
     pub mi: mminfo,
 }
 
@@ -54,6 +59,7 @@ pub struct rxe_create_cq_resp {
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct rxe_resize_cq_resp {
+    /// Where to map the resized completion queue (the old mapping stays valid until unmapped).
     pub mi: mminfo,
 }
 
@@ -64,7 +70,9 @@ pub struct rxe_resize_cq_resp {
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct rxe_create_qp_resp {
+    /// Where to map the receive queue (all zero with an SRQ).
     pub rq_mi: mminfo,
+    /// Where to map the send queue.
     pub sq_mi: mminfo,
 }
 
@@ -74,8 +82,11 @@ pub struct rxe_create_qp_resp {
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct rxe_create_srq_resp {
+    /// Where to map the SRQ.
     pub mi: mminfo,
+    /// The SRQ number (the same as the core response's; XRC addresses an SRQ by it).
     pub srq_num: u32,
+    /// Padding; the kernel writes 0.
     pub reserved: u32,
 }
 
@@ -86,6 +97,7 @@ pub struct rxe_create_srq_resp {
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct rxe_modify_srq_cmd {
+    /// Address of the [`mminfo`] the kernel writes on a resize; 0 when the modify only sets the limit.
     pub mmap_info_addr: u64,
 }
 
@@ -96,7 +108,9 @@ pub struct rxe_modify_srq_cmd {
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct rxe_create_ah_resp {
+    /// The AH number a UD send WQE names its destination by (0: the kernel did not fill the response).
     pub ah_num: u32,
+    /// Padding; the kernel writes 0.
     pub reserved: u32,
 }
 
@@ -109,10 +123,15 @@ pub type rxe_gid = [u8; 16];
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct rxe_global_route {
+    /// Destination GID.
     pub dgid: rxe_gid,
+    /// IPv6 flow label (20 bits).
     pub flow_label: u32,
+    /// Index of the source GID in the port's GID table.
     pub sgid_index: u8,
+    /// IPv6 hop limit / IPv4 TTL.
     pub hop_limit: u8,
+    /// IPv6 traffic class / IPv4 DSCP and ECN.
     pub traffic_class: u8,
     /// Tail padding of the C struct, made explicit.
     pub _pad: u8,
@@ -124,10 +143,13 @@ pub struct rxe_global_route {
 #[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct rxe_av {
+    /// Port number (1 on rxe).
     pub port_num: u8,
     /// `RXE_NETWORK_TYPE_*`.
     pub network_type: u8,
+    /// Destination MAC address.
     pub dmac: [u8; 6],
+    /// The global route (GIDs, flow label, hop limit, traffic class).
     pub grh: rxe_global_route,
     /// `union { struct sockaddr_in; struct sockaddr_in6; }` (28 bytes).
     pub sgid_addr: [u8; 28],
@@ -141,8 +163,11 @@ pub struct rxe_av {
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct rxe_wr_rdma {
+    /// Remote virtual address the RDMA READ or WRITE starts at.
     pub remote_addr: u64,
+    /// Remote key of the remote memory region.
     pub rkey: u32,
+    /// Padding; written as 0.
     pub reserved: u32,
 }
 
@@ -152,11 +177,15 @@ pub struct rxe_wr_rdma {
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct rxe_wr_atomic {
+    /// Remote virtual address of the 8-byte operand (8-aligned).
     pub remote_addr: u64,
     /// The compare operand (CMP_AND_SWP) or the addend (FETCH_AND_ADD).
     pub compare_add: u64,
+    /// The value stored on a successful compare (CMP_AND_SWP only).
     pub swap: u64,
+    /// Remote key of the remote memory region.
     pub rkey: u32,
+    /// Padding; written as 0.
     pub reserved: u32,
 }
 
@@ -164,14 +193,19 @@ pub struct rxe_wr_atomic {
 #[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct rxe_wr_ud {
+    /// Destination QP number.
     pub remote_qpn: u32,
+    /// Destination Q_Key.
     pub remote_qkey: u32,
     /// Used by the kernel for GSI QPs only.
     pub pkey_index: u16,
+    /// Padding; written as 0.
     pub reserved: u16,
     /// The `ah_num` from [`rxe_create_ah_resp`]; 0 means "use `av`" (old kernels).
     pub ah_num: u32,
+    /// Padding up to the address vector; written as 0.
     pub pad: [u32; 4],
+    /// Address vector of kernels without `ah_num`; zeroed on 6.1.
     pub av: rxe_av,
 }
 
@@ -181,11 +215,17 @@ pub struct rxe_wr_ud {
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct rxe_wr_mw {
+    /// Start address of the window.
     pub addr: u64,
+    /// Length of the window in bytes.
     pub length: u64,
+    /// Local key of the memory region the window is bound in.
     pub mr_lkey: u32,
+    /// Remote key of the memory window.
     pub mw_rkey: u32,
+    /// The new remote key of the window after the bind.
     pub rkey: u32,
+    /// Access flags (`IB_ACCESS_*`) of the bound window.
     pub access: u32,
 }
 
@@ -198,6 +238,7 @@ pub const RXE_SEND_WR_UNION_SIZE: usize = 120;
 #[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct rxe_send_wr_union {
+    /// The raw bytes of the union; use the typed arm accessors.
     pub bytes: [u8; RXE_SEND_WR_UNION_SIZE],
 }
 
@@ -249,7 +290,9 @@ const _: () = {
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct rxe_send_wr {
+    /// The caller's work request id, returned in the completion.
     pub wr_id: u64,
+    /// Padding; written as 0.
     pub reserved: u32,
     /// `IB_UVERBS_WR_*` (the kernel's `IB_WR_*` share the numbers).
     pub opcode: u32,
@@ -258,6 +301,7 @@ pub struct rxe_send_wr {
     /// `union ex`: `imm_data` **big-endian** (network order, as it goes on the wire) for the
     /// `*_WITH_IMM` opcodes, `invalidate_rkey` in host order for SEND_WITH_INV / LOCAL_INV.
     pub ex: u32,
+    /// The operation's arm (RDMA, atomic, UD, memory window).
     pub wr: rxe_send_wr_union,
 }
 
@@ -274,9 +318,13 @@ pub struct rxe_dma_info {
     pub length: u32,
     /// Bytes still to transfer; starts equal to `length`.
     pub resid: u32,
+    /// Index of the SGE the kernel is at; 0 at post.
     pub cur_sge: u32,
+    /// Number of SGEs after the header (0 for inline data).
     pub num_sge: u32,
+    /// Byte offset inside the current SGE; 0 at post.
     pub sge_offset: u32,
+    /// Padding; written as 0.
     pub reserved: u32,
 }
 
@@ -286,8 +334,11 @@ pub struct rxe_dma_info {
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct rxe_sge {
+    /// Virtual address of the first byte.
     pub addr: u64,
+    /// Length in bytes.
     pub length: u32,
+    /// Local key of the memory region that holds the range.
     pub lkey: u32,
 }
 
@@ -298,6 +349,7 @@ pub struct rxe_sge {
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct rxe_send_wqe {
+    /// The work request as posted.
     pub wr: rxe_send_wr,
     /// Written by the kernel (`ib_wc_status`).
     pub status: u32,
@@ -307,13 +359,17 @@ pub struct rxe_send_wqe {
     pub iova: u64,
     /// Recomputed by the 6.1 kernel from the opcode; userspace writes 0.
     pub mask: u32,
+    /// First packet sequence number of the request; the kernel's, written as 0.
     pub first_psn: u32,
+    /// Last packet sequence number of the request; the kernel's, written as 0.
     pub last_psn: u32,
+    /// Bytes acknowledged so far; the kernel's, written as 0.
     pub ack_length: u32,
     /// Send sequence number; the 6.1 kernel does not read it for user QPs.
     pub ssn: u32,
     /// Kernel bookkeeping; userspace writes 0.
     pub has_rd_atomic: u32,
+    /// Length and SGE count of the payload (the SGEs or inline bytes follow the header).
     pub dma: rxe_dma_info,
 }
 
@@ -326,9 +382,13 @@ pub const RXE_SEND_WQE_SGE_OFFSET: usize = core::mem::size_of::<rxe_send_wqe>();
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct rxe_recv_wqe {
+    /// The caller's work request id, returned in the completion.
     pub wr_id: u64,
+    /// Padding; written as 0.
     pub reserved: u32,
+    /// Padding; written as 0.
     pub padding: u32,
+    /// Total length and SGE count (the SGEs follow the header).
     pub dma: rxe_dma_info,
 }
 
@@ -342,12 +402,19 @@ pub const RXE_RECV_WQE_SGE_OFFSET: usize = core::mem::size_of::<rxe_recv_wqe>();
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct rxe_queue_buf {
+    /// log2 of the element size in bytes.
     pub log2_elem_size: u32,
+    /// Number of slots minus one (a power of two minus one); indices are stored masked with it.
     pub index_mask: u32,
+    /// Padding up to the producer index's cache line.
     pub pad_1: [u32; 30],
+    /// The producer index (ours for work queues, the kernel's for CQs).
     pub producer_index: u32,
+    /// Padding up to the consumer index's cache line.
     pub pad_2: [u32; 31],
+    /// The consumer index (the kernel's for work queues, ours for CQs).
     pub consumer_index: u32,
+    /// Padding up to the elements.
     pub pad_3: [u32; 31],
 }
 
@@ -368,23 +435,36 @@ pub const QUEUE_DATA_OFFSET: usize = core::mem::size_of::<rxe_queue_buf>();
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct ib_uverbs_wc {
+    /// The work request id the request was posted with.
     pub wr_id: u64,
+    /// `ib_wc_status`: 0 is success.
     pub status: u32,
+    /// `ib_uverbs_wc_opcode` of the completed operation.
     pub opcode: u32,
+    /// Vendor error syndrome (0 on rxe).
     pub vendor_err: u32,
+    /// Bytes received (receive completions).
     pub byte_len: u32,
     /// `union ex`: `imm_data` as it came off the wire (**big-endian**) when `wc_flags` has
     /// `IB_WC_WITH_IMM` (2), `invalidate_rkey` in host order with `IB_WC_WITH_INVALIDATE` (4).
     pub ex: u32,
+    /// Number of the local QP the request belonged to.
     pub qp_num: u32,
+    /// Source QP number of a UD receive.
     pub src_qp: u32,
     /// Kernel `ib_wc_flags` numbering (see `WcFlags::from_kernel`).
     pub wc_flags: u32,
+    /// P_Key index of a UD/GSI receive.
     pub pkey_index: u16,
+    /// Source LID (0 on RoCE).
     pub slid: u16,
+    /// Service level.
     pub sl: u8,
+    /// Destination LID path bits (0 on RoCE).
     pub dlid_path_bits: u8,
+    /// Port the completion came from (UD/GSI).
     pub port_num: u8,
+    /// Padding.
     pub reserved: u8,
 }
 
@@ -404,8 +484,11 @@ pub const IB_WC_WITH_INVALIDATE: u32 = 1 << 2;
 pub struct ib_uverbs_post_send {
     /// Address of an [`ib_uverbs_post_send_resp`] the kernel writes.
     pub response: u64,
+    /// Kernel handle of the QP whose send queue to process.
     pub qp_handle: u32,
+    /// Work requests following (0 for the rxe doorbell).
     pub wr_count: u32,
+    /// SGEs following the work requests (0 for the doorbell).
     pub sge_count: u32,
     /// Must be at least `sizeof(struct ib_uverbs_send_wr)` even when `wr_count` is 0.
     pub wqe_size: u32,
@@ -417,6 +500,7 @@ pub struct ib_uverbs_post_send {
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct ib_uverbs_post_send_resp {
+    /// Index of the first work request the kernel refused (unused with `wr_count` 0).
     pub bad_wr: u32,
 }
 
@@ -425,23 +509,37 @@ pub const IB_UVERBS_SEND_WR_SIZE: u32 = 56;
 
 /// `IB_UVERBS_WR_*` opcodes rxe understands.
 pub mod wr_opcode {
+    /// RDMA WRITE.
     pub const RDMA_WRITE: u32 = 0;
+    /// RDMA WRITE with immediate data.
     pub const RDMA_WRITE_WITH_IMM: u32 = 1;
+    /// SEND.
     pub const SEND: u32 = 2;
+    /// SEND with immediate data.
     pub const SEND_WITH_IMM: u32 = 3;
+    /// RDMA READ.
     pub const RDMA_READ: u32 = 4;
+    /// Atomic compare and swap.
     pub const ATOMIC_CMP_AND_SWP: u32 = 5;
+    /// Atomic fetch and add.
     pub const ATOMIC_FETCH_AND_ADD: u32 = 6;
+    /// Local invalidate of an rkey.
     pub const LOCAL_INV: u32 = 7;
+    /// Bind a memory window.
     pub const BIND_MW: u32 = 8;
+    /// SEND that invalidates a remote rkey.
     pub const SEND_WITH_INV: u32 = 9;
 }
 
 /// `IB_SEND_*` flags as rxe reads them from `rxe_send_wr.send_flags`.
 pub mod send_flags {
+    /// Wait for prior RDMA READs and atomics before this request.
     pub const FENCE: u32 = 1;
+    /// Generate a completion for this request.
     pub const SIGNALED: u32 = 2;
+    /// Ask the receiver for a solicited event.
     pub const SOLICITED: u32 = 4;
+    /// The payload is copied into the WQE after the header.
     pub const INLINE: u32 = 8;
 }
 

@@ -78,6 +78,11 @@ impl CqOps for CqRing {
         self.cq.poll_raw(out)
     }
 
+    // rxe arms through the kernel (the default `arm`) and keeps no event state.
+    fn arms_in_kernel(&self) -> bool {
+        true
+    }
+
     fn resize(
         &mut self,
         cmd_fd: BorrowedFd<'_>,
@@ -108,17 +113,12 @@ struct QpRings {
 impl QpOps for QpRings {
     unsafe fn post_send(&mut self, qp: KernelObj<'_>, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
         // SAFETY: the caller upholds the memory contract of QpOps::post_send.
-        let r = unsafe { self.sq.post(wrs) };
-        let posted = match &r {
-            Ok(n) => *n,
-            Err(e) => e.posted,
-        };
-        if posted > 0 {
+        match unsafe { self.sq.post(wrs) } {
             // The kernel processes the send queue only when told: one write() per list.
-            post_send_doorbell(qp.fd, qp.handle)
-                .map_err(|e| PostError::failed(posted, "the send doorbell failed", e))?;
+            Ok(0) => Ok(()),
+            Ok(posted) => ring(qp, posted),
+            Err(e) => post_send_failed(qp, e),
         }
-        r.map(|_| ()).map_err(PostError::from)
     }
 
     unsafe fn post_recv(
@@ -134,6 +134,24 @@ impl QpOps for QpRings {
         // kernel reads the producer index when a packet arrives).
         unsafe { rq.post(wrs) }.map(|_| ()).map_err(PostError::from)
     }
+}
+
+/// The send doorbell after `posted` requests went into the ring.
+#[inline(always)]
+fn ring(qp: KernelObj<'_>, posted: usize) -> Result<(), PostError> {
+    post_send_doorbell(qp.fd, qp.handle)
+        .map_err(|e| PostError::failed(posted, "the send doorbell failed", e))
+}
+
+/// A post that stopped at a request: the doorbell for the ones before it, if any, then the
+/// error (a doorbell failure is reported in preference).
+#[cold]
+#[inline(never)]
+fn post_send_failed(qp: KernelObj<'_>, e: super::RxePostError) -> Result<(), PostError> {
+    if e.posted > 0 {
+        ring(qp, e.posted)?;
+    }
+    Err(PostError::from(e))
 }
 
 #[derive(Debug)]

@@ -29,9 +29,6 @@ use std::io;
 
 use rverbs_uverbs::error::PostError;
 
-// Raw kernel structures and numbers, named field for field as in the uapi headers they are
-// layout-checked against: those headers are their documentation.
-#[allow(missing_docs)]
 pub mod abi;
 pub mod cq;
 pub mod doorbell;
@@ -54,32 +51,67 @@ pub use sq::{RxeQpType, RxeSq, RxeSqConfig};
 #[non_exhaustive]
 pub enum PostErrorReason {
     /// No free slot: the queue holds `capacity` requests the kernel has not consumed yet.
-    QueueFull { capacity: u32 },
+    QueueFull {
+        /// Requests the queue holds at most (one slot less than it has).
+        capacity: u32,
+    },
     /// More SGEs than the queue was created for.
-    TooManySge { num_sge: usize, max_sge: u32 },
+    TooManySge {
+        /// SGEs in the request.
+        num_sge: usize,
+        /// SGEs the queue's slots hold (as the kernel returned it at creation).
+        max_sge: u32,
+    },
     /// Inline data longer than the QP's `max_inline_data`.
-    InlineTooLong { len: u64, max_inline: u32 },
+    InlineTooLong {
+        /// Bytes of the request's SGEs together.
+        len: u64,
+        /// The QP's `max_inline_data`.
+        max_inline: u32,
+    },
     /// INLINE was asked for an operation that carries no outbound payload.
-    InlineNotAllowed { op: &'static str },
+    InlineNotAllowed {
+        /// The operation's name (`RDMA_READ`, ...).
+        op: &'static str,
+    },
     /// The rxe requester of Linux 6.1 does not run this operation on this QP type.
     UnsupportedOp {
+        /// The operation's name.
         op: &'static str,
+        /// The QP's transport.
         qp_type: RxeQpType,
     },
     /// Send flags rxe does not implement (e.g. IP_CSUM).
-    UnsupportedFlags { flags: u32 },
+    UnsupportedFlags {
+        /// The flag bits rxe does not implement (`IB_SEND_*` numbering).
+        flags: u32,
+    },
     /// A UD send without a destination.
     MissingUdDest,
     /// A UD destination with `ah_num` 0 (the AH was created without the rxe response).
     NoAhNum,
     /// An atomic's local buffer is shorter than 8 bytes.
-    AtomicLength { len: u64 },
+    AtomicLength {
+        /// Bytes of the request's SGEs together.
+        len: u64,
+    },
     /// An atomic's remote address is not 8-byte aligned.
-    AtomicAlignment { remote_addr: u64 },
+    AtomicAlignment {
+        /// The remote address given.
+        remote_addr: u64,
+    },
     /// The gather/scatter list adds up to more than 4 GiB - 1 bytes.
-    LengthOverflow { len: u64 },
+    LengthOverflow {
+        /// The sum of the SGE lengths.
+        len: u64,
+    },
     /// A local operation (LOCAL_INV) given an SGE list.
-    SgeOnLocalOp { op: &'static str, num_sge: usize },
+    SgeOnLocalOp {
+        /// The operation's name.
+        op: &'static str,
+        /// SGEs given.
+        num_sge: usize,
+    },
 }
 
 impl fmt::Display for PostErrorReason {

@@ -97,7 +97,7 @@ impl RxeRq {
             } else {
                 None
             };
-            let len: u64 = wr.sge.iter().map(|s| u64::from(s.length)).sum();
+            let len = super::sq::sge_len(wr.sge);
             let reason = reason.or(match u32::try_from(len) {
                 Ok(_) => None,
                 Err(_) => Some(PostErrorReason::LengthOverflow { len }),
@@ -137,6 +137,19 @@ impl RxeRq {
             unsafe {
                 ptr::write(slot.cast::<rxe_recv_wqe>(), wqe);
                 let sges = slot.add(RXE_RECV_WQE_SGE_OFFSET).cast::<rxe_sge>();
+                if let [s] = wr.sge {
+                    // The common case, without the loop.
+                    ptr::write(
+                        sges,
+                        rxe_sge {
+                            addr: s.addr,
+                            length: s.length,
+                            lkey: s.lkey,
+                        },
+                    );
+                    prod = next;
+                    continue;
+                }
                 for (j, s) in wr.sge.iter().enumerate() {
                     ptr::write(
                         sges.add(j),

@@ -66,6 +66,8 @@ impl RxeQpType {
 /// The parameters of a send queue, as the kernel returned them at QP creation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RxeSqConfig {
+    /// The QP's transport: decides which operations are accepted and whether a UD
+    /// destination is needed.
     pub qp_type: RxeQpType,
     /// `max_send_sge` from the create QP response (rxe rounds it up).
     pub max_sge: u32,
@@ -91,8 +93,6 @@ struct Plan {
     /// `dma.length` and `dma.resid`: payload bytes (0 for local operations).
     len: u32,
     payload: Payload,
-    /// The destination of a UD send.
-    ud: Option<rverbs_uverbs::UdDest>,
 }
 
 /// Where the bytes after the WQE header come from.
@@ -184,8 +184,11 @@ impl RxeSq {
     /// Checks `wr` against the queue's limits and decides what its WQE holds, without
     /// touching the ring. Small on purpose: the WQE itself is written in place by
     /// [`write`](Self::write), never built on the stack and copied.
-    #[inline]
-    fn check_and_plan(&self, wr: &SendWr<'_>) -> Result<Plan, PostErrorReason> {
+    ///
+    /// `UD` is whether the queue is a UD QP's (the caller's `cfg.qp_type == Ud`, made a
+    /// constant so that the connected path carries no destination code).
+    #[inline(always)]
+    fn check_and_plan<const UD: bool>(&self, wr: &SendWr<'_>) -> Result<Plan, PostErrorReason> {
         let op = &wr.op;
         let qp_type = self.cfg.qp_type;
         if !supported(op, qp_type) {
@@ -218,8 +221,7 @@ impl RxeSq {
                 max_sge: self.cfg.max_sge,
             });
         }
-        // SendWr::total_len, summed here so that it inlines (no call in the post path).
-        let len: u64 = wr.sge.iter().map(|s| u64::from(s.length)).sum();
+        let len = sge_len(wr.sge);
         let Ok(len32) = u32::try_from(len) else {
             return Err(PostErrorReason::LengthOverflow { len });
         };
@@ -247,17 +249,13 @@ impl RxeSq {
             | SendOp::AtomicFetchAdd { remote_addr, .. } => check_atomic(len, remote_addr)?,
             _ => {}
         }
-        let ud = if qp_type == RxeQpType::Ud {
-            let Some(ud) = wr.ud else {
-                return Err(PostErrorReason::MissingUdDest);
-            };
-            if ud.ah_num == 0 {
-                return Err(PostErrorReason::NoAhNum);
+        if UD {
+            match wr.ud {
+                None => return Err(PostErrorReason::MissingUdDest),
+                Some(ud) if ud.ah_num == 0 => return Err(PostErrorReason::NoAhNum),
+                Some(_) => {}
             }
-            Some(ud)
-        } else {
-            None
-        };
+        }
         let payload = if is_local {
             Payload::None
         } else if inline {
@@ -269,7 +267,6 @@ impl RxeSq {
             flags,
             len: if is_local { 0 } else { len32 },
             payload,
-            ud,
         })
     }
 
@@ -283,9 +280,10 @@ impl RxeSq {
     /// The slot must be ours: at or past our producer index and not yet published, and not
     /// between the kernel's consumer and our producer (the kernel neither reads nor writes it
     /// until we publish a producer index past it). For an inline payload every SGE must name
-    /// `length` readable bytes at `addr`.
-    #[inline]
-    unsafe fn write(&self, index: u32, plan: &Plan, wr: &SendWr<'_>) {
+    /// `length` readable bytes at `addr`. `UD` as for [`check_and_plan`](Self::check_and_plan), which checked
+    /// that a UD request has its destination.
+    #[inline(always)]
+    unsafe fn write<const UD: bool>(&self, index: u32, ssn: u32, plan: &Plan, wr: &SendWr<'_>) {
         let wqe = self.queue.slot(index).cast::<rxe_send_wqe>();
         // SAFETY: (all writes through `wqe` and `w` below) the slot is 8-aligned and in bounds
         // for elem_size bytes, which `new` checked hold the 208-byte header plus max_sge SGEs
@@ -359,7 +357,7 @@ impl RxeSq {
                 _ => {}
             }
             ptr::addr_of_mut!((*w).ex).write(ex);
-            if let Some(ud) = plan.ud {
+            if let (true, Some(ud)) = (UD, wr.ud) {
                 // Only the leading fields; the rest of the arm (pad, av) stays zero.
                 let u = arm.cast::<rxe_wr_ud>();
                 ptr::addr_of_mut!((*u).remote_qpn).write(ud.remote_qpn);
@@ -373,7 +371,7 @@ impl RxeSq {
             ptr::addr_of_mut!((*wqe).first_psn).write(0);
             ptr::addr_of_mut!((*wqe).last_psn).write(0);
             ptr::addr_of_mut!((*wqe).ack_length).write(0);
-            ptr::addr_of_mut!((*wqe).ssn).write(self.ssn);
+            ptr::addr_of_mut!((*wqe).ssn).write(ssn);
             ptr::addr_of_mut!((*wqe).has_rd_atomic).write(0);
             let num_sge = if plan.payload == Payload::None {
                 0
@@ -393,6 +391,21 @@ impl RxeSq {
         match plan.payload {
             Payload::None => {}
             Payload::Sges => {
+                if let [s] = wr.sge {
+                    // The common case, without the loop.
+                    // SAFETY: as in the loop below (num_sge is 1 <= max_sge).
+                    unsafe {
+                        ptr::write(
+                            data.cast::<rxe_sge>(),
+                            rxe_sge {
+                                addr: s.addr,
+                                length: s.length,
+                                lkey: s.lkey,
+                            },
+                        )
+                    };
+                    return;
+                }
                 for (i, s) in wr.sge.iter().enumerate() {
                     let sge = rxe_sge {
                         addr: s.addr,
@@ -440,6 +453,30 @@ impl RxeSq {
     /// ignored).
     #[inline]
     pub unsafe fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<usize, RxePostError> {
+        // SAFETY: forwarded contract; the constant matches the queue's QP type.
+        unsafe {
+            if self.cfg.qp_type == RxeQpType::Ud {
+                self.post_list::<true>(wrs)
+            } else {
+                self.post_list::<false>(wrs)
+            }
+        }
+    }
+
+    /// [`post`](Self::post) for a queue whose QP type is UD exactly when `UD`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`post`](Self::post); `UD` must be `self.cfg.qp_type == RxeQpType::Ud`.
+    #[inline(always)]
+    unsafe fn post_list<const UD: bool>(
+        &mut self,
+        wrs: &[SendWr<'_>],
+    ) -> Result<usize, RxePostError> {
+        if let [wr] = wrs {
+            // SAFETY: forwarded contract.
+            return unsafe { self.post_one::<UD>(wr) };
+        }
         let start = self.queue.load_own();
         let mut prod = start;
         let mut cons = self.queue.load_peer();
@@ -449,7 +486,7 @@ impl RxeSq {
                 posted: i,
                 reason,
             };
-            let plan = match self.check_and_plan(wr) {
+            let plan = match self.check_and_plan::<UD>(wr) {
                 Ok(p) => p,
                 Err(reason) => {
                     self.publish(start, prod);
@@ -469,7 +506,7 @@ impl RxeSq {
             // SAFETY: `prod` is at our producer index, not yet published, and free
             // (next != cons): the kernel does not touch it until the Release store of a
             // producer index past it in `publish`. The inline contract is the caller's.
-            unsafe { self.write(prod, &plan, wr) };
+            unsafe { self.write::<UD>(prod, self.ssn, &plan, wr) };
             self.ssn = self.ssn.wrapping_add(1);
             prod = next;
         }
@@ -477,6 +514,36 @@ impl RxeSq {
         Ok(wrs.len())
     }
 
+    /// [`post_list`](Self::post_list) of one request, the common case: nothing is carried
+    /// from one request to the next, so everything stays in registers.
+    ///
+    /// # Safety
+    ///
+    /// As for [`post_list`](Self::post_list).
+    #[inline(always)]
+    unsafe fn post_one<const UD: bool>(&mut self, wr: &SendWr<'_>) -> Result<usize, RxePostError> {
+        let fail = |reason| RxePostError {
+            queue: QueueKind::Send,
+            posted: 0,
+            reason,
+        };
+        let plan = self.check_and_plan::<UD>(wr).map_err(fail)?;
+        let prod = self.queue.load_own();
+        let next = self.queue.next(prod);
+        if next == self.queue.load_peer() {
+            return Err(fail(PostErrorReason::QueueFull {
+                capacity: self.queue.capacity(),
+            }));
+        }
+        // SAFETY: as in post_list: `prod` is our unpublished producer index and its slot is
+        // free (next != the kernel's consumer, loaded with Acquire).
+        unsafe { self.write::<UD>(prod, self.ssn, &plan, wr) };
+        self.ssn = self.ssn.wrapping_add(1);
+        self.queue.publish_own(next);
+        Ok(1)
+    }
+
+    #[inline(always)]
     fn publish(&self, start: u32, prod: u32) {
         if prod != start {
             self.queue.publish_own(prod);
@@ -506,6 +573,17 @@ impl RxeSq {
             post_send_doorbell(cmd_fd, qp_handle)?;
         }
         r.map_err(io::Error::from)
+    }
+}
+
+/// The bytes of a gather list (`SendWr::total_len`, here so that it inlines): one SGE, the
+/// common case, without the loop.
+#[inline(always)]
+pub(super) fn sge_len(sge: &[rverbs_uverbs::Sge]) -> u64 {
+    match sge {
+        [] => 0,
+        [s] => u64::from(s.length),
+        many => many.iter().map(|s| u64::from(s.length)).sum(),
     }
 }
 
