@@ -7,6 +7,7 @@
 use std::io::{self, BufRead, BufReader};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -266,6 +267,7 @@ async fn client(ch: Arc<AsyncEventChannel>, port: u16, c: u32, msgs: u32, cancel
             slots.post(ep.endpoint(), r.wr_id);
             echoed += 1;
         }
+        PROGRESS.fetch_add(n as u64, Ordering::Relaxed);
         assert!(
             echoed <= sends.posted,
             "client {c}: more echoes than messages"
@@ -346,8 +348,28 @@ fn msgs_per_client(runtime: &str) -> u32 {
     .unwrap_or(100)
 }
 
-/// How long a many-client run may take before it counts as hung (a lost wake-up).
-const HANG: Duration = Duration::from_secs(200);
+/// Echoes received by all clients so far (the watchdog's measure of progress).
+static PROGRESS: AtomicU64 = AtomicU64::new(0);
+
+/// How long the clients may go without receiving a single echo before the run counts as hung
+/// (a lost wake-up). A limit on progress, not on the whole run, which the host's load makes
+/// slow.
+const STALL: Duration = Duration::from_secs(30);
+
+/// Panics once no client received an echo for STALL.
+async fn watchdog(what: String) {
+    let mut last = PROGRESS.load(Ordering::Relaxed);
+    let mut since = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = PROGRESS.load(Ordering::Relaxed);
+        if now != last {
+            (last, since) = (now, Instant::now());
+        } else if since.elapsed() > STALL {
+            panic!("{what}: no echo for {STALL:?}: a wait hung");
+        }
+    }
+}
 
 /// 64 clients (one task each, all on one event channel) against one server (a task per
 /// connection, on another channel), `msgs` messages each.
@@ -380,8 +402,13 @@ fn many_clients(rt: tokio::runtime::Runtime, port: u16, clients: u32, msgs: u32,
             "messages echoed per connection: {echoed:?}"
         );
     };
-    rt.block_on(async { tokio::time::timeout(HANG, run).await })
-        .unwrap_or_else(|_| panic!("{clients} clients x {msgs} messages hung for {HANG:?}"));
+    let what = format!("{clients} clients x {msgs} messages");
+    rt.block_on(async {
+        tokio::select! {
+            () = run => {}
+            () = watchdog(what) => {}
+        }
+    });
     eprintln!(
         "{clients} clients x {msgs} messages{}: {:?}",
         if cancel { " (cancelling)" } else { "" },
