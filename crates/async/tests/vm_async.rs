@@ -18,7 +18,7 @@ use rverbs_uverbs::channel::CompChannel;
 use rverbs_uverbs::cq::{Cq, CqOptions};
 use rverbs_uverbs::mr::{Mr, PageBuf};
 use rverbs_uverbs::pd::Pd;
-use rverbs_uverbs::provider::QpCaps;
+use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::{SendFlags, WcOpcode, WcStatus, WorkCompletion};
 
 fn env_addr(var: &str) -> IpAddr {
@@ -787,8 +787,10 @@ fn spawn_peer(test: &str, port: u16) -> (Child, mpsc::Receiver<()>) {
 fn async_events_under_tokio() {
     use rverbs_uverbs::ah::AhAttr;
     use rverbs_uverbs::async_event::{AsyncElement, AsyncEvent, AsyncEventType};
-    use rverbs_uverbs::context::{Context, GidType, Mtu};
+    use rverbs_uverbs::context::Context;
+    use rverbs_uverbs::gid::GidType;
     use rverbs_uverbs::mr::AccessFlags;
+    use rverbs_uverbs::port::Mtu;
     use rverbs_uverbs::qp::{Qp, QpAttr, QpInit, QpState};
     use std::os::fd::{AsFd, AsRawFd, RawFd};
     use tokio::io::unix::AsyncFd;

@@ -40,11 +40,12 @@ use std::time::{Duration, Instant};
 
 use rverbs::uverbs::ah::{AhAttr, GlobalRoute};
 use rverbs::uverbs::channel::CompChannel;
-use rverbs::uverbs::context::{Gid, LinkLayer, Mtu};
 use rverbs::uverbs::cq::{Cq, CqOptions};
+use rverbs::uverbs::gid::Gid;
 use rverbs::uverbs::mr::{AccessFlags, Mr, PageBuf};
 use rverbs::uverbs::pd::Pd;
-use rverbs::uverbs::provider::QpCaps;
+use rverbs::uverbs::port::{LinkLayer, Mtu};
+use rverbs::uverbs::qp::QpCaps;
 use rverbs::uverbs::qp::{Qp, QpAttr, QpInit, QpState};
 use rverbs::uverbs::{MrRecvWr, MrSendWr, RawWc, RecvWr, SendFlags, SendOp, SendWr};
 

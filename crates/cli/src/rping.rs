@@ -38,7 +38,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rverbs::cm::verbs::{qp_attr_from_cm, Endpoint, EndpointAttr, UserCqs};
+use rverbs::cm::verbs::{Endpoint, EndpointAttr, UserCqs};
 use rverbs::cm::{
     getaddrinfo, AddrHints, CmEvent, CmEventKind, CmId, ConnParam, PortSpace, QpState as CmQpState,
 };
@@ -46,7 +46,7 @@ use rverbs::uverbs::channel::CompChannel;
 use rverbs::uverbs::cq::{Cq, CqOptions};
 use rverbs::uverbs::mr::{AccessFlags, Mr};
 use rverbs::uverbs::pd::Pd;
-use rverbs::uverbs::provider::QpCaps;
+use rverbs::uverbs::qp::QpCaps;
 use rverbs::uverbs::qp::{self as vqp, Qp, QpInit};
 use rverbs::uverbs::{
     MrSge, RecvWr, SendFlags, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion,
@@ -403,7 +403,7 @@ impl Link {
 
     fn self_modify(qp: &Qp, id: &CmId) -> io::Result<()> {
         for s in [CmQpState::INIT, CmQpState::RTR, CmQpState::RTS] {
-            qp.modify(&qp_attr_from_cm(&id.init_qp_attr(s)?))?;
+            qp.modify(&id.init_qp_attr(s)?)?;
         }
         Ok(())
     }

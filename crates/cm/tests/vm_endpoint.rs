@@ -11,7 +11,7 @@ use rverbs_cm::{create_ep, getaddrinfo, AddrHints, CmId, ConnParam};
 use rverbs_uverbs::cq::{Cq, CqOptions};
 use rverbs_uverbs::mr::{AccessFlags, PageBuf};
 use rverbs_uverbs::pd::Pd;
-use rverbs_uverbs::provider::QpCaps;
+use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::{SendFlags, WcOpcode, WcStatus};
 
 fn addr_a() -> IpAddr {
@@ -328,4 +328,34 @@ fn post_before_connect_and_accept_twice_are_refused() {
     assert_eq!((wc.wr_id, wc.status), (10, WcStatus::SUCCESS));
     let accept_twice = server.join().unwrap();
     eprintln!("second accept: {accept_twice}");
+}
+
+/// `Endpoint::create` uses the device's default PD (the one `default_pd` returns, shared by
+/// the endpoints of the device); `create_with_pd` uses the caller's.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn endpoints_use_the_default_pd_or_the_callers() {
+    let resolved = || {
+        let ai = getaddrinfo(
+            Some(&addr_a().to_string()),
+            Some("7431"),
+            &AddrHints::default(),
+        )
+        .unwrap();
+        create_ep(&ai[0]).unwrap()
+    };
+    let a = Endpoint::create(resolved(), &attr()).unwrap();
+    let id = resolved();
+    let pd = rverbs_cm::verbs::default_pd(&id).unwrap();
+    assert!(Arc::ptr_eq(a.pd(), &pd), "one default PD per device");
+    let b = Endpoint::create(id, &attr()).unwrap();
+    assert!(Arc::ptr_eq(b.pd(), &pd));
+
+    let own = Pd::alloc(pd.context()).unwrap();
+    let c = Endpoint::create_with_pd(resolved(), &own, &attr()).unwrap();
+    assert!(Arc::ptr_eq(c.pd(), &own), "the caller's PD");
+    assert!(!Arc::ptr_eq(c.pd(), &pd));
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use rverbs_cm::verbs::{EndReason, Endpoint, EndpointAttr};
 use rverbs_cm::{create_ep, getaddrinfo, AddrHints, CmEventKind, CmId, ConnParam};
 use rverbs_uverbs::mr::{Mr, PageBuf};
-use rverbs_uverbs::provider::QpCaps;
+use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::{SendFlags, WcStatus};
 
 fn addr_a() -> IpAddr {

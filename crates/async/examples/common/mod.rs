@@ -10,7 +10,7 @@ use rverbs_async::{AsyncEndpoint, AsyncEventChannel};
 use rverbs_cm::verbs::{Endpoint, EndpointAttr};
 use rverbs_cm::{ConnParam, PortSpace};
 use rverbs_uverbs::mr::{Mr, PageBuf};
-use rverbs_uverbs::provider::QpCaps;
+use rverbs_uverbs::qp::QpCaps;
 
 /// Message size: every message is sent inline.
 pub const MSG: usize = 64;

@@ -4,10 +4,12 @@
 use std::sync::Arc;
 
 use rverbs::uverbs::ah::AhAttr;
-use rverbs::uverbs::context::{Context, GidType, Mtu};
+use rverbs::uverbs::context::Context;
 use rverbs::uverbs::cq::Cq;
+use rverbs::uverbs::gid::GidType;
 use rverbs::uverbs::mr::{AccessFlags, Mr, PageBuf};
 use rverbs::uverbs::pd::Pd;
+use rverbs::uverbs::port::Mtu;
 use rverbs::uverbs::qp::{Qp, QpAttr, QpState};
 use rverbs::uverbs::{RecvWr, SendOp, SendWr, WcOpcode, WcStatus};
 
