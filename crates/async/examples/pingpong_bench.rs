@@ -12,82 +12,58 @@
 //! `async` only that client runs (for callgrind: instructions per iteration are the
 //! difference between two ITERS).
 
+mod common;
+
 use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use rverbs_async::{AsyncEndpoint, AsyncEventChannel};
-use rverbs_cm::verbs::{Endpoint, EndpointAttr};
-use rverbs_cm::{create_ep, getaddrinfo, AddrHints, ConnParam, PortSpace};
-use rverbs_uverbs::mr::PageBuf;
-use rverbs_uverbs::qp::QpCaps;
+use common::{attr, MsgBuf, MSG};
+use rverbs_cm::verbs::Endpoint;
+use rverbs_cm::{create_ep, getaddrinfo, AddrHints, ConnParam};
 use rverbs_uverbs::SendFlags;
 
-const MSG: usize = 64;
-
-fn attr() -> EndpointAttr {
-    EndpointAttr {
-        caps: QpCaps {
-            max_send_wr: 1,
-            max_recv_wr: 1,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: MSG as u32,
-        },
-        sq_sig_all: true,
-    }
-}
-
-/// Blocking echo of `conns` connections, one after the other, `iters` messages each.
-fn server(addr: SocketAddr, conns: u32, iters: u32, ready: std::sync::mpsc::Sender<()>) {
+/// An endpoint of a synchronous id (`create_ep` on `addr`; `passive` for a listener).
+fn sync_id(addr: SocketAddr, passive: bool) -> rverbs_cm::CmId {
     let ai = getaddrinfo(
         Some(&addr.ip().to_string()),
         Some(&addr.port().to_string()),
         &AddrHints {
-            passive: true,
+            passive,
             ..AddrHints::default()
         },
     )
     .unwrap();
-    let lis = create_ep(&ai[0]).unwrap();
+    create_ep(&ai[0]).unwrap()
+}
+
+/// Blocking echo of `conns` connections, one after the other, `iters` messages each.
+fn server(addr: SocketAddr, conns: u32, iters: u32, ready: std::sync::mpsc::Sender<()>) {
+    let lis = sync_id(addr, true);
     lis.listen(0).unwrap();
     ready.send(()).unwrap();
     for _ in 0..conns {
         let ep = Endpoint::create(lis.get_request().unwrap(), &attr()).unwrap();
-        let mr = ep
-            .reg_msgs(PageBuf::new(4096).unwrap())
-            .map_err(std::io::Error::from)
-            .unwrap();
-        let sge = [mr.sge(0..MSG)];
-        ep.post_recv(0, &sge).unwrap();
+        let buf = MsgBuf::new(&ep).unwrap();
+        buf.post_recv(&ep).unwrap();
         ep.accept(&ConnParam::default()).unwrap();
         let msg = [0x5au8; MSG];
         for _ in 0..iters {
             assert!(ep.get_recv_comp().unwrap().status.is_success());
-            ep.post_recv(0, &sge).unwrap();
+            buf.post_recv(&ep).unwrap();
             ep.post_send_inline(0, &msg, SendFlags::empty()).unwrap();
             assert!(ep.get_send_comp().unwrap().status.is_success());
         }
         let _ = ep.id().get_event(Some(Duration::from_secs(10)));
         drop(ep);
-        drop(mr);
+        drop(buf);
     }
 }
 
 fn blocking_client(addr: SocketAddr, iters: u32) -> Duration {
-    let ai = getaddrinfo(
-        Some(&addr.ip().to_string()),
-        Some(&addr.port().to_string()),
-        &AddrHints::default(),
-    )
-    .unwrap();
-    let ep = Endpoint::create(create_ep(&ai[0]).unwrap(), &attr()).unwrap();
-    let mr = ep
-        .reg_msgs(PageBuf::new(4096).unwrap())
-        .map_err(std::io::Error::from)
-        .unwrap();
-    let sge = [mr.sge(0..MSG)];
-    ep.post_recv(0, &sge).unwrap();
+    let ep = Endpoint::create(sync_id(addr, false), &attr()).unwrap();
+    let buf = MsgBuf::new(&ep).unwrap();
+    buf.post_recv(&ep).unwrap();
     ep.connect(&ConnParam::default()).unwrap();
     let msg = [0xa5u8; MSG];
     let t0 = Instant::now();
@@ -95,32 +71,18 @@ fn blocking_client(addr: SocketAddr, iters: u32) -> Duration {
         ep.post_send_inline(0, &msg, SendFlags::empty()).unwrap();
         assert!(ep.get_send_comp().unwrap().status.is_success());
         assert!(ep.get_recv_comp().unwrap().status.is_success());
-        ep.post_recv(0, &sge).unwrap();
+        buf.post_recv(&ep).unwrap();
     }
     let dt = t0.elapsed();
     ep.disconnect().unwrap();
     drop(ep);
-    drop(mr);
+    drop(buf);
     dt
 }
 
 fn async_client(rt: &tokio::runtime::Runtime, addr: SocketAddr, iters: u32) -> Duration {
     rt.block_on(async {
-        let ch = AsyncEventChannel::new().unwrap();
-        let id = ch.create_id(PortSpace::TCP).unwrap();
-        id.resolve_addr(None, addr, Duration::from_secs(2))
-            .await
-            .unwrap();
-        id.resolve_route(Duration::from_secs(2)).await.unwrap();
-        let ep = AsyncEndpoint::create(id, &attr()).unwrap();
-        let mr = ep
-            .endpoint()
-            .reg_msgs(PageBuf::new(4096).unwrap())
-            .map_err(std::io::Error::from)
-            .unwrap();
-        let sge = [mr.sge(0..MSG)];
-        ep.endpoint().post_recv(0, &sge).unwrap();
-        ep.connect(&ConnParam::default()).await.unwrap();
+        let (ep, buf) = common::connect(addr).await.unwrap();
         let msg = [0xa5u8; MSG];
         let t0 = Instant::now();
         for _ in 0..iters {
@@ -129,12 +91,12 @@ fn async_client(rt: &tokio::runtime::Runtime, addr: SocketAddr, iters: u32) -> D
                 .unwrap();
             assert!(ep.send_comp().await.unwrap().status.is_success());
             assert!(ep.recv_comp().await.unwrap().status.is_success());
-            ep.endpoint().post_recv(0, &sge).unwrap();
+            buf.post_recv(ep.endpoint()).unwrap();
         }
         let dt = t0.elapsed();
         ep.disconnect().await.unwrap();
         drop(ep);
-        drop(mr);
+        drop(buf);
         dt
     })
 }
@@ -145,14 +107,11 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn main() -> io::Result<()> {
-    let a: Vec<String> = std::env::args().skip(1).collect();
+    let (addr, a) = common::addr_and_args(7950)?;
     let get = |i: usize, d: &str| a.get(i).cloned().unwrap_or_else(|| d.to_string());
-    let addr: SocketAddr = format!("{}:{}", get(0, "10.10.0.1"), get(1, "7950"))
-        .parse()
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("address: {e}")))?;
-    let iters: u32 = get(2, "1000").parse().unwrap_or(1000);
-    let rounds: u32 = get(3, "5").parse().unwrap_or(5);
-    let mode = get(4, "both");
+    let iters: u32 = get(0, "1000").parse().unwrap_or(1000);
+    let rounds: u32 = get(1, "5").parse().unwrap_or(5);
+    let mode = get(2, "both");
     let per_round = if mode == "both" { 2 } else { 1 };
     let (tx, rx) = std::sync::mpsc::channel();
     let srv = std::thread::spawn(move || server(addr, rounds * per_round, iters, tx));
