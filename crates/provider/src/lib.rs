@@ -24,7 +24,6 @@ use rverbs_uverbs::device::{Device, DriverId};
 use rverbs_uverbs::Error;
 
 mod mapping;
-#[allow(missing_docs)] // documented on branch s5-mlx5
 pub mod mlx5;
 pub mod rxe;
 
