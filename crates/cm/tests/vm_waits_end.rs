@@ -392,3 +392,45 @@ fn a_completion_waiter_does_not_steal_accepts_event() {
     ep.disconnect().unwrap();
     client.join().unwrap();
 }
+
+/// Dropping a connected endpoint without `disconnect` (Endpoint's "Dropping" doc): the peer
+/// blocked in get_recv_comp sees DISCONNECTED, as after a disconnect.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn dropping_a_connected_endpoint_disconnects_the_peer() {
+    let port = 7717;
+    let lis = listener(port);
+    let client = thread::spawn(move || {
+        let c = connect(port, |_| {});
+        c.post_send_inline(1, b"bye", SendFlags::empty()).unwrap();
+        assert!(c.get_send_comp().unwrap().status.is_success());
+        drop(c); // no disconnect
+    });
+    let ep = Endpoint::create(lis.get_request().unwrap(), &attr()).unwrap();
+    let mr = ep
+        .reg_msgs(PageBuf::new(4096).unwrap())
+        .map_err(std::io::Error::from)
+        .unwrap();
+    post_recv(&ep, &mr, 1);
+    post_recv(&ep, &mr, 2);
+    ep.accept(&ConnParam::default()).unwrap();
+    let wc = ep.get_recv_comp().unwrap();
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::SUCCESS));
+    client.join().unwrap();
+    let t = Instant::now();
+    let e = ep
+        .get_recv_comp()
+        .expect_err("get_recv_comp returned a completion after the peer dropped its endpoint");
+    assert_disconnect_error(&e, "get_recv_comp", t.elapsed());
+    assert!(
+        matches!(
+            ep.ended(),
+            Some(EndReason::Event(CmEventKind::DISCONNECTED, _))
+        ),
+        "{:?}",
+        ep.ended()
+    );
+}
