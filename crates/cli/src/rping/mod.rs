@@ -111,6 +111,7 @@ const RESOLVE_TIMEOUT: Duration = Duration::from_millis(2000);
 // The two sides
 // ---------------------------------------------------------------------------------------------
 
+/// An error naming the rdma_cm or verbs step `what` that failed.
 fn os_err(what: &str, e: impl std::fmt::Display) -> io::Error {
     io::Error::other(format!("{what}: {e}"))
 }

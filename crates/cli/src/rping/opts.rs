@@ -121,9 +121,6 @@ pub fn parse(args: Vec<OsString>) -> Result<Opts, Box<dyn std::error::Error>> {
     Ok(o)
 }
 
-// ---------------------------------------------------------------------------------------------
-// Wire format and the ping pattern
-
 #[cfg(test)]
 mod tests {
     use super::*;
