@@ -2,7 +2,7 @@
 //! event loop that waits on the CQ's channel and the rdma_cm id's fd together and moves the
 //! connection through rping's states.
 
-use std::io::{self};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! The QP of a connection: made by the rdma_cm helpers on the id (rping's default) or by
 //! rping itself (`-q`), and what rping does with it either way.
 
-use std::io::{self};
+use std::io;
 use std::sync::Arc;
 
 use rverbs::cm::verbs::{qp_attr_from_cm, Endpoint, UserCqs};
