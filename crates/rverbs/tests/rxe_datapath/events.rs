@@ -2,12 +2,12 @@
 
 use super::*;
 
-/// The scheduler state of thread `tid` of this process ('S' = asleep).
-fn thread_state(tid: &str) -> char {
-    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))
-        .unwrap_or_else(|e| panic!("stat of thread {tid}: {e}"));
+/// The scheduler state of thread `tid` of this process ('S' = asleep); `None` once the thread
+/// has ended.
+fn thread_state(tid: &str) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
     let after = &stat[stat.rfind(')').expect("stat format") + 2..];
-    after.chars().next().unwrap()
+    after.chars().next()
 }
 
 /// Completion events: a waiter asleep in `Cq::wait_event` on one thread is woken by a SEND
@@ -55,15 +55,26 @@ fn completion_events() {
             let _ = tx.send((r, t0, Instant::now()));
         });
         let tid = tid_rx.recv_timeout(WAIT).expect("waiter thread started");
+        let posting = std::sync::atomic::AtomicBool::new(false);
         let posted_at = std::thread::scope(|sc| {
             let poster = sc.spawn(|| {
                 std::thread::sleep(DELAY);
+                // SeqCst: the look below must see this store if it read the state after it.
+                posting.store(true, std::sync::atomic::Ordering::SeqCst);
                 let at = Instant::now();
                 send_ok(&a.qp, &[SendWr::send(1, &s)]);
                 at
             });
             std::thread::sleep(DELAY / 2);
-            assert_eq!(thread_state(&tid), 'S', "the waiter is not asleep");
+            let state = thread_state(&tid);
+            // Read after the state: if the poster had not started posting then, nothing could
+            // have woken the waiter, so it must have been asleep. On a loaded machine this
+            // thread may oversleep the poster's delay; then the look proves nothing.
+            if !posting.load(std::sync::atomic::Ordering::SeqCst) {
+                assert_eq!(state, Some('S'), "the waiter is not asleep");
+            } else {
+                eprintln!("completion_events: looked at the waiter after the post: not checked");
+            }
             poster.join().unwrap()
         });
         let (res, t0, woke) = rx.recv_timeout(WAIT).expect("no completion event");
