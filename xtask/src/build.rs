@@ -88,6 +88,7 @@ pub fn guest_target() -> GuestTarget {
     GuestTarget::GnuStatic
 }
 
+#[derive(Clone)]
 pub struct Artifact {
     pub executable: PathBuf,
     /// Directory of the package's Cargo.toml (cargo runs tests there).
@@ -215,6 +216,23 @@ pub fn vm_tests(target: GuestTarget) -> Result<VmTests> {
     let (tests, rest): (Vec<_>, Vec<_>) = arts.into_iter().partition(|a| a.kind == "test");
     let bins = rest.into_iter().filter(|a| a.kind == "bin").collect();
     Ok(VmTests { tests, bins })
+}
+
+/// The static `rverbs` binary the VM test build produced (the CLI tests' `CARGO_BIN_EXE_rverbs`).
+pub fn static_rverbs_of(tests: &VmTests) -> Result<PathBuf> {
+    let exe = tests
+        .bins
+        .iter()
+        .find(|a| a.name.ends_with("/rverbs"))
+        .map(|a| a.executable.clone())
+        .ok_or("the VM test build made no `rverbs` binary")?;
+    if !util::elf_is_static(&exe)? {
+        crate::bail!(
+            "{} is dynamically linked; the guests need a static binary",
+            exe.display()
+        );
+    }
+    Ok(exe)
 }
 
 /// Builds the static rverbs binary for the guests (see [`guest_target`]).

@@ -21,6 +21,31 @@ use std::time::{Duration, Instant};
 /// Tests whose name contains this need rdma-core's C tools: not run in the minimal guest.
 const INTEROP: &str = "interop";
 
+/// Integration-test binaries that open no RDMA device: simulators, fixtures, the mlx5 oracle,
+/// allocation counters and the C layout probes. Nothing in them depends on the kernel, the
+/// guest or the topology, so a run boots them in its first VM stage only (the static build in
+/// a guest, besides their run on the host in "host tests") and counts their tests as skipped in
+/// the later VM stages, with a note naming the stage they ran in. A test binary missing from
+/// this list runs in every stage (slower, never less checked); `device_free_names_exist`
+/// keeps the list true.
+const DEVICE_FREE: &[&str] = &[
+    "capi/layout",
+    "cm/abi_layout",
+    "provider/mlx5_abi_layout",
+    "provider/mlx5_cqe_fixtures",
+    "provider/mlx5_noalloc",
+    "provider/mlx5_oracle",
+    "provider/mlx5_qp",
+    "provider/mlx5_sim_device",
+    "provider/provider_table",
+    "provider/rxe_abi_layout",
+    "provider/rxe_noalloc",
+    "provider/rxe_rings",
+    "provider/rxe_wqe",
+    "uverbs/abi_layout",
+    "uverbs/compile_fail",
+];
+
 /// The VM stages of a default run (no `--kernel`), in order: every integration test binary
 /// runs in each. Both kernels get both topologies and the host guest (so the interop tests)
 /// once, and every guest/topology pair runs once: four stages instead of six (docs/testing.md).
@@ -419,8 +444,11 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
     println!("xtask: ==== VM tests: static build of rverbs and of the integration tests (--cfg rverbs_vm)");
     let t = Instant::now();
     let built = (|| -> Result<(GuestTarget, PathBuf, build::VmTests)> {
-        let (target, rverbs) = build::rverbs_any()?;
+        // The test build makes the static `rverbs` the CLI tests run (CARGO_BIN_EXE_rverbs);
+        // the guests use that one to create their rxe devices too: no release build here.
+        let target = build::guest_target();
         let tests = build::vm_tests(target)?;
+        let rverbs = build::static_rverbs_of(&tests)?;
         Ok((target, rverbs, tests))
     })();
     let (target, rverbs, tests) = match built {
@@ -473,8 +501,16 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
     let test_timeout = env_secs("RVERBS_VM_TEST_TIMEOUT", 300);
     let threads = std::env::var("RVERBS_VM_TEST_THREADS").unwrap_or_else(|_| "1".into());
     let mut args = vec![format!("--test-threads={threads}")];
+    // Per-test times (`test name ... ok <1.234s>` in the logs): libtest's `--report-time` is
+    // unstable, so this diagnostic is opt-in and sets RUSTC_BOOTSTRAP for the test binaries only.
+    let test_times = std::env::var("RVERBS_VM_TEST_TIMES").as_deref() == Ok("1");
+    if test_times {
+        args.extend(["-Z", "unstable-options", "--report-time"].map(String::from));
+    }
     args.extend(opts.test_args.iter().cloned());
     let user_filter = !opts.test_args.is_empty();
+    // After the first VM stage: its name and the counts of the device-free binaries in it.
+    let mut device_free_ran: Option<(String, Counts)> = None;
 
     for &(kernel, guest, topo) in &opts.vm_stages {
         let name = format!("vm {} {}/{}", kernel.name, guest.name(), topo.name());
@@ -523,11 +559,17 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
             // Interop tests need rdma-core's C tools, which only the host guest has.
             stage_args.extend(["--skip".to_string(), INTEROP.to_string()]);
         }
+        let stage_tests: Vec<build::Artifact> = tests
+            .tests
+            .iter()
+            .filter(|a| device_free_ran.is_none() || !DEVICE_FREE.contains(&a.name.as_str()))
+            .cloned()
+            .collect();
         let spec = RunSpec {
             guest,
             topo,
             label: &format!("test-{}-{}-{}", kernel.name, guest.name(), topo.name()),
-            script: runner_script(&tests.tests, &stage_args, test_timeout),
+            script: runner_script(&stage_tests, &stage_args, test_timeout),
             cwd: None,
             timeout: stage_timeout,
             display: Display::Progress,
@@ -535,13 +577,32 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
         };
         match bed.run(&spec) {
             Ok(out) => {
-                let (mut counts, mut notes) = collect(&out, &tests.tests);
+                let (per_binary, guest_counts, mut notes) = collect(&out, &stage_tests);
+                let mut counts = guest_counts;
+                let mut free = Counts::default();
+                for (a, c) in stage_tests.iter().zip(&per_binary) {
+                    counts += *c;
+                    if DEVICE_FREE.contains(&a.name.as_str()) {
+                        free += *c;
+                    }
+                }
                 if guest == Guest::Minimal && !user_filter && counts.filtered > 0 {
                     notes.push(format!(
                         "{} `{INTEROP}` test(s) skipped: the minimal guest has no C tools",
                         counts.filtered
                     ));
                     counts.ignored += counts.filtered;
+                }
+                match &device_free_ran {
+                    None => device_free_ran = Some((name.clone(), free)),
+                    Some((first, c)) => {
+                        let n = c.passed + c.failed + c.ignored;
+                        counts.ignored += n;
+                        notes.push(format!(
+                            "the device-free binaries (simulators, fixtures, layout probes) \
+                             ran in stage {first}: their {n} test(s) counted as skipped here"
+                        ));
+                    }
                 }
                 report.add(&name, counts, notes, t.elapsed());
             }
@@ -562,13 +623,20 @@ pub fn env_secs(var: &str, default: u64) -> Duration {
 /// The script the guest runs: every test binary in turn, from its package directory, its
 /// output into `tests/<i>.log` and its exit code into `tests/<i>.rc` on the run share.
 fn runner_script(tests: &[build::Artifact], args: &[String], timeout: Duration) -> String {
-    let mut s = String::from(
+    // libtest's unstable `--report-time` (RVERBS_VM_TEST_TIMES=1) needs RUSTC_BOOTSTRAP.
+    let test_env = if args.iter().any(|a| a == "--report-time") {
+        "RUSTC_BOOTSTRAP=1"
+    } else {
+        ""
+    };
+    let mut s = format!("RVERBS_TEST_ENV={test_env}\n");
+    s.push_str(
         "T=/tmp/rverbs-vm/tests\nmkdir -p \"$T\"\n\
          run_one() {\n\
          \x20   i=$1; name=$2; dir=$3; shift 3\n\
          \x20   echo \"RVERBS-VM-TEST: [$i] $name\"\n\
          \x20   t0=$(cut -d' ' -f1 /proc/uptime)\n\
-         \x20   ( cd \"$dir\" 2>/dev/null || cd /; exec \"$@\" ) > \"$T/$i.log\" 2>&1\n\
+         \x20   ( cd \"$dir\" 2>/dev/null || cd /; exec env $RVERBS_TEST_ENV \"$@\" ) > \"$T/$i.log\" 2>&1\n\
          \x20   rc=$?\n\
          \x20   echo $rc > \"$T/$i.rc\"\n\
          \x20   dt=$(awk -v t0=\"$t0\" '{ printf \"%.1f\", $1 - t0 }' /proc/uptime)\n\
@@ -592,8 +660,11 @@ fn runner_script(tests: &[build::Artifact], args: &[String], timeout: Duration) 
 
 /// Turns a guest run into counts: per test binary from its log and exit code; a binary
 /// without a result, and a guest that did not finish, count as failures.
-fn collect(out: &vm::Outcome, tests: &[build::Artifact]) -> (Counts, Vec<String>) {
-    let mut total = Counts::default();
+/// Returns the counts per binary (in the order of `tests`) and the guest's own (one failure
+/// when it did not end cleanly).
+fn collect(out: &vm::Outcome, tests: &[build::Artifact]) -> (Vec<Counts>, Counts, Vec<String>) {
+    let mut per_binary = Vec::with_capacity(tests.len());
+    let mut guest = Counts::default();
     let mut notes = Vec::new();
     if let Some(r) = out.ready_after {
         notes.push(format!("guest ready after {}", fmt_secs(r)));
@@ -647,12 +718,12 @@ fn collect(out: &vm::Outcome, tests: &[build::Artifact]) -> (Counts, Vec<String>
             notes.push(format!("FAILED: {}: {why}; log: {}", a.name, log.display()));
             print_log_tail(&log, 60);
         }
-        total += c;
+        per_binary.push(c);
     }
     match &out.status {
         GuestStatus::Exited(0) => {}
         _ => {
-            total.failed += 1;
+            guest.failed += 1;
             notes.push(format!("FAILED: {}", out.describe()));
             for e in &out.errors {
                 notes.push(format!("guest error: {e}"));
@@ -661,7 +732,7 @@ fn collect(out: &vm::Outcome, tests: &[build::Artifact]) -> (Counts, Vec<String>
             vm::print_tail(&out.console_log, 40);
         }
     }
-    (total, notes)
+    (per_binary, guest, notes)
 }
 
 fn print_log_tail(path: &Path, lines: usize) {
@@ -694,6 +765,23 @@ test result: FAILED. 3 passed; 2 failed; 0 ignored; 0 measured; 5 filtered out; 
             })
         );
         assert_eq!(parse_results("running 1 test\nthread panicked\n"), None);
+    }
+
+    #[test]
+    fn device_free_names_exist() {
+        for name in DEVICE_FREE {
+            let (krate, file) = name.split_once('/').unwrap();
+            let path = util::workspace_root()
+                .join("crates")
+                .join(krate)
+                .join("tests")
+                .join(format!("{file}.rs"));
+            assert!(
+                path.is_file(),
+                "DEVICE_FREE names {name}: no {}",
+                path.display()
+            );
+        }
     }
 
     #[test]

@@ -21,7 +21,7 @@ use tool_support::{addr_a, c_tool, env_or, rverbs_bin, spawn, spawn_env, Done, R
 
 use rverbs::uverbs::context::GidType;
 
-const ITERS: u32 = 500;
+const ITERS: u32 = 200;
 
 fn dev_a() -> String {
     env_or("RVERBS_DEV_A", "rxe0")

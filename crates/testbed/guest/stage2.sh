@@ -7,6 +7,10 @@ export PATH="$R/bin:$PATH:/usr/sbin:/sbin:/usr/bin:/bin"
 export HOME=/tmp RUST_BACKTRACE=1 RVERBS_VM=1 RVERBS_GUEST RVERBS_TOPO RVERBS_KERNEL
 # Variables the caller passed for the command (guest.env sets them).
 [ -n "$RVERBS_EXPORT" ] && export $RVERBS_EXPORT
+# The console is a tty, but what reads it is the host's log or terminal: colours only when the
+# host's own output is a terminal (vm.rs sets RVERBS_TERM to the host's TERM then).
+export TERM="${RVERBS_TERM:-dumb}"
+[ "$TERM" = dumb ] && export NO_COLOR=1
 
 say() { echo "RVERBS-VM: $*"; }
 status() {

@@ -390,6 +390,7 @@ impl Bed {
             },
             self.kernel.spec.name
         ));
+        env.push_str(&format!("RVERBS_TERM={}\n", guest_term()));
         let mut names = Vec::new();
         for (k, v) in &spec.payload.env {
             if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
@@ -758,6 +759,25 @@ fn new_run_dir(runs: &Path, label: &str) -> Result<PathBuf> {
         }
     }
     unreachable!()
+}
+
+/// The `TERM` a guest's programs see. The guest console is a tty, so programs would colour
+/// their output (libtest, tracing); what reads the console is the host's stdout, which is often a
+/// CI log: `dumb` (no colours, and `NO_COLOR` set) unless the host's stdout is a terminal, and
+/// then the host's own `TERM`.
+fn guest_term() -> String {
+    use std::io::IsTerminal;
+    let host = std::env::var("TERM").unwrap_or_default();
+    let plain = |t: &str| {
+        !t.is_empty()
+            && t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.+".contains(&b))
+    };
+    if std::io::stdout().is_terminal() && plain(&host) && std::env::var_os("NO_COLOR").is_none() {
+        host
+    } else {
+        "dumb".to_string()
+    }
 }
 
 #[cfg(test)]

@@ -133,7 +133,9 @@ fn missing_packages_stop_with_the_apt_get_line() {
 #[ignore = "boots a guest: run by cargo xtask test (stage runner boot tests)"]
 fn exit_code_output_and_variables_come_back() {
     // A static program: the minimal guest.
+    // Output piped to this test, not a terminal: the guest's programs must not colour it.
     let script = "echo out-$RVERBS_GUEST-$RVERBS_TOPO-$RVERBS_DEV_A-$RVERBS_TEST_X; \
+                  echo term-$TERM-nocolor-$NO_COLOR; \
                   test -e /sys/class/infiniband/$RVERBS_DEV_A/ports/1/gids/1 || exit 9; exit 7";
     let out = runner()
         .args(["run", "--", busybox(), "sh", "-c", script])
@@ -147,6 +149,7 @@ fn exit_code_output_and_variables_come_back() {
         stdout.contains("out-minimal-one-rxe0-passed"),
         "{stdout}\n{stderr}"
     );
+    assert!(stdout.contains("term-dumb-nocolor-1"), "{stdout}\n{stderr}");
     assert!(stderr.contains("booting the minimal guest"), "{stderr}");
 }
 
