@@ -12,7 +12,7 @@ use rverbs_async::{AsyncCmId, AsyncEndpoint, AsyncEventChannel};
 use rverbs_cm::verbs::EndpointAttr;
 use rverbs_cm::{ConnParam, PortSpace};
 use rverbs_uverbs::mr::PageBuf;
-use rverbs_uverbs::provider::QpCaps;
+use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::SendFlags;
 
 const MSG: usize = 64;

@@ -20,7 +20,7 @@ use rverbs_async::{AsyncEndpoint, AsyncEventChannel};
 use rverbs_cm::verbs::{Endpoint, EndpointAttr};
 use rverbs_cm::{create_ep, getaddrinfo, AddrHints, ConnParam, PortSpace};
 use rverbs_uverbs::mr::PageBuf;
-use rverbs_uverbs::provider::QpCaps;
+use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::SendFlags;
 
 const MSG: usize = 64;

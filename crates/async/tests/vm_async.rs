@@ -18,7 +18,7 @@ use rverbs_uverbs::channel::CompChannel;
 use rverbs_uverbs::cq::{Cq, CqOptions};
 use rverbs_uverbs::mr::{Mr, PageBuf};
 use rverbs_uverbs::pd::Pd;
-use rverbs_uverbs::provider::QpCaps;
+use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::{SendFlags, WcOpcode, WcStatus, WorkCompletion};
 
 fn env_addr(var: &str) -> IpAddr {

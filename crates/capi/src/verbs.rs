@@ -17,12 +17,14 @@ use std::sync::{Arc, Mutex};
 
 use rverbs_uverbs::ah::{Ah, AhAttr, GlobalRoute};
 use rverbs_uverbs::channel::CompChannel;
-use rverbs_uverbs::context::{Context, GidType, Mtu};
+use rverbs_uverbs::context::Context;
 use rverbs_uverbs::cq::{Cq, CqOptions};
 use rverbs_uverbs::device::Device;
+use rverbs_uverbs::gid::GidType;
 use rverbs_uverbs::mr::{register_raw, AccessFlags, RawMr};
 use rverbs_uverbs::pd::Pd;
-use rverbs_uverbs::provider::QpCaps;
+use rverbs_uverbs::port::Mtu;
+use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::qp::{Qp, QpAttr, QpAttrMask, QpInit, QpState, QpType};
 use rverbs_uverbs::srq::{Srq, SrqAttr};
 use rverbs_uverbs::{Error, RecvWr, SendFlags, SendOp, SendWr, Sge, WorkCompletion};
@@ -316,7 +318,7 @@ pub unsafe extern "C" fn ibv_query_device(
     }
 }
 
-fn device_attr(a: &rverbs_uverbs::context::DeviceAttr) -> ibv_device_attr {
+fn device_attr(a: &rverbs_uverbs::device_attr::DeviceAttr) -> ibv_device_attr {
     // SAFETY: plain integers and a char array: all-zero is valid.
     let mut o: ibv_device_attr = unsafe { std::mem::zeroed() };
     copy_cstr(&mut o.fw_ver, &a.fw_ver);
@@ -417,7 +419,7 @@ unsafe extern "C" fn query_device_ex_op(
     0
 }
 
-fn port_attr(p: &rverbs_uverbs::context::PortAttr) -> ibv_port_attr {
+fn port_attr(p: &rverbs_uverbs::port::PortAttr) -> ibv_port_attr {
     ibv_port_attr {
         state: u32::from(p.state.0),
         max_mtu: u32::from(p.max_mtu.0),
@@ -1226,7 +1228,7 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
 unsafe fn post_recv_list(
     mut wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
-    post: impl Fn(&[RecvWr<'_>]) -> Result<(), rverbs_uverbs::provider::PostError>,
+    post: impl Fn(&[RecvWr<'_>]) -> Result<(), rverbs_uverbs::error::PostError>,
 ) -> c_int {
     while !wr.is_null() {
         let mut ptrs = [null_mut::<ibv_recv_wr>(); BATCH];
@@ -1879,7 +1881,7 @@ pub extern "C" fn ibv_event_type_str(event: c_int) -> *const c_char {
 // ---------------------------------------------------------------------------------------
 // GID entries, async events, kernel-struct converters (used by rdma-core's librdmacm)
 
-fn gid_entry(g: &rverbs_uverbs::context::GidEntry) -> ibv_gid_entry {
+fn gid_entry(g: &rverbs_uverbs::gid::GidEntry) -> ibv_gid_entry {
     ibv_gid_entry {
         gid: ibv_gid { raw: g.gid.0 },
         gid_index: g.index,

@@ -8,10 +8,11 @@
 use std::ffi::OsString;
 use std::fmt::Write as _;
 
-use rverbs::uverbs::context::{
-    AtomicCap, Context, DeviceAttr, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState,
-};
+use rverbs::uverbs::context::Context;
 use rverbs::uverbs::device::{devices, format_guid, Device, Transport};
+use rverbs::uverbs::device_attr::{AtomicCap, DeviceAttr};
+use rverbs::uverbs::gid::{GidEntry, GidType};
+use rverbs::uverbs::port::{LinkLayer, Mtu, PortAttr, PortState};
 
 use crate::{usage_err, CmdResult};
 
@@ -618,7 +619,8 @@ pub fn run(args: Vec<OsString>) -> CmdResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rverbs::uverbs::context::{Gid, PhysState};
+    use rverbs::uverbs::gid::Gid;
+    use rverbs::uverbs::port::PhysState;
 
     fn args(s: &str) -> Vec<OsString> {
         s.split_whitespace().map(OsString::from).collect()
@@ -659,55 +661,51 @@ mod tests {
 
     /// rxe0 as the 6.1 kernel reports it (values from rxe_param.h).
     fn rxe_info() -> HcaInfo {
-        let attr = DeviceAttr {
-            fw_ver: "0.0.0".into(),
-            node_guid: 0x5054_00ff_fe12_3456,
-            sys_image_guid: 0x5054_00ff_fe12_3456,
-            max_mr_size: u64::MAX,
-            page_size_cap: 0xffff_f000,
-            vendor_id: 0xffffff,
-            max_qp: 1_048_576,
-            max_qp_wr: 1_048_576,
-            device_cap_flags: 0x0121_3476,
-            max_sge: 32,
-            max_sge_rd: 32,
-            max_cq: 1_048_576,
-            max_cqe: 32767,
-            max_mr: 524_287,
-            max_pd: 1_048_576,
-            max_qp_rd_atom: 128,
-            max_res_rd_atom: 258_048,
-            max_qp_init_rd_atom: 128,
-            atomic_cap: AtomicCap::HCA,
-            max_mw: 524_287,
-            max_mcast_grp: 8192,
-            max_mcast_qp_attach: 56,
-            max_total_mcast_qp_attach: 458_752,
-            max_ah: 32767,
-            max_srq: 917_504,
-            max_srq_wr: 1_048_576,
-            max_srq_sge: 27,
-            max_pkeys: 64,
-            local_ca_ack_delay: 15,
-            phys_port_cnt: 1,
-            device_cap_flags_ex: 0x3_0121_3476,
-            ..Default::default()
-        };
-        let port = PortAttr {
-            state: PortState::ACTIVE,
-            max_mtu: Mtu::MTU_4096,
-            active_mtu: Mtu::MTU_1024,
-            gid_tbl_len: 1024,
-            port_cap_flags: 0x0001_0000 | 0x0400_0000,
-            max_msg_sz: 0x80_0000,
-            pkey_tbl_len: 1,
-            max_vl_num: 1,
-            active_width: 2,
-            active_speed: 1,
-            phys_state: PhysState::LINK_UP,
-            link_layer: LinkLayer::ETHERNET,
-            ..Default::default()
-        };
+        let mut attr = DeviceAttr::default();
+        attr.fw_ver = "0.0.0".into();
+        attr.node_guid = 0x5054_00ff_fe12_3456;
+        attr.sys_image_guid = 0x5054_00ff_fe12_3456;
+        attr.max_mr_size = u64::MAX;
+        attr.page_size_cap = 0xffff_f000;
+        attr.vendor_id = 0xffffff;
+        attr.max_qp = 1_048_576;
+        attr.max_qp_wr = 1_048_576;
+        attr.device_cap_flags = 0x0121_3476;
+        attr.max_sge = 32;
+        attr.max_sge_rd = 32;
+        attr.max_cq = 1_048_576;
+        attr.max_cqe = 32767;
+        attr.max_mr = 524_287;
+        attr.max_pd = 1_048_576;
+        attr.max_qp_rd_atom = 128;
+        attr.max_res_rd_atom = 258_048;
+        attr.max_qp_init_rd_atom = 128;
+        attr.atomic_cap = AtomicCap::HCA;
+        attr.max_mw = 524_287;
+        attr.max_mcast_grp = 8192;
+        attr.max_mcast_qp_attach = 56;
+        attr.max_total_mcast_qp_attach = 458_752;
+        attr.max_ah = 32767;
+        attr.max_srq = 917_504;
+        attr.max_srq_wr = 1_048_576;
+        attr.max_srq_sge = 27;
+        attr.max_pkeys = 64;
+        attr.local_ca_ack_delay = 15;
+        attr.phys_port_cnt = 1;
+        attr.device_cap_flags_ex = 0x3_0121_3476;
+        let mut port = PortAttr::default();
+        port.state = PortState::ACTIVE;
+        port.max_mtu = Mtu::MTU_4096;
+        port.active_mtu = Mtu::MTU_1024;
+        port.gid_tbl_len = 1024;
+        port.port_cap_flags = 0x0001_0000 | 0x0400_0000;
+        port.max_msg_sz = 0x80_0000;
+        port.pkey_tbl_len = 1;
+        port.max_vl_num = 1;
+        port.active_width = 2;
+        port.active_speed = 1;
+        port.phys_state = PhysState::LINK_UP;
+        port.link_layer = LinkLayer::ETHERNET;
         let gid = |index: u32, s: &str| GidEntry {
             index,
             port: 1,

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 mod tool_support;
 use tool_support::{addr_a, c_tool, env_or, rverbs_bin, spawn, spawn_env, Done, Running};
 
-use rverbs::uverbs::context::GidType;
+use rverbs::uverbs::gid::GidType;
 
 const ITERS: u32 = 200;
 

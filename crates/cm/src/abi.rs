@@ -369,35 +369,8 @@ impl Default for rdma_ucm_conn_param {
     }
 }
 
-/// `struct ib_uverbs_global_route` (`ib_user_verbs.h`, 24 bytes).
-#[repr(C)]
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
-)]
-pub struct ib_uverbs_global_route {
-    pub dgid: [u8; 16],
-    pub flow_label: u32,
-    pub sgid_index: u8,
-    pub hop_limit: u8,
-    pub traffic_class: u8,
-    pub reserved: u8,
-}
-
-/// `struct ib_uverbs_ah_attr` (`ib_user_verbs.h`, 32 bytes).
-#[repr(C)]
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
-)]
-pub struct ib_uverbs_ah_attr {
-    pub grh: ib_uverbs_global_route,
-    pub dlid: u16,
-    pub sl: u8,
-    pub src_path_bits: u8,
-    pub static_rate: u8,
-    pub is_global: u8,
-    pub port_num: u8,
-    pub reserved: u8,
-}
+// The verbs structures the ucma ABI embeds are the verbs crate's (one declaration each).
+pub use rverbs_uverbs::abi::obj::{ib_uverbs_ah_attr, ib_uverbs_global_route, ib_uverbs_qp_attr};
 
 /// `struct rdma_ucm_ud_param` (304 bytes).
 #[repr(C)]
@@ -487,46 +460,6 @@ pub struct rdma_ucm_init_qp_attr {
     pub id: u32,
     /// `ib_qp_state`: RESET 0 … ERR 6; larger values are EINVAL.
     pub qp_state: u32,
-}
-
-/// `struct ib_uverbs_qp_attr` (`ib_user_verbs.h`, 144 bytes): the response of `INIT_QP_ATTR`.
-#[repr(C)]
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
-)]
-pub struct ib_uverbs_qp_attr {
-    /// `IB_QP_*` bits (same numbering as `ibv_qp_attr_mask`).
-    pub qp_attr_mask: u32,
-    pub qp_state: u32,
-    pub cur_qp_state: u32,
-    pub path_mtu: u32,
-    pub path_mig_state: u32,
-    pub qkey: u32,
-    pub rq_psn: u32,
-    pub sq_psn: u32,
-    pub dest_qp_num: u32,
-    pub qp_access_flags: u32,
-    pub ah_attr: ib_uverbs_ah_attr,
-    pub alt_ah_attr: ib_uverbs_ah_attr,
-    pub max_send_wr: u32,
-    pub max_recv_wr: u32,
-    pub max_send_sge: u32,
-    pub max_recv_sge: u32,
-    pub max_inline_data: u32,
-    pub pkey_index: u16,
-    pub alt_pkey_index: u16,
-    pub en_sqd_async_notify: u8,
-    pub sq_draining: u8,
-    pub max_rd_atomic: u8,
-    pub max_dest_rd_atomic: u8,
-    pub min_rnr_timer: u8,
-    pub port_num: u8,
-    pub timeout: u8,
-    pub retry_cnt: u8,
-    pub rnr_retry: u8,
-    pub alt_port_num: u8,
-    pub alt_timeout: u8,
-    pub reserved: [u8; 5],
 }
 
 /// `struct rdma_ucm_notify` (8 bytes).

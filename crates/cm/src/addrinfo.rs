@@ -19,7 +19,9 @@ pub const EP_RESOLVE_TIMEOUT: Duration = Duration::from_millis(2000);
 /// An IP address family filter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum IpFamily {
+    /// IPv4 only.
     V4,
+    /// IPv6 only.
     V6,
 }
 
@@ -29,6 +31,7 @@ pub struct AddrHints {
     /// `RAI_PASSIVE`: addresses to bind/listen on (node optional: wildcard) instead of
     /// destinations (node required).
     pub passive: bool,
+    /// The port space of the ids to create (`RDMA_PS_TCP` for RC, `RDMA_PS_UDP` for UD).
     pub port_space: PortSpace,
     /// `None`: the port space's QP type.
     pub qp_type: Option<QpType>,
@@ -53,8 +56,11 @@ impl Default for AddrHints {
 /// One result of [`getaddrinfo`]: everything [`create_ep`] needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AddrInfo {
+    /// Whether this is a passive (bind/listen) result.
     pub passive: bool,
+    /// The port space [`create_ep`] creates the id in.
     pub port_space: PortSpace,
+    /// The QP type of the id (the hint's, or the port space's default).
     pub qp_type: QpType,
     /// Passive: the address to bind. Active: the optional source address.
     pub src: Option<SocketAddr>,

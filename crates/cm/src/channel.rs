@@ -30,8 +30,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
-use std::fs::File;
-use std::io::{self, Write as _};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -55,13 +54,12 @@ pub const ABI_VERSION_PATH: &str = "/sys/class/misc/rdma_cm/abi_version";
 /// must be written to the file its events are queued on.
 #[derive(Debug)]
 pub(crate) struct Channel {
-    /// Writes go through `std::fs::File` (a libc `write()` call) on purpose: several commands
-    /// make the kernel write a response through a pointer carried *inside* the written buffer.
-    /// rustix's `write` is an inline-asm syscall declared `readonly` (it promises the compiler
-    /// that no memory changes), which would let the compiler assume the response buffer still
-    /// holds what it held before the call. An opaque libc call carries no such promise, and the
-    /// response buffer's address is exposed (cast to an integer) before the call.
-    file: File,
+    /// The open ucma file. Commands are written with uverbs' one command writer,
+    /// [`rverbs_uverbs::write::write_cmd`]: several commands make the kernel write a response
+    /// through a pointer carried *inside* the written buffer, and that writer is declared able
+    /// to write any memory (rustix's `write` is declared `readonly`, which would let the
+    /// compiler assume the response buffer still holds what it held before the call).
+    fd: OwnedFd,
     disp: Mutex<Dispatch>,
 }
 
@@ -194,16 +192,6 @@ fn new_wake_fd() -> Result<Arc<OwnedFd>, Errno> {
     Ok(Arc::new(fd))
 }
 
-fn timespec_until(deadline: Option<Instant>) -> Option<rustix::event::Timespec> {
-    deadline.map(|d| {
-        let left = d.saturating_duration_since(Instant::now());
-        rustix::event::Timespec {
-            tv_sec: left.as_secs() as i64,
-            tv_nsec: i64::from(left.subsec_nanos()),
-        }
-    })
-}
-
 impl Channel {
     pub(crate) fn open() -> Result<Arc<Self>, io::Error> {
         check_abi_version()?;
@@ -219,21 +207,19 @@ impl Channel {
             })?;
         // GET_EVENT sleeps unless the file is non-blocking; rverbs waits with poll() instead so
         // that every wait can have a deadline and callers can put the fd in their own epoll.
-        let flags =
-            rustix::fs::fcntl_getfl(&fd).map_err(|e| Error::os("rdma_cm: fcntl(F_GETFL)", e))?;
-        rustix::fs::fcntl_setfl(&fd, flags | OFlags::NONBLOCK)
-            .map_err(|e| Error::os("rdma_cm: fcntl(F_SETFL, O_NONBLOCK)", e))?;
+        rverbs_uverbs::fd::set_nonblocking(&fd, true)
+            .map_err(|e| Error::os("make the rdma_cm fd non-blocking", e))?;
         Ok(Arc::new(Self {
-            file: File::from(fd),
+            fd,
             disp: Mutex::new(Dispatch::default()),
         }))
     }
 
     /// A channel over any file (tests: one end of a socket pair records the commands).
     #[cfg(test)]
-    pub(crate) fn for_test(file: File) -> Arc<Self> {
+    pub(crate) fn for_test(fd: OwnedFd) -> Arc<Self> {
         Arc::new(Self {
-            file,
+            fd,
             disp: Mutex::new(Dispatch::default()),
         })
     }
@@ -339,12 +325,12 @@ impl Channel {
                 d.wakers.push(wake.clone());
             }
             let mut fds = Vec::with_capacity(2 + extra.len());
-            fds.push(PollFd::new(&self.file, PollFlags::IN));
+            fds.push(PollFd::new(&self.fd, PollFlags::IN));
             fds.push(PollFd::new(&**wake, PollFlags::IN));
             for e in extra {
                 fds.push(PollFd::new(e, PollFlags::IN));
             }
-            let r = rustix::event::poll(&mut fds, timespec_until(deadline).as_ref());
+            let r = rverbs_uverbs::fd::poll_until(&mut fds, deadline);
             self.lock().wakers.retain(|w| !Arc::ptr_eq(w, wake));
             let mut buf = [0u8; 8];
             // Non-blocking: EAGAIN when nobody woke us.
@@ -382,16 +368,20 @@ impl Channel {
     }
 
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        self.file.as_fd()
+        self.fd.as_fd()
     }
 
     pub(crate) fn raw_fd(&self) -> RawFd {
-        self.file.as_raw_fd()
+        self.fd.as_raw_fd()
     }
 
     /// Sends one command: header `{cmd, in = size_of::<Req>(), out = out_len}` then the request.
-    /// A request with a response pointer must have it set to a live buffer of `out_len` bytes
-    /// (see [`resp_ptr`]).
+    ///
+    /// Contract (crate-internal, which is why this is not an `unsafe fn`): a request with a
+    /// response pointer must have it set with [`resp_ptr`] to a buffer of at least `out_len`
+    /// bytes that lives until this returns; every caller in this crate builds its request
+    /// that way, from a response struct on its own stack.
+    #[allow(unsafe_code)]
     pub(crate) fn command<Req: IntoBytes + Immutable>(
         &self,
         cmd: u32,
@@ -399,9 +389,12 @@ impl Channel {
         out_len: usize,
     ) -> Result<(), Errno> {
         let buf = command_bytes(cmd, req.as_bytes(), out_len)?;
-        let n = (&self.file)
-            .write(&buf)
-            .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
+        // SAFETY: the only address ucma follows in a command is the request's response
+        // pointer, which by this function's contract names a live buffer of `out_len` bytes
+        // (the kernel writes at most `out_len`, the size in the header); the ids and fds the
+        // command carries are the crate's own, so no safe rverbs object is changed behind its
+        // back.
+        let n = unsafe { rverbs_uverbs::write::write_cmd(self.fd.as_fd(), &buf) }?;
         // ucma consumes a command whole or fails it; anything else is a protocol error.
         if n != buf.len() {
             return Err(Errno::IO);
@@ -626,7 +619,7 @@ impl EventChannel {
 
 impl AsFd for EventChannel {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.chan.file.as_fd()
+        self.chan.fd()
     }
 }
 
@@ -718,7 +711,7 @@ mod tests {
         // only the waker path is tested here: a thread waiting on the dispatcher sees an
         // event another thread queued, although the fd readiness it polls says nothing.
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
-        let chan = Channel::for_test(File::from(std::os::fd::OwnedFd::from(a)));
+        let chan = Channel::for_test(std::os::fd::OwnedFd::from(a));
         let c2 = chan.clone();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {

@@ -3,7 +3,6 @@
 //! (No kernel answers, so response buffers stay zeroed: the created id's handle is 0, which
 //! is why most tests build ids with a chosen handle through `CmId::from_request`.)
 
-use std::fs::File;
 use std::io::Read;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -29,7 +28,7 @@ impl Fake {
         let (a, b) = UnixStream::pair().unwrap();
         b.set_nonblocking(true).unwrap();
         Self {
-            chan: Channel::for_test(File::from(OwnedFd::from(a))),
+            chan: Channel::for_test(OwnedFd::from(a)),
             peer: b,
         }
     }
@@ -283,7 +282,7 @@ fn init_qp_attr_query_options_notify() {
     let mut f = Fake::new();
     let id = f.id(6, PortSpace::TCP, QpType::RC);
     let a = id.init_qp_attr(QpState::RTR).unwrap();
-    assert_eq!(a.mask.bits(), 0, "silent kernel: zeroed response");
+    assert_eq!(a.mask().bits(), 0, "silent kernel: zeroed response");
     let (c, i, o, p) = f.one();
     assert_eq!((c, i, o), (cmd::INIT_QP_ATTR, 16, 144));
     assert_ne!(u64_at(&p, 0), 0);

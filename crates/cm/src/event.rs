@@ -26,12 +26,19 @@ use crate::types::{CmEventKind, PortSpace, QpType, RejectReason};
 /// `responder_resources` is how many RDMA reads the peer will have outstanding toward us.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct ConnEventParam {
+    /// The peer's QP number.
     pub qp_num: u32,
+    /// Whether the peer's QP takes receives from an SRQ.
     pub srq: bool,
+    /// RDMA reads/atomics the peer may have outstanding toward us.
     pub responder_resources: u8,
+    /// RDMA reads/atomics we may have outstanding toward the peer.
     pub initiator_depth: u8,
+    /// Whether the peer supports end-to-end flow control.
     pub flow_control: u8,
+    /// Transport retries the peer asked for.
     pub retry_count: u8,
+    /// RNR retries the peer asked for (7 = infinite).
     pub rnr_retry_count: u8,
 }
 
@@ -39,7 +46,9 @@ pub struct ConnEventParam {
 /// UD ids: the remote QP and the address handle attributes to reach it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct UdEventParam {
+    /// The remote QP number to send datagrams to.
     pub qp_num: u32,
+    /// The Q_Key the remote QP accepts.
     pub qkey: u32,
     /// Field names as the kernel's `ib_uverbs_ah_attr`, ready for creating an AH.
     pub ah_attr: abi::ib_uverbs_ah_attr,

@@ -16,7 +16,9 @@ use crate::addr::{self, CmAddr, IbAddr};
 use crate::channel::{resp_ptr, Channel, Dispatch, EventChannel};
 use crate::event::CmEvent;
 use crate::query::{AddrQuery, GidQuery, PathRecord, RouteQuery};
-use crate::types::{CmEventKind, PortSpace, QpAttrMask, QpState, QpType, RejectReason};
+use rverbs_uverbs::qp::QpAttr;
+
+use crate::types::{CmEventKind, PortSpace, QpState, QpType, RejectReason};
 
 /// Defaults of librdmacm's `rdma_connect`/`rdma_accept` when the caller gives none.
 pub const DEFAULT_RETRY_COUNT: u8 = 7;
@@ -68,11 +70,13 @@ pub struct ConnParam {
     pub responder_resources: Option<u8>,
     /// RDMA reads/atomics we may have outstanding toward the peer.
     pub initiator_depth: Option<u8>,
+    /// Announce end-to-end flow control support.
     pub flow_control: bool,
     /// Transport retries (0..=7).
     pub retry_count: u8,
     /// RNR retries (0..=7; 7 = infinite).
     pub rnr_retry_count: u8,
+    /// Announce that the local QP takes receives from an SRQ.
     pub srq: bool,
     /// The local QP number announced to the peer (24 bits). The CM only carries it in its
     /// messages: a handshake without a QP can use any value.
@@ -192,16 +196,6 @@ pub(crate) fn encode_conn_param(
     c.rnr_retry_count = p.rnr_retry_count;
     c.valid = 1;
     Ok(c)
-}
-
-/// The attributes `INIT_QP_ATTR` returned: the kernel's `ib_uverbs_qp_attr` and the mask of
-/// fields a modify-QP must apply to reach the requested state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QpAttr {
-    /// `raw.qp_attr_mask` as flags.
-    pub mask: QpAttrMask,
-    /// Field names exactly as `struct ib_uverbs_qp_attr`.
-    pub raw: abi::ib_uverbs_qp_attr,
 }
 
 // --- internal progress, for error messages ---------------------------------------------------
@@ -419,10 +413,12 @@ impl CmId {
         self.uid
     }
 
+    /// The id's port space (TCP for RC, UDP for UD, IB for any QP type).
     pub fn port_space(&self) -> PortSpace {
         self.ps
     }
 
+    /// The QP type this id connects (the port space's default unless chosen at creation).
     pub fn qp_type(&self) -> QpType {
         self.qp_type
     }
@@ -834,9 +830,11 @@ impl CmId {
 
     // --- QP attributes -----------------------------------------------------------------------
 
-    /// The attributes the kernel wants a QP of this id to have in `state`, and the mask of
-    /// fields to apply (`INIT_QP_ATTR`): INIT after address/route resolution or a request,
-    /// RTR and RTS once the peer's parameters are known (CONNECT_RESPONSE, or the request).
+    /// The attributes the kernel wants a QP of this id to have in `state` (`INIT_QP_ATTR`),
+    /// ready for [`Qp::modify`](rverbs_uverbs::qp::Qp::modify): exactly the fields the
+    /// kernel's mask names are `Some` ([`QpAttr::mask`] gives that mask). INIT after
+    /// address/route resolution or a request, RTR and RTS once the peer's parameters are
+    /// known (CONNECT_RESPONSE, or the request).
     pub fn init_qp_attr(&self, state: QpState) -> io::Result<QpAttr> {
         let mut resp = abi::ib_uverbs_qp_attr::default();
         let req = abi::rdma_ucm_init_qp_attr {
@@ -846,10 +844,7 @@ impl CmId {
         };
         self.run("init_qp_attr", cmd::INIT_QP_ATTR, &req, size_of_val(&resp))
             .map_err(|e| add_detail(e, format!("QP state {state}")))?;
-        Ok(QpAttr {
-            mask: QpAttrMask::from_bits_retain(resp.qp_attr_mask),
-            raw: resp,
-        })
+        Ok(crate::qp_attr::from_kernel(&resp))
     }
 
     // --- queries -----------------------------------------------------------------------------

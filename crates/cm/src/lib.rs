@@ -15,8 +15,7 @@
 //! limits; what the kernel does and does not report).
 
 #![deny(unsafe_code)]
-// missing_docs: to be turned to deny once every public item has its doc (issue #12, not done).
-#![allow(missing_docs)]
+#![deny(missing_docs)]
 #![warn(missing_debug_implementations)]
 
 #[allow(non_camel_case_types)]
@@ -29,6 +28,7 @@ mod addrinfo;
 mod channel;
 mod event;
 mod id;
+mod qp_attr;
 mod query;
 mod types;
 pub mod verbs;
@@ -42,9 +42,7 @@ pub use addrinfo::{
 };
 pub use channel::{EventChannel, ABI_VERSION_PATH, DEVICE_PATH};
 pub use event::{CmEvent, ConnEventParam, UdEventParam};
-pub use id::{
-    CmId, ConnParam, QpAttr, DEFAULT_RETRY_COUNT, DEFAULT_RNR_RETRY_COUNT, FALLBACK_RD_ATOMIC,
-};
+pub use id::{CmId, ConnParam, DEFAULT_RETRY_COUNT, DEFAULT_RNR_RETRY_COUNT, FALLBACK_RD_ATOMIC};
 pub use query::{AddrQuery, GidQuery, PathRecord, RouteQuery};
 pub use types::{CmEventKind, PortSpace, QpAttrMask, QpState, QpType, RejectReason};
 pub use verbs::{Endpoint, EndpointAttr, OwnCqs, UserCqs};

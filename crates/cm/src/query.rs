@@ -14,12 +14,15 @@ use crate::id::format_guid;
 /// `QUERY` / ADDR: where an id is bound or connected, and on which device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AddrQuery {
+    /// The local (bound or source) address.
     pub src: CmAddr,
+    /// The peer (destination) address; unspecified on a listening or merely bound id.
     pub dst: CmAddr,
     /// The device's node GUID in host order (0 while the id has no device).
     pub node_guid: u64,
     /// The device port (0 while the id has no device).
     pub port_num: u8,
+    /// The P_Key of the partition in use.
     pub pkey: u16,
     /// The kernel's device index (as in RDMA netlink); meaningful when `node_guid != 0`.
     pub ibdev_index: u32,
@@ -103,10 +106,13 @@ impl AddrQuery {
 /// `QUERY` / GID: the local and peer GIDs, P_Key and service ids as AF_IB addresses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GidQuery {
+    /// The local GID, P_Key and service id.
     pub src: IbAddr,
+    /// The peer's GID, P_Key and service id.
     pub dst: IbAddr,
     /// The sizes the kernel reported (48 = `sockaddr_ib`).
     pub src_size: u16,
+    /// Size of `dst` as the kernel reported it.
     pub dst_size: u16,
 }
 
@@ -116,27 +122,47 @@ pub struct GidQuery {
 pub struct PathRecord {
     /// `IB_PATH_*` flags for `QUERY`/PATH records (0 for `QUERY_ROUTE`).
     pub flags: u32,
+    /// The service id (host order).
     pub service_id: u64,
+    /// Destination GID.
     pub dgid: Gid,
+    /// Source GID.
     pub sgid: Gid,
+    /// Destination LID (InfiniBand; 0 on RoCE).
     pub dlid: u16,
+    /// Source LID (InfiniBand; 0 on RoCE).
     pub slid: u16,
+    /// Raw traffic (not IBA transport).
     pub raw_traffic: bool,
+    /// GRH flow label.
     pub flow_label: u32,
+    /// GRH hop limit.
     pub hop_limit: u8,
+    /// GRH traffic class.
     pub traffic_class: u8,
+    /// Whether the path is reversible.
     pub reversible: bool,
+    /// Number of paths the SA was asked for.
     pub numb_path: u8,
+    /// The partition key.
     pub pkey: u16,
+    /// QoS class.
     pub qos_class: u16,
+    /// Service level.
     pub sl: u8,
+    /// How `mtu` is to be read (`IB_SA_EQ` etc.).
     pub mtu_selector: u8,
     /// IB MTU enum: 1 = 256 … 5 = 4096 bytes.
     pub mtu: u8,
+    /// How `rate` is to be read.
     pub rate_selector: u8,
+    /// Static rate code (`IB_RATE_*`).
     pub rate: u8,
+    /// How `packet_life_time` is to be read.
     pub packet_life_time_selector: u8,
+    /// Packet lifetime code (4.096 µs × 2^value).
     pub packet_life_time: u8,
+    /// Preference among several paths (0 = best).
     pub preference: u8,
 }
 
@@ -229,15 +255,20 @@ pub(crate) fn decode_path_resp(buf: &[u8]) -> Vec<PathRecord> {
 /// `QUERY_ROUTE`: the pre-AF_IB view of an id's route.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RouteQuery {
+    /// The device's node GUID in host order.
     pub node_guid: u64,
+    /// The device port.
     pub port_num: u8,
+    /// The kernel's device index (as in RDMA netlink).
     pub ibdev_index: u32,
     /// How many path records the route holds (0 before ROUTE_RESOLVED; then `paths[0]` still
     /// carries the GIDs the kernel derived from the addresses).
     pub num_paths: u32,
     /// Up to two records (primary, alternate); `max(num_paths, 1)` of them.
     pub paths: Vec<PathRecord>,
+    /// The local (source) address.
     pub src: CmAddr,
+    /// The peer (destination) address.
     pub dst: CmAddr,
 }
 

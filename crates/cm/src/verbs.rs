@@ -35,20 +35,20 @@ use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
 
-use rverbs_uverbs::ah::{AhAttr, GlobalRoute};
 use rverbs_uverbs::channel::CompChannel;
-use rverbs_uverbs::context::{Context, Mtu};
+use rverbs_uverbs::context::Context;
 use rverbs_uverbs::cq::{Cq, CqOptions};
+use rverbs_uverbs::error::{PostError, PostQueue};
 use rverbs_uverbs::mr::{AccessFlags, Mr, MrMemory, RegisterError};
 use rverbs_uverbs::pd::Pd;
-use rverbs_uverbs::provider::{PostError, PostQueue, QpCaps};
+use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::qp::{self as vqp, Qp, QpInit};
 use rverbs_uverbs::{
     Error, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion,
 };
 
 use crate::channel::Woke;
-use crate::{CmEventKind, CmId, ConnParam, QpAttr, QpAttrMask, QpState, QpType};
+use crate::{CmEventKind, CmId, ConnParam, QpState, QpType};
 
 /// How long a completion wait goes on after the connection ended before it fails: completions
 /// in flight (the ACK of our last send, flushed work requests) arrive within it.
@@ -112,6 +112,7 @@ impl CqOwnership for UserCqs {}
 /// What to create on the id (`ibv_qp_init_attr` of `rdma_create_qp`).
 #[derive(Clone, Copy, Debug)]
 pub struct EndpointAttr {
+    /// Queue capacities the QP is created with (the kernel may grant more).
     pub caps: QpCaps,
     /// Every send is signaled (librdmacm's examples set it).
     pub sq_sig_all: bool,
@@ -164,9 +165,23 @@ impl<C: CqOwnership> fmt::Debug for Endpoint<C> {
     }
 }
 
-/// Per-device context and PD shared by every endpoint on that device (librdmacm keeps one PD
-/// per device too). Held weakly: they go away with the last endpoint.
+/// The default protection domain of `id`'s device: what [`Endpoint::create`] uses, as
+/// librdmacm's `rdma_create_qp(id, NULL, …)` and `rdma_create_ep` use the per-device PD they
+/// keep. One per device (by name) per process, on a context of its own, shared by every
+/// endpoint and every caller of this function on that device; it is freed (with its context)
+/// when its last holder drops it, and the next call allocates a new one.
+///
+/// Memory an endpoint's peer should reach through [`Endpoint::create`]'s QP must be registered
+/// in this PD ([`Endpoint::reg_msgs`] and its siblings do that). To use a PD of your own,
+/// create the endpoint with [`Endpoint::create_with_pd`].
+pub fn default_pd(id: &CmId) -> io::Result<Arc<Pd>> {
+    let dev = id_device(id, "get the default PD")?;
+    device_pd(&dev)
+}
+
 fn device_pd(dev: &str) -> io::Result<Arc<Pd>> {
+    // The table of default PDs, by device name. Held weakly: a PD goes away with its last
+    // holder; the entry is then replaced on the next call.
     static PDS: Mutex<Option<HashMap<String, Weak<Pd>>>> = Mutex::new(None);
     let mut g = PDS.lock().unwrap_or_else(|p| p.into_inner());
     let map = g.get_or_insert_with(HashMap::new);
@@ -191,64 +206,42 @@ fn id_device(id: &CmId, op: &str) -> io::Result<String> {
     })
 }
 
-/// The verbs modify-QP attributes of what `INIT_QP_ATTR` returned: exactly the fields the
-/// kernel's mask names.
-pub fn qp_attr_from_cm(a: &QpAttr) -> vqp::QpAttr {
-    let r = &a.raw;
-    let m = a.mask;
-    let on = |bit: QpAttrMask| m.contains(bit);
-    let ah = |x: &crate::abi::ib_uverbs_ah_attr| AhAttr {
-        dlid: x.dlid,
-        sl: x.sl,
-        src_path_bits: x.src_path_bits,
-        static_rate: x.static_rate,
-        port_num: x.port_num,
-        grh: (x.is_global != 0).then_some(GlobalRoute {
-            dgid: x.grh.dgid,
-            flow_label: x.grh.flow_label,
-            sgid_index: x.grh.sgid_index,
-            hop_limit: x.grh.hop_limit,
-            traffic_class: x.grh.traffic_class,
-        }),
-    };
-    vqp::QpAttr {
-        qp_state: on(QpAttrMask::STATE).then_some(QpState(r.qp_state as u8)),
-        cur_qp_state: on(QpAttrMask::CUR_STATE).then_some(QpState(r.cur_qp_state as u8)),
-        en_sqd_async_notify: on(QpAttrMask::EN_SQD_ASYNC_NOTIFY)
-            .then_some(r.en_sqd_async_notify != 0),
-        access_flags: on(QpAttrMask::ACCESS_FLAGS)
-            .then_some(AccessFlags::from_bits_retain(r.qp_access_flags)),
-        pkey_index: on(QpAttrMask::PKEY_INDEX).then_some(r.pkey_index),
-        port_num: on(QpAttrMask::PORT).then_some(r.port_num),
-        qkey: on(QpAttrMask::QKEY).then_some(r.qkey),
-        ah_attr: on(QpAttrMask::AV).then(|| ah(&r.ah_attr)),
-        path_mtu: on(QpAttrMask::PATH_MTU).then_some(Mtu(r.path_mtu as u8)),
-        timeout: on(QpAttrMask::TIMEOUT).then_some(r.timeout),
-        retry_cnt: on(QpAttrMask::RETRY_CNT).then_some(r.retry_cnt),
-        rnr_retry: on(QpAttrMask::RNR_RETRY).then_some(r.rnr_retry),
-        rq_psn: on(QpAttrMask::RQ_PSN).then_some(r.rq_psn),
-        max_rd_atomic: on(QpAttrMask::MAX_QP_RD_ATOMIC).then_some(r.max_rd_atomic),
-        min_rnr_timer: on(QpAttrMask::MIN_RNR_TIMER).then_some(r.min_rnr_timer),
-        sq_psn: on(QpAttrMask::SQ_PSN).then_some(r.sq_psn),
-        max_dest_rd_atomic: on(QpAttrMask::MAX_DEST_RD_ATOMIC).then_some(r.max_dest_rd_atomic),
-        dest_qp_num: on(QpAttrMask::DEST_QPN).then_some(r.dest_qp_num),
-    }
-}
-
 /// Moves `qp` to `state` with the attributes the kernel's rdma_cm gives for `id`.
 fn cm_modify(id: &CmId, qp: &Qp, state: QpState) -> io::Result<()> {
-    let a = id.init_qp_attr(state)?;
-    qp.modify(&qp_attr_from_cm(&a))
+    qp.modify(&id.init_qp_attr(state)?)
 }
 
 impl Endpoint<OwnCqs> {
-    /// `rdma_create_qp` without CQs: the device's PD, a send CQ and a receive CQ (depths
-    /// `max_send_wr` and `max_recv_wr`), each with its own completion channel, and a QP of the
-    /// id's type brought to INIT (RTS for UD) with the kernel's attributes. The id must have
-    /// a device (bound, resolved, or from a connection request).
+    /// `rdma_create_qp` without CQs or PD: the device's [`default_pd`], a send CQ and a
+    /// receive CQ (depths `max_send_wr` and `max_recv_wr`), each with its own completion
+    /// channel, and a QP of the id's type brought to INIT (RTS for UD) with the kernel's
+    /// attributes. The id must have a device (bound, resolved, or from a connection request).
     pub fn create(id: CmId, attr: &EndpointAttr) -> io::Result<Endpoint<OwnCqs>> {
         let dev = id_device(&id, "create QP")?;
         let pd = device_pd(&dev)?;
+        Self::create_in(id, pd, attr)
+    }
+
+    /// As [`Endpoint::create`], in the caller's protection domain `pd` (`rdma_create_qp`
+    /// with a PD), which must be on the id's device.
+    pub fn create_with_pd(
+        id: CmId,
+        pd: &Arc<Pd>,
+        attr: &EndpointAttr,
+    ) -> io::Result<Endpoint<OwnCqs>> {
+        let dev = id_device(&id, "create QP")?;
+        let pd_dev = pd.context().name();
+        if pd_dev != dev {
+            return Err(Error::invalid(
+                format!("create QP on rdma_cm id {}", id.handle()),
+                format!("the PD is on {pd_dev}, the id's device is {dev}"),
+            )
+            .into());
+        }
+        Self::create_in(id, pd.clone(), attr)
+    }
+
+    fn create_in(id: CmId, pd: Arc<Pd>, attr: &EndpointAttr) -> io::Result<Endpoint<OwnCqs>> {
         let ctx = pd.context().clone();
         let cq_of = |depth: u32| -> io::Result<Arc<Cq>> {
             // Non-blocking (CompChannel's default): get_comp sleeps in poll() on this fd and
@@ -534,20 +527,22 @@ impl<C: CqOwnership> Endpoint<C> {
     pub fn caps(&self) -> QpCaps {
         self.qp.caps()
     }
-    /// The protection domain (shared by the endpoints of a device).
+    /// The protection domain: the device's [`default_pd`] (shared by the endpoints of a
+    /// device) unless the endpoint was created with a PD of the caller's.
     pub fn pd(&self) -> &Arc<Pd> {
         &self.pd
     }
-    /// The QP's current state as last set.
-    pub fn qp_state(&self) -> QpState {
-        self.qp.state()
+    /// The QP's state as this endpoint last set it ([`Qp::cached_state`]: no system call; the
+    /// kernel may have moved it to ERR since).
+    pub fn cached_qp_state(&self) -> QpState {
+        self.qp.cached_state()
     }
 
     /// Whether the connection has ended: the rdma_cm reported DISCONNECTED or DEVICE_REMOVAL
     /// for the id (as far as its channel's dispatcher has read), or the QP was moved to ERR
     /// or RESET. Completions may still be queued.
     pub fn ended(&self) -> Option<EndReason> {
-        let st = self.qp.state();
+        let st = self.qp.cached_state();
         if st == QpState::ERR || st == QpState::RESET {
             return Some(EndReason::Qp(st));
         }
@@ -613,7 +608,7 @@ impl<C: CqOwnership> Endpoint<C> {
 
     /// Connected QPs are connected once: connect/accept need the QP still in INIT.
     fn expect_init(&self, op: &str) -> io::Result<()> {
-        let st = self.qp.state();
+        let st = self.qp.cached_state();
         if self.id.qp_type() != QpType::UD && st != QpState::INIT {
             return Err(Error::invalid(
                 format!("{op} on rdma_cm id {}", self.id.handle()),

@@ -214,7 +214,7 @@ fn resolve_address_and_route_to_self() {
     // INIT attributes are available once the address is resolved.
     let init = id.init_qp_attr(QpState::INIT).unwrap();
     assert!(
-        init.mask.contains(
+        init.mask().contains(
             QpAttrMask::STATE
                 | QpAttrMask::PKEY_INDEX
                 | QpAttrMask::PORT
@@ -222,8 +222,8 @@ fn resolve_address_and_route_to_self() {
         ),
         "{init:?}"
     );
-    assert_eq!(init.raw.qp_state, u32::from(QpState::INIT.0));
-    assert_eq!(init.raw.port_num, 1);
+    assert_eq!(init.qp_state, Some(QpState::INIT));
+    assert_eq!(init.port_num, Some(1));
 
     assert!(
         id.query_path().unwrap().is_empty(),
@@ -255,7 +255,7 @@ fn resolve_address_and_route_to_self() {
     assert_eq!(gids.dst.port(), 7400);
     // The local GID is the device's IPv4-mapped RoCE v2 GID, as sysfs shows it.
     let dev_b = std::env::var("RVERBS_DEV_B").unwrap_or_else(|_| "rxe0".into());
-    assert_eq!(gids.src.gid.to_string(), sysfs_gid(&dev_b, 1));
+    assert_eq!(gids.src.gid.to_sysfs_string(), sysfs_gid(&dev_b, 1));
 
     let route = id.query_route().unwrap();
     assert_eq!(route.num_paths, 1);
@@ -372,12 +372,12 @@ fn connect_accept_establish_disconnect_without_qps() {
     // After the REP the kernel has the peer's parameters: RTR attributes name its QP.
     let rtr = p.client.init_qp_attr(QpState::RTR).unwrap();
     assert!(
-        rtr.mask.contains(QpAttrMask::DEST_QPN | QpAttrMask::AV),
+        rtr.mask().contains(QpAttrMask::DEST_QPN | QpAttrMask::AV),
         "{rtr:?}"
     );
-    assert_eq!(rtr.raw.dest_qp_num, 0x456);
+    assert_eq!(rtr.dest_qp_num, Some(0x456));
     let rts = p.client.init_qp_attr(QpState::RTS).unwrap();
-    assert!(rts.mask.contains(QpAttrMask::SQ_PSN), "{rts:?}");
+    assert!(rts.mask().contains(QpAttrMask::SQ_PSN), "{rts:?}");
 
     p.client.establish().unwrap();
     expect(&p.lch, CmEventKind::ESTABLISHED, &p.server);
@@ -469,7 +469,7 @@ fn run_sync_pair(port: u16) {
                 // The place for QP → RTR → RTS.
                 assert_eq!(ev.kind(), CmEventKind::CONNECT_RESPONSE);
                 assert_eq!(&ev.private_data()[..14], b"server says hi");
-                assert_eq!(id.init_qp_attr(QpState::RTR)?.raw.dest_qp_num, 0x99);
+                assert_eq!(id.init_qp_attr(QpState::RTR)?.dest_qp_num, Some(0x99));
                 hook_ran = true;
                 Ok(())
             },

@@ -4,7 +4,7 @@
 //!
 //! Providers are chosen from a static table keyed by the kernel's driver id ([`PROVIDERS`]),
 //! never by scanning driver files or loading libraries: [`open`] looks the device's driver up
-//! and opens a context with that provider's [`Driver`](rverbs_uverbs::provider::Driver)
+//! and opens a context with that provider's [`Driver`](rverbs_uverbs::driver::Driver)
 //! attached.
 //!
 //! ```no_run

@@ -20,9 +20,10 @@ use rverbs_provider::mlx5::driver::Mlx5Driver;
 use rverbs_provider::mlx5::wq::BfPolicy;
 use rverbs_provider::mlx5::Mlx5ContextUdata;
 use rverbs_uverbs::ah::{AhAttr, GlobalRoute};
-use rverbs_uverbs::provider::{
-    CqCreated, CqOps, Driver, KernelObj, QpCaps, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
+use rverbs_uverbs::driver::{
+    CqCreated, CqOps, Driver, KernelObj, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
 };
+use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::qp::QpType;
 use rverbs_uverbs::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion};
 use zerocopy::IntoBytes;

@@ -16,10 +16,11 @@ use rverbs_provider::mlx5::driver::Mlx5Driver;
 use rverbs_provider::mlx5::wq::{qp_sizing, srq_sizing, BfPolicy, WqLimits};
 use rverbs_provider::mlx5::Mlx5ContextInfo;
 use rverbs_uverbs::ah::{AhAttr, GlobalRoute};
-use rverbs_uverbs::provider::{
-    CqCreated, CqOps, Driver, KernelObj, PostQueue, QpCaps, QpCreated, QpOps, QpRequest,
-    SrqCreated, SrqOps,
+use rverbs_uverbs::driver::{
+    CqCreated, CqOps, Driver, KernelObj, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
 };
+use rverbs_uverbs::error::PostQueue;
+use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::qp::QpType;
 use rverbs_uverbs::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcStatus, WorkCompletion};
 

@@ -12,7 +12,7 @@ mod rxe {
     use rverbs_provider::rxe::{
         PostErrorReason, QueueKind, RxePostError, RxeQpType, RxeRq, RxeSq, RxeSqConfig,
     };
-    use rverbs_uverbs::provider::{PostError, PostQueue};
+    use rverbs_uverbs::error::{PostError, PostQueue};
     use rverbs_uverbs::{Error, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
 
     // Byte offsets in `struct rxe_send_wqe` (Linux 6.1 uapi, x86-64).

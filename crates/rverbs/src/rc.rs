@@ -19,8 +19,8 @@
 //! Each step is one [`Qp::modify`]; its error names the QP, the device and the transition.
 
 use rverbs_uverbs::ah::AhAttr;
-use rverbs_uverbs::context::Mtu;
 use rverbs_uverbs::mr::AccessFlags;
+use rverbs_uverbs::port::Mtu;
 use rverbs_uverbs::qp::{Qp, QpAttr, QpState};
 use rverbs_uverbs::Result;
 

@@ -13,7 +13,7 @@ use rverbs::uverbs::cq::{Cq, CqOptions};
 use rverbs::uverbs::mr::{self, AccessFlags, Mr, PageBuf};
 use rverbs::uverbs::netlink::RdmaNetlink;
 use rverbs::uverbs::pd::Pd;
-use rverbs::uverbs::provider::QpCaps;
+use rverbs::uverbs::qp::QpCaps;
 use rverbs::uverbs::qp::{Qp, QpAttr, QpInit, QpState};
 
 fn caps() -> QpCaps {
@@ -144,7 +144,7 @@ fn cq_and_qp_over_limits() {
     assert!(msg(&e).contains("inline 1048576"), "{e}");
     // Everything involved is still usable.
     let qp = Qp::create(&pd, QpInit::rc(&cq, caps())).unwrap();
-    assert_eq!(qp.state(), QpState::RESET);
+    assert_eq!(qp.cached_state(), QpState::RESET);
 }
 
 #[test]

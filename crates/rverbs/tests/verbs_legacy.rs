@@ -16,7 +16,7 @@ use rverbs::uverbs::device::Device;
 use rverbs::uverbs::mr::{AccessFlags, Mr, PageBuf};
 use rverbs::uverbs::netlink::RdmaNetlink;
 use rverbs::uverbs::pd::Pd;
-use rverbs::uverbs::provider::QpCaps;
+use rverbs::uverbs::qp::QpCaps;
 use rverbs::uverbs::qp::{Qp, QpInit, QpState, QpType};
 use rverbs::uverbs::srq::{Srq, SrqAttr};
 

@@ -10,7 +10,7 @@ use rverbs::uverbs::channel::CompChannel;
 use rverbs::uverbs::cq::{Cq, CqOptions};
 use rverbs::uverbs::mr::{AccessFlags, Mr, PageBuf};
 use rverbs::uverbs::pd::Pd;
-use rverbs::uverbs::provider::QpCaps;
+use rverbs::uverbs::qp::QpCaps;
 use rverbs::uverbs::qp::{Qp, QpAttr, QpInit, QpState, QpType};
 use rverbs::uverbs::srq::{Srq, SrqAttr};
 use rverbs::uverbs::{SendWr, Sge, WcStatus};

@@ -8,7 +8,7 @@ use zerocopy::FromBytes;
 use crate::abi::obj::ib_uverbs_async_event_desc;
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::wc::raw_newtype;
+use crate::newtype::raw_newtype;
 
 raw_newtype! {
     /// `ib_event_type`.
@@ -123,7 +123,7 @@ impl Context {
         let fd = self.async_fd();
         let op = || format!("read async event on {}", self.name());
         loop {
-            if !crate::util::poll_readable(fd, timeout).map_err(|e| Error::os(op(), e))? {
+            if !crate::fd::poll_readable(fd, timeout).map_err(|e| Error::os(op(), e))? {
                 return Ok(None);
             }
             let mut buf = [0u8; 16];

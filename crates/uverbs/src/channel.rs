@@ -70,7 +70,7 @@ impl CompChannel {
         let fd = unsafe { OwnedFd::from_raw_fd(resp.fd as i32) };
         // Non-blocking by default, so that a read never sleeps past a wait(); see
         // set_blocking for the other mode.
-        rustix::fs::fcntl_setfl(&fd, rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::RDWR)
+        crate::fd::set_nonblocking(&fd, true)
             .map_err(|e| Error::os("set completion channel non-blocking", e))?;
         Ok(Arc::new(CompChannel {
             ctx: ctx.clone(),
@@ -97,14 +97,9 @@ impl CompChannel {
     ///
     /// The flag belongs to the open file, so it applies to every user of this channel.
     pub fn set_blocking(&self, blocking: bool) -> Result<()> {
-        let flags = if blocking {
-            rustix::fs::OFlags::RDWR
-        } else {
-            rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::RDWR
-        };
         // Relaxed: a hint for try_get_event; the file flag itself is the kernel's.
         self.blocking.store(blocking, Ordering::Relaxed);
-        rustix::fs::fcntl_setfl(&self.fd, flags).map_err(|e| {
+        crate::fd::set_nonblocking(&self.fd, !blocking).map_err(|e| {
             Error::os(
                 format!(
                     "make completion channel of {} {}",
@@ -148,7 +143,7 @@ impl CompChannel {
 
     /// Waits until an event is ready (`true`) or `timeout` passes (`false`).
     pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
-        crate::util::poll_readable(self.fd.as_fd(), timeout)
+        crate::fd::poll_readable(self.fd.as_fd(), timeout)
             .map_err(|e| Error::os("wait for completion event", e).into())
     }
 

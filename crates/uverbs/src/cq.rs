@@ -15,9 +15,9 @@ use crate::abi::obj::{
 use crate::channel::CompChannel;
 use crate::context::Context;
 use crate::context::{M_CREATE_CQ, M_DESTROY_CQ};
+use crate::driver::{CqCreated, CqOps, KernelObj, OpsGuard, OpsLock};
 use crate::error::{Error, Result};
 use crate::ioctl::IoctlCall;
-use crate::provider::{CqCreated, CqOps, KernelObj, OpsGuard, OpsLock};
 use crate::wc::{RawWc, WorkCompletion};
 use crate::write;
 use std::os::fd::AsRawFd;

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::Error;
 use crate::netlink::{existing_list, RdmaNetlink};
-use crate::wc::raw_newtype;
+use crate::newtype::raw_newtype;
 
 /// The uverbs ABI version rverbs speaks (`IB_USER_VERBS_ABI_VERSION`).
 pub const UVERBS_ABI_VERSION: u32 = 6;

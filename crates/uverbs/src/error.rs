@@ -105,7 +105,7 @@ impl Error {
             if let Some(e) = e.downcast_ref::<Error>() {
                 return e.errno;
             }
-            if let Some(e) = e.downcast_ref::<crate::provider::PostError>() {
+            if let Some(e) = e.downcast_ref::<PostError>() {
                 return e.errno();
             }
             if let Some(io) = e.downcast_ref::<io::Error>() {
@@ -187,6 +187,197 @@ pub fn errno_name(e: Errno) -> &'static str {
 /// `Result` with an `io::Error` made from [`Error`].
 pub type Result<T> = io::Result<T>;
 
+/// The queue a post went to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive] // more queue kinds can come (e.g. XRC SRQs, WQs)
+pub enum PostQueue {
+    /// A QP's send queue.
+    Send,
+    /// A QP's receive queue.
+    Recv,
+    /// A shared receive queue.
+    Srq,
+}
+
+#[derive(Debug)]
+struct PostTarget {
+    device: Box<str>,
+    queue: PostQueue,
+    number: u32,
+}
+
+/// Why a post stopped: the device and queue posted to, the failing work request, what was
+/// wrong with it, and how many requests of the list went in before it.
+///
+/// A provider makes one with [`PostError::invalid`], [`PostError::unsupported`],
+/// [`PostError::queue_full`] or [`PostError::failed`]; the core adds the device and queue
+/// ([`PostError::at`]) before the caller sees it. Converts to [`std::io::Error`] keeping its
+/// kind, and [`Error::errno_of`](crate::Error::errno_of) finds its errno (a full queue's
+/// `ENOMEM`, as libibverbs reports it) through the conversion.
+#[derive(Debug)]
+pub struct PostError {
+    target: Option<PostTarget>,
+    index: Option<usize>,
+    posted: usize,
+    kind: std::io::ErrorKind,
+    errno: Option<rustix::io::Errno>,
+    what: String,
+    source: Option<std::io::Error>,
+}
+
+impl PostError {
+    fn new(index: Option<usize>, posted: usize, kind: std::io::ErrorKind, what: String) -> Self {
+        Self {
+            target: None,
+            index,
+            posted,
+            kind,
+            errno: None,
+            what,
+            source: None,
+        }
+    }
+
+    /// Work request `index` of the list is malformed for this queue (too many SGEs, inline
+    /// data too long, wrong state, …); the `index` requests before it were posted.
+    #[cold]
+    pub fn invalid(index: usize, what: impl Into<String>) -> Self {
+        Self::new(
+            Some(index),
+            index,
+            std::io::ErrorKind::InvalidInput,
+            what.into(),
+        )
+    }
+
+    /// Work request `index` asks for something the provider does not implement; the `index`
+    /// requests before it were posted.
+    #[cold]
+    pub fn unsupported(index: usize, what: impl Into<String>) -> Self {
+        Self::new(
+            Some(index),
+            index,
+            std::io::ErrorKind::Unsupported,
+            what.into(),
+        )
+    }
+
+    /// Work request `index` found the queue full, with `outstanding` requests not yet consumed;
+    /// the `index` requests before it were posted. Carries `ENOMEM`, as libibverbs reports it.
+    #[cold]
+    pub fn queue_full(index: usize, outstanding: u32) -> Self {
+        let mut e = Self::new(
+            Some(index),
+            index,
+            std::io::ErrorKind::OutOfMemory,
+            format!("queue full ({outstanding} requests outstanding)"),
+        );
+        e.errno = Some(rustix::io::Errno::NOMEM);
+        e
+    }
+
+    /// `posted` requests went into the queue, then `what` failed with `source` (e.g. the
+    /// doorbell write); no single work request is at fault.
+    #[cold]
+    pub fn failed(posted: usize, what: impl Into<String>, source: std::io::Error) -> Self {
+        let mut e = Self::new(None, posted, source.kind(), what.into());
+        e.errno = crate::Error::errno_of(&source);
+        e.source = Some(source);
+        e
+    }
+
+    /// Names the device and the queue (its QP or SRQ number) the post went to.
+    #[cold]
+    #[must_use]
+    pub fn at(mut self, device: &str, queue: PostQueue, number: u32) -> Self {
+        self.target = Some(PostTarget {
+            device: device.into(),
+            queue,
+            number,
+        });
+        self
+    }
+
+    /// The device's name, once [`PostError::at`] named it.
+    pub fn device(&self) -> Option<&str> {
+        self.target.as_ref().map(|t| &*t.device)
+    }
+
+    /// The queue posted to, once [`PostError::at`] named it.
+    pub fn queue(&self) -> Option<PostQueue> {
+        self.target.as_ref().map(|t| t.queue)
+    }
+
+    /// The QP number (SRQ number for [`PostQueue::Srq`]), once [`PostError::at`] named it.
+    pub fn number(&self) -> Option<u32> {
+        self.target.as_ref().map(|t| t.number)
+    }
+
+    /// Index in the list of the work request that failed; `None` when the failure came after
+    /// queueing (see [`PostError::failed`]).
+    pub fn index(&self) -> Option<usize> {
+        self.index
+    }
+
+    /// Work requests posted (and, for sends, rung) before the failure.
+    pub fn posted(&self) -> usize {
+        self.posted
+    }
+
+    /// What was wrong, without the device, queue or counts.
+    pub fn what(&self) -> &str {
+        &self.what
+    }
+
+    /// The errno this failure corresponds to, if any (`ENOMEM` for a full queue).
+    pub fn errno(&self) -> Option<rustix::io::Errno> {
+        self.errno
+    }
+
+    /// The `io::ErrorKind` the conversion to `io::Error` keeps.
+    pub fn kind(&self) -> std::io::ErrorKind {
+        self.kind
+    }
+}
+
+impl fmt::Display for PostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.target {
+            Some(t) => {
+                let (op, obj) = match t.queue {
+                    PostQueue::Send => ("post send", "QP"),
+                    PostQueue::Recv => ("post receive", "QP"),
+                    PostQueue::Srq => ("post receive", "SRQ"),
+                };
+                write!(f, "{op} to {obj} {:#x} on {}: ", t.number, t.device)?;
+            }
+            None => f.write_str("post: ")?,
+        }
+        if let Some(i) = self.index {
+            write!(f, "work request #{i}: ")?;
+        }
+        f.write_str(&self.what)?;
+        if let Some(s) = &self.source {
+            write!(f, ": {s}")?;
+        } else if let Some(e) = self.errno {
+            write!(f, " ({})", errno_name(e))?;
+        }
+        write!(f, "; {} posted", self.posted)
+    }
+}
+
+impl std::error::Error for PostError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_ref().map(|e| e as _)
+    }
+}
+
+impl From<PostError> for std::io::Error {
+    fn from(e: PostError) -> Self {
+        std::io::Error::new(e.kind, e)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,12 +395,12 @@ mod tests {
 
     #[test]
     fn errno_of_walks_sources() {
-        let post = crate::provider::PostError::queue_full(2, 4);
+        let post = PostError::queue_full(2, 4);
         let outer = io::Error::from(post);
         assert_eq!(Error::errno_of(&outer), Some(Errno::NOMEM));
         // A failure after queueing keeps its cause's errno.
         let doorbell: io::Error = Error::os("doorbell", Errno::BADF).into();
-        let late = io::Error::from(crate::provider::PostError::failed(3, "doorbell", doorbell));
+        let late = io::Error::from(PostError::failed(3, "doorbell", doorbell));
         assert_eq!(Error::errno_of(&late), Some(Errno::BADF));
         let wrapped = io::Error::other(outer);
         assert_eq!(Error::errno_of(&wrapped), Some(Errno::NOMEM));
@@ -224,5 +415,65 @@ mod tests {
 
     fn libc_enodev() -> i32 {
         Errno::NODEV.raw_os_error()
+    }
+
+    /// Each post error says device, queue, request, what and count once, and converts to an
+    /// `io::Error` that keeps its kind and errno.
+    #[test]
+    fn post_error_messages() {
+        let state = PostError::invalid(0, "the QP is in INIT: sends need RTS (connect first)").at(
+            "rxe0",
+            PostQueue::Send,
+            0x11,
+        );
+        assert_eq!(
+            state.to_string(),
+            "post send to QP 0x11 on rxe0: work request #0: the QP is in INIT: sends need RTS \
+             (connect first); 0 posted"
+        );
+        let sge =
+            PostError::invalid(2, "3 SGEs, the queue allows 2").at("rxe0", PostQueue::Recv, 7);
+        assert_eq!(
+            sge.to_string(),
+            "post receive to QP 0x7 on rxe0: work request #2: 3 SGEs, the queue allows 2; 2 posted"
+        );
+        assert_eq!(
+            (sge.index(), sge.posted(), sge.number()),
+            (Some(2), 2, Some(7))
+        );
+        let full = PostError::queue_full(4, 4).at("mlx5_0", PostQueue::Srq, 0x20);
+        assert_eq!(
+            full.to_string(),
+            "post receive to SRQ 0x20 on mlx5_0: work request #4: queue full (4 requests \
+             outstanding) (ENOMEM); 4 posted"
+        );
+        assert_eq!(full.device(), Some("mlx5_0"));
+        assert_eq!(full.queue(), Some(PostQueue::Srq));
+        let io: io::Error = full.into();
+        assert_eq!(io.kind(), io::ErrorKind::OutOfMemory);
+        assert_eq!(crate::Error::errno_of(&io), Some(rustix::io::Errno::NOMEM));
+        let unsup = PostError::unsupported(1, "send flags 0x10 are not supported by rxe");
+        assert_eq!(
+            unsup.to_string(),
+            "post: work request #1: send flags 0x10 are not supported by rxe; 1 posted"
+        );
+        assert_eq!(io::Error::from(unsup).kind(), io::ErrorKind::Unsupported);
+        let bell = crate::Error::os("rxe send doorbell for QP handle 3", rustix::io::Errno::BADF);
+        let late = PostError::failed(5, "the send doorbell failed", bell.into()).at(
+            "rxe0",
+            PostQueue::Send,
+            0x11,
+        );
+        assert_eq!(late.index(), None);
+        let s = late.to_string();
+        assert!(
+            s.starts_with(
+                "post send to QP 0x11 on rxe0: the send doorbell failed: rxe send doorbell for \
+                 QP handle 3: "
+            ),
+            "{s}"
+        );
+        assert!(s.ends_with("(EBADF); 5 posted"), "{s}");
+        assert!(std::error::Error::source(&late).is_some());
     }
 }

@@ -14,6 +14,8 @@
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations)]
 
+mod newtype;
+
 #[allow(non_camel_case_types, missing_debug_implementations)]
 // zerocopy derives add helper types
 // Raw kernel structures and numbers, named field for field as in the uapi headers they are
@@ -26,12 +28,16 @@ pub mod channel;
 pub mod context;
 pub mod cq;
 pub mod device;
+pub mod device_attr;
+pub mod driver;
 pub mod error;
+pub mod fd;
+pub mod gid;
 pub mod ioctl;
 pub mod mr;
 pub mod netlink;
 pub mod pd;
-pub mod provider;
+pub mod port;
 pub mod qp;
 pub mod srq;
 mod util;
@@ -39,6 +45,6 @@ pub mod wc;
 pub mod wr;
 pub mod write;
 
-pub use error::{Error, Result};
+pub use error::{Error, PostError, PostQueue, Result};
 pub use wc::{RawWc, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{MrRecvWr, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};

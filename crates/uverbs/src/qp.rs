@@ -18,18 +18,17 @@ use crate::abi::obj::{
 };
 use crate::ah::AhAttr;
 use crate::context::Context;
-use crate::context::Mtu;
 use crate::context::{M_CREATE_QP, M_DESTROY_QP};
 use crate::cq::Cq;
+use crate::driver::{KernelObj, OpsGuard, OpsLock, QpCreated, QpOps, QpRequest};
 use crate::error::{Error, Result};
+use crate::error::{PostError, PostQueue};
 use crate::ioctl::IoctlCall;
 use crate::mr::AccessFlags;
+use crate::newtype::raw_newtype;
 use crate::pd::Pd;
-use crate::provider::{
-    KernelObj, OpsGuard, OpsLock, PostError, PostQueue, QpCaps, QpCreated, QpOps, QpRequest,
-};
+use crate::port::Mtu;
 use crate::srq::Srq;
-use crate::wc::raw_newtype;
 use crate::wr::{MrRecvWr, MrSendWr, RecvWr, SendWr};
 use crate::write;
 use zerocopy::FromBytes;
@@ -59,18 +58,19 @@ raw_newtype! {
     }
 }
 
-impl Mtu {
-    /// The `Mtu` of a byte count (256, 512, 1024, 2048, 4096).
-    pub const fn from_bytes(b: u32) -> Option<Mtu> {
-        match b {
-            256 => Some(Mtu::MTU_256),
-            512 => Some(Mtu::MTU_512),
-            1024 => Some(Mtu::MTU_1024),
-            2048 => Some(Mtu::MTU_2048),
-            4096 => Some(Mtu::MTU_4096),
-            _ => None,
-        }
-    }
+/// Queue pair capacities (`ib_uverbs_qp_cap`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpCaps {
+    /// Outstanding work requests the send queue holds.
+    pub max_send_wr: u32,
+    /// Outstanding work requests the receive queue holds.
+    pub max_recv_wr: u32,
+    /// Most SGEs per send work request.
+    pub max_send_sge: u32,
+    /// Most SGEs per receive work request.
+    pub max_recv_sge: u32,
+    /// Most bytes of inline data per send.
+    pub max_inline_data: u32,
 }
 
 bitflags! {
@@ -370,7 +370,7 @@ impl fmt::Debug for Qp {
             .field("device", &self.pd.context().name())
             .field("type", &self.qp_type)
             .field("qp_num", &format_args!("{:#x}", self.qp_num))
-            .field("state", &self.state())
+            .field("state", &self.cached_state())
             .field("caps", &self.caps)
             .finish()
     }
@@ -575,10 +575,11 @@ impl Qp {
         self.user_handle
     }
 
-    /// The state of the last successful transition made through this handle (the kernel may
-    /// have moved the QP to ERR/SQE on its own since; [`Qp::query`] tells).
+    /// The state of the last successful transition made through this handle, cached here: no
+    /// system call. The kernel may have moved the QP to ERR/SQE on its own since;
+    /// [`Qp::query`] asks the kernel (`query().state`).
     #[inline]
-    pub fn state(&self) -> QpState {
+    pub fn cached_state(&self) -> QpState {
         // Relaxed: an advisory cache; modify() is the only writer.
         QpState(self.state.load(Ordering::Relaxed))
     }
@@ -587,7 +588,7 @@ impl Qp {
     /// names what is missing); the kernel has the final word.
     pub fn modify(&self, attr: &QpAttr) -> Result<()> {
         let ctx = self.pd.context();
-        let cur = attr.cur_qp_state.unwrap_or_else(|| self.state());
+        let cur = attr.cur_qp_state.unwrap_or_else(|| self.cached_state());
         let op = || match attr.qp_state {
             Some(next) => format!(
                 "modify {} QP {:#x} on {} from {} to {}",
@@ -632,7 +633,7 @@ impl Qp {
         Ok(())
     }
 
-    /// Queries the QP's attributes from the kernel (and refreshes [`Qp::state`]).
+    /// Queries the QP's attributes from the kernel (and refreshes [`Qp::cached_state`]).
     pub fn query(&self) -> Result<QpInfo> {
         let ctx = self.pd.context();
         let req = ib_uverbs_query_qp {
@@ -718,7 +719,7 @@ impl Qp {
     /// during the call, so it must be valid for reads then.
     #[inline]
     pub unsafe fn post_send_raw(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), PostError> {
-        let st = self.state();
+        let st = self.cached_state();
         if matches!(st, QpState::RESET | QpState::INIT | QpState::RTR) {
             // Refused before anything is queued: a WQE left in the ring would go out later, at
             // the next doorbell, which the caller was told had failed.
@@ -759,7 +760,7 @@ impl Qp {
     /// As for [`Qp::post_send_raw`]; the device writes the received data into the memory.
     #[inline]
     pub unsafe fn post_recv_raw(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostError> {
-        if self.state() == QpState::RESET {
+        if self.cached_state() == QpState::RESET {
             return Err(self.post_error(
                 PostError::invalid(0, "the QP is in RESET: receives need INIT or later"),
                 PostQueue::Recv,

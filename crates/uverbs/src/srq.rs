@@ -15,10 +15,11 @@ use crate::abi::obj::{
     ib_uverbs_modify_srq, ib_uverbs_query_srq, ib_uverbs_query_srq_resp,
 };
 use crate::context::M_DESTROY_SRQ;
+use crate::driver::{KernelObj, OpsLock, SrqCreated, SrqOps};
 use crate::error::{Error, Result};
+use crate::error::{PostError, PostQueue};
 use crate::ioctl::IoctlCall;
 use crate::pd::Pd;
-use crate::provider::{KernelObj, OpsLock, PostError, PostQueue, SrqCreated, SrqOps};
 use crate::wr::{MrRecvWr, RecvWr};
 use crate::write;
 

@@ -5,60 +5,7 @@
 
 use bitflags::bitflags;
 
-/// Declares a newtype over a raw kernel or device value with named constants: unknown values
-/// stay representable, compare and print as such (never an invalid enum). Each constant may
-/// carry a display name (`NAME = value, "name";`) or use its own identifier (`NAME = value;`).
-/// Used across the rverbs crates; not part of the public API.
-#[doc(hidden)]
-#[macro_export]
-macro_rules! raw_newtype {
-    ($(#[$m:meta])* $name:ident($ty:ty) { $($(#[$cm:meta])* $c:ident = $v:expr;)* }) => {
-        $crate::raw_newtype! { $(#[$m])* $name($ty) { $($(#[$cm])* $c = $v, stringify!($c);)* } }
-    };
-    ($(#[$m:meta])* $name:ident($ty:ty) { $($(#[$cm:meta])* $c:ident = $v:expr, $s:expr;)* }) => {
-        $(#[$m])*
-        #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-        #[repr(transparent)]
-        pub struct $name(pub $ty);
-
-        impl $name {
-            $(
-                $(#[$cm])*
-                #[doc = ""]
-                #[doc = concat!("Raw value `", stringify!($v), "`.")]
-                pub const $c: Self = Self($v);
-            )*
-
-            /// The constant's name, or `None` for a value this crate does not know.
-            pub const fn name(self) -> Option<&'static str> {
-                match self.0 {
-                    $(v if v == $v => Some($s),)*
-                    _ => None,
-                }
-            }
-        }
-
-        impl ::std::fmt::Debug for $name {
-            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-                match self.name() {
-                    Some(n) => f.write_str(n),
-                    None => write!(f, "{}({:#x})", stringify!($name), self.0),
-                }
-            }
-        }
-
-        impl ::std::fmt::Display for $name {
-            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-                match self.name() {
-                    Some(n) => f.write_str(n),
-                    None => write!(f, "unknown {} {} ({:#x})", stringify!($name), self.0, self.0),
-                }
-            }
-        }
-    };
-}
-#[allow(unused_imports)] // used by the object modules (events, states)
-pub(crate) use raw_newtype;
+use crate::newtype::raw_newtype;
 
 raw_newtype! {
     /// `ibv_wc_status` / `ib_wc_status`: the kernel and libibverbs agree on these numbers.
@@ -372,7 +319,7 @@ impl RawWc {
 
     /// The raw form of a decoded completion (the inverse of
     /// [`to_work_completion`](Self::to_work_completion)): for providers whose ring format is
-    /// not the kernel's, and for [`CqOps::poll_raw`](crate::provider::CqOps::poll_raw)'s
+    /// not the kernel's, and for [`CqOps::poll_raw`](crate::driver::CqOps::poll_raw)'s
     /// default.
     pub fn from_work_completion(wc: &WorkCompletion) -> Self {
         let u = wc.wc_flags.bits();

@@ -34,8 +34,8 @@ use rverbs_uverbs::abi::ioctl::*;
 use rverbs_uverbs::abi::netlink::*;
 use rverbs_uverbs::abi::obj::*;
 use rverbs_uverbs::abi::verbs::*;
-use rverbs_uverbs::context::GidType;
 use rverbs_uverbs::device::{DriverId, UVERBS_ABI_VERSION};
+use rverbs_uverbs::gid::GidType;
 
 /// Size of a field, from a projection closure (no value of the struct needed).
 fn field_size<T, F>(_: fn(&T) -> &F) -> usize {
@@ -448,6 +448,39 @@ fn layouts() -> Vec<Layout> {
             static_rate,
             is_global,
             port_num,
+            reserved
+        }),
+        layout!(ib_uverbs_qp_attr {
+            qp_attr_mask,
+            qp_state,
+            cur_qp_state,
+            path_mtu,
+            path_mig_state,
+            qkey,
+            rq_psn,
+            sq_psn,
+            dest_qp_num,
+            qp_access_flags,
+            ah_attr,
+            alt_ah_attr,
+            max_send_wr,
+            max_recv_wr,
+            max_send_sge,
+            max_recv_sge,
+            max_inline_data,
+            pkey_index,
+            alt_pkey_index,
+            en_sqd_async_notify,
+            sq_draining,
+            max_rd_atomic,
+            max_dest_rd_atomic,
+            min_rnr_timer,
+            port_num,
+            timeout,
+            retry_cnt,
+            rnr_retry,
+            alt_port_num,
+            alt_timeout,
             reserved
         }),
         layout!(ib_uverbs_create_ah {

@@ -4,7 +4,7 @@
 use rverbs::cm::verbs::{Endpoint, EndpointAttr};
 use rverbs::cm::{create_ep, getaddrinfo, AddrHints, ConnParam};
 use rverbs::uverbs::mr::PageBuf;
-use rverbs::uverbs::provider::QpCaps;
+use rverbs::uverbs::qp::QpCaps;
 use rverbs::uverbs::{SendFlags, WcStatus};
 use std::io;
 use std::net::Ipv4Addr;

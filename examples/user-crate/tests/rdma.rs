@@ -1,7 +1,7 @@
 //! Device tests of usercrate: they need the rxe devices of the rverbs test bed and fail
 //! without them (run them with `rverbs-vm`, see README.md).
 
-use rverbs::uverbs::context::PortState;
+use rverbs::uverbs::port::PortState;
 use usercrate::{exchange, node};
 
 #[test]

@@ -6,7 +6,7 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use rverbs::uverbs::context::Gid;
+use rverbs::uverbs::gid::Gid;
 
 /// Default TCP port, as ibv_rc_pingpong.
 pub const DEFAULT_PORT: u16 = 18515;

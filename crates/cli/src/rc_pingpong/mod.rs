@@ -217,7 +217,7 @@ fn exchange_addresses(
             let mut s = connect(host, o.port)?;
             let rem = client_exchange(&mut s, &format!("{host}:{}", o.port), me).map_err(|e| {
                 let hint = if e.kind() == io::ErrorKind::UnexpectedEof
-                    && res.port.link_layer == rverbs::uverbs::context::LinkLayer::ETHERNET
+                    && res.port.link_layer == rverbs::uverbs::port::LinkLayer::ETHERNET
                     && o.gid_idx.is_none()
                 {
                     " (did the server fail to connect its QP? RoCE needs -g <GID index> on \

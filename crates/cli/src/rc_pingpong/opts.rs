@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use rverbs::uverbs::context::Mtu;
+use rverbs::uverbs::port::Mtu;
 
 use super::exchange::DEFAULT_PORT;
 use crate::usage_err;

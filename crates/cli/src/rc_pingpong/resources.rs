@@ -6,11 +6,13 @@ use std::sync::Arc;
 use rverbs::rc::{RcPath, RcRemote};
 use rverbs::uverbs::ah::{AhAttr, GlobalRoute};
 use rverbs::uverbs::channel::CompChannel;
-use rverbs::uverbs::context::{Context, Gid, LinkLayer, PortAttr};
+use rverbs::uverbs::context::Context;
 use rverbs::uverbs::cq::{Cq, CqOptions};
+use rverbs::uverbs::gid::Gid;
 use rverbs::uverbs::mr::{AccessFlags, Mr, PageBuf};
 use rverbs::uverbs::pd::Pd;
-use rverbs::uverbs::provider::QpCaps;
+use rverbs::uverbs::port::{LinkLayer, PortAttr};
+use rverbs::uverbs::qp::QpCaps;
 use rverbs::uverbs::qp::{Qp, QpInit};
 use rverbs::uverbs::SendFlags;
 

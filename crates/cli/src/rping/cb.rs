@@ -12,7 +12,7 @@ use rverbs::uverbs::channel::CompChannel;
 use rverbs::uverbs::cq::{Cq, CqOptions};
 use rverbs::uverbs::mr::{AccessFlags, Mr};
 use rverbs::uverbs::pd::Pd;
-use rverbs::uverbs::provider::QpCaps;
+use rverbs::uverbs::qp::QpCaps;
 use rverbs::uverbs::qp::{self as vqp, Qp, QpInit};
 use rverbs::uverbs::{SendOp, WcOpcode, WcStatus, WorkCompletion};
 

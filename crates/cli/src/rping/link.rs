@@ -4,7 +4,7 @@
 use std::io;
 use std::sync::Arc;
 
-use rverbs::cm::verbs::{qp_attr_from_cm, Endpoint, UserCqs};
+use rverbs::cm::verbs::{Endpoint, UserCqs};
 use rverbs::cm::{CmId, ConnParam, QpState as CmQpState};
 use rverbs::uverbs::qp::{self as vqp, Qp};
 use rverbs::uverbs::{MrSge, RecvWr, SendFlags, SendOp, SendWr};
@@ -81,7 +81,7 @@ impl Link {
 
     pub(super) fn self_modify(qp: &Qp, id: &CmId) -> io::Result<()> {
         for s in [CmQpState::INIT, CmQpState::RTR, CmQpState::RTS] {
-            qp.modify(&qp_attr_from_cm(&id.init_qp_attr(s)?))?;
+            qp.modify(&id.init_qp_attr(s)?)?;
         }
         Ok(())
     }

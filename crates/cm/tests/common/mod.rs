@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use rverbs_cm::verbs::{Endpoint, EndpointAttr};
 use rverbs_cm::{create_ep, getaddrinfo, AddrHints, AddrInfo, CmId};
-use rverbs_uverbs::provider::QpCaps;
+use rverbs_uverbs::qp::QpCaps;
 
 /// `$RVERBS_ADDR_A` (set by the VM), else 10.10.0.1.
 pub fn addr_a() -> IpAddr {

@@ -946,7 +946,7 @@ mod tests {
     /// An mlx5 CQ behind the core's seam, as the mlx5 driver puts it.
     #[derive(Debug)]
     struct Ops(Mlx5Cq<Lk>);
-    impl rverbs_uverbs::provider::CqOps for Ops {
+    impl rverbs_uverbs::driver::CqOps for Ops {
         fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
             self.0.poll(out)
         }

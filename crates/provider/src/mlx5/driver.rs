@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use rverbs_uverbs::context::Context;
 use rverbs_uverbs::device::Device;
-use rverbs_uverbs::provider::{
+use rverbs_uverbs::driver::{
     CqCreated, CqOps, CreateFn, Driver, KernelObj, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
 };
 use rverbs_uverbs::{Error, RawWc, WorkCompletion};
@@ -56,7 +56,7 @@ pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
     let mut eth = Vec::new();
     for p in 1..=u32::from(info.num_ports) {
         let ll = ctx.query_port(p).map(|a| a.link_layer).ok();
-        eth.push(ll == Some(rverbs_uverbs::context::LinkLayer::ETHERNET));
+        eth.push(ll == Some(rverbs_uverbs::port::LinkLayer::ETHERNET));
     }
     let uar_mem: Vec<(*mut u8, usize)> = uars.iter().map(|m| (m.ptr().as_ptr(), m.len())).collect();
     // SAFETY: the mappings are kept in the driver (`_uars`), so they outlive every register

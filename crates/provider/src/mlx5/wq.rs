@@ -16,7 +16,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex, RwLock};
 
 use rverbs_uverbs::ah::AhAttr;
-use rverbs_uverbs::provider::{KernelObj, PostError, QpCaps, QpOps, SrqOps};
+use rverbs_uverbs::driver::{KernelObj, QpOps, SrqOps};
+use rverbs_uverbs::error::PostError;
+use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::qp::QpType;
 use rverbs_uverbs::wr::{RecvWr, SendFlags, SendOp, SendWr, Sge};
 use rverbs_uverbs::Error;

@@ -494,7 +494,7 @@ mod tests {
     /// The simulated ring behind the core's seam, as the rxe driver puts it.
     #[derive(Debug)]
     struct Ops(RxeCq);
-    impl rverbs_uverbs::provider::CqOps for Ops {
+    impl rverbs_uverbs::driver::CqOps for Ops {
         fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
             self.0.poll(out)
         }
@@ -506,7 +506,7 @@ mod tests {
     /// The same ring through the seam's default `poll_raw` (poll, then re-encode).
     #[derive(Debug)]
     struct DefaultOps(RxeCq);
-    impl rverbs_uverbs::provider::CqOps for DefaultOps {
+    impl rverbs_uverbs::driver::CqOps for DefaultOps {
         fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
             self.0.poll(out)
         }
@@ -543,7 +543,7 @@ mod tests {
             // SAFETY: `q` outlives the view.
             let cq = RxeCq::new(unsafe { q.view(QueueKind::Completion) }.unwrap()).unwrap();
             let a = Ops(cq);
-            let mut ops: Box<dyn rverbs_uverbs::provider::CqOps> = if native {
+            let mut ops: Box<dyn rverbs_uverbs::driver::CqOps> = if native {
                 Box::new(a)
             } else {
                 Box::new(DefaultOps(a.0))

@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 use rverbs_uverbs::context::Context;
 use rverbs_uverbs::device::{Device, DriverId};
-use rverbs_uverbs::provider::{
-    CqCreated, CqOps, CreateFn, Driver, KernelObj, PostError, QpCreated, QpOps, QpRequest,
-    SrqCreated, SrqOps,
+use rverbs_uverbs::driver::{
+    CqCreated, CqOps, CreateFn, Driver, KernelObj, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
 };
+use rverbs_uverbs::error::PostError;
 use rverbs_uverbs::qp::QpType;
 use rverbs_uverbs::{Error, RawWc, RecvWr, SendWr, WorkCompletion};
 use zerocopy::{FromBytes, IntoBytes};

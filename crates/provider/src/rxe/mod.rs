@@ -27,7 +27,7 @@
 use std::fmt;
 use std::io;
 
-use rverbs_uverbs::provider::PostError;
+use rverbs_uverbs::error::PostError;
 
 // Raw kernel structures and numbers, named field for field as in the uapi headers they are
 // layout-checked against: those headers are their documentation.
@@ -134,7 +134,7 @@ impl fmt::Display for PostErrorReason {
 
 /// An rxe ring's post stopped at work request number `posted`: the ones before it are in the
 /// queue (and, for a send queue, still need the doorbell), it and the ones after it are not.
-/// The typed form of what [`rverbs_uverbs::provider::PostError`] (which it converts into)
+/// The typed form of what [`rverbs_uverbs::error::PostError`] (which it converts into)
 /// says in words.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RxePostError {

@@ -83,7 +83,7 @@ pub struct RxeSq {
     ssn: u32,
 }
 
-/// What [`RxeSq::build`] decided about one work request (a few words, cheap to return).
+/// What [`RxeSq::check_and_plan`] decided about one work request (a few words, cheap to return).
 #[derive(Clone, Copy)]
 struct Plan {
     /// `send_flags`, with SIGNALED added for `sq_sig_all`.
@@ -185,7 +185,7 @@ impl RxeSq {
     /// touching the ring. Small on purpose: the WQE itself is written in place by
     /// [`write`](Self::write), never built on the stack and copied.
     #[inline]
-    fn build(&self, wr: &SendWr<'_>) -> Result<Plan, PostErrorReason> {
+    fn check_and_plan(&self, wr: &SendWr<'_>) -> Result<Plan, PostErrorReason> {
         let op = &wr.op;
         let qp_type = self.cfg.qp_type;
         if !supported(op, qp_type) {
@@ -273,7 +273,7 @@ impl RxeSq {
         })
     }
 
-    /// Writes the WQE of `wr` (checked by [`build`](Self::build) into `plan`) and its payload
+    /// Writes the WQE of `wr` (checked by [`check_and_plan`](Self::check_and_plan) into `plan`) and its payload
     /// straight into slot `index`: every field of the 208-byte header once (the kernel-owned
     /// ones zeroed, so nothing is left from the slot's previous use), then the SGEs or the
     /// inline bytes.
@@ -289,7 +289,7 @@ impl RxeSq {
         let wqe = self.queue.slot(index).cast::<rxe_send_wqe>();
         // SAFETY: (all writes through `wqe` and `w` below) the slot is 8-aligned and in bounds
         // for elem_size bytes, which `new` checked hold the 208-byte header plus max_sge SGEs
-        // or max_inline bytes, and `build` checked the WR against those limits. Per this
+        // or max_inline bytes, and `check_and_plan` checked the WR against those limits. Per this
         // function's contract nobody else reads or writes the slot until we publish it, so
         // plain (non-atomic) raw-pointer writes are race-free; no reference into the shared
         // memory is formed (`addr_of_mut!` only computes field addresses).
@@ -355,7 +355,7 @@ impl RxeSq {
                     });
                     iova = remote_addr;
                 }
-                // `build` refused every operation not named above (`supported` is false).
+                // `check_and_plan` refused every operation not named above (`supported` is false).
                 _ => {}
             }
             ptr::addr_of_mut!((*w).ex).write(ex);
@@ -449,7 +449,7 @@ impl RxeSq {
                 posted: i,
                 reason,
             };
-            let plan = match self.build(wr) {
+            let plan = match self.check_and_plan(wr) {
                 Ok(p) => p,
                 Err(reason) => {
                     self.publish(start, prod);

@@ -5,10 +5,12 @@ use std::sync::Arc;
 
 use rverbs::rc::{RcPath, RcRemote};
 use rverbs::uverbs::ah::AhAttr;
-use rverbs::uverbs::context::{Context, GidType, Mtu};
+use rverbs::uverbs::context::Context;
 use rverbs::uverbs::cq::Cq;
+use rverbs::uverbs::gid::GidType;
 use rverbs::uverbs::mr::{AccessFlags, Mr, PageBuf};
 use rverbs::uverbs::pd::Pd;
+use rverbs::uverbs::port::Mtu;
 use rverbs::uverbs::qp::Qp;
 use rverbs::uverbs::{RecvWr, SendOp, SendWr, WcOpcode, WcStatus};
 

@@ -46,14 +46,16 @@ use rverbs::rc::{RcPath, RcRemote};
 use rverbs::uverbs::ah::{Ah, AhAttr};
 use rverbs::uverbs::async_event::{AsyncElement, AsyncEvent, AsyncEventType};
 use rverbs::uverbs::channel::CompChannel;
-use rverbs::uverbs::context::{Context, GidType};
+use rverbs::uverbs::context::Context;
 use rverbs::uverbs::cq::{Cq, CqOptions};
+use rverbs::uverbs::gid::GidType;
 use rverbs::uverbs::mr::{AccessFlags, Mr, PageBuf};
 use rverbs::uverbs::pd::Pd;
-use rverbs::uverbs::provider::{PostError, QpCaps};
+use rverbs::uverbs::qp::QpCaps;
 use rverbs::uverbs::qp::{Qp, QpAttr, QpInit, QpState, QpType};
 use rverbs::uverbs::srq::{Srq, SrqAttr};
 use rverbs::uverbs::wr::SgeList;
+use rverbs::uverbs::PostError;
 use rverbs::uverbs::{
     MrRecvWr, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
     WorkCompletion,

@@ -4,281 +4,507 @@
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-macro_rules! abi_struct {
-    ($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $f:ident : $t:ty),* $(,)? }) => {
-        $(#[$m])*
-        #[repr(C)]
-        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
-        pub struct $name { $($(#[$fm])* pub $f: $t,)* }
-    };
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_alloc_pd {
+    pub response: u64,
 }
 
-abi_struct!(ib_uverbs_alloc_pd { response: u64 });
-abi_struct!(ib_uverbs_alloc_pd_resp { pd_handle: u32 });
-abi_struct!(ib_uverbs_dealloc_pd { pd_handle: u32 });
-abi_struct!(ib_uverbs_dereg_mr { mr_handle: u32 });
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_alloc_pd_resp {
+    pub pd_handle: u32,
+}
 
-abi_struct!(ib_uverbs_create_cq {
-    response: u64,
-    user_handle: u64,
-    cqe: u32,
-    comp_vector: u32,
-    comp_channel: i32,
-    reserved: u32,
-});
-abi_struct!(ib_uverbs_create_cq_resp {
-    cq_handle: u32,
-    cqe: u32
-});
-abi_struct!(ib_uverbs_destroy_cq {
-    response: u64,
-    cq_handle: u32,
-    reserved: u32,
-});
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_dealloc_pd {
+    pub pd_handle: u32,
+}
 
-abi_struct!(ib_uverbs_create_qp {
-    response: u64,
-    user_handle: u64,
-    pd_handle: u32,
-    send_cq_handle: u32,
-    recv_cq_handle: u32,
-    srq_handle: u32,
-    max_send_wr: u32,
-    max_recv_wr: u32,
-    max_send_sge: u32,
-    max_recv_sge: u32,
-    max_inline_data: u32,
-    sq_sig_all: u8,
-    qp_type: u8,
-    is_srq: u8,
-    reserved: u8,
-});
-abi_struct!(ib_uverbs_create_qp_resp {
-    qp_handle: u32,
-    qpn: u32,
-    max_send_wr: u32,
-    max_recv_wr: u32,
-    max_send_sge: u32,
-    max_recv_sge: u32,
-    max_inline_data: u32,
-    reserved: u32,
-});
-abi_struct!(ib_uverbs_destroy_qp {
-    response: u64,
-    qp_handle: u32,
-    reserved: u32,
-});
-abi_struct!(ib_uverbs_destroy_ah { ah_handle: u32 });
-abi_struct!(ib_uverbs_destroy_srq {
-    response: u64,
-    srq_handle: u32,
-    reserved: u32,
-});
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_dereg_mr {
+    pub mr_handle: u32,
+}
 
-abi_struct!(ib_uverbs_reg_mr {
-    response: u64,
-    start: u64,
-    length: u64,
-    hca_va: u64,
-    pd_handle: u32,
-    access_flags: u32,
-});
-abi_struct!(ib_uverbs_reg_mr_resp {
-    mr_handle: u32,
-    lkey: u32,
-    rkey: u32
-});
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_create_cq {
+    pub response: u64,
+    pub user_handle: u64,
+    pub cqe: u32,
+    pub comp_vector: u32,
+    pub comp_channel: i32,
+    pub reserved: u32,
+}
 
-abi_struct!(ib_uverbs_create_comp_channel { response: u64 });
-abi_struct!(ib_uverbs_create_comp_channel_resp { fd: u32 });
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_create_cq_resp {
+    pub cq_handle: u32,
+    pub cqe: u32,
+}
 
-abi_struct!(ib_uverbs_req_notify_cq {
-    cq_handle: u32,
-    solicited_only: u32
-});
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_destroy_cq {
+    pub response: u64,
+    pub cq_handle: u32,
+    pub reserved: u32,
+}
 
-abi_struct!(ib_uverbs_resize_cq {
-    response: u64,
-    cq_handle: u32,
-    cqe: u32
-});
-abi_struct!(ib_uverbs_resize_cq_resp {
-    cqe: u32,
-    reserved: u32
-});
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_create_qp {
+    pub response: u64,
+    pub user_handle: u64,
+    pub pd_handle: u32,
+    pub send_cq_handle: u32,
+    pub recv_cq_handle: u32,
+    pub srq_handle: u32,
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+    pub sq_sig_all: u8,
+    pub qp_type: u8,
+    pub is_srq: u8,
+    pub reserved: u8,
+}
 
-abi_struct!(ib_uverbs_destroy_cq_resp {
-    comp_events_reported: u32,
-    async_events_reported: u32
-});
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_create_qp_resp {
+    pub qp_handle: u32,
+    pub qpn: u32,
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+    pub reserved: u32,
+}
 
-abi_struct!(ib_uverbs_qp_cap {
-    max_send_wr: u32,
-    max_recv_wr: u32,
-    max_send_sge: u32,
-    max_recv_sge: u32,
-    max_inline_data: u32,
-});
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_destroy_qp {
+    pub response: u64,
+    pub qp_handle: u32,
+    pub reserved: u32,
+}
 
-abi_struct!(ib_uverbs_destroy_qp_resp {
-    events_reported: u32
-});
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_destroy_ah {
+    pub ah_handle: u32,
+}
 
-abi_struct!(ib_uverbs_qp_dest {
-    dgid: [u8; 16],
-    flow_label: u32,
-    dlid: u16,
-    reserved: u16,
-    sgid_index: u8,
-    hop_limit: u8,
-    traffic_class: u8,
-    sl: u8,
-    src_path_bits: u8,
-    static_rate: u8,
-    is_global: u8,
-    port_num: u8,
-});
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_destroy_srq {
+    pub response: u64,
+    pub srq_handle: u32,
+    pub reserved: u32,
+}
 
-abi_struct!(ib_uverbs_modify_qp {
-    dest: ib_uverbs_qp_dest,
-    alt_dest: ib_uverbs_qp_dest,
-    qp_handle: u32,
-    attr_mask: u32,
-    qkey: u32,
-    rq_psn: u32,
-    sq_psn: u32,
-    dest_qp_num: u32,
-    qp_access_flags: u32,
-    pkey_index: u16,
-    alt_pkey_index: u16,
-    qp_state: u8,
-    cur_qp_state: u8,
-    path_mtu: u8,
-    path_mig_state: u8,
-    en_sqd_async_notify: u8,
-    max_rd_atomic: u8,
-    max_dest_rd_atomic: u8,
-    min_rnr_timer: u8,
-    port_num: u8,
-    timeout: u8,
-    retry_cnt: u8,
-    rnr_retry: u8,
-    alt_port_num: u8,
-    alt_timeout: u8,
-    reserved: [u8; 2],
-});
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_reg_mr {
+    pub response: u64,
+    pub start: u64,
+    pub length: u64,
+    pub hca_va: u64,
+    pub pd_handle: u32,
+    pub access_flags: u32,
+}
 
-abi_struct!(ib_uverbs_query_qp {
-    response: u64,
-    qp_handle: u32,
-    attr_mask: u32
-});
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_reg_mr_resp {
+    pub mr_handle: u32,
+    pub lkey: u32,
+    pub rkey: u32,
+}
 
-abi_struct!(ib_uverbs_query_qp_resp {
-    dest: ib_uverbs_qp_dest,
-    alt_dest: ib_uverbs_qp_dest,
-    max_send_wr: u32,
-    max_recv_wr: u32,
-    max_send_sge: u32,
-    max_recv_sge: u32,
-    max_inline_data: u32,
-    qkey: u32,
-    rq_psn: u32,
-    sq_psn: u32,
-    dest_qp_num: u32,
-    qp_access_flags: u32,
-    pkey_index: u16,
-    alt_pkey_index: u16,
-    qp_state: u8,
-    cur_qp_state: u8,
-    path_mtu: u8,
-    path_mig_state: u8,
-    sq_draining: u8,
-    max_rd_atomic: u8,
-    max_dest_rd_atomic: u8,
-    min_rnr_timer: u8,
-    port_num: u8,
-    timeout: u8,
-    retry_cnt: u8,
-    rnr_retry: u8,
-    alt_port_num: u8,
-    alt_timeout: u8,
-    sq_sig_all: u8,
-    reserved: [u8; 5],
-});
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_create_comp_channel {
+    pub response: u64,
+}
 
-abi_struct!(ib_uverbs_global_route {
-    dgid: [u8; 16],
-    flow_label: u32,
-    sgid_index: u8,
-    hop_limit: u8,
-    traffic_class: u8,
-    reserved: u8,
-});
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_create_comp_channel_resp {
+    pub fd: u32,
+}
 
-abi_struct!(ib_uverbs_ah_attr {
-    grh: ib_uverbs_global_route,
-    dlid: u16,
-    sl: u8,
-    src_path_bits: u8,
-    static_rate: u8,
-    is_global: u8,
-    port_num: u8,
-    reserved: u8,
-});
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_req_notify_cq {
+    pub cq_handle: u32,
+    pub solicited_only: u32,
+}
 
-abi_struct!(ib_uverbs_create_ah {
-    response: u64,
-    user_handle: u64,
-    pd_handle: u32,
-    reserved: u32,
-    attr: ib_uverbs_ah_attr,
-});
-abi_struct!(ib_uverbs_create_ah_resp { ah_handle: u32 });
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_resize_cq {
+    pub response: u64,
+    pub cq_handle: u32,
+    pub cqe: u32,
+}
 
-abi_struct!(ib_uverbs_create_srq {
-    response: u64,
-    user_handle: u64,
-    pd_handle: u32,
-    max_wr: u32,
-    max_sge: u32,
-    srq_limit: u32,
-});
-abi_struct!(ib_uverbs_create_srq_resp {
-    srq_handle: u32,
-    max_wr: u32,
-    max_sge: u32,
-    srqn: u32
-});
-abi_struct!(ib_uverbs_modify_srq {
-    srq_handle: u32,
-    attr_mask: u32,
-    max_wr: u32,
-    srq_limit: u32
-});
-abi_struct!(ib_uverbs_query_srq {
-    response: u64,
-    srq_handle: u32,
-    reserved: u32
-});
-abi_struct!(ib_uverbs_query_srq_resp {
-    max_wr: u32,
-    max_sge: u32,
-    srq_limit: u32,
-    reserved: u32
-});
-abi_struct!(ib_uverbs_destroy_srq_resp {
-    events_reported: u32
-});
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_resize_cq_resp {
+    pub cqe: u32,
+    pub reserved: u32,
+}
 
-abi_struct!(ib_uverbs_async_event_desc {
-    element: u64,
-    event_type: u32,
-    reserved: u32
-});
-abi_struct!(ib_uverbs_comp_event_desc { cq_handle: u64 });
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_destroy_cq_resp {
+    pub comp_events_reported: u32,
+    pub async_events_reported: u32,
+}
 
-abi_struct!(ib_uverbs_post_send_resp { bad_wr: u32 });
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_qp_cap {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+}
+
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_destroy_qp_resp {
+    pub events_reported: u32,
+}
+
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_qp_dest {
+    pub dgid: [u8; 16],
+    pub flow_label: u32,
+    pub dlid: u16,
+    pub reserved: u16,
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    pub sl: u8,
+    pub src_path_bits: u8,
+    pub static_rate: u8,
+    pub is_global: u8,
+    pub port_num: u8,
+}
+
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_modify_qp {
+    pub dest: ib_uverbs_qp_dest,
+    pub alt_dest: ib_uverbs_qp_dest,
+    pub qp_handle: u32,
+    pub attr_mask: u32,
+    pub qkey: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub dest_qp_num: u32,
+    pub qp_access_flags: u32,
+    pub pkey_index: u16,
+    pub alt_pkey_index: u16,
+    pub qp_state: u8,
+    pub cur_qp_state: u8,
+    pub path_mtu: u8,
+    pub path_mig_state: u8,
+    pub en_sqd_async_notify: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub port_num: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub alt_port_num: u8,
+    pub alt_timeout: u8,
+    pub reserved: [u8; 2],
+}
+
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_query_qp {
+    pub response: u64,
+    pub qp_handle: u32,
+    pub attr_mask: u32,
+}
+
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_query_qp_resp {
+    pub dest: ib_uverbs_qp_dest,
+    pub alt_dest: ib_uverbs_qp_dest,
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+    pub qkey: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub dest_qp_num: u32,
+    pub qp_access_flags: u32,
+    pub pkey_index: u16,
+    pub alt_pkey_index: u16,
+    pub qp_state: u8,
+    pub cur_qp_state: u8,
+    pub path_mtu: u8,
+    pub path_mig_state: u8,
+    pub sq_draining: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub port_num: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub alt_port_num: u8,
+    pub alt_timeout: u8,
+    pub sq_sig_all: u8,
+    pub reserved: [u8; 5],
+}
+
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_global_route {
+    pub dgid: [u8; 16],
+    pub flow_label: u32,
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    pub reserved: u8,
+}
+
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_ah_attr {
+    pub grh: ib_uverbs_global_route,
+    pub dlid: u16,
+    pub sl: u8,
+    pub src_path_bits: u8,
+    pub static_rate: u8,
+    pub is_global: u8,
+    pub port_num: u8,
+    pub reserved: u8,
+}
+
+/// `struct ib_uverbs_qp_attr` (`ib_user_verbs.h`, 144 bytes): what the rdma_cm's `INIT_QP_ATTR` answers.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_qp_attr {
+    /// `IB_QP_*` bits (same numbering as `ibv_qp_attr_mask`).
+    pub qp_attr_mask: u32,
+    pub qp_state: u32,
+    pub cur_qp_state: u32,
+    pub path_mtu: u32,
+    pub path_mig_state: u32,
+    pub qkey: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub dest_qp_num: u32,
+    pub qp_access_flags: u32,
+    pub ah_attr: ib_uverbs_ah_attr,
+    pub alt_ah_attr: ib_uverbs_ah_attr,
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+    pub pkey_index: u16,
+    pub alt_pkey_index: u16,
+    pub en_sqd_async_notify: u8,
+    pub sq_draining: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub port_num: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub alt_port_num: u8,
+    pub alt_timeout: u8,
+    pub reserved: [u8; 5],
+}
+
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_create_ah {
+    pub response: u64,
+    pub user_handle: u64,
+    pub pd_handle: u32,
+    pub reserved: u32,
+    pub attr: ib_uverbs_ah_attr,
+}
+
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_create_ah_resp {
+    pub ah_handle: u32,
+}
+
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_create_srq {
+    pub response: u64,
+    pub user_handle: u64,
+    pub pd_handle: u32,
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
+}
+
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_create_srq_resp {
+    pub srq_handle: u32,
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srqn: u32,
+}
+
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_modify_srq {
+    pub srq_handle: u32,
+    pub attr_mask: u32,
+    pub max_wr: u32,
+    pub srq_limit: u32,
+}
+
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_query_srq {
+    pub response: u64,
+    pub srq_handle: u32,
+    pub reserved: u32,
+}
+
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_query_srq_resp {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
+    pub reserved: u32,
+}
+
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_destroy_srq_resp {
+    pub events_reported: u32,
+}
+
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_async_event_desc {
+    pub element: u64,
+    pub event_type: u32,
+    pub reserved: u32,
+}
+
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_comp_event_desc {
+    pub cq_handle: u64,
+}
+
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_post_send_resp {
+    pub bad_wr: u32,
+}
 
 /// `IB_UVERBS_QP_CREATE_SQ_SIG_ALL` (ioctl QP create flags).
 pub const IB_UVERBS_QP_CREATE_SQ_SIG_ALL: u32 = 1 << 12;

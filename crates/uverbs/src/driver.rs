@@ -1,4 +1,6 @@
-//! The seam between the core (kernel objects) and a provider (rings and data path).
+//! The driver seam between the core (kernel objects) and a provider crate such as
+//! `rverbs-provider` (rings and data path): what a provider implements, not what a verbs
+//! user calls.
 //!
 //! rdma-core finds providers by scanning driver files and calling constructors; rverbs instead
 //! keeps a static table keyed by the kernel's driver id (in `rverbs-provider`). A provider hands
@@ -19,7 +21,8 @@
 use std::fmt;
 use std::os::fd::BorrowedFd;
 
-use crate::error::Result;
+use crate::error::{PostError, Result};
+use crate::qp::QpCaps;
 use crate::wc::{RawWc, WorkCompletion};
 use crate::wr::{RecvWr, SendWr};
 
@@ -63,21 +66,6 @@ pub struct SrqCreated {
     pub max_sge: u32,
     /// The SRQ number the kernel reported (what XRC senders address; may be 0 otherwise).
     pub srq_num: u32,
-}
-
-/// Queue pair capacities (`ib_uverbs_qp_cap`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QpCaps {
-    /// Outstanding work requests the send queue holds.
-    pub max_send_wr: u32,
-    /// Outstanding work requests the receive queue holds.
-    pub max_recv_wr: u32,
-    /// Most SGEs per send work request.
-    pub max_send_sge: u32,
-    /// Most SGEs per receive work request.
-    pub max_recv_sge: u32,
-    /// Most bytes of inline data per send.
-    pub max_inline_data: u32,
 }
 
 /// What a driver learns about a QP being created.
@@ -198,197 +186,6 @@ pub trait CqOps: Send + fmt::Debug {
         _resize: &mut CreateFn<'_, u32>,
     ) -> Result<()> {
         Err(crate::Error::unsupported("resize CQ", "the provider does not resize CQs").into())
-    }
-}
-
-/// The queue a post went to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive] // more queue kinds can come (e.g. XRC SRQs, WQs)
-pub enum PostQueue {
-    /// A QP's send queue.
-    Send,
-    /// A QP's receive queue.
-    Recv,
-    /// A shared receive queue.
-    Srq,
-}
-
-#[derive(Debug)]
-struct PostTarget {
-    device: Box<str>,
-    queue: PostQueue,
-    number: u32,
-}
-
-/// Why a post stopped: the device and queue posted to, the failing work request, what was
-/// wrong with it, and how many requests of the list went in before it.
-///
-/// A provider makes one with [`PostError::invalid`], [`PostError::unsupported`],
-/// [`PostError::queue_full`] or [`PostError::failed`]; the core adds the device and queue
-/// ([`PostError::at`]) before the caller sees it. Converts to [`std::io::Error`] keeping its
-/// kind, and [`Error::errno_of`](crate::Error::errno_of) finds its errno (a full queue's
-/// `ENOMEM`, as libibverbs reports it) through the conversion.
-#[derive(Debug)]
-pub struct PostError {
-    target: Option<PostTarget>,
-    index: Option<usize>,
-    posted: usize,
-    kind: std::io::ErrorKind,
-    errno: Option<rustix::io::Errno>,
-    what: String,
-    source: Option<std::io::Error>,
-}
-
-impl PostError {
-    fn new(index: Option<usize>, posted: usize, kind: std::io::ErrorKind, what: String) -> Self {
-        Self {
-            target: None,
-            index,
-            posted,
-            kind,
-            errno: None,
-            what,
-            source: None,
-        }
-    }
-
-    /// Work request `index` of the list is malformed for this queue (too many SGEs, inline
-    /// data too long, wrong state, …); the `index` requests before it were posted.
-    #[cold]
-    pub fn invalid(index: usize, what: impl Into<String>) -> Self {
-        Self::new(
-            Some(index),
-            index,
-            std::io::ErrorKind::InvalidInput,
-            what.into(),
-        )
-    }
-
-    /// Work request `index` asks for something the provider does not implement; the `index`
-    /// requests before it were posted.
-    #[cold]
-    pub fn unsupported(index: usize, what: impl Into<String>) -> Self {
-        Self::new(
-            Some(index),
-            index,
-            std::io::ErrorKind::Unsupported,
-            what.into(),
-        )
-    }
-
-    /// Work request `index` found the queue full, with `outstanding` requests not yet consumed;
-    /// the `index` requests before it were posted. Carries `ENOMEM`, as libibverbs reports it.
-    #[cold]
-    pub fn queue_full(index: usize, outstanding: u32) -> Self {
-        let mut e = Self::new(
-            Some(index),
-            index,
-            std::io::ErrorKind::OutOfMemory,
-            format!("queue full ({outstanding} requests outstanding)"),
-        );
-        e.errno = Some(rustix::io::Errno::NOMEM);
-        e
-    }
-
-    /// `posted` requests went into the queue, then `what` failed with `source` (e.g. the
-    /// doorbell write); no single work request is at fault.
-    #[cold]
-    pub fn failed(posted: usize, what: impl Into<String>, source: std::io::Error) -> Self {
-        let mut e = Self::new(None, posted, source.kind(), what.into());
-        e.errno = crate::Error::errno_of(&source);
-        e.source = Some(source);
-        e
-    }
-
-    /// Names the device and the queue (its QP or SRQ number) the post went to.
-    #[cold]
-    #[must_use]
-    pub fn at(mut self, device: &str, queue: PostQueue, number: u32) -> Self {
-        self.target = Some(PostTarget {
-            device: device.into(),
-            queue,
-            number,
-        });
-        self
-    }
-
-    /// The device's name, once [`PostError::at`] named it.
-    pub fn device(&self) -> Option<&str> {
-        self.target.as_ref().map(|t| &*t.device)
-    }
-
-    /// The queue posted to, once [`PostError::at`] named it.
-    pub fn queue(&self) -> Option<PostQueue> {
-        self.target.as_ref().map(|t| t.queue)
-    }
-
-    /// The QP number (SRQ number for [`PostQueue::Srq`]), once [`PostError::at`] named it.
-    pub fn number(&self) -> Option<u32> {
-        self.target.as_ref().map(|t| t.number)
-    }
-
-    /// Index in the list of the work request that failed; `None` when the failure came after
-    /// queueing (see [`PostError::failed`]).
-    pub fn index(&self) -> Option<usize> {
-        self.index
-    }
-
-    /// Work requests posted (and, for sends, rung) before the failure.
-    pub fn posted(&self) -> usize {
-        self.posted
-    }
-
-    /// What was wrong, without the device, queue or counts.
-    pub fn what(&self) -> &str {
-        &self.what
-    }
-
-    /// The errno this failure corresponds to, if any (`ENOMEM` for a full queue).
-    pub fn errno(&self) -> Option<rustix::io::Errno> {
-        self.errno
-    }
-
-    /// The `io::ErrorKind` the conversion to `io::Error` keeps.
-    pub fn kind(&self) -> std::io::ErrorKind {
-        self.kind
-    }
-}
-
-impl fmt::Display for PostError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.target {
-            Some(t) => {
-                let (op, obj) = match t.queue {
-                    PostQueue::Send => ("post send", "QP"),
-                    PostQueue::Recv => ("post receive", "QP"),
-                    PostQueue::Srq => ("post receive", "SRQ"),
-                };
-                write!(f, "{op} to {obj} {:#x} on {}: ", t.number, t.device)?;
-            }
-            None => f.write_str("post: ")?,
-        }
-        if let Some(i) = self.index {
-            write!(f, "work request #{i}: ")?;
-        }
-        f.write_str(&self.what)?;
-        if let Some(s) = &self.source {
-            write!(f, ": {s}")?;
-        } else if let Some(e) = self.errno {
-            write!(f, " ({})", crate::error::errno_name(e))?;
-        }
-        write!(f, "; {} posted", self.posted)
-    }
-}
-
-impl std::error::Error for PostError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source.as_ref().map(|e| e as _)
-    }
-}
-
-impl From<PostError> for std::io::Error {
-    fn from(e: PostError) -> Self {
-        std::io::Error::new(e.kind, e)
     }
 }
 
@@ -550,69 +347,8 @@ impl<T> Drop for OpsGuard<'_, T> {
 
 #[cfg(test)]
 mod tests {
-    use super::{OpsLock, PostError, PostQueue};
-    use std::io;
+    use super::OpsLock;
     use std::sync::Arc;
-
-    /// Each post error says device, queue, request, what and count once, and converts to an
-    /// `io::Error` that keeps its kind and errno.
-    #[test]
-    fn post_error_messages() {
-        let state = PostError::invalid(0, "the QP is in INIT: sends need RTS (connect first)").at(
-            "rxe0",
-            PostQueue::Send,
-            0x11,
-        );
-        assert_eq!(
-            state.to_string(),
-            "post send to QP 0x11 on rxe0: work request #0: the QP is in INIT: sends need RTS \
-             (connect first); 0 posted"
-        );
-        let sge =
-            PostError::invalid(2, "3 SGEs, the queue allows 2").at("rxe0", PostQueue::Recv, 7);
-        assert_eq!(
-            sge.to_string(),
-            "post receive to QP 0x7 on rxe0: work request #2: 3 SGEs, the queue allows 2; 2 posted"
-        );
-        assert_eq!(
-            (sge.index(), sge.posted(), sge.number()),
-            (Some(2), 2, Some(7))
-        );
-        let full = PostError::queue_full(4, 4).at("mlx5_0", PostQueue::Srq, 0x20);
-        assert_eq!(
-            full.to_string(),
-            "post receive to SRQ 0x20 on mlx5_0: work request #4: queue full (4 requests \
-             outstanding) (ENOMEM); 4 posted"
-        );
-        assert_eq!(full.device(), Some("mlx5_0"));
-        assert_eq!(full.queue(), Some(PostQueue::Srq));
-        let io: io::Error = full.into();
-        assert_eq!(io.kind(), io::ErrorKind::OutOfMemory);
-        assert_eq!(crate::Error::errno_of(&io), Some(rustix::io::Errno::NOMEM));
-        let unsup = PostError::unsupported(1, "send flags 0x10 are not supported by rxe");
-        assert_eq!(
-            unsup.to_string(),
-            "post: work request #1: send flags 0x10 are not supported by rxe; 1 posted"
-        );
-        assert_eq!(io::Error::from(unsup).kind(), io::ErrorKind::Unsupported);
-        let bell = crate::Error::os("rxe send doorbell for QP handle 3", rustix::io::Errno::BADF);
-        let late = PostError::failed(5, "the send doorbell failed", bell.into()).at(
-            "rxe0",
-            PostQueue::Send,
-            0x11,
-        );
-        assert_eq!(late.index(), None);
-        let s = late.to_string();
-        assert!(
-            s.starts_with(
-                "post send to QP 0x11 on rxe0: the send doorbell failed: rxe send doorbell for \
-                 QP handle 3: "
-            ),
-            "{s}"
-        );
-        assert!(s.ends_with("(EBADF); 5 posted"), "{s}");
-        assert!(std::error::Error::source(&late).is_some());
-    }
 
     /// Threads incrementing a plain counter under the lock never lose an increment.
     #[test]

@@ -1,0 +1,243 @@
+//! Ports: [`Context::query_port`] and what it answers ([`PortAttr`]: state, MTUs, link layer,
+//! table sizes), and the port values the kernel reports as newtypes ([`PortState`], [`Mtu`],
+//! [`LinkLayer`], [`PhysState`]).
+
+use std::io;
+
+use rustix::io::Errno;
+use zerocopy::FromZeros;
+
+use crate::abi::cmd::nr;
+use crate::abi::ioctl::{device as dev_m, object};
+use crate::abi::verbs::{
+    ib_uverbs_query_port, ib_uverbs_query_port_resp, ib_uverbs_query_port_resp_ex,
+};
+use crate::context::{Context, Outcome, M_QUERY_PORT};
+use crate::error::Error;
+use crate::ioctl::IoctlCall;
+use crate::newtype::raw_newtype;
+use crate::write;
+
+raw_newtype! {
+    /// `enum ib_port_state` (`ibv_port_state`).
+    PortState(u8) {
+        NOP = 0, "PORT_NOP";
+        DOWN = 1, "PORT_DOWN";
+        INIT = 2, "PORT_INIT";
+        ARMED = 3, "PORT_ARMED";
+        ACTIVE = 4, "PORT_ACTIVE";
+        ACTIVE_DEFER = 5, "PORT_ACTIVE_DEFER";
+    }
+}
+
+raw_newtype! {
+    /// `enum ib_mtu` (`ibv_mtu`): the path MTU code; [`Mtu::bytes`] gives the size.
+    Mtu(u8) {
+        MTU_256 = 1, "256";
+        MTU_512 = 2, "512";
+        MTU_1024 = 3, "1024";
+        MTU_2048 = 4, "2048";
+        MTU_4096 = 5, "4096";
+    }
+}
+
+impl Mtu {
+    /// The `Mtu` of a byte count (256, 512, 1024, 2048, 4096).
+    pub const fn from_bytes(b: u32) -> Option<Mtu> {
+        match b {
+            256 => Some(Mtu::MTU_256),
+            512 => Some(Mtu::MTU_512),
+            1024 => Some(Mtu::MTU_1024),
+            2048 => Some(Mtu::MTU_2048),
+            4096 => Some(Mtu::MTU_4096),
+            _ => None,
+        }
+    }
+
+    /// The MTU in bytes, or `None` for a code this crate does not know.
+    pub fn bytes(self) -> Option<u32> {
+        match self.0 {
+            1..=5 => Some(128 << self.0),
+            _ => None,
+        }
+    }
+}
+
+raw_newtype! {
+    /// `IB_LINK_LAYER_*` (`ibv_link_layer`).
+    LinkLayer(u8) {
+        UNSPECIFIED = 0, "unspecified";
+        INFINIBAND = 1, "InfiniBand";
+        ETHERNET = 2, "Ethernet";
+    }
+}
+
+raw_newtype! {
+    /// `enum ib_port_phys_state`.
+    PhysState(u8) {
+        SLEEP = 1, "SLEEP";
+        POLLING = 2, "POLLING";
+        DISABLED = 3, "DISABLED";
+        PORT_CONFIGURATION_TRAINING = 4, "PORT_CONFIGURATION_TRAINING";
+        LINK_UP = 5, "LINK_UP";
+        LINK_ERROR_RECOVERY = 6, "LINK_ERROR_RECOVERY";
+        PHY_TEST = 7, "PHY_TEST";
+    }
+}
+
+/// Port attributes (`ibv_port_attr`).
+///
+/// Non-exhaustive: the kernel adds fields. Outside this crate start from
+/// `PortAttr::default()` (all zero) and set the fields you need.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PortAttr {
+    /// Logical port state (DOWN, INIT, ARMED, ACTIVE).
+    pub state: PortState,
+    /// Largest MTU the port supports.
+    pub max_mtu: Mtu,
+    /// MTU in use.
+    pub active_mtu: Mtu,
+    /// Entries of the port's GID table.
+    pub gid_tbl_len: u32,
+    /// `IB_PORT_*` capability bits.
+    pub port_cap_flags: u32,
+    /// Largest message, in bytes.
+    pub max_msg_sz: u32,
+    /// Packets dropped for a bad P_Key.
+    pub bad_pkey_cntr: u32,
+    /// Packets dropped for a Q_Key violation.
+    pub qkey_viol_cntr: u32,
+    /// Entries of the port's P_Key table.
+    pub pkey_tbl_len: u16,
+    /// The port's base LID (InfiniBand).
+    pub lid: u16,
+    /// LID of the subnet manager (InfiniBand).
+    pub sm_lid: u16,
+    /// LID mask control: 2^lmc LIDs per port (InfiniBand).
+    pub lmc: u8,
+    /// Most virtual lanes.
+    pub max_vl_num: u8,
+    /// Service level for talking to the subnet manager.
+    pub sm_sl: u8,
+    /// Subnet propagation timeout (4.096 µs × 2^value).
+    pub subnet_timeout: u8,
+    /// InitTypeReply from the subnet manager.
+    pub init_type_reply: u8,
+    /// Link width (`IB_WIDTH_*`: 1 = 1x, 2 = 4x, …).
+    pub active_width: u8,
+    /// Link speed per lane (`IB_SPEED_*`).
+    pub active_speed: u8,
+    /// Physical link state (POLLING, LINK_UP, …).
+    pub phys_state: PhysState,
+    /// InfiniBand or Ethernet (RoCE).
+    pub link_layer: LinkLayer,
+    /// `IB_UVERBS_QPF_*` (bit 0: GRH required).
+    pub flags: u8,
+    /// Only the ioctl path reports it (0 after the write fallback).
+    pub port_cap_flags2: u16,
+}
+
+impl PortAttr {
+    fn from_resp(r: &ib_uverbs_query_port_resp, cap_flags2: u16) -> Self {
+        Self {
+            state: PortState(r.state),
+            max_mtu: Mtu(r.max_mtu),
+            active_mtu: Mtu(r.active_mtu),
+            gid_tbl_len: r.gid_tbl_len,
+            port_cap_flags: r.port_cap_flags,
+            max_msg_sz: r.max_msg_sz,
+            bad_pkey_cntr: r.bad_pkey_cntr,
+            qkey_viol_cntr: r.qkey_viol_cntr,
+            pkey_tbl_len: r.pkey_tbl_len,
+            lid: r.lid,
+            sm_lid: r.sm_lid,
+            lmc: r.lmc,
+            max_vl_num: r.max_vl_num,
+            sm_sl: r.sm_sl,
+            subnet_timeout: r.subnet_timeout,
+            init_type_reply: r.init_type_reply,
+            active_width: r.active_width,
+            active_speed: r.active_speed,
+            phys_state: PhysState(r.phys_state),
+            link_layer: LinkLayer(r.link_layer),
+            flags: r.flags,
+            port_cap_flags2: cap_flags2,
+        }
+    }
+}
+
+impl Context {
+    pub(crate) fn bad_port(&self, port: u32, op: String) -> io::Error {
+        let n = self.port_count();
+        Error::invalid(
+            op,
+            format!(
+                "{} has {n} port{} (valid: 1..={n}), there is no port {port}",
+                self.device().name(),
+                if n == 1 { "" } else { "s" }
+            ),
+        )
+        .into()
+    }
+
+    /// Number of ports: from sysfs, or from the device query when sysfs did not say.
+    pub(crate) fn port_count(&self) -> u32 {
+        match self.device().port_count() {
+            0 => self
+                .query_device()
+                .map_or(0, |a| u32::from(a.phys_port_cnt)),
+            n => n,
+        }
+    }
+
+    /// Attributes of port `port` (1-based).
+    pub fn query_port(&self, port: u32) -> io::Result<PortAttr> {
+        let op = || format!("query port {port} of {}", self.device().name());
+        let known = self.device().port_count();
+        if port == 0 || port > u32::from(u8::MAX) || (known > 0 && port > known) {
+            return Err(self.bad_port(port, op()));
+        }
+        let mut resp = ib_uverbs_query_port_resp_ex::new_zeroed();
+        let outcome = {
+            let mut c = IoctlCall::new(object::DEVICE, dev_m::METHOD_QUERY_PORT);
+            c.const_in(dev_m::ATTR_QUERY_PORT_PORT_NUM, u64::from(port));
+            c.ptr_out(dev_m::ATTR_QUERY_PORT_RESP, &mut resp);
+            self.ioctl_or_fallback(M_QUERY_PORT, &mut c)
+        };
+        let map = |e: Errno| -> io::Error {
+            if e == Errno::INVAL && port > self.port_count() {
+                self.bad_port(port, op())
+            } else {
+                Error::os(op(), e).into()
+            }
+        };
+        match outcome.map_err(map)? {
+            Outcome::Done => Ok(PortAttr::from_resp(&resp.legacy_resp, resp.port_cap_flags2)),
+            Outcome::Fallback => {
+                let mut r = ib_uverbs_query_port_resp::new_zeroed();
+                let req = ib_uverbs_query_port {
+                    port_num: port as u8,
+                    ..Default::default()
+                };
+                write::cmd_legacy_simple(self.cmd_fd(), nr::QUERY_PORT, &req, &mut r)
+                    .map_err(map)?;
+                Ok(PortAttr::from_resp(&r, 0))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mtu_and_names() {
+        assert_eq!(Mtu::MTU_1024.bytes(), Some(1024));
+        assert_eq!(Mtu::MTU_4096.bytes(), Some(4096));
+        assert_eq!(Mtu(9).bytes(), None);
+        assert_eq!(PortState::ACTIVE.to_string(), "PORT_ACTIVE");
+        assert_eq!(LinkLayer::ETHERNET.to_string(), "Ethernet");
+    }
+}
