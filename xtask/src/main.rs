@@ -6,6 +6,7 @@ mod capi;
 mod json;
 mod miri;
 mod mlx5_oracle;
+mod package;
 mod testcmd;
 mod usercrate;
 mod util;

@@ -283,6 +283,10 @@ pub fn run(args: &[String]) -> Result<u8> {
             Err(e) => fail_stage(&mut report, "capi", e.0, t),
         }
     }
+    // The library crates package as crates.io would take them (xtask/src/package.rs).
+    if opts.host {
+        crate::package::stage(&mut report);
+    }
     if opts.vm {
         vm_stages(&mut report, &opts);
         crate::usercrate::stage(&mut report, &opts);

@@ -338,3 +338,55 @@ fn client_survives_a_killed_server() {
         "{d}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// The facade's examples (crates/rverbs/examples), built into this binary so they run in every
+// guest: their functions are called here as the programs' `main`s call them.
+
+#[path = "../../rverbs/examples/client.rs"]
+mod example_client;
+#[path = "../../rverbs/examples/rdma_write_read.rs"]
+mod example_rdma_write_read;
+#[path = "../../rverbs/examples/server.rs"]
+mod example_server;
+
+/// examples/server.rs answers examples/client.rs (the README's example).
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn example_client_and_server() {
+    let port = "7830";
+    let listener = example_server::listen(&addr_a(), port).expect("example server: listen");
+    let server = std::thread::spawn(move || example_server::serve_one(&listener, b"world"));
+    let reply = example_client::run(&addr_a(), port, b"hello").expect("example client");
+    assert_eq!(reply, b"world");
+    let got = server.join().unwrap().expect("example server");
+    assert_eq!(got, b"hello");
+}
+
+/// examples/rdma_write_read.rs: the client's RDMA WRITE lands in the server's buffer and its
+/// RDMA READ brings the same bytes back.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn example_rdma_write_read() {
+    use example_rdma_write_read as ex;
+    let port = "7831";
+    let data = b"written by RDMA WRITE, read back by RDMA READ";
+    let listener = ex::listen(&addr_a(), port).expect("example server: listen");
+    let server = std::thread::spawn(move || ex::server(&listener));
+    let back = ex::client(&addr_a(), port, data).expect("example client");
+    assert_eq!(back, data);
+    let written = server.join().unwrap().expect("example server");
+    assert_eq!(written, data);
+    let key = ex::RemoteBuf {
+        addr: 0x1122_3344_5566_7788,
+        rkey: 0x99aa_bbcc,
+        len: 4096,
+    };
+    assert_eq!(ex::RemoteBuf::decode(&key.encode()), Some(key));
+}

@@ -136,6 +136,16 @@ impl Default for EndpointAttr {
 }
 
 /// An rdma_cm id with its QP (librdmacm's `rdma_cm_id` after `rdma_create_qp`).
+///
+/// # Dropping
+///
+/// Dropping an endpoint destroys, in this order, its QP (work requests still posted are
+/// discarded: no completion comes for them), its CQs and its PD (each only when nothing else
+/// holds it: an [`Mr`] registered on the PD keeps the PD alive), then the rdma_cm id. Nothing
+/// blocks and nothing leaks. Destroying a connected id ends the connection in the kernel:
+/// the peer sees DISCONNECTED as after [`Endpoint::disconnect`]; events of the id not yet
+/// taken are discarded. Call [`Endpoint::disconnect`] first to end the connection with the
+/// QP flushed (its outstanding work requests then complete with WR_FLUSH_ERR, to be polled).
 pub struct Endpoint<C: CqOwnership = OwnCqs> {
     // Drop order: the QP first (it holds the CQs and PD), then the CQs and PD, then the id.
     qp: Arc<Qp>,

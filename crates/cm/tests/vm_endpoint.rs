@@ -1,60 +1,27 @@
 //! librdmacm's verbs helpers on an rdma_cm id: Endpoint with its own send/recv CQs and the
 //! blocking get_send_comp / get_recv_comp (issue #5). Runs in the VM on rxe.
 
-use std::net::{IpAddr, Ipv4Addr};
+mod common;
+
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::{addrinfo, listener};
 use rverbs_cm::verbs::{Endpoint, EndpointAttr};
-use rverbs_cm::{create_ep, getaddrinfo, AddrHints, CmId, ConnParam};
+use rverbs_cm::{create_ep, ConnParam};
 use rverbs_uverbs::cq::{Cq, CqOptions};
 use rverbs_uverbs::mr::{AccessFlags, PageBuf};
 use rverbs_uverbs::pd::Pd;
-use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::{SendFlags, WcOpcode, WcStatus};
 
-fn addr_a() -> IpAddr {
-    let s = std::env::var("RVERBS_ADDR_A").unwrap_or_else(|_| "10.10.0.1".into());
-    IpAddr::V4(s.parse::<Ipv4Addr>().expect("RVERBS_ADDR_A"))
-}
-
+/// The endpoints of these tests: 8 sends and receives, 16 inline bytes.
 fn attr() -> EndpointAttr {
-    EndpointAttr {
-        caps: QpCaps {
-            max_send_wr: 8,
-            max_recv_wr: 8,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 16,
-        },
-        sq_sig_all: true,
-    }
-}
-
-fn listener(port: u16) -> CmId {
-    let ai = getaddrinfo(
-        Some(&addr_a().to_string()),
-        Some(&port.to_string()),
-        &AddrHints {
-            passive: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let id = create_ep(&ai[0]).unwrap();
-    id.listen(4).unwrap();
-    id
+    common::attr(8, 16)
 }
 
 fn client(port: u16) -> Endpoint {
-    let ai = getaddrinfo(
-        Some(&addr_a().to_string()),
-        Some(&port.to_string()),
-        &AddrHints::default(),
-    )
-    .unwrap();
-    Endpoint::create(create_ep(&ai[0]).unwrap(), &attr()).unwrap()
+    common::client(port, &attr())
 }
 
 /// Thread CPU time: proves a waiter slept instead of spinning.
@@ -203,12 +170,7 @@ fn get_recv_comp_sleeps_until_a_completion() {
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
 fn shared_or_combined_cqs_are_refused() {
-    let ai = getaddrinfo(
-        Some(&addr_a().to_string()),
-        Some("7603"),
-        &AddrHints::default(),
-    )
-    .unwrap();
+    let ai = addrinfo(7603, false);
     let dev = std::env::var("RVERBS_DEV_A").unwrap_or_else(|_| "rxe0".into());
     let ctx = rverbs_provider::open_by_name(&dev).unwrap();
     let pd = Pd::alloc(&ctx).unwrap();
@@ -262,12 +224,7 @@ fn shared_or_combined_cqs_are_refused() {
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
 fn inline_over_the_limit_is_refused() {
-    let ai = getaddrinfo(
-        Some(&addr_a().to_string()),
-        Some("7604"),
-        &AddrHints::default(),
-    )
-    .unwrap();
+    let ai = addrinfo(7604, false);
     let ep = Endpoint::create(create_ep(&ai[0]).unwrap(), &attr()).unwrap();
     let big = vec![0u8; ep.caps().max_inline_data as usize + 1];
     let e = ep
@@ -328,34 +285,4 @@ fn post_before_connect_and_accept_twice_are_refused() {
     assert_eq!((wc.wr_id, wc.status), (10, WcStatus::SUCCESS));
     let accept_twice = server.join().unwrap();
     eprintln!("second accept: {accept_twice}");
-}
-
-/// `Endpoint::create` uses the device's default PD (the one `default_pd` returns, shared by
-/// the endpoints of the device); `create_with_pd` uses the caller's.
-#[test]
-#[cfg_attr(
-    not(rverbs_vm),
-    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
-)]
-fn endpoints_use_the_default_pd_or_the_callers() {
-    let resolved = || {
-        let ai = getaddrinfo(
-            Some(&addr_a().to_string()),
-            Some("7431"),
-            &AddrHints::default(),
-        )
-        .unwrap();
-        create_ep(&ai[0]).unwrap()
-    };
-    let a = Endpoint::create(resolved(), &attr()).unwrap();
-    let id = resolved();
-    let pd = rverbs_cm::verbs::default_pd(&id).unwrap();
-    assert!(Arc::ptr_eq(a.pd(), &pd), "one default PD per device");
-    let b = Endpoint::create(id, &attr()).unwrap();
-    assert!(Arc::ptr_eq(b.pd(), &pd));
-
-    let own = Pd::alloc(pd.context()).unwrap();
-    let c = Endpoint::create_with_pd(resolved(), &own, &attr()).unwrap();
-    assert!(Arc::ptr_eq(c.pd(), &own), "the caller's PD");
-    assert!(!Arc::ptr_eq(c.pd(), &pd));
 }

@@ -3,63 +3,30 @@
 //! dispatcher per channel (a completion waiter does not steal accept's ESTABLISHED). The peer
 //! is this test binary started again (see `maybe_be_the_peer`). Runs in the VM on rxe.
 
+mod common;
+
 use std::io::{self, BufRead, BufReader};
-use std::net::{IpAddr, Ipv4Addr};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::listener;
 use rverbs_cm::verbs::{EndReason, Endpoint, EndpointAttr};
-use rverbs_cm::{create_ep, getaddrinfo, AddrHints, CmEventKind, CmId, ConnParam};
+use rverbs_cm::{CmEventKind, ConnParam};
 use rverbs_uverbs::mr::{Mr, PageBuf};
-use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::{SendFlags, WcStatus};
 
-fn addr_a() -> IpAddr {
-    let s = std::env::var("RVERBS_ADDR_A").unwrap_or_else(|_| "10.10.0.1".into());
-    IpAddr::V4(s.parse::<Ipv4Addr>().expect("RVERBS_ADDR_A"))
-}
-
+/// The endpoints of these tests: 4 sends and receives, 64 inline bytes.
 fn attr() -> EndpointAttr {
-    EndpointAttr {
-        caps: QpCaps {
-            max_send_wr: 4,
-            max_recv_wr: 4,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 64,
-        },
-        sq_sig_all: true,
-    }
-}
-
-fn listener(port: u16) -> CmId {
-    let ai = getaddrinfo(
-        Some(&addr_a().to_string()),
-        Some(&port.to_string()),
-        &AddrHints {
-            passive: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let id = create_ep(&ai[0]).unwrap();
-    id.listen(4).unwrap();
-    id
+    common::attr(4, 64)
 }
 
 /// Connects to `port`, retrying while nobody listens yet (the peer process starts up).
 fn connect(port: u16, before: impl Fn(&Endpoint)) -> Endpoint {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let ai = getaddrinfo(
-            Some(&addr_a().to_string()),
-            Some(&port.to_string()),
-            &AddrHints::default(),
-        )
-        .unwrap();
-        let ep = Endpoint::create(create_ep(&ai[0]).unwrap(), &attr()).unwrap();
+        let ep = common::client(port, &attr());
         before(&ep);
         match ep.connect(&ConnParam::default()) {
             Ok(()) => return ep,
@@ -424,4 +391,46 @@ fn a_completion_waiter_does_not_steal_accepts_event() {
     assert!(ep.ended().is_none());
     ep.disconnect().unwrap();
     client.join().unwrap();
+}
+
+/// Dropping a connected endpoint without `disconnect` (Endpoint's "Dropping" doc): the peer
+/// blocked in get_recv_comp sees DISCONNECTED, as after a disconnect.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn dropping_a_connected_endpoint_disconnects_the_peer() {
+    let port = 7717;
+    let lis = listener(port);
+    let client = thread::spawn(move || {
+        let c = connect(port, |_| {});
+        c.post_send_inline(1, b"bye", SendFlags::empty()).unwrap();
+        assert!(c.get_send_comp().unwrap().status.is_success());
+        drop(c); // no disconnect
+    });
+    let ep = Endpoint::create(lis.get_request().unwrap(), &attr()).unwrap();
+    let mr = ep
+        .reg_msgs(PageBuf::new(4096).unwrap())
+        .map_err(std::io::Error::from)
+        .unwrap();
+    post_recv(&ep, &mr, 1);
+    post_recv(&ep, &mr, 2);
+    ep.accept(&ConnParam::default()).unwrap();
+    let wc = ep.get_recv_comp().unwrap();
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::SUCCESS));
+    client.join().unwrap();
+    let t = Instant::now();
+    let e = ep
+        .get_recv_comp()
+        .expect_err("get_recv_comp returned a completion after the peer dropped its endpoint");
+    assert_disconnect_error(&e, "get_recv_comp", t.elapsed());
+    assert!(
+        matches!(
+            ep.ended(),
+            Some(EndReason::Event(CmEventKind::DISCONNECTED, _))
+        ),
+        "{:?}",
+        ep.ended()
+    );
 }

@@ -3,15 +3,26 @@
 //! Pure-Rust RDMA for Linux: the uverbs and rdma_cm kernel ABIs spoken directly, the rxe and
 //! mlx5 data paths in Rust, and no C library of rdma-core linked or loaded.
 //!
-//! This facade re-exports the three layers:
+//! This facade re-exports the layers and adds one helper of its own:
 //! - [`uverbs`] (`rverbs-uverbs`): devices, contexts, verbs objects, kernel ABI;
 //! - [`provider`] (`rverbs-provider`): rxe and mlx5 rings, posting and polling;
 //! - [`cm`] (`rverbs-cm`): rdma_cm ids, events, and librdmacm's helpers;
+//! - [`rc`]: connecting an RC QP by hand (RESET → INIT → RTR → RTS) when the peers exchange
+//!   their QP numbers without rdma_cm;
 //! - `tokio` (`rverbs-async`, with the `tokio` feature): async CQs, rdma_cm ids and
 //!   endpoints on tokio.
-
+//!
+//! Runnable programs are in `crates/rverbs/examples/` (a client and a server over rdma_cm,
+//! RDMA WRITE and READ with a key exchange, the README's example); `cargo xtask test` builds
+//! them and runs them in the test guests.
+//!
+//! The repository's README follows; its example is compiled as a doctest of this crate.
+//!
+#![doc = include_str!("../README.md")]
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
+
+pub mod rc;
 
 #[cfg(feature = "tokio")]
 pub use rverbs_async as tokio;

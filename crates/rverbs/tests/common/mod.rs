@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use rverbs::rc::{RcPath, RcRemote};
 use rverbs::uverbs::ah::AhAttr;
 use rverbs::uverbs::context::Context;
 use rverbs::uverbs::cq::Cq;
@@ -10,7 +11,7 @@ use rverbs::uverbs::gid::GidType;
 use rverbs::uverbs::mr::{AccessFlags, Mr, PageBuf};
 use rverbs::uverbs::pd::Pd;
 use rverbs::uverbs::port::Mtu;
-use rverbs::uverbs::qp::{Qp, QpAttr, QpState};
+use rverbs::uverbs::qp::Qp;
 use rverbs::uverbs::{RecvWr, SendOp, SendWr, WcOpcode, WcStatus};
 
 /// The device under test: `$RVERBS_DEV_A` (set by the VM), else `rxe0`.
@@ -53,38 +54,33 @@ pub const ALL_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
     .union(AccessFlags::REMOTE_READ)
     .union(AccessFlags::REMOTE_ATOMIC);
 
+/// The RC path of the device tests: port 1, MTU 1024, `access` granted to the peer, four
+/// outstanding RDMA READ/atomics each way, ACK timeout 14, 7 retries, RNR retries forever.
+pub const fn rc_path(access: AccessFlags) -> RcPath {
+    RcPath {
+        port_num: 1,
+        pkey_index: 0,
+        access,
+        path_mtu: Mtu::MTU_1024,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        min_rnr_timer: 12,
+        max_rd_atomic: 4,
+        max_dest_rd_atomic: 4,
+    }
+}
+
 /// Moves `qp` RESET→INIT→RTR→RTS towards the remote QP `rqpn` at `rgid`, sending from our GID
-/// index `sgid`.
+/// index `sgid` ([`rverbs::rc::connect`], both first PSNs 0).
 pub fn connect(qp: &Qp, rqpn: u32, rgid: [u8; 16], sgid: u8, access: AccessFlags) {
-    qp.modify(&QpAttr {
-        qp_state: Some(QpState::INIT),
-        pkey_index: Some(0),
-        port_num: Some(1),
-        access_flags: Some(access),
-        ..Default::default()
-    })
-    .expect("to INIT");
-    qp.modify(&QpAttr {
-        qp_state: Some(QpState::RTR),
-        path_mtu: Some(Mtu::MTU_1024),
-        dest_qp_num: Some(rqpn),
-        rq_psn: Some(0),
-        max_dest_rd_atomic: Some(4),
-        min_rnr_timer: Some(12),
-        ah_attr: Some(AhAttr::roce(1, rgid, sgid)),
-        ..Default::default()
-    })
-    .expect("to RTR");
-    qp.modify(&QpAttr {
-        qp_state: Some(QpState::RTS),
-        sq_psn: Some(0),
-        timeout: Some(14),
-        retry_cnt: Some(7),
-        rnr_retry: Some(7),
-        max_rd_atomic: Some(4),
-        ..Default::default()
-    })
-    .expect("to RTS");
+    let remote = RcRemote {
+        qp_num: rqpn,
+        psn: 0,
+        ah: AhAttr::roce(1, rgid, sgid),
+    };
+    rverbs::rc::connect(qp, &rc_path(access), 0, &remote)
+        .unwrap_or_else(|e| panic!("connect QP {:#x}: {e}", qp.qp_num()));
 }
 
 /// Polls `cq` until `n` completions arrived or 10 s passed (a hang is a failure, not a wait).

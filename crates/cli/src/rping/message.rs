@@ -1,0 +1,116 @@
+//! What the two sides send each other and put in their buffers: `struct rping_rdma_info`
+//! (the address, rkey and size of a buffer) and the ping text.
+
+use super::INFO_LEN;
+
+/// `struct rping_rdma_info`: a buffer's address, rkey and size, all big-endian.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RdmaInfo {
+    pub buf: u64,
+    pub rkey: u32,
+    pub size: u32,
+}
+
+impl RdmaInfo {
+    pub fn encode(&self) -> [u8; INFO_LEN] {
+        let mut b = [0u8; INFO_LEN];
+        b[0..8].copy_from_slice(&self.buf.to_be_bytes());
+        b[8..12].copy_from_slice(&self.rkey.to_be_bytes());
+        b[12..16].copy_from_slice(&self.size.to_be_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8; INFO_LEN]) -> Self {
+        let u32_at = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        Self {
+            buf: u64::from_be_bytes(b[0..8].try_into().expect("8 bytes")),
+            rkey: u32_at(8),
+            size: u32_at(12),
+        }
+    }
+}
+
+/// Fills `buf` as the C client does for ping number `ping`, whose characters start at
+/// `start` (65 'A' ..= 122 'z'): `"rdma-ping-N: "`, then `start`, `start+1`, … wrapping from
+/// 'z' to 'A', and a NUL in the last byte.
+pub fn fill_ping(buf: &mut [u8], ping: u32, start: u8) {
+    let head = format!("rdma-ping-{}: ", ping as i32);
+    let n = head.len().min(buf.len());
+    buf[..n].copy_from_slice(&head.as_bytes()[..n]);
+    let mut c = start;
+    for b in &mut buf[n..] {
+        *b = c;
+        c += 1;
+        if c > 122 {
+            c = 65;
+        }
+    }
+    if let Some(last) = buf.last_mut() {
+        *last = 0;
+    }
+}
+
+/// The first character of ping `ping + 1`, given ping `ping`'s.
+pub fn next_start(start: u8) -> u8 {
+    if start >= 122 {
+        65
+    } else {
+        start + 1
+    }
+}
+
+/// The C string at the start of `buf` (up to the first NUL, or all of it).
+pub fn c_str(buf: &[u8]) -> &[u8] {
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    &buf[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rping::MIN_SIZE;
+
+    #[test]
+    fn info_is_big_endian() {
+        let i = RdmaInfo {
+            buf: 0x0102_0304_0506_0708,
+            rkey: 0x1122_3344,
+            size: 64,
+        };
+        let b = i.encode();
+        assert_eq!(
+            b,
+            [1, 2, 3, 4, 5, 6, 7, 8, 0x11, 0x22, 0x33, 0x44, 0, 0, 0, 64]
+        );
+        assert_eq!(RdmaInfo::decode(&b), i);
+    }
+
+    #[test]
+    fn ping_pattern_is_the_c_clients() {
+        // What rping -v prints for the first pings at -S 64 (checked against the C tool).
+        let mut b = vec![0xffu8; 64];
+        fill_ping(&mut b, 0, 65);
+        assert_eq!(
+            c_str(&b),
+            b"rdma-ping-0: ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqr"
+        );
+        assert_eq!(b[63], 0);
+        let mut start = 65;
+        for _ in 0..2 {
+            start = next_start(start);
+        }
+        fill_ping(&mut b, 2, start);
+        assert_eq!(
+            c_str(&b),
+            b"rdma-ping-2: CDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrst"
+        );
+        // The characters wrap from 'z' to 'A', and so does the start.
+        assert_eq!(next_start(122), 65);
+        fill_ping(&mut b, 7, 120);
+        assert_eq!(&c_str(&b)[13..18], b"xyzAB");
+        // The smallest size still ends with a NUL.
+        let mut s = vec![0u8; MIN_SIZE as usize];
+        fill_ping(&mut s, 2_147_483_647, 65);
+        assert_eq!(c_str(&s), b"rdma-ping-2147483647: ABC");
+    }
+}
