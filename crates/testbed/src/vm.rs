@@ -132,7 +132,7 @@ pub struct Bed {
 }
 
 /// Our binaries for a run.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Payload {
     /// The static `rverbs` binary: /bin/rverbs in the minimal guest, on `$PATH` in both; the
     /// guests create their rxe devices with it (`rverbs link add`). Without it they use
