@@ -716,7 +716,7 @@ fn async_server_sees_a_killed_client_and_serves_the_next() {
         let lis = ch.create_id(PortSpace::TCP).unwrap();
         lis.bind(addr_a(port)).unwrap();
         lis.listen(0).unwrap();
-        let mut peer = spawn_peer(
+        let peer = spawn_peer(
             "async_server_sees_a_killed_client_and_serves_the_next",
             port,
         );
@@ -728,23 +728,13 @@ fn async_server_sees_a_killed_client_and_serves_the_next() {
         ep.accept(&ConnParam::default()).await.unwrap();
         assert!(ep.recv_comp().await.unwrap().status.is_success());
         peer.1.recv_timeout(Duration::from_secs(60)).unwrap();
-        let killer = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(300));
-            peer.0.kill().unwrap();
-            let t = Instant::now();
-            peer.0.wait().unwrap();
-            t
-        });
+        let killer = kill_soon(peer.0);
         let e = ep.recv_comp().await.unwrap_err();
         let ended = Instant::now();
         let killed = killer.join().unwrap();
         assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}");
         assert!(e.to_string().contains("DISCONNECTED"), "{e}");
-        assert!(
-            ended - killed < Duration::from_secs(1),
-            "ended {:?} after the kill",
-            ended - killed
-        );
+        assert_prompt(ended, killed);
         drop(ep);
         drop(slots);
         // The next client.
@@ -754,6 +744,26 @@ fn async_server_sees_a_killed_client_and_serves_the_next() {
         assert_eq!(echo_one(id).await.unwrap(), 20);
         c.await.unwrap();
     });
+}
+
+/// Kills the peer 300 ms from now, from another thread; the thread returns when it died.
+fn kill_soon(mut peer: Child) -> std::thread::JoinHandle<Instant> {
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        peer.kill().unwrap();
+        let t = Instant::now();
+        peer.wait().unwrap();
+        t
+    })
+}
+
+/// A wait that the peer's death ended must have ended within a second of it.
+fn assert_prompt(ended: Instant, killed: Instant) {
+    let after = ended.saturating_duration_since(killed);
+    assert!(
+        after < Duration::from_secs(1),
+        "ended {after:?} after the kill"
+    );
 }
 
 fn spawn_peer(test: &str, port: u16) -> (Child, mpsc::Receiver<()>) {
@@ -957,6 +967,69 @@ fn misuse_gets_clear_errors() {
     assert_eq!(fds(), before, "file descriptors leaked");
 }
 
+/// A client blocked in `send_comp().await` on a send nobody receives (the peer accepted but
+/// posted no receive: the send waits in RNR retries) while its server is killed: the wait ends
+/// within a second of the kill, with an error naming the disconnect or with the send's error
+/// completion (the dying peer's QP may answer the retried send first). A timeout dropped
+/// before that loses nothing: the same wait continues after it.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn async_client_blocked_in_send_comp_sees_a_killed_server() {
+    let test = "async_client_blocked_in_send_comp_sees_a_killed_server";
+    let port = 7820;
+    if std::env::var(PEER_ENV).is_ok() {
+        // The peer: accept one connection with no receive posted, then wait to be killed.
+        current_thread().block_on(async {
+            let ch = AsyncEventChannel::new().unwrap();
+            let lis = ch.create_id(PortSpace::TCP).unwrap();
+            lis.bind(addr_a(port)).unwrap();
+            lis.listen(0).unwrap();
+            println!("PEER SENT");
+            let (id, _) = lis.get_request().await.unwrap();
+            let ep = AsyncEndpoint::create(id, &attr()).unwrap();
+            ep.accept(&ConnParam::default()).await.unwrap();
+            println!("PEER SENT");
+            tokio::time::sleep(Duration::from_secs(120)).await;
+            drop(ep);
+        });
+        std::process::exit(0);
+    }
+    let peer = spawn_peer(test, port);
+    // Listening.
+    peer.1.recv_timeout(Duration::from_secs(60)).unwrap();
+    current_thread().block_on(async {
+        let ch = AsyncEventChannel::new().unwrap();
+        let (ep, _slots) = connect(&ch, port).await.unwrap();
+        // Accepted.
+        peer.1.recv_timeout(Duration::from_secs(60)).unwrap();
+        ep.endpoint()
+            .post_send_inline(1, &message(0, 0), SendFlags::empty())
+            .unwrap();
+        // Nothing completes while the peer lives.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), ep.send_comp())
+                .await
+                .is_err(),
+            "a send nobody receives completed"
+        );
+        let killer = kill_soon(peer.0);
+        let r = ep.send_comp().await;
+        let ended = Instant::now();
+        let killed = killer.join().unwrap();
+        match r {
+            Err(e) => {
+                assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}");
+                assert!(e.to_string().contains("DISCONNECTED"), "{e}");
+            }
+            Ok(wc) => assert!(!wc.status.is_success(), "{wc:?}"),
+        }
+        assert_prompt(ended, killed);
+    });
+}
+
 /// An async client blocked in recv_comp when its server process is killed gets an error
 /// naming the disconnect within a second of the kill.
 #[test]
@@ -988,7 +1061,7 @@ fn async_client_sees_a_killed_server() {
         });
         std::process::exit(0);
     }
-    let mut peer = spawn_peer(test, port);
+    let peer = spawn_peer(test, port);
     // Listening.
     peer.1.recv_timeout(Duration::from_secs(60)).unwrap();
     current_thread().block_on(async {
@@ -1000,22 +1073,12 @@ fn async_client_sees_a_killed_server() {
         assert!(ep.send_comp().await.unwrap().status.is_success());
         // The peer took the message.
         peer.1.recv_timeout(Duration::from_secs(60)).unwrap();
-        let killer = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(300));
-            peer.0.kill().unwrap();
-            let t = Instant::now();
-            peer.0.wait().unwrap();
-            t
-        });
+        let killer = kill_soon(peer.0);
         let e = ep.recv_comp().await.unwrap_err();
         let ended = Instant::now();
         let killed = killer.join().unwrap();
         assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}");
         assert!(e.to_string().contains("DISCONNECTED"), "{e}");
-        assert!(
-            ended.saturating_duration_since(killed) < Duration::from_secs(1),
-            "ended {:?} after the kill",
-            ended.saturating_duration_since(killed)
-        );
+        assert_prompt(ended, killed);
     });
 }
