@@ -127,21 +127,12 @@ fn check_rdmacm(cm: &Path, verbs: &Path, notes: &mut Vec<String>) -> Result<()> 
         let path = Path::new("/usr/bin").join(p);
         if !path.exists() {
             crate::bail!(
-                "{} is not installed (packages rdmacm-utils, perftest; .ci/run installs them)",
+                "{} is not installed (packages rdmacm-utils, perftest; `cargo xtask test` installs them)",
                 path.display()
             );
         }
         let imports = versioned_with(&path, true, "RDMACM_")?;
-        let lacking: Vec<String> = imports
-            .iter()
-            .filter(|s| !exports.contains(*s))
-            .map(|(n, v)| format!("{n}@{v}"))
-            .collect();
-        notes.push(format!(
-            "{p}: {} of {} rdma_cm imports exported",
-            imports.len() - lacking.len(),
-            imports.len()
-        ));
+        let lacking = not_exported(&imports, &exports, notes, p, "rdma_cm imports");
         if !lacking.is_empty() {
             missing.push(format!("{p}: {}", lacking.join(" ")));
         }
@@ -228,6 +219,28 @@ fn build(crate_type: &str, symver: bool, release: bool) -> Result<PathBuf> {
 
 /// `name@VERSION` pairs of a `readelf --dyn-syms -W` listing: the undefined ones (imports)
 /// or the defined ones (exports).
+/// The `imports` that `exports` lacks, as `name@version`; notes how many of them are exported
+/// (`{program}: N of M {what} exported`).
+fn not_exported(
+    imports: &BTreeSet<(String, String)>,
+    exports: &BTreeSet<(String, String)>,
+    notes: &mut Vec<String>,
+    program: &str,
+    what: &str,
+) -> Vec<String> {
+    let lacking: Vec<String> = imports
+        .iter()
+        .filter(|s| !exports.contains(*s))
+        .map(|(n, v)| format!("{n}@{v}"))
+        .collect();
+    notes.push(format!(
+        "{program}: {} of {} {what} exported",
+        imports.len() - lacking.len(),
+        imports.len()
+    ));
+    lacking
+}
+
 fn versioned(path: &Path, undefined: bool) -> Result<BTreeSet<(String, String)>> {
     versioned_with(path, undefined, "IBVERBS_")
 }
@@ -310,21 +323,12 @@ pub fn build_and_check(release: bool) -> Result<Outcome> {
         let path = Path::new("/usr/bin").join(p); // an absolute p replaces the directory
         if !path.exists() {
             crate::bail!(
-                "{} is not installed (packages ibverbs-utils, ibverbs-providers; .ci/run installs them)",
+                "{} is not installed (packages ibverbs-utils, ibverbs-providers; `cargo xtask test` installs them)",
                 path.display()
             );
         }
         let imports = versioned(&path, true)?;
-        let lacking: Vec<String> = imports
-            .iter()
-            .filter(|s| !exports.contains(*s))
-            .map(|(n, v)| format!("{n}@{v}"))
-            .collect();
-        notes.push(format!(
-            "{p}: {} of {} imports exported",
-            imports.len() - lacking.len(),
-            imports.len()
-        ));
+        let lacking = not_exported(&imports, &exports, &mut notes, p, "imports");
         if !lacking.is_empty() {
             missing.insert(p.to_string(), lacking);
         }
