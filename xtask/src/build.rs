@@ -96,6 +96,38 @@ pub struct Artifact {
     /// `<package dir name>/<target name>`, e.g. `uverbs/vm_smoke`.
     pub name: String,
     pub kind: String,
+    /// Built with the test profile: a test harness (of a test target, or a bin's unit tests).
+    pub test_harness: bool,
+}
+
+/// The executable a `compiler-artifact` message of cargo describes, if it made one.
+fn artifact_of(j: &Json) -> Option<Artifact> {
+    let exe = j.get("executable").as_str()?;
+    let kind = j
+        .get("target")
+        .get("kind")
+        .as_array()
+        .first()
+        .and_then(Json::as_str)
+        .unwrap_or("");
+    let tname = j.get("target").get("name").as_str().unwrap_or("?");
+    // A bin target's unit tests are an artifact of kind "bin" too, built with the test
+    // profile: not the program.
+    let test_harness = j.get("profile").get("test").as_bool() == Some(true);
+    let manifest = PathBuf::from(j.get("manifest_path").as_str().unwrap_or(""));
+    let package_dir = manifest.parent().map(PathBuf::from).unwrap_or_default();
+    let pkg = package_dir
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned();
+    Some(Artifact {
+        executable: PathBuf::from(exe),
+        package_dir,
+        name: format!("{pkg}/{tname}"),
+        kind: kind.to_string(),
+        test_harness,
+    })
 }
 
 /// Runs a cargo build with `--message-format=json-render-diagnostics` and collects the
@@ -114,31 +146,9 @@ fn cargo_artifacts(mut cmd: Command) -> Result<Vec<Artifact>> {
             if j.get("reason").as_str() != Some("compiler-artifact") {
                 continue;
             }
-            let Some(exe) = j.get("executable").as_str() else {
-                continue;
-            };
-            let kind = j
-                .get("target")
-                .get("kind")
-                .as_array()
-                .first()
-                .and_then(Json::as_str)
-                .unwrap_or("");
-            let tname = j.get("target").get("name").as_str().unwrap_or("?");
-            let manifest = PathBuf::from(j.get("manifest_path").as_str().unwrap_or(""));
-            let package_dir = manifest.parent().map(PathBuf::from).unwrap_or_default();
-            let pkg = package_dir
-                .file_name()
-                .unwrap_or_default()
-                .to_string_lossy()
-                .into_owned();
-            if seen.insert(exe.to_string()) {
-                out.push(Artifact {
-                    executable: PathBuf::from(exe),
-                    package_dir,
-                    name: format!("{pkg}/{tname}"),
-                    kind: kind.to_string(),
-                });
+            let Some(a) = artifact_of(&j) else { continue };
+            if seen.insert(a.executable.clone()) {
+                out.push(a);
             }
         }
     }
@@ -212,20 +222,23 @@ pub fn vm_tests(target: GuestTarget) -> Result<VmTests> {
         // binaries in its initramfs).
         &["--cfg", "rverbs_vm", "-C", "debuginfo=line-tables-only"],
     );
-    let arts = cargo_artifacts(cmd)?;
-    let (tests, rest): (Vec<_>, Vec<_>) = arts.into_iter().partition(|a| a.kind == "test");
-    let bins = rest.into_iter().filter(|a| a.kind == "bin").collect();
+    let (tests, bins) = split(cargo_artifacts(cmd)?);
     Ok(VmTests { tests, bins })
+}
+
+/// Integration tests, and programs (not their unit-test harnesses).
+fn split(arts: Vec<Artifact>) -> (Vec<Artifact>, Vec<Artifact>) {
+    let (tests, rest): (Vec<_>, Vec<_>) = arts.into_iter().partition(|a| a.kind == "test");
+    let bins = rest
+        .into_iter()
+        .filter(|a| a.kind == "bin" && !a.test_harness)
+        .collect();
+    (tests, bins)
 }
 
 /// The static `rverbs` binary the VM test build produced (the CLI tests' `CARGO_BIN_EXE_rverbs`).
 pub fn static_rverbs_of(tests: &VmTests) -> Result<PathBuf> {
-    let exe = tests
-        .bins
-        .iter()
-        .find(|a| a.name.ends_with("/rverbs"))
-        .map(|a| a.executable.clone())
-        .ok_or("the VM test build made no `rverbs` binary")?;
+    let exe = static_rverbs_path(tests)?;
     if !util::elf_is_static(&exe)? {
         crate::bail!(
             "{} is dynamically linked; the guests need a static binary",
@@ -235,8 +248,49 @@ pub fn static_rverbs_of(tests: &VmTests) -> Result<PathBuf> {
     Ok(exe)
 }
 
+fn static_rverbs_path(tests: &VmTests) -> Result<PathBuf> {
+    Ok(tests
+        .bins
+        .iter()
+        .find(|a| a.name.ends_with("/rverbs") && !a.test_harness)
+        .map(|a| a.executable.clone())
+        .ok_or("the VM test build made no `rverbs` binary")?)
+}
+
 /// Builds the static rverbs binary for the guests (see [`guest_target`]).
 pub fn rverbs_any() -> Result<(GuestTarget, PathBuf)> {
     let t = guest_target();
     Ok((t, rverbs(t)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(kind: &str, test: bool, exe: &str) -> Json {
+        Json::parse(&format!(
+            r#"{{"reason":"compiler-artifact","manifest_path":"/w/crates/cli/Cargo.toml",
+               "target":{{"kind":["{kind}"],"name":"rverbs"}},"profile":{{"test":{test}}},
+               "executable":"{exe}"}}"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_bins_unit_test_harness_is_not_the_program() {
+        let prog = artifact_of(&line("bin", false, "/t/debug/rverbs")).unwrap();
+        let harness = artifact_of(&line("bin", true, "/t/debug/deps/rverbs-1f2e")).unwrap();
+        assert_eq!(prog.name, "cli/rverbs");
+        assert!(!prog.test_harness && harness.test_harness);
+        // Whichever order cargo reports them in, the guests get the program.
+        for arts in [vec![harness.clone(), prog.clone()], vec![prog, harness]] {
+            let (tests, bins) = split(arts);
+            assert!(tests.is_empty());
+            let t = VmTests { tests, bins };
+            assert_eq!(
+                static_rverbs_path(&t).unwrap(),
+                PathBuf::from("/t/debug/rverbs")
+            );
+        }
+    }
 }

@@ -807,6 +807,7 @@ test result: FAILED. 3 passed; 2 failed; 0 ignored; 0 measured; 5 filtered out; 
             package_dir: PathBuf::from("/w/crates/uverbs"),
             name: "uverbs/vm_smoke".into(),
             kind: "test".into(),
+            test_harness: true,
         };
         let s = runner_script(
             &[a],

@@ -197,7 +197,7 @@ fn a_hanging_program_is_killed_at_the_timeout_and_fails() {
     let (code, out, err) = run(&[
         "run",
         "--timeout",
-        "60",
+        "30",
         "--",
         busybox(),
         "sh",
@@ -206,6 +206,6 @@ fn a_hanging_program_is_killed_at_the_timeout_and_fails() {
     ]);
     assert_eq!(code, Some(125), "{err}");
     assert!(out.contains("hanging-now"), "{out}");
-    assert!(err.contains("hung and was killed after 60.0 s"), "{err}");
+    assert!(err.contains("hung and was killed after 30.0 s"), "{err}");
     assert!(err.contains("---- last"), "{err}");
 }
