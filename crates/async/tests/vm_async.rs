@@ -746,6 +746,34 @@ fn async_server_sees_a_killed_client_and_serves_the_next() {
     });
 }
 
+/// The server side of the killed-server tests, run in the peer process: listens on `port`
+/// ("PEER SENT"), accepts one connection (with one receive posted and its message taken first
+/// when `take_one`; "PEER SENT" again), then waits to be killed.
+fn be_a_doomed_server(port: u16, take_one: bool) -> ! {
+    current_thread().block_on(async {
+        let ch = AsyncEventChannel::new().unwrap();
+        let lis = ch.create_id(PortSpace::TCP).unwrap();
+        lis.bind(addr_a(port)).unwrap();
+        lis.listen(0).unwrap();
+        println!("PEER SENT");
+        let (id, _) = lis.get_request().await.unwrap();
+        let ep = AsyncEndpoint::create(id, &attr()).unwrap();
+        let slots = Slots::new(ep.endpoint());
+        if take_one {
+            slots.post(ep.endpoint(), 0);
+        }
+        ep.accept(&ConnParam::default()).await.unwrap();
+        if take_one {
+            ep.recv_comp().await.unwrap();
+        }
+        println!("PEER SENT");
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        drop(ep);
+        drop(slots);
+    });
+    std::process::exit(0)
+}
+
 /// Kills the peer 300 ms from now, from another thread; the thread returns when it died.
 fn kill_soon(mut peer: Child) -> std::thread::JoinHandle<Instant> {
     std::thread::spawn(move || {
@@ -982,20 +1010,7 @@ fn async_client_blocked_in_send_comp_sees_a_killed_server() {
     let port = 7820;
     if std::env::var(PEER_ENV).is_ok() {
         // The peer: accept one connection with no receive posted, then wait to be killed.
-        current_thread().block_on(async {
-            let ch = AsyncEventChannel::new().unwrap();
-            let lis = ch.create_id(PortSpace::TCP).unwrap();
-            lis.bind(addr_a(port)).unwrap();
-            lis.listen(0).unwrap();
-            println!("PEER SENT");
-            let (id, _) = lis.get_request().await.unwrap();
-            let ep = AsyncEndpoint::create(id, &attr()).unwrap();
-            ep.accept(&ConnParam::default()).await.unwrap();
-            println!("PEER SENT");
-            tokio::time::sleep(Duration::from_secs(120)).await;
-            drop(ep);
-        });
-        std::process::exit(0);
+        be_a_doomed_server(port, false);
     }
     let peer = spawn_peer(test, port);
     // Listening.
@@ -1042,24 +1057,7 @@ fn async_client_sees_a_killed_server() {
     let port = 7809;
     if std::env::var(PEER_ENV).is_ok() {
         // The peer: accept one connection, take one message, wait to be killed.
-        current_thread().block_on(async {
-            let ch = AsyncEventChannel::new().unwrap();
-            let lis = ch.create_id(PortSpace::TCP).unwrap();
-            lis.bind(addr_a(port)).unwrap();
-            lis.listen(0).unwrap();
-            println!("PEER SENT");
-            let (id, _) = lis.get_request().await.unwrap();
-            let ep = AsyncEndpoint::create(id, &attr()).unwrap();
-            let slots = Slots::new(ep.endpoint());
-            slots.post(ep.endpoint(), 0);
-            ep.accept(&ConnParam::default()).await.unwrap();
-            ep.recv_comp().await.unwrap();
-            println!("PEER SENT");
-            tokio::time::sleep(Duration::from_secs(120)).await;
-            drop(ep);
-            drop(slots);
-        });
-        std::process::exit(0);
+        be_a_doomed_server(port, true);
     }
     let peer = spawn_peer(test, port);
     // Listening.
