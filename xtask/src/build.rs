@@ -183,13 +183,7 @@ pub fn rverbs(target: GuestTarget) -> Result<PathBuf> {
         .find(|a| a.kind == "bin" && a.name.ends_with("/rverbs"))
         .map(|a| a.executable)
         .ok_or("cargo built no `rverbs` binary")?;
-    if !util::elf_is_static(&exe)? {
-        crate::bail!(
-            "{} is dynamically linked; the guests need a static binary",
-            exe.display()
-        );
-    }
-    Ok(exe)
+    static_for_guests(exe)
 }
 
 pub struct VmTests {
@@ -236,9 +230,8 @@ fn split(arts: Vec<Artifact>) -> (Vec<Artifact>, Vec<Artifact>) {
     (tests, bins)
 }
 
-/// The static `rverbs` binary the VM test build produced (the CLI tests' `CARGO_BIN_EXE_rverbs`).
-pub fn static_rverbs_of(tests: &VmTests) -> Result<PathBuf> {
-    let exe = static_rverbs_path(tests)?;
+/// `exe`, if it is statically linked (the minimal guest has no shared libraries).
+fn static_for_guests(exe: PathBuf) -> Result<PathBuf> {
     if !util::elf_is_static(&exe)? {
         crate::bail!(
             "{} is dynamically linked; the guests need a static binary",
@@ -246,6 +239,12 @@ pub fn static_rverbs_of(tests: &VmTests) -> Result<PathBuf> {
         );
     }
     Ok(exe)
+}
+
+/// The static `rverbs` binary the VM test build produced (the CLI tests' `CARGO_BIN_EXE_rverbs`).
+pub fn static_rverbs_of(tests: &VmTests) -> Result<PathBuf> {
+    let exe = static_rverbs_path(tests)?;
+    static_for_guests(exe)
 }
 
 fn static_rverbs_path(tests: &VmTests) -> Result<PathBuf> {
