@@ -349,11 +349,15 @@ fn client_survives_a_killed_server() {
     s.kill9();
     let d = c.finish(Duration::from_secs(30));
     assert_eq!(d.code(), Some(1), "{d}");
-    assert!(
-        d.err.contains("client DISCONNECT EVENT...")
-            && d.err.contains("the server disconnected during ping"),
-        "{d}"
-    );
+    // Which the client learns first depends on timing: the rdma_cm's DISCONNECTED, or the
+    // completion of a request in flight that the dead server's destroyed QP answered with a
+    // NAK (remote operation error, seen under load on 6.12). Either way it ends, saying which.
+    let disconnected = d.err.contains("client DISCONNECT EVENT...")
+        && d.err.contains("the server disconnected during ping");
+    let nak = d
+        .err
+        .contains("cq completion failed status 11 (remote operation error)");
+    assert!(disconnected || nak, "{d}");
 }
 
 /// The client dies mid-run: the server sees DISCONNECTED and ends normally, as the C tool.
