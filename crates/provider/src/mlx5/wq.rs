@@ -1048,10 +1048,13 @@ impl Mlx5Qp {
         };
         // BlueFlame (libmlx5 `post_send_db`): a WQE of more than one unit that fits the
         // register's half; inline WQEs unless `MLX5_SHUT_UP_BF`, others only with `prefer_bf`.
+        // Whole 64-byte blocks of the half only (the copy writes whole blocks; a half is 256
+        // bytes on every ConnectX, but the kernel's bf_reg_size is not checked to be a
+        // multiple of 128).
         let bf_units = if p.policy.shut_up_bf {
             0
         } else {
-            (p.bf.bf_size() / 16) as u32
+            ((p.bf.bf_size() & !63) / 16) as u32
         };
         Ok(Self {
             // SAFETY: both inside the region (sq_offset + SQ bytes = buf_size ≤ dbrec_off).
