@@ -913,8 +913,9 @@ impl Drop for UserIndex {
     }
 }
 
-// SAFETY: the raw pointers point into `region`, which this value owns; the BlueFlame register
-// is Sync. Moving the QP between threads moves all of it.
+// SAFETY: the raw pointers point into `region`, which this value owns, and (`sq_slots`) into
+// `shared`'s slot table of atomics, which it keeps alive; the BlueFlame register is Sync.
+// Moving the QP between threads moves all of it.
 unsafe impl Send for Mlx5Qp {}
 
 impl fmt::Debug for Mlx5Qp {
@@ -1269,7 +1270,7 @@ impl Mlx5Qp {
     ///
     /// # Safety
     /// `seg..seg + 48` must lie in the SQ.
-    #[inline]
+    #[inline(never)]
     unsafe fn write_av(&self, wr: &SendWr<'_>, seg: *mut u8) -> Result<(), SendFault> {
         let dest = wr.ud.ok_or(SendFault::NoAh)?;
         let av = self.ahs.get(dest.ah_num).ok_or(SendFault::UnknownAh)?;
@@ -1292,43 +1293,66 @@ impl Mlx5Qp {
     #[inline(always)]
     unsafe fn write_inline(&self, sge: &[Sge], seg: *mut u8) -> Result<usize, SendFault> {
         let total = if let [s] = sge {
-            // One SGE, the common case: no sum walk.
+            // One SGE, the common case, in line.
             if s.length > self.max_inline {
                 return Err(SendFault::Inline);
             }
+            // SAFETY: the caller's contract; at most max_inline bytes after the header.
+            unsafe { self.copy_inline(s, seg.add(INL_SEG)) };
             s.length as usize
         } else {
-            let mut total = 0u64;
-            for s in sge {
-                total += u64::from(s.length);
-            }
-            if total > u64::from(self.max_inline) {
-                return Err(SendFault::Inline);
-            }
-            total as usize
+            // SAFETY: as above.
+            unsafe { self.copy_inline_sges(sge, seg.add(INL_SEG))? }
         };
         if total == 0 {
             return Ok(0);
         }
-        // SAFETY: the caller's contract; each piece is split at the SQ end.
-        unsafe {
-            let mut p = seg.add(INL_SEG);
-            for s in sge {
-                let mut len = s.length as usize;
-                let mut src = s.addr as usize as *const u8;
-                let room = self.sq_end.offset_from(p) as usize;
-                if len > room {
-                    copy_small(src, p, room);
-                    src = src.add(room);
-                    len -= room;
-                    p = self.sq_start;
-                }
-                copy_small(src, p, len);
-                p = p.add(len);
-            }
-            w32(seg, 0, total as u32 | MLX5_INLINE_SEG);
-        }
+        // SAFETY: the header of the inline segment, in the SQ (the caller's contract).
+        unsafe { w32(seg, 0, total as u32 | MLX5_INLINE_SEG) };
         Ok((total + INL_SEG).div_ceil(16))
+    }
+
+    /// Copies one inline SGE to `p`, split at the SQ end; returns where the copy ended.
+    ///
+    /// # Safety
+    /// `p` in the SQ with `s.length` bytes reserved after it (wrapping); `s` readable.
+    #[inline(always)]
+    unsafe fn copy_inline(&self, s: &Sge, p: *mut u8) -> *mut u8 {
+        let mut len = s.length as usize;
+        let mut src = s.addr as usize as *const u8;
+        let mut p = p;
+        // SAFETY: the caller's contract; the first piece ends at the SQ end.
+        unsafe {
+            let room = self.sq_end.offset_from(p) as usize;
+            if len > room {
+                copy_small(src, p, room);
+                src = src.add(room);
+                len -= room;
+                p = self.sq_start;
+            }
+            copy_small(src, p, len);
+            p.add(len)
+        }
+    }
+
+    /// Several inline SGEs (out of line: rare): the running total is checked before each
+    /// SGE's copy, in libmlx5's order, so that a refused request leaves the same bytes in
+    /// the SQ; returns the total.
+    ///
+    /// # Safety
+    /// As for [`Mlx5Qp::write_inline`].
+    #[inline(never)]
+    unsafe fn copy_inline_sges(&self, sge: &[Sge], mut p: *mut u8) -> Result<usize, SendFault> {
+        let mut total = 0usize;
+        for s in sge {
+            total += s.length as usize;
+            if total > self.max_inline as usize {
+                return Err(SendFault::Inline);
+            }
+            // SAFETY: the caller's contract; the total stays within max_inline.
+            p = unsafe { self.copy_inline(s, p) };
+        }
+        Ok(total)
     }
 
     /// The error for work request `nreq` refused for `f`, naming the limit it broke.
