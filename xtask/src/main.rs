@@ -77,10 +77,11 @@ USAGE:
         Builds the C drop-in (crates/capi): target/capi/lib/libibverbs.so.1 and librverbs.a,
         and checks that it exports every ibv_* symbol version rdma-core's tools import
         (docs/capi.md). `cargo xtask test` runs it as its `capi` stage.
-    cargo xtask mlx5-oracle [--check | --script FILE]
+    cargo xtask mlx5-oracle [--check | --script FILE | --bench]
         Regenerates the golden dumps of libmlx5 for crates/provider/tests/mlx5_oracle/*.script
         (--check: proves the committed ones are what libmlx5 gives; --script: runs FILE
-        through libmlx5 and rverbs and prints `identical` or the first difference).
+        through libmlx5 and rverbs and prints `identical` or the first difference; --bench:
+        the posting benchmark of docs/mlx5.md, libmlx5 and rverbs side by side).
     cargo xtask setup [--kernel 6.1|6.12|all]
         Prepares everything (packages, kernels, modules, KVM verdict, static build), says where.
     cargo xtask help

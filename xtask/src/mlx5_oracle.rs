@@ -7,7 +7,11 @@
 //! - `--check`: proves the committed dumps are what libmlx5 produces today (a stage of
 //!   `cargo xtask test`);
 //! - `--script FILE`: runs FILE through libmlx5 and rverbs and prints `identical` or the
-//!   first differing byte with its step and meaning.
+//!   first differing byte with its step and meaning;
+//! - `--bench`: the posting benchmark of `docs/mlx5.md` (`crates/provider/benches/mlx5_post/`):
+//!   instructions per work request inside `bench_post` (callgrind) and ns per work request
+//!   (median of five alternating native runs of each side), libmlx5 and rverbs side by side,
+//!   with the check that both runs left the same bytes (needs valgrind).
 //!
 //! Needs a C compiler, libibverbs-dev (headers, libibverbs.so) and ibverbs-providers
 //! (libmlx5): `.ci/run` installs them.
@@ -50,9 +54,9 @@ fn build_harness() -> Result<PathBuf> {
     Ok(exe)
 }
 
-/// libmlx5's dump of `script` (the harness pins the environment the script's `env` lines
-/// give; everything else libmlx5 or libibverbs would read from the environment is removed).
-fn libmlx5_dump(harness: &Path, script: &Path) -> Result<String> {
+/// The harness run on `script` with nothing libmlx5 or libibverbs would read from the
+/// environment (the harness pins what the script's `env` lines give).
+fn harness_cmd(harness: &Path, script: &Path) -> Command {
     let mut cmd = Command::new(harness);
     cmd.arg(script);
     for (k, _) in std::env::vars() {
@@ -64,7 +68,12 @@ fn libmlx5_dump(harness: &Path, script: &Path) -> Result<String> {
             cmd.env_remove(k);
         }
     }
-    let out = cmd
+    cmd
+}
+
+/// libmlx5's dump of `script`.
+fn libmlx5_dump(harness: &Path, script: &Path) -> Result<String> {
+    let out = harness_cmd(harness, script)
         .output()
         .map_err(|e| util::Error(format!("run {}: {e}", harness.display())))?;
     if !out.status.success() {
@@ -155,19 +164,200 @@ fn scripts() -> Result<Vec<PathBuf>> {
     Ok(v)
 }
 
-/// `cargo xtask mlx5-oracle [--check | --script FILE]`.
+/// The release build of the provider's oracle test (the rverbs side of the benchmark).
+fn rverbs_bench_exe() -> Result<PathBuf> {
+    let out = util::cargo()
+        .args([
+            "test",
+            "--release",
+            "-p",
+            "rverbs-provider",
+            "--test",
+            "mlx5_oracle",
+            "--no-run",
+            "--message-format=json-render-diagnostics",
+        ])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| util::Error(format!("run cargo: {e}")))?;
+    if !out.status.success() {
+        crate::bail!("mlx5-oracle: building the release oracle test failed");
+    }
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(j) = crate::json::Json::parse(line) else {
+            continue;
+        };
+        if j.get("target").get("name").as_str() == Some("mlx5_oracle") {
+            if let Some(exe) = j.get("executable").as_str() {
+                return Ok(PathBuf::from(exe));
+            }
+        }
+    }
+    crate::bail!("mlx5-oracle: cargo named no executable for the mlx5_oracle test")
+}
+
+/// Work requests a benchmark script posts: `n` lists of as many WRs as its `bench` line has.
+fn bench_wrs(script: &str) -> Option<u64> {
+    let line = script.lines().find(|l| l.starts_with("bench "))?;
+    let n: u64 = line
+        .split_whitespace()
+        .find_map(|t| t.strip_prefix("n="))?
+        .parse()
+        .ok()?;
+    Some(n * line.matches(" id=").count() as u64)
+}
+
+/// Instructions callgrind counted (its `summary:` line) in `out`.
+fn callgrind_total(out: &Path) -> Result<u64> {
+    let text =
+        fs::read_to_string(out).map_err(|e| util::Error(format!("{}: {e}", out.display())))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("summary: "))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| util::Error(format!("{}: no callgrind summary", out.display())))
+}
+
+/// `bench: X ns per WR` from a run's stderr.
+fn ns_per_wr(stderr: &[u8]) -> Option<f64> {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .find_map(|l| l.strip_prefix("bench: "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+fn run_ok(cmd: &mut Command, what: &str) -> Result<std::process::Output> {
+    let out = cmd
+        .output()
+        .map_err(|e| util::Error(format!("run {what}: {e}")))?;
+    if !out.status.success() {
+        crate::bail!(
+            "mlx5-oracle: {what} failed ({}): {}",
+            util::describe_status(out.status),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(out)
+}
+
+/// `--bench`: see the module documentation.
+fn bench(harness: &Path) -> Result<u8> {
+    let exe = rverbs_bench_exe()?;
+    let dir = util::workspace_root().join("crates/provider/benches/mlx5_post");
+    let out_dir = util::target_dir().join("mlx5-oracle");
+    let mut scripts: Vec<PathBuf> = fs::read_dir(&dir)
+        .map_err(|e| util::Error(format!("{}: {e}", dir.display())))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "script"))
+        .collect();
+    scripts.sort();
+    let rverbs_cmd = |s: &Path, dump: &Path| {
+        let mut c = Command::new(&exe);
+        c.args([
+            "--exact",
+            "mlx5_oracle_scripts_match_libmlx5",
+            "--nocapture",
+        ])
+        .env("MLX5_ORACLE_SCRIPT", s)
+        .env("MLX5_ORACLE_OUT", dump);
+        c
+    };
+    let load = fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "xtask: mlx5-oracle: posting benchmark, load average {}",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!("| script | libmlx5 Ir/WR | rverbs Ir/WR | ratio | libmlx5 ns/WR | rverbs ns/WR |");
+    println!("|---|---|---|---|---|---|");
+    let mut bad = 0;
+    for s in scripts {
+        let s = fs::canonicalize(&s).map_err(|e| util::Error(format!("{}: {e}", s.display())))?;
+        let name = s.file_stem().unwrap().to_string_lossy().to_string();
+        let text = fs::read_to_string(&s).unwrap_or_default();
+        let Some(wrs) = bench_wrs(&text) else {
+            crate::bail!("mlx5-oracle: {} has no `bench ... n=N` line", s.display());
+        };
+        let (cg_c, cg_r) = (
+            out_dir.join(format!("{name}.libmlx5.callgrind")),
+            out_dir.join(format!("{name}.rverbs.callgrind")),
+        );
+        let rdump = out_dir.join(format!("{name}.rverbs.dump"));
+        let mut c = harness_cmd(harness, &s);
+        let mut vg = Command::new("valgrind");
+        vg.args(["--tool=callgrind", "--toggle-collect=bench_post"])
+            .arg(format!("--callgrind-out-file={}", cg_c.display()))
+            .arg(c.get_program())
+            .args(c.get_args());
+        for (k, v) in c.get_envs() {
+            match v {
+                Some(v) => vg.env(k, v),
+                None => vg.env_remove(k),
+            };
+        }
+        let lib = run_ok(&mut vg, "valgrind on the libmlx5 harness")?;
+        let mut r = rverbs_cmd(&s, &rdump);
+        let mut vg = Command::new("valgrind");
+        vg.args(["--tool=callgrind", "--toggle-collect=*bench_post*"])
+            .arg(format!("--callgrind-out-file={}", cg_r.display()))
+            .arg(r.get_program())
+            .args(r.get_args());
+        for (k, v) in r.get_envs() {
+            if let Some(v) = v {
+                vg.env(k, v);
+            }
+        }
+        run_ok(&mut vg, "valgrind on the rverbs oracle test")?;
+        let ours = fs::read_to_string(&rdump).unwrap_or_default();
+        let same = String::from_utf8_lossy(&lib.stdout) == ours;
+        if !same {
+            println!("xtask: mlx5-oracle: {name}: the two runs left different bytes");
+            bad += 1;
+        }
+        let (ic, ir) = (callgrind_total(&cg_c)?, callgrind_total(&cg_r)?);
+        let (mut nc, mut nr) = (Vec::new(), Vec::new());
+        for _ in 0..5 {
+            let o = run_ok(&mut c, "the libmlx5 harness")?;
+            nc.extend(ns_per_wr(&o.stderr));
+            let o = run_ok(&mut r, "the rverbs oracle test")?;
+            nr.extend(ns_per_wr(&o.stderr));
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+        };
+        println!(
+            "| {name} | {:.1} | {:.1} | **{:.2}** | {:.1} | {:.1} |",
+            ic as f64 / wrs as f64,
+            ir as f64 / wrs as f64,
+            ir as f64 / ic as f64,
+            median(&mut nc),
+            median(&mut nr)
+        );
+    }
+    Ok(u8::from(bad > 0))
+}
+
+/// `cargo xtask mlx5-oracle [--check | --script FILE | --bench]`.
 pub fn run(args: &[String]) -> Result<u8> {
     let mut check = false;
+    let mut bench_mode = false;
     let mut script = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--check" => check = true,
+            "--bench" => bench_mode = true,
             "--script" => script = it.next().cloned(),
             other => crate::bail!("unknown option `{other}` for `cargo xtask mlx5-oracle`"),
         }
     }
     let harness = build_harness()?;
+    if bench_mode {
+        return bench(&harness);
+    }
     if let Some(s) = script {
         let s = PathBuf::from(s);
         let lib = libmlx5_dump(&harness, &s)?;

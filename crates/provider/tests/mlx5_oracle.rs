@@ -42,8 +42,9 @@ struct Region {
     shadow: Vec<u8>,
 }
 
-/// A CQ: its ops, ring, entries, CQEs written so far.
-type TestCq = (Box<dyn CqOps>, *mut u8, u32, u32);
+/// A CQ: its ops, ring, entries, CQEs written so far, slot bytes (64 or 128; the CQE64 is
+/// the slot's last 64 bytes).
+type TestCq = (Box<dyn CqOps>, *mut u8, u32, u32, usize);
 
 #[derive(Default)]
 struct Run {
@@ -193,9 +194,11 @@ impl Run {
                 let db = u64::from_ne_bytes(udata[8..16].try_into().unwrap()) as usize as *const u8;
                 self.udata(&udata, 16);
                 let n = k + 1;
-                self.region(format!("cq{id}.buf"), buf, n as usize * 64);
+                // The slot size the driver asked for (cqe_size, bytes 16..20).
+                let slot = u32::from_ne_bytes(udata[16..20].try_into().unwrap()) as usize;
+                self.region(format!("cq{id}.buf"), buf, n as usize * slot);
                 self.region(format!("cq{id}.db"), db, 8);
-                set(&mut self.cqs, id, (ops, buf, n, 0));
+                set(&mut self.cqs, id, (ops, buf, n, 0, slot));
             }
             "qp" => {
                 let id: usize = t[1].parse().unwrap();
@@ -431,7 +434,7 @@ impl Run {
                 unsafe {
                     std::ptr::copy_nonoverlapping(
                         c.as_ptr(),
-                        e.1.add((ci & (e.2 - 1)) as usize * 64),
+                        e.1.add((ci & (e.2 - 1)) as usize * e.4 + e.4 - 64),
                         64,
                     )
                 };
@@ -505,7 +508,7 @@ impl Run {
             unsafe {
                 std::ptr::copy_nonoverlapping(
                     c.as_ptr(),
-                    e.1.add((ci & (e.2 - 1)) as usize * 64),
+                    e.1.add((ci & (e.2 - 1)) as usize * e.4 + e.4 - 64),
                     64,
                 )
             };
@@ -625,6 +628,7 @@ impl Run {
             shut_up_bf: env("MLX5_SHUT_UP_BF").is_some_and(|v| v != "0"),
             prefer_bf: env("MLX5_POST_SEND_PREFER_BF") != Some("0"),
         };
+        let cqe_size = env("MLX5_CQE_SIZE").map_or(64, |v| v.parse().unwrap_or(0));
         if info.tot_bfregs == 0 {
             self.uars.st.lock().unwrap().fail_at = num(t, "uar_fail", 0) as u32;
             let kernel: Arc<dyn UarKernel> = self.uars.clone();
@@ -639,7 +643,8 @@ impl Run {
             .unwrap();
             self.driver = Some(
                 Mlx5Driver::from_dynamic(info, pool, policy, vec![eth])
-                    .with_gid_types(self.gid_types()),
+                    .with_gid_types(self.gid_types())
+                    .with_cqe_size(cqe_size),
             );
             self.take_uars();
             self.udata(req.as_bytes(), 0);
@@ -657,7 +662,8 @@ impl Run {
         self.driver = Some(
             unsafe { Mlx5Driver::from_parts(info, &pages, policy, vec![eth]) }
                 .unwrap()
-                .with_gid_types(self.gid_types()),
+                .with_gid_types(self.gid_types())
+                .with_cqe_size(cqe_size),
         );
         for (i, p) in pages.iter().enumerate() {
             self.region(format!("uar0.p{i}"), p.0, PAGE);
@@ -751,7 +757,8 @@ macro_rules! scripts {
 }
 
 /// Every script in `tests/mlx5_oracle/`.
-pub const SCRIPTS: [(&str, &str, &str); 12] = scripts![
+pub const SCRIPTS: [(&str, &str, &str); 13] = scripts![
+    "cqe_128",
     "cqe_v1",
     "doorbell_prefer_bf_0",
     "doorbell_shut_up_bf",

@@ -611,6 +611,107 @@ fn bad_posts_are_refused_clearly() {
     // SAFETY: as above.
     let e = unsafe { ud.ops.post_send(kobj(), &[rd]) }.unwrap_err();
     assert!(e.to_string().contains("a UD QP cannot post"), "{e}");
+    // Every operation a UD QP cannot carry (RDMA, atomics, SEND_WITH_INV), and those a UC QP
+    // cannot (READ, atomics): refused before anything is written, nothing rung.
+    let raddr = (0x1000, 5);
+    let write = SendOp::RdmaWrite {
+        remote_addr: raddr.0,
+        rkey: raddr.1,
+    };
+    let read = SendOp::RdmaRead {
+        remote_addr: raddr.0,
+        rkey: raddr.1,
+    };
+    let cs = SendOp::AtomicCmpSwp {
+        remote_addr: raddr.0,
+        rkey: raddr.1,
+        compare: 1,
+        swap: 2,
+    };
+    let fa = SendOp::AtomicFetchAdd {
+        remote_addr: raddr.0,
+        rkey: raddr.1,
+        add: 1,
+    };
+    let inv = SendOp::SendWithInv { invalidate_rkey: 9 };
+    let mut uc = qp(&d, QpType::UC, caps(8, 0, 2, 0, 16), 0x79, 1, false);
+    for (q, qpn, ty, ops) in [
+        (&mut ud, 0x78, "UD", &[write, read, cs, fa, inv][..]),
+        (&mut uc, 0x79, "UC", &[read, cs, fa][..]),
+    ] {
+        let db = u64_at(&q.udata, 8);
+        let before = mem(db, 8);
+        for &op in ops {
+            let wr = SendWr {
+                op,
+                ud: Some(dest),
+                ..ok
+            };
+            // SAFETY: as above.
+            let e = unsafe { q.ops.post_send(kobj(), &[wr]) }.unwrap_err();
+            let msg = e.at("mlx5_0", PostQueue::Send, qpn).to_string();
+            assert!(
+                msg.contains(&format!("a {ty} QP cannot post")) && msg.ends_with("; 0 posted"),
+                "{msg}"
+            );
+            assert_eq!(mem(db, 8), before, "{ty} {op:?}: nothing rung");
+        }
+    }
+    // What UC does carry: WRITE and SEND_WITH_INV.
+    for op in [write, inv] {
+        // SAFETY: as above.
+        unsafe { uc.ops.post_send(kobj(), &[SendWr { op, ..ok }]) }.unwrap();
+    }
+    // Inline data over the max across two SGEs: the total is what counts (and is named).
+    let forty = [Sge {
+        addr: data.as_ptr() as u64,
+        length: 40,
+        lkey: 0,
+    }; 2];
+    let wr = SendWr {
+        sge: &forty,
+        flags: SendFlags::INLINE,
+        ..ok
+    };
+    // SAFETY: as above.
+    let e = unsafe { uc.ops.post_send(kobj(), &[wr]) }.unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("80 bytes of inline data exceed the QP's max_inline_data 60"),
+        "{e}"
+    );
+}
+
+/// `MLX5_CQE_SIZE` (`Mlx5Driver::with_cqe_size`): 64 and 128 go into the CREATE_CQ driver
+/// data's `cqe_size`; any other size is refused before the kernel is asked (libmlx5: EINVAL),
+/// naming the value.
+#[test]
+fn cqe_size_is_64_or_128() {
+    for size in [64u32, 128] {
+        let mut u = Uars::new();
+        let d = driver(&mut u, BfPolicy::default(), false).with_cqe_size(size);
+        let mut asked = 0;
+        d.create_cq(fd(), 15, &mut |uin, uout| {
+            asked = u32_at(uin, 16);
+            uout[0..4].copy_from_slice(&7u32.to_ne_bytes());
+            Ok(CqCreated { handle: 1, cqe: 15 })
+        })
+        .unwrap();
+        assert_eq!(asked, size);
+    }
+    for size in [0u32, 32, 96, 256] {
+        let mut u = Uars::new();
+        let d = driver(&mut u, BfPolicy::default(), false).with_cqe_size(size);
+        let e = d
+            .create_cq(fd(), 15, &mut |_, _| panic!("no kernel call"))
+            .unwrap_err();
+        assert!(
+            e.to_string().contains(&format!(
+                "MLX5_CQE_SIZE is {size}: mlx5 CQEs are 64 or 128 bytes"
+            )),
+            "{e}"
+        );
+    }
 }
 
 /// UD: the datagram segment is the AH's address vector with the remote QPN (extended-AV bit)

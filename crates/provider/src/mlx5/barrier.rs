@@ -53,3 +53,25 @@ pub(crate) fn mmio_wmb() {
 pub(crate) fn mmio_flush() {
     mmio_wmb();
 }
+
+/// The send path's store barrier, before its first store to UAR memory: the stores before it
+/// (WQEs, the doorbell record) reach the device before any later store (`mmio_wc_start()`:
+/// `sfence` on x86-64, `dsb st` on aarch64). Unlike [`mmio_wmb`] it orders stores only
+/// (store to store is all a doorbell needs: the post path reads nothing the device writes
+/// back), so for the Rust memory model it is a Release fence, which emits no instruction on
+/// x86-64. The `asm!` blocks have no `nomem` option: the compiler moves no memory access
+/// across them either.
+#[inline(always)]
+pub(crate) fn wc_store_barrier() {
+    fence(Ordering::Release);
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: `sfence` has no operands and no memory effects beyond ordering stores.
+    unsafe {
+        core::arch::asm!("sfence", options(nostack, preserves_flags));
+    }
+    #[cfg(all(target_arch = "aarch64", not(miri)))]
+    // SAFETY: a barrier instruction; touches no memory and no registers.
+    unsafe {
+        core::arch::asm!("dsb st", options(nostack, preserves_flags));
+    }
+}

@@ -62,7 +62,8 @@ pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
             info.num_uars_per_page,
         )?;
         let d = Mlx5Driver::from_dynamic(info, pool, BfPolicy::from_env(), eth)
-            .with_gid_types(sysfs_gid_types(dev));
+            .with_gid_types(sysfs_gid_types(dev))
+            .with_cqe_size(cqe_size_from_env());
         // SAFETY: as below.
         unsafe { ctx.set_driver(Box::new(d)) }?;
         return Ok(Arc::new(ctx));
@@ -81,7 +82,8 @@ pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
     // SAFETY: the mappings are kept in the driver (`_uars`), so they outlive every register
     // and CQ made from them (all hold the context alive).
     let mut d = unsafe { Mlx5Driver::from_parts(info, &uar_mem, BfPolicy::from_env(), eth)? }
-        .with_gid_types(sysfs_gid_types(dev));
+        .with_gid_types(sysfs_gid_types(dev))
+        .with_cqe_size(cqe_size_from_env());
     d._uars = uars;
     // SAFETY: this context was opened with mlx5's driver data and the kernel accepted it, so
     // the device is an mlx5 device and the rings follow mlx5's layout.
@@ -97,6 +99,15 @@ fn sysfs_gid_types(dev: &Device) -> GidTypeFn {
         std::fs::read_to_string(ibdev.join(format!("ports/{port}/gid_attrs/types/{index}")))
             .is_ok_and(|t| t.trim() == "RoCE v2")
     })
+}
+
+/// libmlx5's `MLX5_CQE_SIZE`: the CQE size of the context's CQs (64 without it; anything but
+/// 64 or 128 makes CQ creation fail, as in libmlx5; a value that is not a number counts as 0).
+pub fn cqe_size_from_env() -> u32 {
+    match std::env::var("MLX5_CQE_SIZE") {
+        Ok(v) => v.trim().parse().unwrap_or(0),
+        Err(_) => 64,
+    }
 }
 
 /// Static UAR pages a context maps (libmlx5: `tot_bfregs / (uars_per_page * 2)`, at least 1).
@@ -128,6 +139,8 @@ pub struct Mlx5Driver {
     /// Whether GID `index` of `port` is a RoCE v2 GID (read when an AH is created: GIDs
     /// come and go with the netdev's addresses).
     roce_v2: GidTypeFn,
+    /// CQE size in bytes asked for (`MLX5_CQE_SIZE`; checked at CQ creation).
+    cqe_size: u32,
 }
 
 /// Tells whether GID `(port, index)` is a RoCE v2 GID.
@@ -211,7 +224,16 @@ impl Mlx5Driver {
             uidx: Arc::default(),
             srqs: Mutex::default(),
             roce_v2: Box::new(|_, _| false),
+            cqe_size: 64,
         }
+    }
+
+    /// Sets the size of the CQEs of CQs created from now on: 64 (the default) or 128 bytes
+    /// (libmlx5's `MLX5_CQE_SIZE`, which [`open`] reads). Any other value makes CQ creation
+    /// fail with an error naming it, as libmlx5 does (EINVAL).
+    pub fn with_cqe_size(mut self, bytes: u32) -> Self {
+        self.cqe_size = bytes;
+        self
     }
 
     /// Sets how the driver learns whether a source GID is RoCE v2 (its AVs then carry a UDP
@@ -309,7 +331,18 @@ impl Driver for Mlx5Driver {
         cqe: u32,
         create: &mut CreateFn<'_, CqCreated>,
     ) -> io::Result<Box<dyn CqOps>> {
-        let buf = CqBuf::new(cqe, CqeSize::B64)?;
+        let size = match self.cqe_size {
+            64 => CqeSize::B64,
+            128 => CqeSize::B128,
+            v => {
+                return Err(Error::invalid(
+                    "create CQ on mlx5",
+                    format!("MLX5_CQE_SIZE is {v}: mlx5 CQEs are 64 or 128 bytes"),
+                )
+                .into())
+            }
+        };
+        let buf = CqBuf::new(cqe, size)?;
         // Dynamic UARs: the context's non-cached UAR, named by its page id (libmlx5:
         // `MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX` with `nc_uar->page_id`).
         let nc = self.dyn_uars.as_ref().map(|p| p.nc());

@@ -24,7 +24,7 @@ use rverbs_uverbs::wr::{RecvWr, SendFlags, SendOp, SendWr, Sge};
 use rverbs_uverbs::Error;
 
 use super::abi::{mlx5_ib_create_qp, mlx5_ib_create_srq, MLX5_BFREGS_PER_UAR, MLX5_BF_OFFSET};
-use super::barrier::{mmio_flush, mmio_wmb};
+use super::barrier::wc_store_barrier;
 use super::cq::Region;
 use super::cqe::{WorkQueue, WqeRef, WrIdLookup};
 
@@ -507,15 +507,19 @@ impl BfReg {
         self.index
     }
 
+    /// Bytes of one BlueFlame buffer half (0: doorbells only).
+    pub fn bf_size(&self) -> usize {
+        self.buf_size
+    }
+
     /// Rings: `ctrl` points at the last WQE's control segment, `size16` its size in 16-byte
-    /// units; BlueFlame copies the WQE (rounded up to 64 bytes, wrapping at `qend` to
-    /// `qstart`) when `bf` allows it, else the 64-bit doorbell carries the control segment's
-    /// first 8 bytes.
+    /// units; with `bf` BlueFlame copies the WQE (rounded up to 64 bytes, wrapping at `qend`
+    /// to `qstart`), else the 64-bit doorbell carries the control segment's first 8 bytes.
     ///
     /// # Safety
     /// `ctrl..` must be a WQE of `size16` units inside the SQ `qstart..qend` (whole 64-byte
-    /// blocks).
-    #[inline]
+    /// blocks); with `bf`, `size16 * 16` must fit [`BfReg::bf_size`].
+    #[inline(always)]
     unsafe fn ring(
         &self,
         ctrl: *const u8,
@@ -525,47 +529,36 @@ impl BfReg {
         qend: *const u8,
     ) {
         // Acquire: the previous holder's BlueFlame stores and offset toggle happen before ours.
-        while self
+        if self
             .lock
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
-            std::hint::spin_loop();
+            self.lock_contended();
         }
         // The doorbell record store (done by the caller) must reach the device before the UAR
         // write: the device may fetch WQEs from memory on the doorbell and checks the record
         // (rdma-core `mmio_wc_start`: `sfence` on x86-64, `dsb st` on aarch64).
-        mmio_wmb();
+        wc_store_barrier();
         let off = self.offset.load(Ordering::Relaxed);
         // SAFETY: `reg + off` lies in the register (checked in `new`: both halves fit).
         let dst = unsafe { self.reg.add(off) };
-        if bf && self.buf_size != 0 && size16 > 1 && size16 <= self.buf_size / 16 {
-            let mut left = align(size16 * 16, 64);
+        if bf {
             let mut src = ctrl;
             let mut d = dst;
-            while left > 0 {
+            let end = dst.wrapping_add(size16 * 16);
+            loop {
                 // SAFETY: `src` walks whole 64-byte blocks of the SQ, wrapping at its end
                 // (caller's contract); `d` stays inside the BlueFlame half (size16 * 16 ≤
-                // buf_size). Volatile 8-byte stores in order: write-combining memory must not
-                // see string instructions whose store order is unspecified (libmlx5
-                // `mlx5_bf_copy`).
+                // buf_size, rounded up to whole blocks, which buf_size is).
                 unsafe {
-                    // One block read first (plain loads, the SQ is ours), then eight
-                    // volatile stores in address order.
-                    let b = ptr::read(src.cast::<[u64; 8]>());
-                    let d8 = d.cast::<u64>();
-                    ptr::write_volatile(d8, b[0]);
-                    ptr::write_volatile(d8.add(1), b[1]);
-                    ptr::write_volatile(d8.add(2), b[2]);
-                    ptr::write_volatile(d8.add(3), b[3]);
-                    ptr::write_volatile(d8.add(4), b[4]);
-                    ptr::write_volatile(d8.add(5), b[5]);
-                    ptr::write_volatile(d8.add(6), b[6]);
-                    ptr::write_volatile(d8.add(7), b[7]);
+                    copy_block_to_wc(d, src);
                     src = src.add(64);
                     d = d.add(64);
                 }
-                left -= 64;
+                if d >= end {
+                    break;
+                }
                 if src == qend {
                     src = qstart;
                 }
@@ -579,20 +572,91 @@ impl BfReg {
         }
         // Flush the write-combining buffer inside the lock: otherwise another CPU's later
         // doorbell on this register could reach the device first (`mmio_flush_writes`).
-        mmio_flush();
+        wc_store_barrier();
         self.offset.store(off ^ self.buf_size, Ordering::Relaxed);
         // Release: our register stores and the toggle happen before the next holder's use.
         self.lock.store(false, Ordering::Release);
     }
+
+    /// Waits for the register's lock held by another QP's post (registers other than the
+    /// dedicated ones are shared).
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self) {
+        // Acquire: as in `ring`.
+        while self
+            .lock
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Copies one 64-byte WQE block to write-combining UAR memory: four 16-byte SSE stores on
+/// x86-64 (eight 8-byte volatile stores elsewhere and under Miri), in address order, never a
+/// string instruction, whose store order is unspecified (libmlx5 `mlx5_bf_copy`). The block
+/// is read first with plain loads: the SQ is ours until the doorbell.
+///
+/// # Safety
+/// `src..src + 64` must be readable, `dst..dst + 64` writable UAR (or test) memory that
+/// nothing holds a Rust reference into; `dst` 8-byte aligned.
+#[inline(always)]
+unsafe fn copy_block_to_wc(dst: *mut u8, src: *const u8) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: the caller's contract; `movups` needs no alignment; SSE2 is part of the x86-64
+    // baseline. The block has no `nomem`/`readonly` option: the compiler completes the WQE
+    // stores before it and treats it as writing memory (as a volatile store).
+    unsafe {
+        core::arch::asm!(
+            "movups {a}, xmmword ptr [{s}]",
+            "movups {b}, xmmword ptr [{s} + 16]",
+            "movups {c}, xmmword ptr [{s} + 32]",
+            "movups {e}, xmmword ptr [{s} + 48]",
+            "movups xmmword ptr [{d}], {a}",
+            "movups xmmword ptr [{d} + 16], {b}",
+            "movups xmmword ptr [{d} + 32], {c}",
+            "movups xmmword ptr [{d} + 48], {e}",
+            s = in(reg) src,
+            d = in(reg) dst,
+            a = out(xmm_reg) _,
+            b = out(xmm_reg) _,
+            c = out(xmm_reg) _,
+            e = out(xmm_reg) _,
+            options(nostack, preserves_flags),
+        );
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    // SAFETY: the caller's contract.
+    unsafe {
+        let b = ptr::read(src.cast::<[u64; 8]>());
+        let d8 = dst.cast::<u64>();
+        for (i, w) in b.iter().enumerate() {
+            ptr::write_volatile(d8.add(i), *w);
+        }
+    }
+}
+
+/// A send WQE's completion entry: the caller's `wr_id` and the work request count at its
+/// post (libmlx5 `sq.wrid`, `sq.wqe_head`), indexed by the WQE's first block.
+#[derive(Debug, Default)]
+struct SqSlot {
+    wr_id: AtomicU64,
+    head: AtomicU32,
 }
 
 /// A QP's completion-side state, shared between its post path and the CQ poller.
+///
+/// The post path (under the QP's lock) writes a slot of `sq` only while it is free; the poller
+/// (under its CQ's lock, which is another lock) reads it after its completion. They are
+/// atomics because the two sides run under different locks; Relaxed ones are plain moves on
+/// x86-64 and aarch64, so they cost the post path nothing over plain stores.
 #[derive(Debug)]
 pub struct QpShared {
     qpn: u32,
     sq_mask: u32,
-    sq_wrid: Box<[AtomicU64]>,
-    sq_wqe_head: Box<[AtomicU32]>,
+    sq: Box<[SqSlot]>,
     /// Work requests completed (libmlx5 `sq.tail`): written by the poller.
     sq_tail: AtomicU32,
     rq_mask: u32,
@@ -603,15 +667,12 @@ pub struct QpShared {
 
 impl QpShared {
     fn send_done(&self, counter: u16) -> Option<u64> {
-        if self.sq_wrid.is_empty() {
-            return None;
-        }
-        let idx = (u32::from(counter) & self.sq_mask) as usize;
+        let slot = self.sq.get((u32::from(counter) & self.sq_mask) as usize)?;
         // Relaxed: the post stored it before the doorbell record's Release store; the device
         // wrote the CQE after reading the record and the poller's Acquire load of the CQE's
         // owner byte orders this read after it.
-        let wr = self.sq_wrid[idx].load(Ordering::Relaxed);
-        let head = self.sq_wqe_head[idx].load(Ordering::Relaxed);
+        let wr = slot.wr_id.load(Ordering::Relaxed);
+        let head = slot.head.load(Ordering::Relaxed);
         // Release: our reads of the slot tables happen before a post that sees the freed
         // space reuses them.
         self.sq_tail.store(head.wrapping_add(1), Ordering::Release);
@@ -749,24 +810,58 @@ unsafe fn w64(p: *mut u8, off: usize, v: u64) {
 /// An mlx5 QP's data path: the buffer (RQ then SQ) and doorbell record, the posting state,
 /// its BlueFlame register.
 pub struct Mlx5Qp {
-    region: Region,
+    // The send path's state and constants first (one or two cache lines).
+    sq_start: *mut u8,
+    sq_end: *mut u8,
+    /// `shared.sq`'s slots (kept alive by `shared`).
+    sq_slots: *const SqSlot,
     dbrec: *mut u32,
+    /// The control segment's bytes 4–7 for this QP as a little-endian u64's high half:
+    /// `be32(qpn << 8)`; the size in 16-byte units goes into its low byte (byte 7).
+    qpn_ds: u64,
+    sq_mask: u32,
+    cur_post: u32,
+    sq_head: u32,
+    max_post: u32,
+    max_gs: u32,
+    max_inline: u32,
+    /// `fm_ce_se` by `SendFlags` bits 0–2 (FENCE, SIGNALED, SOLICITED), sq_sig_all included.
+    fm_ce_se: [u8; 8],
+    /// Which operation classes the QP type carries (`OPS_*`).
+    ops_ok: u8,
+    ud: bool,
+    /// The largest WQE (16-byte units) BlueFlame copies, for inline and other single WRs (0:
+    /// never: `MLX5_SHUT_UP_BF`, register without BlueFlame, or `prefer_bf` off for non-inline).
+    bf_max_inl: u32,
+    bf_max_plain: u32,
+    bf: Arc<BfReg>,
+    region: Region,
     qpn: u32,
     qp_type: QpType,
     sz: QpSizing,
-    sq_start: *mut u8,
-    sq_end: *mut u8,
-    cur_post: u32,
-    sq_head: u32,
     rq_head: u32,
-    sig_bits: u8,
-    bf: Arc<BfReg>,
-    policy: BfPolicy,
     ahs: Arc<AhTable>,
     shared: Arc<QpShared>,
     reg: Arc<Registry>,
     _lease: Option<super::uar::UarLease>,
     _uidx: Option<UserIndex>,
+}
+
+/// `Mlx5Qp::ops_ok` bits: RDMA WRITE (RC, UC); RDMA READ and atomics (RC); SEND_WITH_INV
+/// (RC, UC).
+const OPS_WRITE: u8 = 1;
+const OPS_READ_ATOMIC: u8 = 2;
+const OPS_SEND_INV: u8 = 4;
+
+/// Why a send work request was refused (the message is built out of line, from the WR).
+#[derive(Clone, Copy, Debug)]
+enum SendFault {
+    Sges,
+    Inline,
+    NoAh,
+    UnknownAh,
+    OpForType,
+    Unsupported,
 }
 
 /// A user index (CQE version 1: what the CQEs of a QP carry in `srqn_uidx`), taken from
@@ -818,8 +913,9 @@ impl Drop for UserIndex {
     }
 }
 
-// SAFETY: the raw pointers point into `region`, which this value owns; the BlueFlame register
-// is Sync. Moving the QP between threads moves all of it.
+// SAFETY: the raw pointers point into `region`, which this value owns, and (`sq_slots`) into
+// `shared`'s slot table of atomics, which it keeps alive; the BlueFlame register is Sync.
+// Moving the QP between threads moves all of it.
 unsafe impl Send for Mlx5Qp {}
 
 impl fmt::Debug for Mlx5Qp {
@@ -921,8 +1017,7 @@ impl Mlx5Qp {
         let shared = Arc::new(QpShared {
             qpn: p.qpn,
             sq_mask: sz.sq_wqe_cnt.wrapping_sub(1),
-            sq_wrid: atomics(sz.sq_wqe_cnt),
-            sq_wqe_head: (0..sz.sq_wqe_cnt).map(|_| AtomicU32::new(0)).collect(),
+            sq: (0..sz.sq_wqe_cnt).map(|_| SqSlot::default()).collect(),
             sq_tail: AtomicU32::new(0),
             rq_mask: sz.rq_wqe_cnt.wrapping_sub(1),
             rq_wrid: atomics(sz.rq_wqe_cnt),
@@ -930,23 +1025,69 @@ impl Mlx5Qp {
             srq: p.srq,
         });
         p.reg.insert_qp(shared.clone());
+        let sig = if p.sq_sig_all { CTRL_CQ_UPDATE } else { 0 };
+        let fm_ce_se: [u8; 8] = std::array::from_fn(|f| {
+            let f = SendFlags::from_bits_truncate(f as u32);
+            sig | if f.contains(SendFlags::FENCE) {
+                CTRL_FENCE
+            } else {
+                0
+            } | if f.contains(SendFlags::SIGNALED) {
+                CTRL_CQ_UPDATE
+            } else {
+                0
+            } | if f.contains(SendFlags::SOLICITED) {
+                CTRL_SOLICITED
+            } else {
+                0
+            }
+        });
+        let ops_ok = match p.qp_type {
+            QpType::RC => OPS_WRITE | OPS_READ_ATOMIC | OPS_SEND_INV,
+            QpType::UC => OPS_WRITE | OPS_SEND_INV,
+            _ => 0,
+        };
+        // BlueFlame (libmlx5 `post_send_db`): a WQE of more than one unit that fits the
+        // register's half; inline WQEs unless `MLX5_SHUT_UP_BF`, others only with `prefer_bf`.
+        // Whole 64-byte blocks of the half only (the copy writes whole blocks; a half is 256
+        // bytes on every ConnectX, but the kernel's bf_reg_size is not checked to be a
+        // multiple of 128).
+        let bf_units = if p.policy.shut_up_bf {
+            0
+        } else {
+            ((p.bf.bf_size() & !63) / 16) as u32
+        };
         Ok(Self {
             // SAFETY: both inside the region (sq_offset + SQ bytes = buf_size ≤ dbrec_off).
             sq_start: unsafe { base.add(sz.sq_offset) },
             // SAFETY: as above.
             sq_end: unsafe { base.add(sz.buf_size) },
+            sq_slots: shared.sq.as_ptr(),
             // SAFETY: the doorbell record page follows the buffer inside the region.
             dbrec: unsafe { base.add(buf.dbrec_off) }.cast(),
+            qpn_ds: u64::from((p.qpn << 8).to_be()) << 32,
+            sq_mask: sz.sq_wqe_cnt.wrapping_sub(1),
+            cur_post: 0,
+            sq_head: 0,
+            // No SQ: no room (the full-queue refusal).
+            max_post: if sz.sq_wqe_cnt == 0 {
+                0
+            } else {
+                sz.sq_max_post
+            },
+            max_gs: sz.sq_max_gs,
+            max_inline: sz.max_inline,
+            fm_ce_se,
+            ops_ok,
+            ud: p.qp_type == QpType::UD,
+            bf_max_inl: bf_units,
+            bf_max_plain: if p.policy.prefer_bf { bf_units } else { 0 },
+            bf: p.bf,
             region: buf.region,
             qpn: p.qpn,
             qp_type: p.qp_type,
             sz,
-            cur_post: 0,
-            sq_head: 0,
             rq_head: 0,
-            sig_bits: if p.sq_sig_all { CTRL_CQ_UPDATE } else { 0 },
-            bf: p.bf,
-            policy: p.policy,
             ahs: p.ahs,
             shared,
             reg: p.reg,
@@ -970,203 +1111,344 @@ impl Mlx5Qp {
         self.dbrec
     }
 
-    #[inline(always)]
-    fn wqe(&self, idx: u32) -> *mut u8 {
-        // SAFETY: idx is masked to the SQ by callers; the SQ lies in the region.
-        unsafe { self.sq_start.add((idx as usize) << 6) }
-    }
-
-    /// Writes one send WQE at `cur_post`; returns its size in 16-byte units.
+    /// Writes one send WQE at block `cur` (the SQ has room: checked by the caller); returns
+    /// its size in 16-byte units. Checks the SGE count, the opcode against the QP type, the
+    /// inline length and the UD destination before writing anything it cannot take back (a
+    /// refused WQE leaves only bytes the next WQE overwrites: nothing rings for it).
     ///
     /// # Safety
-    /// The SQ has room (checked by the caller); inline SGEs must be readable.
-    #[inline]
-    unsafe fn build_send(&self, wr: &SendWr<'_>, nreq: usize) -> Result<usize, PostError> {
-        let (opcode, imm) = match wr.op {
-            SendOp::Send => (OP_SEND, 0),
-            SendOp::SendWithImm { imm } => (OP_SEND_IMM, imm),
-            SendOp::SendWithInv { invalidate_rkey } => (OP_SEND_INVAL, invalidate_rkey),
-            SendOp::RdmaWrite { .. } => (OP_RDMA_WRITE, 0),
-            SendOp::RdmaWriteWithImm { imm, .. } => (OP_RDMA_WRITE_IMM, imm),
-            SendOp::RdmaRead { .. } => (OP_RDMA_READ, 0),
-            SendOp::AtomicCmpSwp { .. } => (OP_ATOMIC_CS, 0),
-            SendOp::AtomicFetchAdd { .. } => (OP_ATOMIC_FA, 0),
-            SendOp::LocalInv { .. } => {
-                return Err(PostError::unsupported(
-                    nreq,
-                    "LOCAL_INV is not implemented on mlx5 by rverbs (it needs a UMR WQE)",
-                ))
-            }
-            // SendOp is non_exhaustive: operations added later are refused until built here.
-            _ => {
-                return Err(PostError::unsupported(
-                    nreq,
-                    format!("{:?} is not implemented on mlx5 by rverbs", wr.op),
-                ))
+    /// Inline SGEs must be readable.
+    #[inline(always)]
+    unsafe fn build_send(&self, wr: &SendWr<'_>, cur: u32) -> Result<usize, SendFault> {
+        if wr.sge.len() > self.max_gs as usize {
+            return Err(SendFault::Sges);
+        }
+        // SAFETY: the block index is masked to the SQ, which lies in the region.
+        let ctrl = unsafe { self.sq_start.add(((cur & self.sq_mask) as usize) << 6) };
+        let flags = wr.flags.bits();
+        // The operands' segments right after the control segment, in the first 64-byte block
+        // (at most 32 bytes: never wrapping); one match decides the opcode, the immediate,
+        // what the QP type allows and the segments.
+        let raddr = |seg: *mut u8, addr: u64, rkey: u32| {
+            // SAFETY: `seg..seg + 16` lies in the WQE's first block.
+            unsafe {
+                seg.cast::<u64>().write(addr.to_be());
+                seg.add(8).cast::<u64>().write(u64::from(rkey.to_be()));
             }
         };
-        let ud = self.qp_type == QpType::UD;
-        let rdma = matches!(
-            wr.op,
-            SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } | SendOp::RdmaRead { .. }
-        );
-        let atomic = matches!(
-            wr.op,
-            SendOp::AtomicCmpSwp { .. } | SendOp::AtomicFetchAdd { .. }
-        );
-        if (ud && (rdma || atomic || matches!(wr.op, SendOp::SendWithInv { .. })))
-            || (self.qp_type == QpType::UC && (atomic || matches!(wr.op, SendOp::RdmaRead { .. })))
-        {
-            return Err(PostError::invalid(
+        // SAFETY: 16 bytes into the WQE's first block.
+        let seg1 = unsafe { ctrl.add(CTRL_SEG) };
+        let (opcode, imm, mut size) = match wr.op {
+            SendOp::Send => (OP_SEND, 0, 1),
+            SendOp::SendWithImm { imm } => (OP_SEND_IMM, imm, 1),
+            SendOp::SendWithInv { invalidate_rkey } => {
+                if self.ops_ok & OPS_SEND_INV == 0 {
+                    return Err(SendFault::OpForType);
+                }
+                (OP_SEND_INVAL, invalidate_rkey, 1)
+            }
+            SendOp::RdmaWrite { remote_addr, rkey } => {
+                if self.ops_ok & OPS_WRITE == 0 {
+                    return Err(SendFault::OpForType);
+                }
+                raddr(seg1, remote_addr, rkey);
+                (OP_RDMA_WRITE, 0, 2)
+            }
+            SendOp::RdmaWriteWithImm {
+                remote_addr,
+                rkey,
+                imm,
+            } => {
+                if self.ops_ok & OPS_WRITE == 0 {
+                    return Err(SendFault::OpForType);
+                }
+                raddr(seg1, remote_addr, rkey);
+                (OP_RDMA_WRITE_IMM, imm, 2)
+            }
+            SendOp::RdmaRead { remote_addr, rkey } => {
+                if self.ops_ok & OPS_READ_ATOMIC == 0 {
+                    return Err(SendFault::OpForType);
+                }
+                raddr(seg1, remote_addr, rkey);
+                (OP_RDMA_READ, 0, 2)
+            }
+            SendOp::AtomicCmpSwp {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => {
+                if self.ops_ok & OPS_READ_ATOMIC == 0 {
+                    return Err(SendFault::OpForType);
+                }
+                raddr(seg1, remote_addr, rkey);
+                // SAFETY: bytes 32..48 of the first block.
+                unsafe {
+                    ctrl.add(32).cast::<u64>().write(swap.to_be());
+                    ctrl.add(40).cast::<u64>().write(compare.to_be());
+                }
+                (OP_ATOMIC_CS, 0, 3)
+            }
+            SendOp::AtomicFetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => {
+                if self.ops_ok & OPS_READ_ATOMIC == 0 {
+                    return Err(SendFault::OpForType);
+                }
+                raddr(seg1, remote_addr, rkey);
+                // The compare field is left as it was, as libmlx5 does (the device ignores it
+                // for fetch-and-add).
+                // SAFETY: bytes 32..40 of the first block.
+                unsafe { ctrl.add(32).cast::<u64>().write(add.to_be()) };
+                (OP_ATOMIC_FA, 0, 3)
+            }
+            // LOCAL_INV (it needs a UMR WQE) and operations added later (SendOp is
+            // non_exhaustive) are refused until built here.
+            _ => return Err(SendFault::Unsupported),
+        };
+        // The control segment's second half now (bytes 8–10 zero, fm_ce_se, imm): libmlx5
+        // writes it before the segments that may still refuse the request (inline length, UD
+        // destination), and the oracle compares what such a refusal leaves in the SQ.
+        let fm = self.fm_ce_se[(flags & 7) as usize];
+        // SAFETY: bytes 8..16 of the WQE (64-byte aligned).
+        unsafe {
+            ctrl.add(8)
+                .cast::<u64>()
+                .write((u64::from(fm) << 24) | (u64::from(imm.to_be()) << 32));
+        }
+        // SAFETY: inside the WQE (at most 48 bytes in).
+        let mut seg = unsafe { ctrl.add(size * 16) };
+        if self.ud {
+            // SAFETY: the datagram segment fills the rest of the first block.
+            unsafe { self.write_av(wr, seg)? };
+            size += AV_SIZE / 16;
+            // SAFETY: one past the first block: the SQ end at most.
+            seg = unsafe { seg.add(AV_SIZE) };
+            if seg == self.sq_end {
+                seg = self.sq_start;
+            }
+        }
+        let atomic = opcode >= OP_ATOMIC_CS;
+        if flags & SendFlags::INLINE.bits() != 0 && !wr.sge.is_empty() {
+            // SAFETY: the inline segment stays within max_inline (checked inside), which the
+            // sizing reserved; inline sources are readable (caller's contract).
+            size += unsafe { self.write_inline(wr.sge, seg)? };
+        } else {
+            let mut d = seg;
+            for s in wr.sge {
+                if d == self.sq_end {
+                    d = self.sq_start;
+                }
+                if s.length == 0 {
+                    continue;
+                }
+                let len = if atomic { 8 } else { s.length };
+                // SAFETY: at most max_gs segments (checked above), which the sizing reserved,
+                // wrapping at the SQ end.
+                unsafe {
+                    d.cast::<u64>()
+                        .write(u64::from(len.to_be()) | (u64::from(s.lkey.to_be()) << 32));
+                    d.add(8).cast::<u64>().write(s.addr.to_be());
+                    d = d.add(DATA_SEG);
+                }
+                size += 1;
+            }
+        }
+        // The control segment's first half last: opmod_idx_opcode, qpn_ds.
+        let w0 = (((cur & 0xffff) << 8) | u32::from(opcode)).to_be();
+        // SAFETY: the first 8 bytes of the WQE (64-byte aligned).
+        unsafe {
+            ctrl.cast::<u64>()
+                .write(u64::from(w0) | self.qpn_ds | ((size as u64) << 56));
+        }
+        Ok(size)
+    }
+
+    /// The UD datagram segment at `seg`: the AH's address vector, the remote QPN and Q_Key.
+    ///
+    /// # Safety
+    /// `seg..seg + 48` must lie in the SQ.
+    #[inline(never)]
+    unsafe fn write_av(&self, wr: &SendWr<'_>, seg: *mut u8) -> Result<(), SendFault> {
+        let dest = wr.ud.ok_or(SendFault::NoAh)?;
+        let av = self.ahs.get(dest.ah_num).ok_or(SendFault::UnknownAh)?;
+        // SAFETY: the caller's contract.
+        unsafe {
+            ptr::copy_nonoverlapping(av.as_ptr(), seg, AV_SIZE);
+            w32(seg, 8, dest.remote_qpn | MLX5_EXTENDED_UD_AV);
+            w32(seg, 0, dest.remote_qkey);
+        }
+        Ok(())
+    }
+
+    /// The inline segment at `seg` (a 4-byte byte count | `MLX5_INLINE_SEG`, then the bytes,
+    /// wrapping past the SQ end to its start; no segment when the total is 0); returns its
+    /// size in 16-byte units.
+    ///
+    /// # Safety
+    /// `seg` must lie in the SQ with `max_inline` bytes reserved after it (wrapping); the SGEs
+    /// must be readable.
+    #[inline(always)]
+    unsafe fn write_inline(&self, sge: &[Sge], seg: *mut u8) -> Result<usize, SendFault> {
+        let total = if let [s] = sge {
+            // One SGE, the common case, in line.
+            if s.length > self.max_inline {
+                return Err(SendFault::Inline);
+            }
+            // SAFETY: the caller's contract; at most max_inline bytes after the header.
+            unsafe { self.copy_inline(s, seg.add(INL_SEG)) };
+            s.length as usize
+        } else {
+            // SAFETY: as above.
+            unsafe { self.copy_inline_sges(sge, seg.add(INL_SEG))? }
+        };
+        if total == 0 {
+            return Ok(0);
+        }
+        // SAFETY: the header of the inline segment, in the SQ (the caller's contract).
+        unsafe { w32(seg, 0, total as u32 | MLX5_INLINE_SEG) };
+        Ok((total + INL_SEG).div_ceil(16))
+    }
+
+    /// Copies one inline SGE to `p`, split at the SQ end; returns where the copy ended.
+    ///
+    /// # Safety
+    /// `p` in the SQ with `s.length` bytes reserved after it (wrapping); `s` readable.
+    #[inline(always)]
+    unsafe fn copy_inline(&self, s: &Sge, p: *mut u8) -> *mut u8 {
+        let mut len = s.length as usize;
+        let mut src = s.addr as usize as *const u8;
+        let mut p = p;
+        // SAFETY: the caller's contract; the first piece ends at the SQ end.
+        unsafe {
+            let room = self.sq_end.offset_from(p) as usize;
+            if len > room {
+                copy_small(src, p, room);
+                src = src.add(room);
+                len -= room;
+                p = self.sq_start;
+            }
+            copy_small(src, p, len);
+            p.add(len)
+        }
+    }
+
+    /// Several inline SGEs (out of line: rare): the running total is checked before each
+    /// SGE's copy, in libmlx5's order, so that a refused request leaves the same bytes in
+    /// the SQ; returns the total.
+    ///
+    /// # Safety
+    /// As for [`Mlx5Qp::write_inline`].
+    #[inline(never)]
+    unsafe fn copy_inline_sges(&self, sge: &[Sge], mut p: *mut u8) -> Result<usize, SendFault> {
+        let mut total = 0usize;
+        for s in sge {
+            total += s.length as usize;
+            if total > self.max_inline as usize {
+                return Err(SendFault::Inline);
+            }
+            // SAFETY: the caller's contract; the total stays within max_inline.
+            p = unsafe { self.copy_inline(s, p) };
+        }
+        Ok(total)
+    }
+
+    /// The error for work request `nreq` refused for `f`, naming the limit it broke.
+    #[cold]
+    #[inline(never)]
+    fn send_fault(&self, f: SendFault, nreq: usize, wr: &SendWr<'_>) -> PostError {
+        match f {
+            SendFault::Sges => PostError::invalid(
+                nreq,
+                format!(
+                    "{} SGEs exceed the QP's max_send_sge {}",
+                    wr.sge.len(),
+                    self.max_gs
+                ),
+            ),
+            SendFault::Inline => PostError::invalid(
+                nreq,
+                format!(
+                    "{} bytes of inline data exceed the QP's max_inline_data {}",
+                    wr.sge.iter().map(|s| u64::from(s.length)).sum::<u64>(),
+                    self.max_inline
+                ),
+            ),
+            SendFault::NoAh => PostError::invalid(nreq, "a UD send needs a destination (an AH)"),
+            SendFault::UnknownAh => PostError::invalid(
+                nreq,
+                format!(
+                    "AH number {} is not an mlx5 AH of this context",
+                    wr.ud.map_or(0, |d| d.ah_num)
+                ),
+            ),
+            SendFault::OpForType => PostError::invalid(
                 nreq,
                 format!("a {} QP cannot post {:?}", self.qp_type, wr.op),
-            ));
+            ),
+            SendFault::Unsupported => match wr.op {
+                SendOp::LocalInv { .. } => PostError::unsupported(
+                    nreq,
+                    "LOCAL_INV is not implemented on mlx5 by rverbs (it needs a UMR WQE)",
+                ),
+                _ => PostError::unsupported(
+                    nreq,
+                    format!("{:?} is not implemented on mlx5 by rverbs", wr.op),
+                ),
+            },
         }
-        let idx = self.cur_post & self.shared.sq_mask;
-        let ctrl = self.wqe(idx);
-        // SAFETY: every store stays inside the SQ: a WQE is at most the size the sizing
-        // reserved (checked SGE count and inline length), starting at a block the full-queue
-        // check gave us, and wraps at `sq_end`; inline sources are readable per the caller's
-        // contract. (One comment for the whole block.)
+    }
+}
+
+/// Copies `len` bytes (inline data into the SQ) without a call and, up to 64 bytes, without
+/// a loop: two overlapping moves of the largest power of two up to 32 bytes that `len`
+/// holds (16- and 32-byte moves as 16-byte chunks), single bytes below 4; above 64, 32-byte
+/// chunks and an overlapping last one.
+///
+/// # Safety
+/// `src..src + len` readable, `dst..dst + len` writable, not overlapping.
+#[inline(always)]
+unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    type Chunk = core::arch::x86_64::__m128i;
+    #[cfg(not(target_arch = "x86_64"))]
+    type Chunk = [u64; 2];
+    /// Moves `T` from `src + i` to `dst + i`.
+    #[inline(always)]
+    unsafe fn mv<T>(src: *const u8, dst: *mut u8, i: usize) {
+        // SAFETY: the caller's contract (inside both ranges).
         unsafe {
-            w32(ctrl, 8, 0);
-            w32(ctrl, 12, imm);
-            let flags = wr.flags;
-            *ctrl.add(11) = self.sig_bits
-                | if flags.contains(SendFlags::FENCE) {
-                    CTRL_FENCE
-                } else {
-                    0
-                }
-                | if flags.contains(SendFlags::SIGNALED) {
-                    CTRL_CQ_UPDATE
-                } else {
-                    0
-                }
-                | if flags.contains(SendFlags::SOLICITED) {
-                    CTRL_SOLICITED
-                } else {
-                    0
-                };
-            let mut seg = ctrl.add(CTRL_SEG);
-            let mut size = CTRL_SEG / 16;
-            match wr.op {
-                SendOp::RdmaWrite { remote_addr, rkey }
-                | SendOp::RdmaWriteWithImm {
-                    remote_addr, rkey, ..
-                }
-                | SendOp::RdmaRead { remote_addr, rkey } => {
-                    w64(seg, 0, remote_addr);
-                    w32(seg, 8, rkey);
-                    w32(seg, 12, 0);
-                    seg = seg.add(RADDR_SEG);
-                    size += 1;
-                }
-                SendOp::AtomicCmpSwp {
-                    remote_addr,
-                    rkey,
-                    compare,
-                    swap,
-                } => {
-                    w64(seg, 0, remote_addr);
-                    w32(seg, 8, rkey);
-                    w32(seg, 12, 0);
-                    w64(seg, 16, swap);
-                    w64(seg, 24, compare);
-                    seg = seg.add(RADDR_SEG + ATOMIC_SEG);
-                    size += 2;
-                }
-                SendOp::AtomicFetchAdd {
-                    remote_addr,
-                    rkey,
-                    add,
-                } => {
-                    w64(seg, 0, remote_addr);
-                    w32(seg, 8, rkey);
-                    w32(seg, 12, 0);
-                    // The compare field is left as it was, as libmlx5 does (the device
-                    // ignores it for fetch-and-add).
-                    w64(seg, 16, add);
-                    seg = seg.add(RADDR_SEG + ATOMIC_SEG);
-                    size += 2;
-                }
-                _ => {}
+            let v = src.add(i).cast::<T>().read_unaligned();
+            dst.add(i).cast::<T>().write_unaligned(v);
+        }
+    }
+    // SAFETY: every `mv` below lies in `0..len` of both ranges (the caller's contract).
+    unsafe {
+        if len >= 32 {
+            let mut i = 0;
+            while len - i > 64 {
+                mv::<[Chunk; 2]>(src, dst, i);
+                i += 32;
             }
-            if ud {
-                let Some(dest) = wr.ud else {
-                    return Err(PostError::invalid(
-                        nreq,
-                        "a UD send needs a destination (an AH)",
-                    ));
-                };
-                let Some(av) = self.ahs.get(dest.ah_num) else {
-                    return Err(PostError::invalid(
-                        nreq,
-                        format!(
-                            "AH number {} is not an mlx5 AH of this context",
-                            dest.ah_num
-                        ),
-                    ));
-                };
-                ptr::copy_nonoverlapping(av.as_ptr(), seg, AV_SIZE);
-                w32(seg, 8, dest.remote_qpn | MLX5_EXTENDED_UD_AV);
-                w32(seg, 0, dest.remote_qkey);
-                seg = seg.add(AV_SIZE);
-                size += AV_SIZE / 16;
-                if seg == self.sq_end {
-                    seg = self.sq_start;
-                }
+            if len - i > 32 {
+                mv::<[Chunk; 2]>(src, dst, i);
             }
-            if flags.contains(SendFlags::INLINE) && !wr.sge.is_empty() {
-                let hdr = seg;
-                let mut p = seg.add(INL_SEG);
-                let mut inl = 0usize;
-                for s in wr.sge {
-                    let mut len = s.length as usize;
-                    let mut src = s.addr as usize as *const u8;
-                    inl += len;
-                    if inl > self.sz.max_inline as usize {
-                        return Err(PostError::invalid(
-                            nreq,
-                            format!(
-                                "{inl} bytes of inline data exceed the QP's max_inline_data {}",
-                                self.sz.max_inline
-                            ),
-                        ));
-                    }
-                    if p as usize + len > self.sq_end as usize {
-                        let first = self.sq_end.offset_from(p) as usize;
-                        ptr::copy_nonoverlapping(src, p, first);
-                        src = src.add(first);
-                        len -= first;
-                        p = self.sq_start;
-                    }
-                    ptr::copy_nonoverlapping(src, p, len);
-                    p = p.add(len);
-                }
-                if inl > 0 {
-                    w32(hdr, 0, inl as u32 | MLX5_INLINE_SEG);
-                    size += (inl + INL_SEG).div_ceil(16);
-                }
-            } else {
-                let mut d = seg;
-                for s in wr.sge {
-                    if d == self.sq_end {
-                        d = self.sq_start;
-                    }
-                    if s.length == 0 {
-                        continue;
-                    }
-                    w32(d, 0, if atomic { 8 } else { s.length });
-                    w32(d, 4, s.lkey);
-                    w64(d, 8, s.addr);
-                    d = d.add(DATA_SEG);
-                    size += 1;
-                }
+            mv::<[Chunk; 2]>(src, dst, len - 32);
+        } else if len >= 16 {
+            mv::<Chunk>(src, dst, 0);
+            mv::<Chunk>(src, dst, len - 16);
+        } else if len >= 8 {
+            mv::<u64>(src, dst, 0);
+            mv::<u64>(src, dst, len - 8);
+        } else if len >= 4 {
+            mv::<u32>(src, dst, 0);
+            mv::<u32>(src, dst, len - 4);
+        } else {
+            for i in 0..len {
+                mv::<u8>(src, dst, i);
             }
-            w32(ctrl, 0, ((self.cur_post & 0xffff) << 8) | u32::from(opcode));
-            w32(ctrl, 4, size as u32 | (self.qpn << 8));
-            Ok(size)
         }
     }
 }
@@ -1177,65 +1459,76 @@ impl QpOps for Mlx5Qp {
         _qp: KernelObj<'_>,
         wrs: &[SendWr<'_>],
     ) -> Result<(), PostError> {
-        let mut nreq = 0;
-        let mut last: (*mut u8, usize, bool) = (ptr::null_mut(), 0, false);
-        let mut err = None;
         // Acquire: the poller's reads of the slots it freed happen before we reuse them.
         let tail = self.shared.sq_tail.load(Ordering::Acquire);
-        for wr in wrs {
-            if self.sz.sq_wqe_cnt == 0
-                || self.sq_head.wrapping_sub(tail) as usize + nreq >= self.sz.sq_max_post as usize
-            {
-                let outstanding = self.sq_head.wrapping_sub(tail) as usize + nreq;
-                err = Some(PostError::queue_full(nreq, outstanding as u32));
-                break;
-            }
-            if wr.sge.len() > self.sz.sq_max_gs as usize {
-                err = Some(PostError::invalid(
-                    nreq,
-                    format!(
-                        "{} SGEs exceed the QP's max_send_sge {}",
-                        wr.sge.len(),
-                        self.sz.sq_max_gs
-                    ),
-                ));
-                break;
-            }
-            let idx = self.cur_post & self.shared.sq_mask;
+        let outstanding = self.sq_head.wrapping_sub(tail);
+        // Full SQ, as libmlx5 counts it (work requests, not blocks): request `n` of the list
+        // is refused when `outstanding + n >= max_send_wr`; one test for the whole list.
+        let room = self.max_post.saturating_sub(outstanding) as usize;
+        let take = wrs.len().min(room);
+        let mut cur = self.cur_post;
+        let mut last = (cur, 0);
+        let mut fault = None;
+        let mut nreq = 0;
+        while nreq < take {
+            // SAFETY: nreq < take ≤ wrs.len().
+            let wr = unsafe { wrs.get_unchecked(nreq) };
             // SAFETY: room checked above; the SGE contract is the caller's.
-            match unsafe { self.build_send(wr, nreq) } {
+            match unsafe { self.build_send(wr, cur) } {
                 Ok(size) => {
-                    let inl = wr.flags.contains(SendFlags::INLINE) && !wr.sge.is_empty();
-                    last = (self.wqe(idx), size, inl);
+                    // SAFETY: the slot index is masked to the SQ's blocks, the table's length.
+                    let slot = unsafe { &*self.sq_slots.add((cur & self.sq_mask) as usize) };
                     // Relaxed: published by the doorbell record's Release store below.
-                    self.shared.sq_wrid[idx as usize].store(wr.wr_id, Ordering::Relaxed);
-                    self.shared.sq_wqe_head[idx as usize]
+                    slot.wr_id.store(wr.wr_id, Ordering::Relaxed);
+                    slot.head
                         .store(self.sq_head.wrapping_add(nreq as u32), Ordering::Relaxed);
-                    self.cur_post = self.cur_post.wrapping_add((size * 16).div_ceil(64) as u32);
+                    last = (cur, size);
+                    cur = cur.wrapping_add(size.div_ceil(4) as u32);
                     nreq += 1;
                 }
-                Err(e) => {
-                    err = Some(e);
+                Err(f) => {
+                    fault = Some(f);
                     break;
                 }
             }
         }
         if nreq > 0 {
+            self.cur_post = cur;
             self.sq_head = self.sq_head.wrapping_add(nreq as u32);
             // SAFETY: the doorbell record lives in our region.
             let db = unsafe { AtomicU32::from_ptr(self.dbrec.add(SND_DBR)) };
             // Release: the WQEs are written before the device can see the new counter
             // (libmlx5 `udma_to_device_barrier` before the record store).
-            db.store((self.cur_post & 0xffff).to_be(), Ordering::Release);
-            let (ctrl, size, inl) = last;
-            let bf = !self.policy.shut_up_bf && nreq == 1 && (inl || self.policy.prefer_bf);
-            // SAFETY: `ctrl` is the last WQE written, of `size` units, inside the SQ.
+            db.store((cur & 0xffff).to_be(), Ordering::Release);
+            // The last WQE (the only one when BlueFlame may copy it) and its size.
+            let (last, size) = last;
+            // SAFETY: the block of the last WQE built, in the SQ.
+            let ctrl = unsafe { self.sq_start.add(((last & self.sq_mask) as usize) << 6) };
+            let bf = nreq == 1 && {
+                // SAFETY: nreq == 1 ≤ wrs.len().
+                let w = unsafe { wrs.get_unchecked(0) };
+                let max = if w.flags.contains(SendFlags::INLINE) && !w.sge.is_empty() {
+                    self.bf_max_inl
+                } else {
+                    self.bf_max_plain
+                };
+                size > 1 && size <= max as usize
+            };
+            // SAFETY: `ctrl` is the last WQE written, of `size` units, inside the SQ; with
+            // `bf` it fits the register's BlueFlame half (bf_max_* ≤ bf_size / 16).
             unsafe { self.bf.ring(ctrl, size, bf, self.sq_start, self.sq_end) };
         }
-        match err {
-            Some(e) => Err(e),
-            None => Ok(()),
+        if let Some(f) = fault {
+            // SAFETY: the faulting request is wrs[nreq] (nreq < take).
+            return Err(self.send_fault(f, nreq, unsafe { wrs.get_unchecked(nreq) }));
         }
+        if take < wrs.len() {
+            return Err(PostError::queue_full(
+                take,
+                outstanding.wrapping_add(take as u32),
+            ));
+        }
+        Ok(())
     }
 
     unsafe fn post_recv(
@@ -1560,5 +1853,35 @@ impl SrqOps for Mlx5Srq {
 impl Drop for Mlx5Srq {
     fn drop(&mut self) {
         self.reg.remove_srq(self.shared.srqn);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::copy_small;
+
+    /// Every length up to 200 (the 16/32-byte chunk moves, the overlapping tails, the byte
+    /// loop): exactly `len` bytes copied, nothing written around them.
+    #[test]
+    fn copy_small_copies_exactly_len_bytes() {
+        let src: Vec<u8> = (0..200u32).map(|i| (i * 7 + 3) as u8).collect();
+        let top = if cfg!(miri) { 80 } else { 200 };
+        for len in 0..=top {
+            if len + 5 > src.len() {
+                break;
+            }
+            for off in [0usize, 1, 5] {
+                let mut dst = vec![0xeeu8; 256];
+                // SAFETY: `src[off..off + len]` and `dst[8..8 + len]` are in bounds and
+                // distinct allocations.
+                unsafe { copy_small(src.as_ptr().add(off), dst.as_mut_ptr().add(8), len) };
+                assert!(dst[..8].iter().all(|&b| b == 0xee), "len {len}: before");
+                assert_eq!(&dst[8..8 + len], &src[off..off + len], "len {len}");
+                assert!(
+                    dst[8 + len..].iter().all(|&b| b == 0xee),
+                    "len {len}: after"
+                );
+            }
+        }
     }
 }

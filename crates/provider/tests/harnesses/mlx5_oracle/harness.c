@@ -506,7 +506,14 @@ static struct ibv_context *ctx;
 static struct ibv_pd *pd;
 static struct ibv_cq *cqs[MAXOBJ];
 static uint8_t *cq_buf[MAXOBJ];
-static unsigned cq_n[MAXOBJ], cq_written[MAXOBJ];
+/* entries, CQEs written, slot bytes (64 or 128: the CREATE_CQ driver data's cqe_size) */
+static unsigned cq_n[MAXOBJ], cq_written[MAXOBJ], cq_sz[MAXOBJ];
+
+/* The CQE64 of the next slot of CQ id: the whole slot, or its second half in a 128-byte one. */
+static uint8_t *next_cqe64(int id, unsigned ci)
+{
+	return cq_buf[id] + (ci & (cq_n[id] - 1)) * cq_sz[id] + cq_sz[id] - 64;
+}
 static struct ibv_qp *qps[MAXOBJ];
 static struct ibv_srq *srqs[MAXOBJ];
 static struct ibv_ah *ahs[MAXOBJ];
@@ -624,7 +631,7 @@ static void put_cqe(int id, unsigned op, uint32_t qpn, uint16_t counter)
 	uint16_t ctr = htobe16(counter);
 	memcpy(c + 60, &ctr, 2);
 	unsigned ci = cq_written[id]++;
-	uint8_t *slot = cq_buf[id] + (ci & (cq_n[id] - 1)) * 64;
+	uint8_t *slot = next_cqe64(id, ci);
 	memcpy(slot, c, 63);
 	__atomic_store_n(slot + 63, (uint8_t)((op << 4) | (!!(ci & cq_n[id]))), __ATOMIC_RELEASE);
 }
@@ -882,8 +889,9 @@ int main(int argc, char **argv)
 			cq_n[id] = num(tok, n, "cqe", 15) + 1;
 			cq_n[id] = 1u << (32 - __builtin_clz(cq_n[id] - 1));
 			cq_buf[id] = (uint8_t *)(uintptr_t)c.buf_addr;
+			cq_sz[id] = c.cqe_size;
 			print_udata(16);
-			add_region("cq", id, "buf", cq_buf[id], cq_n[id] * 64);
+			add_region("cq", id, "buf", cq_buf[id], cq_n[id] * cq_sz[id]);
 			add_region("cq", id, "db", (void *)(uintptr_t)c.db_addr, 8);
 		} else if (!strcmp(w, "qp")) {
 			int id = atoi(tok[1]);
@@ -1035,7 +1043,7 @@ int main(int argc, char **argv)
 			c[54] = num(tok, n, "vendor", 0);
 			c[55] = num(tok, n, "syndrome", 0);
 			unsigned ci = cq_written[id]++;
-			uint8_t *slot = cq_buf[id] + (ci & (cq_n[id] - 1)) * 64;
+			uint8_t *slot = next_cqe64(id, ci);
 			memcpy(slot, c, 63);
 			__atomic_store_n(slot + 63, (uint8_t)((op << 4) | (!!(ci & cq_n[id]))),
 					 __ATOMIC_RELEASE);
