@@ -88,7 +88,7 @@ pub fn guest_target() -> GuestTarget {
     GuestTarget::GnuStatic
 }
 
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Artifact {
     pub executable: PathBuf,
     /// Directory of the package's Cargo.toml (cargo runs tests there).

@@ -7,6 +7,7 @@ mod json;
 mod miri;
 mod mlx5_oracle;
 mod package;
+mod stageplan;
 mod testcmd;
 mod usercrate;
 mod util;

@@ -9,6 +9,7 @@
 
 use crate::build::{self, GuestTarget};
 use crate::kernel::{KernelSpec, KERNELS};
+use crate::stageplan::{self, Entry};
 use crate::util::{self, fmt_secs, Context, Result};
 use crate::vm::{self, Bed, Display, Guest, GuestStatus, Payload, RunSpec, Topo};
 use std::collections::BTreeSet;
@@ -511,6 +512,8 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
     let user_filter = !opts.test_args.is_empty();
     // After the first VM stage: its name and the counts of the device-free binaries in it.
     let mut device_free_ran: Option<(String, Counts)> = None;
+    // Per kernel: the stage that ran its once-per-kernel tests.
+    let mut once_per_kernel_ran: Vec<(&str, String)> = Vec::new();
 
     for &(kernel, guest, topo) in &opts.vm_stages {
         let name = format!("vm {} {}/{}", kernel.name, guest.name(), topo.name());
@@ -567,11 +570,20 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
             .filter(|a| device_free_ran.is_none() || !DEVICE_FREE.contains(&a.name.as_str()))
             .cloned()
             .collect();
+        // Background and once-per-kernel placement (xtask/src/stageplan.rs).
+        let once_ran_in = once_per_kernel_ran
+            .iter()
+            .find(|(k, _)| *k == kernel.name)
+            .map(|(_, s)| s.as_str());
+        let entries = stageplan::plan(&stage_tests, once_ran_in, !user_filter);
+        if once_ran_in.is_none() {
+            once_per_kernel_ran.push((kernel.name, name.clone()));
+        }
         let spec = RunSpec {
             guest,
             topo,
             label: &format!("test-{}-{}-{}", kernel.name, guest.name(), topo.name()),
-            script: runner_script(&stage_tests, &stage_args, test_timeout),
+            script: runner_script(&entries, &stage_args, test_timeout),
             cwd: None,
             timeout: stage_timeout,
             display: Display::Progress,
@@ -579,12 +591,12 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
         };
         match bed.run(&spec) {
             Ok(out) => {
-                let (per_binary, guest_counts, mut notes) = collect(&out, &stage_tests);
+                let (per_entry, guest_counts, mut notes) = collect(&out, &entries);
                 let mut counts = guest_counts;
                 let mut free = Counts::default();
-                for (a, c) in stage_tests.iter().zip(&per_binary) {
+                for (e, c) in entries.iter().zip(&per_entry) {
                     counts += *c;
-                    if DEVICE_FREE.contains(&a.name.as_str()) {
+                    if DEVICE_FREE.contains(&e.artifact.name.as_str()) {
                         free += *c;
                     }
                 }
@@ -636,9 +648,11 @@ pub fn env_secs(var: &str, default: u64) -> Duration {
     )
 }
 
-/// The script the guest runs: every test binary in turn, from its package directory, its
-/// output into `tests/<i>.log` and its exit code into `tests/<i>.rc` on the run share.
-fn runner_script(tests: &[build::Artifact], args: &[String], timeout: Duration) -> String {
+/// The script the guest runs: the background entries started first (`&`), then every other
+/// test binary in turn, from its package directory, its output into `tests/<i>.log` and its
+/// exit code into `tests/<i>.rc` on the run share; `wait` before the entries that must not
+/// overlap the background ones, and before the end.
+fn runner_script(entries: &[Entry], args: &[String], timeout: Duration) -> String {
     // libtest's unstable `--report-time` (RVERBS_VM_TEST_TIMES=1) needs RUSTC_BOOTSTRAP.
     let test_env = if args.iter().any(|a| a == "--report-time") {
         "RUSTC_BOOTSTRAP=1"
@@ -659,18 +673,30 @@ fn runner_script(tests: &[build::Artifact], args: &[String], timeout: Duration) 
          \x20   echo \"RVERBS-VM-TEST: [$i] $name: exit $rc after $dt s; $(grep '^test result:' \"$T/$i.log\" | tail -n 1)\"\n\
          }\n",
     );
-    let args = util::shell_join(args);
-    for (i, a) in tests.iter().enumerate() {
+    for (i, e) in entries.iter().enumerate() {
+        if e.after_background {
+            s.push_str("wait\n");
+        }
+        let a = &e.artifact;
+        let mut all = args.to_vec();
+        all.extend(e.args.iter().cloned());
+        let label = if e.background {
+            format!("{} (background)", a.name)
+        } else {
+            a.name.clone()
+        };
         let _ = writeln!(
             s,
-            "run_one {i} {} {} timeout {} {} {args}",
-            util::shell_quote(&a.name),
+            "run_one {i} {} {} timeout {} {} {}{}",
+            util::shell_quote(&label),
             util::shell_quote(&a.package_dir.to_string_lossy()),
             timeout.as_secs(),
             util::shell_quote(&a.executable.to_string_lossy()),
+            util::shell_join(&all),
+            if e.background { " &" } else { "" },
         );
     }
-    s.push_str("exit 0\n");
+    s.push_str("wait\nexit 0\n");
     s
 }
 
@@ -678,8 +704,8 @@ fn runner_script(tests: &[build::Artifact], args: &[String], timeout: Duration) 
 /// without a result, and a guest that did not finish, count as failures.
 /// Returns the counts per binary (in the order of `tests`) and the guest's own (one failure
 /// when it did not end cleanly).
-fn collect(out: &vm::Outcome, tests: &[build::Artifact]) -> (Vec<Counts>, Counts, Vec<String>) {
-    let mut per_binary = Vec::with_capacity(tests.len());
+fn collect(out: &vm::Outcome, entries: &[Entry]) -> (Vec<Counts>, Counts, Vec<String>) {
+    let mut per_binary = Vec::with_capacity(entries.len());
     let mut guest = Counts::default();
     let mut notes = Vec::new();
     if let Some(r) = out.ready_after {
@@ -689,7 +715,8 @@ fn collect(out: &vm::Outcome, tests: &[build::Artifact]) -> (Vec<Counts>, Counts
         notes.push(format!("WARNING: {d} was created with iproute2's `rdma link add` (FALLBACK), not `rverbs link add`"));
     }
     let dir = out.run_dir.join("tests");
-    for (i, a) in tests.iter().enumerate() {
+    for (i, e) in entries.iter().enumerate() {
+        let a = &e.artifact;
         let log = dir.join(format!("{i}.log"));
         let text = fs::read_to_string(&log).unwrap_or_default();
         let rc = fs::read_to_string(dir.join(format!("{i}.rc")))
@@ -729,6 +756,11 @@ fn collect(out: &vm::Outcome, tests: &[build::Artifact]) -> (Vec<Counts>, Counts
                 why = Some(format!("{} test(s) failed", r.failed))
             }
             _ => {}
+        }
+        if res.is_some() {
+            if let Some(f) = stageplan::adjust(e, &mut c, &mut notes) {
+                why = Some(why.map_or(f.clone(), |w| format!("{w}; {f}")));
+            }
         }
         if let Some(why) = why {
             notes.push(format!("FAILED: {}: {why}; log: {}", a.name, log.display()));
@@ -809,16 +841,57 @@ test result: FAILED. 3 passed; 2 failed; 0 ignored; 0 measured; 5 filtered out; 
             kind: "test".into(),
             test_harness: true,
         };
+        let entries = stageplan::plan(&[a], None, true);
         let s = runner_script(
-            &[a],
+            &entries,
             &["--test-threads=1".into(), "a b".into()],
             Duration::from_secs(30),
         );
         assert!(
-            s.contains("run_one 0 uverbs/vm_smoke /w/crates/uverbs timeout 30 '/t/deps/vm smoke-1' --test-threads=1 'a b'"),
+            s.contains("run_one 0 uverbs/vm_smoke /w/crates/uverbs timeout 30 '/t/deps/vm smoke-1' --test-threads=1 'a b'\n"),
             "{s}"
         );
         assert!(s.contains("> \"$T/$i.rc\""));
-        assert!(s.trim_end().ends_with("exit 0"));
+        assert!(s.trim_end().ends_with("wait\nexit 0"), "{s}");
+    }
+
+    #[test]
+    fn background_entries_start_first_and_are_waited_for() {
+        let art = |name: &str| build::Artifact {
+            executable: PathBuf::from(format!("/t/{name}")),
+            package_dir: PathBuf::from("/w"),
+            name: name.into(),
+            kind: "test".into(),
+            test_harness: true,
+        };
+        let entries = stageplan::plan(
+            &[
+                art("rverbs/verbs_errors"),
+                art("cm/vm_cm"),
+                art("cli/rping"),
+            ],
+            None,
+            true,
+        );
+        let s = runner_script(
+            &entries,
+            &["--test-threads=1".into()],
+            Duration::from_secs(30),
+        );
+        let lines: Vec<&str> = s
+            .lines()
+            .filter(|l| l.starts_with("run_one ") || *l == "wait")
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "run_one 0 'cm/vm_cm (background)' /w timeout 30 /t/cm/vm_cm --test-threads=1 --exact address_nobody_has_times_out_or_is_unreachable &",
+                "run_one 1 cm/vm_cm /w timeout 30 /t/cm/vm_cm --test-threads=1 --skip address_nobody_has_times_out_or_is_unreachable",
+                "run_one 2 cli/rping /w timeout 30 /t/cli/rping --test-threads=1",
+                "wait",
+                "run_one 3 rverbs/verbs_errors /w timeout 30 /t/rverbs/verbs_errors --test-threads=1",
+                "wait",
+            ]
+        );
     }
 }

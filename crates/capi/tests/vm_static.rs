@@ -66,13 +66,13 @@ fn both_roles(kind: &str, port: u16) {
     let addr_a = env_or("RVERBS_ADDR_A", "10.10.0.1");
     for ours_is_server in [false, true] {
         let p = port + u16::from(ours_is_server);
-        let server = if ours_is_server {
+        let mut server = if ours_is_server {
             Proc::spawn(ours(&dev_a, p))
         } else {
             Proc::spawn(peer(kind, &dev_a, p))
         };
-        // Our client retries its TCP connect; the peer's client needs the server up first.
-        std::thread::sleep(Duration::from_secs(2));
+        // The peer's client needs the server up first.
+        server.wait_listening(p);
         let mut c = if ours_is_server {
             peer(kind, &dev_b, p)
         } else {

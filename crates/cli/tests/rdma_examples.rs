@@ -163,8 +163,8 @@ fn unreachable_address() {
     assert!(d.elapsed < Duration::from_secs(20), "took too long: {d}");
 }
 
-/// A host name that does not resolve: `end -2` (EAI_NONAME) naming it. (In the VM: there is
-/// no DNS there, so the lookup fails at once.)
+/// A host name that does not resolve: `end -2` (EAI_NONAME) naming it. (In the VM: no name
+/// server answers; the guests' resolv.conf bounds the lookup to 1 s, crates/testbed/guest/init.sh.)
 #[test]
 #[cfg_attr(
     not(rverbs_vm),

@@ -279,8 +279,8 @@ fn persistent_server() {
     ]);
     let first = client_once_server_listens(&mut s, &rverbs_bin(), &client_args(port, 5), T);
     assert_eq!(first.code(), Some(0), "{first}");
-    let a = rverbs(&client_args(port, 300));
-    let b = rverbs(&client_args(port, 300));
+    let a = rverbs(&client_args(port, 100));
+    let b = rverbs(&client_args(port, 100));
     for d in [a.finish(T), b.finish(T)] {
         assert_eq!(d.code(), Some(0), "{d}\nserver: {}", s.snapshot());
     }

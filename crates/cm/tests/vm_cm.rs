@@ -659,14 +659,9 @@ fn address_nobody_has_times_out_or_is_unreachable() {
     assert!(t.elapsed() < Duration::from_secs(10));
     drop(sync);
 
-    // The kernel's own verdict takes about 100 s; wait for it in one guest only (the host
-    // guest), to keep the test run short. The minimal guest has proved the bounded form above.
-    if std::env::var("RVERBS_GUEST").as_deref() == Ok("minimal") {
-        eprintln!(
-            "minimal guest: not waiting ~100 s for the kernel's UNREACHABLE (host guest does)"
-        );
-        return;
-    }
+    // The kernel's own verdict takes 80-100 s of CM retries. `cargo xtask test` runs this test
+    // in a process of its own in the background while the stage's other binaries run
+    // (xtask/src/stageplan.rs), so the wait costs the stage little.
     id.connect(&ConnParam::default()).unwrap();
     let t = Instant::now();
     let ev = ch

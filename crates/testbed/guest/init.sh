@@ -41,6 +41,11 @@ mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 rverbs "$R" ||
 [ -f "$R/guest.env" ] || fail "the run share has no guest.env"
 . "$R/guest.env"
 
+# The guest has no network beyond its RDMA netdevs, so no name server: a lookup of a name that
+# is not in /etc/hosts asks 127.0.0.1, where nobody answers. musl's resolver (our static
+# binaries) ignores the ICMP refusal and waits out its timeout, 5 s by default: 1 s, one try.
+printf 'nameserver 127.0.0.1\noptions timeout:1 attempts:1\n' > /etc/resolv.conf
+
 if [ "$RVERBS_GUEST" = host ]; then
     N=/mnt/host
     mkdir -p "$N"
@@ -62,6 +67,12 @@ if [ "$RVERBS_GUEST" = host ]; then
         mount -o bind "/mnt/keep/$i" "$N$p" || fail "cannot bind $p back over the tmpfs"
         i=$((i + 1))
     done
+    # Name lookups as in the minimal guest (/etc/resolv.conf above), not with this machine's
+    # name server, which the guest cannot reach.
+    if [ -e "$N/etc/resolv.conf" ]; then
+        mount -o bind /etc/resolv.conf "$N/etc/resolv.conf" ||
+            fail "cannot bind the guest's resolv.conf over the host's"
+    fi
     mount -o rbind /dev "$N/dev" || fail "cannot bind /dev"
     mount -t proc proc "$N/proc" || fail "cannot mount /proc"
     mount -t sysfs sysfs "$N/sys" || fail "cannot mount /sys"

@@ -33,6 +33,33 @@ impl Proc {
         Proc { child, what }
     }
 
+    /// Waits until something listens on TCP `port` (the out-of-band exchange of
+    /// ibv_*_pingpong, perftest and `rverbs rc-pingpong`), at most 30 s. Panics, with the
+    /// server's output, if it exits first or does not listen in time.
+    pub fn wait_listening(&mut self, port: u16) {
+        let t0 = Instant::now();
+        while !tcp_listening(port) {
+            let exited = self.child.try_wait().unwrap().is_some();
+            if exited || t0.elapsed() > Duration::from_secs(30) {
+                let what = if exited {
+                    "exited"
+                } else {
+                    "did not listen in 30 s"
+                };
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                let mut text = String::new();
+                let _ = self.child.stdout.take().unwrap().read_to_string(&mut text);
+                let _ = self.child.stderr.take().unwrap().read_to_string(&mut text);
+                panic!(
+                    "server {what} before listening on TCP port {port}: {}\n{text}",
+                    self.what
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Waits up to `limit`; kills on timeout. Returns (success, the command line and status,
     /// then stdout + stderr).
     pub fn finish(mut self, limit: Duration) -> (bool, String) {
@@ -58,4 +85,18 @@ impl Proc {
         };
         (ok, format!("{head}\n{text}"))
     }
+}
+
+/// Whether a socket listens on TCP `port` (IPv4 or IPv6), from /proc/net/tcp{,6}.
+pub fn tcp_listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                // local_address is column 1, st column 3; 0A is TCP_LISTEN.
+                cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A"
+            })
+        })
+    })
 }
