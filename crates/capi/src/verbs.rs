@@ -10,9 +10,10 @@
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::io;
-use std::mem::{offset_of, size_of, MaybeUninit};
+use std::mem::{offset_of, size_of};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::ptr::{self, null_mut};
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rverbs_uverbs::ah::{Ah, AhAttr, GlobalRoute};
@@ -883,6 +884,24 @@ impl std::hash::Hasher for HandleHasher {
 static CQS: Mutex<Option<HashMap<u64, CqPtr, std::hash::BuildHasherDefault<HandleHasher>>>> =
     Mutex::new(None);
 
+/// The CQ the last completion event named (or NULL), so that `ibv_get_cq_event` of a program
+/// that waits on one CQ skips the lock and the map. Written only while [`CQS`] is locked and
+/// only with a CQ that is in it; [`forget_cq`] clears it (under the same lock) before a CQ is
+/// freed. So a non-NULL value always names a live CQ, as an entry of `CQS` does.
+static EVENT_CQ: AtomicPtr<CCq> = AtomicPtr::new(null_mut());
+
+/// Takes the CQ `p` (user handle `handle`) out of [`CQS`] and [`EVENT_CQ`]: before it is
+/// freed, by whatever destroys it.
+fn forget_cq(handle: u64, p: *mut CCq) {
+    let mut m = CQS.lock().unwrap_or_else(|p| p.into_inner());
+    // Relaxed: the lock (held by every writer) orders this before the CQ is freed, and
+    // nothing is read through the old value here.
+    let _ = EVENT_CQ.compare_exchange(p, null_mut(), Ordering::Relaxed, Ordering::Relaxed);
+    if let Some(m) = m.as_mut() {
+        m.remove(&handle);
+    }
+}
+
 /// A C object's address, by the user handle the kernel's async events name it with.
 struct Addr(usize);
 
@@ -996,9 +1015,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     if Arc::strong_count(&c.cq) > 1 {
         return libc::EBUSY;
     }
-    if let Some(m) = CQS.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
-        m.remove(&c.cq.user_handle());
-    }
+    forget_cq(c.cq.user_handle(), cq as *mut CCq);
     // SAFETY: boxed by ibv_create_cq.
     let b = unsafe { Box::from_raw(cq as *mut CCq) };
     if !b.c.channel.is_null() {
@@ -1035,11 +1052,23 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         }
     }
     let handle = u64::from_ne_bytes(buf);
-    let found = CQS
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .as_ref()
-        .and_then(|m| m.get(&handle).map(|p| p.0));
+    // Acquire: pairs with the Release store below (made under the lock), so the CQ it names
+    // is seen fully built.
+    let last = EVENT_CQ.load(Ordering::Acquire);
+    // SAFETY: a non-NULL EVENT_CQ names a CQ still in CQS when loaded (see EVENT_CQ); that
+    // it stays alive while its event is returned is the caller's part, as for a CQ found in
+    // the map (destroying a CQ while another thread takes its events is outside the contract).
+    let found = if !last.is_null() && unsafe { (*last).cq.user_handle() } == handle {
+        Some(last)
+    } else {
+        let m = CQS.lock().unwrap_or_else(|p| p.into_inner());
+        let p = m.as_ref().and_then(|m| m.get(&handle).map(|p| p.0));
+        if let Some(p) = p {
+            // Release: see the load above. Under the lock, and p is in the map.
+            EVENT_CQ.store(p, Ordering::Release);
+        }
+        p
+    };
     let Some(p) = found else {
         set_errno(libc::EIO);
         return -1;
@@ -1098,29 +1127,21 @@ unsafe fn write_ibv_wc(dst: *mut ibv_wc, w: &RawWc) {
 /// How many completions or work requests one step of the data path handles on the stack.
 const BATCH: usize = 16;
 
-/// `ops.poll_cq` (the inline `ibv_poll_cq`).
+/// Polls up to `want` completions into `wc` through a stack buffer of `N` raw entries
+/// (`Cq::poll_raw`: rxe copies its ring entries unchanged), each written out with
+/// [`write_ibv_wc`]; returns how many.
 ///
-/// Polls the raw ring entries (`Cq::poll_raw`: rxe copies them unchanged) into a stack
-/// buffer of which only the part asked for is initialised, and converts each into the
-/// caller's array: one copy and a flag renumbering per completion.
-unsafe extern "C" fn poll_cq_op(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
-    // SAFETY: the ops table is reachable only from our contexts; cq is live.
-    let c = unsafe { ccq(cq) };
-    let want = num_entries.max(0) as usize;
-    let mut buf = [const { MaybeUninit::<RawWc>::uninit() }; BATCH];
+/// # Safety
+/// `wc` is valid for writing `want` `ibv_wc`.
+#[inline(always)]
+unsafe fn poll_into<const N: usize>(cq: &Cq, want: usize, wc: *mut ibv_wc) -> usize {
+    let mut buf = [RawWc::default(); N];
     let mut done = 0usize;
     while done < want {
-        let n = (want - done).min(BATCH);
-        // Only the n slots used are initialised (inline stores: a memset call would cost
-        // more than the few entries a latency-bound caller asks for).
-        for s in &mut buf[..n] {
-            s.write(RawWc::default());
-        }
-        // SAFETY: the first n slots were initialised just above.
-        let raw = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<RawWc>(), n) };
-        let got = c.cq.poll_raw(raw).min(n);
-        for (i, w) in raw[..got].iter().enumerate() {
-            // SAFETY: the caller gave num_entries writable ibv_wc; done + i < want.
+        let n = (want - done).min(N);
+        let got = cq.poll_raw(&mut buf[..n]).min(n);
+        for (i, w) in buf[..got].iter().enumerate() {
+            // SAFETY: done + i < want (caller's contract).
             unsafe { write_ibv_wc(wc.add(done + i), w) };
         }
         done += got;
@@ -1128,6 +1149,24 @@ unsafe extern "C" fn poll_cq_op(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ib
             break;
         }
     }
+    done
+}
+
+/// `ops.poll_cq` (the inline `ibv_poll_cq`). A caller asking for a few completions (the
+/// latency-bound case) gets a 4-entry buffer, which is zeroed with a few inline stores; a
+/// larger request a `BATCH`-entry one (its zeroing is a `memset` call).
+unsafe extern "C" fn poll_cq_op(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
+    // SAFETY: the ops table is reachable only from our contexts; cq is live.
+    let c = unsafe { ccq(cq) };
+    let want = num_entries.max(0) as usize;
+    // SAFETY: the caller gave num_entries writable ibv_wc.
+    let done = unsafe {
+        if want <= 4 {
+            poll_into::<4>(&c.cq, want, wc)
+        } else {
+            poll_into::<BATCH>(&c.cq, want, wc)
+        }
+    };
     done as c_int
 }
 

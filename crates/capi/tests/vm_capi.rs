@@ -233,9 +233,13 @@ fn perftest(prog: &str, port: u16, server_ours: bool, cm: bool, iters: u32) {
     let (client_out, server) = 'pair: loop {
         let mut s = tool(prog, server_ours);
         args(&mut s, &dev_a, port);
-        let server = Proc::spawn(s);
+        let mut server = Proc::spawn(s);
+        if cm {
+            wait_cm_listening(port);
+        } else {
+            server.wait_listening(port);
+        }
         loop {
-            std::thread::sleep(Duration::from_secs(1));
             let mut c = tool(prog, !server_ours);
             args(&mut c, &dev_b, port);
             c.arg(&addr_a);
@@ -249,11 +253,17 @@ fn perftest(prog: &str, port: u16, server_ours: bool, cm: bool, iters: u32) {
                 let (_, sout) = server.finish(Duration::from_secs(1));
                 panic!("client failed:\n{out}\nserver:\n{sout}");
             }
+            // Listening was seen, so a rejected start is rare: try again shortly.
+            std::thread::sleep(Duration::from_millis(300));
             if raced {
                 // The server waits on a listener the next client cannot use: start over,
                 // on a fresh port (the old one may linger in the kernel briefly).
                 let _ = server.finish(Duration::ZERO);
-                eprintln!("{prog}: the client's rdma_cm connect beat the server's listen; again");
+                eprintln!(
+                    "{prog} (server on {}): the client's rdma_cm connect beat the server's \
+                     second listen; both again",
+                    if server_ours { "ours" } else { "rdma-core" }
+                );
                 port += 100;
                 continue 'pair;
             }
@@ -277,6 +287,29 @@ fn perftest(prog: &str, port: u16, server_ours: bool, cm: bool, iters: u32) {
                 "{side} did not use rdma_cm QPs:\n{out}"
             );
         }
+    }
+}
+
+/// Waits (at most 20 s) until an rdma_cm id listens on `port`, as iproute2's
+/// `rdma resource show cm_id` lists it (`state LISTEN … src-addr <ip>:<port>`); the rdma_cm's
+/// listen is not a TCP socket. A timeout is not an error here: the caller's retries decide.
+fn wait_cm_listening(port: u16) {
+    let want = format!(":{port}");
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(20) {
+        if let Ok(o) = Command::new("rdma")
+            .args(["resource", "show", "cm_id"])
+            .output()
+        {
+            let text = String::from_utf8_lossy(&o.stdout);
+            if text
+                .lines()
+                .any(|l| l.contains("LISTEN") && l.split_whitespace().any(|w| w.ends_with(&want)))
+            {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
