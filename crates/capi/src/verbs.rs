@@ -887,7 +887,7 @@ static CQS: Mutex<Option<HashMap<u64, CqPtr, std::hash::BuildHasherDefault<Handl
 /// The CQ the last completion event named (or NULL), so that `ibv_get_cq_event` of a program
 /// that waits on one CQ skips the lock and the map. Written only while [`CQS`] is locked and
 /// only with a CQ that is in it; [`forget_cq`] clears it (under the same lock) before a CQ is
-/// freed. So a non-NULL value always names a live CQ, as an entry of `CQS` does.
+/// freed. So a non-NULL value names a CQ that is in `CQS` at that moment, as a map entry does.
 static EVENT_CQ: AtomicPtr<CCq> = AtomicPtr::new(null_mut());
 
 /// Takes the CQ `p` (user handle `handle`) out of [`CQS`] and [`EVENT_CQ`]: before it is
