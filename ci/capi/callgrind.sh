@@ -3,9 +3,13 @@
 # under callgrind, on rdma-core's libraries and on ours, in one guest: the client is measured
 # with N1 and N2 iterations against a server on rdma-core's libraries; per iteration =
 # (I(N2) - I(N1)) / (N2 - N1), start-up = I(N1) - N1 * per iteration (userspace instructions,
-# everything the process executes: loader, libraries, program).
+# everything the process executes: loader, libraries, program). The callgrind outputs
+# (callgrind.<lib>.<n>.out) are kept in the run directory (target/vm/runs/<run>/ on the host)
+# for callgrind_annotate.
 #   cargo xtask capi --release && cargo xtask vm --timeout 1500 -- sh ci/capi/callgrind.sh
 set -u
+OUT=${CALLGRIND_OUT:-/tmp/rverbs-vm}
+[ -d "$OUT" ] && [ -w "$OUT" ] || OUT=/tmp
 LIB=${RVERBS_CAPI_LIB:-$(pwd)/target/capi/lib}
 DEV=${RVERBS_DEV_A:-rxe0}
 ADDR=${RVERBS_ADDR_A:-127.0.0.1}
@@ -18,14 +22,14 @@ measure() { # lib n -> instructions
     sp=$!
     sleep 2
     if [ "$1" = ours ]; then L="LD_LIBRARY_PATH=$LIB"; else L="LD_LIBRARY_PATH="; fi
-    env $L valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.out \
+    env $L valgrind --tool=callgrind --callgrind-out-file=$OUT/callgrind.$1.$2.out \
         ibv_rc_pingpong -d "$DEV" -g 1 -e -n "$2" -p $PORT "$ADDR" > /tmp/cg-client.log 2>&1
     rc=$?
     wait $sp
     if [ $rc != 0 ] || ! grep -q "$2 iters in" /tmp/cg-client.log; then
         echo "FAILED: $1 -n $2" >&2; cat /tmp/cg-client.log /tmp/cg-server.log >&2; exit 1
     fi
-    awk '/^summary:/ {print $2}' /tmp/cg.out
+    awk '/^summary:/ {print $2}' $OUT/callgrind.$1.$2.out
 }
 for lib in rdma-core ours; do
     a=$(measure $lib $N1) || exit 1

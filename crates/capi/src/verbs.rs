@@ -13,6 +13,7 @@ use std::io;
 use std::mem::{offset_of, size_of};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::ptr::{self, null_mut};
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rverbs_uverbs::ah::{Ah, AhAttr, GlobalRoute};
@@ -27,7 +28,7 @@ use rverbs_uverbs::port::Mtu;
 use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::qp::{Qp, QpAttr, QpAttrMask, QpInit, QpState, QpType};
 use rverbs_uverbs::srq::{Srq, SrqAttr};
-use rverbs_uverbs::{Error, RecvWr, SendFlags, SendOp, SendWr, Sge, WorkCompletion};
+use rverbs_uverbs::{Error, RawWc, RecvWr, SendFlags, SendOp, SendWr, Sge};
 
 use crate::abi::*;
 
@@ -852,8 +853,54 @@ struct CqPtr(*mut CCq);
 // SAFETY: only used to find the CQ an event names; the CQ outlives its map entry.
 unsafe impl Send for CqPtr {}
 
+/// Hashes a CQ's user handle for [`CQS`] with one multiplication. The handles are unique
+/// integers handed out in sequence (never chosen by a peer), so std's default SipHash, which
+/// guards against keys crafted to collide, cost `ibv_get_cq_event` about 150 instructions per
+/// event for nothing. Multiplying by an odd constant permutes the low bits (the bucket index)
+/// and spreads into the high ones (the table's tag bits).
+#[derive(Default)]
+struct HandleHasher(u64);
+
+impl std::hash::Hasher for HandleHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 keys are hashed here; stay correct for any other input anyway.
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    #[inline]
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// CQs by the user handle their completion and async events carry.
-static CQS: Mutex<Option<HashMap<u64, CqPtr>>> = Mutex::new(None);
+static CQS: Mutex<Option<HashMap<u64, CqPtr, std::hash::BuildHasherDefault<HandleHasher>>>> =
+    Mutex::new(None);
+
+/// The CQ the last completion event named (or NULL), so that `ibv_get_cq_event` of a program
+/// that waits on one CQ skips the lock and the map. Written only while [`CQS`] is locked and
+/// only with a CQ that is in it; [`forget_cq`] clears it (under the same lock) before a CQ is
+/// freed. So a non-NULL value names a CQ that is in `CQS` at that moment, as a map entry does.
+static EVENT_CQ: AtomicPtr<CCq> = AtomicPtr::new(null_mut());
+
+/// Takes the CQ `p` (user handle `handle`) out of [`CQS`] and [`EVENT_CQ`]: before it is
+/// freed, by whatever destroys it.
+fn forget_cq(handle: u64, p: *mut CCq) {
+    let mut m = CQS.lock().unwrap_or_else(|p| p.into_inner());
+    // Relaxed: the lock (held by every writer) orders this before the CQ is freed, and
+    // nothing is read through the old value here.
+    let _ = EVENT_CQ.compare_exchange(p, null_mut(), Ordering::Relaxed, Ordering::Relaxed);
+    if let Some(m) = m.as_mut() {
+        m.remove(&handle);
+    }
+}
 
 /// A C object's address, by the user handle the kernel's async events name it with.
 struct Addr(usize);
@@ -924,7 +971,7 @@ pub unsafe extern "C" fn ibv_create_cq(
     let p = Box::into_raw(Box::new(CCq { c: ic, cq }));
     CQS.lock()
         .unwrap_or_else(|p| p.into_inner())
-        .get_or_insert_with(HashMap::new)
+        .get_or_insert_with(HashMap::default)
         .insert(handle, CqPtr(p));
     p.cast()
 }
@@ -968,9 +1015,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     if Arc::strong_count(&c.cq) > 1 {
         return libc::EBUSY;
     }
-    if let Some(m) = CQS.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
-        m.remove(&c.cq.user_handle());
-    }
+    forget_cq(c.cq.user_handle(), cq as *mut CCq);
     // SAFETY: boxed by ibv_create_cq.
     let b = unsafe { Box::from_raw(cq as *mut CCq) };
     if !b.c.channel.is_null() {
@@ -1007,11 +1052,23 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         }
     }
     let handle = u64::from_ne_bytes(buf);
-    let found = CQS
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .as_ref()
-        .and_then(|m| m.get(&handle).map(|p| p.0));
+    // Acquire: pairs with the Release store below (made under the lock), so the CQ it names
+    // is seen fully built.
+    let last = EVENT_CQ.load(Ordering::Acquire);
+    // SAFETY: a non-NULL EVENT_CQ names a CQ still in CQS when loaded (see EVENT_CQ); that
+    // it stays alive while its event is returned is the caller's part, as for a CQ found in
+    // the map (destroying a CQ while another thread takes its events is outside the contract).
+    let found = if !last.is_null() && unsafe { (*last).cq.user_handle() } == handle {
+        Some(last)
+    } else {
+        let m = CQS.lock().unwrap_or_else(|p| p.into_inner());
+        let p = m.as_ref().and_then(|m| m.get(&handle).map(|p| p.0));
+        if let Some(p) = p {
+            // Release: see the load above. Under the lock, and p is in the map.
+            EVENT_CQ.store(p, Ordering::Release);
+        }
+        p
+    };
     let Some(p) = found else {
         set_errno(libc::EIO);
         return -1;
@@ -1040,53 +1097,76 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
     unsafe { (*cq).comp_events_completed = (*cq).comp_events_completed.wrapping_add(nevents) };
 }
 
-/// The WC conversion: ours keeps immediate data in host order, `ibv_wc` big-endian.
-fn to_ibv_wc(w: &WorkCompletion) -> ibv_wc {
-    let flags = w.wc_flags.bits();
-    let imm = if w.wc_flags.contains(rverbs_uverbs::WcFlags::WITH_IMM) {
-        w.imm_data.to_be()
-    } else {
-        w.imm_data
-    };
-    ibv_wc {
-        wr_id: w.wr_id,
-        status: w.status.0,
-        opcode: w.opcode.0,
-        vendor_err: w.vendor_err,
-        byte_len: w.byte_len,
-        imm_data: imm,
-        qp_num: w.qp_num,
-        src_qp: w.src_qp,
-        wc_flags: flags,
-        pkey_index: w.pkey_index,
-        slid: w.slid,
-        sl: w.sl,
-        dlid_path_bits: w.dlid_path_bits,
+// `ibv_wc` is the kernel's `ib_uverbs_wc` (which `RawWc` is) field for field, but for the
+// two padding bytes at its end where `ib_uverbs_wc` has `port_num` and a reserved byte
+// (the layout test checks `ibv_wc` against the header; `RawWc`'s offsets are asserted in
+// rverbs-uverbs).
+const _: () = {
+    assert!(size_of::<ibv_wc>() == size_of::<RawWc>());
+    assert!(std::mem::align_of::<ibv_wc>() == std::mem::align_of::<RawWc>());
+    assert!(offset_of!(ibv_wc, imm_data) == 24 && offset_of!(ibv_wc, dlid_path_bits) == 45);
+};
+
+/// Writes one raw ring entry (the kernel's `ib_uverbs_wc`) as an `ibv_wc`: a 48-byte copy,
+/// then the flags renumbered (kernel → userspace). The immediate data stays big-endian as
+/// on the wire and the invalidated rkey in host order, as `ibv_wc` keeps them.
+///
+/// # Safety
+/// `dst` is valid for writing one `ibv_wc`.
+#[inline(always)]
+unsafe fn write_ibv_wc(dst: *mut ibv_wc, w: &RawWc) {
+    // SAFETY: same size (asserted above) and the same field order and types; every byte of
+    // a RawWc is initialised (plain integers, no padding) and every byte pattern is a valid
+    // ibv_wc (integers); dst is writable (caller's contract) and cannot overlap our stack copy.
+    unsafe {
+        ptr::copy_nonoverlapping((w as *const RawWc).cast::<ibv_wc>(), dst, 1);
+        (*dst).wc_flags = w.wc_flags().bits();
     }
 }
 
 /// How many completions or work requests one step of the data path handles on the stack.
 const BATCH: usize = 16;
 
-/// `ops.poll_cq` (the inline `ibv_poll_cq`).
-unsafe extern "C" fn poll_cq_op(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
-    // SAFETY: the ops table is reachable only from our contexts; cq is live.
-    let c = unsafe { ccq(cq) };
-    let want = num_entries.max(0) as usize;
-    let mut buf = [WorkCompletion::default(); BATCH];
+/// Polls up to `want` completions into `wc` through a stack buffer of `N` raw entries
+/// (`Cq::poll_raw`: rxe copies its ring entries unchanged), each written out with
+/// [`write_ibv_wc`]; returns how many.
+///
+/// # Safety
+/// `wc` is valid for writing `want` `ibv_wc`.
+#[inline(always)]
+unsafe fn poll_into<const N: usize>(cq: &Cq, want: usize, wc: *mut ibv_wc) -> usize {
+    let mut buf = [RawWc::default(); N];
     let mut done = 0usize;
     while done < want {
-        let n = (want - done).min(BATCH);
-        let got = c.cq.poll(&mut buf[..n]);
+        let n = (want - done).min(N);
+        let got = cq.poll_raw(&mut buf[..n]).min(n);
         for (i, w) in buf[..got].iter().enumerate() {
-            // SAFETY: the caller gave num_entries writable ibv_wc; done + i < want.
-            unsafe { wc.add(done + i).write(to_ibv_wc(w)) };
+            // SAFETY: done + i < want (caller's contract).
+            unsafe { write_ibv_wc(wc.add(done + i), w) };
         }
         done += got;
         if got < n {
             break;
         }
     }
+    done
+}
+
+/// `ops.poll_cq` (the inline `ibv_poll_cq`). A caller asking for a few completions (the
+/// latency-bound case) gets a 4-entry buffer, which is zeroed with a few inline stores; a
+/// larger request a `BATCH`-entry one (its zeroing is a `memset` call).
+unsafe extern "C" fn poll_cq_op(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
+    // SAFETY: the ops table is reachable only from our contexts; cq is live.
+    let c = unsafe { ccq(cq) };
+    let want = num_entries.max(0) as usize;
+    // SAFETY: the caller gave num_entries writable ibv_wc.
+    let done = unsafe {
+        if want <= 4 {
+            poll_into::<4>(&c.cq, want, wc)
+        } else {
+            poll_into::<BATCH>(&c.cq, want, wc)
+        }
+    };
     done as c_int
 }
 
@@ -1219,7 +1299,29 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     0
 }
 
-/// Builds `RecvWr`s from a C list, `BATCH` at a time, and posts each batch with `post`.
+/// The rverbs request of one C receive request, or `None` when its SGE list is negative
+/// or dangling.
+///
+/// # Safety
+/// `w` is a valid request: `sg_list` has `num_sge` entries.
+#[inline(always)]
+unsafe fn recv_wr(w: &ibv_recv_wr) -> Option<RecvWr<'_>> {
+    if w.num_sge < 0 || (w.num_sge > 0 && w.sg_list.is_null()) {
+        return None;
+    }
+    let sge: &[Sge] = if w.num_sge == 0 {
+        &[]
+    } else {
+        // SAFETY: sg_list has num_sge entries (caller's contract); ibv_sge is Sge.
+        unsafe { std::slice::from_raw_parts(w.sg_list, w.num_sge as usize) }
+    };
+    Some(RecvWr {
+        wr_id: w.wr_id,
+        sge,
+    })
+}
+
+/// Builds `RecvWr`s from a C list (a single request directly, a list `BATCH` at a time), and posts each batch with `post`.
 /// Returns 0, or the errno with `*bad` set to the first request not posted.
 ///
 /// # Safety
@@ -1230,6 +1332,24 @@ unsafe fn post_recv_list(
     bad: *mut *mut ibv_recv_wr,
     post: impl Fn(&[RecvWr<'_>]) -> Result<(), rverbs_uverbs::error::PostError>,
 ) -> c_int {
+    // One request (the common case): converted and posted without the batch arrays.
+    // SAFETY: caller's contract: wr is NULL or a valid request.
+    if let Some(w) = unsafe { wr.as_ref() }.filter(|w| w.next.is_null()) {
+        // SAFETY: caller's contract.
+        let Some(r) = (unsafe { recv_wr(w) }) else {
+            // SAFETY: caller's contract.
+            unsafe { *bad = wr };
+            return libc::EINVAL;
+        };
+        return match post(std::slice::from_ref(&r)) {
+            Ok(()) => 0,
+            Err(e) => {
+                // SAFETY: caller's contract.
+                unsafe { *bad = wr };
+                fail(&io::Error::from(e))
+            }
+        };
+    }
     while !wr.is_null() {
         let mut ptrs = [null_mut::<ibv_recv_wr>(); BATCH];
         let mut wrs = [RecvWr { wr_id: 0, sge: &[] }; BATCH];
@@ -1237,22 +1357,14 @@ unsafe fn post_recv_list(
         while n < BATCH && !wr.is_null() {
             // SAFETY: caller's contract: wr is a valid request.
             let w = unsafe { &*wr };
-            if w.num_sge < 0 || (w.num_sge > 0 && w.sg_list.is_null()) {
+            // SAFETY: caller's contract.
+            let Some(r) = (unsafe { recv_wr(w) }) else {
                 // SAFETY: caller's contract.
                 unsafe { *bad = wr };
                 return libc::EINVAL;
-            }
-            let sge: &[Sge] = if w.num_sge == 0 {
-                &[]
-            } else {
-                // SAFETY: sg_list has num_sge entries (caller's contract); ibv_sge is Sge.
-                unsafe { std::slice::from_raw_parts(w.sg_list, w.num_sge as usize) }
             };
             ptrs[n] = wr;
-            wrs[n] = RecvWr {
-                wr_id: w.wr_id,
-                sge,
-            };
+            wrs[n] = r;
             n += 1;
             wr = w.next;
         }
@@ -1646,7 +1758,49 @@ unsafe fn send_op(w: &ibv_send_wr) -> Option<SendOp> {
     })
 }
 
-/// `ops.post_send` (the inline `ibv_post_send`).
+/// The rverbs request of one C send request, or `None` when it is malformed (an opcode we
+/// do not carry, a negative or dangling SGE list, a UD request without an AH).
+///
+/// # Safety
+/// `w` is a valid request (`ibv_post_send`'s contract): `sg_list` has `num_sge` entries;
+/// for UD QPs `w.wr.ud.ah` is NULL or an AH of ours.
+#[inline(always)]
+unsafe fn send_wr(w: &ibv_send_wr, ud: bool) -> Option<SendWr<'_>> {
+    // SAFETY: for UD QPs the request names an AH of ours (checked non-NULL below).
+    let op = unsafe { send_op(w) }?;
+    if w.num_sge < 0 || (w.num_sge > 0 && w.sg_list.is_null()) {
+        return None;
+    }
+    let sge: &[Sge] = if w.num_sge == 0 {
+        &[]
+    } else {
+        // SAFETY: sg_list has num_sge entries; ibv_sge has Sge's layout.
+        unsafe { std::slice::from_raw_parts(w.sg_list, w.num_sge as usize) }
+    };
+    let ud_dest = if ud {
+        // SAFETY: reading a union of plain data (a UD request uses its `ud` member).
+        let u = unsafe { w.wr.ud };
+        if u.ah.is_null() {
+            return None;
+        }
+        // SAFETY: non-NULL, so an AH of ours (caller's contract).
+        let a = unsafe { &*(u.ah as *const CAh) };
+        Some(a.ah.ud_dest(u.remote_qpn, u.remote_qkey))
+    } else {
+        None
+    };
+    Some(SendWr {
+        wr_id: w.wr_id,
+        op,
+        sge,
+        flags: SendFlags::from_bits_retain(w.send_flags),
+        ud: ud_dest,
+    })
+}
+
+/// `ops.post_send` (the inline `ibv_post_send`). A single request (the common case of
+/// latency-bound programs) is converted and posted without the batch arrays; a list goes in
+/// batches of `BATCH`.
 unsafe extern "C" fn post_send_op(
     qp: *mut ibv_qp,
     mut wr: *mut ibv_send_wr,
@@ -1655,6 +1809,25 @@ unsafe extern "C" fn post_send_op(
     // SAFETY: qp is ours (ops table).
     let q = unsafe { cqp(qp) };
     let ud = q.qp.qp_type() == QpType::UD;
+    // SAFETY: ibv_post_send's contract: wr is NULL or a valid request.
+    if let Some(w) = unsafe { wr.as_ref() }.filter(|w| w.next.is_null()) {
+        // SAFETY: as above; AHs of UD requests are ours.
+        let Some(s) = (unsafe { send_wr(w, ud) }) else {
+            // SAFETY: caller's contract: bad is writable.
+            unsafe { *bad = wr };
+            return libc::EINVAL;
+        };
+        // SAFETY: ibv_post_send's contract: the SGEs name registered memory that stays valid
+        // until the completions are polled.
+        return match unsafe { q.qp.post_send_raw(std::slice::from_ref(&s)) } {
+            Ok(()) => 0,
+            Err(e) => {
+                // SAFETY: caller's contract.
+                unsafe { *bad = wr };
+                fail(&io::Error::from(e))
+            }
+        };
+    }
     while !wr.is_null() {
         let mut ptrs = [null_mut::<ibv_send_wr>(); BATCH];
         let mut wrs = [SendWr::send(0, &[]); BATCH];
@@ -1662,39 +1835,14 @@ unsafe extern "C" fn post_send_op(
         while n < BATCH && !wr.is_null() {
             // SAFETY: ibv_post_send's contract: wr is a valid request.
             let w = unsafe { &*wr };
-            // SAFETY: for UD QPs the request names an AH of ours.
-            let op = unsafe { send_op(w) };
-            let bad_sge = w.num_sge < 0 || (w.num_sge > 0 && w.sg_list.is_null());
-            let dest = if ud {
-                // SAFETY: reading a union of plain data (a UD request uses its `ud` member).
-                unsafe { w.wr.ud }.ah
-            } else {
-                null_mut()
-            };
-            let (Some(op), false, false) = (op, bad_sge, ud && dest.is_null()) else {
+            // SAFETY: as above.
+            let Some(s) = (unsafe { send_wr(w, ud) }) else {
                 // SAFETY: caller's contract.
                 unsafe { *bad = wr };
                 return libc::EINVAL;
             };
-            let sge: &[Sge] = if w.num_sge == 0 {
-                &[]
-            } else {
-                // SAFETY: sg_list has num_sge entries; ibv_sge has Sge's layout.
-                unsafe { std::slice::from_raw_parts(w.sg_list, w.num_sge as usize) }
-            };
-            let ud_dest = ud.then(|| {
-                // SAFETY: checked non-NULL; an AH of ours.
-                let (a, u) = unsafe { (&*(dest as *const CAh), w.wr.ud) };
-                a.ah.ud_dest(u.remote_qpn, u.remote_qkey)
-            });
             ptrs[n] = wr;
-            wrs[n] = SendWr {
-                wr_id: w.wr_id,
-                op,
-                sge,
-                flags: SendFlags::from_bits_retain(w.send_flags),
-                ud: ud_dest,
-            };
+            wrs[n] = s;
             n += 1;
             wr = w.next;
         }

@@ -190,33 +190,83 @@ fn ibv_srq_pingpong_interop() {
 }
 
 /// perftest's `prog` (which links rdma-core's libmlx5/libefa too: they must load on ours)
-/// between a server on A and a client from B, one side on ours; 100 iterations.
-fn perftest(prog: &str, port: u16, server_ours: bool) {
+/// between a server on A and a client from B, one side on ours, `iters` iterations; with
+/// `cm`, over the rdma_cm (`-R`: the exchange and the test QP both connect through
+/// librdmacm, so the side on ours runs our `librdmacm.so.1`).
+///
+/// `-F`: perftest calibrates its cycle counter against `gettimeofday` and, without `-F`,
+/// exits ("Can't produce a report") when the fit is poor, which TCG's clock sometimes makes
+/// it; the test checks that the run completes, not the figures.
+///
+/// Retries, all of them perftest's own races, never a failure of either library: the client
+/// may start before the server listens (plain: "Couldn't connect"; `-R`: the exchange's
+/// connect is rejected, "Unexpected CM event"), then the client is run again. With `-R` the
+/// server also opens a second listener for the test QP only after the exchange, while the
+/// client connects to it as soon as its side of the exchange is done: when the client wins
+/// that race its connect is rejected (`RDMA_CM_EVENT_REJECTED`, status 8: no listener) and
+/// perftest's client crashes in its retry path; then both are started again.
+fn perftest(prog: &str, port: u16, server_ours: bool, cm: bool, iters: u32) {
     let (dev_a, dev_b) = (
         env_or("RVERBS_DEV_A", "rxe0"),
         env_or("RVERBS_DEV_B", "rxe0"),
     );
     let addr_a = env_or("RVERBS_ADDR_A", "10.10.0.1");
-    let port = port.to_string();
-    let args = |c: &mut Command, dev: &str| {
-        c.args(["-d", dev, "-x", "1", "-n", "100", "-p", &port]);
-    };
-    let mut s = tool(prog, server_ours);
-    args(&mut s, &dev_a);
-    let server = Proc::spawn(s);
-    let t0 = Instant::now();
-    let client_out = loop {
-        std::thread::sleep(Duration::from_secs(2));
-        let mut c = tool(prog, !server_ours);
-        args(&mut c, &dev_b);
-        c.arg(&addr_a);
-        let (ok, out) = Proc::spawn(c).finish(Duration::from_secs(120));
-        if ok {
-            break out;
+    let iters = iters.to_string();
+    let args = |c: &mut Command, dev: &str, port: u16| {
+        c.args([
+            "-d",
+            dev,
+            "-x",
+            "1",
+            "-F",
+            "-n",
+            &iters,
+            "-p",
+            &port.to_string(),
+        ]);
+        if cm {
+            c.arg("-R");
         }
-        if !out.contains("Couldn't connect") || t0.elapsed() > Duration::from_secs(30) {
-            let (_, sout) = server.finish(Duration::from_secs(1));
-            panic!("client failed:\n{out}\nserver:\n{sout}");
+    };
+    let t0 = Instant::now();
+    let mut port = port;
+    let (client_out, server) = 'pair: loop {
+        let mut s = tool(prog, server_ours);
+        args(&mut s, &dev_a, port);
+        let mut server = Proc::spawn(s);
+        if cm {
+            wait_cm_listening(port);
+        } else {
+            server.wait_listening(port);
+        }
+        loop {
+            let mut c = tool(prog, !server_ours);
+            args(&mut c, &dev_b, port);
+            c.arg(&addr_a);
+            let (ok, out) = Proc::spawn(c).finish(Duration::from_secs(120));
+            if ok {
+                break 'pair (out, server);
+            }
+            let early = out.contains("Couldn't connect") || out.contains("Unexpected CM event");
+            let raced = cm && out.contains("RDMA_CM_EVENT_REJECTED");
+            if !(early || raced) || t0.elapsed() > Duration::from_secs(60) {
+                let (_, sout) = server.finish(Duration::from_secs(1));
+                panic!("client failed:\n{out}\nserver:\n{sout}");
+            }
+            // Listening was seen, so a rejected start is rare: try again shortly.
+            std::thread::sleep(Duration::from_millis(300));
+            if raced {
+                // The server waits on a listener the next client cannot use: start over,
+                // on a fresh port (the old one may linger in the kernel briefly).
+                let _ = server.finish(Duration::ZERO);
+                eprintln!(
+                    "{prog} (server on {}): the client's rdma_cm connect beat the server's \
+                     second listen; both again",
+                    if server_ours { "ours" } else { "rdma-core" }
+                );
+                port += 100;
+                continue 'pair;
+            }
         }
     };
     let (ok, sout) = server.finish(Duration::from_secs(120));
@@ -228,6 +278,38 @@ fn perftest(prog: &str, port: u16, server_ours: bool) {
     );
     if prog == "ib_send_lat" {
         assert!(sout.contains("#bytes"), "no result table in:\n{sout}");
+    }
+    if cm {
+        // The run really went over the rdma_cm.
+        for (side, out) in [("client", &client_out), ("server", &sout)] {
+            assert!(
+                out.contains("rdma_cm QPs\t : ON"),
+                "{side} did not use rdma_cm QPs:\n{out}"
+            );
+        }
+    }
+}
+
+/// Waits (at most 20 s) until an rdma_cm id listens on `port`, as iproute2's
+/// `rdma resource show cm_id` lists it (`state LISTEN … src-addr <ip>:<port>`); the rdma_cm's
+/// listen is not a TCP socket. A timeout is not an error here: the caller's retries decide.
+fn wait_cm_listening(port: u16) {
+    let want = format!(":{port}");
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(20) {
+        if let Ok(o) = Command::new("rdma")
+            .args(["resource", "show", "cm_id"])
+            .output()
+        {
+            let text = String::from_utf8_lossy(&o.stdout);
+            if text
+                .lines()
+                .any(|l| l.contains("LISTEN") && l.split_whitespace().any(|w| w.ends_with(&want)))
+            {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -295,7 +377,25 @@ fn perftest_interop() {
         .enumerate()
     {
         let port = 18660 + 2 * i as u16;
-        perftest(prog, port, true);
-        perftest(prog, port + 1, false);
+        perftest(prog, port, true, false, 100);
+        perftest(prog, port + 1, false, false, 100);
+    }
+}
+
+/// The same four tools over the rdma_cm (`-R`), 20 iterations: our librdmacm and libibverbs
+/// as the server against rdma-core's client, then as the client against rdma-core's server.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn perftest_rdma_cm_interop() {
+    for (i, prog) in ["ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_write_bw"]
+        .iter()
+        .enumerate()
+    {
+        let port = 18670 + 2 * i as u16;
+        perftest(prog, port, true, true, 20);
+        perftest(prog, port + 1, false, true, 20);
     }
 }
