@@ -316,11 +316,12 @@ fn wait_cm_listening(port: u16) {
 /// `prog`'s client (`ours_client`) or server on our `librdmacm.so.1` and `libibverbs.so.1`
 /// against the same program entirely on rdma-core. `check` must appear in the output of the
 /// side on ours.
-fn cm_tool(server: &[&str], client: &[&str], ours_client: bool, check: &str) {
+/// The client starts once the server's rdma_cm id listens on `port` (the tool's default).
+fn cm_tool(server: &[&str], client: &[&str], port: u16, ours_client: bool, check: &str) {
     let mut s = tool(server[0], !ours_client);
     s.args(&server[1..]);
     let server_p = Proc::spawn(s);
-    std::thread::sleep(Duration::from_secs(3));
+    wait_cm_listening(port);
     let mut c = tool(client[0], ours_client);
     c.args(&client[1..]);
     let (cok, cout) = Proc::spawn(c).finish(Duration::from_secs(120));
@@ -348,18 +349,21 @@ fn our_librdmacm_runs_rdmacm_utils_interop() {
         cm_tool(
             &["rping", "-s", "-a", a, "-C", "10", "-v"],
             &["rping", "-c", "-a", a, "-C", "10", "-v"],
+            7174,
             ours_client,
             "rdma-ping-9",
         );
         cm_tool(
             &["rdma_server", "-s", a],
             &["rdma_client", "-s", a],
+            7471,
             ours_client,
             "end 0",
         );
         cm_tool(
             &["ucmatose", "-b", a],
             &["ucmatose", "-s", a],
+            7471,
             ours_client,
             "test complete",
         );
