@@ -76,11 +76,12 @@ pub(crate) unsafe extern "C" fn dealloc_mw_op(mw: *mut ibv_mw) -> c_int {
     0
 }
 
-/// The window's new binding, as the kernel reads it from `rxe_send_wr.wr.mw`.
+/// The window's new binding, as the kernel reads it from `rxe_send_wr.wr.mw` (also what an
+/// `ibv_qp_ex` `wr_bind_mw` builder needs: `SendOp::BindMw(raw_bind(mw, rkey, info))`).
 ///
 /// # Safety
 /// `mw` is a window of ours; `info.mr` is NULL or a region of ours.
-unsafe fn raw_bind(mw: *mut ibv_mw, rkey: u32, info: &ibv_mw_bind_info) -> MwBind {
+pub(crate) unsafe fn raw_bind(mw: *mut ibv_mw, rkey: u32, info: &ibv_mw_bind_info) -> MwBind {
     // SAFETY: caller's contract.
     let (m, lkey) = unsafe { (&*mw, info.mr.as_ref().map_or(0, |r| r.lkey)) };
     // SAFETY: the C caller's contract (ibv_bind_mw / ibv_post_send): the region's memory is
@@ -111,7 +112,9 @@ pub(crate) unsafe fn bind_op(w: &ibv_send_wr) -> Option<SendOp> {
         return None;
     }
     // SAFETY: caller's contract.
-    Some(SendOp::BindMw(unsafe { raw_bind(b.mw, b.rkey, &b.bind_info) }))
+    Some(SendOp::BindMw(unsafe {
+        raw_bind(b.mw, b.rkey, &b.bind_info)
+    }))
 }
 
 /// `ops.bind_mw` (the inline `ibv_bind_mw`, which has checked the type, a NULL region's zero
@@ -143,7 +146,11 @@ pub(crate) unsafe extern "C" fn bind_mw_op(
         Some(_) => (info.addr, info.length),
         None => (0, 0),
     };
-    let info = ibv_mw_bind_info { addr, length, ..*info };
+    let info = ibv_mw_bind_info {
+        addr,
+        length,
+        ..*info
+    };
     // SAFETY: caller's contract.
     let bind = unsafe { raw_bind(mw, rkey, &info) };
     let wr = SendWr::<Sge> {

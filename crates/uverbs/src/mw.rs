@@ -411,7 +411,8 @@ impl Qp {
         flags: SendFlags,
     ) -> std::result::Result<(), PostError> {
         let ctx = self.pd().context().name();
-        let fail = |what: String| PostError::invalid(0, what).at(ctx, PostQueue::Send, self.qp_num());
+        let fail =
+            |what: String| PostError::invalid(0, what).at(ctx, PostQueue::Send, self.qp_num());
         if !Arc::ptr_eq(mw.pd(), self.pd()) {
             return Err(fail(format!(
                 "bind {} MW {}: the window is on PD handle {}, the QP on PD handle {}",

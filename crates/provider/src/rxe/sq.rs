@@ -33,8 +33,7 @@ use std::ptr;
 
 use super::abi::{
     rxe_dma_info, rxe_send_wqe, rxe_sge, rxe_wr_atomic, rxe_wr_mw, rxe_wr_rdma, rxe_wr_ud,
-    send_flags,
-    RXE_SEND_WQE_SGE_OFFSET, RXE_SEND_WR_UNION_SIZE,
+    send_flags, RXE_SEND_WQE_SGE_OFFSET, RXE_SEND_WR_UNION_SIZE,
 };
 use super::doorbell::post_send_doorbell;
 use super::queue::{QueueKind, RxeQueue};
