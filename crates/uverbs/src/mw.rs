@@ -191,6 +191,34 @@ impl Mw {
     /// A bind of this window to `range` of `mr` with `access`, checked as the module docs
     /// say ("Why binding in safe code is sound"); post it with [`Qp::bind_mw`] or as
     /// [`SendOp::BindMw`]. The bind's new rkey is [`inc_rkey`] of [`Mw::rkey`].
+    ///
+    /// ```no_run
+    /// # use rverbs_uverbs::mr::{AccessFlags, Mr, PageBuf};
+    /// # use rverbs_uverbs::mw::{Mw, MwType};
+    /// # use rverbs_uverbs::SendFlags;
+    /// # fn demo(qp: &rverbs_uverbs::qp::Qp) -> std::io::Result<()> {
+    /// let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::MW_BIND;
+    /// let mr = Mr::register(qp.pd(), PageBuf::new(8192)?, access)?;
+    /// let mw = Mw::alloc(qp.pd(), MwType::TYPE_1)?;
+    /// let bind = mw.bind_info(&mr, 4096..8192, AccessFlags::REMOTE_WRITE)?;
+    /// qp.bind_mw(&mw, &bind, 1, SendFlags::SIGNALED)?;
+    /// // ... after the BIND_MW completion, a peer writes 4096..8192 under mw.rkey()
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// A scoped (borrowed) region cannot be bound: its deregistration failing under a bound
+    /// window would have to abort the process.
+    /// ```compile_fail,E0597
+    /// # use rverbs_uverbs::mr::{AccessFlags, Mr};
+    /// # use rverbs_uverbs::mw::Mw;
+    /// # fn demo(pd: &std::sync::Arc<rverbs_uverbs::pd::Pd>, mw: &Mw) {
+    /// let mut buf = [0u8; 4096];
+    /// let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::MW_BIND;
+    /// let _ = Mr::scoped(pd, &mut buf[..], access, |mr| {
+    ///     mw.bind_info(mr, 0..64, AccessFlags::REMOTE_READ).is_ok()
+    /// });
+    /// # }
+    /// ```
     pub fn bind_info<M: MrMemory + 'static>(
         &self,
         mr: &Mr<M>,
