@@ -60,6 +60,12 @@ pub type ReqNotifyFn = unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int;
 /// `post_send` slot type.
 pub type PostSendFn =
     unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int;
+/// `alloc_mw` slot type (the `enum ibv_mw_type` argument is an `unsigned int` in the ABI).
+pub type AllocMwFn = unsafe extern "C" fn(*mut ibv_pd, c_uint) -> *mut ibv_mw;
+/// `bind_mw` slot type.
+pub type BindMwFn = unsafe extern "C" fn(*mut ibv_qp, *mut ibv_mw, *mut ibv_mw_bind) -> c_int;
+/// `dealloc_mw` slot type.
+pub type DeallocMwFn = unsafe extern "C" fn(*mut ibv_mw) -> c_int;
 /// `post_recv` slot type.
 pub type PostRecvFn =
     unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
@@ -84,12 +90,12 @@ pub struct ibv_context_ops {
     pub _compat_rereg_mr: VoidFn,
     /// Legacy slot (NULL).
     pub _compat_dereg_mr: VoidFn,
-    /// Memory windows: not supported (NULL).
-    pub alloc_mw: VoidFn,
-    /// Memory windows: not supported (NULL).
-    pub bind_mw: VoidFn,
-    /// Memory windows: not supported (NULL).
-    pub dealloc_mw: VoidFn,
+    /// `ibv_alloc_mw`.
+    pub alloc_mw: Option<AllocMwFn>,
+    /// `ibv_bind_mw` (type 1 windows).
+    pub bind_mw: Option<BindMwFn>,
+    /// `ibv_dealloc_mw`.
+    pub dealloc_mw: Option<DeallocMwFn>,
     /// Legacy slot (NULL).
     pub _compat_create_cq: VoidFn,
     /// `ibv_poll_cq`.
@@ -904,16 +910,57 @@ pub union wr_union {
     pub ud: wr_ud,
 }
 
-/// `bind_mw` of [`ibv_send_wr`] (memory windows are not supported; only its size matters).
+/// `bind_mw` of [`ibv_send_wr`] (`IBV_WR_BIND_MW`; the union's `tso` arm is not read).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct wr_bind_mw {
+    /// The window to bind.
+    pub mw: *mut ibv_mw,
+    /// Its new rkey (`ibv_inc_rkey(mw->rkey)`).
+    pub rkey: u32,
     #[allow(missing_docs)]
-    pub mw: *mut c_void,
+    pub bind_info: ibv_mw_bind_info,
+}
+
+/// `struct ibv_mw_bind_info`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_mw_bind_info {
+    /// The region (NULL with length 0: unbind a type 1 window).
+    pub mr: *mut ibv_mr,
+    #[allow(missing_docs)]
+    pub addr: u64,
+    #[allow(missing_docs)]
+    pub length: u64,
+    /// `ibv_access_flags` of the window.
+    pub mw_access_flags: c_uint,
+}
+
+/// `struct ibv_mw_bind` (`ibv_bind_mw`'s request).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_mw_bind {
+    #[allow(missing_docs)]
+    pub wr_id: u64,
+    #[allow(missing_docs)]
+    pub send_flags: c_uint,
+    #[allow(missing_docs)]
+    pub bind_info: ibv_mw_bind_info,
+}
+
+/// `struct ibv_mw`.
+#[repr(C)]
+pub struct ibv_mw {
+    #[allow(missing_docs)]
+    pub context: *mut ibv_context,
+    #[allow(missing_docs)]
+    pub pd: *mut ibv_pd,
     #[allow(missing_docs)]
     pub rkey: u32,
-    /// `struct ibv_mw_bind_info`: mr, addr, length, mw_access_flags.
-    pub bind_info: [u64; 4],
+    #[allow(missing_docs)]
+    pub handle: u32,
+    /// `enum ibv_mw_type`.
+    pub mw_type: c_uint,
 }
 
 /// `struct ibv_send_wr`.
@@ -1303,10 +1350,10 @@ pub struct rdma_addrinfo {
 pub type LayoutRow = (&'static str, usize, &'static [(&'static str, usize)]);
 
 macro_rules! layouts {
-    ($($cname:literal => $ty:ty { $($cf:literal : $rf:ident),* $(,)? })*) => {
+    ($($cname:literal => $ty:ty { $($cf:literal : $($rf:ident).+),* $(,)? })*) => {
         /// Every struct of this module with its size and field offsets, named as in C.
         pub const LAYOUTS: &[LayoutRow] = &[
-            $(($cname, std::mem::size_of::<$ty>(), &[$(($cf, std::mem::offset_of!($ty, $rf))),*]),)*
+            $(($cname, std::mem::size_of::<$ty>(), &[$(($cf, std::mem::offset_of!($ty, $($rf).+))),*]),)*
         ];
     };
 }
@@ -1341,7 +1388,8 @@ layouts! {
     "ibv_gid" => ibv_gid { "raw": raw }
     "ibv_device" => ibv_device { "node_type": node_type, "transport_type": transport_type,
         "name": name, "dev_name": dev_name, "dev_path": dev_path, "ibdev_path": ibdev_path }
-    "ibv_context_ops" => ibv_context_ops { "alloc_mw": alloc_mw, "poll_cq": poll_cq,
+    "ibv_context_ops" => ibv_context_ops { "alloc_mw": alloc_mw, "bind_mw": bind_mw,
+        "dealloc_mw": dealloc_mw, "poll_cq": poll_cq,
         "req_notify_cq": req_notify_cq, "post_srq_recv": post_srq_recv,
         "post_send": post_send, "post_recv": post_recv, "_compat_async_event": _compat_async_event }
     "ibv_context" => ibv_context { "device": device, "ops": ops, "cmd_fd": cmd_fd,
@@ -1413,7 +1461,14 @@ layouts! {
     "ibv_sge" => ibv_sge { "addr": addr, "length": length, "lkey": lkey }
     "ibv_send_wr" => ibv_send_wr { "wr_id": wr_id, "next": next, "sg_list": sg_list,
         "num_sge": num_sge, "opcode": opcode, "send_flags": send_flags, "imm_data": imm_data,
-        "wr": wr, "qp_type": remote_srqn, "bind_mw": bind_mw }
+        "wr": wr, "qp_type": remote_srqn, "bind_mw": bind_mw, "bind_mw.mw": bind_mw.mw,
+        "bind_mw.rkey": bind_mw.rkey, "bind_mw.bind_info": bind_mw.bind_info }
+    "ibv_mw_bind_info" => ibv_mw_bind_info { "mr": mr, "addr": addr, "length": length,
+        "mw_access_flags": mw_access_flags }
+    "ibv_mw_bind" => ibv_mw_bind { "wr_id": wr_id, "send_flags": send_flags,
+        "bind_info": bind_info }
+    "ibv_mw" => ibv_mw { "context": context, "pd": pd, "rkey": rkey, "handle": handle,
+        "type": mw_type }
     "ibv_recv_wr" => ibv_recv_wr { "wr_id": wr_id, "next": next, "sg_list": sg_list,
         "num_sge": num_sge }
     "ibv_srq" => ibv_srq { "context": context, "srq_context": srq_context, "pd": pd,

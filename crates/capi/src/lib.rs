@@ -29,4 +29,5 @@ pub mod abi;
 #[macro_use]
 mod symver;
 pub mod cma;
+pub mod mw;
 pub mod verbs;

@@ -277,6 +277,9 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
     c.ops.post_send = Some(post_send_op);
     c.ops.post_recv = Some(post_recv_op);
     c.ops.post_srq_recv = Some(post_srq_recv_op);
+    c.ops.alloc_mw = Some(crate::mw::alloc_mw_op);
+    c.ops.bind_mw = Some(crate::mw::bind_mw_op);
+    c.ops.dealloc_mw = Some(crate::mw::dealloc_mw_op);
     c.cmd_fd = ctx.cmd_fd().as_raw_fd();
     c.async_fd = ctx.async_fd().as_raw_fd();
     c.num_comp_vectors = ctx.num_comp_vectors() as c_int;
@@ -775,15 +778,30 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
     }
 }
 
-/// `ibv_dereg_mr`.
+/// `ibv_dereg_mr`: fails (EINVAL, the region kept) while a memory window is bound in it.
 ///
 /// # Safety
-/// `mr` came from [`ibv_reg_mr`] and is not used afterwards.
+/// `mr` came from [`ibv_reg_mr`] and is not used afterwards unless this fails.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
-    // SAFETY: boxed by ibv_reg_mr_iova2.
-    drop(unsafe { Box::from_raw(mr as *mut CMr) });
-    0
+    let p = mr as *mut CMr;
+    // SAFETY: boxed by ibv_reg_mr_iova2; the registration is moved out and either consumed
+    // (then the box is freed without dropping it again) or written back.
+    let raw = unsafe { std::ptr::read(&raw const (*p).mr) };
+    match raw.deregister() {
+        Ok(()) => {
+            // SAFETY: ManuallyDrop<CMr> has CMr's layout; its moved-out field is not dropped.
+            drop(unsafe { Box::from_raw(p.cast::<std::mem::ManuallyDrop<CMr>>()) });
+            0
+        }
+        Err((raw, e)) => {
+            // Still registered (a memory window is bound in it, EINVAL as on rdma-core): the
+            // caller keeps the region.
+            // SAFETY: the slot read above, still allocated.
+            unsafe { std::ptr::write(&raw mut (*p).mr, raw) };
+            fail(&e)
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1715,7 +1733,8 @@ pub unsafe extern "C" fn ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut c_void {
 /// The rverbs operation of a C send request, or `None` for an opcode we do not carry.
 ///
 /// # Safety
-/// For UD QPs, `w.wr.ud.ah` is an AH of ours.
+/// For UD QPs, `w.wr.ud.ah` is an AH of ours; for BIND_MW, `w.bind_mw` names a window and
+/// region of ours.
 unsafe fn send_op(w: &ibv_send_wr) -> Option<SendOp> {
     // SAFETY: reading a union of plain integers: every bit pattern is valid.
     let (rdma, atomic) = unsafe { (w.wr.rdma, w.wr.atomic) };
@@ -1751,6 +1770,8 @@ unsafe fn send_op(w: &ibv_send_wr) -> Option<SendOp> {
         7 => SendOp::LocalInv {
             invalidate_rkey: w.imm_data,
         },
+        // SAFETY: a BIND_MW request names a window (and region) of ours.
+        8 => return unsafe { crate::mw::bind_op(w) },
         9 => SendOp::SendWithInv {
             invalidate_rkey: w.imm_data,
         },

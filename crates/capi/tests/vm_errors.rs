@@ -99,11 +99,42 @@ fn errors_follow_rdma_core_conventions() {
         let post = (*ctx).ops.post_send.unwrap();
         assert_eq!(post(qp, &mut wr, &mut bad), libc::EINVAL);
         assert_eq!(bad, &raw mut wr);
-        // An opcode rverbs does not carry (BIND_MW): EINVAL, bad_wr set.
-        wr.opcode = 8;
-        bad = null_mut();
-        assert_eq!(post(qp, &mut wr, &mut bad), libc::EINVAL);
-        assert_eq!(bad, &raw mut wr);
+        // An opcode rverbs does not carry (TSO), and a BIND_MW without a window: EINVAL,
+        // bad_wr set.
+        for op in [10, 8] {
+            wr.opcode = op;
+            bad = null_mut();
+            assert_eq!(post(qp, &mut wr, &mut bad), libc::EINVAL, "opcode {op}");
+            assert_eq!(bad, &raw mut wr);
+        }
+
+        // Memory windows: a type the kernel does not have is NULL + EINVAL; a window keeps
+        // its PD (EBUSY); a bind on a QP that is not connected yet is a positive errno and
+        // leaves the rkey alone.
+        let alloc_mw = (*ctx).ops.alloc_mw.unwrap();
+        let dealloc_mw = (*ctx).ops.dealloc_mw.unwrap();
+        assert!(alloc_mw(pd, 3).is_null());
+        assert_eq!(errno(), libc::EINVAL);
+        let mw = alloc_mw(pd, 1);
+        assert!(!mw.is_null(), "alloc_mw: errno {}", errno());
+        assert_eq!(((*mw).mw_type, (*mw).pd, (*mw).context), (1, pd, ctx));
+        let rkey = (*mw).rkey;
+        let mut b = ibv_mw_bind {
+            wr_id: 1,
+            send_flags: 2,
+            bind_info: ibv_mw_bind_info {
+                mr,
+                addr: p as u64,
+                length: 64,
+                mw_access_flags: 4,
+            },
+        };
+        let bind_mw = (*ctx).ops.bind_mw.unwrap();
+        assert_eq!(bind_mw(qp, mw, &mut b), libc::EINVAL);
+        assert_eq!((*mw).rkey, rkey, "rkey unchanged by a refused bind");
+        let mw2 = alloc_mw(pd, 2);
+        assert!(!mw2.is_null());
+        assert_eq!(dealloc_mw(mw2), 0);
 
         // Modify with a mask bit we do not carry (ALT_PATH), and an illegal transition.
         let mut a = ibv_qp_attr::default();
@@ -134,6 +165,8 @@ fn errors_follow_rdma_core_conventions() {
         assert_eq!(ibv_destroy_cq(cq), 0);
         assert_eq!(ibv_destroy_comp_channel(ch), 0);
         assert_eq!(ibv_dereg_mr(mr), 0);
+        assert_eq!(ibv_dealloc_pd(pd), libc::EBUSY, "the window holds its PD");
+        assert_eq!(dealloc_mw(mw), 0);
         assert_eq!(ibv_dealloc_pd(pd), 0);
         assert_eq!(ibv_close_device(ctx), 0);
         let _ = null::<u8>();

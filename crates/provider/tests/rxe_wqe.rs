@@ -242,6 +242,74 @@ mod rxe {
     }
 
     #[test]
+    fn bind_mw_fills_the_mw_arm() {
+        use rverbs_uverbs::mr::AccessFlags;
+        use rverbs_uverbs::mw::{MwBind, MwType};
+        let access = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+        // SAFETY: test only: the WQE is inspected, never run by a kernel.
+        let bind = unsafe {
+            MwBind::from_raw(
+                MwType::TYPE_2,
+                0x0001_2345,
+                0x0001_2346,
+                0x0000_7788,
+                0x7f00_1000,
+                0x2000,
+                access,
+            )
+        };
+        assert_eq!(SendOp::BindMw(bind).wr_opcode(), wr_opcode::BIND_MW);
+        for qp_type in [RxeQpType::Rc, RxeQpType::Uc] {
+            let mut s = sq(qp_type, false);
+            s.post(&[wr(5, SendOp::BindMw(bind), &[], SendFlags::SIGNALED)])
+                .unwrap();
+            let w = s.take();
+            assert_eq!(u64_at(&w, WR_ID), 5);
+            assert_eq!(u32_at(&w, OPCODE), 8);
+            assert_eq!(u32_at(&w, SEND_FLAGS), 2);
+            assert_eq!(u32_at(&w, EX), 0);
+            // rxe_send_wr.wr.mw: addr, length, mr_lkey, mw_rkey, rkey, access.
+            assert_eq!(u64_at(&w, U), 0x7f00_1000);
+            assert_eq!(u64_at(&w, U + 8), 0x2000);
+            assert_eq!(u32_at(&w, U + 16), 0x7788);
+            assert_eq!(u32_at(&w, U + 20), 0x0001_2345);
+            assert_eq!(u32_at(&w, U + 24), 0x0001_2346);
+            assert_eq!(u32_at(&w, U + 28), access.bits());
+            assert!(
+                w[U + 32..U + 120].iter().all(|&b| b == 0),
+                "rest of the union"
+            );
+            assert_eq!(u64_at(&w, IOVA), 0x7f00_1000);
+            assert_dma(&w, 0, 0);
+            assert_kernel_fields_clear(&w);
+        }
+        // No SGEs, and not on UD.
+        let sg = [sge(0x1000, 8, 1)];
+        let mut s = sq(RxeQpType::Rc, false);
+        let e = s
+            .post(&[wr(6, SendOp::BindMw(bind), &sg, SendFlags::empty())])
+            .unwrap_err();
+        assert_eq!(
+            e.reason,
+            PostErrorReason::SgeOnLocalOp {
+                op: "BIND_MW",
+                num_sge: 1
+            }
+        );
+        let mut s = sq(RxeQpType::Ud, false);
+        let e = s
+            .post(&[wr(6, SendOp::BindMw(bind), &[], SendFlags::empty())])
+            .unwrap_err();
+        assert_eq!(
+            e.reason,
+            PostErrorReason::UnsupportedOp {
+                op: "BIND_MW",
+                qp_type: RxeQpType::Ud
+            }
+        );
+    }
+
+    #[test]
     fn send_with_inv_and_local_inv() {
         let mut s = sq(RxeQpType::Rc, false);
         let sg = [sge(0x1000, 8, 1)];

@@ -59,6 +59,7 @@ pub(crate) const M_DESTROY_CQ: u32 = 1 << 7;
 pub(crate) const M_DESTROY_QP: u32 = 1 << 8;
 pub(crate) const M_DESTROY_SRQ: u32 = 1 << 9;
 pub(crate) const M_DESTROY_AH: u32 = 1 << 10;
+pub(crate) const M_DESTROY_MW: u32 = 1 << 11;
 /// ENOTTY: no ioctl interface at all.
 const M_ALL: u32 = M_QUERY_PORT
     | M_GID_TABLE
@@ -70,7 +71,8 @@ const M_ALL: u32 = M_QUERY_PORT
     | M_DESTROY_CQ
     | M_DESTROY_QP
     | M_DESTROY_SRQ
-    | M_DESTROY_AH;
+    | M_DESTROY_AH
+    | M_DESTROY_MW;
 /// Not an ioctl: the extended write `QUERY_DEVICE` is missing (or the legacy ABI was asked
 /// for), use the legacy one.
 pub(crate) const M_EX_QUERY_DEVICE: u32 = 1 << 31;

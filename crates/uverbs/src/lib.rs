@@ -35,6 +35,7 @@ pub mod fd;
 pub mod gid;
 pub mod ioctl;
 pub mod mr;
+pub mod mw;
 pub mod netlink;
 pub mod pd;
 pub mod port;

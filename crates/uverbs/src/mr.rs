@@ -635,8 +635,11 @@ impl<M: MrMemory> Mr<M> {
     /// (a receive, the local side of an RDMA READ or atomic) may be outstanding on any QP —
     /// including requests posted with SGEs of a region already dropped, whose lkey the kernel
     /// may give to a new region — and no peer may write them (the region was registered
-    /// without REMOTE_WRITE/REMOTE_ATOMIC, or no peer has its rkey and address, or all QPs a
-    /// peer could use are gone). No [`Mr::write_at`]/[`Mr::fill`] may run meanwhile.
+    /// without REMOTE_WRITE/REMOTE_ATOMIC and without MW_BIND — a memory window bound with
+    /// [`MwBind::from_raw`](crate::mw::MwBind::from_raw) may grant remote write on a region
+    /// with only LOCAL_WRITE | MW_BIND —, or no peer has its rkey or a window's and the
+    /// address, or all QPs a peer could use are gone). No [`Mr::write_at`]/[`Mr::fill`] may
+    /// run meanwhile.
     pub unsafe fn as_slice(&self) -> &[u8] {
         // SAFETY: the range is valid and initialised while self lives; the caller promises no
         // writes while the slice lives.
@@ -850,6 +853,40 @@ fn dereg_mr(ctx: &Context, handle: u32) -> std::result::Result<(), Errno> {
     }
     let req = ib_uverbs_dereg_mr { mr_handle: handle };
     write::cmd_legacy(ctx.cmd_fd(), nr::DEREG_MR, req.as_bytes(), &[], &mut [])
+}
+
+impl RawMr {
+    /// Deregisters the region; on failure gives it back, still registered, with the error.
+    /// The kernel refuses (EINVAL on rxe) while a memory window is bound in the region.
+    pub fn deregister(self) -> std::result::Result<(), (RawMr, std::io::Error)> {
+        let ctx = self.pd.context();
+        match dereg_mr(ctx, self.handle) {
+            Ok(()) => {
+                let me = std::mem::ManuallyDrop::new(self);
+                // SAFETY: `me` is never used again; its only field with a destructor is the PD.
+                drop(unsafe { std::ptr::read(&me.pd) });
+                Ok(())
+            }
+            Err(e) => {
+                let hint = if e == Errno::INVAL {
+                    "; a memory window may still be bound in it"
+                } else {
+                    ""
+                };
+                let err = Error::os(
+                    format!(
+                        "deregister MR {} ({} bytes at {:#x}) on {}{hint}",
+                        self.handle,
+                        self.len,
+                        self.addr,
+                        ctx.name()
+                    ),
+                    e,
+                );
+                Err((self, err.into()))
+            }
+        }
+    }
 }
 
 impl Drop for RawMr {

@@ -148,8 +148,13 @@ pub enum SendOp {
         rkey: u32,
         add: u64,
     },
-    /// Local invalidation of `invalidate_rkey`.
+    /// Local invalidation of `invalidate_rkey` (a type 2 memory window's rkey, or a
+    /// fast-registration MR's).
     LocalInv { invalidate_rkey: u32 },
+    /// Binds a memory window (`IB_WR_BIND_MW`): its operands come from
+    /// [`Mw::bind_info`](crate::mw::Mw::bind_info) (checked) or the `unsafe`
+    /// [`MwBind::from_raw`](crate::mw::MwBind::from_raw). Takes no SGEs.
+    BindMw(crate::mw::MwBind),
 }
 
 impl SendOp {
@@ -164,6 +169,7 @@ impl SendOp {
             SendOp::AtomicCmpSwp { .. } => 5,
             SendOp::AtomicFetchAdd { .. } => 6,
             SendOp::LocalInv { .. } => 7,
+            SendOp::BindMw(_) => 8,
             SendOp::SendWithInv { .. } => 9,
         }
     }

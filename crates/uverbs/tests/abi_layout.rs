@@ -263,6 +263,14 @@ fn layouts() -> Vec<Layout> {
         layout!(ib_uverbs_alloc_pd { response }),
         layout!(ib_uverbs_dealloc_pd { pd_handle }),
         layout!(ib_uverbs_dereg_mr { mr_handle }),
+        layout!(ib_uverbs_alloc_mw {
+            response,
+            pd_handle,
+            mw_type,
+            reserved
+        }),
+        layout!(ib_uverbs_alloc_mw_resp { mw_handle, rkey }),
+        layout!(ib_uverbs_dealloc_mw { mw_handle }),
         layout!(ib_uverbs_create_cq {
             response,
             user_handle,
@@ -637,6 +645,8 @@ fn constants() -> Vec<(&'static str, i128)> {
         c!("UVERBS_METHOD_DM_MR_REG", mr::METHOD_DM_MR_REG),
         c!("UVERBS_METHOD_MR_DESTROY", mr::METHOD_DESTROY),
         c!("UVERBS_ATTR_DESTROY_MR_HANDLE", mr::ATTR_DESTROY_HANDLE),
+        c!("UVERBS_METHOD_MW_DESTROY", mw::METHOD_DESTROY),
+        c!("UVERBS_ATTR_DESTROY_MW_HANDLE", mw::ATTR_DESTROY_HANDLE),
         c!("UVERBS_METHOD_CQ_CREATE", cq::METHOD_CREATE),
         c!("UVERBS_METHOD_CQ_DESTROY", cq::METHOD_DESTROY),
         c!("UVERBS_ATTR_CREATE_CQ_HANDLE", cq::ATTR_CREATE_HANDLE),

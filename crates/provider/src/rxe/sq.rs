@@ -20,6 +20,7 @@
 //! | SEND, SEND_WITH_IMM | yes | yes | yes |
 //! | RDMA_WRITE, RDMA_WRITE_WITH_IMM | yes | yes | no |
 //! | SEND_WITH_INV, RDMA_READ, ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD, LOCAL_INV | yes | no | no |
+//! | BIND_MW (memory windows, `rxe_send_wr.wr.mw`) | yes | yes | no |
 //!
 //! INLINE is possible for the SEND and RDMA_WRITE families (the opcodes that carry outbound
 //! payload). Immediate data goes into the WQE in network byte order, as rxe puts it on the wire.
@@ -31,8 +32,8 @@ use std::os::fd::BorrowedFd;
 use std::ptr;
 
 use super::abi::{
-    rxe_dma_info, rxe_send_wqe, rxe_sge, rxe_wr_atomic, rxe_wr_rdma, rxe_wr_ud, send_flags,
-    RXE_SEND_WQE_SGE_OFFSET, RXE_SEND_WR_UNION_SIZE,
+    rxe_dma_info, rxe_send_wqe, rxe_sge, rxe_wr_atomic, rxe_wr_mw, rxe_wr_rdma, rxe_wr_ud,
+    send_flags, RXE_SEND_WQE_SGE_OFFSET, RXE_SEND_WR_UNION_SIZE,
 };
 use super::doorbell::post_send_doorbell;
 use super::queue::{QueueKind, RxeQueue};
@@ -117,6 +118,7 @@ fn op_name(op: &SendOp) -> &'static str {
         SendOp::AtomicCmpSwp { .. } => "ATOMIC_CMP_AND_SWP",
         SendOp::AtomicFetchAdd { .. } => "ATOMIC_FETCH_AND_ADD",
         SendOp::LocalInv { .. } => "LOCAL_INV",
+        SendOp::BindMw(_) => "BIND_MW",
         // SendOp is non_exhaustive: an operation added later gets this name in the refusal.
         _ => "an operation this provider does not know",
     }
@@ -131,6 +133,7 @@ fn supported(op: &SendOp, qp_type: RxeQpType) -> bool {
         | SendOp::AtomicCmpSwp { .. }
         | SendOp::AtomicFetchAdd { .. }
         | SendOp::LocalInv { .. } => qp_type == RxeQpType::Rc,
+        SendOp::BindMw(_) => qp_type != RxeQpType::Ud,
         // Operations added to SendOp later are refused until this provider implements them.
         _ => false,
     }
@@ -208,7 +211,7 @@ impl RxeSq {
         }
         let inline = wr.flags.contains(SendFlags::INLINE);
         let num_sge = wr.sge.len();
-        let is_local = matches!(op, SendOp::LocalInv { .. });
+        let is_local = matches!(op, SendOp::LocalInv { .. } | SendOp::BindMw(_));
         if is_local && num_sge != 0 {
             return Err(PostErrorReason::SgeOnLocalOp {
                 op: op_name(op),
@@ -352,6 +355,19 @@ impl RxeSq {
                         reserved: 0,
                     });
                     iova = remote_addr;
+                }
+                SendOp::BindMw(b) => {
+                    arm.cast::<rxe_wr_mw>().write(rxe_wr_mw {
+                        addr: b.addr(),
+                        length: b.length(),
+                        mr_lkey: b.mr_lkey(),
+                        mw_rkey: b.mw_rkey(),
+                        rkey: b.rkey(),
+                        access: b.access().bits(),
+                    });
+                    // librxe puts the window's start here too; the 6.1 and 6.12 kernels
+                    // read the bind only from the union.
+                    iova = b.addr();
                 }
                 // `check_and_plan` refused every operation not named above (`supported` is false).
                 _ => {}

@@ -22,7 +22,7 @@
 //! The tests are grouped by topic, one module each: [`opcodes`], [`flags`] (signaling,
 //! fence, inline, gather/scatter, lists), [`rings`] (wrapping, full queues and CQs), [`ud`],
 //! [`srq`], [`errors`] (error completions), [`events`] (completion and async events),
-//! [`threads`] (queues shared between threads). This file holds what they share: the
+//! [`threads`] (queues shared between threads), [`mw`] (memory windows). This file holds what they share: the
 //! topologies, the connection of an RC pair, posting and polling helpers. One test binary
 //! for all of them (each binary costs start-up time in every VM stage).
 
@@ -32,6 +32,7 @@ mod common;
 mod errors;
 mod events;
 mod flags;
+mod mw;
 mod opcodes;
 mod rings;
 mod srq;

@@ -116,6 +116,13 @@ pub mod mr {
     pub const ATTR_DESTROY_HANDLE: u16 = 0;
 }
 
+/// `UVERBS_OBJECT_MW`: only destroy has a method (6.1 and 6.12); MWs are allocated with the
+/// write command `ALLOC_MW`.
+pub mod mw {
+    pub const METHOD_DESTROY: u16 = 0;
+    pub const ATTR_DESTROY_HANDLE: u16 = 0;
+}
+
 // `UVERBS_OBJECT_COMP_CHANNEL` has no methods in the 6.1 uapi: a completion channel is an
 // fd object, destroyed by closing the fd.
 

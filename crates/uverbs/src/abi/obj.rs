@@ -40,6 +40,34 @@ pub struct ib_uverbs_dereg_mr {
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
+pub struct ib_uverbs_alloc_mw {
+    pub response: u64,
+    pub pd_handle: u32,
+    pub mw_type: u8,
+    pub reserved: [u8; 3],
+}
+
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_alloc_mw_resp {
+    pub mw_handle: u32,
+    pub rkey: u32,
+}
+
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_dealloc_mw {
+    pub mw_handle: u32,
+}
+
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct ib_uverbs_create_cq {
     pub response: u64,
     pub user_handle: u64,

@@ -1,0 +1,172 @@
+//! Memory windows: the `alloc_mw`, `bind_mw` and `dealloc_mw` slots of `ibv_context_ops`
+//! (which the inline `ibv_alloc_mw`, `ibv_bind_mw`, `ibv_dealloc_mw` of `verbs.h` call) and
+//! the `IBV_WR_BIND_MW` arm of `ibv_post_send`'s conversion.
+//!
+//! The rkey bookkeeping is librxe's: `ibv_bind_mw` (type 1) posts a bind work request with
+//! the new key `ibv_inc_rkey(mw->rkey)` and stores that key in `mw->rkey` once posted; a type
+//! 2 bind posted with `ibv_post_send` carries the caller's new key (`wr.bind_mw.rkey`) and
+//! leaves `mw->rkey` alone. Binds are checked by the kernel when it executes them (a bad one
+//! completes with `IBV_WC_MW_BIND_ERR`), as on rdma-core.
+
+use std::ffi::{c_int, c_uint};
+use std::io;
+use std::ptr::null_mut;
+use std::sync::Arc;
+
+use rverbs_uverbs::mr::AccessFlags;
+use rverbs_uverbs::mw::{inc_rkey, Mw, MwBind, MwType};
+use rverbs_uverbs::{Error, SendFlags, SendOp, SendWr, Sge};
+
+use crate::abi::*;
+use crate::verbs::{fail, set_errno, CMr, CPd, CQp};
+
+/// An `ibv_mw` and its rverbs window.
+#[repr(C)]
+pub struct CMw {
+    /// What C sees.
+    pub c: ibv_mw,
+    /// The rverbs window (deallocated on drop).
+    pub mw: Arc<Mw>,
+}
+
+/// `ops.alloc_mw` (the inline `ibv_alloc_mw`): types 1 and 2; any other type fails with
+/// `EINVAL`.
+///
+/// # Safety
+/// `pd` is a live PD of ours.
+pub(crate) unsafe extern "C" fn alloc_mw_op(pd: *mut ibv_pd, mw_type: c_uint) -> *mut ibv_mw {
+    // SAFETY: the ibv_pd is the first field of its CPd (caller's contract: ours).
+    let p = unsafe { &*(pd as *const CPd) };
+    let Ok(t) = u8::try_from(mw_type) else {
+        set_errno(fail(&io::Error::from(Error::invalid(
+            "allocate MW",
+            format!("type {mw_type}: the type must be 1 or 2"),
+        ))));
+        return null_mut();
+    };
+    match Mw::alloc(&p.pd, MwType(t)) {
+        Ok(mw) => {
+            let b = Box::new(CMw {
+                c: ibv_mw {
+                    context: p.c.context,
+                    pd,
+                    rkey: mw.rkey(),
+                    handle: mw.handle(),
+                    mw_type,
+                },
+                mw,
+            });
+            Box::into_raw(b).cast()
+        }
+        Err(e) => {
+            set_errno(fail(&e));
+            null_mut()
+        }
+    }
+}
+
+/// `ops.dealloc_mw` (the inline `ibv_dealloc_mw`): 0; a bound window is invalidated by the
+/// kernel (its region can be deregistered afterwards).
+///
+/// # Safety
+/// `mw` came from [`alloc_mw_op`]; it is gone afterwards.
+pub(crate) unsafe extern "C" fn dealloc_mw_op(mw: *mut ibv_mw) -> c_int {
+    // SAFETY: boxed by alloc_mw_op.
+    drop(unsafe { Box::from_raw(mw as *mut CMw) });
+    0
+}
+
+/// The window's new binding, as the kernel reads it from `rxe_send_wr.wr.mw` (also what an
+/// `ibv_qp_ex` `wr_bind_mw` builder needs: `SendOp::BindMw(raw_bind(mw, rkey, info))`).
+///
+/// # Safety
+/// `mw` is a window of ours; `info.mr` is NULL or a region of ours.
+pub(crate) unsafe fn raw_bind(mw: *mut ibv_mw, rkey: u32, info: &ibv_mw_bind_info) -> MwBind {
+    // SAFETY: caller's contract.
+    let (m, lkey) = unsafe { (&*mw, info.mr.as_ref().map_or(0, |r| r.lkey)) };
+    // SAFETY: the C caller's contract (ibv_bind_mw / ibv_post_send): the region's memory is
+    // the caller's, registered with MW_BIND, and stays mapped while a window is bound in it;
+    // the kernel checks the rest when it executes the bind.
+    unsafe {
+        MwBind::from_raw(
+            MwType(m.mw_type as u8),
+            m.rkey,
+            rkey,
+            lkey,
+            info.addr,
+            info.length,
+            AccessFlags::from_bits_retain(info.mw_access_flags),
+        )
+    }
+}
+
+/// The `IBV_WR_BIND_MW` operation of a send request (type 2 windows; `wr.bind_mw.rkey` is the
+/// new key, `mw->rkey` stays as it is), or `None` without a window.
+///
+/// # Safety
+/// `w.bind_mw.mw` is NULL or a window of ours, `w.bind_mw.bind_info.mr` NULL or a region of
+/// ours.
+pub(crate) unsafe fn bind_op(w: &ibv_send_wr) -> Option<SendOp> {
+    let b = &w.bind_mw;
+    if b.mw.is_null() {
+        return None;
+    }
+    // SAFETY: caller's contract.
+    Some(SendOp::BindMw(unsafe {
+        raw_bind(b.mw, b.rkey, &b.bind_info)
+    }))
+}
+
+/// `ops.bind_mw` (the inline `ibv_bind_mw`, which has checked the type, a NULL region's zero
+/// range and the region's PD): posts a bind of the type 1 window and, once posted, sets
+/// `mw->rkey` to its new key. Zero-based windows are refused with `EINVAL` (type 1 windows
+/// cannot be zero-based).
+///
+/// # Safety
+/// `qp`, `mw` and `mw_bind->bind_info.mr` (or NULL) are ours; `mw_bind` is readable.
+pub(crate) unsafe extern "C" fn bind_mw_op(
+    qp: *mut ibv_qp,
+    mw: *mut ibv_mw,
+    mw_bind: *mut ibv_mw_bind,
+) -> c_int {
+    // SAFETY: the ibv_qp is the first field of its CQp; mw_bind is readable (contract).
+    let (q, req) = unsafe { (&*(qp as *const CQp), &*mw_bind) };
+    let info = &req.bind_info;
+    if info.mw_access_flags & AccessFlags::ZERO_BASED.bits() != 0 {
+        return fail(&io::Error::from(Error::invalid(
+            "bind type 1 MW",
+            "a type 1 window cannot be zero-based",
+        )));
+    }
+    // SAFETY: the ibv_mr of a non-NULL region is the first field of its CMr (ours).
+    let mr = unsafe { (info.mr as *const CMr).as_ref() };
+    // SAFETY: mw is ours (contract).
+    let rkey = inc_rkey(unsafe { (*mw).rkey });
+    let (addr, length) = match mr {
+        Some(_) => (info.addr, info.length),
+        None => (0, 0),
+    };
+    let info = ibv_mw_bind_info {
+        addr,
+        length,
+        ..*info
+    };
+    // SAFETY: caller's contract.
+    let bind = unsafe { raw_bind(mw, rkey, &info) };
+    let wr = SendWr::<Sge> {
+        wr_id: req.wr_id,
+        op: SendOp::BindMw(bind),
+        sge: &[],
+        flags: SendFlags::from_bits_retain(req.send_flags),
+        ud: None,
+    };
+    // SAFETY: no SGEs; what the bind grants is the C caller's (raw_bind).
+    match unsafe { q.qp.post_send_raw(&[wr]) } {
+        Ok(()) => {
+            // SAFETY: mw is ours and writable (the caller's window).
+            unsafe { (*mw).rkey = rkey };
+            0
+        }
+        Err(e) => fail(&io::Error::from(e)),
+    }
+}

@@ -1,0 +1,298 @@
+//! Memory windows (issue #15): type 1 bound with `Qp::bind_mw` and unbound with a zero-length
+//! bind, type 2 bound with a BIND_MW work request and invalidated by LOCAL_INV and by a peer's
+//! SEND_WITH_INV; RDMA WRITE and READ through a window's rkey, and what the peer sees after
+//! the window is gone. Loopback only (two QPs on one device): the window logic is the
+//! responder's and the same across devices.
+
+use super::*;
+use rverbs::uverbs::mr::register_raw;
+use rverbs::uverbs::mw::{inc_rkey, Mw, MwBind, MwType};
+
+/// The loopback topology (the first one there is).
+fn loopback() -> Topo {
+    topologies().swap_remove(0)
+}
+
+const WIN: std::ops::Range<usize> = 4096..8192;
+const RW: AccessFlags = AccessFlags::REMOTE_WRITE.union(AccessFlags::REMOTE_READ);
+
+fn fast() -> Opts {
+    Opts {
+        path: FAST_FAIL,
+        ..Opts::default()
+    }
+}
+
+/// Posts `bind` of `mw` with `bind_mw` on `qp` and checks the BIND_MW completion.
+fn bind_ok(qp: &Qp, cq: &Cq, mw: &Mw, bind: &MwBind, wr_id: u64) {
+    qp.bind_mw(mw, bind, wr_id, SendFlags::SIGNALED)
+        .unwrap_or_else(|e| panic!("bind {mw:?}: {e}"));
+    assert_wc(&poll1(cq), wr_id, WcOpcode::BIND_MW);
+    assert_eq!(mw.rkey(), bind.rkey());
+}
+
+/// A writes `data` to `remote_addr` under `rkey`, then reads it back: returns both statuses
+/// (the read is skipped once the write failed: the QP is then in ERR).
+fn write_then_read(a: &End, remote_addr: u64, rkey: u32, data: &[u8]) -> WcStatus {
+    a.mr.write_at(0, data);
+    let s = [a.mr.sge(0..data.len())];
+    let op = SendOp::RdmaWrite { remote_addr, rkey };
+    send_ok(&a.qp, &[wr(11, op, &s)]);
+    let w = poll1(&a.cq);
+    if w.status != WcStatus::SUCCESS {
+        return w.status;
+    }
+    let back = data.len()..2 * data.len();
+    let d = [a.mr.sge(back.clone())];
+    let op = SendOp::RdmaRead { remote_addr, rkey };
+    send_ok(&a.qp, &[wr(12, op, &d)]);
+    assert_wc(&poll1(&a.cq), 12, WcOpcode::RDMA_READ);
+    assert_eq!(
+        a.mr.read_vec(back),
+        data,
+        "read back through rkey {rkey:#x}"
+    );
+    WcStatus::SUCCESS
+}
+
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn type1_window_write_read_unbind() {
+    let t = loopback();
+    let (a, b) = rc_pair(&t, &fast());
+    let mr = reg(&b.side.pd, MR_LEN, ALL_ACCESS | AccessFlags::MW_BIND);
+    let mw = Mw::alloc(&b.side.pd, MwType::TYPE_1).expect("alloc type 1 MW");
+    assert_eq!(mw.mw_type(), MwType::TYPE_1);
+    let bind = mw.bind_info(&mr, WIN, RW).expect("bind info");
+    assert_ne!(bind.rkey(), mr.rkey());
+    bind_ok(&b.qp, &b.cq, &mw, &bind, 1);
+
+    let base = mr.addr() + WIN.start as u64;
+    let data = pattern(1, 512);
+    assert_eq!(
+        write_then_read(&a, base + 100, mw.rkey(), &data),
+        WcStatus::SUCCESS
+    );
+    assert_eq!(mr.read_vec(WIN.start + 100..WIN.start + 612), data);
+    // rxe's responder checks the access against the *region's* range, not the window's
+    // (`check_rkey` → `mr_check_range`, 6.1 and 6.12): a write outside the window but inside
+    // the region goes through. Why the safe API lets a window grant only the region's own
+    // rights: this cannot reach more than the region's rkey already could.
+    let outside = write_then_read(&a, mr.addr() + 64, mw.rkey(), b"outside the window");
+    eprintln!("RDMA WRITE outside the window, inside the MR: {outside:?}");
+    assert_eq!(outside, WcStatus::SUCCESS);
+    assert_eq!(mr.read_vec(64..82), b"outside the window");
+
+    // While bound, the region cannot be deregistered (IBA 10.6.7.2.6): checked on a raw
+    // registration, whose deregister gives the region back.
+    let buf = PageBuf::new(8192).unwrap();
+    let addr = buf.as_slice().as_ptr() as u64;
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND | RW;
+    // SAFETY: `buf` outlives the registration (deregistered or dropped below, before `buf`).
+    let raw = unsafe { register_raw(&b.side.pd, addr, 8192, access) }.expect("raw MR");
+    let mw2 = Mw::alloc(&b.side.pd, MwType::TYPE_1).unwrap();
+    // SAFETY: the range is inside `buf`, which stays allocated until the window is gone.
+    let raw_bind = unsafe {
+        MwBind::from_raw(
+            MwType::TYPE_1,
+            mw2.rkey(),
+            inc_rkey(mw2.rkey()),
+            raw.lkey,
+            addr,
+            4096,
+            RW,
+        )
+    };
+    bind_ok(&b.qp, &b.cq, &mw2, &raw_bind, 2);
+    let (raw, e) = raw
+        .deregister()
+        .expect_err("deregister with a bound window");
+    let msg = e.to_string();
+    assert!(msg.contains("memory window may still be bound"), "{msg}");
+    assert!(msg.contains(&b.side.ctx.name().to_string()), "{msg}");
+    // Deallocating the window unbinds it; then the region goes.
+    drop(mw2);
+    raw.deregister()
+        .expect("deregister after the window is gone");
+    drop(buf);
+
+    // Unbind (zero-length bind): the old rkey fails at the responder.
+    let unbind = mw.unbind_info().unwrap();
+    bind_ok(&b.qp, &b.cq, &mw, &unbind, 3);
+    assert_eq!(
+        write_then_read(&a, base, bind.rkey(), b"gone"),
+        WcStatus::REM_ACCESS_ERR
+    );
+    assert_eq!(
+        mr.read_vec(WIN.start..WIN.start + 4),
+        [0; 4],
+        "written after unbind"
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn type2_window_local_inv_and_send_with_inv() {
+    let t = loopback();
+    for remote in [false, true] {
+        let (a, b) = rc_pair(&t, &fast());
+        let mr = reg(&b.side.pd, MR_LEN, ALL_ACCESS | AccessFlags::MW_BIND);
+        let mw = Mw::alloc(&b.side.pd, MwType::TYPE_2).expect("alloc type 2 MW");
+        // A type 2 window is bound by a BIND_MW work request (here in a post_send list).
+        let bind = mw.bind_info(&mr, WIN, RW).unwrap();
+        send_ok(&b.qp, &[wr(1, SendOp::BindMw(bind), &[])]);
+        assert_wc(&poll1(&b.cq), 1, WcOpcode::BIND_MW);
+        mw.set_rkey(bind.rkey());
+        let base = mr.addr() + WIN.start as u64;
+        let data = pattern(2, 256);
+        assert_eq!(
+            write_then_read(&a, base, mw.rkey(), &data),
+            WcStatus::SUCCESS
+        );
+        assert_eq!(mr.read_vec(WIN.start..WIN.start + 256), data);
+        if remote {
+            // The peer invalidates it with SEND_WITH_INV: B's receive says which rkey.
+            let r = [b.mr.sge(0..64)];
+            recv_ok(&b.qp, &[recv(7, &r)]);
+            let s = [a.mr.sge(0..4)];
+            let op = SendOp::SendWithInv {
+                invalidate_rkey: mw.rkey(),
+            };
+            send_ok(&a.qp, &[wr(2, op, &s)]);
+            assert_wc(&poll1(&a.cq), 2, WcOpcode::SEND);
+            let rw = poll1(&b.cq);
+            assert_wc(&rw, 7, WcOpcode::RECV);
+            assert_eq!(rw.invalidated_rkey(), Some(mw.rkey()), "{rw:?}");
+        } else {
+            let op = SendOp::LocalInv {
+                invalidate_rkey: mw.rkey(),
+            };
+            send_ok(&b.qp, &[wr(2, op, &[])]);
+            assert_wc(&poll1(&b.cq), 2, WcOpcode::LOCAL_INV);
+        }
+        assert_eq!(
+            write_then_read(&a, base, mw.rkey(), b"gone"),
+            WcStatus::REM_ACCESS_ERR,
+            "after {}",
+            if remote { "SEND_WITH_INV" } else { "LOCAL_INV" }
+        );
+        assert_eq!(mr.read_vec(WIN.start..WIN.start + 4), &data[..4]);
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn window_errors_are_named_and_leak_nothing() {
+    let t = loopback();
+    let (_a, b) = rc_pair(&t, &fast());
+    let dev = b.side.ctx.name().to_string();
+    let fds = common::fd_count();
+    // A type the kernel does not have.
+    let e = Mw::alloc(&b.side.pd, MwType(3)).unwrap_err().to_string();
+    assert!(e.contains("MwType 3") && e.contains(&dev), "{e}");
+    assert!(e.contains("type must be 1 or 2"), "{e}");
+
+    let mr = reg(&b.side.pd, MR_LEN, ALL_ACCESS | AccessFlags::MW_BIND);
+    let mw = Mw::alloc(&b.side.pd, MwType::TYPE_1).unwrap();
+    let expect = |r: rverbs::uverbs::Result<MwBind>, what: &str| {
+        let e = r.expect_err(what).to_string();
+        assert!(e.contains(&dev) && e.contains("type 1 MW"), "{what}: {e}");
+        e
+    };
+    // Past the region's end, and empty.
+    let e = expect(
+        mw.bind_info(&mr, MR_LEN - 8..MR_LEN + 8, RW),
+        "past the end",
+    );
+    assert!(e.contains("outside the MR of 65536 bytes"), "{e}");
+    expect(mw.bind_info(&mr, 10..10, RW), "empty range");
+    // A region without MW_BIND.
+    let e = expect(mw.bind_info(&b.mr, WIN, RW), "no MW_BIND");
+    assert!(e.contains("without MW_BIND"), "{e}");
+    // More remote rights than the region has.
+    let ro = reg(
+        &b.side.pd,
+        4096 * 4,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::MW_BIND,
+    );
+    let e = expect(
+        mw.bind_info(&ro, 0..4096, RW),
+        "remote write on a read-only MR",
+    );
+    assert!(
+        e.contains("REMOTE_WRITE") && e.contains("region's own"),
+        "{e}"
+    );
+    // Bits a window cannot carry.
+    for bad in [
+        AccessFlags::ZERO_BASED,
+        AccessFlags::from_bits_retain(1 << 15),
+    ] {
+        let e = expect(mw.bind_info(&mr, WIN, RW | bad), "bad access bit");
+        assert!(e.contains("a window takes only"), "{e}");
+    }
+    // A region of another PD.
+    let other_pd = Pd::alloc(&b.side.ctx).unwrap();
+    let foreign = reg(&other_pd, 8192, ALL_ACCESS | AccessFlags::MW_BIND);
+    let e = expect(mw.bind_info(&foreign, 0..4096, RW), "foreign PD MR");
+    assert!(e.contains("belongs to PD handle"), "{e}");
+    // A window of another PD than the QP's.
+    let mw_other = Mw::alloc(&other_pd, MwType::TYPE_1).unwrap();
+    let bind = mw_other.bind_info(&foreign, 0..4096, RW).unwrap();
+    let e =
+        b.qp.bind_mw(&mw_other, &bind, 1, SendFlags::SIGNALED)
+            .unwrap_err()
+            .to_string();
+    assert!(e.contains("the QP on PD handle") && e.contains(&dev), "{e}");
+    // A bind made for another window, and unbinding a type 2 window.
+    let e =
+        b.qp.bind_mw(&mw, &bind, 1, SendFlags::SIGNALED)
+            .unwrap_err()
+            .to_string();
+    assert!(e.contains("the bind was made for"), "{e}");
+    let mw2 = Mw::alloc(&b.side.pd, MwType::TYPE_2).unwrap();
+    let e = mw2.unbind_info().unwrap_err().to_string();
+    assert!(e.contains("type 2") && e.contains("invalidate"), "{e}");
+    // None of these posted anything.
+    assert_quiet(&b.cq, "refused binds");
+
+    // What only the kernel sees: a raw bind past the region's end fails with MW_BIND_ERR.
+    // SAFETY: the kernel refuses the bind (range outside the MR), so nothing is granted.
+    let raw = unsafe {
+        MwBind::from_raw(
+            MwType::TYPE_1,
+            mw.rkey(),
+            inc_rkey(mw.rkey()),
+            mr.lkey(),
+            mr.addr() + MR_LEN as u64 - 8,
+            16,
+            RW,
+        )
+    };
+    b.qp.bind_mw(&mw, &raw, 9, SendFlags::SIGNALED).unwrap();
+    // 6.1: MW_BIND_ERR; 6.12 flushes the failed request with the rest of the queue, as for
+    // every request that fails at the requester (errors::requester_local_error).
+    let wc = poll1(&b.cq);
+    let want = match super::errors::requester_local_error() {
+        WcStatus::WR_FLUSH_ERR => WcStatus::WR_FLUSH_ERR,
+        _ => WcStatus::MW_BIND_ERR,
+    };
+    eprintln!("raw bind past the MR's end: {wc:?}");
+    assert_status(&wc, 9, want);
+    drop((mw, mw2, mw_other));
+    // Every window and region deregisters: nothing stayed bound.
+    for m in [mr, ro, foreign] {
+        m.deregister()
+            .expect("deregister after the windows are gone");
+    }
+    assert_eq!(common::fd_count(), fds, "descriptors leaked");
+}

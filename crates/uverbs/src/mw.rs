@@ -1,0 +1,495 @@
+//! Memory windows: remote keys for a part of a memory region, bound and invalidated through
+//! the send queue.
+//!
+//! An [`Mw`] is allocated on a PD ([`Mw::alloc`], write command `ALLOC_MW`; no ioctl method
+//! exists on 6.1 or 6.12) and deallocated on drop (ioctl `MW_DESTROY`, or the write command
+//! `DEALLOC_MW`). Binding it gives a peer RDMA access to `addr..addr + length` of a memory
+//! region under the window's rkey:
+//!
+//! - **type 1**: bound (and rebound, or unbound with length 0) by [`Qp::bind_mw`], which posts
+//!   a bind work request on the QP's send queue; invalidated only by another bind or by
+//!   deallocation;
+//! - **type 2**: bound by a bind work request ([`Qp::bind_mw`] or [`SendOp::BindMw`] in a
+//!   [`Qp::post_send`] list) on one QP, which is then the only QP through which peers may use
+//!   the rkey; invalidated by [`SendOp::LocalInv`] on that QP, by a peer's
+//!   [`SendOp::SendWithInv`], or by deallocation.
+//!
+//! Each bind gives the window a new rkey: the kernel's 24-bit index with a new low byte
+//! ([`MwBind::rkey`]). [`Mw::rkey`] is the key of the last bind posted through
+//! [`Qp::bind_mw`] (or noted with [`Mw::set_rkey`]).
+//!
+//! # Why binding in safe code is sound
+//!
+//! A bound window lets a peer read or write the region's memory, so a safe bind may grant no
+//! more than the region itself does ([`Mw::bind_info`] checks it before anything is posted):
+//!
+//! 1. the region is an [`Mr<M>`] over **owned** memory (`M: 'static`: `Vec`, `Box<[u8]>`,
+//!    `PageBuf`): the memory Rust only reaches through atomic copies, freed only after a
+//!    successful deregistration. The kernel refuses to deregister a region while a window is
+//!    bound in it (rxe: `num_mw`, IBA 10.6.7.2.6), so dropping the `Mr` first fails, logs and
+//!    leaks the memory instead of freeing it under the window. Scoped (borrowed) regions are
+//!    refused: their deregistration failing would have to abort the process;
+//! 2. the region was registered with `MW_BIND`, on the window's PD;
+//! 3. the window's remote rights (`REMOTE_READ`, `REMOTE_WRITE`, `REMOTE_ATOMIC`) are among
+//!    the region's own: so a region's access flags stay the most any peer can do to its
+//!    memory, through its rkey or any window (the IBA lets a window add remote write to a
+//!    region with only local write; the safe API does not, [`MwBind::from_raw`] does);
+//! 4. the range lies inside the region and is not empty (zero-based windows are not offered).
+//!
+//! The kernel checks the same again when it executes the bind (and fails it with
+//! `MW_BIND_ERR`): the `mr_lkey` names a live region of the QP's device, the region allows
+//! binds and lies around the range, the window is in the right state. An [`MwBind`] is plain
+//! numbers: posted after its region was dropped, its `mr_lkey` names nothing (the bind fails)
+//! or a newer region that got the same key, which then also carries `MW_BIND` — memory whose
+//! slice views ([`Mr::as_slice`]) already exclude remotely writable windows.
+
+#![allow(unsafe_code)] // posting a bind work request
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use crate::abi::cmd::nr;
+use crate::abi::ioctl::{mw, object};
+use crate::abi::obj::{ib_uverbs_alloc_mw, ib_uverbs_alloc_mw_resp, ib_uverbs_dealloc_mw};
+use crate::context::{Context, M_DESTROY_MW};
+use crate::error::{Error, PostError, PostQueue, Result};
+use crate::ioctl::IoctlCall;
+use crate::mr::{AccessFlags, Mr, MrMemory};
+use crate::newtype::raw_newtype;
+use crate::pd::Pd;
+use crate::qp::Qp;
+use crate::wr::{SendFlags, SendOp, SendWr, Sge};
+use crate::write;
+use rustix::io::Errno;
+use zerocopy::IntoBytes as _;
+
+raw_newtype! {
+    /// `ib_uverbs_mw_type` / `ibv_mw_type`.
+    MwType(u8) {
+        /// Bound by `ibv_bind_mw`, usable through any QP of the PD.
+        TYPE_1 = 1, "type 1";
+        /// Bound by a bind work request, usable only through the QP that bound it.
+        TYPE_2 = 2, "type 2";
+    }
+}
+
+/// The access bits a window may carry in the safe API: the remote rights (and LOCAL_WRITE,
+/// which rdma-core's callers pass and the kernel ignores for windows).
+const MW_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_ATOMIC);
+const REMOTE: AccessFlags = AccessFlags::REMOTE_READ
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_ATOMIC);
+
+/// The next rkey of a window or region: same index, the low 8 bits incremented
+/// (`ibv_inc_rkey`).
+pub const fn inc_rkey(rkey: u32) -> u32 {
+    (rkey & 0xffff_ff00) | (rkey.wrapping_add(1) & 0xff)
+}
+
+/// A memory window.
+pub struct Mw {
+    pd: Arc<Pd>,
+    handle: u32,
+    mw_type: MwType,
+    rkey: AtomicU32,
+}
+
+impl fmt::Debug for Mw {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mw")
+            .field("device", &self.pd.context().name())
+            .field("handle", &self.handle)
+            .field("type", &self.mw_type)
+            .field("rkey", &format_args!("{:#x}", self.rkey()))
+            .finish()
+    }
+}
+
+impl Mw {
+    /// Allocates a window of `mw_type` on `pd`.
+    pub fn alloc(pd: &Arc<Pd>, mw_type: MwType) -> Result<Arc<Mw>> {
+        let ctx = pd.context();
+        let op = || {
+            format!(
+                "allocate {mw_type} MW on {} (PD handle {})",
+                ctx.name(),
+                pd.handle()
+            )
+        };
+        if mw_type != MwType::TYPE_1 && mw_type != MwType::TYPE_2 {
+            return Err(Error::invalid(op(), "the type must be 1 or 2").into());
+        }
+        let req = ib_uverbs_alloc_mw {
+            response: 0,
+            pd_handle: pd.handle(),
+            mw_type: mw_type.0,
+            reserved: [0; 3],
+        };
+        let mut resp = ib_uverbs_alloc_mw_resp::default();
+        write::cmd_legacy_simple(ctx.cmd_fd(), nr::ALLOC_MW, &req, &mut resp).map_err(|e| {
+            let hint = match e {
+                Errno::OPNOTSUPP => "; the device has no memory windows of this type",
+                _ => "",
+            };
+            Error::os(format!("{}{hint}", op()), e)
+        })?;
+        tracing::debug!(
+            device = ctx.name(),
+            handle = resp.mw_handle,
+            rkey = resp.rkey,
+            "MW allocated"
+        );
+        Ok(Arc::new(Mw {
+            pd: pd.clone(),
+            handle: resp.mw_handle,
+            mw_type,
+            rkey: AtomicU32::new(resp.rkey),
+        }))
+    }
+
+    /// The kernel handle.
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+    /// Type 1 or 2.
+    pub fn mw_type(&self) -> MwType {
+        self.mw_type
+    }
+    /// The protection domain.
+    pub fn pd(&self) -> &Arc<Pd> {
+        &self.pd
+    }
+    /// The window's current rkey: from the allocation, then from each bind posted through
+    /// [`Qp::bind_mw`] (or noted with [`Mw::set_rkey`]). What a peer names.
+    pub fn rkey(&self) -> u32 {
+        // Relaxed: a plain value; ordering with the bind is the caller's (post, completion).
+        self.rkey.load(Ordering::Relaxed)
+    }
+    /// Records `rkey` as the window's key: after posting a [`SendOp::BindMw`] yourself (in a
+    /// [`Qp::post_send`] list), with [`MwBind::rkey`], so that the next bind starts from it.
+    pub fn set_rkey(&self, rkey: u32) {
+        // Relaxed: as in rkey().
+        self.rkey.store(rkey, Ordering::Relaxed)
+    }
+
+    fn op(&self, what: &str) -> String {
+        format!(
+            "{what} {} MW {} (rkey {:#x}) on {} (PD handle {})",
+            self.mw_type,
+            self.handle,
+            self.rkey(),
+            self.pd.context().name(),
+            self.pd.handle()
+        )
+    }
+
+    /// A bind of this window to `range` of `mr` with `access`, checked as the module docs
+    /// say ("Why binding in safe code is sound"); post it with [`Qp::bind_mw`] or as
+    /// [`SendOp::BindMw`]. The bind's new rkey is [`inc_rkey`] of [`Mw::rkey`].
+    ///
+    /// ```no_run
+    /// # use rverbs_uverbs::mr::{AccessFlags, Mr, PageBuf};
+    /// # use rverbs_uverbs::mw::{Mw, MwType};
+    /// # use rverbs_uverbs::SendFlags;
+    /// # fn demo(qp: &rverbs_uverbs::qp::Qp) -> std::io::Result<()> {
+    /// let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::MW_BIND;
+    /// let mr = Mr::register(qp.pd(), PageBuf::new(8192)?, access)?;
+    /// let mw = Mw::alloc(qp.pd(), MwType::TYPE_1)?;
+    /// let bind = mw.bind_info(&mr, 4096..8192, AccessFlags::REMOTE_WRITE)?;
+    /// qp.bind_mw(&mw, &bind, 1, SendFlags::SIGNALED)?;
+    /// // ... after the BIND_MW completion, a peer writes 4096..8192 under mw.rkey()
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// A scoped (borrowed) region cannot be bound: its deregistration failing under a bound
+    /// window would have to abort the process.
+    /// ```compile_fail,E0597
+    /// # use rverbs_uverbs::mr::{AccessFlags, Mr};
+    /// # use rverbs_uverbs::mw::Mw;
+    /// # fn demo(pd: &std::sync::Arc<rverbs_uverbs::pd::Pd>, mw: &Mw) {
+    /// let mut buf = [0u8; 4096];
+    /// let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::MW_BIND;
+    /// let _ = Mr::scoped(pd, &mut buf[..], access, |mr| {
+    ///     mw.bind_info(mr, 0..64, AccessFlags::REMOTE_READ).is_ok()
+    /// });
+    /// # }
+    /// ```
+    pub fn bind_info<M: MrMemory + 'static>(
+        &self,
+        mr: &Mr<M>,
+        range: Range<usize>,
+        access: AccessFlags,
+    ) -> Result<MwBind> {
+        let op = || self.op("bind");
+        if !Arc::ptr_eq(mr.pd(), &self.pd) {
+            return Err(Error::invalid(
+                op(),
+                format!(
+                    "the MR (lkey {:#x}) belongs to PD handle {}, not the window's",
+                    mr.lkey(),
+                    mr.pd().handle()
+                ),
+            )
+            .into());
+        }
+        if !mr.access().contains(AccessFlags::MW_BIND) {
+            return Err(Error::invalid(
+                op(),
+                format!(
+                    "the MR (lkey {:#x}) was registered with {:?}, without MW_BIND",
+                    mr.lkey(),
+                    mr.access()
+                ),
+            )
+            .into());
+        }
+        let extra = access - MW_ACCESS;
+        if !extra.is_empty() {
+            return Err(Error::invalid(
+                op(),
+                format!(
+                    "access {access:?}: a window takes only REMOTE_READ, REMOTE_WRITE, \
+                     REMOTE_ATOMIC (and LOCAL_WRITE), not {extra:?}"
+                ),
+            )
+            .into());
+        }
+        let beyond = (access & REMOTE) - mr.access();
+        if !beyond.is_empty() {
+            return Err(Error::invalid(
+                op(),
+                format!(
+                    "access {access:?} grants {beyond:?}, which the MR (lkey {:#x}, {:?}) \
+                     does not: a window may grant only the region's own remote rights",
+                    mr.lkey(),
+                    mr.access()
+                ),
+            )
+            .into());
+        }
+        if range.start >= range.end || range.end > mr.len() {
+            return Err(Error::invalid(
+                op(),
+                format!(
+                    "range {range:?} is empty or outside the MR of {} bytes at {:#x}",
+                    mr.len(),
+                    mr.addr()
+                ),
+            )
+            .into());
+        }
+        let mw_rkey = self.rkey();
+        Ok(MwBind {
+            mw_type: self.mw_type,
+            mw_rkey,
+            rkey: inc_rkey(mw_rkey),
+            mr_lkey: mr.lkey(),
+            addr: mr.addr() + range.start as u64,
+            length: range.len() as u64,
+            access,
+        })
+    }
+
+    /// The bind that unbinds a type 1 window (length 0): peers' accesses with its rkey fail
+    /// from then on. Type 2 windows are invalidated instead ([`SendOp::LocalInv`],
+    /// [`SendOp::SendWithInv`]).
+    pub fn unbind_info(&self) -> Result<MwBind> {
+        if self.mw_type != MwType::TYPE_1 {
+            return Err(Error::invalid(
+                self.op("unbind"),
+                "only type 1 windows are unbound by a bind of length 0; invalidate a type 2 \
+                 window (LOCAL_INV or SEND_WITH_INV)",
+            )
+            .into());
+        }
+        let mw_rkey = self.rkey();
+        Ok(MwBind {
+            mw_type: self.mw_type,
+            mw_rkey,
+            rkey: inc_rkey(mw_rkey),
+            mr_lkey: 0,
+            addr: 0,
+            length: 0,
+            access: AccessFlags::empty(),
+        })
+    }
+}
+
+impl Drop for Mw {
+    fn drop(&mut self) {
+        let ctx = self.pd.context();
+        if let Err(e) = dealloc_mw(ctx, self.handle) {
+            tracing::error!(
+                device = ctx.name(),
+                handle = self.handle,
+                "{}",
+                Error::os(format!("deallocate {} MW", self.mw_type), e)
+            );
+        }
+    }
+}
+
+/// Deallocates MW `handle`: ioctl `MW_DESTROY`, or the write command `DEALLOC_MW`. rxe
+/// invalidates a bound window here (its region can then be deregistered).
+fn dealloc_mw(ctx: &Context, handle: u32) -> std::result::Result<(), Errno> {
+    let mut c = IoctlCall::new(object::MW, mw::METHOD_DESTROY);
+    c.idr(mw::ATTR_DESTROY_HANDLE, handle);
+    if ctx.try_ioctl(M_DESTROY_MW, &mut c)? {
+        return Ok(());
+    }
+    let req = ib_uverbs_dealloc_mw { mw_handle: handle };
+    write::cmd_legacy(ctx.cmd_fd(), nr::DEALLOC_MW, req.as_bytes(), &[], &mut [])
+}
+
+/// The operands of a bind work request (`IB_WR_BIND_MW`; rxe's `rxe_send_wr.wr.mw`): which
+/// window, its new rkey, which region, the range and the window's access.
+///
+/// Made by [`Mw::bind_info`] / [`Mw::unbind_info`] (checked) or [`MwBind::from_raw`]
+/// (`unsafe`); fields are read-only so that a safe one always went through the checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MwBind {
+    mw_type: MwType,
+    mw_rkey: u32,
+    rkey: u32,
+    mr_lkey: u32,
+    addr: u64,
+    length: u64,
+    access: AccessFlags,
+}
+
+impl MwBind {
+    /// A bind from raw numbers, as a C caller gives them (`ibv_bind_mw`, `IBV_WR_BIND_MW`).
+    ///
+    /// # Safety
+    /// Once bound, peers may read and write `addr..addr + length` as `access` allows, also
+    /// where the region's own flags would not let them (the kernel only requires `MW_BIND` on
+    /// the region, and LOCAL_WRITE for remote write). The region `mr_lkey` must therefore be
+    /// memory that Rust code never references while a peer may write it through the window,
+    /// and that stays allocated until the window is unbound, invalidated or deallocated — the
+    /// kernel refuses to deregister it meanwhile, so for an [`Mr`] (not a
+    /// [`RawMr`](crate::mr::RawMr), whose drop only logs that failure) the allocation is kept.
+    pub const unsafe fn from_raw(
+        mw_type: MwType,
+        mw_rkey: u32,
+        rkey: u32,
+        mr_lkey: u32,
+        addr: u64,
+        length: u64,
+        access: AccessFlags,
+    ) -> Self {
+        MwBind {
+            mw_type,
+            mw_rkey,
+            rkey,
+            mr_lkey,
+            addr,
+            length,
+            access,
+        }
+    }
+    /// Type of the window being bound.
+    pub const fn mw_type(&self) -> MwType {
+        self.mw_type
+    }
+    /// The window's rkey before the bind (what the kernel looks the window up by).
+    pub const fn mw_rkey(&self) -> u32 {
+        self.mw_rkey
+    }
+    /// The window's rkey after the bind: what peers name.
+    pub const fn rkey(&self) -> u32 {
+        self.rkey
+    }
+    /// Local key of the region the window is bound in (0 for an unbind).
+    pub const fn mr_lkey(&self) -> u32 {
+        self.mr_lkey
+    }
+    /// Start address of the window (the region's iova space).
+    pub const fn addr(&self) -> u64 {
+        self.addr
+    }
+    /// Length in bytes (0: unbind a type 1 window).
+    pub const fn length(&self) -> u64 {
+        self.length
+    }
+    /// The window's access flags.
+    pub const fn access(&self) -> AccessFlags {
+        self.access
+    }
+}
+
+impl Qp {
+    /// Posts a bind work request for `mw` (`ibv_bind_mw` for type 1; the same request binds a
+    /// type 2 window to this QP) and, once posted, makes [`MwBind::rkey`] the window's
+    /// [`Mw::rkey`]. The bind completes on the send CQ with opcode `BIND_MW` (if `flags` has
+    /// SIGNALED or the QP signals all) or fails there with `MW_BIND_ERR`; peers may use the
+    /// new rkey after a successful completion.
+    ///
+    /// Refused before posting: a window of another PD than the QP's, a `bind` made for
+    /// another window (or an older key of this one), an unbind of a type 2 window.
+    pub fn bind_mw(
+        &self,
+        mw: &Mw,
+        bind: &MwBind,
+        wr_id: u64,
+        flags: SendFlags,
+    ) -> std::result::Result<(), PostError> {
+        let ctx = self.pd().context().name();
+        let fail =
+            |what: String| PostError::invalid(0, what).at(ctx, PostQueue::Send, self.qp_num());
+        if !Arc::ptr_eq(mw.pd(), self.pd()) {
+            return Err(fail(format!(
+                "bind {} MW {}: the window is on PD handle {}, the QP on PD handle {}",
+                mw.mw_type,
+                mw.handle,
+                mw.pd().handle(),
+                self.pd().handle()
+            )));
+        }
+        if bind.mw_rkey != mw.rkey() || bind.mw_type != mw.mw_type {
+            return Err(fail(format!(
+                "bind {} MW {}: the bind was made for {} window rkey {:#x}, the window's rkey \
+                 is {:#x}",
+                mw.mw_type,
+                mw.handle,
+                bind.mw_type,
+                bind.mw_rkey,
+                mw.rkey()
+            )));
+        }
+        if bind.length == 0 && mw.mw_type == MwType::TYPE_2 {
+            return Err(fail(format!(
+                "bind type 2 MW {}: length 0 (invalidate it instead)",
+                mw.handle
+            )));
+        }
+        let wr = SendWr::<Sge> {
+            wr_id,
+            op: SendOp::BindMw(*bind),
+            sge: &[],
+            flags,
+            ud: None,
+        };
+        // SAFETY: the request has no SGEs; what the bind grants was checked when the MwBind
+        // was made (Mw::bind_info) or promised by its maker (MwBind::from_raw).
+        unsafe { self.post_send_raw(&[wr]) }?;
+        mw.set_rkey(bind.rkey);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rkey_increments_the_low_byte_only() {
+        assert_eq!(inc_rkey(0x1234_5600), 0x1234_5601);
+        assert_eq!(inc_rkey(0x1234_56ff), 0x1234_5600);
+        assert_eq!(inc_rkey(0xffff_ffff), 0xffff_ff00);
+    }
+}
