@@ -29,4 +29,6 @@ pub mod abi;
 #[macro_use]
 mod symver;
 pub mod cma;
+pub mod cq_ex;
+pub mod qp_ex;
 pub mod verbs;
