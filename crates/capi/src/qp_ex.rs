@@ -158,9 +158,9 @@ unsafe fn build(qp: *mut ibv_qp_ex, op: SendOp) {
             b.wrs.push(Pending {
                 wr_id,
                 op,
-                // IBV_SEND_INLINE is set by wr_set_inline_data*, not taken from wr_flags,
-                // whose SGEs (wr_set_sge*) name registered memory.
-                flags: SendFlags::from_bits_retain(flags) - SendFlags::INLINE,
+                // With IBV_SEND_INLINE in wr_flags and SGEs from wr_set_sge*, the provider
+                // copies the SGEs' bytes at wr_complete (as ibv_post_send does).
+                flags: SendFlags::from_bits_retain(flags),
                 ud: None,
                 sge_start: b.sges.len(),
                 sge_len: 0,
@@ -200,7 +200,9 @@ fn set_sges(b: &mut Batch, last: usize, sges: impl Iterator<Item = Sge>, inline:
     let w = &mut b.wrs[last];
     w.sge_len = b.sges.len() - start;
     w.inline = inline;
-    w.flags.set(SendFlags::INLINE, inline);
+    if inline {
+        w.flags |= SendFlags::INLINE;
+    }
 }
 
 unsafe extern "C" fn wr_send(qp: *mut ibv_qp_ex) {
@@ -285,8 +287,11 @@ unsafe extern "C" fn wr_set_ud_addr(
 ) {
     // SAFETY: as wr_send.
     let (q, _) = unsafe { parts(qp) };
-    let ud = q.qp.qp_type() == QpType::UD;
-    let dest = (ud && !ah.is_null()).then(|| {
+    if q.qp.qp_type() != QpType::UD {
+        // Connected QPs have their destination: nothing to set (librxe ignores it too).
+        return;
+    }
+    let dest = (!ah.is_null()).then(|| {
         // SAFETY: ibv_wr_set_ud_addr's contract: an AH of ours (the first field of its CAh).
         let a = unsafe { &*(ah as *const CAh) };
         a.ah.ud_dest(remote_qpn, remote_qkey)

@@ -68,7 +68,7 @@ pub(crate) fn fail(e: &io::Error) -> c_int {
 }
 
 /// NULL with `errno` set: how constructors fail.
-pub(crate) fn null_with<T>(e: &io::Error) -> *mut T {
+fn null_with<T>(e: &io::Error) -> *mut T {
     set_errno(fail(e));
     null_mut()
 }
