@@ -1,7 +1,7 @@
 //! The extended QP send API and the extended CQ through the inline functions of `verbs.h`:
 //! our C program `tests/c/qp_ex.c`, linked `-static` against `librverbs.a` by
 //! `cargo xtask capi`, runs two connected RC QPs on one device (`ibv_wr_*` SEND, SEND with
-//! immediate, inline data, RDMA WRITE with and without immediate, RDMA READ, atomics; an
+//! immediate, inline data, RDMA WRITE with and without immediate, RDMA READ, atomics, UD; an
 //! `ibv_start_poll` loop; `ibv_poll_cq` and events on the same CQ; `ibv_wr_complete`'s
 //! errors with nothing posted) and checks every byte and completion. Runs in every guest
 //! (static: no rdma-core library needed).

@@ -201,8 +201,9 @@ int main(int argc, char **argv)
 	connect_qp(b.qp, a.qp->qp_num, &gid, gidx);
 
 	/* 1. One batch: SEND, SEND with immediate and inline data, RDMA WRITE with immediate
-	 * from a two-element gather list. */
-	post_recvs(&b, 3);
+	 * from a two-element gather list, SEND of an inline list, SEND of an SGE with
+	 * IBV_SEND_INLINE (its bytes copied at ibv_wr_complete). */
+	post_recvs(&b, 5);
 	strcpy(a.buf, "hello");
 	strcpy(a.buf + 100, "wr");
 	strcpy(a.buf + 200, "ite");
@@ -221,7 +222,7 @@ int main(int argc, char **argv)
 		memset(tmp, 'x', sizeof(tmp)); /* copied at the call, as libibverbs' providers do */
 	}
 	a.qpx->wr_id = 3;
-	ibv_wr_rdma_write_imm(a.qpx, b.mr->rkey, (uintptr_t)b.buf + 2048, htonl(7));
+	ibv_wr_rdma_write_imm(a.qpx, b.mr->rkey, (uintptr_t)b.buf + 3500, htonl(7));
 	{
 		struct ibv_sge l[2] = { { (uintptr_t)a.buf + 100, 2, a.mr->lkey },
 					{ (uintptr_t)a.buf + 200, 4, a.mr->lkey } };
@@ -229,16 +230,32 @@ int main(int argc, char **argv)
 		ibv_wr_set_sge_list(a.qpx, 2, l);
 		memset(l, 0, sizeof(l)); /* copied at the call */
 	}
+	a.qpx->wr_id = 4;
+	ibv_wr_send(a.qpx);
+	{
+		char x[] = "in", y[] = "line";
+		struct ibv_data_buf l[2] = { { x, 2 }, { y, 5 } };
+
+		ibv_wr_set_inline_data_list(a.qpx, 2, l);
+		memset(y, 'x', 4);
+	}
+	a.qpx->wr_id = 5;
+	a.qpx->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+	ibv_wr_send(a.qpx);
+	strcpy(a.buf + 600, "copied");
+	ibv_wr_set_sge(a.qpx, a.mr->lkey, (uintptr_t)a.buf + 600, 7);
 	CHECK(ibv_wr_complete(a.qpx) == 0, "ibv_wr_complete");
-	poll_ex(a.cq, 3, g);
-	for (i = 0; i < 3; i++)
+	strcpy(a.buf + 600, "CHANGED");
+	poll_ex(a.cq, 5, g);
+	for (i = 0; i < 5; i++)
 		CHECK(g[i].wr_id == (uint64_t)i + 1, "send completion %d has wr_id %llu", i,
 		      (unsigned long long)g[i].wr_id);
 	CHECK(g[0].opcode == IBV_WC_SEND && g[1].opcode == IBV_WC_SEND &&
-	      g[2].opcode == IBV_WC_RDMA_WRITE, "send opcodes %d %d %d", g[0].opcode,
-	      g[1].opcode, g[2].opcode);
+	      g[2].opcode == IBV_WC_RDMA_WRITE && g[3].opcode == IBV_WC_SEND &&
+	      g[4].opcode == IBV_WC_SEND, "send opcodes %d %d %d %d %d", g[0].opcode,
+	      g[1].opcode, g[2].opcode, g[3].opcode, g[4].opcode);
 	CHECK(g[0].qp_num == a.qp->qp_num, "send qp_num");
-	poll_ex(b.cq, 3, g);
+	poll_ex(b.cq, 5, g);
 	CHECK(g[0].wr_id == 100 && g[0].opcode == IBV_WC_RECV && g[0].byte_len == 6 &&
 	      !(g[0].flags & IBV_WC_WITH_IMM), "receive 1: wr_id %llu opcode %d len %u",
 	      (unsigned long long)g[0].wr_id, g[0].opcode, g[0].byte_len);
@@ -248,9 +265,13 @@ int main(int argc, char **argv)
 	CHECK(g[2].wr_id == 102 && g[2].opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
 	      g[2].byte_len == 6 && g[2].imm == htonl(7) && g[2].qp_num == b.qp->qp_num,
 	      "receive 3: opcode %d len %u imm %#x", g[2].opcode, g[2].byte_len, g[2].imm);
+	CHECK(g[3].wr_id == 103 && g[3].byte_len == 7 && g[4].wr_id == 104 &&
+	      g[4].byte_len == 7, "receives 4, 5: len %u, %u", g[3].byte_len, g[4].byte_len);
 	CHECK(!strcmp(b.buf, "hello"), "SEND data: %s", b.buf);
 	CHECK(!strcmp(b.buf + 512, "inline!"), "inline SEND data: %s", b.buf + 512);
-	CHECK(!memcmp(b.buf + 2048, "write", 6), "RDMA WRITE data: %.6s", b.buf + 2048);
+	CHECK(!memcmp(b.buf + 3500, "write", 6), "RDMA WRITE data: %.6s", b.buf + 3500);
+	CHECK(!strcmp(b.buf + 1536, "inline"), "inline list data: %s", b.buf + 1536);
+	CHECK(!strcmp(b.buf + 2048, "copied"), "IBV_SEND_INLINE SGE data: %s", b.buf + 2048);
 
 	/* 2. RDMA WRITE (unsignaled) then a signaled RDMA READ of what it wrote. */
 	strcpy(a.buf + 300, "written by A");
@@ -348,7 +369,72 @@ int main(int argc, char **argv)
 		CHECK(g[0].wr_id == 100 && g[0].byte_len == 6, "receive of the legacy post");
 	}
 
-	/* 6. Creation: what is refused, what is offered. */
+	/* 6. UD: SEND with immediate addressed by ibv_wr_set_ud_addr; without an address
+	 * ibv_wr_complete is EINVAL and nothing goes out. */
+	{
+		struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1,
+			.grh = { .dgid = gid, .sgid_index = gidx, .hop_limit = 1 } };
+		struct ibv_qp_attr init = { .qp_state = IBV_QPS_INIT, .port_num = 1,
+					    .qkey = 0x11111111 };
+		struct ibv_qp_attr rtr = { .qp_state = IBV_QPS_RTR };
+		struct ibv_qp_attr rts = { .qp_state = IBV_QPS_RTS };
+		struct ibv_qp *u[2];
+		struct ibv_qp_ex *ux;
+		struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+		struct ibv_sge sge = { (uintptr_t)b.buf, 40 + 64, b.mr->lkey };
+		struct ibv_recv_wr rwr = { .wr_id = 200, .sg_list = &sge, .num_sge = 1 }, *rbad;
+
+		CHECK(ah, "ibv_create_ah");
+		for (i = 0; i < 2; i++) {
+			u[i] = make_qp(ctx, pd, i ? b.cq : a.cq, IBV_QPT_UD,
+				       IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM);
+			CHECK(u[i], "UD QP");
+			CHECK(!ibv_modify_qp(u[i], &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+							IBV_QP_PORT | IBV_QP_QKEY) &&
+			      !ibv_modify_qp(u[i], &rtr, IBV_QP_STATE) &&
+			      !ibv_modify_qp(u[i], &rts, IBV_QP_STATE | IBV_QP_SQ_PSN), "UD to RTS");
+		}
+		ux = ibv_qp_to_qp_ex(u[0]);
+		CHECK(!ibv_post_recv(u[1], &rwr, &rbad), "UD receive");
+		ibv_wr_start(ux);
+		ux->wr_id = 300;
+		ux->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_send(ux);
+		ibv_wr_set_sge(ux, a.mr->lkey, (uintptr_t)a.buf, 6);
+		CHECK(ibv_wr_complete(ux) == EINVAL, "a UD request without ibv_wr_set_ud_addr");
+		stays_empty(b.cq, "UD receiver");
+		ibv_wr_start(ux);
+		ux->wr_id = 301;
+		ibv_wr_send_imm(ux, htonl(42));
+		ibv_wr_set_ud_addr(ux, ah, u[1]->qp_num, 0x11111111);
+		ibv_wr_set_sge(ux, a.mr->lkey, (uintptr_t)a.buf, 6);
+		CHECK(ibv_wr_complete(ux) == 0, "UD ibv_wr_complete");
+		poll_ex(a.cq, 1, g);
+		CHECK(g[0].wr_id == 301 && g[0].opcode == IBV_WC_SEND, "UD send completion");
+		{
+			struct ibv_poll_cq_attr attr = {};
+			double t0 = now();
+			int ret;
+
+			while ((ret = ibv_start_poll(b.cq, &attr)) == ENOENT)
+				CHECK(now() - t0 < 5, "no UD receive within 5 s");
+			CHECK(ret == 0 && b.cq->wr_id == 200 && b.cq->status == IBV_WC_SUCCESS,
+			      "UD receive: %d", ret);
+			CHECK(ibv_wc_read_byte_len(b.cq) == 40 + 6 &&
+			      ibv_wc_read_src_qp(b.cq) == u[0]->qp_num &&
+			      (ibv_wc_read_wc_flags(b.cq) & IBV_WC_GRH) &&
+			      ibv_wc_read_imm_data(b.cq) == htonl(42) &&
+			      ibv_wc_read_qp_num(b.cq) == u[1]->qp_num,
+			      "UD receive: len %u src_qp %u flags %#x", ibv_wc_read_byte_len(b.cq),
+			      ibv_wc_read_src_qp(b.cq), ibv_wc_read_wc_flags(b.cq));
+			ibv_end_poll(b.cq);
+		}
+		CHECK(!strcmp(b.buf + 40, "hello"), "UD data: %s", b.buf + 40);
+		CHECK(!ibv_destroy_qp(u[0]) && !ibv_destroy_qp(u[1]) && !ibv_destroy_ah(ah),
+		      "UD teardown");
+	}
+
+	/* 7. Creation: what is refused, what is offered. */
 	{
 		struct ibv_cq_init_attr_ex ca = { .cqe = 4,
 			.wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP };
