@@ -250,3 +250,40 @@ pub(crate) unsafe extern "C" fn create_cq_ex_op(
     x.read_dlid_path_bits = on(with::DLID_PATH_BITS).then_some(read_dlid_path_bits as ReadU8Fn);
     cq.cast()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn errno() -> i32 {
+        std::io::Error::last_os_error().raw_os_error().unwrap()
+    }
+
+    /// What is refused is refused before the context is looked at (NULL here).
+    #[test]
+    fn refused_attributes_are_eopnotsupp() {
+        let cases: &[(u64, u32, u32, &str)] = &[
+            (1 << 7, 0, 0, "completion timestamp"),
+            (1 << 11, 0, 0, "wallclock timestamp"),
+            (1 << 8, 0, 0, "cvlan"),
+            (0, CQ_INIT_ATTR_MASK_FLAGS, 1 << 1, "IGNORE_OVERRUN"),
+            (0, 1 << 2, 0, "an unknown comp_mask bit"),
+        ];
+        for &(wc_flags, comp_mask, flags, what) in cases {
+            let mut a = ibv_cq_init_attr_ex {
+                cqe: 4,
+                cq_context: null_mut(),
+                channel: null_mut(),
+                comp_vector: 0,
+                wc_flags,
+                comp_mask,
+                flags,
+                parent_domain: null_mut(),
+            };
+            // SAFETY: refused before the context is dereferenced.
+            let cq = unsafe { create_cq_ex_op(null_mut(), &mut a) };
+            assert!(cq.is_null(), "{what}");
+            assert_eq!(errno(), libc::EOPNOTSUPP, "{what}");
+        }
+    }
+}

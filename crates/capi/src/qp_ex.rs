@@ -591,3 +591,65 @@ pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
         null_mut()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn errno() -> i32 {
+        std::io::Error::last_os_error().raw_os_error().unwrap()
+    }
+
+    /// What is refused is refused before any object is looked at (NULL PD and CQs here).
+    #[test]
+    fn refused_extensions_are_eopnotsupp() {
+        let pd = std::ptr::NonNull::<ibv_pd>::dangling().as_ptr();
+        let base = ibv_qp_init_attr {
+            qp_context: null_mut(),
+            send_cq: null_mut(),
+            recv_cq: null_mut(),
+            srq: null_mut(),
+            cap: ibv_qp_cap::default(),
+            qp_type: u32::from(QpType::UD.0),
+            sq_sig_all: 0,
+        };
+        let cases: &[(u32, u32, u64, &str)] = &[
+            (INIT_ATTR_PD | 1 << 1, 0, 0, "XRCD"),
+            (INIT_ATTR_PD | 1 << 3, 0, 0, "TSO header"),
+            (INIT_ATTR_PD | INIT_ATTR_CREATE_FLAGS, 2, 0, "a create flag"),
+            (INIT_ATTR_SEND_OPS_FLAGS, 0, with::SEND, "no PD"),
+            (
+                INIT_ATTR_PD | INIT_ATTR_SEND_OPS_FLAGS,
+                0,
+                with::RDMA_WRITE,
+                "RDMA WRITE on UD",
+            ),
+            (
+                INIT_ATTR_PD | INIT_ATTR_SEND_OPS_FLAGS,
+                0,
+                1 << 8,
+                "bind MW",
+            ),
+        ];
+        for &(mask, create_flags, ops, what) in cases {
+            let mut a = ibv_qp_init_attr_ex::with_pd(&base, pd);
+            a.comp_mask = mask;
+            a.create_flags = create_flags;
+            a.send_ops_flags = ops;
+            // SAFETY: refused before the PD or CQs are dereferenced.
+            let qp = unsafe { create_qp_ex_op(null_mut(), &mut a) };
+            assert!(qp.is_null(), "{what}");
+            assert_eq!(errno(), libc::EOPNOTSUPP, "{what}");
+        }
+    }
+
+    #[test]
+    fn send_ops_per_qp_type_are_librxes_less_mw_and_atomic_write() {
+        let rc = supported_ops(2).unwrap();
+        assert_eq!(rc & (1 << 7 | 1 << 8 | 1 << 12), 0);
+        assert_eq!(rc, 0b10_0111_1111);
+        assert_eq!(supported_ops(3).unwrap(), 0b10_0000_1111);
+        assert_eq!(supported_ops(4).unwrap(), with::SEND | with::SEND_WITH_IMM);
+        assert_eq!(supported_ops(9), None, "XRC send");
+    }
+}
