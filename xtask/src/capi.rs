@@ -11,8 +11,8 @@
 //! - `librdmacm.so.1`: `crates/capi/rdmacm/librdmacm.rs` built with `rustc` (soname, the
 //!   RDMACM_1.0 … 1.3 nodes, needs our libibverbs.so.1, which defines the `rdma_*`
 //!   functions); checked against the `rdma_*@RDMACM_*` imports of [`CM_PROGRAMS`].
-//! - `static_pingpong`: our C test program (`crates/capi/tests/c/static_pingpong.c`) linked
-//!   `-static` against `librverbs.a` into `<target>/capi/bin/`; `cargo xtask test` puts it
+//! - `static_pingpong`, `qp_ex`: our C test programs (`crates/capi/tests/c/*.c`) linked
+//!   `-static` against `librverbs.a` into `<target>/capi/bin/`; `cargo xtask test` puts them
 //!   into the guests (the minimal one has no rdma-core library at all).
 //!
 //! `cargo xtask test` runs the same build and check (stage `capi`) before the VM stages,
@@ -151,27 +151,25 @@ pub fn lib_dir() -> PathBuf {
     util::target_dir().join("capi").join("lib")
 }
 
-/// Our static C test program.
-pub fn static_pingpong() -> PathBuf {
-    util::target_dir().join("capi/bin/static_pingpong")
-}
+/// Our C test programs (`crates/capi/tests/c/NAME.c`), each linked `-static` against
+/// `librverbs.a` into `<target>/capi/bin/NAME`.
+pub const C_PROGRAMS: &[&str] = &["static_pingpong", "qp_ex"];
 
-/// Files the guests need besides the test binaries (the static C program, once built).
+/// Files the guests need besides the test binaries (the static C programs, once built).
 pub fn guest_files() -> Vec<PathBuf> {
-    let p = static_pingpong();
-    if p.is_file() {
-        vec![p]
-    } else {
-        Vec::new()
-    }
+    C_PROGRAMS
+        .iter()
+        .map(|n| util::target_dir().join("capi/bin").join(n))
+        .filter(|p| p.is_file())
+        .collect()
 }
 
-/// Links the static C program against `archive` with `$CC` (default `cc`).
-fn link_static_program(archive: &Path) -> Result<PathBuf> {
-    let out = static_pingpong();
+/// Links the static C program `name` against `archive` with `$CC` (default `cc`).
+fn link_static_program(archive: &Path, name: &str) -> Result<PathBuf> {
+    let out = util::target_dir().join("capi/bin").join(name);
     let dir = out.parent().unwrap();
     std::fs::create_dir_all(dir).map_err(|e| util::Error(format!("{}: {e}", dir.display())))?;
-    let src = util::workspace_root().join("crates/capi/tests/c/static_pingpong.c");
+    let src = util::workspace_root().join(format!("crates/capi/tests/c/{name}.c"));
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let mut cmd = Command::new(&cc);
     cmd.args(["-O2", "-Wall", "-static", "-s", "-o"])
@@ -291,7 +289,10 @@ pub fn build_and_check(release: bool) -> Result<Outcome> {
     std::os::unix::fs::symlink("libibverbs.so.1", &link)
         .map_err(|e| util::Error(format!("{}: {e}", link.display())))?;
 
-    let prog = link_static_program(&a_dst)?;
+    let prog = link_static_program(&a_dst, C_PROGRAMS[0])?;
+    for name in &C_PROGRAMS[1..] {
+        link_static_program(&a_dst, name)?;
+    }
     let cm = build_rdmacm(&dir, release)?;
     let cm_dst = dir.join("librdmacm.so.1");
     let tmp = cm_dst.with_extension("tmp");

@@ -230,8 +230,8 @@ pub struct verbs_context {
     pub create_wq: VoidFn,
     /// Not supported (NULL).
     pub query_rt_values: VoidFn,
-    /// Not supported (NULL): `ibv_create_cq_ex` fails with `EOPNOTSUPP`.
-    pub create_cq_ex: VoidFn,
+    /// `ibv_create_cq_ex` (`cq_ex.rs`).
+    pub create_cq_ex: Option<CreateCqExFn>,
     /// libibverbs-private (NULL).
     pub priv_: *mut c_void,
     /// `ibv_query_device_ex`.
@@ -1051,6 +1051,135 @@ pub struct ibv_qp {
     pub events_completed: u32,
 }
 
+/// `struct ibv_data_buf`: one buffer of `ibv_wr_set_inline_data_list`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_data_buf {
+    #[allow(missing_docs)]
+    pub addr: *mut c_void,
+    #[allow(missing_docs)]
+    pub length: usize,
+}
+
+/// A builder of [`ibv_qp_ex`] with no operands (`wr_send`, `wr_start`, `wr_abort`).
+pub type WrFn = unsafe extern "C" fn(*mut ibv_qp_ex);
+/// A builder of [`ibv_qp_ex`] with one 32-bit operand (`wr_send_imm`, `wr_send_inv`,
+/// `wr_local_inv`).
+pub type WrU32Fn = unsafe extern "C" fn(*mut ibv_qp_ex, u32);
+/// `wr_bind_mw`: the window, its new rkey, the bind (region, range, access).
+pub type WrBindMwFn =
+    unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_mw, u32, *const ibv_mw_bind_info);
+/// `wr_rdma_read` / `wr_rdma_write`: rkey, remote address.
+pub type WrRdmaFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64);
+/// `wr_rdma_write_imm`: rkey, remote address, big-endian immediate data.
+pub type WrRdmaImmFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32);
+/// `wr_atomic_cmp_swp`: rkey, remote address, compare, swap.
+pub type WrCmpSwpFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64, u64);
+/// `wr_atomic_fetch_add`: rkey, remote address, add.
+pub type WrFetchAddFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64);
+/// `wr_set_ud_addr`: AH, remote QPN, remote Q_Key.
+pub type WrUdAddrFn = unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_ah, u32, u32);
+/// `wr_set_inline_data`: address, length.
+pub type WrInlineFn = unsafe extern "C" fn(*mut ibv_qp_ex, *mut c_void, usize);
+/// `wr_set_inline_data_list`: count, buffers.
+pub type WrInlineListFn = unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_data_buf);
+/// `wr_set_sge`: lkey, address, length.
+pub type WrSgeFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32);
+/// `wr_set_sge_list`: count, SGEs.
+pub type WrSgeListFn = unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_sge);
+/// `wr_complete`: 0 or a positive errno.
+pub type WrCompleteFn = unsafe extern "C" fn(*mut ibv_qp_ex) -> c_int;
+
+/// `struct ibv_qp_ex`: an [`ibv_qp`] followed by the extended send API's fields and builders
+/// (what the inline `ibv_wr_*` functions of `verbs.h` call). A NULL slot is an operation the
+/// QP was not created with.
+#[repr(C)]
+pub struct ibv_qp_ex {
+    /// The QP itself (`ibv_qp_to_qp_ex` returns a pointer to it).
+    pub qp_base: ibv_qp,
+    #[allow(missing_docs)]
+    pub comp_mask: u64,
+    /// The `wr_id` of the next work request built (the caller sets it).
+    pub wr_id: u64,
+    /// The `IBV_SEND_*` flags of the next work request built (the caller sets them).
+    pub wr_flags: c_uint,
+    #[allow(missing_docs)]
+    pub wr_atomic_cmp_swp: Option<WrCmpSwpFn>,
+    #[allow(missing_docs)]
+    pub wr_atomic_fetch_add: Option<WrFetchAddFn>,
+    /// A memory-window bind (RC, UC QPs that asked for `IBV_QP_EX_WITH_BIND_MW`).
+    pub wr_bind_mw: Option<WrBindMwFn>,
+    /// A local invalidation (RC QPs that asked for `IBV_QP_EX_WITH_LOCAL_INV`).
+    pub wr_local_inv: Option<WrU32Fn>,
+    #[allow(missing_docs)]
+    pub wr_rdma_read: Option<WrRdmaFn>,
+    #[allow(missing_docs)]
+    pub wr_rdma_write: Option<WrRdmaFn>,
+    #[allow(missing_docs)]
+    pub wr_rdma_write_imm: Option<WrRdmaImmFn>,
+    #[allow(missing_docs)]
+    pub wr_send: Option<WrFn>,
+    #[allow(missing_docs)]
+    pub wr_send_imm: Option<WrU32Fn>,
+    #[allow(missing_docs)]
+    pub wr_send_inv: Option<WrU32Fn>,
+    /// TSO: NULL.
+    pub wr_send_tso: VoidFn,
+    #[allow(missing_docs)]
+    pub wr_set_ud_addr: Option<WrUdAddrFn>,
+    /// XRC: NULL.
+    pub wr_set_xrc_srqn: VoidFn,
+    #[allow(missing_docs)]
+    pub wr_set_inline_data: Option<WrInlineFn>,
+    #[allow(missing_docs)]
+    pub wr_set_inline_data_list: Option<WrInlineListFn>,
+    #[allow(missing_docs)]
+    pub wr_set_sge: Option<WrSgeFn>,
+    #[allow(missing_docs)]
+    pub wr_set_sge_list: Option<WrSgeListFn>,
+    #[allow(missing_docs)]
+    pub wr_start: Option<WrFn>,
+    #[allow(missing_docs)]
+    pub wr_complete: Option<WrCompleteFn>,
+    #[allow(missing_docs)]
+    pub wr_abort: Option<WrFn>,
+    /// Atomic write: NULL.
+    pub wr_atomic_write: VoidFn,
+}
+
+impl ibv_qp_ex {
+    /// `qp` with every extended field zero and every builder NULL.
+    pub fn from_base(qp: ibv_qp) -> Self {
+        Self {
+            qp_base: qp,
+            comp_mask: 0,
+            wr_id: 0,
+            wr_flags: 0,
+            wr_atomic_cmp_swp: None,
+            wr_atomic_fetch_add: None,
+            wr_bind_mw: None,
+            wr_local_inv: None,
+            wr_rdma_read: None,
+            wr_rdma_write: None,
+            wr_rdma_write_imm: None,
+            wr_send: None,
+            wr_send_imm: None,
+            wr_send_inv: None,
+            wr_send_tso: None,
+            wr_set_ud_addr: None,
+            wr_set_xrc_srqn: None,
+            wr_set_inline_data: None,
+            wr_set_inline_data_list: None,
+            wr_set_sge: None,
+            wr_set_sge_list: None,
+            wr_start: None,
+            wr_complete: None,
+            wr_abort: None,
+            wr_atomic_write: None,
+        }
+    }
+}
+
 /// `struct ibv_comp_channel`.
 #[repr(C)]
 pub struct ibv_comp_channel {
@@ -1084,6 +1213,117 @@ pub struct ibv_cq {
     #[allow(missing_docs)]
     pub async_events_completed: u32,
 }
+
+/// `struct ibv_poll_cq_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_poll_cq_attr {
+    /// Must be 0.
+    pub comp_mask: u32,
+}
+
+/// `start_poll` of [`ibv_cq_ex`]: 0, `ENOENT` when empty, or another errno.
+pub type StartPollFn = unsafe extern "C" fn(*mut ibv_cq_ex, *mut ibv_poll_cq_attr) -> c_int;
+/// `next_poll` of [`ibv_cq_ex`].
+pub type NextPollFn = unsafe extern "C" fn(*mut ibv_cq_ex) -> c_int;
+/// `end_poll` of [`ibv_cq_ex`].
+pub type EndPollFn = unsafe extern "C" fn(*mut ibv_cq_ex);
+/// A 32-bit `read_*` of [`ibv_cq_ex`].
+pub type ReadU32Fn = unsafe extern "C" fn(*mut ibv_cq_ex) -> u32;
+/// An 8-bit `read_*` of [`ibv_cq_ex`].
+pub type ReadU8Fn = unsafe extern "C" fn(*mut ibv_cq_ex) -> u8;
+
+/// `struct ibv_cq_ex`: the fields of [`ibv_cq`] (same names), then the current completion's
+/// status and `wr_id` and the polling functions. A NULL `read_*` is a field the CQ was not
+/// created to report.
+#[repr(C)]
+pub struct ibv_cq_ex {
+    #[allow(missing_docs)]
+    pub context: *mut ibv_context,
+    #[allow(missing_docs)]
+    pub channel: *mut ibv_comp_channel,
+    #[allow(missing_docs)]
+    pub cq_context: *mut c_void,
+    #[allow(missing_docs)]
+    pub handle: u32,
+    #[allow(missing_docs)]
+    pub cqe: c_int,
+    #[allow(missing_docs)]
+    pub mutex: pthread_mutex_t,
+    #[allow(missing_docs)]
+    pub cond: pthread_cond_t,
+    #[allow(missing_docs)]
+    pub comp_events_completed: u32,
+    #[allow(missing_docs)]
+    pub async_events_completed: u32,
+    #[allow(missing_docs)]
+    pub comp_mask: u32,
+    /// `enum ibv_wc_status` of the current completion.
+    pub status: u32,
+    /// `wr_id` of the current completion.
+    pub wr_id: u64,
+    #[allow(missing_docs)]
+    pub start_poll: Option<StartPollFn>,
+    #[allow(missing_docs)]
+    pub next_poll: Option<NextPollFn>,
+    #[allow(missing_docs)]
+    pub end_poll: Option<EndPollFn>,
+    /// `enum ibv_wc_opcode`.
+    pub read_opcode: Option<ReadU32Fn>,
+    #[allow(missing_docs)]
+    pub read_vendor_err: Option<ReadU32Fn>,
+    #[allow(missing_docs)]
+    pub read_byte_len: Option<ReadU32Fn>,
+    /// Big-endian immediate data, or the invalidated rkey.
+    pub read_imm_data: Option<ReadU32Fn>,
+    #[allow(missing_docs)]
+    pub read_qp_num: Option<ReadU32Fn>,
+    #[allow(missing_docs)]
+    pub read_src_qp: Option<ReadU32Fn>,
+    #[allow(missing_docs)]
+    pub read_wc_flags: Option<ReadU32Fn>,
+    #[allow(missing_docs)]
+    pub read_slid: Option<ReadU32Fn>,
+    #[allow(missing_docs)]
+    pub read_sl: Option<ReadU8Fn>,
+    #[allow(missing_docs)]
+    pub read_dlid_path_bits: Option<ReadU8Fn>,
+    /// Completion timestamps: NULL (rxe has none).
+    pub read_completion_ts: VoidFn,
+    /// NULL.
+    pub read_cvlan: VoidFn,
+    /// NULL.
+    pub read_flow_tag: VoidFn,
+    /// NULL.
+    pub read_tm_info: VoidFn,
+    /// NULL.
+    pub read_completion_wallclock_ns: VoidFn,
+}
+
+/// `struct ibv_cq_init_attr_ex`.
+#[repr(C)]
+pub struct ibv_cq_init_attr_ex {
+    #[allow(missing_docs)]
+    pub cqe: u32,
+    #[allow(missing_docs)]
+    pub cq_context: *mut c_void,
+    #[allow(missing_docs)]
+    pub channel: *mut ibv_comp_channel,
+    #[allow(missing_docs)]
+    pub comp_vector: u32,
+    /// `IBV_WC_EX_WITH_*`.
+    pub wc_flags: u64,
+    /// `IBV_CQ_INIT_ATTR_MASK_*`.
+    pub comp_mask: u32,
+    /// `IBV_CREATE_CQ_ATTR_*`.
+    pub flags: u32,
+    #[allow(missing_docs)]
+    pub parent_domain: *mut ibv_pd,
+}
+
+/// `create_cq_ex` slot of [`verbs_context`].
+pub type CreateCqExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex;
 
 /// `struct ibv_ah`.
 #[repr(C)]
@@ -1477,6 +1717,35 @@ layouts! {
         "send_cq": send_cq, "recv_cq": recv_cq, "srq": srq, "handle": handle, "qp_num": qp_num,
         "state": state, "qp_type": qp_type, "mutex": mutex, "cond": cond,
         "events_completed": events_completed }
+    "ibv_qp_ex" => ibv_qp_ex { "qp_base": qp_base, "comp_mask": comp_mask, "wr_id": wr_id,
+        "wr_flags": wr_flags, "wr_atomic_cmp_swp": wr_atomic_cmp_swp,
+        "wr_atomic_fetch_add": wr_atomic_fetch_add, "wr_bind_mw": wr_bind_mw,
+        "wr_local_inv": wr_local_inv, "wr_rdma_read": wr_rdma_read,
+        "wr_rdma_write": wr_rdma_write, "wr_rdma_write_imm": wr_rdma_write_imm,
+        "wr_send": wr_send, "wr_send_imm": wr_send_imm, "wr_send_inv": wr_send_inv,
+        "wr_send_tso": wr_send_tso, "wr_set_ud_addr": wr_set_ud_addr,
+        "wr_set_xrc_srqn": wr_set_xrc_srqn, "wr_set_inline_data": wr_set_inline_data,
+        "wr_set_inline_data_list": wr_set_inline_data_list, "wr_set_sge": wr_set_sge,
+        "wr_set_sge_list": wr_set_sge_list, "wr_start": wr_start, "wr_complete": wr_complete,
+        "wr_abort": wr_abort, "wr_atomic_write": wr_atomic_write }
+    "ibv_data_buf" => ibv_data_buf { "addr": addr, "length": length }
+    "ibv_cq_ex" => ibv_cq_ex { "context": context, "channel": channel,
+        "cq_context": cq_context, "handle": handle, "cqe": cqe, "mutex": mutex, "cond": cond,
+        "comp_events_completed": comp_events_completed,
+        "async_events_completed": async_events_completed, "comp_mask": comp_mask,
+        "status": status, "wr_id": wr_id, "start_poll": start_poll, "next_poll": next_poll,
+        "end_poll": end_poll, "read_opcode": read_opcode, "read_vendor_err": read_vendor_err,
+        "read_byte_len": read_byte_len, "read_imm_data": read_imm_data,
+        "read_qp_num": read_qp_num, "read_src_qp": read_src_qp,
+        "read_wc_flags": read_wc_flags, "read_slid": read_slid, "read_sl": read_sl,
+        "read_dlid_path_bits": read_dlid_path_bits, "read_completion_ts": read_completion_ts,
+        "read_cvlan": read_cvlan, "read_flow_tag": read_flow_tag,
+        "read_tm_info": read_tm_info,
+        "read_completion_wallclock_ns": read_completion_wallclock_ns }
+    "ibv_poll_cq_attr" => ibv_poll_cq_attr { "comp_mask": comp_mask }
+    "ibv_cq_init_attr_ex" => ibv_cq_init_attr_ex { "cqe": cqe, "cq_context": cq_context,
+        "channel": channel, "comp_vector": comp_vector, "wc_flags": wc_flags,
+        "comp_mask": comp_mask, "flags": flags, "parent_domain": parent_domain }
     "ibv_comp_channel" => ibv_comp_channel { "context": context, "fd": fd, "refcnt": refcnt }
     "ibv_cq" => ibv_cq { "context": context, "channel": channel, "cq_context": cq_context,
         "handle": handle, "cqe": cqe, "mutex": mutex, "cond": cond,

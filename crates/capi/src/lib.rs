@@ -29,5 +29,7 @@ pub mod abi;
 #[macro_use]
 mod symver;
 pub mod cma;
+pub mod cq_ex;
 pub mod mw;
+pub mod qp_ex;
 pub mod verbs;

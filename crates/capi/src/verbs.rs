@@ -268,7 +268,8 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
     let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
     vctx.query_port = Some(query_port_op);
     vctx.query_device_ex = Some(query_device_ex_op);
-    vctx.create_qp_ex = Some(create_qp_ex_op);
+    vctx.create_qp_ex = Some(crate::qp_ex::create_qp_ex_op);
+    vctx.create_cq_ex = Some(crate::cq_ex::create_cq_ex_op);
     vctx.sz = size_of::<verbs_context>();
     let c = &mut vctx.context;
     c.device = device;
@@ -858,13 +859,17 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
     0
 }
 
-/// An `ibv_cq` and its rverbs CQ.
+/// An `ibv_cq` (room for an `ibv_cq_ex`, whose first fields are those of `ibv_cq`) and its
+/// rverbs CQ.
 #[repr(C)]
 pub struct CCq {
-    /// What C sees.
-    pub c: ibv_cq,
+    /// What C sees: an `ibv_cq`, or all of the `ibv_cq_ex` for a CQ made by
+    /// `ibv_create_cq_ex`.
+    pub c: ibv_cq_ex,
     /// The rverbs CQ.
     pub cq: Arc<Cq>,
+    /// The extended CQ's polling state (`ibv_create_cq_ex` only).
+    pub ex: Option<Box<crate::cq_ex::CqEx>>,
 }
 
 struct CqPtr(*mut CCq);
@@ -978,15 +983,20 @@ pub unsafe extern "C" fn ibv_create_cq(
         // SAFETY: caller's contract.
         unsafe { (*channel).refcnt += 1 };
     }
-    // SAFETY: ibv_cq is integers, pointers and zero-initialised pthread objects.
-    let mut ic: ibv_cq = unsafe { std::mem::zeroed() };
+    // SAFETY: ibv_cq_ex is integers, pointers, NULL fn pointers (Option) and
+    // zero-initialised pthread objects.
+    let mut ic: ibv_cq_ex = unsafe { std::mem::zeroed() };
     ic.context = context;
     ic.channel = channel;
     ic.cq_context = cq_context;
     ic.handle = cq.handle();
     ic.cqe = cq.cqe() as c_int;
     let handle = cq.user_handle();
-    let p = Box::into_raw(Box::new(CCq { c: ic, cq }));
+    let p = Box::into_raw(Box::new(CCq {
+        c: ic,
+        cq,
+        ex: None,
+    }));
     CQS.lock()
         .unwrap_or_else(|p| p.into_inner())
         .get_or_insert_with(HashMap::default)
@@ -996,7 +1006,7 @@ pub unsafe extern "C" fn ibv_create_cq(
 
 /// # Safety
 /// `cq` is a live CQ of ours.
-unsafe fn ccq<'a>(cq: *mut ibv_cq) -> &'a CCq {
+pub(crate) unsafe fn ccq<'a>(cq: *mut ibv_cq) -> &'a CCq {
     // SAFETY: the ibv_cq is the first field of its CCq.
     unsafe { &*(cq as *const CCq) }
 }
@@ -1412,18 +1422,21 @@ unsafe extern "C" fn post_srq_recv_op(
 // ---------------------------------------------------------------------------------------
 // QP
 
-/// An `ibv_qp` and its rverbs QP.
+/// An `ibv_qp` (inside an `ibv_qp_ex`, which begins with it) and its rverbs QP.
 #[repr(C)]
 pub struct CQp {
-    /// What C sees.
-    pub c: ibv_qp,
+    /// What C sees: `c.qp_base`, and for a QP made by `ibv_create_qp_ex` all of the
+    /// `ibv_qp_ex`.
+    pub c: ibv_qp_ex,
     /// The rverbs QP.
     pub qp: Arc<Qp>,
+    /// The extended send API's state (`ibv_create_qp_ex` only).
+    pub ex: Option<Box<crate::qp_ex::QpEx>>,
 }
 
 /// # Safety
 /// `qp` is a live QP of ours.
-unsafe fn cqp<'a>(qp: *mut ibv_qp) -> &'a CQp {
+pub(crate) unsafe fn cqp<'a>(qp: *mut ibv_qp) -> &'a CQp {
     // SAFETY: the ibv_qp is the first field of its CQp.
     unsafe { &*(qp as *const CQp) }
 }
@@ -1487,7 +1500,11 @@ pub unsafe extern "C" fn ibv_create_qp(
     c.state = u32::from(QpState::RESET.0);
     c.qp_type = a.qp_type;
     let h = qp.user_handle();
-    let p = Box::into_raw(Box::new(CQp { c, qp }));
+    let p = Box::into_raw(Box::new(CQp {
+        c: ibv_qp_ex::from_base(c),
+        qp,
+        ex: None,
+    }));
     register(0, h, p as usize);
     p.cast()
 }
@@ -1695,39 +1712,6 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     unregister(0, b.qp.user_handle());
     drop(b);
     0
-}
-
-/// `IBV_QP_INIT_ATTR_PD`: the one extension [`create_qp_ex_op`] carries.
-const QP_INIT_ATTR_PD: u32 = 1;
-
-/// `verbs_context.create_qp_ex` (the inline `ibv_create_qp_ex`): the PD extension only;
-/// XRC, create flags, TSO, RSS, source QPN and the extended send API
-/// (`IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`) fail with `EOPNOTSUPP`.
-unsafe extern "C" fn create_qp_ex_op(
-    _context: *mut ibv_context,
-    attr: *mut ibv_qp_init_attr_ex,
-) -> *mut ibv_qp {
-    // SAFETY: the inline wrapper passes the caller's attributes.
-    let a = unsafe { &mut *attr };
-    if a.comp_mask != QP_INIT_ATTR_PD || a.pd.is_null() {
-        set_errno(libc::EOPNOTSUPP);
-        return null_mut();
-    }
-    let mut base = a.base();
-    // SAFETY: the PD and the CQs/SRQ named are ours (the caller's contract).
-    let qp = unsafe { ibv_create_qp(a.pd, &mut base) };
-    a.cap = base.cap;
-    qp
-}
-
-/// `ibv_qp_to_qp_ex`: NULL — QPs are not created with the extended send API
-/// (`ibv_create_qp_ex` is not supported).
-///
-/// # Safety
-/// Any pointer.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut c_void {
-    null_mut()
 }
 
 /// The rverbs operation of a C send request, or `None` for an opcode we do not carry.
