@@ -1327,6 +1327,24 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     0
 }
 
+/// A C request's gather/scatter list as rverbs' SGEs (`ibv_sge` is `Sge`), or
+/// `None` when its count is negative or its pointer NULL with entries.
+///
+/// # Safety
+/// `sg_list` has `num_sge` entries, alive for `'a`.
+#[inline(always)]
+unsafe fn sge_list<'a>(sg_list: *const ibv_sge, num_sge: c_int) -> Option<&'a [Sge]> {
+    if num_sge < 0 || (num_sge > 0 && sg_list.is_null()) {
+        return None;
+    }
+    Some(if num_sge == 0 {
+        &[]
+    } else {
+        // SAFETY: caller's contract (ibv_sge is Sge; its layout is in the layout test).
+        unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) }
+    })
+}
+
 /// The rverbs request of one C receive request, or `None` when its SGE list is negative
 /// or dangling.
 ///
@@ -1334,15 +1352,8 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
 /// `w` is a valid request: `sg_list` has `num_sge` entries.
 #[inline(always)]
 unsafe fn recv_wr(w: &ibv_recv_wr) -> Option<RecvWr<'_>> {
-    if w.num_sge < 0 || (w.num_sge > 0 && w.sg_list.is_null()) {
-        return None;
-    }
-    let sge: &[Sge] = if w.num_sge == 0 {
-        &[]
-    } else {
-        // SAFETY: sg_list has num_sge entries (caller's contract); ibv_sge is Sge.
-        unsafe { std::slice::from_raw_parts(w.sg_list, w.num_sge as usize) }
-    };
+    // SAFETY: sg_list has num_sge entries (caller's contract).
+    let sge = unsafe { sge_list(w.sg_list, w.num_sge) }?;
     Some(RecvWr {
         wr_id: w.wr_id,
         sge,
@@ -1773,15 +1784,8 @@ unsafe fn send_op(w: &ibv_send_wr) -> Option<SendOp> {
 unsafe fn send_wr(w: &ibv_send_wr, ud: bool) -> Option<SendWr<'_>> {
     // SAFETY: for UD QPs the request names an AH of ours (checked non-NULL below).
     let op = unsafe { send_op(w) }?;
-    if w.num_sge < 0 || (w.num_sge > 0 && w.sg_list.is_null()) {
-        return None;
-    }
-    let sge: &[Sge] = if w.num_sge == 0 {
-        &[]
-    } else {
-        // SAFETY: sg_list has num_sge entries; ibv_sge has Sge's layout.
-        unsafe { std::slice::from_raw_parts(w.sg_list, w.num_sge as usize) }
-    };
+    // SAFETY: sg_list has num_sge entries (caller's contract).
+    let sge = unsafe { sge_list(w.sg_list, w.num_sge) }?;
     let ud_dest = if ud {
         // SAFETY: reading a union of plain data (a UD request uses its `ud` member).
         let u = unsafe { w.wr.ud };
