@@ -283,16 +283,26 @@ impl Mw {
             )
             .into());
         }
+        Ok(self.next_bind(
+            mr.lkey(),
+            mr.addr() + range.start as u64,
+            range.len() as u64,
+            access,
+        ))
+    }
+
+    /// A bind of this window under its next key (`inc_rkey` of the current one).
+    fn next_bind(&self, mr_lkey: u32, addr: u64, length: u64, access: AccessFlags) -> MwBind {
         let mw_rkey = self.rkey();
-        Ok(MwBind {
+        MwBind {
             mw_type: self.mw_type,
             mw_rkey,
             rkey: inc_rkey(mw_rkey),
-            mr_lkey: mr.lkey(),
-            addr: mr.addr() + range.start as u64,
-            length: range.len() as u64,
+            mr_lkey,
+            addr,
+            length,
             access,
-        })
+        }
     }
 
     /// The bind that unbinds a type 1 window (length 0): peers' accesses with its rkey fail
@@ -307,16 +317,7 @@ impl Mw {
             )
             .into());
         }
-        let mw_rkey = self.rkey();
-        Ok(MwBind {
-            mw_type: self.mw_type,
-            mw_rkey,
-            rkey: inc_rkey(mw_rkey),
-            mr_lkey: 0,
-            addr: 0,
-            length: 0,
-            access: AccessFlags::empty(),
-        })
+        Ok(self.next_bind(0, 0, 0, AccessFlags::empty()))
     }
 }
 
