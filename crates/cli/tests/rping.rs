@@ -360,7 +360,7 @@ fn client_survives_a_killed_server() {
     assert!(disconnected || nak, "{d}");
 }
 
-/// The client dies mid-run: the server sees DISCONNECTED and ends normally, as the C tool.
+/// The client dies mid-run: the server ends instead of hanging, as the C tool does.
 #[test]
 #[cfg_attr(
     not(rverbs_vm),
@@ -380,8 +380,15 @@ fn server_survives_a_killed_client() {
     let mut c = pinging_client(&mut s, port);
     c.kill9();
     let d = s.finish(Duration::from_secs(30));
-    assert_eq!(d.code(), Some(0), "{d}");
-    assert!(d.err.contains("server DISCONNECT EVENT..."), "{d}");
+    // Which the server learns first depends on timing, as in the client's test above: the
+    // rdma_cm's DISCONNECTED (a normal end, status 0), or the completion of an RDMA READ or
+    // WRITE in flight that the dead client's destroyed QP answered with a NAK (remote
+    // operation error, status 11: seen in CI on 6.12), which C rping also treats as a failure.
+    let disconnected = d.code() == Some(0) && d.err.contains("server DISCONNECT EVENT...");
+    let nak = d.code() == Some(1)
+        && d.err
+            .contains("cq completion failed status 11 (remote operation error)");
+    assert!(disconnected || nak, "{d}");
 }
 
 #[test]
