@@ -649,9 +649,15 @@ pub fn env_secs(var: &str, default: u64) -> Duration {
 }
 
 /// The script the guest runs: the background entries started first (`&`), then every other
-/// test binary in turn, from its package directory, its output into `tests/<i>.log` and its
-/// exit code into `tests/<i>.rc` on the run share; `wait` before the entries that must not
+/// test binary in turn, from its package directory; `wait` before the entries that must not
 /// overlap the background ones, and before the end.
+///
+/// A binary's output goes to the guest's own memory (`/tmp/rverbs-logs`) while it runs and is
+/// copied to `tests/<i>.log` on the run share, with its exit code in `tests/<i>.rc`, when it
+/// ends; its exit code and libtest summary line also go to the console. A binary therefore
+/// runs even when the share cannot take a file, and its result still reaches the host
+/// (`collect` reads the console line then, and says so). Should the copy fail, the console
+/// gets the reason and the log's last lines.
 fn runner_script(entries: &[Entry], args: &[String], timeout: Duration) -> String {
     // libtest's unstable `--report-time` (RVERBS_VM_TEST_TIMES=1) needs RUSTC_BOOTSTRAP.
     let test_env = if args.iter().any(|a| a == "--report-time") {
@@ -661,16 +667,21 @@ fn runner_script(entries: &[Entry], args: &[String], timeout: Duration) -> Strin
     };
     let mut s = format!("RVERBS_TEST_ENV={test_env}\n");
     s.push_str(
-        "T=/tmp/rverbs-vm/tests\nmkdir -p \"$T\"\n\
+        "T=/tmp/rverbs-vm/tests\nL=/tmp/rverbs-logs\n\
+         mkdir -p \"$T\" || echo \"RVERBS-VM-ERROR: cannot create $T on the run share\"\n\
+         mkdir -p \"$L\"\n\
          run_one() {\n\
          \x20   i=$1; name=$2; dir=$3; shift 3\n\
          \x20   echo \"RVERBS-VM-TEST: [$i] $name\"\n\
          \x20   t0=$(cut -d' ' -f1 /proc/uptime)\n\
-         \x20   ( cd \"$dir\" 2>/dev/null || cd /; exec env $RVERBS_TEST_ENV \"$@\" ) > \"$T/$i.log\" 2>&1\n\
+         \x20   ( cd \"$dir\" 2>/dev/null || cd /; exec env $RVERBS_TEST_ENV \"$@\" ) > \"$L/$i.log\" 2>&1\n\
          \x20   rc=$?\n\
-         \x20   echo $rc > \"$T/$i.rc\"\n\
          \x20   dt=$(awk -v t0=\"$t0\" '{ printf \"%.1f\", $1 - t0 }' /proc/uptime)\n\
-         \x20   echo \"RVERBS-VM-TEST: [$i] $name: exit $rc after $dt s; $(grep '^test result:' \"$T/$i.log\" | tail -n 1)\"\n\
+         \x20   echo \"RVERBS-VM-TEST: [$i] $name: exit $rc after $dt s; $(grep '^test result:' \"$L/$i.log\" | tail -n 1)\"\n\
+         \x20   if ! { cp \"$L/$i.log\" \"$T/$i.log\" && echo $rc > \"$T/$i.rc\"; }; then\n\
+         \x20       echo \"RVERBS-VM-ERROR: the results of [$i] $name did not reach the run share\"\n\
+         \x20       tail -n 40 \"$L/$i.log\" | sed \"s/^/RVERBS-VM-LOG [$i]: /\"\n\
+         \x20   fi\n\
          }\n",
     );
     for (i, e) in entries.iter().enumerate() {
@@ -715,19 +726,40 @@ fn collect(out: &vm::Outcome, entries: &[Entry]) -> (Vec<Counts>, Counts, Vec<St
         notes.push(format!("WARNING: {d} was created with iproute2's `rdma link add` (FALLBACK), not `rverbs link add`"));
     }
     let dir = out.run_dir.join("tests");
+    let console = console_results(&fs::read_to_string(&out.console_log).unwrap_or_default());
+    let mut unfinished = false;
     for (i, e) in entries.iter().enumerate() {
         let a = &e.artifact;
         let log = dir.join(format!("{i}.log"));
-        let text = fs::read_to_string(&log).unwrap_or_default();
-        let rc = fs::read_to_string(dir.join(format!("{i}.rc")))
+        let mut text = fs::read_to_string(&log).unwrap_or_default();
+        let mut rc = fs::read_to_string(dir.join(format!("{i}.rc")))
             .ok()
             .and_then(|s| s.trim().parse::<i32>().ok());
+        if rc.is_none() {
+            // The binary's files did not reach the run share: its console line still tells
+            // how it ended (runner_script).
+            if let Some((code, result)) = console.get(&i) {
+                rc = Some(*code);
+                text = result.clone();
+                notes.push(format!(
+                    "WARNING: {}: its log and exit code did not reach the run share; its \
+                     result comes from the console (exit {code}{})",
+                    a.name,
+                    if result.is_empty() {
+                        ", no summary line"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+        }
         let res = parse_results(&text);
         let mut c = res.unwrap_or_default();
         let mut why = None;
         match (rc, res) {
             (None, _) => {
                 c.failed += 1;
+                unfinished = true;
                 why = Some("did not finish (the guest ended before it)".to_string());
             }
             (Some(0), None) => {
@@ -768,6 +800,19 @@ fn collect(out: &vm::Outcome, entries: &[Entry]) -> (Vec<Counts>, Counts, Vec<St
         }
         per_binary.push(c);
     }
+    let share_errors: Vec<&String> = out
+        .errors
+        .iter()
+        .filter(|e| e.contains("run share"))
+        .collect();
+    for e in &share_errors {
+        notes.push(format!("guest error: {e}"));
+    }
+    if matches!(out.status, GuestStatus::Exited(0)) && (unfinished || !share_errors.is_empty()) {
+        // The guest ended normally, yet a binary has no result: the console says why.
+        notes.push(out.where_to_look().replace('\n', "; "));
+        vm::print_tail(&out.console_log, 80);
+    }
     match &out.status {
         GuestStatus::Exited(0) => {}
         _ => {
@@ -781,6 +826,35 @@ fn collect(out: &vm::Outcome, entries: &[Entry]) -> (Vec<Counts>, Counts, Vec<St
         }
     }
     (per_binary, guest, notes)
+}
+
+/// The exit code and libtest summary of each binary from the guest's console lines
+/// `RVERBS-VM-TEST: [i] NAME: exit RC after T s; SUMMARY` (runner_script), by index.
+fn console_results(console: &str) -> std::collections::HashMap<usize, (i32, String)> {
+    let mut out = std::collections::HashMap::new();
+    for line in console.lines() {
+        let Some(rest) = line
+            .trim_end_matches('\r')
+            .strip_prefix("RVERBS-VM-TEST: [")
+        else {
+            continue;
+        };
+        let Some((index, rest)) = rest.split_once("] ") else {
+            continue;
+        };
+        let Some((_name, rest)) = rest.split_once(": exit ") else {
+            continue;
+        };
+        let Some((code, rest)) = rest.split_once(" after ") else {
+            continue;
+        };
+        let (Ok(index), Ok(code)) = (index.parse::<usize>(), code.parse::<i32>()) else {
+            continue;
+        };
+        let summary = rest.split_once("; ").map_or("", |(_, s)| s).trim();
+        out.insert(index, (code, summary.to_string()));
+    }
+    out
 }
 
 fn print_log_tail(path: &Path, lines: usize) {
@@ -813,6 +887,30 @@ test result: FAILED. 3 passed; 2 failed; 0 ignored; 0 measured; 5 filtered out; 
             })
         );
         assert_eq!(parse_results("running 1 test\nthread panicked\n"), None);
+    }
+
+    #[test]
+    fn console_lines_give_exit_codes_and_summaries() {
+        let console = "\
+RVERBS-VM-TEST: [0] cm/vm_cm (background)
+RVERBS-VM-TEST: [1] uverbs/vm_smoke: exit 0 after 0.7 s; test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.05s\r
+RVERBS-VM-TEST: [2] cli/rping: exit 124 after 300.0 s; 
+RVERBS-VM-TEST: [0] cm/vm_cm (background): exit 101 after 78.5 s; test result: FAILED. 0 passed; 1 failed; 0 ignored; 0 measured; 13 filtered out; finished in 77.71s
+RVERBS-VM-TEST: [x] bad: exit 0 after 1 s; 
+";
+        let r = console_results(console);
+        assert_eq!(r.len(), 3);
+        assert_eq!(r[&1].0, 0);
+        assert_eq!(
+            parse_results(&r[&1].1).map(|c| (c.passed, c.failed)),
+            Some((1, 0))
+        );
+        assert_eq!(r[&2], (124, String::new()));
+        assert_eq!(r[&0].0, 101);
+        assert_eq!(
+            parse_results(&r[&0].1).map(|c| (c.failed, c.filtered)),
+            Some((1, 13))
+        );
     }
 
     #[test]
@@ -852,6 +950,9 @@ test result: FAILED. 3 passed; 2 failed; 0 ignored; 0 measured; 5 filtered out; 
             "{s}"
         );
         assert!(s.contains("> \"$T/$i.rc\""));
+        // The binary writes into guest memory; the share gets a copy when it ends.
+        assert!(s.contains("> \"$L/$i.log\" 2>&1"), "{s}");
+        assert!(s.contains("cp \"$L/$i.log\" \"$T/$i.log\""), "{s}");
         assert!(s.trim_end().ends_with("wait\nexit 0"), "{s}");
     }
 
