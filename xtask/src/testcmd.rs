@@ -722,6 +722,13 @@ fn collect(out: &vm::Outcome, entries: &[Entry]) -> (Vec<Counts>, Counts, Vec<St
     if let Some(r) = out.ready_after {
         notes.push(format!("guest ready after {}", fmt_secs(r)));
     }
+    if let Some(c) = &out.crashed_boot {
+        notes.push(format!(
+            "WARNING: the first boot's kernel died of an int3 trap (run-time code patching \
+             under TCG), so the stage ran in a second boot; that console: {}",
+            c.display()
+        ));
+    }
     for d in &out.fallback {
         notes.push(format!("WARNING: {d} was created with iproute2's `rdma link add` (FALLBACK), not `rverbs link add`"));
     }
