@@ -153,7 +153,12 @@ pub fn lib_dir() -> PathBuf {
 
 /// Our C test programs (`crates/capi/tests/c/NAME.c`), each linked `-static` against
 /// `librverbs.a` into `<target>/capi/bin/NAME`.
-pub const C_PROGRAMS: &[&str] = &["static_pingpong", "qp_ex"];
+pub const C_PROGRAMS: &[&str] = &["static_pingpong", "qp_ex", "ah_from_wc"];
+
+/// The C test programs also linked dynamically against rdma-core's own libibverbs, into
+/// `<target>/capi/bin/NAME-rdma-core`: the host guest runs both builds and compares what
+/// they print (the reference behaviour).
+pub const RDMA_CORE_PROGRAMS: &[&str] = &["ah_from_wc"];
 
 /// Files the guests need besides the test binaries (the static C programs, once built).
 pub fn guest_files() -> Vec<PathBuf> {
@@ -179,6 +184,22 @@ fn link_static_program(archive: &Path, name: &str) -> Result<PathBuf> {
         .args(["-lpthread", "-ldl", "-lm"]);
     // The linker warns that std's getaddrinfo/getpwuid_r want glibc's NSS at run time; the
     // program never reaches them.
+    util::output(&mut cmd)?;
+    Ok(out)
+}
+
+/// Links the C program `name` dynamically against rdma-core's libibverbs (libibverbs-dev).
+fn link_rdma_core_program(name: &str) -> Result<PathBuf> {
+    let out = util::target_dir()
+        .join("capi/bin")
+        .join(format!("{name}-rdma-core"));
+    let src = util::workspace_root().join(format!("crates/capi/tests/c/{name}.c"));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let mut cmd = Command::new(&cc);
+    cmd.args(["-O2", "-Wall", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .arg("-libverbs");
     util::output(&mut cmd)?;
     Ok(out)
 }
@@ -292,6 +313,9 @@ pub fn build_and_check(release: bool) -> Result<Outcome> {
     let prog = link_static_program(&a_dst, C_PROGRAMS[0])?;
     for name in &C_PROGRAMS[1..] {
         link_static_program(&a_dst, name)?;
+    }
+    for name in RDMA_CORE_PROGRAMS {
+        link_rdma_core_program(name)?;
     }
     let cm = build_rdmacm(&dir, release)?;
     let cm_dst = dir.join("librdmacm.so.1");

@@ -72,6 +72,7 @@ macro_rules! all_symvers { () => { symvers! {
     ibv_copy_qp_attr_from_kern => "IBVERBS_1.0",
     ibv_copy_path_rec_from_kern => "IBVERBS_1.0",
     ibv_create_ah_from_wc => "IBVERBS_1.1",
+    ibv_init_ah_from_wc => "IBVERBS_1.1",
     ibv_rereg_mr => "IBVERBS_1.1",
     ibv_reg_dmabuf_mr => "IBVERBS_1.12",
     ibv_import_device => "IBVERBS_1.10",

@@ -28,7 +28,9 @@ use rverbs_uverbs::port::Mtu;
 use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::qp::{Qp, QpAttr, QpAttrMask, QpInit, QpState, QpType};
 use rverbs_uverbs::srq::{Srq, SrqAttr};
-use rverbs_uverbs::{Error, RawWc, RecvWr, SendFlags, SendOp, SendWr, Sge};
+use rverbs_uverbs::{
+    Error, RawWc, RecvWr, SendFlags, SendOp, SendWr, Sge, WcFlags, WorkCompletion,
+};
 
 use crate::abi::*;
 
@@ -1913,6 +1915,80 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
     }
 }
 
+/// The fields of a C completion that a reply address needs.
+fn wc_for_reply(wc: &ibv_wc) -> WorkCompletion {
+    WorkCompletion {
+        qp_num: wc.qp_num,
+        src_qp: wc.src_qp,
+        // The userspace numbering (IBV_WC_GRH = 1), which WcFlags uses too.
+        wc_flags: WcFlags::from_bits_truncate(wc.wc_flags),
+        slid: wc.slid,
+        sl: wc.sl,
+        dlid_path_bits: wc.dlid_path_bits,
+        ..Default::default()
+    }
+}
+
+/// `ibv_init_ah_from_wc`: the address vector of a reply to the UD receive `wc`, whose
+/// receive buffer starts with `grh` (read only when `wc` has `IBV_WC_GRH`); see
+/// `AhAttr::reply_to`. 0, or -1 with `errno` (`ENOENT`: no GID of ours matches the
+/// destination; `EINVAL`: a multicast destination or a header that is not IPv4/IPv6).
+///
+/// # Safety
+/// `context` is a live context of ours; `wc` and `ah_attr` are valid; `grh` points to 40
+/// readable bytes when `wc` has `IBV_WC_GRH`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_init_ah_from_wc(
+    context: *mut ibv_context,
+    port_num: u8,
+    wc: *mut ibv_wc,
+    grh: *mut c_void,
+    ah_attr: *mut ibv_ah_attr,
+) -> c_int {
+    // SAFETY: caller's contract.
+    let (c, wc) = unsafe { (cctx(context), wc_for_reply(&*wc)) };
+    let mut area = [0u8; rverbs_uverbs::ah::GRH_LEN];
+    if wc.wc_flags.contains(WcFlags::GRH) {
+        // SAFETY: caller's contract: 40 readable bytes (a copy: the buffer is the device's
+        // to write while other receives are posted on it).
+        unsafe { std::ptr::copy_nonoverlapping(grh as *const u8, area.as_mut_ptr(), area.len()) };
+    }
+    match AhAttr::reply_to(&c.ctx, port_num, &wc, &area) {
+        Ok(a) => {
+            // SAFETY: caller's contract.
+            unsafe { ah_attr.write(ah_attr_to(&a)) };
+            0
+        }
+        Err(e) => {
+            set_errno(fail(&e));
+            -1
+        }
+    }
+}
+
+/// `ibv_create_ah_from_wc`: [`ibv_init_ah_from_wc`] on `pd`'s context, then
+/// [`ibv_create_ah`]; NULL with `errno` when either fails.
+///
+/// # Safety
+/// As [`ibv_init_ah_from_wc`], with `pd` a live PD of ours.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_ah_from_wc(
+    pd: *mut ibv_pd,
+    wc: *mut ibv_wc,
+    grh: *mut c_void,
+    port_num: u8,
+) -> *mut ibv_ah {
+    // SAFETY: caller's contract.
+    let context = unsafe { (*pd).context };
+    let mut attr = std::mem::MaybeUninit::<ibv_ah_attr>::zeroed();
+    // SAFETY: caller's contract; `attr` is writable.
+    if unsafe { ibv_init_ah_from_wc(context, port_num, wc, grh, attr.as_mut_ptr()) } != 0 {
+        return null_mut();
+    }
+    // SAFETY: initialized by ibv_init_ah_from_wc; `pd` per the caller's contract.
+    unsafe { ibv_create_ah(pd, attr.as_mut_ptr()) }
+}
+
 /// `ibv_destroy_ah`.
 ///
 /// # Safety
@@ -2346,8 +2422,6 @@ macro_rules! unsupported {
 }
 
 unsupported! {
-    /// `ibv_create_ah_from_wc`.
-    fn ibv_create_ah_from_wc(pd: *mut ibv_pd, wc: *mut ibv_wc, grh: *mut c_void, port: u8) -> *mut ibv_ah = null_mut();
     /// `ibv_rereg_mr` (returns `IBV_REREG_MR_ERR_INPUT`).
     fn ibv_rereg_mr(mr: *mut ibv_mr, flags: c_int, pd: *mut ibv_pd, addr: *mut c_void, len: usize, access: c_int) -> c_int = -1;
     /// `ibv_reg_dmabuf_mr`.

@@ -5,6 +5,9 @@
 //! `ibv_start_poll` loop; `ibv_poll_cq` and events on the same CQ; `ibv_wr_complete`'s
 //! errors with nothing posted) and checks every byte and completion. Runs in every guest
 //! (static: no rdma-core library needed).
+//!
+//! Also `tests/c/ah_from_wc.c`: a UD reply through `ibv_create_ah_from_wc`, static on ours in
+//! every guest and, in the host guest, compared with its build on rdma-core's libibverbs.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -13,30 +16,67 @@ use std::time::Duration;
 mod common;
 use common::{env_or, Proc};
 
-/// `<target>/capi/bin/qp_ex`, found above this test binary (the guests place both at their
-/// host paths).
-fn program() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.ancestors()
-        .map(|a| a.join("capi/bin/qp_ex"))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "no capi/bin/qp_ex above {}: run `cargo xtask capi`",
-                exe.display()
-            )
-        })
-}
-
 #[test]
 #[cfg_attr(
     not(rverbs_vm),
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
 fn c_program_posts_with_ibv_wr_and_polls_ibv_cq_ex() {
-    let mut c = Command::new(program());
+    let mut c = Command::new(capi_bin("qp_ex"));
     c.args([env_or("RVERBS_DEV_A", "rxe0").as_str(), "1"]);
     let (ok, out) = Proc::spawn(c).finish(Duration::from_secs(60));
     assert!(ok, "{out}");
     assert!(out.contains("all checks passed"), "{out}");
+}
+
+/// `<target>/capi/bin/NAME`, found above this test binary.
+fn capi_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.ancestors()
+        .map(|a| a.join("capi/bin").join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "no capi/bin/{name} above {}: run `cargo xtask capi`",
+                exe.display()
+            )
+        })
+}
+
+/// Runs `tests/c/ah_from_wc.c` as built `name`; returns its "reply:" lines.
+fn ah_from_wc(name: &str) -> Vec<String> {
+    let mut c = Command::new(capi_bin(name));
+    c.args([env_or("RVERBS_DEV_A", "rxe0").as_str(), "1"]);
+    let (ok, out) = Proc::spawn(c).finish(Duration::from_secs(60));
+    assert!(ok, "{out}");
+    assert!(out.contains("ah_from_wc: all checks passed"), "{out}");
+    out.lines()
+        .filter(|l| l.starts_with("reply: "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A UD reply through `ibv_init_ah_from_wc` / `ibv_create_ah_from_wc` (our C program,
+/// static on `librverbs.a`): the address from the receive's GRH reaches the sender; without
+/// a GRH there is no global route; a GRH addressed to a GID we lack fails.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn c_program_replies_through_ibv_create_ah_from_wc() {
+    let lines = ah_from_wc("ah_from_wc");
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(lines[0].contains("is_global 1"), "{lines:?}");
+    assert!(lines[1].contains("is_global 0"), "{lines:?}");
+}
+
+/// The same program on rdma-core's libibverbs gives the same reply addresses, field by field.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn ibv_init_ah_from_wc_matches_rdma_core_interop() {
+    assert_eq!(ah_from_wc("ah_from_wc"), ah_from_wc("ah_from_wc-rdma-core"));
 }

@@ -123,3 +123,102 @@ fn ud_send_recv_with_grh() {
         drop((qa, qb, ah));
     });
 }
+
+/// A reply to a datagram through the address vector its completion and GRH give
+/// (`AhAttr::reply_to`, libibverbs' `ibv_init_ah_from_wc`): to the sender's GID, from our
+/// GID the datagram was addressed to; the reply arrives at the sender.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn ud_reply_through_the_address_of_a_received_datagram() {
+    each_topo("ud_reply_through_the_address_of_a_received_datagram", |t| {
+        let sa = Side::open(&t.dev_a);
+        let sb = Side::open(&t.dev_b);
+        let (ca, cb) = (cq(&sa, 16, None), cq(&sb, 16, None));
+        let ud = |s: &Side, c: &Arc<Cq>| {
+            qp(
+                s,
+                QpInit {
+                    qp_type: QpType::UD,
+                    ..QpInit::rc(c, caps(4, 4, 1, 0))
+                },
+            )
+        };
+        let (qa, qb) = (ud(&sa, &ca), ud(&sb, &cb));
+        ud_ready(&qa);
+        ud_ready(&qb);
+        let ma = reg(&sa.pd, 4096, ALL_ACCESS);
+        let mb = reg(&sb.pd, 4096, ALL_ACCESS);
+        let (ping, pong) = (pattern(21, 64), pattern(22, 96));
+        ma.write_at(0, &ping);
+        mb.write_at(0, &pong);
+        let ah = Ah::create(&sa.pd, AhAttr::roce(1, sb.gid, sa.sgid)).unwrap();
+        recv_ok(&qb, &[recv(1, &[mb.sge(1024..1024 + 40 + 512)])]);
+        recv_ok(&qa, &[recv(2, &[ma.sge(1024..1024 + 40 + 512)])]);
+        send_ok(
+            &qa,
+            &[SendWr {
+                ud: Some(ah.ud_dest(qb.qp_num(), QKEY)),
+                ..SendWr::send(10, &[ma.sge(0..64)])
+            }],
+        );
+        assert_wc(&poll1(&ca), 10, WcOpcode::SEND);
+        let wc = poll1(&cb);
+        assert_wc(&wc, 1, WcOpcode::RECV);
+        let mut grh = [0u8; rverbs::uverbs::ah::GRH_LEN];
+        grh.copy_from_slice(&mb.to_vec()[1024..1024 + 40]);
+        let attr = AhAttr::reply_to(&sb.ctx, 1, &wc, &grh)
+            .unwrap_or_else(|e| panic!("reply address from {wc:?}: {e}"));
+        let g = attr.grh.expect("RoCE: a global route");
+        assert_eq!(g.dgid, sa.gid, "to the sender's GID");
+        assert_eq!(
+            g.sgid_index, sb.sgid,
+            "from the GID the datagram was sent to"
+        );
+        assert_eq!(attr.port_num, 1);
+        let back = Ah::create(&sb.pd, attr).unwrap_or_else(|e| panic!("AH {attr:?}: {e}"));
+        send_ok(
+            &qb,
+            &[SendWr {
+                ud: Some(back.ud_dest(wc.src_qp, QKEY)),
+                ..SendWr::send(11, &[mb.sge(0..96)])
+            }],
+        );
+        assert_wc(&poll1(&cb), 11, WcOpcode::SEND);
+        let wc = poll1(&ca);
+        assert_wc(&wc, 2, WcOpcode::RECV);
+        assert_eq!(wc.src_qp, qb.qp_num());
+        assert_eq!(wc.byte_len, 40 + 96);
+        assert_eq!(&ma.to_vec()[1024 + 40..1024 + 40 + 96], &pong[..]);
+
+        // A completion without a GRH gives an address without one, which a RoCE port
+        // refuses to make an AH of.
+        let no_grh = WorkCompletion {
+            wc_flags: WcFlags::empty(),
+            ..wc
+        };
+        let attr = AhAttr::reply_to(&sa.ctx, 1, &no_grh, &grh).unwrap();
+        assert_eq!(attr.grh, None);
+        assert!(Ah::create(&sa.pd, attr).is_err());
+        // A header addressed to a GID we do not have is named.
+        let mut stranger = grh;
+        // rxe's area starts with 20 zero bytes, so the IPv4 header counts without its checksum.
+        stranger[39] ^= 0x5a;
+        let e = AhAttr::reply_to(&sb.ctx, 1, &wc_with_grh(&wc), &stranger).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
+        assert!(
+            e.to_string().contains("which is no RoCE v2 GID of port 1"),
+            "{e}"
+        );
+        drop((qa, qb, ah, back));
+    });
+}
+
+fn wc_with_grh(wc: &WorkCompletion) -> WorkCompletion {
+    WorkCompletion {
+        wc_flags: wc.wc_flags | WcFlags::GRH,
+        ..*wc
+    }
+}
