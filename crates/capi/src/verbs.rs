@@ -2003,6 +2003,65 @@ pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
 // ---------------------------------------------------------------------------------------
 // Misc
 
+/// `enum ibv_rate` values with their multiple of 2.5 Gb/s (`ibv_rate_to_mult`; -1 where
+/// libibverbs has none) and their rate in Mb/s (`ibv_rate_to_mbps`), from the IBTA's rate
+/// encoding: 2 = 2.5, 5 = 5, 3 = 10, 6 = 20, 4 = 30, 7 = 40, 8 = 60, 9 = 80, 10 = 120 Gb/s
+/// (SDR..QDR widths), then FDR/EDR/HDR/NDR lanes (14.0625, 56.25, …, 1275 Gb/s).
+const RATES: &[(c_int, c_int, c_int)] = &[
+    (2, 1, 2500),
+    (3, 4, 10000),
+    (4, 12, 30000),
+    (5, 2, 5000),
+    (6, 8, 20000),
+    (7, 16, 40000),
+    (8, 24, 60000),
+    (9, 32, 80000),
+    (10, 48, 120000),
+    (11, -1, 14062),
+    (12, -1, 56250),
+    (13, -1, 112500),
+    (14, -1, 168750),
+    (15, -1, 25781),
+    (16, -1, 103125),
+    (17, -1, 206250),
+    (18, -1, 309375),
+    (19, 11, 28125),
+    (20, 20, 53125),
+    (21, 160, 425000),
+    (22, 240, 637500),
+    (23, 320, 850000),
+    (24, 480, 1275000),
+];
+
+/// `ibv_rate_to_mult`: the rate as a multiple of 2.5 Gb/s; -1 for `IBV_RATE_MAX`, unknown
+/// values and the rates libibverbs gives no multiple for.
+#[no_mangle]
+pub extern "C" fn ibv_rate_to_mult(rate: c_int) -> c_int {
+    RATES.iter().find(|r| r.0 == rate).map_or(-1, |r| r.1)
+}
+
+/// `mult_to_ibv_rate`: the inverse of [`ibv_rate_to_mult`]; `IBV_RATE_MAX` (0) for a
+/// multiple no rate has.
+#[no_mangle]
+pub extern "C" fn mult_to_ibv_rate(mult: c_int) -> c_int {
+    RATES
+        .iter()
+        .find(|r| r.1 == mult && mult > 0)
+        .map_or(0, |r| r.0)
+}
+
+/// `ibv_rate_to_mbps`: the rate in Mb/s; -1 for `IBV_RATE_MAX` and unknown values.
+#[no_mangle]
+pub extern "C" fn ibv_rate_to_mbps(rate: c_int) -> c_int {
+    RATES.iter().find(|r| r.0 == rate).map_or(-1, |r| r.2)
+}
+
+/// `mbps_to_ibv_rate`: the rate whose Mb/s is exactly `mbps`; `IBV_RATE_MAX` (0) otherwise.
+#[no_mangle]
+pub extern "C" fn mbps_to_ibv_rate(mbps: c_int) -> c_int {
+    RATES.iter().find(|r| r.2 == mbps).map_or(0, |r| r.0)
+}
+
 /// `ibv_fork_init`: 0 (the kernels rverbs runs on keep registered memory intact across
 /// fork, so nothing has to be done).
 #[no_mangle]

@@ -175,6 +175,47 @@ fn errors_follow_rdma_core_conventions() {
 
 /// The `*_str` functions return what rdma-core's own library returns, for every value and a
 /// few past the end (rdma-core's libibverbs.so.1, loaded with `dlopen`, is the oracle).
+/// The rate conversions against rdma-core's library, over every rate value and every
+/// multiple and Mb/s figure up to past the largest.
+#[test]
+#[cfg_attr(
+    rverbs_vm,
+    ignore = "host only: needs rdma-core's libibverbs.so.1 and dlopen"
+)]
+fn rates_match_rdma_core() {
+    type IntFn = unsafe extern "C" fn(i32) -> i32;
+    // SAFETY: dlopen of a system library by name; checked for NULL.
+    let h = unsafe {
+        libc::dlopen(
+            c"libibverbs.so.1".as_ptr(),
+            libc::RTLD_NOW | libc::RTLD_LOCAL,
+        )
+    };
+    assert!(
+        !h.is_null(),
+        "rdma-core's libibverbs.so.1 is not installed (libibverbs1)"
+    );
+    let ours: [(&std::ffi::CStr, IntFn, std::ops::Range<i32>); 4] = [
+        (c"ibv_rate_to_mult", ibv_rate_to_mult, -1..40),
+        (c"ibv_rate_to_mbps", ibv_rate_to_mbps, -1..40),
+        (c"mult_to_ibv_rate", mult_to_ibv_rate, -1..600),
+        (c"mbps_to_ibv_rate", mbps_to_ibv_rate, -1..1_400_000),
+    ];
+    for (name, f, range) in ours {
+        // SAFETY: h is a live handle; the symbol, when found, has this signature.
+        let theirs: IntFn = unsafe {
+            let p = libc::dlsym(h, name.as_ptr());
+            assert!(!p.is_null(), "{name:?} missing in rdma-core");
+            std::mem::transmute::<*mut libc::c_void, IntFn>(p)
+        };
+        for v in range {
+            // SAFETY: both are pure functions of an int.
+            let (a, b) = unsafe { (f(v), theirs(v)) };
+            assert_eq!(a, b, "{name:?}({v})");
+        }
+    }
+}
+
 #[test]
 #[cfg_attr(
     rverbs_vm,
