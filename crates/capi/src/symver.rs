@@ -71,6 +71,7 @@ macro_rules! all_symvers { () => { symvers! {
     ibv_copy_ah_attr_from_kern => "IBVERBS_1.1",
     ibv_copy_qp_attr_from_kern => "IBVERBS_1.0",
     ibv_copy_path_rec_from_kern => "IBVERBS_1.0",
+    ibv_copy_path_rec_to_kern => "IBVERBS_1.0",
     ibv_create_ah_from_wc => "IBVERBS_1.1",
     ibv_init_ah_from_wc => "IBVERBS_1.1",
     ibv_rate_to_mult => "IBVERBS_1.0",

@@ -2462,6 +2462,44 @@ pub unsafe extern "C" fn ibv_copy_path_rec_from_kern(
     unsafe { dst.write(o) };
 }
 
+/// `ibv_copy_path_rec_to_kern`: `ibv_sa_path_rec` to `struct ib_user_path_rec`, the inverse
+/// of [`ibv_copy_path_rec_from_kern`].
+///
+/// # Safety
+/// `dst` is writable, `src` readable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_copy_path_rec_to_kern(
+    dst: *mut rverbs_cm::abi::ib_user_path_rec,
+    src: *const ibv_sa_path_rec,
+) {
+    // SAFETY: caller's contract.
+    let o = unsafe { src.read_unaligned() };
+    let k = rverbs_cm::abi::ib_user_path_rec {
+        dgid: o.dgid.raw,
+        sgid: o.sgid.raw,
+        // Big-endian on both sides: the bytes as they are.
+        dlid: o.dlid.to_ne_bytes(),
+        slid: o.slid.to_ne_bytes(),
+        raw_traffic: o.raw_traffic as u32,
+        flow_label: o.flow_label.to_ne_bytes(),
+        reversible: o.reversible as u32,
+        mtu: u32::from(o.mtu),
+        pkey: o.pkey.to_ne_bytes(),
+        hop_limit: o.hop_limit,
+        traffic_class: o.traffic_class,
+        numb_path: o.numb_path,
+        sl: o.sl,
+        mtu_selector: o.mtu_selector,
+        rate_selector: o.rate_selector,
+        rate: o.rate,
+        packet_life_time_selector: o.packet_life_time_selector,
+        packet_life_time: o.packet_life_time,
+        preference: o.preference,
+    };
+    // SAFETY: caller's contract.
+    unsafe { dst.write_unaligned(k) };
+}
+
 /// Declares `extern "C"` functions that report `EOPNOTSUPP` the way their rdma-core
 /// counterparts report failure (NULL + errno, or the given return value + errno).
 macro_rules! unsupported {

@@ -175,6 +175,58 @@ fn errors_follow_rdma_core_conventions() {
 
 /// The `*_str` functions return what rdma-core's own library returns, for every value and a
 /// few past the end (rdma-core's libibverbs.so.1, loaded with `dlopen`, is the oracle).
+/// `ibv_copy_path_rec_to_kern` and `ibv_copy_path_rec_from_kern` against rdma-core's: every
+/// field of a record of distinct bytes comes out the same, both ways.
+#[test]
+#[cfg_attr(
+    rverbs_vm,
+    ignore = "host only: needs rdma-core's libibverbs.so.1 and dlopen"
+)]
+fn path_record_copies_match_rdma_core() {
+    type CopyFn = unsafe extern "C" fn(*mut u8, *const u8);
+    // SAFETY: dlopen of a system library by name; checked for NULL.
+    let h = unsafe {
+        libc::dlopen(
+            c"libibverbs.so.1".as_ptr(),
+            libc::RTLD_NOW | libc::RTLD_LOCAL,
+        )
+    };
+    assert!(!h.is_null(), "rdma-core's libibverbs.so.1 is not installed");
+    let theirs = |name: &std::ffi::CStr| -> CopyFn {
+        // SAFETY: h is live; the symbol has this signature (two struct pointers).
+        unsafe {
+            let p = libc::dlsym(h, name.as_ptr());
+            assert!(!p.is_null(), "{name:?} missing in rdma-core");
+            std::mem::transmute::<*mut libc::c_void, CopyFn>(p)
+        }
+    };
+    const KERN: usize = 64; // struct ib_user_path_rec
+    let user = std::mem::size_of::<ibv_sa_path_rec>();
+    // The kernel's record from distinct bytes.
+    let kern: Vec<u8> = (1..=KERN as u8).collect();
+    let (mut a, mut b, mut b2) = (vec![0u8; user], vec![0u8; user], vec![0xffu8; user]);
+    // SAFETY: buffers of the structs' sizes.
+    unsafe {
+        ibv_copy_path_rec_from_kern(a.as_mut_ptr().cast(), kern.as_ptr().cast());
+        theirs(c"ibv_copy_path_rec_from_kern")(b.as_mut_ptr(), kern.as_ptr());
+        theirs(c"ibv_copy_path_rec_from_kern")(b2.as_mut_ptr(), kern.as_ptr());
+    }
+    // The bytes rdma-core leaves as they were (0 in one run, 0xff in the other) are the C
+    // struct's padding, which holds no value: compare the others.
+    let fields: Vec<usize> = (0..user).filter(|&i| b[i] == b2[i]).collect();
+    assert!(fields.len() >= 60, "{fields:?}");
+    let pick = |v: &[u8]| fields.iter().map(|&i| v[i]).collect::<Vec<u8>>();
+    assert_eq!(pick(&a), pick(&b), "ibv_copy_path_rec_from_kern");
+    // And back: rdma-core's user record, converted by both.
+    let (mut ka, mut kb) = (vec![0u8; KERN], vec![0u8; KERN]);
+    // SAFETY: as above.
+    unsafe {
+        ibv_copy_path_rec_to_kern(ka.as_mut_ptr().cast(), b.as_ptr().cast());
+        theirs(c"ibv_copy_path_rec_to_kern")(kb.as_mut_ptr(), b.as_ptr());
+    }
+    assert_eq!(ka, kb, "ibv_copy_path_rec_to_kern");
+}
+
 /// The rate conversions against rdma-core's library, over every rate value and every
 /// multiple and Mb/s figure up to past the largest.
 #[test]
