@@ -160,6 +160,10 @@ pub const C_PROGRAMS: &[&str] = &["static_pingpong", "qp_ex", "ah_from_wc"];
 /// they print (the reference behaviour).
 pub const RDMA_CORE_PROGRAMS: &[&str] = &["ah_from_wc"];
 
+/// Debian's `ibv_rc_pingpong` (ibverbs-utils), which the minimal guest runs on our
+/// `libibverbs.so.1`.
+pub const DEBIAN_RC_PINGPONG: &str = "/usr/bin/ibv_rc_pingpong";
+
 /// Files the guests need besides the test binaries (the static C programs, once built).
 pub fn guest_files() -> Vec<PathBuf> {
     C_PROGRAMS

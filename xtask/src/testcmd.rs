@@ -491,12 +491,19 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
         .map(|a| a.executable.clone())
         .collect();
     files.extend(crate::capi::guest_files());
+    // Debian's ibv_rc_pingpong, brought into the minimal guest with our libibverbs.so.1 as
+    // its libibverbs (`lib_path`) and no library of rdma-core's (crates/capi/tests/vm_static.rs).
+    let rc_pingpong = PathBuf::from(crate::capi::DEBIAN_RC_PINGPONG);
+    if rc_pingpong.is_file() && crate::capi::lib_dir().join("libibverbs.so.1").is_file() {
+        files.push(rc_pingpong);
+    }
     let payload = Payload {
         rverbs: Some(rverbs),
         files,
         dirs: dirs.into_iter().collect(),
         host_paths: vec![util::workspace_root(), util::target_dir()],
         env: vec![],
+        lib_path: vec![crate::capi::lib_dir()],
     };
     let stage_timeout = env_secs("RVERBS_VM_STAGE_TIMEOUT", 900);
     let test_timeout = env_secs("RVERBS_VM_TEST_TIMEOUT", 300);

@@ -1,8 +1,10 @@
 //! Our own small C program (`tests/c/static_pingpong.c`), linked `-static` against
 //! `librverbs.a` by `cargo xtask capi`, runs an RC ping-pong against `rverbs rc-pingpong`
-//! in both guests — the minimal one has no rdma-core library and no dynamic loader, so
-//! nothing but our archive can serve it — and against rdma-core's `ibv_rc_pingpong` in the
-//! host guest (test named `interop`).
+//! in both guests — the minimal one has no rdma-core library, so nothing but our archive can
+//! serve it — against rdma-core's `ibv_rc_pingpong` on rdma-core's libraries in the host guest
+//! (test named `interop`), and against that same Debian binary running on our
+//! `libibverbs.so.1` in every guest (the bed brings it into the minimal guest with our library
+//! as its only libibverbs).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -44,11 +46,24 @@ fn peer(kind: &str, dev: &str, port: u16) -> Command {
                 "{} missing: install ibverbs-utils",
                 p.display()
             );
-            Command::new(p)
+            let mut c = Command::new(p);
+            if kind == "ibv_rc_pingpong on ours" {
+                c.env("LD_LIBRARY_PATH", our_lib_dir());
+            }
+            c
         }
     };
     c.args(["-d", dev, "-g", "1", "-n", "50", "-p", &port.to_string()]);
     c
+}
+
+/// `<target>/capi/lib`: our `libibverbs.so.1`, found above this test binary.
+fn our_lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.ancestors()
+        .map(|a| a.join("capi/lib"))
+        .find(|p| p.join("libibverbs.so.1").is_file())
+        .unwrap_or_else(|| panic!("no capi/lib/libibverbs.so.1 above {}", exe.display()))
 }
 
 fn ours(dev: &str, port: u16) -> Command {
@@ -73,6 +88,17 @@ fn both_roles(kind: &str, port: u16) {
         };
         // The peer's client needs the server up first.
         server.wait_listening(p);
+        if kind == "ibv_rc_pingpong on ours" && !ours_is_server {
+            // The loader really mapped our library into Debian's program.
+            let maps =
+                std::fs::read_to_string(format!("/proc/{}/maps", server.pid())).unwrap_or_default();
+            let want = our_lib_dir().join("libibverbs.so.1");
+            assert!(
+                maps.contains(&*want.to_string_lossy()),
+                "ibv_rc_pingpong did not map {}:\n{maps}",
+                want.display()
+            );
+        }
         let mut c = if ours_is_server {
             peer(kind, &dev_b, p)
         } else {
@@ -103,4 +129,29 @@ fn static_c_program_pingpongs_with_rverbs() {
 )]
 fn static_c_program_pingpongs_with_ibv_rc_pingpong_interop() {
     both_roles("ibv_rc_pingpong", 18720);
+}
+
+/// Debian's unmodified `ibv_rc_pingpong` on our `libibverbs.so.1` (`LD_LIBRARY_PATH`)
+/// against our static program, both roles, in every guest. In the minimal guest no library
+/// of rdma-core's is present at all (the bed brings the program with our library as its
+/// libibverbs), so both sides of the ping-pong run on rverbs alone.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn static_c_program_pingpongs_with_ibv_rc_pingpong_on_our_libibverbs() {
+    if std::env::var("RVERBS_GUEST").as_deref() == Ok("minimal") {
+        for p in [
+            "/usr/lib/x86_64-linux-gnu/libibverbs.so.1",
+            "/usr/lib/x86_64-linux-gnu/libibverbs",
+            "/etc/libibverbs.d",
+        ] {
+            assert!(
+                !std::path::Path::new(p).exists(),
+                "{p} exists in the minimal guest: rdma-core's library must not be there"
+            );
+        }
+    }
+    both_roles("ibv_rc_pingpong on ours", 18730);
 }

@@ -252,6 +252,7 @@ pub fn run(o: &Opts) -> Result<u8> {
         dirs: vec![cwd.clone()],
         host_paths: files,
         env: passed_env(std::env::vars(), &o.env),
+        lib_path: vec![],
     };
     let mut words = vec![program.to_string_lossy().into_owned()];
     words.extend(o.rest[1..].iter().cloned());

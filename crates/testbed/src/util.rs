@@ -221,9 +221,16 @@ fn elf_static_from_bytes(b: &[u8]) -> Option<bool> {
 }
 
 /// The shared libraries (and the dynamic loader) a dynamically linked program loads, as
-/// `ldd` lists them: absolute paths on this machine.
-pub fn shared_libs(prog: &Path) -> Result<Vec<PathBuf>> {
-    let text = output(Command::new("ldd").arg(prog))?;
+/// `ldd` lists them (with `lib_path` searched first): absolute paths on this machine.
+pub fn shared_libs(prog: &Path, lib_path: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut cmd = Command::new("ldd");
+    cmd.arg(prog);
+    if !lib_path.is_empty() {
+        let joined = std::env::join_paths(lib_path)
+            .map_err(|e| Error(format!("library path {lib_path:?}: {e}")))?;
+        cmd.env("LD_LIBRARY_PATH", joined);
+    }
+    let text = output(&mut cmd)?;
     Ok(parse_ldd(&text))
 }
 

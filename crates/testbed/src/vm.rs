@@ -149,6 +149,10 @@ pub struct Payload {
     pub host_paths: Vec<PathBuf>,
     /// Environment variables exported to the command in the guest (after the bed's own).
     pub env: Vec<(String, String)>,
+    /// Directories searched first (as `LD_LIBRARY_PATH`) when the libraries of the dynamic
+    /// `files` are looked up for the minimal guest: a program is brought along with, say, the
+    /// C drop-in's `libibverbs.so.1` instead of the system's.
+    pub lib_path: Vec<PathBuf>,
 }
 
 /// One guest run.
@@ -468,7 +472,7 @@ impl Bed {
                 }
                 // A dynamically linked binary brings its loader and libraries along.
                 if !util::elf_is_static(f).unwrap_or(true) {
-                    for lib in util::shared_libs(f)? {
+                    for lib in util::shared_libs(f, &spec.payload.lib_path)? {
                         let key = lib.to_string_lossy().into_owned();
                         if added.insert(key.clone()) {
                             let bytes = fs::read(&lib)

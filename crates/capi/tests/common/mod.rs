@@ -33,6 +33,11 @@ impl Proc {
         Proc { child, what }
     }
 
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Waits until something listens on TCP `port` (the out-of-band exchange of
     /// ibv_*_pingpong, perftest and `rverbs rc-pingpong`), at most 30 s. Panics, with the
     /// server's output, if it exits first or does not listen in time.
