@@ -173,8 +173,39 @@ fn errors_follow_rdma_core_conventions() {
     }
 }
 
-/// The `*_str` functions return what rdma-core's own library returns, for every value and a
-/// few past the end (rdma-core's libibverbs.so.1, loaded with `dlopen`, is the oracle).
+/// A function of rdma-core's own libibverbs.so.1 (loaded once with `dlopen`), the oracle of
+/// the tests below.
+///
+/// # Safety
+/// `F` is the function's C signature.
+unsafe fn rdma_core<F: Copy>(name: &std::ffi::CStr) -> F {
+    use std::sync::OnceLock;
+    static LIB: OnceLock<usize> = OnceLock::new();
+    let h = *LIB.get_or_init(|| {
+        // SAFETY: dlopen of a system library by name; checked for NULL below.
+        let h = unsafe {
+            libc::dlopen(
+                c"libibverbs.so.1".as_ptr(),
+                libc::RTLD_NOW | libc::RTLD_LOCAL,
+            )
+        };
+        assert!(
+            !h.is_null(),
+            "rdma-core's libibverbs.so.1 is not installed (libibverbs1)"
+        );
+        h as usize
+    });
+    // SAFETY: h is a live handle (never closed).
+    let p = unsafe { libc::dlsym(h as *mut libc::c_void, name.as_ptr()) };
+    assert!(!p.is_null(), "{name:?} missing in rdma-core");
+    assert_eq!(
+        std::mem::size_of::<F>(),
+        std::mem::size_of::<*mut libc::c_void>()
+    );
+    // SAFETY: a function pointer of the caller's signature (its contract).
+    unsafe { std::mem::transmute_copy::<*mut libc::c_void, F>(&p) }
+}
+
 /// `ibv_copy_path_rec_to_kern` and `ibv_copy_path_rec_from_kern` against rdma-core's: every
 /// field of a record of distinct bytes comes out the same, both ways.
 #[test]
@@ -184,21 +215,12 @@ fn errors_follow_rdma_core_conventions() {
 )]
 fn path_record_copies_match_rdma_core() {
     type CopyFn = unsafe extern "C" fn(*mut u8, *const u8);
-    // SAFETY: dlopen of a system library by name; checked for NULL.
-    let h = unsafe {
-        libc::dlopen(
-            c"libibverbs.so.1".as_ptr(),
-            libc::RTLD_NOW | libc::RTLD_LOCAL,
+    // SAFETY: both take (destination, source) struct pointers.
+    let (from_kern, to_kern) = unsafe {
+        (
+            rdma_core::<CopyFn>(c"ibv_copy_path_rec_from_kern"),
+            rdma_core::<CopyFn>(c"ibv_copy_path_rec_to_kern"),
         )
-    };
-    assert!(!h.is_null(), "rdma-core's libibverbs.so.1 is not installed");
-    let theirs = |name: &std::ffi::CStr| -> CopyFn {
-        // SAFETY: h is live; the symbol has this signature (two struct pointers).
-        unsafe {
-            let p = libc::dlsym(h, name.as_ptr());
-            assert!(!p.is_null(), "{name:?} missing in rdma-core");
-            std::mem::transmute::<*mut libc::c_void, CopyFn>(p)
-        }
     };
     const KERN: usize = 64; // struct ib_user_path_rec
     let user = std::mem::size_of::<ibv_sa_path_rec>();
@@ -208,8 +230,8 @@ fn path_record_copies_match_rdma_core() {
     // SAFETY: buffers of the structs' sizes.
     unsafe {
         ibv_copy_path_rec_from_kern(a.as_mut_ptr().cast(), kern.as_ptr().cast());
-        theirs(c"ibv_copy_path_rec_from_kern")(b.as_mut_ptr(), kern.as_ptr());
-        theirs(c"ibv_copy_path_rec_from_kern")(b2.as_mut_ptr(), kern.as_ptr());
+        from_kern(b.as_mut_ptr(), kern.as_ptr());
+        from_kern(b2.as_mut_ptr(), kern.as_ptr());
     }
     // The bytes rdma-core leaves as they were (0 in one run, 0xff in the other) are the C
     // struct's padding, which holds no value: compare the others.
@@ -222,7 +244,7 @@ fn path_record_copies_match_rdma_core() {
     // SAFETY: as above.
     unsafe {
         ibv_copy_path_rec_to_kern(ka.as_mut_ptr().cast(), b.as_ptr().cast());
-        theirs(c"ibv_copy_path_rec_to_kern")(kb.as_mut_ptr(), b.as_ptr());
+        to_kern(kb.as_mut_ptr(), b.as_ptr());
     }
     assert_eq!(ka, kb, "ibv_copy_path_rec_to_kern");
 }
@@ -236,17 +258,6 @@ fn path_record_copies_match_rdma_core() {
 )]
 fn rates_match_rdma_core() {
     type IntFn = unsafe extern "C" fn(i32) -> i32;
-    // SAFETY: dlopen of a system library by name; checked for NULL.
-    let h = unsafe {
-        libc::dlopen(
-            c"libibverbs.so.1".as_ptr(),
-            libc::RTLD_NOW | libc::RTLD_LOCAL,
-        )
-    };
-    assert!(
-        !h.is_null(),
-        "rdma-core's libibverbs.so.1 is not installed (libibverbs1)"
-    );
     let ours: [(&std::ffi::CStr, IntFn, std::ops::Range<i32>); 4] = [
         (c"ibv_rate_to_mult", ibv_rate_to_mult, -1..40),
         (c"ibv_rate_to_mbps", ibv_rate_to_mbps, -1..40),
@@ -254,12 +265,8 @@ fn rates_match_rdma_core() {
         (c"mbps_to_ibv_rate", mbps_to_ibv_rate, -1..1_400_000),
     ];
     for (name, f, range) in ours {
-        // SAFETY: h is a live handle; the symbol, when found, has this signature.
-        let theirs: IntFn = unsafe {
-            let p = libc::dlsym(h, name.as_ptr());
-            assert!(!p.is_null(), "{name:?} missing in rdma-core");
-            std::mem::transmute::<*mut libc::c_void, IntFn>(p)
-        };
+        // SAFETY: int (int) functions.
+        let theirs = unsafe { rdma_core::<IntFn>(name) };
         for v in range {
             // SAFETY: both are pure functions of an int.
             let (a, b) = unsafe { (f(v), theirs(v)) };
@@ -268,6 +275,8 @@ fn rates_match_rdma_core() {
     }
 }
 
+/// The `*_str` functions return what rdma-core's own library returns, for every value and a
+/// few past the end.
 #[test]
 #[cfg_attr(
     rverbs_vm,
@@ -275,17 +284,6 @@ fn rates_match_rdma_core() {
 )]
 fn strings_match_rdma_core() {
     type StrFn = unsafe extern "C" fn(i32) -> *const std::ffi::c_char;
-    // SAFETY: dlopen of a system library by name; checked for NULL.
-    let h = unsafe {
-        libc::dlopen(
-            c"libibverbs.so.1".as_ptr(),
-            libc::RTLD_NOW | libc::RTLD_LOCAL,
-        )
-    };
-    assert!(
-        !h.is_null(),
-        "rdma-core's libibverbs.so.1 is not installed (libibverbs1)"
-    );
     let ours: [(&std::ffi::CStr, StrFn, i32); 4] = [
         (c"ibv_wc_status_str", ibv_wc_status_str, 26),
         (c"ibv_port_state_str", ibv_port_state_str, 8),
@@ -293,12 +291,8 @@ fn strings_match_rdma_core() {
         (c"ibv_node_type_str", ibv_node_type_str, 9),
     ];
     for (name, f, upto) in ours {
-        // SAFETY: h is a live handle; the symbol, when found, has this signature.
-        let theirs: StrFn = unsafe {
-            let p = libc::dlsym(h, name.as_ptr());
-            assert!(!p.is_null(), "{name:?} missing in rdma-core");
-            std::mem::transmute::<*mut libc::c_void, StrFn>(p)
-        };
+        // SAFETY: const char *(int) functions.
+        let theirs = unsafe { rdma_core::<StrFn>(name) };
         for v in -1..upto {
             // SAFETY: both return static C strings for any value.
             let (a, b) = unsafe {

@@ -27,6 +27,46 @@ pub(super) fn ud_ready(qp: &Qp) {
     }
 }
 
+/// A UD QP on each side of `t` (each with a CQ of 16), in RTS with our qkey, with room for
+/// `depth` work requests each way.
+struct UdPair {
+    // Field order is drop order: QPs, then CQs, then the sides.
+    qa: Arc<Qp>,
+    qb: Arc<Qp>,
+    ca: Arc<Cq>,
+    cb: Arc<Cq>,
+    sa: Side,
+    sb: Side,
+}
+
+impl UdPair {
+    fn new(t: &Topo, depth: u32) -> UdPair {
+        let sa = Side::open(&t.dev_a);
+        let sb = Side::open(&t.dev_b);
+        let (ca, cb) = (cq(&sa, 16, None), cq(&sb, 16, None));
+        let ud = |s: &Side, c: &Arc<Cq>| {
+            qp(
+                s,
+                QpInit {
+                    qp_type: QpType::UD,
+                    ..QpInit::rc(c, caps(depth, depth, 1, 0))
+                },
+            )
+        };
+        let (qa, qb) = (ud(&sa, &ca), ud(&sb, &cb));
+        ud_ready(&qa);
+        ud_ready(&qb);
+        UdPair {
+            qa,
+            qb,
+            ca,
+            cb,
+            sa,
+            sb,
+        }
+    }
+}
+
 /// UD through an AH to the peer's GID: the 40-byte GRH heads the receive buffer (rxe puts the
 /// IPv4 header in its last 20 bytes), byte_len counts it, the completion has GRH and src_qp;
 /// a datagram with the wrong qkey is dropped.
@@ -37,21 +77,14 @@ pub(super) fn ud_ready(qp: &Qp) {
 )]
 fn ud_send_recv_with_grh() {
     each_topo("ud_send_recv_with_grh", |t| {
-        let sa = Side::open(&t.dev_a);
-        let sb = Side::open(&t.dev_b);
-        let (ca, cb) = (cq(&sa, 16, None), cq(&sb, 16, None));
-        let ud = |s: &Side, c: &Arc<Cq>| {
-            qp(
-                s,
-                QpInit {
-                    qp_type: QpType::UD,
-                    ..QpInit::rc(c, caps(8, 8, 1, 0))
-                },
-            )
-        };
-        let (qa, qb) = (ud(&sa, &ca), ud(&sb, &cb));
-        ud_ready(&qa);
-        ud_ready(&qb);
+        let UdPair {
+            sa,
+            sb,
+            ca,
+            cb,
+            qa,
+            qb,
+        } = UdPair::new(t, 8);
         assert_eq!(qb.query().unwrap().qkey, QKEY);
         let ma = reg(&sa.pd, 4096, ALL_ACCESS);
         let mb = reg(&sb.pd, 8192, ALL_ACCESS);
@@ -134,21 +167,14 @@ fn ud_send_recv_with_grh() {
 )]
 fn ud_reply_through_the_address_of_a_received_datagram() {
     each_topo("ud_reply_through_the_address_of_a_received_datagram", |t| {
-        let sa = Side::open(&t.dev_a);
-        let sb = Side::open(&t.dev_b);
-        let (ca, cb) = (cq(&sa, 16, None), cq(&sb, 16, None));
-        let ud = |s: &Side, c: &Arc<Cq>| {
-            qp(
-                s,
-                QpInit {
-                    qp_type: QpType::UD,
-                    ..QpInit::rc(c, caps(4, 4, 1, 0))
-                },
-            )
-        };
-        let (qa, qb) = (ud(&sa, &ca), ud(&sb, &cb));
-        ud_ready(&qa);
-        ud_ready(&qb);
+        let UdPair {
+            sa,
+            sb,
+            ca,
+            cb,
+            qa,
+            qb,
+        } = UdPair::new(t, 4);
         let ma = reg(&sa.pd, 4096, ALL_ACCESS);
         let mb = reg(&sb.pd, 4096, ALL_ACCESS);
         let (ping, pong) = (pattern(21, 64), pattern(22, 96));
