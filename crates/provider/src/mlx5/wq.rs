@@ -18,6 +18,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use rverbs_uverbs::ah::AhAttr;
 use rverbs_uverbs::driver::{KernelObj, QpOps, SrqOps};
 use rverbs_uverbs::error::PostError;
+use rverbs_uverbs::mr::AccessFlags;
+use rverbs_uverbs::mw::MwType;
 use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::qp::QpType;
 use rverbs_uverbs::wr::{RecvWr, SendFlags, SendOp, SendWr, Sge};
@@ -61,6 +63,36 @@ const OP_SEND_IMM: u8 = 0x0b;
 const OP_RDMA_READ: u8 = 0x10;
 const OP_ATOMIC_CS: u8 = 0x11;
 const OP_ATOMIC_FA: u8 = 0x12;
+/// `MLX5_OPCODE_UMR`: memory-window binds and local invalidations.
+const OP_UMR: u8 = 0x25;
+/// `MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE`: libmlx5 puts it on the work request after a UMR
+/// (bind or local invalidate) unless that request asks for the full fence itself.
+const CTRL_SMALL_FENCE: u8 = 1 << 5;
+
+/// UMR control segment (`struct mlx5_wqe_umr_ctrl_seg`, 48 bytes) `flags` bits.
+const UMR_FLAG_INLINE: u8 = 1 << 7;
+const UMR_FLAG_CHECK_FREE: u8 = 1 << 5;
+const UMR_FLAG_TRANSLATION_OFFSET: u8 = 1 << 4;
+const UMR_FLAG_CHECK_QPN: u8 = 1 << 3;
+/// UMR control segment `mkey_mask` bits: which mkey-context fields the UMR changes.
+const UMR_MASK_LEN: u64 = 1 << 0;
+const UMR_MASK_START_ADDR: u64 = 1 << 6;
+const UMR_MASK_MKEY: u64 = 1 << 13;
+const UMR_MASK_QPN: u64 = 1 << 14;
+const UMR_MASK_LOCAL_WRITE: u64 = 1 << 18;
+const UMR_MASK_REMOTE_READ: u64 = 1 << 19;
+const UMR_MASK_REMOTE_WRITE: u64 = 1 << 20;
+const UMR_MASK_ATOMIC: u64 = 1 << 21;
+const UMR_MASK_FREE: u64 = 1 << 29;
+/// Mkey context segment (`struct mlx5_wqe_mkey_context_seg`, 64 bytes): `free` and
+/// `access_flags` bits.
+const MKEY_FREE: u8 = 1 << 6;
+const MKEY_ACCESS_ATOMIC: u8 = 1 << 6;
+const MKEY_ACCESS_REMOTE_WRITE: u8 = 1 << 5;
+const MKEY_ACCESS_REMOTE_READ: u8 = 1 << 4;
+const MKEY_ACCESS_LOCAL_WRITE: u8 = 1 << 3;
+/// A bind's KLM takes at most 2 GiB (libmlx5 `set_bind_wr`: EOPNOTSUPP above).
+pub const MAX_BIND_LENGTH: u64 = 1 << 31;
 /// Doorbell record slots of a QP (`MLX5_RCV_DBR`, `MLX5_SND_DBR`).
 const RCV_DBR: usize = 0;
 const SND_DBR: usize = 1;
@@ -827,6 +859,9 @@ pub struct Mlx5Qp {
     max_inline: u32,
     /// `fm_ce_se` by `SendFlags` bits 0–2 (FENCE, SIGNALED, SOLICITED), sq_sig_all included.
     fm_ce_se: [u8; 8],
+    /// The fence the next work request gets unless it asks for the full one: the small
+    /// initiator fence after a UMR, across posts (libmlx5 `fm_cache`), else 0.
+    fm_cache: u8,
     /// Which operation classes the QP type carries (`OPS_*`).
     ops_ok: u8,
     ud: bool,
@@ -852,6 +887,9 @@ pub struct Mlx5Qp {
 const OPS_WRITE: u8 = 1;
 const OPS_READ_ATOMIC: u8 = 2;
 const OPS_SEND_INV: u8 = 4;
+/// UMR work requests: memory-window bind and local invalidate (RC, UC: libmlx5 builds them
+/// for both; on UD it would build a UMR opcode over a datagram segment, which rverbs refuses).
+const OPS_UMR: u8 = 8;
 
 /// Why a send work request was refused (the message is built out of line, from the WR).
 #[derive(Clone, Copy, Debug)]
@@ -861,6 +899,10 @@ enum SendFault {
     NoAh,
     UnknownAh,
     OpForType,
+    /// A bind longer than [`MAX_BIND_LENGTH`].
+    BindLength,
+    /// A zero-based bind of a type 1 window (libmlx5 `mlx5_bind_mw`: EINVAL).
+    BindZeroBased,
     Unsupported,
 }
 
@@ -1043,8 +1085,8 @@ impl Mlx5Qp {
             }
         });
         let ops_ok = match p.qp_type {
-            QpType::RC => OPS_WRITE | OPS_READ_ATOMIC | OPS_SEND_INV,
-            QpType::UC => OPS_WRITE | OPS_SEND_INV,
+            QpType::RC => OPS_WRITE | OPS_READ_ATOMIC | OPS_SEND_INV | OPS_UMR,
+            QpType::UC => OPS_WRITE | OPS_SEND_INV | OPS_UMR,
             _ => 0,
         };
         // BlueFlame (libmlx5 `post_send_db`): a WQE of more than one unit that fits the
@@ -1078,6 +1120,7 @@ impl Mlx5Qp {
             max_gs: sz.sq_max_gs,
             max_inline: sz.max_inline,
             fm_ce_se,
+            fm_cache: 0,
             ops_ok,
             ud: p.qp_type == QpType::UD,
             bf_max_inl: bf_units,
@@ -1116,10 +1159,18 @@ impl Mlx5Qp {
     /// inline length and the UD destination before writing anything it cannot take back (a
     /// refused WQE leaves only bytes the next WQE overwrites: nothing rings for it).
     ///
+    /// `fence` is the pending fence (`fm_cache`): the request takes it unless it asks for the
+    /// full fence, and leaves the small fence after a UMR, as libmlx5 does.
+    ///
     /// # Safety
     /// Inline SGEs must be readable.
     #[inline(always)]
-    unsafe fn build_send(&self, wr: &SendWr<'_>, cur: u32) -> Result<usize, SendFault> {
+    unsafe fn build_send(
+        &self,
+        wr: &SendWr<'_>,
+        cur: u32,
+        fence: &mut u8,
+    ) -> Result<usize, SendFault> {
         if wr.sge.len() > self.max_gs as usize {
             return Err(SendFault::Sges);
         }
@@ -1204,22 +1255,55 @@ impl Mlx5Qp {
                 unsafe { ctrl.add(32).cast::<u64>().write(add.to_be()) };
                 (OP_ATOMIC_FA, 0, 3)
             }
-            // LOCAL_INV (it needs a UMR WQE) and operations added later (SendOp is
-            // non_exhaustive) are refused until built here.
+            SendOp::LocalInv { invalidate_rkey } => {
+                if self.ops_ok & OPS_UMR == 0 {
+                    return Err(SendFault::OpForType);
+                }
+                // libmlx5: a type 2 unbind (length 0) of key 0 (`set_bind_wr` with an empty
+                // bind), the invalidated key in the control segment's immediate.
+                // SAFETY: block `cur` and the next one lie in the SQ (masked).
+                unsafe { self.write_umr(ctrl, cur, true, 0, None) };
+                (OP_UMR, invalidate_rkey, 8)
+            }
+            SendOp::BindMw(b) => {
+                if self.ops_ok & OPS_UMR == 0 {
+                    return Err(SendFault::OpForType);
+                }
+                let type2 = b.mw_type() == MwType::TYPE_2;
+                if !type2 && b.access().contains(AccessFlags::ZERO_BASED) {
+                    return Err(SendFault::BindZeroBased);
+                }
+                if b.length() > MAX_BIND_LENGTH {
+                    // libmlx5 refuses it after writing the control segment's second half
+                    // and arming the small fence for the next request.
+                    // SAFETY: as below.
+                    unsafe { self.write_ctrl_half(ctrl, flags, b.mw_rkey(), fence) };
+                    *fence = CTRL_SMALL_FENCE;
+                    return Err(SendFault::BindLength);
+                }
+                let bind = (b.length() != 0).then_some(&b);
+                // SAFETY: blocks `cur` to `cur + 2` lie in the SQ (masked).
+                unsafe { self.write_umr(ctrl, cur, type2, b.rkey(), bind) };
+                (OP_UMR, b.mw_rkey(), if bind.is_some() { 12 } else { 8 })
+            }
+            // Operations added later (SendOp is non_exhaustive) are refused until built here.
             _ => return Err(SendFault::Unsupported),
         };
         // The control segment's second half now (bytes 8–10 zero, fm_ce_se, imm): libmlx5
         // writes it before the segments that may still refuse the request (inline length, UD
         // destination), and the oracle compares what such a refusal leaves in the SQ.
-        let fm = self.fm_ce_se[(flags & 7) as usize];
-        // SAFETY: bytes 8..16 of the WQE (64-byte aligned).
-        unsafe {
-            ctrl.add(8)
-                .cast::<u64>()
-                .write((u64::from(fm) << 24) | (u64::from(imm.to_be()) << 32));
+        // SAFETY: the WQE's first block.
+        unsafe { self.write_ctrl_half(ctrl, flags, imm, fence) };
+        if opcode == OP_UMR {
+            *fence = CTRL_SMALL_FENCE;
         }
-        // SAFETY: inside the WQE (at most 48 bytes in).
-        let mut seg = unsafe { ctrl.add(size * 16) };
+        let mut seg = if size < 4 {
+            // SAFETY: inside the WQE's first block (at most 48 bytes in).
+            unsafe { ctrl.add(size * 16) }
+        } else {
+            // A UMR's segments fill whole blocks: what follows starts a block (wrapped).
+            self.block(cur.wrapping_add(size as u32 / 4))
+        };
         if self.ud {
             // SAFETY: the datagram segment fills the rest of the first block.
             unsafe { self.write_av(wr, seg)? };
@@ -1264,6 +1348,136 @@ impl Mlx5Qp {
                 .write(u64::from(w0) | self.qpn_ds | ((size as u64) << 56));
         }
         Ok(size)
+    }
+
+    /// Block `i` of the SQ (masked).
+    #[inline(always)]
+    fn block(&self, i: u32) -> *mut u8 {
+        // SAFETY: the index is masked to the SQ, which lies in the region.
+        unsafe { self.sq_start.add(((i & self.sq_mask) as usize) << 6) }
+    }
+
+    /// The control segment's bytes 8–15: three zero bytes, `fm_ce_se` (the flags, the
+    /// pending fence unless the request asks for the full one; the pending fence is used
+    /// up), the immediate (big-endian).
+    ///
+    /// # Safety
+    /// `ctrl` is a WQE's first block in the SQ.
+    #[inline(always)]
+    unsafe fn write_ctrl_half(&self, ctrl: *mut u8, flags: u32, imm: u32, fence: &mut u8) {
+        let pending = if flags & SendFlags::FENCE.bits() != 0 {
+            0
+        } else {
+            *fence
+        };
+        *fence = 0;
+        let fm = self.fm_ce_se[(flags & 7) as usize] | pending;
+        // SAFETY: bytes 8..16 of the WQE (64-byte aligned).
+        unsafe {
+            ctrl.add(8)
+                .cast::<u64>()
+                .write((u64::from(fm) << 24) | (u64::from(imm.to_be()) << 32));
+        }
+    }
+
+    /// A UMR's segments after the control segment at `ctrl` (block `cur`), libmlx5's
+    /// `set_bind_wr` field by field: the UMR control segment (bytes 16–63 of the first block),
+    /// the mkey context segment (the next block) and, for a bind (`bind` with a non-zero
+    /// length), the KLM data segment (the block after). `rkey` is the window's new key
+    /// (its low byte goes into the mkey context). An unbind or invalidation (`bind` None)
+    /// writes only the mkey context's key and `free` byte, leaving the rest as it was, as
+    /// libmlx5 does (the UMR's mask tells the device to take only those).
+    ///
+    /// # Safety
+    /// `ctrl` is block `cur` of the SQ; `cur..cur + 3` (masked) are this WQE's blocks.
+    #[inline(never)]
+    unsafe fn write_umr(
+        &self,
+        ctrl: *mut u8,
+        cur: u32,
+        type2: bool,
+        rkey: u32,
+        bind: Option<&rverbs_uverbs::mw::MwBind>,
+    ) {
+        let mut uflags = UMR_FLAG_TRANSLATION_OFFSET | UMR_FLAG_INLINE;
+        let mut mask = UMR_MASK_FREE | UMR_MASK_MKEY;
+        if type2 {
+            mask |= UMR_MASK_QPN;
+        }
+        let klm_octowords: u16 = if bind.is_some() {
+            if type2 {
+                uflags |= UMR_FLAG_CHECK_FREE;
+            }
+            mask |= UMR_MASK_LEN
+                | UMR_MASK_START_ADDR
+                | UMR_MASK_LOCAL_WRITE
+                | UMR_MASK_REMOTE_READ
+                | UMR_MASK_REMOTE_WRITE
+                | UMR_MASK_ATOMIC;
+            // One KLM entry, in octowords of a list aligned to 8 entries (libmlx5
+            // `get_klm_octo(1)`: 8 / 2).
+            4
+        } else {
+            if type2 {
+                uflags |= UMR_FLAG_CHECK_QPN;
+            }
+            0
+        };
+        let mut u = [0u8; 48];
+        u[0] = uflags;
+        u[4..6].copy_from_slice(&klm_octowords.to_be_bytes());
+        // bytes 6–7: translation_offset 0.
+        u[8..16].copy_from_slice(&mask.to_be_bytes());
+        // SAFETY: bytes 16..64 of the WQE's first block (the caller's contract).
+        unsafe { ptr::copy_nonoverlapping(u.as_ptr(), ctrl.add(CTRL_SEG), u.len()) };
+        let mk = self.block(cur.wrapping_add(1));
+        // The window's key and the QP it is bound to: a type 2 bind names this QP; type 1
+        // windows, unbinds and invalidations name none (0xffffff).
+        let qpn = if type2 && bind.is_some() {
+            self.qpn << 8
+        } else {
+            0xffff_ff00
+        };
+        // SAFETY: bytes 4..8 of the mkey context block (the caller's contract).
+        unsafe { w32(mk, 4, (rkey & 0xff) | qpn) };
+        let Some(b) = bind else {
+            // SAFETY: byte 0 of the mkey context block.
+            unsafe { mk.write(MKEY_FREE) };
+            return;
+        };
+        let a = b.access();
+        let mut access = 0;
+        for (f, bit) in [
+            (AccessFlags::LOCAL_WRITE, MKEY_ACCESS_LOCAL_WRITE),
+            (AccessFlags::REMOTE_WRITE, MKEY_ACCESS_REMOTE_WRITE),
+            (AccessFlags::REMOTE_READ, MKEY_ACCESS_REMOTE_READ),
+            (AccessFlags::REMOTE_ATOMIC, MKEY_ACCESS_ATOMIC),
+        ] {
+            if a.contains(f) {
+                access |= bit;
+            }
+        }
+        let start = if a.contains(AccessFlags::ZERO_BASED) {
+            0
+        } else {
+            b.addr()
+        };
+        // SAFETY: bytes 0, 2 and 16..32 of the mkey context block (local read is always on:
+        // the kernel sets it when it creates the window's mkey).
+        unsafe {
+            mk.write(0);
+            mk.add(2).write(access);
+            w64(mk, 16, start);
+            w64(mk, 24, b.length());
+        }
+        // The KLM: the window's bytes in the region (its address even when zero-based), then
+        // zeros to the end of the block.
+        let mut d = [0u8; 64];
+        d[0..4].copy_from_slice(&(b.length() as u32).to_be_bytes());
+        d[4..8].copy_from_slice(&b.mr_lkey().to_be_bytes());
+        d[8..16].copy_from_slice(&b.addr().to_be_bytes());
+        // SAFETY: the third block of the WQE (the caller's contract).
+        unsafe { ptr::copy_nonoverlapping(d.as_ptr(), self.block(cur.wrapping_add(2)), 64) };
     }
 
     /// The UD datagram segment at `seg`: the AH's address vector, the remote QPN and Q_Key.
@@ -1388,16 +1602,27 @@ impl Mlx5Qp {
                 nreq,
                 format!("a {} QP cannot post {:?}", self.qp_type, wr.op),
             ),
-            SendFault::Unsupported => match wr.op {
-                SendOp::LocalInv { .. } => PostError::unsupported(
-                    nreq,
-                    "LOCAL_INV is not implemented on mlx5 by rverbs (it needs a UMR WQE)",
+            SendFault::BindLength => PostError::invalid(
+                nreq,
+                format!(
+                    "a memory-window bind of {} bytes exceeds mlx5's {} (one KLM entry; \
+                     libmlx5: EOPNOTSUPP)",
+                    match wr.op {
+                        SendOp::BindMw(b) => b.length(),
+                        _ => 0,
+                    },
+                    MAX_BIND_LENGTH
                 ),
-                _ => PostError::unsupported(
-                    nreq,
-                    format!("{:?} is not implemented on mlx5 by rverbs", wr.op),
-                ),
-            },
+            ),
+            SendFault::BindZeroBased => PostError::invalid(
+                nreq,
+                "a type 1 memory window cannot be bound zero-based on mlx5 (libmlx5 \
+                 ibv_bind_mw: EINVAL)",
+            ),
+            SendFault::Unsupported => PostError::unsupported(
+                nreq,
+                format!("{:?} is not implemented on mlx5 by rverbs", wr.op),
+            ),
         }
     }
 }
@@ -1467,6 +1692,7 @@ impl QpOps for Mlx5Qp {
         let room = self.max_post.saturating_sub(outstanding) as usize;
         let take = wrs.len().min(room);
         let mut cur = self.cur_post;
+        let mut fence = self.fm_cache;
         let mut last = (cur, 0);
         let mut fault = None;
         let mut nreq = 0;
@@ -1474,7 +1700,7 @@ impl QpOps for Mlx5Qp {
             // SAFETY: nreq < take ≤ wrs.len().
             let wr = unsafe { wrs.get_unchecked(nreq) };
             // SAFETY: room checked above; the SGE contract is the caller's.
-            match unsafe { self.build_send(wr, cur) } {
+            match unsafe { self.build_send(wr, cur, &mut fence) } {
                 Ok(size) => {
                     // SAFETY: the slot index is masked to the SQ's blocks, the table's length.
                     let slot = unsafe { &*self.sq_slots.add((cur & self.sq_mask) as usize) };
@@ -1492,6 +1718,7 @@ impl QpOps for Mlx5Qp {
                 }
             }
         }
+        self.fm_cache = fence;
         if nreq > 0 {
             self.cur_post = cur;
             self.sq_head = self.sq_head.wrapping_add(nreq as u32);
