@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use rverbs_uverbs::ah::AhAttr;
@@ -22,6 +22,7 @@ use rverbs_uverbs::mr::AccessFlags;
 use rverbs_uverbs::mw::MwType;
 use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::qp::QpType;
+use rverbs_uverbs::wc::WcOpcode;
 use rverbs_uverbs::wr::{RecvWr, SendFlags, SendOp, SendWr, Sge};
 use rverbs_uverbs::Error;
 
@@ -676,6 +677,9 @@ unsafe fn copy_block_to_wc(dst: *mut u8, src: *const u8) {
 struct SqSlot {
     wr_id: AtomicU64,
     head: AtomicU32,
+    /// For a UMR WQE: the completion opcode (`WcOpcode` BIND_MW or LOCAL_INV, libmlx5's
+    /// `wr_data`); written only for UMR WQEs and read only for CQEs naming a UMR WQE.
+    wr_data: AtomicU8,
 }
 
 /// A QP's completion-side state, shared between its post path and the CQ poller.
@@ -698,13 +702,15 @@ pub struct QpShared {
 }
 
 impl QpShared {
-    fn send_done(&self, counter: u16) -> Option<u64> {
+    fn send_done(&self, counter: u16, wr_data: &mut u8) -> Option<u64> {
         let slot = self.sq.get((u32::from(counter) & self.sq_mask) as usize)?;
         // Relaxed: the post stored it before the doorbell record's Release store; the device
         // wrote the CQE after reading the record and the poller's Acquire load of the CQE's
         // owner byte orders this read after it.
         let wr = slot.wr_id.load(Ordering::Relaxed);
         let head = slot.head.load(Ordering::Relaxed);
+        // Relaxed, as above; read before the tail store below lets a post reuse the slot.
+        *wr_data = slot.wr_data.load(Ordering::Relaxed);
         // Release: our reads of the slot tables happen before a post that sees the freed
         // space reuses them.
         self.sq_tail.store(head.wrapping_add(1), Ordering::Release);
@@ -785,6 +791,8 @@ pub struct CqLookup {
     /// CQE version 1: `srqn_uidx` is the QP's user index, not an SRQ number (the SRQ of a
     /// receive is found through its QP).
     cqe_v1: bool,
+    /// The `wr_data` of the send WQE the last lookup found (0: none).
+    wr_data: u8,
 }
 
 impl CqLookup {
@@ -794,6 +802,7 @@ impl CqLookup {
             reg,
             cache: None,
             cqe_v1: cqe_version != 0,
+            wr_data: 0,
         }
     }
 }
@@ -804,6 +813,7 @@ impl WrIdLookup for CqLookup {
         // Acquire: pairs with the AcqRel bump after a change, so a matching generation means
         // the cached QP is still the registered one.
         let g = self.reg.generation.load(Ordering::Acquire);
+        self.wr_data = 0;
         let qp = match &self.cache {
             Some((cg, qp)) if *cg == g && qp.qpn == w.qpn => qp.clone(),
             _ => {
@@ -813,13 +823,18 @@ impl WrIdLookup for CqLookup {
             }
         };
         match w.queue {
-            WorkQueue::Send => qp.send_done(w.wqe_counter),
+            WorkQueue::Send => qp.send_done(w.wqe_counter, &mut self.wr_data),
             _ => qp.recv_done(
                 w.wqe_counter,
                 &self.reg,
                 if self.cqe_v1 { 0 } else { w.srqn_uidx },
             ),
         }
+    }
+
+    #[inline]
+    fn wr_data(&self) -> Option<WcOpcode> {
+        (self.wr_data != 0).then_some(WcOpcode(u32::from(self.wr_data)))
     }
 }
 
@@ -1602,7 +1617,7 @@ impl Mlx5Qp {
                 nreq,
                 format!("a {} QP cannot post {:?}", self.qp_type, wr.op),
             ),
-            SendFault::BindLength => PostError::invalid(
+            SendFault::BindLength => PostError::unsupported(
                 nreq,
                 format!(
                     "a memory-window bind of {} bytes exceeds mlx5's {} (one KLM entry; \
@@ -1708,6 +1723,17 @@ impl QpOps for Mlx5Qp {
                     slot.wr_id.store(wr.wr_id, Ordering::Relaxed);
                     slot.head
                         .store(self.sq_head.wrapping_add(nreq as u32), Ordering::Relaxed);
+                    // UMR WQEs: the completion opcode their CQE does not carry (Relaxed: as
+                    // the wr_id).
+                    match wr.op {
+                        SendOp::BindMw(_) => slot
+                            .wr_data
+                            .store(WcOpcode::BIND_MW.0 as u8, Ordering::Relaxed),
+                        SendOp::LocalInv { .. } => slot
+                            .wr_data
+                            .store(WcOpcode::LOCAL_INV.0 as u8, Ordering::Relaxed),
+                        _ => {}
+                    }
                     last = (cur, size);
                     cur = cur.wrapping_add(size.div_ceil(4) as u32);
                     nreq += 1;
