@@ -1270,36 +1270,10 @@ impl Mlx5Qp {
                 unsafe { ctrl.add(32).cast::<u64>().write(add.to_be()) };
                 (OP_ATOMIC_FA, 0, 3)
             }
-            SendOp::LocalInv { invalidate_rkey } => {
-                if self.ops_ok & OPS_UMR == 0 {
-                    return Err(SendFault::OpForType);
-                }
-                // libmlx5: a type 2 unbind (length 0) of key 0 (`set_bind_wr` with an empty
-                // bind), the invalidated key in the control segment's immediate.
-                // SAFETY: block `cur` and the next one lie in the SQ (masked).
-                unsafe { self.write_umr(ctrl, cur, true, 0, None) };
-                (OP_UMR, invalidate_rkey, 8)
-            }
-            SendOp::BindMw(b) => {
-                if self.ops_ok & OPS_UMR == 0 {
-                    return Err(SendFault::OpForType);
-                }
-                let type2 = b.mw_type() == MwType::TYPE_2;
-                if !type2 && b.access().contains(AccessFlags::ZERO_BASED) {
-                    return Err(SendFault::BindZeroBased);
-                }
-                if b.length() > MAX_BIND_LENGTH {
-                    // libmlx5 refuses it after writing the control segment's second half
-                    // and arming the small fence for the next request.
-                    // SAFETY: as below.
-                    unsafe { self.write_ctrl_half(ctrl, flags, b.mw_rkey(), fence) };
-                    *fence = CTRL_SMALL_FENCE;
-                    return Err(SendFault::BindLength);
-                }
-                let bind = (b.length() != 0).then_some(&b);
-                // SAFETY: blocks `cur` to `cur + 2` lie in the SQ (masked).
-                unsafe { self.write_umr(ctrl, cur, type2, b.rkey(), bind) };
-                (OP_UMR, b.mw_rkey(), if bind.is_some() { 12 } else { 8 })
+            SendOp::LocalInv { .. } | SendOp::BindMw(_) => {
+                // Out of line: the common requests' path stays as it was.
+                // SAFETY: the caller's contract.
+                return unsafe { self.build_umr(wr, cur, ctrl, fence) };
             }
             // Operations added later (SendOp is non_exhaustive) are refused until built here.
             _ => return Err(SendFault::Unsupported),
@@ -1309,16 +1283,8 @@ impl Mlx5Qp {
         // destination), and the oracle compares what such a refusal leaves in the SQ.
         // SAFETY: the WQE's first block.
         unsafe { self.write_ctrl_half(ctrl, flags, imm, fence) };
-        if opcode == OP_UMR {
-            *fence = CTRL_SMALL_FENCE;
-        }
-        let mut seg = if size < 4 {
-            // SAFETY: inside the WQE's first block (at most 48 bytes in).
-            unsafe { ctrl.add(size * 16) }
-        } else {
-            // A UMR's segments fill whole blocks: what follows starts a block (wrapped).
-            self.block(cur.wrapping_add(size as u32 / 4))
-        };
+        // SAFETY: inside the WQE's first block (at most 48 bytes in).
+        let mut seg = unsafe { ctrl.add(size * 16) };
         if self.ud {
             // SAFETY: the datagram segment fills the rest of the first block.
             unsafe { self.write_av(wr, seg)? };
@@ -1329,7 +1295,30 @@ impl Mlx5Qp {
                 seg = self.sq_start;
             }
         }
-        let atomic = opcode >= OP_ATOMIC_CS;
+        // SAFETY: the caller's contract; `seg` is where the WQE's data goes.
+        unsafe { self.finish_wqe(wr, cur, ctrl, seg, size, opcode) }
+    }
+
+    /// The data (or inline) segments of `wr` at `seg`, then the control segment's first half
+    /// (`opmod_idx_opcode`, `qpn_ds`); returns the WQE's size in 16-byte units (`size` so
+    /// far plus the data's).
+    ///
+    /// # Safety
+    /// `ctrl` is block `cur` of the SQ, `seg` inside the WQE (wrapped), with room reserved for
+    /// the data by the sizing; inline SGEs readable.
+    #[inline(always)]
+    unsafe fn finish_wqe(
+        &self,
+        wr: &SendWr<'_>,
+        cur: u32,
+        ctrl: *mut u8,
+        seg: *mut u8,
+        mut size: usize,
+        opcode: u8,
+    ) -> Result<usize, SendFault> {
+        let flags = wr.flags.bits();
+        // CS and FA (0x11, 0x12): one compare.
+        let atomic = opcode.wrapping_sub(OP_ATOMIC_CS) < 2;
         if flags & SendFlags::INLINE.bits() != 0 && !wr.sge.is_empty() {
             // SAFETY: the inline segment stays within max_inline (checked inside), which the
             // sizing reserved; inline sources are readable (caller's contract).
@@ -1365,6 +1354,67 @@ impl Mlx5Qp {
         Ok(size)
     }
 
+    /// A LOCAL_INV or memory-window bind: one UMR WQE at block `cur` (`ctrl`), libmlx5's
+    /// `IBV_WR_LOCAL_INV` / `IBV_WR_BIND_MW` cases of `_mlx5_post_send`: the checks, the
+    /// control segment's second half (the invalidated key, or the window's current key),
+    /// the UMR segments ([`Mlx5Qp::write_umr`]), any SGEs as for other requests, the small
+    /// fence armed for the next request, the completion opcode recorded in the slot.
+    ///
+    /// # Safety
+    /// As for [`Mlx5Qp::build_send`]; `ctrl` is block `cur` of the SQ.
+    #[inline(never)]
+    unsafe fn build_umr(
+        &self,
+        wr: &SendWr<'_>,
+        cur: u32,
+        ctrl: *mut u8,
+        fence: &mut u8,
+    ) -> Result<usize, SendFault> {
+        if self.ops_ok & OPS_UMR == 0 {
+            return Err(SendFault::OpForType);
+        }
+        let flags = wr.flags.bits();
+        let (size, wc) = match wr.op {
+            SendOp::LocalInv { invalidate_rkey } => {
+                // libmlx5: a type 2 unbind (length 0) of key 0 (`set_bind_wr` with an empty
+                // bind), the invalidated key in the control segment's immediate.
+                // SAFETY: as below.
+                unsafe { self.write_ctrl_half(ctrl, flags, invalidate_rkey, fence) };
+                // SAFETY: block `cur` and the next one lie in the SQ (masked).
+                unsafe { self.write_umr(ctrl, cur, true, 0, None) };
+                (8, WcOpcode::LOCAL_INV)
+            }
+            SendOp::BindMw(b) => {
+                let type2 = b.mw_type() == MwType::TYPE_2;
+                if !type2 && b.access().contains(AccessFlags::ZERO_BASED) {
+                    return Err(SendFault::BindZeroBased);
+                }
+                // SAFETY: bytes 8..16 of the WQE's first block.
+                unsafe { self.write_ctrl_half(ctrl, flags, b.mw_rkey(), fence) };
+                // The next request is fenced even when this one is refused (libmlx5 arms
+                // the fence before `set_bind_wr` checks the length).
+                *fence = CTRL_SMALL_FENCE;
+                if b.length() > MAX_BIND_LENGTH {
+                    return Err(SendFault::BindLength);
+                }
+                let bind = (b.length() != 0).then_some(&b);
+                // SAFETY: blocks `cur` to `cur + 2` lie in the SQ (masked).
+                unsafe { self.write_umr(ctrl, cur, type2, b.rkey(), bind) };
+                (if bind.is_some() { 12 } else { 8 }, WcOpcode::BIND_MW)
+            }
+            _ => return Err(SendFault::Unsupported),
+        };
+        *fence = CTRL_SMALL_FENCE;
+        // SAFETY: the slot index is masked to the SQ's blocks, the table's length.
+        let slot = unsafe { &*self.sq_slots.add((cur & self.sq_mask) as usize) };
+        // Relaxed: published by the doorbell record's Release store, as the wr_id.
+        slot.wr_data.store(wc.0 as u8, Ordering::Relaxed);
+        // A UMR's segments fill whole blocks: what follows starts a block (wrapped).
+        let seg = self.block(cur.wrapping_add(size as u32 / 4));
+        // SAFETY: the caller's contract; the sizing reserves the UMR and max_gs SGEs.
+        unsafe { self.finish_wqe(wr, cur, ctrl, seg, size, OP_UMR) }
+    }
+
     /// Block `i` of the SQ (masked).
     #[inline(always)]
     fn block(&self, i: u32) -> *mut u8 {
@@ -1380,11 +1430,8 @@ impl Mlx5Qp {
     /// `ctrl` is a WQE's first block in the SQ.
     #[inline(always)]
     unsafe fn write_ctrl_half(&self, ctrl: *mut u8, flags: u32, imm: u32, fence: &mut u8) {
-        let pending = if flags & SendFlags::FENCE.bits() != 0 {
-            0
-        } else {
-            *fence
-        };
+        // The pending fence unless FENCE is asked (bit 0 of the flags): a mask, no branch.
+        let pending = *fence & ((flags & SendFlags::FENCE.bits()) as u8).wrapping_sub(1);
         *fence = 0;
         let fm = self.fm_ce_se[(flags & 7) as usize] | pending;
         // SAFETY: bytes 8..16 of the WQE (64-byte aligned).
@@ -1723,17 +1770,6 @@ impl QpOps for Mlx5Qp {
                     slot.wr_id.store(wr.wr_id, Ordering::Relaxed);
                     slot.head
                         .store(self.sq_head.wrapping_add(nreq as u32), Ordering::Relaxed);
-                    // UMR WQEs: the completion opcode their CQE does not carry (Relaxed: as
-                    // the wr_id).
-                    match wr.op {
-                        SendOp::BindMw(_) => slot
-                            .wr_data
-                            .store(WcOpcode::BIND_MW.0 as u8, Ordering::Relaxed),
-                        SendOp::LocalInv { .. } => slot
-                            .wr_data
-                            .store(WcOpcode::LOCAL_INV.0 as u8, Ordering::Relaxed),
-                        _ => {}
-                    }
                     last = (cur, size);
                     cur = cur.wrapping_add(size.div_ceil(4) as u32);
                     nreq += 1;
