@@ -1271,9 +1271,17 @@ impl Mlx5Qp {
                 (OP_ATOMIC_FA, 0, 3)
             }
             SendOp::LocalInv { .. } | SendOp::BindMw(_) => {
-                // Out of line: the common requests' path stays as it was.
+                // Out of line, the pending fence by value (the common requests' path keeps
+                // it in a register).
                 // SAFETY: the caller's contract.
-                return unsafe { self.build_umr(wr, cur, ctrl, fence) };
+                let r = unsafe { self.build_umr(wr, cur, ctrl, *fence) };
+                // libmlx5 arms the small fence for the next request once a UMR is being
+                // built, also when it is refused after that (a bind too long, inline data
+                // over the limit); the refusals before it leave the fence as it was.
+                if !matches!(r, Err(SendFault::OpForType | SendFault::BindZeroBased)) {
+                    *fence = CTRL_SMALL_FENCE;
+                }
+                return r;
             }
             // Operations added later (SendOp is non_exhaustive) are refused until built here.
             _ => return Err(SendFault::Unsupported),
@@ -1357,8 +1365,9 @@ impl Mlx5Qp {
     /// A LOCAL_INV or memory-window bind: one UMR WQE at block `cur` (`ctrl`), libmlx5's
     /// `IBV_WR_LOCAL_INV` / `IBV_WR_BIND_MW` cases of `_mlx5_post_send`: the checks, the
     /// control segment's second half (the invalidated key, or the window's current key),
-    /// the UMR segments ([`Mlx5Qp::write_umr`]), any SGEs as for other requests, the small
-    /// fence armed for the next request, the completion opcode recorded in the slot.
+    /// the UMR segments ([`Mlx5Qp::write_umr`]), any SGEs as for other requests, the
+    /// completion opcode recorded in the slot. `fence` is the pending fence this request
+    /// takes (the caller arms the next one).
     ///
     /// # Safety
     /// As for [`Mlx5Qp::build_send`]; `ctrl` is block `cur` of the SQ.
@@ -1368,18 +1377,19 @@ impl Mlx5Qp {
         wr: &SendWr<'_>,
         cur: u32,
         ctrl: *mut u8,
-        fence: &mut u8,
+        fence: u8,
     ) -> Result<usize, SendFault> {
         if self.ops_ok & OPS_UMR == 0 {
             return Err(SendFault::OpForType);
         }
+        let mut fence = fence;
         let flags = wr.flags.bits();
         let (size, wc) = match wr.op {
             SendOp::LocalInv { invalidate_rkey } => {
                 // libmlx5: a type 2 unbind (length 0) of key 0 (`set_bind_wr` with an empty
                 // bind), the invalidated key in the control segment's immediate.
                 // SAFETY: as below.
-                unsafe { self.write_ctrl_half(ctrl, flags, invalidate_rkey, fence) };
+                unsafe { self.write_ctrl_half(ctrl, flags, invalidate_rkey, &mut fence) };
                 // SAFETY: block `cur` and the next one lie in the SQ (masked).
                 unsafe { self.write_umr(ctrl, cur, true, 0, None) };
                 (8, WcOpcode::LOCAL_INV)
@@ -1390,10 +1400,7 @@ impl Mlx5Qp {
                     return Err(SendFault::BindZeroBased);
                 }
                 // SAFETY: bytes 8..16 of the WQE's first block.
-                unsafe { self.write_ctrl_half(ctrl, flags, b.mw_rkey(), fence) };
-                // The next request is fenced even when this one is refused (libmlx5 arms
-                // the fence before `set_bind_wr` checks the length).
-                *fence = CTRL_SMALL_FENCE;
+                unsafe { self.write_ctrl_half(ctrl, flags, b.mw_rkey(), &mut fence) };
                 if b.length() > MAX_BIND_LENGTH {
                     return Err(SendFault::BindLength);
                 }
@@ -1404,7 +1411,6 @@ impl Mlx5Qp {
             }
             _ => return Err(SendFault::Unsupported),
         };
-        *fence = CTRL_SMALL_FENCE;
         // SAFETY: the slot index is masked to the SQ's blocks, the table's length.
         let slot = unsafe { &*self.sq_slots.add((cur & self.sq_mask) as usize) };
         // Relaxed: published by the doorbell record's Release store, as the wr_id.
