@@ -29,6 +29,8 @@ use rverbs_uverbs::ah::{AhAttr, GlobalRoute};
 use rverbs_uverbs::driver::{
     CqCreated, CqOps, Driver, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
 };
+use rverbs_uverbs::mr::AccessFlags;
+use rverbs_uverbs::mw::{MwBind, MwType};
 use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::qp::QpType;
 use rverbs_uverbs::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion};
@@ -558,6 +560,42 @@ impl Run {
                 rkey,
                 add: num(g, "add", 0),
             },
+            "local_inv" => SendOp::LocalInv {
+                invalidate_rkey: num(g, "inv", 0) as u32,
+            },
+            "bind_mw" => {
+                let mut access = AccessFlags::empty();
+                if let Some(a) = arg(g, "access") {
+                    for (k, b) in [
+                        ("local_write", AccessFlags::LOCAL_WRITE),
+                        ("remote_write", AccessFlags::REMOTE_WRITE),
+                        ("remote_read", AccessFlags::REMOTE_READ),
+                        ("atomic", AccessFlags::REMOTE_ATOMIC),
+                        ("zero_based", AccessFlags::ZERO_BASED),
+                    ] {
+                        if a.contains(k) {
+                            access |= b;
+                        }
+                    }
+                }
+                let mw_type = if num(g, "mw_type", 2) == 1 {
+                    MwType::TYPE_1
+                } else {
+                    MwType::TYPE_2
+                };
+                // SAFETY: nothing is bound: the fake device never reads the SQ.
+                SendOp::BindMw(unsafe {
+                    MwBind::from_raw(
+                        mw_type,
+                        num(g, "mw_rkey", 0) as u32,
+                        rkey,
+                        num(g, "lkey", 0) as u32,
+                        num(g, "addr", 0),
+                        num(g, "len", 0),
+                        access,
+                    )
+                })
+            }
             o => panic!("unknown op {o}"),
         };
         let mut flags = SendFlags::empty();
@@ -757,7 +795,7 @@ macro_rules! scripts {
 }
 
 /// Every script in `tests/mlx5_oracle/`.
-pub const SCRIPTS: [(&str, &str, &str); 13] = scripts![
+pub const SCRIPTS: [(&str, &str, &str); 15] = scripts![
     "cqe_128",
     "cqe_v1",
     "doorbell_prefer_bf_0",
@@ -771,6 +809,8 @@ pub const SCRIPTS: [(&str, &str, &str); 13] = scripts![
     "ud_ib",
     "ud_roce",
     "ud_roce_v2",
+    "umr_bind_mw",
+    "umr_local_inv",
 ];
 
 /// Every committed script: rverbs' dump is identical to libmlx5's golden one.

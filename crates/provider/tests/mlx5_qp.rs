@@ -24,9 +24,13 @@ use rverbs_uverbs::driver::{
     CqCreated, CqOps, Driver, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
 };
 use rverbs_uverbs::error::PostQueue;
+use rverbs_uverbs::mr::AccessFlags;
+use rverbs_uverbs::mw::{MwBind, MwType};
 use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::qp::QpType;
-use rverbs_uverbs::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcStatus, WorkCompletion};
+use rverbs_uverbs::{
+    RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
+};
 
 fn info() -> Mlx5ContextInfo {
     Mlx5ContextInfo {
@@ -426,10 +430,26 @@ fn inline_wraps_past_the_sq_end() {
 
 /// Writes a CQE64 the way the device does (fields then the owner byte) into slot `ci`.
 fn write_cqe(ring: *mut u8, ci: u32, opcode: u8, qpn: u32, counter: u16, srqn: u32) {
+    write_cqe_wqe(ring, ci, opcode, qpn, counter, srqn, 0x0a, 0)
+}
+
+/// [`write_cqe`] naming the send WQE opcode `wqe_op`, with error syndrome `syndrome`.
+#[allow(clippy::too_many_arguments)]
+fn write_cqe_wqe(
+    ring: *mut u8,
+    ci: u32,
+    opcode: u8,
+    qpn: u32,
+    counter: u16,
+    srqn: u32,
+    wqe_op: u8,
+    syndrome: u8,
+) {
     let mut b = [0u8; 64];
     b[32..36].copy_from_slice(&srqn.to_be_bytes());
     b[44..48].copy_from_slice(&16u32.to_be_bytes());
-    b[56..60].copy_from_slice(&((0x0a << 24) | qpn).to_be_bytes());
+    b[55] = syndrome;
+    b[56..60].copy_from_slice(&((u32::from(wqe_op) << 24) | qpn).to_be_bytes());
     b[60..62].copy_from_slice(&counter.to_be_bytes());
     // 16-entry ring: owner bit = lap parity.
     b[63] = (opcode << 4) | ((ci >> 4) & 1) as u8;
@@ -537,10 +557,12 @@ fn bad_posts_are_refused_clearly() {
         ),
         (
             SendWr {
-                op: SendOp::LocalInv { invalidate_rkey: 1 },
+                op: SendOp::BindMw(bind(MwType::TYPE_2, (1 << 31) + 1, AccessFlags::empty())),
+                sge: &[],
                 ..ok
             },
-            "LOCAL_INV is not implemented",
+            "a memory-window bind of 2147483649 bytes exceeds mlx5's 2147483648 (one KLM \
+             entry; libmlx5: EOPNOTSUPP)",
         ),
     ];
     for (n, (bad, what)) in cases.into_iter().enumerate() {
@@ -634,9 +656,16 @@ fn bad_posts_are_refused_clearly() {
         add: 1,
     };
     let inv = SendOp::SendWithInv { invalidate_rkey: 9 };
+    let linv = SendOp::LocalInv { invalidate_rkey: 9 };
+    let bmw = SendOp::BindMw(bind(MwType::TYPE_2, 64, AccessFlags::REMOTE_READ));
     let mut uc = qp(&d, QpType::UC, caps(8, 0, 2, 0, 16), 0x79, 1, false);
     for (q, qpn, ty, ops) in [
-        (&mut ud, 0x78, "UD", &[write, read, cs, fa, inv][..]),
+        (
+            &mut ud,
+            0x78,
+            "UD",
+            &[write, read, cs, fa, inv, linv, bmw][..],
+        ),
         (&mut uc, 0x79, "UC", &[read, cs, fa][..]),
     ] {
         let db = u64_at(&q.udata, 8);
@@ -657,8 +686,8 @@ fn bad_posts_are_refused_clearly() {
             assert_eq!(mem(db, 8), before, "{ty} {op:?}: nothing rung");
         }
     }
-    // What UC does carry: WRITE and SEND_WITH_INV.
-    for op in [write, inv] {
+    // What UC does carry: WRITE, SEND_WITH_INV, LOCAL_INV and memory-window binds.
+    for op in [write, inv, linv, bmw] {
         // SAFETY: as above.
         unsafe { uc.ops.post_send(kobj(), &[SendWr { op, ..ok }]) }.unwrap();
     }
@@ -1198,4 +1227,174 @@ fn mlx5_roce_v2_udp_sport() {
         ports.iter().any(|&p| p != ports[0]),
         "random ports: {ports:x?}"
     );
+}
+
+/// A bind of window rkey 0x500 (new key 0x501) over region lkey 0x66 at 0x7000_0000.
+fn bind(mw_type: MwType, length: u64, access: AccessFlags) -> MwBind {
+    // SAFETY: nothing is bound: no device reads these WQEs.
+    unsafe { MwBind::from_raw(mw_type, 0x500, 0x501, 0x66, 0x7000_0000, length, access) }
+}
+
+/// LOCAL_INV and memory-window binds: libmlx5's UMR WQEs field by field (control, UMR
+/// control, mkey context, KLM), the small fence on the next request, BlueFlame for a single
+/// UMR WQE, the refusal of a zero-based type 1 bind, and the completions (the CQE says UMR;
+/// the opcode is the one recorded at post).
+#[test]
+fn umr_wqe_layouts_and_completions() {
+    let mut u = Uars::new();
+    let d = driver(&mut u, BfPolicy::default(), false);
+    let mut q = qp(&d, QpType::RC, caps(8, 0, 1, 0, 0), 0x123, 1, false);
+    let buf = u64_at(&q.udata, 0);
+    let db = u64_at(&q.udata, 8);
+    let (mut cq, ring) = cq(&d, 2);
+    let be32 = |w: &[u8], o: usize| u32::from_be_bytes(w[o..o + 4].try_into().unwrap());
+    let be64 = |w: &[u8], o: usize| u64::from_be_bytes(w[o..o + 8].try_into().unwrap());
+    let wr = |id, op, flags| SendWr {
+        wr_id: id,
+        op,
+        sge: &[],
+        flags,
+        ud: None,
+    };
+    // LOCAL_INV: 128 bytes (8 units).
+    let linv = wr(
+        1,
+        SendOp::LocalInv {
+            invalidate_rkey: 0xabcd_1234,
+        },
+        SendFlags::SIGNALED,
+    );
+    // SAFETY: no SGEs.
+    unsafe { q.ops.post_send(kobj(), &[linv]) }.unwrap();
+    let w = mem(buf, 128);
+    // opcode UMR 0x25 at index 0; 8 units; CQ_UPDATE; the invalidated key as immediate.
+    assert_eq!(ctrl(&w), (0x25, 0x12308, 0x08, 0xabcd_1234));
+    assert_eq!(&w[8..11], &[0, 0, 0]);
+    // UMR control: INLINE 0x80 | TRANSLATION_OFFSET 0x10 | CHECK_QPN 0x08 (a type 2
+    // unbind), no KLM, translation offset 0, mask FREE | MKEY | QPN, reserved zero.
+    assert_eq!(w[16], 0x98);
+    assert_eq!(&w[17..24], &[0; 7]);
+    assert_eq!(be64(&w, 24), (1 << 29) | (1 << 13) | (1 << 14));
+    assert!(w[32..64].iter().all(|&x| x == 0));
+    // Mkey context: free 0x40, key 0 under QPN 0xffffff, nothing else written.
+    assert_eq!(w[64], 0x40);
+    assert_eq!(be32(&w, 68), 0xffff_ff00);
+    assert!(w[65..68].iter().chain(&w[72..128]).all(|&x| x == 0));
+    // Doorbell record 2 blocks; BlueFlame copies both blocks (8 units ≤ 256 / 16).
+    assert_eq!(mem(db, 8)[4..], 2u32.to_be_bytes());
+    assert_eq!(u.bytes(0x800 + 512, 128), w);
+
+    // The next request (another post) carries the small initiator fence 0x20.
+    let one = [Sge {
+        addr: 0x2000,
+        length: 8,
+        lkey: 9,
+    }];
+    let send = SendWr {
+        sge: &one,
+        ..wr(2, SendOp::Send, SendFlags::empty())
+    };
+    // SAFETY: non-inline SGEs are not read.
+    unsafe { q.ops.post_send(kobj(), &[send]) }.unwrap();
+    assert_eq!(
+        ctrl(&mem(buf + 128, 64)),
+        ((2 << 8) | 0x0a, 0x12302, 0x20, 0)
+    );
+
+    // A type 2 bind, full fence asked: 192 bytes (12 units) at block 3.
+    let b2 = bind(
+        MwType::TYPE_2,
+        0x3000,
+        AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+    );
+    let bw = wr(
+        3,
+        SendOp::BindMw(b2),
+        SendFlags::SIGNALED | SendFlags::FENCE,
+    );
+    // SAFETY: no SGEs.
+    unsafe { q.ops.post_send(kobj(), &[bw]) }.unwrap();
+    let w = mem(buf + 3 * 64, 192);
+    // the window's old key as immediate; FENCE 0x80 | CQ_UPDATE.
+    assert_eq!(ctrl(&w), ((3 << 8) | 0x25, 0x1230c, 0x88, 0x500));
+    // UMR control: INLINE | CHECK_FREE 0x20 | TRANSLATION_OFFSET; one KLM (4 octowords);
+    // mask FREE | MKEY | QPN | LEN | START_ADDR | the four access bits.
+    assert_eq!(w[16], 0xb0);
+    assert_eq!(&w[17..20], &[0; 3]);
+    assert_eq!(&w[20..22], &4u16.to_be_bytes());
+    assert_eq!(&w[22..24], &[0; 2]);
+    assert_eq!(be64(&w, 24), 0x203c_6041);
+    // Mkey context: not free, access REMOTE_WRITE 0x20 | REMOTE_READ 0x10, the new key's
+    // low byte under this QP's number, start, length.
+    assert_eq!((w[64], w[66]), (0, 0x30));
+    assert_eq!(be32(&w, 68), 0x1_2301);
+    assert_eq!(be64(&w, 80), 0x7000_0000);
+    assert_eq!(be64(&w, 88), 0x3000);
+    // KLM: byte count, the region's lkey, the address; zeros to the block's end.
+    assert_eq!(be32(&w, 128), 0x3000);
+    assert_eq!(be32(&w, 132), 0x66);
+    assert_eq!(be64(&w, 136), 0x7000_0000);
+    assert!(w[144..192].iter().all(|&x| x == 0));
+    assert_eq!(mem(db, 8)[4..], 6u32.to_be_bytes());
+
+    // A zero-based type 1 bind: refused before anything is written (libmlx5 ibv_bind_mw).
+    let before = (mem(buf, 2048), mem(db, 8));
+    let zb = wr(
+        4,
+        SendOp::BindMw(bind(
+            MwType::TYPE_1,
+            0x100,
+            AccessFlags::REMOTE_READ | AccessFlags::ZERO_BASED,
+        )),
+        SendFlags::SIGNALED,
+    );
+    // SAFETY: no SGEs.
+    let e = unsafe { q.ops.post_send(kobj(), &[zb]) }.unwrap_err();
+    assert_eq!(
+        e.at("mlx5_0", PostQueue::Send, 0x123).to_string(),
+        "post send to QP 0x123 on mlx5_0: work request #0: a type 1 memory window cannot be \
+         bound zero-based on mlx5 (libmlx5 ibv_bind_mw: EINVAL); 0 posted"
+    );
+    assert_eq!(
+        (mem(buf, 2048), mem(db, 8)),
+        before,
+        "nothing written or rung"
+    );
+
+    // A type 1 bind: no QPN (0xffffff), no QPN mask bit, no CHECK_FREE; the small fence
+    // from the previous bind.
+    let b1 = bind(MwType::TYPE_1, 0x40, AccessFlags::LOCAL_WRITE);
+    // SAFETY: no SGEs.
+    unsafe {
+        q.ops
+            .post_send(kobj(), &[wr(5, SendOp::BindMw(b1), SendFlags::empty())])
+    }
+    .unwrap();
+    let w = mem(buf + 6 * 64, 192);
+    assert_eq!(ctrl(&w), ((6 << 8) | 0x25, 0x1230c, 0x20, 0x500));
+    assert_eq!(w[16], 0x90);
+    assert_eq!(be64(&w, 24), 0x203c_2041);
+    assert_eq!((w[64], w[66]), (0, 0x08));
+    assert_eq!(be32(&w, 68), 0xffff_ff01);
+
+    // Completions: LOCAL_INV, BIND_MW, then a bind error (MW_BIND_ERR) reported as BIND_MW.
+    write_cqe_wqe(ring, 0, 0x00, 0x123, 0, 0, 0x25, 0);
+    write_cqe_wqe(ring, 1, 0x00, 0x123, 3, 0, 0x25, 0);
+    write_cqe_wqe(ring, 2, 0x0d, 0x123, 6, 0, 0x25, 0x06);
+    let mut wc = [WorkCompletion::default(); 4];
+    assert_eq!(cq.poll(&mut wc), 3);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].opcode, wc[0].status, wc[0].byte_len),
+        (1, WcOpcode::LOCAL_INV, WcStatus::SUCCESS, 0)
+    );
+    assert_eq!(
+        (wc[1].wr_id, wc[1].opcode, wc[1].status),
+        (3, WcOpcode::BIND_MW, WcStatus::SUCCESS)
+    );
+    assert_eq!(
+        (wc[2].wr_id, wc[2].opcode, wc[2].status),
+        (5, WcOpcode::BIND_MW, WcStatus::MW_BIND_ERR)
+    );
+    drop(q);
+    drop(cq);
 }

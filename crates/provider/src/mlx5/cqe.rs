@@ -448,6 +448,13 @@ pub struct WqeRef {
 pub trait WrIdLookup {
     /// The `wr_id` of the work request `wqe` completes.
     fn wr_id(&mut self, wqe: WqeRef) -> Option<u64>;
+    /// The completion opcode recorded at post time for the send WQE the last
+    /// [`WrIdLookup::wr_id`] call found, for WQEs whose CQE does not say it (UMR: a
+    /// memory-window bind or a local invalidation; libmlx5's `wr_data`). `None` (the
+    /// default): nothing recorded; the CQE is then reported as an unknown WQE opcode.
+    fn wr_data(&self) -> Option<WcOpcode> {
+        None
+    }
 }
 
 impl<F: FnMut(WqeRef) -> Option<u64>> WrIdLookup for F {
@@ -598,7 +605,7 @@ pub(crate) fn parse_from<S: CqeSource, L: WrIdLookup + ?Sized>(
     if (op_own >> 4).wrapping_sub(CqeOpcode::RESP_WR_IMM.0) < 4 && op_own & 0x0c == 0 {
         let wr = lookup.wr_id(wqe_ref(cqe, WorkQueue::Recv));
         if !resp_fast(cqe, op_own, wr, out) {
-            *out = parse_general(&cqe.to_cqe64(), Looked::<dyn WrIdLookup>::Up(wr));
+            *out = parse_general(&cqe.to_cqe64(), Looked::<dyn WrIdLookup>::Up(wr, None));
         }
         return;
     }
@@ -615,7 +622,10 @@ pub(crate) fn parse_req_plain<S: CqeSource, L: WrIdLookup + ?Sized>(
 ) {
     let wr = lookup.wr_id(wqe_ref(cqe, WorkQueue::Send));
     if !req_fast(cqe, wr, out) {
-        *out = parse_general(&cqe.to_cqe64(), Looked::<dyn WrIdLookup>::Up(wr));
+        *out = parse_general(
+            &cqe.to_cqe64(),
+            Looked::<dyn WrIdLookup>::Up(wr, lookup.wr_data()),
+        );
     }
 }
 
@@ -709,8 +719,9 @@ fn resp_fast<S: CqeSource>(cqe: S, op_own: u8, wr: Option<u64>, out: &mut WorkCo
 
 /// The lookup state handed to the general path.
 enum Looked<'a, L: ?Sized> {
-    /// The fast path already asked (once): here is the answer.
-    Up(Option<u64>),
+    /// The fast path already asked (once): here is the answer (and the lookup's
+    /// [`WrIdLookup::wr_data`] after it, for send WQEs).
+    Up(Option<u64>, Option<WcOpcode>),
     /// Not asked yet: ask if the CQE names a WQE.
     NotYet(&'a mut L),
 }
@@ -742,9 +753,12 @@ fn parse_general<L: WrIdLookup + ?Sized>(cqe: &Cqe64, looked: Looked<'_, L>) -> 
             return wc;
         }
     };
-    let wr = match looked {
-        Looked::Up(wr) => wr,
-        Looked::NotYet(lookup) => lookup.wr_id(cqe.wqe_ref(queue)),
+    let (wr, wr_data) = match looked {
+        Looked::Up(wr, d) => (wr, d),
+        Looked::NotYet(lookup) => {
+            let wr = lookup.wr_id(cqe.wqe_ref(queue));
+            (wr, lookup.wr_data())
+        }
     };
     match wr {
         Some(id) => wc.wr_id = id,
@@ -757,6 +771,17 @@ fn parse_general<L: WrIdLookup + ?Sized>(cqe: &Cqe64, looked: Looked<'_, L>) -> 
     match opcode {
         CqeOpcode::REQ => {
             let wop = cqe.wqe_opcode();
+            if wop == WqeOpcode::UMR {
+                // libmlx5: the opcode recorded when the WQE was posted (BIND_MW or
+                // LOCAL_INV), no byte count.
+                if let Some(op) = wr_data {
+                    wc.opcode = op;
+                    if cqe.format() != CqeFormat::PLAIN {
+                        fault(&mut wc, ParseFault::UNSUPPORTED_FORMAT, cqe.op_own());
+                    }
+                    return wc;
+                }
+            }
             let Some(r) = req_opcode(wop) else {
                 wc.byte_len = cqe.byte_cnt();
                 fault(&mut wc, ParseFault::UNKNOWN_WQE_OPCODE, wop.0);
@@ -787,9 +812,10 @@ fn parse_general<L: WrIdLookup + ?Sized>(cqe: &Cqe64, looked: Looked<'_, L>) -> 
             wc.status = syn.status();
             wc.vendor_err = cqe.vendor_err_synd() as u32;
             wc.opcode = if opcode == CqeOpcode::REQ_ERR {
-                match req_opcode(cqe.wqe_opcode()) {
-                    Some(r) => r.opcode(),
-                    None => WcOpcode::SEND,
+                match (req_opcode(cqe.wqe_opcode()), wr_data) {
+                    (Some(r), _) => r.opcode(),
+                    (None, Some(op)) if cqe.wqe_opcode() == WqeOpcode::UMR => op,
+                    _ => WcOpcode::SEND,
                 }
             } else {
                 WcOpcode::RECV

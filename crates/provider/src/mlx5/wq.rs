@@ -12,14 +12,17 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use rverbs_uverbs::ah::AhAttr;
 use rverbs_uverbs::driver::{KernelObj, QpOps, SrqOps};
 use rverbs_uverbs::error::PostError;
+use rverbs_uverbs::mr::AccessFlags;
+use rverbs_uverbs::mw::MwType;
 use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::qp::QpType;
+use rverbs_uverbs::wc::WcOpcode;
 use rverbs_uverbs::wr::{RecvWr, SendFlags, SendOp, SendWr, Sge};
 use rverbs_uverbs::Error;
 
@@ -61,6 +64,36 @@ const OP_SEND_IMM: u8 = 0x0b;
 const OP_RDMA_READ: u8 = 0x10;
 const OP_ATOMIC_CS: u8 = 0x11;
 const OP_ATOMIC_FA: u8 = 0x12;
+/// `MLX5_OPCODE_UMR`: memory-window binds and local invalidations.
+const OP_UMR: u8 = 0x25;
+/// `MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE`: libmlx5 puts it on the work request after a UMR
+/// (bind or local invalidate) unless that request asks for the full fence itself.
+const CTRL_SMALL_FENCE: u8 = 1 << 5;
+
+/// UMR control segment (`struct mlx5_wqe_umr_ctrl_seg`, 48 bytes) `flags` bits.
+const UMR_FLAG_INLINE: u8 = 1 << 7;
+const UMR_FLAG_CHECK_FREE: u8 = 1 << 5;
+const UMR_FLAG_TRANSLATION_OFFSET: u8 = 1 << 4;
+const UMR_FLAG_CHECK_QPN: u8 = 1 << 3;
+/// UMR control segment `mkey_mask` bits: which mkey-context fields the UMR changes.
+const UMR_MASK_LEN: u64 = 1 << 0;
+const UMR_MASK_START_ADDR: u64 = 1 << 6;
+const UMR_MASK_MKEY: u64 = 1 << 13;
+const UMR_MASK_QPN: u64 = 1 << 14;
+const UMR_MASK_LOCAL_WRITE: u64 = 1 << 18;
+const UMR_MASK_REMOTE_READ: u64 = 1 << 19;
+const UMR_MASK_REMOTE_WRITE: u64 = 1 << 20;
+const UMR_MASK_ATOMIC: u64 = 1 << 21;
+const UMR_MASK_FREE: u64 = 1 << 29;
+/// Mkey context segment (`struct mlx5_wqe_mkey_context_seg`, 64 bytes): `free` and
+/// `access_flags` bits.
+const MKEY_FREE: u8 = 1 << 6;
+const MKEY_ACCESS_ATOMIC: u8 = 1 << 6;
+const MKEY_ACCESS_REMOTE_WRITE: u8 = 1 << 5;
+const MKEY_ACCESS_REMOTE_READ: u8 = 1 << 4;
+const MKEY_ACCESS_LOCAL_WRITE: u8 = 1 << 3;
+/// A bind's KLM takes at most 2 GiB (libmlx5 `set_bind_wr`: EOPNOTSUPP above).
+pub const MAX_BIND_LENGTH: u64 = 1 << 31;
 /// Doorbell record slots of a QP (`MLX5_RCV_DBR`, `MLX5_SND_DBR`).
 const RCV_DBR: usize = 0;
 const SND_DBR: usize = 1;
@@ -644,6 +677,9 @@ unsafe fn copy_block_to_wc(dst: *mut u8, src: *const u8) {
 struct SqSlot {
     wr_id: AtomicU64,
     head: AtomicU32,
+    /// For a UMR WQE: the completion opcode (`WcOpcode` BIND_MW or LOCAL_INV, libmlx5's
+    /// `wr_data`); written only for UMR WQEs and read only for CQEs naming a UMR WQE.
+    wr_data: AtomicU8,
 }
 
 /// A QP's completion-side state, shared between its post path and the CQ poller.
@@ -666,13 +702,15 @@ pub struct QpShared {
 }
 
 impl QpShared {
-    fn send_done(&self, counter: u16) -> Option<u64> {
+    fn send_done(&self, counter: u16, wr_data: &mut u8) -> Option<u64> {
         let slot = self.sq.get((u32::from(counter) & self.sq_mask) as usize)?;
         // Relaxed: the post stored it before the doorbell record's Release store; the device
         // wrote the CQE after reading the record and the poller's Acquire load of the CQE's
         // owner byte orders this read after it.
         let wr = slot.wr_id.load(Ordering::Relaxed);
         let head = slot.head.load(Ordering::Relaxed);
+        // Relaxed, as above; read before the tail store below lets a post reuse the slot.
+        *wr_data = slot.wr_data.load(Ordering::Relaxed);
         // Release: our reads of the slot tables happen before a post that sees the freed
         // space reuses them.
         self.sq_tail.store(head.wrapping_add(1), Ordering::Release);
@@ -753,6 +791,8 @@ pub struct CqLookup {
     /// CQE version 1: `srqn_uidx` is the QP's user index, not an SRQ number (the SRQ of a
     /// receive is found through its QP).
     cqe_v1: bool,
+    /// The `wr_data` of the send WQE the last lookup found (0: none).
+    wr_data: u8,
 }
 
 impl CqLookup {
@@ -762,6 +802,7 @@ impl CqLookup {
             reg,
             cache: None,
             cqe_v1: cqe_version != 0,
+            wr_data: 0,
         }
     }
 }
@@ -772,6 +813,7 @@ impl WrIdLookup for CqLookup {
         // Acquire: pairs with the AcqRel bump after a change, so a matching generation means
         // the cached QP is still the registered one.
         let g = self.reg.generation.load(Ordering::Acquire);
+        self.wr_data = 0;
         let qp = match &self.cache {
             Some((cg, qp)) if *cg == g && qp.qpn == w.qpn => qp.clone(),
             _ => {
@@ -781,13 +823,18 @@ impl WrIdLookup for CqLookup {
             }
         };
         match w.queue {
-            WorkQueue::Send => qp.send_done(w.wqe_counter),
+            WorkQueue::Send => qp.send_done(w.wqe_counter, &mut self.wr_data),
             _ => qp.recv_done(
                 w.wqe_counter,
                 &self.reg,
                 if self.cqe_v1 { 0 } else { w.srqn_uidx },
             ),
         }
+    }
+
+    #[inline]
+    fn wr_data(&self) -> Option<WcOpcode> {
+        (self.wr_data != 0).then_some(WcOpcode(u32::from(self.wr_data)))
     }
 }
 
@@ -827,6 +874,9 @@ pub struct Mlx5Qp {
     max_inline: u32,
     /// `fm_ce_se` by `SendFlags` bits 0–2 (FENCE, SIGNALED, SOLICITED), sq_sig_all included.
     fm_ce_se: [u8; 8],
+    /// The fence the next work request gets unless it asks for the full one: the small
+    /// initiator fence after a UMR, across posts (libmlx5 `fm_cache`), else 0.
+    fm_cache: u8,
     /// Which operation classes the QP type carries (`OPS_*`).
     ops_ok: u8,
     ud: bool,
@@ -852,6 +902,9 @@ pub struct Mlx5Qp {
 const OPS_WRITE: u8 = 1;
 const OPS_READ_ATOMIC: u8 = 2;
 const OPS_SEND_INV: u8 = 4;
+/// UMR work requests: memory-window bind and local invalidate (RC, UC: libmlx5 builds them
+/// for both; on UD it would build a UMR opcode over a datagram segment, which rverbs refuses).
+const OPS_UMR: u8 = 8;
 
 /// Why a send work request was refused (the message is built out of line, from the WR).
 #[derive(Clone, Copy, Debug)]
@@ -861,6 +914,10 @@ enum SendFault {
     NoAh,
     UnknownAh,
     OpForType,
+    /// A bind longer than [`MAX_BIND_LENGTH`].
+    BindLength,
+    /// A zero-based bind of a type 1 window (libmlx5 `mlx5_bind_mw`: EINVAL).
+    BindZeroBased,
     Unsupported,
 }
 
@@ -1043,8 +1100,8 @@ impl Mlx5Qp {
             }
         });
         let ops_ok = match p.qp_type {
-            QpType::RC => OPS_WRITE | OPS_READ_ATOMIC | OPS_SEND_INV,
-            QpType::UC => OPS_WRITE | OPS_SEND_INV,
+            QpType::RC => OPS_WRITE | OPS_READ_ATOMIC | OPS_SEND_INV | OPS_UMR,
+            QpType::UC => OPS_WRITE | OPS_SEND_INV | OPS_UMR,
             _ => 0,
         };
         // BlueFlame (libmlx5 `post_send_db`): a WQE of more than one unit that fits the
@@ -1078,6 +1135,7 @@ impl Mlx5Qp {
             max_gs: sz.sq_max_gs,
             max_inline: sz.max_inline,
             fm_ce_se,
+            fm_cache: 0,
             ops_ok,
             ud: p.qp_type == QpType::UD,
             bf_max_inl: bf_units,
@@ -1116,10 +1174,18 @@ impl Mlx5Qp {
     /// inline length and the UD destination before writing anything it cannot take back (a
     /// refused WQE leaves only bytes the next WQE overwrites: nothing rings for it).
     ///
+    /// `fence` is the pending fence (`fm_cache`): the request takes it unless it asks for the
+    /// full fence, and leaves the small fence after a UMR, as libmlx5 does.
+    ///
     /// # Safety
     /// Inline SGEs must be readable.
     #[inline(always)]
-    unsafe fn build_send(&self, wr: &SendWr<'_>, cur: u32) -> Result<usize, SendFault> {
+    unsafe fn build_send(
+        &self,
+        wr: &SendWr<'_>,
+        cur: u32,
+        fence: &mut u8,
+    ) -> Result<usize, SendFault> {
         if wr.sge.len() > self.max_gs as usize {
             return Err(SendFault::Sges);
         }
@@ -1204,21 +1270,28 @@ impl Mlx5Qp {
                 unsafe { ctrl.add(32).cast::<u64>().write(add.to_be()) };
                 (OP_ATOMIC_FA, 0, 3)
             }
-            // LOCAL_INV (it needs a UMR WQE) and operations added later (SendOp is
-            // non_exhaustive) are refused until built here.
+            SendOp::LocalInv { .. } | SendOp::BindMw(_) => {
+                // Out of line, the pending fence by value (the common requests' path keeps
+                // it in a register).
+                // SAFETY: the caller's contract.
+                let r = unsafe { self.build_umr(wr, cur, ctrl, *fence) };
+                // libmlx5 arms the small fence for the next request once a UMR is being
+                // built, also when it is refused after that (a bind too long, inline data
+                // over the limit); the refusals before it leave the fence as it was.
+                if !matches!(r, Err(SendFault::OpForType | SendFault::BindZeroBased)) {
+                    *fence = CTRL_SMALL_FENCE;
+                }
+                return r;
+            }
+            // Operations added later (SendOp is non_exhaustive) are refused until built here.
             _ => return Err(SendFault::Unsupported),
         };
         // The control segment's second half now (bytes 8–10 zero, fm_ce_se, imm): libmlx5
         // writes it before the segments that may still refuse the request (inline length, UD
         // destination), and the oracle compares what such a refusal leaves in the SQ.
-        let fm = self.fm_ce_se[(flags & 7) as usize];
-        // SAFETY: bytes 8..16 of the WQE (64-byte aligned).
-        unsafe {
-            ctrl.add(8)
-                .cast::<u64>()
-                .write((u64::from(fm) << 24) | (u64::from(imm.to_be()) << 32));
-        }
-        // SAFETY: inside the WQE (at most 48 bytes in).
+        // SAFETY: the WQE's first block.
+        unsafe { self.write_ctrl_half(ctrl, flags, imm, fence) };
+        // SAFETY: inside the WQE's first block (at most 48 bytes in).
         let mut seg = unsafe { ctrl.add(size * 16) };
         if self.ud {
             // SAFETY: the datagram segment fills the rest of the first block.
@@ -1230,7 +1303,30 @@ impl Mlx5Qp {
                 seg = self.sq_start;
             }
         }
-        let atomic = opcode >= OP_ATOMIC_CS;
+        // SAFETY: the caller's contract; `seg` is where the WQE's data goes.
+        unsafe { self.finish_wqe(wr, cur, ctrl, seg, size, opcode) }
+    }
+
+    /// The data (or inline) segments of `wr` at `seg`, then the control segment's first half
+    /// (`opmod_idx_opcode`, `qpn_ds`); returns the WQE's size in 16-byte units (`size` so
+    /// far plus the data's).
+    ///
+    /// # Safety
+    /// `ctrl` is block `cur` of the SQ, `seg` inside the WQE (wrapped), with room reserved for
+    /// the data by the sizing; inline SGEs readable.
+    #[inline(always)]
+    unsafe fn finish_wqe(
+        &self,
+        wr: &SendWr<'_>,
+        cur: u32,
+        ctrl: *mut u8,
+        seg: *mut u8,
+        mut size: usize,
+        opcode: u8,
+    ) -> Result<usize, SendFault> {
+        let flags = wr.flags.bits();
+        // CS and FA (0x11, 0x12): one compare.
+        let atomic = opcode.wrapping_sub(OP_ATOMIC_CS) < 2;
         if flags & SendFlags::INLINE.bits() != 0 && !wr.sge.is_empty() {
             // SAFETY: the inline segment stays within max_inline (checked inside), which the
             // sizing reserved; inline sources are readable (caller's contract).
@@ -1264,6 +1360,192 @@ impl Mlx5Qp {
                 .write(u64::from(w0) | self.qpn_ds | ((size as u64) << 56));
         }
         Ok(size)
+    }
+
+    /// A LOCAL_INV or memory-window bind: one UMR WQE at block `cur` (`ctrl`), libmlx5's
+    /// `IBV_WR_LOCAL_INV` / `IBV_WR_BIND_MW` cases of `_mlx5_post_send`: the checks, the
+    /// control segment's second half (the invalidated key, or the window's current key),
+    /// the UMR segments ([`Mlx5Qp::write_umr`]), any SGEs as for other requests, the
+    /// completion opcode recorded in the slot. `fence` is the pending fence this request
+    /// takes (the caller arms the next one).
+    ///
+    /// # Safety
+    /// As for [`Mlx5Qp::build_send`]; `ctrl` is block `cur` of the SQ.
+    #[inline(never)]
+    unsafe fn build_umr(
+        &self,
+        wr: &SendWr<'_>,
+        cur: u32,
+        ctrl: *mut u8,
+        fence: u8,
+    ) -> Result<usize, SendFault> {
+        if self.ops_ok & OPS_UMR == 0 {
+            return Err(SendFault::OpForType);
+        }
+        let mut fence = fence;
+        let flags = wr.flags.bits();
+        let (size, wc) = match wr.op {
+            SendOp::LocalInv { invalidate_rkey } => {
+                // libmlx5: a type 2 unbind (length 0) of key 0 (`set_bind_wr` with an empty
+                // bind), the invalidated key in the control segment's immediate.
+                // SAFETY: as below.
+                unsafe { self.write_ctrl_half(ctrl, flags, invalidate_rkey, &mut fence) };
+                // SAFETY: block `cur` and the next one lie in the SQ (masked).
+                unsafe { self.write_umr(ctrl, cur, true, 0, None) };
+                (8, WcOpcode::LOCAL_INV)
+            }
+            SendOp::BindMw(b) => {
+                let type2 = b.mw_type() == MwType::TYPE_2;
+                if !type2 && b.access().contains(AccessFlags::ZERO_BASED) {
+                    return Err(SendFault::BindZeroBased);
+                }
+                // SAFETY: bytes 8..16 of the WQE's first block.
+                unsafe { self.write_ctrl_half(ctrl, flags, b.mw_rkey(), &mut fence) };
+                if b.length() > MAX_BIND_LENGTH {
+                    return Err(SendFault::BindLength);
+                }
+                let bind = (b.length() != 0).then_some(&b);
+                // SAFETY: blocks `cur` to `cur + 2` lie in the SQ (masked).
+                unsafe { self.write_umr(ctrl, cur, type2, b.rkey(), bind) };
+                (if bind.is_some() { 12 } else { 8 }, WcOpcode::BIND_MW)
+            }
+            _ => return Err(SendFault::Unsupported),
+        };
+        // SAFETY: the slot index is masked to the SQ's blocks, the table's length.
+        let slot = unsafe { &*self.sq_slots.add((cur & self.sq_mask) as usize) };
+        // Relaxed: published by the doorbell record's Release store, as the wr_id.
+        slot.wr_data.store(wc.0 as u8, Ordering::Relaxed);
+        // A UMR's segments fill whole blocks: what follows starts a block (wrapped).
+        let seg = self.block(cur.wrapping_add(size as u32 / 4));
+        // SAFETY: the caller's contract; the sizing reserves the UMR and max_gs SGEs.
+        unsafe { self.finish_wqe(wr, cur, ctrl, seg, size, OP_UMR) }
+    }
+
+    /// Block `i` of the SQ (masked).
+    #[inline(always)]
+    fn block(&self, i: u32) -> *mut u8 {
+        // SAFETY: the index is masked to the SQ, which lies in the region.
+        unsafe { self.sq_start.add(((i & self.sq_mask) as usize) << 6) }
+    }
+
+    /// The control segment's bytes 8–15: three zero bytes, `fm_ce_se` (the flags, the
+    /// pending fence unless the request asks for the full one; the pending fence is used
+    /// up), the immediate (big-endian).
+    ///
+    /// # Safety
+    /// `ctrl` is a WQE's first block in the SQ.
+    #[inline(always)]
+    unsafe fn write_ctrl_half(&self, ctrl: *mut u8, flags: u32, imm: u32, fence: &mut u8) {
+        // The pending fence unless FENCE is asked (bit 0 of the flags): a mask, no branch.
+        let pending = *fence & ((flags & SendFlags::FENCE.bits()) as u8).wrapping_sub(1);
+        *fence = 0;
+        let fm = self.fm_ce_se[(flags & 7) as usize] | pending;
+        // SAFETY: bytes 8..16 of the WQE (64-byte aligned).
+        unsafe {
+            ctrl.add(8)
+                .cast::<u64>()
+                .write((u64::from(fm) << 24) | (u64::from(imm.to_be()) << 32));
+        }
+    }
+
+    /// A UMR's segments after the control segment at `ctrl` (block `cur`), libmlx5's
+    /// `set_bind_wr` field by field: the UMR control segment (bytes 16–63 of the first block),
+    /// the mkey context segment (the next block) and, for a bind (`bind` with a non-zero
+    /// length), the KLM data segment (the block after). `rkey` is the window's new key
+    /// (its low byte goes into the mkey context). An unbind or invalidation (`bind` None)
+    /// writes only the mkey context's key and `free` byte, leaving the rest as it was, as
+    /// libmlx5 does (the UMR's mask tells the device to take only those).
+    ///
+    /// # Safety
+    /// `ctrl` is block `cur` of the SQ; `cur..cur + 3` (masked) are this WQE's blocks.
+    #[inline(never)]
+    unsafe fn write_umr(
+        &self,
+        ctrl: *mut u8,
+        cur: u32,
+        type2: bool,
+        rkey: u32,
+        bind: Option<&rverbs_uverbs::mw::MwBind>,
+    ) {
+        let mut uflags = UMR_FLAG_TRANSLATION_OFFSET | UMR_FLAG_INLINE;
+        let mut mask = UMR_MASK_FREE | UMR_MASK_MKEY;
+        if type2 {
+            mask |= UMR_MASK_QPN;
+        }
+        let klm_octowords: u16 = if bind.is_some() {
+            if type2 {
+                uflags |= UMR_FLAG_CHECK_FREE;
+            }
+            mask |= UMR_MASK_LEN
+                | UMR_MASK_START_ADDR
+                | UMR_MASK_LOCAL_WRITE
+                | UMR_MASK_REMOTE_READ
+                | UMR_MASK_REMOTE_WRITE
+                | UMR_MASK_ATOMIC;
+            // One KLM entry, in octowords of a list aligned to 8 entries (libmlx5
+            // `get_klm_octo(1)`: 8 / 2).
+            4
+        } else {
+            if type2 {
+                uflags |= UMR_FLAG_CHECK_QPN;
+            }
+            0
+        };
+        let mut u = [0u8; 48];
+        u[0] = uflags;
+        u[4..6].copy_from_slice(&klm_octowords.to_be_bytes());
+        // bytes 6–7: translation_offset 0.
+        u[8..16].copy_from_slice(&mask.to_be_bytes());
+        // SAFETY: bytes 16..64 of the WQE's first block (the caller's contract).
+        unsafe { ptr::copy_nonoverlapping(u.as_ptr(), ctrl.add(CTRL_SEG), u.len()) };
+        let mk = self.block(cur.wrapping_add(1));
+        // The window's key and the QP it is bound to: a type 2 bind names this QP; type 1
+        // windows, unbinds and invalidations name none (0xffffff).
+        let qpn = if type2 && bind.is_some() {
+            self.qpn << 8
+        } else {
+            0xffff_ff00
+        };
+        // SAFETY: bytes 4..8 of the mkey context block (the caller's contract).
+        unsafe { w32(mk, 4, (rkey & 0xff) | qpn) };
+        let Some(b) = bind else {
+            // SAFETY: byte 0 of the mkey context block.
+            unsafe { mk.write(MKEY_FREE) };
+            return;
+        };
+        let a = b.access();
+        let mut access = 0;
+        for (f, bit) in [
+            (AccessFlags::LOCAL_WRITE, MKEY_ACCESS_LOCAL_WRITE),
+            (AccessFlags::REMOTE_WRITE, MKEY_ACCESS_REMOTE_WRITE),
+            (AccessFlags::REMOTE_READ, MKEY_ACCESS_REMOTE_READ),
+            (AccessFlags::REMOTE_ATOMIC, MKEY_ACCESS_ATOMIC),
+        ] {
+            if a.contains(f) {
+                access |= bit;
+            }
+        }
+        let start = if a.contains(AccessFlags::ZERO_BASED) {
+            0
+        } else {
+            b.addr()
+        };
+        // SAFETY: bytes 0, 2 and 16..32 of the mkey context block (local read is always on:
+        // the kernel sets it when it creates the window's mkey).
+        unsafe {
+            mk.write(0);
+            mk.add(2).write(access);
+            w64(mk, 16, start);
+            w64(mk, 24, b.length());
+        }
+        // The KLM: the window's bytes in the region (its address even when zero-based), then
+        // zeros to the end of the block.
+        let mut d = [0u8; 64];
+        d[0..4].copy_from_slice(&(b.length() as u32).to_be_bytes());
+        d[4..8].copy_from_slice(&b.mr_lkey().to_be_bytes());
+        d[8..16].copy_from_slice(&b.addr().to_be_bytes());
+        // SAFETY: the third block of the WQE (the caller's contract).
+        unsafe { ptr::copy_nonoverlapping(d.as_ptr(), self.block(cur.wrapping_add(2)), 64) };
     }
 
     /// The UD datagram segment at `seg`: the AH's address vector, the remote QPN and Q_Key.
@@ -1388,16 +1670,27 @@ impl Mlx5Qp {
                 nreq,
                 format!("a {} QP cannot post {:?}", self.qp_type, wr.op),
             ),
-            SendFault::Unsupported => match wr.op {
-                SendOp::LocalInv { .. } => PostError::unsupported(
-                    nreq,
-                    "LOCAL_INV is not implemented on mlx5 by rverbs (it needs a UMR WQE)",
+            SendFault::BindLength => PostError::unsupported(
+                nreq,
+                format!(
+                    "a memory-window bind of {} bytes exceeds mlx5's {} (one KLM entry; \
+                     libmlx5: EOPNOTSUPP)",
+                    match wr.op {
+                        SendOp::BindMw(b) => b.length(),
+                        _ => 0,
+                    },
+                    MAX_BIND_LENGTH
                 ),
-                _ => PostError::unsupported(
-                    nreq,
-                    format!("{:?} is not implemented on mlx5 by rverbs", wr.op),
-                ),
-            },
+            ),
+            SendFault::BindZeroBased => PostError::invalid(
+                nreq,
+                "a type 1 memory window cannot be bound zero-based on mlx5 (libmlx5 \
+                 ibv_bind_mw: EINVAL)",
+            ),
+            SendFault::Unsupported => PostError::unsupported(
+                nreq,
+                format!("{:?} is not implemented on mlx5 by rverbs", wr.op),
+            ),
         }
     }
 }
@@ -1467,6 +1760,7 @@ impl QpOps for Mlx5Qp {
         let room = self.max_post.saturating_sub(outstanding) as usize;
         let take = wrs.len().min(room);
         let mut cur = self.cur_post;
+        let mut fence = self.fm_cache;
         let mut last = (cur, 0);
         let mut fault = None;
         let mut nreq = 0;
@@ -1474,7 +1768,7 @@ impl QpOps for Mlx5Qp {
             // SAFETY: nreq < take ≤ wrs.len().
             let wr = unsafe { wrs.get_unchecked(nreq) };
             // SAFETY: room checked above; the SGE contract is the caller's.
-            match unsafe { self.build_send(wr, cur) } {
+            match unsafe { self.build_send(wr, cur, &mut fence) } {
                 Ok(size) => {
                     // SAFETY: the slot index is masked to the SQ's blocks, the table's length.
                     let slot = unsafe { &*self.sq_slots.add((cur & self.sq_mask) as usize) };
@@ -1492,6 +1786,7 @@ impl QpOps for Mlx5Qp {
                 }
             }
         }
+        self.fm_cache = fence;
         if nreq > 0 {
             self.cur_post = cur;
             self.sq_head = self.sq_head.wrapping_add(nreq as u32);

@@ -640,6 +640,11 @@ static int step_send(char **tok, int n)
 {
 	static struct ibv_send_wr wrs[32];
 	static struct ibv_sge sg[32][32];
+	/* BIND_MW: libmlx5's post path reads only the window's rkey and type and the region's
+	 * lkey (its MW_DEBUG checks are compiled out), so plain structs stand for the window and
+	 * the region: no ALLOC_MW or REG_MR in the fake kernel. */
+	static struct ibv_mw mws[32];
+	static struct ibv_mr mrs[32];
 	int qp = num(tok, n, "qp", 0), nw = 0, start = 1;
 	for (int i = 1; i <= n; i++) {
 		if (i < n && strcmp(tok[i], "|") != 0)
@@ -660,11 +665,40 @@ static int step_send(char **tok, int n)
 		else if (!strcmp(op, "read")) w->opcode = IBV_WR_RDMA_READ;
 		else if (!strcmp(op, "cas")) w->opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
 		else if (!strcmp(op, "faa")) w->opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-		if (w->opcode == IBV_WR_SEND_WITH_INV)
+		else if (!strcmp(op, "local_inv")) w->opcode = IBV_WR_LOCAL_INV;
+		else if (!strcmp(op, "bind_mw")) w->opcode = IBV_WR_BIND_MW;
+		else {
+			fprintf(stderr, "harness: unknown op %s\n", op);
+			exit(1);
+		}
+		if (w->opcode == IBV_WR_SEND_WITH_INV || w->opcode == IBV_WR_LOCAL_INV)
 			w->invalidate_rkey = num(t, m, "inv", 0);
 		else
 			w->imm_data = htobe32(num(t, m, "imm", 0));
-		if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+		if (w->opcode == IBV_WR_BIND_MW) {
+			struct ibv_mw *mw = &mws[nw];
+			struct ibv_mr *mr = &mrs[nw];
+			memset(mw, 0, sizeof(*mw));
+			memset(mr, 0, sizeof(*mr));
+			mw->type = num(t, m, "mw_type", 2) == 1 ? IBV_MW_TYPE_1 : IBV_MW_TYPE_2;
+			mw->rkey = num(t, m, "mw_rkey", 0);
+			mr->lkey = num(t, m, "lkey", 0);
+			w->bind_mw.mw = mw;
+			w->bind_mw.rkey = num(t, m, "rkey", 0);
+			w->bind_mw.bind_info.mr = mr;
+			w->bind_mw.bind_info.addr = num(t, m, "addr", 0);
+			w->bind_mw.bind_info.length = num(t, m, "len", 0);
+			const char *a = arg(t, m, "access");
+			unsigned acc = 0;
+			if (a) {
+				if (strstr(a, "local_write")) acc |= IBV_ACCESS_LOCAL_WRITE;
+				if (strstr(a, "remote_write")) acc |= IBV_ACCESS_REMOTE_WRITE;
+				if (strstr(a, "remote_read")) acc |= IBV_ACCESS_REMOTE_READ;
+				if (strstr(a, "atomic")) acc |= IBV_ACCESS_REMOTE_ATOMIC;
+				if (strstr(a, "zero_based")) acc |= IBV_ACCESS_ZERO_BASED;
+			}
+			w->bind_mw.bind_info.mw_access_flags = acc;
+		} else if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
 			w->wr.atomic.remote_addr = num(t, m, "raddr", 0);
 			w->wr.atomic.rkey = num(t, m, "rkey", 0);
 			w->wr.atomic.compare_add = w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP
