@@ -160,14 +160,19 @@ pub const C_PROGRAMS: &[&str] = &["static_pingpong", "qp_ex", "ah_from_wc"];
 /// they print (the reference behaviour).
 pub const RDMA_CORE_PROGRAMS: &[&str] = &["ah_from_wc"];
 
-/// Debian's `ibv_rc_pingpong` (ibverbs-utils), which the minimal guest runs on our
-/// `libibverbs.so.1`.
+/// Debian's `ibv_rc_pingpong` (ibverbs-utils), copied unmodified to
+/// `<target>/capi/bin/ibv_rc_pingpong.debian`: the guests run that copy on our
+/// `libibverbs.so.1` (crates/capi/tests/vm_static.rs). A copy, not `/usr/bin`'s path, so the
+/// minimal guest does not seem to have rdma-core's tools (tests that need them look there).
 pub const DEBIAN_RC_PINGPONG: &str = "/usr/bin/ibv_rc_pingpong";
 
-/// Files the guests need besides the test binaries (the static C programs, once built).
+/// Files the guests need besides the test binaries (the static C programs and the copy of
+/// Debian's ibv_rc_pingpong, once built).
 pub fn guest_files() -> Vec<PathBuf> {
     C_PROGRAMS
         .iter()
+        .map(|n| n.to_string())
+        .chain(["ibv_rc_pingpong.debian".to_string()])
         .map(|n| util::target_dir().join("capi/bin").join(n))
         .filter(|p| p.is_file())
         .collect()
@@ -321,6 +326,13 @@ pub fn build_and_check(release: bool) -> Result<Outcome> {
     for name in RDMA_CORE_PROGRAMS {
         link_rdma_core_program(name)?;
     }
+    let debian = util::target_dir().join("capi/bin/ibv_rc_pingpong.debian");
+    std::fs::copy(DEBIAN_RC_PINGPONG, &debian).map_err(|e| {
+        util::Error(format!(
+            "copy {DEBIAN_RC_PINGPONG} to {} (install ibverbs-utils): {e}",
+            debian.display()
+        ))
+    })?;
     let cm = build_rdmacm(&dir, release)?;
     let cm_dst = dir.join("librdmacm.so.1");
     let tmp = cm_dst.with_extension("tmp");

@@ -490,13 +490,10 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
         .chain(&tests.bins)
         .map(|a| a.executable.clone())
         .collect();
+    // With the copy of Debian's ibv_rc_pingpong, whose libraries are looked up in our C
+    // drop-in's directory first (`lib_path`): it arrives in the minimal guest with our
+    // libibverbs.so.1 and no library of rdma-core's (crates/capi/tests/vm_static.rs).
     files.extend(crate::capi::guest_files());
-    // Debian's ibv_rc_pingpong, brought into the minimal guest with our libibverbs.so.1 as
-    // its libibverbs (`lib_path`) and no library of rdma-core's (crates/capi/tests/vm_static.rs).
-    let rc_pingpong = PathBuf::from(crate::capi::DEBIAN_RC_PINGPONG);
-    if rc_pingpong.is_file() && crate::capi::lib_dir().join("libibverbs.so.1").is_file() {
-        files.push(rc_pingpong);
-    }
     let payload = Payload {
         rverbs: Some(rverbs),
         files,

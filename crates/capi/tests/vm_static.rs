@@ -39,6 +39,12 @@ fn peer(kind: &str, dev: &str, port: u16) -> Command {
             c.arg("rc-pingpong");
             c
         }
+        "ibv_rc_pingpong on ours" => {
+            // `cargo xtask capi`'s unmodified copy of Debian's binary.
+            let mut c = Command::new(our_lib_dir().join("../bin/ibv_rc_pingpong.debian"));
+            c.env("LD_LIBRARY_PATH", our_lib_dir());
+            c
+        }
         _ => {
             let p = PathBuf::from("/usr/bin/ibv_rc_pingpong");
             assert!(
@@ -46,11 +52,7 @@ fn peer(kind: &str, dev: &str, port: u16) -> Command {
                 "{} missing: install ibverbs-utils",
                 p.display()
             );
-            let mut c = Command::new(p);
-            if kind == "ibv_rc_pingpong on ours" {
-                c.env("LD_LIBRARY_PATH", our_lib_dir());
-            }
-            c
+            Command::new(p)
         }
     };
     c.args(["-d", dev, "-g", "1", "-n", "50", "-p", &port.to_string()]);

@@ -286,7 +286,7 @@ fn rust_to_rust_events() {
     not(rverbs_vm),
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
-fn rust_server_c_client_polling() {
+fn interop_rust_server_c_client_polling() {
     matrix(Tool::Rust, Tool::C, false, 18604);
 }
 
@@ -295,7 +295,7 @@ fn rust_server_c_client_polling() {
     not(rverbs_vm),
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
-fn rust_server_c_client_events() {
+fn interop_rust_server_c_client_events() {
     matrix(Tool::Rust, Tool::C, true, 18606);
 }
 
@@ -304,7 +304,7 @@ fn rust_server_c_client_events() {
     not(rverbs_vm),
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
-fn c_server_rust_client_polling() {
+fn interop_c_server_rust_client_polling() {
     matrix(Tool::C, Tool::Rust, false, 18608);
 }
 
@@ -313,7 +313,7 @@ fn c_server_rust_client_polling() {
     not(rverbs_vm),
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
-fn c_server_rust_client_events() {
+fn interop_c_server_rust_client_events() {
     matrix(Tool::C, Tool::Rust, true, 18610);
 }
 

@@ -403,10 +403,15 @@ fn a_completion_waiter_does_not_steal_accepts_event() {
 fn dropping_a_connected_endpoint_disconnects_the_peer() {
     let port = 7717;
     let lis = listener(port);
+    // The client drops its endpoint only once the server's accept has returned: dropping it
+    // earlier is a different case (the server's accept then sees DISCONNECTED instead of
+    // ESTABLISHED, and fails as librdmacm's does; seen once under load on 6.1).
+    let (accepted, wait_accepted) = std::sync::mpsc::channel::<()>();
     let client = thread::spawn(move || {
         let c = connect(port, |_| {});
         c.post_send_inline(1, b"bye", SendFlags::empty()).unwrap();
         assert!(c.get_send_comp().unwrap().status.is_success());
+        wait_accepted.recv().unwrap();
         drop(c); // no disconnect
     });
     let ep = Endpoint::create(lis.get_request().unwrap(), &attr()).unwrap();
@@ -419,6 +424,7 @@ fn dropping_a_connected_endpoint_disconnects_the_peer() {
     ep.accept(&ConnParam::default()).unwrap();
     let wc = ep.get_recv_comp().unwrap();
     assert_eq!((wc.wr_id, wc.status), (1, WcStatus::SUCCESS));
+    accepted.send(()).unwrap();
     client.join().unwrap();
     let t = Instant::now();
     let e = ep
