@@ -811,18 +811,21 @@ fn collect(out: &vm::Outcome, entries: &[Entry]) -> (Vec<Counts>, Counts, Vec<St
         }
         per_binary.push(c);
     }
-    let share_errors: Vec<&String> = out
-        .errors
-        .iter()
-        .filter(|e| e.contains("run share"))
-        .collect();
-    for e in &share_errors {
-        notes.push(format!("guest error: {e}"));
-    }
-    if matches!(out.status, GuestStatus::Exited(0)) && (unfinished || !share_errors.is_empty()) {
-        // The guest ended normally, yet a binary has no result: the console says why.
-        notes.push(out.where_to_look().replace('\n', "; "));
-        vm::print_tail(&out.console_log, 80);
+    if matches!(out.status, GuestStatus::Exited(0)) {
+        // A guest that did not end cleanly lists all its errors below; one that did names
+        // only those about the run share, and shows its console when a binary has no result.
+        let share_errors: Vec<&String> = out
+            .errors
+            .iter()
+            .filter(|e| e.contains("run share"))
+            .collect();
+        for e in &share_errors {
+            notes.push(format!("guest error: {e}"));
+        }
+        if unfinished || !share_errors.is_empty() {
+            notes.push(out.where_to_look().replace('\n', "; "));
+            vm::print_tail(&out.console_log, 80);
+        }
     }
     match &out.status {
         GuestStatus::Exited(0) => {}
