@@ -7,6 +7,7 @@ mod json;
 mod miri;
 mod mlx5_oracle;
 mod package;
+mod publicapi;
 mod stageplan;
 mod testcmd;
 mod usercrate;
@@ -82,6 +83,10 @@ USAGE:
         (--check: proves the committed ones are what libmlx5 gives; --script: runs FILE
         through libmlx5 and rverbs and prints `identical` or the first difference; --bench:
         the posting benchmark of docs/mlx5.md, libmlx5 and rverbs side by side).
+    cargo xtask public-api [--bless]
+        Compares the public surface of the library crates (rustdoc JSON, nightly) with the
+        committed inventory api/<crate>.txt; --bless rewrites it. `cargo xtask test` runs it
+        as its `public api` stage: every new public item is a reviewed change.
     cargo xtask setup [--kernel 6.1|6.12|all]
         Prepares everything (packages, kernels, modules, KVM verdict, static build), says where.
     cargo xtask help
@@ -112,6 +117,7 @@ fn main() -> ExitCode {
         Some("test") => testcmd::run(&args[1..]),
         Some("capi") => capi::cmd(&args[1..]),
         Some("mlx5-oracle") => mlx5_oracle::run(&args[1..]),
+        Some("public-api") => publicapi::cmd(&args[1..]),
         Some("setup") => cmd_setup(&args[1..]),
         Some(other) => Err(util::Error(format!(
             "unknown command `{other}` (see `cargo xtask help`)"
