@@ -15,7 +15,7 @@
 
 #[path = "common/mlx5.rs"]
 mod mlx5_common;
-use mlx5_common::{fd, kobj, FakeUars, PAGE};
+use mlx5_common::{fd, kobj, FakeCreate, FakeUars, PAGE};
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -186,7 +186,7 @@ impl Run {
                 let mut udata = Vec::new();
                 let k = drv.adjust_cqe(cqe).unwrap();
                 let ops = drv
-                    .create_cq(fd(), cqe, &mut |uin, uout| {
+                    .sim_create_cq(fd(), cqe, &mut |uin, uout| {
                         udata = uin.to_vec();
                         uout[..4].copy_from_slice(&cqn.to_ne_bytes());
                         Ok(CqCreated { handle: 1, cqe: k })
@@ -226,19 +226,19 @@ impl Run {
                 let qpn = num(t, "qpn", 0x100 + id as u64) as u32;
                 let bfreg = num(t, "bfreg", 1) as u32;
                 let mut udata = Vec::new();
-                let r = self
-                    .driver
-                    .as_ref()
-                    .unwrap()
-                    .create_qp(fd(), &req, &mut |uin, uout| {
-                        udata = uin.to_vec();
-                        uout[..4].copy_from_slice(&bfreg.to_ne_bytes());
-                        Ok(QpCreated {
-                            handle: 1,
-                            qp_num: qpn,
-                            caps,
-                        })
-                    });
+                let r =
+                    self.driver
+                        .as_ref()
+                        .unwrap()
+                        .sim_create_qp(fd(), &req, &mut |uin, uout| {
+                            udata = uin.to_vec();
+                            uout[..4].copy_from_slice(&bfreg.to_ne_bytes());
+                            Ok(QpCreated {
+                                handle: 1,
+                                qp_num: qpn,
+                                caps,
+                            })
+                        });
                 self.take_uars();
                 let ops = match r {
                     Ok(o) => o,
@@ -269,7 +269,7 @@ impl Run {
                 let max_sge = num(t, "max_sge", 1) as u32;
                 let srqn = num(t, "srqn", 0x40 + id as u64) as u32;
                 let mut udata = Vec::new();
-                let r = self.driver.as_ref().unwrap().create_srq(
+                let r = self.driver.as_ref().unwrap().sim_create_srq(
                     fd(),
                     max_wr,
                     max_sge,
@@ -336,7 +336,7 @@ impl Run {
                     .driver
                     .as_ref()
                     .unwrap()
-                    .create_ah_for(&a, &mut |_, uout| {
+                    .sim_create_ah_for(&a, &mut |_, uout| {
                         uout[..4].copy_from_slice(&16u32.to_ne_bytes());
                         if dmac.len() == 6 {
                             uout[4..10].copy_from_slice(&dmac);

@@ -81,32 +81,37 @@ impl Srq {
         let driver = ctx.driver()?;
         let user_handle = crate::util::next_user_handle();
         let mut created: Option<SrqCreated> = None;
-        let res = driver.create_srq(ctx.cmd_fd(), attr.max_wr, attr.max_sge, &mut |uin, uout| {
-            let req = ib_uverbs_create_srq {
-                response: 0,
-                user_handle,
-                pd_handle: pd.handle(),
-                max_wr: attr.max_wr,
-                max_sge: attr.max_sge,
-                srq_limit: attr.srq_limit,
-            };
-            let core_len = size_of::<ib_uverbs_create_srq_resp>();
-            let mut resp = vec![0u8; core_len + uout.len()];
-            write::cmd_legacy(ctx.cmd_fd(), nr::CREATE_SRQ, req.as_bytes(), uin, &mut resp)
-                .map_err(|e| Error::os(op(), e))?;
-            let r = ib_uverbs_create_srq_resp::read_from_prefix(&resp)
-                .map(|(r, _)| r)
-                .map_err(|_| Error::protocol(op(), "short response"))?;
-            uout.copy_from_slice(&resp[core_len..]);
-            let c = SrqCreated {
-                handle: r.srq_handle,
-                max_wr: r.max_wr,
-                max_sge: r.max_sge,
-                srq_num: r.srqn,
-            };
-            created = Some(c);
-            Ok(c)
-        });
+        // SAFETY: the fd is this context's command fd, the driver is the one
+        // attached to it, and the callback issues CREATE_SRQ on that fd with the driver's data
+        // and returns the kernel's answer unaltered (the create contract).
+        let res = unsafe {
+            driver.create_srq(ctx.cmd_fd(), attr.max_wr, attr.max_sge, &mut |uin, uout| {
+                let req = ib_uverbs_create_srq {
+                    response: 0,
+                    user_handle,
+                    pd_handle: pd.handle(),
+                    max_wr: attr.max_wr,
+                    max_sge: attr.max_sge,
+                    srq_limit: attr.srq_limit,
+                };
+                let core_len = size_of::<ib_uverbs_create_srq_resp>();
+                let mut resp = vec![0u8; core_len + uout.len()];
+                write::cmd_legacy(ctx.cmd_fd(), nr::CREATE_SRQ, req.as_bytes(), uin, &mut resp)
+                    .map_err(|e| Error::os(op(), e))?;
+                let r = ib_uverbs_create_srq_resp::read_from_prefix(&resp)
+                    .map(|(r, _)| r)
+                    .map_err(|_| Error::protocol(op(), "short response"))?;
+                uout.copy_from_slice(&resp[core_len..]);
+                let c = SrqCreated {
+                    handle: r.srq_handle,
+                    max_wr: r.max_wr,
+                    max_sge: r.max_sge,
+                    srq_num: r.srqn,
+                };
+                created = Some(c);
+                Ok(c)
+            })
+        };
         match res {
             Ok(ops) => {
                 let c = created.expect("provider built an SRQ without creating it");
