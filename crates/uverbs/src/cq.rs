@@ -28,6 +28,10 @@ use zerocopy::{FromBytes, IntoBytes};
 /// Polling locks a small lock around the provider's ring (uncontended: one compare-and-swap in,
 /// one store out), which makes `Cq` `Sync`: several threads may poll, arm and wait on it.
 pub struct Cq {
+    // Drop order: `Drop::drop` destroys the kernel object first; the fields then drop in
+    // declaration order: the provider's data path (`ops`: rings unmapped, registrations
+    // removed) before the parents it was created under (the `Arc`s after it).
+    ops: OpsLock<Box<dyn CqOps>>,
     ctx: Arc<Context>,
     channel: Option<Arc<CompChannel>>,
     handle: u32,
@@ -37,7 +41,6 @@ pub struct Cq {
     events_acked: AtomicU32,
     /// The provider's `CqOps::arms_in_kernel`: arm and take events without the lock.
     arms_in_kernel: bool,
-    ops: OpsLock<Box<dyn CqOps>>,
 }
 
 impl fmt::Debug for Cq {
@@ -553,7 +556,8 @@ impl Drop for Cq {
             }
             Err(e) => tracing::error!("{e}"),
         }
-        // The provider's ring (`ops`) is unmapped after this, when the field drops.
+        // Then the fields drop in declaration order: the provider's ring (`ops`, first) is
+        // unmapped, then the context and channel are released.
     }
 }
 

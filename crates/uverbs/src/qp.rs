@@ -350,6 +350,10 @@ impl QpInit {
 
 /// A queue pair. Keeps its PD, CQs and SRQ alive; destroyed (then its rings unmapped) on drop.
 pub struct Qp {
+    // Drop order: `Drop::drop` destroys the kernel object first; the fields then drop in
+    // declaration order: the provider's data path (`ops`: rings unmapped, registrations
+    // removed) before the parents it was created under (the `Arc`s after it).
+    ops: OpsLock<Box<dyn QpOps>>,
     pd: Arc<Pd>,
     send_cq: Arc<Cq>,
     recv_cq: Arc<Cq>,
@@ -361,7 +365,6 @@ pub struct Qp {
     sq_sig_all: bool,
     user_handle: u64,
     state: AtomicU8,
-    ops: OpsLock<Box<dyn QpOps>>,
 }
 
 impl fmt::Debug for Qp {
@@ -843,7 +846,8 @@ impl Drop for Qp {
         if let Err(e) = destroy_kernel_qp(&self.pd, self.handle) {
             tracing::error!("{e}");
         }
-        // Then the rings unmap (ops), then the CQs/SRQ/PD are released (Arcs).
+        // Then the fields drop in declaration order: the rings unmap (`ops`, first), then
+        // the PD, CQs and SRQ are released (the `Arc`s after it).
     }
 }
 

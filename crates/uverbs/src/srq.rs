@@ -36,12 +36,15 @@ pub struct SrqAttr {
 
 /// A shared receive queue.
 pub struct Srq {
+    // Drop order: `Drop::drop` destroys the kernel object first; the fields then drop in
+    // declaration order: the provider's data path (`ops`: rings unmapped, registrations
+    // removed) before the parents it was created under (the `Arc`s after it).
+    ops: OpsLock<Box<dyn SrqOps>>,
     pd: Arc<Pd>,
     handle: u32,
     srq_num: u32,
     attr: SrqAttr,
     user_handle: u64,
-    ops: OpsLock<Box<dyn SrqOps>>,
 }
 
 impl fmt::Debug for Srq {
@@ -254,5 +257,6 @@ impl Drop for Srq {
         if let Err(e) = destroy_kernel_srq(&self.pd, self.handle) {
             tracing::error!("{e}");
         }
+        // Then the fields drop in declaration order: the ring (`ops`, first), then the PD.
     }
 }

@@ -875,20 +875,29 @@ impl Registry {
         m.insert(qp.qpn, qp);
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
-    fn remove_qp(&self, qpn: u32) {
+    /// Removes `qp`'s entry if it is still `qp`'s: the QP is dropped after the kernel
+    /// destroyed it, and by then the kernel may have given its number to a new QP, whose
+    /// entry must stay.
+    fn remove_qp(&self, qp: &Arc<QpShared>) {
         let mut m = self.qps.write().unwrap_or_else(|e| e.into_inner());
-        m.remove(&qpn);
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        if m.get(&qp.qpn).is_some_and(|e| Arc::ptr_eq(e, qp)) {
+            m.remove(&qp.qpn);
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
     }
     fn insert_srq(&self, srq: Arc<SrqShared>) {
         let mut m = self.srqs.write().unwrap_or_else(|e| e.into_inner());
         m.insert(srq.srqn, srq);
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
-    fn remove_srq(&self, srqn: u32) {
+    /// Removes `srq`'s entry if it is still `srq`'s (as [`Registry::remove_qp`]: SRQ
+    /// numbers are reused too).
+    fn remove_srq(&self, srq: &Arc<SrqShared>) {
         let mut m = self.srqs.write().unwrap_or_else(|e| e.into_inner());
-        m.remove(&srqn);
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        if m.get(&srq.srqn).is_some_and(|e| Arc::ptr_eq(e, srq)) {
+            m.remove(&srq.srqn);
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
     }
     fn qp(&self, qpn: u32) -> Option<Arc<QpShared>> {
         self.qps
@@ -2018,7 +2027,7 @@ impl QpOps for Mlx5Qp {
 
 impl Drop for Mlx5Qp {
     fn drop(&mut self) {
-        self.reg.remove_qp(self.qpn);
+        self.reg.remove_qp(&self.shared);
     }
 }
 
@@ -2279,7 +2288,7 @@ impl SrqOps for Mlx5Srq {
 
 impl Drop for Mlx5Srq {
     fn drop(&mut self) {
-        self.reg.remove_srq(self.shared.srqn);
+        self.reg.remove_srq(&self.shared);
     }
 }
 
@@ -2421,6 +2430,56 @@ mod tests {
             let e = lie.check_for(QpType::RC).unwrap_err();
             assert!(e.contains("exceed the 64-block send queue"), "{e}");
         }
+    }
+
+    fn shared(qpn: u32) -> Arc<QpShared> {
+        Arc::new(QpShared {
+            qpn,
+            sq_mask: 0,
+            sq: Box::new([SqSlot::default()]),
+            sq_tail: AtomicU32::new(0),
+            rq_mask: 0,
+            rq_wrid: Box::new([AtomicU64::new(0)]),
+            rq_tail: AtomicU32::new(0),
+            srq: None,
+        })
+    }
+
+    /// A QP is dropped after the kernel destroyed it; a QP created in between may have been
+    /// given the same number. Dropping the old one leaves the new one's entry (its
+    /// completions must still find their work requests).
+    #[test]
+    fn registry_keeps_the_entry_of_a_reused_qp_number() {
+        let reg = Registry::default();
+        let (old, new) = (shared(0x42), shared(0x42));
+        reg.insert_qp(old.clone());
+        reg.insert_qp(new.clone());
+        reg.remove_qp(&old);
+        assert!(Arc::ptr_eq(&reg.qp(0x42).expect("new QP's entry"), &new));
+        reg.remove_qp(&new);
+        assert!(reg.qp(0x42).is_none());
+        // SRQ numbers alike.
+        let srq = |n| {
+            let buf = SrqBuf::new(srq_sizing(&LIM, 3, 1).unwrap()).unwrap();
+            Arc::new(SrqShared {
+                srqn: n,
+                inner: Mutex::new(SrqList {
+                    buf: buf.region.ptr(),
+                    _region: buf.region,
+                    shift: 5,
+                    head: 0,
+                    tail: 3,
+                    wrid: Box::new([0; 4]),
+                }),
+            })
+        };
+        let (old, new) = (srq(7), srq(7));
+        reg.insert_srq(old.clone());
+        reg.insert_srq(new.clone());
+        reg.remove_srq(&old);
+        assert!(Arc::ptr_eq(&reg.srq(7).expect("new SRQ's entry"), &new));
+        reg.remove_srq(&new);
+        assert!(reg.srq(7).is_none());
     }
 
     /// Every geometry `qp_sizing` gives passes the checks `QpBuf::new` and `Mlx5Qp::new` run;
