@@ -163,11 +163,6 @@ impl std::fmt::Debug for Mlx5Driver {
 unsafe impl Sync for Mlx5Driver {}
 
 impl Mlx5Driver {
-    /// What the kernel said at context creation.
-    pub fn info(&self) -> &Mlx5ContextInfo {
-        &self.info
-    }
-
     /// A driver over UAR memory the caller provides (the real open maps it from the device;
     /// tests and the oracle give ordinary memory). `uar_pages` are the static UAR system
     /// pages in order; `eth[p - 1]` says whether port `p` is Ethernet.

@@ -1162,11 +1162,6 @@ impl QpBuf {
             ..Default::default()
         }
     }
-
-    /// Start of the buffer.
-    pub fn buf_ptr(&self) -> *mut u8 {
-        self.region.ptr()
-    }
 }
 
 /// Everything [`Mlx5Qp::new`] needs besides the buffer.
@@ -1291,21 +1286,6 @@ impl Mlx5Qp {
             _lease: p.lease,
             _uidx: p.uidx,
         })
-    }
-
-    /// The queue geometry.
-    pub fn sizing(&self) -> &QpSizing {
-        &self.sz
-    }
-
-    /// Start of the buffer (RQ first, SQ at `sizing().sq_offset`).
-    pub fn buf_ptr(&self) -> *const u8 {
-        self.region.ptr()
-    }
-
-    /// The doorbell record (`[receive, send]`, big-endian).
-    pub fn dbrec_ptr(&self) -> *const u32 {
-        self.dbrec
     }
 
     /// Writes one send WQE at block `cur` (the SQ has room: checked by the caller); returns
@@ -2115,7 +2095,6 @@ impl SrqShared {
 
 /// An mlx5 SRQ's data path.
 pub struct Mlx5Srq {
-    buf: *mut u8,
     dbrec: *mut u32,
     sz: SrqSizing,
     counter: u32,
@@ -2199,7 +2178,6 @@ impl Mlx5Srq {
         });
         reg.insert_srq(shared.clone());
         Self {
-            buf: base,
             dbrec,
             sz,
             counter: 0,
@@ -2211,21 +2189,6 @@ impl Mlx5Srq {
     /// The shared part (for QPs attached to this SRQ).
     pub fn shared(&self) -> &Arc<SrqShared> {
         &self.shared
-    }
-
-    /// The geometry.
-    pub fn sizing(&self) -> &SrqSizing {
-        &self.sz
-    }
-
-    /// Start of the buffer.
-    pub fn buf_ptr(&self) -> *const u8 {
-        self.buf
-    }
-
-    /// The doorbell record.
-    pub fn dbrec_ptr(&self) -> *const u32 {
-        self.dbrec
     }
 }
 

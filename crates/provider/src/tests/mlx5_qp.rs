@@ -7,18 +7,15 @@
 //! `set_data_inl_seg`, `post_send_db`, `mlx5_post_recv`), `srq.c` and `verbs.c` (sizing);
 //! each test names the rule it checks.
 
-mod common;
-use common::allocs;
-#[path = "common/mlx5.rs"]
-mod mlx5_common;
-use mlx5_common::{fd, kobj, FakeCreate, FakeUars};
+use super::allocs::allocs;
+use super::mlx5_fake::{fd, kobj, FakeCreate, FakeUars};
 
 use std::sync::Arc;
 
-use rverbs_provider::mlx5::driver::Mlx5Driver;
-use rverbs_provider::mlx5::uar::{DynUarPool, UarKernel};
-use rverbs_provider::mlx5::wq::{qp_sizing, srq_sizing, BfPolicy, WqLimits};
-use rverbs_provider::mlx5::Mlx5ContextInfo;
+use crate::mlx5::driver::Mlx5Driver;
+use crate::mlx5::uar::{DynUarPool, UarKernel};
+use crate::mlx5::wq::{qp_sizing, srq_sizing, BfPolicy, WqLimits};
+use crate::mlx5::Mlx5ContextInfo;
 use rverbs_uverbs::ah::{AhAttr, GlobalRoute};
 use rverbs_uverbs::driver::{CqCreated, CqOps, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps};
 use rverbs_uverbs::error::PostQueue;
@@ -1215,7 +1212,7 @@ fn mlx5_dyn_uar_dedicated_register_comes_back() {
 /// random, always in 0xC000..=0xFFFF.
 #[test]
 fn mlx5_roce_v2_udp_sport() {
-    use rverbs_provider::mlx5::wq::roce_v2_udp_sport;
+    use crate::mlx5::wq::roce_v2_udp_sport;
     assert_eq!(roce_v2_udp_sport(0x12345), 0xe341);
     assert_eq!(roce_v2_udp_sport(0xfffff), 0xffc0);
     assert_eq!(roce_v2_udp_sport(1), 0xc001);

@@ -9,14 +9,14 @@ use std::fmt::Write as _;
 use std::ptr::NonNull;
 use std::sync::Mutex;
 
-use rverbs_provider::mlx5::abi::{
+use crate::mlx5::abi::{
     MLX5_IB_ATTR_UAR_OBJ_ALLOC_HANDLE, MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_LENGTH,
     MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_OFFSET, MLX5_IB_ATTR_UAR_OBJ_ALLOC_PAGE_ID,
     MLX5_IB_ATTR_UAR_OBJ_ALLOC_TYPE, MLX5_IB_METHOD_UAR_OBJ_ALLOC, MLX5_IB_METHOD_UAR_OBJ_DESTROY,
     MLX5_IB_OBJECT_UAR,
 };
-use rverbs_provider::mlx5::driver::Mlx5Driver;
-use rverbs_provider::mlx5::uar::UarKernel;
+use crate::mlx5::driver::Mlx5Driver;
+use crate::mlx5::uar::UarKernel;
 use rverbs_uverbs::ah::AhAttr;
 use rverbs_uverbs::driver::{
     CqCreated, CqOps, CreateFn, Driver, KernelObj, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,

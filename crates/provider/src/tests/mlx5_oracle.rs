@@ -13,18 +13,16 @@
 //! Steps rverbs does not take at the provider level: `rts` (QP state lives in the core,
 //! which refuses posts before RTS itself) prints nothing on either side.
 
-#[path = "common/mlx5.rs"]
-mod mlx5_common;
-use mlx5_common::{fd, kobj, FakeCreate, FakeUars, PAGE};
+use super::mlx5_fake::{fd, kobj, FakeCreate, FakeUars, PAGE};
 
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use rverbs_provider::mlx5::abi::mlx5_ib_alloc_ucontext_resp;
-use rverbs_provider::mlx5::driver::Mlx5Driver;
-use rverbs_provider::mlx5::uar::{DynUarPool, UarKernel};
-use rverbs_provider::mlx5::wq::BfPolicy;
-use rverbs_provider::mlx5::Mlx5ContextUdata;
+use crate::mlx5::abi::mlx5_ib_alloc_ucontext_resp;
+use crate::mlx5::driver::Mlx5Driver;
+use crate::mlx5::uar::{DynUarPool, UarKernel};
+use crate::mlx5::wq::BfPolicy;
+use crate::mlx5::Mlx5ContextUdata;
 use rverbs_uverbs::ah::{AhAttr, GlobalRoute};
 use rverbs_uverbs::driver::{
     CqCreated, CqOps, Driver, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
@@ -627,7 +625,7 @@ impl Run {
     }
 
     /// The GID types as the script set them (`ah ... roce_v2=1`).
-    fn gid_types(&self) -> rverbs_provider::mlx5::driver::GidTypeFn {
+    fn gid_types(&self) -> crate::mlx5::driver::GidTypeFn {
         let v2 = self.roce_v2.clone();
         Box::new(move |p, i| v2.lock().unwrap().contains(&(p, i)))
     }
@@ -789,8 +787,8 @@ pub fn compare(golden: &str, ours: &str) -> Result<(), String> {
 macro_rules! scripts {
     ($($name:literal),* $(,)?) => {
         [$(($name,
-            include_str!(concat!("mlx5_oracle/", $name, ".script")),
-            include_str!(concat!("mlx5_oracle/", $name, ".golden")))),*]
+            include_str!(concat!("../../tests/mlx5_oracle/", $name, ".script")),
+            include_str!(concat!("../../tests/mlx5_oracle/", $name, ".golden")))),*]
     };
 }
 
