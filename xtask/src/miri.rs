@@ -1,6 +1,7 @@
 //! The `miri` stage of `cargo xtask test`: the unit tests of the code that touches memory
 //! shared with the kernel or a device (memory regions and their copy accessors, `PageBuf`,
-//! the rxe rings and their completion views, the CQE parsers, the lazy completion `RawWc`) under Miri with Tree Borrows.
+//! the rxe rings and their completion views, the CQE parsers, the mlx5 queue buffers' sizing
+//! checks, the lazy completion `RawWc`) under Miri with Tree Borrows.
 //!
 //! Needs the nightly toolchain's `miri` and `rust-src` components. If they are missing the
 //! stage tries `rustup +nightly component add miri rust-src` once; if Miri still cannot run,
@@ -21,6 +22,8 @@ const SUITES: &[(&str, &[&str])] = &[
         &[
             "rxe::",
             "mlx5::cqe",
+            // The buffers handed lying geometries (issue 21): a refusal missed is UB here.
+            "mlx5::wq::tests",
             "--skip",
             "fast_paths_agree_with_the_general_rules",
         ],

@@ -1,7 +1,8 @@
 //! `cargo xtask mlx5-oracle`: rdma-core's libmlx5, run against a fake kernel by the test
 //! harness `crates/provider/tests/harnesses/mlx5_oracle/harness.c`, tells the bytes every
 //! script of `crates/provider/tests/mlx5_oracle/` must produce; rverbs' mlx5 provider must
-//! produce the same (`crates/provider/tests/mlx5_oracle.rs`).
+//! produce the same (`crates/provider/src/tests/mlx5_oracle.rs`, a unit test of the provider:
+//! what it drives is crate-private).
 //!
 //! - no option: regenerates the golden dumps (`NAME.golden` beside each `NAME.script`);
 //! - `--check`: proves the committed dumps are what libmlx5 produces today (a stage of
@@ -21,6 +22,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::util::{self, Result};
+
+/// The provider's oracle test (a unit test: `cargo test -p rverbs-provider --lib`).
+const ORACLE_TEST: &str = "tests::mlx5_oracle::mlx5_oracle_scripts_match_libmlx5";
+/// Its source, which lists the scripts (`SCRIPTS`).
+const ORACLE_SRC: &str = "crates/provider/src/tests/mlx5_oracle.rs";
 
 fn scripts_dir() -> PathBuf {
     util::workspace_root().join("crates/provider/tests/mlx5_oracle")
@@ -99,8 +105,10 @@ fn rverbs_dump(script: &Path) -> Result<String> {
                 "-q",
                 "-p",
                 "rverbs-provider",
-                "--test",
-                "mlx5_oracle",
+                "--lib",
+                "--",
+                "--exact",
+                ORACLE_TEST,
             ])
             .env("MLX5_ORACLE_SCRIPT", &script)
             .env("MLX5_ORACLE_OUT", &out),
@@ -172,8 +180,7 @@ fn rverbs_bench_exe() -> Result<PathBuf> {
             "--release",
             "-p",
             "rverbs-provider",
-            "--test",
-            "mlx5_oracle",
+            "--lib",
             "--no-run",
             "--message-format=json-render-diagnostics",
         ])
@@ -187,13 +194,15 @@ fn rverbs_bench_exe() -> Result<PathBuf> {
         let Ok(j) = crate::json::Json::parse(line) else {
             continue;
         };
-        if j.get("target").get("name").as_str() == Some("mlx5_oracle") {
+        if j.get("target").get("name").as_str() == Some("rverbs_provider")
+            && j.get("profile").get("test").as_bool() == Some(true)
+        {
             if let Some(exe) = j.get("executable").as_str() {
                 return Ok(PathBuf::from(exe));
             }
         }
     }
-    crate::bail!("mlx5-oracle: cargo named no executable for the mlx5_oracle test")
+    crate::bail!("mlx5-oracle: cargo named no executable for the provider's unit tests")
 }
 
 /// Work requests a benchmark script posts: `n` lists of as many WRs as its `bench` line has.
@@ -253,13 +262,9 @@ fn bench(harness: &Path) -> Result<u8> {
     scripts.sort();
     let rverbs_cmd = |s: &Path, dump: &Path| {
         let mut c = Command::new(&exe);
-        c.args([
-            "--exact",
-            "mlx5_oracle_scripts_match_libmlx5",
-            "--nocapture",
-        ])
-        .env("MLX5_ORACLE_SCRIPT", s)
-        .env("MLX5_ORACLE_OUT", dump);
+        c.args(["--exact", ORACLE_TEST, "--nocapture"])
+            .env("MLX5_ORACLE_SCRIPT", s)
+            .env("MLX5_ORACLE_OUT", dump);
         c
     };
     let load = fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -373,9 +378,7 @@ pub fn run(args: &[String]) -> Result<u8> {
             }
         });
     }
-    let list =
-        fs::read_to_string(util::workspace_root().join("crates/provider/tests/mlx5_oracle.rs"))
-            .unwrap_or_default();
+    let list = fs::read_to_string(util::workspace_root().join(ORACLE_SRC)).unwrap_or_default();
     let mut bad = 0;
     for s in scripts()? {
         let name = s.file_stem().unwrap().to_string_lossy().to_string();

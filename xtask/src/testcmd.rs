@@ -32,17 +32,7 @@ const INTEROP: &str = "interop";
 const DEVICE_FREE: &[&str] = &[
     "capi/layout",
     "cm/abi_layout",
-    "provider/mlx5_abi_layout",
-    "provider/mlx5_cqe_fixtures",
-    "provider/mlx5_noalloc",
-    "provider/mlx5_oracle",
-    "provider/mlx5_qp",
-    "provider/mlx5_sim_device",
     "provider/provider_table",
-    "provider/rxe_abi_layout",
-    "provider/rxe_noalloc",
-    "provider/rxe_rings",
-    "provider/rxe_wqe",
     "uverbs/abi_layout",
     "uverbs/compile_fail",
 ];

@@ -11,7 +11,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
-use rverbs_provider::mlx5::{CqBuf, CqeSize, Mlx5Cq, UarPage, WorkQueue, WqeRef};
+use rverbs_provider::internals::mlx5::{CqBuf, CqeSize, Mlx5Cq, UarPage, WorkQueue, WqeRef};
 use rverbs_uverbs::wc::WorkCompletion;
 
 const CQE: u32 = 4095; // ring of 4096
@@ -28,7 +28,7 @@ struct Tables {
     rq_tail: u32,
 }
 
-impl rverbs_provider::mlx5::WrIdLookup for Tables {
+impl rverbs_provider::internals::mlx5::WrIdLookup for Tables {
     #[inline]
     fn wr_id(&mut self, w: WqeRef) -> Option<u64> {
         match w.queue {

@@ -12,9 +12,9 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use rverbs_provider::rxe::abi::ib_uverbs_wc;
-use rverbs_provider::rxe::sim::SimQueue;
-use rverbs_provider::rxe::{QueueKind, RxeCq};
+use rverbs_provider::internals::rxe::ib_uverbs_wc;
+use rverbs_provider::internals::rxe::SimQueue;
+use rverbs_provider::internals::rxe::{QueueKind, RxeCq};
 use rverbs_uverbs::WorkCompletion;
 
 const LOG2_ELEM: u32 = 7;

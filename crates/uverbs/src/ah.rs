@@ -384,37 +384,43 @@ impl Ah {
         let driver = ctx.driver()?;
         let user_handle = crate::util::next_user_handle();
         let mut handle: Option<u32> = None;
-        let res = driver.create_ah_for(&attr, &mut |uhw_in, uhw_out| {
-            let req = ib_uverbs_create_ah {
-                response: 0,
-                user_handle,
-                pd_handle: pd.handle(),
-                reserved: 0,
-                attr: attr.to_abi(),
-            };
-            let core_len = size_of::<ib_uverbs_create_ah_resp>();
-            let mut resp = vec![0u8; core_len + uhw_out.len()];
-            write::cmd_legacy(
-                ctx.cmd_fd(),
-                nr::CREATE_AH,
-                req.as_bytes(),
-                uhw_in,
-                &mut resp,
-            )
-            .map_err(|e| {
-                let mut err = Error::os(op(), e);
-                if e == rustix::io::Errno::INVAL {
-                    err = err.with_detail("check the port and that the GID index exists");
-                }
-                err
-            })?;
-            let r = ib_uverbs_create_ah_resp::read_from_prefix(&resp)
-                .map(|(r, _)| r)
-                .map_err(|_| Error::protocol(op(), "short response"))?;
-            uhw_out.copy_from_slice(&resp[core_len..]);
-            handle = Some(r.ah_handle);
-            Ok(r.ah_handle)
-        });
+        // SAFETY: the driver is the one attached to this context, and the
+        // callback issues CREATE_AH on its command fd with the driver's data and returns the
+        // kernel's answer unaltered (the create contract).
+        #[allow(unsafe_code)]
+        let res = unsafe {
+            driver.create_ah_for(&attr, &mut |uhw_in, uhw_out| {
+                let req = ib_uverbs_create_ah {
+                    response: 0,
+                    user_handle,
+                    pd_handle: pd.handle(),
+                    reserved: 0,
+                    attr: attr.to_abi(),
+                };
+                let core_len = size_of::<ib_uverbs_create_ah_resp>();
+                let mut resp = vec![0u8; core_len + uhw_out.len()];
+                write::cmd_legacy(
+                    ctx.cmd_fd(),
+                    nr::CREATE_AH,
+                    req.as_bytes(),
+                    uhw_in,
+                    &mut resp,
+                )
+                .map_err(|e| {
+                    let mut err = Error::os(op(), e);
+                    if e == rustix::io::Errno::INVAL {
+                        err = err.with_detail("check the port and that the GID index exists");
+                    }
+                    err
+                })?;
+                let r = ib_uverbs_create_ah_resp::read_from_prefix(&resp)
+                    .map(|(r, _)| r)
+                    .map_err(|_| Error::protocol(op(), "short response"))?;
+                uhw_out.copy_from_slice(&resp[core_len..]);
+                handle = Some(r.ah_handle);
+                Ok(r.ah_handle)
+            })
+        };
         match res {
             Ok(ah_num) => Ok(Arc::new(Ah {
                 pd: pd.clone(),

@@ -282,6 +282,9 @@ impl Context {
 
     /// The provider's driver. A context opened without a provider (plain
     /// [`Context::open`]) can query the device but not create CQs, QPs, SRQs or AHs.
+    ///
+    /// Only the driver's queries are safe to call; its create methods are `unsafe fn`s
+    /// (the provider maps what their kernel responses name: see [`crate::driver`]).
     pub fn driver(&self) -> io::Result<&dyn Driver> {
         self.driver.get().map(|d| d.as_ref()).ok_or_else(|| {
             Error::unsupported(

@@ -28,6 +28,10 @@ use zerocopy::{FromBytes, IntoBytes};
 /// Polling locks a small lock around the provider's ring (uncontended: one compare-and-swap in,
 /// one store out), which makes `Cq` `Sync`: several threads may poll, arm and wait on it.
 pub struct Cq {
+    // Drop order: `Drop::drop` destroys the kernel object first; the fields then drop in
+    // declaration order: the provider's data path (`ops`: rings unmapped, registrations
+    // removed) before the parents it was created under (the `Arc`s after it).
+    ops: OpsLock<Box<dyn CqOps>>,
     ctx: Arc<Context>,
     channel: Option<Arc<CompChannel>>,
     handle: u32,
@@ -37,7 +41,6 @@ pub struct Cq {
     events_acked: AtomicU32,
     /// The provider's `CqOps::arms_in_kernel`: arm and take events without the lock.
     arms_in_kernel: bool,
-    ops: OpsLock<Box<dyn CqOps>>,
 }
 
 impl fmt::Debug for Cq {
@@ -81,62 +84,68 @@ impl Cq {
         let kernel_cqe = driver.adjust_cqe(cqe)?;
         let user_handle = crate::util::next_user_handle();
         let mut created: Option<CqCreated> = None;
-        let res = driver.create_cq(ctx.cmd_fd(), cqe, &mut |uhw_in, uhw_out| {
-            let mut resp_cqe = 0u32;
-            let mut c = IoctlCall::new(object::CQ, cq::METHOD_CREATE);
-            let h = c.idr_new(cq::ATTR_CREATE_HANDLE);
-            c.ptr_in(cq::ATTR_CREATE_CQE, &kernel_cqe);
-            c.ptr_in(cq::ATTR_CREATE_USER_HANDLE, &user_handle);
-            if let Some(ch) = &opts.channel {
-                c.fd(cq::ATTR_CREATE_COMP_CHANNEL, ch.as_fd());
-            }
-            c.ptr_in(cq::ATTR_CREATE_COMP_VECTOR, &opts.comp_vector);
-            c.ptr_out(cq::ATTR_CREATE_RESP_CQE, &mut resp_cqe);
-            c.fd(cq::ATTR_CREATE_EVENT_FD, ctx.async_fd());
-            c.optional();
-            if !uhw_in.is_empty() {
-                c.ptr_in_bytes(UVERBS_ATTR_UHW_IN, uhw_in);
-            }
-            if !uhw_out.is_empty() {
-                c.ptr_out_bytes(UVERBS_ATTR_UHW_OUT, uhw_out);
-            }
-            let done = ctx
-                .try_ioctl(M_CREATE_CQ, &mut c)
-                .map(|ok| ok.then(|| c.handle(h)));
-            let r = match done {
-                Ok(Some(handle)) => Ok(CqCreated {
-                    handle,
-                    cqe: resp_cqe,
-                }),
-                Ok(None) => create_cq_write(
-                    ctx,
-                    ib_uverbs_create_cq {
-                        user_handle,
-                        cqe: kernel_cqe,
-                        comp_vector: opts.comp_vector,
-                        comp_channel: opts
-                            .channel
-                            .as_ref()
-                            .map_or(-1, |ch| ch.as_fd().as_raw_fd()),
-                        ..Default::default()
-                    },
-                    uhw_in,
-                    uhw_out,
-                ),
-                Err(e) => Err(e),
-            };
-            let r = r.map_err(|e| {
-                let mut err = Error::os(op(), e);
-                if e == rustix::io::Errno::INVAL {
-                    if let Some(max) = ctx.cached_max_cqe() {
-                        err = err.with_detail(format!("device max_cqe {max}"));
-                    }
+        // SAFETY: the fd is this context's command fd, the driver is the one
+        // attached to it, and the callback issues CREATE_CQ on that fd with the driver's data
+        // and returns the kernel's answer unaltered (the create contract).
+        #[allow(unsafe_code)]
+        let res = unsafe {
+            driver.create_cq(ctx.cmd_fd(), cqe, &mut |uhw_in, uhw_out| {
+                let mut resp_cqe = 0u32;
+                let mut c = IoctlCall::new(object::CQ, cq::METHOD_CREATE);
+                let h = c.idr_new(cq::ATTR_CREATE_HANDLE);
+                c.ptr_in(cq::ATTR_CREATE_CQE, &kernel_cqe);
+                c.ptr_in(cq::ATTR_CREATE_USER_HANDLE, &user_handle);
+                if let Some(ch) = &opts.channel {
+                    c.fd(cq::ATTR_CREATE_COMP_CHANNEL, ch.as_fd());
                 }
-                err
-            })?;
-            created = Some(r);
-            Ok(r)
-        });
+                c.ptr_in(cq::ATTR_CREATE_COMP_VECTOR, &opts.comp_vector);
+                c.ptr_out(cq::ATTR_CREATE_RESP_CQE, &mut resp_cqe);
+                c.fd(cq::ATTR_CREATE_EVENT_FD, ctx.async_fd());
+                c.optional();
+                if !uhw_in.is_empty() {
+                    c.ptr_in_bytes(UVERBS_ATTR_UHW_IN, uhw_in);
+                }
+                if !uhw_out.is_empty() {
+                    c.ptr_out_bytes(UVERBS_ATTR_UHW_OUT, uhw_out);
+                }
+                let done = ctx
+                    .try_ioctl(M_CREATE_CQ, &mut c)
+                    .map(|ok| ok.then(|| c.handle(h)));
+                let r = match done {
+                    Ok(Some(handle)) => Ok(CqCreated {
+                        handle,
+                        cqe: resp_cqe,
+                    }),
+                    Ok(None) => create_cq_write(
+                        ctx,
+                        ib_uverbs_create_cq {
+                            user_handle,
+                            cqe: kernel_cqe,
+                            comp_vector: opts.comp_vector,
+                            comp_channel: opts
+                                .channel
+                                .as_ref()
+                                .map_or(-1, |ch| ch.as_fd().as_raw_fd()),
+                            ..Default::default()
+                        },
+                        uhw_in,
+                        uhw_out,
+                    ),
+                    Err(e) => Err(e),
+                };
+                let r = r.map_err(|e| {
+                    let mut err = Error::os(op(), e);
+                    if e == rustix::io::Errno::INVAL {
+                        if let Some(max) = ctx.cached_max_cqe() {
+                            err = err.with_detail(format!("device max_cqe {max}"));
+                        }
+                    }
+                    err
+                })?;
+                created = Some(r);
+                Ok(r)
+            })
+        };
         match res {
             Ok(ops) => {
                 let k = created.expect("provider built a CQ without creating it");
@@ -202,29 +211,35 @@ impl Cq {
         let mut ops = self.lock();
         let handle = self.handle;
         let mut new_cqe = 0;
-        ops.resize(ctx.cmd_fd(), cqe, &mut |uhw_in, uhw_out| {
-            let req = ib_uverbs_resize_cq {
-                response: 0,
-                cq_handle: handle,
-                cqe,
-            };
-            let core_len = size_of::<ib_uverbs_resize_cq_resp>();
-            let mut resp = vec![0u8; core_len + uhw_out.len()];
-            write::cmd_legacy(
-                ctx.cmd_fd(),
-                nr::RESIZE_CQ,
-                zerocopy::IntoBytes::as_bytes(&req),
-                uhw_in,
-                &mut resp,
-            )
-            .map_err(|e| Error::os(op(), e))?;
-            let r = <ib_uverbs_resize_cq_resp as zerocopy::FromBytes>::read_from_prefix(&resp)
-                .map(|(r, _)| r)
-                .map_err(|_| Error::protocol(op(), "short response"))?;
-            uhw_out.copy_from_slice(&resp[core_len..]);
-            new_cqe = r.cqe;
-            Ok(r.cqe)
-        })?;
+        // SAFETY: the fd is the CQ's context's command fd and the callback issues
+        // RESIZE_CQ for this CQ on it with the driver's data, returning the kernel's answer
+        // unaltered (the create contract).
+        #[allow(unsafe_code)]
+        unsafe {
+            ops.resize(ctx.cmd_fd(), cqe, &mut |uhw_in, uhw_out| {
+                let req = ib_uverbs_resize_cq {
+                    response: 0,
+                    cq_handle: handle,
+                    cqe,
+                };
+                let core_len = size_of::<ib_uverbs_resize_cq_resp>();
+                let mut resp = vec![0u8; core_len + uhw_out.len()];
+                write::cmd_legacy(
+                    ctx.cmd_fd(),
+                    nr::RESIZE_CQ,
+                    zerocopy::IntoBytes::as_bytes(&req),
+                    uhw_in,
+                    &mut resp,
+                )
+                .map_err(|e| Error::os(op(), e))?;
+                let r = <ib_uverbs_resize_cq_resp as zerocopy::FromBytes>::read_from_prefix(&resp)
+                    .map(|(r, _)| r)
+                    .map_err(|_| Error::protocol(op(), "short response"))?;
+                uhw_out.copy_from_slice(&resp[core_len..]);
+                new_cqe = r.cqe;
+                Ok(r.cqe)
+            })
+        }?;
         self.cqe.store(new_cqe, Ordering::Relaxed);
         Ok(new_cqe)
     }
@@ -541,7 +556,8 @@ impl Drop for Cq {
             }
             Err(e) => tracing::error!("{e}"),
         }
-        // The provider's ring (`ops`) is unmapped after this, when the field drops.
+        // Then the fields drop in declaration order: the provider's ring (`ops`, first) is
+        // unmapped, then the context and channel are released.
     }
 }
 

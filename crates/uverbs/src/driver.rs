@@ -15,6 +15,15 @@
 //! 3. it builds its data-path state (maps rings, …) and returns it as a boxed ops object.
 //!
 //! If step 3 fails after step 2 succeeded, the core destroys the kernel object: nothing leaks.
+//!
+//! Step 3 trusts step 2: a provider maps and then reads and writes what the kernel's response
+//! names (rxe `mmap`s the queue at the offset and size the response gives, on the command
+//! fd). So [`Driver`] is an `unsafe trait` and its create methods (and [`CqOps::resize`]) are
+//! `unsafe fn`s: only code that issues the genuine kernel command — the verbs objects of this
+//! crate — may call them. Safe code can reach a context's driver ([`Context::driver`]) but
+//! cannot call into it.
+//!
+//! [`Context::driver`]: crate::context::Context::driver
 
 #![allow(unsafe_code)] // unsafe fns: posting hands memory to the device
 
@@ -86,10 +95,26 @@ pub struct QpRequest {
 
 /// The callback that creates the kernel object with the driver's data. Arguments: request
 /// driver data, response driver data buffer.
+///
+/// The callers of the `unsafe` create methods promise what such a callback does (the
+/// *create contract*): each call issues the kernel command that creates (or resizes) the
+/// object, on the context's command fd that the method is given, with exactly the request
+/// driver data passed in, and returns only what the kernel answered — the core response it
+/// returns and the bytes it leaves in the response buffer are the kernel's, unaltered, for
+/// an object of this context that nothing else destroys while the provider's ops object
+/// lives. A provider may `mmap` the command fd at the offsets such a response names, and read
+/// and write what it maps, as the kernel's memory.
 pub type CreateFn<'a, T> = dyn FnMut(&[u8], &mut [u8]) -> Result<T> + 'a;
 
 /// A provider's per-context driver.
-pub trait Driver: Send + Sync + fmt::Debug {
+///
+/// # Safety
+/// An implementation promises that its data path is sound whenever every create call it
+/// gets keeps the create contract ([`CreateFn`]) on a context of the device kind it was
+/// attached for ([`Context::set_driver`](crate::context::Context::set_driver)): the ops
+/// objects it returns touch only memory it owns or the kernel mapped for that object, and
+/// they stay sound for any calls of their safe methods from safe code.
+pub unsafe trait Driver: Send + Sync + fmt::Debug {
     /// Provider name, e.g. `"rxe"`.
     fn name(&self) -> &'static str;
 
@@ -100,7 +125,11 @@ pub trait Driver: Send + Sync + fmt::Debug {
     }
 
     /// Creates a CQ's data path. `cqe` is the depth the caller asked for.
-    fn create_cq(
+    ///
+    /// # Safety
+    /// `cmd_fd` is the command fd of the context this driver is attached to, and `create`
+    /// keeps the create contract ([`CreateFn`]) for that fd.
+    unsafe fn create_cq(
         &self,
         cmd_fd: BorrowedFd<'_>,
         cqe: u32,
@@ -108,7 +137,11 @@ pub trait Driver: Send + Sync + fmt::Debug {
     ) -> Result<Box<dyn CqOps>>;
 
     /// Creates a QP's data path.
-    fn create_qp(
+    ///
+    /// # Safety
+    /// `cmd_fd` is the command fd of the context this driver is attached to, and `create`
+    /// keeps the create contract ([`CreateFn`]) for that fd.
+    unsafe fn create_qp(
         &self,
         cmd_fd: BorrowedFd<'_>,
         req: &QpRequest,
@@ -116,7 +149,11 @@ pub trait Driver: Send + Sync + fmt::Debug {
     ) -> Result<Box<dyn QpOps>>;
 
     /// Creates an SRQ's data path.
-    fn create_srq(
+    ///
+    /// # Safety
+    /// `cmd_fd` is the command fd of the context this driver is attached to, and `create`
+    /// keeps the create contract ([`CreateFn`]) for that fd.
+    unsafe fn create_srq(
         &self,
         cmd_fd: BorrowedFd<'_>,
         max_wr: u32,
@@ -126,17 +163,25 @@ pub trait Driver: Send + Sync + fmt::Debug {
 
     /// Creates an address handle; returns the provider's number for it (rxe: `ah_num`), which
     /// UD sends carry.
-    fn create_ah(&self, create: &mut CreateFn<'_, u32>) -> Result<u32>;
+    ///
+    /// # Safety
+    /// `create` keeps the create contract ([`CreateFn`]) on the command fd of the context
+    /// this driver is attached to.
+    unsafe fn create_ah(&self, create: &mut CreateFn<'_, u32>) -> Result<u32>;
 
     /// Creates an address handle for `attr` (mlx5 builds its address vector from it).
     /// Default: [`Driver::create_ah`].
-    fn create_ah_for(
+    ///
+    /// # Safety
+    /// As for [`Driver::create_ah`].
+    unsafe fn create_ah_for(
         &self,
         attr: &crate::ah::AhAttr,
         create: &mut CreateFn<'_, u32>,
     ) -> Result<u32> {
         let _ = attr;
-        self.create_ah(create)
+        // SAFETY: the caller keeps create_ah's contract, which is this method's.
+        unsafe { self.create_ah(create) }
     }
 }
 
@@ -191,7 +236,12 @@ pub trait CqOps: Send + fmt::Debug {
     /// kernel's RESIZE_CQ with the driver data given and returns the new depth), then moves
     /// its ring to what the kernel answered. Completions not yet polled are kept. Default: the
     /// provider cannot resize.
-    fn resize(
+    ///
+    /// # Safety
+    /// `cmd_fd` is the command fd of the CQ's context and `resize` keeps the create contract
+    /// ([`CreateFn`]) for the RESIZE_CQ command on this CQ (rxe maps the ring its response
+    /// names).
+    unsafe fn resize(
         &mut self,
         _cmd_fd: BorrowedFd<'_>,
         _cqe: u32,

@@ -350,6 +350,10 @@ impl QpInit {
 
 /// A queue pair. Keeps its PD, CQs and SRQ alive; destroyed (then its rings unmapped) on drop.
 pub struct Qp {
+    // Drop order: `Drop::drop` destroys the kernel object first; the fields then drop in
+    // declaration order: the provider's data path (`ops`: rings unmapped, registrations
+    // removed) before the parents it was created under (the `Arc`s after it).
+    ops: OpsLock<Box<dyn QpOps>>,
     pd: Arc<Pd>,
     send_cq: Arc<Cq>,
     recv_cq: Arc<Cq>,
@@ -361,7 +365,6 @@ pub struct Qp {
     sq_sig_all: bool,
     user_handle: u64,
     state: AtomicU8,
-    ops: OpsLock<Box<dyn QpOps>>,
 }
 
 impl fmt::Debug for Qp {
@@ -430,82 +433,87 @@ impl Qp {
             0
         };
         let mut created: Option<QpCreated> = None;
-        let res = driver.create_qp(ctx.cmd_fd(), &req, &mut |uhw_in, uhw_out| {
-            let mut resp_cap = ib_uverbs_qp_cap::default();
-            let mut qpn = 0u32;
-            let mut c = IoctlCall::new(object::QP, qp::METHOD_CREATE);
-            let h = c.idr_new(qp::ATTR_CREATE_HANDLE);
-            c.idr(qp::ATTR_CREATE_PD_HANDLE, pd.handle());
-            c.idr(qp::ATTR_CREATE_SEND_CQ_HANDLE, init.send_cq.handle());
-            c.idr(qp::ATTR_CREATE_RECV_CQ_HANDLE, init.recv_cq.handle());
-            if let Some(srq) = &init.srq {
-                c.idr(qp::ATTR_CREATE_SRQ_HANDLE, srq.handle());
-            }
-            c.ptr_in(qp::ATTR_CREATE_USER_HANDLE, &user_handle);
-            c.ptr_in(qp::ATTR_CREATE_CAP, &cap);
-            c.const_in(qp::ATTR_CREATE_TYPE, u64::from(init.qp_type.0));
-            c.ptr_in(qp::ATTR_CREATE_FLAGS, &flags);
-            c.fd(qp::ATTR_CREATE_EVENT_FD, ctx.async_fd());
-            c.optional();
-            c.ptr_out(qp::ATTR_CREATE_RESP_CAP, &mut resp_cap);
-            c.ptr_out(qp::ATTR_CREATE_RESP_QP_NUM, &mut qpn);
-            if !uhw_in.is_empty() {
-                c.ptr_in_bytes(UVERBS_ATTR_UHW_IN, uhw_in);
-            }
-            if !uhw_out.is_empty() {
-                c.ptr_out_bytes(UVERBS_ATTR_UHW_OUT, uhw_out);
-            }
-            let done = ctx
-                .try_ioctl(M_CREATE_QP, &mut c)
-                .map(|ok| ok.then(|| c.handle(h)));
-            let r = match done {
-                Ok(Some(handle)) => Ok(QpCreated {
-                    handle,
-                    qp_num: qpn,
-                    caps: QpCaps {
-                        max_send_wr: resp_cap.max_send_wr,
-                        max_recv_wr: resp_cap.max_recv_wr,
-                        max_send_sge: resp_cap.max_send_sge,
-                        max_recv_sge: resp_cap.max_recv_sge,
-                        max_inline_data: resp_cap.max_inline_data,
-                    },
-                }),
-                Ok(None) => create_qp_write(
-                    ctx,
-                    ib_uverbs_create_qp {
-                        user_handle,
-                        pd_handle: pd.handle(),
-                        send_cq_handle: init.send_cq.handle(),
-                        recv_cq_handle: init.recv_cq.handle(),
-                        srq_handle: init.srq.as_ref().map_or(0, |s| s.handle()),
-                        max_send_wr: cap.max_send_wr,
-                        max_recv_wr: cap.max_recv_wr,
-                        max_send_sge: cap.max_send_sge,
-                        max_recv_sge: cap.max_recv_sge,
-                        max_inline_data: cap.max_inline_data,
-                        sq_sig_all: u8::from(init.sq_sig_all),
-                        qp_type: init.qp_type.0,
-                        is_srq: u8::from(init.srq.is_some()),
-                        ..Default::default()
-                    },
-                    uhw_in,
-                    uhw_out,
-                ),
-                Err(e) => Err(e),
-            };
-            let r = r.map_err(|e| {
-                Error::os(op(), e).with_detail(format!(
-                    "caps send_wr {} recv_wr {} send_sge {} recv_sge {} inline {}",
-                    cap.max_send_wr,
-                    cap.max_recv_wr,
-                    cap.max_send_sge,
-                    cap.max_recv_sge,
-                    cap.max_inline_data
-                ))
-            })?;
-            created = Some(r);
-            Ok(r)
-        });
+        // SAFETY: the fd is this context's command fd, the driver is the one
+        // attached to it, and the callback issues CREATE_QP on that fd with the driver's data
+        // and returns the kernel's answer unaltered (the create contract).
+        let res = unsafe {
+            driver.create_qp(ctx.cmd_fd(), &req, &mut |uhw_in, uhw_out| {
+                let mut resp_cap = ib_uverbs_qp_cap::default();
+                let mut qpn = 0u32;
+                let mut c = IoctlCall::new(object::QP, qp::METHOD_CREATE);
+                let h = c.idr_new(qp::ATTR_CREATE_HANDLE);
+                c.idr(qp::ATTR_CREATE_PD_HANDLE, pd.handle());
+                c.idr(qp::ATTR_CREATE_SEND_CQ_HANDLE, init.send_cq.handle());
+                c.idr(qp::ATTR_CREATE_RECV_CQ_HANDLE, init.recv_cq.handle());
+                if let Some(srq) = &init.srq {
+                    c.idr(qp::ATTR_CREATE_SRQ_HANDLE, srq.handle());
+                }
+                c.ptr_in(qp::ATTR_CREATE_USER_HANDLE, &user_handle);
+                c.ptr_in(qp::ATTR_CREATE_CAP, &cap);
+                c.const_in(qp::ATTR_CREATE_TYPE, u64::from(init.qp_type.0));
+                c.ptr_in(qp::ATTR_CREATE_FLAGS, &flags);
+                c.fd(qp::ATTR_CREATE_EVENT_FD, ctx.async_fd());
+                c.optional();
+                c.ptr_out(qp::ATTR_CREATE_RESP_CAP, &mut resp_cap);
+                c.ptr_out(qp::ATTR_CREATE_RESP_QP_NUM, &mut qpn);
+                if !uhw_in.is_empty() {
+                    c.ptr_in_bytes(UVERBS_ATTR_UHW_IN, uhw_in);
+                }
+                if !uhw_out.is_empty() {
+                    c.ptr_out_bytes(UVERBS_ATTR_UHW_OUT, uhw_out);
+                }
+                let done = ctx
+                    .try_ioctl(M_CREATE_QP, &mut c)
+                    .map(|ok| ok.then(|| c.handle(h)));
+                let r = match done {
+                    Ok(Some(handle)) => Ok(QpCreated {
+                        handle,
+                        qp_num: qpn,
+                        caps: QpCaps {
+                            max_send_wr: resp_cap.max_send_wr,
+                            max_recv_wr: resp_cap.max_recv_wr,
+                            max_send_sge: resp_cap.max_send_sge,
+                            max_recv_sge: resp_cap.max_recv_sge,
+                            max_inline_data: resp_cap.max_inline_data,
+                        },
+                    }),
+                    Ok(None) => create_qp_write(
+                        ctx,
+                        ib_uverbs_create_qp {
+                            user_handle,
+                            pd_handle: pd.handle(),
+                            send_cq_handle: init.send_cq.handle(),
+                            recv_cq_handle: init.recv_cq.handle(),
+                            srq_handle: init.srq.as_ref().map_or(0, |s| s.handle()),
+                            max_send_wr: cap.max_send_wr,
+                            max_recv_wr: cap.max_recv_wr,
+                            max_send_sge: cap.max_send_sge,
+                            max_recv_sge: cap.max_recv_sge,
+                            max_inline_data: cap.max_inline_data,
+                            sq_sig_all: u8::from(init.sq_sig_all),
+                            qp_type: init.qp_type.0,
+                            is_srq: u8::from(init.srq.is_some()),
+                            ..Default::default()
+                        },
+                        uhw_in,
+                        uhw_out,
+                    ),
+                    Err(e) => Err(e),
+                };
+                let r = r.map_err(|e| {
+                    Error::os(op(), e).with_detail(format!(
+                        "caps send_wr {} recv_wr {} send_sge {} recv_sge {} inline {}",
+                        cap.max_send_wr,
+                        cap.max_recv_wr,
+                        cap.max_send_sge,
+                        cap.max_recv_sge,
+                        cap.max_inline_data
+                    ))
+                })?;
+                created = Some(r);
+                Ok(r)
+            })
+        };
         match res {
             Ok(ops) => {
                 let k = created.expect("provider built a QP without creating it");
@@ -838,7 +846,8 @@ impl Drop for Qp {
         if let Err(e) = destroy_kernel_qp(&self.pd, self.handle) {
             tracing::error!("{e}");
         }
-        // Then the rings unmap (ops), then the CQs/SRQ/PD are released (Arcs).
+        // Then the fields drop in declaration order: the rings unmap (`ops`, first), then
+        // the PD, CQs and SRQ are released (the `Arc`s after it).
     }
 }
 

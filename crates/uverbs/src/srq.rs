@@ -36,12 +36,15 @@ pub struct SrqAttr {
 
 /// A shared receive queue.
 pub struct Srq {
+    // Drop order: `Drop::drop` destroys the kernel object first; the fields then drop in
+    // declaration order: the provider's data path (`ops`: rings unmapped, registrations
+    // removed) before the parents it was created under (the `Arc`s after it).
+    ops: OpsLock<Box<dyn SrqOps>>,
     pd: Arc<Pd>,
     handle: u32,
     srq_num: u32,
     attr: SrqAttr,
     user_handle: u64,
-    ops: OpsLock<Box<dyn SrqOps>>,
 }
 
 impl fmt::Debug for Srq {
@@ -81,32 +84,37 @@ impl Srq {
         let driver = ctx.driver()?;
         let user_handle = crate::util::next_user_handle();
         let mut created: Option<SrqCreated> = None;
-        let res = driver.create_srq(ctx.cmd_fd(), attr.max_wr, attr.max_sge, &mut |uin, uout| {
-            let req = ib_uverbs_create_srq {
-                response: 0,
-                user_handle,
-                pd_handle: pd.handle(),
-                max_wr: attr.max_wr,
-                max_sge: attr.max_sge,
-                srq_limit: attr.srq_limit,
-            };
-            let core_len = size_of::<ib_uverbs_create_srq_resp>();
-            let mut resp = vec![0u8; core_len + uout.len()];
-            write::cmd_legacy(ctx.cmd_fd(), nr::CREATE_SRQ, req.as_bytes(), uin, &mut resp)
-                .map_err(|e| Error::os(op(), e))?;
-            let r = ib_uverbs_create_srq_resp::read_from_prefix(&resp)
-                .map(|(r, _)| r)
-                .map_err(|_| Error::protocol(op(), "short response"))?;
-            uout.copy_from_slice(&resp[core_len..]);
-            let c = SrqCreated {
-                handle: r.srq_handle,
-                max_wr: r.max_wr,
-                max_sge: r.max_sge,
-                srq_num: r.srqn,
-            };
-            created = Some(c);
-            Ok(c)
-        });
+        // SAFETY: the fd is this context's command fd, the driver is the one
+        // attached to it, and the callback issues CREATE_SRQ on that fd with the driver's data
+        // and returns the kernel's answer unaltered (the create contract).
+        let res = unsafe {
+            driver.create_srq(ctx.cmd_fd(), attr.max_wr, attr.max_sge, &mut |uin, uout| {
+                let req = ib_uverbs_create_srq {
+                    response: 0,
+                    user_handle,
+                    pd_handle: pd.handle(),
+                    max_wr: attr.max_wr,
+                    max_sge: attr.max_sge,
+                    srq_limit: attr.srq_limit,
+                };
+                let core_len = size_of::<ib_uverbs_create_srq_resp>();
+                let mut resp = vec![0u8; core_len + uout.len()];
+                write::cmd_legacy(ctx.cmd_fd(), nr::CREATE_SRQ, req.as_bytes(), uin, &mut resp)
+                    .map_err(|e| Error::os(op(), e))?;
+                let r = ib_uverbs_create_srq_resp::read_from_prefix(&resp)
+                    .map(|(r, _)| r)
+                    .map_err(|_| Error::protocol(op(), "short response"))?;
+                uout.copy_from_slice(&resp[core_len..]);
+                let c = SrqCreated {
+                    handle: r.srq_handle,
+                    max_wr: r.max_wr,
+                    max_sge: r.max_sge,
+                    srq_num: r.srqn,
+                };
+                created = Some(c);
+                Ok(c)
+            })
+        };
         match res {
             Ok(ops) => {
                 let c = created.expect("provider built an SRQ without creating it");
@@ -249,5 +257,6 @@ impl Drop for Srq {
         if let Err(e) = destroy_kernel_srq(&self.pd, self.handle) {
             tracing::error!("{e}");
         }
+        // Then the fields drop in declaration order: the ring (`ops`, first), then the PD.
     }
 }

@@ -7,7 +7,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rverbs_provider::mlx5::{
+use rverbs_provider::internals::mlx5::{
     parse_cqe, CqBuf, Cqe64, CqeSize, Mlx5Cq, ParseFault, UarPage, WqeRef,
 };
 use rverbs_uverbs::wc::{WcStatus, WorkCompletion};

@@ -3,8 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rverbs_provider::mlx5::cq::parse_create_cq_resp;
-use rverbs_provider::mlx5::Mlx5ContextUdata;
+use rverbs_provider::internals::mlx5::parse_create_cq_resp;
+use rverbs_provider::internals::mlx5::Mlx5ContextUdata;
 
 fuzz_target!(|data: &[u8]| {
     for page in [4096usize, 65536] {

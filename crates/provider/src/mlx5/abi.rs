@@ -4,7 +4,7 @@
 //! The structs travel in the `UHW_IN`/`UHW_OUT` attributes (or after the core data of a write()
 //! command). Names keep the kernel's spelling so the two can be read side by side; sizes and
 //! every field offset are checked against the installed header by
-//! `crates/provider/tests/mlx5_abi_layout.rs` (a C probe compiled with `cc`).
+//! `crates/provider/src/tests/mlx5_abi_layout.rs` (a C probe compiled with `cc`).
 //!
 //! `__aligned_u64` fields are 8-byte aligned on every architecture, hence `align(8)`.
 

@@ -163,11 +163,6 @@ impl std::fmt::Debug for Mlx5Driver {
 unsafe impl Sync for Mlx5Driver {}
 
 impl Mlx5Driver {
-    /// What the kernel said at context creation.
-    pub fn info(&self) -> &Mlx5ContextInfo {
-        &self.info
-    }
-
     /// A driver over UAR memory the caller provides (the real open maps it from the device;
     /// tests and the oracle give ordinary memory). `uar_pages` are the static UAR system
     /// pages in order; `eth[p - 1]` says whether port `p` is Ethernet.
@@ -315,7 +310,11 @@ impl CqOps for CqRing {
     }
 }
 
-impl Driver for Mlx5Driver {
+// SAFETY: every ring and doorbell record is memory this driver allocated and sized itself
+// (the sizing checked before it is written); the UAR pages were mapped when the context
+// opened; a create response only names numbers (CQN, QPN, SRQN, UAR index), each checked
+// before use.
+unsafe impl Driver for Mlx5Driver {
     fn name(&self) -> &'static str {
         "mlx5"
     }
@@ -325,7 +324,7 @@ impl Driver for Mlx5Driver {
         Ok(ring_entries(cqe)? - 1)
     }
 
-    fn create_cq(
+    unsafe fn create_cq(
         &self,
         _cmd_fd: BorrowedFd<'_>,
         cqe: u32,
@@ -369,7 +368,7 @@ impl Driver for Mlx5Driver {
         Ok(Box::new(CqRing { cq }))
     }
 
-    fn create_qp(
+    unsafe fn create_qp(
         &self,
         _cmd_fd: BorrowedFd<'_>,
         req: &QpRequest,
@@ -424,7 +423,7 @@ impl Driver for Mlx5Driver {
         Ok(Box::new(qp))
     }
 
-    fn create_srq(
+    unsafe fn create_srq(
         &self,
         _cmd_fd: BorrowedFd<'_>,
         max_wr: u32,
@@ -462,7 +461,7 @@ impl Driver for Mlx5Driver {
         Ok(Box::new(srq))
     }
 
-    fn create_ah(&self, _create: &mut CreateFn<'_, u32>) -> io::Result<u32> {
+    unsafe fn create_ah(&self, _create: &mut CreateFn<'_, u32>) -> io::Result<u32> {
         Err(Error::invalid(
             "create AH on mlx5",
             "the mlx5 driver needs the address (create_ah_for)",
@@ -470,7 +469,11 @@ impl Driver for Mlx5Driver {
         .into())
     }
 
-    fn create_ah_for(&self, attr: &AhAttr, create: &mut CreateFn<'_, u32>) -> io::Result<u32> {
+    unsafe fn create_ah_for(
+        &self,
+        attr: &AhAttr,
+        create: &mut CreateFn<'_, u32>,
+    ) -> io::Result<u32> {
         let op = || format!("create AH on mlx5 port {}", attr.port_num);
         let eth = match self.eth.get(usize::from(attr.port_num).wrapping_sub(1)) {
             Some(&e) => e,

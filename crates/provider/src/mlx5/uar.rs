@@ -40,7 +40,15 @@ const BF_OFFSET: usize = 0x800;
 
 /// The kernel operations dynamic UARs need: the UAR object's ioctls and mappings of the
 /// command fd. [`KernelUars`] does them on a real device; tests give a fake kernel.
-pub trait UarKernel: Send + Sync + fmt::Debug {
+///
+/// # Safety
+/// What [`UarKernel::map`] returns becomes a doorbell target: the dynamic UAR code writes
+/// (volatile, from any thread holding the register) anywhere in the `len` bytes it returned
+/// until it passes them to [`UarKernel::unmap`]. An implementation promises that each mapping
+/// it returns is `len` bytes of memory valid for such writes, aliased by no Rust reference
+/// and by no other mapping it returned, and stays so until unmapped; and that `ioctl` writes
+/// only through the call's PTR_OUT attributes, within their lengths.
+pub unsafe trait UarKernel: Send + Sync + fmt::Debug {
     /// Issues `call` (an `MLX5_IB_OBJECT_UAR` method) on the context's command fd.
     ///
     /// # Safety
@@ -76,7 +84,10 @@ impl KernelUars {
     }
 }
 
-impl UarKernel for KernelUars {
+// SAFETY: `map` is a fresh shared mapping of the device's UAR page (the kernel backs it as
+// long as it is mapped; nothing else references it); `ioctl` is the kernel's, which writes
+// only through the call's PTR_OUT attributes.
+unsafe impl UarKernel for KernelUars {
     unsafe fn ioctl(&self, call: &mut IoctlCall<'_>) -> Result<(), Errno> {
         // SAFETY: the caller's contract (a call built per the UAR object's specification).
         unsafe { call.call(self.fd.as_fd(), self.driver_id) }

@@ -148,7 +148,92 @@ pub struct QpSizing {
     pub buf_size: usize,
 }
 
+/// Largest queue buffer (bytes) a sizing may describe: what [`qp_sizing`] can give (its
+/// send queue stays under 2 GiB) with room for the receive queue.
+const MAX_WQ_BYTES: usize = 1 << 32;
+
 impl QpSizing {
+    /// Checks the geometry's own consistency — what the buffer, the WQE writers and the slot
+    /// tables rely on — whatever built it: queue sizes powers of two (or 0), the receive queue
+    /// exactly `sq_offset` bytes, the send queue exactly the rest of `buf_size`, receive WQEs
+    /// big enough for `rq_max_gs` segments, no more posts than blocks.
+    fn check_layout(&self) -> Result<(), String> {
+        let pow2_or_0 = |v: u32| v == 0 || v.is_power_of_two();
+        if !pow2_or_0(self.sq_wqe_cnt) || !pow2_or_0(self.rq_wqe_cnt) {
+            return Err(format!(
+                "queue sizes {} (send blocks) and {} (receive WQEs) must be powers of two or 0",
+                self.sq_wqe_cnt, self.rq_wqe_cnt
+            ));
+        }
+        let rq_bytes = if self.rq_wqe_cnt == 0 {
+            if self.rq_max_gs != 0 {
+                return Err(format!(
+                    "rq_max_gs {} without a receive queue",
+                    self.rq_max_gs
+                ));
+            }
+            0
+        } else {
+            if !(4..=16).contains(&self.rq_wqe_shift)
+                || self.rq_max_gs as usize * DATA_SEG > 1 << self.rq_wqe_shift
+            {
+                return Err(format!(
+                    "receive WQE of 2^{} bytes cannot hold rq_max_gs {} segments",
+                    self.rq_wqe_shift, self.rq_max_gs
+                ));
+            }
+            (self.rq_wqe_cnt as usize) << self.rq_wqe_shift
+        };
+        let sq_bytes = self.sq_wqe_cnt as usize * SEND_WQE_BB;
+        if self.sq_wqe_cnt == 0
+            && (self.sq_max_post != 0 || self.sq_max_gs != 0 || self.max_inline != 0)
+        {
+            return Err("send capacities without a send queue".into());
+        }
+        if self.sq_max_post > self.sq_wqe_cnt {
+            return Err(format!(
+                "sq_max_post {} exceeds the {} send blocks",
+                self.sq_max_post, self.sq_wqe_cnt
+            ));
+        }
+        if self.sq_offset != rq_bytes
+            || rq_bytes.checked_add(sq_bytes) != Some(self.buf_size)
+            || self.buf_size > MAX_WQ_BYTES
+        {
+            return Err(format!(
+                "buffer of {} bytes with the send queue at {} does not hold {rq_bytes} \
+                 receive and {sq_bytes} send bytes",
+                self.buf_size, self.sq_offset
+            ));
+        }
+        Ok(())
+    }
+
+    /// [`QpSizing::check_layout`], and that `sq_max_post` WQEs of the size `sq_max_gs`
+    /// and `max_inline` need on a `qp_type` QP fit the send queue.
+    fn check_for(&self, qp_type: QpType) -> Result<(), String> {
+        self.check_layout()?;
+        if self.sq_wqe_cnt == 0 {
+            return Ok(());
+        }
+        let overhead = sq_overhead(qp_type).ok_or(format!("QP type {qp_type} on mlx5"))?;
+        let gather = overhead + self.sq_max_gs as usize * DATA_SEG;
+        let inline = if self.max_inline > 0 {
+            overhead + INL_SEG + self.max_inline as usize
+        } else {
+            0
+        };
+        let wqe = align(gather.max(inline), SEND_WQE_BB);
+        if self.sq_max_post as usize * wqe > self.sq_wqe_cnt as usize * SEND_WQE_BB {
+            return Err(format!(
+                "{} send WQEs of {wqe} bytes (sq_max_gs {}, max_inline {}) exceed the {}-block \
+                 send queue",
+                self.sq_max_post, self.sq_max_gs, self.max_inline, self.sq_wqe_cnt
+            ));
+        }
+        Ok(())
+    }
+
     /// The capacities reported to the caller (libmlx5 reports these, not the kernel's).
     pub fn caps(&self) -> QpCaps {
         QpCaps {
@@ -233,7 +318,9 @@ pub fn qp_sizing(
                 caps.max_send_wr, lim.max_send_wqebb
             ));
         }
-        s.max_inline = (wqe_size - overhead - INL_SEG) as u32;
+        // A WQE without inline room (no SGEs, no inline data, the overhead a whole number of
+        // blocks) carries no inline bytes.
+        s.max_inline = wqe_size.saturating_sub(overhead + INL_SEG) as u32;
         s.sq_wqe_cnt = cnt as u32;
         s.sq_max_gs = caps.max_send_sge;
         s.sq_max_post = (wq_size / wqe_size) as u32;
@@ -276,6 +363,36 @@ pub struct SrqSizing {
     pub max_wr: u32,
 }
 
+impl SrqSizing {
+    /// Checks the geometry's own consistency — what the free list and the post path rely on —
+    /// whatever built it: `max` a power of two the 16-bit next indices address, the free list
+    /// (`max_wr`) inside the ring, WQEs big enough for the next segment and `max_gs`
+    /// scatter segments.
+    fn check(&self) -> Result<(), String> {
+        if !self.max.is_power_of_two() || self.max < 2 || self.max > 1 << 16 {
+            return Err(format!(
+                "max {} is not a power of two in 2..=65536",
+                self.max
+            ));
+        }
+        if self.max_wr >= self.max {
+            return Err(format!(
+                "max_wr {} does not fit a ring of {} WQEs",
+                self.max_wr, self.max
+            ));
+        }
+        if !(5..=16).contains(&self.wqe_shift)
+            || SRQ_NEXT_SEG + self.max_gs as usize * DATA_SEG > 1 << self.wqe_shift
+        {
+            return Err(format!(
+                "WQE of 2^{} bytes cannot hold the next segment and max_gs {} segments",
+                self.wqe_shift, self.max_gs
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Computes an SRQ's geometry.
 pub fn srq_sizing(lim: &WqLimits, max_wr: u32, max_sge: u32) -> rverbs_uverbs::Result<SrqSizing> {
     let op = "create SRQ on mlx5";
@@ -308,6 +425,13 @@ pub fn srq_sizing(lim: &WqLimits, max_wr: u32, max_sge: u32) -> rverbs_uverbs::R
     // twice the WQEs): the ring is what the kernel computes from the max_wr it is told,
     // roundup_pow_of_two(max_wr + 1), all of it in the free list but the tail WQE.
     let max = (max_wr + 1).next_power_of_two();
+    if max > 1 << 16 {
+        return Err(Error::invalid(
+            op,
+            format!("max_wr {max_wr} needs {max} WQEs, above the 65536 the free list addresses"),
+        )
+        .into());
+    }
     Ok(SrqSizing {
         max,
         wqe_shift: size.trailing_zeros(),
@@ -751,20 +875,29 @@ impl Registry {
         m.insert(qp.qpn, qp);
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
-    fn remove_qp(&self, qpn: u32) {
+    /// Removes `qp`'s entry if it is still `qp`'s: the QP is dropped after the kernel
+    /// destroyed it, and by then the kernel may have given its number to a new QP, whose
+    /// entry must stay.
+    fn remove_qp(&self, qp: &Arc<QpShared>) {
         let mut m = self.qps.write().unwrap_or_else(|e| e.into_inner());
-        m.remove(&qpn);
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        if m.get(&qp.qpn).is_some_and(|e| Arc::ptr_eq(e, qp)) {
+            m.remove(&qp.qpn);
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
     }
     fn insert_srq(&self, srq: Arc<SrqShared>) {
         let mut m = self.srqs.write().unwrap_or_else(|e| e.into_inner());
         m.insert(srq.srqn, srq);
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
-    fn remove_srq(&self, srqn: u32) {
+    /// Removes `srq`'s entry if it is still `srq`'s (as [`Registry::remove_qp`]: SRQ
+    /// numbers are reused too).
+    fn remove_srq(&self, srq: &Arc<SrqShared>) {
         let mut m = self.srqs.write().unwrap_or_else(|e| e.into_inner());
-        m.remove(&srqn);
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        if m.get(&srq.srqn).is_some_and(|e| Arc::ptr_eq(e, srq)) {
+            m.remove(&srq.srqn);
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
     }
     fn qp(&self, qpn: u32) -> Option<Arc<QpShared>> {
         self.qps
@@ -995,6 +1128,8 @@ pub struct QpBuf {
 impl QpBuf {
     /// Allocates the zeroed buffer and doorbell record for `sz`.
     pub fn new(sz: QpSizing) -> rverbs_uverbs::Result<Self> {
+        sz.check_layout()
+            .map_err(|d| Error::invalid("allocate mlx5 QP buffer", d))?;
         let page = rustix::param::page_size();
         let dbrec_off = align(sz.buf_size.max(1), page);
         let region = Region::new(dbrec_off + page)?;
@@ -1026,11 +1161,6 @@ impl QpBuf {
             bfreg_index: uar_page.unwrap_or(0),
             ..Default::default()
         }
-    }
-
-    /// Start of the buffer.
-    pub fn buf_ptr(&self) -> *mut u8 {
-        self.region.ptr()
     }
 }
 
@@ -1069,6 +1199,9 @@ impl Mlx5Qp {
             .into());
         }
         let sz = buf.sz;
+        // `QpBuf::new` checked the layout; the WQE sizes depend on the QP type as well.
+        sz.check_for(p.qp_type)
+            .map_err(|d| Error::invalid("create QP on mlx5", d))?;
         let base = buf.region.ptr();
         let atomics = |n: u32| (0..n).map(|_| AtomicU64::new(0)).collect::<Box<[_]>>();
         let shared = Arc::new(QpShared {
@@ -1115,7 +1248,8 @@ impl Mlx5Qp {
             ((p.bf.bf_size() & !63) / 16) as u32
         };
         Ok(Self {
-            // SAFETY: both inside the region (sq_offset + SQ bytes = buf_size ≤ dbrec_off).
+            // SAFETY: both inside the region (sq_offset + SQ bytes = buf_size ≤ dbrec_off,
+            // checked by `QpBuf::new`).
             sq_start: unsafe { base.add(sz.sq_offset) },
             // SAFETY: as above.
             sq_end: unsafe { base.add(sz.buf_size) },
@@ -1152,21 +1286,6 @@ impl Mlx5Qp {
             _lease: p.lease,
             _uidx: p.uidx,
         })
-    }
-
-    /// The queue geometry.
-    pub fn sizing(&self) -> &QpSizing {
-        &self.sz
-    }
-
-    /// Start of the buffer (RQ first, SQ at `sizing().sq_offset`).
-    pub fn buf_ptr(&self) -> *const u8 {
-        self.region.ptr()
-    }
-
-    /// The doorbell record (`[receive, send]`, big-endian).
-    pub fn dbrec_ptr(&self) -> *const u32 {
-        self.dbrec
     }
 
     /// Writes one send WQE at block `cur` (the SQ has room: checked by the caller); returns
@@ -1888,7 +2007,7 @@ impl QpOps for Mlx5Qp {
 
 impl Drop for Mlx5Qp {
     fn drop(&mut self) {
-        self.reg.remove_qp(self.qpn);
+        self.reg.remove_qp(&self.shared);
     }
 }
 
@@ -1976,7 +2095,6 @@ impl SrqShared {
 
 /// An mlx5 SRQ's data path.
 pub struct Mlx5Srq {
-    buf: *mut u8,
     dbrec: *mut u32,
     sz: SrqSizing,
     counter: u32,
@@ -2006,13 +2124,15 @@ pub struct SrqBuf {
 impl SrqBuf {
     /// Allocates the buffer, links the free list (and the wait queue) as libmlx5 does.
     pub fn new(sz: SrqSizing) -> rverbs_uverbs::Result<Self> {
+        sz.check()
+            .map_err(|d| Error::invalid("allocate mlx5 SRQ buffer", d))?;
         let page = rustix::param::page_size();
         let bytes = (sz.max as usize) << sz.wqe_shift;
         let dbrec_off = align(bytes, page);
         let region = Region::new(dbrec_off + page)?;
         let link = |from: u32, to: u32| {
             for i in from..to {
-                // SAFETY: i < max: inside the buffer.
+                // SAFETY: i < max_wr < max (checked above): inside the buffer of max WQEs.
                 unsafe {
                     let p = region.ptr().add((i as usize) << sz.wqe_shift);
                     p.add(2).cast::<u16>().write(((i + 1) as u16).to_be());
@@ -2058,7 +2178,6 @@ impl Mlx5Srq {
         });
         reg.insert_srq(shared.clone());
         Self {
-            buf: base,
             dbrec,
             sz,
             counter: 0,
@@ -2070,21 +2189,6 @@ impl Mlx5Srq {
     /// The shared part (for QPs attached to this SRQ).
     pub fn shared(&self) -> &Arc<SrqShared> {
         &self.shared
-    }
-
-    /// The geometry.
-    pub fn sizing(&self) -> &SrqSizing {
-        &self.sz
-    }
-
-    /// Start of the buffer.
-    pub fn buf_ptr(&self) -> *const u8 {
-        self.buf
-    }
-
-    /// The doorbell record.
-    pub fn dbrec_ptr(&self) -> *const u32 {
-        self.dbrec
     }
 }
 
@@ -2147,13 +2251,227 @@ impl SrqOps for Mlx5Srq {
 
 impl Drop for Mlx5Srq {
     fn drop(&mut self) {
-        self.reg.remove_srq(self.shared.srqn);
+        self.reg.remove_srq(&self.shared);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::copy_small;
+    use super::*;
+
+    const LIM: WqLimits = WqLimits {
+        max_sq_desc_sz: 512,
+        max_rq_desc_sz: 512,
+        max_send_wqebb: 1 << 15,
+        max_recv_wr: 1 << 15,
+        max_srq_recv_wr: 1 << 15,
+    };
+
+    fn caps(send: u32, recv: u32, ssge: u32, rsge: u32, inl: u32) -> QpCaps {
+        QpCaps {
+            max_send_wr: send,
+            max_recv_wr: recv,
+            max_send_sge: ssge,
+            max_recv_sge: rsge,
+            max_inline_data: inl,
+        }
+    }
+
+    /// Issue 21, finding 1: a sizing whose free list is longer than its ring (250 links of
+    /// 64 bytes in a 64-byte ring) is refused before anything is written.
+    #[test]
+    fn srq_buf_refuses_a_lying_sizing() {
+        let lie = SrqSizing {
+            max: 1,
+            wqe_shift: 6,
+            max_gs: 0,
+            max_wr: 250,
+        };
+        let e = SrqBuf::new(lie).err().expect("refused");
+        assert!(e.to_string().contains("allocate mlx5 SRQ buffer"), "{e}");
+        assert!(e.to_string().contains("max 1 "), "{e}");
+        // The free list past the ring, scatter lists past the WQE, WQEs the u16 links cannot
+        // address: each refused with what is wrong.
+        let ok = srq_sizing(&LIM, 10, 2).unwrap();
+        for (lie, what) in [
+            (SrqSizing { max_wr: 16, ..ok }, "max_wr 16"),
+            (SrqSizing { max_gs: 4, ..ok }, "max_gs 4"),
+            (
+                SrqSizing {
+                    wqe_shift: 40,
+                    ..ok
+                },
+                "2^40",
+            ),
+            (SrqSizing { max: 12, ..ok }, "max 12 "),
+            (
+                SrqSizing {
+                    max: 1 << 17,
+                    max_wr: (1 << 17) - 1,
+                    ..ok
+                },
+                "max 131072",
+            ),
+        ] {
+            let e = SrqBuf::new(lie).err().expect("refused");
+            assert!(e.to_string().contains(what), "{what}: {e}");
+        }
+        SrqBuf::new(ok).unwrap();
+        let e = srq_sizing(&SrqLimitsHuge::LIM, 1 << 16, 1).unwrap_err();
+        assert!(e.to_string().contains("65536 the free list"), "{e}");
+    }
+
+    struct SrqLimitsHuge;
+    impl SrqLimitsHuge {
+        const LIM: WqLimits = WqLimits {
+            max_srq_recv_wr: 1 << 20,
+            ..LIM
+        };
+    }
+
+    /// Finding 1's QP shape: an SQ offset past the buffer, queue sizes that are not powers of
+    /// two (the slot tables are indexed by a mask), more SGEs or inline bytes than the
+    /// WQEs hold — refused by `QpBuf::new` or by the check `Mlx5Qp::new` runs.
+    #[test]
+    fn qp_buf_refuses_a_lying_sizing() {
+        let ok = qp_sizing(&LIM, QpType::RC, &caps(16, 10, 1, 3, 0), false).unwrap();
+        ok.check_for(QpType::RC).unwrap();
+        for (lie, what) in [
+            (
+                QpSizing {
+                    sq_offset: 1 << 20,
+                    ..ok
+                },
+                "send queue at 1048576",
+            ),
+            (QpSizing { buf_size: 64, ..ok }, "buffer of 64 bytes"),
+            (
+                QpSizing {
+                    sq_wqe_cnt: 48,
+                    ..ok
+                },
+                "48 (send blocks)",
+            ),
+            (
+                QpSizing {
+                    rq_wqe_cnt: 3,
+                    ..ok
+                },
+                "3 (receive WQEs)",
+            ),
+            (QpSizing { rq_max_gs: 5, ..ok }, "rq_max_gs 5"),
+            (
+                QpSizing {
+                    rq_wqe_shift: 70,
+                    ..ok
+                },
+                "2^70",
+            ),
+            (
+                QpSizing {
+                    sq_max_post: 65,
+                    ..ok
+                },
+                "sq_max_post 65",
+            ),
+        ] {
+            let e = QpBuf::new(lie).err().expect("refused");
+            assert!(e.to_string().contains(what), "{what}: {e}");
+        }
+        // Layout right, WQEs too small for the SGEs or inline bytes claimed.
+        for lie in [
+            QpSizing {
+                sq_max_gs: 100,
+                ..ok
+            },
+            QpSizing {
+                max_inline: 4000,
+                ..ok
+            },
+        ] {
+            QpBuf::new(lie).unwrap();
+            let e = lie.check_for(QpType::RC).unwrap_err();
+            assert!(e.contains("exceed the 64-block send queue"), "{e}");
+        }
+    }
+
+    fn shared(qpn: u32) -> Arc<QpShared> {
+        Arc::new(QpShared {
+            qpn,
+            sq_mask: 0,
+            sq: Box::new([SqSlot::default()]),
+            sq_tail: AtomicU32::new(0),
+            rq_mask: 0,
+            rq_wrid: Box::new([AtomicU64::new(0)]),
+            rq_tail: AtomicU32::new(0),
+            srq: None,
+        })
+    }
+
+    /// A QP is dropped after the kernel destroyed it; a QP created in between may have been
+    /// given the same number. Dropping the old one leaves the new one's entry (its
+    /// completions must still find their work requests).
+    #[test]
+    fn registry_keeps_the_entry_of_a_reused_qp_number() {
+        let reg = Registry::default();
+        let (old, new) = (shared(0x42), shared(0x42));
+        reg.insert_qp(old.clone());
+        reg.insert_qp(new.clone());
+        reg.remove_qp(&old);
+        assert!(Arc::ptr_eq(&reg.qp(0x42).expect("new QP's entry"), &new));
+        reg.remove_qp(&new);
+        assert!(reg.qp(0x42).is_none());
+        // SRQ numbers alike.
+        let srq = |n| {
+            let buf = SrqBuf::new(srq_sizing(&LIM, 3, 1).unwrap()).unwrap();
+            Arc::new(SrqShared {
+                srqn: n,
+                inner: Mutex::new(SrqList {
+                    buf: buf.region.ptr(),
+                    _region: buf.region,
+                    shift: 5,
+                    head: 0,
+                    tail: 3,
+                    wrid: Box::new([0; 4]),
+                }),
+            })
+        };
+        let (old, new) = (srq(7), srq(7));
+        reg.insert_srq(old.clone());
+        reg.insert_srq(new.clone());
+        reg.remove_srq(&old);
+        assert!(Arc::ptr_eq(&reg.srq(7).expect("new SRQ's entry"), &new));
+        reg.remove_srq(&new);
+        assert!(reg.srq(7).is_none());
+    }
+
+    /// Every geometry `qp_sizing` gives passes the checks `QpBuf::new` and `Mlx5Qp::new` run;
+    /// no SGEs and no inline data (`wqe_size - overhead - 4` underflowed when the overhead is
+    /// whole blocks: UD's 64 bytes, RC's 192) gives a send queue with no inline room.
+    #[test]
+    fn qp_sizing_output_passes_the_checks() {
+        for t in [QpType::RC, QpType::UC, QpType::UD] {
+            for send in [0, 1, 3, 64] {
+                for ssge in [0, 1, 5] {
+                    for inl in [0, 1, 60, 200] {
+                        for (recv, rsge, srq) in [(0, 0, false), (7, 0, false), (9, 4, true)] {
+                            let c = caps(send, recv, ssge, rsge, inl);
+                            let s = qp_sizing(&LIM, t, &c, srq).unwrap();
+                            s.check_for(t).unwrap_or_else(|e| panic!("{t} {c:?}: {e}"));
+                            assert!(send == 0 || s.max_inline >= inl, "{t} {c:?}");
+                        }
+                    }
+                }
+            }
+        }
+        let s = qp_sizing(&LIM, QpType::UD, &caps(4, 0, 0, 0, 0), false).unwrap();
+        assert_eq!((s.max_inline, s.sq_wqe_cnt, s.sq_max_post), (0, 4, 4));
+        // RC's 192 bytes of overhead are three whole blocks too.
+        let s = qp_sizing(&LIM, QpType::RC, &caps(4, 0, 0, 0, 0), false).unwrap();
+        assert_eq!((s.max_inline, s.sq_wqe_cnt), (0, 16));
+        let s = qp_sizing(&LIM, QpType::RC, &caps(4, 0, 1, 0, 0), false).unwrap();
+        assert_eq!(s.max_inline, 256 - 192 - 4);
+    }
 
     /// Every length up to 200 (the 16/32-byte chunk moves, the overlapping tails, the byte
     /// loop): exactly `len` bytes copied, nothing written around them.

@@ -3,7 +3,7 @@
 //! `ib_uverbs_post_send`, the send doorbell).
 //!
 //! Names keep the kernel's spelling so the two can be read side by side. Every size, alignment
-//! and field offset here is compared with the real header by `tests/rxe_abi_layout.rs`, which
+//! and field offset here is compared with the real header by `src/tests/rxe_abi_layout.rs`, which
 //! compiles a small C probe.
 //!
 //! C unions are modelled as follows: `rxe_send_wr.ex` (`__be32 imm_data` / `__u32

@@ -83,7 +83,7 @@ impl CqOps for CqRing {
         true
     }
 
-    fn resize(
+    unsafe fn resize(
         &mut self,
         cmd_fd: BorrowedFd<'_>,
         _cqe: u32,
@@ -190,12 +190,15 @@ fn rxe_qp_type(t: QpType) -> io::Result<RxeQpType> {
     }
 }
 
-impl Driver for RxeDriver {
+// SAFETY: the data path touches only the queues the kernel mapped for each object (at the
+// offsets and sizes its genuine create responses name: the create contract), through views
+// that follow rxe's queue protocol and bound every index by the ring's mask.
+unsafe impl Driver for RxeDriver {
     fn name(&self) -> &'static str {
         "rxe"
     }
 
-    fn create_cq(
+    unsafe fn create_cq(
         &self,
         cmd_fd: BorrowedFd<'_>,
         _cqe: u32,
@@ -208,7 +211,7 @@ impl Driver for RxeDriver {
         Ok(Box::new(CqRing { cq, _map: map }))
     }
 
-    fn create_qp(
+    unsafe fn create_qp(
         &self,
         cmd_fd: BorrowedFd<'_>,
         req: &QpRequest,
@@ -242,7 +245,7 @@ impl Driver for RxeDriver {
         }))
     }
 
-    fn create_srq(
+    unsafe fn create_srq(
         &self,
         cmd_fd: BorrowedFd<'_>,
         _max_wr: u32,
@@ -256,7 +259,7 @@ impl Driver for RxeDriver {
         Ok(Box::new(SrqRing { rq, _map: map }))
     }
 
-    fn create_ah(&self, create: &mut CreateFn<'_, u32>) -> io::Result<u32> {
+    unsafe fn create_ah(&self, create: &mut CreateFn<'_, u32>) -> io::Result<u32> {
         let mut resp = rxe_create_ah_resp::default();
         create(&[], resp.as_mut_bytes())?;
         let r = rxe_create_ah_resp::read_from_bytes(resp.as_bytes()).unwrap_or_default();

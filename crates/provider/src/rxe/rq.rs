@@ -52,16 +52,6 @@ impl RxeRq {
         Ok(Self { queue, max_sge })
     }
 
-    /// The underlying queue view.
-    pub fn queue(&self) -> &RxeQueue {
-        &self.queue
-    }
-
-    /// The `max_sge` given at creation.
-    pub fn max_sge(&self) -> u32 {
-        self.max_sge
-    }
-
     /// Slots free right now (the kernel may free more at any time).
     pub fn free_slots(&self) -> u32 {
         self.queue.capacity() - self.queue.len()

@@ -28,14 +28,12 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::BorrowedFd;
 use std::ptr;
 
 use super::abi::{
     rxe_dma_info, rxe_send_wqe, rxe_sge, rxe_wr_atomic, rxe_wr_mw, rxe_wr_rdma, rxe_wr_ud,
     send_flags, RXE_SEND_WQE_SGE_OFFSET, RXE_SEND_WR_UNION_SIZE,
 };
-use super::doorbell::post_send_doorbell;
 use super::queue::{QueueKind, RxeQueue};
 use super::{PostErrorReason, RxePostError};
 use rverbs_uverbs::{Error, SendFlags, SendOp, SendWr};
@@ -167,16 +165,6 @@ impl RxeSq {
             .into());
         }
         Ok(Self { queue, cfg, ssn: 0 })
-    }
-
-    /// The underlying queue view.
-    pub fn queue(&self) -> &RxeQueue {
-        &self.queue
-    }
-
-    /// The parameters given at creation.
-    pub fn config(&self) -> RxeSqConfig {
-        self.cfg
     }
 
     /// Slots free right now (the kernel may free more at any time).
@@ -456,7 +444,7 @@ impl RxeSq {
     /// Posts `wrs` in order and publishes them to the kernel with one producer-index store.
     /// Returns `wrs.len()`. Stops at the first request that is invalid or finds the queue
     /// full: the [`RxePostError`] says how many were posted before it. Does not ring the
-    /// doorbell (see [`post_send_doorbell`] / [`RxeSq::post_and_ring`]). Never allocates.
+    /// doorbell (see [`post_send_doorbell`](super::post_send_doorbell)). Never allocates.
     ///
     /// # Safety
     ///
@@ -564,31 +552,6 @@ impl RxeSq {
         if prod != start {
             self.queue.publish_own(prod);
         }
-    }
-
-    /// [`post`](Self::post), then the doorbell on `cmd_fd` for the QP with kernel handle
-    /// `qp_handle` if anything was posted (also when a later request failed). A doorbell
-    /// failure is reported in preference to the post error.
-    ///
-    /// # Safety
-    ///
-    /// As for [`post`](Self::post).
-    pub unsafe fn post_and_ring(
-        &mut self,
-        cmd_fd: BorrowedFd<'_>,
-        qp_handle: u32,
-        wrs: &[SendWr<'_>],
-    ) -> io::Result<usize> {
-        // SAFETY: forwarded contract.
-        let r = unsafe { self.post(wrs) };
-        let posted = match &r {
-            Ok(n) => *n,
-            Err(e) => e.posted,
-        };
-        if posted > 0 {
-            post_send_doorbell(cmd_fd, qp_handle)?;
-        }
-        r.map_err(io::Error::from)
     }
 }
 

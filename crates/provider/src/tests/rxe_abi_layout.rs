@@ -6,7 +6,7 @@ use std::mem::{align_of, offset_of, size_of};
 use std::path::PathBuf;
 use std::process::Command;
 
-use rverbs_provider::rxe::abi::*;
+use crate::rxe::abi::*;
 
 /// (C expression, value on the Rust side).
 type Check = (String, u64);
@@ -259,7 +259,7 @@ fn checks() -> Vec<Check> {
     ));
     v.push((
         "sizeof(struct ib_uverbs_cmd_hdr) + sizeof(struct ib_uverbs_post_send)".into(),
-        rverbs_provider::rxe::doorbell::POST_SEND_CMD_LEN as u64,
+        crate::rxe::doorbell::POST_SEND_CMD_LEN as u64,
     ));
 
     constant!(

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::mem::{offset_of, size_of};
 use std::process::Command;
 
-use rverbs_provider::mlx5::abi::*;
+use crate::mlx5::abi::*;
 
 /// (C struct name, Rust size, [(field, Rust offset)]).
 type Layout = (&'static str, usize, Vec<(&'static str, usize)>);

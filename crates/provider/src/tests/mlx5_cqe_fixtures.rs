@@ -22,7 +22,7 @@
 
 use std::collections::HashMap;
 
-use rverbs_provider::mlx5::{
+use crate::mlx5::{
     parse_cqe, CqBuf, Cqe64, CqeSize, CqeSyndrome, Mlx5Cq, ParseFault, UarPage, WorkQueue, WqeRef,
     WrIdLookup,
 };

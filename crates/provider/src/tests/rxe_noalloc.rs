@@ -2,14 +2,13 @@
 //! thread while work requests are posted (SGE lists, inline data, a full queue) and completions
 //! polled (batch, iterator, single).
 
-mod common;
-use common::allocs;
+use super::allocs::allocs;
 
 mod rxe {
     use super::allocs;
-    use rverbs_provider::rxe::abi::ib_uverbs_wc;
-    use rverbs_provider::rxe::sim::SimQueue;
-    use rverbs_provider::rxe::{QueueKind, RxeCq, RxeQpType, RxeRq, RxeSq, RxeSqConfig};
+    use crate::rxe::abi::ib_uverbs_wc;
+    use crate::rxe::sim::SimQueue;
+    use crate::rxe::{QueueKind, RxeCq, RxeQpType, RxeRq, RxeSq, RxeSqConfig};
     use rverbs_uverbs::{RecvWr, SendFlags, SendOp, SendWr, Sge, WorkCompletion};
 
     #[test]

@@ -10,7 +10,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::thread;
 
-use rverbs_provider::mlx5::{CqBuf, CqeSize, Mlx5Cq, UarPage, WorkQueue, WqeRef, WrIdLookup};
+use crate::mlx5::{CqBuf, CqeSize, Mlx5Cq, UarPage, WorkQueue, WqeRef, WrIdLookup};
 use rverbs_uverbs::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
 const QPN: u32 = 0x00ab_cdef;

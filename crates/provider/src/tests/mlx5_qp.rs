@@ -7,22 +7,17 @@
 //! `set_data_inl_seg`, `post_send_db`, `mlx5_post_recv`), `srq.c` and `verbs.c` (sizing);
 //! each test names the rule it checks.
 
-mod common;
-use common::allocs;
-#[path = "common/mlx5.rs"]
-mod mlx5_common;
-use mlx5_common::{fd, kobj, FakeUars};
+use super::allocs::allocs;
+use super::mlx5_fake::{fd, kobj, FakeCreate, FakeUars};
 
 use std::sync::Arc;
 
-use rverbs_provider::mlx5::driver::Mlx5Driver;
-use rverbs_provider::mlx5::uar::{DynUarPool, UarKernel};
-use rverbs_provider::mlx5::wq::{qp_sizing, srq_sizing, BfPolicy, WqLimits};
-use rverbs_provider::mlx5::Mlx5ContextInfo;
+use crate::mlx5::driver::Mlx5Driver;
+use crate::mlx5::uar::{DynUarPool, UarKernel};
+use crate::mlx5::wq::{qp_sizing, srq_sizing, BfPolicy, WqLimits};
+use crate::mlx5::Mlx5ContextInfo;
 use rverbs_uverbs::ah::{AhAttr, GlobalRoute};
-use rverbs_uverbs::driver::{
-    CqCreated, CqOps, Driver, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
-};
+use rverbs_uverbs::driver::{CqCreated, CqOps, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps};
 use rverbs_uverbs::error::PostQueue;
 use rverbs_uverbs::mr::AccessFlags;
 use rverbs_uverbs::mw::{MwBind, MwType};
@@ -89,7 +84,7 @@ fn driver(uars: &mut Uars, policy: BfPolicy, eth: bool) -> Mlx5Driver {
 fn cq(d: &Mlx5Driver, cqn: u32) -> (Box<dyn CqOps>, *mut u8) {
     let mut buf = 0u64;
     let ops = d
-        .create_cq(fd(), 15, &mut |uin, uout| {
+        .sim_create_cq(fd(), 15, &mut |uin, uout| {
             buf = u64::from_ne_bytes(uin[0..8].try_into().unwrap());
             uout[0..4].copy_from_slice(&cqn.to_ne_bytes());
             Ok(CqCreated { handle: 1, cqe: 15 })
@@ -113,7 +108,7 @@ fn qp(d: &Mlx5Driver, qp_type: QpType, caps: QpCaps, qpn: u32, bfreg: u32, srq: 
         srq_handle: srq.then_some(1),
     };
     let ops = d
-        .create_qp(fd(), &req, &mut |uin, uout| {
+        .sim_create_qp(fd(), &req, &mut |uin, uout| {
             udata = uin.to_vec();
             uout[0..4].copy_from_slice(&bfreg.to_ne_bytes());
             Ok(QpCreated {
@@ -720,7 +715,7 @@ fn cqe_size_is_64_or_128() {
         let mut u = Uars::new();
         let d = driver(&mut u, BfPolicy::default(), false).with_cqe_size(size);
         let mut asked = 0;
-        d.create_cq(fd(), 15, &mut |uin, uout| {
+        d.sim_create_cq(fd(), 15, &mut |uin, uout| {
             asked = u32_at(uin, 16);
             uout[0..4].copy_from_slice(&7u32.to_ne_bytes());
             Ok(CqCreated { handle: 1, cqe: 15 })
@@ -732,7 +727,7 @@ fn cqe_size_is_64_or_128() {
         let mut u = Uars::new();
         let d = driver(&mut u, BfPolicy::default(), false).with_cqe_size(size);
         let e = d
-            .create_cq(fd(), 15, &mut |_, _| panic!("no kernel call"))
+            .sim_create_cq(fd(), 15, &mut |_, _| panic!("no kernel call"))
             .unwrap_err();
         assert!(
             e.to_string().contains(&format!(
@@ -762,7 +757,7 @@ fn ud_send_carries_the_av() {
         ..Default::default()
     };
     let ah = d
-        .create_ah_for(&attr, &mut |_, out| {
+        .sim_create_ah_for(&attr, &mut |_, out| {
             out[0..4].copy_from_slice(&16u32.to_ne_bytes());
             out[4..10].copy_from_slice(&[0x02, 0x11, 0x22, 0x33, 0x44, 0x55]);
             Ok(3)
@@ -770,7 +765,7 @@ fn ud_send_carries_the_av() {
         .unwrap();
     // Without a GRH on RoCE: refused before the kernel is asked.
     let e = d
-        .create_ah_for(
+        .sim_create_ah_for(
             &AhAttr {
                 port_num: 1,
                 ..Default::default()
@@ -780,7 +775,7 @@ fn ud_send_carries_the_av() {
         .unwrap_err();
     assert!(e.to_string().contains("needs a GRH"), "{e}");
     let e = d
-        .create_ah_for(
+        .sim_create_ah_for(
             &AhAttr {
                 port_num: 2,
                 ..attr
@@ -917,7 +912,7 @@ fn srq_post_complete_repost() {
     let d = driver(&mut u, BfPolicy::default(), false);
     let mut udata = Vec::new();
     let mut srq: Box<dyn SrqOps> = d
-        .create_srq(fd(), 3, 1, &mut |uin, uout| {
+        .sim_create_srq(fd(), 3, 1, &mut |uin, uout| {
             udata = uin.to_vec();
             uout[0..4].copy_from_slice(&0x66u32.to_ne_bytes());
             Ok(SrqCreated {
@@ -992,7 +987,7 @@ fn bad_create_responses_are_refused() {
     };
     for bad in [2u32, 3, 32, 1000] {
         let e = d
-            .create_qp(fd(), &req, &mut |_, out| {
+            .sim_create_qp(fd(), &req, &mut |_, out| {
                 out[0..4].copy_from_slice(&bad.to_ne_bytes());
                 Ok(QpCreated {
                     handle: 1,
@@ -1007,7 +1002,7 @@ fn bad_create_responses_are_refused() {
         );
     }
     let e = d
-        .create_qp(fd(), &req, &mut |_, _| {
+        .sim_create_qp(fd(), &req, &mut |_, _| {
             Ok(QpCreated {
                 handle: 1,
                 qp_num: 1 << 24,
@@ -1017,7 +1012,7 @@ fn bad_create_responses_are_refused() {
         .unwrap_err();
     assert!(e.to_string().contains("24 bits"), "{e}");
     let e = d
-        .create_srq(fd(), 8, 1, &mut |_, out| {
+        .sim_create_srq(fd(), 8, 1, &mut |_, out| {
             out[0..4].copy_from_slice(&5u32.to_ne_bytes());
             Ok(SrqCreated {
                 handle: 1,
@@ -1032,7 +1027,7 @@ fn bad_create_responses_are_refused() {
         "{e}"
     );
     let e = d
-        .create_srq(fd(), 0, 1, &mut |_, _| panic!("no kernel call"))
+        .sim_create_srq(fd(), 0, 1, &mut |_, _| panic!("no kernel call"))
         .unwrap_err();
     assert!(e.to_string().contains("max_wr 0"), "{e}");
 }
@@ -1118,7 +1113,7 @@ fn rc_req() -> QpRequest {
 /// Creates an RC QP; returns it (or the error) and whether the kernel create was reached.
 fn dyn_qp(d: &Mlx5Driver, qpn: u32) -> (std::io::Result<Box<dyn QpOps>>, Vec<u8>) {
     let mut udata = Vec::new();
-    let r = d.create_qp(fd(), &rc_req(), &mut |uin, _| {
+    let r = d.sim_create_qp(fd(), &rc_req(), &mut |uin, _| {
         udata = uin.to_vec();
         Ok(QpCreated {
             handle: 1,
@@ -1217,7 +1212,7 @@ fn mlx5_dyn_uar_dedicated_register_comes_back() {
 /// random, always in 0xC000..=0xFFFF.
 #[test]
 fn mlx5_roce_v2_udp_sport() {
-    use rverbs_provider::mlx5::wq::roce_v2_udp_sport;
+    use crate::mlx5::wq::roce_v2_udp_sport;
     assert_eq!(roce_v2_udp_sport(0x12345), 0xe341);
     assert_eq!(roce_v2_udp_sport(0xfffff), 0xffc0);
     assert_eq!(roce_v2_udp_sport(1), 0xc001);

@@ -1,10 +1,9 @@
 //! The mlx5 poll path allocates nothing: not for plain completions, not for the ones that go
 //! through the general (error, resize, unknown) path, not through the iterator, not to arm.
 
-mod common;
-use common::allocs;
+use super::allocs::allocs;
 
-use rverbs_provider::mlx5::{CqBuf, CqeSize, Mlx5Cq, UarPage, WqeRef};
+use crate::mlx5::{CqBuf, CqeSize, Mlx5Cq, UarPage, WqeRef};
 use rverbs_uverbs::wc::WorkCompletion;
 
 /// CQE `i` of lap 0: a mix of plain and general-path kinds.

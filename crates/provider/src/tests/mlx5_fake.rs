@@ -9,14 +9,18 @@ use std::fmt::Write as _;
 use std::ptr::NonNull;
 use std::sync::Mutex;
 
-use rverbs_provider::mlx5::abi::{
+use crate::mlx5::abi::{
     MLX5_IB_ATTR_UAR_OBJ_ALLOC_HANDLE, MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_LENGTH,
     MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_OFFSET, MLX5_IB_ATTR_UAR_OBJ_ALLOC_PAGE_ID,
     MLX5_IB_ATTR_UAR_OBJ_ALLOC_TYPE, MLX5_IB_METHOD_UAR_OBJ_ALLOC, MLX5_IB_METHOD_UAR_OBJ_DESTROY,
     MLX5_IB_OBJECT_UAR,
 };
-use rverbs_provider::mlx5::uar::UarKernel;
-use rverbs_uverbs::driver::KernelObj;
+use crate::mlx5::driver::Mlx5Driver;
+use crate::mlx5::uar::UarKernel;
+use rverbs_uverbs::ah::AhAttr;
+use rverbs_uverbs::driver::{
+    CqCreated, CqOps, CreateFn, Driver, KernelObj, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
+};
 use rverbs_uverbs::ioctl::IoctlCall;
 
 /// The system page size the fakes use.
@@ -85,7 +89,10 @@ impl FakeUarState {
 // SAFETY: the raw pointers are into `mem`, owned by the state; all access is under the lock.
 unsafe impl Send for FakeUarState {}
 
-impl UarKernel for FakeUars {
+// SAFETY: `map` hands out disjoint 4 KiB pieces of `mem` (a heap buffer no reference is
+// taken into while they are mapped, kept until the fake is dropped, after every UAR);
+// `ioctl` writes only PTR_OUT attributes, at most their lengths.
+unsafe impl UarKernel for FakeUars {
     unsafe fn ioctl(&self, call: &mut IoctlCall<'_>) -> Result<(), rustix::io::Errno> {
         let mut s = self.st.lock().unwrap();
         let h = call.header(1);
@@ -169,4 +176,80 @@ impl UarKernel for FakeUars {
 
 fn libc_einval() -> i32 {
     rustix::io::Errno::INVAL.raw_os_error()
+}
+
+/// [`Mlx5Driver`]'s create methods with a test's fake kernel as the callback.
+///
+/// The methods are `unsafe` because a provider may map what a create response names; mlx5
+/// maps nothing a create response names (its rings are memory it allocates, its UAR pages
+/// were mapped when the driver was built, and the numbers a response carries — CQN, QPN,
+/// SRQN, register index — are checked before use), so answers a fake kernel makes up cannot
+/// make its data path touch memory it does not own.
+pub trait FakeCreate {
+    fn sim_create_cq(
+        &self,
+        cmd_fd: std::os::fd::BorrowedFd<'_>,
+        cqe: u32,
+        create: &mut CreateFn<'_, CqCreated>,
+    ) -> std::io::Result<Box<dyn CqOps>>;
+    fn sim_create_qp(
+        &self,
+        cmd_fd: std::os::fd::BorrowedFd<'_>,
+        req: &QpRequest,
+        create: &mut CreateFn<'_, QpCreated>,
+    ) -> std::io::Result<Box<dyn QpOps>>;
+    fn sim_create_srq(
+        &self,
+        cmd_fd: std::os::fd::BorrowedFd<'_>,
+        max_wr: u32,
+        max_sge: u32,
+        create: &mut CreateFn<'_, SrqCreated>,
+    ) -> std::io::Result<Box<dyn SrqOps>>;
+    fn sim_create_ah_for(
+        &self,
+        attr: &AhAttr,
+        create: &mut CreateFn<'_, u32>,
+    ) -> std::io::Result<u32>;
+}
+
+impl FakeCreate for Mlx5Driver {
+    fn sim_create_cq(
+        &self,
+        cmd_fd: std::os::fd::BorrowedFd<'_>,
+        cqe: u32,
+        create: &mut CreateFn<'_, CqCreated>,
+    ) -> std::io::Result<Box<dyn CqOps>> {
+        // SAFETY: see the trait: mlx5 maps nothing a create response names.
+        unsafe { Driver::create_cq(self, cmd_fd, cqe, create) }
+    }
+
+    fn sim_create_qp(
+        &self,
+        cmd_fd: std::os::fd::BorrowedFd<'_>,
+        req: &QpRequest,
+        create: &mut CreateFn<'_, QpCreated>,
+    ) -> std::io::Result<Box<dyn QpOps>> {
+        // SAFETY: see the trait: mlx5 maps nothing a create response names.
+        unsafe { Driver::create_qp(self, cmd_fd, req, create) }
+    }
+
+    fn sim_create_srq(
+        &self,
+        cmd_fd: std::os::fd::BorrowedFd<'_>,
+        max_wr: u32,
+        max_sge: u32,
+        create: &mut CreateFn<'_, SrqCreated>,
+    ) -> std::io::Result<Box<dyn SrqOps>> {
+        // SAFETY: see the trait: mlx5 maps nothing a create response names.
+        unsafe { Driver::create_srq(self, cmd_fd, max_wr, max_sge, create) }
+    }
+
+    fn sim_create_ah_for(
+        &self,
+        attr: &AhAttr,
+        create: &mut CreateFn<'_, u32>,
+    ) -> std::io::Result<u32> {
+        // SAFETY: see the trait: mlx5 maps nothing a create response names.
+        unsafe { Driver::create_ah_for(self, attr, create) }
+    }
 }

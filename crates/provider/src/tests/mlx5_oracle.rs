@@ -13,18 +13,16 @@
 //! Steps rverbs does not take at the provider level: `rts` (QP state lives in the core,
 //! which refuses posts before RTS itself) prints nothing on either side.
 
-#[path = "common/mlx5.rs"]
-mod mlx5_common;
-use mlx5_common::{fd, kobj, FakeUars, PAGE};
+use super::mlx5_fake::{fd, kobj, FakeCreate, FakeUars, PAGE};
 
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use rverbs_provider::mlx5::abi::mlx5_ib_alloc_ucontext_resp;
-use rverbs_provider::mlx5::driver::Mlx5Driver;
-use rverbs_provider::mlx5::uar::{DynUarPool, UarKernel};
-use rverbs_provider::mlx5::wq::BfPolicy;
-use rverbs_provider::mlx5::Mlx5ContextUdata;
+use crate::mlx5::abi::mlx5_ib_alloc_ucontext_resp;
+use crate::mlx5::driver::Mlx5Driver;
+use crate::mlx5::uar::{DynUarPool, UarKernel};
+use crate::mlx5::wq::BfPolicy;
+use crate::mlx5::Mlx5ContextUdata;
 use rverbs_uverbs::ah::{AhAttr, GlobalRoute};
 use rverbs_uverbs::driver::{
     CqCreated, CqOps, Driver, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
@@ -186,7 +184,7 @@ impl Run {
                 let mut udata = Vec::new();
                 let k = drv.adjust_cqe(cqe).unwrap();
                 let ops = drv
-                    .create_cq(fd(), cqe, &mut |uin, uout| {
+                    .sim_create_cq(fd(), cqe, &mut |uin, uout| {
                         udata = uin.to_vec();
                         uout[..4].copy_from_slice(&cqn.to_ne_bytes());
                         Ok(CqCreated { handle: 1, cqe: k })
@@ -226,19 +224,19 @@ impl Run {
                 let qpn = num(t, "qpn", 0x100 + id as u64) as u32;
                 let bfreg = num(t, "bfreg", 1) as u32;
                 let mut udata = Vec::new();
-                let r = self
-                    .driver
-                    .as_ref()
-                    .unwrap()
-                    .create_qp(fd(), &req, &mut |uin, uout| {
-                        udata = uin.to_vec();
-                        uout[..4].copy_from_slice(&bfreg.to_ne_bytes());
-                        Ok(QpCreated {
-                            handle: 1,
-                            qp_num: qpn,
-                            caps,
-                        })
-                    });
+                let r =
+                    self.driver
+                        .as_ref()
+                        .unwrap()
+                        .sim_create_qp(fd(), &req, &mut |uin, uout| {
+                            udata = uin.to_vec();
+                            uout[..4].copy_from_slice(&bfreg.to_ne_bytes());
+                            Ok(QpCreated {
+                                handle: 1,
+                                qp_num: qpn,
+                                caps,
+                            })
+                        });
                 self.take_uars();
                 let ops = match r {
                     Ok(o) => o,
@@ -269,7 +267,7 @@ impl Run {
                 let max_sge = num(t, "max_sge", 1) as u32;
                 let srqn = num(t, "srqn", 0x40 + id as u64) as u32;
                 let mut udata = Vec::new();
-                let r = self.driver.as_ref().unwrap().create_srq(
+                let r = self.driver.as_ref().unwrap().sim_create_srq(
                     fd(),
                     max_wr,
                     max_sge,
@@ -336,7 +334,7 @@ impl Run {
                     .driver
                     .as_ref()
                     .unwrap()
-                    .create_ah_for(&a, &mut |_, uout| {
+                    .sim_create_ah_for(&a, &mut |_, uout| {
                         uout[..4].copy_from_slice(&16u32.to_ne_bytes());
                         if dmac.len() == 6 {
                             uout[4..10].copy_from_slice(&dmac);
@@ -627,7 +625,7 @@ impl Run {
     }
 
     /// The GID types as the script set them (`ah ... roce_v2=1`).
-    fn gid_types(&self) -> rverbs_provider::mlx5::driver::GidTypeFn {
+    fn gid_types(&self) -> crate::mlx5::driver::GidTypeFn {
         let v2 = self.roce_v2.clone();
         Box::new(move |p, i| v2.lock().unwrap().contains(&(p, i)))
     }
@@ -789,8 +787,8 @@ pub fn compare(golden: &str, ours: &str) -> Result<(), String> {
 macro_rules! scripts {
     ($($name:literal),* $(,)?) => {
         [$(($name,
-            include_str!(concat!("mlx5_oracle/", $name, ".script")),
-            include_str!(concat!("mlx5_oracle/", $name, ".golden")))),*]
+            include_str!(concat!("../../tests/mlx5_oracle/", $name, ".script")),
+            include_str!(concat!("../../tests/mlx5_oracle/", $name, ".golden")))),*]
     };
 }
 

@@ -5,11 +5,9 @@
 mod rxe {
     use std::thread;
 
-    use rverbs_provider::rxe::abi::ib_uverbs_wc;
-    use rverbs_provider::rxe::sim::SimQueue;
-    use rverbs_provider::rxe::{
-        PostErrorReason, QueueKind, RxeCq, RxeQpType, RxeRq, RxeSq, RxeSqConfig,
-    };
+    use crate::rxe::abi::ib_uverbs_wc;
+    use crate::rxe::sim::SimQueue;
+    use crate::rxe::{PostErrorReason, QueueKind, RxeCq, RxeQpType, RxeRq, RxeSq, RxeSqConfig};
     use rverbs_uverbs::{
         RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
     };

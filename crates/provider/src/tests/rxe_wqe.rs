@@ -6,12 +6,12 @@
 mod rxe {
     use std::io;
 
-    use rustix::io::Errno;
-    use rverbs_provider::rxe::abi::wr_opcode;
-    use rverbs_provider::rxe::sim::SimQueue;
-    use rverbs_provider::rxe::{
+    use crate::rxe::abi::wr_opcode;
+    use crate::rxe::sim::SimQueue;
+    use crate::rxe::{
         PostErrorReason, QueueKind, RxePostError, RxeQpType, RxeRq, RxeSq, RxeSqConfig,
     };
+    use rustix::io::Errno;
     use rverbs_uverbs::error::{PostError, PostQueue};
     use rverbs_uverbs::{Error, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
 
