@@ -380,6 +380,12 @@ impl Cq {
             handle: self.handle,
         }
     }
+
+    /// Tells the provider that QP `qp_num` (of this CQ's context) was moved to RESET
+    /// ([`CqOps::qp_reset`](crate::driver::CqOps::qp_reset)), under this CQ's lock only.
+    pub(crate) fn qp_reset(&self, qp_num: u32, recv: bool) {
+        self.lock().qp_reset(qp_num, recv);
+    }
 }
 
 /// A lazy, borrowed view of a CQ's completions (the idea of `ibv_cq_ex`'s start_poll /

@@ -706,6 +706,66 @@ impl<L: WrIdLookup> Mlx5Cq<L> {
         (sn << 28) | cmd | (self.cons_index & MLX5_CQ_CI_MASK)
     }
 
+    /// Removes the entries software owns that `remove` picks, keeping the others in order, as
+    /// libmlx5's `__mlx5_cq_clean` does when a QP is moved to RESET or destroyed; returns how
+    /// many were removed.
+    ///
+    /// The entries looked at run from the consumer index to the first one the device has not
+    /// written, at most `ncqe - 1` of them (libmlx5 stops one short of a full ring). From the
+    /// newest back to the oldest, a removed entry counts one more hole, and a kept entry is
+    /// copied `holes` slots forward (the whole slot, 64 or 128 bytes), keeping the owner bit
+    /// of the slot it lands in. Then the consumer index moves past the holes and is
+    /// published (Release: the copies are done before the device may reuse the slots). The
+    /// entries the device writes meanwhile are not looked at: they come after the range.
+    /// `remove` sees each entry once, newest first.
+    pub fn clean(&mut self, mut remove: impl FnMut(&Cqe64) -> bool) -> u32 {
+        let ring = self.ring;
+        let start = self.cons_index;
+        let mut prod = start;
+        while ring.take(ring.cursor(prod)).is_some() {
+            if prod == start.wrapping_add(ring.mask) {
+                break;
+            }
+            prod = prod.wrapping_add(1);
+        }
+        // Bytes before the CQE64 in a slot (64 with 128-byte slots).
+        let lead = ring.stride - CQE64_SIZE;
+        let mut holes = 0u32;
+        while prod != start {
+            prod = prod.wrapping_sub(1);
+            // SAFETY: `prod` is in [start, end of the owned run): `take` found the entry
+            // software-owned (Acquire), and the device writes it again only after the
+            // consumer index has passed it, which happens below, after this copy.
+            let cqe = unsafe { OwnedCqe::at(ring.slot(prod)) }.to_cqe64();
+            if remove(&cqe) {
+                holes += 1;
+            } else if holes > 0 {
+                let dst64 = ring.slot(prod.wrapping_add(holes));
+                // SAFETY: both slots lie in the ring (`slot` masks the index; the slot starts
+                // `lead` bytes before its CQE64) and are distinct; both are software-owned
+                // (the destination lies between this entry and the end of the owned run), so
+                // nobody else reads or writes them now; no reference is formed.
+                unsafe {
+                    let owner = dst64.add(OFF_OP_OWN).read() & 1;
+                    ptr::copy_nonoverlapping(
+                        ring.slot(prod).sub(lead),
+                        dst64.sub(lead),
+                        ring.stride,
+                    );
+                    let op_own = dst64.add(OFF_OP_OWN);
+                    op_own.write((op_own.read() & !1) | owner);
+                }
+            }
+        }
+        if holes > 0 {
+            self.cons_index = self.cons_index.wrapping_add(holes);
+            // Release inside `publish`: the copies above happen before the device can see
+            // the slots behind the new consumer index as free.
+            self.publish();
+        }
+        holes
+    }
+
     /// Acknowledges one completion event read from the completion channel: advances the arm
     /// sequence number, so the next arm is a new request (libmlx5's `mlx5_cq_event()`).
     pub fn ack_event(&mut self) {
