@@ -363,9 +363,11 @@ impl Run {
                 let id = num(t, "qp", 0) as usize;
                 let (qpn, _) = self.qp_info[id].unwrap();
                 let (scq, rcq) = self.qp_cqs[id].unwrap();
-                self.cqs[rcq].as_mut().unwrap().0.qp_reset(qpn, true);
-                if scq != rcq {
-                    self.cqs[scq].as_mut().unwrap().0.qp_reset(qpn, false);
+                for (cq, recv) in [(rcq, true), (scq, false)] {
+                    let ops = &mut self.cqs[cq].as_mut().unwrap().0;
+                    if (recv || cq != rcq) && ops.cleans_on_qp_reset() {
+                        ops.qp_reset(qpn, recv);
+                    }
                 }
                 self.qps[id].as_mut().unwrap().reset();
             }

@@ -204,10 +204,19 @@ pub trait CqOps: Send + fmt::Debug {
     /// from the ring, keeping every other QP's in order (libmlx5 `mlx5_cq_clean`). `recv`:
     /// this CQ is the QP's receive CQ (the QP's SRQ gets back the receives it drops). Called
     /// by [`Qp::modify`](crate::qp::Qp::modify) under this CQ's lock, before
-    /// [`QpOps::reset`], never with another CQ's or a QP's lock held. Default: nothing (rxe:
-    /// the kernel produces the CQ's entries and keeps them, as librxe does).
+    /// [`QpOps::reset`], never with another CQ's or a QP's lock held, and only when
+    /// [`cleans_on_qp_reset`](Self::cleans_on_qp_reset) said so. Default: nothing (rxe: the
+    /// kernel produces the CQ's entries and keeps them, as librxe does).
     fn qp_reset(&mut self, qp_num: u32, recv: bool) {
         let _ = (qp_num, recv);
+    }
+
+    /// True when [`qp_reset`](Self::qp_reset) has work to do on this CQ (mlx5). Asked once,
+    /// when the CQ is created; when false the core neither takes the CQ's lock nor calls
+    /// `qp_reset`, so a modify to RESET never waits for a poller that holds the lock (a
+    /// [`CqView`](crate::cq::CqView), the C drop-in's `ibv_start_poll`). Default: false.
+    fn cleans_on_qp_reset(&self) -> bool {
+        false
     }
 }
 

@@ -593,9 +593,11 @@ impl Qp {
     /// not yet polled ([`CqOps::qp_reset`](crate::driver::CqOps::qp_reset)), each under its own
     /// lock; then the QP's queues start again from empty ([`QpOps::reset`]) under the QP's
     /// lock. The core never holds two of these locks at once, so this cannot deadlock with
-    /// posting (the QP's lock alone) or polling (the CQ's lock alone). It waits while a
-    /// [`CqView`](crate::cq::CqView) of one of the QP's CQs is alive: drop the view first.
-    /// Work requests posted before the reset never complete and are not seen again.
+    /// posting (the QP's lock alone) or polling (the CQ's lock alone). A CQ whose provider has
+    /// nothing to clean there (rxe: `CqOps::cleans_on_qp_reset` false) is not locked at all;
+    /// on mlx5 the reset waits while a [`CqView`](crate::cq::CqView) of one of the QP's CQs
+    /// is alive (libmlx5 takes the CQ's lock the same way): drop the view first. Work
+    /// requests posted before the reset never complete and are not seen again.
     pub fn modify(&self, attr: &QpAttr) -> Result<()> {
         let ctx = self.pd.context();
         let cur = attr.cur_qp_state.unwrap_or_else(|| self.cached_state());

@@ -8,6 +8,7 @@
 //! outside the shared queue headers, so nothing needs resyncing.
 
 use super::*;
+use rverbs::uverbs::RawWc;
 
 /// Both ends of a working connection are reset (with receives still posted at B and a
 /// completion not yet polled at A) and connected again: a new SEND lands in the receive
@@ -49,8 +50,14 @@ fn qp_cycled_through_reset_works_and_forgets_old_requests() {
                         qp_state: Some(QpState::RESET),
                         ..QpAttr::default()
                     };
+                    // A view of the QP's CQ held across the reset (the C drop-in's
+                    // ibv_start_poll .. ibv_end_poll): rxe's CQs are not locked by a reset,
+                    // so this does not wait for itself.
+                    let mut slots = [RawWc::default(); 1];
+                    let view = e.cq.start_poll(&mut slots[..0]);
                     e.qp.modify(&reset)
                         .unwrap_or_else(|e| panic!("cycle {cycle}: modify to RESET: {e}"));
+                    drop(view);
                     assert_eq!(e.qp.query().unwrap().state, QpState::RESET);
                 }
                 rc_connect(&a.qp, &a.side, b.qp.qp_num(), b.side.gid, o.path);
