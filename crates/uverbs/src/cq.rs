@@ -41,6 +41,9 @@ pub struct Cq {
     events_acked: AtomicU32,
     /// The provider's `CqOps::arms_in_kernel`: arm and take events without the lock.
     arms_in_kernel: bool,
+    /// The provider's `CqOps::cleans_on_qp_reset`: a modify to RESET of one of this CQ's QPs
+    /// takes the lock and calls the provider; else it touches nothing here.
+    cleans_on_qp_reset: bool,
 }
 
 impl fmt::Debug for Cq {
@@ -164,6 +167,7 @@ impl Cq {
                     events_received: AtomicU32::new(0),
                     events_acked: AtomicU32::new(0),
                     arms_in_kernel: ops.arms_in_kernel(),
+                    cleans_on_qp_reset: ops.cleans_on_qp_reset(),
                     ops: OpsLock::new(ops),
                 }))
             }
@@ -393,6 +397,17 @@ impl Cq {
         KernelObj {
             fd: self.ctx.cmd_fd(),
             handle: self.handle,
+        }
+    }
+
+    /// Tells the provider that QP `qp_num` (of this CQ's context) was moved to RESET
+    /// ([`CqOps::qp_reset`](crate::driver::CqOps::qp_reset)), under this CQ's lock only; not
+    /// at all when the provider has nothing to do there
+    /// ([`CqOps::cleans_on_qp_reset`](crate::driver::CqOps::cleans_on_qp_reset) false, rxe), so
+    /// that a reset then never waits for a poller holding the lock.
+    pub(crate) fn qp_reset(&self, qp_num: u32, recv: bool) {
+        if self.cleans_on_qp_reset {
+            self.lock().qp_reset(qp_num, recv);
         }
     }
 }

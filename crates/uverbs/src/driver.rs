@@ -249,6 +249,25 @@ pub trait CqOps: Send + fmt::Debug {
     ) -> Result<()> {
         Err(crate::Error::unsupported("resize CQ", "the provider does not resize CQs").into())
     }
+
+    /// The kernel has moved QP `qp_num` to RESET: drop that QP's completions not yet polled
+    /// from the ring, keeping every other QP's in order (libmlx5 `mlx5_cq_clean`). `recv`:
+    /// this CQ is the QP's receive CQ (the QP's SRQ gets back the receives it drops). Called
+    /// by [`Qp::modify`](crate::qp::Qp::modify) under this CQ's lock, before
+    /// [`QpOps::reset`], never with another CQ's or a QP's lock held, and only when
+    /// [`cleans_on_qp_reset`](Self::cleans_on_qp_reset) said so. Default: nothing (rxe: the
+    /// kernel produces the CQ's entries and keeps them, as librxe does).
+    fn qp_reset(&mut self, qp_num: u32, recv: bool) {
+        let _ = (qp_num, recv);
+    }
+
+    /// True when [`qp_reset`](Self::qp_reset) has work to do on this CQ (mlx5). Asked once,
+    /// when the CQ is created; when false the core neither takes the CQ's lock nor calls
+    /// `qp_reset`, so a modify to RESET never waits for a poller that holds the lock (a
+    /// [`CqView`](crate::cq::CqView), the C drop-in's `ibv_start_poll`). Default: false.
+    fn cleans_on_qp_reset(&self) -> bool {
+        false
+    }
 }
 
 /// A QP's data path.
@@ -282,6 +301,14 @@ pub trait QpOps: Send + fmt::Debug {
     fn caps(&self) -> Option<QpCaps> {
         None
     }
+
+    /// The kernel has moved the QP to RESET: start the queues again from empty, so that no
+    /// work request posted before is seen again after RESET → INIT → RTR → RTS (mlx5: the
+    /// producer and consumer indices and both doorbell records to 0, libmlx5
+    /// `mlx5_init_qp_indices`). Called by [`Qp::modify`](crate::qp::Qp::modify) under the
+    /// QP's lock, after [`CqOps::qp_reset`] on its CQs. Default: nothing (rxe: the kernel
+    /// owns the queue indices in the shared rings).
+    fn reset(&mut self) {}
 }
 
 /// An SRQ's data path.

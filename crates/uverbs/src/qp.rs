@@ -595,6 +595,17 @@ impl Qp {
 
     /// Modifies the QP. Checks the transition and its required attributes first (the error
     /// names what is missing); the kernel has the final word.
+    ///
+    /// After the kernel has moved the QP to RESET the provider resets its side, as libmlx5
+    /// does: the receive CQ, then the send CQ if it is another one, drop this QP's completions
+    /// not yet polled ([`CqOps::qp_reset`](crate::driver::CqOps::qp_reset)), each under its own
+    /// lock; then the QP's queues start again from empty ([`QpOps::reset`]) under the QP's
+    /// lock. The core never holds two of these locks at once, so this cannot deadlock with
+    /// posting (the QP's lock alone) or polling (the CQ's lock alone). A CQ whose provider has
+    /// nothing to clean there (rxe: `CqOps::cleans_on_qp_reset` false) is not locked at all;
+    /// on mlx5 the reset waits while a [`CqView`](crate::cq::CqView) of one of the QP's CQs
+    /// is alive (libmlx5 takes the CQ's lock the same way): drop the view first. Work
+    /// requests posted before the reset never complete and are not seen again.
     pub fn modify(&self, attr: &QpAttr) -> Result<()> {
         let ctx = self.pd.context();
         let cur = attr.cur_qp_state.unwrap_or_else(|| self.cached_state());
@@ -638,8 +649,21 @@ impl Qp {
             .map_err(|e| Error::os(op(), e).with_detail(format!("mask {mask:?}")))?;
         if let Some(next) = attr.qp_state {
             self.state.store(next.0, Ordering::Relaxed);
+            if next == QpState::RESET {
+                self.provider_reset();
+            }
         }
         Ok(())
+    }
+
+    /// The provider's side of a modify to RESET (see [`Qp::modify`]): the CQs, each under its
+    /// own lock, then the QP under its lock; never two locks at once.
+    fn provider_reset(&self) {
+        self.recv_cq.qp_reset(self.qp_num, true);
+        if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+            self.send_cq.qp_reset(self.qp_num, false);
+        }
+        self.lock().reset();
     }
 
     /// Queries the QP's attributes from the kernel (and refreshes [`Qp::cached_state`]).

@@ -706,6 +706,66 @@ impl<L: WrIdLookup> Mlx5Cq<L> {
         (sn << 28) | cmd | (self.cons_index & MLX5_CQ_CI_MASK)
     }
 
+    /// Removes the entries software owns that `remove` picks, keeping the others in order, as
+    /// libmlx5's `__mlx5_cq_clean` does when a QP is moved to RESET or destroyed; returns how
+    /// many were removed.
+    ///
+    /// The entries looked at run from the consumer index to the first one the device has not
+    /// written, at most `ncqe - 1` of them (libmlx5 stops one short of a full ring). From the
+    /// newest back to the oldest, a removed entry counts one more hole, and a kept entry is
+    /// copied `holes` slots forward (the whole slot, 64 or 128 bytes), keeping the owner bit
+    /// of the slot it lands in. Then the consumer index moves past the holes and is
+    /// published (Release: the copies are done before the device may reuse the slots). The
+    /// entries the device writes meanwhile are not looked at: they come after the range.
+    /// `remove` sees each entry once, newest first.
+    pub fn clean(&mut self, mut remove: impl FnMut(&Cqe64) -> bool) -> u32 {
+        let ring = self.ring;
+        let start = self.cons_index;
+        let mut prod = start;
+        while ring.take(ring.cursor(prod)).is_some() {
+            if prod == start.wrapping_add(ring.mask) {
+                break;
+            }
+            prod = prod.wrapping_add(1);
+        }
+        // Bytes before the CQE64 in a slot (64 with 128-byte slots).
+        let lead = ring.stride - CQE64_SIZE;
+        let mut holes = 0u32;
+        while prod != start {
+            prod = prod.wrapping_sub(1);
+            // SAFETY: `prod` is in [start, end of the owned run): `take` found the entry
+            // software-owned (Acquire), and the device writes it again only after the
+            // consumer index has passed it, which happens below, after this copy.
+            let cqe = unsafe { OwnedCqe::at(ring.slot(prod)) }.to_cqe64();
+            if remove(&cqe) {
+                holes += 1;
+            } else if holes > 0 {
+                let dst64 = ring.slot(prod.wrapping_add(holes));
+                // SAFETY: both slots lie in the ring (`slot` masks the index; the slot starts
+                // `lead` bytes before its CQE64) and are distinct; both are software-owned
+                // (the destination lies between this entry and the end of the owned run), so
+                // nobody else reads or writes them now; no reference is formed.
+                unsafe {
+                    let owner = dst64.add(OFF_OP_OWN).read() & 1;
+                    ptr::copy_nonoverlapping(
+                        ring.slot(prod).sub(lead),
+                        dst64.sub(lead),
+                        ring.stride,
+                    );
+                    let op_own = dst64.add(OFF_OP_OWN);
+                    op_own.write((op_own.read() & !1) | owner);
+                }
+            }
+        }
+        if holes > 0 {
+            self.cons_index = self.cons_index.wrapping_add(holes);
+            // Release inside `publish`: the copies above happen before the device can see
+            // the slots behind the new consumer index as free.
+            self.publish();
+        }
+        holes
+    }
+
     /// Acknowledges one completion event read from the completion channel: advances the arm
     /// sequence number, so the next arm is a new request (libmlx5's `mlx5_cq_event()`).
     pub fn ack_event(&mut self) {
@@ -1139,6 +1199,140 @@ mod tests {
         }
         t.join().unwrap();
         assert!(done.load(Ordering::Acquire));
+        assert_eq!(cq.poll(&mut out), 0);
+        drop(cq);
+        free_uar(p);
+    }
+
+    /// The first 64 bytes of slot `ci` (test memory, single-threaded callers).
+    fn lead_bytes(cq: &Mlx5Cq<Lk>, ci: u32) -> *mut u8 {
+        let size = cq.buf().cqe_size().bytes();
+        let idx = (ci & (cq.buf().ncqe() - 1)) as usize;
+        // SAFETY: inside the ring.
+        unsafe { cq.buf().ring_ptr().add(idx * size) }
+    }
+
+    #[test]
+    fn mlx5_clean_drops_one_qps_entries_and_keeps_the_others_in_order() {
+        for size in [CqeSize::B64, CqeSize::B128] {
+            let (mut cq, p) = new_cq(3, size); // ncqe 4
+            let mut dev = Dev::of(&cq);
+            let mut out = [WorkCompletion::default(); 4];
+            // Move the consumer index to slot 2, so the entries below cross the wrap.
+            dev.push(send_cqe(2, 0));
+            dev.push(send_cqe(2, 1));
+            assert_eq!(cq.poll(&mut out), 2);
+            // Nothing to clean: nothing changes, nothing is published.
+            assert_eq!(cq.clean(|_| true), 0);
+            assert_eq!(dev.ci(), 2);
+            dev.push(send_cqe(1, 0)); // ci 2, slot 2
+            dev.push(send_cqe(2, 2)); // ci 3, slot 3
+            dev.push(send_cqe(1, 1)); // ci 4, slot 0 (owner bit 1)
+            if size == CqeSize::B128 {
+                // SAFETY: slot 3's first half, software-owned; single-threaded.
+                unsafe { lead_bytes(&cq, 3).write(0x5a) };
+            }
+            let mut seen = Vec::new();
+            let removed = cq.clean(|c| {
+                seen.push((c.qpn(), c.wqe_counter()));
+                c.qpn() == 1
+            });
+            assert_eq!(removed, 2, "{size:?}");
+            // Newest first, each once.
+            assert_eq!(seen, [(1, 1), (2, 2), (1, 0)], "{size:?}");
+            // The kept entry moved to slot 0 with the whole slot, keeping slot 0's owner bit.
+            assert_eq!(cq.cons_index(), 4);
+            assert_eq!(dev.ci(), 4, "{size:?}: the consumer index is published");
+            if size == CqeSize::B128 {
+                // SAFETY: slot 0's first half; single-threaded.
+                assert_eq!(unsafe { lead_bytes(&cq, 4).read() }, 0x5a);
+            }
+            assert_eq!(cq.poll(&mut out), 1);
+            assert_eq!(out[0].wr_id, (2 << 16) | 2);
+            assert_eq!(out[0].qp_num, 2);
+            assert_eq!(cq.poll(&mut out), 0);
+            // The device goes on where it was; the freed slots are reused.
+            for c in 3..6 {
+                dev.push(send_cqe(2, c));
+            }
+            assert_eq!(cq.poll(&mut out), 3);
+            let ids: Vec<u64> = out[..3].iter().map(|w| w.wr_id & 0xffff).collect();
+            assert_eq!(ids, [3, 4, 5]);
+            drop(cq);
+            free_uar(p);
+        }
+    }
+
+    #[test]
+    fn mlx5_clean_looks_at_ncqe_minus_one_entries_as_libmlx5() {
+        let (mut cq, p) = new_cq(3, CqeSize::B64);
+        let mut dev = Dev::of(&cq);
+        for c in 0..4 {
+            dev.push(send_cqe(1, c));
+        }
+        // A full ring: libmlx5's scan stops one short, so the newest entry stays.
+        assert_eq!(cq.clean(|c| c.qpn() == 1), 3);
+        let mut out = [WorkCompletion::default(); 4];
+        assert_eq!(cq.poll(&mut out), 1);
+        assert_eq!(out[0].wr_id, (1 << 16) | 3);
+        // Removing nothing leaves the ring as it was.
+        dev.push(send_cqe(2, 0));
+        assert_eq!(cq.clean(|_| false), 0);
+        assert_eq!(dev.ci(), 4);
+        assert_eq!(cq.poll(&mut out), 1);
+        drop(cq);
+        free_uar(p);
+    }
+
+    /// A device thread writes entries of two QPs while the consumer polls and cleans one of
+    /// them: every entry of the other arrives once, in order; each entry of the cleaned QP
+    /// is either polled or removed, once. (Miri: the clean's reads and moves race with
+    /// nothing the device does.)
+    #[test]
+    fn mlx5_clean_while_the_device_writes() {
+        let total: u32 = if cfg!(miri) { 24 } else { 6000 };
+        let (mut cq, p) = new_cq(7, CqeSize::B64);
+        let mut dev = Dev::of(&cq);
+        let t = std::thread::spawn(move || {
+            let mut n = 0u32;
+            while n < total {
+                if dev.has_room() {
+                    let qpn = if n % 3 == 0 { 1 } else { 2 };
+                    dev.push(send_cqe(qpn, n as u16));
+                    n += 1;
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        });
+        let want1 = (0..total).filter(|n| n % 3 == 0).count() as u32;
+        let mut out = [WorkCompletion::default(); 2];
+        let (mut next2, mut got1, mut removed1) = (1u32, 0u32, 0u32);
+        let mut seen1 = std::collections::HashSet::new();
+        while next2 < total || got1 + removed1 < want1 {
+            let k = cq.poll(&mut out);
+            for wc in &out[..k] {
+                let ctr = (wc.wr_id & 0xffff) as u32;
+                if wc.qp_num == 2 {
+                    assert_eq!(ctr, next2 & 0xffff);
+                    next2 += if next2 % 3 == 2 { 2 } else { 1 };
+                } else {
+                    assert!(seen1.insert(ctr), "QP 1 entry {ctr} seen twice");
+                    got1 += 1;
+                }
+            }
+            removed1 += cq.clean(|c| {
+                if c.qpn() == 1 {
+                    assert!(seen1.insert(u32::from(c.wqe_counter())), "removed twice");
+                }
+                c.qpn() == 1
+            });
+            if k == 0 {
+                std::thread::yield_now();
+            }
+        }
+        t.join().unwrap();
+        assert_eq!(got1 + removed1, want1);
         assert_eq!(cq.poll(&mut out), 0);
         drop(cq);
         free_uar(p);

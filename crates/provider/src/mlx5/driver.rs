@@ -308,6 +308,17 @@ impl CqOps for CqRing {
     fn event_received(&mut self) {
         self.cq.ack_event();
     }
+
+    fn cleans_on_qp_reset(&self) -> bool {
+        true
+    }
+
+    fn qp_reset(&mut self, qp_num: u32, recv: bool) {
+        // libmlx5 `mlx5_modify_qp` → `mlx5_cq_clean` under the CQ's lock (ours is the core's).
+        if let Some(f) = self.cq.lookup_mut().reset_filter(qp_num, recv) {
+            self.cq.clean(|cqe| f.removes(cqe));
+        }
+    }
 }
 
 // SAFETY: every ring and doorbell record is memory this driver allocated and sized itself

@@ -29,7 +29,7 @@ use rverbs_uverbs::Error;
 use super::abi::{mlx5_ib_create_qp, mlx5_ib_create_srq, MLX5_BFREGS_PER_UAR, MLX5_BF_OFFSET};
 use super::barrier::wc_store_barrier;
 use super::cq::Region;
-use super::cqe::{WorkQueue, WqeRef, WrIdLookup};
+use super::cqe::{Cqe64, CqeOpcode, WorkQueue, WqeRef, WrIdLookup};
 
 /// Send WQE basic block (`MLX5_SEND_WQE_BB`).
 pub const SEND_WQE_BB: usize = 64;
@@ -823,6 +823,8 @@ pub struct QpShared {
     rq_wrid: Box<[AtomicU64]>,
     rq_tail: AtomicU32,
     srq: Option<Arc<SrqShared>>,
+    /// With CQE version 1: the QP's user index (what its CQEs carry in `srqn_uidx`).
+    uidx: Option<u32>,
 }
 
 impl QpShared {
@@ -968,6 +970,61 @@ impl WrIdLookup for CqLookup {
     #[inline]
     fn wr_data(&self) -> Option<WcOpcode> {
         (self.wr_data != 0).then_some(WcOpcode(u32::from(self.wr_data)))
+    }
+}
+
+impl CqLookup {
+    /// What to remove from this CQ now that QP `qpn` is in RESET ([`ResetFilter`]); `recv`:
+    /// the CQ is the QP's receive CQ. `None` when no QP of the context has that number.
+    pub fn reset_filter(&self, qpn: u32, recv: bool) -> Option<ResetFilter> {
+        let qp = self.reg.qp(qpn)?;
+        Some(ResetFilter {
+            // libmlx5's `rsc.rsn`: the user index with CQE version 1, else the QP number.
+            rsn: if self.cqe_v1 {
+                qp.uidx.unwrap_or(qpn)
+            } else {
+                qpn
+            },
+            cqe_v1: self.cqe_v1,
+            srq: if recv { qp.srq.clone() } else { None },
+        })
+    }
+}
+
+/// The entries of a QP moved to RESET, as libmlx5's `free_res_cqe` picks them for
+/// `mlx5_cq_clean`: with CQE version 1 those whose `srqn_uidx` is the QP's user index, with
+/// version 0 those whose QP number is the QP's. A removed receive completion of an SRQ (on
+/// the QP's receive CQ; version 1: a responder opcode, version 0: a non-zero `srqn`) gives
+/// its WQE back to the SRQ's free list, as its poll would have.
+#[derive(Debug)]
+pub struct ResetFilter {
+    rsn: u32,
+    cqe_v1: bool,
+    srq: Option<Arc<SrqShared>>,
+}
+
+impl ResetFilter {
+    /// Whether `cqe` goes (and frees its SRQ WQE when it does, see above).
+    pub fn removes(&self, cqe: &Cqe64) -> bool {
+        let (ours, srq_wqe) = if self.cqe_v1 {
+            let responder = matches!(
+                cqe.opcode(),
+                CqeOpcode::RESP_WR_IMM
+                    | CqeOpcode::RESP_SEND
+                    | CqeOpcode::RESP_SEND_IMM
+                    | CqeOpcode::RESP_SEND_INV
+                    | CqeOpcode::RESP_ERR
+            );
+            (cqe.srqn_uidx() & 0xff_ffff == self.rsn, responder)
+        } else {
+            (cqe.qpn() == self.rsn, cqe.srqn_uidx() & 0xff_ffff != 0)
+        };
+        if ours && srq_wqe {
+            if let Some(srq) = &self.srq {
+                srq.done(cqe.wqe_counter());
+            }
+        }
+        ours
     }
 }
 
@@ -1213,6 +1270,7 @@ impl Mlx5Qp {
             rq_wrid: atomics(sz.rq_wqe_cnt),
             rq_tail: AtomicU32::new(0),
             srq: p.srq,
+            uidx: p.uidx.as_ref().map(UserIndex::get),
         });
         p.reg.insert_qp(shared.clone());
         let sig = if p.sq_sig_all { CTRL_CQ_UPDATE } else { 0 };
@@ -2002,6 +2060,26 @@ impl QpOps for Mlx5Qp {
 
     fn caps(&self) -> Option<QpCaps> {
         Some(self.sz.caps())
+    }
+
+    fn reset(&mut self) {
+        // libmlx5 `mlx5_init_qp_indices` and the doorbell records after a modify to RESET.
+        // The pending fence (`fm_cache`) and the BlueFlame half stay, as in libmlx5.
+        self.cur_post = 0;
+        self.sq_head = 0;
+        self.rq_head = 0;
+        // Release: pairs with the post paths' Acquire loads of the tails (the next post
+        // here, under the same lock, sees them anyway). The CQs no longer hold entries of
+        // this QP (`CqOps::qp_reset` ran first) and the device makes none in RESET, so no
+        // poller moves these tails now; a CQE the device still wrote would only name a
+        // masked slot.
+        self.shared.sq_tail.store(0, Ordering::Release);
+        self.shared.rq_tail.store(0, Ordering::Release);
+        for i in [RCV_DBR, SND_DBR] {
+            // SAFETY: the doorbell record lives in our region, 4-byte aligned; the device
+            // reads it concurrently, so it is written as an atomic.
+            unsafe { AtomicU32::from_ptr(self.dbrec.add(i)) }.store(0, Ordering::Release);
+        }
     }
 }
 

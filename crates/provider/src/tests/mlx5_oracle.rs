@@ -59,6 +59,8 @@ struct Run {
     ahs: Vec<Option<u32>>,
     /// Per QP: its number and doorbell record.
     qp_info: Vec<Option<(u32, *const u32)>>,
+    /// Per QP: the ids of its send and receive CQs.
+    qp_cqs: Vec<Option<(usize, usize)>>,
     inline: Vec<Vec<u8>>,
     uars: Arc<FakeUars>,
     /// (port, GID index) pairs the script made RoCE v2 GIDs.
@@ -259,6 +261,12 @@ impl Run {
                 self.region(format!("qp{id}.buf"), buf, len);
                 self.region(format!("qp{id}.db"), db, 8);
                 set(&mut self.qp_info, id, (qpn, db.cast::<u32>()));
+                let scq = num(t, "cq", 1) as usize;
+                set(
+                    &mut self.qp_cqs,
+                    id,
+                    (scq, num(t, "rcq", scq as u64) as usize),
+                );
                 set(&mut self.qps, id, ops);
             }
             "srq" => {
@@ -347,6 +355,20 @@ impl Run {
                 }
             }
             "rts" => {}
+            "reset" => {
+                // What `Qp::modify` does once the kernel has moved the QP to RESET: the
+                // receive CQ, then the send CQ if it is another one, then the QP.
+                let id = num(t, "qp", 0) as usize;
+                let (qpn, _) = self.qp_info[id].unwrap();
+                let (scq, rcq) = self.qp_cqs[id].unwrap();
+                for (cq, recv) in [(rcq, true), (scq, false)] {
+                    let ops = &mut self.cqs[cq].as_mut().unwrap().0;
+                    if (recv || cq != rcq) && ops.cleans_on_qp_reset() {
+                        ops.qp_reset(qpn, recv);
+                    }
+                }
+                self.qps[id].as_mut().unwrap().reset();
+            }
             "close" => {
                 // Objects, then the driver (which destroys its UARs); the destroys sorted.
                 self.qps.clear();
@@ -793,7 +815,7 @@ macro_rules! scripts {
 }
 
 /// Every script in `tests/mlx5_oracle/`.
-pub const SCRIPTS: [(&str, &str, &str); 15] = scripts![
+pub const SCRIPTS: [(&str, &str, &str); 17] = scripts![
     "cqe_128",
     "cqe_v1",
     "doorbell_prefer_bf_0",
@@ -804,6 +826,8 @@ pub const SCRIPTS: [(&str, &str, &str); 15] = scripts![
     "inline_and_wrap",
     "rc_opcodes",
     "recv_srq",
+    "reset_cycle",
+    "reset_cycle_v1",
     "ud_ib",
     "ud_roce",
     "ud_roce_v2",

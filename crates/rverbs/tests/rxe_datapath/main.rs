@@ -22,7 +22,8 @@
 //! The tests are grouped by topic, one module each: [`opcodes`], [`flags`] (signaling,
 //! fence, inline, gather/scatter, lists), [`rings`] (wrapping, full queues and CQs), [`ud`],
 //! [`srq`], [`errors`] (error completions), [`events`] (completion and async events),
-//! [`threads`] (queues shared between threads), [`mw`] (memory windows). This file holds what they share: the
+//! [`threads`] (queues shared between threads), [`mw`] (memory windows), [`reset`] (a QP
+//! cycled through RESET). This file holds what they share: the
 //! topologies, the connection of an RC pair, posting and polling helpers. One test binary
 //! for all of them (each binary costs start-up time in every VM stage).
 
@@ -34,6 +35,7 @@ mod events;
 mod flags;
 mod mw;
 mod opcodes;
+mod reset;
 mod rings;
 mod srq;
 mod threads;

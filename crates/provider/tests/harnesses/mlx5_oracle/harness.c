@@ -9,7 +9,7 @@
  * the libibverbs API and prints, after every step, what changed in the SQ/RQ/SRQ/CQ
  * buffers, the doorbell records and the UAR pages (64-byte chunks), plus the driver data of
  * every create and the completions of every poll. rverbs' mlx5 provider prints the same
- * text for the same script (crates/provider/tests/mlx5_oracle.rs); `cargo xtask mlx5-oracle`
+ * text for the same script (crates/provider/src/tests/mlx5_oracle.rs); `cargo xtask mlx5-oracle`
  * compares the two.
  *
  * Usage: harness SCRIPT (it makes its own sysfs tree under /tmp and removes it at exit).
@@ -1027,6 +1027,10 @@ int main(int argc, char **argv)
 				rc = ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_SQ_PSN |
 						   (q->qp_type == IBV_QPT_RC ? IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
 						    IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC : 0));
+		} else if (!strcmp(w, "reset")) {
+			struct ibv_qp_attr a = {0};
+			a.qp_state = IBV_QPS_RESET;
+			rc = ibv_modify_qp(qps[num(tok, n, "qp", 0)], &a, IBV_QP_STATE);
 		} else if (!strcmp(w, "close")) {
 			/* destroy everything, close the device; print the UAR destroys, sorted */
 			for (int i = 0; i < MAXOBJ; i++)
