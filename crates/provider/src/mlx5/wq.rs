@@ -2483,6 +2483,7 @@ mod tests {
             rq_wrid: Box::new([AtomicU64::new(0)]),
             rq_tail: AtomicU32::new(0),
             srq: None,
+            uidx: None,
         })
     }
 
