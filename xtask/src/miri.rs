@@ -1,5 +1,6 @@
 //! The `miri` stage of `cargo xtask test`: the unit tests of the code that touches memory
-//! shared with the kernel or a device (memory regions and their copy accessors, `PageBuf`,
+//! shared with the kernel or a device (memory regions and the shared-memory copies with their
+//! race tests, INLINE posts racing `Mr::write_at` on rxe and mlx5, `PageBuf`,
 //! the rxe rings and their completion views, the CQE parsers, the lazy completion `RawWc`) under Miri with Tree Borrows.
 //!
 //! Needs the nightly toolchain's `miri` and `rust-src` components. If they are missing the
@@ -13,7 +14,7 @@ use crate::testcmd::{parse_results, Counts};
 
 /// (package, libtest arguments: name filters and skips) run under Miri.
 const SUITES: &[(&str, &[&str])] = &[
-    ("rverbs-uverbs", &["mr::", "wr::", "wc::"]),
+    ("rverbs-uverbs", &["mr::", "shared::", "wr::", "wc::"]),
     // The exhaustive fast-path/general-rule comparison takes over 10 minutes under Miri even
     // with its Miri-reduced input set; it runs natively in the host tests.
     (
@@ -21,6 +22,7 @@ const SUITES: &[(&str, &[&str])] = &[
         &[
             "rxe::",
             "mlx5::cqe",
+            "mlx5::wq::tests",
             "--skip",
             "fast_paths_agree_with_the_general_rules",
         ],
