@@ -1,7 +1,8 @@
 //! The `miri` stage of `cargo xtask test`: the unit tests of the code that touches memory
-//! shared with the kernel or a device (memory regions and their copy accessors, `PageBuf`,
-//! the rxe rings and their completion views, the CQE parsers, the mlx5 queue buffers' sizing
-//! checks, the lazy completion `RawWc`) under Miri with Tree Borrows.
+//! shared with the kernel or a device (memory regions and the shared-memory copies with their
+//! race tests, INLINE posts racing `Mr::write_at` on rxe and mlx5, `PageBuf`, the rxe rings and
+//! their completion views, the mlx5 CQ ring and its clean at RESET, the CQE parsers, the mlx5
+//! queue buffers' sizing checks, the lazy completion `RawWc`) under Miri with Tree Borrows.
 //!
 //! Needs the nightly toolchain's `miri` and `rust-src` components. If they are missing the
 //! stage tries `rustup +nightly component add miri rust-src` once; if Miri still cannot run,
@@ -14,7 +15,7 @@ use crate::testcmd::{parse_results, Counts};
 
 /// (package, libtest arguments: name filters and skips) run under Miri.
 const SUITES: &[(&str, &[&str])] = &[
-    ("rverbs-uverbs", &["mr::", "wr::", "wc::"]),
+    ("rverbs-uverbs", &["mr::", "shared::", "wr::", "wc::"]),
     // The exhaustive fast-path/general-rule comparison takes over 10 minutes under Miri even
     // with its Miri-reduced input set; it runs natively in the host tests.
     (

@@ -1829,7 +1829,8 @@ unsafe extern "C" fn post_send_op(
             return libc::EINVAL;
         };
         // SAFETY: ibv_post_send's contract: the SGEs name registered memory that stays valid
-        // until the completions are polled.
+        // until the completions are polled, and INLINE sources are not written during the call
+        // (C code that writes them concurrently races libibverbs' own copy just the same).
         return match unsafe { q.qp.post_send_raw(std::slice::from_ref(&s)) } {
             Ok(()) => 0,
             Err(e) => {
@@ -1858,7 +1859,8 @@ unsafe extern "C" fn post_send_op(
             wr = w.next;
         }
         // SAFETY: ibv_post_send's contract: the SGEs name registered memory that stays valid
-        // until the completions are polled.
+        // until the completions are polled, and INLINE sources are not written during the call
+        // (C code that writes them concurrently races libibverbs' own copy just the same).
         if let Err(e) = unsafe { q.qp.post_send_raw(&wrs[..n]) } {
             let failed = e.posted().min(n - 1);
             // SAFETY: caller's contract.

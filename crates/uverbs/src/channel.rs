@@ -1,7 +1,7 @@
 //! Completion channels: the fd a CQ's completion events arrive on.
 
 use std::fmt;
-use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,13 +61,18 @@ pub struct CompEvent {
 impl CompChannel {
     /// Creates a completion channel on `ctx`.
     pub fn create(ctx: &Arc<Context>) -> Result<Arc<CompChannel>> {
+        let op = || format!("create completion channel on {}", ctx.name());
         let req = ib_uverbs_create_comp_channel { response: 0 };
-        let mut resp = ib_uverbs_create_comp_channel_resp::default();
+        let mut resp = ib_uverbs_create_comp_channel_resp {
+            fd: crate::context::FD_NOT_WRITTEN,
+        };
         write::cmd_legacy_simple(ctx.cmd_fd(), nr::CREATE_COMP_CHANNEL, &req, &mut resp)
-            .map_err(|e| Error::os(format!("create completion channel on {}", ctx.name()), e))?;
+            .map_err(|e| Error::os(op(), e))?;
         #[allow(unsafe_code)]
-        // SAFETY: the kernel just installed this fd for us; nobody else owns it.
-        let fd = unsafe { OwnedFd::from_raw_fd(resp.fd as i32) };
+        // SAFETY: the response of a successful CREATE_COMP_CHANNEL on the context's command
+        // fd, which Context::open checked is the uverbs device: a new fd, ours alone.
+        let fd = unsafe { crate::context::kernel_fd(resp.fd, ctx.cmd_fd()) }
+            .map_err(|d| Error::protocol(op(), d))?;
         // Non-blocking by default, so that a read never sleeps past a wait(); see
         // set_blocking for the other mode.
         crate::fd::set_nonblocking(&fd, true)

@@ -27,11 +27,11 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
-use rustix::fs::{Mode, OFlags};
+use rustix::fs::{FileType, Mode, OFlags};
 use rustix::io::Errno;
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -157,6 +157,7 @@ impl Context {
                 _ => err,
             }
         })?;
+        check_device_node(dev, &cmd_fd)?;
         let op = || format!("open context on {}", dev.name());
         let driver_id = dev.driver_id().0;
 
@@ -186,13 +187,23 @@ impl Context {
                 c.call_checked(&cmd_fd, driver_id).map_err(|e| {
                     Error::os(format!("create async event fd on {}", dev.name()), e)
                 })?;
-                // SAFETY: the kernel just installed this fd for us (FD-out attribute of a
-                // successful ASYNC_EVENT/ALLOC) and nothing else owns it.
-                (unsafe { owned(c.new_fd(i)) }, 0)
+                // SAFETY: the FD-out attribute of a successful ASYNC_EVENT/ALLOC on the
+                // uverbs device check_device_node verified: a new fd the kernel installed.
+                let fd = unsafe { kernel_fd(c.new_fd(i) as u32, cmd_fd.as_fd()) }.map_err(|d| {
+                    Error::protocol(format!("create async event fd on {}", dev.name()), d)
+                })?;
+                (fd, 0)
             }
             Err(e @ (Errno::NOTTY | Errno::PROTONOSUPPORT)) => {
                 tracing::debug!("GET_CONTEXT ioctl: {e}; using the write() command");
                 let mut resp = vec![0u8; size_of::<ib_uverbs_get_context_resp>() + uhw_out.len()];
+                // The fd field starts as FD_NOT_WRITTEN: a write that "succeeds" without a
+                // response must not read as fd 0.
+                let pre = ib_uverbs_get_context_resp {
+                    async_fd: FD_NOT_WRITTEN,
+                    num_comp_vectors: 0,
+                };
+                resp[..size_of::<ib_uverbs_get_context_resp>()].copy_from_slice(pre.as_bytes());
                 let req = ib_uverbs_get_context::default();
                 write::cmd_legacy(&cmd_fd, nr::GET_CONTEXT, req.as_bytes(), uhw_in, &mut resp)
                     .map_err(|e| Error::os(op(), e).with_detail("write GET_CONTEXT"))?;
@@ -200,9 +211,11 @@ impl Context {
                 let core = ib_uverbs_get_context_resp::read_from_bytes(core).expect("sized above");
                 uhw_out.copy_from_slice(drv);
                 num_comp_vectors = core.num_comp_vectors;
-                // SAFETY: the legacy GET_CONTEXT installs a new async event fd and returns
-                // its number; it is ours alone.
-                let fd = unsafe { owned(core.async_fd as RawFd) };
+                // SAFETY: the response of a successful legacy GET_CONTEXT on the uverbs
+                // device check_device_node verified: the kernel installs a new async event fd
+                // and names it here.
+                let fd = unsafe { kernel_fd(core.async_fd, cmd_fd.as_fd()) }
+                    .map_err(|d| Error::protocol(op(), format!("write GET_CONTEXT: {d}")))?;
                 let no_ioctl = match (legacy, e) {
                     (true, _) => M_ALL | M_EX_QUERY_DEVICE,
                     (false, Errno::NOTTY) => M_ALL,
@@ -388,11 +401,99 @@ impl Context {
     }
 }
 
-/// Takes ownership of an fd the kernel returned.
+/// What a response field that names an fd is set to before the command: -1, never an fd.
+/// Still there after a command that "succeeded", the kernel did not write the response.
+pub(crate) const FD_NOT_WRITTEN: u32 = u32::MAX;
+
+/// Checks that the file `cmd_fd` opened for `dev` is the character device whose number
+/// sysfs gives (`dev`), so that a file that merely sits where the device node should be (a
+/// fake tree, a plain file, `/dev/null`) never gets a command written to it or an fd taken
+/// from its answers. The error names the device, the path and what the file is.
+fn check_device_node(dev: &Device, cmd_fd: &OwnedFd) -> io::Result<()> {
+    let path = dev.dev_path().display();
+    let op = || format!("open {}", dev.name());
+    let st = rustix::fs::fstat(cmd_fd)
+        .map_err(|e| Error::os(op(), e).with_detail(format!("fstat {path}")))?;
+    let kind = FileType::from_raw_mode(st.st_mode);
+    let Some((major, minor)) = dev.dev_t() else {
+        return Err(Error::protocol(
+            op(),
+            format!(
+                "sysfs gives no device number (`dev`) for uverbs{}, so {path} cannot be checked",
+                dev.uverbs_index()
+            ),
+        )
+        .into());
+    };
+    if kind == FileType::CharacterDevice && st.st_rdev == rustix::fs::makedev(major, minor) {
+        return Ok(());
+    }
+    let is = if kind == FileType::CharacterDevice {
+        format!(
+            "the character device {}:{}",
+            rustix::fs::major(st.st_rdev),
+            rustix::fs::minor(st.st_rdev)
+        )
+    } else {
+        format!("a {kind:?} (not a character device)")
+    };
+    Err(Error::protocol(
+        op(),
+        format!("{path} is {is}, not the uverbs character device {major}:{minor} that sysfs gives"),
+    )
+    .into())
+}
+
+/// Takes ownership of an fd a kernel response names, after checking that the kernel wrote
+/// it (not [`FD_NOT_WRITTEN`]), that it is an fd number (non-negative) and not the command
+/// fd itself. Returns what was wrong otherwise (the caller names the operation).
 ///
 /// # Safety
-/// `fd` must be open and owned by nobody else.
-unsafe fn owned(fd: RawFd) -> OwnedFd {
-    // SAFETY: guaranteed by the caller.
-    unsafe { OwnedFd::from_raw_fd(fd) }
+/// `raw` must come from the response of a successful command on `cmd_fd`, a file checked
+/// by [`check_device_node`], which installs a new fd and names it there (the field pre-set
+/// to [`FD_NOT_WRITTEN`] for commands that answer through a response buffer): a number the
+/// kernel has just given us alone.
+pub(crate) unsafe fn kernel_fd(
+    raw: u32,
+    cmd_fd: BorrowedFd<'_>,
+) -> std::result::Result<OwnedFd, String> {
+    if raw == FD_NOT_WRITTEN {
+        return Err(
+            "the command succeeded but the kernel wrote no fd into the response (is the \
+                    device node a uverbs device?)"
+                .into(),
+        );
+    }
+    let fd = raw as RawFd;
+    if fd < 0 {
+        return Err(format!("the response names fd {fd}, which is no fd"));
+    }
+    if fd == cmd_fd.as_raw_fd() {
+        return Err(format!("the response names fd {fd}, the command fd itself"));
+    }
+    // SAFETY: a new fd the kernel installed for us (the caller's contract), checked above.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A response field the kernel did not write, a negative number and the command fd
+    /// itself are refused, and nothing is taken over (the command fd stays open).
+    #[test]
+    fn kernel_fds_are_validated() {
+        let cmd = std::fs::File::open("/dev/null").unwrap();
+        let b = cmd.as_fd();
+        // SAFETY: each call is refused before it takes anything (asserted).
+        unsafe {
+            let e = kernel_fd(FD_NOT_WRITTEN, b).unwrap_err();
+            assert!(e.contains("the kernel wrote no fd"), "{e}");
+            let e = kernel_fd(-5i32 as u32, b).unwrap_err();
+            assert!(e.contains("fd -5, which is no fd"), "{e}");
+            let e = kernel_fd(b.as_raw_fd() as u32, b).unwrap_err();
+            assert!(e.contains("the command fd itself"), "{e}");
+        }
+        assert!(rustix::io::fcntl_getfd(&cmd).is_ok());
+    }
 }

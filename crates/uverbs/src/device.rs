@@ -12,7 +12,10 @@
 //!   does not show. When netlink fails the driver is guessed from the device name (`rxe*`,
 //!   `mlx5_*`, `siw*`, …) and [`Device::driver_id_source`] says so.
 //!
-//! The sysfs root is injectable ([`Sysfs::at`]) so discovery can be tested on a fake tree.
+//! The sysfs root is injectable ([`Sysfs::at`], `unsafe`: a tree that lies about a device's
+//! driver chooses the provider) so discovery can be tested on a fake tree.
+
+#![allow(unsafe_code)] // unsafe fns: a fake tree chooses providers
 
 use std::collections::HashMap;
 use std::fmt;
@@ -297,20 +300,33 @@ pub struct Sysfs {
 impl Sysfs {
     /// The real `/sys`, with char devices under `/dev/infiniband`.
     pub fn system() -> Self {
-        Self::at("/sys")
+        // SAFETY: the kernel's own sysfs and device directory.
+        unsafe { Self::at("/sys") }
     }
 
-    /// A sysfs tree rooted at `root` (the directory holding `class/`).
-    pub fn at(root: impl Into<PathBuf>) -> Self {
+    /// A sysfs tree rooted at `root` (the directory holding `class/`): for tests with a fake
+    /// tree, not for programs (they use [`Sysfs::system`]).
+    ///
+    /// # Safety
+    /// The tree must tell the truth about the devices it lists, as the kernel's `/sys` does:
+    /// above all each device's driver (the provider chosen by it interprets the kernel's
+    /// responses and maps memory by that driver's layout) and its `dev` number. What a
+    /// [`Context`](crate::context::Context) opens is checked (the node must be the character
+    /// device whose number `dev` gives, and every fd the kernel names is validated), but a
+    /// tree that names a real uverbs device with another driver's name or id is not caught.
+    pub unsafe fn at(root: impl Into<PathBuf>) -> Self {
         Self {
             root: root.into(),
             dev_dir: PathBuf::from("/dev/infiniband"),
         }
     }
 
-    /// Where the `uverbsN` char devices are (default `/dev/infiniband`).
+    /// Where the `uverbsN` char devices are (default `/dev/infiniband`): for tests.
+    ///
+    /// # Safety
+    /// As for [`Sysfs::at`]: the directory's `uverbsN` must be the devices the tree describes.
     #[must_use]
-    pub fn with_dev_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+    pub unsafe fn with_dev_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.dev_dir = dir.into();
         self
     }
@@ -349,7 +365,8 @@ impl Sysfs {
 
     /// All devices, asking netlink for driver ids. Errors when there is none.
     pub fn devices(&self) -> io::Result<Vec<Device>> {
-        let devs = self.list(&netlink_info())?;
+        // SAFETY: the kernel's netlink view.
+        let devs = unsafe { self.list(&netlink_info()) }?;
         if devs.is_empty() {
             return Err(self.no_devices_error());
         }
@@ -358,12 +375,18 @@ impl Sysfs {
 
     /// The device `name`, asking netlink for its driver id.
     pub fn device(&self, name: &str) -> io::Result<Device> {
-        self.find(name, &netlink_info())
+        // SAFETY: the kernel's netlink view.
+        unsafe { self.find(name, &netlink_info()) }
     }
 
     /// The device `name` with the given netlink view (tests pass their own).
-    pub fn find(&self, name: &str, nl: &HashMap<String, NetlinkInfo>) -> io::Result<Device> {
-        let devs = self.list(nl)?;
+    ///
+    /// # Safety
+    /// `nl` must be the kernel's view (or empty: drivers are then guessed from names, as
+    /// rdma-core does): its driver ids choose the provider, as for [`Sysfs::at`].
+    pub unsafe fn find(&self, name: &str, nl: &HashMap<String, NetlinkInfo>) -> io::Result<Device> {
+        // SAFETY: forwarded contract.
+        let devs = unsafe { self.list(nl) }?;
         if devs.is_empty() {
             return Err(self.no_devices_error());
         }
@@ -406,7 +429,10 @@ impl Sysfs {
 
     /// All devices (possibly none) with the given netlink view; devices netlink does not
     /// know get a driver id guessed from their name.
-    pub fn list(&self, nl: &HashMap<String, NetlinkInfo>) -> io::Result<Vec<Device>> {
+    ///
+    /// # Safety
+    /// As for [`Sysfs::find`].
+    pub unsafe fn list(&self, nl: &HashMap<String, NetlinkInfo>) -> io::Result<Vec<Device>> {
         let class = self.verbs_class();
         let rd = match fs::read_dir(&class) {
             Ok(rd) => rd,
@@ -733,6 +759,22 @@ mod tests {
 
     use super::fake::{Tree, MLX5_0, RXE0};
 
+    /// The fake tree's sysfs (device nodes in `/dev/infiniband`).
+    fn sysfs(t: &Tree) -> Sysfs {
+        // SAFETY: test trees are only listed here, never opened.
+        unsafe { Sysfs::at(t.path()).with_dev_dir("/dev/infiniband") }
+    }
+
+    fn list(t: &Tree) -> io::Result<Vec<Device>> {
+        // SAFETY: as above; an empty netlink view.
+        unsafe { sysfs(t).list(&HashMap::new()) }
+    }
+
+    fn find(t: &Tree, name: &str, nl: &HashMap<String, NetlinkInfo>) -> io::Result<Device> {
+        // SAFETY: as above; the test's own netlink view.
+        unsafe { sysfs(t).find(name, nl) }
+    }
+
     fn both() -> Tree {
         Tree::new(&[RXE0, MLX5_0].concat())
     }
@@ -740,10 +782,7 @@ mod tests {
     #[test]
     fn lists_devices_from_sysfs() {
         let t = both();
-        let devs = Sysfs::at(t.path())
-            .with_dev_dir("/dev/infiniband")
-            .list(&HashMap::new())
-            .unwrap();
+        let devs = list(&t).unwrap();
         assert_eq!(devs.len(), 2);
         let rxe = &devs[0];
         assert_eq!(rxe.name(), "rxe0");
@@ -786,7 +825,7 @@ mod tests {
                 driver_id: Some(DriverId::SIW),
             },
         );
-        let d = Sysfs::at(t.path()).find("rxe0", &nl).unwrap();
+        let d = find(&t, "rxe0", &nl).unwrap();
         assert_eq!(d.driver_id(), DriverId::SIW);
         assert_eq!(d.driver_id_source(), DriverIdSource::Netlink);
         assert_eq!(d.netlink_index(), Some(7));
@@ -795,9 +834,7 @@ mod tests {
     #[test]
     fn unknown_name_lists_the_existing_devices() {
         let t = both();
-        let e = Sysfs::at(t.path())
-            .find("mlx9_9", &HashMap::new())
-            .unwrap_err();
+        let e = find(&t, "mlx9_9", &HashMap::new()).unwrap_err();
         let s = e.to_string();
         assert!(s.contains("\"mlx9_9\""), "{s}");
         assert!(s.contains("existing devices: rxe0, mlx5_0"), "{s}");
@@ -809,7 +846,7 @@ mod tests {
         let mut files = RXE0.to_vec();
         files[0] = ("class/infiniband_verbs/abi_version", "7\n");
         let t = Tree::new(&files);
-        let e = Sysfs::at(t.path()).list(&HashMap::new()).unwrap_err();
+        let e = list(&t).unwrap_err();
         let s = e.to_string();
         assert!(s.contains("uverbs ABI version 7"), "{s}");
         assert!(s.contains("rverbs speaks version 6"), "{s}");
@@ -819,17 +856,14 @@ mod tests {
     #[test]
     fn no_devices_gives_a_hint() {
         let t = Tree::new(&[("class/net/lo/ifindex", "1\n")]);
-        let s = Sysfs::at(t.path()).devices().unwrap_err().to_string();
+        let s = sysfs(&t).devices().unwrap_err().to_string();
         assert!(s.contains("no RDMA devices found"), "{s}");
         assert!(s.contains("modprobe rdma_rxe"), "{s}");
         assert!(
             s.contains("rverbs link add rxe0 type rxe netdev <netdev>"),
             "{s}"
         );
-        let s = Sysfs::at(t.path())
-            .find("rxe0", &HashMap::new())
-            .unwrap_err()
-            .to_string();
+        let s = find(&t, "rxe0", &HashMap::new()).unwrap_err().to_string();
         assert!(s.contains("no RDMA devices found"), "{s}");
     }
 
@@ -841,7 +875,7 @@ mod tests {
             .filter(|(p, _)| !p.starts_with("class/infiniband_verbs"))
             .collect();
         let t = Tree::new(&only_ib);
-        let s = Sysfs::at(t.path()).devices().unwrap_err().to_string();
+        let s = sysfs(&t).devices().unwrap_err().to_string();
         assert!(s.contains("no RDMA devices found"), "{s}");
         assert!(s.contains("rxe0 but no uverbs char device"), "{s}");
         assert!(s.contains("modprobe ib_uverbs"), "{s}");
@@ -853,7 +887,7 @@ mod tests {
         files.push(("class/infiniband_verbs/uverbs5/abi_version", "2\n"));
         files.push(("class/infiniband_verbs/not-uverbs/ibdev", "x\n"));
         let t = Tree::new(&files);
-        let devs = Sysfs::at(t.path()).list(&HashMap::new()).unwrap();
+        let devs = list(&t).unwrap();
         assert_eq!(devs.len(), 1);
     }
 
@@ -865,10 +899,7 @@ mod tests {
             .filter(|(p, _)| !p.ends_with("rxe0/node_guid"))
             .collect();
         let t = Tree::new(&files);
-        let s = Sysfs::at(t.path())
-            .list(&HashMap::new())
-            .unwrap_err()
-            .to_string();
+        let s = list(&t).unwrap_err().to_string();
         assert!(s.contains("rxe0: node_guid"), "{s}");
     }
 

@@ -278,7 +278,9 @@ pub trait QpOps: Send + fmt::Debug {
     /// Every SGE must name memory inside a live memory region registered with this QP's
     /// protection domain, and that memory must stay valid (not freed, not deregistered) until
     /// the work request's completion has been polled or the QP destroyed. The device reads
-    /// (and for RDMA READ / atomics, writes) it asynchronously.
+    /// (and for RDMA READ / atomics, writes) it asynchronously. For INLINE requests the
+    /// provider copies the SGEs' bytes during the call, with [`crate::shared`] only; no one
+    /// may write them meanwhile except through [`crate::shared`], the kernel or a device.
     unsafe fn post_send(
         &mut self,
         qp: KernelObj<'_>,

@@ -159,9 +159,11 @@ impl<'a> IoctlCall<'a> {
         self.push(id, 0, fd.as_raw_fd() as i64 as u64)
     }
 
-    /// FD the method creates; read it with [`Self::new_fd`] afterwards (and own it).
+    /// FD the method creates; read it with [`Self::new_fd`] afterwards (and own it). The
+    /// attribute's data starts as -1 (the kernel ignores it for a new object and writes the
+    /// fd there), so an fd read back from a call that wrote nothing is -1, never fd 0.
     pub fn fd_new(&mut self, id: u16) -> AttrIdx {
-        self.push(id, 0, 0)
+        self.push(id, 0, u64::MAX)
     }
 
     /// The handle the kernel wrote into an IDR-new attribute.
@@ -169,7 +171,7 @@ impl<'a> IoctlCall<'a> {
         self.buf.attrs[i.0].data as u32
     }
 
-    /// The raw fd the kernel wrote into an FD-new attribute.
+    /// The raw fd the kernel wrote into an FD-new attribute (-1 if it wrote none).
     pub fn new_fd(&self, i: AttrIdx) -> RawFd {
         self.buf.attrs[i.0].data as i64 as RawFd
     }
@@ -274,6 +276,15 @@ unsafe impl Ioctl for Raw {
 mod tests {
     use super::*;
     use crate::abi::ioctl::{cq, object};
+
+    /// An FD-new attribute the kernel did not write reads as -1, not as fd 0.
+    #[test]
+    fn unwritten_new_fd_reads_minus_one() {
+        let mut c = IoctlCall::new(object::CQ, cq::METHOD_CREATE);
+        let i = c.fd_new(1);
+        assert_eq!(c.attrs()[0].data, u64::MAX);
+        assert_eq!(c.new_fd(i), -1);
+    }
 
     #[test]
     fn encodes_inline_pointer_and_idr() {

@@ -40,6 +40,7 @@ pub mod netlink;
 pub mod pd;
 pub mod port;
 pub mod qp;
+pub mod shared;
 pub mod srq;
 mod util;
 pub mod wc;

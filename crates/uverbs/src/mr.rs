@@ -64,8 +64,6 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::ptr::NonNull;
-use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicU8, AtomicUsize};
 use std::sync::Arc;
 
 use bitflags::bitflags;
@@ -78,6 +76,7 @@ use crate::context::{Context, M_DESTROY_MR};
 use crate::error::{Error, Result};
 use crate::ioctl::IoctlCall;
 use crate::pd::Pd;
+use crate::shared::{copy_from_shared, copy_to_shared, fill_shared};
 use crate::wr::{MrSge, Sge};
 use crate::write;
 use rustix::io::Errno;
@@ -294,7 +293,7 @@ unsafe impl MrMemory for PageBuf {
 /// The memory is given up at registration ([`MrMemory::into_raw`]) and given back only after
 /// deregistration ([`Mr::deregister`]), so while it is registered safe code sees it only
 /// through copies: [`Mr::read_at`], [`Mr::write_at`], [`Mr::fill`], [`Mr::to_vec`]. The device
-/// and remote peers may read or write the bytes at any time; the copies use relaxed atomic
+/// and remote peers may read or write the bytes at any time; the copies use 1-byte relaxed atomic
 /// loads and stores, never a Rust reference. Slice views exist as `unsafe` functions
 /// ([`Mr::as_slice`], [`Mr::as_mut_slice`]) with written contracts.
 pub struct Mr<M: MrMemory> {
@@ -309,8 +308,9 @@ pub struct Mr<M: MrMemory> {
 
 // SAFETY: the Mr owns M (as raw parts); moving it to another thread moves M.
 unsafe impl<M: MrMemory + Send> Send for Mr<M> {}
-// SAFETY: shared access reads and writes the bytes only with atomic copies (or through the
-// unsafe views, whose contracts cover threads); M itself is never shared.
+// SAFETY: shared access reads and writes the bytes only with `crate::shared`'s copies, 1-byte
+// atomics for every byte whoever copies (or through the unsafe views, whose contracts cover
+// threads); M itself is never shared.
 unsafe impl<M: MrMemory + Send> Sync for Mr<M> {}
 
 impl<M: MrMemory> fmt::Debug for Mr<M> {
@@ -577,15 +577,18 @@ impl<M: MrMemory> Mr<M> {
 
     /// Copies `dst.len()` bytes from `offset` of the region into `dst`.
     ///
-    /// Bytes that the device or a peer writes meanwhile read as old or new values (per byte
-    /// or per aligned word); read after the completion that says the data is there.
+    /// Bytes that the device, a peer or another thread writes meanwhile read as old or new
+    /// values, each byte on its own ([`crate::shared`]: 1-byte relaxed atomics); read after
+    /// the completion that says the data is there.
     ///
     /// # Panics
     /// If `offset..offset + dst.len()` is outside the region.
     #[track_caller]
     pub fn read_at(&self, offset: usize, dst: &mut [u8]) {
         let src = self.check(offset, dst.len());
-        // SAFETY: `src..src+dst.len()` lies in the registered memory, valid while self lives.
+        // SAFETY: `src..src+dst.len()` lies in the registered memory, valid while self lives;
+        // safe code reaches that memory only through `crate::shared` (these accessors and
+        // INLINE posts), the unsafe views' contracts exclude these copies.
         unsafe { copy_from_shared(src, dst) }
     }
 
@@ -717,87 +720,6 @@ impl<M: MrMemory> Drop for Mr<M> {
     }
 }
 
-/// Copies `dst.len()` bytes from `src` with relaxed atomic loads (machine words where
-/// aligned, bytes at the edges), for memory a device or peer may write concurrently.
-///
-/// Relaxed is enough: the copy orders nothing; the completion that says the data is there is
-/// what orders it (the CQ's owner bit/index is read with Acquire).
-///
-/// # Safety
-/// `src..src+dst.len()` must be valid for reads, and only ever accessed atomically by Rust
-/// code (or by devices) while this runs.
-pub unsafe fn copy_from_shared(src: *const u8, dst: &mut [u8]) {
-    const W: usize = size_of::<usize>();
-    let n = dst.len();
-    let mut i = 0;
-    while i < n && (src as usize + i) % W != 0 {
-        // SAFETY: in range (caller); a byte is always aligned.
-        dst[i] = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Relaxed);
-        i += 1;
-    }
-    let words = (n - i) / W;
-    // SAFETY: src+i is aligned to W (the loop above) and `words` words from it are in range.
-    let shared = unsafe { src.add(i) }.cast::<usize>().cast_mut();
-    for (k, chunk) in dst[i..i + words * W].chunks_exact_mut(W).enumerate() {
-        // SAFETY: word k of the aligned, in-range run.
-        let w = unsafe { AtomicUsize::from_ptr(shared.add(k)) }.load(Relaxed);
-        chunk.copy_from_slice(&w.to_ne_bytes());
-    }
-    i += words * W;
-    while i < n {
-        // SAFETY: in range.
-        dst[i] = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Relaxed);
-        i += 1;
-    }
-}
-
-/// Copies `src` to `dst` with relaxed atomic stores (words where aligned), the counterpart of
-/// [`copy_from_shared`]. Relaxed: the doorbell/post that hands the data to the device is the
-/// release point.
-///
-/// # Safety
-/// `dst..dst+src.len()` must be valid for writes and only accessed atomically by Rust code
-/// (or by devices) while this runs.
-pub unsafe fn copy_to_shared(src: &[u8], dst: *mut u8) {
-    const W: usize = size_of::<usize>();
-    let n = src.len();
-    let mut i = 0;
-    while i < n && (dst as usize + i) % W != 0 {
-        // SAFETY: in range (caller).
-        unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(src[i], Relaxed);
-        i += 1;
-    }
-    let words = (n - i) / W;
-    // SAFETY: dst+i is aligned to W (the loop above) and `words` words from it are in range.
-    let shared = unsafe { dst.add(i) }.cast::<usize>();
-    for (k, chunk) in src[i..i + words * W].chunks_exact(W).enumerate() {
-        let w = usize::from_ne_bytes(chunk.try_into().expect("W bytes"));
-        // SAFETY: word k of the aligned, in-range run.
-        unsafe { AtomicUsize::from_ptr(shared.add(k)) }.store(w, Relaxed);
-    }
-    i += words * W;
-    while i < n {
-        // SAFETY: in range.
-        unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(src[i], Relaxed);
-        i += 1;
-    }
-}
-
-/// Sets `n` bytes at `dst` to `byte` with relaxed atomic stores.
-///
-/// # Safety
-/// As for [`copy_to_shared`].
-unsafe fn fill_shared(dst: *mut u8, n: usize, byte: u8) {
-    let chunk = [byte; 256];
-    let mut off = 0;
-    while off < n {
-        let k = (n - off).min(chunk.len());
-        // SAFETY: dst+off..dst+off+k is inside the caller's range.
-        unsafe { copy_to_shared(&chunk[..k], dst.add(off)) };
-        off += k;
-    }
-}
-
 /// Registers a raw address range.
 ///
 /// # Safety
@@ -921,51 +843,6 @@ mod tests {
         b.as_mut_slice()[99] = 7;
         assert_eq!(b.as_slice()[99], 7);
         assert!(PageBuf::new(0).is_err());
-    }
-
-    fn pattern(n: usize) -> Vec<u8> {
-        (0..n).map(|i| (i * 7 + 3) as u8).collect()
-    }
-
-    #[test]
-    fn shared_copies_at_every_alignment() {
-        let mut mem = vec![0u8; 64];
-        let src = pattern(64);
-        for off in 0..9 {
-            for len in [0, 1, 7, 8, 9, 15, 16, 17, 40] {
-                mem.fill(0);
-                let base = mem.as_mut_ptr();
-                // SAFETY: off+len <= 64; nothing else touches `mem` meanwhile.
-                unsafe { copy_to_shared(&src[..len], base.add(off)) };
-                assert_eq!(
-                    &mem[off..off + len],
-                    &src[..len],
-                    "write off {off} len {len}"
-                );
-                assert!(
-                    mem[..off].iter().all(|&b| b == 0),
-                    "before off {off} len {len}"
-                );
-                assert!(
-                    mem[off + len..].iter().all(|&b| b == 0),
-                    "after off {off} len {len}"
-                );
-                let mut out = vec![0u8; len];
-                // SAFETY: as above.
-                unsafe { copy_from_shared(mem.as_ptr().add(off), &mut out) };
-                assert_eq!(out, &src[..len], "read off {off} len {len}");
-            }
-        }
-    }
-
-    #[test]
-    fn shared_fill() {
-        let mut mem = vec![0u8; 700];
-        // SAFETY: 3+600 <= 700.
-        unsafe { fill_shared(mem.as_mut_ptr().add(3), 600, 0xab) };
-        assert!(mem[..3].iter().all(|&b| b == 0));
-        assert!(mem[3..603].iter().all(|&b| b == 0xab));
-        assert!(mem[603..].iter().all(|&b| b == 0));
     }
 
     fn round_trip<M: MrMemory>(m: M) -> M {

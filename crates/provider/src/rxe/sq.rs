@@ -36,6 +36,7 @@ use super::abi::{
 };
 use super::queue::{QueueKind, RxeQueue};
 use super::{PostErrorReason, RxePostError};
+use rverbs_uverbs::shared::copy_from_shared_raw;
 use rverbs_uverbs::{Error, SendFlags, SendOp, SendWr};
 
 /// The transport of the QP a send queue belongs to.
@@ -429,11 +430,13 @@ impl RxeSq {
                         // Nothing to copy, and `addr` need not be a valid pointer.
                         continue;
                     }
-                    // SAFETY: the caller guarantees `addr` names `len` readable bytes; the
-                    // total is at most max_inline, which fits in the slot after the header;
-                    // user memory and the ring never overlap.
+                    // SAFETY: the caller guarantees `addr` names `len` readable bytes that
+                    // Rust touches meanwhile only through `rverbs_uverbs::shared` (registered
+                    // memory: `Mr::write_at` may race this copy, and does so with the same
+                    // 1-byte atomics); the total is at most max_inline, which fits in the slot
+                    // after the header; user memory and the ring never overlap.
                     unsafe {
-                        ptr::copy_nonoverlapping(s.addr as usize as *const u8, data.add(off), len)
+                        copy_from_shared_raw(s.addr as usize as *const u8, data.add(off), len)
                     };
                     off += len;
                 }
@@ -453,8 +456,11 @@ impl RxeSq {
     /// destroyed: the kernel reads it (sends, writes) or writes it (RDMA READ and atomic
     /// results) at any time in between, so it must not be freed, and memory the device writes
     /// must not be accessed meanwhile. For requests with INLINE, each SGE's `addr` must point
-    /// to `length` readable bytes during this call (they are copied into the WQE; the lkey is
-    /// ignored).
+    /// to `length` readable bytes during this call (they are copied into the WQE with
+    /// [`rverbs_uverbs::shared`]'s 1-byte atomic loads; the lkey is ignored), and no one may
+    /// write those bytes during the call except through [`rverbs_uverbs::shared`] (as
+    /// `Mr::write_at` does), the kernel or a device: a plain write racing the copy is a data
+    /// race.
     #[inline]
     pub unsafe fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<usize, RxePostError> {
         // SAFETY: forwarded contract; the constant matches the queue's QP type.
@@ -574,4 +580,65 @@ fn check_atomic(len: u64, remote_addr: u64) -> Result<(), PostErrorReason> {
         return Err(PostErrorReason::AtomicAlignment { remote_addr });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::sim::SimQueue;
+    use super::*;
+    use rverbs_uverbs::shared::copy_to_shared;
+    use rverbs_uverbs::Sge;
+
+    /// Issue 21, finding 3: an INLINE post copies the SGE's bytes while another thread
+    /// writes the same memory as `Mr::write_at` does (`shared::copy_to_shared`, here at
+    /// another offset so that the call edges differ). A plain copy of the source is a data
+    /// race Miri reports; the post copies with the same 1-byte atomics, so it is none, and
+    /// each byte lands as an old or a new value.
+    #[test]
+    fn inline_post_races_write_at() {
+        let mut q = SimQueue::new(9, 8).unwrap();
+        // SAFETY: `q` outlives the view's use (both end with this test).
+        let view = unsafe { q.view(QueueKind::Send) }.unwrap();
+        let cfg = RxeSqConfig {
+            qp_type: RxeQpType::Rc,
+            max_sge: 4,
+            max_inline: 128,
+            sig_all: false,
+        };
+        let mut sq = RxeSq::new(view, cfg).unwrap();
+        // Word-aligned "registered memory", reached only through rverbs_uverbs::shared.
+        let mut mem = vec![0u64; 8];
+        let base = mem.as_mut_ptr().cast::<u8>().expose_provenance();
+        let sge = [Sge {
+            addr: base as u64,
+            length: 40,
+            lkey: 0,
+        }];
+        let wr = SendWr {
+            wr_id: 1,
+            op: SendOp::Send,
+            sge: &sge,
+            flags: SendFlags::INLINE,
+            ud: None,
+        };
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let p = std::ptr::with_exposed_provenance_mut::<u8>(base);
+                // SAFETY: 3..35 lies in the 64 bytes of `mem`, which Rust reaches only
+                // through `shared` until the scope ends.
+                unsafe { copy_to_shared(&[0xaa; 32], p.add(3)) };
+            });
+            // SAFETY: the inline SGE names 40 readable bytes of `mem`, written meanwhile only
+            // through `shared`.
+            unsafe { sq.post(std::slice::from_ref(&wr)) }.unwrap();
+        });
+        let mut w = vec![0u8; 512];
+        assert!(q.kernel().consume(&mut w));
+        // The inline bytes follow the WQE header (offset 208 in `rxe_send_wqe`).
+        let data = &w[208..248];
+        assert!(data[..3].iter().all(|&b| b == 0));
+        assert!(data[3..35].iter().all(|&b| b == 0 || b == 0xaa));
+        assert!(data[35..].iter().all(|&b| b == 0));
+        drop(mem);
+    }
 }
