@@ -318,6 +318,13 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
         Ok(c) => c,
         Err(e) => return null_with(&e),
     };
+    // rverbs opens the async fd non-blocking; libibverbs' blocks until the caller sets
+    // O_NONBLOCK itself, which ibv_get_async_event reads to decide whether to wait.
+    let blocking = rustix::fs::fcntl_getfl(ctx.async_fd())
+        .and_then(|f| rustix::fs::fcntl_setfl(ctx.async_fd(), f - rustix::fs::OFlags::NONBLOCK));
+    if let Err(e) = blocking {
+        return null_with(&io::Error::from(e));
+    }
     // SAFETY: verbs_context is integers, raw and fn pointers (Option) and a pthread mutex
     // whose all-zero pattern is PTHREAD_MUTEX_INITIALIZER: all-zero is a valid value.
     let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
