@@ -153,12 +153,12 @@ pub fn lib_dir() -> PathBuf {
 
 /// Our C test programs (`crates/capi/tests/c/NAME.c`), each linked `-static` against
 /// `librverbs.a` into `<target>/capi/bin/NAME`.
-pub const C_PROGRAMS: &[&str] = &["static_pingpong", "qp_ex", "ah_from_wc"];
+pub const C_PROGRAMS: &[&str] = &["static_pingpong", "qp_ex", "ah_from_wc", "destroy_waits"];
 
 /// The C test programs also linked dynamically against rdma-core's own libibverbs, into
 /// `<target>/capi/bin/NAME-rdma-core`: the host guest runs both builds and compares what
 /// they print (the reference behaviour).
-pub const RDMA_CORE_PROGRAMS: &[&str] = &["ah_from_wc"];
+pub const RDMA_CORE_PROGRAMS: &[&str] = &["ah_from_wc", "destroy_waits"];
 
 /// Debian's `ibv_rc_pingpong` (ibverbs-utils), copied unmodified to
 /// `<target>/capi/bin/ibv_rc_pingpong.debian`: the guests run that copy on our

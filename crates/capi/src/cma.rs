@@ -16,13 +16,15 @@
 //! `rdma_disconnect`. Error conventions are librdmacm's: -1 with `errno`, constructors NULL
 //! with `errno`.
 
+use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::ops::{Deref, DerefMut};
 use std::os::fd::AsRawFd;
 use std::ptr::{self, null_mut};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use rverbs_cm::{
@@ -31,7 +33,8 @@ use rverbs_cm::{
 };
 
 use crate::abi::*;
-use crate::verbs::{self, fail, set_errno};
+use crate::events::EventCount;
+use crate::verbs::{self, fail, null_arg, set_errno};
 
 // ---------------------------------------------------------------------------------------
 // errors
@@ -89,7 +92,7 @@ fn device_for(guid: u64) -> io::Result<*mut ibv_context> {
         if d.is_null() {
             break;
         }
-        // SAFETY: d is one of our devices.
+        // SAFETY: [object] d, from ibv_get_device_list.
         if unsafe { verbs::ibv_get_device_guid(d) } == guid.to_be() {
             found = d;
             break;
@@ -99,7 +102,7 @@ fn device_for(guid: u64) -> io::Result<*mut ibv_context> {
     let ctx = if found.is_null() {
         null_mut()
     } else {
-        // SAFETY: found is one of our devices.
+        // SAFETY: [object] found, from ibv_get_device_list.
         unsafe { verbs::ibv_open_device(found) }
     };
     // SAFETY: from ibv_get_device_list.
@@ -129,7 +132,7 @@ fn default_pd(ctx: *mut ibv_context) -> io::Result<*mut ibv_pd> {
         .find(|d| d.ctx == ctx as usize)
         .ok_or_else(|| einval("rdma_cm: the id's context is not one the rdma_cm opened"))?;
     if d.pd == 0 {
-        // SAFETY: ctx is a live context of ours.
+        // SAFETY: [object] ctx, opened here and never closed.
         let pd = unsafe { verbs::ibv_alloc_pd(ctx) };
         if pd.is_null() {
             return Err(io::Error::last_os_error());
@@ -159,10 +162,10 @@ fn new_channel(ch: EventChannel) -> *mut CEventChannel {
 }
 
 /// # Safety
-/// `c` is a live channel of ours.
-unsafe fn cchan<'a>(c: *mut rdma_event_channel) -> &'a CEventChannel {
-    // SAFETY: the rdma_event_channel is the first field of its CEventChannel.
-    unsafe { &*(c as *const CEventChannel) }
+/// `c` is NULL or an \[object\] event channel pointer.
+unsafe fn cchan<'a>(c: *mut rdma_event_channel) -> Option<&'a CEventChannel> {
+    // SAFETY: [object] c, the first field of its CEventChannel ([owner]).
+    unsafe { verbs::owner(c, "rdma_event_channel") }
 }
 
 /// `rdma_create_event_channel`: NULL and `errno` when `/dev/infiniband/rdma_cm` cannot be
@@ -185,7 +188,7 @@ pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) {
     if !channel.is_null() {
-        // SAFETY: boxed by rdma_create_event_channel.
+        // SAFETY: [destroy] channel: boxed by rdma_create_event_channel ([owner]).
         drop(unsafe { Box::from_raw(channel as *mut CEventChannel) });
     }
 }
@@ -193,11 +196,21 @@ pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_cha
 // ---------------------------------------------------------------------------------------
 // ids
 
-/// An `rdma_cm_id` and the rverbs id behind it.
+/// An `rdma_cm_id` and the rverbs id behind it. C threads share ids (rping's CM thread
+/// reads events while its main thread disconnects), so the owner is only reached through
+/// `&` (\[object\]): what changes is behind [`CCmId::lock`].
 #[repr(C)]
 pub struct CCmId {
-    /// What C sees.
-    pub c: rdma_cm_id,
+    /// What C sees (\[c-struct\]): written only by [`IdGuard`]'s drop, under the lock.
+    pub c: UnsafeCell<rdma_cm_id>,
+    st: Mutex<IdState>,
+    /// Calls of [`rdma_get_cm_event`] working on the id (found in [`IDS`]): destroy waits
+    /// for them.
+    users: EventCount,
+}
+
+/// What an id's calls change, under its lock.
+struct IdState {
     id: Option<CmId>,
     /// The private channel of a synchronous id (`c.channel` points at it).
     own_channel: *mut CEventChannel,
@@ -210,7 +223,11 @@ pub struct CCmId {
     connect_error: bool,
 }
 
-impl CCmId {
+// SAFETY: the raw pointers name objects of this library (a channel, a PD) that any thread
+// may use (libibverbs' and librdmacm's objects are thread-safe), reached only under the lock.
+unsafe impl Send for IdState {}
+
+impl IdState {
     fn id(&self) -> io::Result<&CmId> {
         self.id
             .as_ref()
@@ -218,21 +235,97 @@ impl CCmId {
     }
 }
 
-/// CCmId addresses by the uid the kernel echoes in their events.
+/// An id's state, locked, with a copy of its C structure (`c`) taken when locked: the code
+/// reads and changes the copy, and dropping the guard writes it back (every field but
+/// `context`, which is the caller's) while the lock is still held. So our threads never race
+/// on the C structure, and no Rust reference to it exists (\[c-struct\]).
+struct IdGuard<'a> {
+    st: MutexGuard<'a, IdState>,
+    c: rdma_cm_id,
+    /// The C structure (what C's pointer to the id is).
+    me: *mut rdma_cm_id,
+}
+
+impl Deref for IdGuard<'_> {
+    type Target = IdState;
+    fn deref(&self) -> &IdState {
+        &self.st
+    }
+}
+
+impl DerefMut for IdGuard<'_> {
+    fn deref_mut(&mut self) -> &mut IdState {
+        &mut self.st
+    }
+}
+
+impl Drop for IdGuard<'_> {
+    fn drop(&mut self) {
+        let c = &self.c;
+        // SAFETY: [c-struct] raw writes into the live id's C structure, under its lock (the
+        // guard holds it), fields one by one so that `context` stays what C set.
+        unsafe {
+            let m = self.me;
+            (*m).verbs = c.verbs;
+            (*m).channel = c.channel;
+            (*m).qp = c.qp;
+            ptr::write(&raw mut (*m).route, ptr::read(&c.route));
+            (*m).ps = c.ps;
+            (*m).port_num = c.port_num;
+            (*m).event = c.event;
+            (*m).send_cq_channel = c.send_cq_channel;
+            (*m).send_cq = c.send_cq;
+            (*m).recv_cq_channel = c.recv_cq_channel;
+            (*m).recv_cq = c.recv_cq;
+            (*m).srq = c.srq;
+            (*m).pd = c.pd;
+            (*m).qp_type = c.qp_type;
+        }
+    }
+}
+
+impl CCmId {
+    /// Locks the id (see [`IdGuard`]). Never held across a call that locks the same id
+    /// again (the exported functions lock their id themselves).
+    fn lock(&self) -> IdGuard<'_> {
+        let st = self.st.lock().unwrap_or_else(|p| p.into_inner());
+        let me = self.c.get();
+        // SAFETY: [c-struct] a raw copy of the live C structure, under the lock (our writes
+        // happen under it; C's are C's, as with librdmacm).
+        let c = unsafe { ptr::read(me) };
+        IdGuard { st, c, me }
+    }
+
+    /// The `context` C gave the id (C may change it: read from the C structure).
+    fn context(&self) -> *mut c_void {
+        // SAFETY: [c-struct] a raw read.
+        unsafe { (*self.c.get()).context }
+    }
+}
+
+/// CCmId addresses by the uid the kernel echoes in their events (\[registry\]).
 static IDS: Mutex<Option<HashMap<u64, usize>>> = Mutex::new(None);
 
-fn lookup_id(uid: u64) -> Option<*mut CCmId> {
-    IDS.lock()
-        .unwrap_or_else(|p| p.into_inner())
+/// The id with uid `uid`, counted as used by the caller (who calls `users.ack(1, ..)` when
+/// done with it); `None` when there is none.
+fn use_id(uid: u64) -> Option<&'static CCmId> {
+    let m = IDS.lock().unwrap_or_else(|p| p.into_inner());
+    let p = m
         .as_ref()
-        .and_then(|m| m.get(&uid).map(|a| *a as *mut CCmId))
+        .and_then(|m| m.get(&uid))
+        .map(|a| *a as *const CCmId)?;
+    // SAFETY: [registry] in IDS, under its lock: alive; counted before the lock is released,
+    // so destroy (which takes it out of IDS first, then waits for its users) waits for us.
+    let c = unsafe { &*p };
+    c.users.delivered();
+    Some(c)
 }
 
 /// # Safety
-/// `id` is a live id of ours.
-unsafe fn cid<'a>(id: *mut rdma_cm_id) -> &'a mut CCmId {
-    // SAFETY: the rdma_cm_id is the first field of its CCmId.
-    unsafe { &mut *(id as *mut CCmId) }
+/// `id` is NULL or an \[object\] id pointer.
+unsafe fn cid<'a>(id: *mut rdma_cm_id) -> Option<&'a CCmId> {
+    // SAFETY: [object] id, the first field of its CCmId ([owner]).
+    unsafe { verbs::owner(id, "rdma_cm_id") }
 }
 
 fn wrap_id(id: CmId, channel: *mut rdma_event_channel, context: *mut c_void) -> *mut CCmId {
@@ -250,19 +343,22 @@ fn wrap_id(id: CmId, channel: *mut rdma_event_channel, context: *mut c_void) -> 
     c.qp_type = u32::from(id.qp_type().0);
     let uid = id.uid();
     let p = Box::into_raw(Box::new(CCmId {
-        c,
-        id: Some(id),
-        own_channel: own,
-        paths: Vec::new(),
-        ep_qp: None,
-        connect_error: false,
+        c: UnsafeCell::new(c),
+        st: Mutex::new(IdState {
+            id: Some(id),
+            own_channel: own,
+            paths: Vec::new(),
+            ep_qp: None,
+            connect_error: false,
+        }),
+        users: EventCount::default(),
     }));
     IDS.lock()
         .unwrap_or_else(|p| p.into_inner())
         .get_or_insert_with(HashMap::new)
         .insert(uid, p as usize);
-    // SAFETY: fresh allocation.
-    unsafe { update_addr(&mut *p) };
+    // SAFETY: [owner] a fresh allocation, alive.
+    update_addr(&mut unsafe { &*p }.lock());
     p
 }
 
@@ -314,7 +410,7 @@ unsafe fn from_sockaddr(sa: *const libc::sockaddr) -> io::Result<Option<SocketAd
     if sa.is_null() {
         return Ok(None);
     }
-    // SAFETY: caller's contract: at least the family is readable.
+    // SAFETY: [in] sa: at least the family is readable, and as much as it names.
     let family = c_int::from(unsafe { (*sa).sa_family });
     match family {
         libc::AF_INET => {
@@ -344,26 +440,28 @@ unsafe fn from_sockaddr(sa: *const libc::sockaddr) -> io::Result<Option<SocketAd
 
 /// Refreshes what the id exposes from the kernel (`QUERY` ADDR and ROUTE): addresses, the
 /// device (`verbs`, opened on first use), the port and the path records.
-fn update_addr(c: &mut CCmId) {
-    let Some(id) = c.id.as_ref() else { return };
+fn update_addr(g: &mut IdGuard<'_>) {
+    let IdGuard { st, c, .. } = g;
+    let st = &mut **st;
+    let Some(id) = st.id.as_ref() else { return };
     let Ok(q) = id.query_addr() else { return };
     if let Some(a) = q.src.ip() {
-        c.c.route.addr.src_storage = to_storage(&a);
+        c.route.addr.src_storage = to_storage(&a);
     }
     if let Some(a) = q.dst.ip() {
-        c.c.route.addr.dst_storage = to_storage(&a);
+        c.route.addr.dst_storage = to_storage(&a);
     }
-    c.c.route.addr.ibaddr.pkey = q.pkey.to_be();
+    c.route.addr.ibaddr.pkey = q.pkey.to_be();
     if q.has_device() {
-        c.c.port_num = q.port_num;
-        if c.c.verbs.is_null() {
+        c.port_num = q.port_num;
+        if c.verbs.is_null() {
             match device_for(q.node_guid) {
                 Ok(ctx) => {
-                    c.c.verbs = ctx;
+                    c.verbs = ctx;
                     let mut a: ibv_device_attr =
                         // SAFETY: plain data; all-zero is valid.
                         unsafe { std::mem::zeroed() };
-                    // SAFETY: ctx is live, a writable.
+                    // SAFETY: [object] ctx (the device list's, never closed); [out] a.
                     if unsafe { verbs::ibv_query_device(ctx, &mut a) } == 0 {
                         id.set_rd_atomic_max(
                             a.max_qp_init_rd_atom.clamp(0, 255) as u8,
@@ -379,10 +477,10 @@ fn update_addr(c: &mut CCmId) {
     }
     if let Ok(r) = id.query_route() {
         if let Some(p) = r.paths.first() {
-            c.c.route.addr.ibaddr.sgid = ibv_gid { raw: p.sgid.0 };
-            c.c.route.addr.ibaddr.dgid = ibv_gid { raw: p.dgid.0 };
+            c.route.addr.ibaddr.sgid = ibv_gid { raw: p.sgid.0 };
+            c.route.addr.ibaddr.dgid = ibv_gid { raw: p.dgid.0 };
         }
-        c.paths = r
+        st.paths = r
             .paths
             .iter()
             .take(r.num_paths as usize)
@@ -408,11 +506,11 @@ fn update_addr(c: &mut CCmId) {
                 preference: p.preference,
             })
             .collect();
-        c.c.route.num_paths = c.paths.len() as c_int;
-        c.c.route.path_rec = if c.paths.is_empty() {
+        c.route.num_paths = st.paths.len() as c_int;
+        c.route.path_rec = if st.paths.is_empty() {
             null_mut()
         } else {
-            c.paths.as_mut_ptr()
+            st.paths.as_mut_ptr()
         };
     }
 }
@@ -433,13 +531,11 @@ pub unsafe extern "C" fn rdma_create_id(
         set_errno(libc::EINVAL);
         return -1;
     }
-    let ch = (!channel.is_null()).then(|| {
-        // SAFETY: caller's contract.
-        &unsafe { cchan(channel) }.ch
-    });
+    // SAFETY: [object] channel (NULL: a synchronous id).
+    let ch = unsafe { cchan(channel) }.map(|c| &c.ch);
     match CmId::create(ch, PortSpace(ps as u16)) {
         Ok(i) => {
-            // SAFETY: caller's contract.
+            // SAFETY: [out] id (non-NULL, checked above).
             unsafe { *id = wrap_id(i, channel, context).cast() };
             0
         }
@@ -454,29 +550,31 @@ pub unsafe extern "C" fn rdma_create_id(
 /// `id` is ours and not used afterwards; its QP was destroyed (`rdma_destroy_qp`).
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
-    if id.is_null() {
-        set_errno(libc::EINVAL);
-        return -1;
-    }
-    // SAFETY: boxed by wrap_id; caller's contract.
-    let b = unsafe { Box::from_raw(id as *mut CCmId) };
-    if let Some(i) = &b.id {
+    // SAFETY: [destroy] id.
+    let c = obj!(unsafe { cid(id) }, neg);
+    let uid = c.lock().id.as_ref().map(CmId::uid);
+    if let Some(uid) = uid {
         if let Some(m) = IDS.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
-            m.remove(&i.uid());
+            m.remove(&uid);
         }
     }
-    let own = b.own_channel;
-    let ev = b.c.event;
-    let r = match b.id {
+    // Out of the registry: wait for the rdma_get_cm_event calls still working on it.
+    c.users.wait_acked();
+    // SAFETY: [destroy] id: boxed by wrap_id ([owner]); `c` is not used any more.
+    let b = unsafe { Box::from_raw(id.cast::<CCmId>()) };
+    let ev = b.c.into_inner().event;
+    let st = b.st.into_inner().unwrap_or_else(|p| p.into_inner());
+    let own = st.own_channel;
+    let r = match st.id {
         Some(i) => i.destroy().map(|_| ()),
         None => Ok(()),
     };
     if !ev.is_null() {
-        // SAFETY: our event, owned by the id.
+        // SAFETY: [owner] our event, owned by the id.
         drop(unsafe { Box::from_raw(ev as *mut CEvent) });
     }
     if !own.is_null() {
-        // SAFETY: the private channel, boxed by wrap_id.
+        // SAFETY: [owner] the private channel, boxed by wrap_id.
         drop(unsafe { Box::from_raw(own) });
     }
     ret(r)
@@ -488,7 +586,7 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
 /// `id` is ours; `addr` a readable sockaddr.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
-    // SAFETY: caller's contract.
+    // SAFETY: [object] id; [in] addr.
     unsafe {
         on_id(id, |i| {
             let a = from_sockaddr(addr)?.ok_or_else(|| einval("rdma_bind_addr: NULL address"))?;
@@ -502,11 +600,11 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::so
 /// # Safety
 /// `id` is ours.
 unsafe fn on_id(id: *mut rdma_cm_id, f: impl FnOnce(&CmId) -> io::Result<()>) -> c_int {
-    // SAFETY: caller's contract.
-    let c = unsafe { cid(id) };
+    // SAFETY: [object] id.
+    let mut c = obj!(unsafe { cid(id) }, neg).lock();
     let r = c.id().and_then(f);
     if r.is_ok() {
-        update_addr(c);
+        update_addr(&mut c);
     }
     ret(r)
 }
@@ -527,7 +625,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     dst: *mut libc::sockaddr,
     timeout_ms: c_int,
 ) -> c_int {
-    // SAFETY: caller's contract.
+    // SAFETY: [object] id; [in] src (NULL allowed) and dst.
     unsafe {
         on_id(id, |i| {
             let s = from_sockaddr(src)?;
@@ -544,7 +642,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
 /// `id` is ours.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> c_int {
-    // SAFETY: caller's contract.
+    // SAFETY: [object] id.
     unsafe { on_id(id, |i| i.resolve_route(ms(timeout_ms))) }
 }
 
@@ -554,7 +652,7 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_i
 /// `id` is ours.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
-    // SAFETY: caller's contract.
+    // SAFETY: [object] id.
     unsafe { on_id(id, |i| i.listen(backlog.max(0) as u32)) }
 }
 
@@ -566,24 +664,24 @@ const IBV_QP_SQ_PSN: c_int = 1 << 16;
 const IBV_QP_INIT_ATTR_PD: u32 = 1;
 
 /// Moves the id's QP to `state` with the attributes the kernel gives for it.
-fn modify_qp_to(c: &CCmId, state: QpState) -> io::Result<()> {
+fn modify_qp_to(c: &IdGuard<'_>, state: QpState) -> io::Result<()> {
     let a = c.id()?.init_qp_attr(state)?;
-    // SAFETY: c.c.qp is a live QP of ours.
+    // SAFETY: [object] the id's QP, not destroyed during the call.
     let r = unsafe { verbs::modify_qp_with(c.c.qp, &a) };
     from_errno("rdma_cm: modify QP", r)
 }
 
-fn modify_qp_plain(c: &CCmId, state: QpState, mask: c_int) -> io::Result<()> {
+fn modify_qp_plain(c: &IdGuard<'_>, state: QpState, mask: c_int) -> io::Result<()> {
     let mut attr = ibv_qp_attr {
         qp_state: u32::from(state.0),
         ..Default::default()
     };
-    // SAFETY: c.c.qp is a live QP of ours.
+    // SAFETY: [object] the id's QP, not destroyed during the call.
     let r = unsafe { verbs::ibv_modify_qp(c.c.qp, &mut attr, mask) };
     from_errno("rdma_cm: modify QP", r)
 }
 
-fn init_qp(c: &CCmId) -> io::Result<()> {
+fn init_qp(c: &IdGuard<'_>) -> io::Result<()> {
     modify_qp_to(c, QpState::INIT)?;
     if c.c.qp_type == u32::from(QpType::UD.0) {
         modify_qp_plain(c, QpState::RTR, IBV_QP_STATE)?;
@@ -594,14 +692,14 @@ fn init_qp(c: &CCmId) -> io::Result<()> {
 
 /// INIT again (the attributes now reflect the peer's parameters: remote read access once
 /// the peer may read), then RTR and RTS.
-fn rtr_rts(c: &CCmId) -> io::Result<()> {
+fn rtr_rts(c: &IdGuard<'_>) -> io::Result<()> {
     modify_qp_to(c, QpState::INIT)?;
     modify_qp_to(c, QpState::RTR)?;
     modify_qp_to(c, QpState::RTS)
 }
 
-fn destroy_cqs(c: &mut CCmId) {
-    // SAFETY: CQs and channels the rdma_cm created for this id (the only ones stored here).
+fn destroy_cqs(c: &mut IdGuard<'_>) {
+    // SAFETY: [destroy] CQs and channels the rdma_cm created for this id (the only ones stored here).
     unsafe {
         if !c.c.recv_cq.is_null() {
             verbs::ibv_destroy_cq(c.c.recv_cq);
@@ -624,26 +722,26 @@ fn destroy_cqs(c: &mut CCmId) {
 
 /// A completion channel and CQ for one side of the id (`cq_context` = the id, which
 /// `rdma_get_send_comp`/`rdma_get_recv_comp` assert).
-fn create_cq(c: &mut CCmId, cqe: u32) -> io::Result<(*mut ibv_comp_channel, *mut ibv_cq)> {
+fn create_cq(c: &mut IdGuard<'_>, cqe: u32) -> io::Result<(*mut ibv_comp_channel, *mut ibv_cq)> {
     let ctx = c.c.verbs;
-    // SAFETY: a live context of ours.
+    // SAFETY: [object] the id's context (never closed).
     let ch = unsafe { verbs::ibv_create_comp_channel(ctx) };
     if ch.is_null() {
         return Err(io::Error::last_os_error());
     }
-    let me = (&raw mut c.c).cast::<c_void>();
-    // SAFETY: ctx and ch are live and ours.
+    let me = c.me.cast::<c_void>();
+    // SAFETY: [object] ctx and ch.
     let cq = unsafe { verbs::ibv_create_cq(ctx, cqe.max(1) as c_int, me, ch, 0) };
     if cq.is_null() {
         let e = io::Error::last_os_error();
-        // SAFETY: just created, unused.
+        // SAFETY: [destroy] just created, unused.
         unsafe { verbs::ibv_destroy_comp_channel(ch) };
         return Err(e);
     }
     Ok((ch, cq))
 }
 
-fn create_qp(c: &mut CCmId, attr: &mut ibv_qp_init_attr_ex) -> io::Result<()> {
+fn create_qp(c: &mut IdGuard<'_>, attr: &mut ibv_qp_init_attr_ex) -> io::Result<()> {
     if c.c.verbs.is_null() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -663,7 +761,7 @@ fn create_qp(c: &mut CCmId, attr: &mut ibv_qp_init_attr_ex) -> io::Result<()> {
     } else {
         default_pd(c.c.verbs)?
     };
-    // SAFETY: pd is a live PD of ours.
+    // SAFETY: [object] pd.
     if unsafe { (*pd).context } != c.c.verbs {
         return Err(einval(
             "rdma_create_qp: the PD belongs to another device than the id",
@@ -692,7 +790,7 @@ fn create_qp(c: &mut CCmId, attr: &mut ibv_qp_init_attr_ex) -> io::Result<()> {
     if plain.srq.is_null() {
         plain.srq = c.c.srq;
     }
-    // SAFETY: pd is ours, plain valid and names CQs of ours.
+    // SAFETY: [object] pd; [in] plain names [object] CQs.
     let qp = unsafe { verbs::ibv_create_qp(pd, &mut plain) };
     if qp.is_null() {
         let e = io::Error::last_os_error();
@@ -703,7 +801,7 @@ fn create_qp(c: &mut CCmId, attr: &mut ibv_qp_init_attr_ex) -> io::Result<()> {
     c.c.qp = qp;
     c.c.pd = pd;
     if let Err(e) = init_qp(c) {
-        // SAFETY: just created.
+        // SAFETY: [destroy] just created.
         unsafe { verbs::ibv_destroy_qp(qp) };
         c.c.qp = null_mut();
         destroy_cqs(c);
@@ -723,8 +821,13 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
     id: *mut rdma_cm_id,
     attr: *mut ibv_qp_init_attr_ex,
 ) -> c_int {
-    // SAFETY: caller's contract.
-    let (c, a) = unsafe { (cid(id), &mut *attr) };
+    // SAFETY: [object] id.
+    let mut c = obj!(unsafe { cid(id) }, neg).lock();
+    // SAFETY: [in] [out] attr.
+    let Some(a) = (unsafe { attr.as_mut() }) else {
+        set_errno(null_arg("ibv_qp_init_attr_ex"));
+        return -1;
+    };
     if a.comp_mask & !IBV_QP_INIT_ATTR_PD != 0 {
         return ret(Err(io::Error::new(
             io::ErrorKind::Unsupported,
@@ -734,7 +837,7 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
             ),
         )));
     }
-    ret(create_qp(c, a))
+    ret(create_qp(&mut c, a))
 }
 
 /// `rdma_create_qp`: [`rdma_create_qp_ex`] with `pd`; the CQs used and the granted
@@ -748,10 +851,15 @@ pub unsafe extern "C" fn rdma_create_qp(
     pd: *mut ibv_pd,
     qp_init_attr: *mut ibv_qp_init_attr,
 ) -> c_int {
-    // SAFETY: caller's contract.
-    let (c, a) = unsafe { (cid(id), &mut *qp_init_attr) };
+    // SAFETY: [object] id.
+    let mut c = obj!(unsafe { cid(id) }, neg).lock();
+    // SAFETY: [in] [out] qp_init_attr.
+    let Some(a) = (unsafe { qp_init_attr.as_mut() }) else {
+        set_errno(null_arg("ibv_qp_init_attr"));
+        return -1;
+    };
     let mut ex = ibv_qp_init_attr_ex::with_pd(a, pd);
-    let r = create_qp(c, &mut ex);
+    let r = create_qp(&mut c, &mut ex);
     if r.is_ok() {
         a.send_cq = ex.send_cq;
         a.recv_cq = ex.recv_cq;
@@ -766,14 +874,14 @@ pub unsafe extern "C" fn rdma_create_qp(
 /// `id` is ours.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
-    // SAFETY: caller's contract.
-    let c = unsafe { cid(id) };
+    // SAFETY: [object] id.
+    let mut c = obj!(unsafe { cid(id) }, unit).lock();
     if !c.c.qp.is_null() {
-        // SAFETY: the id's QP, ours.
+        // SAFETY: the id's QP, an [object] of ours.
         unsafe { verbs::ibv_destroy_qp(c.c.qp) };
         c.c.qp = null_mut();
     }
-    destroy_cqs(c);
+    destroy_cqs(&mut c);
 }
 
 /// `rdma_init_qp_attr`: the attributes (and mask) for `qp_attr.qp_state`.
@@ -786,14 +894,14 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
     qp_attr: *mut ibv_qp_attr,
     qp_attr_mask: *mut c_int,
 ) -> c_int {
-    // SAFETY: caller's contract.
-    let c = unsafe { cid(id) };
-    // SAFETY: caller's contract.
+    // SAFETY: [object] id.
+    let c = obj!(unsafe { cid(id) }, neg).lock();
+    // SAFETY: [in] qp_attr.
     let state = unsafe { (*qp_attr).qp_state };
     let r = c.id().and_then(|i| i.init_qp_attr(QpState(state as u8)));
     match r {
         Ok(a) => {
-            // SAFETY: caller's contract.
+            // SAFETY: [out] qp_attr and qp_attr_mask.
             unsafe {
                 *qp_attr = to_ibv_qp_attr(&a);
                 *qp_attr_mask = a.mask().bits() as c_int;
@@ -840,13 +948,13 @@ fn depth(v: u8) -> Option<u8> {
 
 /// # Safety
 /// `p` is NULL or a readable `rdma_conn_param` whose private data is readable.
-unsafe fn conn_param(c: &CCmId, p: *const rdma_conn_param) -> ConnParam {
+unsafe fn conn_param(c: &IdGuard<'_>, p: *const rdma_conn_param) -> ConnParam {
     let mut cp = ConnParam::default();
     if !p.is_null() {
-        // SAFETY: caller's contract.
+        // SAFETY: [in] p (non-NULL).
         let p = unsafe { &*p };
         if !p.private_data.is_null() && p.private_data_len > 0 {
-            // SAFETY: caller's contract.
+            // SAFETY: [buf] private_data has private_data_len readable bytes.
             cp.private_data = unsafe {
                 std::slice::from_raw_parts(p.private_data.cast::<u8>(), p.private_data_len.into())
             }
@@ -861,10 +969,10 @@ unsafe fn conn_param(c: &CCmId, p: *const rdma_conn_param) -> ConnParam {
         cp.qp_num = p.qp_num;
     }
     if !c.c.qp.is_null() {
-        // SAFETY: the id's QP, ours.
-        let q = unsafe { &*c.c.qp };
-        cp.qp_num = q.qp_num;
-        cp.srq = !q.srq.is_null();
+        // SAFETY: [object] the id's QP; [c-struct] raw reads, no reference.
+        let (qp_num, srq) = unsafe { ((*c.c.qp).qp_num, (*c.c.qp).srq) };
+        cp.qp_num = qp_num;
+        cp.srq = !srq.is_null();
     }
     cp
 }
@@ -879,13 +987,13 @@ pub unsafe extern "C" fn rdma_connect(
     id: *mut rdma_cm_id,
     conn_param: *mut rdma_conn_param,
 ) -> c_int {
-    // SAFETY: caller's contract.
-    let c = unsafe { cid(id) };
-    // SAFETY: caller's contract.
-    let p = unsafe { self::conn_param(c, conn_param) };
+    // SAFETY: [object] id.
+    let c = obj!(unsafe { cid(id) }, neg).lock();
+    // SAFETY: [in] conn_param (NULL allowed).
+    let p = unsafe { self::conn_param(&c, conn_param) };
     let r = c.id().and_then(|i| {
         if i.is_sync() && !c.c.qp.is_null() {
-            i.connect_with(&p, |_, _| rtr_rts(c))
+            i.connect_with(&p, |_, _| rtr_rts(&c))
         } else {
             i.connect(&p)
         }
@@ -899,8 +1007,8 @@ pub unsafe extern "C" fn rdma_connect(
 /// `id` is ours.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
-    // SAFETY: caller's contract.
-    let c = unsafe { cid(id) };
+    // SAFETY: [object] id.
+    let c = obj!(unsafe { cid(id) }, neg).lock();
     ret(c.id().and_then(|i| i.establish()))
 }
 
@@ -913,13 +1021,13 @@ pub unsafe extern "C" fn rdma_accept(
     id: *mut rdma_cm_id,
     conn_param: *mut rdma_conn_param,
 ) -> c_int {
-    // SAFETY: caller's contract.
-    let c = unsafe { cid(id) };
-    // SAFETY: caller's contract.
-    let p = unsafe { self::conn_param(c, conn_param) };
+    // SAFETY: [object] id.
+    let c = obj!(unsafe { cid(id) }, neg).lock();
+    // SAFETY: [in] conn_param (NULL allowed).
+    let p = unsafe { self::conn_param(&c, conn_param) };
     let r = (|| {
         if !c.c.qp.is_null() && c.c.qp_type != u32::from(QpType::UD.0) {
-            rtr_rts(c)?;
+            rtr_rts(&c)?;
         }
         c.id()?.accept(&p)
     })();
@@ -936,12 +1044,12 @@ pub unsafe extern "C" fn rdma_reject(
     private_data: *const c_void,
     private_data_len: u8,
 ) -> c_int {
-    // SAFETY: caller's contract.
-    let c = unsafe { cid(id) };
+    // SAFETY: [object] id.
+    let c = obj!(unsafe { cid(id) }, neg).lock();
     let data: &[u8] = if private_data.is_null() {
         &[]
     } else {
-        // SAFETY: caller's contract.
+        // SAFETY: [buf] private_data has private_data_len readable bytes.
         unsafe { std::slice::from_raw_parts(private_data.cast(), private_data_len.into()) }
     };
     ret(c.id().and_then(|i| i.reject(data)))
@@ -953,11 +1061,11 @@ pub unsafe extern "C" fn rdma_reject(
 /// `id` is ours.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
-    // SAFETY: caller's contract.
-    let c = unsafe { cid(id) };
+    // SAFETY: [object] id.
+    let c = obj!(unsafe { cid(id) }, neg).lock();
     let r = (|| {
         if !c.c.qp.is_null() && c.c.qp_type != u32::from(QpType::UD.0) {
-            modify_qp_plain(c, QpState::ERR, IBV_QP_STATE)?;
+            modify_qp_plain(&c, QpState::ERR, IBV_QP_STATE)?;
         }
         c.id()?.disconnect()
     })();
@@ -970,8 +1078,8 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
 /// `id` is ours.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int {
-    // SAFETY: caller's contract.
-    let c = unsafe { cid(id) };
+    // SAFETY: [object] id.
+    let c = obj!(unsafe { cid(id) }, neg).lock();
     ret(c.id().and_then(|i| i.notify(event as u32)))
 }
 
@@ -988,13 +1096,13 @@ pub unsafe extern "C" fn rdma_set_option(
     optval: *mut c_void,
     optlen: usize,
 ) -> c_int {
-    // SAFETY: caller's contract.
-    let c = unsafe { cid(id) };
+    // SAFETY: [object] id.
+    let c = obj!(unsafe { cid(id) }, neg).lock();
     if optval.is_null() {
         set_errno(libc::EINVAL);
         return -1;
     }
-    // SAFETY: caller's contract.
+    // SAFETY: [buf] optval has optlen readable bytes (NULL checked above).
     let v = unsafe { std::slice::from_raw_parts(optval.cast::<u8>(), optlen) };
     let int = || -> io::Result<c_int> {
         let b: [u8; 4] = v
@@ -1027,30 +1135,34 @@ pub unsafe extern "C" fn rdma_migrate_id(
     id: *mut rdma_cm_id,
     channel: *mut rdma_event_channel,
 ) -> c_int {
-    // SAFETY: caller's contract.
-    let c = unsafe { cid(id) };
-    let Some(i) = c.id.as_mut() else {
+    // SAFETY: [object] id.
+    let mut g = obj!(unsafe { cid(id) }, neg).lock();
+    let IdGuard { st, c, .. } = &mut g;
+    let st = &mut **st;
+    let Some(i) = st.id.as_mut() else {
         set_errno(libc::EINVAL);
         return -1;
     };
-    let to = (!channel.is_null()).then(|| {
-        // SAFETY: caller's contract.
-        &unsafe { cchan(channel) }.ch
-    });
+    let to = if channel.is_null() {
+        None
+    } else {
+        // SAFETY: [object] channel.
+        Some(&obj!(unsafe { cchan(channel) }, neg).ch)
+    };
     if let Err(e) = i.migrate(to) {
         return ret(Err(e));
     }
-    let old = c.own_channel;
+    let old = st.own_channel;
     if channel.is_null() {
         let own = new_channel(i.event_channel());
-        c.own_channel = own;
-        c.c.channel = own.cast();
+        st.own_channel = own;
+        c.channel = own.cast();
     } else {
-        c.own_channel = null_mut();
-        c.c.channel = channel;
+        st.own_channel = null_mut();
+        c.channel = channel;
     }
     if !old.is_null() {
-        // SAFETY: the old private channel, boxed by wrap_id/here.
+        // SAFETY: [owner] the old private channel, boxed by wrap_id/here, no longer named by the id.
         drop(unsafe { Box::from_raw(old) });
     }
     0
@@ -1062,8 +1174,8 @@ pub unsafe extern "C" fn rdma_migrate_id(
 /// `id` is ours.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
-    // SAFETY: caller's contract.
-    port_of(&unsafe { cid(id) }.c.route.addr.src_storage)
+    // SAFETY: [object] id.
+    unsafe { cid(id) }.map_or(0, |c| port_of(&c.lock().c.route.addr.src_storage))
 }
 
 /// `rdma_get_dst_port`: the peer's port, network order.
@@ -1072,8 +1184,8 @@ pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
 /// `id` is ours.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
-    // SAFETY: caller's contract.
-    port_of(&unsafe { cid(id) }.c.route.addr.dst_storage)
+    // SAFETY: [object] id.
+    unsafe { cid(id) }.map_or(0, |c| port_of(&c.lock().c.route.addr.dst_storage))
 }
 
 fn port_of(s: &libc::sockaddr_storage) -> u16 {
@@ -1158,8 +1270,8 @@ pub unsafe extern "C" fn rdma_get_cm_event(
         set_errno(libc::EINVAL);
         return -1;
     }
-    // SAFETY: caller's contract.
-    let ch = unsafe { cchan(channel) };
+    // SAFETY: [object] channel.
+    let ch = obj!(unsafe { cchan(channel) }, neg);
     loop {
         // The descriptor is O_NONBLOCK from the start (rverbs-cm reads it after poll), so a
         // caller's own O_NONBLOCK cannot be told apart: this call always waits.
@@ -1172,21 +1284,29 @@ pub unsafe extern "C" fn rdma_get_cm_event(
             }
             Err(e) => return ret(Err(e)),
         };
-        let Some(idp) = lookup_id(ev.uid()) else {
+        let Some(cc) = use_id(ev.uid()) else {
             // An id destroyed with events still queued: nobody to report them to.
             continue;
         };
-        // SAFETY: registered ids are live.
-        let c = unsafe { &mut *idp };
+        // Done with the id (destroy may go on) when this is dropped, on every path.
+        struct Used<'a>(&'a CCmId);
+        impl Drop for Used<'_> {
+            fn drop(&mut self) {
+                self.0.users.ack(1, || {});
+            }
+        }
+        let _used = Used(cc);
+        let idp = cc.c.get().cast::<CCmId>();
+        let mut c = cc.lock();
         let kind = ev.kind();
         let out = match kind {
             CmEventKind::CONNECT_REQUEST => {
                 let Some(new) = ev.take_id() else { continue };
-                let n = wrap_id(new, c.c.channel, c.c.context);
+                let n = wrap_id(new, c.c.channel, cc.context());
                 make_event(ev, n, idp)
             }
             CmEventKind::ADDR_RESOLVED | CmEventKind::ROUTE_RESOLVED => {
-                update_addr(c);
+                update_addr(&mut c);
                 let e = make_event(ev, idp, null_mut());
                 if kind == CmEventKind::ADDR_RESOLVED && c.c.verbs.is_null() {
                     // SAFETY: just made.
@@ -1198,7 +1318,7 @@ pub unsafe extern "C" fn rdma_get_cm_event(
                 e
             }
             CmEventKind::CONNECT_RESPONSE if !c.c.qp.is_null() => {
-                let r = rtr_rts(c).and_then(|()| c.id()?.establish());
+                let r = rtr_rts(&c).and_then(|()| c.id()?.establish());
                 let e = make_event(ev, idp, null_mut());
                 // SAFETY: just made.
                 let ce = unsafe { &mut (*e).c };
@@ -1222,7 +1342,7 @@ pub unsafe extern "C" fn rdma_get_cm_event(
             }
             _ => make_event(ev, idp, null_mut()),
         };
-        // SAFETY: caller's contract.
+        // SAFETY: [out] event (non-NULL, checked above).
         unsafe { *event = out.cast() };
         return 0;
     }
@@ -1238,7 +1358,7 @@ pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
         set_errno(libc::EINVAL);
         return -1;
     }
-    // SAFETY: boxed by make_event.
+    // SAFETY: [destroy] event: boxed by make_event ([owner]).
     drop(unsafe { Box::from_raw(event as *mut CEvent) });
     0
 }
@@ -1304,7 +1424,7 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
             if p.is_null() {
                 return Ok(None);
             }
-            // SAFETY: caller's contract.
+            // SAFETY: [str] p.
             let c = unsafe { CStr::from_ptr(p) };
             Ok(Some(
                 c.to_str()
@@ -1316,7 +1436,7 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
         let mut h = AddrHints::default();
         let mut flags = 0;
         if !hints.is_null() {
-            // SAFETY: caller's contract.
+            // SAFETY: [in] hints (non-NULL).
             let hi = unsafe { &*hints };
             flags = hi.ai_flags;
             h.passive = hi.ai_flags & RAI_PASSIVE != 0;
@@ -1337,7 +1457,7 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
                     ))
                 }
             };
-            // SAFETY: caller's contract.
+            // SAFETY: [in] hints' source address (NULL allowed).
             h.src = unsafe { from_sockaddr(hi.ai_src_addr) }?;
         }
         let list = rverbs_cm::getaddrinfo(node.as_deref(), service.as_deref(), &h)?;
@@ -1375,7 +1495,7 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     })();
     match r {
         Ok(h) => {
-            // SAFETY: caller's contract.
+            // SAFETY: [out] res.
             unsafe { *res = h };
             0
         }
@@ -1391,7 +1511,7 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
 pub unsafe extern "C" fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
     let mut p = res;
     while !p.is_null() {
-        // SAFETY: nodes and addresses were calloc'ed by rdma_getaddrinfo.
+        // SAFETY: [destroy] res: nodes and addresses were calloc'ed by rdma_getaddrinfo.
         unsafe {
             let next = (*p).ai_next;
             libc::free((*p).ai_src_addr.cast());
@@ -1405,7 +1525,7 @@ pub unsafe extern "C" fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
 /// # Safety
 /// `res` is a readable `rdma_addrinfo`.
 unsafe fn addrinfo_of(res: *const rdma_addrinfo) -> io::Result<AddrInfo> {
-    // SAFETY: caller's contract.
+    // SAFETY: [in] res (non-NULL): an rdma_addrinfo of ours or the caller's.
     let r = unsafe { &*res };
     let ps = if r.ai_port_space == 0 {
         PortSpace::TCP
@@ -1420,7 +1540,7 @@ unsafe fn addrinfo_of(res: *const rdma_addrinfo) -> io::Result<AddrInfo> {
         } else {
             QpType(r.ai_qp_type as u8)
         },
-        // SAFETY: the addresses of an rdma_addrinfo are sockaddrs (or NULL).
+        // SAFETY: [in] res: the addresses of an rdma_addrinfo are sockaddrs (or NULL).
         src: unsafe { from_sockaddr(r.ai_src_addr) }?,
         // SAFETY: as above.
         dst: unsafe { from_sockaddr(r.ai_dst_addr) }?,
@@ -1445,7 +1565,7 @@ pub unsafe extern "C" fn rdma_create_ep(
         set_errno(libc::EINVAL);
         return -1;
     }
-    // SAFETY: caller's contract.
+    // SAFETY: [in] res.
     let ai = match unsafe { addrinfo_of(res) } {
         Ok(a) => a,
         Err(e) => return ret(Err(e)),
@@ -1456,22 +1576,21 @@ pub unsafe extern "C" fn rdma_create_ep(
     };
     let p = wrap_id(cm, null_mut(), null_mut());
     if !qp_init_attr.is_null() {
-        // SAFETY: caller's contract.
+        // SAFETY: [in] [out] qp_init_attr (non-NULL).
         let a = unsafe { &mut *qp_init_attr };
-        // SAFETY: fresh.
-        let c = unsafe { &mut *p };
         if ai.passive {
-            c.ep_qp = Some((*a, pd));
-        // SAFETY: p is ours, a is the caller's readable attr.
+            // SAFETY: [owner] just made, alive.
+            unsafe { &*p }.lock().ep_qp = Some((*a, pd));
+        // SAFETY: [object] p; [in] a, the caller's attr.
         } else if unsafe { rdma_create_qp(p.cast(), pd, a) } != 0 {
             let e = io::Error::last_os_error();
-            // SAFETY: ours, no QP.
+            // SAFETY: [destroy] ours, no QP.
             unsafe { rdma_destroy_id(p.cast()) };
             set_errno(e.raw_os_error().unwrap_or(libc::EINVAL));
             return -1;
         }
     }
-    // SAFETY: caller's contract.
+    // SAFETY: [out] id.
     unsafe { *id = p.cast() };
     0
 }
@@ -1482,14 +1601,10 @@ pub unsafe extern "C" fn rdma_create_ep(
 /// `id` is ours and not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
-    // SAFETY: caller's contract.
+    // SAFETY: [destroy] id, destroyed in order: QP, SRQ, the id.
     unsafe {
         rdma_destroy_qp(id);
-        let c = cid(id);
-        if !c.c.srq.is_null() {
-            verbs::ibv_destroy_srq(c.c.srq);
-            c.c.srq = null_mut();
-        }
+        rdma_destroy_srq(id);
         rdma_destroy_id(id);
     }
 }
@@ -1505,33 +1620,40 @@ pub unsafe extern "C" fn rdma_get_request(
     listen: *mut rdma_cm_id,
     id: *mut *mut rdma_cm_id,
 ) -> c_int {
-    // SAFETY: caller's contract.
-    let l = unsafe { cid(listen) };
-    let new = match l.id().and_then(|i| i.get_request()) {
-        Ok(n) => n,
-        Err(e) => return ret(Err(e)),
+    // SAFETY: [object] listen.
+    let lc = obj!(unsafe { cid(listen) }, neg);
+    if id.is_null() {
+        set_errno(null_arg("rdma_cm_id output"));
+        return -1;
+    }
+    let (new, ep_qp) = {
+        let l = lc.lock();
+        match l.id().and_then(|i| i.get_request()) {
+            Ok(n) => (n, l.ep_qp),
+            Err(e) => return ret(Err(e)),
+        }
     };
     let ev = new.take_event();
-    let p = wrap_id(new, null_mut(), l.c.context);
-    // SAFETY: fresh.
-    let c = unsafe { &mut *p };
+    let p = wrap_id(new, null_mut(), lc.context());
+    // SAFETY: [owner] just made, alive.
+    let c = unsafe { &*p };
     if let Some(ev) = ev {
-        c.c.event = make_event(ev, p, listen.cast()).cast();
+        c.lock().c.event = make_event(ev, p, listen.cast()).cast();
     }
-    if let Some((mut a, pd)) = l.ep_qp {
-        // SAFETY: ours; a is a copy.
+    if let Some((mut a, pd)) = ep_qp {
+        // SAFETY: p is an [object] id of ours (not locked here); a is a copy.
         if unsafe { rdma_create_qp(p.cast(), pd, &mut a) } != 0 {
             let e = io::Error::last_os_error();
-            if let Ok(i) = c.id() {
+            if let Ok(i) = c.lock().id() {
                 let _ = i.reject(&[]);
             }
-            // SAFETY: ours, no QP.
+            // SAFETY: [destroy] ours, no QP.
             unsafe { rdma_destroy_id(p.cast()) };
             set_errno(e.raw_os_error().unwrap_or(libc::EINVAL));
             return -1;
         }
     }
-    // SAFETY: caller's contract.
+    // SAFETY: [out] id.
     unsafe { *id = p.cast() };
     0
 }
@@ -1550,8 +1672,8 @@ pub unsafe extern "C" fn rdma_create_srq(
     pd: *mut ibv_pd,
     attr: *mut ibv_srq_init_attr,
 ) -> c_int {
-    // SAFETY: caller's contract.
-    let c = unsafe { cid(id) };
+    // SAFETY: [object] id.
+    let mut c = obj!(unsafe { cid(id) }, neg).lock();
     let pd = if pd.is_null() {
         match default_pd(c.c.verbs) {
             Ok(p) => p,
@@ -1560,7 +1682,7 @@ pub unsafe extern "C" fn rdma_create_srq(
     } else {
         pd
     };
-    // SAFETY: caller's contract.
+    // SAFETY: forwarded: [object] pd, [in] [out] attr.
     let srq = unsafe { verbs::ibv_create_srq(pd, attr) };
     if srq.is_null() {
         return -1;
@@ -1576,10 +1698,10 @@ pub unsafe extern "C" fn rdma_create_srq(
 /// `id` is ours.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
-    // SAFETY: caller's contract.
-    let c = unsafe { cid(id) };
+    // SAFETY: [object] id.
+    let mut c = obj!(unsafe { cid(id) }, unit).lock();
     if !c.c.srq.is_null() {
-        // SAFETY: the id's SRQ, ours.
+        // SAFETY: [object] the id's SRQ.
         unsafe { verbs::ibv_destroy_srq(c.c.srq) };
         c.c.srq = null_mut();
     }
@@ -1622,7 +1744,7 @@ pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut 
         unsafe { *out.add(i) = *c };
     }
     if !num_devices.is_null() {
-        // SAFETY: caller's contract.
+        // SAFETY: [out] num_devices (non-NULL).
         unsafe { *num_devices = ctxs.len() as c_int };
     }
     out
@@ -1634,7 +1756,7 @@ pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut 
 /// `list` came from [`rdma_get_devices`].
 #[no_mangle]
 pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
-    // SAFETY: calloc'ed by rdma_get_devices.
+    // SAFETY: [destroy] list: calloc'ed by rdma_get_devices.
     unsafe { libc::free(list.cast()) };
 }
 
@@ -1678,7 +1800,7 @@ pub unsafe extern "C" fn rpoll(
     nfds: libc::nfds_t,
     timeout: c_int,
 ) -> c_int {
-    // SAFETY: caller's contract, as poll(2).
+    // SAFETY: [buf] fds has nfds entries, as poll(2) requires.
     unsafe { libc::poll(fds, nfds, timeout) }
 }
 

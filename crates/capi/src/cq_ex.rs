@@ -55,12 +55,14 @@ pub struct CqEx {
 }
 
 /// # Safety
-/// `cq` is the `ibv_cq_ex` of a live extended CQ of ours.
+/// `cq` is the `ibv_cq_ex` of a live extended CQ of ours (\[ops\]: these functions are
+/// reached only through the `ibv_cq_ex` they are set in, which C dereferenced to find them).
 unsafe fn parts<'a>(cq: *mut ibv_cq_ex) -> (&'a CCq, &'a CqEx) {
-    // SAFETY: the ibv_cq_ex begins with the ibv_cq fields: the first field of its CCq.
-    let c = unsafe { ccq(cq.cast()) };
+    // SAFETY: [ops] [object] cq; the ibv_cq_ex begins with the ibv_cq fields, the first
+    // field of its CCq ([owner]).
+    let c = unsafe { ccq(cq.cast()) }.expect("[ops]: C found this function through the CQ");
     let ex =
-        c.ex.as_deref()
+        c.ex.get()
             .expect("the ibv_cq_ex functions are only set on CQs made by ibv_create_cq_ex");
     (c, ex)
 }
@@ -70,14 +72,14 @@ unsafe fn parts<'a>(cq: *mut ibv_cq_ex) -> (&'a CCq, &'a CqEx) {
 /// # Safety
 /// As [`parts`], and the caller holds `busy`.
 unsafe fn poll_one(cq: *mut ibv_cq_ex) -> c_int {
-    // SAFETY: caller's contract.
+    // SAFETY: [ops] cq.
     let (c, ex) = unsafe { parts(cq) };
     let mut wc = [WorkCompletion::default()];
     if c.cq.poll(&mut wc) == 0 {
         set_errno(libc::ENOENT);
         return libc::ENOENT;
     }
-    // SAFETY: the caller holds `busy`: no other thread touches `cur`; status and wr_id of the
+    // SAFETY: [ops] the caller holds `busy`: no other thread touches `cur`; status and wr_id of the
     // C struct are the caller's to read after this returns (libibverbs' providers write them
     // the same way).
     unsafe {
@@ -89,12 +91,12 @@ unsafe fn poll_one(cq: *mut ibv_cq_ex) -> c_int {
 }
 
 unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
-    // SAFETY: attr is NULL or readable (the caller's contract).
+    // SAFETY: [in] attr (NULL allowed).
     if !attr.is_null() && unsafe { (*attr).comp_mask } != 0 {
         set_errno(libc::EINVAL);
         return libc::EINVAL;
     }
-    // SAFETY: reached only through the ops of a CQ of ours.
+    // SAFETY: [ops] reached only through the ops of a CQ of ours.
     let (_, ex) = unsafe { parts(cq) };
     // Acquire: pairs with end_poll's Release, so the previous holder's writes to `cur` happen
     // before ours.
@@ -105,7 +107,7 @@ unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr)
     {
         std::thread::yield_now();
     }
-    // SAFETY: we hold busy.
+    // SAFETY: [ops] we hold busy.
     let r = unsafe { poll_one(cq) };
     if r != 0 {
         // Release: as end_poll.
@@ -115,12 +117,12 @@ unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr)
 }
 
 unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
-    // SAFETY: the caller holds the lock since its successful start_poll (the API's contract).
+    // SAFETY: [ops] the caller holds the lock since its successful start_poll (the API's contract).
     unsafe { poll_one(cq) }
 }
 
 unsafe extern "C" fn end_poll(cq: *mut ibv_cq_ex) {
-    // SAFETY: as start_poll.
+    // SAFETY: [ops] as start_poll.
     let (_, ex) = unsafe { parts(cq) };
     // Release: our writes to `cur` happen before the next holder's Acquire.
     ex.busy.store(false, Ordering::Release);
@@ -131,27 +133,27 @@ unsafe extern "C" fn end_poll(cq: *mut ibv_cq_ex) {
 /// # Safety
 /// As [`parts`]; the caller is inside a poll session (after a successful `start_poll`).
 unsafe fn cur<'a>(cq: *mut ibv_cq_ex) -> &'a WorkCompletion {
-    // SAFETY: caller's contract: this thread holds `busy`, so nobody writes `cur` now.
+    // SAFETY: [ops] cq; this thread holds `busy`, so nobody writes `cur` now.
     unsafe { &*parts(cq).1.cur.get() }
 }
 
 unsafe extern "C" fn read_opcode(cq: *mut ibv_cq_ex) -> u32 {
-    // SAFETY: the read_* functions are called inside a poll session (the API's contract).
+    // SAFETY: [ops] the read_* functions are called inside a poll session (the API's contract).
     unsafe { cur(cq) }.opcode.0
 }
 
 unsafe extern "C" fn read_vendor_err(cq: *mut ibv_cq_ex) -> u32 {
-    // SAFETY: as read_opcode.
+    // SAFETY: [ops] as read_opcode.
     unsafe { cur(cq) }.vendor_err
 }
 
 unsafe extern "C" fn read_byte_len(cq: *mut ibv_cq_ex) -> u32 {
-    // SAFETY: as read_opcode.
+    // SAFETY: [ops] as read_opcode.
     unsafe { cur(cq) }.byte_len
 }
 
 unsafe extern "C" fn read_imm_data(cq: *mut ibv_cq_ex) -> u32 {
-    // SAFETY: as read_opcode.
+    // SAFETY: [ops] as read_opcode.
     let w = unsafe { cur(cq) };
     // Ours keeps immediate data in host order; libibverbs hands it out big-endian. An
     // invalidated rkey (WITH_INV) is a plain number in both.
@@ -163,32 +165,32 @@ unsafe extern "C" fn read_imm_data(cq: *mut ibv_cq_ex) -> u32 {
 }
 
 unsafe extern "C" fn read_qp_num(cq: *mut ibv_cq_ex) -> u32 {
-    // SAFETY: as read_opcode.
+    // SAFETY: [ops] as read_opcode.
     unsafe { cur(cq) }.qp_num
 }
 
 unsafe extern "C" fn read_src_qp(cq: *mut ibv_cq_ex) -> u32 {
-    // SAFETY: as read_opcode.
+    // SAFETY: [ops] as read_opcode.
     unsafe { cur(cq) }.src_qp
 }
 
 unsafe extern "C" fn read_wc_flags(cq: *mut ibv_cq_ex) -> u32 {
-    // SAFETY: as read_opcode.
+    // SAFETY: [ops] as read_opcode.
     unsafe { cur(cq) }.wc_flags.bits()
 }
 
 unsafe extern "C" fn read_slid(cq: *mut ibv_cq_ex) -> u32 {
-    // SAFETY: as read_opcode.
+    // SAFETY: [ops] as read_opcode.
     u32::from(unsafe { cur(cq) }.slid)
 }
 
 unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
-    // SAFETY: as read_opcode.
+    // SAFETY: [ops] as read_opcode.
     unsafe { cur(cq) }.sl
 }
 
 unsafe extern "C" fn read_dlid_path_bits(cq: *mut ibv_cq_ex) -> u8 {
-    // SAFETY: as read_opcode.
+    // SAFETY: [ops] as read_opcode.
     unsafe { cur(cq) }.dlid_path_bits
 }
 
@@ -202,7 +204,7 @@ pub(crate) unsafe extern "C" fn create_cq_ex_op(
     context: *mut ibv_context,
     attr: *mut ibv_cq_init_attr_ex,
 ) -> *mut ibv_cq_ex {
-    // SAFETY: the inline wrapper passes the caller's attributes.
+    // SAFETY: [ops] [in] [out] the inline wrapper passes the caller's attributes.
     let a = unsafe { &*attr };
     let flags = if a.comp_mask & CQ_INIT_ATTR_MASK_FLAGS != 0 {
         a.flags
@@ -221,19 +223,21 @@ pub(crate) unsafe extern "C" fn create_cq_ex_op(
         set_errno(libc::EINVAL);
         return null_mut();
     };
-    // SAFETY: forwarded (the caller's contract).
+    // SAFETY: forwarded: [object] context and channel.
     let cq = unsafe { ibv_create_cq(context, cqe, a.cq_context, a.channel, vector) };
     if cq.is_null() {
         return null_mut();
     }
-    // SAFETY: just made by ibv_create_cq: a CCq nobody polls yet (its events map entry is
-    // only read when an event arrives, and none can before the CQ is armed).
-    let c = unsafe { &mut *(cq as *mut CCq) };
-    c.ex = Some(Box::new(CqEx {
+    // SAFETY: [owner] just made by ibv_create_cq, alive.
+    let c = unsafe { &*(cq as *const CCq) };
+    let _ = c.ex.set(Box::new(CqEx {
         busy: AtomicBool::new(false),
         cur: UnsafeCell::new(WorkCompletion::default()),
     }));
-    let x = &mut c.c;
+    // SAFETY: [c-struct] the C structure of a CQ not yet handed to C: nobody else reads or
+    // writes it (what may find the CQ meanwhile, an event for its handle, touches only
+    // `events`), so a short-lived exclusive reference to it is sound.
+    let x = unsafe { &mut *c.c_ptr() };
     let on = |bit: u64| a.wc_flags & bit != 0;
     x.start_poll = Some(start_poll);
     x.next_poll = Some(next_poll);

@@ -18,13 +18,15 @@ use rverbs_uverbs::mw::{inc_rkey, Mw, MwBind, MwType};
 use rverbs_uverbs::{Error, SendFlags, SendOp, SendWr, Sge};
 
 use crate::abi::*;
-use crate::verbs::{fail, set_errno, CMr, CPd, CQp};
+use std::cell::UnsafeCell;
+
+use crate::verbs::{c_write, cpd, cqp, fail, null_arg, set_errno, CMr};
 
 /// An `ibv_mw` and its rverbs window.
 #[repr(C)]
 pub struct CMw {
-    /// What C sees.
-    pub c: ibv_mw,
+    /// What C sees (\[c-struct\]).
+    pub c: UnsafeCell<ibv_mw>,
     /// The rverbs window (deallocated on drop).
     pub mw: Arc<Mw>,
 }
@@ -35,8 +37,8 @@ pub struct CMw {
 /// # Safety
 /// `pd` is a live PD of ours.
 pub(crate) unsafe extern "C" fn alloc_mw_op(pd: *mut ibv_pd, mw_type: c_uint) -> *mut ibv_mw {
-    // SAFETY: the ibv_pd is the first field of its CPd (caller's contract: ours).
-    let p = unsafe { &*(pd as *const CPd) };
+    // SAFETY: [ops] [object] pd.
+    let p = obj!(unsafe { cpd(pd) }, null);
     let Ok(t) = u8::try_from(mw_type) else {
         set_errno(fail(&io::Error::from(Error::invalid(
             "allocate MW",
@@ -47,13 +49,13 @@ pub(crate) unsafe extern "C" fn alloc_mw_op(pd: *mut ibv_pd, mw_type: c_uint) ->
     match Mw::alloc(&p.pd, MwType(t)) {
         Ok(mw) => {
             let b = Box::new(CMw {
-                c: ibv_mw {
-                    context: p.c.context,
+                c: UnsafeCell::new(ibv_mw {
+                    context: p.context(),
                     pd,
                     rkey: mw.rkey(),
                     handle: mw.handle(),
                     mw_type,
-                },
+                }),
                 mw,
             });
             Box::into_raw(b).cast()
@@ -71,8 +73,11 @@ pub(crate) unsafe extern "C" fn alloc_mw_op(pd: *mut ibv_pd, mw_type: c_uint) ->
 /// # Safety
 /// `mw` came from [`alloc_mw_op`]; it is gone afterwards.
 pub(crate) unsafe extern "C" fn dealloc_mw_op(mw: *mut ibv_mw) -> c_int {
-    // SAFETY: boxed by alloc_mw_op.
-    drop(unsafe { Box::from_raw(mw as *mut CMw) });
+    if mw.is_null() {
+        return null_arg("ibv_mw");
+    }
+    // SAFETY: [destroy] mw: boxed by alloc_mw_op ([owner]).
+    drop(unsafe { Box::from_raw(mw.cast::<CMw>()) });
     0
 }
 
@@ -82,15 +87,23 @@ pub(crate) unsafe extern "C" fn dealloc_mw_op(mw: *mut ibv_mw) -> c_int {
 /// # Safety
 /// `mw` is a window of ours; `info.mr` is NULL or a region of ours.
 pub(crate) unsafe fn raw_bind(mw: *mut ibv_mw, rkey: u32, info: &ibv_mw_bind_info) -> MwBind {
-    // SAFETY: caller's contract.
-    let (m, lkey) = unsafe { (&*mw, info.mr.as_ref().map_or(0, |r| r.lkey)) };
-    // SAFETY: the C caller's contract (ibv_bind_mw / ibv_post_send): the region's memory is
+    // SAFETY: [object] mw and, in [in] info, the MR (NULL allowed); [c-struct] raw reads of
+    // their C structures, no references.
+    let (mw_type, mw_rkey, lkey) = unsafe {
+        let lkey = if info.mr.is_null() {
+            0
+        } else {
+            (*info.mr).lkey
+        };
+        ((*mw).mw_type, (*mw).rkey, lkey)
+    };
+    // SAFETY: [registered] (ibv_bind_mw / ibv_post_send): the region's memory is
     // the caller's, registered with MW_BIND, and stays mapped while a window is bound in it;
     // the kernel checks the rest when it executes the bind.
     unsafe {
         MwBind::from_raw(
-            MwType(m.mw_type as u8),
-            m.rkey,
+            MwType(mw_type as u8),
+            mw_rkey,
             rkey,
             lkey,
             info.addr,
@@ -111,7 +124,7 @@ pub(crate) unsafe fn bind_op(w: &ibv_send_wr) -> Option<SendOp> {
     if b.mw.is_null() {
         return None;
     }
-    // SAFETY: caller's contract.
+    // SAFETY: [object] window and region, [in] bind info (ibv_post_send's [wr]).
     Some(SendOp::BindMw(unsafe {
         raw_bind(b.mw, b.rkey, &b.bind_info)
     }))
@@ -129,8 +142,15 @@ pub(crate) unsafe extern "C" fn bind_mw_op(
     mw: *mut ibv_mw,
     mw_bind: *mut ibv_mw_bind,
 ) -> c_int {
-    // SAFETY: the ibv_qp is the first field of its CQp; mw_bind is readable (contract).
-    let (q, req) = unsafe { (&*(qp as *const CQp), &*mw_bind) };
+    // SAFETY: [ops] [object] qp.
+    let q = obj!(unsafe { cqp(qp) }, errno);
+    // SAFETY: [in] mw_bind.
+    let Some(req) = (unsafe { mw_bind.as_ref() }) else {
+        return null_arg("ibv_mw_bind");
+    };
+    if mw.is_null() {
+        return null_arg("ibv_mw");
+    }
     let info = &req.bind_info;
     if info.mw_access_flags & AccessFlags::ZERO_BASED.bits() != 0 {
         return fail(&io::Error::from(Error::invalid(
@@ -138,9 +158,9 @@ pub(crate) unsafe extern "C" fn bind_mw_op(
             "a type 1 window cannot be zero-based",
         )));
     }
-    // SAFETY: the ibv_mr of a non-NULL region is the first field of its CMr (ours).
+    // SAFETY: [object] region (NULL allowed), the first field of its CMr ([owner]).
     let mr = unsafe { (info.mr as *const CMr).as_ref() };
-    // SAFETY: mw is ours (contract).
+    // SAFETY: [object] mw (non-NULL, checked above); [c-struct] a raw read.
     let rkey = inc_rkey(unsafe { (*mw).rkey });
     let (addr, length) = match mr {
         Some(_) => (info.addr, info.length),
@@ -151,7 +171,7 @@ pub(crate) unsafe extern "C" fn bind_mw_op(
         length,
         ..*info
     };
-    // SAFETY: caller's contract.
+    // SAFETY: [object] mw; [in] info.
     let bind = unsafe { raw_bind(mw, rkey, &info) };
     let wr = SendWr::<Sge> {
         wr_id: req.wr_id,
@@ -160,11 +180,11 @@ pub(crate) unsafe extern "C" fn bind_mw_op(
         flags: SendFlags::from_bits_retain(req.send_flags),
         ud: None,
     };
-    // SAFETY: no SGEs; what the bind grants is the C caller's (raw_bind).
+    // SAFETY: [registered] no SGEs; what the bind grants is the C caller's (raw_bind).
     match unsafe { q.qp.post_send_raw(&[wr]) } {
         Ok(()) => {
-            // SAFETY: mw is ours and writable (the caller's window).
-            unsafe { (*mw).rkey = rkey };
+            // SAFETY: [object] mw; [c-struct] a raw write, serialised by c_write.
+            c_write(|| unsafe { (*mw).rkey = rkey });
             0
         }
         Err(e) => fail(&io::Error::from(e)),

@@ -119,12 +119,14 @@ pub struct QpEx {
 }
 
 /// # Safety
-/// `qp` is the `ibv_qp_ex` of a live QP of ours.
+/// `qp` is the `ibv_qp_ex` of a live QP of ours (\[ops\]: the builders are reached only
+/// through the `ibv_qp_ex` they are set in, which C dereferenced to find them).
 unsafe fn parts<'a>(qp: *mut ibv_qp_ex) -> (&'a CQp, &'a QpEx) {
-    // SAFETY: the ibv_qp_ex begins with the ibv_qp, the first field of its CQp.
-    let q = unsafe { cqp(qp.cast()) };
+    // SAFETY: [ops] [object] qp; the ibv_qp_ex begins with the ibv_qp, the first field of
+    // its CQp ([owner]).
+    let q = unsafe { cqp(qp.cast()) }.expect("[ops]: C found this function through the QP");
     let ex =
-        q.ex.as_deref()
+        q.ex.get()
             .expect("the ibv_wr_* builders are only set on QPs with the extended send API");
     (q, ex)
 }
@@ -135,7 +137,7 @@ unsafe fn parts<'a>(qp: *mut ibv_qp_ex) -> (&'a CQp, &'a QpEx) {
 /// # Safety
 /// As [`parts`].
 unsafe fn with_batch<R>(qp: *mut ibv_qp_ex, f: impl FnOnce(&QpEx, &mut Batch) -> R) -> R {
-    // SAFETY: caller's contract.
+    // SAFETY: [ops] qp.
     let (_, ex) = unsafe { parts(qp) };
     let mut b = ex.batch.lock().unwrap_or_else(|p| p.into_inner());
     f(ex, &mut b)
@@ -146,9 +148,9 @@ unsafe fn with_batch<R>(qp: *mut ibv_qp_ex, f: impl FnOnce(&QpEx, &mut Batch) ->
 /// # Safety
 /// As [`parts`].
 unsafe fn build(qp: *mut ibv_qp_ex, op: SendOp) {
-    // SAFETY: caller's contract; the caller set these fields before calling the builder.
+    // SAFETY: [ops] qp; [c-struct] raw reads of the fields the caller set before calling the builder.
     let (wr_id, flags) = unsafe { ((*qp).wr_id, (*qp).wr_flags) };
-    // SAFETY: caller's contract.
+    // SAFETY: [ops] qp.
     unsafe {
         with_batch(qp, |ex, b| {
             if !b.open {
@@ -179,7 +181,7 @@ unsafe fn build(qp: *mut ibv_qp_ex, op: SendOp) {
 /// # Safety
 /// As [`parts`].
 unsafe fn set_last(qp: *mut ibv_qp_ex, f: impl FnOnce(&QpEx, &mut Batch, usize)) {
-    // SAFETY: caller's contract.
+    // SAFETY: [ops] qp.
     unsafe {
         with_batch(qp, |ex, b| {
             if b.err != 0 {
@@ -210,23 +212,23 @@ fn set_sges(b: &mut Batch, last: usize, sges: impl Iterator<Item = Sge>, inline:
 }
 
 unsafe extern "C" fn wr_send(qp: *mut ibv_qp_ex) {
-    // SAFETY: reached only through the ops of a QP of ours.
+    // SAFETY: [ops] reached only through the ops of a QP of ours.
     unsafe { build(qp, SendOp::Send) }
 }
 
 unsafe extern "C" fn wr_send_imm(qp: *mut ibv_qp_ex, imm_be: u32) {
     let imm = u32::from_be(imm_be);
-    // SAFETY: as wr_send.
+    // SAFETY: [ops] as wr_send.
     unsafe { build(qp, SendOp::SendWithImm { imm }) }
 }
 
 unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp_ex, invalidate_rkey: u32) {
-    // SAFETY: as wr_send.
+    // SAFETY: [ops] as wr_send.
     unsafe { build(qp, SendOp::SendWithInv { invalidate_rkey }) }
 }
 
 unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp_ex, invalidate_rkey: u32) {
-    // SAFETY: as wr_send.
+    // SAFETY: [ops] as wr_send.
     unsafe { build(qp, SendOp::LocalInv { invalidate_rkey }) }
 }
 
@@ -243,18 +245,18 @@ unsafe extern "C" fn wr_bind_mw(
     info: *const ibv_mw_bind_info,
 ) {
     if mw.is_null() || info.is_null() {
-        // SAFETY: caller's contract.
+        // SAFETY: [ops] qp.
         unsafe { with_batch(qp, |_, b| b.error(libc::EINVAL)) };
         return;
     }
-    // SAFETY: caller's contract: a window and region of ours, readable bind info.
+    // SAFETY: [ops] qp; [object] window and region, [in] bind info.
     let op = SendOp::BindMw(unsafe { crate::mw::raw_bind(mw, rkey, &*info) });
-    // SAFETY: as wr_send.
+    // SAFETY: [ops] as wr_send.
     unsafe { build(qp, op) }
 }
 
 unsafe extern "C" fn wr_rdma_write(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
-    // SAFETY: as wr_send.
+    // SAFETY: [ops] as wr_send.
     unsafe { build(qp, SendOp::RdmaWrite { remote_addr, rkey }) }
 }
 
@@ -270,12 +272,12 @@ unsafe extern "C" fn wr_rdma_write_imm(
         rkey,
         imm,
     };
-    // SAFETY: as wr_send.
+    // SAFETY: [ops] as wr_send.
     unsafe { build(qp, op) }
 }
 
 unsafe extern "C" fn wr_rdma_read(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
-    // SAFETY: as wr_send.
+    // SAFETY: [ops] as wr_send.
     unsafe { build(qp, SendOp::RdmaRead { remote_addr, rkey }) }
 }
 
@@ -292,7 +294,7 @@ unsafe extern "C" fn wr_atomic_cmp_swp(
         compare,
         swap,
     };
-    // SAFETY: as wr_send.
+    // SAFETY: [ops] as wr_send.
     unsafe { build(qp, op) }
 }
 
@@ -307,7 +309,7 @@ unsafe extern "C" fn wr_atomic_fetch_add(
         rkey,
         add,
     };
-    // SAFETY: as wr_send.
+    // SAFETY: [ops] as wr_send.
     unsafe { build(qp, op) }
 }
 
@@ -317,18 +319,18 @@ unsafe extern "C" fn wr_set_ud_addr(
     remote_qpn: u32,
     remote_qkey: u32,
 ) {
-    // SAFETY: as wr_send.
+    // SAFETY: [ops] as wr_send.
     let (q, _) = unsafe { parts(qp) };
     if q.qp.qp_type() != QpType::UD {
         // Connected QPs have their destination: nothing to set (librxe ignores it too).
         return;
     }
     let dest = (!ah.is_null()).then(|| {
-        // SAFETY: ibv_wr_set_ud_addr's contract: an AH of ours (the first field of its CAh).
+        // SAFETY: [object] ah (ibv_wr_set_ud_addr's argument) (the first field of its CAh).
         let a = unsafe { &*(ah as *const CAh) };
         a.ah.ud_dest(remote_qpn, remote_qkey)
     });
-    // SAFETY: as wr_send.
+    // SAFETY: [ops] as wr_send.
     unsafe {
         set_last(qp, |_, b, last| match dest {
             Some(d) => b.wrs[last].ud = Some(d),
@@ -340,12 +342,12 @@ unsafe extern "C" fn wr_set_ud_addr(
 unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
     // As librxe: a zero-length element is no element.
     let sge = (length != 0).then_some(Sge { addr, length, lkey });
-    // SAFETY: as wr_send.
+    // SAFETY: [ops] as wr_send.
     unsafe { set_last(qp, |_, b, last| set_sges(b, last, sge.into_iter(), false)) }
 }
 
 unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list: *const ibv_sge) {
-    // SAFETY: as wr_send.
+    // SAFETY: [ops] as wr_send.
     unsafe {
         set_last(qp, |ex, b, last| {
             if num_sge > ex.max_sge {
@@ -357,7 +359,7 @@ unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list
             let list: &[Sge] = if num_sge == 0 {
                 &[]
             } else {
-                // SAFETY: ibv_wr_set_sge_list's contract: num_sge readable elements (copied
+                // SAFETY: [buf] ibv_wr_set_sge_list's sg_list: num_sge readable elements (copied
                 // here, so the caller may reuse the array at once, as with librxe).
                 std::slice::from_raw_parts(sg_list, num_sge)
             };
@@ -371,7 +373,7 @@ unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list
 /// # Safety
 /// As [`parts`]; each `(addr, len)` is readable.
 unsafe fn set_inline(qp: *mut ibv_qp_ex, bufs: &[(*const u8, usize)]) {
-    // SAFETY: caller's contract.
+    // SAFETY: [ops] qp; [wr] sg_list has num_sge readable entries.
     unsafe {
         set_last(qp, |ex, b, last| {
             let total: usize = bufs.iter().map(|&(_, n)| n).sum();
@@ -386,7 +388,7 @@ unsafe fn set_inline(qp: *mut ibv_qp_ex, bufs: &[(*const u8, usize)]) {
             if total > 0 {
                 let off = b.inline.len();
                 for &(p, len) in bufs.iter().filter(|&&(_, len)| len > 0) {
-                    // SAFETY: caller's contract: len readable bytes at p.
+                    // SAFETY: [buf] len readable bytes at p.
                     b.inline
                         .extend_from_slice(std::slice::from_raw_parts(p, len));
                 }
@@ -404,7 +406,7 @@ unsafe fn set_inline(qp: *mut ibv_qp_ex, bufs: &[(*const u8, usize)]) {
 }
 
 unsafe extern "C" fn wr_set_inline_data(qp: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
-    // SAFETY: as wr_send; ibv_wr_set_inline_data's contract: length readable bytes.
+    // SAFETY: [ops] as wr_send; [buf] addr has length readable bytes.
     unsafe { set_inline(qp, &[(addr.cast_const().cast(), length)]) }
 }
 
@@ -414,13 +416,13 @@ unsafe extern "C" fn wr_set_inline_data_list(
     buf_list: *const ibv_data_buf,
 ) {
     if num_buf > 0 && buf_list.is_null() {
-        // SAFETY: as wr_send.
+        // SAFETY: [ops] as wr_send.
         return unsafe { set_last(qp, |_, b, _| b.error(libc::EINVAL)) };
     }
     let list: &[ibv_data_buf] = if num_buf == 0 {
         &[]
     } else {
-        // SAFETY: the caller's contract: num_buf readable entries.
+        // SAFETY: [buf] buf_list has num_buf readable entries.
         unsafe { std::slice::from_raw_parts(buf_list, num_buf) }
     };
     // Few buffers in practice; an inline list longer than 16 is copied through a Vec.
@@ -435,12 +437,12 @@ unsafe extern "C" fn wr_set_inline_data_list(
         big.extend(list.iter().map(|s| (s.addr.cast_const().cast(), s.length)));
         &big
     };
-    // SAFETY: as wr_send; each buffer is readable (the caller's contract).
+    // SAFETY: [ops] as wr_send; [buf] each buffer is readable.
     unsafe { set_inline(qp, bufs) }
 }
 
 unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
-    // SAFETY: as wr_send.
+    // SAFETY: [ops] as wr_send.
     unsafe {
         with_batch(qp, |_, b| {
             b.reset();
@@ -450,7 +452,7 @@ unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
 }
 
 unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
-    // SAFETY: as wr_send.
+    // SAFETY: [ops] as wr_send.
     unsafe {
         with_batch(qp, |_, b| {
             b.reset();
@@ -463,10 +465,10 @@ unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
 const BATCH: usize = 16;
 
 unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
-    // SAFETY: as wr_send.
+    // SAFETY: [ops] as wr_send.
     let (q, _) = unsafe { parts(qp) };
     let ud = q.qp.qp_type() == QpType::UD;
-    // SAFETY: as wr_send.
+    // SAFETY: [ops] as wr_send.
     unsafe {
         with_batch(qp, |_, b| {
             let ret = post_batch(q, b, ud);
@@ -506,7 +508,7 @@ fn post_batch(q: &CQp, b: &mut Batch, ud: bool) -> c_int {
                 ud: w.ud,
             };
         }
-        // SAFETY: the SGEs of non-inline requests are the caller's (ibv_wr_set_sge*'s
+        // SAFETY: [registered] the SGEs of non-inline requests are the caller's (ibv_wr_set_sge*'s
         // contract: registered memory valid until the completion); those of inline requests
         // point into `b.inline`, which is not touched until this call returns (the provider
         // copies inline data during the post).
@@ -528,7 +530,7 @@ pub(crate) unsafe extern "C" fn create_qp_ex_op(
     _context: *mut ibv_context,
     attr: *mut ibv_qp_init_attr_ex,
 ) -> *mut ibv_qp {
-    // SAFETY: the inline wrapper passes the caller's attributes.
+    // SAFETY: [ops] [in] [out] the inline wrapper passes the caller's attributes.
     let a = unsafe { &mut *attr };
     let unsupported = a.comp_mask & !INIT_ATTR_SUPPORTED != 0
         || a.comp_mask & INIT_ATTR_PD == 0
@@ -544,14 +546,14 @@ pub(crate) unsafe extern "C" fn create_qp_ex_op(
         return null_mut();
     }
     let mut base = a.base();
-    // SAFETY: the PD and the CQs/SRQ named are ours (the caller's contract).
+    // SAFETY: [in] attr names an [object] PD and CQs (and SRQ).
     let qp = unsafe { ibv_create_qp(a.pd, &mut base) };
     a.cap = base.cap;
     if qp.is_null() {
         return qp;
     }
-    // SAFETY: just made by ibv_create_qp: a CQp nobody else uses yet.
-    let q = unsafe { &mut *(qp as *mut CQp) };
+    // SAFETY: [owner] just made by ibv_create_qp, alive.
+    let q = unsafe { &*(qp as *const CQp) };
     let caps = q.qp.caps();
     let ex = QpEx {
         batch: Mutex::new(Batch {
@@ -563,9 +565,12 @@ pub(crate) unsafe extern "C" fn create_qp_ex_op(
         max_sge: caps.max_send_sge as usize,
         max_inline: caps.max_inline_data as usize,
     };
-    q.ex = Some(Box::new(ex));
+    let _ = q.ex.set(Box::new(ex));
     if let Some(f) = send_ops {
-        set_ops(&mut q.c, f);
+        // SAFETY: [c-struct] the C structure of a QP not yet handed to C: nobody else reads
+        // or writes it (an async event that finds the QP touches only `events`), so a
+        // short-lived exclusive reference to it is sound.
+        set_ops(unsafe { &mut *q.c_ptr() }, f);
     }
     qp
 }
@@ -621,9 +626,9 @@ fn set_ops(c: &mut ibv_qp_ex, ops: u64) {
 /// `qp` is a live QP of ours.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
-    // SAFETY: caller's contract.
-    let q = unsafe { cqp(qp) };
-    if q.ex.is_some() {
+    // SAFETY: [object] qp.
+    let q = obj!(unsafe { cqp(qp) }, null);
+    if q.ex.get().is_some() {
         qp.cast()
     } else {
         null_mut()

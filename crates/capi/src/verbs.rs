@@ -5,16 +5,19 @@
 //! object behind it ([`CDevice`], [`CContext`], [`CPd`], …), allocated with `Box` and handed
 //! to C as a pointer to that first field; the destroy call turns it back into the `Box`.
 //! Functions taking these pointers are `unsafe extern "C"`: the caller (C) promises they came
-//! from this library and are still alive, as libibverbs' callers do.
+//! from this library and are still alive, as libibverbs' callers do — the crate root's
+//! *Safety vocabulary* names these contracts (\[object\], \[destroy\], \[c-struct\], …).
+//! The owners are reached only through shared references; a NULL object pointer is refused
+//! with `EINVAL`.
 
+use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::io;
 use std::mem::{offset_of, size_of};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::ptr::{self, null_mut};
-use std::sync::atomic::{AtomicPtr, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rverbs_uverbs::ah::{Ah, AhAttr, GlobalRoute};
 use rverbs_uverbs::channel::CompChannel;
@@ -33,6 +36,7 @@ use rverbs_uverbs::{
 };
 
 use crate::abi::*;
+use crate::events::EventCount;
 
 // ---------------------------------------------------------------------------------------
 // errno and diagnostics
@@ -70,6 +74,39 @@ pub(crate) fn fail(e: &io::Error) -> c_int {
     errno_of(e)
 }
 
+/// A NULL object pointer where `what` was expected: logged as [`fail`] logs; `EINVAL`.
+pub(crate) fn null_arg(what: &str) -> c_int {
+    fail(&io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("NULL {what} pointer"),
+    ))
+}
+
+/// The owner `O` of the C object `p` points at, or `None` (logged) for NULL.
+///
+/// # Safety
+/// `p` is NULL or an \[object\] pointer whose owner type is `O` (\[owner\]), alive for `'a`.
+pub(crate) unsafe fn owner<'a, C, O>(p: *mut C, what: &str) -> Option<&'a O> {
+    if p.is_null() {
+        null_arg(what);
+        return None;
+    }
+    // SAFETY: [object] p is a live object of ours, not destroyed during the call; [owner] its
+    // C object is the first field of a repr(C) O, so the cast points at that O. Only a shared
+    // reference: other threads may use the object too, and its C part is an UnsafeCell
+    // ([c-struct]).
+    Some(unsafe { &*p.cast::<O>() })
+}
+
+/// Runs `f`, which writes fields of C-visible structures after their object's creation,
+/// while no other thread of this library does (\[c-struct\]: C's own reads of those fields
+/// are C's business, as with libibverbs; ours do not race among themselves).
+pub(crate) fn c_write<R>(f: impl FnOnce() -> R) -> R {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    f()
+}
+
 /// NULL with `errno` set: how constructors fail.
 fn null_with<T>(e: &io::Error) -> *mut T {
     set_errno(fail(e));
@@ -91,8 +128,8 @@ fn copy_cstr(dst: &mut [c_char], s: &str) {
 /// (libibverbs too keeps them while any list or context refers to them).
 #[repr(C)]
 pub struct CDevice {
-    /// What C sees.
-    pub c: ibv_device,
+    /// What C sees (\[c-struct\]).
+    pub c: UnsafeCell<ibv_device>,
     /// NULL where rdma-core's `struct verbs_device` keeps its provider's ops pointer: the
     /// `mlx5dv_*`/`efadv_*` functions of rdma-core's provider libraries compare it with their
     /// own and so see that a device of ours is not theirs.
@@ -121,7 +158,7 @@ fn new_device(dev: Device) -> *mut CDevice {
     );
     copy_cstr(&mut c.ibdev_path, &dev.ibdev_path().to_string_lossy());
     Box::into_raw(Box::new(CDevice {
-        c,
+        c: UnsafeCell::new(c),
         provider_ops: ptr::null(),
         dev,
     }))
@@ -173,7 +210,7 @@ pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *m
     // SAFETY: list has room for n+1 pointers; out has n+1.
     unsafe { ptr::copy_nonoverlapping(out.as_ptr(), list, n + 1) };
     if !num_devices.is_null() {
-        // SAFETY: caller's contract.
+        // SAFETY: [out] num_devices (non-NULL).
         unsafe { *num_devices = n as c_int };
     }
     list
@@ -185,15 +222,15 @@ pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *m
 /// `list` came from [`ibv_get_device_list`] (or is NULL).
 #[no_mangle]
 pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
-    // SAFETY: the list was calloc'ed by ibv_get_device_list; the devices stay alive.
+    // SAFETY: [destroy] list: calloc'ed by ibv_get_device_list; the devices stay alive.
     unsafe { libc::free(list.cast()) };
 }
 
 /// # Safety
-/// `d` is a device of ours.
-unsafe fn cdev<'a>(d: *mut ibv_device) -> &'a CDevice {
-    // SAFETY: ibv_device is the first field of a CDevice that is never freed.
-    unsafe { &*(d as *const CDevice) }
+/// `d` is NULL or an \[object\] device pointer (devices are never freed).
+unsafe fn cdev<'a>(d: *mut ibv_device) -> Option<&'a CDevice> {
+    // SAFETY: [object] d, a CDevice's first field ([owner]).
+    unsafe { owner(d, "ibv_device") }
 }
 
 /// `ibv_get_device_name`.
@@ -205,8 +242,9 @@ pub unsafe extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const 
     if device.is_null() {
         return ptr::null();
     }
-    // SAFETY: caller's contract; name is NUL-terminated and lives as long as the device.
-    unsafe { (*device).name.as_ptr() }
+    // SAFETY: [object] device (never freed); the name is NUL-terminated ([c-struct]: a raw
+    // pointer into the C structure, no reference).
+    unsafe { (&raw const (*device).name).cast() }
 }
 
 /// `ibv_get_device_guid`: the node GUID, big-endian.
@@ -215,8 +253,14 @@ pub unsafe extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const 
 /// `device` is one of ours.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> u64 {
-    // SAFETY: caller's contract.
-    unsafe { cdev(device) }.dev.node_guid().to_be()
+    // SAFETY: [object] device.
+    match unsafe { cdev(device) } {
+        Some(d) => d.dev.node_guid().to_be(),
+        None => {
+            set_errno(libc::EINVAL);
+            0
+        }
+    }
 }
 
 /// `ibv_get_device_index`: the kernel's device index, -1 when unknown.
@@ -225,11 +269,9 @@ pub unsafe extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> u64 {
 /// `device` is one of ours.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> c_int {
-    // SAFETY: caller's contract.
-    unsafe { cdev(device) }
-        .dev
-        .netlink_index()
-        .map_or(-1, |i| i as c_int)
+    // SAFETY: [object] device.
+    let d = obj!(unsafe { cdev(device) }, neg);
+    d.dev.netlink_index().map_or(-1, |i| i as c_int)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -239,18 +281,29 @@ pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> c_int 
 /// context.
 #[repr(C)]
 pub struct CContext {
-    /// What C sees (through `vctx.context`).
-    pub vctx: verbs_context,
+    /// What C sees (through `vctx.context`; \[c-struct\]).
+    pub vctx: UnsafeCell<verbs_context>,
     /// The rverbs context.
     pub ctx: Arc<Context>,
 }
 
-/// # Safety
-/// `c` is the `ibv_context` of a live [`CContext`].
-unsafe fn cctx<'a>(c: *mut ibv_context) -> &'a CContext {
+/// The [`CContext`] whose `ibv_context` `c` points at (NULL stays recognisable).
+fn ctx_owner(c: *mut ibv_context) -> *mut CContext {
     let off = offset_of!(CContext, vctx) + offset_of!(verbs_context, context);
-    // SAFETY: the ibv_context sits `off` bytes into its CContext.
-    unsafe { &*(c.byte_sub(off) as *const CContext) }
+    // The ibv_context sits `off` bytes into its CContext ([owner]: the verbs_context is its
+    // first field); wrapping_byte_sub computes the address without dereferencing anything.
+    c.wrapping_byte_sub(off).cast()
+}
+
+/// # Safety
+/// `c` is NULL or an \[object\] context pointer.
+pub(crate) unsafe fn cctx<'a>(c: *mut ibv_context) -> Option<&'a CContext> {
+    if c.is_null() {
+        null_arg("ibv_context");
+        return None;
+    }
+    // SAFETY: [object] c: a live CContext ([owner], see ctx_owner); shared reference only.
+    Some(unsafe { &*ctx_owner(c) })
 }
 
 /// `ibv_open_device`.
@@ -259,12 +312,19 @@ unsafe fn cctx<'a>(c: *mut ibv_context) -> &'a CContext {
 /// `device` is one of ours.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
-    // SAFETY: caller's contract.
-    let d = unsafe { cdev(device) };
+    // SAFETY: [object] device.
+    let d = obj!(unsafe { cdev(device) }, null);
     let ctx = match rverbs_provider::open(&d.dev) {
         Ok(c) => c,
         Err(e) => return null_with(&e),
     };
+    // rverbs opens the async fd non-blocking; libibverbs' blocks until the caller sets
+    // O_NONBLOCK itself, which ibv_get_async_event reads to decide whether to wait.
+    let blocking = rustix::fs::fcntl_getfl(ctx.async_fd())
+        .and_then(|f| rustix::fs::fcntl_setfl(ctx.async_fd(), f - rustix::fs::OFlags::NONBLOCK));
+    if let Err(e) = blocking {
+        return null_with(&io::Error::from(e));
+    }
     // SAFETY: verbs_context is integers, raw and fn pointers (Option) and a pthread mutex
     // whose all-zero pattern is PTHREAD_MUTEX_INITIALIZER: all-zero is a valid value.
     let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
@@ -287,9 +347,12 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
     c.async_fd = ctx.async_fd().as_raw_fd();
     c.num_comp_vectors = ctx.num_comp_vectors() as c_int;
     c.abi_compat = VERBS_ABI_IS_EXTENDED;
-    let b = Box::into_raw(Box::new(CContext { vctx, ctx }));
+    let b = Box::into_raw(Box::new(CContext {
+        vctx: UnsafeCell::new(vctx),
+        ctx,
+    }));
     // SAFETY: b is a fresh, valid allocation.
-    unsafe { &raw mut (*b).vctx.context }
+    unsafe { &raw mut (*(*b).vctx.get()).context }
 }
 
 /// `ibv_close_device`: 0. Objects still open on the context keep the kernel context alive
@@ -299,8 +362,11 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
 /// `context` came from [`ibv_open_device`] and is not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
-    // SAFETY: caller's contract: the CContext was boxed by ibv_open_device.
-    drop(unsafe { Box::from_raw(cctx(context) as *const CContext as *mut CContext) });
+    if context.is_null() {
+        return null_arg("ibv_context");
+    }
+    // SAFETY: [destroy] context: the CContext boxed by ibv_open_device ([owner]).
+    drop(unsafe { Box::from_raw(ctx_owner(context)) });
     0
 }
 
@@ -313,11 +379,11 @@ pub unsafe extern "C" fn ibv_query_device(
     context: *mut ibv_context,
     attr: *mut ibv_device_attr,
 ) -> c_int {
-    // SAFETY: caller's contract.
-    let c = unsafe { cctx(context) };
+    // SAFETY: [object] context.
+    let c = obj!(unsafe { cctx(context) }, errno);
     match c.ctx.query_device() {
         Ok(a) => {
-            // SAFETY: caller's contract.
+            // SAFETY: [out] attr.
             unsafe { attr.write(device_attr(&a)) };
             0
         }
@@ -379,12 +445,12 @@ unsafe extern "C" fn query_device_ex_op(
     attr: *mut ibv_device_attr_ex,
     attr_size: usize,
 ) -> c_int {
-    // SAFETY: input is NULL or readable (caller's contract).
+    // SAFETY: [in] input (NULL allowed).
     if !input.is_null() && unsafe { (*input).comp_mask } != 0 {
         return libc::EINVAL;
     }
-    // SAFETY: the ops table is only reachable from our contexts.
-    let c = unsafe { cctx(context) };
+    // SAFETY: [object] context.
+    let c = obj!(unsafe { cctx(context) }, errno);
     let a = match c.ctx.query_device() {
         Ok(a) => a,
         Err(e) => return fail(&e),
@@ -421,7 +487,7 @@ unsafe extern "C" fn query_device_ex_op(
     o.max_dm_size = a.max_dm_size;
     o.phys_port_cnt_ex = u32::from(a.phys_port_cnt);
     let n = attr_size.min(size_of::<ibv_device_attr_ex>());
-    // SAFETY: the caller gave attr_size writable bytes; we copy at most that many.
+    // SAFETY: [buf] the caller gave attr_size writable bytes; we copy at most that many.
     unsafe { ptr::copy_nonoverlapping((&raw const o).cast::<u8>(), attr.cast::<u8>(), n) };
     0
 }
@@ -458,13 +524,13 @@ fn port_attr(p: &rverbs_uverbs::port::PortAttr) -> ibv_port_attr {
 /// # Safety
 /// `context` is ours; `out` has `len` writable bytes.
 unsafe fn query_port_into(context: *mut ibv_context, port: u8, out: *mut u8, len: usize) -> c_int {
-    // SAFETY: caller's contract.
-    let c = unsafe { cctx(context) };
+    // SAFETY: [object] context.
+    let c = obj!(unsafe { cctx(context) }, errno);
     match c.ctx.query_port(u32::from(port)) {
         Ok(p) => {
             let a = port_attr(&p);
             let n = len.min(size_of::<ibv_port_attr>());
-            // SAFETY: caller's contract; at most len bytes.
+            // SAFETY: [buf] out has len writable bytes; at most len are written.
             unsafe { ptr::copy_nonoverlapping((&raw const a).cast::<u8>(), out, n) };
             0
         }
@@ -479,7 +545,7 @@ unsafe extern "C" fn query_port_op(
     attr: *mut ibv_port_attr,
     len: usize,
 ) -> c_int {
-    // SAFETY: the caller gave len writable bytes at attr.
+    // SAFETY: [object] context; [buf] len writable bytes at attr.
     unsafe { query_port_into(context, port, attr.cast(), len) }
 }
 
@@ -494,7 +560,7 @@ pub unsafe extern "C" fn ibv_query_port(
     port: u8,
     attr: *mut ibv_port_attr,
 ) -> c_int {
-    // SAFETY: caller's contract.
+    // SAFETY: [object] context; [out] attr (the compat struct's size).
     unsafe { query_port_into(context, port, attr.cast(), COMPAT_PORT_ATTR_SIZE) }
 }
 
@@ -509,20 +575,20 @@ pub unsafe extern "C" fn ibv_query_gid(
     index: c_int,
     gid: *mut [u8; 16],
 ) -> c_int {
-    // SAFETY: caller's contract.
-    let c = unsafe { cctx(context) };
+    // SAFETY: [object] context.
+    let c = obj!(unsafe { cctx(context) }, neg);
     if index < 0 {
         set_errno(libc::EINVAL);
         return -1;
     }
     match c.ctx.query_gid(u32::from(port), index as u32) {
         Ok(g) => {
-            // SAFETY: caller's contract.
+            // SAFETY: [out] gid.
             unsafe { gid.write(g.gid.0) };
             0
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound && in_table(c, port, index) => {
-            // SAFETY: caller's contract.
+            // SAFETY: [out] gid.
             unsafe { gid.write([0; 16]) };
             0
         }
@@ -551,12 +617,12 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     index: c_uint,
     ty: *mut c_uint,
 ) -> c_int {
-    // SAFETY: caller's contract.
-    let c = unsafe { cctx(context) };
+    // SAFETY: [object] context.
+    let c = obj!(unsafe { cctx(context) }, neg);
     match c.ctx.query_gid(u32::from(port), index) {
         Ok(g) => {
             let v = if g.gid_type == GidType::ROCE_V2 { 1 } else { 0 };
-            // SAFETY: caller's contract.
+            // SAFETY: [out] ty.
             unsafe { ty.write(v) };
             0
         }
@@ -578,8 +644,8 @@ pub unsafe extern "C" fn ibv_query_pkey(
     index: c_int,
     pkey: *mut u16,
 ) -> c_int {
-    // SAFETY: caller's contract.
-    let c = unsafe { cctx(context) };
+    // SAFETY: [object] context.
+    let c = obj!(unsafe { cctx(context) }, neg);
     let path = c
         .ctx
         .device()
@@ -590,7 +656,7 @@ pub unsafe extern "C" fn ibv_query_pkey(
         .and_then(|s| u16::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok());
     match v {
         Some(v) => {
-            // SAFETY: caller's contract.
+            // SAFETY: [out] pkey.
             unsafe { pkey.write(v.to_be()) };
             0
         }
@@ -613,7 +679,7 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
     buf: *mut c_char,
     size: usize,
 ) -> c_int {
-    // SAFETY: caller's contract.
+    // SAFETY: [str] dir and file.
     let (d, f) = unsafe { (CStr::from_ptr(dir), CStr::from_ptr(file)) };
     use std::os::unix::ffi::OsStrExt;
     let path = std::path::Path::new(std::ffi::OsStr::from_bytes(d.to_bytes()))
@@ -632,7 +698,7 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
     if data.last() == Some(&b'\n') {
         data.pop();
     }
-    // SAFETY: data.len() < size bytes plus the NUL fit in buf.
+    // SAFETY: [buf] data.len() < size bytes plus the NUL fit in buf.
     unsafe {
         ptr::copy_nonoverlapping(data.as_ptr(), buf.cast::<u8>(), data.len());
         *buf.add(data.len()) = 0;
@@ -646,8 +712,8 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
 /// An `ibv_pd` and its rverbs PD.
 #[repr(C)]
 pub struct CPd {
-    /// What C sees.
-    pub c: ibv_pd,
+    /// What C sees (\[c-struct\]).
+    pub c: UnsafeCell<ibv_pd>,
     /// The rverbs PD.
     pub pd: Arc<Pd>,
 }
@@ -658,15 +724,15 @@ pub struct CPd {
 /// `context` is ours.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
-    // SAFETY: caller's contract.
-    let c = unsafe { cctx(context) };
+    // SAFETY: [object] context.
+    let c = obj!(unsafe { cctx(context) }, null);
     match Pd::alloc(&c.ctx) {
         Ok(pd) => {
             let b = Box::new(CPd {
-                c: ibv_pd {
+                c: UnsafeCell::new(ibv_pd {
                     context,
                     handle: pd.handle(),
-                },
+                }),
                 pd,
             });
             Box::into_raw(b).cast()
@@ -676,10 +742,18 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
 }
 
 /// # Safety
-/// `pd` is a live PD of ours.
-unsafe fn cpd<'a>(pd: *mut ibv_pd) -> &'a CPd {
-    // SAFETY: the ibv_pd is the first field of its CPd.
-    unsafe { &*(pd as *const CPd) }
+/// `pd` is NULL or an \[object\] PD pointer.
+pub(crate) unsafe fn cpd<'a>(pd: *mut ibv_pd) -> Option<&'a CPd> {
+    // SAFETY: [object] pd, the first field of its CPd ([owner]).
+    unsafe { owner(pd, "ibv_pd") }
+}
+
+impl CPd {
+    /// The context C sees in `ibv_pd.context` (set at creation).
+    pub(crate) fn context(&self) -> *mut ibv_context {
+        // SAFETY: [c-struct] a read through the raw pointer, no reference.
+        unsafe { (*self.c.get()).context }
+    }
 }
 
 /// `ibv_dealloc_pd`: `EBUSY` while MRs, QPs, SRQs or AHs still use it.
@@ -688,20 +762,21 @@ unsafe fn cpd<'a>(pd: *mut ibv_pd) -> &'a CPd {
 /// `pd` came from [`ibv_alloc_pd`]; on success it is gone.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    // SAFETY: caller's contract.
-    if Arc::strong_count(&unsafe { cpd(pd) }.pd) > 1 {
+    // SAFETY: [destroy] pd.
+    let p = obj!(unsafe { cpd(pd) }, errno);
+    if Arc::strong_count(&p.pd) > 1 {
         return libc::EBUSY;
     }
-    // SAFETY: boxed by ibv_alloc_pd.
-    drop(unsafe { Box::from_raw(pd as *mut CPd) });
+    // SAFETY: [destroy] pd: boxed by ibv_alloc_pd ([owner]); `p` is not used any more.
+    drop(unsafe { Box::from_raw(pd.cast::<CPd>()) });
     0
 }
 
 /// An `ibv_mr` and the registration behind it.
 #[repr(C)]
 pub struct CMr {
-    /// What C sees.
-    pub c: ibv_mr,
+    /// What C sees (\[c-struct\]).
+    pub c: UnsafeCell<ibv_mr>,
     /// The registration (deregistered on drop).
     pub mr: RawMr,
 }
@@ -721,7 +796,7 @@ pub unsafe extern "C" fn ibv_reg_mr(
     length: usize,
     access: c_int,
 ) -> *mut ibv_mr {
-    // SAFETY: forwarded.
+    // SAFETY: forwarded: [object] pd, [registered] addr..addr+length.
     unsafe { ibv_reg_mr_iova2(pd, addr, length, addr as u64, access as c_uint) }
 }
 
@@ -737,7 +812,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
     iova: u64,
     access: c_int,
 ) -> *mut ibv_mr {
-    // SAFETY: forwarded.
+    // SAFETY: forwarded: [object] pd, [registered] addr..addr+length.
     unsafe { ibv_reg_mr_iova2(pd, addr, length, iova, access as c_uint) }
 }
 
@@ -753,26 +828,26 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
     iova: u64,
     access: c_uint,
 ) -> *mut ibv_mr {
-    // SAFETY: caller's contract.
-    let p = unsafe { cpd(pd) };
+    // SAFETY: [object] pd.
+    let p = obj!(unsafe { cpd(pd) }, null);
     if iova != addr as u64 {
         set_errno(libc::EOPNOTSUPP);
         return null_mut();
     }
     let access = AccessFlags::from_bits_retain(access & !ACCESS_OPTIONAL_RANGE);
-    // SAFETY: the caller keeps the range mapped while the MR lives (ibv_reg_mr's contract).
+    // SAFETY: [registered] the caller keeps the range mapped while the MR lives (ibv_reg_mr's contract).
     match unsafe { register_raw(&p.pd, addr as u64, length, access) } {
         Ok(mr) => {
             let b = Box::new(CMr {
-                c: ibv_mr {
-                    context: p.c.context,
+                c: UnsafeCell::new(ibv_mr {
+                    context: p.context(),
                     pd,
                     addr,
                     length,
                     handle: 0,
                     lkey: mr.lkey,
                     rkey: mr.rkey,
-                },
+                }),
                 mr,
             });
             Box::into_raw(b).cast()
@@ -787,8 +862,11 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
 /// `mr` came from [`ibv_reg_mr`] and is not used afterwards unless this fails.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    if mr.is_null() {
+        return null_arg("ibv_mr");
+    }
     let p = mr as *mut CMr;
-    // SAFETY: boxed by ibv_reg_mr_iova2; the registration is moved out and either consumed
+    // SAFETY: [destroy] mr: boxed by ibv_reg_mr_iova2 ([owner]); the registration is moved out and either consumed
     // (then the box is freed without dropping it again) or written back.
     let raw = unsafe { std::ptr::read(&raw const (*p).mr) };
     match raw.deregister() {
@@ -813,10 +891,17 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
 /// An `ibv_comp_channel` and its rverbs channel.
 #[repr(C)]
 pub struct CChannel {
-    /// What C sees.
-    pub c: ibv_comp_channel,
+    /// What C sees (\[c-struct\]).
+    pub c: UnsafeCell<ibv_comp_channel>,
     /// The rverbs channel.
     pub ch: Arc<CompChannel>,
+}
+
+/// # Safety
+/// `ch` is NULL or an \[object\] completion channel pointer.
+pub(crate) unsafe fn cchannel<'a>(ch: *mut ibv_comp_channel) -> Option<&'a CChannel> {
+    // SAFETY: [object] ch, the first field of its CChannel ([owner]).
+    unsafe { owner(ch, "ibv_comp_channel") }
 }
 
 /// `ibv_create_comp_channel`. Its fd blocks, as libibverbs' does (a caller may make it
@@ -828,18 +913,18 @@ pub struct CChannel {
 pub unsafe extern "C" fn ibv_create_comp_channel(
     context: *mut ibv_context,
 ) -> *mut ibv_comp_channel {
-    // SAFETY: caller's contract.
-    let c = unsafe { cctx(context) };
+    // SAFETY: [object] context.
+    let c = obj!(unsafe { cctx(context) }, null);
     let ch = match CompChannel::create(&c.ctx).and_then(|ch| ch.set_blocking(true).map(|()| ch)) {
         Ok(ch) => ch,
         Err(e) => return null_with(&e),
     };
     let b = Box::new(CChannel {
-        c: ibv_comp_channel {
+        c: UnsafeCell::new(ibv_comp_channel {
             context,
             fd: ch.as_fd().as_raw_fd(),
             refcnt: 0,
-        },
+        }),
         ch,
     });
     Box::into_raw(b).cast()
@@ -851,13 +936,13 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
 /// `channel` came from [`ibv_create_comp_channel`]; on success it is gone.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
-    // SAFETY: the ibv_comp_channel is the first field of its CChannel.
-    let ch = unsafe { &*(channel as *const CChannel) };
+    // SAFETY: [destroy] channel.
+    let ch = obj!(unsafe { cchannel(channel) }, errno);
     if Arc::strong_count(&ch.ch) > 1 {
         return libc::EBUSY;
     }
-    // SAFETY: boxed by ibv_create_comp_channel.
-    drop(unsafe { Box::from_raw(channel as *mut CChannel) });
+    // SAFETY: [destroy] channel: boxed by ibv_create_comp_channel ([owner]).
+    drop(unsafe { Box::from_raw(channel.cast::<CChannel>()) });
     0
 }
 
@@ -866,16 +951,25 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
 #[repr(C)]
 pub struct CCq {
     /// What C sees: an `ibv_cq`, or all of the `ibv_cq_ex` for a CQ made by
-    /// `ibv_create_cq_ex`.
-    pub c: ibv_cq_ex,
+    /// `ibv_create_cq_ex` (\[c-struct\]).
+    pub c: UnsafeCell<ibv_cq_ex>,
     /// The rverbs CQ.
     pub cq: Arc<Cq>,
-    /// The extended CQ's polling state (`ibv_create_cq_ex` only).
-    pub ex: Option<Box<crate::cq_ex::CqEx>>,
+    /// The extended CQ's polling state (`ibv_create_cq_ex` only, set once at creation).
+    pub ex: OnceLock<Box<crate::cq_ex::CqEx>>,
+    /// Completion and async events handed to C and acknowledged: destroy waits for them.
+    events: EventCount,
+}
+
+impl CCq {
+    /// The C structure (\[c-struct\]: for raw reads and writes only).
+    pub(crate) fn c_ptr(&self) -> *mut ibv_cq_ex {
+        self.c.get()
+    }
 }
 
 struct CqPtr(*mut CCq);
-// SAFETY: only used to find the CQ an event names; the CQ outlives its map entry.
+// SAFETY: only used to find the CQ an event names, under CQS's lock ([registry]).
 unsafe impl Send for CqPtr {}
 
 /// Hashes a CQ's user handle for [`CQS`] with one multiplication. The handles are unique
@@ -905,58 +999,81 @@ impl std::hash::Hasher for HandleHasher {
     }
 }
 
-/// CQs by the user handle their completion and async events carry.
-static CQS: Mutex<Option<HashMap<u64, CqPtr, std::hash::BuildHasherDefault<HandleHasher>>>> =
-    Mutex::new(None);
+type CqMap = HashMap<u64, CqPtr, std::hash::BuildHasherDefault<HandleHasher>>;
 
-/// The CQ the last completion event named (or NULL), so that `ibv_get_cq_event` of a program
-/// that waits on one CQ skips the lock and the map. Written only while [`CQS`] is locked and
-/// only with a CQ that is in it; [`forget_cq`] clears it (under the same lock) before a CQ is
-/// freed. So a non-NULL value names a CQ that is in `CQS` at that moment, as a map entry does.
-static EVENT_CQ: AtomicPtr<CCq> = AtomicPtr::new(null_mut());
+/// CQs by the user handle their completion and async events carry (\[registry\]: a CQ is in
+/// it from creation until its destroy takes it out, before freeing it).
+static CQS: Mutex<Option<CqMap>> = Mutex::new(None);
 
-/// Takes the CQ `p` (user handle `handle`) out of [`CQS`] and [`EVENT_CQ`]: before it is
-/// freed, by whatever destroys it.
-fn forget_cq(handle: u64, p: *mut CCq) {
-    let mut m = CQS.lock().unwrap_or_else(|p| p.into_inner());
-    // Relaxed: the lock (held by every writer) orders this before the CQ is freed, and
-    // nothing is read through the old value here.
-    let _ = EVENT_CQ.compare_exchange(p, null_mut(), Ordering::Relaxed, Ordering::Relaxed);
-    if let Some(m) = m.as_mut() {
-        m.remove(&handle);
-    }
+fn cqs() -> std::sync::MutexGuard<'static, Option<CqMap>> {
+    CQS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The CQ with user handle `handle`, its event counted as handed to C; NULL when no CQ has
+/// that handle (any more).
+fn deliver_cq_event(handle: u64) -> *mut CCq {
+    let m = cqs();
+    let Some(p) = m.as_ref().and_then(|m| m.get(&handle)).map(|p| p.0) else {
+        return null_mut();
+    };
+    // SAFETY: [registry] p is in CQS and we hold its lock: the CQ is alive.
+    let c = unsafe { &*p };
+    c.events.delivered();
+    p
 }
 
 /// A C object's address, by the user handle the kernel's async events name it with.
 struct Addr(usize);
 
-/// QPs (key `(0, handle)`) and SRQs (key `(1, handle)`), for async events.
+/// QPs (key `(QP, handle)`) and SRQs (key `(SRQ, handle)`), for async events
+/// (\[registry\]).
 static OBJS: Mutex<Option<HashMap<(u8, u64), Addr>>> = Mutex::new(None);
+const QP: u8 = 0;
+const SRQ: u8 = 1;
+
+fn objs() -> std::sync::MutexGuard<'static, Option<HashMap<(u8, u64), Addr>>> {
+    OBJS.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 fn register(kind: u8, handle: u64, p: usize) {
-    OBJS.lock()
-        .unwrap_or_else(|p| p.into_inner())
+    objs()
         .get_or_insert_with(HashMap::new)
         .insert((kind, handle), Addr(p));
 }
 
 fn unregister(kind: u8, handle: u64) {
-    if let Some(m) = OBJS.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+    if let Some(m) = objs().as_mut() {
         m.remove(&(kind, handle));
     }
 }
 
-fn lookup(kind: u8, handle: u64) -> Option<usize> {
-    OBJS.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .as_ref()
-        .and_then(|m| m.get(&(kind, handle)).map(|a| a.0))
+/// The QP or SRQ `(kind, handle)` with an async event counted as handed to C (when
+/// `count`); NULL when there is none.
+fn deliver_async_event(kind: u8, handle: u64, count: bool) -> *mut c_void {
+    let m = objs();
+    let Some(a) = m.as_ref().and_then(|m| m.get(&(kind, handle))).map(|a| a.0) else {
+        return null_mut();
+    };
+    if count {
+        // SAFETY: [registry] the object is in OBJS and we hold its lock: alive; `kind` says
+        // its owner type.
+        let ev = unsafe {
+            if kind == QP {
+                &(*(a as *const CQp)).events
+            } else {
+                &(*(a as *const CSrq)).events
+            }
+        };
+        ev.delivered();
+    }
+    a as *mut c_void
 }
 
 /// `ibv_create_cq`.
 ///
 /// # Safety
-/// `context` is ours; `channel` is NULL or a channel of this context.
+/// `context` is an \[object\] context; `channel` is NULL or an \[object\] channel of this
+/// context.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_create_cq(
     context: *mut ibv_context,
@@ -965,16 +1082,20 @@ pub unsafe extern "C" fn ibv_create_cq(
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
 ) -> *mut ibv_cq {
-    // SAFETY: caller's contract.
-    let c = unsafe { cctx(context) };
+    // SAFETY: [object] context.
+    let c = obj!(unsafe { cctx(context) }, null);
     if cqe < 0 || comp_vector < 0 {
         set_errno(libc::EINVAL);
         return null_mut();
     }
+    let ch = if channel.is_null() {
+        None
+    } else {
+        // SAFETY: [object] channel.
+        Some(obj!(unsafe { cchannel(channel) }, null).ch.clone())
+    };
     let opts = CqOptions {
-        channel: (!channel.is_null())
-            // SAFETY: caller's contract: a live channel of ours.
-            .then(|| unsafe { &*(channel as *const CChannel) }.ch.clone()),
+        channel: ch,
         comp_vector: comp_vector as u32,
     };
     let cq = match Cq::create(&c.ctx, cqe as u32, opts) {
@@ -982,8 +1103,8 @@ pub unsafe extern "C" fn ibv_create_cq(
         Err(e) => return null_with(&e),
     };
     if !channel.is_null() {
-        // SAFETY: caller's contract.
-        unsafe { (*channel).refcnt += 1 };
+        // SAFETY: [object] channel; [c-struct] a raw write, serialised by c_write.
+        c_write(|| unsafe { (*channel).refcnt += 1 });
     }
     // SAFETY: ibv_cq_ex is integers, pointers, NULL fn pointers (Option) and
     // zero-initialised pthread objects.
@@ -995,136 +1116,144 @@ pub unsafe extern "C" fn ibv_create_cq(
     ic.cqe = cq.cqe() as c_int;
     let handle = cq.user_handle();
     let p = Box::into_raw(Box::new(CCq {
-        c: ic,
+        c: UnsafeCell::new(ic),
         cq,
-        ex: None,
+        ex: OnceLock::new(),
+        events: EventCount::default(),
     }));
-    CQS.lock()
-        .unwrap_or_else(|p| p.into_inner())
+    cqs()
         .get_or_insert_with(HashMap::default)
         .insert(handle, CqPtr(p));
     p.cast()
 }
 
 /// # Safety
-/// `cq` is a live CQ of ours.
-pub(crate) unsafe fn ccq<'a>(cq: *mut ibv_cq) -> &'a CCq {
-    // SAFETY: the ibv_cq is the first field of its CCq.
-    unsafe { &*(cq as *const CCq) }
+/// `cq` is NULL or an \[object\] CQ pointer.
+pub(crate) unsafe fn ccq<'a>(cq: *mut ibv_cq) -> Option<&'a CCq> {
+    // SAFETY: [object] cq, the first field of its CCq ([owner]).
+    unsafe { owner(cq, "ibv_cq") }
 }
 
 /// `ibv_resize_cq`.
 ///
 /// # Safety
-/// `cq` is ours.
+/// `cq` is an \[object\] CQ.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
     if cqe <= 0 {
         return libc::EINVAL;
     }
-    // SAFETY: caller's contract.
-    let c = unsafe { ccq(cq) };
+    // SAFETY: [object] cq.
+    let c = obj!(unsafe { ccq(cq) }, errno);
     match c.cq.resize(cqe as u32) {
         Ok(n) => {
-            // SAFETY: caller's contract; C reads cqe only between calls.
-            unsafe { (*cq).cqe = n as c_int };
+            // SAFETY: [c-struct] a raw write, serialised by c_write.
+            c_write(|| unsafe { (*c.c_ptr()).cqe = n as c_int });
             0
         }
         Err(e) => fail(&e),
     }
 }
 
-/// `ibv_destroy_cq`: `EBUSY` while a QP uses it.
+/// `ibv_destroy_cq`: `EBUSY` while a QP uses it. Waits until every completion and async
+/// event delivered for the CQ was acknowledged (`ibv_ack_cq_events`,
+/// `ibv_ack_async_event`), as libibverbs does.
 ///
 /// # Safety
-/// `cq` came from [`ibv_create_cq`]; on success it is gone.
+/// `cq` came from [`ibv_create_cq`] (\[destroy\]); on success it is gone.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
-    // SAFETY: caller's contract.
-    let c = unsafe { ccq(cq) };
+    // SAFETY: [destroy] cq.
+    let c = obj!(unsafe { ccq(cq) }, errno);
     if Arc::strong_count(&c.cq) > 1 {
         return libc::EBUSY;
     }
-    forget_cq(c.cq.user_handle(), cq as *mut CCq);
-    // SAFETY: boxed by ibv_create_cq.
-    let b = unsafe { Box::from_raw(cq as *mut CCq) };
-    if !b.c.channel.is_null() {
-        // SAFETY: the channel outlives its CQs (destroying it fails while they hold it).
-        unsafe { (*b.c.channel).refcnt -= 1 };
+    // Out of the registry first: no event is handed out for it afterwards ([registry]).
+    if let Some(m) = cqs().as_mut() {
+        m.remove(&c.cq.user_handle());
+    }
+    c.events.wait_acked();
+    // SAFETY: [destroy] cq: boxed by ibv_create_cq ([owner]); `c` is not used any more.
+    let b = unsafe { Box::from_raw(cq.cast::<CCq>()) };
+    // SAFETY: [c-struct] a raw read of the channel we set at creation.
+    let channel = unsafe { (*b.c.get()).channel };
+    if !channel.is_null() {
+        // SAFETY: the channel outlives its CQs (destroying it fails while they hold it);
+        // [c-struct] a raw write, serialised by c_write.
+        c_write(|| unsafe { (*channel).refcnt -= 1 });
     }
     drop(b);
     0
 }
 
 /// `ibv_get_cq_event`: reads one event from the channel (blocking unless the caller made
-/// the fd non-blocking); 0, or -1 with errno.
+/// the fd non-blocking); 0, or -1 with errno. The CQ stays valid until the event is
+/// acknowledged ([`ibv_ack_cq_events`]): destroying it waits for that.
 ///
 /// # Safety
-/// `channel` is ours; `cq` and `cq_context` are writable.
+/// `channel` is an \[object\] channel; `cq` and `cq_context` are \[out\] pointers.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_cq_event(
     channel: *mut ibv_comp_channel,
     cq: *mut *mut ibv_cq,
     cq_context: *mut *mut c_void,
 ) -> c_int {
-    // SAFETY: caller's contract: a live channel; the fd is open while it lives.
-    let fd = unsafe { BorrowedFd::borrow_raw((*channel).fd) };
-    let mut buf = [0u8; 8];
-    match rustix::io::read(fd, &mut buf) {
-        Ok(8) => {}
-        Ok(_) => {
-            set_errno(libc::EIO);
-            return -1;
-        }
-        Err(e) => {
-            set_errno(e.raw_os_error());
-            return -1;
-        }
-    }
-    let handle = u64::from_ne_bytes(buf);
-    // Acquire: pairs with the Release store below (made under the lock), so the CQ it names
-    // is seen fully built.
-    let last = EVENT_CQ.load(Ordering::Acquire);
-    // SAFETY: a non-NULL EVENT_CQ names a CQ still in CQS when loaded (see EVENT_CQ); that
-    // it stays alive while its event is returned is the caller's part, as for a CQ found in
-    // the map (destroying a CQ while another thread takes its events is outside the contract).
-    let found = if !last.is_null() && unsafe { (*last).cq.user_handle() } == handle {
-        Some(last)
-    } else {
-        let m = CQS.lock().unwrap_or_else(|p| p.into_inner());
-        let p = m.as_ref().and_then(|m| m.get(&handle).map(|p| p.0));
-        if let Some(p) = p {
-            // Release: see the load above. Under the lock, and p is in the map.
-            EVENT_CQ.store(p, Ordering::Release);
-        }
-        p
-    };
-    let Some(p) = found else {
-        set_errno(libc::EIO);
+    // SAFETY: [object] channel.
+    let ch = obj!(unsafe { cchannel(channel) }, neg);
+    if cq.is_null() || cq_context.is_null() {
+        set_errno(null_arg("ibv_get_cq_event output"));
         return -1;
+    }
+    let p = loop {
+        let mut buf = [0u8; 8];
+        match rustix::io::read(ch.ch.as_fd(), &mut buf) {
+            Ok(8) => {}
+            Ok(_) => {
+                set_errno(libc::EIO);
+                return -1;
+            }
+            Err(e) => {
+                set_errno(e.raw_os_error());
+                return -1;
+            }
+        }
+        let p = deliver_cq_event(u64::from_ne_bytes(buf));
+        if !p.is_null() {
+            break p;
+        }
+        // The event of a CQ being destroyed (out of the registry, not yet destroyed in the
+        // kernel, which drops the events it still queues for it): skipped, as those are.
     };
-    // SAFETY: p is in the map, so its CQ is alive.
+    // SAFETY: the event was counted as delivered while the CQ was in the registry, so its
+    // destroy waits for our caller's ack: the CQ is alive ([registry]).
     let c = unsafe { &*p };
     c.cq.event_received();
-    // SAFETY: caller's contract.
+    // SAFETY: [out] cq and cq_context; [c-struct] a raw read of cq_context.
     unsafe {
         *cq = p.cast();
-        *cq_context = c.c.cq_context;
+        *cq_context = (*c.c_ptr()).cq_context;
     }
     0
 }
 
-/// `ibv_ack_cq_events`.
+/// `ibv_ack_cq_events`: acknowledges `nevents` events of `cq` (a destroy waiting for them
+/// returns once all are).
 ///
 /// # Safety
-/// `cq` is ours.
+/// `cq` is an \[object\] CQ.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
-    // SAFETY: caller's contract.
-    let c = unsafe { ccq(cq) };
+    // SAFETY: [object] cq.
+    let c = obj!(unsafe { ccq(cq) }, unit);
     c.cq.ack_events(nevents);
-    // SAFETY: caller's contract; the field is ours to count in.
-    unsafe { (*cq).comp_events_completed = (*cq).comp_events_completed.wrapping_add(nevents) };
+    c.events.ack(nevents, || {
+        // SAFETY: [c-struct] a raw read-modify-write of the field libibverbs counts in,
+        // serialised by the event lock.
+        unsafe {
+            let f = &raw mut (*c.c_ptr()).comp_events_completed;
+            *f = (*f).wrapping_add(nevents);
+        }
+    });
 }
 
 // `ibv_wc` is the kernel's `ib_uverbs_wc` (which `RawWc` is) field for field, but for the
@@ -1147,7 +1276,7 @@ const _: () = {
 unsafe fn write_ibv_wc(dst: *mut ibv_wc, w: &RawWc) {
     // SAFETY: same size (asserted above) and the same field order and types; every byte of
     // a RawWc is initialised (plain integers, no padding) and every byte pattern is a valid
-    // ibv_wc (integers); dst is writable (caller's contract) and cannot overlap our stack copy.
+    // ibv_wc (integers); dst is writable ([out]) and cannot overlap our stack copy.
     unsafe {
         ptr::copy_nonoverlapping((w as *const RawWc).cast::<ibv_wc>(), dst, 1);
         (*dst).wc_flags = w.wc_flags().bits();
@@ -1171,7 +1300,7 @@ unsafe fn poll_into<const N: usize>(cq: &Cq, want: usize, wc: *mut ibv_wc) -> us
         let n = (want - done).min(N);
         let got = cq.poll_raw(&mut buf[..n]).min(n);
         for (i, w) in buf[..got].iter().enumerate() {
-            // SAFETY: done + i < want (caller's contract).
+            // SAFETY: [out] wc has want entries and done + i < want.
             unsafe { write_ibv_wc(wc.add(done + i), w) };
         }
         done += got;
@@ -1186,10 +1315,10 @@ unsafe fn poll_into<const N: usize>(cq: &Cq, want: usize, wc: *mut ibv_wc) -> us
 /// latency-bound case) gets a 4-entry buffer, which is zeroed with a few inline stores; a
 /// larger request a `BATCH`-entry one (its zeroing is a `memset` call).
 unsafe extern "C" fn poll_cq_op(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
-    // SAFETY: the ops table is reachable only from our contexts; cq is live.
-    let c = unsafe { ccq(cq) };
+    // SAFETY: [object] cq.
+    let c = obj!(unsafe { ccq(cq) }, neg);
     let want = num_entries.max(0) as usize;
-    // SAFETY: the caller gave num_entries writable ibv_wc.
+    // SAFETY: [out] num_entries writable ibv_wc.
     let done = unsafe {
         if want <= 4 {
             poll_into::<4>(&c.cq, want, wc)
@@ -1202,8 +1331,8 @@ unsafe extern "C" fn poll_cq_op(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ib
 
 /// `ops.req_notify_cq`.
 unsafe extern "C" fn req_notify_cq_op(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
-    // SAFETY: as poll_cq_op.
-    let c = unsafe { ccq(cq) };
+    // SAFETY: [object] cq.
+    let c = obj!(unsafe { ccq(cq) }, errno);
     match c.cq.req_notify(solicited_only != 0) {
         Ok(()) => 0,
         Err(e) => fail(&e),
@@ -1216,10 +1345,12 @@ unsafe extern "C" fn req_notify_cq_op(cq: *mut ibv_cq, solicited_only: c_int) ->
 /// An `ibv_srq` and its rverbs SRQ.
 #[repr(C)]
 pub struct CSrq {
-    /// What C sees.
-    pub c: ibv_srq,
+    /// What C sees (\[c-struct\]).
+    pub c: UnsafeCell<ibv_srq>,
     /// The rverbs SRQ.
     pub srq: Arc<Srq>,
+    /// Async events handed to C and acknowledged: destroy waits for them.
+    events: EventCount,
 }
 
 /// `ibv_create_srq`; writes the granted sizes back into `attr.attr`.
@@ -1231,8 +1362,13 @@ pub unsafe extern "C" fn ibv_create_srq(
     pd: *mut ibv_pd,
     attr: *mut ibv_srq_init_attr,
 ) -> *mut ibv_srq {
-    // SAFETY: caller's contract.
-    let (p, a) = unsafe { (cpd(pd), &mut *attr) };
+    // SAFETY: [object] pd.
+    let p = obj!(unsafe { cpd(pd) }, null);
+    // SAFETY: [in] [out] attr.
+    let Some(a) = (unsafe { attr.as_mut() }) else {
+        set_errno(null_arg("ibv_srq_init_attr"));
+        return null_mut();
+    };
     let want = SrqAttr {
         max_wr: a.attr.max_wr,
         max_sge: a.attr.max_sge,
@@ -1247,21 +1383,25 @@ pub unsafe extern "C" fn ibv_create_srq(
     a.attr.max_sge = got.max_sge;
     // SAFETY: integers, pointers, zeroed pthread objects.
     let mut c: ibv_srq = unsafe { std::mem::zeroed() };
-    c.context = p.c.context;
+    c.context = p.context();
     c.srq_context = a.srq_context;
     c.pd = pd;
     c.handle = srq.handle();
     let h = srq.user_handle();
-    let p = Box::into_raw(Box::new(CSrq { c, srq }));
-    register(1, h, p as usize);
+    let p = Box::into_raw(Box::new(CSrq {
+        c: UnsafeCell::new(c),
+        srq,
+        events: EventCount::default(),
+    }));
+    register(SRQ, h, p as usize);
     p.cast()
 }
 
 /// # Safety
-/// `srq` is a live SRQ of ours.
-unsafe fn csrq<'a>(srq: *mut ibv_srq) -> &'a CSrq {
-    // SAFETY: the ibv_srq is the first field of its CSrq.
-    unsafe { &*(srq as *const CSrq) }
+/// `srq` is NULL or an \[object\] SRQ pointer.
+pub(crate) unsafe fn csrq<'a>(srq: *mut ibv_srq) -> Option<&'a CSrq> {
+    // SAFETY: [object] srq, the first field of its CSrq ([owner]).
+    unsafe { owner(srq, "ibv_srq") }
 }
 
 /// `ibv_modify_srq`: only the limit (`IBV_SRQ_LIMIT`) can change; `IBV_SRQ_MAX_WR` (resize)
@@ -1275,8 +1415,12 @@ pub unsafe extern "C" fn ibv_modify_srq(
     attr: *mut ibv_srq_attr,
     mask: c_int,
 ) -> c_int {
-    // SAFETY: caller's contract.
-    let (s, a) = unsafe { (csrq(srq), &*attr) };
+    // SAFETY: [object] srq.
+    let s = obj!(unsafe { csrq(srq) }, errno);
+    // SAFETY: [in] attr.
+    let Some(a) = (unsafe { attr.as_ref() }) else {
+        return null_arg("ibv_srq_attr");
+    };
     if mask & 1 != 0 {
         return libc::EOPNOTSUPP;
     }
@@ -1294,11 +1438,11 @@ pub unsafe extern "C" fn ibv_modify_srq(
 /// `srq` is ours; `attr` is writable.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
-    // SAFETY: caller's contract.
-    let s = unsafe { csrq(srq) };
+    // SAFETY: [object] srq.
+    let s = obj!(unsafe { csrq(srq) }, errno);
     match s.srq.query() {
         Ok(a) => {
-            // SAFETY: caller's contract.
+            // SAFETY: [out] attr.
             unsafe {
                 attr.write(ibv_srq_attr {
                     max_wr: a.max_wr,
@@ -1312,20 +1456,23 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_att
     }
 }
 
-/// `ibv_destroy_srq`: `EBUSY` while a QP uses it.
+/// `ibv_destroy_srq`: `EBUSY` while a QP uses it. Waits until every async event delivered
+/// for the SRQ was acknowledged (`ibv_ack_async_event`), as libibverbs does.
 ///
 /// # Safety
-/// `srq` came from [`ibv_create_srq`]; on success it is gone.
+/// `srq` came from [`ibv_create_srq`] (\[destroy\]); on success it is gone.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
-    // SAFETY: caller's contract.
-    if Arc::strong_count(&unsafe { csrq(srq) }.srq) > 1 {
+    // SAFETY: [destroy] srq.
+    let s = obj!(unsafe { csrq(srq) }, errno);
+    if Arc::strong_count(&s.srq) > 1 {
         return libc::EBUSY;
     }
-    // SAFETY: boxed by ibv_create_srq.
-    let b = unsafe { Box::from_raw(srq as *mut CSrq) };
-    unregister(1, b.srq.user_handle());
-    drop(b);
+    // Out of the registry first: no event is handed out for it afterwards ([registry]).
+    unregister(SRQ, s.srq.user_handle());
+    s.events.wait_acked();
+    // SAFETY: [destroy] srq: boxed by ibv_create_srq ([owner]); `s` is not used any more.
+    drop(unsafe { Box::from_raw(srq.cast::<CSrq>()) });
     0
 }
 
@@ -1342,7 +1489,7 @@ unsafe fn sge_list<'a>(sg_list: *const ibv_sge, num_sge: c_int) -> Option<&'a [S
     Some(if num_sge == 0 {
         &[]
     } else {
-        // SAFETY: caller's contract (ibv_sge is Sge; its layout is in the layout test).
+        // SAFETY: [wr] sg_list has num_sge readable entries (ibv_sge is Sge; its layout is in the layout test).
         unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) }
     })
 }
@@ -1354,7 +1501,7 @@ unsafe fn sge_list<'a>(sg_list: *const ibv_sge, num_sge: c_int) -> Option<&'a [S
 /// `w` is a valid request: `sg_list` has `num_sge` entries.
 #[inline(always)]
 unsafe fn recv_wr(w: &ibv_recv_wr) -> Option<RecvWr<'_>> {
-    // SAFETY: sg_list has num_sge entries (caller's contract).
+    // SAFETY: [wr] sg_list has num_sge entries.
     let sge = unsafe { sge_list(w.sg_list, w.num_sge) }?;
     Some(RecvWr {
         wr_id: w.wr_id,
@@ -1374,18 +1521,18 @@ unsafe fn post_recv_list(
     post: impl Fn(&[RecvWr<'_>]) -> Result<(), rverbs_uverbs::error::PostError>,
 ) -> c_int {
     // One request (the common case): converted and posted without the batch arrays.
-    // SAFETY: caller's contract: wr is NULL or a valid request.
+    // SAFETY: [wr] wr is NULL or a valid request.
     if let Some(w) = unsafe { wr.as_ref() }.filter(|w| w.next.is_null()) {
-        // SAFETY: caller's contract.
+        // SAFETY: [wr] w's SGE list.
         let Some(r) = (unsafe { recv_wr(w) }) else {
-            // SAFETY: caller's contract.
+            // SAFETY: [out] bad.
             unsafe { *bad = wr };
             return libc::EINVAL;
         };
         return match post(std::slice::from_ref(&r)) {
             Ok(()) => 0,
             Err(e) => {
-                // SAFETY: caller's contract.
+                // SAFETY: [out] bad.
                 unsafe { *bad = wr };
                 fail(&io::Error::from(e))
             }
@@ -1396,11 +1543,11 @@ unsafe fn post_recv_list(
         let mut wrs = [RecvWr { wr_id: 0, sge: &[] }; BATCH];
         let mut n = 0;
         while n < BATCH && !wr.is_null() {
-            // SAFETY: caller's contract: wr is a valid request.
+            // SAFETY: [wr] wr is a valid request.
             let w = unsafe { &*wr };
-            // SAFETY: caller's contract.
+            // SAFETY: [wr] w's SGE list.
             let Some(r) = (unsafe { recv_wr(w) }) else {
-                // SAFETY: caller's contract.
+                // SAFETY: [out] bad.
                 unsafe { *bad = wr };
                 return libc::EINVAL;
             };
@@ -1411,7 +1558,7 @@ unsafe fn post_recv_list(
         }
         if let Err(e) = post(&wrs[..n]) {
             let failed = e.posted().min(n - 1);
-            // SAFETY: caller's contract.
+            // SAFETY: [out] bad.
             unsafe { *bad = ptrs[failed] };
             return fail(&io::Error::from(e));
         }
@@ -1425,9 +1572,9 @@ unsafe extern "C" fn post_srq_recv_op(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    // SAFETY: srq is ours (ops table).
-    let s = unsafe { csrq(srq) };
-    // SAFETY: ibv_post_srq_recv's contract: the SGEs name registered memory that stays valid
+    // SAFETY: [object] srq.
+    let s = obj!(unsafe { csrq(srq) }, errno);
+    // SAFETY: [registered] [wr] the SGEs name registered memory that stays valid
     // until the completions are polled.
     unsafe { post_recv_list(wr, bad, |w| s.srq.post_recv_raw(w)) }
 }
@@ -1439,19 +1586,28 @@ unsafe extern "C" fn post_srq_recv_op(
 #[repr(C)]
 pub struct CQp {
     /// What C sees: `c.qp_base`, and for a QP made by `ibv_create_qp_ex` all of the
-    /// `ibv_qp_ex`.
-    pub c: ibv_qp_ex,
+    /// `ibv_qp_ex` (\[c-struct\]).
+    pub c: UnsafeCell<ibv_qp_ex>,
     /// The rverbs QP.
     pub qp: Arc<Qp>,
-    /// The extended send API's state (`ibv_create_qp_ex` only).
-    pub ex: Option<Box<crate::qp_ex::QpEx>>,
+    /// The extended send API's state (`ibv_create_qp_ex` only, set once at creation).
+    pub ex: OnceLock<Box<crate::qp_ex::QpEx>>,
+    /// Async events handed to C and acknowledged: destroy waits for them.
+    events: EventCount,
+}
+
+impl CQp {
+    /// The C structure (\[c-struct\]: for raw reads and writes only).
+    pub(crate) fn c_ptr(&self) -> *mut ibv_qp_ex {
+        self.c.get()
+    }
 }
 
 /// # Safety
-/// `qp` is a live QP of ours.
-pub(crate) unsafe fn cqp<'a>(qp: *mut ibv_qp) -> &'a CQp {
-    // SAFETY: the ibv_qp is the first field of its CQp.
-    unsafe { &*(qp as *const CQp) }
+/// `qp` is NULL or an \[object\] QP pointer.
+pub(crate) unsafe fn cqp<'a>(qp: *mut ibv_qp) -> Option<&'a CQp> {
+    // SAFETY: [object] qp, the first field of its CQp ([owner]).
+    unsafe { owner(qp, "ibv_qp") }
 }
 
 /// `ibv_create_qp`: RC, UC and UD; writes the granted capabilities back into
@@ -1464,16 +1620,27 @@ pub unsafe extern "C" fn ibv_create_qp(
     pd: *mut ibv_pd,
     init_attr: *mut ibv_qp_init_attr,
 ) -> *mut ibv_qp {
-    // SAFETY: caller's contract.
-    let (p, a) = unsafe { (cpd(pd), &mut *init_attr) };
-    if a.send_cq.is_null() || a.recv_cq.is_null() || a.qp_type > 255 {
+    // SAFETY: [object] pd.
+    let p = obj!(unsafe { cpd(pd) }, null);
+    // SAFETY: [in] [out] init_attr.
+    let Some(a) = (unsafe { init_attr.as_mut() }) else {
+        set_errno(null_arg("ibv_qp_init_attr"));
+        return null_mut();
+    };
+    if a.qp_type > 255 {
         set_errno(libc::EINVAL);
         return null_mut();
     }
-    // SAFETY: caller's contract: CQs and SRQ of ours.
-    let (scq, rcq) = unsafe { (ccq(a.send_cq).cq.clone(), ccq(a.recv_cq).cq.clone()) };
+    // SAFETY: [in] init_attr names [object] CQs (NULL is refused).
+    let scq = obj!(unsafe { ccq(a.send_cq) }, null).cq.clone();
     // SAFETY: as above.
-    let srq = (!a.srq.is_null()).then(|| unsafe { csrq(a.srq) }.srq.clone());
+    let rcq = obj!(unsafe { ccq(a.recv_cq) }, null).cq.clone();
+    let srq = if a.srq.is_null() {
+        None
+    } else {
+        // SAFETY: [in] init_attr names an [object] SRQ.
+        Some(obj!(unsafe { csrq(a.srq) }, null).srq.clone())
+    };
     let init = QpInit {
         qp_type: QpType(a.qp_type as u8),
         send_cq: scq,
@@ -1502,7 +1669,7 @@ pub unsafe extern "C" fn ibv_create_qp(
     };
     // SAFETY: integers, pointers, zeroed pthread objects.
     let mut c: ibv_qp = unsafe { std::mem::zeroed() };
-    c.context = p.c.context;
+    c.context = p.context();
     c.qp_context = a.qp_context;
     c.pd = pd;
     c.send_cq = a.send_cq;
@@ -1514,11 +1681,12 @@ pub unsafe extern "C" fn ibv_create_qp(
     c.qp_type = a.qp_type;
     let h = qp.user_handle();
     let p = Box::into_raw(Box::new(CQp {
-        c: ibv_qp_ex::from_base(c),
+        c: UnsafeCell::new(ibv_qp_ex::from_base(c)),
         qp,
-        ex: None,
+        ex: OnceLock::new(),
+        events: EventCount::default(),
     }));
-    register(0, h, p as usize);
+    register(QP, h, p as usize);
     p.cast()
 }
 
@@ -1611,13 +1779,14 @@ fn qp_attr_from(a: &ibv_qp_attr, mask: u32) -> QpAttr {
 /// # Safety
 /// `qp` is a live QP of ours.
 pub(crate) unsafe fn modify_qp_with(qp: *mut ibv_qp, a: &QpAttr) -> c_int {
-    // SAFETY: caller's contract.
-    let q = unsafe { cqp(qp) };
+    // SAFETY: [object] qp.
+    let q = obj!(unsafe { cqp(qp) }, errno);
     match q.qp.modify(a) {
         Ok(()) => {
             if let Some(st) = a.qp_state {
-                // SAFETY: caller's contract; libibverbs updates this field the same way.
-                unsafe { (*qp).state = u32::from(st.0) };
+                // SAFETY: [object] qp; [c-struct] a raw write (libibverbs updates this field
+                // the same way), serialised by c_write.
+                c_write(|| unsafe { (*qp).state = u32::from(st.0) });
             }
             0
         }
@@ -1636,13 +1805,15 @@ pub unsafe extern "C" fn ibv_modify_qp(
     attr: *mut ibv_qp_attr,
     mask: c_int,
 ) -> c_int {
-    // SAFETY: caller's contract.
-    let a = unsafe { &*attr };
+    // SAFETY: [in] attr.
+    let Some(a) = (unsafe { attr.as_ref() }) else {
+        return null_arg("ibv_qp_attr");
+    };
     let mask = mask as u32;
     if mask & !MODIFY_SUPPORTED != 0 {
         return libc::EOPNOTSUPP;
     }
-    // SAFETY: caller's contract.
+    // SAFETY: [object] qp.
     unsafe { modify_qp_with(qp, &qp_attr_from(a, mask)) }
 }
 
@@ -1657,8 +1828,11 @@ pub unsafe extern "C" fn ibv_query_qp(
     _mask: c_int,
     init_attr: *mut ibv_qp_init_attr,
 ) -> c_int {
-    // SAFETY: caller's contract.
-    let q = unsafe { cqp(qp) };
+    // SAFETY: [object] qp.
+    let q = obj!(unsafe { cqp(qp) }, errno);
+    if attr.is_null() || init_attr.is_null() {
+        return null_arg("ibv_query_qp output");
+    }
     let i = match q.qp.query() {
         Ok(i) => i,
         Err(e) => return fail(&e),
@@ -1698,10 +1872,12 @@ pub unsafe extern "C" fn ibv_query_qp(
         alt_timeout: 0,
         rate_limit: 0,
     };
-    // SAFETY: caller's contract.
+    // SAFETY: [object] qp; [c-struct] a raw write, serialised by c_write.
+    c_write(|| unsafe { (*qp).state = o.qp_state });
+    // SAFETY: [out] attr and init_attr; [object] qp, whose C fields are read through the raw
+    // pointer ([c-struct]).
     unsafe {
         attr.write(o);
-        (*qp).state = o.qp_state;
         let ia = &mut *init_attr;
         ia.qp_context = (*qp).qp_context;
         ia.send_cq = (*qp).send_cq;
@@ -1714,16 +1890,20 @@ pub unsafe extern "C" fn ibv_query_qp(
     0
 }
 
-/// `ibv_destroy_qp`.
+/// `ibv_destroy_qp`. Waits until every async event delivered for the QP was acknowledged
+/// (`ibv_ack_async_event`), as libibverbs does.
 ///
 /// # Safety
-/// `qp` came from [`ibv_create_qp`] and is not used afterwards.
+/// `qp` came from [`ibv_create_qp`] (\[destroy\]) and is not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
-    // SAFETY: boxed by ibv_create_qp.
-    let b = unsafe { Box::from_raw(qp as *mut CQp) };
-    unregister(0, b.qp.user_handle());
-    drop(b);
+    // SAFETY: [destroy] qp.
+    let q = obj!(unsafe { cqp(qp) }, errno);
+    // Out of the registry first: no event is handed out for it afterwards ([registry]).
+    unregister(QP, q.qp.user_handle());
+    q.events.wait_acked();
+    // SAFETY: [destroy] qp: boxed by ibv_create_qp ([owner]); `q` is not used any more.
+    drop(unsafe { Box::from_raw(qp.cast::<CQp>()) });
     0
 }
 
@@ -1767,7 +1947,7 @@ unsafe fn send_op(w: &ibv_send_wr) -> Option<SendOp> {
         7 => SendOp::LocalInv {
             invalidate_rkey: w.imm_data,
         },
-        // SAFETY: a BIND_MW request names a window (and region) of ours.
+        // SAFETY: [wr] a BIND_MW request names an [object] window (and region).
         8 => return unsafe { crate::mw::bind_op(w) },
         9 => SendOp::SendWithInv {
             invalidate_rkey: w.imm_data,
@@ -1784,9 +1964,9 @@ unsafe fn send_op(w: &ibv_send_wr) -> Option<SendOp> {
 /// for UD QPs `w.wr.ud.ah` is NULL or an AH of ours.
 #[inline(always)]
 unsafe fn send_wr(w: &ibv_send_wr, ud: bool) -> Option<SendWr<'_>> {
-    // SAFETY: for UD QPs the request names an AH of ours (checked non-NULL below).
+    // SAFETY: [wr] for UD QPs the request names an [object] AH (checked non-NULL below).
     let op = unsafe { send_op(w) }?;
-    // SAFETY: sg_list has num_sge entries (caller's contract).
+    // SAFETY: [wr] sg_list has num_sge entries.
     let sge = unsafe { sge_list(w.sg_list, w.num_sge) }?;
     let ud_dest = if ud {
         // SAFETY: reading a union of plain data (a UD request uses its `ud` member).
@@ -1794,7 +1974,7 @@ unsafe fn send_wr(w: &ibv_send_wr, ud: bool) -> Option<SendWr<'_>> {
         if u.ah.is_null() {
             return None;
         }
-        // SAFETY: non-NULL, so an AH of ours (caller's contract).
+        // SAFETY: [wr] a UD request's non-NULL AH is an [object] AH ([owner]).
         let a = unsafe { &*(u.ah as *const CAh) };
         Some(a.ah.ud_dest(u.remote_qpn, u.remote_qkey))
     } else {
@@ -1817,24 +1997,24 @@ unsafe extern "C" fn post_send_op(
     mut wr: *mut ibv_send_wr,
     bad: *mut *mut ibv_send_wr,
 ) -> c_int {
-    // SAFETY: qp is ours (ops table).
-    let q = unsafe { cqp(qp) };
+    // SAFETY: [object] qp.
+    let q = obj!(unsafe { cqp(qp) }, errno);
     let ud = q.qp.qp_type() == QpType::UD;
-    // SAFETY: ibv_post_send's contract: wr is NULL or a valid request.
+    // SAFETY: [wr] wr is NULL or a valid request.
     if let Some(w) = unsafe { wr.as_ref() }.filter(|w| w.next.is_null()) {
-        // SAFETY: as above; AHs of UD requests are ours.
+        // SAFETY: [wr] as above; AHs of UD requests are [object] AHs.
         let Some(s) = (unsafe { send_wr(w, ud) }) else {
-            // SAFETY: caller's contract: bad is writable.
+            // SAFETY: [out] bad.
             unsafe { *bad = wr };
             return libc::EINVAL;
         };
-        // SAFETY: ibv_post_send's contract: the SGEs name registered memory that stays valid
-        // until the completions are polled, and INLINE sources are not written during the call
-        // (C code that writes them concurrently races libibverbs' own copy just the same).
+        // SAFETY: [registered] [wr] the SGEs name registered memory that stays valid until the
+        // completions are polled, and INLINE sources are not written during the call (C code
+        // that writes them concurrently races libibverbs' own copy just the same).
         return match unsafe { q.qp.post_send_raw(std::slice::from_ref(&s)) } {
             Ok(()) => 0,
             Err(e) => {
-                // SAFETY: caller's contract.
+                // SAFETY: [out] bad.
                 unsafe { *bad = wr };
                 fail(&io::Error::from(e))
             }
@@ -1845,11 +2025,11 @@ unsafe extern "C" fn post_send_op(
         let mut wrs = [SendWr::send(0, &[]); BATCH];
         let mut n = 0;
         while n < BATCH && !wr.is_null() {
-            // SAFETY: ibv_post_send's contract: wr is a valid request.
+            // SAFETY: [wr] wr is a valid request.
             let w = unsafe { &*wr };
             // SAFETY: as above.
             let Some(s) = (unsafe { send_wr(w, ud) }) else {
-                // SAFETY: caller's contract.
+                // SAFETY: [out] bad.
                 unsafe { *bad = wr };
                 return libc::EINVAL;
             };
@@ -1858,12 +2038,12 @@ unsafe extern "C" fn post_send_op(
             n += 1;
             wr = w.next;
         }
-        // SAFETY: ibv_post_send's contract: the SGEs name registered memory that stays valid
-        // until the completions are polled, and INLINE sources are not written during the call
-        // (C code that writes them concurrently races libibverbs' own copy just the same).
+        // SAFETY: [registered] [wr] the SGEs name registered memory that stays valid until the
+        // completions are polled, and INLINE sources are not written during the call (C code
+        // that writes them concurrently races libibverbs' own copy just the same).
         if let Err(e) = unsafe { q.qp.post_send_raw(&wrs[..n]) } {
             let failed = e.posted().min(n - 1);
-            // SAFETY: caller's contract.
+            // SAFETY: [out] bad.
             unsafe { *bad = ptrs[failed] };
             return fail(&io::Error::from(e));
         }
@@ -1877,9 +2057,9 @@ unsafe extern "C" fn post_recv_op(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    // SAFETY: qp is ours (ops table).
-    let q = unsafe { cqp(qp) };
-    // SAFETY: ibv_post_recv's contract: the SGEs name registered memory that stays valid
+    // SAFETY: [object] qp.
+    let q = obj!(unsafe { cqp(qp) }, errno);
+    // SAFETY: [registered] [wr] the SGEs name registered memory that stays valid
     // until the completions are polled.
     unsafe { post_recv_list(wr, bad, |w| q.qp.post_recv_raw(w)) }
 }
@@ -1890,8 +2070,8 @@ unsafe extern "C" fn post_recv_op(
 /// An `ibv_ah` and its rverbs AH.
 #[repr(C)]
 pub struct CAh {
-    /// What C sees.
-    pub c: ibv_ah,
+    /// What C sees (\[c-struct\]).
+    pub c: UnsafeCell<ibv_ah>,
     /// The rverbs AH.
     pub ah: Arc<Ah>,
 }
@@ -1902,16 +2082,25 @@ pub struct CAh {
 /// `pd` is ours; `attr` is readable.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
-    // SAFETY: caller's contract.
-    let (p, a) = unsafe { (cpd(pd), &*attr) };
+    // SAFETY: [object] pd.
+    let p = obj!(unsafe { cpd(pd) }, null);
+    // SAFETY: [in] attr.
+    let Some(a) = (unsafe { attr.as_ref() }) else {
+        set_errno(null_arg("ibv_ah_attr"));
+        return null_mut();
+    };
     match Ah::create(&p.pd, ah_attr_from(a)) {
         Ok(ah) => {
             let c = ibv_ah {
-                context: p.c.context,
+                context: p.context(),
                 pd,
                 handle: ah.handle(),
             };
-            Box::into_raw(Box::new(CAh { c, ah })).cast()
+            Box::into_raw(Box::new(CAh {
+                c: UnsafeCell::new(c),
+                ah,
+            }))
+            .cast()
         }
         Err(e) => null_with(&e),
     }
@@ -1947,17 +2136,22 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
     grh: *mut c_void,
     ah_attr: *mut ibv_ah_attr,
 ) -> c_int {
-    // SAFETY: caller's contract.
-    let (c, wc) = unsafe { (cctx(context), wc_for_reply(&*wc)) };
+    // SAFETY: [object] context.
+    let c = obj!(unsafe { cctx(context) }, neg);
+    // SAFETY: [in] wc.
+    let Some(wc) = (unsafe { wc.as_ref() }).map(wc_for_reply) else {
+        set_errno(null_arg("ibv_wc"));
+        return -1;
+    };
     let mut area = [0u8; rverbs_uverbs::ah::GRH_LEN];
     if wc.wc_flags.contains(WcFlags::GRH) {
-        // SAFETY: caller's contract: 40 readable bytes (a copy: the buffer is the device's
+        // SAFETY: [buf] grh has 40 readable bytes (a copy: the buffer is the device's
         // to write while other receives are posted on it).
         unsafe { std::ptr::copy_nonoverlapping(grh as *const u8, area.as_mut_ptr(), area.len()) };
     }
     match AhAttr::reply_to(&c.ctx, port_num, &wc, &area) {
         Ok(a) => {
-            // SAFETY: caller's contract.
+            // SAFETY: [out] ah_attr.
             unsafe { ah_attr.write(ah_attr_to(&a)) };
             0
         }
@@ -1980,14 +2174,14 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
     grh: *mut c_void,
     port_num: u8,
 ) -> *mut ibv_ah {
-    // SAFETY: caller's contract.
-    let context = unsafe { (*pd).context };
+    // SAFETY: [object] pd.
+    let context = obj!(unsafe { cpd(pd) }, null).context();
     let mut attr = std::mem::MaybeUninit::<ibv_ah_attr>::zeroed();
-    // SAFETY: caller's contract; `attr` is writable.
+    // SAFETY: forwarded: [object] context, [in] wc, [buf] grh as our caller's; `attr` is writable.
     if unsafe { ibv_init_ah_from_wc(context, port_num, wc, grh, attr.as_mut_ptr()) } != 0 {
         return null_mut();
     }
-    // SAFETY: initialized by ibv_init_ah_from_wc; `pd` per the caller's contract.
+    // SAFETY: initialized by ibv_init_ah_from_wc; [object] pd.
     unsafe { ibv_create_ah(pd, attr.as_mut_ptr()) }
 }
 
@@ -1997,8 +2191,11 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
 /// `ah` came from [`ibv_create_ah`] and is not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
-    // SAFETY: boxed by ibv_create_ah.
-    drop(unsafe { Box::from_raw(ah as *mut CAh) });
+    if ah.is_null() {
+        return null_arg("ibv_ah");
+    }
+    // SAFETY: [destroy] ah: boxed by ibv_create_ah ([owner]).
+    drop(unsafe { Box::from_raw(ah.cast::<CAh>()) });
     0
 }
 
@@ -2206,11 +2403,11 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     if flags != 0 || entry_size < size_of::<ibv_gid_entry>() {
         return libc::EINVAL;
     }
-    // SAFETY: caller's contract.
-    let c = unsafe { cctx(context) };
+    // SAFETY: [object] context.
+    let c = obj!(unsafe { cctx(context) }, errno);
     match c.ctx.query_gid(port, index) {
         Ok(g) => {
-            // SAFETY: caller's contract (entry_size checked above).
+            // SAFETY: [buf] entry has entry_size writable bytes (checked to hold an ibv_gid_entry above).
             unsafe { entry.write(gid_entry(&g)) };
             0
         }
@@ -2235,8 +2432,8 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     if flags != 0 || entry_size < size_of::<ibv_gid_entry>() {
         return -(libc::EINVAL as isize);
     }
-    // SAFETY: caller's contract.
-    let c = unsafe { cctx(context) };
+    // SAFETY: [object] context.
+    let c = obj!(unsafe { cctx(context) }, neg_errno);
     let table = match c.ctx.query_gid_table() {
         Ok(t) => t,
         Err(e) => return -(fail(&e) as isize),
@@ -2245,7 +2442,7 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
         return -(libc::EINVAL as isize);
     }
     for (i, g) in table.iter().enumerate() {
-        // SAFETY: i < max_entries entries of entry_size bytes each.
+        // SAFETY: [buf] i < max_entries entries of entry_size bytes each.
         unsafe { entries.byte_add(i * entry_size).write(gid_entry(g)) };
     }
     table.len() as isize
@@ -2262,8 +2459,8 @@ pub unsafe extern "C" fn ibv_get_async_event(
     event: *mut ibv_async_event,
 ) -> c_int {
     use rverbs_uverbs::async_event::AsyncElement;
-    // SAFETY: caller's contract.
-    let c = unsafe { cctx(context) };
+    // SAFETY: [object] context.
+    let c = obj!(unsafe { cctx(context) }, neg);
     let nonblock = rustix::fs::fcntl_getfl(c.ctx.async_fd())
         .is_ok_and(|f| f.contains(rustix::fs::OFlags::NONBLOCK));
     let timeout = nonblock.then_some(std::time::Duration::ZERO);
@@ -2278,21 +2475,23 @@ pub unsafe extern "C" fn ibv_get_async_event(
             return -1;
         }
     };
+    // Counted (so that destroy waits for the ack) when ibv_ack_async_event will find the
+    // object by the event type, as libibverbs' does.
+    let kind = async_kind(ev.event_type.0);
     let element: *mut c_void = match ev.element {
-        AsyncElement::Cq(h) => CQS
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        AsyncElement::Cq(h) if kind == Some(AsyncKind::Cq) => deliver_cq_event(h).cast(),
+        AsyncElement::Cq(h) => cqs()
             .as_ref()
             .and_then(|m| m.get(&h).map(|p| p.0.cast()))
             .unwrap_or(null_mut()),
-        AsyncElement::Qp(h) => lookup(0, h).unwrap_or(0) as *mut c_void,
-        AsyncElement::Srq(h) => lookup(1, h).unwrap_or(0) as *mut c_void,
+        AsyncElement::Qp(h) => deliver_async_event(QP, h, kind == Some(AsyncKind::Qp)),
+        AsyncElement::Srq(h) => deliver_async_event(SRQ, h, kind == Some(AsyncKind::Srq)),
         AsyncElement::Port(p) => usize::from(p) as *mut c_void,
         AsyncElement::Device | AsyncElement::Unknown(_) => null_mut(),
         // AsyncElement is non_exhaustive: an element kind added later has no C object here yet.
         _ => null_mut(),
     };
-    // SAFETY: caller's contract.
+    // SAFETY: [buf] entries has room for max_entries entries of entry_size bytes.
     unsafe {
         event.write(ibv_async_event {
             element,
@@ -2302,12 +2501,82 @@ pub unsafe extern "C" fn ibv_get_async_event(
     0
 }
 
-/// `ibv_ack_async_event`: nothing to do (destroying an object never waits for acks here).
+/// Which object an async event of type `t` (`enum ibv_event_type`) names, as
+/// `ibv_ack_async_event` reads it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum AsyncKind {
+    Cq,
+    Qp,
+    Srq,
+}
+
+fn async_kind(t: u32) -> Option<AsyncKind> {
+    match t {
+        // IBV_EVENT_CQ_ERR
+        0 => Some(AsyncKind::Cq),
+        // QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR, COMM_EST, SQ_DRAINED, PATH_MIG,
+        // PATH_MIG_ERR, QP_LAST_WQE_REACHED
+        1..=7 | 16 => Some(AsyncKind::Qp),
+        // SRQ_ERR, SRQ_LIMIT_REACHED
+        14 | 15 => Some(AsyncKind::Srq),
+        _ => None,
+    }
+}
+
+/// `ibv_ack_async_event`: acknowledges an event of [`ibv_get_async_event`]; a destroy of its
+/// CQ, QP or SRQ waiting for it returns once all of that object's events are acknowledged.
 ///
 /// # Safety
-/// Any pointer.
+/// `event` is NULL or an \[in\] event filled by [`ibv_get_async_event`] and not acknowledged
+/// yet.
 #[no_mangle]
-pub unsafe extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {}
+pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
+    // SAFETY: [in] event.
+    let Some(ev) = (unsafe { event.as_ref() }) else {
+        null_arg("ibv_async_event");
+        return;
+    };
+    if ev.element.is_null() {
+        return;
+    }
+    match async_kind(ev.event_type) {
+        Some(AsyncKind::Cq) => {
+            // SAFETY: [in] event: its element is the CQ ibv_get_async_event counted the event
+            // on, kept alive until this ack ([registry]).
+            let c = unsafe { &*ev.element.cast::<CCq>() };
+            c.events.ack(1, || {
+                // SAFETY: [c-struct] a raw read-modify-write, serialised by the event lock.
+                unsafe {
+                    let f = &raw mut (*c.c_ptr()).async_events_completed;
+                    *f = (*f).wrapping_add(1);
+                }
+            });
+        }
+        Some(AsyncKind::Qp) => {
+            // SAFETY: as above, a QP.
+            let q = unsafe { &*ev.element.cast::<CQp>() };
+            q.events.ack(1, || {
+                // SAFETY: [c-struct] as above.
+                unsafe {
+                    let f = &raw mut (*q.c_ptr()).qp_base.events_completed;
+                    *f = (*f).wrapping_add(1);
+                }
+            });
+        }
+        Some(AsyncKind::Srq) => {
+            // SAFETY: as above, an SRQ.
+            let s = unsafe { &*ev.element.cast::<CSrq>() };
+            s.events.ack(1, || {
+                // SAFETY: [c-struct] as above.
+                unsafe {
+                    let f = &raw mut (*s.c.get()).events_completed;
+                    *f = (*f).wrapping_add(1);
+                }
+            });
+        }
+        None => {}
+    }
+}
 
 /// `ibv_get_pkey_index`: the index of `pkey` (big-endian) in the port's table, or -1.
 ///
@@ -2321,7 +2590,7 @@ pub unsafe extern "C" fn ibv_get_pkey_index(
 ) -> c_int {
     for i in 0..c_int::from(u16::MAX) {
         let mut v = 0u16;
-        // SAFETY: forwarded; v is writable.
+        // SAFETY: forwarded: [object] context; v is writable.
         if unsafe { ibv_query_pkey(context, port, i, &mut v) } != 0 {
             return -1;
         }
@@ -2342,7 +2611,7 @@ pub unsafe extern "C" fn ibv_get_sysfs_path(buf: *mut c_char, size: usize) -> c_
     if size < SYS.len() {
         return -1;
     }
-    // SAFETY: size >= SYS.len() writable bytes.
+    // SAFETY: [buf] buf has size >= SYS.len() writable bytes.
     unsafe { ptr::copy_nonoverlapping(SYS.as_ptr(), buf.cast::<u8>(), SYS.len()) };
     0
 }
@@ -2374,7 +2643,7 @@ pub unsafe extern "C" fn ibv_copy_ah_attr_from_kern(
     dst: *mut ibv_ah_attr,
     src: *const rverbs_cm::abi::ib_uverbs_ah_attr,
 ) {
-    // SAFETY: caller's contract (read_unaligned: C gives no alignment promise beyond 4).
+    // SAFETY: [in] src, [out] dst (read_unaligned: C gives no alignment promise beyond 4).
     unsafe { dst.write(ah_from_kern(&src.read_unaligned())) };
 }
 
@@ -2387,7 +2656,7 @@ pub unsafe extern "C" fn ibv_copy_qp_attr_from_kern(
     dst: *mut ibv_qp_attr,
     src: *const rverbs_cm::abi::ib_uverbs_qp_attr,
 ) {
-    // SAFETY: caller's contract.
+    // SAFETY: [in] src (unaligned).
     let k = unsafe { src.read_unaligned() };
     let o = ibv_qp_attr {
         qp_state: k.qp_state,
@@ -2423,7 +2692,7 @@ pub unsafe extern "C" fn ibv_copy_qp_attr_from_kern(
         alt_timeout: k.alt_timeout,
         rate_limit: 0,
     };
-    // SAFETY: caller's contract.
+    // SAFETY: [out] dst.
     unsafe { dst.write(o) };
 }
 
@@ -2436,7 +2705,7 @@ pub unsafe extern "C" fn ibv_copy_path_rec_from_kern(
     dst: *mut ibv_sa_path_rec,
     src: *const rverbs_cm::abi::ib_user_path_rec,
 ) {
-    // SAFETY: caller's contract.
+    // SAFETY: [in] src (unaligned).
     let k = unsafe { src.read_unaligned() };
     let o = ibv_sa_path_rec {
         dgid: ibv_gid { raw: k.dgid },
@@ -2460,7 +2729,7 @@ pub unsafe extern "C" fn ibv_copy_path_rec_from_kern(
         packet_life_time: k.packet_life_time,
         preference: k.preference,
     };
-    // SAFETY: caller's contract.
+    // SAFETY: [out] dst.
     unsafe { dst.write(o) };
 }
 
@@ -2474,7 +2743,7 @@ pub unsafe extern "C" fn ibv_copy_path_rec_to_kern(
     dst: *mut rverbs_cm::abi::ib_user_path_rec,
     src: *const ibv_sa_path_rec,
 ) {
-    // SAFETY: caller's contract.
+    // SAFETY: [in] src (unaligned).
     let o = unsafe { src.read_unaligned() };
     let k = rverbs_cm::abi::ib_user_path_rec {
         dgid: o.dgid.raw,
@@ -2498,7 +2767,7 @@ pub unsafe extern "C" fn ibv_copy_path_rec_to_kern(
         packet_life_time: o.packet_life_time,
         preference: o.preference,
     };
-    // SAFETY: caller's contract.
+    // SAFETY: [out] dst (unaligned).
     unsafe { dst.write_unaligned(k) };
 }
 

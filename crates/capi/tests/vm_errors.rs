@@ -45,6 +45,22 @@ fn errors_follow_rdma_core_conventions() {
     let ctx = open_a();
     // SAFETY: every call below gets objects of ours, created here, and writable outputs.
     unsafe {
+        // The async fd blocks, as libibverbs' does, until the caller makes it non-blocking;
+        // then ibv_get_async_event returns -1 and EAGAIN once no event is queued.
+        let afd = (*ctx).async_fd;
+        let fl = libc::fcntl(afd, libc::F_GETFL);
+        assert_eq!(fl & libc::O_NONBLOCK, 0, "async_fd blocks as libibverbs'");
+        assert_eq!(libc::fcntl(afd, libc::F_SETFL, fl | libc::O_NONBLOCK), 0);
+        let mut ev: ibv_async_event = std::mem::zeroed();
+        let mut n = 0;
+        while ibv_get_async_event(ctx, &mut ev) == 0 {
+            ibv_ack_async_event(&mut ev);
+            n += 1;
+            assert!(n < 64, "endless async events");
+        }
+        assert_eq!(errno(), libc::EAGAIN);
+        assert_eq!(libc::fcntl(afd, libc::F_SETFL, fl), 0);
+
         // Constructors: NULL and errno.
         assert!(ibv_create_cq(ctx, -1, null_mut(), null_mut(), 0).is_null());
         assert_eq!(errno(), libc::EINVAL);

@@ -7,7 +7,9 @@
 //! (static: no rdma-core library needed).
 //!
 //! Also `tests/c/ah_from_wc.c`: a UD reply through `ibv_create_ah_from_wc`, static on ours in
-//! every guest and, in the host guest, compared with its build on rdma-core's libibverbs.
+//! every guest and, in the host guest, compared with its build on rdma-core's libibverbs; and
+//! `tests/c/destroy_waits.c`: `ibv_destroy_cq` and `ibv_destroy_srq` wait for the
+//! acknowledgement of an event another thread holds, on ours and on rdma-core's.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -79,4 +81,47 @@ fn c_program_replies_through_ibv_create_ah_from_wc() {
 )]
 fn ibv_init_ah_from_wc_matches_rdma_core_interop() {
     assert_eq!(ah_from_wc("ah_from_wc"), ah_from_wc("ah_from_wc-rdma-core"));
+}
+
+/// Runs `tests/c/destroy_waits.c` as built `name`; returns how long after the ack each
+/// destroy returned (CQ, SRQ), in seconds.
+fn destroy_waits(name: &str) -> Vec<f64> {
+    let mut c = Command::new(capi_bin(name));
+    c.args([env_or("RVERBS_DEV_A", "rxe0").as_str(), "1"]);
+    let (ok, out) = Proc::spawn(c).finish(Duration::from_secs(60));
+    assert!(ok, "{out}");
+    assert!(out.contains("destroy_waits: all checks passed"), "{out}");
+    out.lines()
+        .filter_map(|l| l.split("returned ").nth(1))
+        .map(|t| t.split(' ').next().unwrap().parse().unwrap())
+        .collect()
+}
+
+/// A thread holds a completion event (acked after 300 ms) and an SRQ_LIMIT_REACHED async
+/// event (acked after 600 ms) while the main thread destroys the CQ and the SRQ: each destroy
+/// returns only after its event's ack (the program checks the order on the monotonic clock),
+/// as libibverbs' do. Before destroy waited, `ibv_destroy_cq` returned at once and the late
+/// `ibv_ack_cq_events` touched a freed CQ.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn c_program_destroy_waits_for_event_acks() {
+    let after = destroy_waits("destroy_waits");
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert!(after.iter().all(|&t| t >= 0.0), "{after:?}");
+}
+
+/// The same program on rdma-core's libibverbs: its destroys wait the same way (the behaviour
+/// ours copies).
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn destroy_waits_for_event_acks_as_rdma_core_interop() {
+    let after = destroy_waits("destroy_waits-rdma-core");
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert!(after.iter().all(|&t| t >= 0.0), "{after:?}");
 }
