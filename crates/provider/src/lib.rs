@@ -23,6 +23,9 @@ use rverbs_uverbs::context::Context;
 use rverbs_uverbs::device::{Device, DriverId};
 use rverbs_uverbs::Error;
 
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod mapping;
 pub mod mlx5;
 pub mod rxe;
