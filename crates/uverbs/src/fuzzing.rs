@@ -11,7 +11,9 @@ use zerocopy::FromBytes;
 
 use crate::abi::netlink::{attr, nlmsghdr, RDMA_NLA_TYPE_MASK};
 use crate::async_event::{AsyncElement, AsyncEvent};
-use crate::device::{format_guid, parse_guid, DriverId};
+use crate::device::{
+    format_guid, parse_dev_t, parse_guid, parse_hex_id, parse_node_type, DriverId, NodeType,
+};
 use crate::gid::Gid;
 use crate::netlink::{
     absorb, attrs, decode_res_summary, messages, AttrTable, Chardev, MsgBuilder, NlDevice, NlPort,
@@ -171,8 +173,9 @@ fn netlink_payload(p: &[u8]) {
     }
 }
 
-/// sysfs text, as the device list and the GID table read it: GUIDs, GIDs, MTUs and driver
-/// names. Parsed values format back to text that parses to the same value.
+/// sysfs text, as the device list and the GID table read it: GUIDs, GIDs, MTUs, driver names,
+/// `dev` numbers, node types and PCI ids. Parsed values format back to text that parses to
+/// the same value.
 pub fn sysfs_text(data: &[u8]) {
     let s = String::from_utf8_lossy(data);
     if let Some(g) = parse_guid(&s) {
@@ -203,6 +206,18 @@ pub fn sysfs_text(data: &[u8]) {
         }
     }
     let _ = DriverId::from_device_name(&s).to_string();
+    // The device directory's `dev`, `node_type` and PCI ids.
+    if let Some((major, minor)) = parse_dev_t(&s) {
+        assert_eq!(
+            parse_dev_t(&format!("{major}:{minor}")),
+            Some((major, minor))
+        );
+    }
+    let NodeType(n) = parse_node_type(&s);
+    assert_eq!(parse_node_type(&format!("{n}: CA")), NodeType(n));
+    if let Some(id) = parse_hex_id(&s) {
+        assert_eq!(parse_hex_id(&format!("{id:#06x}")), Some(id));
+    }
 }
 
 /// Completion-ring entries in the kernel's `ib_uverbs_wc` layout (48 bytes each) and async
@@ -371,6 +386,10 @@ mod tests {
             parse_guid(&String::from_utf8(seed("uverbs_sysfs_text", "text_2")).unwrap()),
             Some(0x5054_00ff_fe12_3456)
         );
+        let text = |name| String::from_utf8(seed("uverbs_sysfs_text", name)).unwrap();
+        assert_eq!(parse_dev_t(text("text_8").trim()), Some((231, 192)));
+        assert_eq!(parse_node_type(&text("text_9")), NodeType(1));
+        assert_eq!(parse_hex_id(text("text_10").trim()), Some(0x15b3));
         for (_, b) in seeds("uverbs_completions") {
             completions(&b);
         }
