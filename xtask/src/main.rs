@@ -3,6 +3,7 @@
 
 mod build;
 mod capi;
+mod fuzz;
 mod json;
 mod miri;
 mod mlx5_oracle;
@@ -87,6 +88,11 @@ USAGE:
         Compares the public surface of the library crates (rustdoc JSON, nightly) with the
         committed inventory api/<crate>.txt; --bless rewrites it. `cargo xtask test` runs it
         as its `public api` stage: every new public item is a reviewed change.
+    cargo xtask fuzz [--seconds N] [TARGET...]
+        Builds the fuzz targets of fuzz/ (nightly toolchain, libFuzzer, AddressSanitizer) and
+        runs each (default: all) for N seconds (default 10) over target/fuzz/corpus/TARGET
+        plus the seeds in fuzz/corpus/TARGET; a crash is a failure and its input is saved in
+        target/fuzz/artifacts/TARGET/. `cargo xtask test` runs it as its `fuzz` stage.
     cargo xtask setup [--kernel 6.1|6.12|all]
         Prepares everything (packages, kernels, modules, KVM verdict, static build), says where.
     cargo xtask help
@@ -118,6 +124,7 @@ fn main() -> ExitCode {
         Some("capi") => capi::cmd(&args[1..]),
         Some("mlx5-oracle") => mlx5_oracle::run(&args[1..]),
         Some("public-api") => publicapi::cmd(&args[1..]),
+        Some("fuzz") => fuzz::cmd(&args[1..]),
         Some("setup") => cmd_setup(&args[1..]),
         Some(other) => Err(util::Error(format!(
             "unknown command `{other}` (see `cargo xtask help`)"

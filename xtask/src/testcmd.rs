@@ -261,6 +261,8 @@ pub fn run(args: &[String]) -> Result<u8> {
             let (counts, notes, took) = crate::miri::stage();
             report.add("miri", counts, notes, took);
         }
+        // The parsers of kernel- and device-written bytes under libFuzzer (xtask/src/fuzz.rs).
+        crate::fuzz::stage(&mut report);
     }
     // The C drop-in (crates/capi, xtask/src/capi.rs): built and checked here, loaded by the
     // interop tests of the host guest.

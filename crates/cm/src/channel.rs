@@ -215,8 +215,9 @@ impl Channel {
         }))
     }
 
-    /// A channel over any file (tests: one end of a socket pair records the commands).
-    #[cfg(test)]
+    /// A channel over any file (tests: one end of a socket pair records the commands; the
+    /// fuzz entry points: /dev/null).
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn for_test(fd: OwnedFd) -> Arc<Self> {
         Arc::new(Self {
             fd,

@@ -513,6 +513,27 @@ fn rejected_event_and_its_error() {
 }
 
 #[test]
+fn statuses_that_are_no_errno_are_protocol_errors() {
+    // Found by the fuzz target cm_events: rustix asserts an errno is 1..=4095, and -i32::MIN
+    // overflows.
+    let f = Fake::new();
+    let id = f.id(2, PortSpace::TCP, QpType::RC);
+    for status in [i32::MIN, -4096, 4096, i32::MAX] {
+        let raw = event(id.uid(), 2, CmEventKind::ADDR_ERROR, status, &[]);
+        let ev = CmEvent::decode(raw, &f.chan);
+        assert_eq!(ev.errno(), None);
+        let e = check_event("resolve_addr", &ev, &[CmEventKind::ADDR_RESOLVED]).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{e}");
+        assert!(
+            e.to_string()
+                .contains(&format!("ADDR_ERROR event (status {status}) while waiting")),
+            "{e}"
+        );
+        assert!(ev.to_string().starts_with("ADDR_ERROR"), "{ev}");
+    }
+}
+
+#[test]
 fn error_statuses() {
     let f = Fake::new();
     let id = f.id(2, PortSpace::TCP, QpType::RC);

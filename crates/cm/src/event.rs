@@ -98,10 +98,12 @@ impl CmEvent {
         self.raw.status as i32
     }
 
-    /// The errno of a negative status.
+    /// The errno of a negative status (`None` for a status below −4095, which is no errno).
     pub fn errno(&self) -> Option<Errno> {
         let s = self.status();
-        (s < 0).then(|| Errno::from_raw_os_error(-s))
+        (-4095..0)
+            .contains(&s)
+            .then(|| Errno::from_raw_os_error(-s))
     }
 
     /// The IB CM reject reason of a REJECTED event.

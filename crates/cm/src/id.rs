@@ -516,13 +516,17 @@ pub(crate) fn check_event(op: &'static str, ev: &CmEvent, ok: &[CmEventKind]) ->
         ))
     } else if let Some(e) = ev.errno() {
         Error::os(op, e).with_detail(format!("{kind} event instead of {}", kinds(ok)))
-    } else if ev.status() > 0 {
+    } else if (1..4096).contains(&ev.status()) {
         Error::os(op, Errno::from_raw_os_error(ev.status()))
             .with_detail(format!("{kind} event instead of {}", kinds(ok)))
     } else {
         Error::protocol(
             op,
-            format!("{kind} event (status 0) while waiting for {}", kinds(ok)),
+            format!(
+                "{kind} event (status {}) while waiting for {}",
+                ev.status(),
+                kinds(ok)
+            ),
         )
     };
     Err(err.into())

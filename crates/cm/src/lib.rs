@@ -28,6 +28,9 @@ mod addrinfo;
 mod channel;
 mod conn_param;
 mod event;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod id;
 mod qp_attr;
 mod query;

@@ -23,6 +23,9 @@ use rverbs_uverbs::context::Context;
 use rverbs_uverbs::device::{Device, DriverId};
 use rverbs_uverbs::Error;
 
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod mapping;
 // The providers' internals (rings, WQE builders, CQE parsers, sizing, the drivers): not public
 // API. The `internals` feature re-exports the few pieces the benchmarks and fuzz targets use.

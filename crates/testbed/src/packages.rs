@@ -51,6 +51,7 @@ pub const PACKAGES: &[Package] = &[
     p("valgrind",          Test, "callgrind instruction counts in the guest"),
     p("strace",            Test, "syscall traces in the guest"),
     p("gcc",               Test, "cc for the ABI layout probes"),
+    p("g++",               Test, "c++: libfuzzer-sys compiles libFuzzer for the fuzz stage"),
     p("libc6-dev",         Test, "C headers for the ABI layout probes"),
     p("linux-libc-dev",    Test, "the kernel uapi headers the ABI is checked against"),
     p("libibverbs-dev",    Test, "verbs.h and libibverbs.so: mlx5 oracle harness, capi layout tests"),

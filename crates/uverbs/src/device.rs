@@ -486,19 +486,13 @@ impl Sysfs {
         let abi_path = dir.join("abi_version");
         let abi_version =
             read_num(&abi_path).map_err(|e| ctx("driver ABI version", &abi_path, e))?;
-        let dev_t = read_str(&dir.join("dev")).ok().and_then(|s| {
-            let (a, b) = s.split_once(':')?;
-            Some((a.parse().ok()?, b.parse().ok()?))
-        });
+        let dev_t = read_str(&dir.join("dev"))
+            .ok()
+            .and_then(|s| parse_dev_t(&s));
         let ibdev_path = self.ib_class().join(&name);
         let node_type = read_str(&ibdev_path.join("node_type"))
             .ok()
-            .and_then(|s| {
-                s.split(|c: char| !c.is_ascii_digit())
-                    .next()
-                    .and_then(|n| n.parse().ok())
-            })
-            .map_or(NodeType(0), NodeType);
+            .map_or(NodeType(0), |s| parse_node_type(&s));
         let guid = |file: &str| -> io::Result<u64> {
             let p = ibdev_path.join(file);
             let s = read_str(&p).map_err(|e| ctx(file, &p, e))?;
@@ -506,10 +500,7 @@ impl Sysfs {
         };
         let node_guid = guid("node_guid")?;
         let sys_image_guid = guid("sys_image_guid").unwrap_or(0);
-        let hex = |p: PathBuf| -> Option<u32> {
-            let s = read_str(&p).ok()?;
-            u32::from_str_radix(s.trim_start_matches("0x"), 16).ok()
-        };
+        let hex = |p: PathBuf| -> Option<u32> { parse_hex_id(&read_str(&p).ok()?) };
         let port_count = fs::read_dir(ibdev_path.join("ports"))
             .map(|rd| {
                 rd.filter_map(|e| e.ok())
@@ -603,6 +594,25 @@ pub fn parse_guid(s: &str) -> Option<u64> {
         n += 1;
     }
     (n == 4).then_some(v)
+}
+
+/// Parses a char device's sysfs `dev` text, "MAJOR:MINOR".
+pub(crate) fn parse_dev_t(s: &str) -> Option<(u32, u32)> {
+    let (a, b) = s.split_once(':')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+/// Parses sysfs `node_type` text ("1: CA"): the number it starts with, 0 when none.
+pub(crate) fn parse_node_type(s: &str) -> NodeType {
+    s.split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+        .map_or(NodeType(0), NodeType)
+}
+
+/// Parses a PCI vendor or device id as sysfs shows it ("0x15b3").
+pub(crate) fn parse_hex_id(s: &str) -> Option<u32> {
+    u32::from_str_radix(s.trim_start_matches("0x"), 16).ok()
 }
 
 /// Formats a GUID as sysfs and ibv_devinfo print it: "xxxx:xxxx:xxxx:xxxx".

@@ -32,6 +32,9 @@ pub mod device_attr;
 pub mod driver;
 pub mod error;
 pub mod fd;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gid;
 pub mod ioctl;
 pub mod mr;

@@ -546,7 +546,7 @@ pub struct RdmaNetlink {
 
 /// What a request waits for.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Until {
+pub(crate) enum Until {
     /// `NLMSG_DONE` of a dump.
     Done,
     /// The ACK (`NLMSG_ERROR` with error 0) of a request sent with `NLM_F_ACK`.
@@ -791,7 +791,7 @@ impl RdmaNetlink {
 /// Takes the messages of one received datagram that answer request `seq`: payloads of type
 /// `expected_type` go to `out`; returns `true` when the answer is complete (DONE of a dump,
 /// ACK of a request) and the kernel's errno when it refused.
-fn absorb(
+pub(crate) fn absorb(
     datagram: &[u8],
     seq: u32,
     expected_type: u16,
@@ -818,7 +818,7 @@ fn absorb(
                     )))
                 })?;
                 if e.error != 0 {
-                    return Err(TransactError::Os(Errno::from_raw_os_error(-e.error)));
+                    return Err(kernel_errno("NLMSG_ERROR", e.error));
                 }
                 if until == Until::Ack {
                     return Ok(true);
@@ -829,7 +829,7 @@ fn absorb(
                 if let Some(b) = m.payload.get(..4) {
                     let err = i32::from_ne_bytes(b.try_into().unwrap());
                     if err < 0 {
-                        return Err(TransactError::Os(Errno::from_raw_os_error(-err)));
+                        return Err(kernel_errno("NLMSG_DONE", err));
                     }
                 }
                 return Ok(true);
@@ -845,6 +845,17 @@ fn absorb(
     Ok(false)
 }
 
+/// The errno of an error code a reply carries (a negative errno), or a decode error naming a
+/// code that is none.
+fn kernel_errno(what: &str, code: i32) -> TransactError {
+    match code.checked_neg() {
+        Some(n @ 1..=4095) => TransactError::Os(Errno::from_raw_os_error(n)),
+        _ => TransactError::Decode(DecodeError(format!(
+            "{what} carries error {code}, not a negative errno"
+        ))),
+    }
+}
+
 /// "existing devices: a, b" or "there are no RDMA devices".
 pub(crate) fn existing_list(names: &[&str]) -> String {
     if names.is_empty() {
@@ -855,7 +866,7 @@ pub(crate) fn existing_list(names: &[&str]) -> String {
 }
 
 #[derive(Debug)]
-enum TransactError {
+pub(crate) enum TransactError {
     Os(Errno),
     Timeout,
     Decode(DecodeError),
@@ -996,6 +1007,34 @@ mod tests {
         d[16..20].copy_from_slice(&(-22i32).to_ne_bytes());
         match absorb(&d, 9, t, Until::Done, &mut Vec::new()) {
             Err(TransactError::Os(errno)) => assert_eq!(errno, Errno::INVAL),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn error_codes_that_are_no_errno_are_decode_errors() {
+        // Found by the fuzz target uverbs_netlink: rustix asserts an errno is 1..=4095.
+        let t = rdma_nl_get_type(RDMA_NL_NLDEV, cmd::NEWLINK);
+        for code in [1, 70_000, -70_000, i32::MIN] {
+            let mut e = vec![36, 0, 0, 0, 2, 0, 0, 1, 5, 0, 0, 0, 0, 0, 0, 0];
+            e.extend_from_slice(&code.to_ne_bytes());
+            e.extend_from_slice(&[0u8; 16]);
+            match absorb(&e, 5, t, Until::Ack, &mut Vec::new()) {
+                Err(TransactError::Decode(d)) => {
+                    assert!(
+                        d.0.contains(&format!("NLMSG_ERROR carries error {code}")),
+                        "{d}"
+                    )
+                }
+                other => panic!("{code}: {other:?}"),
+            }
+        }
+        let mut d = DONE.to_vec();
+        d[16..20].copy_from_slice(&i32::MIN.to_ne_bytes());
+        match absorb(&d, 9, t, Until::Done, &mut Vec::new()) {
+            Err(TransactError::Decode(e)) => {
+                assert!(e.0.contains("NLMSG_DONE carries error"), "{e}")
+            }
             other => panic!("{other:?}"),
         }
     }
