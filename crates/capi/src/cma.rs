@@ -306,7 +306,7 @@ impl CCmId {
 /// CCmId addresses by the uid the kernel echoes in their events (\[registry\]).
 static IDS: Mutex<Option<HashMap<u64, usize>>> = Mutex::new(None);
 
-/// The id with uid `uid`, counted as used by the caller (who calls `users.ack(1, ..)` when
+/// The id with uid `uid`, counted as used by the caller (who calls `users.ack(1)` when
 /// done with it); `None` when there is none.
 fn use_id(uid: u64) -> Option<&'static CCmId> {
     let m = IDS.lock().unwrap_or_else(|p| p.into_inner());
@@ -1292,7 +1292,7 @@ pub unsafe extern "C" fn rdma_get_cm_event(
         struct Used<'a>(&'a CCmId);
         impl Drop for Used<'_> {
             fn drop(&mut self) {
-                self.0.users.ack(1, || {});
+                self.0.users.ack(1);
             }
         }
         let _used = Used(cc);
