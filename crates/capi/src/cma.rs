@@ -198,10 +198,10 @@ pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_cha
 
 /// An `rdma_cm_id` and the rverbs id behind it. C threads share ids (rping's CM thread
 /// reads events while its main thread disconnects), so the owner is only reached through
-/// `&` (\[object\]): what changes is behind [`CCmId::lock`].
+/// `&` (\[object\]): what changes is behind a lock.
 #[repr(C)]
 pub struct CCmId {
-    /// What C sees (\[c-struct\]): written only by [`IdGuard`]'s drop, under the lock.
+    /// What C sees (\[c-struct\]): written back, under the id's lock, by the calls that change it.
     pub c: UnsafeCell<rdma_cm_id>,
     st: Mutex<IdState>,
     /// Calls of [`rdma_get_cm_event`] working on the id (found in [`IDS`]): destroy waits
