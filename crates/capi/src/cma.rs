@@ -198,10 +198,10 @@ pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_cha
 
 /// An `rdma_cm_id` and the rverbs id behind it. C threads share ids (rping's CM thread
 /// reads events while its main thread disconnects), so the owner is only reached through
-/// `&` (\[object\]): what changes is behind [`CCmId::lock`].
+/// `&` (\[object\]): what changes is behind a lock.
 #[repr(C)]
 pub struct CCmId {
-    /// What C sees (\[c-struct\]): written only by [`IdGuard`]'s drop, under the lock.
+    /// What C sees (\[c-struct\]): written back, under the id's lock, by the calls that change it.
     pub c: UnsafeCell<rdma_cm_id>,
     st: Mutex<IdState>,
     /// Calls of [`rdma_get_cm_event`] working on the id (found in [`IDS`]): destroy waits
@@ -306,7 +306,7 @@ impl CCmId {
 /// CCmId addresses by the uid the kernel echoes in their events (\[registry\]).
 static IDS: Mutex<Option<HashMap<u64, usize>>> = Mutex::new(None);
 
-/// The id with uid `uid`, counted as used by the caller (who calls `users.ack(1, ..)` when
+/// The id with uid `uid`, counted as used by the caller (who calls `users.ack(1)` when
 /// done with it); `None` when there is none.
 fn use_id(uid: u64) -> Option<&'static CCmId> {
     let m = IDS.lock().unwrap_or_else(|p| p.into_inner());
@@ -1292,7 +1292,7 @@ pub unsafe extern "C" fn rdma_get_cm_event(
         struct Used<'a>(&'a CCmId);
         impl Drop for Used<'_> {
             fn drop(&mut self) {
-                self.0.users.ack(1, || {});
+                self.0.users.ack(1);
             }
         }
         let _used = Used(cc);

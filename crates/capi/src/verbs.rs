@@ -36,7 +36,7 @@ use rverbs_uverbs::{
 };
 
 use crate::abi::*;
-use crate::events::EventCount;
+use crate::events::{add_to_c_counter, EventCount};
 
 // ---------------------------------------------------------------------------------------
 // errno and diagnostics
@@ -75,6 +75,8 @@ pub(crate) fn fail(e: &io::Error) -> c_int {
 }
 
 /// A NULL object pointer where `what` was expected: logged as [`fail`] logs; `EINVAL`.
+#[cold]
+#[inline(never)]
 pub(crate) fn null_arg(what: &str) -> c_int {
     fail(&io::Error::new(
         io::ErrorKind::InvalidInput,
@@ -86,6 +88,7 @@ pub(crate) fn null_arg(what: &str) -> c_int {
 ///
 /// # Safety
 /// `p` is NULL or an \[object\] pointer whose owner type is `O` (\[owner\]), alive for `'a`.
+#[inline(always)]
 pub(crate) unsafe fn owner<'a, C, O>(p: *mut C, what: &str) -> Option<&'a O> {
     if p.is_null() {
         null_arg(what);
@@ -1129,6 +1132,7 @@ pub unsafe extern "C" fn ibv_create_cq(
 
 /// # Safety
 /// `cq` is NULL or an \[object\] CQ pointer.
+#[inline(always)]
 pub(crate) unsafe fn ccq<'a>(cq: *mut ibv_cq) -> Option<&'a CCq> {
     // SAFETY: [object] cq, the first field of its CCq ([owner]).
     unsafe { owner(cq, "ibv_cq") }
@@ -1246,14 +1250,9 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
     // SAFETY: [object] cq.
     let c = obj!(unsafe { ccq(cq) }, unit);
     c.cq.ack_events(nevents);
-    c.events.ack(nevents, || {
-        // SAFETY: [c-struct] a raw read-modify-write of the field libibverbs counts in,
-        // serialised by the event lock.
-        unsafe {
-            let f = &raw mut (*c.c_ptr()).comp_events_completed;
-            *f = (*f).wrapping_add(nevents);
-        }
-    });
+    // SAFETY: [c-struct] the field libibverbs counts in, an aligned u32 of the live CQ.
+    unsafe { add_to_c_counter(&raw mut (*c.c_ptr()).comp_events_completed, nevents) };
+    c.events.ack(nevents);
 }
 
 // `ibv_wc` is the kernel's `ib_uverbs_wc` (which `RawWc` is) field for field, but for the
@@ -1399,6 +1398,7 @@ pub unsafe extern "C" fn ibv_create_srq(
 
 /// # Safety
 /// `srq` is NULL or an \[object\] SRQ pointer.
+#[inline(always)]
 pub(crate) unsafe fn csrq<'a>(srq: *mut ibv_srq) -> Option<&'a CSrq> {
     // SAFETY: [object] srq, the first field of its CSrq ([owner]).
     unsafe { owner(srq, "ibv_srq") }
@@ -1605,6 +1605,7 @@ impl CQp {
 
 /// # Safety
 /// `qp` is NULL or an \[object\] QP pointer.
+#[inline(always)]
 pub(crate) unsafe fn cqp<'a>(qp: *mut ibv_qp) -> Option<&'a CQp> {
     // SAFETY: [object] qp, the first field of its CQp ([owner]).
     unsafe { owner(qp, "ibv_qp") }
@@ -2544,35 +2545,23 @@ pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
             // SAFETY: [in] event: its element is the CQ ibv_get_async_event counted the event
             // on, kept alive until this ack ([registry]).
             let c = unsafe { &*ev.element.cast::<CCq>() };
-            c.events.ack(1, || {
-                // SAFETY: [c-struct] a raw read-modify-write, serialised by the event lock.
-                unsafe {
-                    let f = &raw mut (*c.c_ptr()).async_events_completed;
-                    *f = (*f).wrapping_add(1);
-                }
-            });
+            // SAFETY: [c-struct] an aligned u32 of the live object.
+            unsafe { add_to_c_counter(&raw mut (*c.c_ptr()).async_events_completed, 1) };
+            c.events.ack(1);
         }
         Some(AsyncKind::Qp) => {
             // SAFETY: as above, a QP.
             let q = unsafe { &*ev.element.cast::<CQp>() };
-            q.events.ack(1, || {
-                // SAFETY: [c-struct] as above.
-                unsafe {
-                    let f = &raw mut (*q.c_ptr()).qp_base.events_completed;
-                    *f = (*f).wrapping_add(1);
-                }
-            });
+            // SAFETY: [c-struct] an aligned u32 of the live object.
+            unsafe { add_to_c_counter(&raw mut (*q.c_ptr()).qp_base.events_completed, 1) };
+            q.events.ack(1);
         }
         Some(AsyncKind::Srq) => {
             // SAFETY: as above, an SRQ.
             let s = unsafe { &*ev.element.cast::<CSrq>() };
-            s.events.ack(1, || {
-                // SAFETY: [c-struct] as above.
-                unsafe {
-                    let f = &raw mut (*s.c.get()).events_completed;
-                    *f = (*f).wrapping_add(1);
-                }
-            });
+            // SAFETY: [c-struct] an aligned u32 of the live object.
+            unsafe { add_to_c_counter(&raw mut (*s.c.get()).events_completed, 1) };
+            s.events.ack(1);
         }
         None => {}
     }
