@@ -210,7 +210,15 @@ fn inventory(pkg: &str, krate: &str, features: &[&str]) -> Result<BTreeSet<Strin
     if !features.is_empty() {
         cmd.args(["--features", &features.join(",")]);
     }
-    cmd.args(["--", "-Z", "unstable-options", "--output-format", "json"]);
+    // Hidden items (`#[doc(hidden)]`) are public all the same: listed too.
+    cmd.args([
+        "--",
+        "-Z",
+        "unstable-options",
+        "--output-format",
+        "json",
+        "--document-hidden-items",
+    ]);
     let st = cmd
         .status()
         .map_err(|e| format!("cannot run rustup run nightly cargo rustdoc: {e}"))?;
@@ -470,8 +478,17 @@ impl<'a> Walker<'a> {
                     // Of the auto traits only Send and Sync are promises about soundness;
                     // Unpin, UnwindSafe, Freeze... and derive markers would be noise.
                     let synthetic = ib.get("is_synthetic").as_bool() == Some(true);
+                    // Derive internals: std's hidden `TrivialClone` impls (marked
+                    // `#[doc(hidden)]`), and the hidden marker traits derives implement.
+                    let hidden_impl = imp
+                        .get("attrs")
+                        .as_array()
+                        .iter()
+                        .any(|a| a.get("other").as_str() == Some("#[doc(hidden)]"));
                     if (synthetic && tname != "Send" && tname != "Sync")
+                        || hidden_impl
                         || tname == "StructuralPartialEq"
+                        || tname == "HasTag"
                     {
                         continue;
                     }
