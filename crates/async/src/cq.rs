@@ -49,6 +49,10 @@ impl AsRawFd for ChanFd {
 /// A completion channel registered with the current tokio runtime. Share it (`Arc`) between
 /// the [`AsyncCq`]s of the CQs attached to the channel: one registration, one reader, events
 /// counted per CQ.
+///
+/// Soundness: tokio's registration holds the channel (`Arc<CompChannel>`), so the fd it polls
+/// lives as long as the registration; events are read through `CompChannel::try_get_event`
+/// (copies), and completions through the CQ's locked poll. Nothing here is `unsafe`.
 pub struct AsyncCompChannel {
     fd: AsyncFd<ChanFd>,
     /// Events read and not yet applied: (CQ user handle, count). A channel serves few CQs,

@@ -535,6 +535,14 @@ fn check_abi_version() -> Result<(), io::Error> {
 /// threads or tasks, which may miss the fd's readiness because somebody else read the
 /// kernel's queue, are woken by the dispatcher: blocking waits inside rverbs register
 /// themselves, async layers through [`EventChannel::on_dispatch`].
+///
+/// ## Soundness
+///
+/// The channel opens the fixed path [`DEVICE_PATH`] itself (nothing lets safe code hand it
+/// another file) and lends its fd only borrowed. Each ucma command's response is written by
+/// the kernel into a local, zero-initialised struct and copied into the channel's queue by
+/// value; events' private data are copied into owned buffers; nothing the kernel writes is
+/// referenced in place, and every decoder of those bytes is fuzzed (`fuzz/`, stage `fuzz`).
 #[derive(Debug, Clone)]
 pub struct EventChannel {
     pub(crate) chan: Arc<Channel>,

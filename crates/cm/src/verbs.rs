@@ -146,6 +146,15 @@ impl Default for EndpointAttr {
 /// the peer sees DISCONNECTED as after [`Endpoint::disconnect`]; events of the id not yet
 /// taken are discarded. Call [`Endpoint::disconnect`] first to end the connection with the
 /// QP flushed (its outstanding work requests then complete with WR_FLUSH_ERR, to be polled).
+///
+/// # Soundness
+///
+/// An endpoint is an rdma_cm id plus verbs objects of `rverbs-uverbs` and inherits their
+/// arguments (docs/architecture.md, "Why this is sound"): [`Endpoint::post_send`] and
+/// [`Endpoint::post_recv`] take SGEs made from live [`Mr`]s only, [`Endpoint::post_send_inline`]
+/// copies a Rust slice into the work request during the call, and the blocking
+/// `get_send_comp` / `get_recv_comp` read completions through the CQ's locked poll. The fds it
+/// exposes (`send_comp_fd`, `recv_comp_fd`, the id's channel fd) are borrowed.
 pub struct Endpoint<C: CqOwnership = OwnCqs> {
     // Drop order: the QP first (it holds the CQs and PD), then the CQs and PD, then the id.
     qp: Arc<Qp>,

@@ -34,6 +34,14 @@ use crate::write;
 ///   CQ its `cq_user_handle` names — which may be *another* CQ of the same channel: keep a
 ///   map, never drop an event for a CQ you do not serve — then poll that CQ (it is disarmed
 ///   now) and go back to "before waiting".
+///
+/// ## Soundness
+///
+/// The channel owns the fd the kernel's CREATE_COMP_CHANNEL answer names (pre-set to -1,
+/// checked non-negative and not the command fd before it becomes an `OwnedFd`) and lends it
+/// only borrowed ([`AsFd`]). Events are read by `read()` into a local buffer and decoded by
+/// value; nothing the kernel writes is referenced in place. Reads from several threads are
+/// serialised by the kernel, each returning whole events.
 pub struct CompChannel {
     ctx: Arc<Context>,
     fd: OwnedFd,

@@ -85,6 +85,18 @@ pub(crate) enum Outcome {
 
 /// An open device: the uverbs command fd with its user context, and the async event fd.
 /// Closing it (drop) destroys the context and everything created in it.
+///
+/// # Soundness
+///
+/// A `Context` owns two fds and lends them only as [`BorrowedFd`]s, so safe code can neither
+/// close them nor make them outlive it. The command fd is the device node sysfs names, opened
+/// and `fstat`ed before the first command: it must be the character device whose number sysfs
+/// gives, so the write() commands that make the kernel write responses into our memory go to
+/// the uverbs driver and nowhere else. The async event fd comes from the kernel's answer,
+/// pre-set to -1 and validated before it becomes an `OwnedFd` (docs/architecture.md, "File
+/// descriptors"). Which sysfs tree is read is not a safe choice ([`crate::device::Sysfs::at`]
+/// is `unsafe`). The attached [`Driver`] is reached through [`Context::driver`], whose methods
+/// that map or trust kernel answers are `unsafe`.
 #[derive(Debug)]
 pub struct Context {
     device: Device,

@@ -27,6 +27,16 @@ use zerocopy::{FromBytes, IntoBytes};
 ///
 /// Polling locks a small lock around the provider's ring (uncontended: one compare-and-swap in,
 /// one store out), which makes `Cq` `Sync`: several threads may poll, arm and wait on it.
+///
+/// # Soundness
+///
+/// The ring is shared with the kernel (rxe) or the device (mlx5) and is never behind a Rust
+/// reference: the provider loads the producer index or owner bit with Acquire, copies each
+/// entry out by value, and publishes the consumer index with Release, all under the CQ's lock
+/// (so two threads never consume the same slots). A [`CqView`] holds that lock and reads only
+/// the caller's copies; forgetting one leaves the CQ locked (a hang, never UB). The ring is
+/// unmapped only after the kernel object is destroyed, and the CQ lives while any QP using it
+/// does (QPs hold `Arc<Cq>`), so nothing can write a ring that is gone.
 pub struct Cq {
     // Drop order: `Drop::drop` destroys the kernel object first; the fields then drop in
     // declaration order: the provider's data path (`ops`: rings unmapped, registrations

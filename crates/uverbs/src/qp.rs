@@ -349,6 +349,15 @@ impl QpInit {
 }
 
 /// A queue pair. Keeps its PD, CQs and SRQ alive; destroyed (then its rings unmapped) on drop.
+///
+/// # Soundness
+///
+/// Its send and receive rings (shared with the kernel or device) are written only by the
+/// provider under the QP's lock, one producer at a time, and published with Release before the
+/// doorbell. The safe posts take SGEs made from live [`Mr`](crate::mr::Mr)s ([`MrSge`](crate::wr::MrSge)),
+/// so the device can reach nothing but registered memory of this PD, and INLINE payloads are
+/// read with the one copy rule of [`crate::shared`]; hand-made SGEs need the `unsafe`
+/// [`Qp::post_send_raw`] / [`Qp::post_recv_raw`] (docs/architecture.md, "Posting").
 pub struct Qp {
     // Drop order: `Drop::drop` destroys the kernel object first; the fields then drop in
     // declaration order: the provider's data path (`ops`: rings unmapped, registrations

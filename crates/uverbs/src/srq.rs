@@ -35,6 +35,13 @@ pub struct SrqAttr {
 }
 
 /// A shared receive queue.
+///
+/// # Soundness
+///
+/// Its ring is written only by the provider under the SRQ's lock and published with Release;
+/// the safe [`Srq::post_recv`] takes SGEs made from live [`Mr`](crate::mr::Mr)s only, so the
+/// device writes nothing but registered memory of this PD (raw SGEs need the `unsafe`
+/// [`Srq::post_recv_raw`]). QPs using the SRQ hold it (`Arc`), so its ring outlives them.
 pub struct Srq {
     // Drop order: `Drop::drop` destroys the kernel object first; the fields then drop in
     // declaration order: the provider's data path (`ops`: rings unmapped, registrations
