@@ -28,7 +28,10 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rverbs_cm::{CmEvent, CmEventKind, CmId, ConnParam, EventChannel, PortSpace, QpType};
+use rverbs_cm::{
+    CmEvent, CmEventKind, CmId, ConnParam, EventChannel, McJoinFlags, PortSpace, QpType,
+    UdEventParam,
+};
 use rverbs_uverbs::Error;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
@@ -305,6 +308,45 @@ impl AsyncCmId {
             return Ok(());
         }
         self.expect("accept", &[CmEventKind::ESTABLISHED]).await
+    }
+
+    /// `join_multicast` ([`CmId::join_multicast`]), completed by MULTICAST_JOIN: returns its
+    /// UD parameters (the AH attributes, QP number and Q_Key for sending to the group, and the
+    /// GID and LID a receiving QP attaches to). On MULTICAST_ERROR (or any other event of the
+    /// id) the group is left again and the error names the event. Join one group at a time per
+    /// id: the future takes the id's next event. Not cancel-safe: dropped while waiting, the
+    /// join stands (leave it with [`AsyncCmId::leave_multicast`]).
+    pub async fn join_multicast(
+        &self,
+        addr: SocketAddr,
+        flags: McJoinFlags,
+    ) -> io::Result<UdEventParam> {
+        self.id.join_multicast(addr, flags)?;
+        let r = self
+            .expect("join_multicast", &[CmEventKind::MULTICAST_JOIN])
+            .await;
+        let ud = self
+            .last
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .and_then(|e| e.ud());
+        match (r, ud) {
+            (Ok(()), Some(ud)) => Ok(ud),
+            (r, _) => {
+                if let Err(l) = self.id.leave_multicast(addr) {
+                    tracing::warn!("leaving {} after the failed join: {l}", addr.ip());
+                }
+                Err(r.err().unwrap_or_else(|| {
+                    Error::protocol("join_multicast", "MULTICAST_JOIN without UD parameters").into()
+                }))
+            }
+        }
+    }
+
+    /// `leave_multicast` ([`CmId::leave_multicast`]; no event: immediate).
+    pub fn leave_multicast(&self, addr: SocketAddr) -> io::Result<u32> {
+        self.id.leave_multicast(addr)
     }
 
     /// `disconnect`, completed by this id's DISCONNECTED, which comes when the peer answers the

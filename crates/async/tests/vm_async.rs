@@ -1080,3 +1080,48 @@ fn async_client_sees_a_killed_server() {
         assert_prompt(ended, killed);
     });
 }
+
+/// `AsyncCmId::join_multicast` resolves to the MULTICAST_JOIN's UD parameters; a failed join
+/// and a leave of a group not joined are refused by name, nothing left joined.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn async_mcast_join_and_leave() {
+    // rdma_cm's resolution of a group needs a multicast route (rxe0 on d0: 10.10.0.1).
+    let _ = Command::new("ip")
+        .args(["route", "replace", "224.0.0.0/4", "dev", "d0"])
+        .status();
+    current_thread().block_on(async {
+        let local = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 10, 0, 1)), 0);
+        let grp = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(239, 1, 25, 7)), 0);
+        let ch = AsyncEventChannel::new().unwrap();
+        let id = ch.create_id(PortSpace::UDP).unwrap();
+        id.resolve_addr(Some(local), grp, Duration::from_secs(2))
+            .await
+            .unwrap();
+        let e = id
+            .join_multicast(local, rverbs_cm::McJoinFlags::FULL_MEMBER)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("not a multicast address"), "{e}");
+        let ud = id
+            .join_multicast(grp, rverbs_cm::McJoinFlags::FULL_MEMBER)
+            .await
+            .unwrap();
+        assert_eq!(ud.qp_num, 0xff_ffff);
+        assert_eq!(ud.mcast_group().0.to_string(), "::ffff:239.1.25.7");
+        assert!(id.id().multicast_handle(grp).is_some());
+        id.leave_multicast(grp).unwrap();
+        let e = id.leave_multicast(grp).unwrap_err();
+        assert!(e.to_string().contains("has not joined"), "{e}");
+        // A UD id without a device: the kernel refuses the join; nothing stays joined.
+        let fresh = ch.create_id(PortSpace::UDP).unwrap();
+        assert!(fresh
+            .join_multicast(grp, rverbs_cm::McJoinFlags::FULL_MEMBER)
+            .await
+            .is_err());
+        assert_eq!(fresh.id().multicast_handle(grp), None);
+    });
+}

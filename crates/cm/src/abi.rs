@@ -220,6 +220,33 @@ pub struct rdma_ucm_bind {
     pub addr: sockaddr_storage,
 }
 
+/// `struct rdma_ucm_join_mcast` (152 bytes); the response is `rdma_ucm_create_id_resp`
+/// (the multicast's kernel id, the `id` of its events and of `LEAVE_MCAST`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct rdma_ucm_join_mcast {
+    pub response: u64,
+    /// Echoed as the `uid` of the join's MULTICAST_JOIN / MULTICAST_ERROR events.
+    pub uid: u64,
+    pub id: u32,
+    /// Must equal the size the family implies.
+    pub addr_size: u16,
+    /// `RDMA_MC_JOIN_FLAG_*`.
+    pub join_flags: u16,
+    pub addr: sockaddr_storage,
+}
+
+/// `struct rdma_ucm_join_ip_mcast` (48 bytes): `JOIN_IP_MCAST`, the join of kernels before
+/// `JOIN_MCAST` (always a full member).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct rdma_ucm_join_ip_mcast {
+    pub response: u64,
+    pub uid: u64,
+    pub addr: sockaddr_in6,
+    pub id: u32,
+}
+
 /// `struct rdma_ucm_resolve_ip` (64 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]

@@ -129,9 +129,9 @@ pub(crate) fn to_storage(addr: &SocketAddr) -> (sockaddr_storage, u16) {
 }
 
 /// Encodes an IP socket address into the `sockaddr_in6` slot of the pre-AF_IB commands
-/// (`BIND_IP`, `RESOLVE_IP`): an IPv4 address keeps its own family and layout in that slot.
-/// (rverbs sends the AF_IB-capable `BIND`/`RESOLVE_ADDR`; this serves the encoding tests.)
-#[cfg(test)]
+/// (`BIND_IP`, `RESOLVE_IP`, `JOIN_IP_MCAST`): an IPv4 address keeps its own family and layout
+/// in that slot. (rverbs sends the AF_IB-capable `BIND`/`RESOLVE_ADDR`; `JOIN_IP_MCAST` only
+/// on kernels without `JOIN_MCAST`.)
 pub(crate) fn to_in6_slot(addr: &SocketAddr) -> sockaddr_in6 {
     match addr {
         SocketAddr::V4(a) => {

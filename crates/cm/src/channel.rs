@@ -130,6 +130,23 @@ impl Dispatch {
         self.claimed.contains(&uid)
     }
 
+    /// Drops the queued MULTICAST_JOIN / MULTICAST_ERROR events of the join `mc_id` of
+    /// `uid` (the group was left; the kernel discarded those it still held).
+    pub(crate) fn drop_multicast_events(&mut self, uid: u64, mc_id: u32) {
+        self.queue.retain(|e| {
+            let kind = CmEventKind(e.event);
+            !(e.uid == uid
+                && e.id == mc_id
+                && (kind == CmEventKind::MULTICAST_JOIN || kind == CmEventKind::MULTICAST_ERROR))
+        });
+    }
+
+    /// Queues an event as if read from the kernel (tests).
+    #[cfg(test)]
+    pub(crate) fn queue_for_test(&mut self, e: abi::rdma_ucm_event_resp) {
+        self.queue.push_back(e);
+    }
+
     /// Forgets `uid` (its id is destroyed or moved): returns its queued events.
     pub(crate) fn forget(&mut self, uid: u64) -> Vec<abi::rdma_ucm_event_resp> {
         self.claimed.remove(&uid);

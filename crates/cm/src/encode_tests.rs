@@ -601,3 +601,74 @@ fn events_of_foreign_uids_decode_as_connected() {
     assert!(ev.conn().is_some());
     assert!(ev.private_data().is_empty());
 }
+
+/// JOIN_MCAST and LEAVE_MCAST bytes; the refusals send nothing; leaving drops the join's
+/// events the dispatcher already read.
+#[test]
+fn multicast_join_and_leave() {
+    use crate::types::McJoinFlags;
+    let mut f = Fake::new();
+    let id = f.id(7, PortSpace::UDP, QpType::UD);
+    let grp: SocketAddr = "239.1.2.3:0".parse().unwrap();
+    assert!(id
+        .join_multicast(grp, McJoinFlags::SENDONLY_FULL_MEMBER)
+        .unwrap()
+        .is_none());
+    let (c, i, o, p) = f.one();
+    assert_eq!((c, i, o), (cmd::JOIN_MCAST, 152, 4));
+    let req = abi::rdma_ucm_join_mcast::read_from_bytes(&p).unwrap();
+    assert_ne!(req.response, 0);
+    assert_eq!(req.uid, id.uid(), "the join's events carry the id's uid");
+    assert_eq!((req.id, req.addr_size, req.join_flags), (7, 16, 1));
+    assert_eq!(u16_at(req.addr.as_bytes(), 0), abi::AF_INET);
+    assert_eq!(&req.addr.as_bytes()[4..8], &[239, 1, 2, 3]);
+    // No kernel answered: the join's kernel id is 0.
+    assert_eq!(id.multicast_handle(grp), Some(0));
+
+    // Refused without a command: the same group again, a unicast address, bad flags, a
+    // non-UD id, a leave of a group not joined.
+    let e = id
+        .join_multicast(grp, McJoinFlags::FULL_MEMBER)
+        .unwrap_err();
+    assert!(e.to_string().contains("already joined"), "{e}");
+    let e = id
+        .join_multicast("10.1.2.3:0".parse().unwrap(), McJoinFlags::FULL_MEMBER)
+        .unwrap_err();
+    assert!(e.to_string().contains("not a multicast address"), "{e}");
+    let e = id
+        .join_multicast("[ff02::1]:0".parse().unwrap(), McJoinFlags(2))
+        .unwrap_err();
+    assert!(e.to_string().contains("unknown join flags 2"), "{e}");
+    let rc = f.id(8, PortSpace::TCP, QpType::RC);
+    let e = rc
+        .join_multicast(grp, McJoinFlags::FULL_MEMBER)
+        .unwrap_err();
+    assert!(e.to_string().contains("needs a UD id"), "{e}");
+    assert!(e.to_string().contains("rdma_cm id 8"), "{e}");
+    let e = id
+        .leave_multicast("239.9.9.9:0".parse().unwrap())
+        .unwrap_err();
+    assert!(e.to_string().contains("has not joined"), "{e}");
+    assert!(f.commands().is_empty());
+
+    // A MULTICAST_JOIN of the join already read by the dispatcher, and another event.
+    for (kind, h) in [
+        (CmEventKind::MULTICAST_JOIN, 0),
+        (CmEventKind::ADDR_CHANGE, 7),
+    ] {
+        let mut r = abi::rdma_ucm_event_resp::new_zeroed();
+        r.uid = id.uid();
+        r.id = h;
+        r.event = kind.0;
+        f.chan.lock().queue_for_test(r);
+    }
+    id.leave_multicast(grp).unwrap();
+    let (c, i, o, p) = f.one();
+    assert_eq!((c, i, o), (cmd::LEAVE_MCAST, 16, 4));
+    assert_eq!(u32_at(&p, 8), 0, "the join's kernel id");
+    assert_eq!(id.multicast_handle(grp), None);
+    let left: Vec<u32> = std::iter::from_fn(|| f.chan.lock().take_for(id.uid()))
+        .map(|e| e.event)
+        .collect();
+    assert_eq!(left, vec![CmEventKind::ADDR_CHANGE.0]);
+}

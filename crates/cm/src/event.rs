@@ -54,6 +54,24 @@ pub struct UdEventParam {
     pub ah_attr: abi::ib_uverbs_ah_attr,
 }
 
+impl UdEventParam {
+    /// `ah_attr` as the verbs address vector, ready for
+    /// [`Ah::create`](rverbs_uverbs::ah::Ah::create): for a multicast event, the AH that sends
+    /// to the group.
+    pub fn ah(&self) -> rverbs_uverbs::ah::AhAttr {
+        crate::qp_attr::ah_from_kernel(&self.ah_attr)
+    }
+
+    /// For a multicast event: the group's GID and LID, what a receiving QP attaches to
+    /// ([`Qp::attach_mcast`](rverbs_uverbs::qp::Qp::attach_mcast)).
+    pub fn mcast_group(&self) -> (rverbs_uverbs::gid::Gid, u16) {
+        (
+            rverbs_uverbs::gid::Gid(self.ah_attr.grh.dgid),
+            self.ah_attr.dlid,
+        )
+    }
+}
+
 /// One rdma_cm event.
 ///
 /// `status` is what the kernel put there: 0, a negative errno (e.g. −110 ETIMEDOUT for
@@ -112,7 +130,8 @@ impl CmEvent {
             .then_some(RejectReason(self.raw.status))
     }
 
-    /// The kernel handle of the id the event is about: for CONNECT_REQUEST the **new** id, else
+    /// The kernel handle of the id the event is about: for CONNECT_REQUEST the **new** id,
+    /// for MULTICAST_JOIN / MULTICAST_ERROR the join's ([`CmId::multicast_handle`]), else
     /// the id the event was reported on.
     pub fn id_handle(&self) -> u32 {
         self.raw.id

@@ -4,6 +4,7 @@
 //! `query` (INIT_QP_ATTR and the QUERY commands), `options` (SET_OPTION and notify).
 
 mod connect;
+mod multicast;
 mod options;
 mod query;
 
@@ -100,6 +101,10 @@ fn needs(op: &str) -> &'static str {
             "it needs a pending connection request not yet accepted or rejected (or, on the \
              active side, a CONNECT_RESPONSE)"
         }
+        "join_multicast" => {
+            "the id needs a device: bind it to a local address or resolve the group's address \
+             from a local one first"
+        }
         "establish" => "it needs a CONNECT_RESPONSE on an active RC id",
         "reject" => "it needs a pending connection request",
         "disconnect" => "it needs a connection (connecting or established)",
@@ -120,6 +125,8 @@ struct IdState {
     req_depths: Option<(u8, u8)>,
     /// Device limits (max_qp_init_rd_atom, max_qp_rd_atom) when the caller told us.
     rd_max: Option<(u8, u8)>,
+    /// The multicast groups joined and not left.
+    joined: Vec<multicast::Joined>,
 }
 
 /// An rdma_cm identifier: the rdma_cm's equivalent of a socket.
@@ -218,6 +225,7 @@ impl CmId {
                 sync_timeout: None,
                 req_depths: None,
                 rd_max: None,
+                joined: Vec::new(),
             }),
         })
     }
@@ -244,6 +252,7 @@ impl CmId {
                 sync_timeout: None,
                 req_depths: Some(req_depths),
                 rd_max: None,
+                joined: Vec::new(),
             }),
         }
     }

@@ -49,5 +49,5 @@ pub use conn_param::{ConnParam, DEFAULT_RETRY_COUNT, DEFAULT_RNR_RETRY_COUNT, FA
 pub use event::{CmEvent, ConnEventParam, UdEventParam};
 pub use id::CmId;
 pub use query::{AddrQuery, GidQuery, PathRecord, RouteQuery};
-pub use types::{CmEventKind, PortSpace, QpAttrMask, QpState, QpType, RejectReason};
+pub use types::{CmEventKind, McJoinFlags, PortSpace, QpAttrMask, QpState, QpType, RejectReason};
 pub use verbs::{Endpoint, EndpointAttr, OwnCqs, UserCqs};

@@ -9,13 +9,9 @@ use rverbs_uverbs::qp::QpAttr;
 use crate::abi;
 use crate::types::{QpAttrMask, QpState};
 
-/// The verbs modify-QP attributes of what `INIT_QP_ATTR` returned: exactly the fields the
-/// kernel's mask names. Fields the verbs modify does not send (the alternate path, path
-/// migration state, capacities, rate limit) are left out.
-pub(crate) fn from_kernel(r: &abi::ib_uverbs_qp_attr) -> QpAttr {
-    let m = QpAttrMask::from_bits_retain(r.qp_attr_mask);
-    let on = |bit: QpAttrMask| m.contains(bit);
-    let ah = |x: &abi::ib_uverbs_ah_attr| AhAttr {
+/// The verbs address vector of the kernel's `ib_uverbs_ah_attr`.
+pub(crate) fn ah_from_kernel(x: &abi::ib_uverbs_ah_attr) -> AhAttr {
+    AhAttr {
         dlid: x.dlid,
         sl: x.sl,
         src_path_bits: x.src_path_bits,
@@ -28,7 +24,16 @@ pub(crate) fn from_kernel(r: &abi::ib_uverbs_qp_attr) -> QpAttr {
             hop_limit: x.grh.hop_limit,
             traffic_class: x.grh.traffic_class,
         }),
-    };
+    }
+}
+
+/// The verbs modify-QP attributes of what `INIT_QP_ATTR` returned: exactly the fields the
+/// kernel's mask names. Fields the verbs modify does not send (the alternate path, path
+/// migration state, capacities, rate limit) are left out.
+pub(crate) fn from_kernel(r: &abi::ib_uverbs_qp_attr) -> QpAttr {
+    let m = QpAttrMask::from_bits_retain(r.qp_attr_mask);
+    let on = |bit: QpAttrMask| m.contains(bit);
+    let ah = ah_from_kernel;
     QpAttr {
         qp_state: on(QpAttrMask::STATE).then_some(QpState(r.qp_state as u8)),
         cur_qp_state: on(QpAttrMask::CUR_STATE).then_some(QpState(r.cur_qp_state as u8)),

@@ -33,6 +33,18 @@ raw_newtype! {
 }
 
 raw_newtype! {
+    /// The join state of [`crate::CmId::join_multicast`] (`RDMA_MC_JOIN_FLAG_*` of
+    /// `rdma_user_cm.h`).
+    McJoinFlags(u16) {
+        /// Send to and receive from the group.
+        FULL_MEMBER = 0;
+        /// Send only: the port does not receive the group's traffic (InfiniBand SA
+        /// send-only full member; on RoCE no IGMP join is made).
+        SENDONLY_FULL_MEMBER = 1;
+    }
+}
+
+raw_newtype! {
     /// `enum rdma_ucm_port_space`: the namespace of ports (and the IB service id's high bits).
     PortSpace(u16) {
         /// Reliable connected (RC) ids.

@@ -42,13 +42,14 @@ use rverbs_uverbs::error::{PostError, PostQueue};
 use rverbs_uverbs::mr::{AccessFlags, Mr, MrMemory, RegisterError};
 use rverbs_uverbs::pd::Pd;
 use rverbs_uverbs::qp::QpCaps;
-use rverbs_uverbs::qp::{self as vqp, Qp, QpInit};
+use rverbs_uverbs::qp::{self as vqp, Qp, QpAttr, QpInit};
 use rverbs_uverbs::{
     Error, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion,
 };
 
 use crate::channel::Woke;
-use crate::{CmEventKind, CmId, ConnParam, QpState, QpType};
+use crate::{CmEvent, CmEventKind, CmId, ConnParam, McJoinFlags, QpState, QpType, UdEventParam};
+use std::net::SocketAddr;
 
 /// How long a completion wait goes on after the connection ended before it fails: completions
 /// in flight (the ACK of our last send, flushed work requests) arrive within it.
@@ -511,8 +512,18 @@ impl<C: CqOwnership> Endpoint<C> {
         // connecting); a UD QP all the way to RTS.
         cm_modify(&id, &qp, QpState::INIT)?;
         if id.qp_type() == QpType::UD {
-            cm_modify(&id, &qp, QpState::RTR)?;
-            cm_modify(&id, &qp, QpState::RTS)?;
+            // INIT_QP_ATTR answers a UD id with its INIT attributes (P_Key index, port,
+            // Q_Key) whatever state is asked; the kernel refuses those on INIT→RTR. Like
+            // librdmacm (`ucma_init_ud_qp`): RTR with the state alone, RTS with SQ PSN 0.
+            qp.modify(&QpAttr {
+                qp_state: Some(QpState::RTR),
+                ..Default::default()
+            })?;
+            qp.modify(&QpAttr {
+                qp_state: Some(QpState::RTS),
+                sq_psn: Some(0),
+                ..Default::default()
+            })?;
         }
         Ok(Endpoint {
             qp,
@@ -545,6 +556,75 @@ impl<C: CqOwnership> Endpoint<C> {
     /// kernel may have moved it to ERR since).
     pub fn cached_qp_state(&self) -> QpState {
         self.qp.cached_state()
+    }
+
+    /// Joins the multicast group `addr` ([`CmId::join_multicast`]) and, on a synchronous id,
+    /// attaches the endpoint's UD QP to the group the MULTICAST_JOIN event names (what
+    /// librdmacm's `rdma_join_multicast` does on an id with a QP), returning the event's UD
+    /// parameters: [`UdEventParam::ah`] and `qkey` address the group for sending. On an
+    /// asynchronous id the join is only issued (`None`): pass its MULTICAST_JOIN event to
+    /// [`Endpoint::attach_multicast`]. A send-only join attaches nothing.
+    pub fn join_multicast(
+        &self,
+        addr: SocketAddr,
+        flags: McJoinFlags,
+    ) -> io::Result<Option<UdEventParam>> {
+        let Some(ud) = self.id.join_multicast(addr, flags)? else {
+            return Ok(None);
+        };
+        if flags != McJoinFlags::SENDONLY_FULL_MEMBER {
+            let mc_id = self.id.multicast_handle(addr).unwrap_or(u32::MAX);
+            if let Err(e) = self.attach(mc_id, &ud) {
+                if let Err(l) = self.id.leave_multicast(addr) {
+                    tracing::warn!("leaving {} after the failed attach: {l}", addr.ip());
+                }
+                return Err(e);
+            }
+        }
+        Ok(Some(ud))
+    }
+
+    /// Attaches the endpoint's QP to the group of `ev`, a MULTICAST_JOIN event of this
+    /// endpoint's id (asynchronous ids; see [`Endpoint::join_multicast`]), and returns its UD
+    /// parameters. Refuses any other event.
+    pub fn attach_multicast(&self, ev: &CmEvent) -> io::Result<UdEventParam> {
+        let op = || format!("attach_multicast on rdma_cm id {}", self.id.handle());
+        let joined = (ev.kind() == CmEventKind::MULTICAST_JOIN && ev.is_for(&self.id))
+            .then(|| self.id.joined_by_handle(ev.id_handle()))
+            .flatten();
+        let (Some(_), Some(ud)) = (joined, ev.ud()) else {
+            return Err(Error::invalid(
+                op(),
+                format!("{ev} is not a MULTICAST_JOIN of a group this id joined"),
+            )
+            .into());
+        };
+        self.attach(ev.id_handle(), &ud)?;
+        Ok(ud)
+    }
+
+    fn attach(&self, mc_id: u32, ud: &UdEventParam) -> io::Result<()> {
+        let (gid, lid) = ud.mcast_group();
+        self.qp.attach_mcast(&gid, lid)?;
+        self.id.set_attached(mc_id, Some((gid, lid)));
+        Ok(())
+    }
+
+    /// Detaches the endpoint's QP from the group `addr` (if [`Endpoint::join_multicast`] or
+    /// [`Endpoint::attach_multicast`] attached it) and leaves the group
+    /// ([`CmId::leave_multicast`]): no more datagrams of the group arrive after this returns.
+    pub fn leave_multicast(&self, addr: SocketAddr) -> io::Result<u32> {
+        if let Some(j) = self
+            .id
+            .multicast_handle(addr)
+            .and_then(|h| self.id.joined_by_handle(h))
+        {
+            if let Some((gid, lid)) = j.attached {
+                self.qp.detach_mcast(&gid, lid)?;
+                self.id.set_attached(j.mc_id, None);
+            }
+        }
+        self.id.leave_multicast(addr)
     }
 
     /// Whether the connection has ended: the rdma_cm reported DISCONNECTED or DEVICE_REMOVAL

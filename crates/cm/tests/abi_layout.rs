@@ -86,6 +86,16 @@ fn table() -> Vec<Entry> {
             [id, addr_size, reserved, addr]
         ),
         entry!(
+            rdma_ucm_join_mcast,
+            "struct rdma_ucm_join_mcast",
+            [response, uid, id, addr_size, join_flags, addr]
+        ),
+        entry!(
+            rdma_ucm_join_ip_mcast,
+            "struct rdma_ucm_join_ip_mcast",
+            [response, uid, addr, id]
+        ),
+        entry!(
             rdma_ucm_resolve_ip,
             "struct rdma_ucm_resolve_ip",
             [src_addr, dst_addr, id, timeout_ms]
@@ -342,6 +352,14 @@ fn constants() -> Vec<(&'static str, u64)> {
         ("RDMA_USER_CM_CMD_BIND", cmd::BIND.into()),
         ("RDMA_USER_CM_CMD_RESOLVE_ADDR", cmd::RESOLVE_ADDR.into()),
         ("RDMA_USER_CM_CMD_JOIN_MCAST", cmd::JOIN_MCAST.into()),
+        (
+            "RDMA_MC_JOIN_FLAG_FULLMEMBER",
+            rverbs_cm::McJoinFlags::FULL_MEMBER.0.into(),
+        ),
+        (
+            "RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER",
+            rverbs_cm::McJoinFlags::SENDONLY_FULL_MEMBER.0.into(),
+        ),
         ("RDMA_PS_IPOIB", ps::IPOIB.into()),
         ("RDMA_PS_IB", ps::IB.into()),
         ("RDMA_PS_TCP", ps::TCP.into()),

@@ -38,6 +38,17 @@ raw_newtype! {
 pub struct Gid(pub [u8; 16]);
 
 impl Gid {
+    /// True for a multicast GID, the only kind a QP can be attached to
+    /// ([`Qp::attach_mcast`](crate::qp::Qp::attach_mcast)): `ff00::/8`, or an IPv4-mapped
+    /// multicast address (`::ffff:224.0.0.0/100`), which is how rdma_cm names an IPv4 group on
+    /// RoCE v2 (the kernel's `rdma_is_multicast_addr` accepts the same two).
+    pub fn is_multicast(&self) -> bool {
+        match self.to_ipv4_mapped() {
+            Some(v4) => v4.is_multicast(),
+            None => self.0[0] == 0xff,
+        }
+    }
+
     /// All bytes zero (an unused table slot).
     pub fn is_zero(&self) -> bool {
         self.0 == [0; 16]
@@ -332,6 +343,27 @@ mod tests {
 
     fn g(s: &str) -> Gid {
         Gid(s.parse::<std::net::Ipv6Addr>().unwrap().octets())
+    }
+
+    #[test]
+    fn multicast_gids() {
+        for m in [
+            "ff0e::ffff:239.1.2.3",
+            "ff02::1",
+            "::ffff:239.1.25.1",
+            "::ffff:224.0.0.1",
+        ] {
+            assert!(g(m).is_multicast(), "{m}");
+        }
+        for u in [
+            "::ffff:10.10.0.1",
+            "fe80::1",
+            "::",
+            "::ffff:223.255.255.255",
+            "fe00::1",
+        ] {
+            assert!(!g(u).is_multicast(), "{u}");
+        }
     }
 
     #[test]

@@ -4,14 +4,16 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bitflags::bitflags;
 use zerocopy::IntoBytes;
 
 use crate::abi::cmd::nr;
 use crate::abi::ioctl::{object, qp, UVERBS_ATTR_UHW_IN, UVERBS_ATTR_UHW_OUT};
-use crate::abi::obj::{ib_uverbs_create_qp, ib_uverbs_create_qp_resp, ib_uverbs_destroy_qp};
+use crate::abi::obj::{
+    ib_uverbs_attach_mcast, ib_uverbs_create_qp, ib_uverbs_create_qp_resp, ib_uverbs_destroy_qp,
+};
 use crate::abi::obj::{
     ib_uverbs_destroy_qp_resp, ib_uverbs_modify_qp, ib_uverbs_qp_cap, ib_uverbs_qp_dest,
     ib_uverbs_query_qp, ib_uverbs_query_qp_resp, IB_UVERBS_QP_CREATE_SQ_SIG_ALL,
@@ -23,6 +25,7 @@ use crate::cq::Cq;
 use crate::driver::{KernelObj, OpsGuard, OpsLock, QpCreated, QpOps, QpRequest};
 use crate::error::{Error, Result};
 use crate::error::{PostError, PostQueue};
+use crate::gid::Gid;
 use crate::ioctl::IoctlCall;
 use crate::mr::AccessFlags;
 use crate::newtype::raw_newtype;
@@ -374,6 +377,10 @@ pub struct Qp {
     sq_sig_all: bool,
     user_handle: u64,
     state: AtomicU8,
+    /// The multicast groups (GID, LID) the QP is attached to, held across each attach and
+    /// detach command so that it matches the kernel's list: the kernel refuses (EBUSY) to
+    /// destroy a QP that is still attached, so drop detaches these first.
+    mcast: Mutex<Vec<(Gid, u16)>>,
 }
 
 impl fmt::Debug for Qp {
@@ -540,6 +547,7 @@ impl Qp {
                     sq_sig_all: init.sq_sig_all,
                     user_handle,
                     state: AtomicU8::new(QpState::RESET.0),
+                    mcast: Mutex::new(Vec::new()),
                     ops: OpsLock::new(ops),
                 }))
             }
@@ -717,6 +725,77 @@ impl Qp {
         })
     }
 
+    /// Attaches this UD QP to the multicast group `gid` (`ATTACH_MCAST`): datagrams sent to
+    /// the group are then delivered to its receive queue. `lid` is the group's multicast LID
+    /// on InfiniBand, 0 on RoCE (rdma_cm's MULTICAST_JOIN event gives both:
+    /// `ah_attr.grh.dgid` and `ah_attr.dlid`).
+    ///
+    /// Refused before the kernel is asked: a GID that is not multicast ([`Gid::is_multicast`]:
+    /// `ff00::/8` or an IPv4-mapped multicast address) and a QP
+    /// that is not UD. Attaching twice to the same group is not an error (the kernel keeps one
+    /// attachment).
+    ///
+    /// Dropping the QP detaches it from every group it is still attached to, then destroys
+    /// it: the kernel refuses to destroy an attached QP (EBUSY; rdma-core's `ibv_destroy_qp`
+    /// then fails and the caller must detach first), and detaches by itself only when the
+    /// whole context is closed.
+    pub fn attach_mcast(&self, gid: &Gid, lid: u16) -> Result<()> {
+        self.mcast("attach", nr::ATTACH_MCAST, gid, lid)
+    }
+
+    /// Detaches this QP from the multicast group `gid` / `lid` (`DETACH_MCAST`). The kernel
+    /// refuses (EINVAL) a group the QP is not attached to.
+    pub fn detach_mcast(&self, gid: &Gid, lid: u16) -> Result<()> {
+        self.mcast("detach", nr::DETACH_MCAST, gid, lid)
+    }
+
+    fn mcast(&self, what: &str, command: u32, gid: &Gid, lid: u16) -> Result<()> {
+        let ctx = self.pd.context();
+        let op = || {
+            format!(
+                "{what} {} QP {:#x} on {} to multicast group {gid} (LID {lid:#x})",
+                self.qp_type,
+                self.qp_num,
+                ctx.name()
+            )
+        };
+        if !gid.is_multicast() {
+            return Err(Error::invalid(
+                op(),
+                "the GID is not a multicast GID (ff00::/8 or IPv4-mapped 224.0.0.0/4)",
+            )
+            .into());
+        }
+        if self.qp_type != QpType::UD {
+            return Err(Error::invalid(op(), "only UD QPs can join multicast groups").into());
+        }
+        let mut groups = self.mcast.lock().unwrap_or_else(|p| p.into_inner());
+        mcast_cmd(ctx, command, self.handle, gid, lid).map_err(|e| -> std::io::Error {
+            let err = Error::os(op(), e);
+            if command == nr::DETACH_MCAST && e == rustix::io::Errno::INVAL {
+                err.with_detail("the QP is not attached to this group")
+                    .into()
+            } else {
+                err.into()
+            }
+        })?;
+        let at = groups.iter().position(|g| *g == (*gid, lid));
+        match (command, at) {
+            (nr::ATTACH_MCAST, None) => groups.push((*gid, lid)),
+            (nr::DETACH_MCAST, Some(i)) => {
+                groups.swap_remove(i);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The multicast groups (GID, LID) this QP is attached to through
+    /// [`Qp::attach_mcast`].
+    pub fn mcast_groups(&self) -> Vec<(Gid, u16)> {
+        self.mcast.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     #[inline]
     fn lock(&self) -> OpsGuard<'_, Box<dyn QpOps>> {
         self.ops.lock()
@@ -856,6 +935,23 @@ fn create_qp_write(
     })
 }
 
+/// Sends `ATTACH_MCAST` or `DETACH_MCAST` (same request layout, no response).
+fn mcast_cmd(
+    ctx: &Context,
+    command: u32,
+    qp_handle: u32,
+    gid: &Gid,
+    lid: u16,
+) -> std::result::Result<(), rustix::io::Errno> {
+    let req = ib_uverbs_attach_mcast {
+        gid: gid.0,
+        qp_handle,
+        mlid: lid,
+        reserved: 0,
+    };
+    write::cmd_legacy(ctx.cmd_fd(), command, req.as_bytes(), &[], &mut [])
+}
+
 fn destroy_kernel_qp(pd: &Pd, handle: u32) -> Result<u32> {
     let ctx = pd.context();
     let mut resp = ib_uverbs_destroy_qp_resp::default();
@@ -879,6 +975,16 @@ fn destroy_kernel_qp(pd: &Pd, handle: u32) -> Result<u32> {
 
 impl Drop for Qp {
     fn drop(&mut self) {
+        // The kernel refuses to destroy a QP that is still attached to a group.
+        let groups = std::mem::take(self.mcast.get_mut().unwrap_or_else(|p| p.into_inner()));
+        for (gid, lid) in groups {
+            if let Err(e) = mcast_cmd(self.pd.context(), nr::DETACH_MCAST, self.handle, &gid, lid) {
+                tracing::error!(
+                    "detach QP {:#x} from multicast group {gid} before destroying it: {e}",
+                    self.qp_num
+                );
+            }
+        }
         if let Err(e) = destroy_kernel_qp(&self.pd, self.handle) {
             tracing::error!("{e}");
         }

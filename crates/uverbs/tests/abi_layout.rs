@@ -317,6 +317,18 @@ fn layouts() -> Vec<Layout> {
             qp_handle,
             reserved
         }),
+        layout!(ib_uverbs_attach_mcast {
+            gid,
+            qp_handle,
+            mlid,
+            reserved
+        }),
+        layout!(ib_uverbs_detach_mcast = "struct ib_uverbs_detach_mcast" {
+            gid,
+            qp_handle,
+            mlid,
+            reserved
+        }),
         layout!(ib_uverbs_destroy_ah { ah_handle }),
         layout!(ib_uverbs_destroy_srq {
             response,

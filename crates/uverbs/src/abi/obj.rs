@@ -143,6 +143,24 @@ pub struct ib_uverbs_destroy_qp {
     pub reserved: u32,
 }
 
+/// `struct ib_uverbs_attach_mcast` (24 bytes; no response). `ib_uverbs_detach_mcast` has the
+/// same layout and is the same type here.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_attach_mcast {
+    /// The multicast GID, in wire order.
+    pub gid: [u8; 16],
+    pub qp_handle: u32,
+    /// The group's multicast LID (0 on RoCE).
+    pub mlid: u16,
+    pub reserved: u16,
+}
+
+/// `struct ib_uverbs_detach_mcast`: the layout of [`ib_uverbs_attach_mcast`].
+pub type ib_uverbs_detach_mcast = ib_uverbs_attach_mcast;
+
 #[repr(C)]
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
