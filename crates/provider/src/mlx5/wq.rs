@@ -26,6 +26,7 @@ use rverbs_uverbs::shared::copy_from_shared_raw;
 use rverbs_uverbs::wc::WcOpcode;
 use rverbs_uverbs::wr::{RecvWr, SendFlags, SendOp, SendWr, Sge};
 use rverbs_uverbs::Error;
+use rverbs_uverbs::{OpKind, OpSet, SendCaps};
 
 use super::abi::{mlx5_ib_create_qp, mlx5_ib_create_srq, MLX5_BFREGS_PER_UAR, MLX5_BF_OFFSET};
 use super::barrier::wc_store_barrier;
@@ -1068,8 +1069,10 @@ pub struct Mlx5Qp {
     /// The fence the next work request gets unless it asks for the full one: the small
     /// initiator fence after a UMR, across posts (libmlx5 `fm_cache`), else 0.
     fm_cache: u8,
-    /// Which operation classes the QP type carries (`OPS_*`).
-    ops_ok: u8,
+    /// The operations this QP takes ([`SendCaps::allowed`] of [`send_caps`]): uverbs' `Qp`
+    /// refuses the others before posting; the encoder keeps the same set as the guard of its
+    /// WQE layouts for callers that drive it directly (the oracle, benches, fuzzing).
+    ops_ok: OpSet,
     ud: bool,
     /// The largest WQE (16-byte units) BlueFlame copies, for inline and other single WRs (0:
     /// never: `MLX5_SHUT_UP_BF`, register without BlueFlame, or `prefer_bf` off for non-inline).
@@ -1088,14 +1091,32 @@ pub struct Mlx5Qp {
     _uidx: Option<UserIndex>,
 }
 
-/// `Mlx5Qp::ops_ok` bits: RDMA WRITE (RC, UC); RDMA READ and atomics (RC); SEND_WITH_INV
-/// (RC, UC).
-const OPS_WRITE: u8 = 1;
-const OPS_READ_ATOMIC: u8 = 2;
-const OPS_SEND_INV: u8 = 4;
-/// UMR work requests: memory-window bind and local invalidate (RC, UC: libmlx5 builds them
-/// for both; on UD it would build a UMR opcode over a datagram segment, which rverbs refuses).
-const OPS_UMR: u8 = 8;
+/// Whether mlx5 (as libmlx5 builds WQEs) encodes `op` on a `t` QP: the UMR operations
+/// (memory-window bind, local invalidate) on RC and UC, RDMA and atomics on the connected
+/// types; the transport's own limits (`OpSet::for_transport`) are applied on top. Exhaustive
+/// over [`OpKind`]: a new operation does not compile until this says whether mlx5 encodes it.
+const fn encodes(op: OpKind, t: QpType) -> bool {
+    match op {
+        OpKind::Send | OpKind::SendWithImm => true,
+        OpKind::SendWithInv
+        | OpKind::RdmaWrite
+        | OpKind::RdmaWriteWithImm
+        | OpKind::RdmaRead
+        | OpKind::AtomicCmpSwp
+        | OpKind::AtomicFetchAdd
+        | OpKind::LocalInv
+        | OpKind::BindMw => matches!(t, QpType::RC | QpType::UC),
+    }
+}
+
+/// What mlx5 encodes, per QP type (the data `Driver::send_caps` returns).
+pub(crate) fn send_caps() -> SendCaps {
+    SendCaps {
+        rc: OpSet::from_fn(|k| encodes(k, QpType::RC)),
+        uc: OpSet::from_fn(|k| encodes(k, QpType::UC)),
+        ud: OpSet::from_fn(|k| encodes(k, QpType::UD)),
+    }
+}
 
 /// Why a send work request was refused (the message is built out of line, from the WR).
 #[derive(Clone, Copy, Debug)]
@@ -1297,11 +1318,7 @@ impl Mlx5Qp {
                 0
             }
         });
-        let ops_ok = match p.qp_type {
-            QpType::RC => OPS_WRITE | OPS_READ_ATOMIC | OPS_SEND_INV | OPS_UMR,
-            QpType::UC => OPS_WRITE | OPS_SEND_INV | OPS_UMR,
-            _ => 0,
-        };
+        let ops_ok = send_caps().allowed(p.qp_type);
         // BlueFlame (libmlx5 `post_send_db`): a WQE of more than one unit that fits the
         // register's half; inline WQEs unless `MLX5_SHUT_UP_BF`, others only with `prefer_bf`.
         // Whole 64-byte blocks of the half only (the copy writes whole blocks; a half is 256
@@ -1392,13 +1409,13 @@ impl Mlx5Qp {
             SendOp::Send => (OP_SEND, 0, 1),
             SendOp::SendWithImm { imm } => (OP_SEND_IMM, imm, 1),
             SendOp::SendWithInv { invalidate_rkey } => {
-                if self.ops_ok & OPS_SEND_INV == 0 {
+                if !self.ops_ok.contains(OpKind::SendWithInv) {
                     return Err(SendFault::OpForType);
                 }
                 (OP_SEND_INVAL, invalidate_rkey, 1)
             }
             SendOp::RdmaWrite { remote_addr, rkey } => {
-                if self.ops_ok & OPS_WRITE == 0 {
+                if !self.ops_ok.contains(OpKind::RdmaWrite) {
                     return Err(SendFault::OpForType);
                 }
                 raddr(seg1, remote_addr, rkey);
@@ -1409,14 +1426,14 @@ impl Mlx5Qp {
                 rkey,
                 imm,
             } => {
-                if self.ops_ok & OPS_WRITE == 0 {
+                if !self.ops_ok.contains(OpKind::RdmaWriteWithImm) {
                     return Err(SendFault::OpForType);
                 }
                 raddr(seg1, remote_addr, rkey);
                 (OP_RDMA_WRITE_IMM, imm, 2)
             }
             SendOp::RdmaRead { remote_addr, rkey } => {
-                if self.ops_ok & OPS_READ_ATOMIC == 0 {
+                if !self.ops_ok.contains(OpKind::RdmaRead) {
                     return Err(SendFault::OpForType);
                 }
                 raddr(seg1, remote_addr, rkey);
@@ -1428,7 +1445,7 @@ impl Mlx5Qp {
                 compare,
                 swap,
             } => {
-                if self.ops_ok & OPS_READ_ATOMIC == 0 {
+                if !self.ops_ok.contains(OpKind::AtomicCmpSwp) {
                     return Err(SendFault::OpForType);
                 }
                 raddr(seg1, remote_addr, rkey);
@@ -1444,7 +1461,7 @@ impl Mlx5Qp {
                 rkey,
                 add,
             } => {
-                if self.ops_ok & OPS_READ_ATOMIC == 0 {
+                if !self.ops_ok.contains(OpKind::AtomicFetchAdd) {
                     return Err(SendFault::OpForType);
                 }
                 raddr(seg1, remote_addr, rkey);
@@ -1467,8 +1484,20 @@ impl Mlx5Qp {
                 }
                 return r;
             }
-            // Operations added later (SendOp is non_exhaustive) are refused until built here.
-            _ => return Err(SendFault::Unsupported),
+            // SendOp is non_exhaustive outside rverbs-uverbs: every operation is named above,
+            // and this arm lists every kind, so a new operation does not compile here.
+            other => match other.kind() {
+                OpKind::Send
+                | OpKind::SendWithImm
+                | OpKind::SendWithInv
+                | OpKind::RdmaWrite
+                | OpKind::RdmaWriteWithImm
+                | OpKind::RdmaRead
+                | OpKind::AtomicCmpSwp
+                | OpKind::AtomicFetchAdd
+                | OpKind::LocalInv
+                | OpKind::BindMw => return Err(SendFault::Unsupported),
+            },
         };
         // The control segment's second half now (bytes 8–10 zero, fm_ce_se, imm): libmlx5
         // writes it before the segments that may still refuse the request (inline length, UD
@@ -1563,7 +1592,7 @@ impl Mlx5Qp {
         ctrl: *mut u8,
         fence: u8,
     ) -> Result<usize, SendFault> {
-        if self.ops_ok & OPS_UMR == 0 {
+        if !self.ops_ok.contains(wr.op.kind()) {
             return Err(SendFault::OpForType);
         }
         let mut fence = fence;
