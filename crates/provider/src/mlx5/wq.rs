@@ -31,7 +31,7 @@ use rverbs_uverbs::{OpKind, OpSet, SendCaps};
 use super::abi::{mlx5_ib_create_qp, mlx5_ib_create_srq, MLX5_BFREGS_PER_UAR, MLX5_BF_OFFSET};
 use super::barrier::wc_store_barrier;
 use super::cq::Region;
-use super::cqe::{Cqe64, CqeOpcode, WorkQueue, WqeRef, WrIdLookup};
+use super::cqe::{Cqe64, CqeOpcode, WorkQueue, WqeOpcode, WqeRef, WrIdLookup};
 
 /// Send WQE basic block (`MLX5_SEND_WQE_BB`).
 pub const SEND_WQE_BB: usize = 64;
@@ -57,17 +57,6 @@ const MLX5_EXTENDED_UD_AV: u32 = 0x8000_0000;
 const CTRL_CQ_UPDATE: u8 = 2 << 2;
 const CTRL_SOLICITED: u8 = 1 << 1;
 const CTRL_FENCE: u8 = 4 << 5;
-/// Send WQE opcodes (`MLX5_OPCODE_*`).
-const OP_SEND_INVAL: u8 = 0x01;
-const OP_RDMA_WRITE: u8 = 0x08;
-const OP_RDMA_WRITE_IMM: u8 = 0x09;
-const OP_SEND: u8 = 0x0a;
-const OP_SEND_IMM: u8 = 0x0b;
-const OP_RDMA_READ: u8 = 0x10;
-const OP_ATOMIC_CS: u8 = 0x11;
-const OP_ATOMIC_FA: u8 = 0x12;
-/// `MLX5_OPCODE_UMR`: memory-window binds and local invalidations.
-const OP_UMR: u8 = 0x25;
 /// `MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE`: libmlx5 puts it on the work request after a UMR
 /// (bind or local invalidate) unless that request asks for the full fence itself.
 const CTRL_SMALL_FENCE: u8 = 1 << 5;
@@ -1406,20 +1395,20 @@ impl Mlx5Qp {
         // SAFETY: 16 bytes into the WQE's first block.
         let seg1 = unsafe { ctrl.add(CTRL_SEG) };
         let (opcode, imm, mut size) = match wr.op {
-            SendOp::Send => (OP_SEND, 0, 1),
-            SendOp::SendWithImm { imm } => (OP_SEND_IMM, imm, 1),
+            SendOp::Send => (WqeOpcode::SEND.0, 0, 1),
+            SendOp::SendWithImm { imm } => (WqeOpcode::SEND_IMM.0, imm, 1),
             SendOp::SendWithInv { invalidate_rkey } => {
                 if !self.ops_ok.contains(OpKind::SendWithInv) {
                     return Err(SendFault::OpForType);
                 }
-                (OP_SEND_INVAL, invalidate_rkey, 1)
+                (WqeOpcode::SEND_INVAL.0, invalidate_rkey, 1)
             }
             SendOp::RdmaWrite { remote_addr, rkey } => {
                 if !self.ops_ok.contains(OpKind::RdmaWrite) {
                     return Err(SendFault::OpForType);
                 }
                 raddr(seg1, remote_addr, rkey);
-                (OP_RDMA_WRITE, 0, 2)
+                (WqeOpcode::RDMA_WRITE.0, 0, 2)
             }
             SendOp::RdmaWriteWithImm {
                 remote_addr,
@@ -1430,14 +1419,14 @@ impl Mlx5Qp {
                     return Err(SendFault::OpForType);
                 }
                 raddr(seg1, remote_addr, rkey);
-                (OP_RDMA_WRITE_IMM, imm, 2)
+                (WqeOpcode::RDMA_WRITE_IMM.0, imm, 2)
             }
             SendOp::RdmaRead { remote_addr, rkey } => {
                 if !self.ops_ok.contains(OpKind::RdmaRead) {
                     return Err(SendFault::OpForType);
                 }
                 raddr(seg1, remote_addr, rkey);
-                (OP_RDMA_READ, 0, 2)
+                (WqeOpcode::RDMA_READ.0, 0, 2)
             }
             SendOp::AtomicCmpSwp {
                 remote_addr,
@@ -1454,7 +1443,7 @@ impl Mlx5Qp {
                     ctrl.add(32).cast::<u64>().write(swap.to_be());
                     ctrl.add(40).cast::<u64>().write(compare.to_be());
                 }
-                (OP_ATOMIC_CS, 0, 3)
+                (WqeOpcode::ATOMIC_CS.0, 0, 3)
             }
             SendOp::AtomicFetchAdd {
                 remote_addr,
@@ -1469,7 +1458,7 @@ impl Mlx5Qp {
                 // for fetch-and-add).
                 // SAFETY: bytes 32..40 of the first block.
                 unsafe { ctrl.add(32).cast::<u64>().write(add.to_be()) };
-                (OP_ATOMIC_FA, 0, 3)
+                (WqeOpcode::ATOMIC_FA.0, 0, 3)
             }
             SendOp::LocalInv { .. } | SendOp::BindMw(_) => {
                 // Out of line, the pending fence by value (the common requests' path keeps
@@ -1539,7 +1528,7 @@ impl Mlx5Qp {
     ) -> Result<usize, SendFault> {
         let flags = wr.flags.bits();
         // CS and FA (0x11, 0x12): one compare.
-        let atomic = opcode.wrapping_sub(OP_ATOMIC_CS) < 2;
+        let atomic = opcode.wrapping_sub(WqeOpcode::ATOMIC_CS.0) < 2;
         if flags & SendFlags::INLINE.bits() != 0 && !wr.sge.is_empty() {
             // SAFETY: the inline segment stays within max_inline (checked inside), which the
             // sizing reserved; inline sources are readable (caller's contract).
@@ -1631,7 +1620,7 @@ impl Mlx5Qp {
         // A UMR's segments fill whole blocks: what follows starts a block (wrapped).
         let seg = self.block(cur.wrapping_add(size as u32 / 4));
         // SAFETY: the caller's contract; the sizing reserves the UMR and max_gs SGEs.
-        unsafe { self.finish_wqe(wr, cur, ctrl, seg, size, OP_UMR) }
+        unsafe { self.finish_wqe(wr, cur, ctrl, seg, size, WqeOpcode::UMR.0) }
     }
 
     /// Block `i` of the SQ (masked).
