@@ -17,8 +17,10 @@
 //! itself (the QP not in RTS: `EINVAL`; the ring full: `ENOMEM`) is returned as the post
 //! reports it; requests of earlier doorbells of the same batch stay posted.
 //!
-//! Memory-window binds (`wr_bind_mw`, RC and UC) and local invalidation (`wr_local_inv`, RC)
-//! go through `src/mw.rs`' bind conversion and rverbs' post path as `ibv_post_send`'s do.
+//! Which operations a QP type takes is rverbs' one classification (`rverbs_uverbs::op`: the
+//! transport's operations that the provider encodes; with rxe, binds on RC and UC, local
+//! invalidation on RC). Memory-window binds (`wr_bind_mw`) and local invalidation
+//! (`wr_local_inv`) go through `src/mw.rs`' bind conversion and rverbs' post path as `ibv_post_send`'s do.
 //! Builders for atomic write, TSO and XRC are NULL, and `ibv_create_qp_ex` refuses their
 //! `send_ops_flags` with `EOPNOTSUPP` (as a provider without them does).
 
@@ -28,7 +30,7 @@ use std::ptr::null_mut;
 use std::sync::Mutex;
 
 use rverbs_uverbs::qp::QpType;
-use rverbs_uverbs::{SendFlags, SendOp, SendWr, Sge, UdDest};
+use rverbs_uverbs::{OpKind, OpSet, SendCaps, SendFlags, SendOp, SendWr, Sge, UdDest};
 
 use crate::abi::*;
 use crate::verbs::{cqp, fail, ibv_create_qp, CAh, CQp};
@@ -56,18 +58,27 @@ mod with {
     pub const SEND_WITH_INV: u64 = 1 << 9;
 }
 
-/// The send operations each QP type takes through the builders: librxe's, less atomic write
-/// (not carried by rverbs' post path yet). Binds on RC and UC, local invalidation on RC, as
-/// rverbs' rxe send queue takes them.
-fn supported_ops(qp_type: u32) -> Option<u64> {
-    use with::*;
-    let uc = RDMA_WRITE | RDMA_WRITE_WITH_IMM | SEND | SEND_WITH_IMM | SEND_WITH_INV | BIND_MW;
-    match QpType(qp_type as u8) {
-        QpType::RC => Some(uc | RDMA_READ | ATOMIC_CMP_AND_SWP | ATOMIC_FETCH_AND_ADD | LOCAL_INV),
-        QpType::UC => Some(uc),
-        QpType::UD => Some(SEND | SEND_WITH_IMM),
-        _ => None,
-    }
+/// The send operations (`IBV_QP_EX_WITH_*` bits) a `qp_type` QP takes through the builders:
+/// what rverbs' classification accepts for the provider's `caps`
+/// ([`SendCaps::allowed`]: the transport's operations that the provider encodes; the
+/// `IBV_QP_EX_WITH_*` bits number the operations as `OpKind` does). Atomic write and the
+/// other later operations are not in it: rverbs' post path does not carry them yet.
+/// `None` for QP types without the extended send API here (XRC, raw packet).
+fn supported_ops(caps: SendCaps, qp_type: u32) -> Option<u64> {
+    let t = QpType(u8::try_from(qp_type).ok()?);
+    matches!(t, QpType::RC | QpType::UC | QpType::UD).then(|| caps.allowed(t).bits())
+}
+
+/// A provider that encodes every operation: what the transport alone allows.
+const ANY_PROVIDER: SendCaps = SendCaps {
+    rc: OpSet::of(&OpKind::ALL),
+    uc: OpSet::of(&OpKind::ALL),
+    ud: OpSet::of(&OpKind::ALL),
+};
+
+/// Whether the `send_ops` bits are all supported on a `qp_type` QP of a provider with `caps`.
+fn fits(caps: SendCaps, send_ops: u64, qp_type: u32) -> bool {
+    supported_ops(caps, qp_type).is_some_and(|s| send_ops & !s == 0)
 }
 
 /// One request of a batch.
@@ -539,7 +550,16 @@ pub(crate) unsafe extern "C" fn create_qp_ex_op(
     let send_ops = (a.comp_mask & INIT_ATTR_SEND_OPS_FLAGS != 0).then_some(a.send_ops_flags);
     let ops_ok = match send_ops {
         None => true,
-        Some(f) => supported_ops(a.qp_type).is_some_and(|s| f & !s == 0),
+        // What no provider could take is refused before the PD is looked at; then what this
+        // PD's provider does not encode.
+        Some(f) if !unsupported && fits(ANY_PROVIDER, f, a.qp_type) => {
+            // SAFETY: [in] a.pd is non-NULL (checked in `unsupported`) and names an [object]
+            // PD.
+            unsafe { crate::verbs::cpd(a.pd) }
+                .and_then(|pd| pd.pd.context().driver().ok().map(|d| d.send_caps()))
+                .is_some_and(|caps| fits(caps, f, a.qp_type))
+        }
+        Some(_) => false,
     };
     if unsupported || !ops_ok {
         crate::verbs::set_errno(libc::EOPNOTSUPP);
@@ -684,16 +704,41 @@ mod tests {
             assert!(qp.is_null(), "{what}");
             assert_eq!(errno(), libc::EOPNOTSUPP, "{what}");
         }
+        // SEND_WITH_INV on UC: the transport has no invalidate opcodes (rverbs_uverbs::op).
+        let uc = ibv_qp_init_attr {
+            qp_type: u32::from(QpType::UC.0),
+            ..base
+        };
+        let mut a = ibv_qp_init_attr_ex::with_pd(&uc, pd);
+        a.comp_mask = INIT_ATTR_PD | INIT_ATTR_SEND_OPS_FLAGS;
+        a.send_ops_flags = with::SEND | with::SEND_WITH_INV;
+        // SAFETY: refused before the PD or CQs are dereferenced.
+        let qp = unsafe { create_qp_ex_op(null_mut(), &mut a) };
+        assert!(qp.is_null(), "SEND_WITH_INV on UC");
+        assert_eq!(errno(), libc::EOPNOTSUPP, "SEND_WITH_INV on UC");
     }
 
     #[test]
-    fn send_ops_per_qp_type_are_librxes_less_atomic_write() {
-        let rc = supported_ops(2).unwrap();
+    fn send_ops_per_qp_type_follow_the_classification() {
+        let caps = ANY_PROVIDER;
+        let rc = supported_ops(caps, 2).unwrap();
         assert_eq!(rc & (1 << 12), 0, "no atomic write");
         assert_eq!(rc, 0b11_1111_1111);
-        // UC: sends, writes, binds; no local invalidation (RC only in rverbs' rxe SQ).
-        assert_eq!(supported_ops(3).unwrap(), 0b11_0000_1111);
-        assert_eq!(supported_ops(4).unwrap(), with::SEND | with::SEND_WITH_IMM);
-        assert_eq!(supported_ops(9), None, "XRC send");
+        // UC: sends, writes, local invalidation and binds; no SEND_WITH_INV (the UC transport
+        // has no invalidate opcodes), whatever the provider claims.
+        assert_eq!(supported_ops(caps, 3).unwrap(), 0b01_1000_1111);
+        assert_eq!(supported_ops(caps, 3).unwrap() & with::SEND_WITH_INV, 0);
+        assert_eq!(
+            supported_ops(caps, 4).unwrap(),
+            with::SEND | with::SEND_WITH_IMM
+        );
+        // What the provider does not encode is not offered (rxe: LOCAL_INV on RC only).
+        let rxe_like = SendCaps {
+            uc: OpSet::from_fn(|k| k != OpKind::LocalInv),
+            ..ANY_PROVIDER
+        };
+        assert_eq!(supported_ops(rxe_like, 3).unwrap(), 0b01_0000_1111);
+        assert_eq!(supported_ops(caps, 9), None, "XRC send");
+        assert_eq!(supported_ops(caps, 0x102), None, "not a QP type");
     }
 }

@@ -118,6 +118,12 @@ pub unsafe trait Driver: Send + Sync + fmt::Debug {
     /// Provider name, e.g. `"rxe"`.
     fn name(&self) -> &'static str;
 
+    /// The send operations this provider encodes, per QP type (data: the classification in
+    /// [`crate::op`] checks every post against it, before [`QpOps::post_send`] is called).
+    /// Its provider writes it as an exhaustive `match` over [`OpKind`](crate::op::OpKind), so
+    /// a new operation does not compile until each provider says whether it encodes it.
+    fn send_caps(&self) -> crate::op::SendCaps;
+
     /// The CQ depth to ask the kernel for when the caller wants `cqe` entries (mlx5 sizes its
     /// ring to a power of two and tells the kernel one less). Default: `cqe` itself.
     fn adjust_cqe(&self, cqe: u32) -> Result<u32> {
@@ -281,6 +287,10 @@ pub trait QpOps: Send + fmt::Debug {
     /// (and for RDMA READ / atomics, writes) it asynchronously. For INLINE requests the
     /// provider copies the SGEs' bytes during the call, with [`crate::shared`] only; no one
     /// may write them meanwhile except through [`crate::shared`], the kernel or a device.
+    /// Every request's operation is one the QP accepts
+    /// ([`SendCaps::allowed`](crate::op::SendCaps::allowed) of the driver's
+    /// [`Driver::send_caps`] for the QP's type): [`Qp`](crate::qp::Qp) checks it, and the
+    /// provider only encodes.
     unsafe fn post_send(
         &mut self,
         qp: KernelObj<'_>,

@@ -199,6 +199,48 @@ pub enum PostQueue {
     Srq,
 }
 
+/// What was wrong with a work request, when rverbs' one classification of operations
+/// ([`crate::op`]) refused it before any provider code ran. Read it with
+/// [`PostError::fault`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive] // more typed refusals can come (SGE counts, inline length, flags)
+pub enum PostFault {
+    /// The QP's transport does not carry the operation (SEND_WITH_INV on UC, RDMA READ on UD,
+    /// …: [`OpSet::for_transport`](crate::op::OpSet::for_transport)).
+    OpForTransport {
+        /// The operation.
+        op: crate::op::OpKind,
+        /// The QP's type.
+        qp_type: crate::qp::QpType,
+    },
+    /// The transport carries it, but the provider does not encode it on this QP type
+    /// ([`SendCaps`](crate::op::SendCaps)).
+    OpNotEncoded {
+        /// The operation.
+        op: crate::op::OpKind,
+        /// The QP's type.
+        qp_type: crate::qp::QpType,
+        /// The provider's name.
+        provider: &'static str,
+    },
+}
+
+impl fmt::Display for PostFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            PostFault::OpForTransport { op, qp_type } => write!(
+                f,
+                "a {qp_type} QP does not support {op} (the {qp_type} transport does not carry it)"
+            ),
+            PostFault::OpNotEncoded {
+                op,
+                qp_type,
+                provider,
+            } => write!(f, "{provider} does not support {op} on {qp_type} QPs"),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct PostTarget {
     device: Box<str>,
@@ -222,6 +264,7 @@ pub struct PostError {
     kind: std::io::ErrorKind,
     errno: Option<rustix::io::Errno>,
     what: String,
+    fault: Option<PostFault>,
     source: Option<std::io::Error>,
 }
 
@@ -234,8 +277,23 @@ impl PostError {
             kind,
             errno: None,
             what,
+            fault: None,
             source: None,
         }
+    }
+
+    /// Work request `index` of the list was refused for `fault`; the `index` requests before
+    /// it were posted. Kind `Unsupported` (`EOPNOTSUPP` in the C drop-in).
+    #[cold]
+    pub fn refused(index: usize, fault: PostFault) -> Self {
+        let mut e = Self::new(
+            Some(index),
+            index,
+            std::io::ErrorKind::Unsupported,
+            fault.to_string(),
+        );
+        e.fault = Some(fault);
+        e
     }
 
     /// Work request `index` of the list is malformed for this queue (too many SGEs, inline
@@ -327,6 +385,11 @@ impl PostError {
     /// What was wrong, without the device, queue or counts.
     pub fn what(&self) -> &str {
         &self.what
+    }
+
+    /// The typed fault, when the classification of operations refused the request.
+    pub fn fault(&self) -> Option<PostFault> {
+        self.fault
     }
 
     /// The errno this failure corresponds to, if any (`ENOMEM` for a full queue).

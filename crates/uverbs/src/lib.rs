@@ -40,6 +40,7 @@ pub mod ioctl;
 pub mod mr;
 pub mod mw;
 pub mod netlink;
+pub mod op;
 pub mod pd;
 pub mod port;
 pub mod qp;
@@ -50,6 +51,7 @@ pub mod wc;
 pub mod wr;
 pub mod write;
 
-pub use error::{Error, PostError, PostQueue, Result};
+pub use error::{Error, PostError, PostFault, PostQueue, Result};
+pub use op::{OpKind, OpSet, SendCaps};
 pub use wc::{RawWc, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{MrRecvWr, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};

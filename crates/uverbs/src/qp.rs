@@ -29,6 +29,7 @@ use crate::gid::Gid;
 use crate::ioctl::IoctlCall;
 use crate::mr::AccessFlags;
 use crate::newtype::raw_newtype;
+use crate::op::{OpKind, OpSet};
 use crate::pd::Pd;
 use crate::port::Mtu;
 use crate::srq::Srq;
@@ -371,6 +372,10 @@ pub struct Qp {
     recv_cq: Arc<Cq>,
     srq: Option<Arc<Srq>>,
     qp_type: QpType,
+    /// The operations a post may carry: the transport's and the provider's
+    /// ([`SendCaps::allowed`](crate::op::SendCaps::allowed)).
+    send_ops: OpSet,
+    driver_name: &'static str,
     handle: u32,
     qp_num: u32,
     caps: QpCaps,
@@ -428,6 +433,8 @@ impl Qp {
             return Err(Error::invalid(op(), "a QP with an SRQ takes max_recv_wr 0").into());
         }
         let driver = ctx.driver()?;
+        let send_ops = driver.send_caps().allowed(init.qp_type);
+        let driver_name = driver.name();
         let user_handle = crate::util::next_user_handle();
         let req = QpRequest {
             qp_type: init.qp_type,
@@ -541,6 +548,8 @@ impl Qp {
                     recv_cq: init.recv_cq,
                     srq: init.srq,
                     qp_type: init.qp_type,
+                    send_ops,
+                    driver_name,
                     handle: k.handle,
                     qp_num: k.qp_num,
                     caps,
@@ -849,9 +858,38 @@ impl Qp {
             // the next doorbell, which the caller was told had failed.
             return Err(self.send_refused(st));
         }
-        let k = self.kobj();
-        // SAFETY: forwarded to the caller.
-        unsafe { self.lock().post_send(k, wrs) }.map_err(|e| self.post_error(e, PostQueue::Send))
+        // The one check of the operations (crate::op), before any provider code: the requests
+        // before the first refused one are posted, as a provider that stopped there would.
+        let send_ops = self.send_ops;
+        let refused = wrs.iter().position(|w| !send_ops.contains(w.op.kind()));
+        let ok = match refused {
+            Some(i) => &wrs[..i],
+            None => wrs,
+        };
+        if !ok.is_empty() {
+            let k = self.kobj();
+            // SAFETY: forwarded to the caller; every operation of `ok` is in `send_ops`, what
+            // this QP's driver encodes on its type (QpOps::post_send's contract).
+            unsafe { self.lock().post_send(k, ok) }
+                .map_err(|e| self.post_error(e, PostQueue::Send))?;
+        }
+        match refused {
+            Some(i) => Err(self.op_refused(i, wrs[i].op.kind())),
+            None => Ok(()),
+        }
+    }
+
+    /// The refusal of work request `index`, whose operation `op` this QP does not accept.
+    #[cold]
+    fn op_refused(&self, index: usize, op: OpKind) -> PostError {
+        let fault = crate::op::refusal(op, self.qp_type, self.driver_name);
+        self.post_error(PostError::refused(index, fault), PostQueue::Send)
+    }
+
+    /// The operations this QP's sends may carry: what its transport carries and its provider
+    /// encodes ([`crate::op`]).
+    pub fn send_ops(&self) -> OpSet {
+        self.send_ops
     }
 
     /// Names this QP and its device in a provider's error.

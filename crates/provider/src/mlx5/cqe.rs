@@ -65,8 +65,8 @@ mlx5_newtype! {
 }
 
 mlx5_newtype! {
-    /// Send WQE opcode, reported by requester CQEs in `sop_drop_qpn >> 24`
-    /// (`MLX5_OPCODE_*` in `mlx5dv.h`).
+    /// Send WQE opcode (`MLX5_OPCODE_*` in `mlx5dv.h`): what the encoder (`wq.rs`) writes
+    /// into a WQE's control segment, and what requester CQEs report in `sop_drop_qpn >> 24`.
     WqeOpcode(u8) {
         NOP = 0x00, "NOP";
         SEND_INVAL = 0x01, "SEND_INVAL";

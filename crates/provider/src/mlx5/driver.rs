@@ -330,6 +330,10 @@ unsafe impl Driver for Mlx5Driver {
         "mlx5"
     }
 
+    fn send_caps(&self) -> rverbs_uverbs::SendCaps {
+        super::wq::send_caps()
+    }
+
     fn adjust_cqe(&self, cqe: u32) -> io::Result<u32> {
         // The ring gets the next power of two above `cqe`; the kernel is told one less.
         Ok(ring_entries(cqe)? - 1)

@@ -26,11 +26,12 @@ use rverbs_uverbs::shared::copy_from_shared_raw;
 use rverbs_uverbs::wc::WcOpcode;
 use rverbs_uverbs::wr::{RecvWr, SendFlags, SendOp, SendWr, Sge};
 use rverbs_uverbs::Error;
+use rverbs_uverbs::{OpKind, OpSet, SendCaps};
 
 use super::abi::{mlx5_ib_create_qp, mlx5_ib_create_srq, MLX5_BFREGS_PER_UAR, MLX5_BF_OFFSET};
 use super::barrier::wc_store_barrier;
 use super::cq::Region;
-use super::cqe::{Cqe64, CqeOpcode, WorkQueue, WqeRef, WrIdLookup};
+use super::cqe::{Cqe64, CqeOpcode, WorkQueue, WqeOpcode, WqeRef, WrIdLookup};
 
 /// Send WQE basic block (`MLX5_SEND_WQE_BB`).
 pub const SEND_WQE_BB: usize = 64;
@@ -56,17 +57,6 @@ const MLX5_EXTENDED_UD_AV: u32 = 0x8000_0000;
 const CTRL_CQ_UPDATE: u8 = 2 << 2;
 const CTRL_SOLICITED: u8 = 1 << 1;
 const CTRL_FENCE: u8 = 4 << 5;
-/// Send WQE opcodes (`MLX5_OPCODE_*`).
-const OP_SEND_INVAL: u8 = 0x01;
-const OP_RDMA_WRITE: u8 = 0x08;
-const OP_RDMA_WRITE_IMM: u8 = 0x09;
-const OP_SEND: u8 = 0x0a;
-const OP_SEND_IMM: u8 = 0x0b;
-const OP_RDMA_READ: u8 = 0x10;
-const OP_ATOMIC_CS: u8 = 0x11;
-const OP_ATOMIC_FA: u8 = 0x12;
-/// `MLX5_OPCODE_UMR`: memory-window binds and local invalidations.
-const OP_UMR: u8 = 0x25;
 /// `MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE`: libmlx5 puts it on the work request after a UMR
 /// (bind or local invalidate) unless that request asks for the full fence itself.
 const CTRL_SMALL_FENCE: u8 = 1 << 5;
@@ -1068,8 +1058,10 @@ pub struct Mlx5Qp {
     /// The fence the next work request gets unless it asks for the full one: the small
     /// initiator fence after a UMR, across posts (libmlx5 `fm_cache`), else 0.
     fm_cache: u8,
-    /// Which operation classes the QP type carries (`OPS_*`).
-    ops_ok: u8,
+    /// The operations this QP takes ([`SendCaps::allowed`] of [`send_caps`]): uverbs' `Qp`
+    /// refuses the others before posting; the encoder keeps the same set as the guard of its
+    /// WQE layouts for callers that drive it directly (the oracle, benches, fuzzing).
+    ops_ok: OpSet,
     ud: bool,
     /// The largest WQE (16-byte units) BlueFlame copies, for inline and other single WRs (0:
     /// never: `MLX5_SHUT_UP_BF`, register without BlueFlame, or `prefer_bf` off for non-inline).
@@ -1088,14 +1080,32 @@ pub struct Mlx5Qp {
     _uidx: Option<UserIndex>,
 }
 
-/// `Mlx5Qp::ops_ok` bits: RDMA WRITE (RC, UC); RDMA READ and atomics (RC); SEND_WITH_INV
-/// (RC, UC).
-const OPS_WRITE: u8 = 1;
-const OPS_READ_ATOMIC: u8 = 2;
-const OPS_SEND_INV: u8 = 4;
-/// UMR work requests: memory-window bind and local invalidate (RC, UC: libmlx5 builds them
-/// for both; on UD it would build a UMR opcode over a datagram segment, which rverbs refuses).
-const OPS_UMR: u8 = 8;
+/// Whether mlx5 (as libmlx5 builds WQEs) encodes `op` on a `t` QP: the UMR operations
+/// (memory-window bind, local invalidate) on RC and UC, RDMA and atomics on the connected
+/// types; the transport's own limits (`OpSet::for_transport`) are applied on top. Exhaustive
+/// over [`OpKind`]: a new operation does not compile until this says whether mlx5 encodes it.
+const fn encodes(op: OpKind, t: QpType) -> bool {
+    match op {
+        OpKind::Send | OpKind::SendWithImm => true,
+        OpKind::SendWithInv
+        | OpKind::RdmaWrite
+        | OpKind::RdmaWriteWithImm
+        | OpKind::RdmaRead
+        | OpKind::AtomicCmpSwp
+        | OpKind::AtomicFetchAdd
+        | OpKind::LocalInv
+        | OpKind::BindMw => matches!(t, QpType::RC | QpType::UC),
+    }
+}
+
+/// What mlx5 encodes, per QP type (the data `Driver::send_caps` returns).
+pub(crate) fn send_caps() -> SendCaps {
+    SendCaps {
+        rc: OpSet::from_fn(|k| encodes(k, QpType::RC)),
+        uc: OpSet::from_fn(|k| encodes(k, QpType::UC)),
+        ud: OpSet::from_fn(|k| encodes(k, QpType::UD)),
+    }
+}
 
 /// Why a send work request was refused (the message is built out of line, from the WR).
 #[derive(Clone, Copy, Debug)]
@@ -1297,11 +1307,7 @@ impl Mlx5Qp {
                 0
             }
         });
-        let ops_ok = match p.qp_type {
-            QpType::RC => OPS_WRITE | OPS_READ_ATOMIC | OPS_SEND_INV | OPS_UMR,
-            QpType::UC => OPS_WRITE | OPS_SEND_INV | OPS_UMR,
-            _ => 0,
-        };
+        let ops_ok = send_caps().allowed(p.qp_type);
         // BlueFlame (libmlx5 `post_send_db`): a WQE of more than one unit that fits the
         // register's half; inline WQEs unless `MLX5_SHUT_UP_BF`, others only with `prefer_bf`.
         // Whole 64-byte blocks of the half only (the copy writes whole blocks; a half is 256
@@ -1389,38 +1395,38 @@ impl Mlx5Qp {
         // SAFETY: 16 bytes into the WQE's first block.
         let seg1 = unsafe { ctrl.add(CTRL_SEG) };
         let (opcode, imm, mut size) = match wr.op {
-            SendOp::Send => (OP_SEND, 0, 1),
-            SendOp::SendWithImm { imm } => (OP_SEND_IMM, imm, 1),
+            SendOp::Send => (WqeOpcode::SEND.0, 0, 1),
+            SendOp::SendWithImm { imm } => (WqeOpcode::SEND_IMM.0, imm, 1),
             SendOp::SendWithInv { invalidate_rkey } => {
-                if self.ops_ok & OPS_SEND_INV == 0 {
+                if !self.ops_ok.contains(OpKind::SendWithInv) {
                     return Err(SendFault::OpForType);
                 }
-                (OP_SEND_INVAL, invalidate_rkey, 1)
+                (WqeOpcode::SEND_INVAL.0, invalidate_rkey, 1)
             }
             SendOp::RdmaWrite { remote_addr, rkey } => {
-                if self.ops_ok & OPS_WRITE == 0 {
+                if !self.ops_ok.contains(OpKind::RdmaWrite) {
                     return Err(SendFault::OpForType);
                 }
                 raddr(seg1, remote_addr, rkey);
-                (OP_RDMA_WRITE, 0, 2)
+                (WqeOpcode::RDMA_WRITE.0, 0, 2)
             }
             SendOp::RdmaWriteWithImm {
                 remote_addr,
                 rkey,
                 imm,
             } => {
-                if self.ops_ok & OPS_WRITE == 0 {
+                if !self.ops_ok.contains(OpKind::RdmaWriteWithImm) {
                     return Err(SendFault::OpForType);
                 }
                 raddr(seg1, remote_addr, rkey);
-                (OP_RDMA_WRITE_IMM, imm, 2)
+                (WqeOpcode::RDMA_WRITE_IMM.0, imm, 2)
             }
             SendOp::RdmaRead { remote_addr, rkey } => {
-                if self.ops_ok & OPS_READ_ATOMIC == 0 {
+                if !self.ops_ok.contains(OpKind::RdmaRead) {
                     return Err(SendFault::OpForType);
                 }
                 raddr(seg1, remote_addr, rkey);
-                (OP_RDMA_READ, 0, 2)
+                (WqeOpcode::RDMA_READ.0, 0, 2)
             }
             SendOp::AtomicCmpSwp {
                 remote_addr,
@@ -1428,7 +1434,7 @@ impl Mlx5Qp {
                 compare,
                 swap,
             } => {
-                if self.ops_ok & OPS_READ_ATOMIC == 0 {
+                if !self.ops_ok.contains(OpKind::AtomicCmpSwp) {
                     return Err(SendFault::OpForType);
                 }
                 raddr(seg1, remote_addr, rkey);
@@ -1437,14 +1443,14 @@ impl Mlx5Qp {
                     ctrl.add(32).cast::<u64>().write(swap.to_be());
                     ctrl.add(40).cast::<u64>().write(compare.to_be());
                 }
-                (OP_ATOMIC_CS, 0, 3)
+                (WqeOpcode::ATOMIC_CS.0, 0, 3)
             }
             SendOp::AtomicFetchAdd {
                 remote_addr,
                 rkey,
                 add,
             } => {
-                if self.ops_ok & OPS_READ_ATOMIC == 0 {
+                if !self.ops_ok.contains(OpKind::AtomicFetchAdd) {
                     return Err(SendFault::OpForType);
                 }
                 raddr(seg1, remote_addr, rkey);
@@ -1452,7 +1458,7 @@ impl Mlx5Qp {
                 // for fetch-and-add).
                 // SAFETY: bytes 32..40 of the first block.
                 unsafe { ctrl.add(32).cast::<u64>().write(add.to_be()) };
-                (OP_ATOMIC_FA, 0, 3)
+                (WqeOpcode::ATOMIC_FA.0, 0, 3)
             }
             SendOp::LocalInv { .. } | SendOp::BindMw(_) => {
                 // Out of line, the pending fence by value (the common requests' path keeps
@@ -1467,8 +1473,20 @@ impl Mlx5Qp {
                 }
                 return r;
             }
-            // Operations added later (SendOp is non_exhaustive) are refused until built here.
-            _ => return Err(SendFault::Unsupported),
+            // SendOp is non_exhaustive outside rverbs-uverbs: every operation is named above,
+            // and this arm lists every kind, so a new operation does not compile here.
+            other => match other.kind() {
+                OpKind::Send
+                | OpKind::SendWithImm
+                | OpKind::SendWithInv
+                | OpKind::RdmaWrite
+                | OpKind::RdmaWriteWithImm
+                | OpKind::RdmaRead
+                | OpKind::AtomicCmpSwp
+                | OpKind::AtomicFetchAdd
+                | OpKind::LocalInv
+                | OpKind::BindMw => return Err(SendFault::Unsupported),
+            },
         };
         // The control segment's second half now (bytes 8–10 zero, fm_ce_se, imm): libmlx5
         // writes it before the segments that may still refuse the request (inline length, UD
@@ -1510,7 +1528,7 @@ impl Mlx5Qp {
     ) -> Result<usize, SendFault> {
         let flags = wr.flags.bits();
         // CS and FA (0x11, 0x12): one compare.
-        let atomic = opcode.wrapping_sub(OP_ATOMIC_CS) < 2;
+        let atomic = opcode.wrapping_sub(WqeOpcode::ATOMIC_CS.0) < 2;
         if flags & SendFlags::INLINE.bits() != 0 && !wr.sge.is_empty() {
             // SAFETY: the inline segment stays within max_inline (checked inside), which the
             // sizing reserved; inline sources are readable (caller's contract).
@@ -1563,7 +1581,7 @@ impl Mlx5Qp {
         ctrl: *mut u8,
         fence: u8,
     ) -> Result<usize, SendFault> {
-        if self.ops_ok & OPS_UMR == 0 {
+        if !self.ops_ok.contains(wr.op.kind()) {
             return Err(SendFault::OpForType);
         }
         let mut fence = fence;
@@ -1602,7 +1620,7 @@ impl Mlx5Qp {
         // A UMR's segments fill whole blocks: what follows starts a block (wrapped).
         let seg = self.block(cur.wrapping_add(size as u32 / 4));
         // SAFETY: the caller's contract; the sizing reserves the UMR and max_gs SGEs.
-        unsafe { self.finish_wqe(wr, cur, ctrl, seg, size, OP_UMR) }
+        unsafe { self.finish_wqe(wr, cur, ctrl, seg, size, WqeOpcode::UMR.0) }
     }
 
     /// Block `i` of the SQ (masked).

@@ -15,7 +15,7 @@ use rverbs_uverbs::driver::{
 };
 use rverbs_uverbs::error::PostError;
 use rverbs_uverbs::qp::QpType;
-use rverbs_uverbs::{Error, RawWc, RecvWr, SendWr, WorkCompletion};
+use rverbs_uverbs::{Error, OpKind, OpSet, RawWc, RecvWr, SendCaps, SendWr, WorkCompletion};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::abi::{
@@ -190,12 +190,42 @@ fn rxe_qp_type(t: QpType) -> io::Result<RxeQpType> {
     }
 }
 
+/// Whether rxe's requester runs `op` on a `t` QP (Linux 6.1 `rxe_wr_opcode_info`: LOCAL_INV
+/// on RC only, memory-window binds on RC and UC). Exhaustive over [`OpKind`]: a new operation
+/// does not compile until this says whether rxe encodes it (and `sq.rs` encodes it).
+const fn encodes(op: OpKind, t: QpType) -> bool {
+    match op {
+        OpKind::Send | OpKind::SendWithImm => true,
+        OpKind::RdmaWrite | OpKind::RdmaWriteWithImm | OpKind::BindMw => {
+            matches!(t, QpType::RC | QpType::UC)
+        }
+        OpKind::SendWithInv
+        | OpKind::RdmaRead
+        | OpKind::AtomicCmpSwp
+        | OpKind::AtomicFetchAdd
+        | OpKind::LocalInv => matches!(t, QpType::RC),
+    }
+}
+
+/// What rxe encodes, per QP type (the data [`Driver::send_caps`] returns).
+pub(crate) fn send_caps() -> SendCaps {
+    SendCaps {
+        rc: OpSet::from_fn(|k| encodes(k, QpType::RC)),
+        uc: OpSet::from_fn(|k| encodes(k, QpType::UC)),
+        ud: OpSet::from_fn(|k| encodes(k, QpType::UD)),
+    }
+}
+
 // SAFETY: the data path touches only the queues the kernel mapped for each object (at the
 // offsets and sizes its genuine create responses name: the create contract), through views
 // that follow rxe's queue protocol and bound every index by the ring's mask.
 unsafe impl Driver for RxeDriver {
     fn name(&self) -> &'static str {
         "rxe"
+    }
+
+    fn send_caps(&self) -> SendCaps {
+        send_caps()
     }
 
     unsafe fn create_cq(

@@ -85,13 +85,6 @@ pub enum PostErrorReason {
         /// The operation's name (`RDMA_READ`, ...).
         op: &'static str,
     },
-    /// The rxe requester of Linux 6.1 does not run this operation on this QP type.
-    UnsupportedOp {
-        /// The operation's name.
-        op: &'static str,
-        /// The QP's transport.
-        qp_type: RxeQpType,
-    },
     /// Send flags rxe does not implement (e.g. IP_CSUM).
     UnsupportedFlags {
         /// The flag bits rxe does not implement (`IB_SEND_*` numbering).
@@ -142,9 +135,6 @@ impl fmt::Display for PostErrorReason {
             }
             PostErrorReason::InlineNotAllowed { op } => {
                 write!(f, "INLINE is not possible with {op}")
-            }
-            PostErrorReason::UnsupportedOp { op, qp_type } => {
-                write!(f, "rxe does not support {op} on {qp_type:?} QPs")
             }
             PostErrorReason::UnsupportedFlags { flags } => {
                 write!(f, "send flags {flags:#x} are not supported by rxe")
@@ -206,7 +196,7 @@ impl From<RxePostError> for PostError {
     fn from(e: RxePostError) -> Self {
         match e.reason {
             PostErrorReason::QueueFull { capacity } => PostError::queue_full(e.posted, capacity),
-            PostErrorReason::UnsupportedOp { .. } | PostErrorReason::UnsupportedFlags { .. } => {
+            PostErrorReason::UnsupportedFlags { .. } => {
                 PostError::unsupported(e.posted, e.reason.to_string())
             }
             _ => PostError::invalid(e.posted, e.reason.to_string()),

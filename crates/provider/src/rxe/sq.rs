@@ -12,15 +12,9 @@
 //! our producer index is ours until we publish a producer index past it, so it is written
 //! field by field through raw pointers (no WQE is built on the stack and copied).
 //!
-//! Operations per QP type that the 6.1 requester runs (anything else would complete with
-//! `LOC_QP_OP_ERR` and move the QP to error, so it is refused here):
-//!
-//! | op | RC | UC | UD |
-//! |----|----|----|----|
-//! | SEND, SEND_WITH_IMM | yes | yes | yes |
-//! | RDMA_WRITE, RDMA_WRITE_WITH_IMM | yes | yes | no |
-//! | SEND_WITH_INV, RDMA_READ, ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD, LOCAL_INV | yes | no | no |
-//! | BIND_MW (memory windows, `rxe_send_wr.wr.mw`) | yes | yes | no |
+//! Which operations a QP takes is decided once, before this code runs: rverbs-uverbs'
+//! classification (`rverbs_uverbs::op`) intersected with what rxe encodes
+//! ([`super::driver::send_caps`], the 6.1 requester's table). Here only the operands are checked.
 //!
 //! INLINE is possible for the SEND and RDMA_WRITE families (the opcodes that carry outbound
 //! payload). Immediate data goes into the WQE in network byte order, as rxe puts it on the wire.
@@ -37,7 +31,7 @@ use super::abi::{
 use super::queue::{QueueKind, RxeQueue};
 use super::{PostErrorReason, RxePostError};
 use rverbs_uverbs::shared::copy_from_shared_raw;
-use rverbs_uverbs::{Error, SendFlags, SendOp, SendWr};
+use rverbs_uverbs::{Error, OpKind, SendFlags, SendOp, SendWr};
 
 /// The transport of the QP a send queue belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -50,24 +44,10 @@ pub enum RxeQpType {
     Ud,
 }
 
-impl RxeQpType {
-    /// From the `ib_uverbs_qp_type` number (RC 2, UC 3, UD 4); `None` for types rxe user QPs
-    /// cannot be.
-    pub const fn from_ib_qp_type(raw: u8) -> Option<Self> {
-        match raw {
-            2 => Some(RxeQpType::Rc),
-            3 => Some(RxeQpType::Uc),
-            4 => Some(RxeQpType::Ud),
-            _ => None,
-        }
-    }
-}
-
 /// The parameters of a send queue, as the kernel returned them at QP creation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RxeSqConfig {
-    /// The QP's transport: decides which operations are accepted and whether a UD
-    /// destination is needed.
+    /// The QP's transport: whether a UD destination is needed.
     pub qp_type: RxeQpType,
     /// `max_send_sge` from the create QP response (rxe rounds it up).
     pub max_sge: u32,
@@ -105,38 +85,6 @@ enum Payload {
 
 const ALLOWED_FLAGS: u32 =
     send_flags::FENCE | send_flags::SIGNALED | send_flags::SOLICITED | send_flags::INLINE;
-
-fn op_name(op: &SendOp) -> &'static str {
-    match op {
-        SendOp::Send => "SEND",
-        SendOp::SendWithImm { .. } => "SEND_WITH_IMM",
-        SendOp::SendWithInv { .. } => "SEND_WITH_INV",
-        SendOp::RdmaWrite { .. } => "RDMA_WRITE",
-        SendOp::RdmaWriteWithImm { .. } => "RDMA_WRITE_WITH_IMM",
-        SendOp::RdmaRead { .. } => "RDMA_READ",
-        SendOp::AtomicCmpSwp { .. } => "ATOMIC_CMP_AND_SWP",
-        SendOp::AtomicFetchAdd { .. } => "ATOMIC_FETCH_AND_ADD",
-        SendOp::LocalInv { .. } => "LOCAL_INV",
-        SendOp::BindMw(_) => "BIND_MW",
-        // SendOp is non_exhaustive: an operation added later gets this name in the refusal.
-        _ => "an operation this provider does not know",
-    }
-}
-
-fn supported(op: &SendOp, qp_type: RxeQpType) -> bool {
-    match op {
-        SendOp::Send | SendOp::SendWithImm { .. } => true,
-        SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => qp_type != RxeQpType::Ud,
-        SendOp::SendWithInv { .. }
-        | SendOp::RdmaRead { .. }
-        | SendOp::AtomicCmpSwp { .. }
-        | SendOp::AtomicFetchAdd { .. }
-        | SendOp::LocalInv { .. } => qp_type == RxeQpType::Rc,
-        SendOp::BindMw(_) => qp_type != RxeQpType::Ud,
-        // Operations added to SendOp later are refused until this provider implements them.
-        _ => false,
-    }
-}
 
 impl RxeSq {
     /// Wraps a validated view of a send queue mapping. Fails if the view is not a send queue
@@ -181,14 +129,10 @@ impl RxeSq {
     /// constant so that the connected path carries no destination code).
     #[inline(always)]
     fn check_and_plan<const UD: bool>(&self, wr: &SendWr<'_>) -> Result<Plan, PostErrorReason> {
+        // The operation is one this QP accepts (checked once, by rverbs-uverbs' `Qp`, against
+        // `super::driver::send_caps`): only its operands are checked here.
         let op = &wr.op;
-        let qp_type = self.cfg.qp_type;
-        if !supported(op, qp_type) {
-            return Err(PostErrorReason::UnsupportedOp {
-                op: op_name(op),
-                qp_type,
-            });
-        }
+        let kind = op.kind();
         let mut flags = wr.flags.bits();
         if flags & !ALLOWED_FLAGS != 0 {
             return Err(PostErrorReason::UnsupportedFlags {
@@ -200,10 +144,10 @@ impl RxeSq {
         }
         let inline = wr.flags.contains(SendFlags::INLINE);
         let num_sge = wr.sge.len();
-        let is_local = matches!(op, SendOp::LocalInv { .. } | SendOp::BindMw(_));
+        let is_local = kind.is_local();
         if is_local && num_sge != 0 {
             return Err(PostErrorReason::SgeOnLocalOp {
-                op: op_name(op),
+                op: kind.name(),
                 num_sge,
             });
         }
@@ -218,16 +162,8 @@ impl RxeSq {
             return Err(PostErrorReason::LengthOverflow { len });
         };
         if inline {
-            let payload_op = matches!(
-                op,
-                SendOp::Send
-                    | SendOp::SendWithImm { .. }
-                    | SendOp::SendWithInv { .. }
-                    | SendOp::RdmaWrite { .. }
-                    | SendOp::RdmaWriteWithImm { .. }
-            );
-            if !payload_op {
-                return Err(PostErrorReason::InlineNotAllowed { op: op_name(op) });
+            if !kind.carries_payload() {
+                return Err(PostErrorReason::InlineNotAllowed { op: kind.name() });
             }
             if len > u64::from(self.cfg.max_inline) {
                 return Err(PostErrorReason::InlineTooLong {
@@ -358,8 +294,20 @@ impl RxeSq {
                     // read the bind only from the union.
                     iova = b.addr();
                 }
-                // `check_and_plan` refused every operation not named above (`supported` is false).
-                _ => {}
+                // SendOp is non_exhaustive outside rverbs-uverbs: every operation is named above,
+                // and this arm lists every kind, so a new operation does not compile here.
+                other => match other.kind() {
+                    OpKind::Send
+                    | OpKind::SendWithImm
+                    | OpKind::SendWithInv
+                    | OpKind::RdmaWrite
+                    | OpKind::RdmaWriteWithImm
+                    | OpKind::RdmaRead
+                    | OpKind::AtomicCmpSwp
+                    | OpKind::AtomicFetchAdd
+                    | OpKind::LocalInv
+                    | OpKind::BindMw => {}
+                },
             }
             ptr::addr_of_mut!((*w).ex).write(ex);
             if let (true, Some(ud)) = (UD, wr.ud) {

@@ -1,6 +1,7 @@
 //! UD: datagrams through an AH, the GRH in the receive buffer, the Q_Key.
 
 use super::*;
+use rverbs::uverbs::{OpKind, OpSet, PostFault};
 
 /// RESET → INIT → RTR → RTS for a UD QP with our qkey.
 pub(super) fn ud_ready(qp: &Qp) {
@@ -152,7 +153,43 @@ fn ud_send_recv_with_grh() {
         )
         .unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::Unsupported, "{e}");
+        assert_eq!(
+            e.fault(),
+            Some(PostFault::OpForTransport {
+                op: OpKind::RdmaWrite,
+                qp_type: QpType::UD
+            }),
+            "{e}"
+        );
         assert_quiet(&ca, "refused UD WRs");
+        // The requests before a refused one are posted (and complete); the refusal names the
+        // device, the QP and the request.
+        let dest = Some(ah.ud_dest(qb.qp_num(), QKEY));
+        let e = post_send(
+            &qa,
+            &[
+                SendWr {
+                    ud: dest,
+                    ..SendWr::send(14, &s2)
+                },
+                SendWr {
+                    ud: dest,
+                    ..wr(15, op, &s2)
+                },
+            ],
+        )
+        .unwrap_err();
+        assert_eq!((e.index(), e.posted()), (Some(1), 1), "{e}");
+        assert!(
+            e.to_string().contains(&format!(
+                "QP {:#x} on {}: work request #1: a UD QP does not support RDMA_WRITE",
+                qa.qp_num(),
+                t.dev_a
+            )),
+            "{e}"
+        );
+        assert_wc(&poll1(&ca), 14, WcOpcode::SEND);
+        assert_quiet(&ca, "the refused RDMA WRITE");
         drop((qa, qb, ah));
     });
 }
@@ -247,4 +284,45 @@ fn wc_with_grh(wc: &WorkCompletion) -> WorkCompletion {
         wc_flags: wc.wc_flags | WcFlags::GRH,
         ..*wc
     }
+}
+
+/// What each QP type takes on rxe (rverbs_uverbs::op: the transport's operations that rxe
+/// encodes), read from QPs the kernel made; a UC QP refuses SEND_WITH_INV (the transport has
+/// no invalidate opcodes) and LOCAL_INV (rxe runs it on RC only) before posting anything.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn send_ops_per_qp_type() {
+    each_topo("send_ops_per_qp_type", |t| {
+        let s = Side::open(&t.dev_a);
+        let c = cq(&s, 8, None);
+        let mk = |qp_type| {
+            qp(
+                &s,
+                QpInit {
+                    qp_type,
+                    ..QpInit::rc(&c, caps(8, 8, 1, 0))
+                },
+            )
+        };
+        let (rc, uc, ud) = (mk(QpType::RC), mk(QpType::UC), mk(QpType::UD));
+        assert_eq!(rc.send_ops(), OpSet::of(&OpKind::ALL));
+        assert_eq!(
+            uc.send_ops(),
+            OpSet::of(&[
+                OpKind::Send,
+                OpKind::SendWithImm,
+                OpKind::RdmaWrite,
+                OpKind::RdmaWriteWithImm,
+                OpKind::BindMw,
+            ])
+        );
+        assert_eq!(
+            ud.send_ops(),
+            OpSet::of(&[OpKind::Send, OpKind::SendWithImm])
+        );
+        drop((rc, uc, ud, c));
+    });
 }

@@ -1,0 +1,320 @@
+//! What a send operation is, which QP types allow it, and what each provider can encode: the
+//! one classification every post is checked against ([`Qp::post_send_raw`](crate::qp::Qp::post_send_raw)
+//! runs it before any provider code), and what the C drop-in's extended send API
+//! (`IBV_QP_EX_WITH_*`) accepts.
+//!
+//! Which QP types allow an operation ([`OpSet::for_transport`]) is the InfiniBand
+//! Architecture's transport table (IBTA vol. 1, the packet opcodes per transport): RC carries
+//! every operation; UC carries SEND and RDMA WRITE (each also with immediate data) and the
+//! local operations (LOCAL_INV, BIND_MW), but no RDMA READ, no atomics, and no
+//! SEND_WITH_INVALIDATE (the "with invalidate" packet opcodes exist for RC and XRC only; the
+//! kernel's rdmavt lists `IB_WR_SEND_WITH_INV` as RC-only and `IB_WR_LOCAL_INV` as RC and UC,
+//! and rxe's requester builds no UC packet for SEND_WITH_INV); UD carries SEND and SEND with
+//! immediate only.
+//!
+//! What a provider can encode on top of that is its [`SendCaps`], data it returns from
+//! [`Driver::send_caps`](crate::driver::Driver::send_caps); a QP accepts the intersection.
+
+use crate::error::PostFault;
+use crate::qp::QpType;
+use crate::wr::SendOp;
+
+/// The kind of a send operation, without its operands: one per [`SendOp`] variant.
+///
+/// Exhaustive on purpose (unlike [`SendOp`]): [`SendOp::kind`] matches every operation, so a
+/// new operation adds a variant here, and each provider's capability table (an exhaustive
+/// `match` over `OpKind`) stops compiling until it says whether it encodes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum OpKind {
+    /// `IBV_WR_RDMA_WRITE`.
+    RdmaWrite = 0,
+    /// `IBV_WR_RDMA_WRITE_WITH_IMM`.
+    RdmaWriteWithImm = 1,
+    /// `IBV_WR_SEND`.
+    Send = 2,
+    /// `IBV_WR_SEND_WITH_IMM`.
+    SendWithImm = 3,
+    /// `IBV_WR_RDMA_READ`.
+    RdmaRead = 4,
+    /// `IBV_WR_ATOMIC_CMP_AND_SWP`.
+    AtomicCmpSwp = 5,
+    /// `IBV_WR_ATOMIC_FETCH_AND_ADD`.
+    AtomicFetchAdd = 6,
+    /// `IBV_WR_LOCAL_INV`.
+    LocalInv = 7,
+    /// `IBV_WR_BIND_MW`.
+    BindMw = 8,
+    /// `IBV_WR_SEND_WITH_INV`.
+    SendWithInv = 9,
+}
+
+impl OpKind {
+    /// Every kind, in `IBV_WR_*` order.
+    pub const ALL: [OpKind; 10] = [
+        OpKind::RdmaWrite,
+        OpKind::RdmaWriteWithImm,
+        OpKind::Send,
+        OpKind::SendWithImm,
+        OpKind::RdmaRead,
+        OpKind::AtomicCmpSwp,
+        OpKind::AtomicFetchAdd,
+        OpKind::LocalInv,
+        OpKind::BindMw,
+        OpKind::SendWithInv,
+    ];
+
+    /// The verbs name (`IBV_WR_` left off).
+    pub const fn name(self) -> &'static str {
+        match self {
+            OpKind::RdmaWrite => "RDMA_WRITE",
+            OpKind::RdmaWriteWithImm => "RDMA_WRITE_WITH_IMM",
+            OpKind::Send => "SEND",
+            OpKind::SendWithImm => "SEND_WITH_IMM",
+            OpKind::RdmaRead => "RDMA_READ",
+            OpKind::AtomicCmpSwp => "ATOMIC_CMP_AND_SWP",
+            OpKind::AtomicFetchAdd => "ATOMIC_FETCH_AND_ADD",
+            OpKind::LocalInv => "LOCAL_INV",
+            OpKind::BindMw => "BIND_MW",
+            OpKind::SendWithInv => "SEND_WITH_INV",
+        }
+    }
+
+    /// The `IB_UVERBS_WR_*` / `IBV_WR_*` number (also the bit of `IBV_QP_EX_WITH_*`).
+    pub const fn wr_opcode(self) -> u32 {
+        self as u32
+    }
+
+    /// Local operations: they act on this side only and take no SGEs.
+    pub const fn is_local(self) -> bool {
+        matches!(self, OpKind::LocalInv | OpKind::BindMw)
+    }
+
+    /// The operations that carry outbound payload (the ones INLINE applies to).
+    pub const fn carries_payload(self) -> bool {
+        matches!(
+            self,
+            OpKind::Send
+                | OpKind::SendWithImm
+                | OpKind::SendWithInv
+                | OpKind::RdmaWrite
+                | OpKind::RdmaWriteWithImm
+        )
+    }
+}
+
+impl std::fmt::Display for OpKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl SendOp {
+    /// What kind of operation this is.
+    #[inline]
+    pub const fn kind(&self) -> OpKind {
+        match self {
+            SendOp::RdmaWrite { .. } => OpKind::RdmaWrite,
+            SendOp::RdmaWriteWithImm { .. } => OpKind::RdmaWriteWithImm,
+            SendOp::Send => OpKind::Send,
+            SendOp::SendWithImm { .. } => OpKind::SendWithImm,
+            SendOp::RdmaRead { .. } => OpKind::RdmaRead,
+            SendOp::AtomicCmpSwp { .. } => OpKind::AtomicCmpSwp,
+            SendOp::AtomicFetchAdd { .. } => OpKind::AtomicFetchAdd,
+            SendOp::LocalInv { .. } => OpKind::LocalInv,
+            SendOp::BindMw(_) => OpKind::BindMw,
+            SendOp::SendWithInv { .. } => OpKind::SendWithInv,
+        }
+    }
+}
+
+/// A set of [`OpKind`]s (bit `k` is `OpKind` number `k`, as `IBV_QP_EX_WITH_*` numbers them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct OpSet(u16);
+
+impl OpSet {
+    /// No operation.
+    pub const EMPTY: OpSet = OpSet(0);
+
+    /// The set of `kinds`.
+    pub const fn of(kinds: &[OpKind]) -> OpSet {
+        let mut bits = 0u16;
+        let mut i = 0;
+        while i < kinds.len() {
+            bits |= 1 << kinds[i] as u16;
+            i += 1;
+        }
+        OpSet(bits)
+    }
+
+    /// The set whose members are the kinds `f` says yes to.
+    pub fn from_fn(f: impl Fn(OpKind) -> bool) -> OpSet {
+        OpSet(
+            OpKind::ALL
+                .iter()
+                .filter(|&&k| f(k))
+                .fold(0, |b, &k| b | 1 << k as u16),
+        )
+    }
+
+    /// Whether `kind` is in the set.
+    #[inline]
+    pub const fn contains(self, kind: OpKind) -> bool {
+        self.0 & (1 << kind as u16) != 0
+    }
+
+    /// The kinds in both sets.
+    pub const fn intersection(self, other: OpSet) -> OpSet {
+        OpSet(self.0 & other.0)
+    }
+
+    /// The bits, numbered as `IBV_QP_EX_WITH_*` numbers them.
+    pub const fn bits(self) -> u64 {
+        self.0 as u64
+    }
+
+    /// What the transport of `qp_type` carries (the module documentation gives the sources);
+    /// empty for types rverbs does not post sends on (RAW_PACKET, XRC).
+    pub const fn for_transport(qp_type: QpType) -> OpSet {
+        const UC: OpSet = OpSet::of(&[
+            OpKind::Send,
+            OpKind::SendWithImm,
+            OpKind::RdmaWrite,
+            OpKind::RdmaWriteWithImm,
+            OpKind::LocalInv,
+            OpKind::BindMw,
+        ]);
+        match qp_type {
+            QpType::RC => OpSet::of(&OpKind::ALL),
+            QpType::UC => UC,
+            QpType::UD => OpSet::of(&[OpKind::Send, OpKind::SendWithImm]),
+            _ => OpSet::EMPTY,
+        }
+    }
+}
+
+/// What a provider can encode, per QP type: data, returned by
+/// [`Driver::send_caps`](crate::driver::Driver::send_caps). A QP of type `t` accepts
+/// `OpSet::for_transport(t) ∩ caps.for_type(t)`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SendCaps {
+    /// Operations the provider encodes on RC QPs.
+    pub rc: OpSet,
+    /// On UC QPs.
+    pub uc: OpSet,
+    /// On UD QPs.
+    pub ud: OpSet,
+}
+
+impl SendCaps {
+    /// What the provider encodes on a `qp_type` QP (empty for other types).
+    pub const fn for_type(&self, qp_type: QpType) -> OpSet {
+        match qp_type {
+            QpType::RC => self.rc,
+            QpType::UC => self.uc,
+            QpType::UD => self.ud,
+            _ => OpSet::EMPTY,
+        }
+    }
+
+    /// What a `qp_type` QP accepts: what its transport carries and the provider encodes.
+    pub const fn allowed(&self, qp_type: QpType) -> OpSet {
+        OpSet::for_transport(qp_type).intersection(self.for_type(qp_type))
+    }
+}
+
+/// Why a `qp_type` QP of `provider` refuses `op` (which it does not accept): its transport
+/// does not carry it, or the provider does not encode it.
+#[cold]
+pub(crate) fn refusal(op: OpKind, qp_type: QpType, provider: &'static str) -> PostFault {
+    if OpSet::for_transport(qp_type).contains(op) {
+        PostFault::OpNotEncoded {
+            op,
+            qp_type,
+            provider,
+        }
+    } else {
+        PostFault::OpForTransport { op, qp_type }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_number_as_the_verbs() {
+        for (i, k) in OpKind::ALL.iter().enumerate() {
+            assert_eq!(k.wr_opcode(), i as u32, "{k}");
+        }
+    }
+
+    #[test]
+    fn transports_follow_the_ibta() {
+        let rc = OpSet::for_transport(QpType::RC);
+        let uc = OpSet::for_transport(QpType::UC);
+        let ud = OpSet::for_transport(QpType::UD);
+        assert!(OpKind::ALL.iter().all(|&k| rc.contains(k)));
+        // The disagreement this table settles: SEND_WITH_INV is RC-only.
+        assert!(!uc.contains(OpKind::SendWithInv));
+        assert!(!uc.contains(OpKind::RdmaRead));
+        assert!(!uc.contains(OpKind::AtomicCmpSwp));
+        assert!(!uc.contains(OpKind::AtomicFetchAdd));
+        assert!(uc.contains(OpKind::LocalInv) && uc.contains(OpKind::BindMw));
+        assert_eq!(ud, OpSet::of(&[OpKind::Send, OpKind::SendWithImm]));
+        assert_eq!(OpSet::for_transport(QpType::RAW_PACKET), OpSet::EMPTY);
+        assert_eq!(OpSet::for_transport(QpType::XRC_INI), OpSet::EMPTY);
+    }
+
+    #[test]
+    fn allowed_is_transport_and_provider() {
+        let caps = SendCaps {
+            rc: OpSet::of(&[OpKind::Send]),
+            uc: OpSet::of(&[OpKind::Send, OpKind::RdmaRead]),
+            ud: OpSet::EMPTY,
+        };
+        assert_eq!(caps.allowed(QpType::RC), OpSet::of(&[OpKind::Send]));
+        // A provider claiming READ on UC does not make the transport carry it.
+        assert_eq!(caps.allowed(QpType::UC), OpSet::of(&[OpKind::Send]));
+        assert_eq!(caps.allowed(QpType::UD), OpSet::EMPTY);
+        assert_eq!(
+            OpSet::from_fn(|k| k.is_local()),
+            OpSet::of(&[OpKind::LocalInv, OpKind::BindMw])
+        );
+    }
+
+    #[test]
+    fn refusals_say_whose_limit_it_is() {
+        let f = refusal(OpKind::SendWithInv, QpType::UC, "mlx5");
+        assert_eq!(
+            f,
+            PostFault::OpForTransport {
+                op: OpKind::SendWithInv,
+                qp_type: QpType::UC
+            }
+        );
+        let e = crate::PostError::refused(2, f).at("mlx5_0", crate::PostQueue::Send, 0x11);
+        assert_eq!(e.fault(), Some(f));
+        assert_eq!((e.index(), e.posted()), (Some(2), 2));
+        assert_eq!(e.kind(), std::io::ErrorKind::Unsupported);
+        let s = e.to_string();
+        assert_eq!(
+            s,
+            "post send to QP 0x11 on mlx5_0: work request #2: a UC QP does not support \
+             SEND_WITH_INV (the UC transport does not carry it); 2 posted"
+        );
+        let f = refusal(OpKind::LocalInv, QpType::UC, "rxe");
+        assert_eq!(
+            f.to_string(),
+            "rxe does not support LOCAL_INV on UC QPs",
+            "the transport carries it, rxe does not encode it"
+        );
+        assert!(matches!(
+            f,
+            PostFault::OpNotEncoded {
+                provider: "rxe",
+                ..
+            }
+        ));
+    }
+}
