@@ -424,9 +424,11 @@ fn finish(c: std::process::Child) -> (Option<i32>, String) {
 ///
 /// mckey posts its sends unsignaled and, without waiting for them, leaves the group and
 /// destroys its QP: rxe flushes what it has not sent yet (on 6.12 one-node runs only the first
-/// datagram got out; on 6.1 all ten). So this asserts that datagrams arrive, each
-/// well-formed, and prints how many; that every datagram reaches every receiver is proven with
-/// a sender that waits for its completions (`mcast_two_receivers_and_leave`,
+/// datagram got out in one run, none in another; on 6.1 all ten). So this asserts that mckey
+/// joins and completes and that every datagram that arrives is well-formed; that at least one
+/// arrives is asserted on 6.1 only, where rxe sends before mckey's teardown, and on other
+/// kernels the count is printed. That every datagram reaches every receiver is proven with a
+/// sender that waits for its completions (`mcast_two_receivers_and_leave`,
 /// `interop_mcast_rust_sends_to_mckey`).
 #[test]
 #[cfg_attr(
@@ -465,10 +467,13 @@ fn interop_mcast_mckey_sends_to_rust() {
     let (code, out) = finish(c);
     assert_eq!(code, Some(0), "mckey sender: {out}");
     assert!(out.contains("data transfers complete"), "{out}");
-    assert!(
-        !got.is_empty(),
-        "no datagram of mckey arrived; mckey: {out}"
-    );
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    if release.starts_with("6.1.") {
+        assert!(
+            !got.is_empty(),
+            "no datagram of mckey arrived on {release}; mckey: {out}"
+        );
+    }
     eprintln!("received {} of mckey's 10 datagrams", got.len());
     drop(mr);
 }

@@ -316,29 +316,7 @@ fn mlx5_creates(data: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The committed seeds of fuzz target `target` (`fuzz/corpus/<target>/`), by name: each
-    /// must stay valid input that reaches the parsers.
-    fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../fuzz/corpus")
-            .join(target);
-        let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .map(|e| {
-                let p = e.expect("directory entry").path();
-                let name = p
-                    .file_name()
-                    .expect("a name")
-                    .to_string_lossy()
-                    .into_owned();
-                (name, std::fs::read(&p).expect("readable seed"))
-            })
-            .collect();
-        v.sort();
-        assert!(!v.is_empty(), "no seeds in {}", dir.display());
-        v
-    }
+    use rverbs_uverbs::fuzzing::seeds;
 
     #[test]
     fn mlx5_cqe_seeds_parse() {

@@ -286,11 +286,12 @@ fn raw_wc_flags_bits(chunk: &[u8]) -> u32 {
     u32::from_ne_bytes(chunk[36..40].try_into().expect("4 bytes"))
 }
 
-/// The committed seeds of fuzz target `target` (`fuzz/corpus/<target>/`), by name. The unit
-/// tests run every entry point over its seeds on the stable toolchain, so each seed stays
-/// valid input that reaches deep, and a saved crash input added there stays fixed.
-#[cfg(test)]
-pub(crate) fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
+/// The committed seeds of fuzz target `target` (`fuzz/corpus/<target>/` of the repository), by
+/// name. The unit tests of the fuzz entry points (of this crate, rverbs-cm and
+/// rverbs-provider) run every entry point over its seeds on the stable toolchain, so each seed
+/// stays valid input that reaches deep, and a saved crash input added there stays fixed.
+/// Panics when the directory is missing or empty.
+pub fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../fuzz/corpus")
         .join(target);
