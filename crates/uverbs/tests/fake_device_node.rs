@@ -51,6 +51,12 @@ fn device(root: &Path) -> Device {
     unsafe { sysfs.find("rxe0", &HashMap::new()) }.unwrap()
 }
 
+/// The errors of opening `dev` with the ioctl path and with the legacy write() ABI; each open
+/// must fail.
+fn open_both_ways(dev: &Device) -> [std::io::Error; 2] {
+    [Context::open(dev), Context::open_legacy_abi(dev)].map(|r| r.map(|_| ()).unwrap_err())
+}
+
 fn open_fds() -> Vec<String> {
     let mut v: Vec<String> = fs::read_dir("/proc/self/fd")
         .unwrap()
@@ -85,13 +91,7 @@ fn fake_device_nodes_are_refused_and_own_no_fd() {
     fs::write(&node, b"not a device").unwrap();
     let dev = device(&root);
     let before = open_fds();
-    for legacy in [false, true] {
-        let r = if legacy {
-            Context::open_legacy_abi(&dev)
-        } else {
-            Context::open(&dev)
-        };
-        let e = r.map(|_| ()).unwrap_err();
+    for e in open_both_ways(&dev) {
         let s = e.to_string();
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{s}");
         assert!(s.contains("open rxe0"), "{s}");
@@ -116,13 +116,7 @@ fn fake_device_nodes_are_refused_and_own_no_fd() {
     std::os::unix::fs::symlink("/dev/null", root.join("dev/uverbs0")).unwrap();
     let dev = device(&root);
     let before = open_fds();
-    for legacy in [false, true] {
-        let r = if legacy {
-            Context::open_legacy_abi(&dev)
-        } else {
-            Context::open(&dev)
-        };
-        let e = r.map(|_| ()).unwrap_err();
+    for e in open_both_ways(&dev) {
         let s = e.to_string();
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{s}");
         assert!(s.contains("open context on rxe0"), "{s}");
