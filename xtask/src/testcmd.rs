@@ -213,6 +213,9 @@ pub fn run(args: &[String]) -> Result<u8> {
     let t0 = Instant::now();
     // Everything the stages use, installed first (or a stop right here with the apt-get line).
     crate::packages::ensure(crate::packages::Need::Test, "xtask")?;
+    if let Some(w) = util::disk_warning() {
+        eprintln!("xtask: {w}");
+    }
     let mut report = Report {
         only,
         ..Report::default()
@@ -291,6 +294,11 @@ pub fn run(args: &[String]) -> Result<u8> {
     }
     // ---- end of the stages ----
     let total = report.total();
+    if total.failed > 0 {
+        if let Some(w) = util::disk_warning() {
+            println!("xtask: {w}");
+        }
+    }
     let mut text = String::new();
     for s in &report.stages {
         let _ = writeln!(
