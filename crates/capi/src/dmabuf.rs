@@ -1,7 +1,6 @@
-//! `ibv_reg_dmabuf_mr`: a memory region over a dma-buf, through rverbs'
-//! [`DmabufMr`](rverbs_uverbs::dmabuf::DmabufMr): the same checks (the fd must be a dma-buf
-//! and the range inside it, before the kernel sees it) and the same errors. The region is an
-//! ordinary [`CMr`]: `ibv_dereg_mr` deregisters it. As in libibverbs, its `addr` is the
+//! `ibv_reg_dmabuf_mr`: a memory region over a dma-buf, through rverbs' [`DmabufMr`]: the
+//! same checks (the fd must be a dma-buf and the range inside it, before the kernel sees it)
+//! and the same errors. The region is an ordinary [`CMr`]: `ibv_dereg_mr` deregisters it. As in libibverbs, its `addr` is the
 //! offset in the dma-buf and `length` the length; SGEs name it by lkey and iova.
 
 use std::cell::UnsafeCell;
