@@ -384,6 +384,18 @@ mod tests {
         }
     }
 
+    /// Each refusal the kernel can give says what it means; other errnos stay bare.
+    #[test]
+    fn kernel_refusals_are_explained() {
+        let t = |e| kernel_refusal("rxe0", e).unwrap();
+        assert!(t(Errno::OPNOTSUPP).starts_with("rxe0 does not support dma-buf memory regions"));
+        assert!(t(Errno::PROTONOSUPPORT).contains("no REG_DMABUF_MR method"));
+        assert!(t(Errno::NOTTY).contains("no REG_DMABUF_MR method"));
+        assert!(t(Errno::BADF).contains("no open file"));
+        assert!(t(Errno::INVAL).contains("not a dma-buf"));
+        assert_eq!(kernel_refusal("rxe0", Errno::NOMEM), None);
+    }
+
     /// The call carries libibverbs' attributes in its order, each of the kernel's kind: the
     /// fd and access as 4-byte PTR_INs (the kernel's RAW_FD and FLAGS_IN), the 64-bit
     /// values inline, lkey and rkey as 4-byte outputs.
