@@ -293,7 +293,7 @@ impl DmabufMr {
     }
 
     /// A raw SGE over `range` of the region (offsets from its start), `None` when the range
-    /// is empty-inverted or outside it. It is a plain [`Sge`]: posting it goes through the
+    /// is inverted or reaches past the region's end. It is a plain [`Sge`]: posting it goes through the
     /// `unsafe` raw paths, and never with `SendFlags::INLINE` (its address is an iova, not CPU
     /// memory).
     pub fn sge(&self, range: Range<usize>) -> Option<Sge> {
