@@ -11,7 +11,9 @@
 //! over the region are plain [`Sge`]s ([`DmabufMr::sge`]), posted through the `unsafe`
 //! raw paths (`Qp::post_send_raw`, `Qp::post_recv_raw`) whose contract already says INLINE
 //! sources must be readable memory of ours. Peers reach the region through its rkey; the
-//! device checks every access against the region, as for any MR.
+//! device checks every access against the region, as for any MR. This holds even for
+//! exporters that allow `mmap` of the dma-buf (udmabuf does): such a mapping is made by the
+//! caller, outside this type, and its reads and writes are the caller's to make sound.
 //!
 //! The fd is only borrowed for the call: the kernel takes its own reference to the dma-buf
 //! (and pins or maps what the exporter allows) for as long as the registration lives, so
