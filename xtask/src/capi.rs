@@ -153,7 +153,13 @@ pub fn lib_dir() -> PathBuf {
 
 /// Our C test programs (`crates/capi/tests/c/NAME.c`), each linked `-static` against
 /// `librverbs.a` into `<target>/capi/bin/NAME`.
-pub const C_PROGRAMS: &[&str] = &["static_pingpong", "qp_ex", "ah_from_wc", "destroy_waits"];
+pub const C_PROGRAMS: &[&str] = &[
+    "static_pingpong",
+    "qp_ex",
+    "ah_from_wc",
+    "destroy_waits",
+    "dmabuf_mr",
+];
 
 /// The C test programs also linked dynamically against rdma-core's own libibverbs, into
 /// `<target>/capi/bin/NAME-rdma-core`: the host guest runs both builds and compares what

@@ -24,7 +24,11 @@ pub const BACKGROUND: &[(&str, &str)] =
 
 /// Binaries whose tests compare the device's kernel object counts: no other process may
 /// create or destroy objects on the device meanwhile, so they run after the background tests.
-pub const COUNTS_DEVICE_OBJECTS: &[&str] = &["rverbs/verbs_errors", "rverbs/verbs_legacy"];
+pub const COUNTS_DEVICE_OBJECTS: &[&str] = &[
+    "rverbs/verbs_errors",
+    "rverbs/verbs_legacy",
+    "rverbs/vm_dmabuf",
+];
 
 /// Long tests run once per kernel: (binary, test name). `ten_thousand_cycles_leak_nothing`
 /// (about 20 s a stage) counts fds, mappings and kernel objects over 10,000 create/destroy

@@ -64,6 +64,9 @@
 //!   SGEs pointing into it) stays mapped while the MR lives; the device and peers read and
 //!   write it at any time, so this library never forms a Rust reference to it and only hands
 //!   its addresses to the kernel and the provider.
+//! - **\[fd\]** — *file descriptor argument*: a number the caller passes as an fd; if it is
+//!   open, no other thread closes it during the call (the library may read it as a borrowed
+//!   fd and hand it to the kernel).
 //! - **\[ops\]** — the functions of the ops tables (`ibv_context.ops`, `verbs_context`,
 //!   `ibv_qp_ex`, `ibv_cq_ex`) are reachable only through a context, QP or CQ of ours: the
 //!   inline wrappers of `verbs.h` pass the caller's pointers on, so their object arguments
@@ -133,6 +136,7 @@ pub mod abi;
 mod symver;
 pub mod cma;
 pub mod cq_ex;
+pub mod dmabuf;
 mod events;
 pub mod mw;
 #[cfg(test)]

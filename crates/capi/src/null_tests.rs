@@ -48,6 +48,9 @@ fn constructors_give_null_and_einval() {
             ibv_create_ah(null_mut(), &mut ah_attr).is_null()
         });
         sets_einval("ibv_reg_mr", || ibv_reg_mr(null_mut(), p, 64, 1).is_null());
+        sets_einval("ibv_reg_dmabuf_mr", || {
+            crate::dmabuf::ibv_reg_dmabuf_mr(null_mut(), 0, 64, 0, 0, 1).is_null()
+        });
         sets_einval("ibv_create_ah_from_wc", || {
             ibv_create_ah_from_wc(null_mut(), null_mut(), null_mut(), 1).is_null()
         });

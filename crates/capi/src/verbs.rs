@@ -2781,8 +2781,6 @@ macro_rules! unsupported {
 unsupported! {
     /// `ibv_rereg_mr` (returns `IBV_REREG_MR_ERR_INPUT`).
     fn ibv_rereg_mr(mr: *mut ibv_mr, flags: c_int, pd: *mut ibv_pd, addr: *mut c_void, len: usize, access: c_int) -> c_int = -1;
-    /// `ibv_reg_dmabuf_mr`.
-    fn ibv_reg_dmabuf_mr(pd: *mut ibv_pd, off: u64, len: usize, iova: u64, fd: c_int, access: c_int) -> *mut ibv_mr = null_mut();
     /// `ibv_import_device`.
     fn ibv_import_device(fd: c_int) -> *mut ibv_context = null_mut();
     /// `ibv_import_pd`.

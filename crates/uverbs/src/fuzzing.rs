@@ -174,10 +174,14 @@ fn netlink_payload(p: &[u8]) {
 }
 
 /// sysfs text, as the device list and the GID table read it: GUIDs, GIDs, MTUs, driver names,
-/// `dev` numbers, node types and PCI ids. Parsed values format back to text that parses to
-/// the same value.
+/// `dev` numbers, node types and PCI ids; and procfs's `fdinfo` text, as the dma-buf
+/// registration reads it. Parsed values format back to text that parses to the same value.
 pub fn sysfs_text(data: &[u8]) {
     let s = String::from_utf8_lossy(data);
+    if let Some(info) = crate::dmabuf::parse_fdinfo(&s) {
+        let text = format!("size:\t{}\nexp_name:\t{}\n", info.size, info.exporter);
+        assert_eq!(crate::dmabuf::parse_fdinfo(&text), Some(info), "{text}");
+    }
     if let Some(g) = parse_guid(&s) {
         let text = format_guid(g);
         assert_eq!(parse_guid(&text), Some(g), "{text}");
@@ -391,6 +395,9 @@ mod tests {
         assert_eq!(parse_dev_t(text("text_8").trim()), Some((231, 192)));
         assert_eq!(parse_node_type(&text("text_9")), NodeType(1));
         assert_eq!(parse_hex_id(text("text_10").trim()), Some(0x15b3));
+        let fdinfo = crate::dmabuf::parse_fdinfo(&text("fdinfo_udmabuf")).unwrap();
+        assert_eq!((fdinfo.size, fdinfo.exporter.as_str()), (8192, "udmabuf"));
+        assert_eq!(crate::dmabuf::parse_fdinfo(&text("fdinfo_memfd")), None);
         for (_, b) in seeds("uverbs_completions") {
             completions(&b);
         }

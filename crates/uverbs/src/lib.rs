@@ -29,6 +29,7 @@ pub mod context;
 pub mod cq;
 pub mod device;
 pub mod device_attr;
+pub mod dmabuf;
 pub mod driver;
 pub mod error;
 pub mod fd;

@@ -376,7 +376,7 @@ impl<M> From<RegisterError<M>> for std::io::Error {
     }
 }
 
-fn check_access(access: AccessFlags) -> std::result::Result<(), String> {
+pub(crate) fn check_access(access: AccessFlags) -> std::result::Result<(), String> {
     let unknown = access.bits() & !AccessFlags::all().bits();
     if unknown != 0 {
         return Err(format!("unknown access bits {unknown:#x}"));
@@ -778,6 +778,35 @@ fn dereg_mr(ctx: &Context, handle: u32) -> std::result::Result<(), Errno> {
 }
 
 impl RawMr {
+    /// A registration the kernel made (a dma-buf region: `addr` is its iova).
+    pub(crate) fn from_parts(
+        pd: Arc<Pd>,
+        handle: u32,
+        lkey: u32,
+        rkey: u32,
+        addr: u64,
+        len: usize,
+    ) -> RawMr {
+        RawMr {
+            pd,
+            handle,
+            lkey,
+            rkey,
+            addr,
+            len,
+        }
+    }
+
+    /// The kernel's handle of the region.
+    pub(crate) fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// The PD the region belongs to.
+    pub(crate) fn pd(&self) -> &Arc<Pd> {
+        &self.pd
+    }
+
     /// Deregisters the region; on failure gives it back, still registered, with the error.
     /// The kernel refuses (EINVAL on rxe) while a memory window is bound in the region.
     pub fn deregister(self) -> std::result::Result<(), (RawMr, std::io::Error)> {

@@ -657,6 +657,39 @@ fn constants() -> Vec<(&'static str, i128)> {
         c!("UVERBS_METHOD_DM_MR_REG", mr::METHOD_DM_MR_REG),
         c!("UVERBS_METHOD_MR_DESTROY", mr::METHOD_DESTROY),
         c!("UVERBS_ATTR_DESTROY_MR_HANDLE", mr::ATTR_DESTROY_HANDLE),
+        c!("UVERBS_METHOD_ADVISE_MR", mr::METHOD_ADVISE),
+        c!("UVERBS_METHOD_QUERY_MR", mr::METHOD_QUERY),
+        c!("UVERBS_METHOD_REG_DMABUF_MR", mr::METHOD_REG_DMABUF),
+        c!(
+            "UVERBS_ATTR_REG_DMABUF_MR_HANDLE",
+            mr::ATTR_REG_DMABUF_HANDLE
+        ),
+        c!(
+            "UVERBS_ATTR_REG_DMABUF_MR_PD_HANDLE",
+            mr::ATTR_REG_DMABUF_PD_HANDLE
+        ),
+        c!(
+            "UVERBS_ATTR_REG_DMABUF_MR_OFFSET",
+            mr::ATTR_REG_DMABUF_OFFSET
+        ),
+        c!(
+            "UVERBS_ATTR_REG_DMABUF_MR_LENGTH",
+            mr::ATTR_REG_DMABUF_LENGTH
+        ),
+        c!("UVERBS_ATTR_REG_DMABUF_MR_IOVA", mr::ATTR_REG_DMABUF_IOVA),
+        c!("UVERBS_ATTR_REG_DMABUF_MR_FD", mr::ATTR_REG_DMABUF_FD),
+        c!(
+            "UVERBS_ATTR_REG_DMABUF_MR_ACCESS_FLAGS",
+            mr::ATTR_REG_DMABUF_ACCESS_FLAGS
+        ),
+        c!(
+            "UVERBS_ATTR_REG_DMABUF_MR_RESP_LKEY",
+            mr::ATTR_REG_DMABUF_RESP_LKEY
+        ),
+        c!(
+            "UVERBS_ATTR_REG_DMABUF_MR_RESP_RKEY",
+            mr::ATTR_REG_DMABUF_RESP_RKEY
+        ),
         c!("UVERBS_METHOD_MW_DESTROY", mw::METHOD_DESTROY),
         c!("UVERBS_ATTR_DESTROY_MW_HANDLE", mw::ATTR_DESTROY_HANDLE),
         c!("UVERBS_METHOD_CQ_CREATE", cq::METHOD_CREATE),

@@ -487,8 +487,46 @@ impl Run {
                     );
                 }
             }
+            "dmabuf_mr" => self.dmabuf_mr(t),
             other => panic!("unknown step {other}"),
         }
+    }
+
+    /// `dmabuf_mr`: the `REG_DMABUF_MR` call `DmabufMr::register` issues
+    /// (`rverbs_uverbs::dmabuf::reg_dmabuf_call`) for the script's arguments, on the PD the
+    /// harness's `ctx` allocated (the fake kernel's first handle, 1) and mlx5's driver id,
+    /// printed as the harness prints libibverbs' (output pointers masked); then the answer.
+    fn dmabuf_mr(&mut self, t: &[&str]) {
+        use rverbs_uverbs::dmabuf::{reg_dmabuf_call, DmabufArgs};
+        use rverbs_uverbs::mr::AccessFlags;
+        const PD_HANDLE: u32 = 1;
+        let args = DmabufArgs {
+            offset: num(t, "offset", 0),
+            length: num(t, "len", 0),
+            iova: num(t, "iova", 0),
+            fd: num(t, "fd", 0) as i32,
+            access: AccessFlags::from_bits_retain(num(t, "access", 0) as u32).bits(),
+        };
+        let (mut lkey, mut rkey) = (0u32, 0u32);
+        let mut c = reg_dmabuf_call(PD_HANDLE, &args, &mut lkey, &mut rkey);
+        let hdr = c.header(rverbs_uverbs::device::DriverId::MLX5.0);
+        writeln!(self.out, "  ioctl hdr {}", hex(hdr.as_bytes())).unwrap();
+        for a in c.attrs() {
+            let b = a.as_bytes();
+            let out = a.attr_id == rverbs_uverbs::abi::ioctl::mr::ATTR_REG_DMABUF_RESP_LKEY
+                || a.attr_id == rverbs_uverbs::abi::ioctl::mr::ATTR_REG_DMABUF_RESP_RKEY;
+            let data = if out { "x".repeat(16) } else { hex(&b[8..]) };
+            writeln!(self.out, "  ioctl attr {}{data}", hex(&b[..8])).unwrap();
+        }
+        // The fake kernel's answer: the script's keys.
+        lkey = num(t, "lkey", 0) as u32;
+        rkey = num(t, "rkey", 0) as u32;
+        writeln!(
+            self.out,
+            "  mr lkey {lkey:#x} rkey {rkey:#x} addr {:#x} length {}",
+            args.offset, args.length
+        )
+        .unwrap();
     }
 
     /// `bench`: posts the list `n` times through [`bench_post`]; after each post completes
@@ -815,9 +853,10 @@ macro_rules! scripts {
 }
 
 /// Every script in `tests/mlx5_oracle/`.
-pub const SCRIPTS: [(&str, &str, &str); 17] = scripts![
+pub const SCRIPTS: [(&str, &str, &str); 18] = scripts![
     "cqe_128",
     "cqe_v1",
+    "dmabuf_mr",
     "doorbell_prefer_bf_0",
     "doorbell_shut_up_bf",
     "dyn_uar",

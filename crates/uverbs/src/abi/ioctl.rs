@@ -113,7 +113,25 @@ pub mod pd {
 pub mod mr {
     pub const METHOD_DM_MR_REG: u16 = 0;
     pub const METHOD_DESTROY: u16 = 1;
+    pub const METHOD_ADVISE: u16 = 2;
+    pub const METHOD_QUERY: u16 = 3;
+    /// `UVERBS_METHOD_REG_DMABUF_MR` (Linux 5.12 and later).
+    pub const METHOD_REG_DMABUF: u16 = 4;
+
     pub const ATTR_DESTROY_HANDLE: u16 = 0;
+
+    /// `enum uverbs_attrs_reg_dmabuf_mr_cmd_attr_ids`: the new MR (IDR), its PD (IDR),
+    /// offset, length and iova (u64 in), the dma-buf fd (a raw fd: an s32 PTR_IN, not an FD
+    /// attribute), access flags (u32 in), lkey and rkey (u32 out).
+    pub const ATTR_REG_DMABUF_HANDLE: u16 = 0;
+    pub const ATTR_REG_DMABUF_PD_HANDLE: u16 = 1;
+    pub const ATTR_REG_DMABUF_OFFSET: u16 = 2;
+    pub const ATTR_REG_DMABUF_LENGTH: u16 = 3;
+    pub const ATTR_REG_DMABUF_IOVA: u16 = 4;
+    pub const ATTR_REG_DMABUF_FD: u16 = 5;
+    pub const ATTR_REG_DMABUF_ACCESS_FLAGS: u16 = 6;
+    pub const ATTR_REG_DMABUF_RESP_LKEY: u16 = 7;
+    pub const ATTR_REG_DMABUF_RESP_RKEY: u16 = 8;
 }
 
 /// `UVERBS_OBJECT_MW`: only destroy has a method (6.1 and 6.12); MWs are allocated with the

@@ -218,6 +218,51 @@ static int fake_uar_ioctl(struct ib_uverbs_ioctl_hdr *h)
 	return 0;
 }
 
+/* Prints an RDMA_VERBS_IOCTL call byte for byte: the header, then each attribute, with the
+ * data of the attributes `out_a`/`out_b` (output pointers: each library's own memory) as
+ * `x`s. */
+static void print_ioctl_bytes(const struct ib_uverbs_ioctl_hdr *h, unsigned out_a, unsigned out_b)
+{
+	printf("  ioctl hdr ");
+	for (size_t i = 0; i < sizeof(*h); i++)
+		printf("%02x", ((const uint8_t *)h)[i]);
+	printf("\n");
+	for (unsigned i = 0; i < h->num_attrs; i++) {
+		const struct ib_uverbs_attr *a = &h->attrs[i];
+		const uint8_t *b = (const uint8_t *)a;
+		int masked = a->attr_id == out_a || a->attr_id == out_b;
+		printf("  ioctl attr ");
+		for (size_t k = 0; k < sizeof(*a); k++) {
+			if (masked && k >= 8)
+				printf("xx");
+			else
+				printf("%02x", b[k]);
+		}
+		printf("\n");
+	}
+}
+
+/* The fake kernel's UVERBS_METHOD_REG_DMABUF_MR: prints the request, answers a handle and
+ * the script's keys (`lkey=`, `rkey=` of the step). */
+static uint32_t dmabuf_lkey, dmabuf_rkey;
+static int fake_reg_dmabuf_ioctl(struct ib_uverbs_ioctl_hdr *h)
+{
+	print_ioctl_bytes(h, UVERBS_ATTR_REG_DMABUF_MR_RESP_LKEY, UVERBS_ATTR_REG_DMABUF_MR_RESP_RKEY);
+	for (unsigned i = 0; i < h->num_attrs; i++) {
+		struct ib_uverbs_attr *a = &h->attrs[i];
+		uint32_t v;
+		switch (a->attr_id) {
+		case UVERBS_ATTR_REG_DMABUF_MR_HANDLE: a->data = next_handle++; continue;
+		case UVERBS_ATTR_REG_DMABUF_MR_RESP_LKEY: v = dmabuf_lkey; break;
+		case UVERBS_ATTR_REG_DMABUF_MR_RESP_RKEY: v = dmabuf_rkey; break;
+		default: continue;
+		}
+		memcpy((void *)(uintptr_t)a->data, &v, a->len < 4 ? a->len : 4);
+		a->flags |= UVERBS_ATTR_F_VALID_OUTPUT;
+	}
+	return 0;
+}
+
 static void add_region(const char *kind, int id, const char *part, void *addr, size_t len);
 
 int ioctl(int fd, unsigned long req, ...)
@@ -231,6 +276,9 @@ int ioctl(int fd, unsigned long req, ...)
 		struct ib_uverbs_ioctl_hdr *h = arg;
 		if (req == RDMA_VERBS_IOCTL && h->object_id == MLX5_IB_OBJECT_UAR)
 			return fake_uar_ioctl(h);
+		if (req == RDMA_VERBS_IOCTL && h->object_id == UVERBS_OBJECT_MR &&
+		    h->method_id == UVERBS_METHOD_REG_DMABUF_MR)
+			return fake_reg_dmabuf_ioctl(h);
 		errno = ENOTTY; /* no core ioctl methods: every command goes through write() */
 		return -1;
 	}
@@ -293,6 +341,7 @@ static size_t core_in_size(unsigned cmd)
 	case IB_USER_VERBS_CMD_DESTROY_SRQ: return sizeof(struct ib_uverbs_destroy_srq);
 	case IB_USER_VERBS_CMD_DESTROY_AH: return sizeof(struct ib_uverbs_destroy_ah);
 	case IB_USER_VERBS_CMD_DEALLOC_PD: return sizeof(struct ib_uverbs_dealloc_pd);
+	case IB_USER_VERBS_CMD_DEREG_MR: return sizeof(struct ib_uverbs_dereg_mr);
 	default: return 8;
 	}
 }
@@ -462,6 +511,7 @@ static int fake_cmd(unsigned cmd, int ex, const uint8_t *in, size_t inlen, uint8
 	case IB_USER_VERBS_CMD_DESTROY_SRQ:
 	case IB_USER_VERBS_CMD_DESTROY_AH:
 	case IB_USER_VERBS_CMD_DEALLOC_PD:
+	case IB_USER_VERBS_CMD_DEREG_MR:
 		return 0;
 	default:
 		fprintf(stderr, "harness: unexpected uverbs command %u (ex %d)\n", cmd, ex);
@@ -1085,6 +1135,23 @@ int main(int argc, char **argv)
 			memcpy(slot, c, 63);
 			__atomic_store_n(slot + 63, (uint8_t)((op << 4) | (!!(ci & cq_n[id]))),
 					 __ATOMIC_RELEASE);
+		} else if (!strcmp(w, "dmabuf_mr")) {
+			/* ibv_reg_dmabuf_mr on the context's PD: the fake kernel prints the ioctl
+			 * libibverbs sends for libmlx5 and answers the script's keys; then what the
+			 * caller sees, and the region is deregistered again */
+			dmabuf_lkey = num(tok, n, "lkey", 0);
+			dmabuf_rkey = num(tok, n, "rkey", 0);
+			struct ibv_mr *mr = ibv_reg_dmabuf_mr(pd, num(tok, n, "offset", 0),
+							      num(tok, n, "len", 0), num(tok, n, "iova", 0),
+							      num(tok, n, "fd", 0), num(tok, n, "access", 0));
+			if (!mr) {
+				rc = 1;
+			} else {
+				printf("  mr lkey 0x%x rkey 0x%x addr 0x%llx length %zu\n", mr->lkey,
+				       mr->rkey, (unsigned long long)(uintptr_t)mr->addr, mr->length);
+				if (ibv_dereg_mr(mr))
+					rc = 1;
+			}
 		} else if (!strcmp(w, "poll")) {
 			struct ibv_wc wc[32];
 			memset(wc, 0, sizeof(wc));

@@ -1,0 +1,79 @@
+//! `ibv_reg_dmabuf_mr`: a memory region over a dma-buf, through rverbs' [`DmabufMr`]: the
+//! same checks (the fd must be a dma-buf and the range inside it, before the kernel sees it)
+//! and the same errors. The region is an ordinary [`CMr`]: `ibv_dereg_mr` deregisters it. As in libibverbs, its `addr` is the
+//! offset in the dma-buf and `length` the length; SGEs name it by lkey and iova.
+
+use std::cell::UnsafeCell;
+use std::ffi::{c_int, c_void};
+use std::os::fd::BorrowedFd;
+use std::ptr::null_mut;
+
+use rverbs_uverbs::dmabuf::DmabufMr;
+use rverbs_uverbs::mr::AccessFlags;
+
+use crate::abi::{ibv_mr, ibv_pd};
+use crate::verbs::{cpd, fail, set_errno, CMr};
+
+/// `IBV_ACCESS_OPTIONAL_RANGE`: access bits a device may ignore (as `ibv_reg_mr`).
+const ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
+
+/// `ibv_reg_dmabuf_mr`: registers `length` bytes at `offset` of the dma-buf `fd`, at `iova`.
+/// Fails with `EBADF` for a negative or closed fd, `EINVAL` for a file that is not a
+/// dma-buf or a range past its end, `EOPNOTSUPP` where the device has no dma-buf support
+/// (rxe, siw); `RVERBS_CAPI_LOG=1` prints the error naming device, fd and reason.
+///
+/// # Safety
+/// `pd` is an \[object\] of ours; `fd` is \[fd\]: open (or not) and not closed by another
+/// thread during the call.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
+    pd: *mut ibv_pd,
+    offset: u64,
+    length: usize,
+    iova: u64,
+    fd: c_int,
+    access: c_int,
+) -> *mut ibv_mr {
+    // SAFETY: [object] pd.
+    let p = obj!(unsafe { cpd(pd) }, null);
+    if fd < 0
+        || rustix::io::fcntl_getfd(
+            // SAFETY: [fd] only asks the kernel whether the number is open; fd >= 0 (not -1).
+            unsafe { BorrowedFd::borrow_raw(fd) },
+        )
+        .is_err()
+    {
+        let e = std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("ibv_reg_dmabuf_mr: fd {fd} is not an open file"),
+        );
+        fail(&e);
+        set_errno(libc::EBADF);
+        return null_mut();
+    }
+    // SAFETY: [fd] fd is open (checked just now) and stays open during the call.
+    let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
+    let access = AccessFlags::from_bits_retain(access as u32 & !ACCESS_OPTIONAL_RANGE);
+    match DmabufMr::register(&p.pd, bfd, offset, length, iova, access) {
+        Ok(mr) => {
+            let (lkey, rkey) = (mr.lkey(), mr.rkey());
+            let b = Box::new(CMr {
+                c: UnsafeCell::new(ibv_mr {
+                    context: p.context(),
+                    pd,
+                    addr: offset as usize as *mut c_void,
+                    length,
+                    handle: 0,
+                    lkey,
+                    rkey,
+                }),
+                mr: mr.into_raw(),
+            });
+            Box::into_raw(b).cast()
+        }
+        Err(e) => {
+            set_errno(fail(&e));
+            null_mut()
+        }
+    }
+}
