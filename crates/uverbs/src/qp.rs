@@ -901,10 +901,7 @@ impl Qp {
     #[cold]
     fn send_refused(&self, st: QpState) -> PostError {
         self.post_error(
-            PostError::invalid(
-                0,
-                format!("the QP is in {st}: sends need RTS (connect first)"),
-            ),
+            PostError::refused(0, crate::error::PostFault::NotReadyToSend { state: st }),
             PostQueue::Send,
         )
     }
@@ -924,13 +921,18 @@ impl Qp {
     pub unsafe fn post_recv_raw(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostError> {
         if self.cached_state() == QpState::RESET {
             return Err(self.post_error(
-                PostError::invalid(0, "the QP is in RESET: receives need INIT or later"),
+                PostError::refused(
+                    0,
+                    crate::error::PostFault::NotReadyToReceive {
+                        state: QpState::RESET,
+                    },
+                ),
                 PostQueue::Recv,
             ));
         }
         if self.srq.is_some() {
             return Err(self.post_error(
-                PostError::invalid(0, "the QP uses an SRQ: post receives to the SRQ"),
+                PostError::refused(0, crate::error::PostFault::NoReceiveQueue),
                 PostQueue::Recv,
             ));
         }

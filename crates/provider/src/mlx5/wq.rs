@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use rverbs_uverbs::ah::AhAttr;
 use rverbs_uverbs::driver::{KernelObj, QpOps, SrqOps};
-use rverbs_uverbs::error::PostError;
+use rverbs_uverbs::error::{PostError, PostFault};
 use rverbs_uverbs::mr::AccessFlags;
 use rverbs_uverbs::mw::MwType;
 use rverbs_uverbs::qp::QpCaps;
@@ -1059,8 +1059,8 @@ pub struct Mlx5Qp {
     /// initiator fence after a UMR, across posts (libmlx5 `fm_cache`), else 0.
     fm_cache: u8,
     /// The operations this QP takes ([`SendCaps::allowed`] of [`send_caps`]): uverbs' `Qp`
-    /// refuses the others before posting; the encoder keeps the same set as the guard of its
-    /// WQE layouts for callers that drive it directly (the oracle, benches, fuzzing).
+    /// refuses the others before posting (`QpOps::post_send`'s contract), so the encoder
+    /// does not check them again; debug builds assert the contract.
     ops_ok: OpSet,
     ud: bool,
     /// The largest WQE (16-byte units) BlueFlame copies, for inline and other single WRs (0:
@@ -1105,21 +1105,6 @@ pub(crate) fn send_caps() -> SendCaps {
         uc: OpSet::from_fn(|k| encodes(k, QpType::UC)),
         ud: OpSet::from_fn(|k| encodes(k, QpType::UD)),
     }
-}
-
-/// Why a send work request was refused (the message is built out of line, from the WR).
-#[derive(Clone, Copy, Debug)]
-enum SendFault {
-    Sges,
-    Inline,
-    NoAh,
-    UnknownAh,
-    OpForType,
-    /// A bind longer than [`MAX_BIND_LENGTH`].
-    BindLength,
-    /// A zero-based bind of a type 1 window (libmlx5 `mlx5_bind_mw`: EINVAL).
-    BindZeroBased,
-    Unsupported,
 }
 
 /// A user index (CQE version 1: what the CQEs of a QP carry in `srqn_uidx`), taken from
@@ -1360,9 +1345,10 @@ impl Mlx5Qp {
     }
 
     /// Writes one send WQE at block `cur` (the SQ has room: checked by the caller); returns
-    /// its size in 16-byte units. Checks the SGE count, the opcode against the QP type, the
-    /// inline length and the UD destination before writing anything it cannot take back (a
-    /// refused WQE leaves only bytes the next WQE overwrites: nothing rings for it).
+    /// its size in 16-byte units. The operation is one the QP accepts (checked once by
+    /// uverbs' `Qp`: `QpOps::post_send`'s contract); checks what only mlx5 limits (SGE count,
+    /// inline length, the UD destination's AH, binds) before writing anything it cannot take
+    /// back (a refused WQE leaves only bytes the next WQE overwrites: nothing rings for it).
     ///
     /// `fence` is the pending fence (`fm_cache`): the request takes it unless it asks for the
     /// full fence, and leaves the small fence after a UMR, as libmlx5 does.
@@ -1375,9 +1361,12 @@ impl Mlx5Qp {
         wr: &SendWr<'_>,
         cur: u32,
         fence: &mut u8,
-    ) -> Result<usize, SendFault> {
+    ) -> Result<usize, PostFault> {
         if wr.sge.len() > self.max_gs as usize {
-            return Err(SendFault::Sges);
+            return Err(PostFault::TooManySges {
+                num_sge: wr.sge.len(),
+                max_sge: self.max_gs,
+            });
         }
         // SAFETY: the block index is masked to the SQ, which lies in the region.
         let ctrl = unsafe { self.sq_start.add(((cur & self.sq_mask) as usize) << 6) };
@@ -1398,15 +1387,9 @@ impl Mlx5Qp {
             SendOp::Send => (WqeOpcode::SEND.0, 0, 1),
             SendOp::SendWithImm { imm } => (WqeOpcode::SEND_IMM.0, imm, 1),
             SendOp::SendWithInv { invalidate_rkey } => {
-                if !self.ops_ok.contains(OpKind::SendWithInv) {
-                    return Err(SendFault::OpForType);
-                }
                 (WqeOpcode::SEND_INVAL.0, invalidate_rkey, 1)
             }
             SendOp::RdmaWrite { remote_addr, rkey } => {
-                if !self.ops_ok.contains(OpKind::RdmaWrite) {
-                    return Err(SendFault::OpForType);
-                }
                 raddr(seg1, remote_addr, rkey);
                 (WqeOpcode::RDMA_WRITE.0, 0, 2)
             }
@@ -1415,16 +1398,10 @@ impl Mlx5Qp {
                 rkey,
                 imm,
             } => {
-                if !self.ops_ok.contains(OpKind::RdmaWriteWithImm) {
-                    return Err(SendFault::OpForType);
-                }
                 raddr(seg1, remote_addr, rkey);
                 (WqeOpcode::RDMA_WRITE_IMM.0, imm, 2)
             }
             SendOp::RdmaRead { remote_addr, rkey } => {
-                if !self.ops_ok.contains(OpKind::RdmaRead) {
-                    return Err(SendFault::OpForType);
-                }
                 raddr(seg1, remote_addr, rkey);
                 (WqeOpcode::RDMA_READ.0, 0, 2)
             }
@@ -1434,9 +1411,6 @@ impl Mlx5Qp {
                 compare,
                 swap,
             } => {
-                if !self.ops_ok.contains(OpKind::AtomicCmpSwp) {
-                    return Err(SendFault::OpForType);
-                }
                 raddr(seg1, remote_addr, rkey);
                 // SAFETY: bytes 32..48 of the first block.
                 unsafe {
@@ -1450,9 +1424,6 @@ impl Mlx5Qp {
                 rkey,
                 add,
             } => {
-                if !self.ops_ok.contains(OpKind::AtomicFetchAdd) {
-                    return Err(SendFault::OpForType);
-                }
                 raddr(seg1, remote_addr, rkey);
                 // The compare field is left as it was, as libmlx5 does (the device ignores it
                 // for fetch-and-add).
@@ -1468,7 +1439,7 @@ impl Mlx5Qp {
                 // libmlx5 arms the small fence for the next request once a UMR is being
                 // built, also when it is refused after that (a bind too long, inline data
                 // over the limit); the refusals before it leave the fence as it was.
-                if !matches!(r, Err(SendFault::OpForType | SendFault::BindZeroBased)) {
+                if !matches!(r, Err(PostFault::ZeroBasedType1Bind { .. })) {
                     *fence = CTRL_SMALL_FENCE;
                 }
                 return r;
@@ -1485,7 +1456,7 @@ impl Mlx5Qp {
                 | OpKind::AtomicCmpSwp
                 | OpKind::AtomicFetchAdd
                 | OpKind::LocalInv
-                | OpKind::BindMw => return Err(SendFault::Unsupported),
+                | OpKind::BindMw => return Err(self.not_encoded(other.kind())),
             },
         };
         // The control segment's second half now (bytes 8–10 zero, fm_ce_se, imm): libmlx5
@@ -1525,7 +1496,7 @@ impl Mlx5Qp {
         seg: *mut u8,
         mut size: usize,
         opcode: u8,
-    ) -> Result<usize, SendFault> {
+    ) -> Result<usize, PostFault> {
         let flags = wr.flags.bits();
         // CS and FA (0x11, 0x12): one compare.
         let atomic = opcode.wrapping_sub(WqeOpcode::ATOMIC_CS.0) < 2;
@@ -1580,10 +1551,7 @@ impl Mlx5Qp {
         cur: u32,
         ctrl: *mut u8,
         fence: u8,
-    ) -> Result<usize, SendFault> {
-        if !self.ops_ok.contains(wr.op.kind()) {
-            return Err(SendFault::OpForType);
-        }
+    ) -> Result<usize, PostFault> {
         let mut fence = fence;
         let flags = wr.flags.bits();
         let (size, wc) = match wr.op {
@@ -1599,19 +1567,23 @@ impl Mlx5Qp {
             SendOp::BindMw(b) => {
                 let type2 = b.mw_type() == MwType::TYPE_2;
                 if !type2 && b.access().contains(AccessFlags::ZERO_BASED) {
-                    return Err(SendFault::BindZeroBased);
+                    return Err(PostFault::ZeroBasedType1Bind { provider: "mlx5" });
                 }
                 // SAFETY: bytes 8..16 of the WQE's first block.
                 unsafe { self.write_ctrl_half(ctrl, flags, b.mw_rkey(), &mut fence) };
                 if b.length() > MAX_BIND_LENGTH {
-                    return Err(SendFault::BindLength);
+                    return Err(PostFault::BindTooLong {
+                        length: b.length(),
+                        max: MAX_BIND_LENGTH,
+                        provider: "mlx5",
+                    });
                 }
                 let bind = (b.length() != 0).then_some(&b);
                 // SAFETY: blocks `cur` to `cur + 2` lie in the SQ (masked).
                 unsafe { self.write_umr(ctrl, cur, type2, b.rkey(), bind) };
                 (if bind.is_some() { 12 } else { 8 }, WcOpcode::BIND_MW)
             }
-            _ => return Err(SendFault::Unsupported),
+            _ => return Err(self.not_encoded(wr.op.kind())),
         };
         // SAFETY: the slot index is masked to the SQ's blocks, the table's length.
         let slot = unsafe { &*self.sq_slots.add((cur & self.sq_mask) as usize) };
@@ -1755,9 +1727,12 @@ impl Mlx5Qp {
     /// # Safety
     /// `seg..seg + 48` must lie in the SQ.
     #[inline(never)]
-    unsafe fn write_av(&self, wr: &SendWr<'_>, seg: *mut u8) -> Result<(), SendFault> {
-        let dest = wr.ud.ok_or(SendFault::NoAh)?;
-        let av = self.ahs.get(dest.ah_num).ok_or(SendFault::UnknownAh)?;
+    unsafe fn write_av(&self, wr: &SendWr<'_>, seg: *mut u8) -> Result<(), PostFault> {
+        let dest = wr.ud.ok_or(PostFault::NoUdDest)?;
+        let av = self.ahs.get(dest.ah_num).ok_or(PostFault::UnknownAh {
+            ah_num: dest.ah_num,
+            provider: "mlx5",
+        })?;
         // SAFETY: the caller's contract.
         unsafe {
             ptr::copy_nonoverlapping(av.as_ptr(), seg, AV_SIZE);
@@ -1775,11 +1750,11 @@ impl Mlx5Qp {
     /// `seg` must lie in the SQ with `max_inline` bytes reserved after it (wrapping); the SGEs
     /// must be readable.
     #[inline(always)]
-    unsafe fn write_inline(&self, sge: &[Sge], seg: *mut u8) -> Result<usize, SendFault> {
+    unsafe fn write_inline(&self, sge: &[Sge], seg: *mut u8) -> Result<usize, PostFault> {
         let total = if let [s] = sge {
             // One SGE, the common case, in line.
             if s.length > self.max_inline {
-                return Err(SendFault::Inline);
+                return Err(self.inline_too_long(sge));
             }
             // SAFETY: the caller's contract; at most max_inline bytes after the header.
             unsafe { self.copy_inline(s, seg.add(INL_SEG)) };
@@ -1828,12 +1803,12 @@ impl Mlx5Qp {
     /// # Safety
     /// As for [`Mlx5Qp::write_inline`].
     #[inline(never)]
-    unsafe fn copy_inline_sges(&self, sge: &[Sge], mut p: *mut u8) -> Result<usize, SendFault> {
+    unsafe fn copy_inline_sges(&self, sge: &[Sge], mut p: *mut u8) -> Result<usize, PostFault> {
         let mut total = 0usize;
         for s in sge {
             total += s.length as usize;
             if total > self.max_inline as usize {
-                return Err(SendFault::Inline);
+                return Err(self.inline_too_long(sge));
             }
             // SAFETY: the caller's contract; the total stays within max_inline.
             p = unsafe { self.copy_inline(s, p) };
@@ -1841,60 +1816,25 @@ impl Mlx5Qp {
         Ok(total)
     }
 
-    /// The error for work request `nreq` refused for `f`, naming the limit it broke.
+    /// The refusal of inline data `sge` over `max_inline`, naming the whole request's bytes.
     #[cold]
     #[inline(never)]
-    fn send_fault(&self, f: SendFault, nreq: usize, wr: &SendWr<'_>) -> PostError {
-        match f {
-            SendFault::Sges => PostError::invalid(
-                nreq,
-                format!(
-                    "{} SGEs exceed the QP's max_send_sge {}",
-                    wr.sge.len(),
-                    self.max_gs
-                ),
-            ),
-            SendFault::Inline => PostError::invalid(
-                nreq,
-                format!(
-                    "{} bytes of inline data exceed the QP's max_inline_data {}",
-                    wr.sge.iter().map(|s| u64::from(s.length)).sum::<u64>(),
-                    self.max_inline
-                ),
-            ),
-            SendFault::NoAh => PostError::invalid(nreq, "a UD send needs a destination (an AH)"),
-            SendFault::UnknownAh => PostError::invalid(
-                nreq,
-                format!(
-                    "AH number {} is not an mlx5 AH of this context",
-                    wr.ud.map_or(0, |d| d.ah_num)
-                ),
-            ),
-            SendFault::OpForType => PostError::invalid(
-                nreq,
-                format!("a {} QP cannot post {:?}", self.qp_type, wr.op),
-            ),
-            SendFault::BindLength => PostError::unsupported(
-                nreq,
-                format!(
-                    "a memory-window bind of {} bytes exceeds mlx5's {} (one KLM entry; \
-                     libmlx5: EOPNOTSUPP)",
-                    match wr.op {
-                        SendOp::BindMw(b) => b.length(),
-                        _ => 0,
-                    },
-                    MAX_BIND_LENGTH
-                ),
-            ),
-            SendFault::BindZeroBased => PostError::invalid(
-                nreq,
-                "a type 1 memory window cannot be bound zero-based on mlx5 (libmlx5 \
-                 ibv_bind_mw: EINVAL)",
-            ),
-            SendFault::Unsupported => PostError::unsupported(
-                nreq,
-                format!("{:?} is not implemented on mlx5 by rverbs", wr.op),
-            ),
+    fn inline_too_long(&self, sge: &[Sge]) -> PostFault {
+        PostFault::InlineTooLong {
+            len: sge.iter().map(|s| u64::from(s.length)).sum(),
+            max_inline: self.max_inline,
+        }
+    }
+
+    /// The refusal of an operation this encoder has no layout for (unreachable for a caller
+    /// that keeps `QpOps::post_send`'s contract: `send_caps` does not offer it).
+    #[cold]
+    #[inline(never)]
+    fn not_encoded(&self, op: OpKind) -> PostFault {
+        PostFault::OpNotEncoded {
+            op,
+            qp_type: self.qp_type,
+            provider: "mlx5",
         }
     }
 }
@@ -1905,6 +1845,10 @@ impl QpOps for Mlx5Qp {
         _qp: KernelObj<'_>,
         wrs: &[SendWr<'_>],
     ) -> Result<(), PostError> {
+        debug_assert!(
+            wrs.iter().all(|w| self.ops_ok.contains(w.op.kind())),
+            "QpOps::post_send's contract: every operation is one the QP accepts"
+        );
         // Acquire: the poller's reads of the slots it freed happen before we reuse them.
         let tail = self.shared.sq_tail.load(Ordering::Acquire);
         let outstanding = self.sq_head.wrapping_sub(tail);
@@ -1967,8 +1911,7 @@ impl QpOps for Mlx5Qp {
             unsafe { self.bf.ring(ctrl, size, bf, self.sq_start, self.sq_end) };
         }
         if let Some(f) = fault {
-            // SAFETY: the faulting request is wrs[nreq] (nreq < take).
-            return Err(self.send_fault(f, nreq, unsafe { wrs.get_unchecked(nreq) }));
+            return Err(PostError::refused(nreq, f));
         }
         if take < wrs.len() {
             return Err(PostError::queue_full(
@@ -1997,13 +1940,12 @@ impl QpOps for Mlx5Qp {
                 break;
             }
             if wr.sge.len() > self.sz.rq_max_gs as usize {
-                err = Some(PostError::invalid(
+                err = Some(PostError::refused(
                     nreq,
-                    format!(
-                        "{} SGEs exceed the QP's max_recv_sge {}",
-                        wr.sge.len(),
-                        self.sz.rq_max_gs
-                    ),
+                    PostFault::TooManySges {
+                        num_sge: wr.sge.len(),
+                        max_sge: self.sz.rq_max_gs,
+                    },
                 ));
                 break;
             }
@@ -2258,13 +2200,12 @@ impl SrqOps for Mlx5Srq {
             let mut l = self.shared.inner.lock().unwrap_or_else(|e| e.into_inner());
             for wr in wrs {
                 if wr.sge.len() > self.sz.max_gs as usize {
-                    err = Some(PostError::invalid(
+                    err = Some(PostError::refused(
                         nreq,
-                        format!(
-                            "{} SGEs exceed the SRQ's max_sge {}",
-                            wr.sge.len(),
-                            self.sz.max_gs
-                        ),
+                        PostFault::TooManySges {
+                            num_sge: wr.sge.len(),
+                            max_sge: self.sz.max_gs,
+                        },
                     ));
                     break;
                 }

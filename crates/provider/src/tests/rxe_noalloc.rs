@@ -78,12 +78,13 @@ mod rxe {
         let before = allocs();
         // SAFETY: nothing dereferences the non-inline SGEs; the inline payload is live.
         unsafe {
-            assert_eq!(sq.post(&wrs), Ok(3));
-            assert_eq!(rq.post(&rwrs), Ok(3));
-            // Fill the send queue up: the error path allocates nothing either.
-            assert_eq!(sq.post(&wrs), Ok(3));
+            assert_eq!(sq.post(&wrs).unwrap(), 3);
+            assert_eq!(rq.post(&rwrs).unwrap(), 3);
+            // Fill the send queue up: the error path (a typed PostFault) allocates nothing
+            // either.
+            assert_eq!(sq.post(&wrs).unwrap(), 3);
             let e = sq.post(&wrs).unwrap_err();
-            assert_eq!(e.posted, 1);
+            assert_eq!(e.posted(), 1);
         }
         let mut k = cq_mem.kernel();
         for i in 0..10 {

@@ -7,7 +7,8 @@ mod rxe {
 
     use crate::rxe::abi::ib_uverbs_wc;
     use crate::rxe::sim::SimQueue;
-    use crate::rxe::{PostErrorReason, QueueKind, RxeCq, RxeQpType, RxeRq, RxeSq, RxeSqConfig};
+    use crate::rxe::{QueueKind, RxeCq, RxeQpType, RxeRq, RxeSq, RxeSqConfig};
+    use rverbs_uverbs::error::PostFault;
     use rverbs_uverbs::{
         RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
     };
@@ -183,8 +184,8 @@ mod rxe {
                     Ok(1) => i += 1,
                     Ok(n) => panic!("posted {n}"),
                     Err(e) => {
-                        assert_eq!(e.posted, 0);
-                        assert_eq!(e.reason, PostErrorReason::QueueFull { capacity: 3 });
+                        assert_eq!(e.posted(), 0);
+                        assert_eq!(e.fault().unwrap(), PostFault::QueueFull { outstanding: 3 });
                         thread::yield_now();
                     }
                 }
@@ -243,8 +244,8 @@ mod rxe {
                 match unsafe { rq.post(&wrs) } {
                     Ok(n) => i += n as u64,
                     Err(e) => {
-                        assert!(matches!(e.reason, PostErrorReason::QueueFull { .. }));
-                        i += e.posted as u64;
+                        assert!(matches!(e.fault(), Some(PostFault::QueueFull { .. })));
+                        i += e.posted() as u64;
                         thread::yield_now();
                     }
                 }
