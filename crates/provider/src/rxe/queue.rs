@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use rverbs_uverbs::Error;
 
 use super::abi::{
-    ib_uverbs_wc, rxe_recv_wqe, rxe_send_wqe, QUEUE_CONSUMER_INDEX_OFFSET, QUEUE_DATA_OFFSET,
+    rxe_recv_wqe, rxe_send_wqe, QUEUE_CONSUMER_INDEX_OFFSET, QUEUE_DATA_OFFSET,
     QUEUE_INDEX_MASK_OFFSET, QUEUE_LOG2_ELEM_SIZE_OFFSET, QUEUE_PRODUCER_INDEX_OFFSET,
 };
 
@@ -63,7 +63,7 @@ impl QueueKind {
         match self {
             QueueKind::Send => core::mem::size_of::<rxe_send_wqe>(),
             QueueKind::Recv | QueueKind::Srq => core::mem::size_of::<rxe_recv_wqe>(),
-            QueueKind::Completion => core::mem::size_of::<ib_uverbs_wc>(),
+            QueueKind::Completion => core::mem::size_of::<rverbs_uverbs::RawWc>(),
         }
     }
 

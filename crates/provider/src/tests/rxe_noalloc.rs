@@ -6,9 +6,9 @@ use super::allocs::allocs;
 
 mod rxe {
     use super::allocs;
-    use crate::rxe::abi::ib_uverbs_wc;
     use crate::rxe::sim::SimQueue;
     use crate::rxe::{QueueKind, RxeCq, RxeQpType, RxeRq, RxeSq, RxeSqConfig};
+    use rverbs_uverbs::RawWc;
     use rverbs_uverbs::{RecvWr, SendFlags, SendOp, SendWr, Sge, WorkCompletion};
 
     #[test]
@@ -88,7 +88,7 @@ mod rxe {
         }
         let mut k = cq_mem.kernel();
         for i in 0..10 {
-            assert!(k.produce_cqe(&ib_uverbs_wc {
+            assert!(k.produce_cqe(&RawWc {
                 wr_id: i,
                 ..Default::default()
             }));

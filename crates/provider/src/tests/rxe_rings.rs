@@ -5,18 +5,18 @@
 mod rxe {
     use std::thread;
 
-    use crate::rxe::abi::ib_uverbs_wc;
     use crate::rxe::sim::SimQueue;
     use crate::rxe::{QueueKind, RxeCq, RxeQpType, RxeRq, RxeSq, RxeSqConfig};
     use rverbs_uverbs::error::PostFault;
+    use rverbs_uverbs::RawWc;
     use rverbs_uverbs::{
         RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
     };
 
     const N: u64 = if cfg!(miri) { 40 } else { 200_000 };
 
-    fn cqe(i: u64) -> ib_uverbs_wc {
-        ib_uverbs_wc {
+    fn cqe(i: u64) -> RawWc {
+        RawWc {
             wr_id: i,
             status: (i % 3) as u32,
             opcode: if i % 2 == 0 { 0 } else { 128 },
