@@ -65,7 +65,7 @@ mlx5_newtype! {
 }
 
 mlx5_newtype! {
-    /// Send WQE opcode (`MLX5_OPCODE_*` in `mlx5dv.h`): what the encoder (`wq.rs`) writes
+    /// Send WQE opcode (`MLX5_OPCODE_*` in `mlx5dv.h`): what the encoder (`wq/wqe.rs`) writes
     /// into a WQE's control segment, and what requester CQEs report in `sop_drop_qpn >> 24`.
     WqeOpcode(u8) {
         NOP = 0x00, "NOP";
