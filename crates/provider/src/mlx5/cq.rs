@@ -170,16 +170,19 @@ impl CqBuf {
     }
 
     /// Ring entries (a power of two).
+    #[cfg(any(test, feature = "internals"))]
     pub fn ncqe(&self) -> u32 {
         self.ncqe
     }
 
     /// The `cqe` to give the kernel: `ncqe - 1`.
+    #[cfg(any(test, feature = "internals"))]
     pub fn kernel_cqe(&self) -> u32 {
         self.ncqe - 1
     }
 
     /// Bytes per slot.
+    #[cfg(any(test, feature = "internals"))]
     pub fn cqe_size(&self) -> CqeSize {
         self.cqe_size
     }
@@ -543,21 +546,25 @@ impl<L> fmt::Debug for Mlx5Cq<L> {
 
 impl<L> Mlx5Cq<L> {
     /// The CQ number.
+    #[cfg(any(test, feature = "internals"))]
     pub fn cqn(&self) -> u32 {
         self.cqn
     }
 
     /// The consumer index (entries consumed since creation, wrapping).
+    #[cfg(any(test, feature = "internals"))]
     pub fn cons_index(&self) -> u32 {
         self.cons_index
     }
 
     /// The arm sequence number (events acknowledged, wrapping).
+    #[cfg(any(test, feature = "internals"))]
     pub fn arm_sn(&self) -> u32 {
         self.arm_sn
     }
 
     /// The CQ memory.
+    #[cfg(any(test, feature = "internals"))]
     pub fn buf(&self) -> &CqBuf {
         &self.buf
     }
@@ -671,6 +678,7 @@ impl<L: WrIdLookup> Mlx5Cq<L> {
     /// A borrowing iterator over the completions that are ready. It publishes the consumer
     /// index once, when dropped (or at [`CqIter::sync`]). mlx5 has no producer index to read:
     /// the iterator stops at the first entry the device has not written.
+    #[cfg(any(test, feature = "internals"))]
     pub fn iter(&mut self) -> CqIter<'_, L> {
         CqIter { cq: self }
     }
@@ -774,6 +782,7 @@ impl<L: WrIdLookup> Mlx5Cq<L> {
 
     /// Takes the next CQE if software owns it.
     #[inline(always)]
+    #[cfg(any(test, feature = "internals"))]
     fn next(&mut self) -> Option<WorkCompletion> {
         let (cqe, kind) = self.ring.take(self.ring.cursor(self.cons_index))?;
         let mut wc = WorkCompletion::default();
@@ -792,10 +801,12 @@ impl<L: WrIdLookup> Mlx5Cq<L> {
 }
 
 /// Iterator over ready completions; see [`Mlx5Cq::iter`].
+#[cfg(any(test, feature = "internals"))]
 pub struct CqIter<'a, L: WrIdLookup> {
     cq: &'a mut Mlx5Cq<L>,
 }
 
+#[cfg(any(test, feature = "internals"))]
 impl<L: WrIdLookup> CqIter<'_, L> {
     /// Publishes the consumer index now (the device may reuse the slots consumed so far).
     pub fn sync(&mut self) {
@@ -803,6 +814,7 @@ impl<L: WrIdLookup> CqIter<'_, L> {
     }
 }
 
+#[cfg(any(test, feature = "internals"))]
 impl<L: WrIdLookup> Iterator for CqIter<'_, L> {
     type Item = WorkCompletion;
 
@@ -812,12 +824,14 @@ impl<L: WrIdLookup> Iterator for CqIter<'_, L> {
     }
 }
 
+#[cfg(any(test, feature = "internals"))]
 impl<L: WrIdLookup> Drop for CqIter<'_, L> {
     fn drop(&mut self) {
         self.cq.publish();
     }
 }
 
+#[cfg(any(test, feature = "internals"))]
 impl<L: WrIdLookup> fmt::Debug for CqIter<'_, L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CqIter").field("cq", &self.cq).finish()

@@ -46,16 +46,19 @@ impl RxeCq {
     }
 
     /// The underlying queue view.
+    #[cfg(any(test, feature = "internals"))]
     pub fn queue(&self) -> &RxeQueue {
         &self.queue
     }
 
     /// Gives the queue view back (e.g. to replace it after a resize).
+    #[cfg(any(test, feature = "internals"))]
     pub fn into_queue(self) -> RxeQueue {
         self.queue
     }
 
     /// Completions waiting to be polled.
+    #[cfg(any(test, feature = "internals", feature = "fuzzing"))]
     pub fn pending(&self) -> u32 {
         self.queue.len()
     }
@@ -140,6 +143,7 @@ impl RxeCq {
     }
 
     /// Polls at most one completion.
+    #[cfg(any(test, feature = "internals", feature = "fuzzing"))]
     pub fn poll_one(&mut self) -> Option<WorkCompletion> {
         self.iter().next()
     }
@@ -149,6 +153,7 @@ impl RxeCq {
     /// stay in the queue for the next poll. Leaking it (`mem::forget`) only means its
     /// completions are seen again.
     #[inline]
+    #[cfg(any(test, feature = "internals", feature = "fuzzing"))]
     pub fn iter(&mut self) -> RxeCqIter<'_> {
         let head = self.queue.load_own();
         let tail = self.queue.load_peer();
@@ -163,6 +168,7 @@ impl RxeCq {
 
 /// Borrowing iterator over a snapshot of an rxe CQ; see [`RxeCq::iter`].
 #[derive(Debug)]
+#[cfg(any(test, feature = "internals", feature = "fuzzing"))]
 pub struct RxeCqIter<'a> {
     queue: &'a RxeQueue,
     /// Consumer index last published.
@@ -173,8 +179,10 @@ pub struct RxeCqIter<'a> {
     tail: u32,
 }
 
+#[cfg(any(test, feature = "internals", feature = "fuzzing"))]
 impl RxeCqIter<'_> {
     /// Publishes the completions consumed so far and looks for new ones.
+    #[cfg(any(test, feature = "internals"))]
     pub fn sync(&mut self) {
         self.publish();
         self.tail = self.queue.load_peer();
@@ -189,6 +197,7 @@ impl RxeCqIter<'_> {
     }
 }
 
+#[cfg(any(test, feature = "internals", feature = "fuzzing"))]
 impl Iterator for RxeCqIter<'_> {
     type Item = WorkCompletion;
 
@@ -214,8 +223,10 @@ impl Iterator for RxeCqIter<'_> {
     }
 }
 
+#[cfg(any(test, feature = "internals", feature = "fuzzing"))]
 impl ExactSizeIterator for RxeCqIter<'_> {}
 
+#[cfg(any(test, feature = "internals", feature = "fuzzing"))]
 impl Drop for RxeCqIter<'_> {
     #[inline]
     fn drop(&mut self) {

@@ -24,10 +24,10 @@
 //!
 //! None of these types locks: each queue has one user at a time (`&mut self`).
 
-// Crate-private since issue 21: what only the tests (`src/tests/`), the benchmarks and the
-// fuzz targets (feature `internals`) use is dead in a plain library build. A test build
-// (`cargo test`, `clippy --all-targets`) still reports what nothing uses.
-#![cfg_attr(not(test), allow(dead_code, unused_imports))]
+// Crate-private: what only the tests (`src/tests/`), the benchmarks (feature `internals`) or
+// the fuzz targets (feature `fuzzing`) use is compiled only for them
+// (`#[cfg(any(test, feature = ...))]` on the item), so a plain library build has no dead
+// code and reports any that appears.
 // With `internals`, a few items are re-exported (hidden); their docs link to crate-private
 // items, which is right for documentation only the crate's own developers read.
 #![cfg_attr(feature = "internals", allow(rustdoc::private_intra_doc_links))]

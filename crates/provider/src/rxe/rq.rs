@@ -53,6 +53,7 @@ impl RxeRq {
     }
 
     /// Slots free right now (the kernel may free more at any time).
+    #[cfg(test)]
     pub fn free_slots(&self) -> u32 {
         self.queue.capacity() - self.queue.len()
     }
