@@ -32,6 +32,9 @@ pub(super) const SRQ_NEXT_SEG: usize = 16;
 /// umr control (48) + mkey context (64) + max(klm 16, 64): what a memory-window bind or local
 /// invalidate needs; libmlx5 reserves it in every RC/UC WQE size (`_sq_overhead`).
 pub(super) const MW_SIZE: usize = CTRL_SEG + 48 + 64 + 64;
+/// Where an atomic WQE's atomic segment starts: after the control and remote address
+/// segments, inside the first block.
+const ATOMIC_AT: usize = CTRL_SEG + RADDR_SEG;
 
 /// `MLX5_INVALID_LKEY`: the terminator of a receive scatter list.
 pub const MLX5_INVALID_LKEY: u32 = 0x100;
@@ -72,6 +75,81 @@ pub(super) const MKEY_ACCESS_LOCAL_WRITE: u8 = 1 << 3;
 /// A bind's KLM takes at most 2 GiB (libmlx5 `set_bind_wr`: EOPNOTSUPP above).
 pub const MAX_BIND_LENGTH: u64 = 1 << 31;
 
+/// Field offsets inside the WQE segments (`mlx5dv.h`), named the way smoltcp's `wire`
+/// modules name a layout's fields: every store into a segment goes through one of these.
+/// Several neighbouring fields are written with one wide store; the constants below say
+/// where each lies in it (asserted).
+pub(super) mod field {
+    /// `struct mlx5_wqe_ctrl_seg` (16 bytes).
+    pub(crate) mod ctrl {
+        /// `opmod_idx_opcode`, then `qpn_ds` at 4 (one 8-byte store).
+        pub(crate) const OPMOD_IDX_OPCODE: usize = 0;
+        /// `qpn_ds`: the QP number << 8 | the WQE's size in 16-byte units.
+        pub(crate) const QPN_DS: usize = 4;
+        /// `signature`, two reserved bytes, `fm_ce_se` at 11, `imm` at 12 (one 8-byte store).
+        pub(crate) const SIGNATURE: usize = 8;
+        /// Fence, completion and solicited-event bits.
+        pub(crate) const FM_CE_SE: usize = 11;
+        /// Immediate data, invalidated key or the window's current key (big-endian).
+        pub(crate) const IMM: usize = 12;
+    }
+    /// `struct mlx5_wqe_raddr_seg` (16 bytes).
+    pub(crate) mod raddr {
+        /// `raddr`, the remote address.
+        pub(crate) const ADDR: usize = 0;
+        /// `rkey`.
+        pub(crate) const RKEY: usize = 8;
+    }
+    /// `struct mlx5_wqe_atomic_seg` (16 bytes).
+    pub(crate) mod atomic {
+        /// `swap_add`: the swap value, or the addend.
+        pub(crate) const SWAP_ADD: usize = 0;
+        /// `compare`.
+        pub(crate) const COMPARE: usize = 8;
+    }
+    /// `struct mlx5_wqe_data_seg` (16 bytes).
+    pub(crate) mod data {
+        /// `byte_count`, then `lkey` at 4 (one 8-byte store on the send path).
+        pub(crate) const BYTE_COUNT: usize = 0;
+        /// `lkey`.
+        pub(crate) const LKEY: usize = 4;
+        /// `addr`.
+        pub(crate) const ADDR: usize = 8;
+    }
+    /// `struct mlx5_wqe_inl_data_seg` (4 bytes, the data follows).
+    pub(crate) mod inline {
+        /// `byte_count` | `MLX5_INLINE_SEG`.
+        pub(crate) const BYTE_COUNT: usize = 0;
+    }
+    /// `struct mlx5_wqe_datagram_seg` (the 48-byte address vector).
+    pub(crate) mod datagram {
+        /// `av.key.qkey.qkey`: the remote Q_Key.
+        pub(crate) const QKEY: usize = 0;
+        /// `av.dqp_dct`: the remote QP number | `MLX5_EXTENDED_UD_AV`.
+        pub(crate) const DQP_DCT: usize = 8;
+    }
+    /// `struct mlx5_wqe_mkey_context_seg` (64 bytes).
+    pub(crate) mod mkey {
+        /// `free`.
+        pub(crate) const FREE: usize = 0;
+        /// `access_flags`.
+        pub(crate) const ACCESS_FLAGS: usize = 2;
+        /// `qpn_mkey`: the bound QP number << 8 | the key's low byte.
+        pub(crate) const QPN_MKEY: usize = 4;
+        /// `start_addr`.
+        pub(crate) const START_ADDR: usize = 16;
+        /// `len`.
+        pub(crate) const LEN: usize = 24;
+    }
+
+    const _: () = {
+        assert!(ctrl::QPN_DS == ctrl::OPMOD_IDX_OPCODE + 4);
+        assert!(ctrl::FM_CE_SE == ctrl::SIGNATURE + 3 && ctrl::IMM == ctrl::SIGNATURE + 4);
+        assert!(data::LKEY == data::BYTE_COUNT + 4);
+    };
+}
+use field::{atomic, ctrl as ctrl_f, data, datagram, inline, mkey, raddr as raddr_f};
+
 /// Raw stores into a work queue buffer (device-read memory we own until the doorbell: plain
 /// stores, no references).
 ///
@@ -102,9 +180,9 @@ pub(super) unsafe fn write_scatter(scat: *mut u8, sge: &[Sge], max: usize, skip_
         // SAFETY: j < sge.len() ≤ max (checked by the caller).
         unsafe {
             let d = scat.add(j * DATA_SEG);
-            w32(d, 0, s.length);
-            w32(d, 4, s.lkey);
-            w64(d, 8, s.addr);
+            w32(d, data::BYTE_COUNT, s.length);
+            w32(d, data::LKEY, s.lkey);
+            w64(d, data::ADDR, s.addr);
         }
         j += 1;
     }
@@ -112,9 +190,9 @@ pub(super) unsafe fn write_scatter(scat: *mut u8, sge: &[Sge], max: usize, skip_
         // SAFETY: j < max.
         unsafe {
             let d = scat.add(j * DATA_SEG);
-            w32(d, 0, 0);
-            w32(d, 4, MLX5_INVALID_LKEY);
-            w64(d, 8, 0);
+            w32(d, data::BYTE_COUNT, 0);
+            w32(d, data::LKEY, MLX5_INVALID_LKEY);
+            w64(d, data::ADDR, 0);
         }
     }
 }
@@ -153,8 +231,10 @@ impl Mlx5Qp {
         let raddr = |seg: *mut u8, addr: u64, rkey: u32| {
             // SAFETY: `seg..seg + 16` lies in the WQE's first block.
             unsafe {
-                seg.cast::<u64>().write(addr.to_be());
-                seg.add(8).cast::<u64>().write(u64::from(rkey.to_be()));
+                seg.add(raddr_f::ADDR).cast::<u64>().write(addr.to_be());
+                seg.add(raddr_f::RKEY)
+                    .cast::<u64>()
+                    .write(u64::from(rkey.to_be()));
             }
         };
         // SAFETY: 16 bytes into the WQE's first block.
@@ -190,8 +270,9 @@ impl Mlx5Qp {
                 raddr(seg1, remote_addr, rkey);
                 // SAFETY: bytes 32..48 of the first block.
                 unsafe {
-                    ctrl.add(32).cast::<u64>().write(swap.to_be());
-                    ctrl.add(40).cast::<u64>().write(compare.to_be());
+                    let a = ctrl.add(ATOMIC_AT);
+                    a.add(atomic::SWAP_ADD).cast::<u64>().write(swap.to_be());
+                    a.add(atomic::COMPARE).cast::<u64>().write(compare.to_be());
                 }
                 (WqeOpcode::ATOMIC_CS.0, 0, 3)
             }
@@ -204,7 +285,11 @@ impl Mlx5Qp {
                 // The compare field is left as it was, as libmlx5 does (the device ignores it
                 // for fetch-and-add).
                 // SAFETY: bytes 32..40 of the first block.
-                unsafe { ctrl.add(32).cast::<u64>().write(add.to_be()) };
+                unsafe {
+                    ctrl.add(ATOMIC_AT + atomic::SWAP_ADD)
+                        .cast::<u64>()
+                        .write(add.to_be())
+                };
                 (WqeOpcode::ATOMIC_FA.0, 0, 3)
             }
             SendOp::LocalInv { .. } | SendOp::BindMw(_) => {
@@ -293,9 +378,10 @@ impl Mlx5Qp {
                 // SAFETY: at most max_gs segments (checked above), which the sizing reserved,
                 // wrapping at the SQ end.
                 unsafe {
-                    d.cast::<u64>()
+                    d.add(data::BYTE_COUNT)
+                        .cast::<u64>()
                         .write(u64::from(len.to_be()) | (u64::from(s.lkey.to_be()) << 32));
-                    d.add(8).cast::<u64>().write(s.addr.to_be());
+                    d.add(data::ADDR).cast::<u64>().write(s.addr.to_be());
                     d = d.add(DATA_SEG);
                 }
                 size += 1;
@@ -305,7 +391,8 @@ impl Mlx5Qp {
         let w0 = (((cur & 0xffff) << 8) | u32::from(opcode)).to_be();
         // SAFETY: the first 8 bytes of the WQE (64-byte aligned).
         unsafe {
-            ctrl.cast::<u64>()
+            ctrl.add(ctrl_f::OPMOD_IDX_OPCODE)
+                .cast::<u64>()
                 .write(u64::from(w0) | self.qpn_ds | ((size as u64) << 56));
         }
         Ok(size)
@@ -398,7 +485,7 @@ impl Mlx5Qp {
         let fm = self.fm_ce_se[(flags & 7) as usize] | pending;
         // SAFETY: bytes 8..16 of the WQE (64-byte aligned).
         unsafe {
-            ctrl.add(8)
+            ctrl.add(ctrl_f::SIGNATURE)
                 .cast::<u64>()
                 .write((u64::from(fm) << 24) | (u64::from(imm.to_be()) << 32));
         }
@@ -463,10 +550,10 @@ impl Mlx5Qp {
             0xffff_ff00
         };
         // SAFETY: bytes 4..8 of the mkey context block (the caller's contract).
-        unsafe { w32(mk, 4, (rkey & 0xff) | qpn) };
+        unsafe { w32(mk, mkey::QPN_MKEY, (rkey & 0xff) | qpn) };
         let Some(b) = bind else {
             // SAFETY: byte 0 of the mkey context block.
-            unsafe { mk.write(MKEY_FREE) };
+            unsafe { mk.add(mkey::FREE).write(MKEY_FREE) };
             return;
         };
         let a = b.access();
@@ -489,10 +576,10 @@ impl Mlx5Qp {
         // SAFETY: bytes 0, 2 and 16..32 of the mkey context block (local read is always on:
         // the kernel sets it when it creates the window's mkey).
         unsafe {
-            mk.write(0);
-            mk.add(2).write(access);
-            w64(mk, 16, start);
-            w64(mk, 24, b.length());
+            mk.add(mkey::FREE).write(0);
+            mk.add(mkey::ACCESS_FLAGS).write(access);
+            w64(mk, mkey::START_ADDR, start);
+            w64(mk, mkey::LEN, b.length());
         }
         // The KLM: the window's bytes in the region (its address even when zero-based), then
         // zeros to the end of the block.
@@ -518,8 +605,12 @@ impl Mlx5Qp {
         // SAFETY: the caller's contract.
         unsafe {
             ptr::copy_nonoverlapping(av.as_ptr(), seg, AV_SIZE);
-            w32(seg, 8, dest.remote_qpn | MLX5_EXTENDED_UD_AV);
-            w32(seg, 0, dest.remote_qkey);
+            w32(
+                seg,
+                datagram::DQP_DCT,
+                dest.remote_qpn | MLX5_EXTENDED_UD_AV,
+            );
+            w32(seg, datagram::QKEY, dest.remote_qkey);
         }
         Ok(())
     }
@@ -553,7 +644,7 @@ impl Mlx5Qp {
             return Ok(0);
         }
         // SAFETY: the header of the inline segment, in the SQ (the caller's contract).
-        unsafe { w32(seg, 0, total as u32 | MLX5_INLINE_SEG) };
+        unsafe { w32(seg, inline::BYTE_COUNT, total as u32 | MLX5_INLINE_SEG) };
         Ok((total + INL_SEG).div_ceil(16))
     }
 
