@@ -12,18 +12,18 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use rverbs_provider::internals::rxe::ib_uverbs_wc;
 use rverbs_provider::internals::rxe::SimQueue;
 use rverbs_provider::internals::rxe::{QueueKind, RxeCq};
+use rverbs_uverbs::RawWc;
 use rverbs_uverbs::WorkCompletion;
 
 const LOG2_ELEM: u32 = 7;
 const SLOTS: u32 = 4096;
 const BATCH: usize = 32;
 
-fn cqe(i: u32) -> ib_uverbs_wc {
+fn cqe(i: u32) -> RawWc {
     if i % 2 == 0 {
-        ib_uverbs_wc {
+        RawWc {
             wr_id: u64::from(i),
             opcode: 0,
             byte_len: 64,
@@ -32,7 +32,7 @@ fn cqe(i: u32) -> ib_uverbs_wc {
         }
     } else {
         // Receive with immediate data and GRH.
-        ib_uverbs_wc {
+        RawWc {
             wr_id: u64::from(i),
             opcode: 128,
             byte_len: 4096,
@@ -51,7 +51,7 @@ fn benches(c: &mut Criterion) {
     // SAFETY: `cq` is declared after `q`, so it is dropped first; nothing else uses the view.
     let mut cq = RxeCq::new(unsafe { q.view(QueueKind::Completion) }.unwrap()).unwrap();
     let capacity = cq.queue().capacity();
-    let templates: Vec<ib_uverbs_wc> = (0..capacity).map(cqe).collect();
+    let templates: Vec<RawWc> = (0..capacity).map(cqe).collect();
     let mut kernel = q.kernel();
     let mut out = [WorkCompletion::default(); BATCH];
 

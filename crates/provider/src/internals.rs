@@ -22,7 +22,6 @@ pub mod mlx5 {
 
 /// rxe: the CQ poller and the simulated queue (the kernel's side in ordinary memory).
 pub mod rxe {
-    pub use crate::rxe::abi::ib_uverbs_wc;
     pub use crate::rxe::sim::{SimKernel, SimQueue};
     pub use crate::rxe::{QueueKind, RxeCq};
 }

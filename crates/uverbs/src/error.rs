@@ -199,11 +199,12 @@ pub enum PostQueue {
     Srq,
 }
 
-/// What was wrong with a work request, when rverbs' one classification of operations
-/// ([`crate::op`]) refused it before any provider code ran. Read it with
-/// [`PostError::fault`].
+/// What was wrong with a work request: the one typed description of a refused post, from the
+/// core's checks ([`crate::op`], the QP's state) and from every provider's encoder alike. Read
+/// it with [`PostError::fault`]; [`PostFault::kind`] and [`PostFault::errno`] say how the
+/// refusal surfaces as an `io::Error` (and in the C drop-in).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive] // more typed refusals can come (SGE counts, inline length, flags)
+#[non_exhaustive] // more typed refusals can come with new operations and providers
 pub enum PostFault {
     /// The QP's transport does not carry the operation (SEND_WITH_INV on UC, RDMA READ on UD,
     /// …: [`OpSet::for_transport`](crate::op::OpSet::for_transport)).
@@ -223,6 +224,122 @@ pub enum PostFault {
         /// The provider's name.
         provider: &'static str,
     },
+    /// Sends were posted to a QP not yet in RTS (the request and those after it were not
+    /// queued).
+    NotReadyToSend {
+        /// The QP's state as last set.
+        state: crate::qp::QpState,
+    },
+    /// No free slot: the queue holds `outstanding` requests not yet consumed. Carries
+    /// `ENOMEM`, as libibverbs reports it.
+    QueueFull {
+        /// Requests outstanding (the queue's capacity).
+        outstanding: u32,
+    },
+    /// More SGEs than the queue was created for.
+    TooManySges {
+        /// SGEs in the request.
+        num_sge: usize,
+        /// SGEs the queue takes (as the kernel returned it at creation).
+        max_sge: u32,
+    },
+    /// The SGE lengths add up to more than 4 GiB - 1 bytes.
+    LengthOverflow {
+        /// The sum of the SGE lengths.
+        len: u64,
+    },
+    /// INLINE data longer than the QP's `max_inline_data`.
+    InlineTooLong {
+        /// Bytes of the request's SGEs together.
+        len: u64,
+        /// The QP's `max_inline_data`.
+        max_inline: u32,
+    },
+    /// INLINE asked for an operation that carries no outbound payload.
+    InlineNotAllowed {
+        /// The operation.
+        op: crate::op::OpKind,
+    },
+    /// A local operation (LOCAL_INV, BIND_MW) given SGEs.
+    SgesOnLocalOp {
+        /// The operation.
+        op: crate::op::OpKind,
+        /// SGEs given.
+        num_sge: usize,
+    },
+    /// Send flags the provider does not implement (e.g. IP_CSUM).
+    FlagsNotEncoded {
+        /// The flag bits it does not implement (`IBV_SEND_*` numbering).
+        flags: u32,
+        /// The provider's name.
+        provider: &'static str,
+    },
+    /// A UD send without a destination.
+    NoUdDest,
+    /// A UD destination whose address handle the provider does not know (rxe: `ah_num` 0, an
+    /// AH created without the driver's response; mlx5: not an AH of this context).
+    UnknownAh {
+        /// The destination's `ah_num`.
+        ah_num: u32,
+        /// The provider's name.
+        provider: &'static str,
+    },
+    /// An atomic's local buffer is shorter than 8 bytes.
+    AtomicLength {
+        /// Bytes of the request's SGEs together.
+        len: u64,
+    },
+    /// An atomic's remote address is not 8-byte aligned.
+    AtomicAlignment {
+        /// The remote address given.
+        remote_addr: u64,
+    },
+    /// A memory-window bind longer than the provider can encode.
+    BindTooLong {
+        /// The bind's length.
+        length: u64,
+        /// The longest the provider binds.
+        max: u64,
+        /// The provider's name.
+        provider: &'static str,
+    },
+    /// A zero-based bind of a type 1 memory window, which the provider refuses.
+    ZeroBasedType1Bind {
+        /// The provider's name.
+        provider: &'static str,
+    },
+    /// Receives posted to a QP in RESET.
+    NotReadyToReceive {
+        /// The QP's state as last set.
+        state: crate::qp::QpState,
+    },
+    /// Receives posted to a QP whose receives go to an SRQ.
+    NoReceiveQueue,
+}
+
+impl PostFault {
+    /// The `io::ErrorKind` a refusal for this fault carries: `Unsupported` for what the
+    /// transport or provider does not do, `OutOfMemory` for a full queue, `InvalidInput`
+    /// for everything wrong with the request itself.
+    pub const fn kind(&self) -> io::ErrorKind {
+        match self {
+            PostFault::OpForTransport { .. }
+            | PostFault::OpNotEncoded { .. }
+            | PostFault::FlagsNotEncoded { .. }
+            | PostFault::BindTooLong { .. } => io::ErrorKind::Unsupported,
+            PostFault::QueueFull { .. } => io::ErrorKind::OutOfMemory,
+            _ => io::ErrorKind::InvalidInput,
+        }
+    }
+
+    /// The errno the refusal names itself (`ENOMEM` for a full queue, as libibverbs reports
+    /// it); `None` for the others, whose errno follows from [`PostFault::kind`].
+    pub const fn errno(&self) -> Option<Errno> {
+        match self {
+            PostFault::QueueFull { .. } => Some(Errno::NOMEM),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for PostFault {
@@ -237,6 +354,60 @@ impl fmt::Display for PostFault {
                 qp_type,
                 provider,
             } => write!(f, "{provider} does not support {op} on {qp_type} QPs"),
+            PostFault::NotReadyToSend { state } => {
+                write!(f, "the QP is in {state}: sends need RTS (connect first)")
+            }
+            PostFault::QueueFull { outstanding } => {
+                write!(f, "queue full ({outstanding} requests outstanding)")
+            }
+            PostFault::TooManySges { num_sge, max_sge } => {
+                write!(f, "{num_sge} SGEs, the queue allows {max_sge}")
+            }
+            PostFault::LengthOverflow { len } => write!(
+                f,
+                "SGE lengths add up to {len} bytes, more than fits in 32 bits"
+            ),
+            PostFault::InlineTooLong { len, max_inline } => write!(
+                f,
+                "{len} bytes of inline data, the QP's max_inline_data is {max_inline}"
+            ),
+            PostFault::InlineNotAllowed { op } => write!(f, "INLINE is not possible with {op}"),
+            PostFault::SgesOnLocalOp { op, num_sge } => {
+                write!(f, "{op} takes no SGEs, got {num_sge}")
+            }
+            PostFault::FlagsNotEncoded { flags, provider } => {
+                write!(f, "send flags {flags:#x} are not supported by {provider}")
+            }
+            PostFault::NoUdDest => f.write_str("a UD send needs a destination (an AH)"),
+            PostFault::UnknownAh { ah_num, provider } => write!(
+                f,
+                "AH number {ah_num} is not a {provider} AH of this context"
+            ),
+            PostFault::AtomicLength { len } => {
+                write!(f, "atomic with a {len}-byte local buffer, needs 8")
+            }
+            PostFault::AtomicAlignment { remote_addr } => write!(
+                f,
+                "atomic remote address {remote_addr:#x} is not 8-byte aligned"
+            ),
+            PostFault::BindTooLong {
+                length,
+                max,
+                provider,
+            } => write!(
+                f,
+                "a memory-window bind of {length} bytes exceeds {provider}'s {max}"
+            ),
+            PostFault::ZeroBasedType1Bind { provider } => write!(
+                f,
+                "a type 1 memory window cannot be bound zero-based on {provider}"
+            ),
+            PostFault::NotReadyToReceive { state } => {
+                write!(f, "the QP is in {state}: receives need INIT or later")
+            }
+            PostFault::NoReceiveQueue => {
+                f.write_str("the QP uses an SRQ: post receives to the SRQ")
+            }
         }
     }
 }
@@ -251,8 +422,10 @@ struct PostTarget {
 /// Why a post stopped: the device and queue posted to, the failing work request, what was
 /// wrong with it, and how many requests of the list went in before it.
 ///
-/// A provider makes one with [`PostError::invalid`], [`PostError::unsupported`],
-/// [`PostError::queue_full`] or [`PostError::failed`]; the core adds the device and queue
+/// A refused request is [`PostError::refused`] with its typed [`PostFault`] (the core's
+/// checks and every provider use it); a failure after queueing (the doorbell) is
+/// [`PostError::failed`]; [`PostError::invalid`] and [`PostError::unsupported`] describe in
+/// words what no `PostFault` covers. The core adds the device and queue
 /// ([`PostError::at`]) before the caller sees it. Converts to [`std::io::Error`] keeping its
 /// kind, and [`Error::errno_of`](crate::Error::errno_of) finds its errno (a full queue's
 /// `ENOMEM`, as libibverbs reports it) through the conversion.
@@ -263,13 +436,19 @@ pub struct PostError {
     posted: usize,
     kind: std::io::ErrorKind,
     errno: Option<rustix::io::Errno>,
-    what: String,
-    fault: Option<PostFault>,
+    what: What,
     source: Option<std::io::Error>,
 }
 
+/// What was wrong: a typed fault (its words written when asked for) or words alone.
+#[derive(Debug)]
+enum What {
+    Fault(PostFault),
+    Words(String),
+}
+
 impl PostError {
-    fn new(index: Option<usize>, posted: usize, kind: std::io::ErrorKind, what: String) -> Self {
+    fn new(index: Option<usize>, posted: usize, kind: std::io::ErrorKind, what: What) -> Self {
         Self {
             target: None,
             index,
@@ -277,22 +456,18 @@ impl PostError {
             kind,
             errno: None,
             what,
-            fault: None,
             source: None,
         }
     }
 
     /// Work request `index` of the list was refused for `fault`; the `index` requests before
-    /// it were posted. Kind `Unsupported` (`EOPNOTSUPP` in the C drop-in).
+    /// it were posted. The kind and errno are the fault's ([`PostFault::kind`],
+    /// [`PostFault::errno`]).
     #[cold]
     pub fn refused(index: usize, fault: PostFault) -> Self {
-        let mut e = Self::new(
-            Some(index),
-            index,
-            std::io::ErrorKind::Unsupported,
-            fault.to_string(),
-        );
-        e.fault = Some(fault);
+        // No allocation: the words are the fault's Display, written when asked for.
+        let mut e = Self::new(Some(index), index, fault.kind(), What::Fault(fault));
+        e.errno = fault.errno();
         e
     }
 
@@ -304,7 +479,7 @@ impl PostError {
             Some(index),
             index,
             std::io::ErrorKind::InvalidInput,
-            what.into(),
+            What::Words(what.into()),
         )
     }
 
@@ -316,29 +491,23 @@ impl PostError {
             Some(index),
             index,
             std::io::ErrorKind::Unsupported,
-            what.into(),
+            What::Words(what.into()),
         )
     }
 
     /// Work request `index` found the queue full, with `outstanding` requests not yet consumed;
     /// the `index` requests before it were posted. Carries `ENOMEM`, as libibverbs reports it.
+    /// The same as [`PostError::refused`] with [`PostFault::QueueFull`].
     #[cold]
     pub fn queue_full(index: usize, outstanding: u32) -> Self {
-        let mut e = Self::new(
-            Some(index),
-            index,
-            std::io::ErrorKind::OutOfMemory,
-            format!("queue full ({outstanding} requests outstanding)"),
-        );
-        e.errno = Some(rustix::io::Errno::NOMEM);
-        e
+        Self::refused(index, PostFault::QueueFull { outstanding })
     }
 
     /// `posted` requests went into the queue, then `what` failed with `source` (e.g. the
     /// doorbell write); no single work request is at fault.
     #[cold]
     pub fn failed(posted: usize, what: impl Into<String>, source: std::io::Error) -> Self {
-        let mut e = Self::new(None, posted, source.kind(), what.into());
+        let mut e = Self::new(None, posted, source.kind(), What::Words(what.into()));
         e.errno = crate::Error::errno_of(&source);
         e.source = Some(source);
         e
@@ -383,13 +552,22 @@ impl PostError {
     }
 
     /// What was wrong, without the device, queue or counts.
-    pub fn what(&self) -> &str {
-        &self.what
+    pub fn what(&self) -> Cow<'_, str> {
+        match &self.what {
+            What::Fault(f) => Cow::Owned(f.to_string()),
+            What::Words(w) => Cow::Borrowed(w),
+        }
     }
 
-    /// The typed fault, when the classification of operations refused the request.
+    /// What was wrong with the refused request, typed: set by [`PostError::refused`] (so by
+    /// every refusal of rverbs' core and providers); `None` for a failure after queueing
+    /// ([`PostError::failed`]) and for a description in words only ([`PostError::invalid`],
+    /// [`PostError::unsupported`]).
     pub fn fault(&self) -> Option<PostFault> {
-        self.fault
+        match self.what {
+            What::Fault(f) => Some(f),
+            What::Words(_) => None,
+        }
     }
 
     /// The errno this failure corresponds to, if any (`ENOMEM` for a full queue).
@@ -419,7 +597,10 @@ impl fmt::Display for PostError {
         if let Some(i) = self.index {
             write!(f, "work request #{i}: ")?;
         }
-        f.write_str(&self.what)?;
+        match &self.what {
+            What::Fault(fault) => write!(f, "{fault}")?,
+            What::Words(w) => f.write_str(w)?,
+        }
         if let Some(s) = &self.source {
             write!(f, ": {s}")?;
         } else if let Some(e) = self.errno {
@@ -484,11 +665,13 @@ mod tests {
     /// `io::Error` that keeps its kind and errno.
     #[test]
     fn post_error_messages() {
-        let state = PostError::invalid(0, "the QP is in INIT: sends need RTS (connect first)").at(
-            "rxe0",
-            PostQueue::Send,
-            0x11,
-        );
+        let state = PostError::refused(
+            0,
+            PostFault::NotReadyToSend {
+                state: crate::qp::QpState::INIT,
+            },
+        )
+        .at("rxe0", PostQueue::Send, 0x11);
         assert_eq!(
             state.to_string(),
             "post send to QP 0x11 on rxe0: work request #0: the QP is in INIT: sends need RTS \
@@ -538,5 +721,164 @@ mod tests {
         );
         assert!(s.ends_with("(EBADF); 5 posted"), "{s}");
         assert!(std::error::Error::source(&late).is_some());
+    }
+
+    /// Every fault: its words, and the kind and errno its refusal carries (the C drop-in's
+    /// errno follows from them).
+    #[test]
+    fn every_fault_says_what_and_carries_its_kind() {
+        use crate::op::OpKind;
+        use crate::qp::{QpState, QpType};
+        use io::ErrorKind::{InvalidInput, OutOfMemory, Unsupported};
+        let cases: &[(PostFault, &str, io::ErrorKind)] = &[
+            (
+                PostFault::OpForTransport {
+                    op: OpKind::RdmaRead,
+                    qp_type: QpType::UD,
+                },
+                "a UD QP does not support RDMA_READ (the UD transport does not carry it)",
+                Unsupported,
+            ),
+            (
+                PostFault::OpNotEncoded {
+                    op: OpKind::BindMw,
+                    qp_type: QpType::UC,
+                    provider: "rxe",
+                },
+                "rxe does not support BIND_MW on UC QPs",
+                Unsupported,
+            ),
+            (
+                PostFault::NotReadyToSend {
+                    state: QpState::RTR,
+                },
+                "the QP is in RTR: sends need RTS (connect first)",
+                InvalidInput,
+            ),
+            (
+                PostFault::NotReadyToReceive {
+                    state: QpState::RESET,
+                },
+                "the QP is in RESET: receives need INIT or later",
+                InvalidInput,
+            ),
+            (
+                PostFault::QueueFull { outstanding: 7 },
+                "queue full (7 requests outstanding)",
+                OutOfMemory,
+            ),
+            (
+                PostFault::TooManySges {
+                    num_sge: 5,
+                    max_sge: 4,
+                },
+                "5 SGEs, the queue allows 4",
+                InvalidInput,
+            ),
+            (
+                PostFault::LengthOverflow { len: 1 << 32 },
+                "SGE lengths add up to 4294967296 bytes, more than fits in 32 bits",
+                InvalidInput,
+            ),
+            (
+                PostFault::InlineTooLong {
+                    len: 61,
+                    max_inline: 60,
+                },
+                "61 bytes of inline data, the QP's max_inline_data is 60",
+                InvalidInput,
+            ),
+            (
+                PostFault::InlineNotAllowed {
+                    op: OpKind::AtomicCmpSwp,
+                },
+                "INLINE is not possible with ATOMIC_CMP_AND_SWP",
+                InvalidInput,
+            ),
+            (
+                PostFault::SgesOnLocalOp {
+                    op: OpKind::LocalInv,
+                    num_sge: 2,
+                },
+                "LOCAL_INV takes no SGEs, got 2",
+                InvalidInput,
+            ),
+            (
+                PostFault::FlagsNotEncoded {
+                    flags: 0x10,
+                    provider: "rxe",
+                },
+                "send flags 0x10 are not supported by rxe",
+                Unsupported,
+            ),
+            (
+                PostFault::NoUdDest,
+                "a UD send needs a destination (an AH)",
+                InvalidInput,
+            ),
+            (
+                PostFault::UnknownAh {
+                    ah_num: 99,
+                    provider: "mlx5",
+                },
+                "AH number 99 is not a mlx5 AH of this context",
+                InvalidInput,
+            ),
+            (
+                PostFault::AtomicLength { len: 4 },
+                "atomic with a 4-byte local buffer, needs 8",
+                InvalidInput,
+            ),
+            (
+                PostFault::AtomicAlignment {
+                    remote_addr: 0x1004,
+                },
+                "atomic remote address 0x1004 is not 8-byte aligned",
+                InvalidInput,
+            ),
+            (
+                PostFault::BindTooLong {
+                    length: 3,
+                    max: 2,
+                    provider: "mlx5",
+                },
+                "a memory-window bind of 3 bytes exceeds mlx5's 2",
+                Unsupported,
+            ),
+            (
+                PostFault::ZeroBasedType1Bind { provider: "mlx5" },
+                "a type 1 memory window cannot be bound zero-based on mlx5",
+                InvalidInput,
+            ),
+            (
+                PostFault::NoReceiveQueue,
+                "the QP uses an SRQ: post receives to the SRQ",
+                InvalidInput,
+            ),
+        ];
+        for &(fault, words, kind) in cases {
+            let e = PostError::refused(3, fault).at("dev0", PostQueue::Send, 1);
+            assert_eq!(e.fault(), Some(fault));
+            assert_eq!(e.what(), words);
+            assert_eq!((e.index(), e.posted(), e.kind()), (Some(3), 3, kind));
+            let errno = e.errno();
+            assert_eq!(errno, fault.errno());
+            let io = io::Error::from(e);
+            assert_eq!(io.kind(), kind, "{words}");
+            assert_eq!(Error::errno_of(&io), errno);
+            let s = io.to_string();
+            assert!(
+                s.starts_with(&format!(
+                    "post send to QP 0x1 on dev0: work request #3: {words}"
+                )) && s.ends_with("; 3 posted"),
+                "{s}"
+            );
+        }
+        assert_eq!(
+            PostFault::QueueFull { outstanding: 1 }.errno(),
+            Some(Errno::NOMEM)
+        );
+        // Small enough to return by value on every post (clippy's result_large_err).
+        assert!(std::mem::size_of::<PostError>() < 128);
     }
 }

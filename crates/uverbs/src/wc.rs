@@ -152,37 +152,62 @@ impl WorkCompletion {
     }
 }
 
-/// One completion as copied out of a completion ring, in the kernel's `ib_uverbs_wc` layout
-/// (48 bytes), decoded only when a field is read: the lazy counterpart of [`WorkCompletion`]
-/// that [`CqView`](crate::cq::CqView) hands out.
+/// The kernel's `struct ib_uverbs_wc` (48 bytes, `include/uapi/rdma/ib_user_verbs.h`): one
+/// completion as the kernel writes it (rxe's CQ ring holds these), decoded only when a field
+/// is read: the lazy counterpart of [`WorkCompletion`] that [`CqView`](crate::cq::CqView)
+/// hands out. Its layout is compared with the installed header by `tests/abi_layout.rs`.
 ///
 /// A `RawWc` is always a copy owned by the caller (never a place in shared memory). rxe copies
 /// its ring entries into it unchanged; other providers build one from their own CQE format
 /// ([`RawWc::from_work_completion`]). Reading [`wr_id`](Self::wr_id) or
 /// [`status`](Self::status) is one load; [`wc_flags`](Self::wc_flags) converts the kernel's
 /// flag numbering and [`imm`](Self::imm) the immediate data's byte order, each only when
-/// called.
-#[derive(Clone, Copy, Default, PartialEq, Eq, zerocopy::FromBytes, zerocopy::IntoBytes)]
+/// called; [`to_work_completion`](Self::to_work_completion) is the one conversion of all
+/// fields. The fields are the kernel's, in its numbering and byte order.
+#[derive(
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    zerocopy::FromBytes,
+    zerocopy::IntoBytes,
+    zerocopy::Immutable,
+    zerocopy::KnownLayout,
+)]
 #[repr(C)]
 pub struct RawWc {
-    wr_id: u64,
-    status: u32,
-    opcode: u32,
-    vendor_err: u32,
-    byte_len: u32,
-    /// Immediate data as it came off the wire (big-endian) with `IB_WC_WITH_IMM`, the
-    /// invalidated rkey (host order) with `IB_WC_WITH_INVALIDATE`.
-    ex: u32,
-    qp_num: u32,
-    src_qp: u32,
-    /// Kernel `ib_wc_flags` numbering.
-    wc_flags: u32,
-    pkey_index: u16,
-    slid: u16,
-    sl: u8,
-    dlid_path_bits: u8,
-    port_num: u8,
-    reserved: u8,
+    /// The work request id the request was posted with.
+    pub wr_id: u64,
+    /// `ib_wc_status` ([`WcStatus`]'s number): 0 is success.
+    pub status: u32,
+    /// `ib_uverbs_wc_opcode` ([`WcOpcode`]'s number) of the completed operation.
+    pub opcode: u32,
+    /// Vendor error syndrome.
+    pub vendor_err: u32,
+    /// Bytes received or transferred.
+    pub byte_len: u32,
+    /// `union ex`: immediate data as it came off the wire (**big-endian**) with
+    /// `IB_WC_WITH_IMM`, the invalidated rkey (host order) with `IB_WC_WITH_INVALIDATE`.
+    pub ex: u32,
+    /// The local QP number.
+    pub qp_num: u32,
+    /// Source QP number of a UD receive.
+    pub src_qp: u32,
+    /// Kernel `ib_wc_flags` numbering ([`WcFlags::from_kernel`] converts it).
+    pub wc_flags: u32,
+    /// P_Key index of a UD/GSI receive.
+    pub pkey_index: u16,
+    /// Source LID (0 on RoCE).
+    pub slid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// Destination LID path bits (0 on RoCE).
+    pub dlid_path_bits: u8,
+    /// Port the completion came from (UD/GSI).
+    pub port_num: u8,
+    /// Padding.
+    pub reserved: u8,
 }
 
 const _: () = {
@@ -292,8 +317,31 @@ impl RawWc {
         self.port_num
     }
 
-    /// Every field decoded: what [`Cq::poll`](crate::cq::Cq::poll) would have returned.
+    /// Every field decoded: what [`Cq::poll`](crate::cq::Cq::poll) would have returned. The
+    /// one conversion of a kernel completion: flags into the userspace numbering, immediate
+    /// data from network to host byte order, the invalidated rkey (host order) unchanged.
+    ///
+    /// On little-endian targets it moves whole 64-bit words: six loads, the 32-bit fields
+    /// paired up with shifts, six stores into the [`WorkCompletion`] (which keeps its fields
+    /// in another order), instead of a dozen narrow loads and stores (`rxe_poll` bench:
+    /// about 2.8 → 2.2 ns per completion). The same result as the field-by-field form
+    /// (tested; big-endian targets use that one).
+    #[inline(always)]
     pub fn to_work_completion(&self) -> WorkCompletion {
+        #[cfg(target_endian = "little")]
+        {
+            self.decode_words()
+        }
+        #[cfg(not(target_endian = "little"))]
+        {
+            self.decode_fields()
+        }
+    }
+
+    /// [`to_work_completion`](Self::to_work_completion) field by field.
+    #[cfg_attr(target_endian = "little", allow(dead_code))]
+    #[inline(always)]
+    fn decode_fields(&self) -> WorkCompletion {
         let flags = self.wc_flags();
         WorkCompletion {
             wr_id: self.wr_id,
@@ -314,6 +362,68 @@ impl RawWc {
             sl: self.sl,
             dlid_path_bits: self.dlid_path_bits,
             port_num: self.port_num,
+        }
+    }
+
+    /// [`to_work_completion`](Self::to_work_completion) word by word (little-endian only).
+    #[cfg(target_endian = "little")]
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    fn decode_words(&self) -> WorkCompletion {
+        // The two layouts, word by word (little-endian: the lower-addressed field is the low
+        // half):
+        //   kernel: [wr_id] [status | opcode] [vendor_err | byte_len] [ex | qp_num]
+        //           [src_qp | wc_flags] [pkey slid sl dlid port reserved]
+        //   ours:   [wr_id] [opcode | byte_len] [qp_num | wc_flags] [status | vendor_err]
+        //           [imm_data | src_qp] [pkey slid sl dlid port padding]
+        const _: () = {
+            use core::mem::{align_of, offset_of, size_of};
+            type K = RawWc;
+            type W = WorkCompletion;
+            assert!(size_of::<K>() == 48 && size_of::<W>() == 48);
+            assert!(offset_of!(K, status) == 8 && offset_of!(K, opcode) == 12);
+            assert!(offset_of!(K, vendor_err) == 16 && offset_of!(K, byte_len) == 20);
+            assert!(offset_of!(K, ex) == 24 && offset_of!(K, qp_num) == 28);
+            assert!(offset_of!(K, src_qp) == 32 && offset_of!(K, wc_flags) == 36);
+            assert!(offset_of!(W, wr_id) == 0 && offset_of!(W, opcode) == 8);
+            assert!(offset_of!(W, byte_len) == 12 && offset_of!(W, qp_num) == 16);
+            assert!(offset_of!(W, wc_flags) == 20 && offset_of!(W, status) == 24);
+            assert!(offset_of!(W, vendor_err) == 28 && offset_of!(W, imm_data) == 32);
+            assert!(offset_of!(W, src_qp) == 36);
+            // The last word is the same in both.
+            assert!(offset_of!(K, pkey_index) == 40 && offset_of!(W, pkey_index) == 40);
+            assert!(offset_of!(K, slid) == 42 && offset_of!(W, slid) == 42);
+            assert!(offset_of!(K, sl) == 44 && offset_of!(W, sl) == 44);
+            assert!(offset_of!(K, dlid_path_bits) == 45 && offset_of!(W, dlid_path_bits) == 45);
+            assert!(offset_of!(K, port_num) == 46 && offset_of!(W, port_num) == 46);
+            assert!(align_of::<W>() == 8);
+        };
+        const LO: u64 = 0xffff_ffff;
+        let k: [u64; 6] = zerocopy::transmute!(*self);
+        let kflags = (k[4] >> 32) as u32;
+        let ex = k[3] as u32;
+        let imm = if kflags & K_WITH_IMM != 0 {
+            u32::from_be(ex)
+        } else {
+            ex
+        };
+        let flags = WcFlags::from_kernel(kflags).bits();
+        let words = [
+            k[0],
+            (k[1] >> 32) | (k[2] & !LO),
+            (k[3] >> 32) | u64::from(flags) << 32,
+            (k[1] & LO) | k[2] << 32,
+            u64::from(imm) | k[4] << 32,
+            k[5],
+        ];
+        let mut wc = core::mem::MaybeUninit::<WorkCompletion>::uninit();
+        // SAFETY: `wc` is storage for one WorkCompletion: 48 bytes, 8-aligned (asserted
+        // above), written whole (padding included); every field of it accepts any bit
+        // pattern (plain integers and raw-number newtypes; WcFlags keeps unknown bits), and
+        // the layout above puts each kernel field at its own field's offset.
+        unsafe {
+            wc.as_mut_ptr().cast::<[u64; 6]>().write(words);
+            wc.assume_init()
         }
     }
 
@@ -429,5 +539,43 @@ mod tests {
         let raw = <RawWc as zerocopy::FromBytes>::read_from_bytes(&bytes[..]).unwrap();
         assert_eq!(raw.imm(), Some(0x0102_0304));
         assert_eq!(raw.wc_flags(), WcFlags::WITH_IMM);
+    }
+
+    /// The word-wise conversion gives exactly the field-by-field completion for any kernel
+    /// completion: every flag combination, immediate or not, all other fields varied.
+    #[test]
+    #[cfg(target_endian = "little")]
+    fn word_conversion_matches_field_conversion() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            // xorshift64: a fixed, reproducible sequence of field values.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let n = if cfg!(miri) { 64 } else { 20_000 };
+        for i in 0..n {
+            let r = next();
+            let raw = RawWc {
+                wr_id: next(),
+                status: r as u32,
+                opcode: (r >> 32) as u32,
+                vendor_err: next() as u32,
+                byte_len: next() as u32,
+                ex: next() as u32,
+                qp_num: next() as u32,
+                src_qp: next() as u32,
+                // Every combination of the four known bits, plus unknown ones sometimes.
+                wc_flags: (i as u32 & 0xf) | if i % 5 == 0 { 0x40 } else { 0 },
+                pkey_index: next() as u16,
+                slid: next() as u16,
+                sl: next() as u8,
+                dlid_path_bits: next() as u8,
+                port_num: next() as u8,
+                reserved: next() as u8,
+            };
+            assert_eq!(raw.decode_words(), raw.decode_fields(), "{raw:?}");
+        }
     }
 }

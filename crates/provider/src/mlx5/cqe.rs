@@ -28,7 +28,6 @@
 use std::fmt;
 
 use rverbs_uverbs::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
-use rverbs_uverbs::Error;
 
 use super::mlx5_newtype;
 
@@ -65,7 +64,7 @@ mlx5_newtype! {
 }
 
 mlx5_newtype! {
-    /// Send WQE opcode (`MLX5_OPCODE_*` in `mlx5dv.h`): what the encoder (`wq.rs`) writes
+    /// Send WQE opcode (`MLX5_OPCODE_*` in `mlx5dv.h`): what the encoder (`wq/wqe.rs`) writes
     /// into a WQE's control segment, and what requester CQEs report in `sop_drop_qpn >> 24`.
     WqeOpcode(u8) {
         NOP = 0x00, "NOP";
@@ -172,6 +171,7 @@ impl ParseFault {
     }
 
     /// Splits a `vendor_err` back into (fault, detail); `None` for the device's own syndromes.
+    #[cfg(any(test, feature = "internals", feature = "fuzzing"))]
     pub const fn from_vendor_err(vendor_err: u32) -> Option<(ParseFault, u8)> {
         if vendor_err < 0x100 || vendor_err > 0xffff {
             None
@@ -207,6 +207,7 @@ impl fmt::Debug for Cqe64 {
 
 impl Cqe64 {
     /// Wraps 64 raw bytes.
+    #[cfg(any(test, feature = "internals"))]
     pub const fn new(bytes: [u8; CQE64_SIZE]) -> Self {
         Self { bytes }
     }
@@ -214,11 +215,12 @@ impl Cqe64 {
     /// The CQE64 of a CQE slot: the slot itself when 64 bytes long, its second half when 128
     /// bytes long (mlx5 puts the CQE64 at the end of a 128-byte CQE). Any other length is an
     /// error naming it.
+    #[cfg(any(test, feature = "internals", feature = "fuzzing"))]
     pub fn from_slot(slot: &[u8]) -> rverbs_uverbs::Result<Self> {
         let tail = match slot.len() {
             64 | 128 => &slot[slot.len() - CQE64_SIZE..],
             n => {
-                return Err(Error::invalid(
+                return Err(rverbs_uverbs::Error::invalid(
                     "mlx5 CQE",
                     format!("CQE slot of {n} bytes: expected 64 or 128"),
                 )
@@ -231,6 +233,7 @@ impl Cqe64 {
     }
 
     /// The raw bytes.
+    #[cfg(any(test, feature = "internals"))]
     pub const fn as_bytes(&self) -> &[u8; CQE64_SIZE] {
         &self.bytes
     }
@@ -271,6 +274,7 @@ impl Cqe64 {
         CqeFormat((self.op_own() >> 2) & 3)
     }
     /// Solicited-event bit (`op_own` bit 1).
+    #[cfg(any(test, feature = "internals"))]
     pub const fn solicited(&self) -> bool {
         self.op_own() & 2 != 0
     }
@@ -280,6 +284,7 @@ impl Cqe64 {
         self.op_own() & 1 != 0
     }
     /// `signature` (byte 62).
+    #[cfg(any(test, feature = "internals"))]
     pub const fn signature(&self) -> u8 {
         self.u8_at(62)
     }
@@ -304,6 +309,7 @@ impl Cqe64 {
         WqeOpcode((self.sop_drop_qpn() >> 24) as u8)
     }
     /// `timestamp` (bytes 48..56), in device clock ticks.
+    #[cfg(any(test, feature = "internals"))]
     pub const fn timestamp(&self) -> u64 {
         ((self.be32_at(48) as u64) << 32) | self.be32_at(52) as u64
     }
@@ -328,14 +334,17 @@ impl Cqe64 {
         self.be32_at(OFF_FLAGS_RQPN)
     }
     /// Remote (source) QP number (`flags_rqpn & 0xffffff`).
+    #[cfg(any(test, feature = "internals"))]
     pub const fn src_qp(&self) -> u32 {
         self.flags_rqpn() & 0x00ff_ffff
     }
     /// Service level (`flags_rqpn` bits 27:24).
+    #[cfg(any(test, feature = "internals"))]
     pub const fn sl(&self) -> u8 {
         ((self.flags_rqpn() >> 24) & 0xf) as u8
     }
     /// GRH / L3 header indication (`flags_rqpn` bits 29:28); non-zero means a GRH was present.
+    #[cfg(any(test, feature = "internals"))]
     pub const fn grh_type(&self) -> u8 {
         ((self.flags_rqpn() >> 28) & 3) as u8
     }
@@ -348,6 +357,7 @@ impl Cqe64 {
         self.u8_at(OFF_ML_PATH)
     }
     /// `wqe_id` (bytes 2..4), striding RQ only.
+    #[cfg(any(test, feature = "internals"))]
     pub const fn wqe_id(&self) -> u16 {
         self.be16_at(2)
     }
@@ -565,6 +575,7 @@ const REQ_OPS: [ReqOp; 256] = {
 /// Whatever else a CQE holds becomes a [`WcStatus::GENERAL_ERR`] completion with a
 /// [`ParseFault`] in `vendor_err`.
 #[inline(always)]
+#[cfg(any(test, feature = "internals", feature = "fuzzing"))]
 pub fn parse_cqe<L: WrIdLookup + ?Sized>(cqe: &Cqe64, lookup: &mut L) -> WorkCompletion {
     let mut wc = WorkCompletion::default();
     parse_cqe_into(cqe, lookup, &mut wc);
@@ -574,6 +585,7 @@ pub fn parse_cqe<L: WrIdLookup + ?Sized>(cqe: &Cqe64, lookup: &mut L) -> WorkCom
 /// [`parse_cqe`] writing into `out` (what the poller uses: the completion goes straight into
 /// the caller's slot).
 #[inline(always)]
+#[cfg(any(test, feature = "internals", feature = "fuzzing"))]
 pub fn parse_cqe_into<L: WrIdLookup + ?Sized>(
     cqe: &Cqe64,
     lookup: &mut L,

@@ -17,10 +17,10 @@
 //! Proven without hardware against libmlx5 itself (the oracle), byte-exact CQE fixtures and
 //! a simulated device: see `docs/mlx5.md`, which also lists what only a ConnectX can prove.
 
-// Crate-private since issue 21: what only the tests (`src/tests/`), the benchmarks and the
-// fuzz targets (feature `internals`) use is dead in a plain library build. A test build
-// (`cargo test`, `clippy --all-targets`) still reports what nothing uses.
-#![cfg_attr(not(test), allow(dead_code, unused_imports))]
+// Crate-private: what only the tests (`src/tests/`), the benchmarks (feature `internals`) or
+// the fuzz targets (feature `fuzzing`) use is compiled only for them
+// (`#[cfg(any(test, feature = ...))]` on the item), so a plain library build has no dead
+// code and reports any that appears.
 // With `internals`, a few items are re-exported (hidden); their docs link to crate-private
 // items, which is right for documentation only the crate's own developers read.
 #![cfg_attr(feature = "internals", allow(rustdoc::private_intra_doc_links))]
@@ -37,8 +37,15 @@ pub mod driver;
 pub mod uar;
 pub mod wq;
 
-pub use context::{Mlx5ContextInfo, Mlx5ContextUdata};
+pub use context::Mlx5ContextInfo;
+// What the tests, benchmarks and fuzz targets name at this level.
+#[cfg(any(test, feature = "internals", feature = "fuzzing"))]
+pub use context::Mlx5ContextUdata;
+#[cfg(any(test, feature = "internals", feature = "fuzzing"))]
 pub use cq::{CqBuf, CqeSize, Mlx5Cq, UarPage};
-pub use cqe::{parse_cqe, Cqe64, CqeSyndrome, ParseFault, WorkQueue, WqeRef, WrIdLookup};
+#[cfg(any(test, feature = "internals", feature = "fuzzing"))]
+pub use cqe::{parse_cqe, Cqe64, ParseFault, WqeRef};
+#[cfg(any(test, feature = "internals"))]
+pub use cqe::{WorkQueue, WrIdLookup};
 
 use rverbs_uverbs::raw_newtype as mlx5_newtype;

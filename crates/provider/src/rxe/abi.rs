@@ -1,6 +1,6 @@
 //! The rxe driver ABI: `include/uapi/rdma/rdma_user_rxe.h` (Linux 6.1) plus the two
-//! `ib_user_verbs.h` structures the rxe data path touches (`ib_uverbs_wc`, the CQ element, and
-//! `ib_uverbs_post_send`, the send doorbell).
+//! `ib_user_verbs.h` structures the rxe data path touches (`ib_uverbs_post_send`, the send
+//! doorbell; the CQ element `ib_uverbs_wc` is [`rverbs_uverbs::RawWc`]).
 //!
 //! Names keep the kernel's spelling so the two can be read side by side. Every size, alignment
 //! and field offset here is compared with the real header by `src/tests/rxe_abi_layout.rs`, which
@@ -429,47 +429,9 @@ pub const QUEUE_CONSUMER_INDEX_OFFSET: usize = 256;
 /// Offset of `rxe_queue_buf.data[]`, the first element.
 pub const QUEUE_DATA_OFFSET: usize = core::mem::size_of::<rxe_queue_buf>();
 
-/// `struct ib_uverbs_wc` (48 bytes): one rxe CQ element.
-#[repr(C)]
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
-)]
-pub struct ib_uverbs_wc {
-    /// The work request id the request was posted with.
-    pub wr_id: u64,
-    /// `ib_wc_status`: 0 is success.
-    pub status: u32,
-    /// `ib_uverbs_wc_opcode` of the completed operation.
-    pub opcode: u32,
-    /// Vendor error syndrome (0 on rxe).
-    pub vendor_err: u32,
-    /// Bytes received (receive completions).
-    pub byte_len: u32,
-    /// `union ex`: `imm_data` as it came off the wire (**big-endian**) when `wc_flags` has
-    /// `IB_WC_WITH_IMM` (2), `invalidate_rkey` in host order with `IB_WC_WITH_INVALIDATE` (4).
-    pub ex: u32,
-    /// Number of the local QP the request belonged to.
-    pub qp_num: u32,
-    /// Source QP number of a UD receive.
-    pub src_qp: u32,
-    /// Kernel `ib_wc_flags` numbering (see `WcFlags::from_kernel`).
-    pub wc_flags: u32,
-    /// P_Key index of a UD/GSI receive.
-    pub pkey_index: u16,
-    /// Source LID (0 on RoCE).
-    pub slid: u16,
-    /// Service level.
-    pub sl: u8,
-    /// Destination LID path bits (0 on RoCE).
-    pub dlid_path_bits: u8,
-    /// Port the completion came from (UD/GSI).
-    pub port_num: u8,
-    /// Padding.
-    pub reserved: u8,
-}
+// `struct ib_uverbs_wc` (48 bytes), one rxe CQ element, is `rverbs_uverbs::RawWc`: the one
+// definition of the kernel's completion (its layout is checked here too).
 
-/// Kernel `IB_WC_GRH`.
-pub const IB_WC_GRH: u32 = 1 << 0;
 /// Kernel `IB_WC_WITH_IMM`.
 pub const IB_WC_WITH_IMM: u32 = 1 << 1;
 /// Kernel `IB_WC_WITH_INVALIDATE` (userspace numbers it differently).

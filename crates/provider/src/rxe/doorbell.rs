@@ -33,6 +33,7 @@ pub const POST_SEND_CMD_LEN: usize = core::mem::size_of::<PostSendCmd>();
 /// `{u64 response; u32 qp_handle; u32 wr_count = 0; u32 sge_count = 0;
 /// u32 wqe_size = sizeof(ib_uverbs_send_wr)}` (the kernel rejects a smaller `wqe_size` even
 /// when there are no WRs).
+#[cfg(test)]
 pub fn post_send_cmd(qp_handle: u32, response: u64) -> [u8; POST_SEND_CMD_LEN] {
     let mut out = [0u8; POST_SEND_CMD_LEN];
     out.copy_from_slice(cmd(qp_handle, response).as_bytes());

@@ -13,7 +13,7 @@ use rverbs_uverbs::device::{Device, DriverId};
 use rverbs_uverbs::driver::{
     CqCreated, CqOps, CreateFn, Driver, KernelObj, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
 };
-use rverbs_uverbs::error::PostError;
+use rverbs_uverbs::error::{PostError, PostFault};
 use rverbs_uverbs::qp::QpType;
 use rverbs_uverbs::{Error, OpKind, OpSet, RawWc, RecvWr, SendCaps, SendWr, WorkCompletion};
 use zerocopy::{FromBytes, IntoBytes};
@@ -129,10 +129,10 @@ impl QpOps for QpRings {
         let rq = self
             .rq
             .as_mut()
-            .ok_or_else(|| PostError::invalid(0, "the QP has no receive queue (it uses an SRQ)"))?;
+            .ok_or_else(|| PostError::refused(0, PostFault::NoReceiveQueue))?;
         // SAFETY: the caller upholds the memory contract; rxe needs no receive doorbell (the
         // kernel reads the producer index when a packet arrives).
-        unsafe { rq.post(wrs) }.map(|_| ()).map_err(PostError::from)
+        unsafe { rq.post(wrs) }.map(|_| ())
     }
 }
 
@@ -147,11 +147,11 @@ fn ring(qp: KernelObj<'_>, posted: usize) -> Result<(), PostError> {
 /// error (a doorbell failure is reported in preference).
 #[cold]
 #[inline(never)]
-fn post_send_failed(qp: KernelObj<'_>, e: super::RxePostError) -> Result<(), PostError> {
-    if e.posted > 0 {
-        ring(qp, e.posted)?;
+fn post_send_failed(qp: KernelObj<'_>, e: PostError) -> Result<(), PostError> {
+    if e.posted() > 0 {
+        ring(qp, e.posted())?;
     }
-    Err(PostError::from(e))
+    Err(e)
 }
 
 #[derive(Debug)]
@@ -175,9 +175,7 @@ impl SrqOps for SrqRing {
         wrs: &[RecvWr<'_>],
     ) -> Result<(), PostError> {
         // SAFETY: forwarded contract.
-        unsafe { self.rq.post(wrs) }
-            .map(|_| ())
-            .map_err(PostError::from)
+        unsafe { self.rq.post(wrs) }.map(|_| ())
     }
 }
 

@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use rverbs_uverbs::Error;
 
 use super::abi::{
-    ib_uverbs_wc, rxe_recv_wqe, rxe_send_wqe, QUEUE_CONSUMER_INDEX_OFFSET, QUEUE_DATA_OFFSET,
+    rxe_recv_wqe, rxe_send_wqe, QUEUE_CONSUMER_INDEX_OFFSET, QUEUE_DATA_OFFSET,
     QUEUE_INDEX_MASK_OFFSET, QUEUE_LOG2_ELEM_SIZE_OFFSET, QUEUE_PRODUCER_INDEX_OFFSET,
 };
 
@@ -63,7 +63,7 @@ impl QueueKind {
         match self {
             QueueKind::Send => core::mem::size_of::<rxe_send_wqe>(),
             QueueKind::Recv | QueueKind::Srq => core::mem::size_of::<rxe_recv_wqe>(),
-            QueueKind::Completion => core::mem::size_of::<ib_uverbs_wc>(),
+            QueueKind::Completion => core::mem::size_of::<rverbs_uverbs::RawWc>(),
         }
     }
 
@@ -241,6 +241,7 @@ impl RxeQueue {
     }
 
     /// `log2_elem_size` from the header.
+    #[cfg(any(test, feature = "internals"))]
     pub fn log2_elem_size(&self) -> u32 {
         self.log2_elem_size
     }
@@ -262,16 +263,19 @@ impl RxeQueue {
     }
 
     /// The start of the mapping.
+    #[cfg(any(test, feature = "internals"))]
     pub fn base(&self) -> NonNull<u8> {
         self.base
     }
 
     /// The length of the mapping given to [`RxeQueue::new`].
+    #[cfg(any(test, feature = "internals"))]
     pub fn mapping_len(&self) -> usize {
         self.map_len
     }
 
     /// Elements currently queued (written by the producer, not yet released by the consumer).
+    #[cfg(any(test, feature = "internals", feature = "fuzzing"))]
     pub fn len(&self) -> u32 {
         let (prod, cons) = if self.kind.user_produces() {
             (self.load_own(), self.load_peer())
@@ -282,6 +286,7 @@ impl RxeQueue {
     }
 
     /// True when no element is queued.
+    #[cfg(any(test, feature = "internals"))]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -10,11 +10,11 @@
 use std::io;
 use std::ptr;
 
+use rverbs_uverbs::error::{PostError, PostFault};
 use rverbs_uverbs::{Error, RecvWr};
 
 use super::abi::{rxe_dma_info, rxe_recv_wqe, rxe_sge, RXE_RECV_WQE_SGE_OFFSET};
 use super::queue::{QueueKind, RxeQueue};
-use super::{PostErrorReason, RxePostError};
 
 /// The user side of one rxe receive queue or shared receive queue.
 #[derive(Debug)]
@@ -53,13 +53,14 @@ impl RxeRq {
     }
 
     /// Slots free right now (the kernel may free more at any time).
+    #[cfg(test)]
     pub fn free_slots(&self) -> u32 {
         self.queue.capacity() - self.queue.len()
     }
 
     /// Posts `wrs` in order and publishes them with one producer-index store. Returns
     /// `wrs.len()`, or stops at the first request with too many SGEs (or too long a list) or
-    /// that finds the queue full; the [`RxePostError`] says how many were posted before it.
+    /// that finds the queue full; the [`PostError`] (a [`PostFault`]) says how many were posted before it.
     /// Never allocates.
     ///
     /// # Safety
@@ -67,20 +68,15 @@ impl RxeRq {
     /// The memory each SGE names must stay allocated (and registered under its lkey) and must
     /// not be accessed until the request's completion is polled or the QP/SRQ is destroyed:
     /// the kernel writes received data into it at any time in between.
-    pub unsafe fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<usize, RxePostError> {
-        let kind = self.queue.kind();
+    pub unsafe fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<usize, PostError> {
         let start = self.queue.load_own();
         let mut prod = start;
         let mut cons = self.queue.load_peer();
         for (i, wr) in wrs.iter().enumerate() {
-            let fail = |reason| RxePostError {
-                queue: kind,
-                posted: i,
-                reason,
-            };
+            let fail = |fault| PostError::refused(i, fault);
             let num_sge = wr.sge.len();
-            let reason = if num_sge > self.max_sge as usize {
-                Some(PostErrorReason::TooManySge {
+            let fault = if num_sge > self.max_sge as usize {
+                Some(PostFault::TooManySges {
                     num_sge,
                     max_sge: self.max_sge,
                 })
@@ -88,21 +84,21 @@ impl RxeRq {
                 None
             };
             let len = super::sq::sge_len(wr.sge);
-            let reason = reason.or(match u32::try_from(len) {
+            let fault = fault.or(match u32::try_from(len) {
                 Ok(_) => None,
-                Err(_) => Some(PostErrorReason::LengthOverflow { len }),
+                Err(_) => Some(PostFault::LengthOverflow { len }),
             });
-            if let Some(reason) = reason {
+            if let Some(fault) = fault {
                 self.publish(start, prod);
-                return Err(fail(reason));
+                return Err(fail(fault));
             }
             let next = self.queue.next(prod);
             if next == cons {
                 cons = self.queue.load_peer();
                 if next == cons {
                     self.publish(start, prod);
-                    return Err(fail(PostErrorReason::QueueFull {
-                        capacity: self.queue.capacity(),
+                    return Err(fail(PostFault::QueueFull {
+                        outstanding: self.queue.capacity(),
                     }));
                 }
             }

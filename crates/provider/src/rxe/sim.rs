@@ -20,7 +20,7 @@ use rverbs_uverbs::Error;
 use zerocopy::IntoBytes;
 
 use super::abi::{
-    ib_uverbs_wc, QUEUE_CONSUMER_INDEX_OFFSET, QUEUE_DATA_OFFSET, QUEUE_INDEX_MASK_OFFSET,
+    QUEUE_CONSUMER_INDEX_OFFSET, QUEUE_DATA_OFFSET, QUEUE_INDEX_MASK_OFFSET,
     QUEUE_LOG2_ELEM_SIZE_OFFSET, QUEUE_PRODUCER_INDEX_OFFSET,
 };
 use super::queue::{QueueKind, RxeQueue, MAX_LOG2_ELEM_SIZE};
@@ -222,7 +222,7 @@ impl SimKernel<'_> {
     }
 
     /// [`produce`](Self::produce) of one `ib_uverbs_wc`.
-    pub fn produce_cqe(&mut self, wc: &ib_uverbs_wc) -> bool {
+    pub fn produce_cqe(&mut self, wc: &rverbs_uverbs::RawWc) -> bool {
         self.produce(wc.as_bytes())
     }
 }

@@ -29,7 +29,7 @@ use super::abi::{
     send_flags, RXE_SEND_WQE_SGE_OFFSET, RXE_SEND_WR_UNION_SIZE,
 };
 use super::queue::{QueueKind, RxeQueue};
-use super::{PostErrorReason, RxePostError};
+use rverbs_uverbs::error::{PostError, PostFault};
 use rverbs_uverbs::shared::copy_from_shared_raw;
 use rverbs_uverbs::{Error, OpKind, SendFlags, SendOp, SendWr};
 
@@ -117,6 +117,7 @@ impl RxeSq {
     }
 
     /// Slots free right now (the kernel may free more at any time).
+    #[cfg(test)]
     pub fn free_slots(&self) -> u32 {
         self.queue.capacity() - self.queue.len()
     }
@@ -128,15 +129,16 @@ impl RxeSq {
     /// `UD` is whether the queue is a UD QP's (the caller's `cfg.qp_type == Ud`, made a
     /// constant so that the connected path carries no destination code).
     #[inline(always)]
-    fn check_and_plan<const UD: bool>(&self, wr: &SendWr<'_>) -> Result<Plan, PostErrorReason> {
+    fn check_and_plan<const UD: bool>(&self, wr: &SendWr<'_>) -> Result<Plan, PostFault> {
         // The operation is one this QP accepts (checked once, by rverbs-uverbs' `Qp`, against
         // `super::driver::send_caps`): only its operands are checked here.
         let op = &wr.op;
         let kind = op.kind();
         let mut flags = wr.flags.bits();
         if flags & !ALLOWED_FLAGS != 0 {
-            return Err(PostErrorReason::UnsupportedFlags {
+            return Err(PostFault::FlagsNotEncoded {
                 flags: flags & !ALLOWED_FLAGS,
+                provider: "rxe",
             });
         }
         if self.cfg.sig_all {
@@ -146,27 +148,24 @@ impl RxeSq {
         let num_sge = wr.sge.len();
         let is_local = kind.is_local();
         if is_local && num_sge != 0 {
-            return Err(PostErrorReason::SgeOnLocalOp {
-                op: kind.name(),
-                num_sge,
-            });
+            return Err(PostFault::SgesOnLocalOp { op: kind, num_sge });
         }
         if num_sge > self.cfg.max_sge as usize {
-            return Err(PostErrorReason::TooManySge {
+            return Err(PostFault::TooManySges {
                 num_sge,
                 max_sge: self.cfg.max_sge,
             });
         }
         let len = sge_len(wr.sge);
         let Ok(len32) = u32::try_from(len) else {
-            return Err(PostErrorReason::LengthOverflow { len });
+            return Err(PostFault::LengthOverflow { len });
         };
         if inline {
             if !kind.carries_payload() {
-                return Err(PostErrorReason::InlineNotAllowed { op: kind.name() });
+                return Err(PostFault::InlineNotAllowed { op: kind });
             }
             if len > u64::from(self.cfg.max_inline) {
-                return Err(PostErrorReason::InlineTooLong {
+                return Err(PostFault::InlineTooLong {
                     len,
                     max_inline: self.cfg.max_inline,
                 });
@@ -179,8 +178,13 @@ impl RxeSq {
         }
         if UD {
             match wr.ud {
-                None => return Err(PostErrorReason::MissingUdDest),
-                Some(ud) if ud.ah_num == 0 => return Err(PostErrorReason::NoAhNum),
+                None => return Err(PostFault::NoUdDest),
+                Some(ud) if ud.ah_num == 0 => {
+                    return Err(PostFault::UnknownAh {
+                        ah_num: 0,
+                        provider: "rxe",
+                    })
+                }
                 Some(_) => {}
             }
         }
@@ -394,7 +398,7 @@ impl RxeSq {
 
     /// Posts `wrs` in order and publishes them to the kernel with one producer-index store.
     /// Returns `wrs.len()`. Stops at the first request that is invalid or finds the queue
-    /// full: the [`RxePostError`] says how many were posted before it. Does not ring the
+    /// full: the [`PostError`] (a [`PostFault`]) says how many were posted before it. Does not ring the
     /// doorbell (see [`post_send_doorbell`](super::post_send_doorbell)). Never allocates.
     ///
     /// # Safety
@@ -410,7 +414,7 @@ impl RxeSq {
     /// `Mr::write_at` does), the kernel or a device: a plain write racing the copy is a data
     /// race.
     #[inline]
-    pub unsafe fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<usize, RxePostError> {
+    pub unsafe fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<usize, PostError> {
         // SAFETY: forwarded contract; the constant matches the queue's QP type.
         unsafe {
             if self.cfg.qp_type == RxeQpType::Ud {
@@ -427,10 +431,7 @@ impl RxeSq {
     ///
     /// As for [`post`](Self::post); `UD` must be `self.cfg.qp_type == RxeQpType::Ud`.
     #[inline(always)]
-    unsafe fn post_list<const UD: bool>(
-        &mut self,
-        wrs: &[SendWr<'_>],
-    ) -> Result<usize, RxePostError> {
+    unsafe fn post_list<const UD: bool>(&mut self, wrs: &[SendWr<'_>]) -> Result<usize, PostError> {
         if let [wr] = wrs {
             // SAFETY: forwarded contract.
             return unsafe { self.post_one::<UD>(wr) };
@@ -439,16 +440,12 @@ impl RxeSq {
         let mut prod = start;
         let mut cons = self.queue.load_peer();
         for (i, wr) in wrs.iter().enumerate() {
-            let fail = |reason| RxePostError {
-                queue: QueueKind::Send,
-                posted: i,
-                reason,
-            };
+            let fail = |fault| PostError::refused(i, fault);
             let plan = match self.check_and_plan::<UD>(wr) {
                 Ok(p) => p,
-                Err(reason) => {
+                Err(fault) => {
                     self.publish(start, prod);
-                    return Err(fail(reason));
+                    return Err(fail(fault));
                 }
             };
             let next = self.queue.next(prod);
@@ -456,8 +453,8 @@ impl RxeSq {
                 cons = self.queue.load_peer();
                 if next == cons {
                     self.publish(start, prod);
-                    return Err(fail(PostErrorReason::QueueFull {
-                        capacity: self.queue.capacity(),
+                    return Err(fail(PostFault::QueueFull {
+                        outstanding: self.queue.capacity(),
                     }));
                 }
             }
@@ -479,18 +476,14 @@ impl RxeSq {
     ///
     /// As for [`post_list`](Self::post_list).
     #[inline(always)]
-    unsafe fn post_one<const UD: bool>(&mut self, wr: &SendWr<'_>) -> Result<usize, RxePostError> {
-        let fail = |reason| RxePostError {
-            queue: QueueKind::Send,
-            posted: 0,
-            reason,
-        };
+    unsafe fn post_one<const UD: bool>(&mut self, wr: &SendWr<'_>) -> Result<usize, PostError> {
+        let fail = |fault| PostError::refused(0, fault);
         let plan = self.check_and_plan::<UD>(wr).map_err(fail)?;
         let prod = self.queue.load_own();
         let next = self.queue.next(prod);
         if next == self.queue.load_peer() {
-            return Err(fail(PostErrorReason::QueueFull {
-                capacity: self.queue.capacity(),
+            return Err(fail(PostFault::QueueFull {
+                outstanding: self.queue.capacity(),
             }));
         }
         // SAFETY: as in post_list: `prod` is our unpublished producer index and its slot is
@@ -520,12 +513,12 @@ pub(super) fn sge_len(sge: &[rverbs_uverbs::Sge]) -> u64 {
     }
 }
 
-fn check_atomic(len: u64, remote_addr: u64) -> Result<(), PostErrorReason> {
+fn check_atomic(len: u64, remote_addr: u64) -> Result<(), PostFault> {
     if len < 8 {
-        return Err(PostErrorReason::AtomicLength { len });
+        return Err(PostFault::AtomicLength { len });
     }
     if remote_addr & 7 != 0 {
-        return Err(PostErrorReason::AtomicAlignment { remote_addr });
+        return Err(PostFault::AtomicAlignment { remote_addr });
     }
     Ok(())
 }

@@ -22,9 +22,9 @@
 
 use std::collections::HashMap;
 
+use crate::mlx5::cqe::CqeSyndrome;
 use crate::mlx5::{
-    parse_cqe, CqBuf, Cqe64, CqeSize, CqeSyndrome, Mlx5Cq, ParseFault, UarPage, WorkQueue, WqeRef,
-    WrIdLookup,
+    parse_cqe, CqBuf, Cqe64, CqeSize, Mlx5Cq, ParseFault, UarPage, WorkQueue, WqeRef, WrIdLookup,
 };
 use rverbs_uverbs::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use crate::rxe::abi::*;
+use rverbs_uverbs::RawWc;
 
 /// (C expression, value on the Rust side).
 type Check = (String, u64);
@@ -211,10 +212,10 @@ fn checks() -> Vec<Check> {
     );
     off!("rxe_queue_buf", "data", QUEUE_DATA_OFFSET);
 
-    st!("ib_uverbs_wc", ib_uverbs_wc);
+    st!("ib_uverbs_wc", RawWc);
     fields!(
         "ib_uverbs_wc",
-        ib_uverbs_wc,
+        RawWc,
         [
             wr_id,
             status,
@@ -232,7 +233,7 @@ fn checks() -> Vec<Check> {
             reserved
         ]
     );
-    let ex = offset_of!(ib_uverbs_wc, ex);
+    let ex = offset_of!(RawWc, ex);
     off!("ib_uverbs_wc", "ex.imm_data", ex);
     off!("ib_uverbs_wc", "ex.invalidate_rkey", ex);
 

@@ -6,9 +6,9 @@ use super::allocs::allocs;
 
 mod rxe {
     use super::allocs;
-    use crate::rxe::abi::ib_uverbs_wc;
     use crate::rxe::sim::SimQueue;
     use crate::rxe::{QueueKind, RxeCq, RxeQpType, RxeRq, RxeSq, RxeSqConfig};
+    use rverbs_uverbs::RawWc;
     use rverbs_uverbs::{RecvWr, SendFlags, SendOp, SendWr, Sge, WorkCompletion};
 
     #[test]
@@ -78,16 +78,17 @@ mod rxe {
         let before = allocs();
         // SAFETY: nothing dereferences the non-inline SGEs; the inline payload is live.
         unsafe {
-            assert_eq!(sq.post(&wrs), Ok(3));
-            assert_eq!(rq.post(&rwrs), Ok(3));
-            // Fill the send queue up: the error path allocates nothing either.
-            assert_eq!(sq.post(&wrs), Ok(3));
+            assert_eq!(sq.post(&wrs).unwrap(), 3);
+            assert_eq!(rq.post(&rwrs).unwrap(), 3);
+            // Fill the send queue up: the error path (a typed PostFault) allocates nothing
+            // either.
+            assert_eq!(sq.post(&wrs).unwrap(), 3);
             let e = sq.post(&wrs).unwrap_err();
-            assert_eq!(e.posted, 1);
+            assert_eq!(e.posted(), 1);
         }
         let mut k = cq_mem.kernel();
         for i in 0..10 {
-            assert!(k.produce_cqe(&ib_uverbs_wc {
+            assert!(k.produce_cqe(&RawWc {
                 wr_id: i,
                 ..Default::default()
             }));

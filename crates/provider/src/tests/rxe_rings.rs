@@ -5,17 +5,18 @@
 mod rxe {
     use std::thread;
 
-    use crate::rxe::abi::ib_uverbs_wc;
     use crate::rxe::sim::SimQueue;
-    use crate::rxe::{PostErrorReason, QueueKind, RxeCq, RxeQpType, RxeRq, RxeSq, RxeSqConfig};
+    use crate::rxe::{QueueKind, RxeCq, RxeQpType, RxeRq, RxeSq, RxeSqConfig};
+    use rverbs_uverbs::error::PostFault;
+    use rverbs_uverbs::RawWc;
     use rverbs_uverbs::{
         RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
     };
 
     const N: u64 = if cfg!(miri) { 40 } else { 200_000 };
 
-    fn cqe(i: u64) -> ib_uverbs_wc {
-        ib_uverbs_wc {
+    fn cqe(i: u64) -> RawWc {
+        RawWc {
             wr_id: i,
             status: (i % 3) as u32,
             opcode: if i % 2 == 0 { 0 } else { 128 },
@@ -183,8 +184,8 @@ mod rxe {
                     Ok(1) => i += 1,
                     Ok(n) => panic!("posted {n}"),
                     Err(e) => {
-                        assert_eq!(e.posted, 0);
-                        assert_eq!(e.reason, PostErrorReason::QueueFull { capacity: 3 });
+                        assert_eq!(e.posted(), 0);
+                        assert_eq!(e.fault().unwrap(), PostFault::QueueFull { outstanding: 3 });
                         thread::yield_now();
                     }
                 }
@@ -243,8 +244,8 @@ mod rxe {
                 match unsafe { rq.post(&wrs) } {
                     Ok(n) => i += n as u64,
                     Err(e) => {
-                        assert!(matches!(e.reason, PostErrorReason::QueueFull { .. }));
-                        i += e.posted as u64;
+                        assert!(matches!(e.fault(), Some(PostFault::QueueFull { .. })));
+                        i += e.posted() as u64;
                         thread::yield_now();
                     }
                 }

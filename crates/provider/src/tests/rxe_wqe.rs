@@ -8,11 +8,10 @@ mod rxe {
 
     use crate::rxe::abi::wr_opcode;
     use crate::rxe::sim::SimQueue;
-    use crate::rxe::{
-        PostErrorReason, QueueKind, RxePostError, RxeQpType, RxeRq, RxeSq, RxeSqConfig,
-    };
+    use crate::rxe::{QueueKind, RxeQpType, RxeRq, RxeSq, RxeSqConfig};
     use rustix::io::Errno;
-    use rverbs_uverbs::error::{PostError, PostQueue};
+    use rverbs_uverbs::error::{PostError, PostFault, PostQueue};
+    use rverbs_uverbs::OpKind;
     use rverbs_uverbs::{Error, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
 
     // Byte offsets in `struct rxe_send_wqe` (Linux 6.1 uapi, x86-64).
@@ -79,7 +78,7 @@ mod rxe {
     }
 
     impl Sq {
-        fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<usize, RxePostError> {
+        fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<usize, PostError> {
             // SAFETY: the SGEs name no memory the simulated kernel touches, except inline
             // SGEs, which point at live test buffers.
             unsafe { self.sq.post(wrs) }
@@ -290,9 +289,9 @@ mod rxe {
             .post(&[wr(6, SendOp::BindMw(bind), &sg, SendFlags::empty())])
             .unwrap_err();
         assert_eq!(
-            e.reason,
-            PostErrorReason::SgeOnLocalOp {
-                op: "BIND_MW",
+            e.fault().unwrap(),
+            PostFault::SgesOnLocalOp {
+                op: OpKind::BindMw,
                 num_sge: 1
             }
         );
@@ -346,9 +345,9 @@ mod rxe {
             )])
             .unwrap_err();
         assert_eq!(
-            e.reason,
-            PostErrorReason::SgeOnLocalOp {
-                op: "LOCAL_INV",
+            e.fault().unwrap(),
+            PostFault::SgesOnLocalOp {
+                op: OpKind::LocalInv,
                 num_sge: 1
             }
         );
@@ -468,7 +467,7 @@ mod rxe {
                 SendFlags::empty(),
             )])
             .unwrap_err();
-        assert_eq!(e.reason, PostErrorReason::AtomicLength { len: 4 });
+        assert_eq!(e.fault().unwrap(), PostFault::AtomicLength { len: 4 });
         let e = s
             .post(&[wr(
                 3,
@@ -483,8 +482,8 @@ mod rxe {
             )])
             .unwrap_err();
         assert_eq!(
-            e.reason,
-            PostErrorReason::AtomicAlignment {
+            e.fault().unwrap(),
+            PostFault::AtomicAlignment {
                 remote_addr: 0x4004
             }
         );
@@ -522,10 +521,16 @@ mod rxe {
         let e = s
             .post(&[wr(6, SendOp::Send, &sg, SendFlags::empty())])
             .unwrap_err();
-        assert_eq!(e.reason, PostErrorReason::MissingUdDest);
+        assert_eq!(e.fault().unwrap(), PostFault::NoUdDest);
         let mut w1 = wr(6, SendOp::Send, &sg, SendFlags::empty());
         w1.ud = Some(UdDest { ah_num: 0, ..dest });
-        assert_eq!(s.post(&[w1]).unwrap_err().reason, PostErrorReason::NoAhNum);
+        assert_eq!(
+            s.post(&[w1]).unwrap_err().fault().unwrap(),
+            PostFault::UnknownAh {
+                ah_num: 0,
+                provider: "rxe"
+            }
+        );
     }
 
     #[test]
@@ -566,7 +571,13 @@ mod rxe {
         let e = s
             .post(&[wr(2, SendOp::Send, &sg, SendFlags::IP_CSUM)])
             .unwrap_err();
-        assert_eq!(e.reason, PostErrorReason::UnsupportedFlags { flags: 16 });
+        assert_eq!(
+            e.fault().unwrap(),
+            PostFault::FlagsNotEncoded {
+                flags: 16,
+                provider: "rxe"
+            }
+        );
     }
 
     #[test]
@@ -604,15 +615,15 @@ mod rxe {
             .post(&[wr(2, SendOp::Send, &sg, SendFlags::INLINE)])
             .unwrap_err();
         assert_eq!(
-            e.reason,
-            PostErrorReason::InlineTooLong {
+            e.fault().unwrap(),
+            PostFault::InlineTooLong {
                 len: 129,
                 max_inline: 128
             }
         );
         assert_eq!(
-            PostError::from(e).to_string(),
-            "post: work request #0: 129 bytes of inline data, max_inline_data is 128; 0 posted"
+            e.to_string(),
+            "post: work request #0: 129 bytes of inline data, the QP's max_inline_data is 128; 0 posted"
         );
         // Not for READ.
         let sg = [sge(big.as_ptr() as u64, 8, 0)];
@@ -628,8 +639,10 @@ mod rxe {
             )])
             .unwrap_err();
         assert_eq!(
-            e.reason,
-            PostErrorReason::InlineNotAllowed { op: "RDMA_READ" }
+            e.fault().unwrap(),
+            PostFault::InlineNotAllowed {
+                op: OpKind::RdmaRead
+            }
         );
     }
 
@@ -652,13 +665,13 @@ mod rxe {
             .post(&[wr(2, SendOp::Send, &four, SendFlags::empty())])
             .unwrap_err();
         assert_eq!(
-            e.reason,
-            PostErrorReason::TooManySge {
+            e.fault().unwrap(),
+            PostFault::TooManySges {
                 num_sge: 5,
                 max_sge: 4
             }
         );
-        let post = PostError::from(e).at("rxe0", PostQueue::Send, 0x11);
+        let post = e.at("rxe0", PostQueue::Send, 0x11);
         assert_eq!(
             post.to_string(),
             "post send to QP 0x11 on rxe0: work request #0: 5 SGEs, the queue allows 4; 0 posted"
@@ -669,8 +682,8 @@ mod rxe {
             .post(&[wr(2, SendOp::Send, &huge, SendFlags::empty())])
             .unwrap_err();
         assert_eq!(
-            e.reason,
-            PostErrorReason::LengthOverflow {
+            e.fault().unwrap(),
+            PostFault::LengthOverflow {
                 len: u64::from(u32::MAX) + 1
             }
         );
@@ -684,17 +697,17 @@ mod rxe {
             .map(|i| wr(100 + i, SendOp::Send, &sg, SendFlags::empty()))
             .collect();
         let e = s.post(&wrs).unwrap_err();
-        assert_eq!(e.posted, 7);
-        assert_eq!(e.reason, PostErrorReason::QueueFull { capacity: 7 });
+        assert_eq!(e.posted(), 7);
+        assert_eq!(e.fault().unwrap(), PostFault::QueueFull { outstanding: 7 });
         assert_eq!(s.q.producer(), 7);
         // A list of one request (posted without the list loop) is refused the same way.
         let e1 = s.post(&wrs[..1]).unwrap_err();
         assert_eq!(
-            (e1.posted, e1.reason),
-            (0, PostErrorReason::QueueFull { capacity: 7 })
+            (e1.posted(), e1.fault()),
+            (0, Some(PostFault::QueueFull { outstanding: 7 }))
         );
         assert_eq!(s.q.producer(), 7);
-        let post = PostError::from(e).at("rxe0", PostQueue::Send, 0x11);
+        let post = e.at("rxe0", PostQueue::Send, 0x11);
         assert_eq!(
             post.to_string(),
             "post send to QP 0x11 on rxe0: work request #7: queue full (7 requests \
@@ -707,7 +720,7 @@ mod rxe {
         assert_eq!(u64_at(&s.take(), WR_ID), 100);
         assert_eq!(u64_at(&s.take(), WR_ID), 101);
         let e = s.post(&wrs[7..]).unwrap_err();
-        assert_eq!(e.posted, 2);
+        assert_eq!(e.posted(), 2);
         for id in 102..109 {
             assert_eq!(u64_at(&s.take(), WR_ID), id);
         }
@@ -728,8 +741,7 @@ mod rxe {
                 wr(4, SendOp::Send, &sg, SendFlags::empty()),
             ])
             .unwrap_err();
-        assert_eq!(e.posted, 2);
-        assert_eq!(e.queue, QueueKind::Send);
+        assert_eq!(e.posted(), 2);
         assert_eq!(s.q.producer(), 2);
         assert_eq!(u64_at(&s.take(), WR_ID), 1);
         assert_eq!(u64_at(&s.take(), WR_ID), 2);
@@ -828,27 +840,24 @@ mod rxe {
         }
         .unwrap_err();
         assert_eq!(
-            e.reason,
-            PostErrorReason::TooManySge {
+            e.fault().unwrap(),
+            PostFault::TooManySges {
                 num_sge: 6,
                 max_sge: 5
             }
         );
-        assert_eq!(e.queue, QueueKind::Srq);
         let wrs = [RecvWr {
             wr_id: 1,
             sge: &six[..1],
         }; 5];
         // SAFETY: as above.
         let e = unsafe { r.post(&wrs) }.unwrap_err();
-        assert_eq!(e.posted, 3);
-        assert_eq!(e.reason, PostErrorReason::QueueFull { capacity: 3 });
+        assert_eq!(e.posted(), 3);
+        assert_eq!(e.fault().unwrap(), PostFault::QueueFull { outstanding: 3 });
         assert_eq!(q.producer(), 3);
         assert_eq!(r.free_slots(), 0);
         assert_eq!(
-            PostError::from(e)
-                .at("rxe0", PostQueue::Srq, 0x5)
-                .to_string(),
+            e.at("rxe0", PostQueue::Srq, 0x5).to_string(),
             "post receive to SRQ 0x5 on rxe0: work request #3: queue full (3 requests \
              outstanding) (ENOMEM); 3 posted"
         );

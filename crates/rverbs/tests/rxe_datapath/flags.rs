@@ -208,7 +208,18 @@ fn inline_data() {
         let e = post_send_raw(&a.qp, &[iw(2, &ok), iw(3, &big)]).unwrap_err();
         assert_eq!(e.posted(), 1, "{e}");
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
-        let what = format!("{} bytes of inline data, max_inline_data is {m}", m + 1);
+        assert_eq!(
+            e.fault(),
+            Some(rverbs::uverbs::PostFault::InlineTooLong {
+                len: m as u64 + 1,
+                max_inline: m as u32
+            }),
+            "{e}"
+        );
+        let what = format!(
+            "{} bytes of inline data, the QP's max_inline_data is {m}",
+            m + 1
+        );
         assert_eq!(e.to_string(), qp_post_msg(&a.qp, "post send", 1, &what, 1));
         assert_wc(&poll1(&a.cq), 2, WcOpcode::SEND);
         assert_quiet(&a.cq, "refused inline WR");

@@ -136,8 +136,10 @@ fn ud_send_recv_with_grh() {
 
         // What UD cannot do is refused at post time.
         let e = post_send(&qa, &[SendWr::send(12, &s2)]).unwrap_err();
+        assert_eq!(e.fault(), Some(PostFault::NoUdDest), "{e}");
         assert!(
-            e.to_string().contains("UD send without a destination"),
+            e.to_string()
+                .contains("a UD send needs a destination (an AH)"),
             "{e}"
         );
         let op = SendOp::RdmaWrite {

@@ -1,0 +1,133 @@
+//! Posting to a QP: the one check of every send's operation ([`crate::op`]) and the QP's
+//! state, then the provider's encoder (`QpOps`); every refusal a typed
+//! [`PostFault`](crate::error::PostFault) inside a [`PostError`] naming the device and QP.
+
+use super::{Qp, QpState};
+use crate::error::{PostError, PostQueue};
+use crate::op::{OpKind, OpSet};
+use crate::wr::{MrRecvWr, MrSendWr, RecvWr, SendWr};
+
+impl Qp {
+    /// Posts send work requests (one doorbell for the list).
+    ///
+    /// Every SGE is an [`MrSge`](crate::wr::MrSge) made from a live [`Mr`](crate::mr::Mr), so this is safe:
+    /// the device reads (or, for RDMA READ and atomics, writes) memory that Rust never
+    /// references while it is registered, and if an `Mr` is dropped before its requests
+    /// complete, deregistration cuts the device off and the requests complete with an error
+    /// (docs/architecture.md, "Why this is sound"). Keep the `Mr` alive until the completion
+    /// to get the data moved.
+    ///
+    /// A request counts against the send CQ until its completion is polled, not only until
+    /// the send queue accepts it: rxe frees a queue slot when the kernel completes the
+    /// request, so a queue that keeps accepting posts can still overflow a CQ that is polled
+    /// too slowly (the kernel then drops the completion and raises a `CQ_ERR` async event).
+    /// The same holds for [`Qp::post_recv`] and the receive CQ, whose overflow also moves the
+    /// QP to the error state.
+    #[inline]
+    pub fn post_send(&self, wrs: &[MrSendWr<'_>]) -> std::result::Result<(), PostError> {
+        // SAFETY: every SGE names a range of a registered Mr (MrSge's invariant); see above.
+        unsafe { self.post_send_raw(SendWr::raw_list(wrs)) }
+    }
+
+    /// Posts send work requests with raw SGEs.
+    ///
+    /// # Safety
+    /// Every SGE must lie inside a memory region registered on this QP's PD, and that memory
+    /// must stay valid (its `Mr` alive) until the request's completion is polled or the QP is
+    /// destroyed: the device reads it — and for RDMA READ and atomics writes it — later. With
+    /// [`SendFlags::INLINE`](crate::wr::SendFlags::INLINE) the provider reads the SGEs' memory
+    /// during the call, so it must be valid for reads then, and no one may write it during the
+    /// call except through [`crate::shared`] (as [`Mr::write_at`](crate::mr::Mr::write_at)
+    /// does: the provider copies with the same 1-byte atomic loads), the kernel or a device; a
+    /// plain write racing the copy (another thread's store, C code) is a data race.
+    #[inline]
+    pub unsafe fn post_send_raw(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), PostError> {
+        let st = self.cached_state();
+        if matches!(st, QpState::RESET | QpState::INIT | QpState::RTR) {
+            // Refused before anything is queued: a WQE left in the ring would go out later, at
+            // the next doorbell, which the caller was told had failed.
+            return Err(self.send_refused(st));
+        }
+        // The one check of the operations (crate::op), before any provider code: the requests
+        // before the first refused one are posted, as a provider that stopped there would.
+        let send_ops = self.send_ops;
+        let refused = wrs.iter().position(|w| !send_ops.contains(w.op.kind()));
+        let ok = match refused {
+            Some(i) => &wrs[..i],
+            None => wrs,
+        };
+        if !ok.is_empty() {
+            let k = self.kobj();
+            // SAFETY: forwarded to the caller; every operation of `ok` is in `send_ops`, what
+            // this QP's driver encodes on its type (QpOps::post_send's contract).
+            unsafe { self.lock().post_send(k, ok) }
+                .map_err(|e| self.post_error(e, PostQueue::Send))?;
+        }
+        match refused {
+            Some(i) => Err(self.op_refused(i, wrs[i].op.kind())),
+            None => Ok(()),
+        }
+    }
+
+    /// The refusal of work request `index`, whose operation `op` this QP does not accept.
+    #[cold]
+    fn op_refused(&self, index: usize, op: OpKind) -> PostError {
+        let fault = crate::op::refusal(op, self.qp_type, self.driver_name);
+        self.post_error(PostError::refused(index, fault), PostQueue::Send)
+    }
+
+    /// The operations this QP's sends may carry: what its transport carries and its provider
+    /// encodes ([`crate::op`]).
+    pub fn send_ops(&self) -> OpSet {
+        self.send_ops
+    }
+
+    /// Names this QP and its device in a provider's error.
+    #[cold]
+    fn post_error(&self, e: PostError, queue: PostQueue) -> PostError {
+        e.at(self.pd.context().name(), queue, self.qp_num)
+    }
+
+    #[cold]
+    fn send_refused(&self, st: QpState) -> PostError {
+        self.post_error(
+            PostError::refused(0, crate::error::PostFault::NotReadyToSend { state: st }),
+            PostQueue::Send,
+        )
+    }
+
+    /// Posts receive work requests; safe for the reasons given at [`Qp::post_send`].
+    #[inline]
+    pub fn post_recv(&self, wrs: &[MrRecvWr<'_>]) -> std::result::Result<(), PostError> {
+        // SAFETY: every SGE names a range of a registered Mr (MrSge's invariant).
+        unsafe { self.post_recv_raw(RecvWr::raw_list(wrs)) }
+    }
+
+    /// Posts receive work requests with raw SGEs.
+    ///
+    /// # Safety
+    /// As for [`Qp::post_send_raw`]; the device writes the received data into the memory.
+    #[inline]
+    pub unsafe fn post_recv_raw(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostError> {
+        if self.cached_state() == QpState::RESET {
+            return Err(self.post_error(
+                PostError::refused(
+                    0,
+                    crate::error::PostFault::NotReadyToReceive {
+                        state: QpState::RESET,
+                    },
+                ),
+                PostQueue::Recv,
+            ));
+        }
+        if self.srq.is_some() {
+            return Err(self.post_error(
+                PostError::refused(0, crate::error::PostFault::NoReceiveQueue),
+                PostQueue::Recv,
+            ));
+        }
+        let k = self.kobj();
+        // SAFETY: forwarded to the caller.
+        unsafe { self.lock().post_recv(k, wrs) }.map_err(|e| self.post_error(e, PostQueue::Recv))
+    }
+}
