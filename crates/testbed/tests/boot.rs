@@ -129,6 +129,88 @@ fn missing_packages_stop_with_the_apt_get_line() {
     );
 }
 
+/// `--provider siw` needs the packages that build siw.ko: without them it stops at once with
+/// their `apt-get install` line, before any kernel is fetched; the rxe guests do not need them.
+#[test]
+fn siw_without_its_build_packages_names_them() {
+    let dir = std::env::temp_dir().join(format!("rverbs-testbed-nosiw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = dir.join("dpkg-query");
+    // Every package is installed except the ones that build siw.ko.
+    let script = "#!/bin/sh\nfor a; do case $a in -*) ;; make|gcc-12|binutils|libelf1) ;; \
+                  *) echo \"$a ii \" ;; esac; done\n";
+    std::fs::write(&fake, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let cache = dir.join("cache");
+    let t = std::time::Instant::now();
+    let out = runner()
+        .args(["run", "--provider", "siw", "--", "/bin/true"])
+        .env("PATH", path)
+        .env("RVERBS_TESTBED_NO_INSTALL", "1")
+        .env("RVERBS_TESTBED_CACHE", &cache)
+        .output()
+        .unwrap();
+    let fetched = cache.join("kernel").exists();
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("apt-get install -y --no-install-recommends make gcc-12 binutils libelf1\n"),
+        "{err}"
+    );
+    assert!(
+        err.contains("kbuild builds siw.ko"),
+        "the why column: {err}"
+    );
+    assert!(
+        !fetched,
+        "a kernel was fetched before the packages were checked"
+    );
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        t.elapsed()
+    );
+    let (code, _, err) = run(&["run", "--provider", "iwarp", "--", "true"]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("--provider must be rxe or siw, not `iwarp`"),
+        "{err}"
+    );
+}
+
+#[test]
+#[ignore = "boots a guest: run by cargo xtask test (stage runner boot tests)"]
+fn siw_devices_in_the_minimal_guest_two_nodes() {
+    // No rverbs binary given: the devices are made with iproute2's `rdma link add ... type siw`.
+    let script = "echo in-$RVERBS_PROVIDER-$RVERBS_DEV_A-$RVERBS_DEV_B; \
+                  cat /sys/class/infiniband/$RVERBS_DEV_A/node_type \
+                  /sys/class/infiniband/$RVERBS_DEV_B/ports/1/state";
+    let (code, out, err) = run(&[
+        "run",
+        "--provider",
+        "siw",
+        "--topo",
+        "two",
+        "--",
+        busybox(),
+        "sh",
+        "-c",
+        script,
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("in-siw-siw1-siw2"), "{out}");
+    assert!(out.contains("4: RNIC"), "iWARP devices are RNICs: {out}");
+    assert!(out.contains("4: ACTIVE"), "{out}");
+    assert!(err.contains("(two topology, siw, kernel 6.1"), "{err}");
+}
+
 #[test]
 #[ignore = "boots a guest: run by cargo xtask test (stage runner boot tests)"]
 fn exit_code_output_and_variables_come_back() {
