@@ -291,3 +291,50 @@ fn a_hanging_program_is_killed_at_the_timeout_and_fails() {
     assert!(err.contains("hung and was killed after 30.0 s"), "{err}");
     assert!(err.contains("---- last"), "{err}");
 }
+
+/// `rverbs-vm local` (no VM: the machine's own kernel) proven inside a guest, which is such a
+/// machine: rdma-core's rping over the device it makes, for rxe (initial namespace) and siw
+/// (private namespace), the program's exit code, and nothing left behind.
+#[test]
+#[ignore = "boots a guest: run by cargo xtask test (stage runner boot tests)"]
+fn local_mode_runs_rping_on_the_guests_own_kernel() {
+    let dir = std::env::temp_dir().join(format!("rverbs-testbed-local-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("local.sh");
+    std::fs::write(
+        &script,
+        r#"B=$1; P=$2
+$B local --provider $P --timeout 120 -- /bin/sh -c '
+echo "inner-$RVERBS_GUEST-$RVERBS_PROVIDER-$RVERBS_DEV_A"
+(timeout 30 rping -s -a $RVERBS_ADDR_A -C 3 > /dev/null 2>&1 &)
+sleep 1
+timeout 30 rping -c -a $RVERBS_ADDR_A -C 3 -v || exit 3
+exit 7'
+rc=$?
+echo "left: $(rdma link show | grep -c _l) devices, $(ip netns list | wc -l) namespaces"
+exit $rc
+"#,
+    )
+    .unwrap();
+    let me = env!("CARGO_BIN_EXE_rverbs-vm");
+    for p in ["rxe", "siw"] {
+        let sh = script.to_string_lossy().into_owned();
+        let (code, out, err) = run(&[
+            "run",
+            "--guest",
+            "host",
+            "--provider",
+            p,
+            "--",
+            "/bin/sh",
+            &sh,
+            me,
+            p,
+        ]);
+        assert_eq!(code, Some(7), "{p}: {out}\n{err}");
+        assert!(out.contains(&format!("inner-local-{p}-{p}_l")), "{out}");
+        assert!(out.contains("ping data: rdma-ping-2"), "{out}");
+        assert!(out.contains("left: 0 devices, 0 namespaces"), "{out}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
