@@ -306,9 +306,12 @@ fn local_mode_runs_rping_on_the_guests_own_kernel() {
         r#"B=$1; P=$2
 $B local --provider $P --timeout 120 -- /bin/sh -c '
 echo "inner-$RVERBS_GUEST-$RVERBS_PROVIDER-$RVERBS_DEV_A"
-(timeout 30 rping -s -a $RVERBS_ADDR_A -C 3 > /dev/null 2>&1 &)
-sleep 1
-timeout 30 rping -c -a $RVERBS_ADDR_A -C 3 -v || exit 3
+(timeout 60 rping -s -a $RVERBS_ADDR_A -C 3 > /dev/null 2>&1 &)
+# The server may not listen yet (a loaded host): a refused client is tried again.
+i=0
+until timeout 30 rping -c -a $RVERBS_ADDR_A -C 3 -v; do
+    i=$((i + 1)); [ $i -ge 20 ] && exit 3; sleep 0.5
+done
 exit 7'
 rc=$?
 echo "left: $(rdma link show | grep -c _l) devices, $(ip netns list | wc -l) namespaces"
