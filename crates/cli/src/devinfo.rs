@@ -14,7 +14,6 @@ use std::ffi::OsString;
 use std::fmt::Write as _;
 
 use rverbs::provider::{provider_for, PROVIDERS};
-use rverbs::uverbs::context::Context;
 use rverbs::uverbs::device::{devices, format_guid, Device, DriverId, Transport};
 use rverbs::uverbs::device_attr::{AtomicCap, DeviceAttr};
 use rverbs::uverbs::gid::{GidEntry, GidType};
@@ -561,9 +560,11 @@ fn format_port(w: &mut String, transport: Transport, p: &PortInfo, verbose: bool
     let _ = writeln!(w);
 }
 
-/// Queries one device the way ibv_devinfo does.
+/// Queries one device the way ibv_devinfo does: through its provider, as ibv_devinfo goes
+/// through rdma-core's (a driver may refuse a context without its provider's private data, as
+/// siw does; for rxe the calls are those of a plain `Context::open`).
 pub fn gather(dev: &Device, port: Option<u32>, verbose: bool) -> std::io::Result<HcaInfo> {
-    let ctx = Context::open(dev)?;
+    let ctx = rverbs::provider::open(dev)?;
     let attr = ctx.query_device()?;
     let gids = if verbose {
         ctx.query_gid_table()?
