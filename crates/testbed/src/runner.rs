@@ -48,6 +48,7 @@ OPTIONS (each also from the environment variable named after it):
     --topo one|two         RVERBS_VM_TOPO; one (default): rxe0 on d0, 10.10.0.1; two: rxe1 on
                            ve1 (10.20.0.1) and rxe2 on ve2 (10.20.0.2), joined by a veth pair
     --kernel 6.1|6.12      RVERBS_VM_KERNEL; Debian 12's (default) or Debian 13's kernel
+                           (6.12-bpo: Debian 12 backports' 6.12, siw-capable, when named)
     --provider rxe|siw     RVERBS_VM_PROVIDER; rxe (default) or siw devices, named the same
                            way (siw0 on d0, siw1/siw2 on ve1/ve2); siw.ko is built for the
                            guest kernel on first use (Debian's kernels do not build siw)
