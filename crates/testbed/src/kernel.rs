@@ -61,6 +61,14 @@ pub const KERNELS: &[KernelSpec] = &[
     },
 ];
 
+/// Kernels the bed boots only when asked by name (`--kernel 6.12-bpo`): not in `all`, nor in
+/// the test stages. Debian 12 backports' 6.12 is built with Debian 12's compiler (gcc-12) and
+/// kbuild, so siw can be built for it on a Debian 12 machine (docs/testing.md, "Soft-iWARP").
+pub const EXTRA_KERNELS: &[KernelSpec] = &[KernelSpec {
+    name: "6.12-bpo",
+    suite: "bookworm-backports",
+}];
+
 /// The default kernel of single-guest commands (`rverbs-vm run`, `cargo xtask vm`).
 pub const DEFAULT_KERNEL: KernelSpec = KERNELS[0];
 
@@ -69,13 +77,19 @@ impl KernelSpec {
     pub fn parse(s: &str) -> Option<KernelSpec> {
         KERNELS
             .iter()
+            .chain(EXTRA_KERNELS)
             .copied()
             .find(|k| k.name == s || k.suite == s)
     }
 
     /// The accepted names, for messages.
     pub fn names() -> String {
-        KERNELS.iter().map(|k| k.name).collect::<Vec<_>>().join("|")
+        KERNELS
+            .iter()
+            .chain(EXTRA_KERNELS)
+            .map(|k| k.name)
+            .collect::<Vec<_>>()
+            .join("|")
     }
 }
 
@@ -97,14 +111,22 @@ pub struct Kernel {
     pub modules: Vec<PathBuf>,
 }
 
+impl Kernel {
+    /// Its directory in the cache (`<cache>/kernel/<suite>/<package>/`); things built for this
+    /// kernel (siw.ko) are kept below it and go with it.
+    pub fn dir(&self) -> &Path {
+        self.vmlinuz.parent().unwrap_or(Path::new("."))
+    }
+}
+
 /// A private apt configuration for one Debian release: its own sources.list, lists and cache.
-struct Apt {
+pub(crate) struct Apt {
     dir: PathBuf,
     suite: &'static str,
 }
 
 impl Apt {
-    fn new(cache: &Path, suite: &'static str) -> Result<Apt> {
+    pub(crate) fn new(cache: &Path, suite: &'static str) -> Result<Apt> {
         let dir = cache.join("apt").join(suite);
         for d in [
             "state/lists/partial",
@@ -120,6 +142,9 @@ impl Apt {
         }
         let mut list = String::new();
         for (uri, suffix) in mirrors() {
+            if suffix == "-security" && suite.ends_with("-backports") {
+                continue; // backports have no security suite of their own
+            }
             list.push_str(&format!(
                 "deb [signed-by={KEYRING}] {uri} {}{suffix} main\n",
                 suite
@@ -136,7 +161,7 @@ impl Apt {
         Ok(Apt { dir, suite })
     }
 
-    fn cmd(&self, prog: &str) -> Command {
+    pub(crate) fn cmd(&self, prog: &str) -> Command {
         let d = |p: &str| self.dir.join(p).to_string_lossy().into_owned();
         let mut c = Command::new(prog);
         for (k, v) in [
@@ -534,7 +559,7 @@ fn uncompressed_kernel(bzimage: &Path) -> Result<Vec<u8>> {
 
 /// Reads a module file, decompressing `.ko.xz`/`.ko.zst`/`.ko.gz` with the usual tools
 /// (busybox's insmod in the guest is not trusted to handle every compression).
-fn read_module(path: &Path) -> Result<(String, Vec<u8>)> {
+pub(crate) fn read_module(path: &Path) -> Result<(String, Vec<u8>)> {
     let file = path
         .file_name()
         .unwrap_or_default()
@@ -567,7 +592,7 @@ fn read_module(path: &Path) -> Result<(String, Vec<u8>)> {
     Ok((stem.to_string(), bytes))
 }
 
-fn module_name(path: &str) -> String {
+pub(crate) fn module_name(path: &str) -> String {
     let file = path.rsplit('/').next().unwrap_or(path);
     let stem = file.split(".ko").next().unwrap_or(file);
     stem.replace('-', "_")
@@ -745,6 +770,11 @@ kernel/drivers/net/dummy.ko:
         assert!(resolve(DEP, "", &["crc32_generic"]).is_err());
         assert_eq!(KernelSpec::parse("trixie"), KernelSpec::parse("6.12"));
         assert_eq!(KernelSpec::parse("5.10"), None);
+        assert_eq!(
+            KernelSpec::parse("6.12-bpo").map(|k| k.suite),
+            Some("bookworm-backports")
+        );
+        assert!(!KERNELS.iter().any(|k| k.name == "6.12-bpo"), "opt-in only");
     }
 
     #[test]
