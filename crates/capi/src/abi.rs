@@ -1077,6 +1077,8 @@ pub type WrRdmaImmFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32);
 pub type WrCmpSwpFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64, u64);
 /// `wr_atomic_fetch_add`: rkey, remote address, add.
 pub type WrFetchAddFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64);
+/// `wr_atomic_write`: rkey, remote address, the 8 bytes to write.
+pub type WrAtomicWriteFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, *const c_void);
 /// `wr_set_ud_addr`: AH, remote QPN, remote Q_Key.
 pub type WrUdAddrFn = unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_ah, u32, u32);
 /// `wr_set_inline_data`: address, length.
@@ -1143,8 +1145,9 @@ pub struct ibv_qp_ex {
     pub wr_complete: Option<WrCompleteFn>,
     #[allow(missing_docs)]
     pub wr_abort: Option<WrFn>,
-    /// Atomic write: NULL.
-    pub wr_atomic_write: VoidFn,
+    /// Atomic write (IBTA 1.5), where the QP was created with
+    /// `IBV_QP_EX_WITH_ATOMIC_WRITE`.
+    pub wr_atomic_write: Option<WrAtomicWriteFn>,
 }
 
 impl ibv_qp_ex {

@@ -223,6 +223,15 @@ pub enum PostFault {
         /// The provider's name.
         provider: &'static str,
     },
+    /// The transport carries it and the provider encodes it, but the device does not report
+    /// the capability (FLUSH, ATOMIC_WRITE: [`OpKind::device_caps`](crate::op::OpKind::device_caps);
+    /// e.g. rxe before Linux 6.2).
+    OpNotOnDevice {
+        /// The operation.
+        op: crate::op::OpKind,
+        /// The provider's name.
+        provider: &'static str,
+    },
 }
 
 impl fmt::Display for PostFault {
@@ -237,6 +246,11 @@ impl fmt::Display for PostFault {
                 qp_type,
                 provider,
             } => write!(f, "{provider} does not support {op} on {qp_type} QPs"),
+            PostFault::OpNotOnDevice { op, provider } => write!(
+                f,
+                "{op} is not supported by this kernel's {provider} (the device does not report \
+                 the IBTA 1.5 capability in device_cap_flags_ex)"
+            ),
         }
     }
 }

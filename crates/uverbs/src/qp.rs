@@ -29,7 +29,7 @@ use crate::gid::Gid;
 use crate::ioctl::IoctlCall;
 use crate::mr::AccessFlags;
 use crate::newtype::raw_newtype;
-use crate::op::{OpKind, OpSet};
+use crate::op::{DeviceCapsEx, OpKind, OpSet};
 use crate::pd::Pd;
 use crate::port::Mtu;
 use crate::srq::Srq;
@@ -433,7 +433,11 @@ impl Qp {
             return Err(Error::invalid(op(), "a QP with an SRQ takes max_recv_wr 0").into());
         }
         let driver = ctx.driver()?;
-        let send_ops = driver.send_caps().allowed(init.qp_type);
+        // FLUSH and ATOMIC_WRITE also need the device's capability bits (crate::op).
+        let send_ops = driver.send_caps().allowed(init.qp_type).on_device(
+            ctx.cached_limits()
+                .map_or(DeviceCapsEx(0), |l| l.device_cap_flags_ex),
+        );
         let driver_name = driver.name();
         let user_handle = crate::util::next_user_handle();
         let req = QpRequest {
@@ -882,7 +886,12 @@ impl Qp {
     /// The refusal of work request `index`, whose operation `op` this QP does not accept.
     #[cold]
     fn op_refused(&self, index: usize, op: OpKind) -> PostError {
-        let fault = crate::op::refusal(op, self.qp_type, self.driver_name);
+        let encoded = self
+            .pd
+            .context()
+            .driver()
+            .map_or(OpSet::EMPTY, |d| d.send_caps().for_type(self.qp_type));
+        let fault = crate::op::refusal(op, self.qp_type, self.driver_name, encoded);
         self.post_error(PostError::refused(index, fault), PostQueue::Send)
     }
 

@@ -1095,6 +1095,8 @@ const fn encodes(op: OpKind, t: QpType) -> bool {
         | OpKind::AtomicFetchAdd
         | OpKind::LocalInv
         | OpKind::BindMw => matches!(t, QpType::RC | QpType::UC),
+        // Not encoded: the libmlx5 44 oracle cannot judge them (docs/mlx5.md).
+        OpKind::Flush | OpKind::AtomicWrite => false,
     }
 }
 
@@ -1485,7 +1487,10 @@ impl Mlx5Qp {
                 | OpKind::AtomicCmpSwp
                 | OpKind::AtomicFetchAdd
                 | OpKind::LocalInv
-                | OpKind::BindMw => return Err(SendFault::Unsupported),
+                | OpKind::BindMw
+                // Not in mlx5's send caps (`encodes`): never reaches here through `Qp`.
+                | OpKind::Flush
+                | OpKind::AtomicWrite => return Err(SendFault::Unsupported),
             },
         };
         // The control segment's second half now (bytes 8–10 zero, fm_ce_se, imm): libmlx5

@@ -109,7 +109,7 @@ pub enum PostErrorReason {
         /// The sum of the SGE lengths.
         len: u64,
     },
-    /// A local operation (LOCAL_INV) given an SGE list.
+    /// An operation that takes no SGEs (LOCAL_INV, BIND_MW, FLUSH, ATOMIC_WRITE) given some.
     SgeOnLocalOp {
         /// The operation's name.
         op: &'static str,
