@@ -600,8 +600,109 @@ fn multicast_errors_follow_librdmacm_conventions() {
         assert!(groups().is_empty(), "the leave did not detach the QP");
         assert_eq!(rdma_leave_multicast(id, (&raw mut grp).cast()), -1);
         assert_eq!(errno(), libc::EADDRNOTAVAIL);
+
+        // Hostile: four threads join the same group on the same id at once. The id's lock
+        // makes one of them win; the others are refused as a second join. One leave undoes
+        // it, and detaches the QP the event attached.
+        let (idp, grpp) = (id as usize, (&raw mut grp) as usize);
+        let won: usize = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(move || {
+                        let r = rdma_join_multicast(
+                            idp as *mut rdma_cm_id,
+                            grpp as *mut libc::sockaddr,
+                            null_mut(),
+                        );
+                        (r == 0) as usize
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(won, 1, "racing joins of one group");
+        rdma_ack_cm_event(wait(ch, 12));
+        assert_eq!(groups().len(), 1);
+        assert_eq!(rdma_leave_multicast(id, (&raw mut grp).cast()), 0);
+        assert!(groups().is_empty());
         rdma_destroy_qp(id);
         assert_eq!(rdma_destroy_id(id), 0);
         rdma_destroy_event_channel(ch);
+    }
+}
+
+/// rxe0's QPs as the kernel counts them (netlink resource summary).
+fn kernel_qps() -> u64 {
+    let dev = std::env::var("RVERBS_DEV_A").unwrap_or_else(|_| "rxe0".into());
+    let mut nl = rverbs_uverbs::netlink::RdmaNetlink::open().unwrap();
+    let d = nl.device_by_name(&dev, "atomic write test").unwrap();
+    nl.resource_summary(d.index)
+        .unwrap()
+        .into_iter()
+        .find(|(k, _)| k == "qp")
+        .map_or(0, |(_, n)| n)
+}
+
+/// `ibv_create_qp_ex` with `IBV_QP_EX_WITH_ATOMIC_WRITE` follows the device: where the kernel's
+/// rxe lacks atomic write (6.1) it fails with `EOPNOTSUPP` and leaves no QP in the kernel;
+/// where it has it (6.12) the QP gets `wr_atomic_write`, and a NULL value fails the batch with
+/// `EINVAL`, nothing posted. (A request that runs: pyverbs' `test_qp_ex_rc_atomic_write` on
+/// both libraries, docs/capi.md.)
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn ibv_wr_atomic_write_follows_the_device() {
+    let ctx = open_a();
+    let on_6_1 = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .starts_with("6.1.");
+    // SAFETY: every call below gets objects of ours, created here, and writable locals; the
+    // verbs_context holds the ibv_context at its end (what libibverbs' inline
+    // ibv_create_qp_ex finds it by).
+    unsafe {
+        let pd = ibv_alloc_pd(ctx);
+        let cq = ibv_create_cq(ctx, 4, null_mut(), null_mut(), 0);
+        assert!(!pd.is_null() && !cq.is_null());
+        let vctx = ctx
+            .cast::<u8>()
+            .sub(std::mem::offset_of!(verbs_context, context))
+            .cast::<verbs_context>();
+        let create = (*vctx).create_qp_ex.expect("create_qp_ex");
+        let mut a: ibv_qp_init_attr_ex = std::mem::zeroed();
+        a.send_cq = cq;
+        a.recv_cq = cq;
+        a.cap.max_send_wr = 4;
+        a.cap.max_recv_wr = 1;
+        a.cap.max_send_sge = 1;
+        a.cap.max_recv_sge = 1;
+        a.qp_type = 2; // IBV_QP_RC
+        a.comp_mask = 1 | 1 << 6; // IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
+        a.pd = pd;
+        a.send_ops_flags = 1 << 12 | 1 << 2; // ATOMIC_WRITE | SEND
+        let before = kernel_qps();
+        let qp = create(ctx, &mut a);
+        if on_6_1 {
+            assert!(qp.is_null(), "atomic write on 6.1's rxe");
+            assert_eq!(errno(), libc::EOPNOTSUPP);
+            assert_eq!(
+                kernel_qps(),
+                before,
+                "the refused QP was left in the kernel"
+            );
+        } else {
+            assert!(!qp.is_null(), "errno {}", errno());
+            let qpx = rverbs_capi::qp_ex::ibv_qp_to_qp_ex(qp);
+            let aw = (*qpx).wr_atomic_write.expect("wr_atomic_write");
+            (*qpx).wr_start.unwrap()(qpx);
+            (*qpx).wr_id = 1;
+            aw(qpx, 1, 0x1000, std::ptr::null());
+            assert_eq!((*qpx).wr_complete.unwrap()(qpx), libc::EINVAL, "NULL value");
+            assert_eq!(ibv_destroy_qp(qp), 0);
+            assert_eq!(kernel_qps(), before);
+        }
+        assert_eq!(ibv_destroy_cq(cq), 0);
+        assert_eq!(ibv_dealloc_pd(pd), 0);
     }
 }

@@ -172,6 +172,32 @@ fn atomic_write_and_flush() {
         assert_eq!(c.wr_id, 4);
         assert_ne!(c.status, WcStatus::SUCCESS, "{c:?}");
         eprintln!("{k}: FLUSH of a type the region lacks: {:?}", c.status);
+        // Lying sizes: a FLUSH range past the end of the region is the responder's to refuse
+        // (an error completion, not a hang); nothing is read or written locally.
+        let (a3, b3) = rc_pair(
+            t,
+            &Opts {
+                path: RcPath {
+                    access: path.access,
+                    ..FAST_FAIL
+                },
+                ..Opts::default()
+            },
+        );
+        let fm3 = reg(&b3.side.pd, 4096, ALL_ACCESS | AccessFlags::FLUSH_GLOBAL);
+        send_ok(
+            &a3.qp,
+            &[wr(
+                5,
+                flush(fm3.addr(), fm3.rkey(), u32::MAX, FlushType::GLOBAL),
+                &[],
+            )],
+        );
+        let c = poll1(&a3.cq);
+        assert_eq!(c.wr_id, 5);
+        assert_ne!(c.status, WcStatus::SUCCESS, "{c:?}");
+        eprintln!("{k}: FLUSH past the region's end: {:?}", c.status);
+        drop(fm3);
         drop(fm2);
         drop(fm);
     });
