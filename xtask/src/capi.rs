@@ -45,6 +45,7 @@ pub const CM_PROGRAMS: &[&str] = &[
     "rdma_client",
     "rdma_server",
     "ucmatose",
+    "mckey",
     "ib_send_lat",
     "ib_write_lat",
     "ib_read_lat",
@@ -159,12 +160,13 @@ pub const C_PROGRAMS: &[&str] = &[
     "ah_from_wc",
     "destroy_waits",
     "dmabuf_mr",
+    "mcast",
 ];
 
 /// The C test programs also linked dynamically against rdma-core's own libibverbs, into
 /// `<target>/capi/bin/NAME-rdma-core`: the host guest runs both builds and compares what
 /// they print (the reference behaviour).
-pub const RDMA_CORE_PROGRAMS: &[&str] = &["ah_from_wc", "destroy_waits"];
+pub const RDMA_CORE_PROGRAMS: &[&str] = &["ah_from_wc", "destroy_waits", "mcast"];
 
 /// Debian's `ibv_rc_pingpong` (ibverbs-utils), copied unmodified to
 /// `<target>/capi/bin/ibv_rc_pingpong.debian`: the guests run that copy on our
@@ -203,7 +205,8 @@ fn link_static_program(archive: &Path, name: &str) -> Result<PathBuf> {
     Ok(out)
 }
 
-/// Links the C program `name` dynamically against rdma-core's libibverbs (libibverbs-dev).
+/// Links the C program `name` dynamically against rdma-core's libibverbs and librdmacm
+/// (libibverbs-dev, librdmacm-dev).
 fn link_rdma_core_program(name: &str) -> Result<PathBuf> {
     let out = util::target_dir()
         .join("capi/bin")
@@ -214,7 +217,7 @@ fn link_rdma_core_program(name: &str) -> Result<PathBuf> {
     cmd.args(["-O2", "-Wall", "-o"])
         .arg(&out)
         .arg(&src)
-        .arg("-libverbs");
+        .args(["-lrdmacm", "-libverbs"]);
     util::output(&mut cmd)?;
     Ok(out)
 }

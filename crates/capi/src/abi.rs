@@ -1077,6 +1077,8 @@ pub type WrRdmaImmFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32);
 pub type WrCmpSwpFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64, u64);
 /// `wr_atomic_fetch_add`: rkey, remote address, add.
 pub type WrFetchAddFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64);
+/// `wr_atomic_write`: rkey, remote address, the 8 bytes to write.
+pub type WrAtomicWriteFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, *const c_void);
 /// `wr_set_ud_addr`: AH, remote QPN, remote Q_Key.
 pub type WrUdAddrFn = unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_ah, u32, u32);
 /// `wr_set_inline_data`: address, length.
@@ -1143,8 +1145,9 @@ pub struct ibv_qp_ex {
     pub wr_complete: Option<WrCompleteFn>,
     #[allow(missing_docs)]
     pub wr_abort: Option<WrFn>,
-    /// Atomic write: NULL.
-    pub wr_atomic_write: VoidFn,
+    /// Atomic write (IBTA 1.5), where the QP was created with
+    /// `IBV_QP_EX_WITH_ATOMIC_WRITE`.
+    pub wr_atomic_write: Option<WrAtomicWriteFn>,
 }
 
 impl ibv_qp_ex {
@@ -1526,6 +1529,24 @@ pub struct rdma_ud_param {
     pub qkey: u32,
 }
 
+/// `struct rdma_cm_join_mc_attr_ex` (`rdma_join_multicast_ex`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct rdma_cm_join_mc_attr_ex {
+    /// Which fields are valid: [`RDMA_CM_JOIN_MC_ATTR_ADDRESS`] and
+    /// [`RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS`], both required.
+    pub comp_mask: u32,
+    /// `enum rdma_cm_mc_join_flags`: 0 full member, 1 send-only full member.
+    pub join_flags: u32,
+    /// The group's address.
+    pub addr: *mut libc::sockaddr,
+}
+
+/// `RDMA_CM_JOIN_MC_ATTR_ADDRESS`: `rdma_cm_join_mc_attr_ex::addr` is valid.
+pub const RDMA_CM_JOIN_MC_ATTR_ADDRESS: u32 = 1 << 0;
+/// `RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS`: `rdma_cm_join_mc_attr_ex::join_flags` is valid.
+pub const RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS: u32 = 1 << 1;
+
 /// The `param` union of `struct rdma_cm_event`.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -1617,6 +1638,8 @@ layouts! {
     "rdma_ud_param" => rdma_ud_param { "private_data": private_data,
         "private_data_len": private_data_len, "ah_attr": ah_attr, "qp_num": qp_num,
         "qkey": qkey }
+    "rdma_cm_join_mc_attr_ex" => rdma_cm_join_mc_attr_ex { "comp_mask": comp_mask,
+        "join_flags": join_flags, "addr": addr }
     "rdma_cm_event" => rdma_cm_event { "id": id, "listen_id": listen_id, "event": event,
         "status": status, "param": param }
     "rdma_addrinfo" => rdma_addrinfo { "ai_flags": ai_flags, "ai_family": ai_family,

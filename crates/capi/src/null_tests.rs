@@ -159,3 +159,38 @@ fn rdma_cm_calls_give_minus_one_and_einval() {
         rdma_destroy_srq(null_mut());
     }
 }
+
+#[test]
+fn multicast_calls_refuse_null() {
+    // SAFETY: NULL objects (allowed by [object]); the other pointers are valid locals.
+    unsafe {
+        let gid = ibv_gid::default();
+        let mut sin: libc::sockaddr_in = zeroed();
+        sin.sin_family = libc::AF_INET as u16;
+        let sa = (&raw mut sin).cast::<libc::sockaddr>();
+        assert_eq!(ibv_attach_mcast(null_mut(), &gid, 0), libc::EINVAL);
+        assert_eq!(ibv_detach_mcast(null_mut(), &gid, 0), libc::EINVAL);
+        sets_einval("rdma_join_multicast", || {
+            rdma_join_multicast(null_mut(), sa, null_mut()) == -1
+        });
+        sets_einval("rdma_leave_multicast", || {
+            rdma_leave_multicast(null_mut(), sa) == -1
+        });
+        sets_einval("rdma_join_multicast_ex without attributes", || {
+            rdma_join_multicast_ex(null_mut(), null_mut(), null_mut()) == -1
+        });
+        let mut ex = rdma_cm_join_mc_attr_ex {
+            comp_mask: RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS,
+            join_flags: 0,
+            addr: sa,
+        };
+        sets_einval("rdma_join_multicast_ex", || {
+            rdma_join_multicast_ex(null_mut(), &mut ex, null_mut()) == -1
+        });
+        // comp_mask is checked first, as librdmacm does: unknown bits are EOPNOTSUPP.
+        ex.comp_mask |= 1 << 2;
+        set_errno(0);
+        assert_eq!(rdma_join_multicast_ex(null_mut(), &mut ex, null_mut()), -1);
+        assert_eq!(errno(), libc::EOPNOTSUPP);
+    }
+}

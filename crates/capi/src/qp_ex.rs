@@ -56,17 +56,19 @@ mod with {
     pub const LOCAL_INV: u64 = 1 << 7;
     pub const BIND_MW: u64 = 1 << 8;
     pub const SEND_WITH_INV: u64 = 1 << 9;
+    pub const ATOMIC_WRITE: u64 = 1 << 12;
 }
 
 /// The send operations (`IBV_QP_EX_WITH_*` bits) a `qp_type` QP takes through the builders:
 /// what rverbs' classification accepts for the provider's `caps`
 /// ([`SendCaps::allowed`]: the transport's operations that the provider encodes; the
-/// `IBV_QP_EX_WITH_*` bits number the operations as `OpKind` does). Atomic write and the
-/// other later operations are not in it: rverbs' post path does not carry them yet.
-/// `None` for QP types without the extended send API here (XRC, raw packet).
+/// `IBV_QP_EX_WITH_*` bits: [`OpKind::qp_ex_bit`]). FLUSH is left out: rdma-core 44's
+/// `ibv_qp_ex` has no `wr_flush` builder. Whether the device has ATOMIC_WRITE is checked once
+/// the QP exists. `None` for QP types without the extended send API here (XRC, raw packet).
 fn supported_ops(caps: SendCaps, qp_type: u32) -> Option<u64> {
     let t = QpType(u8::try_from(qp_type).ok()?);
-    matches!(t, QpType::RC | QpType::UC | QpType::UD).then(|| caps.allowed(t).bits())
+    matches!(t, QpType::RC | QpType::UC | QpType::UD)
+        .then(|| caps.allowed(t).bits() & !OpKind::Flush.qp_ex_bit())
 }
 
 /// A provider that encodes every operation: what the transport alone allows.
@@ -324,6 +326,38 @@ unsafe extern "C" fn wr_atomic_fetch_add(
     unsafe { build(qp, op) }
 }
 
+/// `ibv_wr_atomic_write`: the 8 bytes at `atomic_wr` (read now, as librxe does) go to the
+/// peer's `remote_addr` as one unit. A NULL `atomic_wr` fails the batch with `EINVAL`.
+///
+/// # Safety
+/// As `wr_send`; `atomic_wr` is NULL or names 8 readable bytes (ordinary memory of the caller:
+/// a plain copy).
+unsafe extern "C" fn wr_atomic_write(
+    qp: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    atomic_wr: *const c_void,
+) {
+    if atomic_wr.is_null() {
+        // SAFETY: [ops] as wr_send.
+        let (_, ex) = unsafe { parts(qp) };
+        ex.batch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .error(libc::EINVAL);
+        return;
+    }
+    // SAFETY: non-NULL: 8 readable bytes (the caller's contract).
+    let value = unsafe { atomic_wr.cast::<[u8; 8]>().read_unaligned() };
+    let op = SendOp::AtomicWrite {
+        remote_addr,
+        rkey,
+        value,
+    };
+    // SAFETY: [ops] as wr_send.
+    unsafe { build(qp, op) }
+}
+
 unsafe extern "C" fn wr_set_ud_addr(
     qp: *mut ibv_qp_ex,
     ah: *mut ibv_ah,
@@ -574,6 +608,23 @@ pub(crate) unsafe extern "C" fn create_qp_ex_op(
     }
     // SAFETY: [owner] just made by ibv_create_qp, alive.
     let q = unsafe { &*(qp as *const CQp) };
+    if let Some(f) = send_ops.filter(|f| f & !q.qp.send_ops().bits() != 0) {
+        // The provider encodes them, the device does not have them (ATOMIC_WRITE on a
+        // kernel whose rxe lacks it): the QP goes again, nothing is left.
+        crate::verbs::fail(&std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            format!(
+                "ibv_create_qp_ex: send ops {:#x} are not supported by this kernel's {} \
+                 (the device does not report them)",
+                f & !q.qp.send_ops().bits(),
+                q.qp.pd().context().name()
+            ),
+        ));
+        // SAFETY: [destroy] just made, never handed to C.
+        unsafe { crate::verbs::ibv_destroy_qp(qp) };
+        crate::verbs::set_errno(libc::EOPNOTSUPP);
+        return null_mut();
+    }
     let caps = q.qp.caps();
     let ex = QpEx {
         batch: Mutex::new(Batch {
@@ -627,6 +678,9 @@ fn set_ops(c: &mut ibv_qp_ex, ops: u64) {
     }
     if on(with::BIND_MW) {
         c.wr_bind_mw = Some(wr_bind_mw);
+    }
+    if on(with::ATOMIC_WRITE) {
+        c.wr_atomic_write = Some(wr_atomic_write);
     }
     c.wr_set_ud_addr = Some(wr_set_ud_addr);
     c.wr_set_sge = Some(wr_set_sge);
@@ -722,8 +776,9 @@ mod tests {
     fn send_ops_per_qp_type_follow_the_classification() {
         let caps = ANY_PROVIDER;
         let rc = supported_ops(caps, 2).unwrap();
-        assert_eq!(rc & (1 << 12), 0, "no atomic write");
-        assert_eq!(rc, 0b11_1111_1111);
+        // Every operation of rdma-core 44's IBV_QP_EX_WITH_*, atomic write (bit 12) included;
+        // whether the device has atomic write is checked when the QP exists.
+        assert_eq!(rc, 0b11_1111_1111 | with::ATOMIC_WRITE);
         // UC: sends, writes, local invalidation and binds; no SEND_WITH_INV (the UC transport
         // has no invalidate opcodes), whatever the provider claims.
         assert_eq!(supported_ops(caps, 3).unwrap(), 0b01_1000_1111);

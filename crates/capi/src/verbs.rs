@@ -24,7 +24,7 @@ use rverbs_uverbs::channel::CompChannel;
 use rverbs_uverbs::context::Context;
 use rverbs_uverbs::cq::{Cq, CqOptions};
 use rverbs_uverbs::device::Device;
-use rverbs_uverbs::gid::GidType;
+use rverbs_uverbs::gid::{Gid, GidType};
 use rverbs_uverbs::mr::{register_raw, AccessFlags, RawMr};
 use rverbs_uverbs::pd::Pd;
 use rverbs_uverbs::port::Mtu;
@@ -2799,10 +2799,51 @@ unsupported! {
     fn ibv_query_ece(qp: *mut ibv_qp, ece: *mut c_void) -> c_int = libc::EOPNOTSUPP;
     /// `ibv_set_ece`.
     fn ibv_set_ece(qp: *mut ibv_qp, ece: *mut c_void) -> c_int = libc::EOPNOTSUPP;
-    /// `ibv_attach_mcast` (multicast).
-    fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const c_void, lid: u16) -> c_int = libc::EOPNOTSUPP;
-    /// `ibv_detach_mcast` (multicast).
-    fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const c_void, lid: u16) -> c_int = libc::EOPNOTSUPP;
+}
+
+/// `ibv_attach_mcast`: attaches the UD QP to the multicast group `gid` / `lid`
+/// ([`Qp::attach_mcast`]); 0 or an errno (`EINVAL` for a QP that is not UD, a GID that is not
+/// multicast, NULL arguments). Attaching twice is one attachment, as in the kernel.
+///
+/// # Safety
+/// `qp` is NULL or an \[object\] QP; `gid` is NULL or points at a readable `ibv_gid`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    // SAFETY: [object] qp; gid as documented.
+    unsafe { mcast(qp, gid, lid, true) }
+}
+
+/// `ibv_detach_mcast`: detaches the QP from the group ([`Qp::detach_mcast`]); `EINVAL` for a
+/// group it is not attached to.
+///
+/// # Safety
+/// As [`ibv_attach_mcast`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    // SAFETY: [object] qp; gid as documented.
+    unsafe { mcast(qp, gid, lid, false) }
+}
+
+/// # Safety
+/// As [`ibv_attach_mcast`].
+unsafe fn mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16, attach: bool) -> c_int {
+    // SAFETY: [object] qp.
+    let q = obj!(unsafe { cqp(qp) }, errno);
+    if gid.is_null() {
+        return null_arg("ibv_gid");
+    }
+    // SAFETY: gid is non-NULL and readable (the caller's contract); a plain copy of 16 bytes
+    // the caller owns (C memory, not registered memory).
+    let g = Gid(unsafe { ptr::read_unaligned(gid) }.raw);
+    let r = if attach {
+        q.qp.attach_mcast(&g, lid)
+    } else {
+        q.qp.detach_mcast(&g, lid)
+    };
+    match r {
+        Ok(()) => 0,
+        Err(e) => fail(&e),
+    }
 }
 
 /// `ibv_query_qp_data_in_order`: 0 (no in-order guarantee is promised).

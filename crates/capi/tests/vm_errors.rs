@@ -392,12 +392,22 @@ fn rdma_cm_errors_follow_librdmacm_conventions() {
         assert_eq!(rdma_bind_addr(id2, (&raw mut sin).cast()), -1);
         assert_eq!(errno(), libc::EADDRINUSE);
         assert_eq!(rdma_destroy_id(id2), 0);
-        // Unsupported features.
+        // Multicast on a connected-mode (TCP) id: refused, for a unicast address and for a
+        // group alike.
         assert_eq!(
             rdma_join_multicast(id, (&raw mut sin).cast(), null_mut()),
             -1
         );
-        assert_eq!(errno(), libc::EOPNOTSUPP);
+        assert_eq!(errno(), libc::EINVAL, "a unicast address");
+        let mut grp = sin;
+        grp.sin_addr.s_addr = u32::from_ne_bytes([239, 1, 26, 20]);
+        assert_eq!(
+            rdma_join_multicast(id, (&raw mut grp).cast(), null_mut()),
+            -1
+        );
+        assert_eq!(errno(), libc::EINVAL, "a join on an RC id");
+        assert_eq!(rdma_leave_multicast(id, (&raw mut grp).cast()), -1);
+        assert_eq!(errno(), libc::EADDRNOTAVAIL, "nothing was joined");
         let mut one: i32 = 1;
         assert_eq!(rdma_set_option(id, 0, 1, (&raw mut one).cast(), 2), -1);
         assert_eq!(errno(), libc::EINVAL, "REUSEADDR takes an int");
@@ -431,5 +441,268 @@ fn rdma_cm_errors_follow_librdmacm_conventions() {
                 .unwrap(),
             "RDMA_CM_EVENT_ESTABLISHED"
         );
+    }
+}
+
+/// The multicast calls' refusals on a UD id with a QP: NULL arguments, an address that is
+/// not multicast, `rdma_join_multicast_ex` with a bad `comp_mask` or join flags, a second
+/// join of the same group, a leave of a group not joined; `ibv_attach_mcast` with a unicast
+/// GID, on an RC QP, NULL; `ibv_detach_mcast` of a group not attached. None leaves a join or
+/// an attachment behind: after them the group is joined once, the QP attached once, and one
+/// leave undoes both.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn multicast_errors_follow_librdmacm_conventions() {
+    use rverbs_capi::cma::*;
+    let a: std::net::Ipv4Addr = std::env::var("RVERBS_ADDR_A")
+        .unwrap_or_else(|_| "10.10.0.1".into())
+        .parse()
+        .unwrap();
+    let _ = std::process::Command::new("ip")
+        .args(["route", "replace", "224.0.0.0/4", "dev", "d0"])
+        .output();
+    let wait = |ch: *mut rdma_event_channel, want: u32| -> *mut rdma_cm_event {
+        // SAFETY: ch is ours; the fd is readable once an event is queued.
+        unsafe {
+            let mut p = libc::pollfd {
+                fd: (*ch).fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            assert_eq!(libc::poll(&mut p, 1, 5000), 1, "no event in 5 s");
+            let mut ev = null_mut();
+            assert_eq!(rdma_get_cm_event(ch, &mut ev), 0);
+            assert_eq!((*ev).event, want, "status {}", (*ev).status);
+            ev
+        }
+    };
+    // SAFETY: every call below gets ids, channels and QPs of ours, created here, and
+    // readable or writable locals.
+    unsafe {
+        let ch = rdma_create_event_channel();
+        assert!(!ch.is_null());
+        let mut id = null_mut();
+        let mut ctx = 7u8;
+        let ctx_p = (&raw mut ctx).cast::<std::ffi::c_void>();
+        assert_eq!(
+            rdma_create_id(ch, &mut id, null_mut(), 0x111),
+            0,
+            "RDMA_PS_UDP"
+        );
+        let mut src: libc::sockaddr_in = std::mem::zeroed();
+        src.sin_family = libc::AF_INET as u16;
+        src.sin_addr.s_addr = u32::from_ne_bytes(a.octets());
+        let mut grp = src;
+        grp.sin_addr.s_addr = u32::from_ne_bytes([239, 1, 26, 21]);
+        assert_eq!(
+            rdma_resolve_addr(id, (&raw mut src).cast(), (&raw mut grp).cast(), 2000),
+            0
+        );
+        rdma_ack_cm_event(wait(ch, 0));
+        let mut attr: ibv_qp_init_attr = std::mem::zeroed();
+        attr.cap.max_send_wr = 1;
+        attr.cap.max_recv_wr = 1;
+        attr.cap.max_send_sge = 1;
+        attr.cap.max_recv_sge = 1;
+        attr.qp_type = 4; // IBV_QPT_UD
+        assert_eq!(
+            rdma_create_qp(id, null_mut(), &mut attr),
+            0,
+            "errno {}",
+            errno()
+        );
+        let qp = (*id).qp;
+        let groups = || (*qp.cast::<CQp>()).qp.mcast_groups();
+
+        // NULL arguments.
+        assert_eq!(
+            rdma_join_multicast(null_mut(), (&raw mut grp).cast(), ctx_p),
+            -1
+        );
+        assert_eq!(errno(), libc::EINVAL);
+        assert_eq!(rdma_join_multicast(id, null_mut(), ctx_p), -1);
+        assert_eq!(errno(), libc::EINVAL);
+        assert_eq!(rdma_join_multicast_ex(id, null_mut(), ctx_p), -1);
+        assert_eq!(errno(), libc::EINVAL);
+        assert_eq!(rdma_leave_multicast(id, null_mut()), -1);
+        assert_eq!(errno(), libc::EINVAL);
+        // Not a multicast address.
+        assert_eq!(rdma_join_multicast(id, (&raw mut src).cast(), ctx_p), -1);
+        assert_eq!(errno(), libc::EINVAL);
+        // rdma_join_multicast_ex: comp_mask without the flags, unknown bits, unknown flags.
+        let mut ex = rdma_cm_join_mc_attr_ex {
+            comp_mask: RDMA_CM_JOIN_MC_ATTR_ADDRESS,
+            join_flags: 0,
+            addr: (&raw mut grp).cast(),
+        };
+        assert_eq!(rdma_join_multicast_ex(id, &mut ex, ctx_p), -1);
+        assert_eq!(errno(), libc::EINVAL, "comp_mask without JOIN_FLAGS");
+        ex.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS | 1 << 2;
+        assert_eq!(rdma_join_multicast_ex(id, &mut ex, ctx_p), -1);
+        assert_eq!(errno(), libc::EOPNOTSUPP, "an unknown comp_mask bit");
+        ex.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
+        ex.join_flags = 5;
+        assert_eq!(rdma_join_multicast_ex(id, &mut ex, ctx_p), -1);
+        assert_eq!(errno(), libc::EINVAL, "unknown join flags");
+        assert_eq!(rdma_leave_multicast(id, (&raw mut grp).cast()), -1);
+        assert_eq!(errno(), libc::EADDRNOTAVAIL, "no refused join was recorded");
+        assert!(groups().is_empty());
+
+        // The join: its event carries the context; the QP is attached once.
+        ex.join_flags = 0;
+        assert_eq!(rdma_join_multicast_ex(id, &mut ex, ctx_p), 0);
+        let ev = wait(ch, 12); // RDMA_CM_EVENT_MULTICAST_JOIN
+        assert_eq!((*ev).id, id);
+        assert_eq!((*ev).param.ud.private_data, ctx_p.cast_const());
+        let mgid = (*ev).param.ud.ah_attr.grh.dgid;
+        rdma_ack_cm_event(ev);
+        assert_eq!(groups().len(), 1);
+        assert_eq!(groups()[0].0 .0, mgid.raw);
+        // A second join of the group: refused, the first stands.
+        assert_eq!(rdma_join_multicast(id, (&raw mut grp).cast(), ctx_p), -1);
+        assert_eq!(errno(), libc::EINVAL, "a second join");
+
+        // ibv_attach_mcast / ibv_detach_mcast: positive errnos.
+        let mut unicast = ibv_gid::default();
+        unicast.raw[10] = 0xff;
+        unicast.raw[11] = 0xff;
+        unicast.raw[12..].copy_from_slice(&a.octets());
+        assert_eq!(ibv_attach_mcast(qp, &unicast, 0), libc::EINVAL);
+        assert_eq!(ibv_attach_mcast(qp, null(), 0), libc::EINVAL);
+        assert_eq!(ibv_attach_mcast(null_mut(), &mgid, 0), libc::EINVAL);
+        assert_eq!(ibv_detach_mcast(null_mut(), &mgid, 0), libc::EINVAL);
+        let mut other = mgid;
+        other.raw[15] ^= 1;
+        assert_eq!(
+            ibv_detach_mcast(qp, &other, 0),
+            libc::EINVAL,
+            "not attached"
+        );
+        let pd = (*id).pd;
+        let cq = ibv_create_cq((*id).verbs, 2, null_mut(), null_mut(), 0);
+        assert!(!cq.is_null());
+        let mut rc_attr = attr;
+        rc_attr.qp_type = 2; // IBV_QPT_RC
+        rc_attr.send_cq = cq;
+        rc_attr.recv_cq = cq;
+        let rc = ibv_create_qp(pd, &mut rc_attr);
+        assert!(!rc.is_null(), "errno {}", errno());
+        assert_eq!(ibv_attach_mcast(rc, &mgid, 0), libc::EINVAL, "an RC QP");
+        assert_eq!(ibv_destroy_qp(rc), 0);
+        assert_eq!(ibv_destroy_cq(cq), 0);
+        assert_eq!(groups().len(), 1, "the refusals changed the attachment");
+
+        // The leave detaches and leaves: a second leave has nothing to leave.
+        assert_eq!(rdma_leave_multicast(id, (&raw mut grp).cast()), 0);
+        assert!(groups().is_empty(), "the leave did not detach the QP");
+        assert_eq!(rdma_leave_multicast(id, (&raw mut grp).cast()), -1);
+        assert_eq!(errno(), libc::EADDRNOTAVAIL);
+
+        // Hostile: four threads join the same group on the same id at once. The id's lock
+        // makes one of them win; the others are refused as a second join. One leave undoes
+        // it, and detaches the QP the event attached.
+        let (idp, grpp) = (id as usize, (&raw mut grp) as usize);
+        let won: usize = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(move || {
+                        let r = rdma_join_multicast(
+                            idp as *mut rdma_cm_id,
+                            grpp as *mut libc::sockaddr,
+                            null_mut(),
+                        );
+                        (r == 0) as usize
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(won, 1, "racing joins of one group");
+        rdma_ack_cm_event(wait(ch, 12));
+        assert_eq!(groups().len(), 1);
+        assert_eq!(rdma_leave_multicast(id, (&raw mut grp).cast()), 0);
+        assert!(groups().is_empty());
+        rdma_destroy_qp(id);
+        assert_eq!(rdma_destroy_id(id), 0);
+        rdma_destroy_event_channel(ch);
+    }
+}
+
+/// rxe0's QPs as the kernel counts them (netlink resource summary).
+fn kernel_qps() -> u64 {
+    let dev = std::env::var("RVERBS_DEV_A").unwrap_or_else(|_| "rxe0".into());
+    let mut nl = rverbs_uverbs::netlink::RdmaNetlink::open().unwrap();
+    let d = nl.device_by_name(&dev, "atomic write test").unwrap();
+    nl.resource_summary(d.index)
+        .unwrap()
+        .into_iter()
+        .find(|(k, _)| k == "qp")
+        .map_or(0, |(_, n)| n)
+}
+
+/// `ibv_create_qp_ex` with `IBV_QP_EX_WITH_ATOMIC_WRITE` follows the device: where the kernel's
+/// rxe lacks atomic write (6.1) it fails with `EOPNOTSUPP` and leaves no QP in the kernel;
+/// where it has it (6.12) the QP gets `wr_atomic_write`, and a NULL value fails the batch with
+/// `EINVAL`, nothing posted. (A request that runs: pyverbs' `test_qp_ex_rc_atomic_write` on
+/// both libraries, docs/capi.md.)
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn ibv_wr_atomic_write_follows_the_device() {
+    let ctx = open_a();
+    let on_6_1 = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .starts_with("6.1.");
+    // SAFETY: every call below gets objects of ours, created here, and writable locals; the
+    // verbs_context holds the ibv_context at its end (what libibverbs' inline
+    // ibv_create_qp_ex finds it by).
+    unsafe {
+        let pd = ibv_alloc_pd(ctx);
+        let cq = ibv_create_cq(ctx, 4, null_mut(), null_mut(), 0);
+        assert!(!pd.is_null() && !cq.is_null());
+        let vctx = ctx
+            .cast::<u8>()
+            .sub(std::mem::offset_of!(verbs_context, context))
+            .cast::<verbs_context>();
+        let create = (*vctx).create_qp_ex.expect("create_qp_ex");
+        let mut a: ibv_qp_init_attr_ex = std::mem::zeroed();
+        a.send_cq = cq;
+        a.recv_cq = cq;
+        a.cap.max_send_wr = 4;
+        a.cap.max_recv_wr = 1;
+        a.cap.max_send_sge = 1;
+        a.cap.max_recv_sge = 1;
+        a.qp_type = 2; // IBV_QP_RC
+        a.comp_mask = 1 | 1 << 6; // IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
+        a.pd = pd;
+        a.send_ops_flags = 1 << 12 | 1 << 2; // ATOMIC_WRITE | SEND
+        let before = kernel_qps();
+        let qp = create(ctx, &mut a);
+        if on_6_1 {
+            assert!(qp.is_null(), "atomic write on 6.1's rxe");
+            assert_eq!(errno(), libc::EOPNOTSUPP);
+            assert_eq!(
+                kernel_qps(),
+                before,
+                "the refused QP was left in the kernel"
+            );
+        } else {
+            assert!(!qp.is_null(), "errno {}", errno());
+            let qpx = rverbs_capi::qp_ex::ibv_qp_to_qp_ex(qp);
+            let aw = (*qpx).wr_atomic_write.expect("wr_atomic_write");
+            (*qpx).wr_start.unwrap()(qpx);
+            (*qpx).wr_id = 1;
+            aw(qpx, 1, 0x1000, std::ptr::null());
+            assert_eq!((*qpx).wr_complete.unwrap()(qpx), libc::EINVAL, "NULL value");
+            assert_eq!(ibv_destroy_qp(qp), 0);
+            assert_eq!(kernel_qps(), before);
+        }
+        assert_eq!(ibv_destroy_cq(cq), 0);
+        assert_eq!(ibv_dealloc_pd(pd), 0);
     }
 }

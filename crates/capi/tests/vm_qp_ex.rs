@@ -125,3 +125,55 @@ fn destroy_waits_for_event_acks_as_rdma_core_interop() {
     assert_eq!(after.len(), 2, "{after:?}");
     assert!(after.iter().all(|&t| t >= 0.0), "{after:?}");
 }
+
+/// Adds the route to 224.0.0.0/4 that rdma_cm's address resolution of a group needs (as
+/// `rverbs-cm`'s `vm_mcast` does; idempotent).
+fn mcast_route() {
+    let out = Command::new("ip")
+        .args(["route", "replace", "224.0.0.0/4", "dev", "d0"])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {}
+        o => eprintln!("WARNING: ip route replace 224.0.0.0/4 dev d0: {o:?}"),
+    }
+}
+
+/// Runs `tests/c/mcast.c` as built `name` on group `grp`; returns its output.
+fn mcast(name: &str, grp: &str) -> String {
+    mcast_route();
+    let mut c = Command::new(capi_bin(name));
+    c.args([env_or("RVERBS_ADDR_A", "10.10.0.1").as_str(), grp]);
+    let (ok, out) = Proc::spawn(c).finish(Duration::from_secs(60));
+    assert!(ok, "{out}");
+    assert!(out.contains("mcast: all checks passed"), "{out}");
+    out
+}
+
+/// UD multicast through our librdmacm and libibverbs (the C program, static): a receiver
+/// joined with `rdma_join_multicast` (its QP attached by the MULTICAST_JOIN event that
+/// `rdma_get_cm_event` returns, with the join's context as private data) gets all 5
+/// datagrams a send-only member (`rdma_join_multicast_ex`) sends through the AH made from its
+/// event; after `rdma_leave_multicast` it gets none of 3 more; a leave of a group not joined
+/// is `EADDRNOTAVAIL`.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn c_program_multicast_join_send_leave() {
+    let out = mcast("mcast", "239.1.26.1");
+    assert!(out.contains("delivered while joined: 5 of 5"), "{out}");
+    assert!(out.contains("delivered after the leave: 0 of 3"), "{out}");
+}
+
+/// The same program on rdma-core's librdmacm and libibverbs: the behaviour ours copies.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn multicast_join_send_leave_as_rdma_core_interop() {
+    let out = mcast("mcast-rdma-core", "239.1.26.2");
+    assert!(out.contains("delivered while joined: 5 of 5"), "{out}");
+    assert!(out.contains("delivered after the leave: 0 of 3"), "{out}");
+}

@@ -126,6 +126,8 @@ pub struct Limits {
     pub max_srq_wr: u32,
     /// Most SGEs per SRQ work request.
     pub max_srq_sge: u32,
+    /// The extended capability bits (FLUSH, ATOMIC_WRITE: [`crate::op`]).
+    pub device_cap_flags_ex: crate::op::DeviceCapsEx,
 }
 
 impl Context {
@@ -334,6 +336,7 @@ impl Context {
                     max_cqe: a.max_cqe,
                     max_srq_wr: a.max_srq_wr,
                     max_srq_sge: a.max_srq_sge,
+                    device_cap_flags_ex: crate::op::DeviceCapsEx(a.device_cap_flags_ex),
                 })
             })
             .as_ref()

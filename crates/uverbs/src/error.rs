@@ -260,7 +260,7 @@ pub enum PostFault {
         /// The operation.
         op: crate::op::OpKind,
     },
-    /// A local operation (LOCAL_INV, BIND_MW) given SGEs.
+    /// An operation that takes no SGEs (LOCAL_INV, BIND_MW, FLUSH, ATOMIC_WRITE) given some.
     SgesOnLocalOp {
         /// The operation.
         op: crate::op::OpKind,
@@ -315,6 +315,15 @@ pub enum PostFault {
     },
     /// Receives posted to a QP whose receives go to an SRQ.
     NoReceiveQueue,
+    /// The transport carries it and the provider encodes it, but the device does not report
+    /// the capability (FLUSH, ATOMIC_WRITE: [`OpKind::device_caps`](crate::op::OpKind::device_caps);
+    /// e.g. rxe before Linux 6.2).
+    OpNotOnDevice {
+        /// The operation.
+        op: crate::op::OpKind,
+        /// The provider's name.
+        provider: &'static str,
+    },
 }
 
 impl PostFault {
@@ -326,7 +335,8 @@ impl PostFault {
             PostFault::OpForTransport { .. }
             | PostFault::OpNotEncoded { .. }
             | PostFault::FlagsNotEncoded { .. }
-            | PostFault::BindTooLong { .. } => io::ErrorKind::Unsupported,
+            | PostFault::BindTooLong { .. }
+            | PostFault::OpNotOnDevice { .. } => io::ErrorKind::Unsupported,
             PostFault::QueueFull { .. } => io::ErrorKind::OutOfMemory,
             _ => io::ErrorKind::InvalidInput,
         }
@@ -408,6 +418,11 @@ impl fmt::Display for PostFault {
             PostFault::NoReceiveQueue => {
                 f.write_str("the QP uses an SRQ: post receives to the SRQ")
             }
+            PostFault::OpNotOnDevice { op, provider } => write!(
+                f,
+                "{op} is not supported by this kernel's {provider} (the device does not report \
+                 the IBTA 1.5 capability in device_cap_flags_ex)"
+            ),
         }
     }
 }

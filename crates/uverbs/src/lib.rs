@@ -53,6 +53,6 @@ pub mod wr;
 pub mod write;
 
 pub use error::{Error, PostError, PostFault, PostQueue, Result};
-pub use op::{OpKind, OpSet, SendCaps};
+pub use op::{DeviceCapsEx, FlushLevel, FlushType, OpKind, OpSet, SendCaps};
 pub use wc::{RawWc, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{MrRecvWr, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};

@@ -102,6 +102,12 @@ bitflags! {
         const ON_DEMAND = 1 << 6;
         /// The memory is backed by huge pages.
         const HUGETLB = 1 << 7;
+        /// Peers may FLUSH the region to the global visibility point (IBTA 1.5; only on a
+        /// device that reports FLUSH_GLOBAL: [`crate::op::DeviceCapsEx`]).
+        const FLUSH_GLOBAL = 1 << 8;
+        /// Peers may FLUSH the region to persistence (IBTA 1.5; the kernel takes it only for
+        /// memory it knows to be persistent).
+        const FLUSH_PERSISTENT = 1 << 9;
         /// Optional: a kernel or device that does not support it ignores it.
         const RELAXED_ORDERING = 1 << 20;
     }
@@ -390,6 +396,39 @@ pub(crate) fn check_access(access: AccessFlags) -> std::result::Result<(), Strin
     Ok(())
 }
 
+/// Refuses a `FLUSH_*` access flag the device does not report (`IB_UVERBS_DEVICE_FLUSH_*`):
+/// a kernel without FLUSH (rxe before Linux 6.2) would answer a bare `EINVAL`.
+fn check_flush_access(
+    ctx: &crate::context::Context,
+    access: AccessFlags,
+) -> std::result::Result<(), String> {
+    use crate::op::DeviceCapsEx;
+    let caps = ctx
+        .cached_limits()
+        .map_or(DeviceCapsEx(0), |l| l.device_cap_flags_ex);
+    for (flag, cap, name) in [
+        (
+            AccessFlags::FLUSH_GLOBAL,
+            DeviceCapsEx::FLUSH_GLOBAL,
+            "FLUSH_GLOBAL",
+        ),
+        (
+            AccessFlags::FLUSH_PERSISTENT,
+            DeviceCapsEx::FLUSH_PERSISTENT,
+            "FLUSH_PERSISTENT",
+        ),
+    ] {
+        if access.contains(flag) && !caps.contains(cap) {
+            return Err(format!(
+                "access {name} is not supported by this kernel's {} (the device does not \
+                 report IB_UVERBS_DEVICE_{name})",
+                ctx.driver().map_or("device", |d| d.name())
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Registers `addr..addr+len` and returns (handle, lkey, rkey).
 fn reg_raw(pd: &Pd, addr: u64, len: usize, access: AccessFlags) -> Result<(u32, u32, u32)> {
     let ctx = pd.context();
@@ -398,6 +437,7 @@ fn reg_raw(pd: &Pd, addr: u64, len: usize, access: AccessFlags) -> Result<(u32, 
         return Err(Error::invalid(op(), "length 0").into());
     }
     check_access(access).map_err(|d| Error::invalid(op(), d))?;
+    check_flush_access(ctx, access).map_err(|d| Error::unsupported(op(), d))?;
     let req = ib_uverbs_reg_mr {
         response: 0,
         start: addr,

@@ -10,7 +10,12 @@
 //! SEND_WITH_INVALIDATE (the "with invalidate" packet opcodes exist for RC and XRC only; the
 //! kernel's rdmavt lists `IB_WR_SEND_WITH_INV` as RC-only and `IB_WR_LOCAL_INV` as RC and UC,
 //! and rxe's requester builds no UC packet for SEND_WITH_INV); UD carries SEND and SEND with
-//! immediate only.
+//! immediate only. FLUSH and ATOMIC_WRITE (IBTA 1.5) are RC operations.
+//!
+//! Whether the **device** has an IBTA 1.5 operation is a third question: its
+//! `device_cap_flags_ex` ([`DeviceCapsEx`], from the extended device query) must report it
+//! (rxe does from Linux 6.2 on; the 6.1 kernel's rxe has neither operation). A QP accepts
+//! FLUSH and ATOMIC_WRITE only on a device that reports them ([`OpSet::on_device`]).
 //!
 //! What a provider can encode on top of that is its [`SendCaps`], data it returns from
 //! [`Driver::send_caps`](crate::driver::Driver::send_caps); a QP accepts the intersection.
@@ -47,11 +52,15 @@ pub enum OpKind {
     BindMw = 8,
     /// `IBV_WR_SEND_WITH_INV`.
     SendWithInv = 9,
+    /// `IBV_WR_FLUSH` (IBTA 1.5).
+    Flush = 14,
+    /// `IBV_WR_ATOMIC_WRITE` (IBTA 1.5).
+    AtomicWrite = 15,
 }
 
 impl OpKind {
     /// Every kind, in `IBV_WR_*` order.
-    pub const ALL: [OpKind; 10] = [
+    pub const ALL: [OpKind; 12] = [
         OpKind::RdmaWrite,
         OpKind::RdmaWriteWithImm,
         OpKind::Send,
@@ -62,6 +71,8 @@ impl OpKind {
         OpKind::LocalInv,
         OpKind::BindMw,
         OpKind::SendWithInv,
+        OpKind::Flush,
+        OpKind::AtomicWrite,
     ];
 
     /// The verbs name (`IBV_WR_` left off).
@@ -77,12 +88,36 @@ impl OpKind {
             OpKind::LocalInv => "LOCAL_INV",
             OpKind::BindMw => "BIND_MW",
             OpKind::SendWithInv => "SEND_WITH_INV",
+            OpKind::Flush => "FLUSH",
+            OpKind::AtomicWrite => "ATOMIC_WRITE",
         }
     }
 
-    /// The `IB_UVERBS_WR_*` / `IBV_WR_*` number (also the bit of `IBV_QP_EX_WITH_*`).
+    /// The `IB_UVERBS_WR_*` / `IBV_WR_*` number.
     pub const fn wr_opcode(self) -> u32 {
         self as u32
+    }
+
+    /// The `IBV_QP_EX_WITH_*` bit: `1 << wr_opcode` up to SEND_WITH_INV, then
+    /// `IBV_QP_EX_WITH_FLUSH` (bit 11) and `IBV_QP_EX_WITH_ATOMIC_WRITE` (bit 12).
+    pub const fn qp_ex_bit(self) -> u64 {
+        match self {
+            OpKind::Flush => 1 << 11,
+            OpKind::AtomicWrite => 1 << 12,
+            k => 1 << k as u64,
+        }
+    }
+
+    /// The `device_cap_flags_ex` bits of which the device must report one for it to have this
+    /// operation (empty: no device capability is needed).
+    pub const fn device_caps(self) -> DeviceCapsEx {
+        match self {
+            OpKind::Flush => {
+                DeviceCapsEx(DeviceCapsEx::FLUSH_GLOBAL.0 | DeviceCapsEx::FLUSH_PERSISTENT.0)
+            }
+            OpKind::AtomicWrite => DeviceCapsEx::ATOMIC_WRITE,
+            _ => DeviceCapsEx(0),
+        }
     }
 
     /// Local operations: they act on this side only and take no SGEs.
@@ -124,8 +159,60 @@ impl SendOp {
             SendOp::LocalInv { .. } => OpKind::LocalInv,
             SendOp::BindMw(_) => OpKind::BindMw,
             SendOp::SendWithInv { .. } => OpKind::SendWithInv,
+            SendOp::Flush { .. } => OpKind::Flush,
+            SendOp::AtomicWrite { .. } => OpKind::AtomicWrite,
         }
     }
+}
+
+/// `device_cap_flags_ex` of the extended device query (`enum ib_uverbs_device_cap_flags`): a
+/// value the kernel writes, so a newtype with the bits rverbs reads as constants.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DeviceCapsEx(pub u64);
+
+impl DeviceCapsEx {
+    /// `IB_UVERBS_DEVICE_FLUSH_GLOBAL`: FLUSH to the global visibility point.
+    pub const FLUSH_GLOBAL: DeviceCapsEx = DeviceCapsEx(1 << 38);
+    /// `IB_UVERBS_DEVICE_FLUSH_PERSISTENT`: FLUSH to persistence.
+    pub const FLUSH_PERSISTENT: DeviceCapsEx = DeviceCapsEx(1 << 39);
+    /// `IB_UVERBS_DEVICE_ATOMIC_WRITE`: ATOMIC_WRITE.
+    pub const ATOMIC_WRITE: DeviceCapsEx = DeviceCapsEx(1 << 40);
+
+    /// Whether any bit of `other` is set here.
+    pub const fn intersects(self, other: DeviceCapsEx) -> bool {
+        self.0 & other.0 != 0
+    }
+
+    /// Whether every bit of `other` is set here.
+    pub const fn contains(self, other: DeviceCapsEx) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+/// `IBV_FLUSH_*` placement types of a FLUSH (`ibv_wr_flush`'s `type`): where the flushed
+/// writes must have got to. Bits; a FLUSH names one or both, and the target region must have
+/// been registered with the matching [`AccessFlags`](crate::mr::AccessFlags)
+/// (`FLUSH_GLOBAL`, `FLUSH_PERSISTENT`): the responder refuses others (a remote access error
+/// completion).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FlushType(pub u8);
+
+impl FlushType {
+    /// `IBV_FLUSH_GLOBAL`: the global visibility point.
+    pub const GLOBAL: FlushType = FlushType(1);
+    /// `IBV_FLUSH_PERSISTENT`: persistence (memory the kernel knows to be persistent only).
+    pub const PERSISTENT: FlushType = FlushType(2);
+}
+
+/// `IBV_FLUSH_*` selectivity levels of a FLUSH (`ibv_wr_flush`'s `level`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FlushLevel(pub u8);
+
+impl FlushLevel {
+    /// `IBV_FLUSH_RANGE`: the `len` bytes at `remote_addr`.
+    pub const RANGE: FlushLevel = FlushLevel(0);
+    /// `IBV_FLUSH_MR`: the whole region `rkey` names.
+    pub const MR: FlushLevel = FlushLevel(1);
 }
 
 /// A set of [`OpKind`]s (bit `k` is `OpKind` number `k`, as `IBV_QP_EX_WITH_*` numbers them).
@@ -168,9 +255,30 @@ impl OpSet {
         OpSet(self.0 & other.0)
     }
 
-    /// The bits, numbered as `IBV_QP_EX_WITH_*` numbers them.
+    /// The set as `IBV_QP_EX_WITH_*` bits ([`OpKind::qp_ex_bit`]).
     pub const fn bits(self) -> u64 {
-        self.0 as u64
+        let mut bits = 0;
+        let mut i = 0;
+        while i < OpKind::ALL.len() {
+            if self.contains(OpKind::ALL[i]) {
+                bits |= OpKind::ALL[i].qp_ex_bit();
+            }
+            i += 1;
+        }
+        bits
+    }
+
+    /// The set of the `IBV_QP_EX_WITH_*` bits `bits` (bits naming no [`OpKind`] are left out).
+    pub fn from_bits(bits: u64) -> OpSet {
+        OpSet::from_fn(|k| bits & k.qp_ex_bit() != 0)
+    }
+
+    /// The members a device with `caps` has: those that need no device capability, and those
+    /// whose capability ([`OpKind::device_caps`]) the device reports.
+    pub fn on_device(self, caps: DeviceCapsEx) -> OpSet {
+        OpSet::from_fn(|k| {
+            self.contains(k) && (k.device_caps().0 == 0 || caps.intersects(k.device_caps()))
+        })
     }
 
     /// What the transport of `qp_type` carries (the module documentation gives the sources);
@@ -224,10 +332,18 @@ impl SendCaps {
 }
 
 /// Why a `qp_type` QP of `provider` refuses `op` (which it does not accept): its transport
-/// does not carry it, or the provider does not encode it.
+/// does not carry it, the provider does not encode it (`encoded`: what the provider encodes on
+/// the type), or the device does not have it.
 #[cold]
-pub(crate) fn refusal(op: OpKind, qp_type: QpType, provider: &'static str) -> PostFault {
-    if OpSet::for_transport(qp_type).contains(op) {
+pub(crate) fn refusal(
+    op: OpKind,
+    qp_type: QpType,
+    provider: &'static str,
+    encoded: OpSet,
+) -> PostFault {
+    if OpSet::for_transport(qp_type).contains(op) && encoded.contains(op) {
+        PostFault::OpNotOnDevice { op, provider }
+    } else if OpSet::for_transport(qp_type).contains(op) {
         PostFault::OpNotEncoded {
             op,
             qp_type,
@@ -244,9 +360,60 @@ mod tests {
 
     #[test]
     fn kinds_number_as_the_verbs() {
-        for (i, k) in OpKind::ALL.iter().enumerate() {
+        for (i, k) in OpKind::ALL[..10].iter().enumerate() {
             assert_eq!(k.wr_opcode(), i as u32, "{k}");
+            assert_eq!(k.qp_ex_bit(), 1 << i, "{k}");
         }
+        // IB_UVERBS_WR_FLUSH, IB_UVERBS_WR_ATOMIC_WRITE; IBV_QP_EX_WITH_FLUSH, _ATOMIC_WRITE.
+        assert_eq!(OpKind::Flush.wr_opcode(), 14);
+        assert_eq!(OpKind::AtomicWrite.wr_opcode(), 15);
+        assert_eq!(OpKind::Flush.qp_ex_bit(), 2048);
+        assert_eq!(OpKind::AtomicWrite.qp_ex_bit(), 4096);
+        let all = OpSet::of(&OpKind::ALL);
+        assert_eq!(all.bits(), 0x3ff | 2048 | 4096);
+        assert_eq!(
+            OpSet::from_bits(all.bits() | 1 << 10),
+            all,
+            "TSO names no kind"
+        );
+    }
+
+    #[test]
+    fn ibta_1_5_operations_need_the_device_capability() {
+        let rc = OpSet::for_transport(QpType::RC);
+        assert!(rc.contains(OpKind::Flush) && rc.contains(OpKind::AtomicWrite));
+        assert!(!OpSet::for_transport(QpType::UC).contains(OpKind::AtomicWrite));
+        assert!(!OpSet::for_transport(QpType::UD).contains(OpKind::Flush));
+        // A 6.1 kernel's rxe reports neither bit.
+        let old = rc.on_device(DeviceCapsEx(0));
+        assert!(!old.contains(OpKind::Flush) && !old.contains(OpKind::AtomicWrite));
+        assert!(old.contains(OpKind::AtomicCmpSwp));
+        let aw = rc.on_device(DeviceCapsEx::ATOMIC_WRITE);
+        assert!(aw.contains(OpKind::AtomicWrite) && !aw.contains(OpKind::Flush));
+        let fl = rc.on_device(DeviceCapsEx::FLUSH_GLOBAL);
+        assert!(fl.contains(OpKind::Flush) && !fl.contains(OpKind::AtomicWrite));
+        // Refused by the device, named as such.
+        let f = refusal(OpKind::AtomicWrite, QpType::RC, "rxe", rc);
+        assert_eq!(
+            f.to_string(),
+            "ATOMIC_WRITE is not supported by this kernel's rxe (the device does not report \
+             the IBTA 1.5 capability in device_cap_flags_ex)"
+        );
+        assert_eq!(
+            refusal(OpKind::AtomicWrite, QpType::RC, "mlx5", OpSet::EMPTY),
+            PostFault::OpNotEncoded {
+                op: OpKind::AtomicWrite,
+                qp_type: QpType::RC,
+                provider: "mlx5"
+            }
+        );
+        assert_eq!(
+            refusal(OpKind::Flush, QpType::UC, "rxe", rc),
+            PostFault::OpForTransport {
+                op: OpKind::Flush,
+                qp_type: QpType::UC
+            }
+        );
     }
 
     #[test]
@@ -285,7 +452,7 @@ mod tests {
 
     #[test]
     fn refusals_say_whose_limit_it_is() {
-        let f = refusal(OpKind::SendWithInv, QpType::UC, "mlx5");
+        let f = refusal(OpKind::SendWithInv, QpType::UC, "mlx5", OpSet::EMPTY);
         assert_eq!(
             f,
             PostFault::OpForTransport {
@@ -303,7 +470,7 @@ mod tests {
             "post send to QP 0x11 on mlx5_0: work request #2: a UC QP does not support \
              SEND_WITH_INV (the UC transport does not carry it); 2 posted"
         );
-        let f = refusal(OpKind::LocalInv, QpType::UC, "rxe");
+        let f = refusal(OpKind::LocalInv, QpType::UC, "rxe", OpSet::EMPTY);
         assert_eq!(
             f.to_string(),
             "rxe does not support LOCAL_INV on UC QPs",

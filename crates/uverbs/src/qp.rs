@@ -28,7 +28,7 @@ use crate::gid::Gid;
 use crate::ioctl::IoctlCall;
 use crate::mr::AccessFlags;
 use crate::newtype::raw_newtype;
-use crate::op::OpSet;
+use crate::op::{DeviceCapsEx, OpSet};
 use crate::pd::Pd;
 use crate::port::Mtu;
 use crate::srq::Srq;
@@ -433,7 +433,11 @@ impl Qp {
             return Err(Error::invalid(op(), "a QP with an SRQ takes max_recv_wr 0").into());
         }
         let driver = ctx.driver()?;
-        let send_ops = driver.send_caps().allowed(init.qp_type);
+        // FLUSH and ATOMIC_WRITE also need the device's capability bits (crate::op).
+        let send_ops = driver.send_caps().allowed(init.qp_type).on_device(
+            ctx.cached_limits()
+                .map_or(DeviceCapsEx(0), |l| l.device_cap_flags_ex),
+        );
         let driver_name = driver.name();
         let user_handle = crate::util::next_user_handle();
         let req = QpRequest {

@@ -53,6 +53,8 @@ raw_newtype! {
         BIND_MW = 5, "BIND_MW";
         LOCAL_INV = 6, "LOCAL_INV";
         TSO = 7, "TSO";
+        FLUSH = 8, "FLUSH";
+        ATOMIC_WRITE = 9, "ATOMIC_WRITE";
         RECV = 128, "RECV";
         RECV_RDMA_WITH_IMM = 129, "RECV_RDMA_WITH_IMM";
     }

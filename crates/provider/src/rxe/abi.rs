@@ -171,6 +171,26 @@ pub struct rxe_wr_rdma {
     pub reserved: u32,
 }
 
+/// The `flush` arm of the `rxe_send_wr` union (Linux 6.2 and later): FLUSH's operands.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct rxe_wr_flush {
+    /// Remote virtual address the flushed range starts at.
+    pub remote_addr: u64,
+    /// Bytes of the range.
+    pub length: u32,
+    /// Remote key of the remote memory region.
+    pub rkey: u32,
+    /// Placement type (`IB_FLUSH_GLOBAL` 1, `IB_FLUSH_PERSISTENT` 2).
+    pub flush_type: u8,
+    /// Selectivity level (`IB_FLUSH_RANGE` 0, `IB_FLUSH_MR` 1).
+    pub level: u8,
+    /// Padding to the struct's 8-byte alignment; written as 0.
+    pub pad: [u8; 6],
+}
+
 /// `rxe_send_wr.wr.atomic` (compare-and-swap, fetch-and-add).
 #[repr(C)]
 #[derive(
@@ -279,6 +299,7 @@ impl rxe_send_wr_union {
 
 const _: () = {
     assert!(core::mem::size_of::<rxe_wr_rdma>() <= RXE_SEND_WR_UNION_SIZE);
+    assert!(core::mem::size_of::<rxe_wr_flush>() == 24);
     assert!(core::mem::size_of::<rxe_wr_atomic>() <= RXE_SEND_WR_UNION_SIZE);
     assert!(core::mem::size_of::<rxe_wr_ud>() == RXE_SEND_WR_UNION_SIZE);
     assert!(core::mem::size_of::<rxe_wr_mw>() <= RXE_SEND_WR_UNION_SIZE);

@@ -202,6 +202,9 @@ const fn encodes(op: OpKind, t: QpType) -> bool {
         | OpKind::AtomicCmpSwp
         | OpKind::AtomicFetchAdd
         | OpKind::LocalInv => matches!(t, QpType::RC),
+        // Linux 6.2's rxe (`rxe_wr_opcode_info`): RC only; whether this kernel's rxe has them
+        // is the device's capability bits (rverbs_uverbs::op).
+        OpKind::Flush | OpKind::AtomicWrite => matches!(t, QpType::RC),
     }
 }
 

@@ -25,8 +25,8 @@ use std::io;
 use std::ptr;
 
 use super::abi::{
-    rxe_dma_info, rxe_send_wqe, rxe_sge, rxe_wr_atomic, rxe_wr_mw, rxe_wr_rdma, rxe_wr_ud,
-    send_flags, RXE_SEND_WQE_SGE_OFFSET, RXE_SEND_WR_UNION_SIZE,
+    rxe_dma_info, rxe_send_wqe, rxe_sge, rxe_wr_atomic, rxe_wr_flush, rxe_wr_mw, rxe_wr_rdma,
+    rxe_wr_ud, send_flags, RXE_SEND_WQE_SGE_OFFSET, RXE_SEND_WR_UNION_SIZE,
 };
 use super::queue::{QueueKind, RxeQueue};
 use rverbs_uverbs::error::{PostError, PostFault};
@@ -81,6 +81,8 @@ enum Payload {
     None,
     Sges,
     Inline,
+    /// ATOMIC_WRITE's 8 bytes, in `dma.atomic_wr` (where the SGEs would be).
+    AtomicWrite,
 }
 
 const ALLOWED_FLAGS: u32 =
@@ -147,7 +149,8 @@ impl RxeSq {
         let inline = wr.flags.contains(SendFlags::INLINE);
         let num_sge = wr.sge.len();
         let is_local = kind.is_local();
-        if is_local && num_sge != 0 {
+        let takes_no_sge = is_local || matches!(kind, OpKind::Flush | OpKind::AtomicWrite);
+        if takes_no_sge && num_sge != 0 {
             return Err(PostFault::SgesOnLocalOp { op: kind, num_sge });
         }
         if num_sge > self.cfg.max_sge as usize {
@@ -174,6 +177,12 @@ impl RxeSq {
         match *op {
             SendOp::AtomicCmpSwp { remote_addr, .. }
             | SendOp::AtomicFetchAdd { remote_addr, .. } => check_atomic(len, remote_addr)?,
+            // The 8 bytes go where the SGEs would: there is room for them in every slot,
+            // whose size is a power of two (`RxeQueue`) holding the 208-byte header (`new`),
+            // so at least 256 bytes.
+            SendOp::AtomicWrite { remote_addr, .. } if remote_addr & 7 != 0 => {
+                return Err(PostFault::AtomicAlignment { remote_addr });
+            }
             _ => {}
         }
         if UD {
@@ -188,16 +197,17 @@ impl RxeSq {
                 Some(_) => {}
             }
         }
-        let payload = if is_local {
-            Payload::None
-        } else if inline {
-            Payload::Inline
-        } else {
-            Payload::Sges
+        let (payload, len) = match *op {
+            _ if is_local => (Payload::None, 0),
+            SendOp::AtomicWrite { .. } => (Payload::AtomicWrite, 8),
+            // FLUSH carries no payload; dma.length names the range (as librxe sets it).
+            SendOp::Flush { len, .. } => (Payload::None, len),
+            _ if inline => (Payload::Inline, len32),
+            _ => (Payload::Sges, len32),
         };
         Ok(Plan {
             flags,
-            len: if is_local { 0 } else { len32 },
+            len,
             payload,
         })
     }
@@ -298,6 +308,34 @@ impl RxeSq {
                     // read the bind only from the union.
                     iova = b.addr();
                 }
+                SendOp::Flush {
+                    remote_addr,
+                    rkey,
+                    len,
+                    flush_type,
+                    level,
+                } => {
+                    arm.cast::<rxe_wr_flush>().write(rxe_wr_flush {
+                        remote_addr,
+                        length: len,
+                        rkey,
+                        flush_type: flush_type.0,
+                        level: level.0,
+                        pad: [0; 6],
+                    });
+                    iova = remote_addr;
+                }
+                // The target in the rdma arm; the value after the header (Payload::AtomicWrite).
+                SendOp::AtomicWrite {
+                    remote_addr, rkey, ..
+                } => {
+                    arm.cast::<rxe_wr_rdma>().write(rxe_wr_rdma {
+                        remote_addr,
+                        rkey,
+                        reserved: 0,
+                    });
+                    iova = remote_addr;
+                }
                 // SendOp is non_exhaustive outside rverbs-uverbs: every operation is named above,
                 // and this arm lists every kind, so a new operation does not compile here.
                 other => match other.kind() {
@@ -310,7 +348,9 @@ impl RxeSq {
                     | OpKind::AtomicCmpSwp
                     | OpKind::AtomicFetchAdd
                     | OpKind::LocalInv
-                    | OpKind::BindMw => {}
+                    | OpKind::BindMw
+                    | OpKind::Flush
+                    | OpKind::AtomicWrite => {}
                 },
             }
             ptr::addr_of_mut!((*w).ex).write(ex);
@@ -347,6 +387,14 @@ impl RxeSq {
         let data = wqe.cast::<u8>().wrapping_add(RXE_SEND_WQE_SGE_OFFSET);
         match plan.payload {
             Payload::None => {}
+            Payload::AtomicWrite => {
+                if let SendOp::AtomicWrite { value, .. } = wr.op {
+                    // SAFETY: every slot has at least 8 bytes after the 208-byte header (see
+                    // check_and_plan); the slot is ours until published (this function's
+                    // contract).
+                    unsafe { ptr::copy_nonoverlapping(value.as_ptr(), data, 8) };
+                }
+            }
             Payload::Sges => {
                 if let [s] = wr.sge {
                     // The common case, without the loop.

@@ -490,6 +490,114 @@ mod rxe {
         assert_eq!(s.q.producer(), 2, "rejected WRs take no slot");
     }
 
+    /// ATOMIC_WRITE and FLUSH (Linux 6.2 uapi): the target in the union (`wr.rdma` /
+    /// `wr.flush`: remote_addr, length, rkey, type, level), `iova` the remote address, the 8
+    /// bytes of ATOMIC_WRITE in `dma.atomic_wr` (where the SGEs are) with `dma.length` 8, a
+    /// FLUSH's range length in `dma.length` and no SGE. Refused without taking a slot:
+    /// SGEs, INLINE, a misaligned ATOMIC_WRITE.
+    #[test]
+    fn atomic_write_and_flush() {
+        let mut s = sq(RxeQpType::Rc, false);
+        let value = *b"12345678";
+        s.post(&[
+            wr(
+                1,
+                SendOp::AtomicWrite {
+                    remote_addr: 0x4010,
+                    rkey: 9,
+                    value,
+                },
+                &[],
+                SendFlags::SIGNALED,
+            ),
+            wr(
+                2,
+                SendOp::Flush {
+                    remote_addr: 0x5000,
+                    rkey: 10,
+                    len: 4096,
+                    flush_type: rverbs_uverbs::FlushType::GLOBAL,
+                    level: rverbs_uverbs::FlushLevel::MR,
+                },
+                &[],
+                SendFlags::SIGNALED,
+            ),
+        ])
+        .unwrap();
+        let w = s.take();
+        assert_eq!(u32_at(&w, OPCODE), 15, "IB_UVERBS_WR_ATOMIC_WRITE");
+        assert_eq!(u64_at(&w, U), 0x4010, "wr.rdma.remote_addr");
+        assert_eq!(u32_at(&w, U + 8), 9, "wr.rdma.rkey");
+        assert_eq!(u64_at(&w, IOVA), 0x4010);
+        assert_dma(&w, 8, 0);
+        assert_eq!(w[SEND_DATA..SEND_DATA + 8], value, "dma.atomic_wr");
+        assert_kernel_fields_clear(&w);
+        let w = s.take();
+        assert_eq!(u32_at(&w, OPCODE), 14, "IB_UVERBS_WR_FLUSH");
+        assert_eq!(u64_at(&w, U), 0x5000, "wr.flush.remote_addr");
+        assert_eq!(u32_at(&w, U + 8), 4096, "wr.flush.length");
+        assert_eq!(u32_at(&w, U + 12), 10, "wr.flush.rkey");
+        assert_eq!((w[U + 16], w[U + 17]), (1, 1), "wr.flush.type, level");
+        assert!(
+            w[U + 18..U + 120].iter().all(|&b| b == 0),
+            "rest of the union"
+        );
+        assert_eq!(u64_at(&w, IOVA), 0x5000);
+        assert_dma(&w, 4096, 0);
+        assert_kernel_fields_clear(&w);
+
+        let sg = [sge(0x9000, 8, 5)];
+        let aw = |remote_addr| SendOp::AtomicWrite {
+            remote_addr,
+            rkey: 1,
+            value,
+        };
+        let e = s
+            .post(&[wr(3, aw(0x4000), &sg, SendFlags::empty())])
+            .unwrap_err();
+        assert_eq!(
+            e.fault().unwrap(),
+            PostFault::SgesOnLocalOp {
+                op: OpKind::AtomicWrite,
+                num_sge: 1
+            }
+        );
+        let e = s
+            .post(&[wr(3, aw(0x4000), &[], SendFlags::INLINE)])
+            .unwrap_err();
+        assert_eq!(
+            e.fault().unwrap(),
+            PostFault::InlineNotAllowed {
+                op: OpKind::AtomicWrite
+            }
+        );
+        let e = s
+            .post(&[wr(3, aw(0x4004), &[], SendFlags::empty())])
+            .unwrap_err();
+        assert_eq!(
+            e.fault().unwrap(),
+            PostFault::AtomicAlignment {
+                remote_addr: 0x4004
+            }
+        );
+        let fl = SendOp::Flush {
+            remote_addr: 0,
+            rkey: 1,
+            len: 8,
+            flush_type: rverbs_uverbs::FlushType::GLOBAL,
+            level: rverbs_uverbs::FlushLevel::RANGE,
+        };
+        let e = s.post(&[wr(3, fl, &sg, SendFlags::empty())]).unwrap_err();
+        assert_eq!(
+            e.fault().unwrap(),
+            PostFault::SgesOnLocalOp {
+                op: OpKind::Flush,
+                num_sge: 1
+            }
+        );
+        assert_eq!(s.q.producer(), 2, "rejected WRs take no slot");
+    }
+
     #[test]
     fn ud_send_carries_ah_num() {
         let mut s = sq(RxeQpType::Ud, false);

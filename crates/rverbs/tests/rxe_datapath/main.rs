@@ -33,6 +33,7 @@ mod common;
 mod errors;
 mod events;
 mod flags;
+mod ibta15;
 mod mw;
 mod opcodes;
 mod reset;

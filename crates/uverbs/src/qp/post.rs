@@ -72,7 +72,12 @@ impl Qp {
     /// The refusal of work request `index`, whose operation `op` this QP does not accept.
     #[cold]
     fn op_refused(&self, index: usize, op: OpKind) -> PostError {
-        let fault = crate::op::refusal(op, self.qp_type, self.driver_name);
+        let encoded = self
+            .pd
+            .context()
+            .driver()
+            .map_or(OpSet::EMPTY, |d| d.send_caps().for_type(self.qp_type));
+        let fault = crate::op::refusal(op, self.qp_type, self.driver_name, encoded);
         self.post_error(PostError::refused(index, fault), PostQueue::Send)
     }
 
