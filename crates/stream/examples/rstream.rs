@@ -2,12 +2,13 @@
 //! rdma-core's own `rstream` or another copy of this program. Same options on both sides.
 //!
 //! ```text
-//! rstream -b 10.10.0.1 -v                                      # rdma-core's server
-//! cargo run -p rverbs-stream --example rstream -- -s 10.10.0.1 -v   # ours as the client
+//! rstream -b 10.10.0.1 -T v                                         # rdma-core's server
+//! cargo run -p rverbs-stream --example rstream -- -s 10.10.0.1 -T v   # ours as the client
 //! ```
 //!
 //! Options (a subset of rstream's): `-b ADDR` serve, `-s ADDR` connect, `-p PORT` (7471),
-//! `-S all` the whole size table (default: the sizes rstream runs by default), `-v` check
+//! `-S all` the whole size table (default: the sizes rstream runs by default), `-S SIZE`,
+//! `-I ITERATIONS`, `-C COUNT` one custom test on one connection, `-T v` check
 //! every byte with rstream's pattern (a byte counter that runs across all transfers and both
 //! connections). Like rstream: one connection for the latency table, a second one for the
 //! bandwidth table; before each test a 16-byte exchange (client first); then, per iteration,
@@ -76,7 +77,10 @@ pub struct Config {
     pub bind: SocketAddr,
     /// `-S all`.
     pub all_sizes: bool,
-    /// `-v`.
+    /// rstream's custom mode (`-S SIZE`, `-I ITERATIONS`, `-C COUNT`; defaults 1 and 1000):
+    /// one connection, one test.
+    pub custom: Option<(usize, usize, usize)>,
+    /// `-T v`.
     pub verify: bool,
 }
 
@@ -180,7 +184,22 @@ fn connect_or_accept(cfg: &Config, listener: Option<&RdmaListener>) -> io::Resul
         ..StreamOptions::default()
     };
     match (cfg.connect, listener) {
-        (Some(a), _) => RdmaStream::connect_with(a, &opts),
+        // Unlike rstream, retry for 10 s while nobody listens yet (a server started at the
+        // same time may still be starting).
+        (Some(a), _) => {
+            let t0 = Instant::now();
+            loop {
+                match RdmaStream::connect_with(a, &opts) {
+                    Err(e)
+                        if e.kind() == io::ErrorKind::ConnectionRefused
+                            && t0.elapsed() < std::time::Duration::from_secs(10) =>
+                    {
+                        std::thread::sleep(std::time::Duration::from_millis(200))
+                    }
+                    r => return r,
+                }
+            }
+        }
         (None, Some(l)) => l.accept().map(|(s, _)| s),
         (None, None) => Err(io::Error::other("no listener")),
     }
@@ -213,6 +232,12 @@ pub fn run(cfg: &Config, out: &mut dyn Write) -> io::Result<()> {
         "{:<10}{:<8}{:<8}{:<8}{:<8}{:>8} {:>10}{:>13}",
         "name", "bytes", "xfers", "iters", "total", "time", "Gb/sec", "usec/xfer"
     )?;
+    if let Some((size, iters, count)) = cfg.custom {
+        r.buf.resize(size.max(16), 0);
+        let mut s = connect_or_accept(cfg, listener.as_ref())?;
+        r.test(&mut s, "custom", size, iters, count)?;
+        return s.shutdown(Shutdown::Both);
+    }
     for latency in [true, false] {
         let mut s = connect_or_accept(cfg, listener.as_ref())?;
         for &size in &sizes {
@@ -247,6 +272,11 @@ fn main() -> io::Result<()> {
     let mut port = 7471u16;
     let mut all_sizes = false;
     let mut verify = false;
+    let mut custom: (Option<usize>, Option<usize>, Option<usize>) = (None, None, None);
+    let number = |v: &str| -> io::Result<usize> {
+        v.parse()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("number {v:?}: {e}")))
+    };
     let mut i = 0;
     let addr = |s: &str| -> io::Result<std::net::IpAddr> {
         s.parse()
@@ -263,15 +293,16 @@ fn main() -> io::Result<()> {
                 })?
             }
             ("-S", Some("all")) => all_sizes = true,
-            ("-v", _) => {
-                verify = true;
-                i += 1;
-                continue;
-            }
+            ("-S", Some(v)) => custom.0 = Some(number(v)?),
+            ("-I", Some(v)) => custom.1 = Some(number(v)?),
+            ("-C", Some(v)) => custom.2 = Some(number(v)?),
+            // rstream's test options: only v (verify) changes what we do; b, n, a (blocking,
+            // non-blocking, poll) are how rstream waits, which the wire does not show.
+            ("-T", Some(v)) => verify |= v.starts_with('v'),
             (a, _) => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
-                    format!("unknown or incomplete option {a:?}; usage: rstream [-s ADDR | -b ADDR] [-p PORT] [-S all] [-v]"),
+                    format!("unknown or incomplete option {a:?}; usage: rstream [-s ADDR | -b ADDR] [-p PORT] [-S all|SIZE] [-I ITERATIONS] [-C COUNT] [-T v]"),
                 ))
             }
         }
@@ -281,6 +312,13 @@ fn main() -> io::Result<()> {
         connect: connect.map(|a| SocketAddr::new(a, port)),
         bind: SocketAddr::new(bind.unwrap_or([0, 0, 0, 0].into()), port),
         all_sizes,
+        custom: (custom != (None, None, None)).then(|| {
+            (
+                custom.0.unwrap_or(1000),
+                custom.1.unwrap_or(1),
+                custom.2.unwrap_or(1000),
+            )
+        }),
         verify,
     };
     run(&cfg, &mut io::stdout())

@@ -142,10 +142,16 @@ fn stream_vectored() {
     let (mut c, mut s) = pair(7603, &StreamOptions::default());
     let a = pattern(1, 1000);
     let b = pattern(2, 70_000);
-    let n = c
-        .write_vectored(&[IoSlice::new(&a), IoSlice::new(&[]), IoSlice::new(&b)])
-        .unwrap();
-    assert_eq!(n, 71_000);
+    // More than the half of the receive ring published at first: the reader must run
+    // meanwhile (it publishes the other half), so the writer has a thread of its own.
+    let (a2, b2) = (a.clone(), b.clone());
+    let w = thread::spawn(move || {
+        let n = c
+            .write_vectored(&[IoSlice::new(&a2), IoSlice::new(&[]), IoSlice::new(&b2)])
+            .unwrap();
+        assert_eq!(n, 71_000);
+        c
+    });
     let mut x = vec![0u8; 1500];
     let mut y = vec![0u8; 69_500];
     let mut got = 0;
@@ -164,6 +170,7 @@ fn stream_vectored() {
     let mut want = a;
     want.extend_from_slice(&b);
     assert!(all == want);
+    drop(w.join().unwrap());
 }
 
 /// Half-close each way: after `shutdown(Write)` the peer reads our data then EOF and can
@@ -426,17 +433,41 @@ fn finish(c: std::process::Child) -> (Option<i32>, String) {
     )
 }
 
-fn cfg(connect: bool, port: u16) -> rstream_role::Config {
+/// The custom tests the suite runs with rstream (size, iterations, count): its default
+/// table takes over 5 minutes a direction under emulation (run by hand: see
+/// `examples/rstream.rs`); these cover inline, ring-wrapping and multi-half transfers.
+const CUSTOM: &[(usize, usize, usize)] = &[
+    (64, 200, 1),
+    (4096, 10, 20),
+    (100_000, 2, 10),
+    (1 << 20, 1, 5),
+];
+
+fn cfg(connect: bool, port: u16, custom: (usize, usize, usize)) -> rstream_role::Config {
     rstream_role::Config {
         connect: connect.then(|| at(port)),
         bind: at(port),
         all_sizes: false,
+        custom: Some(custom),
         verify: true,
     }
 }
 
-/// rdma-core's `rstream -b` serves, ours connects: its default table (64 B to 1 MiB,
-/// latency then bandwidth), every byte checked on both sides (`-v`).
+fn tool_args(t: (usize, usize, usize)) -> Vec<String> {
+    vec![
+        "-S".into(),
+        t.0.to_string(),
+        "-I".into(),
+        t.1.to_string(),
+        "-C".into(),
+        t.2.to_string(),
+        "-T".into(),
+        "v".into(),
+    ]
+}
+
+/// rdma-core's `rstream -b` serves, ours connects: custom tests of 64 B to 1 MiB, every
+/// byte checked on both sides (`-T v`).
 #[test]
 #[cfg_attr(
     not(rverbs_vm),
@@ -445,23 +476,39 @@ fn cfg(connect: bool, port: u16) -> rstream_role::Config {
 fn interop_stream_rstream_server_rust_client() {
     let Some(tool) = rstream() else { return };
     let a = addr_a().to_string();
-    let srv = Command::new("timeout")
-        .args(["120", tool, "-b", &a, "-p", "7611", "-v"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    thread::sleep(Duration::from_millis(500));
-    let mut out = Vec::new();
-    let r = rstream_role::run(&cfg(true, 7611), &mut out);
-    let (code, text) = finish(srv);
-    eprintln!("ours:\n{}\nrstream:\n{text}", String::from_utf8_lossy(&out));
-    r.unwrap();
-    assert_eq!(code, Some(0), "rstream server: {text}");
-    assert!(text.contains("1m_bw"), "{text}");
+    for (k, &t) in CUSTOM.iter().enumerate() {
+        let port = 7611 + 2 * k as u16;
+        let srv = Command::new("timeout")
+            .args(["100", tool, "-b", &a, "-p", &port.to_string()])
+            .args(tool_args(t))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        thread::spawn(move || {
+            let mut out = Vec::new();
+            let r = rstream_role::run(&cfg(true, port, t), &mut out);
+            let _ = tx.send((r, String::from_utf8_lossy(&out).into_owned()));
+        });
+        // rstream ends within its `timeout`; our client must end with it.
+        let (code, text) = finish(srv);
+        let (r, ours) = rx
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| {
+                panic!("our client did not finish; rstream server ({code:?}): {text}")
+            });
+        eprintln!("{t:?} ours:\n{ours}\nrstream:\n{text}");
+        r.unwrap();
+        assert_eq!(code, Some(0), "rstream server: {text}");
+        assert!(
+            text.contains("custom") && !text.contains("failed"),
+            "{text}"
+        );
+    }
 }
 
-/// Ours serves, rdma-core's `rstream -s` connects, same table and checks.
+/// Ours serves, rdma-core's `rstream -s` connects, the same tests and checks.
 #[test]
 #[cfg_attr(
     not(rverbs_vm),
@@ -470,23 +517,36 @@ fn interop_stream_rstream_server_rust_client() {
 fn interop_stream_rust_server_rstream_client() {
     let Some(tool) = rstream() else { return };
     let a = addr_a().to_string();
-    let c = cfg(false, 7612);
-    let srv = thread::spawn(move || {
-        let mut out = Vec::new();
-        let r = rstream_role::run(&c, &mut out);
-        (r, String::from_utf8_lossy(&out).into_owned())
-    });
-    thread::sleep(Duration::from_millis(500));
-    let cl = Command::new("timeout")
-        .args(["120", tool, "-s", &a, "-p", "7612", "-v"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (code, text) = finish(cl);
-    let (r, ours) = srv.join().unwrap();
-    eprintln!("ours:\n{ours}\nrstream:\n{text}");
-    r.unwrap();
-    assert_eq!(code, Some(0), "rstream client: {text}");
-    assert!(text.contains("1m_bw") && !text.contains("failed"), "{text}");
+    for (k, &t) in CUSTOM.iter().enumerate() {
+        let port = 7612 + 2 * k as u16;
+        let c = cfg(false, port, t);
+        let (tx, rx) = std::sync::mpsc::channel();
+        thread::spawn(move || {
+            let mut out = Vec::new();
+            let r = rstream_role::run(&c, &mut out);
+            let _ = tx.send((r, String::from_utf8_lossy(&out).into_owned()));
+        });
+        thread::sleep(Duration::from_millis(500));
+        let cl = Command::new("timeout")
+            .args(["100", tool, "-s", &a, "-p", &port.to_string()])
+            .args(tool_args(t))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (code, text) = finish(cl);
+        // Our server waits in accept if the client never came: bounded here.
+        let (r, ours) = rx
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| {
+                panic!("our server did not finish; rstream client ({code:?}): {text}")
+            });
+        eprintln!("{t:?} ours:\n{ours}\nrstream:\n{text}");
+        r.unwrap();
+        assert_eq!(code, Some(0), "rstream client: {text}");
+        assert!(
+            text.contains("custom") && !text.contains("failed"),
+            "{text}"
+        );
+    }
 }
