@@ -3,7 +3,8 @@
 //! A byte stream over RDMA that speaks librdmacm's **rsockets** protocol:
 //! [`RdmaListener::bind`] / [`RdmaListener::accept`], [`RdmaStream::connect`],
 //! `std::io::Read` / `Write` (vectored too), `shutdown`, non-blocking mode, timeouts and a
-//! readiness fd. An `RdmaStream` interoperates with rdma-core's rsocket programs (`rstream`,
+//! readiness fd; with the `tokio` feature, `AsyncRead` / `AsyncWrite` ([`tokio`] module, not
+//! in the default build). An `RdmaStream` interoperates with rdma-core's rsocket programs (`rstream`,
 //! `riostream`) both ways.
 //!
 //! ```no_run
@@ -41,12 +42,16 @@
 //! checked before use ([`wire::ConnData::parse`], the ledger's receive path); a violation
 //! ends the stream with an error naming it. The SGL entries only name where *we* write in
 //! the *peer's* memory, under its rkeys: a lying entry can at worst make our RDMA WRITE fail
-//! at the peer. This crate has no `unsafe` code.
+//! at the peer. The only `unsafe` in this crate is the registration of the readiness fd with
+//! tokio (feature `tokio`), whose I/O-safety contract an owned duplicate of the fd meets.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 mod ledger;
 mod stream;
 pub mod wire;
+
+#[cfg(feature = "tokio")]
+pub mod tokio;
 
 pub use stream::{RdmaListener, RdmaStream, StreamOptions};

@@ -261,7 +261,7 @@ impl Conn {
 }
 
 /// The shared state of a stream and its clones.
-struct Inner {
+pub(crate) struct Inner {
     st: Mutex<State>,
     conn: Conn,
     nonblocking: AtomicBool,
@@ -312,7 +312,7 @@ struct State {
 /// then 0; writes return `BrokenPipe`.
 #[derive(Clone)]
 pub struct RdmaStream {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl fmt::Debug for RdmaStream {
@@ -455,7 +455,7 @@ impl RdmaStream {
 }
 
 impl Inner {
-    fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+    pub(crate) fn shutdown(&self, how: Shutdown) -> io::Result<()> {
         let mut st = lock(&self.st);
         if !st.l.connected {
             st.l.readable &= !matches!(how, Shutdown::Read | Shutdown::Both);
@@ -662,12 +662,20 @@ impl Inner {
     }
 
     fn read_into(&self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        self.read_with(bufs, self.nonblocking.load(Ordering::Relaxed))
+    }
+
+    fn write_from(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.write_with(bufs, self.nonblocking.load(Ordering::Relaxed))
+    }
+
+    /// `read` in blocking or non-blocking mode (`nb`), whatever the stream's flag.
+    pub(crate) fn read_with(&self, bufs: &mut [IoSliceMut<'_>], nb: bool) -> io::Result<usize> {
         let want: usize = bufs.iter().map(|b| b.len()).sum();
         if want == 0 {
             return Ok(0);
         }
         let deadline = lock(&self.read_timeout).map(|t| Instant::now() + t);
-        let nb = self.nonblocking.load(Ordering::Relaxed);
         let st = lock(&self.st);
         let mut st = self.wait_for(st, deadline, nb, |l| {
             l.has_data() || !l.readable || l.fault.is_some()
@@ -695,13 +703,13 @@ impl Inner {
         Ok(n)
     }
 
-    fn write_from(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    /// `write` in blocking or non-blocking mode (`nb`), whatever the stream's flag.
+    pub(crate) fn write_with(&self, bufs: &[IoSlice<'_>], nb: bool) -> io::Result<usize> {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         if total == 0 {
             return Ok(0);
         }
         let deadline = lock(&self.write_timeout).map(|t| Instant::now() + t);
-        let nb = self.nonblocking.load(Ordering::Relaxed);
         let c = &self.conn;
         let mut st = lock(&self.st);
         let mut written = 0usize;
@@ -709,7 +717,7 @@ impl Inner {
         // Position in `bufs` of byte `written`.
         let (mut bi, mut bo) = (0usize, 0usize);
         while written < total {
-            let r = self.wait_for(st, deadline, nb && written == 0, |l| {
+            let r = self.wait_for(st, deadline, nb, |l| {
                 l.can_send() || !l.writable || l.fault.is_some()
             });
             st = match r {
