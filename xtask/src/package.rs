@@ -30,6 +30,7 @@ const LIBRARIES: &[&str] = &[
     "rverbs-provider",
     "rverbs-cm",
     "rverbs-async",
+    "rverbs-stream",
     "rverbs",
     "rverbs-capi",
     "rverbs-testbed",

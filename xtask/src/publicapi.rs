@@ -27,6 +27,7 @@ const CRATES: &[(&str, &str, &[&str])] = &[
     ("rverbs-provider", "rverbs_provider", &[]),
     ("rverbs-cm", "rverbs_cm", &[]),
     ("rverbs-async", "rverbs_async", &[]),
+    ("rverbs-stream", "rverbs_stream", &["tokio"]),
     ("rverbs", "rverbs", &["tokio"]),
 ];
 

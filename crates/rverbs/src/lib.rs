@@ -7,6 +7,8 @@
 //! - [`uverbs`] (`rverbs-uverbs`): devices, contexts, verbs objects, kernel ABI;
 //! - [`provider`] (`rverbs-provider`): rxe and mlx5 rings, posting and polling;
 //! - [`cm`] (`rverbs-cm`): rdma_cm ids, events, and librdmacm's helpers;
+//! - [`stream`] (`rverbs-stream`): `RdmaStream` / `RdmaListener`, a byte stream over RDMA
+//!   that speaks librdmacm's rsockets protocol (interoperates with rdma-core's `rstream`);
 //! - [`rc`]: connecting an RC QP by hand (RESET → INIT → RTR → RTS) when the peers exchange
 //!   their QP numbers without rdma_cm;
 //! - `tokio` (`rverbs-async`, with the `tokio` feature): async CQs, rdma_cm ids and
@@ -28,4 +30,5 @@ pub mod rc;
 pub use rverbs_async as tokio;
 pub use rverbs_cm as cm;
 pub use rverbs_provider as provider;
+pub use rverbs_stream as stream;
 pub use rverbs_uverbs as uverbs;

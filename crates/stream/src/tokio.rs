@@ -1,0 +1,204 @@
+//! `AsyncRead` / `AsyncWrite` for [`RdmaStream`] on tokio (feature `tokio`).
+//!
+//! [`AsyncRdmaStream`] drives the same protocol in non-blocking mode and waits on the
+//! stream's readiness fd (see [`RdmaStream`], "Readiness") through tokio's `AsyncFd`. Each
+//! half of [`AsyncRdmaStream::into_split`] registers its own duplicate of that fd, so a
+//! reading task and a writing task are each woken.
+//!
+//! Cancel safety: `poll_read` takes bytes out of the receive ring only in the poll that
+//! returns them, and `poll_write` posts bytes only in the poll that returns their count, so
+//! dropping a read or write future loses and duplicates nothing.
+
+use std::io::{self, IoSlice, IoSliceMut};
+use std::net::{Shutdown, SocketAddr};
+use std::os::fd::{AsFd, OwnedFd};
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+
+use crate::{RdmaStream, StreamOptions};
+
+/// One direction: the stream and a registration of its readiness fd.
+#[derive(Debug)]
+struct Half {
+    stream: RdmaStream,
+    fd: AsyncFd<OwnedFd>,
+}
+
+impl Half {
+    fn new(stream: RdmaStream) -> io::Result<Half> {
+        let fd = stream.as_fd().try_clone_to_owned()?;
+        // SAFETY: the `OwnedFd` (our own duplicate of the stream's epoll fd) is owned by the
+        // AsyncFd, so the file stays open while it is registered, and `as_raw_fd` always
+        // returns that descriptor (tokio's I/O-safety contract for `register_with_interest`).
+        #[allow(unsafe_code)]
+        let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
+            .map_err(io::Error::from)?;
+        Ok(Half { fd, stream })
+    }
+
+    /// Runs `op` (non-blocking) until it does not return `WouldBlock`, waiting for the fd in
+    /// between. The first try needs no readiness: the fd becomes readable only after an
+    /// operation returned `WouldBlock` (and armed it).
+    fn poll_op<T>(
+        &self,
+        cx: &mut Context<'_>,
+        mut op: impl FnMut(&RdmaStream) -> io::Result<T>,
+    ) -> Poll<io::Result<T>> {
+        match op(&self.stream) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            r => return Poll::Ready(r),
+        }
+        loop {
+            let mut guard = ready!(self.fd.poll_read_ready(cx))?;
+            match guard.try_io(|_| op(&self.stream)) {
+                Ok(r) => return Poll::Ready(r),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+/// An [`RdmaStream`] for tokio: `AsyncRead` + `AsyncWrite`, splittable into owned halves.
+#[derive(Debug)]
+pub struct AsyncRdmaStream {
+    r: ReadHalf,
+    w: WriteHalf,
+}
+
+/// The reading half of an [`AsyncRdmaStream`].
+#[derive(Debug)]
+pub struct ReadHalf(Half);
+
+/// The writing half of an [`AsyncRdmaStream`]. Dropping it does not shut the stream down;
+/// `shutdown()` (`AsyncWriteExt::shutdown`) sends rsockets' SHUTDOWN.
+#[derive(Debug)]
+pub struct WriteHalf(Half);
+
+impl AsyncRdmaStream {
+    /// Wraps a connected stream; must be called within a tokio runtime (registers its fd).
+    pub fn from_std(stream: RdmaStream) -> io::Result<AsyncRdmaStream> {
+        Ok(AsyncRdmaStream {
+            r: ReadHalf(Half::new(stream.clone())?),
+            w: WriteHalf(Half::new(stream)?),
+        })
+    }
+
+    /// [`RdmaStream::connect_with`] on tokio's blocking pool.
+    pub async fn connect(addr: SocketAddr, opts: &StreamOptions) -> io::Result<AsyncRdmaStream> {
+        let opts = *opts;
+        let s = tokio::task::spawn_blocking(move || RdmaStream::connect_with(addr, &opts))
+            .await
+            .map_err(io::Error::other)??;
+        Self::from_std(s)
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.r.0.stream.peer_addr()
+    }
+
+    /// Our address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.r.0.stream.local_addr()
+    }
+
+    /// The two halves, each usable from its own task.
+    pub fn into_split(self) -> (ReadHalf, WriteHalf) {
+        (self.r, self.w)
+    }
+}
+
+fn read_buf(s: &RdmaStream, buf: &mut ReadBuf<'_>) -> io::Result<()> {
+    let n = s
+        .inner
+        .read_with(&mut [IoSliceMut::new(buf.initialize_unfilled())], true)?;
+    buf.advance(n);
+    Ok(())
+}
+
+impl AsyncRead for ReadHalf {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        self.0.poll_op(cx, |s| read_buf(s, buf))
+    }
+}
+
+impl AsyncRead for AsyncRdmaStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.r).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for WriteHalf {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.0
+            .poll_op(cx, |s| s.inner.write_with(&[IoSlice::new(buf)], true))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.0.poll_op(cx, |s| s.inner.write_with(bufs, true))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    /// Data is posted by `poll_write`; nothing is held back.
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    /// rsockets' SHUTDOWN of our sending side; waits (at most a second, blocking the task)
+    /// for the sends posted so far.
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(self.0.stream.shutdown(Shutdown::Write))
+    }
+}
+
+impl AsyncWrite for AsyncRdmaStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.w).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.w).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.w).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.w).poll_shutdown(cx)
+    }
+}
