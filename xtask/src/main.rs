@@ -60,7 +60,7 @@ USAGE:
         Boots the minimal guest, brings up rxe0 and runs: rverbs devinfo -v, then an
         rverbs rdma-server / rdma-client exchange over 10.10.0.1
     cargo xtask vm [--guest minimal|host] [--topo one|two] [--kernel 6.1|6.12] [--timeout SECS]
-                   [--verbose] [--shell | -- CMD...]
+                   [--provider rxe|siw] [--verbose] [--shell | -- CMD...]
         Boots a guest, brings up the topology and runs CMD (by sh; a single argument is a
         shell command line). Prints CMD's output and exits with its exit code. Without CMD:
         runs `rverbs link show; rverbs devinfo`.
@@ -71,6 +71,8 @@ USAGE:
             --topo two        also rxe1 on ve1 (10.20.0.1) and rxe2 on ve2 (10.20.0.2), a
                               veth pair that the traffic between them really crosses
             --kernel 6.1      (default) Debian 12's kernel; 6.12: Debian 13's
+            --provider siw    siw devices instead of rxe (siw0 on d0, siw1/siw2 on ve1/ve2);
+                              siw.ko is built for the kernel once and cached
             --timeout SECS    kill the guest after SECS (default 600); a hang is a failure
             --verbose         show the whole console (kernel messages included)
             --shell           an interactive shell in the guest on this terminal (no
@@ -194,6 +196,7 @@ fn cmd_vm(args: &[String]) -> Result<u8> {
     let mut guest = Guest::Host;
     let mut topo = Topo::One;
     let mut kernel = kernel::DEFAULT_KERNEL;
+    let mut provider = vm::Provider::Rxe;
     let mut timeout = Duration::from_secs(600);
     let mut verbose = false;
     let mut shell = false;
@@ -223,6 +226,11 @@ fn cmd_vm(args: &[String]) -> Result<u8> {
                     .ok_or_else(|| format!("--topo must be one or two, not `{v}`"))?;
             }
             "--kernel" => kernel = parse_kernels(&value("--kernel")?, false)?[0],
+            "--provider" => {
+                let v = value("--provider")?;
+                provider = vm::Provider::parse(&v)
+                    .ok_or_else(|| format!("--provider must be rxe or siw, not `{v}`"))?;
+            }
             "--timeout" => {
                 let v = value("--timeout")?;
                 let secs: u64 = v
@@ -256,7 +264,10 @@ fn cmd_vm(args: &[String]) -> Result<u8> {
         1 => format!("{}\n", cmd[0]),
         _ => format!("{}\n", util::shell_join(&cmd)),
     };
-    let bed = vm::Bed::prepare(&util::bed_config(kernel))?;
+    let bed = vm::Bed::prepare(&vm::BedConfig {
+        provider,
+        ..util::bed_config(kernel)
+    })?;
     let (_, rverbs) = build::rverbs_any()?;
     // Files named by path on the command line go into the minimal guest at that path, and
     // the host guest sees them even under /tmp or /run.
@@ -297,9 +308,10 @@ fn cmd_vm(args: &[String]) -> Result<u8> {
         payload: &payload,
     };
     eprintln!(
-        "xtask: booting the {} guest ({} topology, {:?}, kernel {}: {})",
+        "xtask: booting the {} guest ({} topology, {}, {:?}, kernel {}: {})",
         guest.name(),
         topo.name(),
+        provider.name(),
         bed.accel,
         bed.kernel.spec.name,
         bed.kernel.package

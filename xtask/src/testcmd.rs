@@ -436,7 +436,9 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
     let wanted = |k: &KernelSpec, g: &Guest, t: &Topo| {
         report.wants(&format!("vm {} {}/{}", k.name, g.name(), t.name()))
     };
-    if !report.wants("vm build") && !opts.vm_stages.iter().any(|(k, g, t)| wanted(k, g, t)) {
+    let siw = siw_stage_wanted(report, opts);
+    if !report.wants("vm build") && !siw && !opts.vm_stages.iter().any(|(k, g, t)| wanted(k, g, t))
+    {
         return;
     }
     println!("xtask: ==== VM tests: static build of rverbs and of the integration tests (--cfg rverbs_vm)");
@@ -623,6 +625,97 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
             }
             Err(e) => fail_stage(report, &name, e.0, t),
         }
+    }
+    if siw {
+        siw_stage(
+            report,
+            &tests.tests,
+            &payload,
+            &args,
+            test_timeout,
+            stage_timeout,
+        );
+    }
+}
+
+/// The stage with siw devices: its name, and the test binaries it runs with
+/// `--include-ignored` (their siw tests are `#[ignore]`d everywhere else).
+pub const SIW_STAGE: &str = "vm 6.1 siw host/one";
+pub const SIW_TESTS: &[&str] = &["cli/siw_vm"];
+
+/// Runs when kernel 6.1 is among the kernels of this run (and `--stage` lets it).
+fn siw_stage_wanted(report: &Report, opts: &Opts) -> bool {
+    report.wants(SIW_STAGE) && opts.vm_stages.iter().any(|(k, _, _)| k.name == "6.1")
+}
+
+/// Boots the host guest of kernel 6.1 with siw devices (`--provider siw`: siw.ko is built for
+/// the kernel on first use and cached) and runs [`SIW_TESTS`] there.
+fn siw_stage(
+    report: &mut Report,
+    tests: &[build::Artifact],
+    payload: &Payload,
+    args: &[String],
+    test_timeout: Duration,
+    stage_timeout: Duration,
+) {
+    let t = Instant::now();
+    let name = SIW_STAGE;
+    let Some(kernel) = KernelSpec::parse("6.1") else {
+        return fail_stage(report, name, "the bed has no kernel 6.1".into(), t);
+    };
+    println!(
+        "xtask: ==== {name}: siw.ko for kernel 6.1 (built once, cached), host guest, one node"
+    );
+    let config = vm::BedConfig {
+        provider: vm::Provider::Siw,
+        ..util::bed_config(kernel)
+    };
+    let bed = match Bed::prepare(&config) {
+        Ok(b) => b,
+        Err(e) => {
+            return fail_stage(
+                report,
+                name,
+                format!("siw set-up of kernel 6.1 (the rxe stages do not need it): {e}"),
+                t,
+            )
+        }
+    };
+    let picked: Vec<build::Artifact> = tests
+        .iter()
+        .filter(|a| SIW_TESTS.contains(&a.name.as_str()))
+        .cloned()
+        .collect();
+    if picked.len() != SIW_TESTS.len() {
+        return fail_stage(
+            report,
+            name,
+            format!("the VM build has not all of {SIW_TESTS:?}"),
+            t,
+        );
+    }
+    let entries = stageplan::plan(&picked, None, false);
+    let mut stage_args = args.to_vec();
+    stage_args.push("--include-ignored".into());
+    let spec = RunSpec {
+        guest: Guest::Host,
+        topo: Topo::One,
+        label: "test-6.1-siw-host-one",
+        script: runner_script(&entries, &stage_args, test_timeout),
+        cwd: None,
+        timeout: stage_timeout,
+        display: Display::Progress,
+        payload,
+    };
+    match bed.run(&spec) {
+        Ok(out) => {
+            let (per_entry, mut counts, notes) = collect(&out, &entries);
+            for c in &per_entry {
+                counts += *c;
+            }
+            report.add(name, counts, notes, t.elapsed());
+        }
+        Err(e) => fail_stage(report, name, e.0, t),
     }
 }
 

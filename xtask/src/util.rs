@@ -37,6 +37,7 @@ pub fn bed_config(kernel: KernelSpec) -> BedConfig {
         cache_dir: vm_dir(),
         runs_dir: vm_dir().join("runs"),
         kernel,
+        provider: rverbs_testbed::vm::Provider::Rxe,
     }
 }
 

@@ -4,12 +4,18 @@
 //! Differences by design: driver-private capabilities that rdma-core's mlx5 provider reads
 //! from its own driver data (TSO, packet pacing, RSS hash fields) print as zero here, and
 //! errors are `rverbs devinfo: <what went wrong>` with exit status 1.
+//!
+//! A device whose kernel driver rverbs has no provider for (siw before its provider, efa,
+//! irdma, ...) is listed, not omitted and not an error: its sysfs identity and a `support:`
+//! line naming the driver and the providers rverbs has. No context is opened on it (a
+//! driver may refuse a context without its provider's private data, as siw does).
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
 
+use rverbs::provider::{provider_for, PROVIDERS};
 use rverbs::uverbs::context::Context;
-use rverbs::uverbs::device::{devices, format_guid, Device, Transport};
+use rverbs::uverbs::device::{devices, format_guid, Device, DriverId, Transport};
 use rverbs::uverbs::device_attr::{AtomicCap, DeviceAttr};
 use rverbs::uverbs::gid::{GidEntry, GidType};
 use rverbs::uverbs::port::{LinkLayer, Mtu, PortAttr, PortState};
@@ -589,6 +595,87 @@ pub fn gather(dev: &Device, port: Option<u32>, verbose: bool) -> std::io::Result
     })
 }
 
+/// Why rverbs cannot drive a device of `driver`, or `None` when it has its provider.
+pub fn unsupported_reason(driver: DriverId) -> Option<String> {
+    if provider_for(driver).is_some() {
+        return None;
+    }
+    let have: Vec<&str> = PROVIDERS.iter().map(|p| p.name).collect();
+    Some(format!(
+        "unsupported: rverbs has no provider for driver {driver} ({}); it has {}",
+        driver.0,
+        have.join(", ")
+    ))
+}
+
+/// What `devinfo` prints about a device rverbs cannot open: sysfs's view only.
+#[derive(Debug, Clone, Default)]
+pub struct UnsupportedInfo {
+    pub name: String,
+    pub transport: Transport,
+    pub reason: String,
+    pub fw_ver: String,
+    pub node_guid: u64,
+    pub sys_image_guid: u64,
+    pub vendor_id: Option<u32>,
+    pub vendor_part_id: Option<u32>,
+    pub netdev: Option<String>,
+    pub ports: u32,
+}
+
+impl UnsupportedInfo {
+    fn of(dev: &Device, reason: String) -> UnsupportedInfo {
+        UnsupportedInfo {
+            name: dev.name().to_string(),
+            transport: dev.transport(),
+            reason,
+            fw_ver: dev.fw_ver().to_string(),
+            node_guid: dev.node_guid(),
+            sys_image_guid: dev.sys_image_guid(),
+            vendor_id: dev.vendor_id(),
+            vendor_part_id: dev.vendor_part_id(),
+            netdev: dev.parent().map(str::to_string),
+            ports: dev.port_count(),
+        }
+    }
+}
+
+/// The block for a device rverbs has no provider for (same layout as [`format_hca`]'s
+/// first lines).
+pub fn format_unsupported(u: &UnsupportedInfo) -> String {
+    let mut s = String::new();
+    let w = &mut s;
+    let _ = writeln!(w, "hca_id:\t{}", u.name);
+    let _ = writeln!(
+        w,
+        "\ttransport:\t\t\t{} ({})",
+        u.transport.name().unwrap_or("invalid transport"),
+        u.transport.0
+    );
+    let _ = writeln!(w, "\tsupport:\t\t\t{}", u.reason);
+    if !u.fw_ver.is_empty() {
+        let _ = writeln!(w, "\tfw_ver:\t\t\t\t{}", u.fw_ver);
+    }
+    let _ = writeln!(w, "\tnode_guid:\t\t\t{}", format_guid(u.node_guid));
+    let _ = writeln!(
+        w,
+        "\tsys_image_guid:\t\t\t{}",
+        format_guid(u.sys_image_guid)
+    );
+    if let Some(v) = u.vendor_id {
+        let _ = writeln!(w, "\tvendor_id:\t\t\t0x{v:04x}");
+    }
+    if let Some(v) = u.vendor_part_id {
+        let _ = writeln!(w, "\tvendor_part_id:\t\t\t{v}");
+    }
+    if let Some(n) = &u.netdev {
+        let _ = writeln!(w, "\tnetdev:\t\t\t\t{n}");
+    }
+    let _ = writeln!(w, "\tphys_port_cnt:\t\t\t{}", u.ports);
+    let _ = writeln!(w);
+    s
+}
+
 pub fn run(args: Vec<OsString>) -> CmdResult {
     let o = parse(args)?;
     if o.help {
@@ -600,7 +687,10 @@ pub fn run(args: Vec<OsString>) -> CmdResult {
         let n = devs.len();
         let mut s = format!("{n} HCA{} found:\n", if n == 1 { "" } else { "s" });
         for d in &devs {
-            s += &format!("\t{}\n", d.name());
+            match unsupported_reason(d.driver_id()) {
+                None => s += &format!("\t{}\n", d.name()),
+                Some(why) => s += &format!("\t{} ({why})\n", d.name()),
+            }
         }
         println!("{s}");
         return Ok(());
@@ -610,6 +700,10 @@ pub fn run(args: Vec<OsString>) -> CmdResult {
         None => devices()?,
     };
     for d in &devs {
+        if let Some(why) = unsupported_reason(d.driver_id()) {
+            print!("{}", format_unsupported(&UnsupportedInfo::of(d, why)));
+            continue;
+        }
         let h = gather(d, o.port, o.verbose)?;
         print!("{}", format_hca(&h, o.verbose));
     }
@@ -728,6 +822,41 @@ mod tests {
                 ],
             }],
         }
+    }
+
+    #[test]
+    fn a_driver_without_provider_is_listed_as_unsupported() {
+        assert_eq!(unsupported_reason(DriverId::RXE), None);
+        assert_eq!(unsupported_reason(DriverId::MLX5), None);
+        // EFA stands for any driver rverbs has no provider for (siw did before its own).
+        let why = unsupported_reason(DriverId::EFA).unwrap();
+        assert!(
+            why.starts_with("unsupported: rverbs has no provider for driver efa (17)"),
+            "{why}"
+        );
+        assert!(why.contains("rxe") && why.contains("mlx5"), "{why}");
+        assert!(unsupported_reason(DriverId(4242))
+            .unwrap()
+            .contains("(4242)"));
+        let u = UnsupportedInfo {
+            name: "efa_0".into(),
+            transport: Transport(0),
+            reason: why.clone(),
+            node_guid: 0x0250_b6ff_fe41_2a10,
+            sys_image_guid: 0x0250_b6ff_fe41_2a10,
+            vendor_id: Some(0x1d0f),
+            vendor_part_id: Some(0xefa1),
+            ports: 1,
+            ..Default::default()
+        };
+        assert_eq!(
+            format_unsupported(&u),
+            format!(
+                "hca_id:\tefa_0\n\ttransport:\t\t\tInfiniBand (0)\n\tsupport:\t\t\t{why}\n\
+                 \tnode_guid:\t\t\t0250:b6ff:fe41:2a10\n\tsys_image_guid:\t\t\t0250:b6ff:fe41:2a10\n\
+                 \tvendor_id:\t\t\t0x1d0f\n\tvendor_part_id:\t\t\t61345\n\tphys_port_cnt:\t\t\t1\n\n"
+            )
+        );
     }
 
     #[test]

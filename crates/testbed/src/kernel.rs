@@ -97,14 +97,22 @@ pub struct Kernel {
     pub modules: Vec<PathBuf>,
 }
 
+impl Kernel {
+    /// Its directory in the cache (`<cache>/kernel/<suite>/<package>/`); things built for this
+    /// kernel (siw.ko) are kept below it and go with it.
+    pub fn dir(&self) -> &Path {
+        self.vmlinuz.parent().unwrap_or(Path::new("."))
+    }
+}
+
 /// A private apt configuration for one Debian release: its own sources.list, lists and cache.
-struct Apt {
+pub(crate) struct Apt {
     dir: PathBuf,
     suite: &'static str,
 }
 
 impl Apt {
-    fn new(cache: &Path, suite: &'static str) -> Result<Apt> {
+    pub(crate) fn new(cache: &Path, suite: &'static str) -> Result<Apt> {
         let dir = cache.join("apt").join(suite);
         for d in [
             "state/lists/partial",
@@ -136,7 +144,7 @@ impl Apt {
         Ok(Apt { dir, suite })
     }
 
-    fn cmd(&self, prog: &str) -> Command {
+    pub(crate) fn cmd(&self, prog: &str) -> Command {
         let d = |p: &str| self.dir.join(p).to_string_lossy().into_owned();
         let mut c = Command::new(prog);
         for (k, v) in [
@@ -534,7 +542,7 @@ fn uncompressed_kernel(bzimage: &Path) -> Result<Vec<u8>> {
 
 /// Reads a module file, decompressing `.ko.xz`/`.ko.zst`/`.ko.gz` with the usual tools
 /// (busybox's insmod in the guest is not trusted to handle every compression).
-fn read_module(path: &Path) -> Result<(String, Vec<u8>)> {
+pub(crate) fn read_module(path: &Path) -> Result<(String, Vec<u8>)> {
     let file = path
         .file_name()
         .unwrap_or_default()
@@ -567,7 +575,7 @@ fn read_module(path: &Path) -> Result<(String, Vec<u8>)> {
     Ok((stem.to_string(), bytes))
 }
 
-fn module_name(path: &str) -> String {
+pub(crate) fn module_name(path: &str) -> String {
     let file = path.rsplit('/').next().unwrap_or(path);
     let stem = file.split(".ko").next().unwrap_or(file);
     stem.replace('-', "_")

@@ -1,4 +1,4 @@
-//! rverbs-testbed: boots QEMU guests with soft-RoCE (rxe) devices on Debian's own kernels and
+//! rverbs-testbed: boots QEMU guests with soft-RoCE (rxe) or soft-iWARP (siw) devices on Debian's own kernels and
 //! runs programs in them. Used by `rverbs-vm` (the runner for any crate's tests, see
 //! docs/testing.md "Testing your crate on RDMA") and by the rverbs workspace's `cargo xtask`.
 //!
@@ -11,5 +11,6 @@ pub mod host;
 pub mod kernel;
 pub mod packages;
 pub mod runner;
+pub mod siw;
 pub mod util;
 pub mod vm;

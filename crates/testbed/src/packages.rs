@@ -13,6 +13,10 @@ use std::process::Command;
 pub enum Need {
     /// Booting any guest (the runner, `cargo xtask vm`, `cargo xtask demo`).
     Bed,
+    /// Guests with soft-iWARP (`--provider siw`): the bed builds `siw.ko` for the guest
+    /// kernel (see [`crate::siw`]; the kernel's headers and sources are downloaded into the
+    /// cache, not installed).
+    Siw,
     /// Only the test suite (`cargo xtask test`): interop peers, compilers for ABI probes, ...
     Test,
 }
@@ -32,7 +36,7 @@ const fn p(name: &'static str, need: Need, why: &'static str) -> Package {
     Package { name, need, why }
 }
 
-use Need::{Bed, Test};
+use Need::{Bed, Siw, Test};
 
 /// Every Debian package the project's commands need (sorted by need, then by purpose).
 #[rustfmt::skip]
@@ -43,6 +47,11 @@ pub const PACKAGES: &[Package] = &[
     p("kmod",              Bed,  "depmod: the kernel packages ship no modules.dep"),
     p("xz-utils",          Bed,  "xz: the kernels' payloads and 6.12's .ko.xz modules"),
     p("iproute2",          Bed,  "ip and rdma in the host guest (netdevs, rxe without rverbs)"),
+    // ---- guests with siw (siw.ko built out of tree for the guest kernel) -----------------
+    p("make",              Siw,  "make: kbuild builds siw.ko against the guest kernel's headers"),
+    p("gcc-12",            Siw,  "the compiler of Debian 12's kernel (linux-compiler-gcc-12-x86)"),
+    p("binutils",          Siw,  "ld for kbuild, strip for siw.ko's debug info"),
+    p("libelf1",           Siw,  "the kernel's kbuild tools (objtool, modpost) link it"),
     // ---- cargo xtask test ----------------------------------------------------------------
     p("rdmacm-utils",      Test, "rping, rdma_client/server, udaddy: interop peers"),
     p("ibverbs-utils",     Test, "ibv_rc_pingpong, ibv_devinfo: interop peers"),
@@ -190,7 +199,10 @@ mod tests {
         let all = needed(Need::Test);
         assert!(bed.iter().all(|b| all.contains(b)), "{bed:?} {all:?}");
         assert!(bed.contains(&"kmod") && bed.contains(&"qemu-system-x86"));
-        assert!(!bed.contains(&"perftest"));
+        assert!(!bed.contains(&"perftest") && !bed.contains(&"make"));
+        let siw = needed(Need::Siw);
+        assert!(bed.iter().all(|b| siw.contains(b)) && siw.contains(&"gcc-12"));
+        assert!(siw.iter().all(|b| all.contains(b)), "{siw:?}");
         assert!(all.contains(&"ibverbs-utils") && all.contains(&"perftest"));
     }
 

@@ -3,7 +3,9 @@
 
 use crate::kernel::{KernelSpec, DEFAULT_KERNEL};
 use crate::util::{self, fmt_secs, say, Result};
-use crate::vm::{self, Bed, BedConfig, Display, Guest, GuestStatus, Payload, RunSpec, Topo};
+use crate::vm::{
+    self, Bed, BedConfig, Display, Guest, GuestStatus, Payload, Provider, RunSpec, Topo,
+};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -16,19 +18,21 @@ pub const RUNNER_ERROR: u8 = 2;
 
 /// `rverbs-vm help`.
 pub const HELP: &str = "\
-rverbs-vm: run programs on soft-RoCE (rxe) devices in a QEMU guest booting Debian's kernel
+rverbs-vm: run programs on soft-RoCE (rxe) or soft-iWARP (siw) devices in a QEMU guest
+booting Debian's kernel
 
 USAGE:
     rverbs-vm run [OPTIONS] [--] PROGRAM [ARGS...]
-        Boots a guest, creates its rxe devices, runs PROGRAM ARGS from the current directory
+        Boots a guest, creates its RDMA devices, runs PROGRAM ARGS from the current directory
         and exits with PROGRAM's exit code; its output is streamed. As cargo's runner:
             CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUNNER=\"rverbs-vm run --\" \\
                 cargo test --target x86_64-unknown-linux-musl
     rverbs-vm test [OPTIONS] [-- CARGO-TEST-ARGS...]
         The same, spelled out: `cargo test --target x86_64-unknown-linux-musl` with
         `rverbs-vm run OPTIONS --` as the runner (--target gnu: the host's glibc target).
-    rverbs-vm prepare [--kernel K]
-        Installs what is missing (as root), downloads and unpacks the kernel, and says where.
+    rverbs-vm prepare [--kernel K] [--provider siw]
+        Installs what is missing (as root), downloads and unpacks the kernel (and builds
+        siw.ko for it), and says where.
     rverbs-vm help
 
 OPTIONS (each also from the environment variable named after it):
@@ -38,15 +42,19 @@ OPTIONS (each also from the environment variable named after it):
     --topo one|two         RVERBS_VM_TOPO; one (default): rxe0 on d0, 10.10.0.1; two: rxe1 on
                            ve1 (10.20.0.1) and rxe2 on ve2 (10.20.0.2), joined by a veth pair
     --kernel 6.1|6.12      RVERBS_VM_KERNEL; Debian 12's (default) or Debian 13's kernel
+    --provider rxe|siw     RVERBS_VM_PROVIDER; rxe (default) or siw devices, named the same
+                           way (siw0 on d0, siw1/siw2 on ve1/ve2); siw.ko is built for the
+                           guest kernel on first use (Debian's kernels do not build siw)
     --timeout SECS         RVERBS_VM_TIMEOUT; kill the guest after SECS (default 600): a hang
                            fails with exit code 125 and the console's last lines
-    --rverbs PATH          RVERBS_VM_RVERBS; a static `rverbs` binary to create the rxe devices
+    --rverbs PATH          RVERBS_VM_RVERBS; a static `rverbs` binary to create the devices
                            with (default: iproute2's `rdma link add`)
     --env NAME             pass NAME from this environment into the guest (repeatable; RUST_*,
                            CARGO_* and RVERBS_TEST_* variables are always passed)
     --verbose              show the whole console (kernel messages included)
 
-In the guest: RVERBS_VM=1, RVERBS_GUEST, RVERBS_TOPO, RVERBS_KERNEL, RVERBS_DEV_A/B,
+In the guest: RVERBS_VM=1, RVERBS_GUEST, RVERBS_TOPO, RVERBS_KERNEL, RVERBS_PROVIDER,
+RVERBS_DEV_A/B,
 RVERBS_ADDR_A/B, RVERBS_NETDEV_A/B. Kernels and package lists are cached in
 $RVERBS_TESTBED_CACHE, else $XDG_CACHE_HOME/rverbs-testbed, else ~/.cache/rverbs-testbed.
 Exit codes: PROGRAM's; 125 when the guest failed; 2 for a usage or set-up error.
@@ -70,6 +78,8 @@ pub struct Opts {
     pub topo: Topo,
     /// `--kernel`.
     pub kernel: KernelSpec,
+    /// `--provider`.
+    pub provider: Provider,
     /// `--timeout`: the whole guest run, boot included.
     pub timeout: Duration,
     /// `--rverbs`: a static rverbs binary to create the rxe devices with.
@@ -84,12 +94,23 @@ pub struct Opts {
     pub gnu: bool,
 }
 
+impl Opts {
+    /// The bed these options boot (the user's cache).
+    pub fn bed_config(&self) -> BedConfig {
+        BedConfig {
+            provider: self.provider,
+            ..BedConfig::user(self.kernel)
+        }
+    }
+}
+
 /// Parses options, starting from the `RVERBS_VM_*` environment given by `env`.
 pub fn parse(args: &[String], env: impl Fn(&str) -> Option<String>) -> Result<Opts> {
     let mut o = Opts {
         guest: GuestChoice::Auto,
         topo: Topo::One,
         kernel: DEFAULT_KERNEL,
+        provider: Provider::Rxe,
         timeout: Duration::from_secs(600),
         rverbs: None,
         env: Vec::new(),
@@ -114,6 +135,10 @@ pub fn parse(args: &[String], env: impl Fn(&str) -> Option<String>) -> Result<Op
             "--kernel" => {
                 o.kernel = KernelSpec::parse(v)
                     .ok_or_else(|| format!("--kernel must be {}, not `{v}`", KernelSpec::names()))?
+            }
+            "--provider" => {
+                o.provider = Provider::parse(v)
+                    .ok_or_else(|| format!("--provider must be rxe or siw, not `{v}`"))?
             }
             "--timeout" => {
                 let s: u64 = v
@@ -140,6 +165,7 @@ pub fn parse(args: &[String], env: impl Fn(&str) -> Option<String>) -> Result<Op
         ("RVERBS_VM_GUEST", "--guest"),
         ("RVERBS_VM_TOPO", "--topo"),
         ("RVERBS_VM_KERNEL", "--kernel"),
+        ("RVERBS_VM_PROVIDER", "--provider"),
         ("RVERBS_VM_TIMEOUT", "--timeout"),
         ("RVERBS_VM_RVERBS", "--rverbs"),
     ] {
@@ -154,7 +180,8 @@ pub fn parse(args: &[String], env: impl Fn(&str) -> Option<String>) -> Result<Op
             _ => (a.as_str(), None),
         };
         match name {
-            "--guest" | "--topo" | "--kernel" | "--timeout" | "--rverbs" | "--env" | "--target" => {
+            "--guest" | "--topo" | "--kernel" | "--provider" | "--timeout" | "--rverbs"
+            | "--env" | "--target" => {
                 let v = match inline {
                     Some(v) => v,
                     None => it
@@ -233,7 +260,7 @@ pub fn run(o: &Opts) -> Result<u8> {
             );
         }
     }
-    let bed = Bed::prepare(&BedConfig::user(o.kernel))?;
+    let bed = Bed::prepare(&o.bed_config())?;
     let cwd = std::env::current_dir()
         .map_err(|e| format!("no current directory: {e}"))?
         .to_string_lossy()
@@ -271,10 +298,11 @@ pub fn run(o: &Opts) -> Result<u8> {
         payload: &payload,
     };
     say(format!(
-        "{}: booting the {} guest ({} topology, kernel {}, {:?})",
+        "{}: booting the {} guest ({} topology, {}, kernel {}, {:?})",
         program.file_name().unwrap_or_default().to_string_lossy(),
         guest.name(),
         o.topo.name(),
+        o.provider.name(),
         bed.kernel.spec.name,
         bed.accel
     ));
@@ -328,6 +356,9 @@ pub fn run_args(o: &Opts) -> Vec<String> {
     }
     a.extend(["--topo".to_string(), o.topo.name().to_string()]);
     a.extend(["--kernel".to_string(), o.kernel.name.to_string()]);
+    if o.provider != Provider::Rxe {
+        a.extend(["--provider".to_string(), o.provider.name().to_string()]);
+    }
     a.extend(["--timeout".to_string(), o.timeout.as_secs().to_string()]);
     if let Some(r) = &o.rverbs {
         a.extend(["--rverbs".to_string(), r.to_string_lossy().into_owned()]);
@@ -378,7 +409,7 @@ pub fn test(o: &Opts) -> Result<u8> {
 /// `rverbs-vm prepare`.
 pub fn prepare(o: &Opts) -> Result<u8> {
     let t = std::time::Instant::now();
-    let cfg = BedConfig::user(o.kernel);
+    let cfg = o.bed_config();
     let bed = Bed::prepare(&cfg)?;
     println!("qemu:     {}", bed.tools.qemu.display());
     println!("busybox:  {}", bed.tools.busybox.display());
@@ -389,6 +420,7 @@ pub fn prepare(o: &Opts) -> Result<u8> {
         bed.kernel.vmlinuz.display()
     );
     println!("modules:  {}", bed.kernel.modules.len());
+    println!("provider: {}", o.provider.name());
     println!("accel:    {:?}", bed.accel);
     println!("cache:    {}", cfg.cache_dir.display());
     println!("ready in {}", fmt_secs(t.elapsed()));
@@ -458,6 +490,11 @@ mod tests {
         assert!(e.0.contains("--topo") && e.0.contains("three"), "{e}");
         let e = parse(&args(&["--kernel", "5.10"]), |_| None).unwrap_err();
         assert!(e.0.contains("6.1|6.12"), "{e}");
+        let e = parse(&args(&["--provider", "efa", "x"]), |_| None).unwrap_err();
+        assert!(
+            e.0.contains("--provider must be rxe or siw, not `efa`"),
+            "{e}"
+        );
         let e = parse(&args(&["--timeout"]), |_| None).unwrap_err();
         assert!(e.0.contains("needs a value"), "{e}");
         let e = parse(&args(&["--bogus", "x"]), |_| None).unwrap_err();
@@ -481,6 +518,19 @@ mod tests {
         assert_eq!(o.topo, Topo::One);
         assert_eq!(o.guest, GuestChoice::Fixed(Guest::Host));
         assert_eq!(o.timeout, Duration::from_secs(30));
+        assert_eq!(o.provider, Provider::Rxe);
+        let o = parse(&args(&["p"]), |k| {
+            (k == "RVERBS_VM_PROVIDER").then(|| "siw".into())
+        })
+        .unwrap();
+        assert_eq!(o.provider, Provider::Siw);
+        assert_eq!(o.bed_config().provider, Provider::Siw);
+        assert!(run_args(&o).windows(2).any(|w| w == ["--provider", "siw"]));
+        let o = parse(&args(&["--provider=rxe", "p"]), |k| {
+            (k == "RVERBS_VM_PROVIDER").then(|| "siw".into())
+        })
+        .unwrap();
+        assert_eq!(o.provider, Provider::Rxe);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use crate::cpio::Cpio;
 use crate::host::{self, HostTools};
 use crate::kernel::{self, Kernel, KernelSpec};
+use crate::packages::{self, Need};
 use crate::util::{self, fmt_secs, say, Context, Result};
 use std::fs;
 use std::io::Write;
@@ -73,6 +74,34 @@ impl Topo {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The software RDMA device the guests get (docs/testing.md).
+pub enum Provider {
+    /// Soft-RoCE: `rxe0` on `d0` (and `rxe1`/`rxe2` in the two-node topology).
+    Rxe,
+    /// Soft-iWARP: `siw0` on `d0` (and `siw1`/`siw2`), with `siw.ko` built for the guest
+    /// kernel ([`crate::siw`]).
+    Siw,
+}
+
+impl Provider {
+    /// `rxe` or `siw`.
+    pub fn parse(s: &str) -> Option<Provider> {
+        match s {
+            "rxe" => Some(Provider::Rxe),
+            "siw" => Some(Provider::Siw),
+            _ => None,
+        }
+    }
+    /// The name `parse` takes (also the device names' prefix and the link type).
+    pub fn name(self) -> &'static str {
+        match self {
+            Provider::Rxe => "rxe",
+            Provider::Siw => "siw",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 /// How QEMU runs the guest.
 pub enum Accel {
     /// Software emulation.
@@ -103,6 +132,8 @@ pub struct BedConfig {
     pub runs_dir: PathBuf,
     /// The kernel to boot.
     pub kernel: KernelSpec,
+    /// The RDMA devices the guests get.
+    pub provider: Provider,
 }
 
 impl BedConfig {
@@ -114,6 +145,7 @@ impl BedConfig {
             runs_dir: cache_dir.join("runs"),
             cache_dir,
             kernel,
+            provider: Provider::Rxe,
         }
     }
 }
@@ -245,7 +277,12 @@ impl Bed {
         let vm_dir = &config.cache_dir;
         fs::create_dir_all(vm_dir).context(|| format!("cannot create {}", vm_dir.display()))?;
         let tools = host::ensure()?;
-        let kernel = kernel::prepare(vm_dir, config.kernel)?;
+        let mut kernel = kernel::prepare(vm_dir, config.kernel)?;
+        if config.provider == Provider::Siw {
+            packages::ensure(Need::Siw, util::prefix())?;
+            let siw = crate::siw::prepare(vm_dir, &kernel)?;
+            kernel.modules.extend(siw);
+        }
         let base_initrd = base_initramfs(&tools, &kernel)?;
         let mut bed = Bed {
             tools,
@@ -411,13 +448,14 @@ impl Bed {
             env.push_str(&format!("RVERBS_CWD={}\n", util::shell_quote(cwd)));
         }
         env.push_str(&format!(
-            "RVERBS_RXE_TOOL={}\nRVERBS_KERNEL={}\n",
+            "RVERBS_RXE_TOOL={}\nRVERBS_KERNEL={}\nRVERBS_PROVIDER={}\n",
             if spec.payload.rverbs.is_some() {
                 "rverbs"
             } else {
                 "rdma"
             },
-            self.kernel.spec.name
+            self.kernel.spec.name,
+            self.config.provider.name()
         ));
         env.push_str(&format!("RVERBS_TERM={}\n", guest_term()));
         let mut names = Vec::new();
