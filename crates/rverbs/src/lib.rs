@@ -5,7 +5,7 @@
 //!
 //! This facade re-exports the layers and adds one helper of its own:
 //! - [`uverbs`] (`rverbs-uverbs`): devices, contexts, verbs objects, kernel ABI;
-//! - [`provider`] (`rverbs-provider`): rxe and mlx5 rings, posting and polling;
+//! - [`provider`] (`rverbs-provider`): rxe, siw and mlx5 rings, posting and polling;
 //! - [`cm`] (`rverbs-cm`): rdma_cm ids, events, and librdmacm's helpers;
 //! - [`rc`]: connecting an RC QP by hand (RESET → INIT → RTR → RTS) when the peers exchange
 //!   their QP numbers without rdma_cm;

@@ -19,7 +19,7 @@ use zerocopy::IntoBytes;
 
 use super::abi::{
     siw_rqe, siw_sqe, siw_ureq_reg_mr, siw_uresp_alloc_ctx, siw_uresp_create_cq,
-    siw_uresp_create_qp, siw_uresp_create_srq, SIW_INVAL_UOBJ_KEY, SIW_MAX_SGE,
+    siw_uresp_create_qp, siw_uresp_create_srq, SIW_INVAL_UOBJ_KEY, SIW_MAX_INLINE, SIW_MAX_SGE,
 };
 use super::doorbell::Doorbell;
 use super::ring::{ring_bytes, Ring, SiwCq, SiwRq, SiwSq, SqConfig};
@@ -221,6 +221,26 @@ fn not_rc(device: &str, t: QpType) -> io::Error {
     .into()
 }
 
+/// What siw's kernel refuses at create with a bare EINVAL, refused first with the limit named.
+fn check_caps(device: &str, c: &rverbs_uverbs::qp::QpCaps) -> io::Result<()> {
+    let why = if c.max_inline_data as usize > SIW_MAX_INLINE {
+        format!(
+            "max_inline_data {}: siw (iWARP) carries at most {SIW_MAX_INLINE} inline bytes",
+            c.max_inline_data
+        )
+    } else if c.max_send_sge as usize > SIW_MAX_SGE || c.max_recv_sge as usize > SIW_MAX_SGE {
+        format!(
+            "max_send_sge {} / max_recv_sge {}: siw takes at most {SIW_MAX_SGE}",
+            c.max_send_sge, c.max_recv_sge
+        )
+    } else if c.max_send_wr == 0 {
+        "max_send_wr 0: siw has no QP without a send queue".to_string()
+    } else {
+        return Ok(());
+    };
+    Err(Error::invalid(format!("create RC QP on {device}"), why).into())
+}
+
 // SAFETY: the data path touches only the rings the kernel mapped for each object (at the
 // keys and of the sizes its genuine create responses name: the create contract), through
 // views that check the geometry and bound every index by the ring's size.
@@ -268,6 +288,7 @@ unsafe impl Driver for SiwDriver {
         if req.qp_type != QpType::RC {
             return Err(not_rc(&self.device, req.qp_type));
         }
+        check_caps(&self.device, &req.caps)?;
         let mut resp = siw_uresp_create_qp::default();
         let k = create(&[], resp.as_mut_bytes())?;
         let (sq_ring, sq_map) = map_ring(

@@ -651,6 +651,70 @@ fn siw_refuses_non_rc_qps_before_the_kernel() {
     }
 }
 
+/// Capacities siw's kernel refuses with a bare EINVAL are refused first, the limit named.
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot open files")]
+fn siw_refuses_capacities_over_its_limits() {
+    use rverbs_uverbs::driver::{QpCreated, QpRequest};
+    use rverbs_uverbs::qp::QpCaps;
+    use std::os::fd::AsFd;
+    let d = SiwDriver::new("siw0");
+    let f = std::fs::File::open("/dev/null").unwrap();
+    let ok = QpCaps {
+        max_send_wr: 4,
+        max_recv_wr: 4,
+        max_send_sge: 6,
+        max_recv_sge: 6,
+        max_inline_data: 80,
+    };
+    for (caps, text) in [
+        (
+            QpCaps {
+                max_inline_data: 81,
+                ..ok
+            },
+            "max_inline_data 81: siw (iWARP) carries at most 80 inline bytes",
+        ),
+        (
+            QpCaps {
+                max_send_sge: 7,
+                ..ok
+            },
+            "max_send_sge 7 / max_recv_sge 6: siw takes at most 6",
+        ),
+        (
+            QpCaps {
+                max_recv_sge: 7,
+                ..ok
+            },
+            "siw takes at most 6",
+        ),
+        (
+            QpCaps {
+                max_send_wr: 0,
+                ..ok
+            },
+            "max_send_wr 0",
+        ),
+    ] {
+        let req = QpRequest {
+            qp_type: QpType::RC,
+            caps,
+            sq_sig_all: false,
+            has_srq: false,
+            srq_handle: None,
+        };
+        let mut create = |_: &[u8], _: &mut [u8]| -> rverbs_uverbs::Result<QpCreated> {
+            panic!("no kernel command may be issued for {caps:?}")
+        };
+        // SAFETY: the callback is never called (what is tested), so nothing is mapped.
+        let e = unsafe { d.create_qp(f.as_fd(), &req, &mut create) }.unwrap_err();
+        let s = e.to_string();
+        assert!(s.contains("create RC QP on siw0"), "{s}");
+        assert!(s.contains(text), "{s}");
+    }
+}
+
 /// A create response whose ring cannot be mapped (SIW_INVAL_UOBJ_KEY) or whose size is not a
 /// power of two is an error naming the ring; nothing is mapped.
 #[test]
