@@ -14,7 +14,6 @@ use std::ffi::OsString;
 use std::fmt::Write as _;
 
 use rverbs::provider::{provider_for, PROVIDERS};
-use rverbs::uverbs::context::Context;
 use rverbs::uverbs::device::{devices, format_guid, Device, DriverId, Transport};
 use rverbs::uverbs::device_attr::{AtomicCap, DeviceAttr};
 use rverbs::uverbs::gid::{GidEntry, GidType};
@@ -563,7 +562,8 @@ fn format_port(w: &mut String, transport: Transport, p: &PortInfo, verbose: bool
 
 /// Queries one device the way ibv_devinfo does.
 pub fn gather(dev: &Device, port: Option<u32>, verbose: bool) -> std::io::Result<HcaInfo> {
-    let ctx = Context::open(dev)?;
+    // With the provider: its driver's context data (siw refuses a context without it).
+    let ctx = rverbs::provider::open(dev)?;
     let attr = ctx.query_device()?;
     let gids = if verbose {
         ctx.query_gid_table()?
