@@ -205,7 +205,14 @@ impl CmId {
             reserved: 0,
             ece: abi::rdma_ucm_ece::default(),
         };
-        self.run("connect", cmd::CONNECT, &req, 0)?;
+        self.run("connect", cmd::CONNECT, &req, 0).map_err(|e| {
+            // iWARP connects its LLP (TCP) in the command itself: a refused TCP connection.
+            if Error::errno_of(&e) == Some(Errno::CONNREFUSED) {
+                super::add_detail(e, "nobody listens on that port".into())
+            } else {
+                e
+            }
+        })?;
         self.set_step(Step::Connecting);
         if !self.sync {
             return Ok(());
