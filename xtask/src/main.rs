@@ -70,7 +70,8 @@ USAGE:
             --topo one        (default) rxe0 on dummy netdev d0, 10.10.0.1/24
             --topo two        also rxe1 on ve1 (10.20.0.1) and rxe2 on ve2 (10.20.0.2), a
                               veth pair that the traffic between them really crosses
-            --kernel 6.1      (default) Debian 12's kernel; 6.12: Debian 13's
+            --kernel 6.1      (default) Debian 12's kernel; 6.12: Debian 13's; 6.12-bpo:
+                              Debian 12 backports' 6.12 (siw builds for it, 6.12's does not)
             --provider siw    siw devices instead of rxe (siw0 on d0, siw1/siw2 on ve1/ve2);
                               siw.ko is built for the kernel once and cached
             --timeout SECS    kill the guest after SECS (default 600); a hang is a failure

@@ -1022,7 +1022,7 @@ RVERBS-VM-TEST: [x] bad: exit 0 after 1 s;
 
     #[test]
     fn device_free_names_exist() {
-        for name in DEVICE_FREE {
+        for name in DEVICE_FREE.iter().chain(SIW_TESTS) {
             let (krate, file) = name.split_once('/').unwrap();
             let path = util::workspace_root()
                 .join("crates")
@@ -1031,7 +1031,7 @@ RVERBS-VM-TEST: [x] bad: exit 0 after 1 s;
                 .join(format!("{file}.rs"));
             assert!(
                 path.is_file(),
-                "DEVICE_FREE names {name}: no {}",
+                "DEVICE_FREE or SIW_TESTS names {name}: no {}",
                 path.display()
             );
         }

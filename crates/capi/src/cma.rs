@@ -221,6 +221,9 @@ struct IdState {
     /// Set when the active side's CONNECT_RESPONSE could not be completed: the peer's
     /// REJECTED that follows is not reported (as librdmacm).
     connect_error: bool,
+    /// Why the device the kernel bound the id to could not be opened (a driver rverbs has
+    /// no provider for): what creating a QP on the id then fails with (`ENODEV`).
+    device_error: Option<String>,
 }
 
 // SAFETY: the raw pointers name objects of this library (a channel, a PD) that any thread
@@ -350,6 +353,7 @@ fn wrap_id(id: CmId, channel: *mut rdma_event_channel, context: *mut c_void) -> 
             paths: Vec::new(),
             ep_qp: None,
             connect_error: false,
+            device_error: None,
         }),
         users: EventCount::default(),
     }));
@@ -471,6 +475,7 @@ fn update_addr(g: &mut IdGuard<'_>) {
                 }
                 Err(e) => {
                     fail(&e);
+                    st.device_error = Some(e.to_string());
                 }
             }
         }
@@ -761,6 +766,13 @@ fn create_cq(c: &mut IdGuard<'_>, cqe: u32) -> io::Result<(*mut ibv_comp_channel
 
 fn create_qp(c: &mut IdGuard<'_>, attr: &mut ibv_qp_init_attr_ex) -> io::Result<()> {
     if c.c.verbs.is_null() {
+        if let Some(why) = &c.st.device_error {
+            return Err(
+                rverbs_uverbs::Error::os("rdma_create_qp", rustix::io::Errno::NODEV)
+                    .with_detail(format!("the id's device cannot be opened: {why}"))
+                    .into(),
+            );
+        }
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "rdma_create_qp: the id has no device yet (bind, resolve the address or take a \

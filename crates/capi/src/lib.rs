@@ -138,4 +138,6 @@ pub mod mw;
 #[cfg(test)]
 mod null_tests;
 pub mod qp_ex;
+#[cfg(test)]
+mod unsupported_tests;
 pub mod verbs;

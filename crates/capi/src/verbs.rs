@@ -147,7 +147,7 @@ unsafe impl Send for DevPtr {}
 
 static DEVICES: Mutex<Vec<DevPtr>> = Mutex::new(Vec::new());
 
-fn new_device(dev: Device) -> *mut CDevice {
+pub(crate) fn new_device(dev: Device) -> *mut CDevice {
     // SAFETY: ibv_device is plain data (integers, arrays, fn pointers); all-zero is valid.
     let mut c: ibv_device = unsafe { std::mem::zeroed() };
     c.node_type = dev.node_type().0 as c_int;

@@ -560,7 +560,9 @@ fn format_port(w: &mut String, transport: Transport, p: &PortInfo, verbose: bool
     let _ = writeln!(w);
 }
 
-/// Queries one device the way ibv_devinfo does.
+/// Queries one device the way ibv_devinfo does: through its provider, as ibv_devinfo goes
+/// through rdma-core's (a driver may refuse a context without its provider's private data, as
+/// siw does; for rxe the calls are those of a plain `Context::open`).
 pub fn gather(dev: &Device, port: Option<u32>, verbose: bool) -> std::io::Result<HcaInfo> {
     // With the provider: its driver's context data (siw refuses a context without it).
     let ctx = rverbs::provider::open(dev)?;

@@ -264,6 +264,16 @@ fn debian_programs_on_the_drop_in_handle_siw_interop() {
         client.out
     );
     assert!(client.out.contains(why), "{}", client.out);
+    // rdma_create_ep: the id resolves to siw, whose context cannot be opened: ENODEV.
+    let mut c = tool("rdma_client", true);
+    c.args(["-s", &addr]);
+    let r = finish(spawn(c), Duration::from_secs(30));
+    assert!(matches!(r.exited(), Some(c) if c != 0), "{}", r.out);
+    assert!(
+        r.out.contains("rdma_create_ep: No such device"),
+        "{}",
+        r.out
+    );
     // A server on our library: the connection is refused, the server reports and exits.
     let server = rping_server(&addr, true);
     let client = rping_client(&addr, false);

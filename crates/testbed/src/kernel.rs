@@ -61,6 +61,14 @@ pub const KERNELS: &[KernelSpec] = &[
     },
 ];
 
+/// Kernels the bed boots only when asked by name (`--kernel 6.12-bpo`): not in `all`, nor in
+/// the test stages. Debian 12 backports' 6.12 is built with Debian 12's compiler (gcc-12) and
+/// kbuild, so siw can be built for it on a Debian 12 machine (docs/testing.md, "Soft-iWARP").
+pub const EXTRA_KERNELS: &[KernelSpec] = &[KernelSpec {
+    name: "6.12-bpo",
+    suite: "bookworm-backports",
+}];
+
 /// The default kernel of single-guest commands (`rverbs-vm run`, `cargo xtask vm`).
 pub const DEFAULT_KERNEL: KernelSpec = KERNELS[0];
 
@@ -69,13 +77,19 @@ impl KernelSpec {
     pub fn parse(s: &str) -> Option<KernelSpec> {
         KERNELS
             .iter()
+            .chain(EXTRA_KERNELS)
             .copied()
             .find(|k| k.name == s || k.suite == s)
     }
 
     /// The accepted names, for messages.
     pub fn names() -> String {
-        KERNELS.iter().map(|k| k.name).collect::<Vec<_>>().join("|")
+        KERNELS
+            .iter()
+            .chain(EXTRA_KERNELS)
+            .map(|k| k.name)
+            .collect::<Vec<_>>()
+            .join("|")
     }
 }
 
@@ -128,6 +142,9 @@ impl Apt {
         }
         let mut list = String::new();
         for (uri, suffix) in mirrors() {
+            if suffix == "-security" && suite.ends_with("-backports") {
+                continue; // backports have no security suite of their own
+            }
             list.push_str(&format!(
                 "deb [signed-by={KEYRING}] {uri} {}{suffix} main\n",
                 suite
@@ -753,6 +770,11 @@ kernel/drivers/net/dummy.ko:
         assert!(resolve(DEP, "", &["crc32_generic"]).is_err());
         assert_eq!(KernelSpec::parse("trixie"), KernelSpec::parse("6.12"));
         assert_eq!(KernelSpec::parse("5.10"), None);
+        assert_eq!(
+            KernelSpec::parse("6.12-bpo").map(|k| k.suite),
+            Some("bookworm-backports")
+        );
+        assert!(!KERNELS.iter().any(|k| k.name == "6.12-bpo"), "opt-in only");
     }
 
     #[test]

@@ -9,6 +9,7 @@
 pub mod cpio;
 pub mod host;
 pub mod kernel;
+pub mod local;
 pub mod packages;
 pub mod runner;
 pub mod siw;

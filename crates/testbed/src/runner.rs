@@ -33,6 +33,12 @@ USAGE:
     rverbs-vm prepare [--kernel K] [--provider siw]
         Installs what is missing (as root), downloads and unpacks the kernel (and builds
         siw.ko for it), and says where.
+    rverbs-vm local [--provider rxe|siw] [--timeout SECS] [--] PROGRAM [ARGS...]
+        No VM: runs PROGRAM on this machine's own kernel, as root, with one device named
+        <provider>_l<pid> on a dummy netdev: siw in a private network namespace (d0,
+        10.10.0.1/24), rxe in the initial one (rvl<pid>, 10.233.x.y/32: rxe routes in the
+        initial namespace only); the same RVERBS_* variables (RVERBS_GUEST=local, one node);
+        everything removed after. Needs the siw (rdma_rxe) module and iproute2.
     rverbs-vm help
 
 OPTIONS (each also from the environment variable named after it):
@@ -42,6 +48,7 @@ OPTIONS (each also from the environment variable named after it):
     --topo one|two         RVERBS_VM_TOPO; one (default): rxe0 on d0, 10.10.0.1; two: rxe1 on
                            ve1 (10.20.0.1) and rxe2 on ve2 (10.20.0.2), joined by a veth pair
     --kernel 6.1|6.12      RVERBS_VM_KERNEL; Debian 12's (default) or Debian 13's kernel
+                           (6.12-bpo: Debian 12 backports' 6.12, siw-capable, when named)
     --provider rxe|siw     RVERBS_VM_PROVIDER; rxe (default) or siw devices, named the same
                            way (siw0 on d0, siw1/siw2 on ve1/ve2); siw.ko is built for the
                            guest kernel on first use (Debian's kernels do not build siw)
@@ -406,6 +413,19 @@ pub fn test(o: &Opts) -> Result<u8> {
         .map_or(1, |c| u8::try_from(c.clamp(0, 255)).unwrap_or(1)))
 }
 
+/// `rverbs-vm local`: returns the exit code to exit with.
+pub fn local(o: &Opts) -> Result<u8> {
+    let Some(prog) = o.rest.first() else {
+        crate::bail!("`rverbs-vm local` needs a PROGRAM (see `rverbs-vm help`)");
+    };
+    if o.topo != Topo::One {
+        crate::bail!("`rverbs-vm local` has one node only: use `rverbs-vm run --topo two`");
+    }
+    let mut words = vec![resolve_program(prog)?.to_string_lossy().into_owned()];
+    words.extend(o.rest[1..].iter().cloned());
+    crate::local::run(o.provider, &words, o.timeout)
+}
+
 /// `rverbs-vm prepare`.
 pub fn prepare(o: &Opts) -> Result<u8> {
     let t = std::time::Instant::now();
@@ -439,6 +459,7 @@ pub fn main(args: &[String]) -> u8 {
         Some("run") => parse(&args[1..], env).and_then(|o| run(&o)),
         Some("test") => parse(&args[1..], env).and_then(|o| test(&o)),
         Some("prepare") => parse(&args[1..], env).and_then(|o| prepare(&o)),
+        Some("local") => parse(&args[1..], env).and_then(|o| local(&o)),
         Some(other) => Err(util::Error(format!(
             "unknown command `{other}` (see `rverbs-vm help`)"
         ))),

@@ -121,9 +121,18 @@ fn build(cache: &Path, kernel: &Kernel, out: &Path) -> Result<()> {
     })?;
     let deps = header_depends(&show);
     let compiler = compiler_of(&show).ok_or_else(|| {
-        format!("{headers} names no linux-compiler-gcc-NN package: cannot tell its compiler")
+        format!(
+            "{headers} names no linux-compiler-gcc-NN or gcc-NN package: cannot tell its compiler"
+        )
     })?;
-    need_tools(&[(compiler.as_str(), compiler.as_str())])?;
+    need_tools(&[(compiler.as_str(), compiler.as_str())]).map_err(|e| {
+        util::Error(format!(
+            "{e}\n(kernel {} was built with {compiler}, and siw.ko must be built with the same \
+             compiler; where this machine's release has no {compiler}, see docs/testing.md, \
+             \"Soft-iWARP (siw)\")",
+            kernel.release
+        ))
+    })?;
     let source = format!("linux-source-{}", major_minor(&kernel.release)?);
 
     let dl = out.join("dl");
@@ -209,7 +218,7 @@ fn build(cache: &Path, kernel: &Kernel, out: &Path) -> Result<()> {
     }
 
     say(format!(
-        "make -C {} M={} CONFIG_RDMA_SIW=m modules ({compiler})",
+        "make -C {} M={} CONFIG_RDMA_SIW=m CONFIG_DEBUG_INFO_BTF_MODULES= modules ({compiler})",
         hdir.display(),
         siw_src.display()
     ));
@@ -222,7 +231,12 @@ fn build(cache: &Path, kernel: &Kernel, out: &Path) -> Result<()> {
         .arg("-C")
         .arg(&hdir)
         .arg(format!("M={}", siw_src.display()))
-        .args(["CONFIG_RDMA_SIW=m", "modules"])
+        // No BTF for the module: it would need pahole (dwarves), and the module loads without.
+        .args([
+            "CONFIG_RDMA_SIW=m",
+            "CONFIG_DEBUG_INFO_BTF_MODULES=",
+            "modules",
+        ])
         .stdout(logf)
         .stderr(errf)
         .status()
@@ -360,13 +374,16 @@ fn header_depends(show: &str) -> Vec<String> {
         .collect()
 }
 
-/// `linux-compiler-gcc-12-x86` in the headers' Depends → `gcc-12`.
+/// The kernel's compiler from the headers' Depends: `linux-compiler-gcc-12-x86` (Debian 12)
+/// or `gcc-14` itself (Debian 13) → `gcc-12`, `gcc-14`.
 fn compiler_of(show: &str) -> Option<String> {
     field(show, "Depends")?
         .split(',')
         .filter_map(|d| d.split_whitespace().next())
         .find_map(|d| {
-            let v = d.strip_prefix("linux-compiler-gcc-")?;
+            let v = d
+                .strip_prefix("linux-compiler-gcc-")
+                .or_else(|| d.strip_prefix("gcc-"))?;
             let n = v.split('-').next()?;
             (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then(|| format!("gcc-{n}"))
         })
@@ -409,6 +426,8 @@ mod tests {
         );
         assert_eq!(compiler_of(SHOW).as_deref(), Some("gcc-12"));
         assert_eq!(compiler_of("Depends: linux-kbuild-6.1\n"), None);
+        let trixie = "Depends: linux-base (>= 4.12~), linux-kbuild-6.12.118+deb13, gcc-14\n";
+        assert_eq!(compiler_of(trixie).as_deref(), Some("gcc-14"));
         assert_eq!(field(SHOW, "Version"), Some("6.1.192-3"));
     }
 

@@ -277,9 +277,12 @@ impl Bed {
         let vm_dir = &config.cache_dir;
         fs::create_dir_all(vm_dir).context(|| format!("cannot create {}", vm_dir.display()))?;
         let tools = host::ensure()?;
+        if config.provider == Provider::Siw {
+            // Before the kernel: a missing package stops the command at once.
+            packages::ensure(Need::Siw, util::prefix())?;
+        }
         let mut kernel = kernel::prepare(vm_dir, config.kernel)?;
         if config.provider == Provider::Siw {
-            packages::ensure(Need::Siw, util::prefix())?;
             let siw = crate::siw::prepare(vm_dir, &kernel)?;
             kernel.modules.extend(siw);
         }

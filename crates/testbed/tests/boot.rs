@@ -129,6 +129,88 @@ fn missing_packages_stop_with_the_apt_get_line() {
     );
 }
 
+/// `--provider siw` needs the packages that build siw.ko: without them it stops at once with
+/// their `apt-get install` line, before any kernel is fetched; the rxe guests do not need them.
+#[test]
+fn siw_without_its_build_packages_names_them() {
+    let dir = std::env::temp_dir().join(format!("rverbs-testbed-nosiw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = dir.join("dpkg-query");
+    // Every package is installed except the ones that build siw.ko.
+    let script = "#!/bin/sh\nfor a; do case $a in -*) ;; make|gcc-12|binutils|libelf1) ;; \
+                  *) echo \"$a ii \" ;; esac; done\n";
+    std::fs::write(&fake, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let cache = dir.join("cache");
+    let t = std::time::Instant::now();
+    let out = runner()
+        .args(["run", "--provider", "siw", "--", "/bin/true"])
+        .env("PATH", path)
+        .env("RVERBS_TESTBED_NO_INSTALL", "1")
+        .env("RVERBS_TESTBED_CACHE", &cache)
+        .output()
+        .unwrap();
+    let fetched = cache.join("kernel").exists();
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("apt-get install -y --no-install-recommends make gcc-12 binutils libelf1\n"),
+        "{err}"
+    );
+    assert!(
+        err.contains("kbuild builds siw.ko"),
+        "the why column: {err}"
+    );
+    assert!(
+        !fetched,
+        "a kernel was fetched before the packages were checked"
+    );
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        t.elapsed()
+    );
+    let (code, _, err) = run(&["run", "--provider", "iwarp", "--", "true"]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("--provider must be rxe or siw, not `iwarp`"),
+        "{err}"
+    );
+}
+
+#[test]
+#[ignore = "boots a guest: run by cargo xtask test (stage runner boot tests)"]
+fn siw_devices_in_the_minimal_guest_two_nodes() {
+    // No rverbs binary given: the devices are made with iproute2's `rdma link add ... type siw`.
+    let script = "echo in-$RVERBS_PROVIDER-$RVERBS_DEV_A-$RVERBS_DEV_B; \
+                  cat /sys/class/infiniband/$RVERBS_DEV_A/node_type \
+                  /sys/class/infiniband/$RVERBS_DEV_B/ports/1/state";
+    let (code, out, err) = run(&[
+        "run",
+        "--provider",
+        "siw",
+        "--topo",
+        "two",
+        "--",
+        busybox(),
+        "sh",
+        "-c",
+        script,
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("in-siw-siw1-siw2"), "{out}");
+    assert!(out.contains("4: RNIC"), "iWARP devices are RNICs: {out}");
+    assert!(out.contains("4: ACTIVE"), "{out}");
+    assert!(err.contains("(two topology, siw, kernel 6.1"), "{err}");
+}
+
 #[test]
 #[ignore = "boots a guest: run by cargo xtask test (stage runner boot tests)"]
 fn exit_code_output_and_variables_come_back() {
@@ -208,4 +290,54 @@ fn a_hanging_program_is_killed_at_the_timeout_and_fails() {
     assert!(out.contains("hanging-now"), "{out}");
     assert!(err.contains("hung and was killed after 30.0 s"), "{err}");
     assert!(err.contains("---- last"), "{err}");
+}
+
+/// `rverbs-vm local` (no VM: the machine's own kernel) proven inside a guest, which is such a
+/// machine: rdma-core's rping over the device it makes, for rxe (initial namespace) and siw
+/// (private namespace), the program's exit code, and nothing left behind.
+#[test]
+#[ignore = "boots a guest: run by cargo xtask test (stage runner boot tests)"]
+fn local_mode_runs_rping_on_the_guests_own_kernel() {
+    let dir = std::env::temp_dir().join(format!("rverbs-testbed-local-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("local.sh");
+    std::fs::write(
+        &script,
+        r#"B=$1; P=$2
+$B local --provider $P --timeout 120 -- /bin/sh -c '
+echo "inner-$RVERBS_GUEST-$RVERBS_PROVIDER-$RVERBS_DEV_A"
+(timeout 60 rping -s -a $RVERBS_ADDR_A -C 3 > /dev/null 2>&1 &)
+# The server may not listen yet (a loaded host): a refused client is tried again.
+i=0
+until timeout 30 rping -c -a $RVERBS_ADDR_A -C 3 -v; do
+    i=$((i + 1)); [ $i -ge 20 ] && exit 3; sleep 0.5
+done
+exit 7'
+rc=$?
+echo "left: $(rdma link show | grep -c _l) devices, $(ip netns list | wc -l) namespaces"
+exit $rc
+"#,
+    )
+    .unwrap();
+    let me = env!("CARGO_BIN_EXE_rverbs-vm");
+    for p in ["rxe", "siw"] {
+        let sh = script.to_string_lossy().into_owned();
+        let (code, out, err) = run(&[
+            "run",
+            "--guest",
+            "host",
+            "--provider",
+            p,
+            "--",
+            "/bin/sh",
+            &sh,
+            me,
+            p,
+        ]);
+        assert_eq!(code, Some(7), "{p}: {out}\n{err}");
+        assert!(out.contains(&format!("inner-local-{p}-{p}_l")), "{out}");
+        assert!(out.contains("ping data: rdma-ping-2"), "{out}");
+        assert!(out.contains("left: 0 devices, 0 namespaces"), "{out}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
