@@ -1,8 +1,9 @@
 //! The `miri` stage of `cargo xtask test`: the unit tests of the code that touches memory
 //! shared with the kernel or a device (memory regions and the shared-memory copies with their
-//! race tests, INLINE posts racing `Mr::write_at` on rxe and mlx5, `PageBuf`, the rxe rings and
-//! their completion views, the mlx5 CQ ring and its clean at RESET, the CQE parsers, the mlx5
-//! queue buffers' sizing checks, the lazy completion `RawWc`) under Miri with Tree Borrows.
+//! race tests, INLINE posts racing `Mr::write_at` on rxe, siw and mlx5, `PageBuf`, the rxe and
+//! siw rings and their completion views, the mlx5 CQ ring and its clean at RESET, the CQE
+//! parsers, the mlx5 queue buffers' sizing checks, the lazy completion `RawWc`) under Miri with
+//! Tree Borrows.
 //!
 //! Needs the nightly toolchain's `miri` and `rust-src` components. If they are missing the
 //! stage tries `rustup +nightly component add miri rust-src` once; if Miri still cannot run,
@@ -27,6 +28,9 @@ const SUITES: &[(&str, &[&str])] = &[
             "mlx5::wq::tests",
             // The CQ ring: poll, the simulated device thread, the clean of a QP moved to RESET.
             "mlx5::cq::",
+            // The siw rings against the simulated kernel thread, the INLINE copy racing a
+            // shared writer, the refusals and lying geometries.
+            "tests::siw_",
             "--skip",
             "fast_paths_agree_with_the_general_rules",
         ],

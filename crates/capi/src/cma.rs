@@ -711,6 +711,24 @@ fn init_qp(c: &IdGuard<'_>) -> io::Result<()> {
 
 /// INIT again (the attributes now reflect the peer's parameters: remote read access once
 /// the peer may read), then RTR and RTS.
+/// Whether the id's device is iWARP (siw, irdma, cxgb4): the iw_cm connects its QP (to RTS)
+/// and reports ESTABLISHED, with no CONNECT_RESPONSE and no RTU.
+fn iwarp(c: &IdGuard<'_>) -> bool {
+    let verbs = c.c.verbs;
+    // SAFETY: [object] a non-NULL `verbs` of an id is the context our rdma_cm opened for it,
+    // alive while the id is; its device is set at open and never changed.
+    !verbs.is_null() && unsafe { (*(*verbs).device).transport_type } == 1
+}
+
+/// After ESTABLISHED on an iWARP id with a QP: the kernel's QP is in RTS already (the iw_cm
+/// moved it); this modify (no change for the kernel) records the state so sends are accepted.
+fn iwarp_established(c: &IdGuard<'_>) -> io::Result<()> {
+    if c.c.qp.is_null() || !iwarp(c) {
+        return Ok(());
+    }
+    modify_qp_plain(c, QpState::RTS, IBV_QP_STATE)
+}
+
 fn rtr_rts(c: &IdGuard<'_>) -> io::Result<()> {
     modify_qp_to(c, QpState::INIT)?;
     modify_qp_to(c, QpState::RTR)?;
@@ -1019,7 +1037,9 @@ pub unsafe extern "C" fn rdma_connect(
     let p = unsafe { self::conn_param(&c, conn_param) };
     let r = c.id().and_then(|i| {
         if i.is_sync() && !c.c.qp.is_null() {
-            i.connect_with(&p, |_, _| rtr_rts(&c))
+            // On iWARP the hook does not run: ESTABLISHED comes instead of CONNECT_RESPONSE.
+            i.connect_with(&p, |_, _| rtr_rts(&c))?;
+            iwarp_established(&c)
         } else {
             i.connect(&p)
         }
@@ -1055,7 +1075,13 @@ pub unsafe extern "C" fn rdma_accept(
         if !c.c.qp.is_null() && c.c.qp_type != u32::from(QpType::UD.0) {
             rtr_rts(&c)?;
         }
-        c.id()?.accept(&p)
+        let id = c.id()?;
+        id.accept(&p)?;
+        if id.is_sync() && c.c.qp_type != u32::from(QpType::UD.0) {
+            // Synchronous ids waited for ESTABLISHED.
+            iwarp_established(&c)?;
+        }
+        Ok(())
     })();
     ret(r)
 }
@@ -1367,6 +1393,16 @@ pub unsafe extern "C" fn rdma_get_cm_event(
                 let e = make_event(ev, idp, null_mut());
                 // SAFETY: just made.
                 multicast_event(&mut c, unsafe { &mut (*e).c }, handle, ud);
+                e
+            }
+            CmEventKind::ESTABLISHED if !c.c.qp.is_null() && iwarp(&c) => {
+                let e = make_event(ev, idp, null_mut());
+                if let Err(err) = iwarp_established(&c) {
+                    // SAFETY: just made.
+                    let ce = unsafe { &mut (*e).c };
+                    ce.event = CmEventKind::CONNECT_ERROR.0;
+                    ce.status = -fail(&err);
+                }
                 e
             }
             CmEventKind::REJECTED if c.connect_error => {

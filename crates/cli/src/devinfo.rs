@@ -564,6 +564,7 @@ fn format_port(w: &mut String, transport: Transport, p: &PortInfo, verbose: bool
 /// through rdma-core's (a driver may refuse a context without its provider's private data, as
 /// siw does; for rxe the calls are those of a plain `Context::open`).
 pub fn gather(dev: &Device, port: Option<u32>, verbose: bool) -> std::io::Result<HcaInfo> {
+    // With the provider: its driver's context data (siw refuses a context without it).
     let ctx = rverbs::provider::open(dev)?;
     let attr = ctx.query_device()?;
     let gids = if verbose {

@@ -83,6 +83,11 @@ struct Run {
 /// Runs one client against one server, both with -v and the client with -V; checks exit
 /// codes and every ping line on both sides. Returns false when a C tool is missing in the
 /// minimal guest.
+/// The guest's devices are siw (the siw stage).
+fn siw() -> bool {
+    std::env::var("RVERBS_PROVIDER").as_deref() == Ok("siw")
+}
+
 fn run(r: Run) -> bool {
     let (Some((sp, mut sa)), Some((cp, mut ca))) = (rping(r.server), rping(r.client)) else {
         return false;
@@ -119,6 +124,11 @@ fn run(r: Run) -> bool {
     }
     let before = veth_counters();
     let mut s = spawn(&sp, &sa);
+    if siw() {
+        // A siw listener is a TCP socket: wait for it (rdma-core's rping client refused by
+        // iWARP hangs instead of exiting, so retrying it does not work).
+        s.wait_listening(r.port);
+    }
     let c = client_once_server_listens(&mut s, &cp, &ca, T);
     let s = s.finish(T);
     assert!(ok_exit(&c, r.client), "client failed: {c}\nserver: {s}");
@@ -230,6 +240,11 @@ fn interop_c_server_rust_client() {
 )]
 fn interop_self_created_qp_both_ways() {
     for (server, client, port) in [(Tool::Rust, Tool::C, 7850), (Tool::C, Tool::Rust, 7851)] {
+        if client == Tool::C && siw() {
+            // rdma-core's rping -q sends the RTU itself (rdma_establish), which iWARP does
+            // not have: its client fails with EINVAL against any server (v44).
+            continue;
+        }
         if !run(Run {
             server,
             client,

@@ -535,6 +535,12 @@ impl<C: CqOwnership> Endpoint<C> {
         })
     }
 
+    /// The endpoint's QP (librdmacm's `id->qp`): for posting what the helpers below do not
+    /// cover. It is locked like every QP; the endpoint keeps it connected and destroys it.
+    pub fn qp(&self) -> &Arc<Qp> {
+        &self.qp
+    }
+
     /// The rdma_cm id.
     pub fn id(&self) -> &CmId {
         &self.id
@@ -653,7 +659,13 @@ impl<C: CqOwnership> Endpoint<C> {
             cm_modify(id, &self.qp, QpState::INIT)?;
             cm_modify(id, &self.qp, QpState::RTR)?;
             cm_modify(id, &self.qp, QpState::RTS)
-        })
+        })?;
+        if self.is_iwarp() && self.id.is_sync() {
+            // The iw_cm connected the QP to RTS itself and reported ESTABLISHED (the hook
+            // above did not run): record the state.
+            return self.iwarp_established();
+        }
+        Ok(())
     }
 
     /// For asynchronous ids (an event loop waits for the events): sends the REQ announcing the
@@ -692,7 +704,26 @@ impl<C: CqOwnership> Endpoint<C> {
             cm_modify(&self.id, &self.qp, QpState::RTR)?;
             cm_modify(&self.id, &self.qp, QpState::RTS)?;
         }
-        self.id.accept(&p)
+        self.id.accept(&p)?;
+        if self.is_iwarp() && self.id.is_sync() {
+            // ESTABLISHED came: the iw_cm has moved the QP to RTS (see `connect`).
+            return self.iwarp_established();
+        }
+        Ok(())
+    }
+
+    /// The QP is on an iWARP device (siw, irdma, cxgb4): the iw_cm connects it.
+    fn is_iwarp(&self) -> bool {
+        self.qp.pd().context().device().transport() == rverbs_uverbs::device::Transport::IWARP
+    }
+
+    /// After ESTABLISHED on iWARP: the iw_cm has moved the QP to RTS; this modify (a no-op for
+    /// the kernel) records it, so that sends are accepted.
+    fn iwarp_established(&self) -> io::Result<()> {
+        self.qp.modify(&vqp::QpAttr {
+            qp_state: Some(QpState::RTS),
+            ..Default::default()
+        })
     }
 
     /// Connected QPs are connected once: connect/accept need the QP still in INIT.

@@ -1,6 +1,7 @@
 //! # rverbs-provider
 //!
-//! The data path of the devices rverbs drives: rxe (soft-RoCE) and mlx5 (ConnectX).
+//! The data path of the devices rverbs drives: rxe (soft-RoCE), siw (soft-iWARP) and mlx5
+//! (ConnectX).
 //!
 //! Providers are chosen from a static table keyed by the kernel's driver id ([`PROVIDERS`]),
 //! never by scanning driver files or loading libraries: [`open`] looks the device's driver up
@@ -31,6 +32,7 @@ mod mapping;
 // API. The `internals` feature re-exports the few pieces the benchmarks and fuzz targets use.
 pub(crate) mod mlx5;
 pub(crate) mod rxe;
+pub(crate) mod siw;
 
 #[cfg(feature = "internals")]
 #[doc(hidden)]
@@ -58,6 +60,11 @@ pub static PROVIDERS: &[Provider] = &[
         driver_id: DriverId::MLX5,
         name: "mlx5",
         open: mlx5::driver::open,
+    },
+    Provider {
+        driver_id: DriverId::SIW,
+        name: "siw",
+        open: siw::driver::open,
     },
 ];
 

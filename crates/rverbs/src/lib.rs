@@ -5,7 +5,7 @@
 //!
 //! This facade re-exports the layers and adds one helper of its own:
 //! - [`uverbs`] (`rverbs-uverbs`): devices, contexts, verbs objects, kernel ABI;
-//! - [`provider`] (`rverbs-provider`): rxe and mlx5 rings, posting and polling;
+//! - [`provider`] (`rverbs-provider`): rxe, siw and mlx5 rings, posting and polling;
 //! - [`cm`] (`rverbs-cm`): rdma_cm ids, events, and librdmacm's helpers;
 //! - [`stream`] (`rverbs-stream`): `RdmaStream` / `RdmaListener`, a byte stream over RDMA
 //!   that speaks librdmacm's rsockets protocol (interoperates with rdma-core's `rstream`);

@@ -131,7 +131,7 @@ pub struct Limits {
 }
 
 impl Context {
-    /// Opens `dev` without driver data (enough for rxe and siw).
+    /// Opens `dev` without driver data (enough for rxe; siw needs room for its response).
     pub fn open(dev: &Device) -> io::Result<Context> {
         Self::open_with_udata(dev, &[], &mut [])
     }

@@ -124,6 +124,13 @@ pub unsafe trait Driver: Send + Sync + fmt::Debug {
     /// a new operation does not compile until each provider says whether it encodes it.
     fn send_caps(&self) -> crate::op::SendCaps;
 
+    /// Driver data of a memory registration (`REG_MR`): the request bytes and how many bytes
+    /// of driver response to make room for, for kernel drivers that refuse a registration
+    /// without them (siw). Default: none.
+    fn reg_mr_udata(&self) -> (&'static [u8], usize) {
+        (&[], 0)
+    }
+
     /// The CQ depth to ask the kernel for when the caller wants `cqe` entries (mlx5 sizes its
     /// ring to a power of two and tells the kernel one less). Default: `cqe` itself.
     fn adjust_cqe(&self, cqe: u32) -> Result<u32> {

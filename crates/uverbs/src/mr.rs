@@ -80,7 +80,7 @@ use crate::shared::{copy_from_shared, copy_to_shared, fill_shared};
 use crate::wr::{MrSge, Sge};
 use crate::write;
 use rustix::io::Errno;
-use zerocopy::IntoBytes as _;
+use zerocopy::{FromBytes as _, IntoBytes as _};
 
 bitflags! {
     /// `IB_UVERBS_ACCESS_*` / `ibv_access_flags`.
@@ -447,7 +447,24 @@ fn reg_raw(pd: &Pd, addr: u64, len: usize, access: AccessFlags) -> Result<(u32, 
         access_flags: access.bits(),
     };
     let mut resp = ib_uverbs_reg_mr_resp::default();
-    write::cmd_legacy_simple(ctx.cmd_fd(), nr::REG_MR, &req, &mut resp).map_err(|e| {
+    // The provider's driver data (siw's kernel refuses a registration without it).
+    let (drv_in, drv_out) = ctx.driver().map_or((&[][..], 0), |d| d.reg_mr_udata());
+    let r = if drv_in.is_empty() && drv_out == 0 {
+        write::cmd_legacy_simple(ctx.cmd_fd(), nr::REG_MR, &req, &mut resp)
+    } else {
+        // Core response, then the driver's (at most 32 bytes; none asks for more).
+        let core = size_of::<ib_uverbs_reg_mr_resp>();
+        let mut buf = [0u8; 12 + 32];
+        let out = buf.get_mut(..core + drv_out).ok_or(Errno::INVAL);
+        out.and_then(|out| {
+            write::cmd_legacy(ctx.cmd_fd(), nr::REG_MR, req.as_bytes(), drv_in, out)?;
+            resp = ib_uverbs_reg_mr_resp::read_from_prefix(out)
+                .map(|(r, _)| r)
+                .unwrap_or_default();
+            Ok(())
+        })
+    };
+    r.map_err(|e| {
         let hint = match e {
             rustix::io::Errno::FAULT => "; the range is not mapped",
             rustix::io::Errno::NOMEM => "; the memlock limit (ulimit -l) may be too low",

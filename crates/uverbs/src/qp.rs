@@ -657,7 +657,30 @@ impl Qp {
             ),
         };
         let mask = attr.mask();
-        if let Some(next) = attr.qp_state {
+        // iWARP (siw, irdma, cxgb4): the rdma_cm's iw_cm connects the QP over its LLP and
+        // moves it to RTS itself; the InfiniBand table of required attributes does not apply
+        // (the rdma_cm's own modifies carry none of them), and a QP cannot be connected by
+        // hand: refused here with the rule, before the kernel's bare EINVAL.
+        let iwarp = ctx.device().transport() == crate::device::Transport::IWARP;
+        if iwarp {
+            let by_hand = QpAttrMask::AV
+                | QpAttrMask::DEST_QPN
+                | QpAttrMask::RQ_PSN
+                | QpAttrMask::SQ_PSN
+                | QpAttrMask::PATH_MTU;
+            if mask.intersects(by_hand) {
+                return Err(Error::unsupported(
+                    op(),
+                    format!(
+                        "{} is an iWARP device: its RC QPs are connected only through the \
+                         rdma_cm (which moves them to RTS), not by hand ({:?})",
+                        ctx.name(),
+                        mask & by_hand
+                    ),
+                )
+                .into());
+            }
+        } else if let Some(next) = attr.qp_state {
             match required_for(self.qp_type, cur, next) {
                 None => {
                     return Err(Error::invalid(op(), "illegal state transition").into());
@@ -675,8 +698,16 @@ impl Qp {
             }
         }
         let cmd = attr.to_modify(self.handle);
-        write::cmd_legacy(ctx.cmd_fd(), nr::MODIFY_QP, cmd.as_bytes(), &[], &mut [])
-            .map_err(|e| Error::os(op(), e).with_detail(format!("mask {mask:?}")))?;
+        write::cmd_legacy(ctx.cmd_fd(), nr::MODIFY_QP, cmd.as_bytes(), &[], &mut []).map_err(
+            |e| {
+                let hint = if iwarp && attr.qp_state == Some(QpState::RTS) {
+                    "; an iWARP QP reaches RTS only when the rdma_cm connects it"
+                } else {
+                    ""
+                };
+                Error::os(op(), e).with_detail(format!("mask {mask:?}{hint}"))
+            },
+        )?;
         if let Some(next) = attr.qp_state {
             self.state.store(next.0, Ordering::Relaxed);
             if next == QpState::RESET {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use rverbs::cm::verbs::{Endpoint, UserCqs};
 use rverbs::cm::{CmId, ConnParam, QpState as CmQpState};
+use rverbs::uverbs::device::Transport;
 use rverbs::uverbs::qp::{self as vqp, Qp};
 use rverbs::uverbs::{MrSge, RecvWr, SendFlags, SendOp, SendWr};
 
@@ -86,11 +87,27 @@ impl Link {
         Ok(())
     }
 
+    /// On iWARP the iw_cm connects a QP to RTS itself (ESTABLISHED, no CONNECT_RESPONSE):
+    /// record that state on our own QP (a modify that changes nothing in the kernel), as the
+    /// endpoint does for its QP.
+    fn iwarp_established(qp: &Qp) -> io::Result<()> {
+        if qp.pd().context().device().transport() != Transport::IWARP {
+            return Ok(());
+        }
+        qp.modify(&vqp::QpAttr {
+            qp_state: Some(vqp::QpState::RTS),
+            ..Default::default()
+        })
+    }
+
     pub(super) fn connect(&self) -> io::Result<()> {
         let p = self.param();
         match self {
             Link::Cm(ep) => ep.connect(&p),
-            Link::Own { qp, id } => id.connect_with(&p, |id, _| Self::self_modify(qp, id)),
+            Link::Own { qp, id } => {
+                id.connect_with(&p, |id, _| Self::self_modify(qp, id))?;
+                Self::iwarp_established(qp)
+            }
         }
     }
 
@@ -100,7 +117,8 @@ impl Link {
             Link::Cm(ep) => ep.accept(&ConnParam::default()),
             Link::Own { qp, id } => {
                 Self::self_modify(qp, id)?;
-                id.accept(&self.param())
+                id.accept(&self.param())?;
+                Self::iwarp_established(qp)
             }
         }
     }

@@ -181,7 +181,10 @@ impl CmId {
     /// synchronous RC ids: `on_response` gets the id and the CONNECT_RESPONSE event and must
     /// bring the QP to RTS (`init_qp_attr(RTR)`, modify, `init_qp_attr(RTS)`, modify). If it
     /// fails, the connection is rejected and its error returned. Asynchronous ids ignore it:
-    /// they see CONNECT_RESPONSE on their channel and call [`CmId::establish`].
+    /// they see CONNECT_RESPONSE on their channel and call [`CmId::establish`]. On an iWARP
+    /// device the answer is ESTABLISHED instead (the iw_cm has connected the QP and moved it
+    /// to RTS): `on_response` is not called, no RTU is sent, and the event is kept for
+    /// [`CmId::take_event`] (the peer's private data).
     pub fn connect_with(
         &self,
         param: &ConnParam,
@@ -202,7 +205,14 @@ impl CmId {
             reserved: 0,
             ece: abi::rdma_ucm_ece::default(),
         };
-        self.run("connect", cmd::CONNECT, &req, 0)?;
+        self.run("connect", cmd::CONNECT, &req, 0).map_err(|e| {
+            // iWARP connects its LLP (TCP) in the command itself: a refused TCP connection.
+            if Error::errno_of(&e) == Some(Errno::CONNREFUSED) {
+                super::add_detail(e, "nobody listens on that port".into())
+            } else {
+                e
+            }
+        })?;
         self.set_step(Step::Connecting);
         if !self.sync {
             return Ok(());
@@ -210,10 +220,19 @@ impl CmId {
         if self.qp_type == QpType::UD {
             return self.wait("connect", &[CmEventKind::ESTABLISHED]);
         }
-        self.wait("connect", &[CmEventKind::CONNECT_RESPONSE])?;
+        self.wait(
+            "connect",
+            &[CmEventKind::CONNECT_RESPONSE, CmEventKind::ESTABLISHED],
+        )?;
         let ev = self
             .take_event()
             .ok_or_else(|| Error::protocol("connect", "event vanished"))?;
+        if ev.kind() == CmEventKind::ESTABLISHED {
+            // iWARP: the iw_cm answers with ESTABLISHED and has connected the QP (moved it to
+            // RTS) itself; there is no RTU to send and nothing for `on_response` to do.
+            self.lock().event = Some(Box::new(ev));
+            return Ok(());
+        }
         let hook = on_response(self, &ev);
         self.lock().event = Some(Box::new(ev));
         if let Err(e) = hook {

@@ -21,6 +21,9 @@ mod rxe_abi_layout;
 mod rxe_noalloc;
 mod rxe_rings;
 mod rxe_wqe;
+mod siw_abi_layout;
+mod siw_doorbell;
+mod siw_rings;
 
 use crate::{provider_for, PROVIDERS};
 use rverbs_uverbs::device::DriverId;
@@ -34,5 +37,6 @@ fn table_is_keyed_by_distinct_driver_ids() {
     }
     assert_eq!(provider_for(DriverId::RXE).unwrap().name, "rxe");
     assert_eq!(provider_for(DriverId::MLX5).unwrap().name, "mlx5");
+    assert_eq!(provider_for(DriverId::SIW).unwrap().name, "siw");
     assert!(provider_for(DriverId(9999)).is_none());
 }
