@@ -3,7 +3,7 @@
 //! A byte stream over RDMA that speaks librdmacm's **rsockets** protocol:
 //! [`RdmaListener::bind`] / [`RdmaListener::accept`], [`RdmaStream::connect`],
 //! `std::io::Read` / `Write` (vectored too), `shutdown`, non-blocking mode, timeouts and a
-//! readiness fd; with the `tokio` feature, `AsyncRead` / `AsyncWrite` ([`tokio`] module, not
+//! readiness fd; with the `tokio` feature, `AsyncRead` / `AsyncWrite` (the `tokio` module, not
 //! in the default build). An `RdmaStream` interoperates with rdma-core's rsocket programs (`rstream`,
 //! `riostream`) both ways.
 //!
