@@ -132,8 +132,6 @@ macro_rules! obj {
 }
 
 pub mod abi;
-#[macro_use]
-mod symver;
 pub mod cma;
 pub mod cq_ex;
 pub mod dmabuf;
@@ -142,6 +140,7 @@ pub mod mw;
 #[cfg(test)]
 mod null_tests;
 pub mod qp_ex;
+mod symver;
 #[cfg(test)]
 mod unsupported_tests;
 pub mod verbs;
