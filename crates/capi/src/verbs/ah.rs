@@ -133,6 +133,3 @@ pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
     drop(unsafe { Box::from_raw(ah.cast::<CAh>()) });
     0
 }
-
-// ---------------------------------------------------------------------------------------
-// Misc

@@ -431,9 +431,6 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
     data.len() as c_int
 }
 
-// ---------------------------------------------------------------------------------------
-// PD, MR
-
 fn gid_entry(g: &rverbs_uverbs::gid::GidEntry) -> ibv_gid_entry {
     ibv_gid_entry {
         gid: ibv_gid { raw: g.gid.0 },

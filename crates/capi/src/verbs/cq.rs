@@ -294,6 +294,3 @@ pub(super) unsafe extern "C" fn req_notify_cq_op(cq: *mut ibv_cq, solicited_only
         Err(e) => fail(&e),
     }
 }
-
-// ---------------------------------------------------------------------------------------
-// SRQ

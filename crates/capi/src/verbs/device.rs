@@ -151,6 +151,3 @@ pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> c_int 
     let d = obj!(unsafe { cdev(device) }, neg);
     d.dev.netlink_index().map_or(-1, |i| i as c_int)
 }
-
-// ---------------------------------------------------------------------------------------
-// Contexts

@@ -114,6 +114,3 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         }
     }
 }
-
-// ---------------------------------------------------------------------------------------
-// Completion channels, CQs

@@ -485,6 +485,3 @@ pub(super) unsafe extern "C" fn post_recv_op(
     // until the completions are polled.
     unsafe { post_recv_list(wr, bad, |w| q.qp.post_recv_raw(w)) }
 }
-
-// ---------------------------------------------------------------------------------------
-// AH

@@ -239,6 +239,3 @@ pub(super) unsafe extern "C" fn post_srq_recv_op(
     // until the completions are polled.
     unsafe { post_recv_list(wr, bad, |w| s.srq.post_recv_raw(w)) }
 }
-
-// ---------------------------------------------------------------------------------------
-// QP

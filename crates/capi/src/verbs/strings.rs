@@ -172,6 +172,3 @@ pub extern "C" fn ibv_event_type_str(event: c_int) -> *const c_char {
     ];
     pick(T, event)
 }
-
-// ---------------------------------------------------------------------------------------
-// GID entries, async events, kernel-struct converters (used by rdma-core's librdmacm)

@@ -102,9 +102,6 @@ pub unsafe extern "C" fn ibv_query_qp_data_in_order(
     0
 }
 
-// ---------------------------------------------------------------------------------------
-// rdma-core's provider interface (IBVERBS_PRIVATE_34)
-
 /// rdma-core's provider libraries (Debian's libmlx5.so.1, libefa.so.1, … which perftest and
 /// pyverbs link directly) import these libibverbs-private entry points; they are exported
 /// so that those libraries load. rverbs does not host rdma-core's providers (it has its own,
