@@ -18,13 +18,6 @@ pub(super) fn new_channel(ch: EventChannel) -> *mut CEventChannel {
     }))
 }
 
-/// # Safety
-/// `c` is NULL or an \[object\] event channel pointer.
-pub(super) unsafe fn cchan<'a>(c: *mut rdma_event_channel) -> Option<&'a CEventChannel> {
-    // SAFETY: [object] c, the first field of its CEventChannel ([owner]).
-    unsafe { verbs::owner(c, "rdma_event_channel") }
-}
-
 /// `rdma_create_event_channel`: NULL and `errno` when `/dev/infiniband/rdma_cm` cannot be
 /// opened.
 #[no_mangle]

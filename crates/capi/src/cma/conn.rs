@@ -48,7 +48,7 @@ pub unsafe extern "C" fn rdma_connect(
     conn_param: *mut rdma_conn_param,
 ) -> c_int {
     // SAFETY: [object] id.
-    let c = obj!(unsafe { cid(id) }, neg).lock();
+    let c = obj!(unsafe { CCmId::from_c(id) }, neg).lock();
     // SAFETY: [in] conn_param (NULL allowed).
     let p = unsafe { self::conn_param(&c, conn_param) };
     let r = c.id().and_then(|i| {
@@ -70,7 +70,7 @@ pub unsafe extern "C" fn rdma_connect(
 #[no_mangle]
 pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
     // SAFETY: [object] id.
-    let c = obj!(unsafe { cid(id) }, neg).lock();
+    let c = obj!(unsafe { CCmId::from_c(id) }, neg).lock();
     ret(c.id().and_then(|i| i.establish()))
 }
 
@@ -84,7 +84,7 @@ pub unsafe extern "C" fn rdma_accept(
     conn_param: *mut rdma_conn_param,
 ) -> c_int {
     // SAFETY: [object] id.
-    let c = obj!(unsafe { cid(id) }, neg).lock();
+    let c = obj!(unsafe { CCmId::from_c(id) }, neg).lock();
     // SAFETY: [in] conn_param (NULL allowed).
     let p = unsafe { self::conn_param(&c, conn_param) };
     let r = (|| {
@@ -113,7 +113,7 @@ pub unsafe extern "C" fn rdma_reject(
     private_data_len: u8,
 ) -> c_int {
     // SAFETY: [object] id.
-    let c = obj!(unsafe { cid(id) }, neg).lock();
+    let c = obj!(unsafe { CCmId::from_c(id) }, neg).lock();
     let data: &[u8] = if private_data.is_null() {
         &[]
     } else {
@@ -130,7 +130,7 @@ pub unsafe extern "C" fn rdma_reject(
 #[no_mangle]
 pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     // SAFETY: [object] id.
-    let c = obj!(unsafe { cid(id) }, neg).lock();
+    let c = obj!(unsafe { CCmId::from_c(id) }, neg).lock();
     let r = (|| {
         if !c.c.qp.is_null() && c.c.qp_type != u32::from(QpType::UD.0) {
             modify_qp_plain(&c, QpState::ERR, IBV_QP_STATE)?;
@@ -147,7 +147,7 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int {
     // SAFETY: [object] id.
-    let c = obj!(unsafe { cid(id) }, neg).lock();
+    let c = obj!(unsafe { CCmId::from_c(id) }, neg).lock();
     ret(c.id().and_then(|i| i.notify(event as u32)))
 }
 
@@ -165,7 +165,7 @@ pub unsafe extern "C" fn rdma_set_option(
     optlen: usize,
 ) -> c_int {
     // SAFETY: [object] id.
-    let c = obj!(unsafe { cid(id) }, neg).lock();
+    let c = obj!(unsafe { CCmId::from_c(id) }, neg).lock();
     if optval.is_null() {
         set_errno(libc::EINVAL);
         return -1;
@@ -204,7 +204,7 @@ pub unsafe extern "C" fn rdma_migrate_id(
     channel: *mut rdma_event_channel,
 ) -> c_int {
     // SAFETY: [object] id.
-    let mut g = obj!(unsafe { cid(id) }, neg).lock();
+    let mut g = obj!(unsafe { CCmId::from_c(id) }, neg).lock();
     let IdGuard { st, c, .. } = &mut g;
     let st = &mut **st;
     let Some(i) = st.id.as_mut() else {
@@ -215,7 +215,7 @@ pub unsafe extern "C" fn rdma_migrate_id(
         None
     } else {
         // SAFETY: [object] channel.
-        Some(&obj!(unsafe { cchan(channel) }, neg).ch)
+        Some(&obj!(unsafe { CEventChannel::from_c(channel) }, neg).ch)
     };
     if let Err(e) = i.migrate(to) {
         return ret(Err(e));
@@ -243,7 +243,7 @@ pub unsafe extern "C" fn rdma_migrate_id(
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
     // SAFETY: [object] id.
-    unsafe { cid(id) }.map_or(0, |c| port_of(&c.lock().c.route.addr.src_storage))
+    unsafe { CCmId::from_c(id) }.map_or(0, |c| port_of(&c.lock().c.route.addr.src_storage))
 }
 
 /// `rdma_get_dst_port`: the peer's port, network order.
@@ -253,7 +253,7 @@ pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
     // SAFETY: [object] id.
-    unsafe { cid(id) }.map_or(0, |c| port_of(&c.lock().c.route.addr.dst_storage))
+    unsafe { CCmId::from_c(id) }.map_or(0, |c| port_of(&c.lock().c.route.addr.dst_storage))
 }
 
 fn port_of(s: &libc::sockaddr_storage) -> u16 {

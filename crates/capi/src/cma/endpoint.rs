@@ -230,7 +230,7 @@ pub unsafe extern "C" fn rdma_get_request(
     id: *mut *mut rdma_cm_id,
 ) -> c_int {
     // SAFETY: [object] listen.
-    let lc = obj!(unsafe { cid(listen) }, neg);
+    let lc = obj!(unsafe { CCmId::from_c(listen) }, neg);
     if id.is_null() {
         set_errno(null_arg("rdma_cm_id output"));
         return -1;

@@ -74,7 +74,7 @@ pub unsafe extern "C" fn rdma_get_cm_event(
         return -1;
     }
     // SAFETY: [object] channel.
-    let ch = obj!(unsafe { cchan(channel) }, neg);
+    let ch = obj!(unsafe { CEventChannel::from_c(channel) }, neg);
     loop {
         // The descriptor is O_NONBLOCK from the start (rverbs-cm reads it after poll), so a
         // caller's own O_NONBLOCK cannot be told apart: this call always waits.

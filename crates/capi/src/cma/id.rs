@@ -143,13 +143,6 @@ pub(super) fn use_id(uid: u64) -> Option<&'static CCmId> {
     Some(c)
 }
 
-/// # Safety
-/// `id` is NULL or an \[object\] id pointer.
-pub(super) unsafe fn cid<'a>(id: *mut rdma_cm_id) -> Option<&'a CCmId> {
-    // SAFETY: [object] id, the first field of its CCmId ([owner]).
-    unsafe { verbs::owner(id, "rdma_cm_id") }
-}
-
 pub(super) fn wrap_id(
     id: CmId,
     channel: *mut rdma_event_channel,
@@ -207,7 +200,7 @@ pub unsafe extern "C" fn rdma_create_id(
         return -1;
     }
     // SAFETY: [object] channel (NULL: a synchronous id).
-    let ch = unsafe { cchan(channel) }.map(|c| &c.ch);
+    let ch = unsafe { CEventChannel::from_c(channel) }.map(|c| &c.ch);
     match CmId::create(ch, PortSpace(ps as u16)) {
         Ok(i) => {
             // SAFETY: [out] id (non-NULL, checked above).
@@ -226,7 +219,7 @@ pub unsafe extern "C" fn rdma_create_id(
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     // SAFETY: [destroy] id.
-    let c = obj!(unsafe { cid(id) }, neg);
+    let c = obj!(unsafe { CCmId::from_c(id) }, neg);
     let uid = c.lock().id.as_ref().map(CmId::uid);
     if let Some(uid) = uid {
         if let Some(m) = IDS.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
@@ -276,7 +269,7 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::so
 /// `id` is ours.
 unsafe fn on_id(id: *mut rdma_cm_id, f: impl FnOnce(&CmId) -> io::Result<()>) -> c_int {
     // SAFETY: [object] id.
-    let mut c = obj!(unsafe { cid(id) }, neg).lock();
+    let mut c = obj!(unsafe { CCmId::from_c(id) }, neg).lock();
     let r = c.id().and_then(f);
     if r.is_ok() {
         update_addr(&mut c);

@@ -57,6 +57,7 @@ pub use unsupported::*;
 
 use crate::abi::*;
 use crate::events::EventCount;
+use crate::handle::FromC;
 use crate::verbs::{self, fail, null_arg, set_errno};
 
 fn ret(r: io::Result<()>) -> c_int {

@@ -110,7 +110,7 @@ unsafe fn join(
     context: *mut c_void,
 ) -> c_int {
     // SAFETY: [object] id.
-    let mut c = obj!(unsafe { cid(id) }, neg).lock();
+    let mut c = obj!(unsafe { CCmId::from_c(id) }, neg).lock();
     // SAFETY: [in] addr.
     let a = match unsafe { from_sockaddr(addr) } {
         Ok(Some(a)) => a,
@@ -157,7 +157,7 @@ fn attach_join(c: &mut IdGuard<'_>, addr: SocketAddr, ud: &UdEventParam) -> io::
         return Ok(());
     }
     // SAFETY: [object] the id's QP, made by rdma_create_qp (alive while the id has it).
-    let Some(q) = (unsafe { verbs::cqp(qp) }) else {
+    let Some(q) = (unsafe { verbs::CQp::from_c(qp) }) else {
         return Ok(());
     };
     let (gid, lid) = ud.mcast_group();
@@ -178,7 +178,7 @@ fn leave_join(c: &mut IdGuard<'_>, addr: SocketAddr) -> io::Result<()> {
     let mut r = Ok(());
     if let (Some((gid, lid)), false) = (j.attached, qp.is_null()) {
         // SAFETY: [object] the id's QP.
-        if let Some(q) = unsafe { verbs::cqp(qp) } {
+        if let Some(q) = unsafe { verbs::CQp::from_c(qp) } {
             r = q.qp.detach_mcast(&gid, lid);
         }
     }
@@ -197,7 +197,7 @@ pub unsafe extern "C" fn rdma_leave_multicast(
     addr: *mut libc::sockaddr,
 ) -> c_int {
     // SAFETY: [object] id.
-    let mut c = obj!(unsafe { cid(id) }, neg).lock();
+    let mut c = obj!(unsafe { CCmId::from_c(id) }, neg).lock();
     // SAFETY: [in] addr.
     let a = match unsafe { from_sockaddr(addr) } {
         Ok(Some(a)) => a,

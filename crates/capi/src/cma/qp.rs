@@ -190,7 +190,7 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
     attr: *mut ibv_qp_init_attr_ex,
 ) -> c_int {
     // SAFETY: [object] id.
-    let mut c = obj!(unsafe { cid(id) }, neg).lock();
+    let mut c = obj!(unsafe { CCmId::from_c(id) }, neg).lock();
     // SAFETY: [in] [out] attr.
     let Some(a) = (unsafe { attr.as_mut() }) else {
         set_errno(null_arg("ibv_qp_init_attr_ex"));
@@ -220,7 +220,7 @@ pub unsafe extern "C" fn rdma_create_qp(
     qp_init_attr: *mut ibv_qp_init_attr,
 ) -> c_int {
     // SAFETY: [object] id.
-    let mut c = obj!(unsafe { cid(id) }, neg).lock();
+    let mut c = obj!(unsafe { CCmId::from_c(id) }, neg).lock();
     // SAFETY: [in] [out] qp_init_attr.
     let Some(a) = (unsafe { qp_init_attr.as_mut() }) else {
         set_errno(null_arg("ibv_qp_init_attr"));
@@ -243,7 +243,7 @@ pub unsafe extern "C" fn rdma_create_qp(
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
     // SAFETY: [object] id.
-    let mut c = obj!(unsafe { cid(id) }, unit).lock();
+    let mut c = obj!(unsafe { CCmId::from_c(id) }, unit).lock();
     if !c.c.qp.is_null() {
         // SAFETY: the id's QP, an [object] of ours.
         unsafe { verbs::ibv_destroy_qp(c.c.qp) };
@@ -263,7 +263,7 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
     qp_attr_mask: *mut c_int,
 ) -> c_int {
     // SAFETY: [object] id.
-    let c = obj!(unsafe { cid(id) }, neg).lock();
+    let c = obj!(unsafe { CCmId::from_c(id) }, neg).lock();
     // SAFETY: [in] qp_attr.
     let state = unsafe { (*qp_attr).qp_state };
     let r = c.id().and_then(|i| i.init_qp_attr(QpState(state as u8)));
@@ -319,7 +319,7 @@ pub unsafe extern "C" fn rdma_create_srq(
     attr: *mut ibv_srq_init_attr,
 ) -> c_int {
     // SAFETY: [object] id.
-    let mut c = obj!(unsafe { cid(id) }, neg).lock();
+    let mut c = obj!(unsafe { CCmId::from_c(id) }, neg).lock();
     let pd = if pd.is_null() {
         match default_pd(c.c.verbs) {
             Ok(p) => p,
@@ -345,7 +345,7 @@ pub unsafe extern "C" fn rdma_create_srq(
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
     // SAFETY: [object] id.
-    let mut c = obj!(unsafe { cid(id) }, unit).lock();
+    let mut c = obj!(unsafe { CCmId::from_c(id) }, unit).lock();
     if !c.c.srq.is_null() {
         // SAFETY: [object] the id's SRQ.
         unsafe { verbs::ibv_destroy_srq(c.c.srq) };

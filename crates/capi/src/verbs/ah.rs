@@ -18,7 +18,7 @@ pub struct CAh {
 #[no_mangle]
 pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
     // SAFETY: [object] pd.
-    let p = obj!(unsafe { cpd(pd) }, null);
+    let p = obj!(unsafe { CPd::from_c(pd) }, null);
     // SAFETY: [in] attr.
     let Some(a) = (unsafe { attr.as_ref() }) else {
         set_errno(null_arg("ibv_ah_attr"));
@@ -72,7 +72,7 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
     ah_attr: *mut ibv_ah_attr,
 ) -> c_int {
     // SAFETY: [object] context.
-    let c = obj!(unsafe { cctx(context) }, neg);
+    let c = obj!(unsafe { CContext::from_c(context) }, neg);
     // SAFETY: [in] wc.
     let Some(wc) = (unsafe { wc.as_ref() }).map(wc_for_reply) else {
         set_errno(null_arg("ibv_wc"));
@@ -110,7 +110,7 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
     port_num: u8,
 ) -> *mut ibv_ah {
     // SAFETY: [object] pd.
-    let context = obj!(unsafe { cpd(pd) }, null).context();
+    let context = obj!(unsafe { CPd::from_c(pd) }, null).context();
     let mut attr = std::mem::MaybeUninit::<ibv_ah_attr>::zeroed();
     // SAFETY: forwarded: [object] context, [in] wc, [buf] grh as our caller's; `attr` is writable.
     if unsafe { ibv_init_ah_from_wc(context, port_num, wc, grh, attr.as_mut_ptr()) } != 0 {

@@ -14,7 +14,7 @@ pub unsafe extern "C" fn ibv_get_async_event(
 ) -> c_int {
     use rverbs_uverbs::async_event::AsyncElement;
     // SAFETY: [object] context.
-    let c = obj!(unsafe { cctx(context) }, neg);
+    let c = obj!(unsafe { CContext::from_c(context) }, neg);
     let nonblock = rustix::fs::fcntl_getfl(c.ctx.async_fd())
         .is_ok_and(|f| f.contains(rustix::fs::OFlags::NONBLOCK));
     let timeout = nonblock.then_some(std::time::Duration::ZERO);

@@ -11,13 +11,6 @@ pub struct CChannel {
     pub ch: Arc<CompChannel>,
 }
 
-/// # Safety
-/// `ch` is NULL or an \[object\] completion channel pointer.
-pub(crate) unsafe fn cchannel<'a>(ch: *mut ibv_comp_channel) -> Option<&'a CChannel> {
-    // SAFETY: [object] ch, the first field of its CChannel ([owner]).
-    unsafe { owner(ch, "ibv_comp_channel") }
-}
-
 /// `ibv_create_comp_channel`. Its fd blocks, as libibverbs' does (a caller may make it
 /// non-blocking with `fcntl`).
 ///
@@ -28,7 +21,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
     context: *mut ibv_context,
 ) -> *mut ibv_comp_channel {
     // SAFETY: [object] context.
-    let c = obj!(unsafe { cctx(context) }, null);
+    let c = obj!(unsafe { CContext::from_c(context) }, null);
     let ch = match CompChannel::create(&c.ctx).and_then(|ch| ch.set_blocking(true).map(|()| ch)) {
         Ok(ch) => ch,
         Err(e) => return null_with(&e),
@@ -51,7 +44,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
     // SAFETY: [destroy] channel.
-    let ch = obj!(unsafe { cchannel(channel) }, errno);
+    let ch = obj!(unsafe { CChannel::from_c(channel) }, errno);
     if Arc::strong_count(&ch.ch) > 1 {
         return libc::EBUSY;
     }

@@ -12,25 +12,6 @@ pub struct CContext {
     pub ctx: Arc<Context>,
 }
 
-/// The [`CContext`] whose `ibv_context` `c` points at (NULL stays recognisable).
-fn ctx_owner(c: *mut ibv_context) -> *mut CContext {
-    let off = offset_of!(CContext, vctx) + offset_of!(verbs_context, context);
-    // The ibv_context sits `off` bytes into its CContext ([owner]: the verbs_context is its
-    // first field); wrapping_byte_sub computes the address without dereferencing anything.
-    c.wrapping_byte_sub(off).cast()
-}
-
-/// # Safety
-/// `c` is NULL or an \[object\] context pointer.
-pub(crate) unsafe fn cctx<'a>(c: *mut ibv_context) -> Option<&'a CContext> {
-    if c.is_null() {
-        null_arg("ibv_context");
-        return None;
-    }
-    // SAFETY: [object] c: a live CContext ([owner], see ctx_owner); shared reference only.
-    Some(unsafe { &*ctx_owner(c) })
-}
-
 /// `ibv_open_device`.
 ///
 /// # Safety
@@ -38,7 +19,7 @@ pub(crate) unsafe fn cctx<'a>(c: *mut ibv_context) -> Option<&'a CContext> {
 #[no_mangle]
 pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
     // SAFETY: [object] device.
-    let d = obj!(unsafe { cdev(device) }, null);
+    let d = obj!(unsafe { CDevice::from_c(device) }, null);
     let ctx = match rverbs_provider::open(&d.dev) {
         Ok(c) => c,
         Err(e) => return null_with(&e),
@@ -91,7 +72,7 @@ pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
         return null_arg("ibv_context");
     }
     // SAFETY: [destroy] context: the CContext boxed by ibv_open_device ([owner]).
-    drop(unsafe { Box::from_raw(ctx_owner(context)) });
+    drop(unsafe { Box::from_raw(CContext::owner_ptr(context)) });
     0
 }
 
@@ -105,7 +86,7 @@ pub unsafe extern "C" fn ibv_query_device(
     attr: *mut ibv_device_attr,
 ) -> c_int {
     // SAFETY: [object] context.
-    let c = obj!(unsafe { cctx(context) }, errno);
+    let c = obj!(unsafe { CContext::from_c(context) }, errno);
     match c.ctx.query_device() {
         Ok(a) => {
             // SAFETY: [out] attr.
@@ -175,7 +156,7 @@ unsafe extern "C" fn query_device_ex_op(
         return libc::EINVAL;
     }
     // SAFETY: [object] context.
-    let c = obj!(unsafe { cctx(context) }, errno);
+    let c = obj!(unsafe { CContext::from_c(context) }, errno);
     let a = match c.ctx.query_device() {
         Ok(a) => a,
         Err(e) => return fail(&e),
@@ -250,7 +231,7 @@ fn port_attr(p: &rverbs_uverbs::port::PortAttr) -> ibv_port_attr {
 /// `context` is ours; `out` has `len` writable bytes.
 unsafe fn query_port_into(context: *mut ibv_context, port: u8, out: *mut u8, len: usize) -> c_int {
     // SAFETY: [object] context.
-    let c = obj!(unsafe { cctx(context) }, errno);
+    let c = obj!(unsafe { CContext::from_c(context) }, errno);
     match c.ctx.query_port(u32::from(port)) {
         Ok(p) => {
             let a = port_attr(&p);
@@ -301,7 +282,7 @@ pub unsafe extern "C" fn ibv_query_gid(
     gid: *mut [u8; 16],
 ) -> c_int {
     // SAFETY: [object] context.
-    let c = obj!(unsafe { cctx(context) }, neg);
+    let c = obj!(unsafe { CContext::from_c(context) }, neg);
     if index < 0 {
         set_errno(libc::EINVAL);
         return -1;
@@ -343,7 +324,7 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     ty: *mut c_uint,
 ) -> c_int {
     // SAFETY: [object] context.
-    let c = obj!(unsafe { cctx(context) }, neg);
+    let c = obj!(unsafe { CContext::from_c(context) }, neg);
     match c.ctx.query_gid(u32::from(port), index) {
         Ok(g) => {
             let v = if g.gid_type == GidType::ROCE_V2 { 1 } else { 0 };
@@ -370,7 +351,7 @@ pub unsafe extern "C" fn ibv_query_pkey(
     pkey: *mut u16,
 ) -> c_int {
     // SAFETY: [object] context.
-    let c = obj!(unsafe { cctx(context) }, neg);
+    let c = obj!(unsafe { CContext::from_c(context) }, neg);
     let path = c
         .ctx
         .device()
@@ -459,7 +440,7 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
         return libc::EINVAL;
     }
     // SAFETY: [object] context.
-    let c = obj!(unsafe { cctx(context) }, errno);
+    let c = obj!(unsafe { CContext::from_c(context) }, errno);
     match c.ctx.query_gid(port, index) {
         Ok(g) => {
             // SAFETY: [buf] entry has entry_size writable bytes (checked to hold an ibv_gid_entry above).
@@ -488,7 +469,7 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
         return -(libc::EINVAL as isize);
     }
     // SAFETY: [object] context.
-    let c = obj!(unsafe { cctx(context) }, neg_errno);
+    let c = obj!(unsafe { CContext::from_c(context) }, neg_errno);
     let table = match c.ctx.query_gid_table() {
         Ok(t) => t,
         Err(e) => return -(fail(&e) as isize),

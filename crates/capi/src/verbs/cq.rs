@@ -39,7 +39,7 @@ pub unsafe extern "C" fn ibv_create_cq(
     comp_vector: c_int,
 ) -> *mut ibv_cq {
     // SAFETY: [object] context.
-    let c = obj!(unsafe { cctx(context) }, null);
+    let c = obj!(unsafe { CContext::from_c(context) }, null);
     if cqe < 0 || comp_vector < 0 {
         set_errno(libc::EINVAL);
         return null_mut();
@@ -48,7 +48,7 @@ pub unsafe extern "C" fn ibv_create_cq(
         None
     } else {
         // SAFETY: [object] channel.
-        Some(obj!(unsafe { cchannel(channel) }, null).ch.clone())
+        Some(obj!(unsafe { CChannel::from_c(channel) }, null).ch.clone())
     };
     let opts = CqOptions {
         channel: ch,
@@ -83,14 +83,6 @@ pub unsafe extern "C" fn ibv_create_cq(
     p.cast()
 }
 
-/// # Safety
-/// `cq` is NULL or an \[object\] CQ pointer.
-#[inline(always)]
-pub(crate) unsafe fn ccq<'a>(cq: *mut ibv_cq) -> Option<&'a CCq> {
-    // SAFETY: [object] cq, the first field of its CCq ([owner]).
-    unsafe { owner(cq, "ibv_cq") }
-}
-
 /// `ibv_resize_cq`.
 ///
 /// # Safety
@@ -101,7 +93,7 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
         return libc::EINVAL;
     }
     // SAFETY: [object] cq.
-    let c = obj!(unsafe { ccq(cq) }, errno);
+    let c = obj!(unsafe { CCq::from_c(cq) }, errno);
     match c.cq.resize(cqe as u32) {
         Ok(n) => {
             // SAFETY: [c-struct] a raw write, serialised by c_write.
@@ -121,7 +113,7 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     // SAFETY: [destroy] cq.
-    let c = obj!(unsafe { ccq(cq) }, errno);
+    let c = obj!(unsafe { CCq::from_c(cq) }, errno);
     if Arc::strong_count(&c.cq) > 1 {
         return libc::EBUSY;
     }
@@ -156,7 +148,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     cq_context: *mut *mut c_void,
 ) -> c_int {
     // SAFETY: [object] channel.
-    let ch = obj!(unsafe { cchannel(channel) }, neg);
+    let ch = obj!(unsafe { CChannel::from_c(channel) }, neg);
     if cq.is_null() || cq_context.is_null() {
         set_errno(null_arg("ibv_get_cq_event output"));
         return -1;
@@ -201,7 +193,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
 #[no_mangle]
 pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
     // SAFETY: [object] cq.
-    let c = obj!(unsafe { ccq(cq) }, unit);
+    let c = obj!(unsafe { CCq::from_c(cq) }, unit);
     c.cq.ack_events(nevents);
     // SAFETY: [c-struct] the field libibverbs counts in, an aligned u32 of the live CQ.
     unsafe { add_to_c_counter(&raw mut (*c.c_ptr()).comp_events_completed, nevents) };
@@ -272,7 +264,7 @@ pub(super) unsafe extern "C" fn poll_cq_op(
     wc: *mut ibv_wc,
 ) -> c_int {
     // SAFETY: [object] cq.
-    let c = obj!(unsafe { ccq(cq) }, neg);
+    let c = obj!(unsafe { CCq::from_c(cq) }, neg);
     let want = num_entries.max(0) as usize;
     // SAFETY: [out] num_entries writable ibv_wc.
     let done = unsafe {
@@ -288,7 +280,7 @@ pub(super) unsafe extern "C" fn poll_cq_op(
 /// `ops.req_notify_cq`.
 pub(super) unsafe extern "C" fn req_notify_cq_op(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
     // SAFETY: [object] cq.
-    let c = obj!(unsafe { ccq(cq) }, errno);
+    let c = obj!(unsafe { CCq::from_c(cq) }, errno);
     match c.cq.req_notify(solicited_only != 0) {
         Ok(()) => 0,
         Err(e) => fail(&e),

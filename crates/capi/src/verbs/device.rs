@@ -104,13 +104,6 @@ pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
     unsafe { libc::free(list.cast()) };
 }
 
-/// # Safety
-/// `d` is NULL or an \[object\] device pointer (devices are never freed).
-pub(super) unsafe fn cdev<'a>(d: *mut ibv_device) -> Option<&'a CDevice> {
-    // SAFETY: [object] d, a CDevice's first field ([owner]).
-    unsafe { owner(d, "ibv_device") }
-}
-
 /// `ibv_get_device_name`.
 ///
 /// # Safety
@@ -132,7 +125,7 @@ pub unsafe extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> u64 {
     // SAFETY: [object] device.
-    match unsafe { cdev(device) } {
+    match unsafe { CDevice::from_c(device) } {
         Some(d) => d.dev.node_guid().to_be(),
         None => {
             set_errno(libc::EINVAL);
@@ -148,6 +141,6 @@ pub unsafe extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> u64 {
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> c_int {
     // SAFETY: [object] device.
-    let d = obj!(unsafe { cdev(device) }, neg);
+    let d = obj!(unsafe { CDevice::from_c(device) }, neg);
     d.dev.netlink_index().map_or(-1, |i| i as c_int)
 }

@@ -67,6 +67,7 @@ pub use unsupported::*;
 
 use crate::abi::*;
 use crate::events::{add_to_c_counter, EventCount};
+use crate::handle::FromC;
 
 // ---------------------------------------------------------------------------------------
 // errno and diagnostics
@@ -112,23 +113,6 @@ pub(crate) fn null_arg(what: &str) -> c_int {
         io::ErrorKind::InvalidInput,
         format!("NULL {what} pointer"),
     ))
-}
-
-/// The owner `O` of the C object `p` points at, or `None` (logged) for NULL.
-///
-/// # Safety
-/// `p` is NULL or an \[object\] pointer whose owner type is `O` (\[owner\]), alive for `'a`.
-#[inline(always)]
-pub(crate) unsafe fn owner<'a, C, O>(p: *mut C, what: &str) -> Option<&'a O> {
-    if p.is_null() {
-        null_arg(what);
-        return None;
-    }
-    // SAFETY: [object] p is a live object of ours, not destroyed during the call; [owner] its
-    // C object is the first field of a repr(C) O, so the cast points at that O. Only a shared
-    // reference: other threads may use the object too, and its C part is an UnsafeCell
-    // ([c-struct]).
-    Some(unsafe { &*p.cast::<O>() })
 }
 
 /// Runs `f`, which writes fields of C-visible structures after their object's creation,

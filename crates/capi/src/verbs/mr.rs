@@ -59,7 +59,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
     access: c_uint,
 ) -> *mut ibv_mr {
     // SAFETY: [object] pd.
-    let p = obj!(unsafe { cpd(pd) }, null);
+    let p = obj!(unsafe { CPd::from_c(pd) }, null);
     if iova != addr as u64 {
         set_errno(libc::EOPNOTSUPP);
         return null_mut();

@@ -18,7 +18,7 @@ pub struct CPd {
 #[no_mangle]
 pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
     // SAFETY: [object] context.
-    let c = obj!(unsafe { cctx(context) }, null);
+    let c = obj!(unsafe { CContext::from_c(context) }, null);
     match Pd::alloc(&c.ctx) {
         Ok(pd) => {
             let b = Box::new(CPd {
@@ -32,13 +32,6 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
         }
         Err(e) => null_with(&e),
     }
-}
-
-/// # Safety
-/// `pd` is NULL or an \[object\] PD pointer.
-pub(crate) unsafe fn cpd<'a>(pd: *mut ibv_pd) -> Option<&'a CPd> {
-    // SAFETY: [object] pd, the first field of its CPd ([owner]).
-    unsafe { owner(pd, "ibv_pd") }
 }
 
 impl CPd {
@@ -56,7 +49,7 @@ impl CPd {
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     // SAFETY: [destroy] pd.
-    let p = obj!(unsafe { cpd(pd) }, errno);
+    let p = obj!(unsafe { CPd::from_c(pd) }, errno);
     if Arc::strong_count(&p.pd) > 1 {
         return libc::EBUSY;
     }

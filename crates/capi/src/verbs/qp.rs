@@ -24,14 +24,6 @@ impl CQp {
     }
 }
 
-/// # Safety
-/// `qp` is NULL or an \[object\] QP pointer.
-#[inline(always)]
-pub(crate) unsafe fn cqp<'a>(qp: *mut ibv_qp) -> Option<&'a CQp> {
-    // SAFETY: [object] qp, the first field of its CQp ([owner]).
-    unsafe { owner(qp, "ibv_qp") }
-}
-
 /// `ibv_create_qp`: RC, UC and UD; writes the granted capabilities back into
 /// `init_attr.cap`.
 ///
@@ -43,7 +35,7 @@ pub unsafe extern "C" fn ibv_create_qp(
     init_attr: *mut ibv_qp_init_attr,
 ) -> *mut ibv_qp {
     // SAFETY: [object] pd.
-    let p = obj!(unsafe { cpd(pd) }, null);
+    let p = obj!(unsafe { CPd::from_c(pd) }, null);
     // SAFETY: [in] [out] init_attr.
     let Some(a) = (unsafe { init_attr.as_mut() }) else {
         set_errno(null_arg("ibv_qp_init_attr"));
@@ -54,14 +46,14 @@ pub unsafe extern "C" fn ibv_create_qp(
         return null_mut();
     }
     // SAFETY: [in] init_attr names [object] CQs (NULL is refused).
-    let scq = obj!(unsafe { ccq(a.send_cq) }, null).cq.clone();
+    let scq = obj!(unsafe { CCq::from_c(a.send_cq) }, null).cq.clone();
     // SAFETY: as above.
-    let rcq = obj!(unsafe { ccq(a.recv_cq) }, null).cq.clone();
+    let rcq = obj!(unsafe { CCq::from_c(a.recv_cq) }, null).cq.clone();
     let srq = if a.srq.is_null() {
         None
     } else {
         // SAFETY: [in] init_attr names an [object] SRQ.
-        Some(obj!(unsafe { csrq(a.srq) }, null).srq.clone())
+        Some(obj!(unsafe { CSrq::from_c(a.srq) }, null).srq.clone())
     };
     let init = QpInit {
         qp_type: QpType(a.qp_type as u8),
@@ -202,7 +194,7 @@ fn qp_attr_from(a: &ibv_qp_attr, mask: u32) -> QpAttr {
 /// `qp` is a live QP of ours.
 pub(crate) unsafe fn modify_qp_with(qp: *mut ibv_qp, a: &QpAttr) -> c_int {
     // SAFETY: [object] qp.
-    let q = obj!(unsafe { cqp(qp) }, errno);
+    let q = obj!(unsafe { CQp::from_c(qp) }, errno);
     match q.qp.modify(a) {
         Ok(()) => {
             if let Some(st) = a.qp_state {
@@ -251,7 +243,7 @@ pub unsafe extern "C" fn ibv_query_qp(
     init_attr: *mut ibv_qp_init_attr,
 ) -> c_int {
     // SAFETY: [object] qp.
-    let q = obj!(unsafe { cqp(qp) }, errno);
+    let q = obj!(unsafe { CQp::from_c(qp) }, errno);
     if attr.is_null() || init_attr.is_null() {
         return null_arg("ibv_query_qp output");
     }
@@ -320,7 +312,7 @@ pub unsafe extern "C" fn ibv_query_qp(
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     // SAFETY: [destroy] qp.
-    let q = obj!(unsafe { cqp(qp) }, errno);
+    let q = obj!(unsafe { CQp::from_c(qp) }, errno);
     // Out of the registry first: no event is handed out for it afterwards ([registry]).
     unregister(QP, q.qp.user_handle());
     q.events.wait_acked();
@@ -420,7 +412,7 @@ pub(super) unsafe extern "C" fn post_send_op(
     bad: *mut *mut ibv_send_wr,
 ) -> c_int {
     // SAFETY: [object] qp.
-    let q = obj!(unsafe { cqp(qp) }, errno);
+    let q = obj!(unsafe { CQp::from_c(qp) }, errno);
     let ud = q.qp.qp_type() == QpType::UD;
     // SAFETY: [wr] wr is NULL or a valid request.
     if let Some(w) = unsafe { wr.as_ref() }.filter(|w| w.next.is_null()) {
@@ -480,7 +472,7 @@ pub(super) unsafe extern "C" fn post_recv_op(
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
     // SAFETY: [object] qp.
-    let q = obj!(unsafe { cqp(qp) }, errno);
+    let q = obj!(unsafe { CQp::from_c(qp) }, errno);
     // SAFETY: [registered] [wr] the SGEs name registered memory that stays valid
     // until the completions are polled.
     unsafe { post_recv_list(wr, bad, |w| q.qp.post_recv_raw(w)) }

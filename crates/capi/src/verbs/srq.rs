@@ -23,7 +23,7 @@ pub unsafe extern "C" fn ibv_create_srq(
     attr: *mut ibv_srq_init_attr,
 ) -> *mut ibv_srq {
     // SAFETY: [object] pd.
-    let p = obj!(unsafe { cpd(pd) }, null);
+    let p = obj!(unsafe { CPd::from_c(pd) }, null);
     // SAFETY: [in] [out] attr.
     let Some(a) = (unsafe { attr.as_mut() }) else {
         set_errno(null_arg("ibv_srq_init_attr"));
@@ -57,14 +57,6 @@ pub unsafe extern "C" fn ibv_create_srq(
     p.cast()
 }
 
-/// # Safety
-/// `srq` is NULL or an \[object\] SRQ pointer.
-#[inline(always)]
-pub(crate) unsafe fn csrq<'a>(srq: *mut ibv_srq) -> Option<&'a CSrq> {
-    // SAFETY: [object] srq, the first field of its CSrq ([owner]).
-    unsafe { owner(srq, "ibv_srq") }
-}
-
 /// `ibv_modify_srq`: only the limit (`IBV_SRQ_LIMIT`) can change; `IBV_SRQ_MAX_WR` (resize)
 /// is `EOPNOTSUPP`.
 ///
@@ -77,7 +69,7 @@ pub unsafe extern "C" fn ibv_modify_srq(
     mask: c_int,
 ) -> c_int {
     // SAFETY: [object] srq.
-    let s = obj!(unsafe { csrq(srq) }, errno);
+    let s = obj!(unsafe { CSrq::from_c(srq) }, errno);
     // SAFETY: [in] attr.
     let Some(a) = (unsafe { attr.as_ref() }) else {
         return null_arg("ibv_srq_attr");
@@ -100,7 +92,7 @@ pub unsafe extern "C" fn ibv_modify_srq(
 #[no_mangle]
 pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
     // SAFETY: [object] srq.
-    let s = obj!(unsafe { csrq(srq) }, errno);
+    let s = obj!(unsafe { CSrq::from_c(srq) }, errno);
     match s.srq.query() {
         Ok(a) => {
             // SAFETY: [out] attr.
@@ -125,7 +117,7 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_att
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     // SAFETY: [destroy] srq.
-    let s = obj!(unsafe { csrq(srq) }, errno);
+    let s = obj!(unsafe { CSrq::from_c(srq) }, errno);
     if Arc::strong_count(&s.srq) > 1 {
         return libc::EBUSY;
     }
@@ -234,7 +226,7 @@ pub(super) unsafe extern "C" fn post_srq_recv_op(
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
     // SAFETY: [object] srq.
-    let s = obj!(unsafe { csrq(srq) }, errno);
+    let s = obj!(unsafe { CSrq::from_c(srq) }, errno);
     // SAFETY: [registered] [wr] the SGEs name registered memory that stays valid
     // until the completions are polled.
     unsafe { post_recv_list(wr, bad, |w| s.srq.post_recv_raw(w)) }

@@ -71,7 +71,7 @@ pub unsafe extern "C" fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, 
 /// As [`ibv_attach_mcast`].
 unsafe fn mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16, attach: bool) -> c_int {
     // SAFETY: [object] qp.
-    let q = obj!(unsafe { cqp(qp) }, errno);
+    let q = obj!(unsafe { CQp::from_c(qp) }, errno);
     if gid.is_null() {
         return null_arg("ibv_gid");
     }
