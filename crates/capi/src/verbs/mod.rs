@@ -7,8 +7,8 @@
 //! Functions taking these pointers are `unsafe extern "C"`: the caller (C) promises they came
 //! from this library and are still alive, as libibverbs' callers do — the crate root's
 //! *Safety vocabulary* names these contracts (\[object\], \[destroy\], \[c-struct\], …).
-//! The owners are reached only through shared references; a NULL object pointer is refused
-//! with `EINVAL`.
+//! The owners are reached only through shared references, by `FromC::from_c` (`handle.rs`),
+//! which refuses a NULL object pointer (`EINVAL`). One module per object.
 
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
