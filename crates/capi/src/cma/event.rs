@@ -75,18 +75,25 @@ pub unsafe extern "C" fn rdma_get_cm_event(
     }
     // SAFETY: [object] channel.
     let ch = obj!(unsafe { CEventChannel::from_c(channel) }, neg);
+    match next_event(ch) {
+        Ok(out) => {
+            // SAFETY: [out] event (non-NULL, checked above).
+            unsafe { *event = out.cast() };
+            0
+        }
+        Err(e) => ret(Err(e)),
+    }
+}
+
+/// The next event of `ch` for C (a fresh [`CEvent`]), with what librdmacm does on top of the
+/// kernel's event: the new id of a CONNECT_REQUEST, the addresses of a resolved id, the QP's
+/// RTR/RTS and RTU on CONNECT_RESPONSE, multicast joins, iWARP's QP on ESTABLISHED, and the
+/// REJECTED that follows a failed CONNECT_RESPONSE skipped.
+fn next_event(ch: &CEventChannel) -> io::Result<*mut CEvent> {
     loop {
         // The descriptor is O_NONBLOCK from the start (rverbs-cm reads it after poll), so a
         // caller's own O_NONBLOCK cannot be told apart: this call always waits.
-        let got = ch.ch.get_event().map(Some);
-        let mut ev = match got {
-            Ok(Some(ev)) => ev,
-            Ok(None) => {
-                set_errno(libc::EAGAIN);
-                return -1;
-            }
-            Err(e) => return ret(Err(e)),
-        };
+        let mut ev = ch.ch.get_event()?;
         let Some(cc) = use_id(ev.uid()) else {
             // An id destroyed with events still queued: nobody to report them to.
             continue;
@@ -162,9 +169,7 @@ pub unsafe extern "C" fn rdma_get_cm_event(
             }
             _ => make_event(ev, idp, null_mut()),
         };
-        // SAFETY: [out] event (non-NULL, checked above).
-        unsafe { *event = out.cast() };
-        return 0;
+        return Ok(out);
     }
 }
 
