@@ -1,7 +1,7 @@
 //! For the cdylib build (`--features symver`, see `cargo xtask capi`): the soname
 //! `libibverbs.so.1` and a linker version script that defines rdma-core's version nodes
 //! (IBVERBS_1.0 … IBVERBS_1.14 and IBVERBS_PRIVATE_34). The symbols get their versions from
-//! `.symver` directives in the code (`src/symver.rs`); the script only declares the nodes and
+//! `.symver` directives of `src/symver.rs`; the script only declares the nodes and
 //! their order, since rustc passes its own script for the export list.
 
 use std::fmt::Write as _;

@@ -24,7 +24,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rverbs_uverbs::{WcFlags, WorkCompletion};
 
 use crate::abi::*;
-use crate::verbs::{ccq, ibv_create_cq, set_errno, CCq};
+use crate::handle::FromC;
+use crate::verbs::{ibv_create_cq, set_errno, CCq};
 
 /// `IBV_WC_STANDARD_FLAGS`: what [`create_cq_ex_op`] offers.
 const WC_STANDARD_FLAGS: u64 = 0x7f;
@@ -60,7 +61,7 @@ pub struct CqEx {
 unsafe fn parts<'a>(cq: *mut ibv_cq_ex) -> (&'a CCq, &'a CqEx) {
     // SAFETY: [ops] [object] cq; the ibv_cq_ex begins with the ibv_cq fields, the first
     // field of its CCq ([owner]).
-    let c = unsafe { ccq(cq.cast()) }.expect("[ops]: C found this function through the CQ");
+    let c = unsafe { CCq::from_c(cq.cast()) }.expect("[ops]: C found this function through the CQ");
     let ex =
         c.ex.get()
             .expect("the ibv_cq_ex functions are only set on CQs made by ibv_create_cq_ex");

@@ -12,7 +12,8 @@ use rverbs_uverbs::dmabuf::DmabufMr;
 use rverbs_uverbs::mr::AccessFlags;
 
 use crate::abi::{ibv_mr, ibv_pd};
-use crate::verbs::{cpd, fail, set_errno, CMr};
+use crate::handle::FromC;
+use crate::verbs::{fail, set_errno, CMr, CPd};
 
 /// `IBV_ACCESS_OPTIONAL_RANGE`: access bits a device may ignore (as `ibv_reg_mr`).
 const ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
@@ -35,7 +36,7 @@ pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
     access: c_int,
 ) -> *mut ibv_mr {
     // SAFETY: [object] pd.
-    let p = obj!(unsafe { cpd(pd) }, null);
+    let p = obj!(unsafe { CPd::from_c(pd) }, null);
     if fd < 0
         || rustix::io::fcntl_getfd(
             // SAFETY: [fd] only asks the kernel whether the number is open; fd >= 0 (not -1).

@@ -87,7 +87,7 @@
 #![warn(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-/// The owner behind a C object pointer (one of the helpers `cctx`, `cpd`, `ccq`, … of an
+/// The owner behind a C object pointer (`FromC::from_c` of an
 /// \[object\] pointer, which give `None` for NULL after logging it), or a return from the
 /// calling function with `EINVAL` in its error convention: `errno` (a positive errno),
 /// `neg` (-1 and `errno`), `neg_errno` (the negative errno), `null` (NULL and `errno`),
@@ -132,16 +132,16 @@ macro_rules! obj {
 }
 
 pub mod abi;
-#[macro_use]
-mod symver;
 pub mod cma;
 pub mod cq_ex;
 pub mod dmabuf;
 mod events;
+mod handle;
 pub mod mw;
 #[cfg(test)]
 mod null_tests;
 pub mod qp_ex;
+mod symver;
 #[cfg(test)]
 mod unsupported_tests;
 pub mod verbs;

@@ -20,7 +20,8 @@ use rverbs_uverbs::{Error, SendFlags, SendOp, SendWr, Sge};
 use crate::abi::*;
 use std::cell::UnsafeCell;
 
-use crate::verbs::{c_write, cpd, cqp, fail, null_arg, set_errno, CMr};
+use crate::handle::FromC;
+use crate::verbs::{c_write, fail, null_arg, set_errno, CMr, CPd, CQp};
 
 /// An `ibv_mw` and its rverbs window.
 #[repr(C)]
@@ -38,7 +39,7 @@ pub struct CMw {
 /// `pd` is a live PD of ours.
 pub(crate) unsafe extern "C" fn alloc_mw_op(pd: *mut ibv_pd, mw_type: c_uint) -> *mut ibv_mw {
     // SAFETY: [ops] [object] pd.
-    let p = obj!(unsafe { cpd(pd) }, null);
+    let p = obj!(unsafe { CPd::from_c(pd) }, null);
     let Ok(t) = u8::try_from(mw_type) else {
         set_errno(fail(&io::Error::from(Error::invalid(
             "allocate MW",
@@ -143,7 +144,7 @@ pub(crate) unsafe extern "C" fn bind_mw_op(
     mw_bind: *mut ibv_mw_bind,
 ) -> c_int {
     // SAFETY: [ops] [object] qp.
-    let q = obj!(unsafe { cqp(qp) }, errno);
+    let q = obj!(unsafe { CQp::from_c(qp) }, errno);
     // SAFETY: [in] mw_bind.
     let Some(req) = (unsafe { mw_bind.as_ref() }) else {
         return null_arg("ibv_mw_bind");

@@ -33,7 +33,8 @@ use rverbs_uverbs::qp::QpType;
 use rverbs_uverbs::{OpKind, OpSet, SendCaps, SendFlags, SendOp, SendWr, Sge, UdDest};
 
 use crate::abi::*;
-use crate::verbs::{cqp, fail, ibv_create_qp, CAh, CQp};
+use crate::handle::FromC;
+use crate::verbs::{fail, ibv_create_qp, CAh, CPd, CQp};
 
 /// `IBV_QP_INIT_ATTR_PD`.
 const INIT_ATTR_PD: u32 = 1 << 0;
@@ -137,7 +138,7 @@ pub struct QpEx {
 unsafe fn parts<'a>(qp: *mut ibv_qp_ex) -> (&'a CQp, &'a QpEx) {
     // SAFETY: [ops] [object] qp; the ibv_qp_ex begins with the ibv_qp, the first field of
     // its CQp ([owner]).
-    let q = unsafe { cqp(qp.cast()) }.expect("[ops]: C found this function through the QP");
+    let q = unsafe { CQp::from_c(qp.cast()) }.expect("[ops]: C found this function through the QP");
     let ex =
         q.ex.get()
             .expect("the ibv_wr_* builders are only set on QPs with the extended send API");
@@ -589,7 +590,7 @@ pub(crate) unsafe extern "C" fn create_qp_ex_op(
         Some(f) if !unsupported && fits(ANY_PROVIDER, f, a.qp_type) => {
             // SAFETY: [in] a.pd is non-NULL (checked in `unsupported`) and names an [object]
             // PD.
-            unsafe { crate::verbs::cpd(a.pd) }
+            unsafe { CPd::from_c(a.pd) }
                 .and_then(|pd| pd.pd.context().driver().ok().map(|d| d.send_caps()))
                 .is_some_and(|caps| fits(caps, f, a.qp_type))
         }
@@ -701,7 +702,7 @@ fn set_ops(c: &mut ibv_qp_ex, ops: u64) {
 #[no_mangle]
 pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
     // SAFETY: [object] qp.
-    let q = obj!(unsafe { cqp(qp) }, null);
+    let q = obj!(unsafe { CQp::from_c(qp) }, null);
     if q.ex.get().is_some() {
         qp.cast()
     } else {

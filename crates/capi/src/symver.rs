@@ -1,11 +1,13 @@
-//! Symbol versions of the exported functions (only with the `symver` feature, for the
-//! cdylib): one `.symver NAME, NAME@@VERSION` directive each, which makes `VERSION` the
-//! default version of `NAME` in `libibverbs.so.1`. The versions are those of rdma-core 44's
-//! `libibverbs.map.in` (the newest version each name has there). The nodes themselves are
-//! declared by the version script `build.rs` writes.
+//! Symbol versions of every exported function, in one table: libibverbs' (`ibv_*`, the
+//! provider interface) and librdmacm's (`rdma_*`). With the `symver` feature (the cdylib) each
+//! entry becomes one `.symver NAME, NAME@@VERSION` directive, which makes `VERSION` the default
+//! version of `NAME` in `libibverbs.so.1`. The versions are those of rdma-core 44's
+//! `libibverbs.map.in` and `librdmacm.map` (the newest version each name has there). The nodes
+//! themselves are declared by the version script `build.rs` writes. A `.symver` must sit in the object that defines its symbol: the cdylib
+//! is built as one codegen unit (`cargo xtask capi`), so this module may name functions of
+//! any other.
 
-/// Declares the versions; invoked in `verbs.rs`, the module that defines the functions (a
-/// `.symver` must be in the same object as its symbol).
+/// Declares the versions.
 macro_rules! symvers {
     ($($name:ident => $ver:literal,)*) => {
         #[cfg(feature = "symver")]
@@ -13,12 +15,13 @@ macro_rules! symvers {
 
         /// Every exported function with its version (for tests and `cargo xtask capi`).
         #[allow(dead_code)]
-        pub const SYMBOLS: &[(&str, &str)] = &[$((stringify!($name), $ver)),*];
+        pub(crate) const SYMBOLS: &[(&str, &str)] = &[$((stringify!($name), $ver)),*];
     };
 }
 
 #[rustfmt::skip]
-macro_rules! all_symvers { () => { symvers! {
+symvers! {
+    // libibverbs
     ibv_get_device_list => "IBVERBS_1.1",
     ibv_free_device_list => "IBVERBS_1.1",
     ibv_get_device_name => "IBVERBS_1.1",
@@ -158,5 +161,45 @@ macro_rules! all_symvers { () => { symvers! {
     verbs_register_driver_34 => "IBVERBS_PRIVATE_34",
     verbs_set_ops => "IBVERBS_PRIVATE_34",
     verbs_uninit_context => "IBVERBS_PRIVATE_34",
+    // librdmacm
+    rdma_create_event_channel => "RDMACM_1.0",
+    rdma_destroy_event_channel => "RDMACM_1.0",
+    rdma_create_id => "RDMACM_1.0",
+    rdma_destroy_id => "RDMACM_1.0",
+    rdma_bind_addr => "RDMACM_1.0",
+    rdma_resolve_addr => "RDMACM_1.0",
+    rdma_resolve_route => "RDMACM_1.0",
+    rdma_listen => "RDMACM_1.0",
+    rdma_create_qp => "RDMACM_1.0",
+    rdma_create_qp_ex => "RDMACM_1.0",
+    rdma_destroy_qp => "RDMACM_1.0",
+    rdma_init_qp_attr => "RDMACM_1.2",
+    rdma_connect => "RDMACM_1.0",
+    rdma_establish => "RDMACM_1.2",
+    rdma_accept => "RDMACM_1.0",
+    rdma_reject => "RDMACM_1.0",
+    rdma_disconnect => "RDMACM_1.0",
+    rdma_notify => "RDMACM_1.0",
+    rdma_set_option => "RDMACM_1.0",
+    rdma_migrate_id => "RDMACM_1.0",
+    rdma_get_src_port => "RDMACM_1.0",
+    rdma_get_dst_port => "RDMACM_1.0",
+    rdma_get_cm_event => "RDMACM_1.0",
+    rdma_ack_cm_event => "RDMACM_1.0",
+    rdma_event_str => "RDMACM_1.0",
+    rdma_getaddrinfo => "RDMACM_1.0",
+    rdma_freeaddrinfo => "RDMACM_1.0",
+    rdma_create_ep => "RDMACM_1.0",
+    rdma_destroy_ep => "RDMACM_1.0",
+    rdma_get_request => "RDMACM_1.0",
+    rdma_create_srq => "RDMACM_1.0",
+    rdma_destroy_srq => "RDMACM_1.0",
+    rdma_get_devices => "RDMACM_1.0",
+    rdma_free_devices => "RDMACM_1.0",
+    rdma_join_multicast => "RDMACM_1.0",
+    rdma_join_multicast_ex => "RDMACM_1.1",
+    rdma_leave_multicast => "RDMACM_1.0",
+    rdma_set_local_ece => "RDMACM_1.3",
+    rdma_get_remote_ece => "RDMACM_1.3",
+    rpoll => "RDMACM_1.0",
 }
-} }

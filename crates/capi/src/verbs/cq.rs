@@ -1,0 +1,288 @@
+//! Completion queues (`ibv_cq`): create, resize, destroy, completion events, and the
+//! polling and notification entries of the context's ops table.
+
+use super::*;
+
+/// An `ibv_cq` (room for an `ibv_cq_ex`, whose first fields are those of `ibv_cq`) and its
+/// rverbs CQ.
+#[repr(C)]
+pub struct CCq {
+    /// What C sees: an `ibv_cq`, or all of the `ibv_cq_ex` for a CQ made by
+    /// `ibv_create_cq_ex` (\[c-struct\]).
+    pub c: UnsafeCell<ibv_cq_ex>,
+    /// The rverbs CQ.
+    pub cq: Arc<Cq>,
+    /// The extended CQ's polling state (`ibv_create_cq_ex` only, set once at creation).
+    pub ex: OnceLock<Box<crate::cq_ex::CqEx>>,
+    /// Completion and async events handed to C and acknowledged: destroy waits for them.
+    pub(super) events: EventCount,
+}
+
+impl CCq {
+    /// The C structure (\[c-struct\]: for raw reads and writes only).
+    pub(crate) fn c_ptr(&self) -> *mut ibv_cq_ex {
+        self.c.get()
+    }
+}
+
+/// `ibv_create_cq`.
+///
+/// # Safety
+/// `context` is an \[object\] context; `channel` is NULL or an \[object\] channel of this
+/// context.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_cq(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    // SAFETY: [object] context.
+    let c = obj!(unsafe { CContext::from_c(context) }, null);
+    if cqe < 0 || comp_vector < 0 {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    }
+    let ch = if channel.is_null() {
+        None
+    } else {
+        // SAFETY: [object] channel.
+        Some(obj!(unsafe { CChannel::from_c(channel) }, null).ch.clone())
+    };
+    let opts = CqOptions {
+        channel: ch,
+        comp_vector: comp_vector as u32,
+    };
+    let cq = match Cq::create(&c.ctx, cqe as u32, opts) {
+        Ok(cq) => cq,
+        Err(e) => return null_with(&e),
+    };
+    if !channel.is_null() {
+        // SAFETY: [object] channel; [c-struct] a raw write, serialised by c_write.
+        c_write(|| unsafe { (*channel).refcnt += 1 });
+    }
+    // SAFETY: ibv_cq_ex is integers, pointers, NULL fn pointers (Option) and
+    // zero-initialised pthread objects.
+    let mut ic: ibv_cq_ex = unsafe { std::mem::zeroed() };
+    ic.context = context;
+    ic.channel = channel;
+    ic.cq_context = cq_context;
+    ic.handle = cq.handle();
+    ic.cqe = cq.cqe() as c_int;
+    let handle = cq.user_handle();
+    let p = Box::into_raw(Box::new(CCq {
+        c: UnsafeCell::new(ic),
+        cq,
+        ex: OnceLock::new(),
+        events: EventCount::default(),
+    }));
+    cqs()
+        .get_or_insert_with(HashMap::default)
+        .insert(handle, CqPtr(p));
+    p.cast()
+}
+
+/// `ibv_resize_cq`.
+///
+/// # Safety
+/// `cq` is an \[object\] CQ.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    if cqe <= 0 {
+        return libc::EINVAL;
+    }
+    // SAFETY: [object] cq.
+    let c = obj!(unsafe { CCq::from_c(cq) }, errno);
+    match c.cq.resize(cqe as u32) {
+        Ok(n) => {
+            // SAFETY: [c-struct] a raw write, serialised by c_write.
+            c_write(|| unsafe { (*c.c_ptr()).cqe = n as c_int });
+            0
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// `ibv_destroy_cq`: `EBUSY` while a QP uses it. Waits until every completion and async
+/// event delivered for the CQ was acknowledged (`ibv_ack_cq_events`,
+/// `ibv_ack_async_event`), as libibverbs does.
+///
+/// # Safety
+/// `cq` came from [`ibv_create_cq`] (\[destroy\]); on success it is gone.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    // SAFETY: [destroy] cq.
+    let c = obj!(unsafe { CCq::from_c(cq) }, errno);
+    if Arc::strong_count(&c.cq) > 1 {
+        return libc::EBUSY;
+    }
+    // Out of the registry first: no event is handed out for it afterwards ([registry]).
+    if let Some(m) = cqs().as_mut() {
+        m.remove(&c.cq.user_handle());
+    }
+    c.events.wait_acked();
+    // SAFETY: [destroy] cq: boxed by ibv_create_cq ([owner]); `c` is not used any more.
+    let b = unsafe { Box::from_raw(cq.cast::<CCq>()) };
+    // SAFETY: [c-struct] a raw read of the channel we set at creation.
+    let channel = unsafe { (*b.c.get()).channel };
+    if !channel.is_null() {
+        // SAFETY: the channel outlives its CQs (destroying it fails while they hold it);
+        // [c-struct] a raw write, serialised by c_write.
+        c_write(|| unsafe { (*channel).refcnt -= 1 });
+    }
+    drop(b);
+    0
+}
+
+/// `ibv_get_cq_event`: reads one event from the channel (blocking unless the caller made
+/// the fd non-blocking); 0, or -1 with errno. The CQ stays valid until the event is
+/// acknowledged ([`ibv_ack_cq_events`]): destroying it waits for that.
+///
+/// # Safety
+/// `channel` is an \[object\] channel; `cq` and `cq_context` are \[out\] pointers.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_cq_event(
+    channel: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: [object] channel.
+    let ch = obj!(unsafe { CChannel::from_c(channel) }, neg);
+    if cq.is_null() || cq_context.is_null() {
+        set_errno(null_arg("ibv_get_cq_event output"));
+        return -1;
+    }
+    let p = loop {
+        let mut buf = [0u8; 8];
+        match rustix::io::read(ch.ch.as_fd(), &mut buf) {
+            Ok(8) => {}
+            Ok(_) => {
+                set_errno(libc::EIO);
+                return -1;
+            }
+            Err(e) => {
+                set_errno(e.raw_os_error());
+                return -1;
+            }
+        }
+        let p = deliver_cq_event(u64::from_ne_bytes(buf));
+        if !p.is_null() {
+            break p;
+        }
+        // The event of a CQ being destroyed (out of the registry, not yet destroyed in the
+        // kernel, which drops the events it still queues for it): skipped, as those are.
+    };
+    // SAFETY: the event was counted as delivered while the CQ was in the registry, so its
+    // destroy waits for our caller's ack: the CQ is alive ([registry]).
+    let c = unsafe { &*p };
+    c.cq.event_received();
+    // SAFETY: [out] cq and cq_context; [c-struct] a raw read of cq_context.
+    unsafe {
+        *cq = p.cast();
+        *cq_context = (*c.c_ptr()).cq_context;
+    }
+    0
+}
+
+/// `ibv_ack_cq_events`: acknowledges `nevents` events of `cq` (a destroy waiting for them
+/// returns once all are).
+///
+/// # Safety
+/// `cq` is an \[object\] CQ.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
+    // SAFETY: [object] cq.
+    let c = obj!(unsafe { CCq::from_c(cq) }, unit);
+    c.cq.ack_events(nevents);
+    // SAFETY: [c-struct] the field libibverbs counts in, an aligned u32 of the live CQ.
+    unsafe { add_to_c_counter(&raw mut (*c.c_ptr()).comp_events_completed, nevents) };
+    c.events.ack(nevents);
+}
+
+// `ibv_wc` is the kernel's `ib_uverbs_wc` (which `RawWc` is) field for field, but for the
+// two padding bytes at its end where `ib_uverbs_wc` has `port_num` and a reserved byte
+// (the layout test checks `ibv_wc` against the header; `RawWc`'s offsets are asserted in
+// rverbs-uverbs).
+const _: () = {
+    assert!(size_of::<ibv_wc>() == size_of::<RawWc>());
+    assert!(std::mem::align_of::<ibv_wc>() == std::mem::align_of::<RawWc>());
+    assert!(offset_of!(ibv_wc, imm_data) == 24 && offset_of!(ibv_wc, dlid_path_bits) == 45);
+};
+
+/// Writes one raw ring entry (the kernel's `ib_uverbs_wc`) as an `ibv_wc`: a 48-byte copy,
+/// then the flags renumbered (kernel → userspace). The immediate data stays big-endian as
+/// on the wire and the invalidated rkey in host order, as `ibv_wc` keeps them.
+///
+/// # Safety
+/// `dst` is valid for writing one `ibv_wc`.
+#[inline(always)]
+unsafe fn write_ibv_wc(dst: *mut ibv_wc, w: &RawWc) {
+    // SAFETY: same size (asserted above) and the same field order and types; every byte of
+    // a RawWc is initialised (plain integers, no padding) and every byte pattern is a valid
+    // ibv_wc (integers); dst is writable ([out]) and cannot overlap our stack copy.
+    unsafe {
+        ptr::copy_nonoverlapping((w as *const RawWc).cast::<ibv_wc>(), dst, 1);
+        (*dst).wc_flags = w.wc_flags().bits();
+    }
+}
+
+/// How many completions or work requests one step of the data path handles on the stack.
+pub(super) const BATCH: usize = 16;
+
+/// Polls up to `want` completions into `wc` through a stack buffer of `N` raw entries
+/// (`Cq::poll_raw`: rxe copies its ring entries unchanged), each written out with
+/// [`write_ibv_wc`]; returns how many.
+///
+/// # Safety
+/// `wc` is valid for writing `want` `ibv_wc`.
+#[inline(always)]
+unsafe fn poll_into<const N: usize>(cq: &Cq, want: usize, wc: *mut ibv_wc) -> usize {
+    let mut buf = [RawWc::default(); N];
+    let mut done = 0usize;
+    while done < want {
+        let n = (want - done).min(N);
+        let got = cq.poll_raw(&mut buf[..n]).min(n);
+        for (i, w) in buf[..got].iter().enumerate() {
+            // SAFETY: [out] wc has want entries and done + i < want.
+            unsafe { write_ibv_wc(wc.add(done + i), w) };
+        }
+        done += got;
+        if got < n {
+            break;
+        }
+    }
+    done
+}
+
+/// `ops.poll_cq` (the inline `ibv_poll_cq`). A caller asking for a few completions (the
+/// latency-bound case) gets a 4-entry buffer, which is zeroed with a few inline stores; a
+/// larger request a `BATCH`-entry one (its zeroing is a `memset` call).
+pub(super) unsafe extern "C" fn poll_cq_op(
+    cq: *mut ibv_cq,
+    num_entries: c_int,
+    wc: *mut ibv_wc,
+) -> c_int {
+    // SAFETY: [object] cq.
+    let c = obj!(unsafe { CCq::from_c(cq) }, neg);
+    let want = num_entries.max(0) as usize;
+    // SAFETY: [out] num_entries writable ibv_wc.
+    let done = unsafe {
+        if want <= 4 {
+            poll_into::<4>(&c.cq, want, wc)
+        } else {
+            poll_into::<BATCH>(&c.cq, want, wc)
+        }
+    };
+    done as c_int
+}
+
+/// `ops.req_notify_cq`.
+pub(super) unsafe extern "C" fn req_notify_cq_op(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+    // SAFETY: [object] cq.
+    let c = obj!(unsafe { CCq::from_c(cq) }, errno);
+    match c.cq.req_notify(solicited_only != 0) {
+        Ok(()) => 0,
+        Err(e) => fail(&e),
+    }
+}

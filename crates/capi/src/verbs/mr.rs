@@ -1,0 +1,116 @@
+//! Memory regions (`ibv_mr`).
+
+use super::*;
+
+/// An `ibv_mr` and the registration behind it.
+#[repr(C)]
+pub struct CMr {
+    /// What C sees (\[c-struct\]).
+    pub c: UnsafeCell<ibv_mr>,
+    /// The registration (deregistered on drop).
+    pub mr: RawMr,
+}
+
+/// `IBV_ACCESS_OPTIONAL_RANGE`: access bits a device may ignore.
+const ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
+
+/// `ibv_reg_mr`.
+///
+/// # Safety
+/// `pd` is ours; `addr..addr+length` is memory of the caller that stays mapped while the MR
+/// lives (the device reads and writes it).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    // SAFETY: forwarded: [object] pd, [registered] addr..addr+length.
+    unsafe { ibv_reg_mr_iova2(pd, addr, length, addr as u64, access as c_uint) }
+}
+
+/// `ibv_reg_mr_iova`: only `iova == addr` is supported (`EOPNOTSUPP` otherwise).
+///
+/// # Safety
+/// As [`ibv_reg_mr`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    // SAFETY: forwarded: [object] pd, [registered] addr..addr+length.
+    unsafe { ibv_reg_mr_iova2(pd, addr, length, iova, access as c_uint) }
+}
+
+/// `ibv_reg_mr_iova2`: only `iova == addr` is supported (`EOPNOTSUPP` otherwise).
+///
+/// # Safety
+/// As [`ibv_reg_mr`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
+    // SAFETY: [object] pd.
+    let p = obj!(unsafe { CPd::from_c(pd) }, null);
+    if iova != addr as u64 {
+        set_errno(libc::EOPNOTSUPP);
+        return null_mut();
+    }
+    let access = AccessFlags::from_bits_retain(access & !ACCESS_OPTIONAL_RANGE);
+    // SAFETY: [registered] the caller keeps the range mapped while the MR lives (ibv_reg_mr's contract).
+    match unsafe { register_raw(&p.pd, addr as u64, length, access) } {
+        Ok(mr) => {
+            let b = Box::new(CMr {
+                c: UnsafeCell::new(ibv_mr {
+                    context: p.context(),
+                    pd,
+                    addr,
+                    length,
+                    handle: 0,
+                    lkey: mr.lkey,
+                    rkey: mr.rkey,
+                }),
+                mr,
+            });
+            Box::into_raw(b).cast()
+        }
+        Err(e) => null_with(&e),
+    }
+}
+
+/// `ibv_dereg_mr`: fails (EINVAL, the region kept) while a memory window is bound in it.
+///
+/// # Safety
+/// `mr` came from [`ibv_reg_mr`] and is not used afterwards unless this fails.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    if mr.is_null() {
+        return null_arg("ibv_mr");
+    }
+    let p = mr as *mut CMr;
+    // SAFETY: [destroy] mr: boxed by ibv_reg_mr_iova2 ([owner]); the registration is moved out and either consumed
+    // (then the box is freed without dropping it again) or written back.
+    let raw = unsafe { std::ptr::read(&raw const (*p).mr) };
+    match raw.deregister() {
+        Ok(()) => {
+            // SAFETY: ManuallyDrop<CMr> has CMr's layout; its moved-out field is not dropped.
+            drop(unsafe { Box::from_raw(p.cast::<std::mem::ManuallyDrop<CMr>>()) });
+            0
+        }
+        Err((raw, e)) => {
+            // Still registered (a memory window is bound in it, EINVAL as on rdma-core): the
+            // caller keeps the region.
+            // SAFETY: the slot read above, still allocated.
+            unsafe { std::ptr::write(&raw mut (*p).mr, raw) };
+            fail(&e)
+        }
+    }
+}

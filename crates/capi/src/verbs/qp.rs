@@ -1,0 +1,479 @@
+//! Queue pairs (`ibv_qp`): create, modify, query, destroy, and the post entries of the
+//! context's ops table.
+
+use super::*;
+
+/// An `ibv_qp` (inside an `ibv_qp_ex`, which begins with it) and its rverbs QP.
+#[repr(C)]
+pub struct CQp {
+    /// What C sees: `c.qp_base`, and for a QP made by `ibv_create_qp_ex` all of the
+    /// `ibv_qp_ex` (\[c-struct\]).
+    pub c: UnsafeCell<ibv_qp_ex>,
+    /// The rverbs QP.
+    pub qp: Arc<Qp>,
+    /// The extended send API's state (`ibv_create_qp_ex` only, set once at creation).
+    pub ex: OnceLock<Box<crate::qp_ex::QpEx>>,
+    /// Async events handed to C and acknowledged: destroy waits for them.
+    pub(super) events: EventCount,
+}
+
+impl CQp {
+    /// The C structure (\[c-struct\]: for raw reads and writes only).
+    pub(crate) fn c_ptr(&self) -> *mut ibv_qp_ex {
+        self.c.get()
+    }
+}
+
+/// `ibv_create_qp`: RC, UC and UD; writes the granted capabilities back into
+/// `init_attr.cap`.
+///
+/// # Safety
+/// `pd` is ours; `init_attr` is readable and writable and names CQs (and an SRQ) of ours.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    init_attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    // SAFETY: [object] pd.
+    let p = obj!(unsafe { CPd::from_c(pd) }, null);
+    // SAFETY: [in] [out] init_attr.
+    let Some(a) = (unsafe { init_attr.as_mut() }) else {
+        set_errno(null_arg("ibv_qp_init_attr"));
+        return null_mut();
+    };
+    if a.qp_type > 255 {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    }
+    // SAFETY: [in] init_attr names [object] CQs (NULL is refused).
+    let scq = obj!(unsafe { CCq::from_c(a.send_cq) }, null).cq.clone();
+    // SAFETY: as above.
+    let rcq = obj!(unsafe { CCq::from_c(a.recv_cq) }, null).cq.clone();
+    let srq = if a.srq.is_null() {
+        None
+    } else {
+        // SAFETY: [in] init_attr names an [object] SRQ.
+        Some(obj!(unsafe { CSrq::from_c(a.srq) }, null).srq.clone())
+    };
+    let init = QpInit {
+        qp_type: QpType(a.qp_type as u8),
+        send_cq: scq,
+        recv_cq: rcq,
+        srq,
+        caps: QpCaps {
+            max_send_wr: a.cap.max_send_wr,
+            max_recv_wr: a.cap.max_recv_wr,
+            max_send_sge: a.cap.max_send_sge,
+            max_recv_sge: a.cap.max_recv_sge,
+            max_inline_data: a.cap.max_inline_data,
+        },
+        sq_sig_all: a.sq_sig_all != 0,
+    };
+    let qp = match Qp::create(&p.pd, init) {
+        Ok(q) => q,
+        Err(e) => return null_with(&e),
+    };
+    let caps = qp.caps();
+    a.cap = ibv_qp_cap {
+        max_send_wr: caps.max_send_wr,
+        max_recv_wr: caps.max_recv_wr,
+        max_send_sge: caps.max_send_sge,
+        max_recv_sge: caps.max_recv_sge,
+        max_inline_data: caps.max_inline_data,
+    };
+    // SAFETY: integers, pointers, zeroed pthread objects.
+    let mut c: ibv_qp = unsafe { std::mem::zeroed() };
+    c.context = p.context();
+    c.qp_context = a.qp_context;
+    c.pd = pd;
+    c.send_cq = a.send_cq;
+    c.recv_cq = a.recv_cq;
+    c.srq = a.srq;
+    c.handle = qp.handle();
+    c.qp_num = qp.qp_num();
+    c.state = u32::from(QpState::RESET.0);
+    c.qp_type = a.qp_type;
+    let h = qp.user_handle();
+    let p = Box::into_raw(Box::new(CQp {
+        c: UnsafeCell::new(ibv_qp_ex::from_base(c)),
+        qp,
+        ex: OnceLock::new(),
+        events: EventCount::default(),
+    }));
+    register(QP, h, p as usize);
+    p.cast()
+}
+
+pub(super) fn ah_attr_from(a: &ibv_ah_attr) -> AhAttr {
+    AhAttr {
+        dlid: a.dlid,
+        sl: a.sl,
+        src_path_bits: a.src_path_bits,
+        static_rate: a.static_rate,
+        port_num: a.port_num,
+        grh: (a.is_global != 0).then_some(GlobalRoute {
+            dgid: a.grh.dgid.raw,
+            flow_label: a.grh.flow_label,
+            sgid_index: a.grh.sgid_index,
+            hop_limit: a.grh.hop_limit,
+            traffic_class: a.grh.traffic_class,
+        }),
+    }
+}
+
+pub(crate) fn ah_attr_to(a: &AhAttr) -> ibv_ah_attr {
+    let g = a.grh.unwrap_or_default();
+    ibv_ah_attr {
+        grh: ibv_global_route {
+            dgid: ibv_gid { raw: g.dgid },
+            flow_label: g.flow_label,
+            sgid_index: g.sgid_index,
+            hop_limit: g.hop_limit,
+            traffic_class: g.traffic_class,
+        },
+        dlid: a.dlid,
+        sl: a.sl,
+        src_path_bits: a.src_path_bits,
+        static_rate: a.static_rate,
+        is_global: u8::from(a.grh.is_some()),
+        port_num: a.port_num,
+    }
+}
+
+/// The `ibv_qp_attr_mask` bits [`ibv_modify_qp`] carries.
+const MODIFY_SUPPORTED: u32 = QpAttrMask::STATE.bits()
+    | QpAttrMask::CUR_STATE.bits()
+    | QpAttrMask::EN_SQD_ASYNC_NOTIFY.bits()
+    | QpAttrMask::ACCESS_FLAGS.bits()
+    | QpAttrMask::PKEY_INDEX.bits()
+    | QpAttrMask::PORT.bits()
+    | QpAttrMask::QKEY.bits()
+    | QpAttrMask::AV.bits()
+    | QpAttrMask::PATH_MTU.bits()
+    | QpAttrMask::TIMEOUT.bits()
+    | QpAttrMask::RETRY_CNT.bits()
+    | QpAttrMask::RNR_RETRY.bits()
+    | QpAttrMask::RQ_PSN.bits()
+    | QpAttrMask::MAX_QP_RD_ATOMIC.bits()
+    | QpAttrMask::MIN_RNR_TIMER.bits()
+    | QpAttrMask::SQ_PSN.bits()
+    | QpAttrMask::MAX_DEST_RD_ATOMIC.bits()
+    | QpAttrMask::DEST_QPN.bits();
+
+/// The rverbs attributes of a C modify: one `Some` per mask bit.
+fn qp_attr_from(a: &ibv_qp_attr, mask: u32) -> QpAttr {
+    let on = |m: QpAttrMask| mask & m.bits() != 0;
+    QpAttr {
+        qp_state: on(QpAttrMask::STATE).then_some(QpState(a.qp_state as u8)),
+        cur_qp_state: on(QpAttrMask::CUR_STATE).then_some(QpState(a.cur_qp_state as u8)),
+        en_sqd_async_notify: on(QpAttrMask::EN_SQD_ASYNC_NOTIFY)
+            .then_some(a.en_sqd_async_notify != 0),
+        access_flags: on(QpAttrMask::ACCESS_FLAGS)
+            .then_some(AccessFlags::from_bits_retain(a.qp_access_flags)),
+        pkey_index: on(QpAttrMask::PKEY_INDEX).then_some(a.pkey_index),
+        port_num: on(QpAttrMask::PORT).then_some(a.port_num),
+        qkey: on(QpAttrMask::QKEY).then_some(a.qkey),
+        ah_attr: on(QpAttrMask::AV).then(|| ah_attr_from(&a.ah_attr)),
+        path_mtu: on(QpAttrMask::PATH_MTU).then_some(Mtu(a.path_mtu as u8)),
+        timeout: on(QpAttrMask::TIMEOUT).then_some(a.timeout),
+        retry_cnt: on(QpAttrMask::RETRY_CNT).then_some(a.retry_cnt),
+        rnr_retry: on(QpAttrMask::RNR_RETRY).then_some(a.rnr_retry),
+        rq_psn: on(QpAttrMask::RQ_PSN).then_some(a.rq_psn),
+        max_rd_atomic: on(QpAttrMask::MAX_QP_RD_ATOMIC).then_some(a.max_rd_atomic),
+        min_rnr_timer: on(QpAttrMask::MIN_RNR_TIMER).then_some(a.min_rnr_timer),
+        sq_psn: on(QpAttrMask::SQ_PSN).then_some(a.sq_psn),
+        max_dest_rd_atomic: on(QpAttrMask::MAX_DEST_RD_ATOMIC).then_some(a.max_dest_rd_atomic),
+        dest_qp_num: on(QpAttrMask::DEST_QPN).then_some(a.dest_qp_num),
+    }
+}
+
+/// Applies rverbs attributes to our QP, keeping `ibv_qp.state` as libibverbs does; a
+/// positive errno on failure.
+///
+/// # Safety
+/// `qp` is a live QP of ours.
+pub(crate) unsafe fn modify_qp_with(qp: *mut ibv_qp, a: &QpAttr) -> c_int {
+    // SAFETY: [object] qp.
+    let q = obj!(unsafe { CQp::from_c(qp) }, errno);
+    match q.qp.modify(a) {
+        Ok(()) => {
+            if let Some(st) = a.qp_state {
+                // SAFETY: [object] qp; [c-struct] a raw write (libibverbs updates this field
+                // the same way), serialised by c_write.
+                c_write(|| unsafe { (*qp).state = u32::from(st.0) });
+            }
+            0
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// `ibv_modify_qp`: positive errno on failure. Alternate paths, path migration, `IBV_QP_CAP`
+/// and rate limits are `EOPNOTSUPP`.
+///
+/// # Safety
+/// `qp` is ours; `attr` is readable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+) -> c_int {
+    // SAFETY: [in] attr.
+    let Some(a) = (unsafe { attr.as_ref() }) else {
+        return null_arg("ibv_qp_attr");
+    };
+    let mask = mask as u32;
+    if mask & !MODIFY_SUPPORTED != 0 {
+        return libc::EOPNOTSUPP;
+    }
+    // SAFETY: [object] qp.
+    unsafe { modify_qp_with(qp, &qp_attr_from(a, mask)) }
+}
+
+/// `ibv_query_qp`: fills every attribute (whatever `mask`) and `init_attr`.
+///
+/// # Safety
+/// `qp` is ours; `attr` and `init_attr` are writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _mask: c_int,
+    init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    // SAFETY: [object] qp.
+    let q = obj!(unsafe { CQp::from_c(qp) }, errno);
+    if attr.is_null() || init_attr.is_null() {
+        return null_arg("ibv_query_qp output");
+    }
+    let i = match q.qp.query() {
+        Ok(i) => i,
+        Err(e) => return fail(&e),
+    };
+    let cap = ibv_qp_cap {
+        max_send_wr: i.caps.max_send_wr,
+        max_recv_wr: i.caps.max_recv_wr,
+        max_send_sge: i.caps.max_send_sge,
+        max_recv_sge: i.caps.max_recv_sge,
+        max_inline_data: i.caps.max_inline_data,
+    };
+    let o = ibv_qp_attr {
+        qp_state: u32::from(i.state.0),
+        cur_qp_state: u32::from(i.cur_state.0),
+        path_mtu: u32::from(i.path_mtu.0),
+        path_mig_state: 0,
+        qkey: i.qkey,
+        rq_psn: i.rq_psn,
+        sq_psn: i.sq_psn,
+        dest_qp_num: i.dest_qp_num,
+        qp_access_flags: i.access_flags.bits(),
+        cap,
+        ah_attr: ah_attr_to(&i.ah_attr),
+        alt_ah_attr: ibv_ah_attr::default(),
+        pkey_index: i.pkey_index,
+        alt_pkey_index: 0,
+        en_sqd_async_notify: 0,
+        sq_draining: u8::from(i.sq_draining),
+        max_rd_atomic: i.max_rd_atomic,
+        max_dest_rd_atomic: i.max_dest_rd_atomic,
+        min_rnr_timer: i.min_rnr_timer,
+        port_num: i.port_num,
+        timeout: i.timeout,
+        retry_cnt: i.retry_cnt,
+        rnr_retry: i.rnr_retry,
+        alt_port_num: 0,
+        alt_timeout: 0,
+        rate_limit: 0,
+    };
+    // SAFETY: [object] qp; [c-struct] a raw write, serialised by c_write.
+    c_write(|| unsafe { (*qp).state = o.qp_state });
+    // SAFETY: [out] attr and init_attr; [object] qp, whose C fields are read through the raw
+    // pointer ([c-struct]).
+    unsafe {
+        attr.write(o);
+        let ia = &mut *init_attr;
+        ia.qp_context = (*qp).qp_context;
+        ia.send_cq = (*qp).send_cq;
+        ia.recv_cq = (*qp).recv_cq;
+        ia.srq = (*qp).srq;
+        ia.cap = cap;
+        ia.qp_type = (*qp).qp_type;
+        ia.sq_sig_all = c_int::from(i.sq_sig_all);
+    }
+    0
+}
+
+/// `ibv_destroy_qp`. Waits until every async event delivered for the QP was acknowledged
+/// (`ibv_ack_async_event`), as libibverbs does.
+///
+/// # Safety
+/// `qp` came from [`ibv_create_qp`] (\[destroy\]) and is not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    // SAFETY: [destroy] qp.
+    let q = obj!(unsafe { CQp::from_c(qp) }, errno);
+    // Out of the registry first: no event is handed out for it afterwards ([registry]).
+    unregister(QP, q.qp.user_handle());
+    q.events.wait_acked();
+    // SAFETY: [destroy] qp: boxed by ibv_create_qp ([owner]); `q` is not used any more.
+    drop(unsafe { Box::from_raw(qp.cast::<CQp>()) });
+    0
+}
+
+/// The rverbs operation of a C send request, or `None` for an opcode we do not carry.
+///
+/// # Safety
+/// For UD QPs, `w.wr.ud.ah` is an AH of ours; for BIND_MW, `w.bind_mw` names a window and
+/// region of ours.
+unsafe fn send_op(w: &ibv_send_wr) -> Option<SendOp> {
+    // SAFETY: reading a union of plain integers: every bit pattern is valid.
+    let (rdma, atomic) = unsafe { (w.wr.rdma, w.wr.atomic) };
+    Some(match w.opcode {
+        0 => SendOp::RdmaWrite {
+            remote_addr: rdma.remote_addr,
+            rkey: rdma.rkey,
+        },
+        1 => SendOp::RdmaWriteWithImm {
+            remote_addr: rdma.remote_addr,
+            rkey: rdma.rkey,
+            imm: u32::from_be(w.imm_data),
+        },
+        2 => SendOp::Send,
+        3 => SendOp::SendWithImm {
+            imm: u32::from_be(w.imm_data),
+        },
+        4 => SendOp::RdmaRead {
+            remote_addr: rdma.remote_addr,
+            rkey: rdma.rkey,
+        },
+        5 => SendOp::AtomicCmpSwp {
+            remote_addr: atomic.remote_addr,
+            rkey: atomic.rkey,
+            compare: atomic.compare_add,
+            swap: atomic.swap,
+        },
+        6 => SendOp::AtomicFetchAdd {
+            remote_addr: atomic.remote_addr,
+            rkey: atomic.rkey,
+            add: atomic.compare_add,
+        },
+        7 => SendOp::LocalInv {
+            invalidate_rkey: w.imm_data,
+        },
+        // SAFETY: [wr] a BIND_MW request names an [object] window (and region).
+        8 => return unsafe { crate::mw::bind_op(w) },
+        9 => SendOp::SendWithInv {
+            invalidate_rkey: w.imm_data,
+        },
+        _ => return None,
+    })
+}
+
+/// The rverbs request of one C send request, or `None` when it is malformed (an opcode we
+/// do not carry, a negative or dangling SGE list, a UD request without an AH).
+///
+/// # Safety
+/// `w` is a valid request (`ibv_post_send`'s contract): `sg_list` has `num_sge` entries;
+/// for UD QPs `w.wr.ud.ah` is NULL or an AH of ours.
+#[inline(always)]
+unsafe fn send_wr(w: &ibv_send_wr, ud: bool) -> Option<SendWr<'_>> {
+    // SAFETY: [wr] for UD QPs the request names an [object] AH (checked non-NULL below).
+    let op = unsafe { send_op(w) }?;
+    // SAFETY: [wr] sg_list has num_sge entries.
+    let sge = unsafe { sge_list(w.sg_list, w.num_sge) }?;
+    let ud_dest = if ud {
+        // SAFETY: reading a union of plain data (a UD request uses its `ud` member).
+        let u = unsafe { w.wr.ud };
+        if u.ah.is_null() {
+            return None;
+        }
+        // SAFETY: [wr] a UD request's non-NULL AH is an [object] AH ([owner]).
+        let a = unsafe { &*(u.ah as *const CAh) };
+        Some(a.ah.ud_dest(u.remote_qpn, u.remote_qkey))
+    } else {
+        None
+    };
+    Some(SendWr {
+        wr_id: w.wr_id,
+        op,
+        sge,
+        flags: SendFlags::from_bits_retain(w.send_flags),
+        ud: ud_dest,
+    })
+}
+
+/// `ops.post_send` (the inline `ibv_post_send`). A single request (the common case of
+/// latency-bound programs) is converted and posted without the batch arrays; a list goes in
+/// batches of `BATCH`.
+pub(super) unsafe extern "C" fn post_send_op(
+    qp: *mut ibv_qp,
+    mut wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> c_int {
+    // SAFETY: [object] qp.
+    let q = obj!(unsafe { CQp::from_c(qp) }, errno);
+    let ud = q.qp.qp_type() == QpType::UD;
+    // SAFETY: [wr] wr is NULL or a valid request.
+    if let Some(w) = unsafe { wr.as_ref() }.filter(|w| w.next.is_null()) {
+        // SAFETY: [wr] as above; AHs of UD requests are [object] AHs.
+        let Some(s) = (unsafe { send_wr(w, ud) }) else {
+            // SAFETY: [out] bad.
+            unsafe { *bad = wr };
+            return libc::EINVAL;
+        };
+        // SAFETY: [registered] [wr] the SGEs name registered memory that stays valid until the
+        // completions are polled, and INLINE sources are not written during the call (C code
+        // that writes them concurrently races libibverbs' own copy just the same).
+        return match unsafe { q.qp.post_send_raw(std::slice::from_ref(&s)) } {
+            Ok(()) => 0,
+            Err(e) => {
+                // SAFETY: [out] bad.
+                unsafe { *bad = wr };
+                fail(&io::Error::from(e))
+            }
+        };
+    }
+    while !wr.is_null() {
+        let mut ptrs = [null_mut::<ibv_send_wr>(); BATCH];
+        let mut wrs = [SendWr::send(0, &[]); BATCH];
+        let mut n = 0;
+        while n < BATCH && !wr.is_null() {
+            // SAFETY: [wr] wr is a valid request.
+            let w = unsafe { &*wr };
+            // SAFETY: as above.
+            let Some(s) = (unsafe { send_wr(w, ud) }) else {
+                // SAFETY: [out] bad.
+                unsafe { *bad = wr };
+                return libc::EINVAL;
+            };
+            ptrs[n] = wr;
+            wrs[n] = s;
+            n += 1;
+            wr = w.next;
+        }
+        // SAFETY: [registered] [wr] the SGEs name registered memory that stays valid until the
+        // completions are polled, and INLINE sources are not written during the call (C code
+        // that writes them concurrently races libibverbs' own copy just the same).
+        if let Err(e) = unsafe { q.qp.post_send_raw(&wrs[..n]) } {
+            let failed = e.posted().min(n - 1);
+            // SAFETY: [out] bad.
+            unsafe { *bad = ptrs[failed] };
+            return fail(&io::Error::from(e));
+        }
+    }
+    0
+}
+
+/// `ops.post_recv` (the inline `ibv_post_recv`).
+pub(super) unsafe extern "C" fn post_recv_op(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    // SAFETY: [object] qp.
+    let q = obj!(unsafe { CQp::from_c(qp) }, errno);
+    // SAFETY: [registered] [wr] the SGEs name registered memory that stays valid
+    // until the completions are polled.
+    unsafe { post_recv_list(wr, bad, |w| q.qp.post_recv_raw(w)) }
+}
