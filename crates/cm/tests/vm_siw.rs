@@ -335,7 +335,7 @@ fn siw_endpoint_send_recv_read_write_and_refusals() {
         .unwrap_err();
     let s = e.to_string();
     assert!(
-        s.contains("81 bytes of inline data: siw (iWARP) carries at most 80"),
+        s.contains("81 bytes of inline data, the QP's max_inline_data is 64"),
         "{s}"
     );
     assert!(s.contains(&dev) && s.contains(&qpn), "{s}");
@@ -350,7 +350,7 @@ fn siw_endpoint_send_recv_read_write_and_refusals() {
         .unwrap_err();
     assert!(
         e.to_string()
-            .contains("RDMA_READ with 2 sink SGEs: iWARP reads into exactly one"),
+            .contains("RDMA_READ with 2 sink SGEs: siw (iWARP) reads into exactly one"),
         "{e}"
     );
     // Nothing of the refused requests went out: the next send completes as the next one.

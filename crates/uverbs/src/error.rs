@@ -324,6 +324,14 @@ pub enum PostFault {
         /// The provider's name.
         provider: &'static str,
     },
+    /// An RDMA READ whose sink is not exactly one SGE: iWARP (siw) tags one sink buffer per
+    /// read.
+    ReadSinkSges {
+        /// SGEs given.
+        num_sge: usize,
+        /// The provider's name.
+        provider: &'static str,
+    },
 }
 
 impl PostFault {
@@ -422,6 +430,10 @@ impl fmt::Display for PostFault {
                 f,
                 "{op} is not supported by this kernel's {provider} (the device does not report \
                  the IBTA 1.5 capability in device_cap_flags_ex)"
+            ),
+            PostFault::ReadSinkSges { num_sge, provider } => write!(
+                f,
+                "RDMA_READ with {num_sge} sink SGEs: {provider} (iWARP) reads into exactly one"
             ),
         }
     }
@@ -868,6 +880,14 @@ mod tests {
             (
                 PostFault::NoReceiveQueue,
                 "the QP uses an SRQ: post receives to the SRQ",
+                InvalidInput,
+            ),
+            (
+                PostFault::ReadSinkSges {
+                    num_sge: 2,
+                    provider: "siw",
+                },
+                "RDMA_READ with 2 sink SGEs: siw (iWARP) reads into exactly one",
                 InvalidInput,
             ),
         ];

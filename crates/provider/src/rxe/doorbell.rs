@@ -32,9 +32,8 @@ pub const POST_SEND_CMD_LEN: usize = core::mem::size_of::<PostSendCmd>();
 /// Layout: `{u32 command = 28; u16 in_words = 8; u16 out_words = 1}` then
 /// `{u64 response; u32 qp_handle; u32 wr_count = 0; u32 sge_count = 0;
 /// u32 wqe_size = sizeof(ib_uverbs_send_wr)}` (the kernel rejects a smaller `wqe_size` even
-/// when there are no WRs).
-#[cfg(test)]
-pub fn post_send_cmd(qp_handle: u32, response: u64) -> [u8; POST_SEND_CMD_LEN] {
+/// when there are no WRs). siw's doorbell is the same command, built once per QP.
+pub(crate) fn post_send_cmd(qp_handle: u32, response: u64) -> [u8; POST_SEND_CMD_LEN] {
     let mut out = [0u8; POST_SEND_CMD_LEN];
     out.copy_from_slice(cmd(qp_handle, response).as_bytes());
     out
@@ -75,28 +74,34 @@ pub fn post_send_doorbell(cmd_fd: BorrowedFd<'_>, qp_handle: u32) -> io::Result<
     std::hint::black_box(&mut resp);
     match r {
         Ok(POST_SEND_CMD_LEN) => Ok(()),
-        other => Err(doorbell_error(other, qp_handle)),
+        other => Err(doorbell_error(
+            "rxe post send doorbell",
+            other,
+            qp_handle,
+            (Errno::INVAL, " (is the QP in RTS?)"),
+        )),
     }
 }
 
-/// The error of a doorbell write() that failed or was short (write_cmd retried EINTR).
+/// The error `op` (a provider's doorbell) reports for a doorbell write() that failed or was
+/// short (write_cmd retried EINTR); `hint.1` follows the QP handle when the errno is `hint.0`.
 #[cold]
 #[inline(never)]
-fn doorbell_error(r: Result<usize, Errno>, qp_handle: u32) -> io::Error {
-    const OP: &str = "rxe post send doorbell";
+pub(crate) fn doorbell_error(
+    op: &'static str,
+    r: Result<usize, Errno>,
+    qp_handle: u32,
+    hint: (Errno, &'static str),
+) -> io::Error {
     match r {
         Ok(n) => Error::protocol(
-            OP,
+            op,
             format!("QP handle {qp_handle}: short write of {n} of {POST_SEND_CMD_LEN} bytes"),
         )
         .into(),
         Err(e) => {
-            let hint = if e == Errno::INVAL {
-                " (is the QP in RTS?)"
-            } else {
-                ""
-            };
-            Error::os(OP, e)
+            let hint = if e == hint.0 { hint.1 } else { "" };
+            Error::os(op, e)
                 .with_detail(format!("QP handle {qp_handle}{hint}"))
                 .into()
         }

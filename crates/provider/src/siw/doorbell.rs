@@ -10,38 +10,9 @@ use std::io;
 use std::os::fd::BorrowedFd;
 
 use rustix::io::Errno;
-use rverbs_uverbs::abi::cmd::{ib_uverbs_cmd_hdr, nr};
-use rverbs_uverbs::Error;
-use zerocopy::{Immutable, IntoBytes, KnownLayout};
 
-/// `struct ib_uverbs_post_send` without its flexible `send_wr[]`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, IntoBytes, Immutable, KnownLayout)]
-pub struct ib_uverbs_post_send {
-    /// Address of the 4-byte response the kernel writes.
-    pub response: u64,
-    /// Kernel handle of the QP.
-    pub qp_handle: u32,
-    /// Work requests following: 0.
-    pub wr_count: u32,
-    /// SGEs following: 0.
-    pub sge_count: u32,
-    /// `sizeof(struct ib_uverbs_send_wr)`: the kernel checks it even with no requests.
-    pub wqe_size: u32,
-}
-
-/// `sizeof(struct ib_uverbs_send_wr)`.
-pub const IB_UVERBS_SEND_WR_SIZE: u32 = 56;
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, IntoBytes, Immutable, KnownLayout)]
-struct PostSendCmd {
-    hdr: ib_uverbs_cmd_hdr,
-    body: ib_uverbs_post_send,
-}
-
-/// Bytes of the doorbell write().
-pub const POST_SEND_CMD_LEN: usize = size_of::<PostSendCmd>();
+pub use crate::rxe::doorbell::POST_SEND_CMD_LEN;
+use crate::rxe::doorbell::{doorbell_error, post_send_cmd};
 
 /// One QP's prebuilt doorbell: the command bytes and the response word they point at.
 pub struct Doorbell {
@@ -66,22 +37,8 @@ impl Doorbell {
     /// The doorbell of the QP with kernel handle `qp_handle`.
     pub fn new(qp_handle: u32) -> Self {
         let resp = Box::new(UnsafeCell::new(0u32));
-        let c = PostSendCmd {
-            hdr: ib_uverbs_cmd_hdr {
-                command: nr::POST_SEND,
-                in_words: (POST_SEND_CMD_LEN / 4) as u16,
-                out_words: 1,
-            },
-            body: ib_uverbs_post_send {
-                response: resp.get() as usize as u64,
-                qp_handle,
-                wr_count: 0,
-                sge_count: 0,
-                wqe_size: IB_UVERBS_SEND_WR_SIZE,
-            },
-        };
-        let mut cmd = [0u8; POST_SEND_CMD_LEN];
-        cmd.copy_from_slice(c.as_bytes());
+        // The command rxe writes too (`rxe::doorbell`); its response is our boxed word.
+        let cmd = post_send_cmd(qp_handle, resp.get() as usize as u64);
         Doorbell {
             cmd,
             qp_handle,
@@ -102,30 +59,15 @@ impl Doorbell {
         let r = unsafe { rverbs_uverbs::write::write_cmd(cmd_fd, &self.cmd) };
         match r {
             Ok(POST_SEND_CMD_LEN) => Ok(()),
-            other => Err(doorbell_error(other, self.qp_handle)),
-        }
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn doorbell_error(r: Result<usize, Errno>, qp_handle: u32) -> io::Error {
-    const OP: &str = "siw post send doorbell";
-    match r {
-        Ok(n) => Error::protocol(
-            OP,
-            format!("QP handle {qp_handle}: short write of {n} of {POST_SEND_CMD_LEN} bytes"),
-        )
-        .into(),
-        Err(e) => {
-            let hint = if e == Errno::NOTCONN {
-                " (siw sends only on a connected QP in RTS: connect it through rdma_cm)"
-            } else {
-                ""
-            };
-            Error::os(OP, e)
-                .with_detail(format!("QP handle {qp_handle}{hint}"))
-                .into()
+            other => Err(doorbell_error(
+                "siw post send doorbell",
+                other,
+                self.qp_handle,
+                (
+                    Errno::NOTCONN,
+                    " (siw sends only on a connected QP in RTS: connect it through rdma_cm)",
+                ),
+            )),
         }
     }
 }

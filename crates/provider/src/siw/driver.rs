@@ -162,17 +162,17 @@ struct QpRings {
 
 impl QpOps for QpRings {
     unsafe fn post_send(&mut self, qp: KernelObj<'_>, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        debug_assert!(
+            wrs.iter()
+                .all(|w| send_caps().for_type(QpType::RC).contains(w.op.kind())),
+            "QpOps::post_send's contract: every operation is one the QP accepts"
+        );
         // SAFETY: the caller upholds QpOps::post_send's memory contract.
-        match unsafe { self.sq.post(wrs) } {
-            Ok(p) if p.ring_doorbell => self.ring(qp, p.count),
-            Ok(_) => Ok(()),
-            Err(e) => {
-                if e.ring_doorbell {
-                    self.ring(qp, e.posted)?;
-                }
-                Err(PostError::from(e))
-            }
+        let p = unsafe { self.sq.post(wrs) };
+        if p.ring_doorbell {
+            self.ring(qp, p.count)?;
         }
+        p.error().map_or(Ok(()), Err)
     }
 
     unsafe fn post_recv(
@@ -184,7 +184,7 @@ impl QpOps for QpRings {
             PostError::invalid(0, "the QP has no receive queue (an SRQ, or max_recv_wr 0)")
         })?;
         // SAFETY: forwarded memory contract; siw needs no receive doorbell.
-        unsafe { rq.post(wrs) }.map(|_| ()).map_err(PostError::from)
+        unsafe { rq.post(wrs) }.map(|_| ())
     }
 }
 
@@ -209,9 +209,7 @@ impl SrqOps for SrqRing {
         wrs: &[RecvWr<'_>],
     ) -> Result<(), PostError> {
         // SAFETY: forwarded contract.
-        unsafe { self.rq.post(wrs) }
-            .map(|_| ())
-            .map_err(PostError::from)
+        unsafe { self.rq.post(wrs) }.map(|_| ())
     }
 }
 
@@ -306,6 +304,7 @@ unsafe impl Driver for SiwDriver {
             sq_ring,
             SqConfig {
                 max_sge: k.caps.max_send_sge.min(SIW_MAX_SGE as u32),
+                max_inline: k.caps.max_inline_data.min(SIW_MAX_INLINE as u32),
                 sig_all: req.sq_sig_all,
             },
         )?;

@@ -33,6 +33,8 @@ use std::io;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU8, Ordering};
 
+use rverbs_uverbs::error::{PostError, PostFault};
+use rverbs_uverbs::qp::QpType;
 use rverbs_uverbs::shared::copy_from_shared_raw;
 use rverbs_uverbs::{
     Error, OpKind, RecvWr, SendFlags, SendOp, SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion,
@@ -42,7 +44,7 @@ use super::abi::{
     notify, opcode, siw_cqe, siw_rqe, siw_sge, siw_sqe, wc_status, wqe_flags, FLAGS_OFFSET,
     SIW_MAX_INLINE, SIW_MAX_SGE,
 };
-use super::{PostErrorReason, SiwPostError, SiwQueue};
+use super::SiwQueue;
 
 /// The most elements a ring may have (the kernel's largest queues are far smaller); bounds
 /// every size computation from a create response.
@@ -175,6 +177,9 @@ impl Ring {
 pub struct SqConfig {
     /// SGEs per request (`max_send_sge` as created; at most [`SIW_MAX_SGE`]).
     pub max_sge: u32,
+    /// Inline bytes per request (`max_inline_data` as created; at most [`SIW_MAX_INLINE`],
+    /// the room of an SQE's `sge[1..]`).
+    pub max_inline: u32,
     /// Every request completes (`sq_sig_all`).
     pub sig_all: bool,
 }
@@ -192,25 +197,41 @@ const ALLOWED_SEND_FLAGS: SendFlags = SendFlags::FENCE
     .union(SendFlags::SOLICITED)
     .union(SendFlags::INLINE);
 
-/// What a post did: requests written, and whether the kernel must be told (the doorbell).
+/// What a send post did: requests written, whether the kernel must be told (the doorbell),
+/// and why the request after them was refused, if one was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Posted {
-    /// Requests written into the ring.
+    /// Requests written into the ring (the refused request's index, if one was refused).
     pub count: usize,
-    /// The SQ looked idle, so the doorbell must be rung (libsiw's rule).
+    /// The SQ looked idle, so the doorbell must be rung (libsiw's rule) for the `count`
+    /// requests written, refusal or not.
     pub ring_doorbell: bool,
+    /// Why request number `count` was refused; `None` when every request went in.
+    pub refused: Option<PostFault>,
+}
+
+impl Posted {
+    /// The refusal as the core reports it ([`PostError::refused`]), if there was one.
+    pub fn error(&self) -> Option<PostError> {
+        self.refused.map(|f| PostError::refused(self.count, f))
+    }
 }
 
 impl SiwSq {
     /// Wraps a ring of [`siw_sqe`]s.
     pub fn new(ring: Ring, cfg: SqConfig) -> io::Result<Self> {
-        if ring.elem_size != size_of::<siw_sqe>() || cfg.max_sge as usize > SIW_MAX_SGE {
+        if ring.elem_size != size_of::<siw_sqe>()
+            || cfg.max_sge as usize > SIW_MAX_SGE
+            || cfg.max_inline as usize > SIW_MAX_INLINE
+        {
             return Err(Error::invalid(
                 "siw send queue",
                 format!(
-                    "elements of {} bytes and {} SGEs; siw has {} and at most {SIW_MAX_SGE}",
+                    "elements of {} bytes, {} SGEs and {} inline bytes; siw has {}, at most \
+                     {SIW_MAX_SGE} and at most {SIW_MAX_INLINE}",
                     ring.elem_size,
                     cfg.max_sge,
+                    cfg.max_inline,
                     size_of::<siw_sqe>()
                 ),
             )
@@ -220,11 +241,12 @@ impl SiwSq {
     }
 
     /// Checks `wr` and returns its SQE flags (without `VALID`) and opcode.
-    fn check(&self, wr: &SendWr<'_>) -> Result<(u16, u8), PostErrorReason> {
+    fn check(&self, wr: &SendWr<'_>) -> Result<(u16, u8), PostFault> {
         let extra = wr.flags.difference(ALLOWED_SEND_FLAGS);
         if !extra.is_empty() {
-            return Err(PostErrorReason::UnsupportedFlags {
+            return Err(PostFault::FlagsNotEncoded {
                 flags: extra.bits(),
+                provider: "siw",
             });
         }
         let kind = wr.op.kind();
@@ -233,31 +255,44 @@ impl SiwSq {
             SendOp::SendWithInv { .. } => opcode::SEND_REMOTE_INV,
             SendOp::RdmaWrite { .. } => opcode::WRITE,
             SendOp::RdmaRead { .. } => opcode::READ,
-            // The core checks every request against `send_caps` first; this is the guard for
-            // direct callers (tests): never encode what siw does not carry.
-            _ => return Err(PostErrorReason::NotIwarp { op: kind }),
+            // The operation is one this QP accepts (checked once, by rverbs-uverbs' `Qp`,
+            // against `super::driver::send_caps`, whose exhaustive `encodes` a new operation
+            // breaks; asserted in debug builds by the driver's `post_send`). Whatever else
+            // reaches here (a direct caller) is refused, never written into the ring.
+            _ => {
+                return Err(PostFault::OpNotEncoded {
+                    op: kind,
+                    qp_type: QpType::RC,
+                    provider: "siw",
+                })
+            }
         };
         let inline = wr.flags.contains(SendFlags::INLINE);
         let n = wr.sge.len();
         if inline {
             if !kind.carries_payload() {
-                return Err(PostErrorReason::InlineNotAllowed { op: kind.name() });
+                return Err(PostFault::InlineNotAllowed { op: kind });
             }
             let len: u64 = wr.sge.iter().map(|s| u64::from(s.length)).sum();
-            if len > SIW_MAX_INLINE as u64 {
-                return Err(PostErrorReason::InlineTooLong {
+            // The QP's own limit, as rxe and mlx5 keep it (siw's kernel only refuses more than
+            // SIW_MAX_INLINE, which `new` checked `max_inline` against).
+            if len > u64::from(self.cfg.max_inline) {
+                return Err(PostFault::InlineTooLong {
                     len,
-                    max_inline: SIW_MAX_INLINE as u32,
+                    max_inline: self.cfg.max_inline,
                 });
             }
         } else if n > self.cfg.max_sge as usize {
-            return Err(PostErrorReason::TooManySge {
+            return Err(PostFault::TooManySges {
                 num_sge: n,
                 max_sge: self.cfg.max_sge,
             });
         }
         if kind == OpKind::RdmaRead && n != 1 {
-            return Err(PostErrorReason::ReadSinkSges { num_sge: n });
+            return Err(PostFault::ReadSinkSges {
+                num_sge: n,
+                provider: "siw",
+            });
         }
         let mut flags = 0;
         if wr.flags.contains(SendFlags::SIGNALED) || self.cfg.sig_all {
@@ -276,25 +311,25 @@ impl SiwSq {
     }
 
     /// Writes `wrs` into the ring in order and makes each valid. Stops at the first request
-    /// that is invalid or finds the ring full: the error says how many went in before it
-    /// (those still need the doorbell when [`Posted::ring_doorbell`] would have said so:
-    /// see [`SiwPostError::ring_doorbell`]).
+    /// that is invalid or finds the ring full: [`Posted::refused`] says why, and the requests
+    /// before it ([`Posted::count`]) still need the doorbell when [`Posted::ring_doorbell`]
+    /// says so.
     ///
     /// # Safety
     /// As `QpOps::post_send`: every non-INLINE SGE names registered memory that stays valid
     /// until the request completes; every INLINE SGE names `length` readable bytes during
     /// the call, written meanwhile by no one except through `rverbs_uverbs::shared`, the
     /// kernel or a device.
-    pub unsafe fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<Posted, SiwPostError> {
+    pub unsafe fn post(&mut self, wrs: &[SendWr<'_>]) -> Posted {
         let start = self.put;
-        let mut err = None;
-        for (i, wr) in wrs.iter().enumerate() {
-            let reason = match self.check(wr) {
+        let mut refused = None;
+        for wr in wrs {
+            refused = match self.check(wr) {
                 Ok(plan) => {
                     // SeqCst, as libsiw's load: ordered after our earlier VALID stores.
                     if self.ring.flags16(self.put).load(Ordering::SeqCst) & wqe_flags::VALID != 0 {
-                        Some(PostErrorReason::QueueFull {
-                            capacity: self.ring.slots,
+                        Some(PostFault::QueueFull {
+                            outstanding: self.ring.slots,
                         })
                     } else {
                         // SAFETY: the slot's VALID is clear, so it is ours (the kernel does not
@@ -304,29 +339,17 @@ impl SiwSq {
                         None
                     }
                 }
-                Err(r) => Some(r),
+                Err(f) => Some(f),
             };
-            if let Some(reason) = reason {
-                err = Some(SiwPostError {
-                    queue: SiwQueue::Send,
-                    posted: i,
-                    reason,
-                    ring_doorbell: false,
-                });
+            if refused.is_some() {
                 break;
             }
         }
         let count = self.put.wrapping_sub(start) as usize;
-        let ring_doorbell = count > 0 && self.was_idle(start, count);
-        match err {
-            None => Ok(Posted {
-                count,
-                ring_doorbell,
-            }),
-            Some(mut e) => {
-                e.ring_doorbell = ring_doorbell;
-                Err(e)
-            }
+        Posted {
+            count,
+            ring_doorbell: count > 0 && self.was_idle(start, count),
+            refused,
         }
     }
 
@@ -380,7 +403,8 @@ impl SiwSq {
                     if len == 0 {
                         continue;
                     }
-                    // `check` bounded the total by SIW_MAX_INLINE, the bytes of sge[1..];
+                    // `check` bounded the total by max_inline <= SIW_MAX_INLINE (`new`), the
+                    // bytes of sge[1..];
                     // the caller guarantees the source (read with shared's 1-byte atomics).
                     copy_from_shared_raw(s.addr as usize as *const u8, data.add(off), len);
                     off += len;
@@ -418,7 +442,6 @@ pub struct SiwRq {
     ring: Ring,
     put: u32,
     max_sge: u32,
-    queue: SiwQueue,
 }
 
 impl SiwRq {
@@ -439,7 +462,6 @@ impl SiwRq {
             ring,
             put: 0,
             max_sge,
-            queue,
         })
     }
 
@@ -449,16 +471,11 @@ impl SiwRq {
     /// # Safety
     /// Every SGE names registered memory that stays valid until the request completes (the
     /// kernel writes into it).
-    pub unsafe fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<usize, SiwPostError> {
+    pub unsafe fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<usize, PostError> {
         for (i, wr) in wrs.iter().enumerate() {
-            let fail = |reason| SiwPostError {
-                queue: self.queue,
-                posted: i,
-                reason,
-                ring_doorbell: false,
-            };
+            let fail = |fault| PostError::refused(i, fault);
             if wr.sge.len() > self.max_sge as usize {
-                return Err(fail(PostErrorReason::TooManySge {
+                return Err(fail(PostFault::TooManySges {
                     num_sge: wr.sge.len(),
                     max_sge: self.max_sge,
                 }));
@@ -466,8 +483,8 @@ impl SiwRq {
             let flags = self.ring.flags16(self.put);
             // Acquire: the kernel's use of the slot is over before we rewrite it.
             if flags.load(Ordering::Acquire) & wqe_flags::VALID != 0 {
-                return Err(fail(PostErrorReason::QueueFull {
-                    capacity: self.ring.slots,
+                return Err(fail(PostFault::QueueFull {
+                    outstanding: self.ring.slots,
                 }));
             }
             let rqe = self.ring.slot(self.put).cast::<siw_rqe>();

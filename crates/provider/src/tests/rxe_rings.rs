@@ -254,3 +254,22 @@ mod rxe {
         assert_eq!(rq.free_slots(), 7);
     }
 }
+
+/// The doorbell's errors (the function siw's doorbell shares): the errno, the QP handle, and
+/// rxe's hint when the kernel answers `EINVAL` (an eventfd refuses a 32-byte write with it).
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot run raw syscalls")]
+fn rxe_doorbell_errors_name_the_qp_and_the_hint() {
+    use rustix::event::{eventfd, EventfdFlags};
+    let fd = eventfd(0, EventfdFlags::CLOEXEC).unwrap();
+    let e = crate::rxe::post_send_doorbell(std::os::fd::AsFd::as_fd(&fd), 9).unwrap_err();
+    assert_eq!(
+        rverbs_uverbs::Error::errno_of(&e),
+        Some(rustix::io::Errno::INVAL)
+    );
+    let s = e.to_string();
+    assert!(
+        s.starts_with("rxe post send doorbell") && s.contains("QP handle 9 (is the QP in RTS?)"),
+        "{s}"
+    );
+}

@@ -123,7 +123,9 @@ fn checks() -> Vec<(String, u64)> {
     constant!("SIW_WC_GENERAL_ERR", wc_status::GENERAL_ERR);
     constant!("SIW_NUM_WC_STATUS", wc_status::NUM_WC_STATUS);
 
-    use crate::siw::doorbell::{ib_uverbs_post_send, IB_UVERBS_SEND_WR_SIZE, POST_SEND_CMD_LEN};
+    // The doorbell's command is rxe's (`rxe::doorbell`, checked in rxe_abi_layout too).
+    use crate::rxe::abi::{ib_uverbs_post_send, IB_UVERBS_SEND_WR_SIZE};
+    use crate::siw::doorbell::POST_SEND_CMD_LEN;
     st!(
         "ib_uverbs_post_send",
         ib_uverbs_post_send,

@@ -10,10 +10,11 @@ use crate::siw::abi::{
     notify, opcode, siw_cq_ctrl, siw_cqe, siw_rqe, siw_sqe, wc_status, wqe_flags, SIW_MAX_INLINE,
 };
 use crate::siw::driver::{send_caps, SiwDriver};
-use crate::siw::ring::{Ring, SiwCq, SiwRq, SiwSq, SqConfig, UNKNOWN_OPCODE_BASE};
+use crate::siw::ring::{Posted, Ring, SiwCq, SiwRq, SiwSq, SqConfig, UNKNOWN_OPCODE_BASE};
 use crate::siw::sim::SimRing;
-use crate::siw::{PostErrorReason, SiwQueue};
+use crate::siw::SiwQueue;
 use rverbs_uverbs::driver::Driver;
+use rverbs_uverbs::error::PostFault;
 use rverbs_uverbs::qp::QpType;
 use rverbs_uverbs::{
     OpKind, OpSet, RecvWr, SendFlags, SendOp, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
@@ -21,6 +22,13 @@ use rverbs_uverbs::{
 };
 
 const N: u64 = if cfg!(miri) { 30 } else { 100_000 };
+
+/// A send post in which every request went in.
+#[track_caller]
+fn all(p: Posted) -> Posted {
+    assert_eq!(p.refused, None, "{p:?}");
+    p
+}
 
 fn sq_ring(slots: u32) -> SimRing {
     SimRing::new(slots, size_of::<siw_sqe>(), 0)
@@ -39,7 +47,11 @@ fn sq(r: &SimRing, max_sge: u32, sig_all: bool) -> SiwSq {
     SiwSq::new(
         // SAFETY: the buffer is live and unused by anyone else; the simulated kernel reads only the ring.
         unsafe { r.view(SiwQueue::Send) },
-        SqConfig { max_sge, sig_all },
+        SqConfig {
+            max_sge,
+            max_inline: SIW_MAX_INLINE as u32,
+            sig_all,
+        },
     )
     .unwrap()
 }
@@ -128,7 +140,7 @@ fn siw_sqes_hold_what_the_kernel_reads() {
         ),
     ];
     // SAFETY: nothing reads the SGEs' memory (the simulated kernel only copies the SQEs).
-    let p = unsafe { q.post(&wrs) }.unwrap();
+    let p = all(unsafe { q.post(&wrs) });
     assert_eq!(p.count, 4);
     assert!(p.ring_doorbell, "a fresh SQ is idle");
 
@@ -169,7 +181,7 @@ fn siw_sig_all_signals_every_sqe() {
     let r = sq_ring(2);
     let mut q = sq(&r, 1, true);
     // SAFETY: no SGEs.
-    unsafe { q.post(&[wr(9, SendOp::Send, &[], SendFlags::empty())]) }.unwrap();
+    all(unsafe { q.post(&[wr(9, SendOp::Send, &[], SendFlags::empty())]) });
     let s: siw_sqe = r.kernel().take().unwrap();
     assert_eq!(s.flags, wqe_flags::VALID | wqe_flags::SIGNALLED);
 }
@@ -188,7 +200,7 @@ fn siw_inline_is_copied_into_the_sqe() {
     // SAFETY: the inline sources are live locals nobody writes during the call (more SGEs
     // than max_sge is fine inline: the bytes are copied).
     // SAFETY: the buffer is live and unused by anyone else; the simulated kernel reads only the ring.
-    let p = unsafe { q.post(&[wr(5, SendOp::Send, &sges, SendFlags::INLINE)]) }.unwrap();
+    let p = all(unsafe { q.post(&[wr(5, SendOp::Send, &sges, SendFlags::INLINE)]) });
     assert_eq!(p.count, 1);
     let s: siw_sqe = r.kernel().take().unwrap();
     assert_eq!(s.flags, wqe_flags::VALID | wqe_flags::INLINE);
@@ -211,28 +223,41 @@ fn siw_refuses_what_iwarp_does_not_allow() {
     };
     let big_sge = [sge(big.as_ptr() as u64, 81, 0)];
     let one8 = [sge(0, 8, 1)];
-    let cases: [(SendWr<'_>, PostErrorReason, &str); 6] = [
+    let cases: [(SendWr<'_>, PostFault, &str); 7] = [
         (
             wr(1, SendOp::Send, &big_sge, SendFlags::INLINE),
-            PostErrorReason::InlineTooLong {
+            PostFault::InlineTooLong {
                 len: 81,
                 max_inline: 80,
             },
-            "81 bytes of inline data: siw (iWARP) carries at most 80 inline",
+            "81 bytes of inline data, the QP's max_inline_data is 80",
         ),
         (
             wr(2, read, &two, SendFlags::empty()),
-            PostErrorReason::ReadSinkSges { num_sge: 2 },
-            "RDMA_READ with 2 sink SGEs: iWARP reads into exactly one",
+            PostFault::ReadSinkSges {
+                num_sge: 2,
+                provider: "siw",
+            },
+            "RDMA_READ with 2 sink SGEs: siw (iWARP) reads into exactly one",
+        ),
+        (
+            wr(2, read, &[], SendFlags::empty()),
+            PostFault::ReadSinkSges {
+                num_sge: 0,
+                provider: "siw",
+            },
+            "RDMA_READ with 0 sink SGEs: siw (iWARP) reads into exactly one",
         ),
         (
             wr(3, read, &one8, SendFlags::INLINE),
-            PostErrorReason::InlineNotAllowed { op: "RDMA_READ" },
+            PostFault::InlineNotAllowed {
+                op: OpKind::RdmaRead,
+            },
             "INLINE is not possible with RDMA_READ",
         ),
         (
             wr(4, SendOp::Send, &three, SendFlags::empty()),
-            PostErrorReason::TooManySge {
+            PostFault::TooManySges {
                 num_sge: 3,
                 max_sge: 2,
             },
@@ -249,30 +274,67 @@ fn siw_refuses_what_iwarp_does_not_allow() {
                 &one8,
                 SendFlags::empty(),
             ),
-            PostErrorReason::NotIwarp {
+            // What `Qp` refuses first (the driver asserts it in debug builds): the ring's guard
+            // for direct callers writes nothing.
+            PostFault::OpNotEncoded {
                 op: OpKind::AtomicFetchAdd,
+                qp_type: QpType::RC,
+                provider: "siw",
             },
-            "iWARP (siw) does not carry ATOMIC_FETCH_AND_ADD",
+            "siw does not support ATOMIC_FETCH_AND_ADD on RC QPs",
         ),
         (
             wr(6, SendOp::Send, &[], SendFlags::IP_CSUM),
-            PostErrorReason::UnsupportedFlags {
+            PostFault::FlagsNotEncoded {
                 flags: SendFlags::IP_CSUM.bits(),
+                provider: "siw",
             },
-            "not supported by siw",
+            "send flags 0x10 are not supported by siw",
         ),
     ];
-    for (w, reason, text) in cases {
+    for (w, fault, text) in cases {
         // SAFETY: every request is refused before anything is copied or written.
-        let e = unsafe { q.post(&[w]) }.unwrap_err();
-        assert_eq!((e.posted, e.reason, e.ring_doorbell), (0, reason, false));
-        assert!(e.to_string().contains(text), "{e}");
-        assert!(
-            e.to_string().contains("siw send queue: work request #0"),
-            "{e}"
+        let p = unsafe { q.post(&[w]) };
+        assert_eq!(
+            p,
+            Posted {
+                count: 0,
+                ring_doorbell: false,
+                refused: Some(fault)
+            }
+        );
+        let e = p.error().unwrap();
+        assert_eq!(e.fault(), Some(fault));
+        assert_eq!(e.kind(), fault.kind());
+        assert_eq!(
+            e.to_string(),
+            format!("post: work request #0: {text}; 0 posted")
         );
     }
     assert_eq!(r.flags_of(0), 0, "nothing was written into the ring");
+    // The QP's own max_inline_data (below siw's 80) is the limit, as on rxe and mlx5.
+    let r16 = sq_ring(4);
+    let mut q16 = SiwSq::new(
+        // SAFETY: `r16` outlives `q16`; one user side.
+        unsafe { r16.view(SiwQueue::Send) },
+        SqConfig {
+            max_sge: 1,
+            max_inline: 16,
+            sig_all: false,
+        },
+    )
+    .unwrap();
+    let seventeen = [sge(big.as_ptr() as u64, 17, 0)];
+    // SAFETY: refused before anything is copied.
+    let p = unsafe { q16.post(&[wr(7, SendOp::Send, &seventeen, SendFlags::INLINE)]) };
+    assert_eq!(
+        p.refused,
+        Some(PostFault::InlineTooLong {
+            len: 17,
+            max_inline: 16
+        })
+    );
+    assert_eq!(r16.flags_of(0), 0);
 }
 
 #[test]
@@ -282,21 +344,22 @@ fn siw_full_sq_and_the_doorbell_rule() {
     let mut k = r.kernel();
     let send = |i| wr(i, SendOp::Send, &[], SendFlags::SIGNALED);
     // SAFETY: no SGEs (nor in any post of this test).
-    let p = unsafe { q.post(&[send(0), send(1)]) }.unwrap();
+    let p = all(unsafe { q.post(&[send(0), send(1)]) });
     assert!(p.ring_doorbell);
     // The kernel has not taken #1: it is busy with this SQ, no doorbell.
     // SAFETY: the simulated kernel reads only the ring, never the memory the SGEs name.
-    let p = unsafe { q.post(&[send(2)]) }.unwrap();
+    let p = all(unsafe { q.post(&[send(2)]) });
     assert!(!p.ring_doorbell);
     // SAFETY: the buffer is live and unused by anyone else; the simulated kernel reads only the ring.
-    let p = unsafe { q.post(&[send(3)]) }.unwrap();
+    let p = all(unsafe { q.post(&[send(3)]) });
     assert!(!p.ring_doorbell);
     // Full: four outstanding.
     // SAFETY: the simulated kernel reads only the ring, never the memory the SGEs name.
-    let e = unsafe { q.post(&[send(4)]) }.unwrap_err();
-    assert_eq!(e.reason, PostErrorReason::QueueFull { capacity: 4 });
+    let p = unsafe { q.post(&[send(4)]) };
+    assert_eq!((p.count, p.ring_doorbell), (0, false));
+    assert_eq!(p.refused, Some(PostFault::QueueFull { outstanding: 4 }));
     assert_eq!(
-        rverbs_uverbs::Error::errno_of(&e.into()),
+        rverbs_uverbs::Error::errno_of(&p.error().unwrap().into()),
         Some(rustix::io::Errno::NOMEM)
     );
     // The kernel takes everything and goes idle: the next post rings.
@@ -304,21 +367,23 @@ fn siw_full_sq_and_the_doorbell_rule() {
         assert_eq!(k.take::<siw_sqe>().unwrap().id, i);
     }
     // SAFETY: the simulated kernel reads only the ring, never the memory the SGEs name.
-    let p = unsafe { q.post(&[send(4), send(5)]) }.unwrap();
+    let p = all(unsafe { q.post(&[send(4), send(5)]) });
     assert!(p.ring_doorbell);
     // A list that stops part-way still asks for the doorbell of the ones before it.
     assert_eq!(k.take::<siw_sqe>().unwrap().id, 4);
     assert_eq!(k.take::<siw_sqe>().unwrap().id, 5);
     // SAFETY: the simulated kernel reads only the ring, never the memory the SGEs name.
-    let e = unsafe {
+    let p = unsafe {
         q.post(&[
             send(6),
             wr(7, SendOp::Send, &[], SendFlags::IP_CSUM),
             send(8),
         ])
-    }
-    .unwrap_err();
-    assert_eq!((e.posted, e.ring_doorbell), (1, true));
+    };
+    assert_eq!((p.count, p.ring_doorbell), (1, true));
+    let e = p.error().unwrap();
+    assert_eq!((e.index(), e.posted()), (Some(1), 1));
+    assert!(matches!(e.fault(), Some(PostFault::FlagsNotEncoded { .. })));
     assert_eq!(k.take::<siw_sqe>().unwrap().id, 6);
     assert!(k.take::<siw_sqe>().is_none());
 }
@@ -336,8 +401,12 @@ fn siw_receive_rings() {
         assert_eq!(unsafe { q.post(&wrs) }.unwrap(), 2);
         // SAFETY: the buffer is live and unused by anyone else; the simulated kernel reads only the ring.
         let e = unsafe { q.post(&wrs[..1]) }.unwrap_err();
-        assert_eq!(e.reason, PostErrorReason::QueueFull { capacity: 2 });
-        assert!(e.to_string().contains(&format!("siw {queue}")), "{e}");
+        assert_eq!(e.fault(), Some(PostFault::QueueFull { outstanding: 2 }));
+        assert_eq!((e.index(), e.posted()), (Some(0), 0));
+        assert_eq!(
+            e.to_string(),
+            "post: work request #0: queue full (2 requests outstanding) (ENOMEM); 0 posted"
+        );
         let a: siw_rqe = k.take().unwrap();
         assert_eq!((a.id, a.flags, a.num_sge), (1, wqe_flags::VALID, 2));
         assert_eq!(
@@ -348,14 +417,15 @@ fn siw_receive_rings() {
         assert_eq!((b.id, b.num_sge), (2, 1));
         let three = [sge(0, 1, 1); 3];
         // SAFETY: the simulated kernel reads only the ring, never the memory the SGEs name.
-        let e = unsafe { q.post(&[RecvWr::new(3, &three[..])]) }.unwrap_err();
+        let e = unsafe { q.post(&[wrs[1], RecvWr::new(3, &three[..])]) }.unwrap_err();
         assert_eq!(
-            e.reason,
-            PostErrorReason::TooManySge {
+            e.fault(),
+            Some(PostFault::TooManySges {
                 num_sge: 3,
                 max_sge: 2
-            }
+            })
         );
+        assert_eq!((e.index(), e.posted()), (Some(1), 1));
         // SAFETY: as above.
         assert_eq!(unsafe { q.post(&wrs[..1]) }.unwrap(), 1);
     }
@@ -550,10 +620,24 @@ fn siw_ring_geometry_lies_are_refused() {
         view(),
         SqConfig {
             max_sge: 7,
+            max_inline: 80,
             sig_all: false
         }
     )
     .is_err());
+    // Nor inline room beyond an SQE's: the copy of `check`ed inline data stays in the slot.
+    let sq_r = sq_ring(4);
+    let e = SiwSq::new(
+        // SAFETY: `sq_r` outlives the (refused) queue.
+        unsafe { sq_r.view(SiwQueue::Send) },
+        SqConfig {
+            max_sge: 1,
+            max_inline: 81,
+            sig_all: false,
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("81 inline bytes"), "{e}");
 }
 
 /// The simulated kernel takes SQEs and completes each signalled one on another thread, while
@@ -603,9 +687,10 @@ fn siw_sq_and_cq_against_kernel_thread() {
                 // SAFETY: `payload` is live and never written; the kernel thread reads only
                 // the SQEs.
                 // SAFETY: the buffer is live and unused by anyone else; the simulated kernel reads only the ring.
-                match unsafe { q.post(&[wr(posted, SendOp::Send, &sges, flags)]) } {
-                    Ok(_) => posted += 1,
-                    Err(e) => assert!(matches!(e.reason, PostErrorReason::QueueFull { .. })),
+                let p = unsafe { q.post(&[wr(posted, SendOp::Send, &sges, flags)]) };
+                match p.refused {
+                    None => posted += 1,
+                    Some(f) => assert!(matches!(f, PostFault::QueueFull { .. }), "{f}"),
                 }
             }
             let n = cq.poll(&mut out);
@@ -773,7 +858,7 @@ fn siw_inline_post_races_a_shared_writer() {
         for i in 0..(if cfg!(miri) { 3 } else { 1000 }) {
             let sges = [sge(addr as u64, 64, 0)];
             // SAFETY: the source is live and written meanwhile only through `shared`.
-            unsafe { q.post(&[wr(i, SendOp::Send, &sges, SendFlags::INLINE)]) }.unwrap();
+            all(unsafe { q.post(&[wr(i, SendOp::Send, &sges, SendFlags::INLINE)]) });
             let e: siw_sqe = k.take().unwrap();
             assert_eq!((e.id, e.sge[0].length), (i, 64));
         }
