@@ -2,6 +2,7 @@
 # rdma-core's Python suite (python3-pyverbs) on rdma-core's libraries and on ours, in one
 # guest: cargo xtask capi && cargo xtask vm --timeout 1500 -- sh ci/capi/pyverbs.sh
 # PYVERBS_ARGS: more arguments for run_tests.py (unittest's, e.g. `-k atomic_write`).
+# (test_qp_ex_rc_atomic_write alone runs in cargo xtask test: vm_capi::pyverbs_atomic_write_interop.)
 # Full logs go to the run directory (the share mounted at /tmp/rverbs-vm):
 #   python3 ci/capi/pyverbs_table.py target/vm/runs/<run>/py-rdma-core.log target/vm/runs/<run>/py-ours.log
 set -u

@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 
 /// Tests whose name contains this need rdma-core's C tools: not run in the minimal guest.
 const INTEROP: &str = "interop";
+/// Tests with this in their names need the two-node topology; one-node stages skip them.
+const TWO_NODE: &str = "two_node";
 
 /// Integration-test binaries that open no RDMA device: simulators, fixtures, the mlx5 oracle,
 /// allocation counters and the C layout probes. Nothing in them depends on the kernel, the
@@ -573,6 +575,9 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
             // Interop tests need rdma-core's C tools, which only the host guest has.
             stage_args.extend(["--skip".to_string(), INTEROP.to_string()]);
         }
+        if topo == Topo::One {
+            stage_args.extend(["--skip".to_string(), TWO_NODE.to_string()]);
+        }
         let mut stage_payload = payload.clone();
         stage_payload.env.push(async_load(kernel));
         let stage_tests: Vec<build::Artifact> = tests
@@ -611,11 +616,16 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
                         free += *c;
                     }
                 }
-                if guest == Guest::Minimal && !user_filter && counts.filtered > 0 {
-                    notes.push(format!(
-                        "{} `{INTEROP}` test(s) skipped: the minimal guest has no C tools",
-                        counts.filtered
-                    ));
+                if !user_filter && counts.filtered > 0 {
+                    let why = match (guest == Guest::Minimal, topo == Topo::One) {
+                        (true, true) => format!(
+                            "`{INTEROP}` (the minimal guest has no C tools) and \
+                             `{TWO_NODE}` (one-node topology)"
+                        ),
+                        (true, false) => format!("`{INTEROP}`: the minimal guest has no C tools"),
+                        _ => format!("`{TWO_NODE}`: one-node topology"),
+                    };
+                    notes.push(format!("{} test(s) skipped: {why}", counts.filtered));
                     counts.ignored += counts.filtered;
                 }
                 match &device_free_ran {

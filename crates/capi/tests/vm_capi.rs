@@ -630,3 +630,155 @@ fn mckey_on_our_librdmacm_interop() {
         }
     }
 }
+
+/// Two nodes: `mckey` on our libraries on node A and `mckey` on rdma-core's on node B, both
+/// directions, two receivers each time (one on each library, on the receiving node). Skipped
+/// (`--skip two_node` in the one-node stages; run by hand there it returns at once).
+///
+/// Both senders are mckey, whose unsignaled sends rxe on 6.12 flushes at its teardown (see
+/// `mckey_on_our_librdmacm_interop`): each receiver asks for one datagram of the ten, and
+/// that it gets it is asserted on 6.1 only; elsewhere the receivers' exits are printed.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn mckey_two_node_on_our_librdmacm_interop() {
+    use mcast::*;
+    if std::env::var("RVERBS_TOPO").as_deref() != Ok("two") {
+        eprintln!("skipped: needs the two-node topology (RVERBS_TOPO=two)");
+        return;
+    }
+    route();
+    let a = env_or("RVERBS_ADDR_A", "10.20.0.1");
+    let b = env_or("RVERBS_ADDR_B", "10.20.0.2");
+    let on_6_1 = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .starts_with("6.1.");
+    // (group, sender on ours?, sender's node, receivers' node)
+    for (n, ours_sends, from, to) in [(30u8, true, &a, &b), (31, false, &b, &a)] {
+        let g = group(n).ip().to_string();
+        let recv: Vec<_> = [true, false]
+            .into_iter()
+            .map(|ours| (ours, mckey(ours, &["-m", &g, "-b", to, "-C", "1"])))
+            .collect();
+        std::thread::sleep(Duration::from_secs(2));
+        let send = mckey(ours_sends, &["-s", "-m", &g, "-b", from, "-C", "10"]);
+        let (scode, sout) = finish(send);
+        let lib = |o: bool| if o { "ours" } else { "rdma-core's" };
+        assert_eq!(
+            scode,
+            Some(0),
+            "mckey sender on {} ({from}): {sout}",
+            lib(ours_sends)
+        );
+        assert!(sout.contains("data transfers complete"), "{sout}");
+        for (ours, c) in recv {
+            let (rcode, rout) = finish(c);
+            let who = format!(
+                "mckey on {} ({to}) receiving from mckey on {} ({from})",
+                lib(ours),
+                lib(ours_sends)
+            );
+            eprintln!("{who}: exit {rcode:?}");
+            if on_6_1 {
+                assert_eq!(rcode, Some(0), "{who}: {rout}");
+                assert!(rout.contains("data transfers complete"), "{who}: {rout}");
+            } else {
+                assert!(rcode == Some(0) || rcode == Some(124), "{who}: {rout}");
+            }
+        }
+    }
+}
+
+/// pyverbs' `test_qpex.test_qp_ex_rc_atomic_write` (rdma-core's Python suite, one test) on
+/// rdma-core's libraries and on ours, at the same time: on a kernel whose rxe has
+/// atomic write (6.12) it must pass on both. On other kernels it returns at once, saying so
+/// (there rdma-core's errors, librxe offering the builder to a kernel without the operation,
+/// and ours skips: `vm_errors::ibv_wr_atomic_write_follows_the_device` checks that refusal).
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn pyverbs_atomic_write_interop() {
+    const TEST: &str = "test_qp_ex_rc_atomic_write";
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    if !release.starts_with("6.12.") {
+        eprintln!(
+            "skipped: {TEST} is checked on 6.12 only, this is {}",
+            release.trim()
+        );
+        return;
+    }
+    let suite = PathBuf::from("/usr/share/doc/rdma-core/tests");
+    assert!(
+        suite.join("run_tests.py").is_file(),
+        "{} missing in the {:?} guest: install python3-pyverbs",
+        suite.display(),
+        std::env::var("RVERBS_GUEST").unwrap_or_default()
+    );
+    // The suite ships some modules gzipped: unpack a copy.
+    let dir = std::env::temp_dir().join("rverbs-pyverbs-aw");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg(r#"cp -r "$1"/. "$2"/ && cd "$2" && for f in ./*.gz; do [ -e "$f" ] && gunzip -f "$f"; done; true"#)
+        .arg("sh")
+        .arg(&suite)
+        .arg(&dir);
+    run(c);
+    let dev = env_or("RVERBS_DEV_A", "rxe0");
+    let runs: Vec<_> = [false, true]
+        .into_iter()
+        .map(|ours| {
+            let mut c = Command::new("timeout");
+            c.args([
+                "120",
+                "python3",
+                "run_tests.py",
+                "--dev",
+                &dev,
+                "--gid",
+                "1",
+                "-v",
+            ])
+            .args(["-k", TEST])
+            .current_dir(&dir)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+            if ours {
+                c.env("LD_LIBRARY_PATH", lib_dir());
+            } else {
+                c.env_remove("LD_LIBRARY_PATH");
+            }
+            (ours, c.spawn().unwrap())
+        })
+        .collect();
+    for (ours, child) in runs {
+        let lib = if ours { "ours" } else { "rdma-core's" };
+        let o = child.wait_with_output().unwrap();
+        let out = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        eprintln!("pyverbs {TEST} on {lib}: {}", o.status);
+        assert!(
+            out.contains("Ran 1 test"),
+            "{TEST} on {lib}: not run once: {out}"
+        );
+        // unittest's summary, its last line: "OK", "OK (skipped=1)", "FAILED (errors=1)".
+        let summary = out
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        assert!(
+            o.status.success() && summary.trim() == "OK",
+            "{TEST} on {lib} must pass on 6.12: {out}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
