@@ -59,8 +59,8 @@ fn parse_df_avail(text: &str) -> Option<u64> {
 
 /// What a whole `cargo xtask test` writes under the target directory from a fresh clone (the
 /// host build, Miri, rustdoc JSON, the fuzz and static builds, the kernels and the guests'
-/// run directories), with room to spare: measured at about 9 GiB.
-pub const TEST_RUN_BYTES: u64 = 16 << 30;
+/// run directories), with room to spare: measured at 7.1 GiB.
+pub const TEST_RUN_BYTES: u64 = 12 << 30;
 
 /// A warning line when the disk holding the target directory has less room than a whole run
 /// needs: a full disk otherwise shows up as link errors and bus errors in whichever stage
