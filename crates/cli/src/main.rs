@@ -16,6 +16,7 @@ mod rc_pingpong;
 mod rdma_client;
 mod rdma_server;
 mod rping;
+mod selftest;
 
 /// What a subcommand returns: any error is printed as `rverbs <cmd>: <error>` and exits 1.
 pub type CmdResult = Result<(), Box<dyn std::error::Error>>;
@@ -71,6 +72,12 @@ pub const COMMANDS: &[Command] = &[
         summary: "RDMA READ/WRITE ping-pong over rdma_cm, interoperable with rping",
         usage: rping::USAGE,
         run: rping::run,
+    },
+    Command {
+        name: "selftest",
+        summary: "loopback battery of what a device supports: PASS/FAIL/SKIP per case, JSON report",
+        usage: selftest::USAGE,
+        run: selftest::run,
     },
 ];
 

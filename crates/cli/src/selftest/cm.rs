@@ -1,0 +1,237 @@
+//! The rdma_cm case: a listener and a client on the device's own address (the only way an
+//! iWARP QP is connected), SEND/RECV both ways, an RDMA WRITE and an RDMA READ of the
+//! server's region, a disconnect. Every rdma_cm wait is bounded by the case's deadline.
+
+use std::time::{Duration, Instant};
+
+use rverbs::cm::{create_ep, getaddrinfo, AddrHints, ConnParam, Endpoint, EndpointAttr};
+use rverbs::uverbs::mr::{AccessFlags, Mr, PageBuf};
+use rverbs::uverbs::qp::QpCaps;
+use rverbs::uverbs::{SendFlags, WcOpcode, WorkCompletion};
+
+use super::cases::{check_wc, ctx, pattern, same_bytes, CaseResult, Env, Outcome};
+
+const LEN: usize = 1000;
+
+fn attr() -> EndpointAttr {
+    EndpointAttr {
+        caps: QpCaps {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        sq_sig_all: true,
+    }
+}
+
+fn left(end: Instant) -> Duration {
+    end.saturating_duration_since(Instant::now())
+}
+
+fn comp(
+    got: std::io::Result<Option<WorkCompletion>>,
+    wr_id: u64,
+    op: WcOpcode,
+    what: &str,
+) -> Result<WorkCompletion, String> {
+    let wc = got
+        .map_err(ctx(what))?
+        .ok_or_else(|| format!("no completion for {what} within the case's timeout"))?;
+    check_wc(&wc, wr_id, op, what)?;
+    Ok(wc)
+}
+
+/// The server's side: takes the connection, posts a receive, accepts with its region's address
+/// and rkey as private data, gets the client's message, answers it, waits for the disconnect.
+fn server(lis: rverbs::cm::CmId, end: Instant) -> Result<(), String> {
+    let req = lis
+        .get_request()
+        .map_err(ctx("server: get the connect request"))?;
+    let ep = Endpoint::create(req, &attr()).map_err(ctx("server: create the endpoint"))?;
+    ep.id().set_sync_timeout(Some(left(end)));
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
+    let buf = PageBuf::new(8192).map_err(ctx("server: allocate"))?;
+    let mr = Mr::register(ep.pd(), buf, access).map_err(ctx("server: register"))?;
+    mr.write_at(4096, &pattern(7, LEN));
+    ep.post_recv(1, &[mr.sge(0..LEN)])
+        .map_err(ctx("server: post a receive"))?;
+    let mut pd = mr.addr().to_le_bytes().to_vec();
+    pd.extend_from_slice(&mr.rkey().to_le_bytes());
+    ep.accept(&ConnParam {
+        private_data: pd,
+        ..Default::default()
+    })
+    .map_err(ctx("server: accept"))?;
+    let wc = comp(
+        ep.get_recv_comp_timeout(left(end)),
+        1,
+        WcOpcode::RECV,
+        "server: the client's SEND",
+    )?;
+    if wc.byte_len as usize != LEN {
+        return Err(format!("server: byte_len {}, expected {LEN}", wc.byte_len));
+    }
+    same_bytes(
+        &mr.read_vec(0..LEN),
+        &pattern(8, LEN),
+        "server: received bytes",
+    )?;
+    mr.write_at(0, b"pong");
+    ep.post_send(2, &[mr.sge(0..4)], SendFlags::SIGNALED)
+        .map_err(ctx("server: post a SEND"))?;
+    comp(
+        ep.get_send_comp_timeout(left(end)),
+        2,
+        WcOpcode::SEND,
+        "server: its SEND",
+    )?;
+    // The client disconnects when it is done with this region.
+    match ep.id().get_event(Some(left(end))) {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err("server: no DISCONNECTED within the case's timeout".into()),
+        Err(e) => Err(format!("server: wait for the disconnect: {e}")),
+    }
+}
+
+pub fn rc(env: &Env, end: Instant) -> CaseResult {
+    let Some(addr) = env.cm_addr.as_deref() else {
+        return Ok(Outcome::Skip(
+            "no address for the rdma_cm: give -a ADDR".into(),
+        ));
+    };
+    let port = env.cm_port.to_string();
+    let ai = |passive| {
+        getaddrinfo(
+            Some(addr),
+            Some(&port),
+            &AddrHints {
+                passive,
+                ..Default::default()
+            },
+        )
+        .map_err(|e| format!("getaddrinfo {addr} port {port}: {e}"))
+    };
+    let lis = create_ep(&ai(true)?[0]).map_err(ctx("create the listener"))?;
+    lis.listen(1)
+        .map_err(|e| format!("listen on {addr} port {port}: {e}"))?;
+    lis.set_sync_timeout(Some(left(end)));
+    let srv = std::thread::spawn(move || server(lis, end));
+
+    let client = (|| -> Result<(), String> {
+        let id = create_ep(&ai(false)?[0]).map_err(ctx("client: resolve the address"))?;
+        id.set_sync_timeout(Some(left(end)));
+        let ep = Endpoint::create(id, &attr()).map_err(ctx("client: create the endpoint"))?;
+        let dev = ep.pd().context().name().to_string();
+        if dev != env.dev {
+            return Err(format!(
+                "{addr} is an address of {dev}, not of {}: give -a with an address of {}",
+                env.dev, env.dev
+            ));
+        }
+        let mr = ep
+            .reg_msgs(PageBuf::new(8192).map_err(ctx("client: allocate"))?)
+            .map_err(|e| format!("client: register: {e}"))?;
+        ep.post_recv(3, &[mr.sge(4096..4096 + 64)])
+            .map_err(ctx("client: post a receive"))?;
+        ep.connect(&ConnParam::default())
+            .map_err(ctx("client: connect"))?;
+        let ev = ep.id().take_event().ok_or("client: ESTABLISHED not kept")?;
+        let pd = ev.private_data();
+        if pd.len() < 12 {
+            return Err(format!(
+                "client: {} bytes of private data, expected 12",
+                pd.len()
+            ));
+        }
+        let raddr = u64::from_le_bytes(pd[0..8].try_into().unwrap_or_default());
+        let rkey = u32::from_le_bytes(pd[8..12].try_into().unwrap_or_default());
+
+        mr.write_at(0, &pattern(8, LEN));
+        ep.post_send(4, &[mr.sge(0..LEN)], SendFlags::SIGNALED)
+            .map_err(ctx("client: post a SEND"))?;
+        comp(
+            ep.get_send_comp_timeout(left(end)),
+            4,
+            WcOpcode::SEND,
+            "client: its SEND",
+        )?;
+        let wc = comp(
+            ep.get_recv_comp_timeout(left(end)),
+            3,
+            WcOpcode::RECV,
+            "client: the server's SEND",
+        )?;
+        same_bytes(
+            &mr.read_vec(4096..4096 + wc.byte_len as usize),
+            b"pong",
+            "client: received",
+        )?;
+        // WRITE into the server's region at 2048, READ it back, and READ what the server put
+        // at 4096.
+        mr.write_at(1024, &pattern(9, LEN));
+        ep.post_write(
+            5,
+            &[mr.sge(1024..1024 + LEN)],
+            raddr + 2048,
+            rkey,
+            SendFlags::SIGNALED,
+        )
+        .map_err(ctx("client: post an RDMA WRITE"))?;
+        comp(
+            ep.get_send_comp_timeout(left(end)),
+            5,
+            WcOpcode::RDMA_WRITE,
+            "client: the RDMA WRITE",
+        )?;
+        ep.post_read(
+            6,
+            &[mr.sge(5120..5120 + LEN)],
+            raddr + 2048,
+            rkey,
+            SendFlags::SIGNALED,
+        )
+        .map_err(ctx("client: post an RDMA READ"))?;
+        comp(
+            ep.get_send_comp_timeout(left(end)),
+            6,
+            WcOpcode::RDMA_READ,
+            "client: the RDMA READ",
+        )?;
+        same_bytes(
+            &mr.read_vec(5120..5120 + LEN),
+            &pattern(9, LEN),
+            "client: written then read",
+        )?;
+        ep.post_read(
+            7,
+            &[mr.sge(6144..6144 + LEN)],
+            raddr + 4096,
+            rkey,
+            SendFlags::SIGNALED,
+        )
+        .map_err(ctx("client: post an RDMA READ"))?;
+        comp(
+            ep.get_send_comp_timeout(left(end)),
+            7,
+            WcOpcode::RDMA_READ,
+            "client: the RDMA READ",
+        )?;
+        same_bytes(
+            &mr.read_vec(6144..6144 + LEN),
+            &pattern(7, LEN),
+            "client: read",
+        )?;
+        ep.disconnect().map_err(ctx("client: disconnect"))?;
+        Ok(())
+    })();
+    // A client that failed before connecting leaves the server waiting for a request until
+    // its own timeout (the listener's) ends it.
+    let served = srv
+        .join()
+        .map_err(|_| "the server thread panicked".to_string())?;
+    client?;
+    served?;
+    Ok(Outcome::Pass)
+}
