@@ -2,6 +2,9 @@
 //! iWARP QP is connected), SEND/RECV both ways, an RDMA WRITE and an RDMA READ of the
 //! server's region, a disconnect. Every rdma_cm wait is bounded by the case's deadline.
 
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rverbs::cm::{create_ep, getaddrinfo, AddrHints, ConnParam, Endpoint, EndpointAttr};
@@ -45,10 +48,24 @@ fn comp(
 
 /// The server's side: takes the connection, posts a receive, accepts with its region's address
 /// and rkey as private data, gets the client's message, answers it, waits for the disconnect.
-fn server(lis: rverbs::cm::CmId, end: Instant) -> Result<(), String> {
-    let req = lis
-        .get_request()
-        .map_err(ctx("server: get the connect request"))?;
+fn server(lis: rverbs::cm::CmId, end: Instant, client_failed: &AtomicBool) -> Result<(), String> {
+    // In short waits, so that a client that failed before connecting ends this one too.
+    lis.set_sync_timeout(Some(Duration::from_millis(100)));
+    let req = loop {
+        match lis.get_request() {
+            Ok(req) => break req,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                // Acquire: pairs with the client's Release store.
+                if client_failed.load(Ordering::Acquire) {
+                    return Err("server: no connect request (the client failed)".into());
+                }
+                if Instant::now() >= end {
+                    return Err("server: no connect request within the case's timeout".into());
+                }
+            }
+            Err(e) => return Err(format!("server: get the connect request: {e}")),
+        }
+    };
     let ep = Endpoint::create(req, &attr()).map_err(ctx("server: create the endpoint"))?;
     ep.id().set_sync_timeout(Some(left(end)));
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
@@ -113,14 +130,25 @@ pub fn rc(env: &Env, end: Instant) -> CaseResult {
         )
         .map_err(|e| format!("getaddrinfo {addr} port {port}: {e}"))
     };
-    let lis = create_ep(&ai(true)?[0]).map_err(ctx("create the listener"))?;
+    let lis = create_ep(&ai(true)?[0])
+        .map_err(|e| format!("create a listener on {addr} port {port}: {e}"))?;
     lis.listen(1)
         .map_err(|e| format!("listen on {addr} port {port}: {e}"))?;
-    lis.set_sync_timeout(Some(left(end)));
-    let srv = std::thread::spawn(move || server(lis, end));
+    let client_failed = Arc::new(AtomicBool::new(false));
+    let failed = client_failed.clone();
+    let srv = std::thread::spawn(move || server(lis, end, &failed));
 
     let client = (|| -> Result<(), String> {
-        let id = create_ep(&ai(false)?[0]).map_err(ctx("client: resolve the address"))?;
+        // Bound to the address itself: the connection stays on the device of that address
+        // (without a source, the route to the address decides, and it may leave through
+        // another device, as in the bed's two-node topology).
+        let hints = AddrHints {
+            src: addr.parse().ok().map(|ip| SocketAddr::new(ip, 0)),
+            ..Default::default()
+        };
+        let ai = getaddrinfo(Some(addr), Some(&port), &hints)
+            .map_err(|e| format!("getaddrinfo {addr} port {port}: {e}"))?;
+        let id = create_ep(&ai[0]).map_err(ctx("client: resolve the address"))?;
         id.set_sync_timeout(Some(left(end)));
         let ep = Endpoint::create(id, &attr()).map_err(ctx("client: create the endpoint"))?;
         let dev = ep.pd().context().name().to_string();
@@ -226,8 +254,10 @@ pub fn rc(env: &Env, end: Instant) -> CaseResult {
         ep.disconnect().map_err(ctx("client: disconnect"))?;
         Ok(())
     })();
-    // A client that failed before connecting leaves the server waiting for a request until
-    // its own timeout (the listener's) ends it.
+    if client.is_err() {
+        // Release: the server's Acquire load sees it.
+        client_failed.store(true, Ordering::Release);
+    }
     let served = srv
         .join()
         .map_err(|_| "the server thread panicked".to_string())?;

@@ -18,6 +18,7 @@ use rverbs::uverbs::port::{LinkLayer, PortState};
 use crate::devinfo::{gather, HcaInfo};
 use crate::{usage_err, CmdResult};
 
+mod addr;
 mod cases;
 mod cm;
 mod json;
@@ -42,7 +43,8 @@ exit status 1 when any case fails.
   -g, --gid-idx IDX    GID index of the loopback address (default: the port's first
                        RoCE v2 IPv4 GID, else 0)
   -a, --addr ADDR      IP address of the device for the rdma_cm case (default: that of
-                       its RoCE v2 IPv4 GID; iWARP devices need it)
+                       its RoCE v2 IPv4 GID, else the first local IPv4 address the
+                       rdma_cm binds to the device)
   -t, --timeout SECS   per-case time limit (default 10)
   -c, --case CASE      run only CASE (repeatable)
       --force CASE     run CASE even where it would be skipped (repeatable): it then
@@ -439,11 +441,15 @@ pub fn run(args: Vec<OsString>) -> CmdResult {
         )));
     }
     let roce = port.attr.link_layer == LinkLayer::ETHERNET;
-    let cm_addr = o.addr.clone().or_else(|| {
-        gid.filter(|_| roce)
-            .and_then(|g| g.gid.to_ipv4_mapped())
-            .map(|a| a.to_string())
-    });
+    let cm_addr = o
+        .addr
+        .clone()
+        .or_else(|| {
+            gid.filter(|_| roce)
+                .and_then(|g| g.gid.to_ipv4_mapped())
+                .map(|a| a.to_string())
+        })
+        .or_else(|| addr::find(&name));
     let env = Env {
         dev: name.clone(),
         port: o.port,

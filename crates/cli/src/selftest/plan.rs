@@ -142,9 +142,10 @@ pub fn plan(case: Case, f: &Facts) -> Plan {
             skip("atomic_cap is ATOMIC_NONE: the device does no atomics")
         }
         Case::RcSrq if f.max_srq == 0 => skip("max_srq is 0: the device has no SRQs"),
-        Case::CmRc if f.cm_addr.is_none() => {
-            skip("no IP address for the rdma_cm (the device has no RoCE v2 IPv4 GID): give -a ADDR")
-        }
+        Case::CmRc if f.cm_addr.is_none() => skip(
+            "no IPv4 address of the device found (no RoCE v2 IPv4 GID, and the rdma_cm binds \
+                 none of the machine's addresses to it): give -a ADDR",
+        ),
         _ => Plan::Run,
     }
 }

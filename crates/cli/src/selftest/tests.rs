@@ -231,5 +231,8 @@ fn the_device_member_has_attributes_ports_and_gids() {
 #[test]
 fn a_device_that_does_not_exist_is_named() {
     let e = run(vec!["-d".into(), "nosuch\"dev0".into()]).unwrap_err();
-    assert!(e.to_string().starts_with(r#"device "nosuch\"dev0": "#), "{e}");
+    assert!(
+        e.to_string().starts_with(r#"device "nosuch\"dev0": "#),
+        "{e}"
+    );
 }
