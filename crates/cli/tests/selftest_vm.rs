@@ -149,7 +149,7 @@ fn selftest_passes_every_case_the_device_supports() {
     if let Ok(addr) = std::env::var("RVERBS_ADDR_A") {
         // siw: found by binding the machine's addresses; rxe: its RoCE v2 IPv4 GID's.
         assert!(
-            lines[0].ends_with(&format!(", rdma_cm at {addr})")),
+            lines[0].ends_with(&format!(", rdma_cm at {addr}")),
             "{}",
             lines[0]
         );

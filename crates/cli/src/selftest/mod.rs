@@ -172,35 +172,42 @@ impl Verdict {
 /// How long the watchdog waits past a case's deadline for calls that block in the kernel.
 const GRACE: Duration = Duration::from_secs(2);
 
-/// Runs `f` (given its deadline) in a thread of its own; a panic or a `f` still running
-/// `GRACE` after the deadline is a failure (the thread is then left behind: it is blocked in
-/// a call that does not return, and ends with the process).
+/// Runs `f` in a thread of its own and waits up to `limit` for it: `None` when it panicked
+/// or is still running (the thread is then left behind: it is blocked in a call that does
+/// not return, and ends with the process).
+pub fn bounded<T, F>(name: &str, limit: Duration, f: F) -> Result<T, String>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name(format!("selftest {name}"))
+        .spawn(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            let _ = tx.send(r);
+        })
+        .map_err(|e| format!("cannot start its thread: {e}"))?;
+    match rx.recv_timeout(limit) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(_)) => Err("panicked (message above)".into()),
+        Err(_) => Err(format!(
+            "timed out: still running after {} s (a call into the device did not return)",
+            limit.as_secs()
+        )),
+    }
+}
+
+/// Runs a case (given its deadline) under [`bounded`], `GRACE` past the deadline.
 pub fn with_watchdog<F>(name: &str, timeout: Duration, f: F) -> Verdict
 where
     F: FnOnce(Instant) -> cases::CaseResult + Send + 'static,
 {
     let end = Instant::now() + timeout;
-    let (tx, rx) = mpsc::channel();
-    let spawned = std::thread::Builder::new()
-        .name(format!("selftest {name}"))
-        .spawn(move || {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(end)));
-            let _ = tx.send(r);
-        });
-    if let Err(e) = spawned {
-        return Verdict::Fail(format!("cannot start its thread: {e}"));
-    }
-    match rx.recv_timeout(timeout + GRACE) {
-        Ok(Ok(Ok(Outcome::Pass))) => Verdict::Pass,
-        Ok(Ok(Ok(Outcome::Skip(why)))) => Verdict::Skip(why),
-        Ok(Ok(Err(why))) => Verdict::Fail(why),
-        Ok(Err(_)) => Verdict::Fail("the case panicked (message above)".into()),
-        Err(_) => Verdict::Fail(format!(
-            "timed out: still running {} s after its {} s limit (a call into the device \
-             did not return)",
-            GRACE.as_secs(),
-            timeout.as_secs()
-        )),
+    match bounded(name, timeout + GRACE, move || f(end)) {
+        Ok(Ok(Outcome::Pass)) => Verdict::Pass,
+        Ok(Ok(Outcome::Skip(why))) => Verdict::Skip(why),
+        Ok(Err(why)) | Err(why) => Verdict::Fail(why),
     }
 }
 
@@ -412,10 +419,16 @@ pub fn run(args: Vec<OsString>) -> CmdResult {
     }
     let dev = device(&o)?;
     let name = dev.name().to_string();
-    let hca = gather(&dev, None, true).map_err(|e| format!("{name}: {e}"))?;
-    let ctx = rverbs::provider::open(&dev)?;
-    let driver = ctx.driver().map(|d| d.name().to_string())?;
-    drop(ctx);
+    // Bounded like the cases: a device that does not answer its queries ends the command.
+    let d = dev.clone();
+    let (hca, driver) = bounded("set-up", o.timeout, move || {
+        let hca = gather(&d, None, true)?;
+        let ctx = rverbs::provider::open(&d)?;
+        let driver = ctx.driver()?.name().to_string();
+        Ok::<_, std::io::Error>((hca, driver))
+    })
+    .map_err(|e| format!("query {name}: {e}"))?
+    .map_err(|e| format!("{name}: {e}"))?;
     let port = hca
         .ports
         .iter()

@@ -98,6 +98,18 @@ fn a_panicking_case_fails() {
     );
 }
 
+#[test]
+fn bounded_returns_the_value_or_says_it_timed_out() {
+    assert_eq!(bounded("v", Duration::from_secs(5), || 7), Ok(7));
+    let t0 = Instant::now();
+    let e = bounded("stuck", Duration::from_millis(300), || loop {
+        std::thread::park();
+    })
+    .unwrap_err();
+    assert!(e.starts_with("timed out: still running after 0 s"), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(2));
+}
+
 /// A case stuck in a call that never returns (as in a dead device) is abandoned: FAIL after
 /// its limit and the grace, not a hang.
 #[test]
