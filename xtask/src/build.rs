@@ -188,7 +188,8 @@ pub fn rverbs(target: GuestTarget) -> Result<PathBuf> {
 
 pub struct VmTests {
     pub tests: Vec<Artifact>,
-    /// Binaries built alongside (`CARGO_BIN_EXE_*` of the tests).
+    /// Programs the tests run: binaries built alongside (`CARGO_BIN_EXE_*` of the tests) and
+    /// the examples of [`vm_examples`].
     pub bins: Vec<Artifact>,
 }
 
@@ -218,6 +219,35 @@ pub fn vm_tests(target: GuestTarget) -> Result<VmTests> {
     );
     let (tests, bins) = split(cargo_artifacts(cmd)?);
     Ok(VmTests { tests, bins })
+}
+
+/// The facade's examples for the guest: `crates/rverbs/tests/vm_examples.rs` runs them as
+/// programs, from `target/<triple>/debug/examples/` beside its own `deps/`. Built with the
+/// packages and flags of [`vm_tests`] (the same features, so the same dependency builds);
+/// only the facade's examples go to the guests.
+pub fn vm_examples(target: GuestTarget) -> Result<Vec<Artifact>> {
+    let cmd = cargo_for(
+        target,
+        &[
+            "build",
+            "--workspace",
+            "--exclude",
+            "xtask",
+            "--exclude",
+            "rverbs-testbed",
+            "--examples",
+        ],
+        &["--cfg", "rverbs_vm", "-C", "debuginfo=line-tables-only"],
+    );
+    let arts = cargo_artifacts(cmd)?;
+    let examples: Vec<Artifact> = arts
+        .into_iter()
+        .filter(|a| a.kind == "example" && a.name.starts_with("rverbs/"))
+        .collect();
+    if examples.is_empty() {
+        crate::bail!("cargo built no example of rverbs");
+    }
+    Ok(examples)
 }
 
 /// Integration tests, and programs (not their unit-test harnesses).

@@ -457,8 +457,10 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
         // The test build makes the static `rverbs` the CLI tests run (CARGO_BIN_EXE_rverbs);
         // the guests use that one to create their rxe devices too: no release build here.
         let target = build::guest_target();
-        let tests = build::vm_tests(target)?;
+        let mut tests = build::vm_tests(target)?;
         let rverbs = build::static_rverbs_of(&tests)?;
+        // The example programs the guests run (crates/rverbs/tests/vm_examples.rs).
+        tests.bins.extend(build::vm_examples(target)?);
         Ok((target, rverbs, tests))
     })();
     let (target, rverbs, tests) = match built {

@@ -15,8 +15,9 @@
 //!   endpoints on tokio.
 //!
 //! Runnable programs are in `crates/rverbs/examples/` (a client and a server over rdma_cm,
-//! RDMA WRITE and READ with a key exchange, the README's example); `cargo xtask test` builds
-//! them and runs them in the test guests.
+//! RDMA WRITE and READ with a key exchange, the README's example; over [`stream`]: a file
+//! copy, an echo server and client, sync and on tokio, and HTTP/1.1 with hyper);
+//! `cargo xtask test` builds them and runs them in the test guests.
 //!
 //! The repository's README follows; its example is compiled as a doctest of this crate.
 //!
