@@ -127,7 +127,8 @@ table() {
 }
 
 # Medians per (kind, size, pair) and the ratios: latency as usec/xfer (lower is better),
-# bandwidth as Gb/sec (higher is better).
+# bandwidth as MB/s = bytes / usec/xfer (higher is better; rstream's Gb/sec column has two
+# decimals only).
 summary() {
     awk '
     function median(k,   n, i, j, t, a) {
@@ -137,7 +138,7 @@ summary() {
     }
     {
         k = $1 " " $2 " " $3
-        v = ($1 == "lat") ? $6 : $5
+        v = ($1 == "lat") ? $6 : $2 / $6
         vals[k] = vals[k] " " v
         if (!($1 " " $2 in seen)) { seen[$1 " " $2] = 1; order[++m] = $1 " " $2 }
     }
@@ -148,7 +149,7 @@ summary() {
             rs = median(order[i] " rs"); rv = median(order[i] " rv"); tcp = median(order[i] " tcp")
             printf "%-4s %8d %12.2f %12.2f %12.2f %8.2f %8.2f %8.2f\n", p[1], p[2], rs, rv, tcp, rs ? rv / rs : 0, tcp ? rv / tcp : 0, tcp ? rs / tcp : 0
         }
-        print "(lat: usec/xfer, lower is better; bw: Gb/sec, higher is better; medians of the rounds)"
+        print "(lat: usec/xfer, lower is better; bw: MB/s, higher is better; medians of the rounds)"
     }' "$OUT/table.txt" | tee "$OUT/summary.txt"
 }
 
