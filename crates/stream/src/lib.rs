@@ -29,8 +29,10 @@
 //! Facts from rdma-core's `librdmacm/docs/rsocket` and `rsocket.c` (see [`wire`]): rdma_cm
 //! on the TCP port space, 40 bytes of connection data each way (version 1, credits, the
 //! target SGL, the first receive buffer), then every message an RDMA WRITE with immediate.
-//! Not supported: iomap (`riomap`, direct placement; we announce none and ignore the peer's
-//! iomap updates), the iWARP variant (messages as sends), keepalive (ignored when received),
+//! Not supported: iomap (`riomap` / `riowrite`, direct placement, which rdma-core's
+//! `riostream` needs; we announce none, and a peer that has one — a non-zero iomap size in its
+//! connection data — is refused at connect / accept with [`wire::WireError::Iomap`]),
+//! the iWARP variant (messages as sends), keepalive (ignored when received),
 //! datagram rsockets.
 //!
 //! ## Soundness

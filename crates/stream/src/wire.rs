@@ -192,6 +192,11 @@ pub enum WireError {
     NoCredits,
     /// The peer's first receive buffer is empty.
     EmptyBuffer,
+    /// The peer has an iomap (a non-zero iomap size: `RDMA_IOMAPSIZE` set, for `riomap` /
+    /// `riowrite`, direct placement into mapped buffers), which we do not implement. (The
+    /// iomap *flag* alone says only that the peer's rsockets knows iomaps: librdmacm sets it
+    /// on every connection.)
+    Iomap(u8),
     /// A message of a reserved type.
     ReservedOp(MsgOp),
     /// A data message longer than what we published and the peer had not yet filled.
@@ -226,6 +231,11 @@ impl fmt::Display for WireError {
             ),
             WireError::NoCredits => f.write_str("the peer offered 0 credits"),
             WireError::EmptyBuffer => f.write_str("the peer's first receive buffer is empty"),
+            WireError::Iomap(size) => write!(
+                f,
+                "the peer has an rsockets iomap (riomap/riowrite; scaled iomap size {size}), \
+                 which rverbs streams do not support"
+            ),
             WireError::ReservedOp(op) => write!(f, "message of {op}"),
             WireError::Overrun { len, room } => write!(
                 f,
@@ -278,6 +288,11 @@ impl ConnData {
         if c.data_buf.length == 0 {
             return Err(WireError::EmptyBuffer);
         }
+        // An rsocket with RDMA_IOMAPSIZE set (riostream) will riowrite into buffers we would
+        // have to map: refused here, at connect, rather than at the first iomap message.
+        if c.target_iomap_size != 0 {
+            return Err(WireError::Iomap(c.target_iomap_size));
+        }
         Ok(c)
     }
 
@@ -307,7 +322,7 @@ mod tests {
     fn good() -> ConnData {
         ConnData {
             version: 1,
-            flags: FLAG_IOMAP,
+            flags: FLAG_NET,
             credits: 384,
             target_iomap_size: 0,
             target_sgl: RsSge {
@@ -330,6 +345,7 @@ mod tests {
         // rs_conn_data: version, flags, be16 credits, 3 reserved, iomap size, then two
         // big-endian rs_sge {addr, key, length}.
         assert_eq!(b[0], 1);
+        assert_eq!(b[1], FLAG_NET);
         assert_eq!(&b[2..4], &[0x01, 0x80]);
         assert_eq!(&b[8..16], &0x1122_3344_5566_7788u64.to_be_bytes());
         assert_eq!(&b[16..20], &0xabcdu32.to_be_bytes());
@@ -367,6 +383,19 @@ mod tests {
         let mut c = good();
         c.data_buf.length = 0;
         assert_eq!(ConnData::parse(&c.to_bytes()), Err(WireError::EmptyBuffer));
+        // An iomap (riostream's RDMA_IOMAPSIZE): refused whatever the flags say; the flag
+        // alone (librdmacm sets it on every connection) is accepted.
+        for (flags, size) in [(FLAG_IOMAP, 1u8), (0, 1), (FLAG_IOMAP | FLAG_NET, 255)] {
+            let mut c = good();
+            c.flags = flags;
+            c.target_iomap_size = size;
+            let e = ConnData::parse(&c.to_bytes()).unwrap_err();
+            assert_eq!(e, WireError::Iomap(size));
+            assert!(e.to_string().contains("iomap"), "{e}");
+        }
+        let mut c = good();
+        c.flags = FLAG_IOMAP;
+        assert_eq!(ConnData::parse(&c.to_bytes()), Ok(c));
     }
 
     #[test]
