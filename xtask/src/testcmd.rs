@@ -664,13 +664,15 @@ pub const SIW_STAGE: &str = "vm 6.1 siw host/one";
 // cm/vm_siw: the siw provider under the verbs objects and the rdma_cm; cm/vm_endpoint and
 // cli/rping: the Endpoint suite and `rverbs rping` (with rdma-core's rping both ways) on siw
 // (their tests are not ignored: in the rxe stages they run on rxe); cli/selftest_vm: `rverbs
-// selftest` on siw (on rxe in the rxe stages).
+// selftest` on siw (on rxe in the rxe stages); capi/vm_capi_siw: Debian's rdmacm tools, perftest
+// with -R and rdma-core's Python suite on our C drop-in over siw, against rdma-core's libsiw.
 pub const SIW_TESTS: &[&str] = &[
     "cli/siw_vm",
     "cm/vm_siw",
     "cm/vm_endpoint",
     "cli/rping",
     "cli/selftest_vm",
+    "capi/vm_capi_siw",
 ];
 
 /// Runs when kernel 6.1 is among the kernels of this run (and `--stage` lets it).

@@ -728,6 +728,11 @@ impl Qp {
     }
 
     /// Queries the QP's attributes from the kernel (and refreshes [`Qp::cached_state`]).
+    ///
+    /// A QP reaches RESET only by a modify, never by the kernel's own doing; so an answer of
+    /// RESET for a QP this handle moved out of RESET means the driver does not report the
+    /// state (siw of Linux 6.1 leaves it zero): then `state` is the cached one, and the
+    /// cache keeps it.
     pub fn query(&self) -> Result<QpInfo> {
         let ctx = self.pd.context();
         let req = ib_uverbs_query_qp {
@@ -738,9 +743,10 @@ impl Qp {
         let mut r = ib_uverbs_query_qp_resp::default();
         write::cmd_legacy_simple(ctx.cmd_fd(), nr::QUERY_QP, &req, &mut r)
             .map_err(|e| Error::os(format!("query QP {:#x} on {}", self.qp_num, ctx.name()), e))?;
-        self.state.store(r.qp_state, Ordering::Relaxed);
+        let state = queried_state(self.cached_state(), QpState(r.qp_state));
+        self.state.store(state.0, Ordering::Relaxed);
         Ok(QpInfo {
-            state: QpState(r.qp_state),
+            state,
             cur_state: QpState(r.cur_qp_state),
             path_mtu: Mtu(r.path_mtu),
             qkey: r.qkey,
@@ -945,6 +951,17 @@ impl Drop for Qp {
     }
 }
 
+/// The state [`Qp::query`] reports and caches: the kernel's answer, unless that is RESET for
+/// a QP last moved (by this handle) to another state — the kernel never moves a QP to RESET by
+/// itself, so such an answer is a driver that leaves the field zero (siw of Linux 6.1).
+fn queried_state(cached: QpState, reported: QpState) -> QpState {
+    if reported == QpState::RESET {
+        cached
+    } else {
+        reported
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -971,6 +988,21 @@ mod tests {
             (7, 1, 1, 1)
         );
         assert_eq!(m.attr_mask, a.mask().bits());
+    }
+
+    #[test]
+    fn a_query_answering_reset_keeps_the_cached_state() {
+        // siw of Linux 6.1 answers 0 (RESET) for a QP in RTS: the cache is not lost.
+        assert_eq!(queried_state(QpState::RTS, QpState::RESET), QpState::RTS);
+        assert_eq!(queried_state(QpState::INIT, QpState::RESET), QpState::INIT);
+        assert_eq!(
+            queried_state(QpState::RESET, QpState::RESET),
+            QpState::RESET
+        );
+        // Any other answer is the kernel's word (e.g. ERR after a failure it saw).
+        assert_eq!(queried_state(QpState::RTS, QpState::ERR), QpState::ERR);
+        assert_eq!(queried_state(QpState::RTS, QpState::SQE), QpState::SQE);
+        assert_eq!(queried_state(QpState::INIT, QpState::RTS), QpState::RTS);
     }
 
     #[test]

@@ -74,7 +74,10 @@ pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
     ret(c.id().and_then(|i| i.establish()))
 }
 
-/// `rdma_accept`. With a (connected) QP, moves it to RTR and RTS first.
+/// `rdma_accept`. With a (connected) QP, moves it to RTR and RTS first. On iWARP the accept
+/// itself connects the QP (siw moves it to RTS and queues ESTABLISHED before the command
+/// returns, so programs such as perftest post sends right after it): the RTS is recorded
+/// then, for synchronous and asynchronous ids alike.
 ///
 /// # Safety
 /// `id` is ours; `conn_param` NULL or readable.
@@ -91,10 +94,8 @@ pub unsafe extern "C" fn rdma_accept(
         if !c.c.qp.is_null() && c.c.qp_type != u32::from(QpType::UD.0) {
             rtr_rts(&c)?;
         }
-        let id = c.id()?;
-        id.accept(&p)?;
-        if id.is_sync() && c.c.qp_type != u32::from(QpType::UD.0) {
-            // Synchronous ids waited for ESTABLISHED.
+        c.id()?.accept(&p)?;
+        if c.c.qp_type != u32::from(QpType::UD.0) {
             iwarp_established(&c)?;
         }
         Ok(())

@@ -1,10 +1,12 @@
-//! What the VM tests of this crate share: environment defaults and child processes with a
-//! deadline.
+//! What the VM tests of this crate share: environment defaults, child processes with a
+//! deadline, and rdma-core's programs (rdmacm-utils, perftest) run on our library or on
+//! rdma-core's (`vm_capi` on rxe, `vm_capi_siw` on siw).
 
 #![allow(dead_code)]
 
 use std::io::Read;
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// `$var`, or `default` when it is unset or empty.
@@ -104,4 +106,219 @@ pub fn tcp_listening(port: u16) -> bool {
             })
         })
     })
+}
+
+/// The guest's devices are siw (`RVERBS_PROVIDER=siw`, the siw stage).
+pub fn siw() -> bool {
+    std::env::var("RVERBS_PROVIDER").as_deref() == Ok("siw")
+}
+
+// --- rdma-core's programs on our library or on rdma-core's ---------------------------------
+
+/// The directory holding our `libibverbs.so.1`.
+pub fn lib_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("RVERBS_CAPI_LIB") {
+        return PathBuf::from(d);
+    }
+    let exe = std::env::current_exe().unwrap();
+    exe.ancestors()
+        .map(|a| a.join("capi/lib"))
+        .find(|d| d.join("libibverbs.so.1").is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "no capi/lib/libibverbs.so.1 above {}: run `cargo xtask capi` (or set RVERBS_CAPI_LIB)",
+                exe.display()
+            )
+        })
+}
+
+/// A command for rdma-core's `tool`, on our library (`ours`) or on rdma-core's.
+pub fn tool(name: &str, ours: bool) -> Command {
+    let path = PathBuf::from("/usr/bin").join(name);
+    assert!(
+        path.is_file(),
+        "{} missing in the {:?} guest: install ibverbs-utils",
+        path.display(),
+        std::env::var("RVERBS_GUEST").unwrap_or_default()
+    );
+    let mut c = Command::new(path);
+    if ours {
+        c.env("LD_LIBRARY_PATH", lib_dir());
+        c.env("RVERBS_CAPI_LOG", "1");
+    } else {
+        c.env_remove("LD_LIBRARY_PATH");
+    }
+    c
+}
+
+pub fn run(mut c: Command) -> Output {
+    let what = format!("{c:?}");
+    let o = c.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        o.status.success(),
+        "{what}: {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// perftest's `prog` (which links rdma-core's libmlx5/libefa too: they must load on ours)
+/// between a server on A and a client from B, one side on ours, `iters` iterations; with
+/// `cm`, over the rdma_cm (`-R`: the exchange and the test QP both connect through
+/// librdmacm, so the side on ours runs our `librdmacm.so.1`).
+///
+/// `-F`: perftest calibrates its cycle counter against `gettimeofday` and, without `-F`,
+/// exits ("Can't produce a report") when the fit is poor, which TCG's clock sometimes makes
+/// it; the test checks that the run completes, not the figures.
+///
+/// Retries, all of them perftest's own races, never a failure of either library: the client
+/// may start before the server listens (plain: "Couldn't connect"; `-R`: the exchange's
+/// connect is rejected, "Unexpected CM event"), then the client is run again. With `-R` the
+/// server also opens a second listener for the test QP only after the exchange, while the
+/// client connects to it as soon as its side of the exchange is done: when the client wins
+/// that race its connect is rejected (`RDMA_CM_EVENT_REJECTED`, status 8: no listener) and
+/// perftest's client crashes in its retry path (on iWARP: "Connection refused", a TCP
+/// connection to a port nobody listens on); then both are started again.
+pub fn perftest(prog: &str, port: u16, server_ours: bool, cm: bool, iters: u32) {
+    let (dev_a, dev_b) = (
+        env_or("RVERBS_DEV_A", "rxe0"),
+        env_or("RVERBS_DEV_B", "rxe0"),
+    );
+    let addr_a = env_or("RVERBS_ADDR_A", "10.10.0.1");
+    let iters = iters.to_string();
+    let args = |c: &mut Command, dev: &str, port: u16| {
+        c.args(["-d", dev, "-F", "-n", &iters, "-p", &port.to_string()]);
+        if !siw() {
+            // rxe's IPv4 GID (siw has one GID, index 0, perftest's default).
+            c.args(["-x", "1"]);
+        }
+        if cm {
+            c.arg("-R");
+        }
+    };
+    let t0 = Instant::now();
+    let mut port = port;
+    let mut clients = 0;
+    let (client_out, server) = 'pair: loop {
+        let mut s = tool(prog, server_ours);
+        args(&mut s, &dev_a, port);
+        let mut server = Proc::spawn(s);
+        if cm {
+            wait_cm_listening(port);
+        } else {
+            server.wait_listening(port);
+        }
+        eprintln!("{prog}: server listening after {:?}", t0.elapsed());
+        loop {
+            clients += 1;
+            let mut c = tool(prog, !server_ours);
+            args(&mut c, &dev_b, port);
+            c.arg(&addr_a);
+            let (ok, out) = Proc::spawn(c).finish(Duration::from_secs(120));
+            if ok {
+                break 'pair (out, server);
+            }
+            let early = out.contains("Couldn't connect") || out.contains("Unexpected CM event");
+            // On iWARP a connect to a port nobody listens on is a refused TCP connection.
+            let raced = cm
+                && (out.contains("RDMA_CM_EVENT_REJECTED")
+                    || out.contains("ERRNO: Connection refused"));
+            if !(early || raced) || t0.elapsed() > Duration::from_secs(60) {
+                let (_, sout) = server.finish(Duration::from_secs(1));
+                panic!("client failed:\n{out}\nserver:\n{sout}");
+            }
+            // Listening was seen, so a rejected start is rare: try again shortly.
+            std::thread::sleep(Duration::from_millis(300));
+            if raced {
+                // The server waits on a listener the next client cannot use: start over,
+                // on a fresh port (the old one may linger in the kernel briefly).
+                let _ = server.finish(Duration::ZERO);
+                eprintln!(
+                    "{prog} (server on {}): the client's rdma_cm connect beat the server's \
+                     second listen; both again",
+                    if server_ours { "ours" } else { "rdma-core" }
+                );
+                port += 100;
+                continue 'pair;
+            }
+        }
+    };
+    let client_done = t0.elapsed();
+    let (ok, sout) = server.finish(Duration::from_secs(120));
+    eprintln!(
+        "{prog} (server on {}): {clients} client run(s), client done after {client_done:?}, \
+         server after {:?}",
+        if server_ours { "ours" } else { "rdma-core" },
+        t0.elapsed()
+    );
+    assert!(ok, "server failed:\n{sout}\nclient:\n{client_out}");
+    // The client reports; of the latency tests only ib_send_lat's server reports too.
+    assert!(
+        client_out.contains("#bytes"),
+        "no result table in:\n{client_out}"
+    );
+    if prog == "ib_send_lat" {
+        assert!(sout.contains("#bytes"), "no result table in:\n{sout}");
+    }
+    if cm {
+        // The run really went over the rdma_cm.
+        for (side, out) in [("client", &client_out), ("server", &sout)] {
+            assert!(
+                out.contains("rdma_cm QPs\t : ON"),
+                "{side} did not use rdma_cm QPs:\n{out}"
+            );
+        }
+    }
+}
+
+/// Waits (at most 20 s) until an rdma_cm id listens on `port`, as iproute2's
+/// `rdma resource show cm_id` lists it (`state LISTEN … src-addr <ip>:<port>`); the rdma_cm's
+/// listen is not a TCP socket — except on iWARP (siw): there the listener is the kernel's TCP
+/// socket, which is waited for instead. A timeout is not an error here: the caller's retries
+/// decide.
+pub fn wait_cm_listening(port: u16) {
+    let want = format!(":{port}");
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(20) {
+        if siw() {
+            if tcp_listening(port) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
+        if let Ok(o) = Command::new("rdma")
+            .args(["resource", "show", "cm_id"])
+            .output()
+        {
+            let text = String::from_utf8_lossy(&o.stdout);
+            if text
+                .lines()
+                .any(|l| l.contains("LISTEN") && l.split_whitespace().any(|w| w.ends_with(&want)))
+            {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `prog`'s client (`ours_client`) or server on our `librdmacm.so.1` and `libibverbs.so.1`
+/// against the same program entirely on rdma-core. `check` must appear in the output of the
+/// side on ours.
+/// The client starts once the server's rdma_cm id listens on `port` (the tool's default).
+pub fn cm_tool(server: &[&str], client: &[&str], port: u16, ours_client: bool, check: &str) {
+    let mut s = tool(server[0], !ours_client);
+    s.args(&server[1..]);
+    let server_p = Proc::spawn(s);
+    wait_cm_listening(port);
+    let mut c = tool(client[0], ours_client);
+    c.args(&client[1..]);
+    let (cok, cout) = Proc::spawn(c).finish(Duration::from_secs(120));
+    let (sok, sout) = server_p.finish(Duration::from_secs(60));
+    assert!(cok && sok, "client:\n{cout}\nserver:\n{sout}");
+    let mine = if ours_client { &cout } else { &sout };
+    assert!(mine.contains(check), "{check:?} not in:\n{mine}");
 }
