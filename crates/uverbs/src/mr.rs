@@ -69,12 +69,11 @@ use std::sync::Arc;
 use bitflags::bitflags;
 
 use crate::abi::cmd::nr;
-use crate::abi::ioctl::{mr, object};
+use crate::abi::ioctl::mr;
 use crate::abi::obj::ib_uverbs_dereg_mr;
 use crate::abi::obj::{ib_uverbs_reg_mr, ib_uverbs_reg_mr_resp};
 use crate::context::{Context, M_DESTROY_MR};
 use crate::error::{Error, Result};
-use crate::ioctl::IoctlCall;
 use crate::pd::Pd;
 use crate::shared::{copy_from_shared, copy_to_shared, fill_shared};
 use crate::wr::{MrSge, Sge};
@@ -825,13 +824,16 @@ impl fmt::Debug for RawMr {
 
 /// Deregisters MR `handle`: ioctl `MR_DESTROY`, or the legacy `DEREG_MR` command.
 fn dereg_mr(ctx: &Context, handle: u32) -> std::result::Result<(), Errno> {
-    let mut c = IoctlCall::new(object::MR, mr::METHOD_DESTROY);
-    c.idr(mr::ATTR_DESTROY_HANDLE, handle);
-    if ctx.try_ioctl(M_DESTROY_MR, &mut c)? {
-        return Ok(());
-    }
-    let req = ib_uverbs_dereg_mr { mr_handle: handle };
-    write::cmd_legacy(ctx.cmd_fd(), nr::DEREG_MR, req.as_bytes(), &[], &mut [])
+    ctx.ioctl_or_write(
+        M_DESTROY_MR,
+        &mut (),
+        |c, _| c.idr(mr::ATTR_DESTROY_HANDLE, handle),
+        |_| {
+            let req = ib_uverbs_dereg_mr { mr_handle: handle };
+            write::cmd_legacy(ctx.cmd_fd(), nr::DEREG_MR, req.as_bytes(), &[], &mut [])
+        },
+    )
+    .map(drop)
 }
 
 impl RawMr {

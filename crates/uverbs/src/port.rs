@@ -8,13 +8,12 @@ use rustix::io::Errno;
 use zerocopy::FromZeros;
 
 use crate::abi::cmd::nr;
-use crate::abi::ioctl::{device as dev_m, object};
+use crate::abi::ioctl::device as dev_m;
 use crate::abi::verbs::{
     ib_uverbs_query_port, ib_uverbs_query_port_resp, ib_uverbs_query_port_resp_ex,
 };
-use crate::context::{Context, Outcome, M_QUERY_PORT};
+use crate::context::{Context, Via, M_QUERY_PORT};
 use crate::error::Error;
-use crate::ioctl::IoctlCall;
 use crate::newtype::raw_newtype;
 use crate::write;
 
@@ -199,31 +198,30 @@ impl Context {
             return Err(self.bad_port(port, op()));
         }
         let mut resp = ib_uverbs_query_port_resp_ex::new_zeroed();
-        let outcome = {
-            let mut c = IoctlCall::new(object::DEVICE, dev_m::METHOD_QUERY_PORT);
-            c.const_in(dev_m::ATTR_QUERY_PORT_PORT_NUM, u64::from(port));
-            c.ptr_out(dev_m::ATTR_QUERY_PORT_RESP, &mut resp);
-            self.ioctl_or_fallback(M_QUERY_PORT, &mut c)
-        };
-        let map = |e: Errno| -> io::Error {
-            if e == Errno::INVAL && port > self.port_count() {
-                self.bad_port(port, op())
-            } else {
-                Error::os(op(), e).into()
-            }
-        };
-        match outcome.map_err(map)? {
-            Outcome::Done => Ok(PortAttr::from_resp(&resp.legacy_resp, resp.port_cap_flags2)),
-            Outcome::Fallback => {
+        let via = self.ioctl_or_write(
+            M_QUERY_PORT,
+            &mut resp,
+            |c, resp| {
+                c.const_in(dev_m::ATTR_QUERY_PORT_PORT_NUM, u64::from(port));
+                c.ptr_out(dev_m::ATTR_QUERY_PORT_RESP, resp);
+            },
+            |_| {
                 let mut r = ib_uverbs_query_port_resp::new_zeroed();
                 let req = ib_uverbs_query_port {
                     port_num: port as u8,
                     ..Default::default()
                 };
-                write::cmd_legacy_simple(self.cmd_fd(), nr::QUERY_PORT, &req, &mut r)
-                    .map_err(map)?;
+                write::cmd_legacy_simple(self.cmd_fd(), nr::QUERY_PORT, &req, &mut r)?;
                 Ok(PortAttr::from_resp(&r, 0))
+            },
+        );
+        match via {
+            Ok(Via::Ioctl(..)) => Ok(PortAttr::from_resp(&resp.legacy_resp, resp.port_cap_flags2)),
+            Ok(Via::Write(attr)) => Ok(attr),
+            Err(e) if e == Errno::INVAL && port > self.port_count() => {
+                Err(self.bad_port(port, op()))
             }
+            Err(e) => Err(Error::os(op(), e).into()),
         }
     }
 }
