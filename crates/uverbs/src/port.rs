@@ -29,6 +29,17 @@ raw_newtype! {
     }
 }
 
+impl PortState {
+    /// The name `rdma link show` prints for this state (the constant's name without `PORT_`:
+    /// "ACTIVE"), "UNKNOWN" for a value it does not know.
+    pub fn link_name(self) -> &'static str {
+        match self.name() {
+            Some(n) => n.strip_prefix("PORT_").unwrap_or(n),
+            None => "UNKNOWN",
+        }
+    }
+}
+
 raw_newtype! {
     /// `enum ib_mtu` (`ibv_mtu`): the path MTU code; [`Mtu::bytes`] gives the size.
     Mtu(u8) {
@@ -81,6 +92,24 @@ raw_newtype! {
         LINK_UP = 5, "LINK_UP";
         LINK_ERROR_RECOVERY = 6, "LINK_ERROR_RECOVERY";
         PHY_TEST = 7, "PHY_TEST";
+        /// Omni-Path: the port is offline (`OPA_PORTPHYSSTATE_OFFLINE`).
+        OPA_OFFLINE = 9, "OPA_OFFLINE";
+        /// Omni-Path: the port is in a test state.
+        OPA_TEST = 11, "OPA_TEST";
+    }
+}
+
+impl PhysState {
+    /// The name `rdma link show` prints for this state, which differs from the kernel's for
+    /// 4 ("ARMED") and 6 ("LINK_ERROR_RECOVER"); "NOP" for 0 and "UNKNOWN" for a value it
+    /// does not know.
+    pub fn link_name(self) -> &'static str {
+        match self {
+            PhysState(0) => "NOP",
+            PhysState::PORT_CONFIGURATION_TRAINING => "ARMED",
+            PhysState::LINK_ERROR_RECOVERY => "LINK_ERROR_RECOVER",
+            s => s.name().unwrap_or("UNKNOWN"),
+        }
     }
 }
 
@@ -237,5 +266,35 @@ mod tests {
         assert_eq!(Mtu(9).bytes(), None);
         assert_eq!(PortState::ACTIVE.to_string(), "PORT_ACTIVE");
         assert_eq!(LinkLayer::ETHERNET.to_string(), "Ethernet");
+    }
+
+    /// Each state's `rdma link show` name, as iproute2's tables give them by number.
+    #[test]
+    fn link_names() {
+        let port = ["NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"];
+        for (n, want) in port.iter().enumerate() {
+            assert_eq!(PortState(n as u8).link_name(), *want);
+        }
+        assert_eq!(PortState(6).link_name(), "UNKNOWN");
+        assert_eq!(PortState(255).link_name(), "UNKNOWN");
+        let phys = [
+            "NOP",
+            "SLEEP",
+            "POLLING",
+            "DISABLED",
+            "ARMED",
+            "LINK_UP",
+            "LINK_ERROR_RECOVER",
+            "PHY_TEST",
+            "UNKNOWN",
+            "OPA_OFFLINE",
+            "UNKNOWN",
+            "OPA_TEST",
+        ];
+        for (n, want) in phys.iter().enumerate() {
+            assert_eq!(PhysState(n as u8).link_name(), *want, "{n}");
+        }
+        assert_eq!(PhysState(12).link_name(), "UNKNOWN");
+        assert_eq!(PhysState(255).link_name(), "UNKNOWN");
     }
 }
