@@ -3,22 +3,17 @@
 #![allow(unsafe_code)]
 
 use std::fmt;
-use std::ptr::NonNull;
 
 use super::{MrMemory, RawMemory};
 use crate::error::{Error, Result};
+use crate::mapping::Mapping;
 
 /// Page-aligned, zeroed memory from an anonymous mapping (what RDMA buffers usually want).
 pub struct PageBuf {
-    ptr: NonNull<u8>,
+    /// Whole pages; the buffer is its first `len` bytes.
+    map: Mapping,
     len: usize,
-    map_len: usize,
 }
-
-// SAFETY: PageBuf is plain owned memory, like Box<[u8]>.
-unsafe impl Send for PageBuf {}
-// SAFETY: shared access only hands out &[u8]; mutation requires &mut.
-unsafe impl Sync for PageBuf {}
 
 impl PageBuf {
     /// Maps `len` zeroed bytes (rounded up to whole pages for the mapping).
@@ -28,70 +23,54 @@ impl PageBuf {
         }
         let page = rustix::param::page_size();
         let map_len = len.div_ceil(page) * page;
-        // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
-        let p = unsafe {
-            rustix::mm::mmap_anonymous(
-                std::ptr::null_mut(),
-                map_len,
-                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
-                rustix::mm::MapFlags::PRIVATE,
-            )
-        }
-        .map_err(|e| Error::os(format!("allocate page buffer of {len} bytes"), e))?;
-        Ok(PageBuf {
-            ptr: NonNull::new(p.cast()).expect("mmap returned null"),
-            len,
-            map_len,
-        })
+        let map = Mapping::anonymous(map_len)
+            .map_err(|e| Error::os(format!("allocate page buffer of {len} bytes"), e))?;
+        Ok(PageBuf { map, len })
     }
 
     /// The bytes.
     pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: ptr..ptr+len is our mapping, initialised (zero-filled) and alive.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        // SAFETY: the first `len` bytes of our mapping (`len` ≤ its length), initialised
+        // (zero-filled) and alive; the mapping is not registered while a PageBuf exists (a
+        // registration takes it apart with `into_raw`), so nothing else writes it.
+        unsafe { std::slice::from_raw_parts(self.map.ptr().as_ptr(), self.len) }
     }
 
     /// The bytes, mutably.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as above, and `&mut self` gives exclusive access.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.map.ptr().as_ptr(), self.len) }
     }
 }
 
 impl fmt::Debug for PageBuf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PageBuf")
-            .field("addr", &self.ptr)
+            .field("addr", &self.map.ptr())
             .field("len", &self.len)
             .finish()
     }
 }
 
-impl Drop for PageBuf {
-    fn drop(&mut self) {
-        // SAFETY: we own this mapping and nothing refers to it any more.
-        if let Err(e) = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.map_len) } {
-            tracing::error!("munmap page buffer: {e}");
-        }
-    }
-}
-
-// SAFETY: the mapping is taken over (with the pointer mmap returned) and rebuilt unchanged;
-// it is unmapped only by PageBuf's Drop.
+// SAFETY: the mapping is given up (its pointer, with the provenance mmap gave it, and its
+// length in `extra`) and taken back unchanged; it is unmapped only when the rebuilt
+// PageBuf's Mapping drops.
 unsafe impl MrMemory for PageBuf {
     fn into_raw(self) -> RawMemory {
-        let b = std::mem::ManuallyDrop::new(self);
+        let len = self.len;
+        let (ptr, map_len) = self.map.into_raw();
         RawMemory {
-            ptr: b.ptr,
-            len: b.len,
-            extra: b.map_len,
+            ptr,
+            len,
+            extra: map_len,
         }
     }
     unsafe fn from_raw(raw: RawMemory) -> Self {
         PageBuf {
-            ptr: raw.ptr,
+            // SAFETY: `ptr` and `extra` are what `Mapping::into_raw` returned in `into_raw`
+            // (the caller's contract: the parts `into_raw` returned, used once).
+            map: unsafe { Mapping::from_raw(raw.ptr, raw.extra) },
             len: raw.len,
-            map_len: raw.extra,
         }
     }
 }
@@ -104,7 +83,10 @@ mod tests {
     fn page_buf_is_aligned_and_zeroed() {
         let mut b = PageBuf::new(100).unwrap();
         assert_eq!(b.as_slice().len(), 100);
-        assert_eq!(b.ptr.as_ptr() as usize % rustix::param::page_size(), 0);
+        assert_eq!(
+            b.map.ptr().as_ptr() as usize % rustix::param::page_size(),
+            0
+        );
         assert!(b.as_slice().iter().all(|&x| x == 0));
         b.as_mut_slice()[99] = 7;
         assert_eq!(b.as_slice()[99], 7);
