@@ -1,6 +1,7 @@
 //! The `miri` stage of `cargo xtask test`: the unit tests of the code that touches memory
 //! shared with the kernel or a device (memory regions and the shared-memory copies with their
-//! race tests, INLINE posts racing `Mr::write_at` on rxe, siw and mlx5, `PageBuf`, the rxe and
+//! race tests, INLINE posts racing `Mr::write_at` on rxe, siw and mlx5, `PageBuf` and the
+//! mapping owner it sits on, the data path's spin lock, the rxe and
 //! siw rings and their completion views, the mlx5 CQ ring and its clean at RESET, the CQE
 //! parsers, the mlx5 queue buffers' sizing checks, the lazy completion `RawWc`) under Miri with
 //! Tree Borrows.
@@ -16,7 +17,10 @@ use crate::testcmd::{parse_results, Counts};
 
 /// (package, libtest arguments: name filters and skips) run under Miri.
 const SUITES: &[(&str, &[&str])] = &[
-    ("rverbs-uverbs", &["mr::", "shared::", "wr::", "wc::"]),
+    (
+        "rverbs-uverbs",
+        &["mr::", "shared::", "wr::", "wc::", "mapping::", "sync::"],
+    ),
     // The exhaustive fast-path/general-rule comparison takes over 10 minutes under Miri even
     // with its Miri-reduced input set; it runs natively in the host tests.
     (

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::abi::cmd::nr;
-use crate::abi::ioctl::{ah, object};
+use crate::abi::ioctl::ah;
 use crate::abi::obj::ib_uverbs_destroy_ah;
 use crate::abi::obj::{
     ib_uverbs_ah_attr, ib_uverbs_create_ah, ib_uverbs_create_ah_resp, ib_uverbs_global_route,
@@ -15,7 +15,6 @@ use crate::abi::obj::{
 };
 use crate::context::{Context, M_DESTROY_AH};
 use crate::error::{Error, Result};
-use crate::ioctl::IoctlCall;
 use crate::pd::Pd;
 use crate::wc::WorkCompletion;
 use crate::write;
@@ -463,17 +462,17 @@ impl Ah {
 
 fn destroy_ah(pd: &Pd, handle: u32) -> Result<()> {
     let ctx = pd.context();
-    let mut c = IoctlCall::new(object::AH, ah::METHOD_DESTROY);
-    c.idr(ah::ATTR_DESTROY_HANDLE, handle);
-    let r = match ctx.try_ioctl(M_DESTROY_AH, &mut c) {
-        Ok(true) => Ok(()),
-        Ok(false) => {
+    let r = ctx.ioctl_or_write(
+        M_DESTROY_AH,
+        &mut (),
+        |c, _| c.idr(ah::ATTR_DESTROY_HANDLE, handle),
+        |_| {
             let req = ib_uverbs_destroy_ah { ah_handle: handle };
             write::cmd_legacy(ctx.cmd_fd(), nr::DESTROY_AH, req.as_bytes(), &[], &mut [])
-        }
-        Err(e) => Err(e),
-    };
-    r.map_err(|e| Error::os(format!("destroy AH {handle} on {}", ctx.name()), e).into())
+        },
+    );
+    r.map(drop)
+        .map_err(|e| Error::os(format!("destroy AH {handle} on {}", ctx.name()), e).into())
 }
 
 impl Drop for Ah {

@@ -37,50 +37,71 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use crate::abi::cmd::nr;
 use crate::abi::ioctl::{
-    async_event, device as dev_m, object, UVERBS_ATTR_UHW_IN, UVERBS_ATTR_UHW_OUT,
+    ah, async_event, cq, device as dev_m, mr, mw, object, pd, qp, srq, UVERBS_ATTR_UHW_IN,
+    UVERBS_ATTR_UHW_OUT,
 };
 use crate::abi::verbs::{ib_uverbs_get_context, ib_uverbs_get_context_resp};
 use crate::device::{Device, DriverId};
 use crate::driver::Driver;
 use crate::error::Error;
-use crate::ioctl::IoctlCall;
+use crate::ioctl::{Answer, IoctlCall};
 use crate::write;
 
-/// Bits of [`Context`]'s `no_ioctl` mask: ioctl methods the kernel said it lacks.
-pub(crate) const M_QUERY_PORT: u32 = 1 << 0;
-pub(crate) const M_GID_TABLE: u32 = 1 << 1;
-pub(crate) const M_GID_ENTRY: u32 = 1 << 2;
-/// CQ/QP create and the objects' destroy methods, each with a legacy write() command.
-pub(crate) const M_CREATE_CQ: u32 = 1 << 3;
-pub(crate) const M_CREATE_QP: u32 = 1 << 4;
-pub(crate) const M_DESTROY_PD: u32 = 1 << 5;
-pub(crate) const M_DESTROY_MR: u32 = 1 << 6;
-pub(crate) const M_DESTROY_CQ: u32 = 1 << 7;
-pub(crate) const M_DESTROY_QP: u32 = 1 << 8;
-pub(crate) const M_DESTROY_SRQ: u32 = 1 << 9;
-pub(crate) const M_DESTROY_AH: u32 = 1 << 10;
-pub(crate) const M_DESTROY_MW: u32 = 1 << 11;
-/// ENOTTY: no ioctl interface at all.
-const M_ALL: u32 = M_QUERY_PORT
-    | M_GID_TABLE
-    | M_GID_ENTRY
-    | M_CREATE_CQ
-    | M_CREATE_QP
-    | M_DESTROY_PD
-    | M_DESTROY_MR
-    | M_DESTROY_CQ
-    | M_DESTROY_QP
-    | M_DESTROY_SRQ
-    | M_DESTROY_AH
-    | M_DESTROY_MW;
+/// An ioctl method that has a write() command (or another fallback) doing the same: the
+/// object and method ids of the call, and its bit in [`Context`]'s `no_ioctl` mask, set once
+/// the kernel said it lacks the method. Adding a verbs object with both paths is one line
+/// here and one [`Context::ioctl_or_write`] call.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Method {
+    bit: u32,
+    object: u16,
+    method: u16,
+}
+
+impl Method {
+    const fn new(bit: u32, object: u16, method: u16) -> Method {
+        assert!(bit.count_ones() == 1 && bit != M_EX_QUERY_DEVICE);
+        Method {
+            bit,
+            object,
+            method,
+        }
+    }
+}
+
+pub(crate) const M_QUERY_PORT: Method =
+    Method::new(1 << 0, object::DEVICE, dev_m::METHOD_QUERY_PORT);
+pub(crate) const M_GID_TABLE: Method =
+    Method::new(1 << 1, object::DEVICE, dev_m::METHOD_QUERY_GID_TABLE);
+pub(crate) const M_GID_ENTRY: Method =
+    Method::new(1 << 2, object::DEVICE, dev_m::METHOD_QUERY_GID_ENTRY);
+pub(crate) const M_CREATE_CQ: Method = Method::new(1 << 3, object::CQ, cq::METHOD_CREATE);
+pub(crate) const M_CREATE_QP: Method = Method::new(1 << 4, object::QP, qp::METHOD_CREATE);
+pub(crate) const M_DESTROY_PD: Method = Method::new(1 << 5, object::PD, pd::METHOD_DESTROY);
+pub(crate) const M_DESTROY_MR: Method = Method::new(1 << 6, object::MR, mr::METHOD_DESTROY);
+pub(crate) const M_DESTROY_CQ: Method = Method::new(1 << 7, object::CQ, cq::METHOD_DESTROY);
+pub(crate) const M_DESTROY_QP: Method = Method::new(1 << 8, object::QP, qp::METHOD_DESTROY);
+pub(crate) const M_DESTROY_SRQ: Method = Method::new(1 << 9, object::SRQ, srq::METHOD_DESTROY);
+pub(crate) const M_DESTROY_AH: Method = Method::new(1 << 10, object::AH, ah::METHOD_DESTROY);
+pub(crate) const M_DESTROY_MW: Method = Method::new(1 << 11, object::MW, mw::METHOD_DESTROY);
+/// ENOTTY: no ioctl interface at all, so every ioctl method is missing.
+const M_ALL: u32 = !M_EX_QUERY_DEVICE;
 /// Not an ioctl: the extended write `QUERY_DEVICE` is missing (or the legacy ABI was asked
 /// for), use the legacy one.
 pub(crate) const M_EX_QUERY_DEVICE: u32 = 1 << 31;
 
-/// What an ioctl with a fallback came to.
-pub(crate) enum Outcome {
-    Done,
-    Fallback,
+/// Which path a [`Context::ioctl_or_write`] took, with what it brought back.
+///
+/// 320 bytes when the ioctl did it (the call's attributes): moved once per create or destroy,
+/// beside a system call; boxing it would allocate instead.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub(crate) enum Via<R, W> {
+    /// The ioctl did it: what the kernel wrote into the call's own attributes (a new
+    /// object's handle), and what the attribute builder returned (where to read it).
+    Ioctl(Answer, R),
+    /// The method is missing; the fallback did it and returned this.
+    Write(W),
 }
 
 /// An open device: the uverbs command fd with its user context, and the async event fd.
@@ -363,57 +384,64 @@ impl Context {
         call.call_checked(self.cmd_fd(), self.driver_id().0)
     }
 
-    /// Whether the ioctl method `method` (an `M_*` bit) is worth trying: false once the
-    /// kernel said it lacks it (or the context was opened with [`Context::open_legacy_abi`]).
-    pub(crate) fn use_ioctl(&self, method: u32) -> bool {
-        // Relaxed: the mask is a cache of what the kernel answered; a stale read only costs
-        // one more ioctl that fails the same way.
-        self.no_ioctl.load(Ordering::Relaxed) & method == 0
-    }
-
-    /// Records what an ioctl for `method` failed with: ENOTTY (no ioctl interface at all)
-    /// and EPROTONOSUPPORT (this method is missing) are remembered and return true, meaning
-    /// "use the write() command"; any other error returns false.
-    pub(crate) fn ioctl_missing(&self, method: u32, e: Errno) -> bool {
-        // Relaxed: see `use_ioctl`.
-        match e {
-            Errno::NOTTY => {
-                self.no_ioctl.fetch_or(M_ALL, Ordering::Relaxed);
-                true
-            }
-            Errno::PROTONOSUPPORT => {
-                self.no_ioctl.fetch_or(method, Ordering::Relaxed);
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Runs `call` unless `method` is known to be missing. `Ok(true)`: the ioctl did it;
-    /// `Ok(false)`: the method is missing (now remembered), use the write() command.
-    pub(crate) fn try_ioctl(&self, method: u32, call: &mut IoctlCall) -> Result<bool, Errno> {
-        if !self.use_ioctl(method) {
-            return Ok(false);
-        }
-        match self.ioctl(call) {
-            Ok(()) => Ok(true),
-            Err(e) if self.ioctl_missing(method, e) => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// [`Context::try_ioctl`] for the queries below.
-    pub(crate) fn ioctl_or_fallback(
+    /// Runs `method` as an ioctl unless the kernel is known to lack it, and otherwise (or
+    /// when this ioctl says the method is missing) its fallback; the one place that decides.
+    ///
+    /// `attrs` adds the call's attributes; `write` is the fallback (usually the legacy write()
+    /// command). Buffers both paths fill (responses, driver data) live in `bufs`, lent to one
+    /// path at a time: the ioctl's attributes borrow them for the call only, so `write` and
+    /// the caller can use them afterwards. An ioctl failing with `ENOTTY` (no ioctl interface:
+    /// every method is remembered as missing) or `EPROTONOSUPPORT` (this method is missing,
+    /// remembered) runs `write`; any other error is returned as the answer.
+    ///
+    /// What the attributes point to is in `bufs` or outlives the borrows `bufs` holds: when
+    /// `B` holds none (a plain response struct) the compiler asks a captured local to be
+    /// `'static`; put such a value in `bufs` too (`&mut (resp, flags)`).
+    pub(crate) fn ioctl_or_write<B: ?Sized, R, W>(
         &self,
-        method: u32,
-        call: &mut IoctlCall,
-    ) -> Result<Outcome, Errno> {
-        Ok(if self.try_ioctl(method, call)? {
-            Outcome::Done
-        } else {
-            Outcome::Fallback
-        })
+        method: Method,
+        bufs: &mut B,
+        attrs: impl for<'b> FnOnce(&mut IoctlCall<'b>, &'b mut B) -> R,
+        write: impl FnOnce(&mut B) -> Result<W, Errno>,
+    ) -> Result<Via<R, W>, Errno> {
+        ioctl_or_write(
+            &self.no_ioctl,
+            |c| self.ioctl(c),
+            method,
+            bufs,
+            attrs,
+            write,
+        )
     }
+}
+
+/// [`Context::ioctl_or_write`] over a `no_ioctl` mask and a way to issue the call (the
+/// context's command fd, or a test's kernel).
+fn ioctl_or_write<B: ?Sized, R, W>(
+    no_ioctl: &AtomicU32,
+    issue: impl FnOnce(&mut IoctlCall<'_>) -> Result<(), Errno>,
+    method: Method,
+    bufs: &mut B,
+    attrs: impl for<'b> FnOnce(&mut IoctlCall<'b>, &'b mut B) -> R,
+    write: impl FnOnce(&mut B) -> Result<W, Errno>,
+) -> Result<Via<R, W>, Errno> {
+    // Relaxed: the mask is a cache of what the kernel answered; a stale read only costs one
+    // more ioctl that fails the same way.
+    if no_ioctl.load(Ordering::Relaxed) & method.bit == 0 {
+        let mut c = IoctlCall::new(method.object, method.method);
+        let r = attrs(&mut c, bufs);
+        match issue(&mut c) {
+            Ok(()) => return Ok(Via::Ioctl(c.answer(), r)),
+            Err(Errno::NOTTY) => {
+                no_ioctl.fetch_or(M_ALL, Ordering::Relaxed);
+            }
+            Err(Errno::PROTONOSUPPORT) => {
+                no_ioctl.fetch_or(method.bit, Ordering::Relaxed);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    write(bufs).map(Via::Write)
 }
 
 /// What a response field that names an fd is set to before the command: -1, never an fd.
@@ -510,5 +538,165 @@ mod tests {
             assert!(e.contains("the command fd itself"), "{e}");
         }
         assert!(rustix::io::fcntl_getfd(&cmd).is_ok());
+    }
+
+    /// A test kernel: answers every call with `answer`, writing `handle` into the first
+    /// attribute (an IDR-new) when it succeeds; counts the calls.
+    fn kernel(
+        answer: Result<(), Errno>,
+        calls: &std::cell::Cell<u32>,
+    ) -> impl FnOnce(&mut IoctlCall<'_>) -> Result<(), Errno> + '_ {
+        move |c| {
+            calls.set(calls.get() + 1);
+            if answer.is_ok() {
+                c.attrs_mut()[0].data = 0x1234;
+            }
+            answer
+        }
+    }
+
+    /// Runs a "create" (`M_CREATE_CQ`) against `answer`: the ioctl path reads the handle the
+    /// kernel wrote, the write path fills `bufs` itself.
+    fn create(
+        mask: &AtomicU32,
+        answer: Result<(), Errno>,
+        calls: &std::cell::Cell<u32>,
+        writes: &std::cell::Cell<u32>,
+    ) -> Result<u32, Errno> {
+        let mut resp = 0u32;
+        let via = ioctl_or_write(
+            mask,
+            kernel(answer, calls),
+            M_CREATE_CQ,
+            &mut resp,
+            |c, resp| {
+                let h = c.idr_new(cq::ATTR_CREATE_HANDLE);
+                c.ptr_out(cq::ATTR_CREATE_RESP_CQE, resp);
+                h
+            },
+            |resp| {
+                writes.set(writes.get() + 1);
+                *resp = 77;
+                Ok(())
+            },
+        )?;
+        Ok(match via {
+            Via::Ioctl(a, h) => a.handle(h),
+            Via::Write(()) => resp,
+        })
+    }
+
+    /// The ioctl's answer is taken when it succeeds, and the write command is not run.
+    #[test]
+    fn ioctl_success_is_the_answer() {
+        let (mask, calls, writes) = (AtomicU32::new(0), Default::default(), Default::default());
+        assert_eq!(create(&mask, Ok(()), &calls, &writes), Ok(0x1234));
+        assert_eq!((calls.get(), writes.get()), (1, 0));
+        assert_eq!(mask.load(Ordering::Relaxed), 0);
+    }
+
+    /// EPROTONOSUPPORT: this method is missing, remembered for it alone; the fallback runs
+    /// now and from then on without another ioctl; other methods still try theirs.
+    #[test]
+    fn missing_method_falls_back_and_is_remembered() {
+        let (mask, calls, writes) = (AtomicU32::new(0), Default::default(), Default::default());
+        let missing = Err(Errno::PROTONOSUPPORT);
+        assert_eq!(create(&mask, missing, &calls, &writes), Ok(77));
+        assert_eq!((calls.get(), writes.get()), (1, 1));
+        assert_eq!(mask.load(Ordering::Relaxed), M_CREATE_CQ.bit);
+        assert_eq!(create(&mask, Ok(()), &calls, &writes), Ok(77));
+        assert_eq!((calls.get(), writes.get()), (1, 2), "no second ioctl");
+        let mut unit = ();
+        let other = ioctl_or_write(
+            &mask,
+            kernel(Ok(()), &calls),
+            M_DESTROY_CQ,
+            &mut unit,
+            |c, _| c.idr_new(cq::ATTR_DESTROY_HANDLE),
+            |_| Ok(()),
+        );
+        assert!(matches!(other, Ok(Via::Ioctl(..))));
+        assert_eq!(calls.get(), 2);
+    }
+
+    /// ENOTTY: no ioctl interface at all; every method is remembered as missing (the
+    /// extended QUERY_DEVICE, not an ioctl, is not).
+    #[test]
+    fn no_ioctl_interface_marks_every_method() {
+        let (mask, calls, writes) = (AtomicU32::new(0), Default::default(), Default::default());
+        assert_eq!(create(&mask, Err(Errno::NOTTY), &calls, &writes), Ok(77));
+        let m = mask.load(Ordering::Relaxed);
+        for method in [
+            M_QUERY_PORT,
+            M_GID_TABLE,
+            M_GID_ENTRY,
+            M_CREATE_CQ,
+            M_CREATE_QP,
+            M_DESTROY_PD,
+            M_DESTROY_MR,
+            M_DESTROY_CQ,
+            M_DESTROY_QP,
+            M_DESTROY_SRQ,
+            M_DESTROY_AH,
+            M_DESTROY_MW,
+        ] {
+            assert_ne!(m & method.bit, 0, "{method:?}");
+        }
+        assert_eq!(m & M_EX_QUERY_DEVICE, 0);
+    }
+
+    /// Any other error is the kernel's answer: returned as is, the fallback not run, nothing
+    /// remembered.
+    #[test]
+    fn other_errors_are_the_answer() {
+        let (mask, calls, writes) = (AtomicU32::new(0), Default::default(), Default::default());
+        for e in [Errno::INVAL, Errno::NOMEM, Errno::PERM, Errno::NOSYS] {
+            assert_eq!(create(&mask, Err(e), &calls, &writes), Err(e));
+        }
+        assert_eq!((calls.get(), writes.get()), (4, 0));
+        assert_eq!(mask.load(Ordering::Relaxed), 0);
+    }
+
+    /// A fallback's own error is returned too.
+    #[test]
+    fn fallback_errors_are_returned() {
+        let mask = AtomicU32::new(M_DESTROY_PD.bit);
+        let calls = Default::default();
+        let r: Result<Via<(), ()>, Errno> = ioctl_or_write(
+            &mask,
+            kernel(Ok(()), &calls),
+            M_DESTROY_PD,
+            &mut (),
+            |c, _| {
+                c.idr(pd::ATTR_DESTROY_HANDLE, 3);
+            },
+            |_| Err(Errno::BADF),
+        );
+        assert_eq!(r.unwrap_err(), Errno::BADF);
+        assert_eq!(calls.get(), 0);
+    }
+
+    /// Each method has its own bit, and none is the extended QUERY_DEVICE's.
+    #[test]
+    fn method_bits_are_distinct() {
+        let all = [
+            M_QUERY_PORT,
+            M_GID_TABLE,
+            M_GID_ENTRY,
+            M_CREATE_CQ,
+            M_CREATE_QP,
+            M_DESTROY_PD,
+            M_DESTROY_MR,
+            M_DESTROY_CQ,
+            M_DESTROY_QP,
+            M_DESTROY_SRQ,
+            M_DESTROY_AH,
+            M_DESTROY_MW,
+        ];
+        let mut seen = M_EX_QUERY_DEVICE;
+        for m in all {
+            assert_eq!(seen & m.bit, 0, "{m:?}");
+            seen |= m.bit;
+        }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use crate::abi::cmd::{ib_uverbs_cmd_hdr, nr};
-use crate::abi::ioctl::{cq, object, UVERBS_ATTR_UHW_IN, UVERBS_ATTR_UHW_OUT};
+use crate::abi::ioctl::{cq, UVERBS_ATTR_UHW_IN, UVERBS_ATTR_UHW_OUT};
 use crate::abi::obj::{ib_uverbs_create_cq, ib_uverbs_create_cq_resp, ib_uverbs_destroy_cq};
 use crate::abi::obj::{
     ib_uverbs_destroy_cq_resp, ib_uverbs_req_notify_cq, ib_uverbs_resize_cq,
@@ -14,10 +14,9 @@ use crate::abi::obj::{
 };
 use crate::channel::CompChannel;
 use crate::context::Context;
-use crate::context::{M_CREATE_CQ, M_DESTROY_CQ};
+use crate::context::{Via, M_CREATE_CQ, M_DESTROY_CQ};
 use crate::driver::{CqCreated, CqOps, KernelObj, OpsGuard, OpsLock};
 use crate::error::{Error, Result};
-use crate::ioctl::IoctlCall;
 use crate::wc::{RawWc, WorkCompletion};
 use crate::write;
 use std::os::fd::AsRawFd;
@@ -103,35 +102,32 @@ impl Cq {
         #[allow(unsafe_code)]
         let res = unsafe {
             driver.create_cq(ctx.cmd_fd(), cqe, &mut |uhw_in, uhw_out| {
-                let mut resp_cqe = 0u32;
-                let mut c = IoctlCall::new(object::CQ, cq::METHOD_CREATE);
-                let h = c.idr_new(cq::ATTR_CREATE_HANDLE);
-                c.ptr_in(cq::ATTR_CREATE_CQE, &kernel_cqe);
-                c.ptr_in(cq::ATTR_CREATE_USER_HANDLE, &user_handle);
-                if let Some(ch) = &opts.channel {
-                    c.fd(cq::ATTR_CREATE_COMP_CHANNEL, ch.as_fd());
-                }
-                c.ptr_in(cq::ATTR_CREATE_COMP_VECTOR, &opts.comp_vector);
-                c.ptr_out(cq::ATTR_CREATE_RESP_CQE, &mut resp_cqe);
-                c.fd(cq::ATTR_CREATE_EVENT_FD, ctx.async_fd());
-                c.optional();
-                if !uhw_in.is_empty() {
-                    c.ptr_in_bytes(UVERBS_ATTR_UHW_IN, uhw_in);
-                }
-                if !uhw_out.is_empty() {
-                    c.ptr_out_bytes(UVERBS_ATTR_UHW_OUT, uhw_out);
-                }
-                let done = ctx
-                    .try_ioctl(M_CREATE_CQ, &mut c)
-                    .map(|ok| ok.then(|| c.handle(h)));
-                let r = match done {
-                    Ok(Some(handle)) => Ok(CqCreated {
-                        handle,
-                        cqe: resp_cqe,
-                    }),
-                    Ok(None) => create_cq_write(
-                        ctx,
-                        ib_uverbs_create_cq {
+                // The response's CQE count and the driver's output, filled by either path.
+                let mut out = (0u32, uhw_out);
+                let via = ctx.ioctl_or_write(
+                    M_CREATE_CQ,
+                    &mut out,
+                    |c, (resp_cqe, uhw_out)| {
+                        let h = c.idr_new(cq::ATTR_CREATE_HANDLE);
+                        c.ptr_in(cq::ATTR_CREATE_CQE, &kernel_cqe);
+                        c.ptr_in(cq::ATTR_CREATE_USER_HANDLE, &user_handle);
+                        if let Some(ch) = &opts.channel {
+                            c.fd(cq::ATTR_CREATE_COMP_CHANNEL, ch.as_fd());
+                        }
+                        c.ptr_in(cq::ATTR_CREATE_COMP_VECTOR, &opts.comp_vector);
+                        c.ptr_out(cq::ATTR_CREATE_RESP_CQE, resp_cqe);
+                        c.fd(cq::ATTR_CREATE_EVENT_FD, ctx.async_fd());
+                        c.optional();
+                        if !uhw_in.is_empty() {
+                            c.ptr_in_bytes(UVERBS_ATTR_UHW_IN, uhw_in);
+                        }
+                        if !uhw_out.is_empty() {
+                            c.ptr_out_bytes(UVERBS_ATTR_UHW_OUT, uhw_out);
+                        }
+                        h
+                    },
+                    |(_, uhw_out)| {
+                        let req = ib_uverbs_create_cq {
                             user_handle,
                             cqe: kernel_cqe,
                             comp_vector: opts.comp_vector,
@@ -140,12 +136,17 @@ impl Cq {
                                 .as_ref()
                                 .map_or(-1, |ch| ch.as_fd().as_raw_fd()),
                             ..Default::default()
-                        },
-                        uhw_in,
-                        uhw_out,
-                    ),
-                    Err(e) => Err(e),
-                };
+                        };
+                        create_cq_write(ctx, req, uhw_in, uhw_out)
+                    },
+                );
+                let r = via.map(|via| match via {
+                    Via::Ioctl(a, h) => CqCreated {
+                        handle: a.handle(h),
+                        cqe: out.0,
+                    },
+                    Via::Write(created) => created,
+                });
                 let r = r.map_err(|e| {
                     let mut err = Error::os(op(), e);
                     if e == rustix::io::Errno::INVAL {
@@ -547,20 +548,21 @@ fn create_cq_write(
 
 fn destroy_kernel_cq(ctx: &Context, handle: u32) -> Result<ib_uverbs_destroy_cq_resp> {
     let mut resp = ib_uverbs_destroy_cq_resp::default();
-    let mut c = IoctlCall::new(object::CQ, cq::METHOD_DESTROY);
-    c.idr(cq::ATTR_DESTROY_HANDLE, handle);
-    c.ptr_out(cq::ATTR_DESTROY_RESP, &mut resp);
-    let r = match ctx.try_ioctl(M_DESTROY_CQ, &mut c) {
-        Ok(true) => Ok(()),
-        Ok(false) => {
+    let r = ctx.ioctl_or_write(
+        M_DESTROY_CQ,
+        &mut resp,
+        |c, resp| {
+            c.idr(cq::ATTR_DESTROY_HANDLE, handle);
+            c.ptr_out(cq::ATTR_DESTROY_RESP, resp);
+        },
+        |resp| {
             let req = ib_uverbs_destroy_cq {
                 cq_handle: handle,
                 ..Default::default()
             };
-            write::cmd_legacy_simple(ctx.cmd_fd(), nr::DESTROY_CQ, &req, &mut resp)
-        }
-        Err(e) => Err(e),
-    };
+            write::cmd_legacy_simple(ctx.cmd_fd(), nr::DESTROY_CQ, &req, resp)
+        },
+    );
     r.map_err(|e| Error::os(format!("destroy CQ {handle} on {}", ctx.name()), e))?;
     Ok(resp)
 }

@@ -291,7 +291,7 @@ impl Context {
         let mut resp = ib_uverbs_ex_query_device_resp::new_zeroed();
         let req = ib_uverbs_ex_query_device::default();
         let core_len = size_of::<ib_uverbs_ex_query_device_resp>();
-        // Relaxed: see `ioctl_or_fallback`.
+        // Relaxed: see `Context::ioctl_or_write`.
         let ex = if self.no_ioctl.load(Ordering::Relaxed) & M_EX_QUERY_DEVICE != 0 {
             Err(Errno::NOTSUP)
         } else {

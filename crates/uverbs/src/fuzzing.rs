@@ -123,8 +123,8 @@ fn netlink_payload(p: &[u8]) {
             .put_str(attr::DEV_NAME, &port.dev_name)
             .put_u32(attr::PORT_INDEX, port.port);
         let u8s = [
-            (attr::PORT_STATE, port.state),
-            (attr::PORT_PHYS_STATE, port.phys_state),
+            (attr::PORT_STATE, port.state.map(|s| s.0)),
+            (attr::PORT_PHYS_STATE, port.phys_state.map(|s| s.0)),
             (attr::LMC, port.lmc),
         ];
         for (ty, v) in u8s {
@@ -353,7 +353,10 @@ mod tests {
             "port_dump_then_done",
         )))
         .unwrap();
-        assert_eq!((p.dev_name.as_str(), p.state), ("rxe0", Some(4)));
+        assert_eq!(
+            (p.dev_name.as_str(), p.state),
+            ("rxe0", Some(crate::port::PortState::ACTIVE))
+        );
         let d = NlDevice::decode(&first_payload(&seed(
             "uverbs_netlink",
             "device_dump_then_done",

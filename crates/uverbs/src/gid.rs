@@ -10,12 +10,11 @@ use std::path::Path;
 use rustix::io::Errno;
 use zerocopy::IntoBytes;
 
-use crate::abi::ioctl::{device as dev_m, object};
+use crate::abi::ioctl::device as dev_m;
 use crate::abi::verbs::ib_uverbs_gid_entry;
-use crate::context::{Context, Outcome, M_GID_ENTRY, M_GID_TABLE};
+use crate::context::{Context, Via, M_GID_ENTRY, M_GID_TABLE};
 use crate::device::read_str;
 use crate::error::Error;
-use crate::ioctl::IoctlCall;
 use crate::newtype::raw_newtype;
 use crate::port::LinkLayer;
 
@@ -171,21 +170,24 @@ impl Context {
         let max = total.clamp(1, usize::from(u16::MAX) / size_of::<ib_uverbs_gid_entry>());
         let mut entries = vec![ib_uverbs_gid_entry::default(); max];
         let mut n: u64 = 0;
-        let outcome = {
-            let mut c = IoctlCall::new(object::DEVICE, dev_m::METHOD_QUERY_GID_TABLE);
-            c.const_in(
-                dev_m::ATTR_QUERY_GID_TABLE_ENTRY_SIZE,
-                size_of::<ib_uverbs_gid_entry>() as u64,
-            );
-            c.ptr_out_bytes(
-                dev_m::ATTR_QUERY_GID_TABLE_RESP_ENTRIES,
-                entries.as_mut_bytes(),
-            );
-            c.ptr_out(dev_m::ATTR_QUERY_GID_TABLE_RESP_NUM_ENTRIES, &mut n);
-            self.ioctl_or_fallback(M_GID_TABLE, &mut c)
-        };
-        match outcome.map_err(|e| Error::os(op(), e))? {
-            Outcome::Done => {
+        let via = self.ioctl_or_write(
+            M_GID_TABLE,
+            &mut (entries.as_mut_slice(), &mut n),
+            |c, (entries, n)| {
+                c.const_in(
+                    dev_m::ATTR_QUERY_GID_TABLE_ENTRY_SIZE,
+                    size_of::<ib_uverbs_gid_entry>() as u64,
+                );
+                c.ptr_out_bytes(
+                    dev_m::ATTR_QUERY_GID_TABLE_RESP_ENTRIES,
+                    entries.as_mut_bytes(),
+                );
+                c.ptr_out(dev_m::ATTR_QUERY_GID_TABLE_RESP_NUM_ENTRIES, &mut **n);
+            },
+            |_| Ok(sysfs_gid_table(self.device().ibdev_path(), &ports)),
+        );
+        match via.map_err(|e| Error::os(op(), e))? {
+            Via::Ioctl(..) => {
                 let n = usize::try_from(n).unwrap_or(usize::MAX);
                 if n > entries.len() {
                     return Err(Error::protocol(
@@ -199,7 +201,7 @@ impl Context {
                 }
                 Ok(entries[..n].iter().map(entry_from_abi).collect())
             }
-            Outcome::Fallback => sysfs_gid_table(self.device().ibdev_path(), &ports),
+            Via::Write(table) => table,
         }
     }
 
@@ -210,23 +212,27 @@ impl Context {
         if port == 0 || (known > 0 && port > known) {
             return Err(self.bad_port(port, op()));
         }
-        let mut e = ib_uverbs_gid_entry::default();
-        let flags: u32 = 0;
-        let outcome = {
-            let mut c = IoctlCall::new(object::DEVICE, dev_m::METHOD_QUERY_GID_ENTRY);
-            c.const_in(dev_m::ATTR_QUERY_GID_ENTRY_PORT, u64::from(port));
-            c.const_in(dev_m::ATTR_QUERY_GID_ENTRY_GID_INDEX, u64::from(index));
-            c.ptr_in(dev_m::ATTR_QUERY_GID_ENTRY_FLAGS, &flags);
-            c.ptr_out(dev_m::ATTR_QUERY_GID_ENTRY_RESP_ENTRY, &mut e);
-            self.ioctl_or_fallback(M_GID_ENTRY, &mut c)
-        };
-        match outcome {
-            Ok(Outcome::Done) => Ok(entry_from_abi(&e)),
-            Ok(Outcome::Fallback) => {
-                let pa = self.query_port(port)?;
-                sysfs_gid_entry(self.device().ibdev_path(), port, index, pa.link_layer)?
-                    .ok_or_else(|| empty_gid(op(), index, pa.gid_tbl_len))
-            }
+        // The entry the kernel fills and the flags it reads.
+        let mut q = (ib_uverbs_gid_entry::default(), 0u32);
+        let via = self.ioctl_or_write(
+            M_GID_ENTRY,
+            &mut q,
+            |c, (e, flags)| {
+                c.const_in(dev_m::ATTR_QUERY_GID_ENTRY_PORT, u64::from(port));
+                c.const_in(dev_m::ATTR_QUERY_GID_ENTRY_GID_INDEX, u64::from(index));
+                c.ptr_in(dev_m::ATTR_QUERY_GID_ENTRY_FLAGS, flags);
+                c.ptr_out(dev_m::ATTR_QUERY_GID_ENTRY_RESP_ENTRY, e);
+            },
+            |_| {
+                Ok(self.query_port(port).and_then(|pa| {
+                    sysfs_gid_entry(self.device().ibdev_path(), port, index, pa.link_layer)?
+                        .ok_or_else(|| empty_gid(op(), index, pa.gid_tbl_len))
+                }))
+            },
+        );
+        match via {
+            Ok(Via::Ioctl(..)) => Ok(entry_from_abi(&q.0)),
+            Ok(Via::Write(entry)) => entry,
             // The kernel says ENODATA for an empty slot and EINVAL past the table's end.
             Err(errno @ (Errno::NODATA | Errno::INVAL)) => {
                 let len = self.query_port(port).map_or(0, |p| p.gid_tbl_len);

@@ -181,6 +181,14 @@ impl<'a> IoctlCall<'a> {
         self.buf.attrs[i.0].flags & (UVERBS_ATTR_F_VALID_OUTPUT | UVERBS_ATTR_F_MANDATORY) != 0
     }
 
+    /// Ends the call, keeping what the kernel wrote into its attributes (handles, fds,
+    /// flags) but none of the borrows: the buffers the attributes pointed to are free again.
+    pub(crate) fn answer(self) -> Answer {
+        Answer {
+            attrs: self.buf.attrs,
+        }
+    }
+
     /// Number of attributes so far.
     pub fn len(&self) -> usize {
         self.n
@@ -245,6 +253,20 @@ impl<'a> IoctlCall<'a> {
         // each PTR_OUT points to a buffer of at least `len` writable bytes. The kernel writes
         // back only into `Buf` (handles, fds, flags) and into those PTR_OUT buffers.
         unsafe { rustix::ioctl::ioctl(fd, req) }
+    }
+}
+
+/// The attributes of a finished [`IoctlCall`], as the kernel left them: read a created
+/// object's handle after the buffers the call borrowed are in use again.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    attrs: [ib_uverbs_attr; MAX_ATTRS],
+}
+
+impl Answer {
+    /// The handle the kernel wrote into an IDR-new attribute.
+    pub(crate) fn handle(&self, i: AttrIdx) -> u32 {
+        self.attrs[i.0].data as u32
     }
 }
 

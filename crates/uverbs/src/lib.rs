@@ -6,6 +6,8 @@
 //! - [`ioctl`]: a typed attribute builder for `RDMA_VERBS_IOCTL`.
 //! - [`write`](mod@write): the legacy and extended write() commands.
 //! - [`wc`], [`wr`]: the provider-neutral completion and work-request types.
+//! - [`mapping`]: the one owner of memory mappings (every `mmap`/`munmap`); [`sync`]: the one
+//!   lock of the data path.
 //!
 //! `unsafe` is denied at the crate root and allowed only in the modules that talk to the
 //! kernel, each block with a `// SAFETY:` comment.
@@ -38,6 +40,7 @@ pub mod fd;
 pub mod fuzzing;
 pub mod gid;
 pub mod ioctl;
+pub mod mapping;
 pub mod mr;
 pub mod mw;
 pub mod netlink;
@@ -47,6 +50,7 @@ pub mod port;
 pub mod qp;
 pub mod shared;
 pub mod srq;
+pub mod sync;
 mod util;
 pub mod wc;
 pub mod wr;

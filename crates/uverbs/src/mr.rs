@@ -1,5 +1,10 @@
 //! Memory regions, tied to the memory they cover.
 //!
+//! By job: [`AccessFlags`] and the memory a region can take over ([`MrMemory`], in
+//! `mr/memory.rs`), the page allocator ([`PageBuf`], `mr/page.rs`), regions over such memory
+//! ([`Mr`], here), and regions over memory the caller manages ([`RawMr`], `mr/raw.rs`). The
+//! copies in and out of registered memory are [`crate::shared`]'s.
+//!
 //! An [`Mr<M>`] takes over its memory `M` (owned, or borrowed inside [`Mr::scoped`]), so the
 //! buffer can be neither freed nor moved while the device may access it: dropping the `Mr`
 //! deregisters first and only then releases the memory (if deregistration fails, the memory is
@@ -60,239 +65,31 @@
 
 #![allow(unsafe_code)]
 
+mod memory;
+mod page;
+mod raw;
+
+pub use memory::{AccessFlags, MrMemory, RawMemory};
+pub use page::PageBuf;
+pub use raw::{register_raw, RawMr};
+
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::Range;
-use std::ptr::NonNull;
 use std::sync::Arc;
 
-use bitflags::bitflags;
-
 use crate::abi::cmd::nr;
-use crate::abi::ioctl::{mr, object};
+use crate::abi::ioctl::mr;
 use crate::abi::obj::ib_uverbs_dereg_mr;
 use crate::abi::obj::{ib_uverbs_reg_mr, ib_uverbs_reg_mr_resp};
 use crate::context::{Context, M_DESTROY_MR};
 use crate::error::{Error, Result};
-use crate::ioctl::IoctlCall;
 use crate::pd::Pd;
 use crate::shared::{copy_from_shared, copy_to_shared, fill_shared};
 use crate::wr::{MrSge, Sge};
 use crate::write;
 use rustix::io::Errno;
 use zerocopy::{FromBytes as _, IntoBytes as _};
-
-bitflags! {
-    /// `IB_UVERBS_ACCESS_*` / `ibv_access_flags`.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-    pub struct AccessFlags: u32 {
-        /// The local device may write the memory (receives, RDMA READ results).
-        const LOCAL_WRITE = 1 << 0;
-        /// Peers may RDMA WRITE the memory (needs LOCAL_WRITE).
-        const REMOTE_WRITE = 1 << 1;
-        /// Peers may RDMA READ the memory.
-        const REMOTE_READ = 1 << 2;
-        /// Peers may run atomics on the memory (needs LOCAL_WRITE).
-        const REMOTE_ATOMIC = 1 << 3;
-        /// Memory windows may be bound to the region.
-        const MW_BIND = 1 << 4;
-        /// Addresses are offsets from the region's start.
-        const ZERO_BASED = 1 << 5;
-        /// On-demand paging.
-        const ON_DEMAND = 1 << 6;
-        /// The memory is backed by huge pages.
-        const HUGETLB = 1 << 7;
-        /// Peers may FLUSH the region to the global visibility point (IBTA 1.5; only on a
-        /// device that reports FLUSH_GLOBAL: [`crate::op::DeviceCapsEx`]).
-        const FLUSH_GLOBAL = 1 << 8;
-        /// Peers may FLUSH the region to persistence (IBTA 1.5; the kernel takes it only for
-        /// memory it knows to be persistent).
-        const FLUSH_PERSISTENT = 1 << 9;
-        /// Optional: a kernel or device that does not support it ignores it.
-        const RELAXED_ORDERING = 1 << 20;
-    }
-}
-
-/// The parts of a memory buffer given up for registration: a pointer with read and write
-/// provenance over `len` bytes, and one word the type may use to rebuild itself (a `Vec`'s
-/// capacity, a mapping's length).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RawMemory {
-    /// Start of the range.
-    pub ptr: NonNull<u8>,
-    /// Length in bytes.
-    pub len: usize,
-    /// Type-specific word for [`MrMemory::from_raw`].
-    pub extra: usize,
-}
-
-/// Memory that can be registered: a buffer that gives itself up as a [`RawMemory`] for the
-/// time it is registered and is rebuilt from it after deregistration.
-///
-/// Registration captures the pointer once, from the owned (or exclusively borrowed) value, so
-/// the pointer the device and the copy accessors use carries write provenance, and no Rust
-/// reference to the bytes exists while they are registered.
-///
-/// # Safety
-/// `into_raw` must return a range that is valid for reads and writes, initialised, and not
-/// accessed by anything else until `from_raw` is called with the same parts; the range must
-/// not move or change size meanwhile. `from_raw` must accept exactly what `into_raw`
-/// returned. [`MrMemory::OWNED`] must be `false` for a type whose memory can be reused by
-/// someone else when the value is leaked (a borrow).
-pub unsafe trait MrMemory: Sized {
-    /// True when leaking the value keeps the memory allocated forever (owned memory); false
-    /// for borrows, whose memory goes back to its owner when the borrow ends.
-    const OWNED: bool = true;
-    /// Gives up the buffer.
-    fn into_raw(self) -> RawMemory;
-    /// Rebuilds the buffer.
-    ///
-    /// # Safety
-    /// `raw` must come from `into_raw` of this type, and be used once.
-    unsafe fn from_raw(raw: RawMemory) -> Self;
-}
-
-// SAFETY: the pointer comes from the exclusive borrow (write provenance) and the borrow is held
-// (as the lifetime of the rebuilt value) until from_raw; OWNED is false, so a failed
-// deregistration aborts rather than hand the memory back to its owner.
-unsafe impl MrMemory for &mut [u8] {
-    const OWNED: bool = false;
-    fn into_raw(self) -> RawMemory {
-        RawMemory {
-            ptr: NonNull::new(self.as_mut_ptr()).expect("slice pointer is non-null"),
-            len: self.len(),
-            extra: 0,
-        }
-    }
-    unsafe fn from_raw(raw: RawMemory) -> Self {
-        // SAFETY: the caller passes what into_raw returned; the borrow lives as long as Self.
-        unsafe { std::slice::from_raw_parts_mut(raw.ptr.as_ptr(), raw.len) }
-    }
-}
-
-// SAFETY: Box::into_raw gives up the allocation with full provenance; Box::from_raw takes it
-// back. The heap block never moves.
-unsafe impl MrMemory for Box<[u8]> {
-    fn into_raw(self) -> RawMemory {
-        let len = self.len();
-        let p = Box::into_raw(self);
-        RawMemory {
-            ptr: NonNull::new(p.cast::<u8>()).expect("Box pointer is non-null"),
-            len,
-            extra: 0,
-        }
-    }
-    unsafe fn from_raw(raw: RawMemory) -> Self {
-        let p = std::ptr::slice_from_raw_parts_mut(raw.ptr.as_ptr(), raw.len);
-        // SAFETY: `p` is the pointer Box::into_raw returned.
-        unsafe { Box::from_raw(p) }
-    }
-}
-
-// SAFETY: the Vec is taken apart (pointer, length, capacity) and rebuilt by from_raw_parts;
-// nothing can grow or shrink it meanwhile.
-unsafe impl MrMemory for Vec<u8> {
-    fn into_raw(self) -> RawMemory {
-        let mut v = std::mem::ManuallyDrop::new(self);
-        RawMemory {
-            ptr: NonNull::new(v.as_mut_ptr()).expect("Vec pointer is non-null"),
-            len: v.len(),
-            extra: v.capacity(),
-        }
-    }
-    unsafe fn from_raw(raw: RawMemory) -> Self {
-        // SAFETY: the parts of a Vec<u8> taken apart by into_raw.
-        unsafe { Vec::from_raw_parts(raw.ptr.as_ptr(), raw.len, raw.extra) }
-    }
-}
-
-/// Page-aligned, zeroed memory from an anonymous mapping (what RDMA buffers usually want).
-pub struct PageBuf {
-    ptr: NonNull<u8>,
-    len: usize,
-    map_len: usize,
-}
-
-// SAFETY: PageBuf is plain owned memory, like Box<[u8]>.
-unsafe impl Send for PageBuf {}
-// SAFETY: shared access only hands out &[u8]; mutation requires &mut.
-unsafe impl Sync for PageBuf {}
-
-impl PageBuf {
-    /// Maps `len` zeroed bytes (rounded up to whole pages for the mapping).
-    pub fn new(len: usize) -> Result<PageBuf> {
-        if len == 0 {
-            return Err(Error::invalid("allocate page buffer", "length 0").into());
-        }
-        let page = rustix::param::page_size();
-        let map_len = len.div_ceil(page) * page;
-        // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
-        let p = unsafe {
-            rustix::mm::mmap_anonymous(
-                std::ptr::null_mut(),
-                map_len,
-                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
-                rustix::mm::MapFlags::PRIVATE,
-            )
-        }
-        .map_err(|e| Error::os(format!("allocate page buffer of {len} bytes"), e))?;
-        Ok(PageBuf {
-            ptr: NonNull::new(p.cast()).expect("mmap returned null"),
-            len,
-            map_len,
-        })
-    }
-
-    /// The bytes.
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: ptr..ptr+len is our mapping, initialised (zero-filled) and alive.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-
-    /// The bytes, mutably.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as above, and `&mut self` gives exclusive access.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl fmt::Debug for PageBuf {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PageBuf")
-            .field("addr", &self.ptr)
-            .field("len", &self.len)
-            .finish()
-    }
-}
-
-impl Drop for PageBuf {
-    fn drop(&mut self) {
-        // SAFETY: we own this mapping and nothing refers to it any more.
-        if let Err(e) = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.map_len) } {
-            tracing::error!("munmap page buffer: {e}");
-        }
-    }
-}
-
-// SAFETY: the mapping is taken over (with the pointer mmap returned) and rebuilt unchanged;
-// it is unmapped only by PageBuf's Drop.
-unsafe impl MrMemory for PageBuf {
-    fn into_raw(self) -> RawMemory {
-        let b = std::mem::ManuallyDrop::new(self);
-        RawMemory {
-            ptr: b.ptr,
-            len: b.len,
-            extra: b.map_len,
-        }
-    }
-    unsafe fn from_raw(raw: RawMemory) -> Self {
-        PageBuf {
-            ptr: raw.ptr,
-            len: raw.len,
-            map_len: raw.extra,
-        }
-    }
-}
 
 /// A registered memory region over memory `M`.
 ///
@@ -430,7 +227,12 @@ fn check_flush_access(
 }
 
 /// Registers `addr..addr+len` and returns (handle, lkey, rkey).
-fn reg_raw(pd: &Pd, addr: u64, len: usize, access: AccessFlags) -> Result<(u32, u32, u32)> {
+pub(crate) fn reg_raw(
+    pd: &Pd,
+    addr: u64,
+    len: usize,
+    access: AccessFlags,
+) -> Result<(u32, u32, u32)> {
     let ctx = pd.context();
     let op = || format!("register MR of {len} bytes at {addr:#x} on {}", ctx.name());
     if len == 0 {
@@ -777,133 +579,18 @@ impl<M: MrMemory> Drop for Mr<M> {
     }
 }
 
-/// Registers a raw address range.
-///
-/// # Safety
-/// The range must stay mapped and must not be reused for anything else while the returned
-/// [`RawMr`] lives and while any work request naming it is in flight.
-pub unsafe fn register_raw(
-    pd: &Arc<Pd>,
-    addr: u64,
-    len: usize,
-    access: AccessFlags,
-) -> Result<RawMr> {
-    let (handle, lkey, rkey) = reg_raw(pd, addr, len, access)?;
-    Ok(RawMr {
-        pd: pd.clone(),
-        handle,
-        lkey,
-        rkey,
-        addr,
-        len,
-    })
-}
-
-/// A memory region over memory the caller manages (see [`register_raw`]).
-pub struct RawMr {
-    pd: Arc<Pd>,
-    handle: u32,
-    /// Local key: what SGEs over this memory carry.
-    pub lkey: u32,
-    /// Remote key: what a peer's RDMA READ/WRITE/atomic names.
-    pub rkey: u32,
-    /// Start address of the registered range.
-    pub addr: u64,
-    /// Length of the registered range, in bytes.
-    pub len: usize,
-}
-
-impl fmt::Debug for RawMr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RawMr")
-            .field("handle", &self.handle)
-            .field("addr", &format_args!("{:#x}", self.addr))
-            .field("len", &self.len)
-            .finish()
-    }
-}
-
 /// Deregisters MR `handle`: ioctl `MR_DESTROY`, or the legacy `DEREG_MR` command.
-fn dereg_mr(ctx: &Context, handle: u32) -> std::result::Result<(), Errno> {
-    let mut c = IoctlCall::new(object::MR, mr::METHOD_DESTROY);
-    c.idr(mr::ATTR_DESTROY_HANDLE, handle);
-    if ctx.try_ioctl(M_DESTROY_MR, &mut c)? {
-        return Ok(());
-    }
-    let req = ib_uverbs_dereg_mr { mr_handle: handle };
-    write::cmd_legacy(ctx.cmd_fd(), nr::DEREG_MR, req.as_bytes(), &[], &mut [])
-}
-
-impl RawMr {
-    /// A registration the kernel made (a dma-buf region: `addr` is its iova).
-    pub(crate) fn from_parts(
-        pd: Arc<Pd>,
-        handle: u32,
-        lkey: u32,
-        rkey: u32,
-        addr: u64,
-        len: usize,
-    ) -> RawMr {
-        RawMr {
-            pd,
-            handle,
-            lkey,
-            rkey,
-            addr,
-            len,
-        }
-    }
-
-    /// The kernel's handle of the region.
-    pub(crate) fn handle(&self) -> u32 {
-        self.handle
-    }
-
-    /// The PD the region belongs to.
-    pub(crate) fn pd(&self) -> &Arc<Pd> {
-        &self.pd
-    }
-
-    /// Deregisters the region; on failure gives it back, still registered, with the error.
-    /// The kernel refuses (EINVAL on rxe) while a memory window is bound in the region.
-    pub fn deregister(self) -> std::result::Result<(), (RawMr, std::io::Error)> {
-        let ctx = self.pd.context();
-        match dereg_mr(ctx, self.handle) {
-            Ok(()) => {
-                let me = std::mem::ManuallyDrop::new(self);
-                // SAFETY: `me` is never used again; its only field with a destructor is the PD.
-                drop(unsafe { std::ptr::read(&me.pd) });
-                Ok(())
-            }
-            Err(e) => {
-                let hint = if e == Errno::INVAL {
-                    "; a memory window may still be bound in it"
-                } else {
-                    ""
-                };
-                let err = Error::os(
-                    format!(
-                        "deregister MR {} ({} bytes at {:#x}) on {}{hint}",
-                        self.handle,
-                        self.len,
-                        self.addr,
-                        ctx.name()
-                    ),
-                    e,
-                );
-                Err((self, err.into()))
-            }
-        }
-    }
-}
-
-impl Drop for RawMr {
-    fn drop(&mut self) {
-        let ctx = self.pd.context();
-        if let Err(e) = dereg_mr(ctx, self.handle) {
-            tracing::error!(handle = self.handle, "{}", Error::os("deregister MR", e));
-        }
-    }
+pub(crate) fn dereg_mr(ctx: &Context, handle: u32) -> std::result::Result<(), Errno> {
+    ctx.ioctl_or_write(
+        M_DESTROY_MR,
+        &mut (),
+        |c, _| c.idr(mr::ATTR_DESTROY_HANDLE, handle),
+        |_| {
+            let req = ib_uverbs_dereg_mr { mr_handle: handle };
+            write::cmd_legacy(ctx.cmd_fd(), nr::DEREG_MR, req.as_bytes(), &[], &mut [])
+        },
+    )
+    .map(drop)
 }
 
 #[cfg(test)]
@@ -918,39 +605,6 @@ mod tests {
         let e = check_access(AccessFlags::from_bits_retain(1 << 15)).unwrap_err();
         assert!(e.contains("0x8000"), "{e}");
         assert!(check_access(AccessFlags::RELAXED_ORDERING | AccessFlags::REMOTE_READ).is_ok());
-    }
-
-    #[test]
-    fn page_buf_is_aligned_and_zeroed() {
-        let mut b = PageBuf::new(100).unwrap();
-        assert_eq!(b.as_slice().len(), 100);
-        assert_eq!(b.ptr.as_ptr() as usize % rustix::param::page_size(), 0);
-        assert!(b.as_slice().iter().all(|&x| x == 0));
-        b.as_mut_slice()[99] = 7;
-        assert_eq!(b.as_slice()[99], 7);
-        assert!(PageBuf::new(0).is_err());
-    }
-
-    fn round_trip<M: MrMemory>(m: M) -> M {
-        let raw = m.into_raw();
-        // SAFETY: writes through the captured pointer (write provenance) inside the range.
-        unsafe { copy_to_shared(b"xyz", raw.ptr.as_ptr().add(1)) };
-        // SAFETY: the parts into_raw returned, used once.
-        unsafe { M::from_raw(raw) }
-    }
-
-    #[test]
-    fn memory_round_trips_keep_contents() {
-        let v = round_trip(vec![0u8; 10]);
-        assert_eq!(&v[..5], b"\0xyz\0");
-        let b = round_trip(vec![0u8; 10].into_boxed_slice());
-        assert_eq!(&b[..5], b"\0xyz\0");
-        let mut arr = [0u8; 10];
-        let s = round_trip(&mut arr[..]);
-        assert_eq!(&s[..5], b"\0xyz\0");
-        assert_eq!(&arr[..5], b"\0xyz\0");
-        let p = round_trip(PageBuf::new(10).unwrap());
-        assert_eq!(&p.as_slice()[..5], b"\0xyz\0");
     }
 
     #[test]

@@ -51,11 +51,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use crate::abi::cmd::nr;
-use crate::abi::ioctl::{mw, object};
+use crate::abi::ioctl::mw;
 use crate::abi::obj::{ib_uverbs_alloc_mw, ib_uverbs_alloc_mw_resp, ib_uverbs_dealloc_mw};
 use crate::context::{Context, M_DESTROY_MW};
 use crate::error::{Error, PostError, PostQueue, Result};
-use crate::ioctl::IoctlCall;
 use crate::mr::{AccessFlags, Mr, MrMemory};
 use crate::newtype::raw_newtype;
 use crate::pd::Pd;
@@ -338,13 +337,16 @@ impl Drop for Mw {
 /// Deallocates MW `handle`: ioctl `MW_DESTROY`, or the write command `DEALLOC_MW`. rxe
 /// invalidates a bound window here (its region can then be deregistered).
 fn dealloc_mw(ctx: &Context, handle: u32) -> std::result::Result<(), Errno> {
-    let mut c = IoctlCall::new(object::MW, mw::METHOD_DESTROY);
-    c.idr(mw::ATTR_DESTROY_HANDLE, handle);
-    if ctx.try_ioctl(M_DESTROY_MW, &mut c)? {
-        return Ok(());
-    }
-    let req = ib_uverbs_dealloc_mw { mw_handle: handle };
-    write::cmd_legacy(ctx.cmd_fd(), nr::DEALLOC_MW, req.as_bytes(), &[], &mut [])
+    ctx.ioctl_or_write(
+        M_DESTROY_MW,
+        &mut (),
+        |c, _| c.idr(mw::ATTR_DESTROY_HANDLE, handle),
+        |_| {
+            let req = ib_uverbs_dealloc_mw { mw_handle: handle };
+            write::cmd_legacy(ctx.cmd_fd(), nr::DEALLOC_MW, req.as_bytes(), &[], &mut [])
+        },
+    )
+    .map(drop)
 }
 
 /// The operands of a bind work request (`IB_WR_BIND_MW`; rxe's `rxe_send_wr.wr.mw`): which

@@ -29,6 +29,7 @@ use crate::abi::netlink::{
 };
 use crate::device::DriverId;
 use crate::error::Error;
+use crate::port::{PhysState, PortState};
 
 const fn align(n: usize, to: usize) -> usize {
     (n + to - 1) & !(to - 1)
@@ -376,37 +377,6 @@ impl NlDevice {
     }
 }
 
-/// Port state as netlink and `rdma link` name it (`IB_PORT_*`): the numbers are the kernel's
-/// `enum ib_port_state`, the names `rdma link show`'s.
-pub fn link_state_name(state: u8) -> &'static str {
-    match state {
-        0 => "NOP",
-        1 => "DOWN",
-        2 => "INIT",
-        3 => "ARMED",
-        4 => "ACTIVE",
-        5 => "ACTIVE_DEFER",
-        _ => "UNKNOWN",
-    }
-}
-
-/// Physical port state as `rdma link show` names it (`enum ib_port_phys_state`).
-pub fn phys_state_name(state: u8) -> &'static str {
-    match state {
-        0 => "NOP",
-        1 => "SLEEP",
-        2 => "POLLING",
-        3 => "DISABLED",
-        4 => "ARMED",
-        5 => "LINK_UP",
-        6 => "LINK_ERROR_RECOVER",
-        7 => "PHY_TEST",
-        9 => "OPA_OFFLINE",
-        11 => "OPA_TEST",
-        _ => "UNKNOWN",
-    }
-}
-
 /// One port as `RDMA_NLDEV_CMD_PORT_GET` reports it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 // The kernel adds nldev attributes; a new field is not a breaking change.
@@ -418,10 +388,10 @@ pub struct NlPort {
     pub dev_name: String,
     /// Port number (1-based).
     pub port: u32,
-    /// `enum ib_port_state` (4 = ACTIVE); see [`link_state_name`].
-    pub state: Option<u8>,
-    /// `enum ib_port_phys_state` (5 = LINK_UP); see [`phys_state_name`].
-    pub phys_state: Option<u8>,
+    /// The port's logical state (`rdma link` prints [`PortState::link_name`]).
+    pub state: Option<PortState>,
+    /// The port's physical state (`rdma link` prints [`PhysState::link_name`]).
+    pub phys_state: Option<PhysState>,
     /// The netdev under this port (RoCE, iWARP), when it is in our network namespace.
     pub netdev: Option<String>,
     /// ifindex of `netdev`.
@@ -446,8 +416,8 @@ impl NlPort {
             dev_index: t.req(attr::DEV_INDEX, "device index")?.u32()?,
             dev_name: t.req(attr::DEV_NAME, "device name")?.str()?.to_owned(),
             port: t.req(attr::PORT_INDEX, "port index")?.u32()?,
-            state: t.opt_u8(attr::PORT_STATE)?,
-            phys_state: t.opt_u8(attr::PORT_PHYS_STATE)?,
+            state: t.opt_u8(attr::PORT_STATE)?.map(PortState),
+            phys_state: t.opt_u8(attr::PORT_PHYS_STATE)?.map(PhysState),
             netdev: t.opt_string(attr::NDEV_NAME)?,
             netdev_index: t.opt_u32(attr::NDEV_INDEX)?,
             lid: t.opt_u32(attr::LID)?,
@@ -480,10 +450,10 @@ impl NlPort {
             s += &format!(" lmc {l}");
         }
         if let Some(st) = self.state {
-            s += &format!(" state {}", link_state_name(st));
+            s += &format!(" state {}", st.link_name());
         }
         if let Some(st) = self.phys_state {
-            s += &format!(" physical_state {}", phys_state_name(st));
+            s += &format!(" physical_state {}", st.link_name());
         }
         if let (Some(n), Some(_)) = (&self.netdev, self.netdev_index) {
             s += &format!(" netdev {n}");

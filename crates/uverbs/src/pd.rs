@@ -4,13 +4,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::abi::cmd::nr;
-use crate::abi::ioctl::{object, pd};
+use crate::abi::ioctl::pd;
 use crate::abi::obj::ib_uverbs_dealloc_pd;
 use crate::abi::obj::{ib_uverbs_alloc_pd, ib_uverbs_alloc_pd_resp};
 use crate::context::Context;
 use crate::context::M_DESTROY_PD;
 use crate::error::{Error, Result};
-use crate::ioctl::IoctlCall;
 use crate::write;
 use zerocopy::IntoBytes as _;
 
@@ -57,14 +56,13 @@ impl Pd {
 
 impl Drop for Pd {
     fn drop(&mut self) {
-        let mut c = IoctlCall::new(object::PD, pd::METHOD_DESTROY);
-        c.idr(pd::ATTR_DESTROY_HANDLE, self.handle);
-        let r = match self.ctx.try_ioctl(M_DESTROY_PD, &mut c) {
-            Ok(true) => Ok(()),
-            Ok(false) => {
-                let req = ib_uverbs_dealloc_pd {
-                    pd_handle: self.handle,
-                };
+        let handle = self.handle;
+        let r = self.ctx.ioctl_or_write(
+            M_DESTROY_PD,
+            &mut (),
+            |c, _| c.idr(pd::ATTR_DESTROY_HANDLE, handle),
+            |_| {
+                let req = ib_uverbs_dealloc_pd { pd_handle: handle };
                 write::cmd_legacy(
                     self.ctx.cmd_fd(),
                     nr::DEALLOC_PD,
@@ -72,9 +70,8 @@ impl Drop for Pd {
                     &[],
                     &mut [],
                 )
-            }
-            Err(e) => Err(e),
-        };
+            },
+        );
         if let Err(e) = r {
             tracing::error!(
                 device = self.ctx.name(),

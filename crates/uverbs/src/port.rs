@@ -8,13 +8,12 @@ use rustix::io::Errno;
 use zerocopy::FromZeros;
 
 use crate::abi::cmd::nr;
-use crate::abi::ioctl::{device as dev_m, object};
+use crate::abi::ioctl::device as dev_m;
 use crate::abi::verbs::{
     ib_uverbs_query_port, ib_uverbs_query_port_resp, ib_uverbs_query_port_resp_ex,
 };
-use crate::context::{Context, Outcome, M_QUERY_PORT};
+use crate::context::{Context, Via, M_QUERY_PORT};
 use crate::error::Error;
-use crate::ioctl::IoctlCall;
 use crate::newtype::raw_newtype;
 use crate::write;
 
@@ -27,6 +26,17 @@ raw_newtype! {
         ARMED = 3, "PORT_ARMED";
         ACTIVE = 4, "PORT_ACTIVE";
         ACTIVE_DEFER = 5, "PORT_ACTIVE_DEFER";
+    }
+}
+
+impl PortState {
+    /// The name `rdma link show` prints for this state (the constant's name without `PORT_`:
+    /// "ACTIVE"), "UNKNOWN" for a value it does not know.
+    pub fn link_name(self) -> &'static str {
+        match self.name() {
+            Some(n) => n.strip_prefix("PORT_").unwrap_or(n),
+            None => "UNKNOWN",
+        }
     }
 }
 
@@ -82,6 +92,24 @@ raw_newtype! {
         LINK_UP = 5, "LINK_UP";
         LINK_ERROR_RECOVERY = 6, "LINK_ERROR_RECOVERY";
         PHY_TEST = 7, "PHY_TEST";
+        /// Omni-Path: the port is offline (`OPA_PORTPHYSSTATE_OFFLINE`).
+        OPA_OFFLINE = 9, "OPA_OFFLINE";
+        /// Omni-Path: the port is in a test state.
+        OPA_TEST = 11, "OPA_TEST";
+    }
+}
+
+impl PhysState {
+    /// The name `rdma link show` prints for this state, which differs from the kernel's for
+    /// 4 ("ARMED") and 6 ("LINK_ERROR_RECOVER"); "NOP" for 0 and "UNKNOWN" for a value it
+    /// does not know.
+    pub fn link_name(self) -> &'static str {
+        match self {
+            PhysState(0) => "NOP",
+            PhysState::PORT_CONFIGURATION_TRAINING => "ARMED",
+            PhysState::LINK_ERROR_RECOVERY => "LINK_ERROR_RECOVER",
+            s => s.name().unwrap_or("UNKNOWN"),
+        }
     }
 }
 
@@ -199,31 +227,30 @@ impl Context {
             return Err(self.bad_port(port, op()));
         }
         let mut resp = ib_uverbs_query_port_resp_ex::new_zeroed();
-        let outcome = {
-            let mut c = IoctlCall::new(object::DEVICE, dev_m::METHOD_QUERY_PORT);
-            c.const_in(dev_m::ATTR_QUERY_PORT_PORT_NUM, u64::from(port));
-            c.ptr_out(dev_m::ATTR_QUERY_PORT_RESP, &mut resp);
-            self.ioctl_or_fallback(M_QUERY_PORT, &mut c)
-        };
-        let map = |e: Errno| -> io::Error {
-            if e == Errno::INVAL && port > self.port_count() {
-                self.bad_port(port, op())
-            } else {
-                Error::os(op(), e).into()
-            }
-        };
-        match outcome.map_err(map)? {
-            Outcome::Done => Ok(PortAttr::from_resp(&resp.legacy_resp, resp.port_cap_flags2)),
-            Outcome::Fallback => {
+        let via = self.ioctl_or_write(
+            M_QUERY_PORT,
+            &mut resp,
+            |c, resp| {
+                c.const_in(dev_m::ATTR_QUERY_PORT_PORT_NUM, u64::from(port));
+                c.ptr_out(dev_m::ATTR_QUERY_PORT_RESP, resp);
+            },
+            |_| {
                 let mut r = ib_uverbs_query_port_resp::new_zeroed();
                 let req = ib_uverbs_query_port {
                     port_num: port as u8,
                     ..Default::default()
                 };
-                write::cmd_legacy_simple(self.cmd_fd(), nr::QUERY_PORT, &req, &mut r)
-                    .map_err(map)?;
+                write::cmd_legacy_simple(self.cmd_fd(), nr::QUERY_PORT, &req, &mut r)?;
                 Ok(PortAttr::from_resp(&r, 0))
+            },
+        );
+        match via {
+            Ok(Via::Ioctl(..)) => Ok(PortAttr::from_resp(&resp.legacy_resp, resp.port_cap_flags2)),
+            Ok(Via::Write(attr)) => Ok(attr),
+            Err(e) if e == Errno::INVAL && port > self.port_count() => {
+                Err(self.bad_port(port, op()))
             }
+            Err(e) => Err(Error::os(op(), e).into()),
         }
     }
 }
@@ -239,5 +266,35 @@ mod tests {
         assert_eq!(Mtu(9).bytes(), None);
         assert_eq!(PortState::ACTIVE.to_string(), "PORT_ACTIVE");
         assert_eq!(LinkLayer::ETHERNET.to_string(), "Ethernet");
+    }
+
+    /// Each state's `rdma link show` name, as iproute2's tables give them by number.
+    #[test]
+    fn link_names() {
+        let port = ["NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"];
+        for (n, want) in port.iter().enumerate() {
+            assert_eq!(PortState(n as u8).link_name(), *want);
+        }
+        assert_eq!(PortState(6).link_name(), "UNKNOWN");
+        assert_eq!(PortState(255).link_name(), "UNKNOWN");
+        let phys = [
+            "NOP",
+            "SLEEP",
+            "POLLING",
+            "DISABLED",
+            "ARMED",
+            "LINK_UP",
+            "LINK_ERROR_RECOVER",
+            "PHY_TEST",
+            "UNKNOWN",
+            "OPA_OFFLINE",
+            "UNKNOWN",
+            "OPA_TEST",
+        ];
+        for (n, want) in phys.iter().enumerate() {
+            assert_eq!(PhysState(n as u8).link_name(), *want, "{n}");
+        }
+        assert_eq!(PhysState(12).link_name(), "UNKNOWN");
+        assert_eq!(PhysState(255).link_name(), "UNKNOWN");
     }
 }

@@ -10,7 +10,7 @@ use bitflags::bitflags;
 use zerocopy::IntoBytes;
 
 use crate::abi::cmd::nr;
-use crate::abi::ioctl::{object, qp, UVERBS_ATTR_UHW_IN, UVERBS_ATTR_UHW_OUT};
+use crate::abi::ioctl::{qp, UVERBS_ATTR_UHW_IN, UVERBS_ATTR_UHW_OUT};
 use crate::abi::obj::{
     ib_uverbs_attach_mcast, ib_uverbs_create_qp, ib_uverbs_create_qp_resp, ib_uverbs_destroy_qp,
 };
@@ -20,12 +20,11 @@ use crate::abi::obj::{
 };
 use crate::ah::AhAttr;
 use crate::context::Context;
-use crate::context::{M_CREATE_QP, M_DESTROY_QP};
+use crate::context::{Via, M_CREATE_QP, M_DESTROY_QP};
 use crate::cq::Cq;
 use crate::driver::{KernelObj, OpsGuard, OpsLock, QpCreated, QpOps, QpRequest};
 use crate::error::{Error, Result};
 use crate::gid::Gid;
-use crate::ioctl::IoctlCall;
 use crate::mr::AccessFlags;
 use crate::newtype::raw_newtype;
 use crate::op::{DeviceCapsEx, OpSet};
@@ -465,48 +464,37 @@ impl Qp {
         // and returns the kernel's answer unaltered (the create contract).
         let res = unsafe {
             driver.create_qp(ctx.cmd_fd(), &req, &mut |uhw_in, uhw_out| {
-                let mut resp_cap = ib_uverbs_qp_cap::default();
-                let mut qpn = 0u32;
-                let mut c = IoctlCall::new(object::QP, qp::METHOD_CREATE);
-                let h = c.idr_new(qp::ATTR_CREATE_HANDLE);
-                c.idr(qp::ATTR_CREATE_PD_HANDLE, pd.handle());
-                c.idr(qp::ATTR_CREATE_SEND_CQ_HANDLE, init.send_cq.handle());
-                c.idr(qp::ATTR_CREATE_RECV_CQ_HANDLE, init.recv_cq.handle());
-                if let Some(srq) = &init.srq {
-                    c.idr(qp::ATTR_CREATE_SRQ_HANDLE, srq.handle());
-                }
-                c.ptr_in(qp::ATTR_CREATE_USER_HANDLE, &user_handle);
-                c.ptr_in(qp::ATTR_CREATE_CAP, &cap);
-                c.const_in(qp::ATTR_CREATE_TYPE, u64::from(init.qp_type.0));
-                c.ptr_in(qp::ATTR_CREATE_FLAGS, &flags);
-                c.fd(qp::ATTR_CREATE_EVENT_FD, ctx.async_fd());
-                c.optional();
-                c.ptr_out(qp::ATTR_CREATE_RESP_CAP, &mut resp_cap);
-                c.ptr_out(qp::ATTR_CREATE_RESP_QP_NUM, &mut qpn);
-                if !uhw_in.is_empty() {
-                    c.ptr_in_bytes(UVERBS_ATTR_UHW_IN, uhw_in);
-                }
-                if !uhw_out.is_empty() {
-                    c.ptr_out_bytes(UVERBS_ATTR_UHW_OUT, uhw_out);
-                }
-                let done = ctx
-                    .try_ioctl(M_CREATE_QP, &mut c)
-                    .map(|ok| ok.then(|| c.handle(h)));
-                let r = match done {
-                    Ok(Some(handle)) => Ok(QpCreated {
-                        handle,
-                        qp_num: qpn,
-                        caps: QpCaps {
-                            max_send_wr: resp_cap.max_send_wr,
-                            max_recv_wr: resp_cap.max_recv_wr,
-                            max_send_sge: resp_cap.max_send_sge,
-                            max_recv_sge: resp_cap.max_recv_sge,
-                            max_inline_data: resp_cap.max_inline_data,
-                        },
-                    }),
-                    Ok(None) => create_qp_write(
-                        ctx,
-                        ib_uverbs_create_qp {
+                // The granted caps, the QP number and the driver's output.
+                let mut out = (ib_uverbs_qp_cap::default(), 0u32, uhw_out);
+                let via = ctx.ioctl_or_write(
+                    M_CREATE_QP,
+                    &mut out,
+                    |c, (resp_cap, qpn, uhw_out)| {
+                        let h = c.idr_new(qp::ATTR_CREATE_HANDLE);
+                        c.idr(qp::ATTR_CREATE_PD_HANDLE, pd.handle());
+                        c.idr(qp::ATTR_CREATE_SEND_CQ_HANDLE, init.send_cq.handle());
+                        c.idr(qp::ATTR_CREATE_RECV_CQ_HANDLE, init.recv_cq.handle());
+                        if let Some(srq) = &init.srq {
+                            c.idr(qp::ATTR_CREATE_SRQ_HANDLE, srq.handle());
+                        }
+                        c.ptr_in(qp::ATTR_CREATE_USER_HANDLE, &user_handle);
+                        c.ptr_in(qp::ATTR_CREATE_CAP, &cap);
+                        c.const_in(qp::ATTR_CREATE_TYPE, u64::from(init.qp_type.0));
+                        c.ptr_in(qp::ATTR_CREATE_FLAGS, &flags);
+                        c.fd(qp::ATTR_CREATE_EVENT_FD, ctx.async_fd());
+                        c.optional();
+                        c.ptr_out(qp::ATTR_CREATE_RESP_CAP, resp_cap);
+                        c.ptr_out(qp::ATTR_CREATE_RESP_QP_NUM, qpn);
+                        if !uhw_in.is_empty() {
+                            c.ptr_in_bytes(UVERBS_ATTR_UHW_IN, uhw_in);
+                        }
+                        if !uhw_out.is_empty() {
+                            c.ptr_out_bytes(UVERBS_ATTR_UHW_OUT, uhw_out);
+                        }
+                        h
+                    },
+                    |(_, _, uhw_out)| {
+                        let req = ib_uverbs_create_qp {
                             user_handle,
                             pd_handle: pd.handle(),
                             send_cq_handle: init.send_cq.handle(),
@@ -521,12 +509,27 @@ impl Qp {
                             qp_type: init.qp_type.0,
                             is_srq: u8::from(init.srq.is_some()),
                             ..Default::default()
-                        },
-                        uhw_in,
-                        uhw_out,
-                    ),
-                    Err(e) => Err(e),
-                };
+                        };
+                        create_qp_write(ctx, req, uhw_in, uhw_out)
+                    },
+                );
+                let r = via.map(|via| match via {
+                    Via::Ioctl(a, h) => {
+                        let (resp_cap, qpn, _) = &out;
+                        QpCreated {
+                            handle: a.handle(h),
+                            qp_num: *qpn,
+                            caps: QpCaps {
+                                max_send_wr: resp_cap.max_send_wr,
+                                max_recv_wr: resp_cap.max_recv_wr,
+                                max_send_sge: resp_cap.max_send_sge,
+                                max_recv_sge: resp_cap.max_recv_sge,
+                                max_inline_data: resp_cap.max_inline_data,
+                            },
+                        }
+                    }
+                    Via::Write(created) => created,
+                });
                 let r = r.map_err(|e| {
                     Error::os(op(), e).with_detail(format!(
                         "caps send_wr {} recv_wr {} send_sge {} recv_sge {} inline {}",
@@ -913,20 +916,21 @@ fn mcast_cmd(
 fn destroy_kernel_qp(pd: &Pd, handle: u32) -> Result<u32> {
     let ctx = pd.context();
     let mut resp = ib_uverbs_destroy_qp_resp::default();
-    let mut c = IoctlCall::new(object::QP, qp::METHOD_DESTROY);
-    c.idr(qp::ATTR_DESTROY_HANDLE, handle);
-    c.ptr_out(qp::ATTR_DESTROY_RESP, &mut resp);
-    let r = match ctx.try_ioctl(M_DESTROY_QP, &mut c) {
-        Ok(true) => Ok(()),
-        Ok(false) => {
+    let r = ctx.ioctl_or_write(
+        M_DESTROY_QP,
+        &mut resp,
+        |c, resp| {
+            c.idr(qp::ATTR_DESTROY_HANDLE, handle);
+            c.ptr_out(qp::ATTR_DESTROY_RESP, resp);
+        },
+        |resp| {
             let req = ib_uverbs_destroy_qp {
                 qp_handle: handle,
                 ..Default::default()
             };
-            write::cmd_legacy_simple(ctx.cmd_fd(), nr::DESTROY_QP, &req, &mut resp)
-        }
-        Err(e) => Err(e),
-    };
+            write::cmd_legacy_simple(ctx.cmd_fd(), nr::DESTROY_QP, &req, resp)
+        },
+    );
     r.map_err(|e| Error::os(format!("destroy QP handle {handle} on {}", ctx.name()), e))?;
     Ok(resp.events_reported)
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::abi::cmd::nr;
-use crate::abi::ioctl::{object, srq};
+use crate::abi::ioctl::srq;
 use crate::abi::obj::ib_uverbs_destroy_srq;
 use crate::abi::obj::{
     ib_uverbs_create_srq, ib_uverbs_create_srq_resp, ib_uverbs_destroy_srq_resp,
@@ -18,7 +18,6 @@ use crate::context::M_DESTROY_SRQ;
 use crate::driver::{KernelObj, OpsLock, SrqCreated, SrqOps};
 use crate::error::{Error, Result};
 use crate::error::{PostError, PostQueue};
-use crate::ioctl::IoctlCall;
 use crate::pd::Pd;
 use crate::wr::{MrRecvWr, RecvWr};
 use crate::write;
@@ -241,20 +240,21 @@ impl Srq {
 fn destroy_kernel_srq(pd: &Pd, handle: u32) -> Result<u32> {
     let ctx = pd.context();
     let mut resp = ib_uverbs_destroy_srq_resp::default();
-    let mut c = IoctlCall::new(object::SRQ, srq::METHOD_DESTROY);
-    c.idr(srq::ATTR_DESTROY_HANDLE, handle);
-    c.ptr_out(srq::ATTR_DESTROY_RESP, &mut resp);
-    let r = match ctx.try_ioctl(M_DESTROY_SRQ, &mut c) {
-        Ok(true) => Ok(()),
-        Ok(false) => {
+    let r = ctx.ioctl_or_write(
+        M_DESTROY_SRQ,
+        &mut resp,
+        |c, resp| {
+            c.idr(srq::ATTR_DESTROY_HANDLE, handle);
+            c.ptr_out(srq::ATTR_DESTROY_RESP, resp);
+        },
+        |resp| {
             let req = ib_uverbs_destroy_srq {
                 srq_handle: handle,
                 ..Default::default()
             };
-            write::cmd_legacy_simple(ctx.cmd_fd(), nr::DESTROY_SRQ, &req, &mut resp)
-        }
-        Err(e) => Err(e),
-    };
+            write::cmd_legacy_simple(ctx.cmd_fd(), nr::DESTROY_SRQ, &req, resp)
+        },
+    );
     r.map_err(|e| Error::os(format!("destroy SRQ {handle} on {}", ctx.name()), e))?;
     Ok(resp.events_reported)
 }

@@ -33,7 +33,7 @@ use super::wq::{
     build_av, qp_sizing, srq_sizing, AhTable, BfPolicy, BfReg, CqLookup, Mlx5Qp, Mlx5Srq, QpBuf,
     QpParts, Registry, SrqBuf, SrqShared, UserIndex, WqLimits,
 };
-use crate::mapping::Mapping;
+use crate::mapping::{map_shared, Mapping};
 
 /// Opens an mlx5 device: alloc_ucontext with mlx5's driver data, then maps the static UAR
 /// pages (page 0 also carries the CQ doorbells).
@@ -71,7 +71,7 @@ pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
     let pages = static_uar_pages(&info);
     let mut uars = Vec::with_capacity(pages);
     for i in 0..pages {
-        uars.push(Mapping::map(
+        uars.push(map_shared(
             ctx.cmd_fd(),
             info.uar_mmap_offset(i as u8),
             page,

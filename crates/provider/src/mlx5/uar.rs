@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use rustix::io::Errno;
 use rverbs_uverbs::ioctl::IoctlCall;
+use rverbs_uverbs::mapping::{MapAccess, Mapping};
 use rverbs_uverbs::Error;
 
 use super::abi::{
@@ -94,30 +95,20 @@ unsafe impl UarKernel for KernelUars {
     }
 
     fn map(&self, offset: u64, len: usize) -> io::Result<NonNull<u8>> {
-        // SAFETY: a new shared mapping at an address the kernel picks; no existing memory is
-        // affected. Write only, as libmlx5 maps UARs (nothing reads a UAR).
-        let p = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                len,
-                rustix::mm::ProtFlags::WRITE,
-                rustix::mm::MapFlags::SHARED,
-                &self.fd,
-                offset,
-            )
-        }
-        .map_err(|e| {
-            Error::os("map an mlx5 dynamic UAR", e)
-                .with_detail(format!("offset {offset:#x}, {len} bytes"))
-        })?;
-        Ok(NonNull::new(p.cast()).expect("mmap returned null"))
+        // Write only, as libmlx5 maps UARs (nothing reads a UAR). Given up as raw parts to
+        // the DynUar, which hands them back to `unmap`.
+        let m =
+            Mapping::shared(self.fd.as_fd(), offset, len, MapAccess::WriteOnly).map_err(|e| {
+                Error::os("map an mlx5 dynamic UAR", e)
+                    .with_detail(format!("offset {offset:#x}, {len} bytes"))
+            })?;
+        Ok(m.into_raw().0)
     }
 
     unsafe fn unmap(&self, ptr: NonNull<u8>, len: usize) {
-        // SAFETY: the caller's contract: one mapping of ours, unused from now on.
-        if let Err(e) = unsafe { rustix::mm::munmap(ptr.as_ptr().cast(), len) } {
-            tracing::error!("munmap mlx5 UAR {ptr:p}: {e}");
-        }
+        // SAFETY: the caller's contract: one mapping `map` returned (the parts of a Mapping
+        // given up there, with the length asked), unused from now on.
+        drop(unsafe { Mapping::from_raw(ptr, len) });
     }
 }
 

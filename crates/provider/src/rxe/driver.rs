@@ -22,7 +22,7 @@ use super::abi::{
     mminfo, rxe_create_ah_resp, rxe_create_cq_resp, rxe_create_qp_resp, rxe_create_srq_resp,
     rxe_modify_srq_cmd, rxe_resize_cq_resp,
 };
-use crate::mapping::Mapping;
+use crate::mapping::{map_shared, Mapping};
 
 use super::{post_send_doorbell, QueueKind, RxeCq, RxeQpType, RxeQueue, RxeRq, RxeSq, RxeSqConfig};
 
@@ -53,7 +53,7 @@ fn map_queue(fd: BorrowedFd<'_>, mi: &mminfo, what: &str) -> io::Result<Mapping>
         )
         .into());
     }
-    Mapping::map(fd, mi.offset, mi.size as usize, &format!("rxe {what}"))
+    map_shared(fd, mi.offset, mi.size as usize, &format!("rxe {what}"))
 }
 
 fn queue(m: &Mapping, kind: QueueKind) -> io::Result<RxeQueue> {

@@ -24,7 +24,7 @@ use super::abi::{
 use super::doorbell::Doorbell;
 use super::ring::{ring_bytes, Ring, SiwCq, SiwRq, SiwSq, SqConfig};
 use super::SiwQueue;
-use crate::mapping::Mapping;
+use crate::mapping::{map_shared, Mapping};
 
 /// Opens a siw device: GET_CONTEXT with room for `siw_uresp_alloc_ctx`.
 pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
@@ -125,7 +125,7 @@ fn map_ring(
         )
         .into()
     })?;
-    let map = Mapping::map(fd, key, len, &format!("siw {what}"))?;
+    let map = map_shared(fd, key, len, &format!("siw {what}"))?;
     // SAFETY: the mapping lives as long as the ops object that owns both it and the ring view
     // (the view is declared first there, so dropped first), and it holds the kernel's siw
     // ring of this kind (the create contract).

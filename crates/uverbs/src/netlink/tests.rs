@@ -85,7 +85,10 @@ fn decodes_port_dump() {
     assert_eq!(out.len(), 1);
     let p = NlPort::decode(&out[0]).unwrap();
     assert_eq!(p.dev_name, "rxe0");
-    assert_eq!((p.port, p.state, p.phys_state), (1, Some(4), Some(5)));
+    assert_eq!(
+        (p.port, p.state, p.phys_state),
+        (1, Some(PortState::ACTIVE), Some(PhysState::LINK_UP))
+    );
     assert_eq!((p.netdev.as_deref(), p.netdev_index), (Some("d0"), Some(3)));
     assert_eq!(
         p.link_line(),

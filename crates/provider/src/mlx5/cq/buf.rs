@@ -6,8 +6,8 @@
 use super::*;
 
 use std::fmt;
-use std::ptr::{self, NonNull};
 
+use rverbs_uverbs::mapping::Mapping;
 use rverbs_uverbs::Error;
 
 use crate::mlx5::abi::{
@@ -59,47 +59,24 @@ pub fn ring_entries(cqe: u32) -> rverbs_uverbs::Result<u32> {
     }
 }
 
-/// Anonymous, page-aligned memory that stays at one address until dropped.
+/// Anonymous, page-aligned memory that stays at one address until dropped (a
+/// [`Mapping`]).
 pub(crate) struct Region {
-    pub(super) ptr: NonNull<u8>,
-    pub(super) len: usize,
+    map: Mapping,
 }
 
 impl Region {
     /// Maps `len` zeroed bytes.
     pub(crate) fn new(len: usize) -> rverbs_uverbs::Result<Self> {
-        use rustix::mm::{mmap_anonymous, MapFlags, ProtFlags};
-        // SAFETY: a fresh private anonymous mapping at an address the kernel picks; it aliases
-        // nothing. Anonymous memory is zero-filled.
-        let p = unsafe {
-            mmap_anonymous(
-                ptr::null_mut(),
-                len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::PRIVATE,
-            )
-        }
-        .map_err(|e| Error::os("mmap mlx5 queue buffer", e).with_detail(format!("{len} bytes")))?;
-        let ptr = NonNull::new(p.cast::<u8>())
-            .ok_or_else(|| Error::protocol("mmap mlx5 queue buffer", "kernel returned NULL"))?;
-        Ok(Self { ptr, len })
+        let map = Mapping::anonymous(len).map_err(|e| {
+            Error::os("mmap mlx5 queue buffer", e).with_detail(format!("{len} bytes"))
+        })?;
+        Ok(Self { map })
     }
 
     /// The start of the memory.
     pub(crate) fn ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` are exactly the mapping made in `new`, unmapped only here; no
-        // reference into it outlives `self` (all access goes through raw pointers held by the
-        // owner of this Region).
-        let r = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
-        if let Err(e) = r {
-            tracing::warn!(error = %e, len = self.len, "munmap of mlx5 CQ buffer failed");
-        }
+        self.map.ptr().as_ptr()
     }
 }
 
@@ -177,7 +154,7 @@ impl CqBuf {
 
     /// Address of the first slot (`buf_addr`).
     pub fn buf_addr(&self) -> u64 {
-        self.region.ptr.as_ptr() as usize as u64
+        self.region.ptr() as usize as u64
     }
 
     /// Address of the doorbell record (`db_addr`).
@@ -188,13 +165,13 @@ impl CqBuf {
     /// First byte of the ring. Writing it is for simulated devices (tests) only and must
     /// follow the ownership protocol in the module docs.
     pub fn ring_ptr(&self) -> *mut u8 {
-        self.region.ptr.as_ptr()
+        self.region.ptr()
     }
 
     /// The doorbell record: `[SET_CI, ARM]`, each a big-endian u32.
     pub fn dbrec_ptr(&self) -> *mut u32 {
         // SAFETY: dbrec_off < region.len (a whole page follows the ring).
-        unsafe { self.region.ptr.as_ptr().add(self.dbrec_off).cast::<u32>() }
+        unsafe { self.region.ptr().add(self.dbrec_off).cast::<u32>() }
     }
 
     /// The driver data of CREATE_CQ for this buffer: no CQE compression, no flags unless

@@ -5,8 +5,8 @@
 
 use std::fmt;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use rverbs_uverbs::sync::SpinLock;
 use rverbs_uverbs::Error;
 
 use crate::mlx5::abi::{MLX5_BFREGS_PER_UAR, MLX5_BF_OFFSET};
@@ -58,8 +58,9 @@ pub struct BfReg {
     /// Bytes of one BlueFlame buffer half (`bf_reg_size / 2`), 0 for register 0.
     pub(super) buf_size: usize,
     pub(super) index: u32,
-    pub(super) offset: AtomicUsize,
-    pub(super) lock: AtomicBool,
+    /// The offset of the BlueFlame half the next ring writes (0 or `buf_size`), under the
+    /// lock that also covers the register's stores.
+    pub(super) offset: SpinLock<usize>,
 }
 
 // SAFETY: `reg` points into a UAR mapping that outlives the register (its constructor's
@@ -116,8 +117,7 @@ impl BfReg {
             reg: unsafe { uars.add(off) },
             buf_size,
             index,
-            offset: AtomicUsize::new(0),
-            lock: AtomicBool::new(false),
+            offset: SpinLock::new(0),
         })
     }
 
@@ -146,8 +146,7 @@ impl BfReg {
             reg: unsafe { uar.add(off) },
             buf_size,
             index,
-            offset: AtomicUsize::new(0),
-            lock: AtomicBool::new(false),
+            offset: SpinLock::new(0),
         })
     }
 
@@ -177,19 +176,14 @@ impl BfReg {
         qstart: *const u8,
         qend: *const u8,
     ) {
-        // Acquire: the previous holder's BlueFlame stores and offset toggle happen before ours.
-        if self
-            .lock
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            self.lock_contended();
-        }
+        // The lock's Acquire: the previous holder's BlueFlame stores and offset toggle happen
+        // before ours.
+        let mut offset = self.offset.lock();
         // The doorbell record store (done by the caller) must reach the device before the UAR
         // write: the device may fetch WQEs from memory on the doorbell and checks the record
         // (rdma-core `mmio_wc_start`: `sfence` on x86-64, `dsb st` on aarch64).
         wc_store_barrier();
-        let off = self.offset.load(Ordering::Relaxed);
+        let off = *offset;
         // SAFETY: `reg + off` lies in the register (checked in `new`: both halves fit).
         let dst = unsafe { self.reg.add(off) };
         if bf {
@@ -222,24 +216,10 @@ impl BfReg {
         // Flush the write-combining buffer inside the lock: otherwise another CPU's later
         // doorbell on this register could reach the device first (`mmio_flush_writes`).
         wc_store_barrier();
-        self.offset.store(off ^ self.buf_size, Ordering::Relaxed);
-        // Release: our register stores and the toggle happen before the next holder's use.
-        self.lock.store(false, Ordering::Release);
-    }
-
-    /// Waits for the register's lock held by another QP's post (registers other than the
-    /// dedicated ones are shared).
-    #[cold]
-    #[inline(never)]
-    pub(super) fn lock_contended(&self) {
-        // Acquire: as in `ring`.
-        while self
-            .lock
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            std::hint::spin_loop();
-        }
+        *offset = off ^ self.buf_size;
+        // The guard's Release (dropped here): our register stores and the toggle happen
+        // before the next holder's use.
+        drop(offset);
     }
 }
 

@@ -1,0 +1,162 @@
+//! What a memory region can be registered over: [`AccessFlags`], and [`MrMemory`], a buffer
+//! that gives itself up as a [`RawMemory`] while it is registered (implemented here for
+//! `&mut [u8]`, `Box<[u8]>` and `Vec<u8>`; [`PageBuf`](super::PageBuf) in `page.rs`).
+
+#![allow(unsafe_code)]
+
+use std::ptr::NonNull;
+
+use bitflags::bitflags;
+
+bitflags! {
+    /// `IB_UVERBS_ACCESS_*` / `ibv_access_flags`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct AccessFlags: u32 {
+        /// The local device may write the memory (receives, RDMA READ results).
+        const LOCAL_WRITE = 1 << 0;
+        /// Peers may RDMA WRITE the memory (needs LOCAL_WRITE).
+        const REMOTE_WRITE = 1 << 1;
+        /// Peers may RDMA READ the memory.
+        const REMOTE_READ = 1 << 2;
+        /// Peers may run atomics on the memory (needs LOCAL_WRITE).
+        const REMOTE_ATOMIC = 1 << 3;
+        /// Memory windows may be bound to the region.
+        const MW_BIND = 1 << 4;
+        /// Addresses are offsets from the region's start.
+        const ZERO_BASED = 1 << 5;
+        /// On-demand paging.
+        const ON_DEMAND = 1 << 6;
+        /// The memory is backed by huge pages.
+        const HUGETLB = 1 << 7;
+        /// Peers may FLUSH the region to the global visibility point (IBTA 1.5; only on a
+        /// device that reports FLUSH_GLOBAL: [`crate::op::DeviceCapsEx`]).
+        const FLUSH_GLOBAL = 1 << 8;
+        /// Peers may FLUSH the region to persistence (IBTA 1.5; the kernel takes it only for
+        /// memory it knows to be persistent).
+        const FLUSH_PERSISTENT = 1 << 9;
+        /// Optional: a kernel or device that does not support it ignores it.
+        const RELAXED_ORDERING = 1 << 20;
+    }
+}
+
+/// The parts of a memory buffer given up for registration: a pointer with read and write
+/// provenance over `len` bytes, and one word the type may use to rebuild itself (a `Vec`'s
+/// capacity, a mapping's length).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawMemory {
+    /// Start of the range.
+    pub ptr: NonNull<u8>,
+    /// Length in bytes.
+    pub len: usize,
+    /// Type-specific word for [`MrMemory::from_raw`].
+    pub extra: usize,
+}
+
+/// Memory that can be registered: a buffer that gives itself up as a [`RawMemory`] for the
+/// time it is registered and is rebuilt from it after deregistration.
+///
+/// Registration captures the pointer once, from the owned (or exclusively borrowed) value, so
+/// the pointer the device and the copy accessors use carries write provenance, and no Rust
+/// reference to the bytes exists while they are registered.
+///
+/// # Safety
+/// `into_raw` must return a range that is valid for reads and writes, initialised, and not
+/// accessed by anything else until `from_raw` is called with the same parts; the range must
+/// not move or change size meanwhile. `from_raw` must accept exactly what `into_raw`
+/// returned. [`MrMemory::OWNED`] must be `false` for a type whose memory can be reused by
+/// someone else when the value is leaked (a borrow).
+pub unsafe trait MrMemory: Sized {
+    /// True when leaking the value keeps the memory allocated forever (owned memory); false
+    /// for borrows, whose memory goes back to its owner when the borrow ends.
+    const OWNED: bool = true;
+    /// Gives up the buffer.
+    fn into_raw(self) -> RawMemory;
+    /// Rebuilds the buffer.
+    ///
+    /// # Safety
+    /// `raw` must come from `into_raw` of this type, and be used once.
+    unsafe fn from_raw(raw: RawMemory) -> Self;
+}
+
+// SAFETY: the pointer comes from the exclusive borrow (write provenance) and the borrow is held
+// (as the lifetime of the rebuilt value) until from_raw; OWNED is false, so a failed
+// deregistration aborts rather than hand the memory back to its owner.
+unsafe impl MrMemory for &mut [u8] {
+    const OWNED: bool = false;
+    fn into_raw(self) -> RawMemory {
+        RawMemory {
+            ptr: NonNull::new(self.as_mut_ptr()).expect("slice pointer is non-null"),
+            len: self.len(),
+            extra: 0,
+        }
+    }
+    unsafe fn from_raw(raw: RawMemory) -> Self {
+        // SAFETY: the caller passes what into_raw returned; the borrow lives as long as Self.
+        unsafe { std::slice::from_raw_parts_mut(raw.ptr.as_ptr(), raw.len) }
+    }
+}
+
+// SAFETY: Box::into_raw gives up the allocation with full provenance; Box::from_raw takes it
+// back. The heap block never moves.
+unsafe impl MrMemory for Box<[u8]> {
+    fn into_raw(self) -> RawMemory {
+        let len = self.len();
+        let p = Box::into_raw(self);
+        RawMemory {
+            ptr: NonNull::new(p.cast::<u8>()).expect("Box pointer is non-null"),
+            len,
+            extra: 0,
+        }
+    }
+    unsafe fn from_raw(raw: RawMemory) -> Self {
+        let p = std::ptr::slice_from_raw_parts_mut(raw.ptr.as_ptr(), raw.len);
+        // SAFETY: `p` is the pointer Box::into_raw returned.
+        unsafe { Box::from_raw(p) }
+    }
+}
+
+// SAFETY: the Vec is taken apart (pointer, length, capacity) and rebuilt by from_raw_parts;
+// nothing can grow or shrink it meanwhile.
+unsafe impl MrMemory for Vec<u8> {
+    fn into_raw(self) -> RawMemory {
+        let mut v = std::mem::ManuallyDrop::new(self);
+        RawMemory {
+            ptr: NonNull::new(v.as_mut_ptr()).expect("Vec pointer is non-null"),
+            len: v.len(),
+            extra: v.capacity(),
+        }
+    }
+    unsafe fn from_raw(raw: RawMemory) -> Self {
+        // SAFETY: the parts of a Vec<u8> taken apart by into_raw.
+        unsafe { Vec::from_raw_parts(raw.ptr.as_ptr(), raw.len, raw.extra) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mr::PageBuf;
+    use crate::shared::copy_to_shared;
+
+    fn round_trip<M: MrMemory>(m: M) -> M {
+        let raw = m.into_raw();
+        // SAFETY: writes through the captured pointer (write provenance) inside the range.
+        unsafe { copy_to_shared(b"xyz", raw.ptr.as_ptr().add(1)) };
+        // SAFETY: the parts into_raw returned, used once.
+        unsafe { M::from_raw(raw) }
+    }
+
+    #[test]
+    fn memory_round_trips_keep_contents() {
+        let v = round_trip(vec![0u8; 10]);
+        assert_eq!(&v[..5], b"\0xyz\0");
+        let b = round_trip(vec![0u8; 10].into_boxed_slice());
+        assert_eq!(&b[..5], b"\0xyz\0");
+        let mut arr = [0u8; 10];
+        let s = round_trip(&mut arr[..]);
+        assert_eq!(&s[..5], b"\0xyz\0");
+        assert_eq!(&arr[..5], b"\0xyz\0");
+        let p = round_trip(PageBuf::new(10).unwrap());
+        assert_eq!(&p.as_slice()[..5], b"\0xyz\0");
+    }
+}

@@ -1,0 +1,130 @@
+//! Regions over memory the caller manages: [`register_raw`] and [`RawMr`].
+
+#![allow(unsafe_code)]
+
+use std::fmt;
+use std::sync::Arc;
+
+use rustix::io::Errno;
+
+use super::{dereg_mr, reg_raw, AccessFlags};
+use crate::error::{Error, Result};
+use crate::pd::Pd;
+
+/// Registers a raw address range.
+///
+/// # Safety
+/// The range must stay mapped and must not be reused for anything else while the returned
+/// [`RawMr`] lives and while any work request naming it is in flight.
+pub unsafe fn register_raw(
+    pd: &Arc<Pd>,
+    addr: u64,
+    len: usize,
+    access: AccessFlags,
+) -> Result<RawMr> {
+    let (handle, lkey, rkey) = reg_raw(pd, addr, len, access)?;
+    Ok(RawMr {
+        pd: pd.clone(),
+        handle,
+        lkey,
+        rkey,
+        addr,
+        len,
+    })
+}
+
+/// A memory region over memory the caller manages (see [`register_raw`]).
+pub struct RawMr {
+    pd: Arc<Pd>,
+    handle: u32,
+    /// Local key: what SGEs over this memory carry.
+    pub lkey: u32,
+    /// Remote key: what a peer's RDMA READ/WRITE/atomic names.
+    pub rkey: u32,
+    /// Start address of the registered range.
+    pub addr: u64,
+    /// Length of the registered range, in bytes.
+    pub len: usize,
+}
+
+impl fmt::Debug for RawMr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawMr")
+            .field("handle", &self.handle)
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl RawMr {
+    /// A registration the kernel made (a dma-buf region: `addr` is its iova).
+    pub(crate) fn from_parts(
+        pd: Arc<Pd>,
+        handle: u32,
+        lkey: u32,
+        rkey: u32,
+        addr: u64,
+        len: usize,
+    ) -> RawMr {
+        RawMr {
+            pd,
+            handle,
+            lkey,
+            rkey,
+            addr,
+            len,
+        }
+    }
+
+    /// The kernel's handle of the region.
+    pub(crate) fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// The PD the region belongs to.
+    pub(crate) fn pd(&self) -> &Arc<Pd> {
+        &self.pd
+    }
+
+    /// Deregisters the region; on failure gives it back, still registered, with the error.
+    /// The kernel refuses (EINVAL on rxe) while a memory window is bound in the region.
+    pub fn deregister(self) -> std::result::Result<(), (RawMr, std::io::Error)> {
+        let ctx = self.pd.context();
+        match dereg_mr(ctx, self.handle) {
+            Ok(()) => {
+                let me = std::mem::ManuallyDrop::new(self);
+                // SAFETY: `me` is never used again; its only field with a destructor is the PD.
+                drop(unsafe { std::ptr::read(&me.pd) });
+                Ok(())
+            }
+            Err(e) => {
+                let hint = if e == Errno::INVAL {
+                    "; a memory window may still be bound in it"
+                } else {
+                    ""
+                };
+                let err = Error::os(
+                    format!(
+                        "deregister MR {} ({} bytes at {:#x}) on {}{hint}",
+                        self.handle,
+                        self.len,
+                        self.addr,
+                        ctx.name()
+                    ),
+                    e,
+                );
+                Err((self, err.into()))
+            }
+        }
+    }
+}
+
+impl Drop for RawMr {
+    fn drop(&mut self) {
+        let ctx = self.pd.context();
+        if let Err(e) = dereg_mr(ctx, self.handle) {
+            tracing::error!(handle = self.handle, "{}", Error::os("deregister MR", e));
+        }
+    }
+}
