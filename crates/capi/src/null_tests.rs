@@ -194,3 +194,16 @@ fn multicast_calls_refuse_null() {
         assert_eq!(errno(), libc::EOPNOTSUPP);
     }
 }
+
+#[test]
+fn memory_window_ops_give_a_positive_einval() {
+    // SAFETY: NULL objects (allowed by [object]); the bind request is a valid local.
+    unsafe {
+        let mut bind: ibv_mw_bind = zeroed();
+        assert_eq!(crate::mw::dealloc_mw_op(null_mut()), libc::EINVAL);
+        assert_eq!(
+            crate::mw::bind_mw_op(null_mut(), null_mut(), &mut bind),
+            libc::EINVAL
+        );
+    }
+}

@@ -371,11 +371,8 @@ unsafe extern "C" fn wr_set_ud_addr(
         // Connected QPs have their destination: nothing to set (librxe ignores it too).
         return;
     }
-    let dest = (!ah.is_null()).then(|| {
-        // SAFETY: [object] ah (ibv_wr_set_ud_addr's argument) (the first field of its CAh).
-        let a = unsafe { &*(ah as *const CAh) };
-        a.ah.ud_dest(remote_qpn, remote_qkey)
-    });
+    // SAFETY: [object] ah (ibv_wr_set_ud_addr's argument); NULL is refused when posting.
+    let dest = unsafe { CAh::from_c_or_none(ah) }.map(|a| a.ah.ud_dest(remote_qpn, remote_qkey));
     // SAFETY: [ops] as wr_send.
     unsafe {
         set_last(qp, |_, b, last| match dest {
