@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::{attr, MsgBuf, MSG};
-use rverbs_cm::verbs::Endpoint;
+use rverbs_cm::Endpoint;
 use rverbs_cm::{create_ep, getaddrinfo, AddrHints, ConnParam};
 use rverbs_uverbs::SendFlags;
 

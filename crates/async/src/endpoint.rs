@@ -15,8 +15,8 @@ use std::io;
 use std::pin::pin;
 use std::sync::Arc;
 
-use rverbs_cm::verbs::{Endpoint, EndpointAttr, OwnCqs, END_GRACE};
 use rverbs_cm::{CmEvent, CmEventKind, ConnParam, QpType};
+use rverbs_cm::{Endpoint, EndpointAttr, OwnCqs, END_GRACE};
 use rverbs_uverbs::cq::Cq;
 use rverbs_uverbs::WorkCompletion;
 

@@ -12,8 +12,8 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use rverbs_async::{AsyncCmId, AsyncCompChannel, AsyncCq, AsyncEndpoint, AsyncEventChannel};
-use rverbs_cm::verbs::{Endpoint, EndpointAttr};
 use rverbs_cm::{ConnParam, PortSpace};
+use rverbs_cm::{Endpoint, EndpointAttr};
 use rverbs_uverbs::channel::CompChannel;
 use rverbs_uverbs::cq::{Cq, CqOptions};
 use rverbs_uverbs::mr::{Mr, PageBuf};
@@ -574,7 +574,7 @@ fn two_cqs_on_one_channel_lose_no_wake_up() {
 }
 
 impl Slots {
-    fn new_user(ep: &Endpoint<rverbs_cm::verbs::UserCqs>) -> Slots {
+    fn new_user(ep: &Endpoint<rverbs_cm::UserCqs>) -> Slots {
         let mr = ep
             .reg_msgs(PageBuf::new(4096).unwrap())
             .map_err(std::io::Error::from)
@@ -582,7 +582,7 @@ impl Slots {
         Slots { mr }
     }
 
-    fn post_user(&self, ep: &Endpoint<rverbs_cm::verbs::UserCqs>, slot: u64) {
+    fn post_user(&self, ep: &Endpoint<rverbs_cm::UserCqs>, slot: u64) {
         let off = slot as usize * MSG;
         let sge = [self.mr.sge(off..off + MSG)];
         ep.post_recv(slot, &sge).unwrap();
@@ -590,7 +590,7 @@ impl Slots {
 }
 
 /// Connects an endpoint with caller-supplied CQs on an async id of `ch`.
-async fn connect_user(ep: &Endpoint<rverbs_cm::verbs::UserCqs>, ch: &Arc<AsyncEventChannel>) {
+async fn connect_user(ep: &Endpoint<rverbs_cm::UserCqs>, ch: &Arc<AsyncEventChannel>) {
     ep.start_connect(&ConnParam::default()).unwrap();
     let ev = ch.next_event_for(ep.id()).await.unwrap();
     ev.check("connect", &[rverbs_cm::CmEventKind::CONNECT_RESPONSE])

@@ -335,7 +335,7 @@ impl CmId {
 
     /// The event that ended this id's connection (DISCONNECTED or DEVICE_REMOVAL) and its
     /// status, once the channel's dispatcher has read it — whoever takes the event itself.
-    /// Completion waits ([`crate::verbs::Endpoint::get_recv_comp`]) end on it.
+    /// Completion waits ([`crate::Endpoint::get_recv_comp`]) end on it.
     pub fn end_event(&self) -> Option<(CmEventKind, i32)> {
         self.chan.lock().ended(self.uid)
     }
