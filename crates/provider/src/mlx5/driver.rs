@@ -306,7 +306,7 @@ impl CqOps for CqRing {
     }
 
     fn event_received(&mut self) {
-        self.cq.ack_event();
+        self.cq.event_received();
     }
 
     fn cleans_on_qp_reset(&self) -> bool {
