@@ -8,10 +8,10 @@ use rustix::io::Errno;
 use zerocopy::FromZeros;
 
 use crate::abi::cmd::nr;
-use crate::abi::ioctl::{device as dev_m, object};
-use crate::abi::verbs::{
+use crate::abi::device::{
     ib_uverbs_query_port, ib_uverbs_query_port_resp, ib_uverbs_query_port_resp_ex,
 };
+use crate::abi::ioctl::{device as dev_m, object};
 use crate::context::{Context, Outcome, M_QUERY_PORT};
 use crate::error::Error;
 use crate::ioctl::IoctlCall;
