@@ -10,8 +10,8 @@ use std::mem::offset_of;
 
 use crate::abi::*;
 use crate::cma::{CCmId, CEventChannel};
+use crate::ibverbs::{null_arg, CAh, CChannel, CContext, CCq, CDevice, CMr, CPd, CQp, CSrq};
 use crate::mw::CMw;
-use crate::verbs::{null_arg, CAh, CChannel, CContext, CCq, CDevice, CMr, CPd, CQp, CSrq};
 
 /// A Rust owner of a C object, reached from a pointer to that C object.
 ///

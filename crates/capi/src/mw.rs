@@ -21,7 +21,7 @@ use crate::abi::*;
 use std::cell::UnsafeCell;
 
 use crate::handle::FromC;
-use crate::verbs::{c_write, fail, null_arg, set_errno, CMr, CPd, CQp};
+use crate::ibverbs::{c_write, fail, null_arg, set_errno, CMr, CPd, CQp};
 
 /// An `ibv_mw` and its rverbs window.
 #[repr(C)]

@@ -7,8 +7,8 @@ use std::ptr::null_mut;
 
 use crate::abi::*;
 use crate::cma::*;
+use crate::ibverbs::*;
 use crate::qp_ex::ibv_qp_to_qp_ex;
-use crate::verbs::*;
 
 fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap()
