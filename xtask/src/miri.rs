@@ -40,8 +40,11 @@ const SUITES: &[(&str, &[&str])] = &[
         ],
     ),
     // The C drop-in's event counting (a destroy waiting for acks on another thread) and its
-    // NULL object pointers refused.
-    ("rverbs-capi", &["events::", "null_tests::"]),
+    // NULL object pointers refused; rdma_getaddrinfo's lists freed whole (Miri's leak check).
+    (
+        "rverbs-capi",
+        &["events::", "null_tests::", "cma::endpoint::"],
+    ),
 ];
 
 fn miri_works() -> bool {

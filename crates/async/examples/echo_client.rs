@@ -22,8 +22,8 @@ async fn main() -> io::Result<()> {
         let msg: Vec<u8> = (0..MSG).map(|b| (i as usize + b) as u8).collect();
         ep.endpoint()
             .post_send_inline(u64::from(i), &msg, SendFlags::empty())?;
-        ep.send_comp().await?;
-        let wc = ep.recv_comp().await?;
+        ep.get_send_comp().await?;
+        let wc = ep.get_recv_comp().await?;
         if !wc.status.is_success() || buf.read(MSG) != msg {
             return Err(io::Error::other(format!(
                 "message {i} came back wrong: {wc:?}"

@@ -21,7 +21,7 @@ async fn serve(id: AsyncCmId) -> io::Result<u64> {
     ep.accept(&ConnParam::default()).await?;
     let mut n = 0;
     loop {
-        let wc = match ep.recv_comp().await {
+        let wc = match ep.get_recv_comp().await {
             Ok(wc) if wc.status.is_success() => wc,
             // The client disconnected (or the receive was flushed): done.
             Ok(_) => break,
@@ -32,7 +32,7 @@ async fn serve(id: AsyncCmId) -> io::Result<u64> {
         buf.post_recv(ep.endpoint())?;
         ep.endpoint()
             .post_send_inline(n, &msg, SendFlags::empty())?;
-        ep.send_comp().await?;
+        ep.get_send_comp().await?;
         n += 1;
     }
     drop(ep);

@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::{attr, MsgBuf, MSG};
-use rverbs_cm::verbs::Endpoint;
+use rverbs_cm::Endpoint;
 use rverbs_cm::{create_ep, getaddrinfo, AddrHints, ConnParam};
 use rverbs_uverbs::SendFlags;
 
@@ -89,8 +89,8 @@ fn async_client(rt: &tokio::runtime::Runtime, addr: SocketAddr, iters: u32) -> D
             ep.endpoint()
                 .post_send_inline(0, &msg, SendFlags::empty())
                 .unwrap();
-            assert!(ep.send_comp().await.unwrap().status.is_success());
-            assert!(ep.recv_comp().await.unwrap().status.is_success());
+            assert!(ep.get_send_comp().await.unwrap().status.is_success());
+            assert!(ep.get_recv_comp().await.unwrap().status.is_success());
             buf.post_recv(ep.endpoint()).unwrap();
         }
         let dt = t0.elapsed();

@@ -1,10 +1,10 @@
-//! [`AsyncEndpoint`]: librdmacm's verbs helpers with `send_comp().await` / `recv_comp().await`,
-//! the async counterparts of `Endpoint::get_send_comp` / `get_recv_comp`, under the same rule
+//! [`AsyncEndpoint`]: librdmacm's verbs helpers with `get_send_comp().await` /
+//! `get_recv_comp().await`, the async counterparts of `Endpoint::get_send_comp` / `get_recv_comp`, under the same rule
 //! (the id's own, separate send and receive CQs) and with the same end: when the connection
 //! ends (DISCONNECTED, DEVICE_REMOVAL, the QP in ERR) and no completion arrives within
 //! [`END_GRACE`], the future fails with the same error as the blocking call.
 //!
-//! **Cancel safety.** `send_comp` / `recv_comp` are cancel-safe (see [`crate::cq`]): a
+//! **Cancel safety.** `get_send_comp` / `get_recv_comp` are cancel-safe (see [`crate::cq`]): a
 //! dropped future loses no completion. `connect` / `accept` / `disconnect` send their command
 //! first; dropping them afterwards does not undo it, and a dropped `connect` leaves the
 //! connection half-made (the peer times out): drop the endpoint then.
@@ -15,8 +15,8 @@ use std::io;
 use std::pin::pin;
 use std::sync::Arc;
 
-use rverbs_cm::verbs::{Endpoint, EndpointAttr, OwnCqs, END_GRACE};
 use rverbs_cm::{CmEvent, CmEventKind, ConnParam, QpType};
+use rverbs_cm::{Endpoint, EndpointAttr, OwnCqs, END_GRACE};
 use rverbs_uverbs::cq::Cq;
 use rverbs_uverbs::WorkCompletion;
 
@@ -132,30 +132,30 @@ impl AsyncEndpoint {
     /// The next completion of the send CQ (`rdma_get_send_comp`, awaited). Cancel-safe.
     /// Fails as [`Endpoint::get_send_comp`] does when the connection ended. Needs a runtime
     /// with the time driver (for the end's grace period).
-    pub async fn send_comp(&self) -> io::Result<WorkCompletion> {
+    pub async fn get_send_comp(&self) -> io::Result<WorkCompletion> {
         let mut wc = [WorkCompletion::default()];
-        self.comp("send_comp", self.ep.send_cq(), &self.send, &mut wc)
+        self.comp("get_send_comp", self.ep.send_cq(), &self.send, &mut wc)
             .await?;
         Ok(wc[0])
     }
 
     /// The next completion of the receive CQ. Cancel-safe.
-    pub async fn recv_comp(&self) -> io::Result<WorkCompletion> {
+    pub async fn get_recv_comp(&self) -> io::Result<WorkCompletion> {
         let mut wc = [WorkCompletion::default()];
-        self.comp("recv_comp", self.ep.recv_cq(), &self.recv, &mut wc)
+        self.comp("get_recv_comp", self.ep.recv_cq(), &self.recv, &mut wc)
             .await?;
         Ok(wc[0])
     }
 
     /// Up to `out.len()` completions of the send CQ (at least one). Cancel-safe.
-    pub async fn send_comps(&self, out: &mut [WorkCompletion]) -> io::Result<usize> {
-        self.comp("send_comp", self.ep.send_cq(), &self.send, out)
+    pub async fn get_send_comps(&self, out: &mut [WorkCompletion]) -> io::Result<usize> {
+        self.comp("get_send_comp", self.ep.send_cq(), &self.send, out)
             .await
     }
 
     /// Up to `out.len()` completions of the receive CQ (at least one). Cancel-safe.
-    pub async fn recv_comps(&self, out: &mut [WorkCompletion]) -> io::Result<usize> {
-        self.comp("recv_comp", self.ep.recv_cq(), &self.recv, out)
+    pub async fn get_recv_comps(&self, out: &mut [WorkCompletion]) -> io::Result<usize> {
+        self.comp("get_recv_comp", self.ep.recv_cq(), &self.recv, out)
             .await
     }
 

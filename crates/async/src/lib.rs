@@ -8,8 +8,9 @@
 //! - [`AsyncEventChannel`] / [`AsyncCmId`]: rdma_cm ids whose `resolve_addr`,
 //!   `resolve_route`, `connect`, `get_request`, `accept`, `disconnect` are futures, each id
 //!   receiving its own events.
-//! - [`AsyncEndpoint`]: an `Endpoint` with `send_comp().await` / `recv_comp().await`, which
-//!   end with an error when the connection does.
+//! - [`AsyncEndpoint`]: an `Endpoint` with `get_send_comp().await` /
+//!   `get_recv_comp().await` (the names of the blocking helpers and of librdmacm's), which end
+//!   with an error when the connection does.
 //!
 //! Everything here is built on the readiness protocols the lower crates document (their fds
 //! are `AsFd`, non-blocking): nothing in this crate sleeps in a system call, so the runtime's

@@ -12,8 +12,8 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use rverbs_async::{AsyncCmId, AsyncCompChannel, AsyncCq, AsyncEndpoint, AsyncEventChannel};
-use rverbs_cm::verbs::{Endpoint, EndpointAttr};
 use rverbs_cm::{ConnParam, PortSpace};
+use rverbs_cm::{Endpoint, EndpointAttr};
 use rverbs_uverbs::channel::CompChannel;
 use rverbs_uverbs::cq::{Cq, CqOptions};
 use rverbs_uverbs::mr::{Mr, PageBuf};
@@ -119,7 +119,7 @@ async fn echo_one(id: AsyncCmId) -> io::Result<u64> {
     let mut wcs = [WorkCompletion::default(); SLOTS as usize];
     let mut sends = Sends::default();
     'conn: loop {
-        let n = match ep.recv_comps(&mut wcs).await {
+        let n = match ep.get_recv_comps(&mut wcs).await {
             Ok(n) => n,
             // The client disconnected: the wait ends with the connection.
             Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break,
@@ -186,7 +186,7 @@ impl Sends {
     /// Waits for at least one send completion.
     async fn wait(&mut self, ep: &AsyncEndpoint) -> io::Result<()> {
         let mut wcs = [WorkCompletion::default(); SQ as usize];
-        let n = ep.send_comps(&mut wcs).await?;
+        let n = ep.get_send_comps(&mut wcs).await?;
         self.check(&wcs[..n]);
         Ok(())
     }
@@ -285,7 +285,7 @@ async fn client(ch: Arc<AsyncEventChannel>, port: u16, c: u32, msgs: u32, cancel
     cancelled
 }
 
-/// `send_comps` (`send`) or `recv_comps` into `out`; with `cancel`, first dropped at random
+/// `get_send_comps` (`send`) or `get_recv_comps` into `out`; with `cancel`, first dropped at random
 /// points (after 0 to 300 µs) a random number of times, each time started again.
 async fn wait(
     cancel: bool,
@@ -299,9 +299,9 @@ async fn wait(
         for _ in 0..rng.below(3) {
             let d = Duration::from_micros(rng.below(300));
             let r = if send {
-                tokio::time::timeout(d, ep.send_comps(out)).await
+                tokio::time::timeout(d, ep.get_send_comps(out)).await
             } else {
-                tokio::time::timeout(d, ep.recv_comps(out)).await
+                tokio::time::timeout(d, ep.get_recv_comps(out)).await
             };
             match r {
                 Ok(r) => return r.unwrap(),
@@ -310,9 +310,9 @@ async fn wait(
         }
     }
     let n = if send {
-        ep.send_comps(out).await
+        ep.get_send_comps(out).await
     } else {
-        ep.recv_comps(out).await
+        ep.get_recv_comps(out).await
     };
     n.unwrap()
 }
@@ -574,7 +574,7 @@ fn two_cqs_on_one_channel_lose_no_wake_up() {
 }
 
 impl Slots {
-    fn new_user(ep: &Endpoint<rverbs_cm::verbs::UserCqs>) -> Slots {
+    fn new_user(ep: &Endpoint<rverbs_cm::UserCqs>) -> Slots {
         let mr = ep
             .reg_msgs(PageBuf::new(4096).unwrap())
             .map_err(std::io::Error::from)
@@ -582,7 +582,7 @@ impl Slots {
         Slots { mr }
     }
 
-    fn post_user(&self, ep: &Endpoint<rverbs_cm::verbs::UserCqs>, slot: u64) {
+    fn post_user(&self, ep: &Endpoint<rverbs_cm::UserCqs>, slot: u64) {
         let off = slot as usize * MSG;
         let sge = [self.mr.sge(off..off + MSG)];
         ep.post_recv(slot, &sge).unwrap();
@@ -590,7 +590,7 @@ impl Slots {
 }
 
 /// Connects an endpoint with caller-supplied CQs on an async id of `ch`.
-async fn connect_user(ep: &Endpoint<rverbs_cm::verbs::UserCqs>, ch: &Arc<AsyncEventChannel>) {
+async fn connect_user(ep: &Endpoint<rverbs_cm::UserCqs>, ch: &Arc<AsyncEventChannel>) {
     ep.start_connect(&ConnParam::default()).unwrap();
     let ev = ch.next_event_for(ep.id()).await.unwrap();
     ev.check("connect", &[rverbs_cm::CmEventKind::CONNECT_RESPONSE])
@@ -620,8 +620,8 @@ fn completion_before_and_after_the_arm() {
         // Both completions (the send's and the echo's receive) land while nothing is armed.
         tokio::time::sleep(Duration::from_millis(300)).await;
         let t = Instant::now();
-        assert_eq!(ep.send_comp().await.unwrap().wr_id, 1);
-        let r = ep.recv_comp().await.unwrap();
+        assert_eq!(ep.get_send_comp().await.unwrap().wr_id, 1);
+        let r = ep.get_recv_comp().await.unwrap();
         assert!(
             t.elapsed() < Duration::from_millis(100),
             "{:?}",
@@ -632,9 +632,12 @@ fn completion_before_and_after_the_arm() {
         // Now the wait arms and sleeps first; the completion comes later.
         let ep = Arc::new(ep);
         let waiter = ep.clone();
-        let wait = tokio::spawn(async move { waiter.recv_comp().await.unwrap() });
+        let wait = tokio::spawn(async move { waiter.get_recv_comp().await.unwrap() });
         tokio::time::sleep(Duration::from_millis(200)).await;
-        assert!(!wait.is_finished(), "recv_comp returned without a message");
+        assert!(
+            !wait.is_finished(),
+            "get_recv_comp returned without a message"
+        );
         let m = message(1, 2);
         ep.endpoint()
             .post_send_inline(2, &m, SendFlags::empty())
@@ -644,7 +647,7 @@ fn completion_before_and_after_the_arm() {
             .expect("the armed wait was not woken")
             .unwrap();
         assert_eq!(slots.read(r.wr_id, MSG), m);
-        assert_eq!(ep.send_comp().await.unwrap().wr_id, 2);
+        assert_eq!(ep.get_send_comp().await.unwrap().wr_id, 2);
         ep.disconnect().await.unwrap();
         assert_eq!(server.await.unwrap(), vec![2]);
         drop(ep);
@@ -688,7 +691,7 @@ fn async_errors_are_prompt_and_clear() {
 
 const PEER_ENV: &str = "RVERBS_ASYNC_PEER";
 
-/// An async server blocked in recv_comp when its client process is killed gets an error
+/// An async server blocked in get_recv_comp when its client process is killed gets an error
 /// naming the disconnect within a second, then serves the next client.
 #[test]
 #[cfg_attr(
@@ -704,7 +707,7 @@ fn async_server_sees_a_killed_client_and_serves_the_next() {
             ep.endpoint()
                 .post_send_inline(1, &message(0, 0), SendFlags::empty())
                 .unwrap();
-            ep.send_comp().await.unwrap();
+            ep.get_send_comp().await.unwrap();
             println!("PEER SENT");
             tokio::time::sleep(Duration::from_secs(120)).await;
         });
@@ -726,10 +729,10 @@ fn async_server_sees_a_killed_client_and_serves_the_next() {
         slots.post(ep.endpoint(), 0);
         slots.post(ep.endpoint(), 1);
         ep.accept(&ConnParam::default()).await.unwrap();
-        assert!(ep.recv_comp().await.unwrap().status.is_success());
+        assert!(ep.get_recv_comp().await.unwrap().status.is_success());
         peer.1.recv_timeout(Duration::from_secs(60)).unwrap();
         let killer = kill_soon(peer.0);
-        let e = ep.recv_comp().await.unwrap_err();
+        let e = ep.get_recv_comp().await.unwrap_err();
         let ended = Instant::now();
         let killed = killer.join().unwrap();
         assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}");
@@ -764,7 +767,7 @@ fn be_a_doomed_server(port: u16, take_one: bool) -> ! {
         }
         ep.accept(&ConnParam::default()).await.unwrap();
         if take_one {
-            ep.recv_comp().await.unwrap();
+            ep.get_recv_comp().await.unwrap();
         }
         println!("PEER SENT");
         tokio::time::sleep(Duration::from_secs(120)).await;
@@ -995,7 +998,7 @@ fn misuse_gets_clear_errors() {
     assert_eq!(fds(), before, "file descriptors leaked");
 }
 
-/// A client blocked in `send_comp().await` on a send nobody receives (the peer accepted but
+/// A client blocked in `get_send_comp().await` on a send nobody receives (the peer accepted but
 /// posted no receive: the send waits in RNR retries) while its server is killed: the wait ends
 /// within a second of the kill, with an error naming the disconnect or with the send's error
 /// completion (the dying peer's QP may answer the retried send first). A timeout dropped
@@ -1025,13 +1028,13 @@ fn async_client_blocked_in_send_comp_sees_a_killed_server() {
             .unwrap();
         // Nothing completes while the peer lives.
         assert!(
-            tokio::time::timeout(Duration::from_millis(300), ep.send_comp())
+            tokio::time::timeout(Duration::from_millis(300), ep.get_send_comp())
                 .await
                 .is_err(),
             "a send nobody receives completed"
         );
         let killer = kill_soon(peer.0);
-        let r = ep.send_comp().await;
+        let r = ep.get_send_comp().await;
         let ended = Instant::now();
         let killed = killer.join().unwrap();
         match r {
@@ -1045,7 +1048,7 @@ fn async_client_blocked_in_send_comp_sees_a_killed_server() {
     });
 }
 
-/// An async client blocked in recv_comp when its server process is killed gets an error
+/// An async client blocked in get_recv_comp when its server process is killed gets an error
 /// naming the disconnect within a second of the kill.
 #[test]
 #[cfg_attr(
@@ -1068,11 +1071,11 @@ fn async_client_sees_a_killed_server() {
         ep.endpoint()
             .post_send_inline(1, &message(0, 0), SendFlags::empty())
             .unwrap();
-        assert!(ep.send_comp().await.unwrap().status.is_success());
+        assert!(ep.get_send_comp().await.unwrap().status.is_success());
         // The peer took the message.
         peer.1.recv_timeout(Duration::from_secs(60)).unwrap();
         let killer = kill_soon(peer.0);
-        let e = ep.recv_comp().await.unwrap_err();
+        let e = ep.get_recv_comp().await.unwrap_err();
         let ended = Instant::now();
         let killed = killer.join().unwrap();
         assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}");

@@ -13,7 +13,7 @@ use rverbs_uverbs::mr::AccessFlags;
 
 use crate::abi::{ibv_mr, ibv_pd};
 use crate::handle::FromC;
-use crate::verbs::{fail, set_errno, CMr, CPd};
+use crate::ibverbs::{fail, set_errno, CMr, CPd};
 
 /// `IBV_ACCESS_OPTIONAL_RANGE`: access bits a device may ignore (as `ibv_reg_mr`).
 const ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;

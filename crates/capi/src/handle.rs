@@ -10,7 +10,8 @@ use std::mem::offset_of;
 
 use crate::abi::*;
 use crate::cma::{CCmId, CEventChannel};
-use crate::verbs::{null_arg, CChannel, CContext, CCq, CDevice, CPd, CQp, CSrq};
+use crate::ibverbs::{null_arg, CAh, CChannel, CContext, CCq, CDevice, CMr, CPd, CQp, CSrq};
+use crate::mw::CMw;
 
 /// A Rust owner of a C object, reached from a pointer to that C object.
 ///
@@ -49,6 +50,20 @@ pub(crate) unsafe trait FromC: Sized {
         // part is an UnsafeCell ([c-struct]).
         Some(unsafe { &*Self::owner_ptr(p) })
     }
+
+    /// The owner of the C object `p` points at, or `None` for NULL where NULL is a valid
+    /// argument (not logged).
+    ///
+    /// # Safety
+    /// As [`FromC::from_c`].
+    #[inline(always)]
+    unsafe fn from_c_or_none<'a>(p: *mut Self::C) -> Option<&'a Self> {
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: forwarded (the caller's contract); p is not NULL.
+        unsafe { Self::from_c(p) }
+    }
 }
 
 /// `owner => C type, "name" [, offset];` for each object type.
@@ -75,6 +90,9 @@ from_c! {
     CCq => ibv_cq, "ibv_cq";
     CSrq => ibv_srq, "ibv_srq";
     CQp => ibv_qp, "ibv_qp";
+    CMr => ibv_mr, "ibv_mr";
+    CAh => ibv_ah, "ibv_ah";
+    CMw => ibv_mw, "ibv_mw";
     CEventChannel => rdma_event_channel, "rdma_event_channel";
     CCmId => rdma_cm_id, "rdma_cm_id";
 }
@@ -114,6 +132,10 @@ mod tests {
             assert!(CCq::from_c(null_mut()).is_none());
             assert!(CSrq::from_c(null_mut()).is_none());
             assert!(CQp::from_c(null_mut()).is_none());
+            assert!(CMr::from_c(null_mut()).is_none());
+            assert!(CAh::from_c(null_mut()).is_none());
+            assert!(CMw::from_c(null_mut()).is_none());
+            assert!(CMr::from_c_or_none(null_mut()).is_none());
             assert!(CEventChannel::from_c(null_mut()).is_none());
             assert!(CCmId::from_c(null_mut()).is_none());
         }

@@ -103,7 +103,7 @@ macro_rules! obj {
         match $e {
             Some(o) => o,
             None => {
-                $crate::verbs::set_errno(libc::EINVAL);
+                $crate::ibverbs::set_errno(libc::EINVAL);
                 return -1;
             }
         }
@@ -118,7 +118,7 @@ macro_rules! obj {
         match $e {
             Some(o) => o,
             None => {
-                $crate::verbs::set_errno(libc::EINVAL);
+                $crate::ibverbs::set_errno(libc::EINVAL);
                 return ::std::ptr::null_mut();
             }
         }
@@ -137,6 +137,7 @@ pub mod cq_ex;
 pub mod dmabuf;
 mod events;
 mod handle;
+pub mod ibverbs;
 pub mod mw;
 #[cfg(test)]
 mod null_tests;
@@ -144,4 +145,3 @@ pub mod qp_ex;
 mod symver;
 #[cfg(test)]
 mod unsupported_tests;
-pub mod verbs;

@@ -21,7 +21,7 @@ use crate::abi::*;
 use std::cell::UnsafeCell;
 
 use crate::handle::FromC;
-use crate::verbs::{c_write, fail, null_arg, set_errno, CMr, CPd, CQp};
+use crate::ibverbs::{c_write, fail, null_arg, set_errno, CMr, CPd, CQp};
 
 /// An `ibv_mw` and its rverbs window.
 #[repr(C)]
@@ -74,11 +74,10 @@ pub(crate) unsafe extern "C" fn alloc_mw_op(pd: *mut ibv_pd, mw_type: c_uint) ->
 /// # Safety
 /// `mw` came from [`alloc_mw_op`]; it is gone afterwards.
 pub(crate) unsafe extern "C" fn dealloc_mw_op(mw: *mut ibv_mw) -> c_int {
-    if mw.is_null() {
-        return null_arg("ibv_mw");
-    }
+    // SAFETY: [destroy] mw.
+    obj!(unsafe { CMw::from_c(mw) }, errno);
     // SAFETY: [destroy] mw: boxed by alloc_mw_op ([owner]).
-    drop(unsafe { Box::from_raw(mw.cast::<CMw>()) });
+    drop(unsafe { Box::from_raw(CMw::owner_ptr(mw)) });
     0
 }
 
@@ -145,23 +144,30 @@ pub(crate) unsafe extern "C" fn bind_mw_op(
 ) -> c_int {
     // SAFETY: [ops] [object] qp.
     let q = obj!(unsafe { CQp::from_c(qp) }, errno);
+    // SAFETY: [object] mw.
+    let w = obj!(unsafe { CMw::from_c(mw) }, errno);
     // SAFETY: [in] mw_bind.
     let Some(req) = (unsafe { mw_bind.as_ref() }) else {
         return null_arg("ibv_mw_bind");
     };
-    if mw.is_null() {
-        return null_arg("ibv_mw");
+    // SAFETY: [object] region (NULL allowed: an unbind).
+    let mr = unsafe { CMr::from_c_or_none(req.bind_info.mr) };
+    match bind_type1(q, w, req, mr) {
+        Ok(()) => 0,
+        Err(e) => fail(&e),
     }
+}
+
+/// The core of [`bind_mw_op`]: `req` with its region `mr` (if any) looked up.
+fn bind_type1(q: &CQp, w: &CMw, req: &ibv_mw_bind, mr: Option<&CMr>) -> io::Result<()> {
     let info = &req.bind_info;
     if info.mw_access_flags & AccessFlags::ZERO_BASED.bits() != 0 {
-        return fail(&io::Error::from(Error::invalid(
-            "bind type 1 MW",
-            "a type 1 window cannot be zero-based",
-        )));
+        return Err(
+            Error::invalid("bind type 1 MW", "a type 1 window cannot be zero-based").into(),
+        );
     }
-    // SAFETY: [object] region (NULL allowed), the first field of its CMr ([owner]).
-    let mr = unsafe { (info.mr as *const CMr).as_ref() };
-    // SAFETY: [object] mw (non-NULL, checked above); [c-struct] a raw read.
+    let mw = w.c.get();
+    // SAFETY: [c-struct] a raw read of our window's C structure.
     let rkey = inc_rkey(unsafe { (*mw).rkey });
     let (addr, length) = match mr {
         Some(_) => (info.addr, info.length),
@@ -172,7 +178,7 @@ pub(crate) unsafe extern "C" fn bind_mw_op(
         length,
         ..*info
     };
-    // SAFETY: [object] mw; [in] info.
+    // SAFETY: mw is a window of ours (w); info.mr is NULL or the region `mr` of ours.
     let bind = unsafe { raw_bind(mw, rkey, &info) };
     let wr = SendWr::<Sge> {
         wr_id: req.wr_id,
@@ -182,12 +188,8 @@ pub(crate) unsafe extern "C" fn bind_mw_op(
         ud: None,
     };
     // SAFETY: [registered] no SGEs; what the bind grants is the C caller's (raw_bind).
-    match unsafe { q.qp.post_send_raw(&[wr]) } {
-        Ok(()) => {
-            // SAFETY: [object] mw; [c-struct] a raw write, serialised by c_write.
-            c_write(|| unsafe { (*mw).rkey = rkey });
-            0
-        }
-        Err(e) => fail(&io::Error::from(e)),
-    }
+    unsafe { q.qp.post_send_raw(&[wr]) }?;
+    // SAFETY: [c-struct] a raw write of our window's C structure, serialised by c_write.
+    c_write(|| unsafe { (*mw).rkey = rkey });
+    Ok(())
 }

@@ -7,8 +7,8 @@ use std::ptr::null_mut;
 
 use crate::abi::*;
 use crate::cma::*;
+use crate::ibverbs::*;
 use crate::qp_ex::ibv_qp_to_qp_ex;
-use crate::verbs::*;
 
 fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap()
@@ -192,5 +192,18 @@ fn multicast_calls_refuse_null() {
         set_errno(0);
         assert_eq!(rdma_join_multicast_ex(null_mut(), &mut ex, null_mut()), -1);
         assert_eq!(errno(), libc::EOPNOTSUPP);
+    }
+}
+
+#[test]
+fn memory_window_ops_give_a_positive_einval() {
+    // SAFETY: NULL objects (allowed by [object]); the bind request is a valid local.
+    unsafe {
+        let mut bind: ibv_mw_bind = zeroed();
+        assert_eq!(crate::mw::dealloc_mw_op(null_mut()), libc::EINVAL);
+        assert_eq!(
+            crate::mw::bind_mw_op(null_mut(), null_mut(), &mut bind),
+            libc::EINVAL
+        );
     }
 }

@@ -34,7 +34,7 @@ use rverbs_uverbs::{OpKind, OpSet, SendCaps, SendFlags, SendOp, SendWr, Sge, UdD
 
 use crate::abi::*;
 use crate::handle::FromC;
-use crate::verbs::{fail, ibv_create_qp, CAh, CPd, CQp};
+use crate::ibverbs::{fail, ibv_create_qp, CAh, CPd, CQp};
 
 /// `IBV_QP_INIT_ATTR_PD`.
 const INIT_ATTR_PD: u32 = 1 << 0;
@@ -371,11 +371,8 @@ unsafe extern "C" fn wr_set_ud_addr(
         // Connected QPs have their destination: nothing to set (librxe ignores it too).
         return;
     }
-    let dest = (!ah.is_null()).then(|| {
-        // SAFETY: [object] ah (ibv_wr_set_ud_addr's argument) (the first field of its CAh).
-        let a = unsafe { &*(ah as *const CAh) };
-        a.ah.ud_dest(remote_qpn, remote_qkey)
-    });
+    // SAFETY: [object] ah (ibv_wr_set_ud_addr's argument); NULL is refused when posting.
+    let dest = unsafe { CAh::from_c_or_none(ah) }.map(|a| a.ah.ud_dest(remote_qpn, remote_qkey));
     // SAFETY: [ops] as wr_send.
     unsafe {
         set_last(qp, |_, b, last| match dest {
@@ -597,7 +594,7 @@ pub(crate) unsafe extern "C" fn create_qp_ex_op(
         Some(_) => false,
     };
     if unsupported || !ops_ok {
-        crate::verbs::set_errno(libc::EOPNOTSUPP);
+        crate::ibverbs::set_errno(libc::EOPNOTSUPP);
         return null_mut();
     }
     let mut base = a.base();
@@ -612,7 +609,7 @@ pub(crate) unsafe extern "C" fn create_qp_ex_op(
     if let Some(f) = send_ops.filter(|f| f & !q.qp.send_ops().bits() != 0) {
         // The provider encodes them, the device does not have them (ATOMIC_WRITE on a
         // kernel whose rxe lacks it): the QP goes again, nothing is left.
-        crate::verbs::fail(&std::io::Error::new(
+        crate::ibverbs::fail(&std::io::Error::new(
             std::io::ErrorKind::Unsupported,
             format!(
                 "ibv_create_qp_ex: send ops {:#x} are not supported by this kernel's {} \
@@ -622,8 +619,8 @@ pub(crate) unsafe extern "C" fn create_qp_ex_op(
             ),
         ));
         // SAFETY: [destroy] just made, never handed to C.
-        unsafe { crate::verbs::ibv_destroy_qp(qp) };
-        crate::verbs::set_errno(libc::EOPNOTSUPP);
+        unsafe { crate::ibverbs::ibv_destroy_qp(qp) };
+        crate::ibverbs::set_errno(libc::EOPNOTSUPP);
         return null_mut();
     }
     let caps = q.qp.caps();

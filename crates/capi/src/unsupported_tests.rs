@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use crate::verbs::*;
+use crate::ibverbs::*;
 
 fn fake_efa_tree() -> std::path::PathBuf {
     let root = std::env::temp_dir().join(format!("rverbs-capi-efa-{}", std::process::id()));

@@ -220,8 +220,8 @@ mod mcast {
     use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
 
-    use rverbs_cm::verbs::{Endpoint, EndpointAttr};
     use rverbs_cm::{CmEventKind, CmId, McJoinFlags, PortSpace};
+    use rverbs_cm::{Endpoint, EndpointAttr};
     use rverbs_uverbs::ah::Ah;
     use rverbs_uverbs::mr::{Mr, PageBuf};
     use rverbs_uverbs::qp::QpCaps;

@@ -7,7 +7,7 @@
 use std::ptr::{null, null_mut};
 
 use rverbs_capi::abi::*;
-use rverbs_capi::verbs::*;
+use rverbs_capi::ibverbs::*;
 
 fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap()

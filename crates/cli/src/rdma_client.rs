@@ -21,8 +21,8 @@
 use std::ffi::OsString;
 use std::io::{self, Write};
 
-use rverbs::cm::verbs::{Endpoint, EndpointAttr};
 use rverbs::cm::{create_ep, getaddrinfo, AddrHints, ConnParam};
+use rverbs::cm::{Endpoint, EndpointAttr};
 use rverbs::uverbs::mr::Mr;
 use rverbs::uverbs::{SendFlags, WorkCompletion};
 

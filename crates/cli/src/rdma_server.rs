@@ -17,8 +17,8 @@
 use std::ffi::OsString;
 use std::io::{self, Write};
 
-use rverbs::cm::verbs::{EndReason, Endpoint};
 use rverbs::cm::{create_ep, getaddrinfo, AddrHints, CmEventKind, ConnParam};
+use rverbs::cm::{EndReason, Endpoint};
 
 use crate::rdma_client::{addrinfo_failure, example_attr, finish, parse, Failure, Msgs};
 use crate::CmdResult;

@@ -228,8 +228,8 @@ fn spawn_peer(test: &str, role: &str, port: u16) -> Running {
 
 /// Runs the peer role if this process was started as one; never returns then.
 fn maybe_be_the_peer() {
-    use rverbs::cm::verbs::{Endpoint, EndpointAttr};
     use rverbs::cm::{create_ep, getaddrinfo, AddrHints, ConnParam};
+    use rverbs::cm::{Endpoint, EndpointAttr};
     let Ok(spec) = std::env::var(PEER_ENV) else {
         return;
     };

@@ -1,12 +1,13 @@
 //! `CmId`: an rdma_cm identifier (the kernel's `rdma_cm_id` behind a ucma context): its
 //! creation, events, errors and destruction. What an id does lives in the child modules:
 //! `connect` (address and route resolution, listen/accept/reject, connect/disconnect),
-//! `query` (INIT_QP_ATTR and the QUERY commands), `options` (SET_OPTION and notify).
+//! `attrs` (what the kernel tells about the id: INIT_QP_ATTR and the QUERY commands, whose
+//! answers are the types of the crate's `query` module), `options` (SET_OPTION and notify).
 
+mod attrs;
 mod connect;
 mod multicast;
 mod options;
-mod query;
 
 use std::fmt;
 use std::io;
@@ -335,7 +336,7 @@ impl CmId {
 
     /// The event that ended this id's connection (DISCONNECTED or DEVICE_REMOVAL) and its
     /// status, once the channel's dispatcher has read it — whoever takes the event itself.
-    /// Completion waits ([`crate::verbs::Endpoint::get_recv_comp`]) end on it.
+    /// Completion waits ([`crate::Endpoint::get_recv_comp`]) end on it.
     pub fn end_event(&self) -> Option<(CmEventKind, i32)> {
         self.chan.lock().ended(self.uid)
     }

@@ -27,6 +27,7 @@ mod addr;
 mod addrinfo;
 mod channel;
 mod conn_param;
+mod endpoint;
 mod event;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
@@ -35,7 +36,6 @@ mod id;
 mod qp_attr;
 mod query;
 mod types;
-pub mod verbs;
 
 #[cfg(test)]
 mod encode_tests;
@@ -46,8 +46,10 @@ pub use addrinfo::{
 };
 pub use channel::{EventChannel, ABI_VERSION_PATH, DEVICE_PATH};
 pub use conn_param::{ConnParam, DEFAULT_RETRY_COUNT, DEFAULT_RNR_RETRY_COUNT, FALLBACK_RD_ATOMIC};
+pub use endpoint::{
+    default_pd, CqOwnership, EndReason, Endpoint, EndpointAttr, OwnCqs, UserCqs, END_GRACE,
+};
 pub use event::{CmEvent, ConnEventParam, UdEventParam};
 pub use id::CmId;
 pub use query::{AddrQuery, GidQuery, PathRecord, RouteQuery};
 pub use types::{CmEventKind, McJoinFlags, PortSpace, QpAttrMask, QpState, QpType, RejectReason};
-pub use verbs::{Endpoint, EndpointAttr, OwnCqs, UserCqs};

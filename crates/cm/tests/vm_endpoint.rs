@@ -8,8 +8,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{addrinfo, listener};
-use rverbs_cm::verbs::{Endpoint, EndpointAttr};
 use rverbs_cm::{create_ep, ConnParam};
+use rverbs_cm::{Endpoint, EndpointAttr};
 use rverbs_uverbs::cq::{Cq, CqOptions};
 use rverbs_uverbs::mr::{AccessFlags, PageBuf};
 use rverbs_uverbs::pd::Pd;

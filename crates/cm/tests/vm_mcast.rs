@@ -11,8 +11,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rverbs_cm::verbs::{Endpoint, EndpointAttr};
 use rverbs_cm::{CmEventKind, CmId, EventChannel, McJoinFlags, PortSpace, UdEventParam};
+use rverbs_cm::{Endpoint, EndpointAttr};
 use rverbs_uverbs::ah::Ah;
 use rverbs_uverbs::gid::Gid;
 use rverbs_uverbs::mr::{Mr, PageBuf};

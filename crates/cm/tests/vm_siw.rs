@@ -10,8 +10,8 @@ use std::thread;
 use std::time::Duration;
 
 use common::{addrinfo, listener};
-use rverbs_cm::verbs::{Endpoint, EndpointAttr};
 use rverbs_cm::{create_ep, ConnParam};
+use rverbs_cm::{Endpoint, EndpointAttr};
 use rverbs_uverbs::cq::{Cq, CqOptions};
 use rverbs_uverbs::device::Transport;
 use rverbs_uverbs::mr::{AccessFlags, Mr, PageBuf};

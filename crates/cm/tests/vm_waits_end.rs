@@ -12,8 +12,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::listener;
-use rverbs_cm::verbs::{EndReason, Endpoint, EndpointAttr};
 use rverbs_cm::{CmEventKind, ConnParam};
+use rverbs_cm::{EndReason, Endpoint, EndpointAttr};
 use rverbs_uverbs::mr::{Mr, PageBuf};
 use rverbs_uverbs::{SendFlags, WcStatus};
 

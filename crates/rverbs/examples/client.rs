@@ -9,8 +9,8 @@
 
 use std::io;
 
-use rverbs::cm::verbs::{Endpoint, EndpointAttr};
 use rverbs::cm::{create_ep, getaddrinfo, AddrHints, ConnParam};
+use rverbs::cm::{Endpoint, EndpointAttr};
 use rverbs::uverbs::SendFlags;
 
 /// Connects to `addr:port`, sends `msg` (at most 16 bytes: it is sent inline) and returns

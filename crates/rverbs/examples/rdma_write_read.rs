@@ -11,8 +11,8 @@
 
 use std::io;
 
-use rverbs::cm::verbs::{Endpoint, EndpointAttr};
 use rverbs::cm::{create_ep, getaddrinfo, AddrHints, CmId, ConnParam};
+use rverbs::cm::{Endpoint, EndpointAttr};
 use rverbs::uverbs::{SendFlags, WorkCompletion};
 
 /// Bytes of the server's buffer.

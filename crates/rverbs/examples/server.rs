@@ -14,8 +14,8 @@
 
 use std::io;
 
-use rverbs::cm::verbs::{Endpoint, EndpointAttr};
 use rverbs::cm::{create_ep, getaddrinfo, AddrHints, CmId, ConnParam};
+use rverbs::cm::{Endpoint, EndpointAttr};
 use rverbs::uverbs::{SendFlags, WorkCompletion};
 
 /// Listens on `addr:port` (`0.0.0.0`: every RDMA device). A listening id has no QP; each

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rustix::event::epoll;
-use rverbs_cm::verbs::default_pd;
+use rverbs_cm::default_pd;
 use rverbs_cm::{CmEventKind, CmId, ConnParam, PortSpace};
 use rverbs_uverbs::channel::CompChannel;
 use rverbs_uverbs::cq::{Cq, CqOptions};

@@ -9,8 +9,8 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rverbs_cm::verbs::{Endpoint, EndpointAttr};
 use rverbs_cm::{CmId, ConnParam, PortSpace};
+use rverbs_cm::{Endpoint, EndpointAttr};
 use rverbs_stream::wire::{ConnData, RsSge};
 use rverbs_stream::{RdmaListener, RdmaStream, StreamOptions};
 

@@ -388,7 +388,7 @@ impl Ah {
         // kernel's answer unaltered (the create contract).
         #[allow(unsafe_code)]
         let res = unsafe {
-            driver.create_ah_for(&attr, &mut |uhw_in, uhw_out| {
+            driver.create_ah(&attr, &mut |uhw_in, uhw_out| {
                 let req = ib_uverbs_create_ah {
                     response: 0,
                     user_handle,

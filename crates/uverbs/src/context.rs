@@ -36,11 +36,11 @@ use rustix::io::Errno;
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::abi::cmd::nr;
+use crate::abi::device::{ib_uverbs_get_context, ib_uverbs_get_context_resp};
 use crate::abi::ioctl::{
     ah, async_event, cq, device as dev_m, mr, mw, object, pd, qp, srq, UVERBS_ATTR_UHW_IN,
     UVERBS_ATTR_UHW_OUT,
 };
-use crate::abi::verbs::{ib_uverbs_get_context, ib_uverbs_get_context_resp};
 use crate::device::{Device, DriverId};
 use crate::driver::Driver;
 use crate::error::Error;

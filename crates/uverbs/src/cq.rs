@@ -204,7 +204,8 @@ impl Cq {
     }
 
     /// Resizes the CQ to hold at least `cqe` completions (`ibv_resize_cq`); completions not
-    /// yet polled are kept. Returns the depth the kernel gave. rxe resizes; mlx5 does not yet.
+    /// yet polled are kept. Returns the depth the kernel gave. rxe resizes; mlx5 and siw
+    /// refuse (unsupported).
     pub fn resize(&self, cqe: u32) -> Result<u32> {
         let ctx = &self.ctx;
         let op = || {

@@ -8,7 +8,7 @@ use rustix::io::Errno;
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::abi::cmd::{ex_nr, nr};
-use crate::abi::verbs::{
+use crate::abi::device::{
     ib_uverbs_ex_query_device, ib_uverbs_ex_query_device_resp, ib_uverbs_query_device,
     ib_uverbs_query_device_resp,
 };

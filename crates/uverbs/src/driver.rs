@@ -174,28 +174,18 @@ pub unsafe trait Driver: Send + Sync + fmt::Debug {
         create: &mut CreateFn<'_, SrqCreated>,
     ) -> Result<Box<dyn SrqOps>>;
 
-    /// Creates an address handle; returns the provider's number for it (rxe: `ah_num`), which
-    /// UD sends carry.
+    /// Creates an address handle for `attr`; returns the provider's number for it (rxe:
+    /// `ah_num`), which UD sends carry. mlx5 builds its address vector from `attr`; rxe and
+    /// siw need only the kernel's answer.
     ///
     /// # Safety
     /// `create` keeps the create contract ([`CreateFn`]) on the command fd of the context
     /// this driver is attached to.
-    unsafe fn create_ah(&self, create: &mut CreateFn<'_, u32>) -> Result<u32>;
-
-    /// Creates an address handle for `attr` (mlx5 builds its address vector from it).
-    /// Default: [`Driver::create_ah`].
-    ///
-    /// # Safety
-    /// As for [`Driver::create_ah`].
-    unsafe fn create_ah_for(
+    unsafe fn create_ah(
         &self,
         attr: &crate::ah::AhAttr,
         create: &mut CreateFn<'_, u32>,
-    ) -> Result<u32> {
-        let _ = attr;
-        // SAFETY: the caller keeps create_ah's contract, which is this method's.
-        unsafe { self.create_ah(create) }
-    }
+    ) -> Result<u32>;
 }
 
 /// A CQ's data path.

@@ -115,8 +115,8 @@ bitflags! {
 /// The operation of a send work request, with its operands.
 #[allow(missing_docs)] // operand fields: the names are the verbs' own (remote_addr, rkey, ...)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-// Later work adds operations (atomic write, flush, TSO), so code outside rverbs matches with a
-// wildcard arm. Inside the workspace the classification is `SendOp::kind` (crate::op, an
+// More operations may be added (as atomic write and flush were), so code outside rverbs
+// matches with a wildcard arm. Inside the workspace the classification is `SendOp::kind` (crate::op, an
 // exhaustive match here): a new operation adds an `OpKind`, and each provider's capability
 // table (an exhaustive match over `OpKind`) stops compiling until it is updated.
 #[non_exhaustive]

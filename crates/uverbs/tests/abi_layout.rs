@@ -30,10 +30,10 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use rverbs_uverbs::abi::cmd::*;
+use rverbs_uverbs::abi::device::*;
 use rverbs_uverbs::abi::ioctl::*;
 use rverbs_uverbs::abi::netlink::*;
 use rverbs_uverbs::abi::obj::*;
-use rverbs_uverbs::abi::verbs::*;
 use rverbs_uverbs::device::{DriverId, UVERBS_ABI_VERSION};
 use rverbs_uverbs::gid::GidType;
 
@@ -123,7 +123,7 @@ fn layouts() -> Vec<Layout> {
         }),
         layout!(nlmsgerr { error, msg }),
         layout!(nlattr { nla_len, nla_type }),
-        // abi/verbs.rs
+        // abi/device.rs
         layout!(ib_uverbs_get_context { response }),
         layout!(ib_uverbs_get_context_resp {
             async_fd,
@@ -814,7 +814,7 @@ fn constants() -> Vec<(&'static str, i128)> {
         c!("IB_USER_VERBS_EX_CMD_MODIFY_QP", ex_nr::MODIFY_QP),
         c!("IB_USER_VERBS_EX_CMD_MODIFY_CQ", ex_nr::MODIFY_CQ),
         c!("IB_USER_VERBS_ABI_VERSION", UVERBS_ABI_VERSION),
-        // abi/verbs.rs
+        // abi/device.rs
         c!("IB_UVERBS_GID_TYPE_IB", gid_type::IB),
         c!("IB_UVERBS_GID_TYPE_ROCE_V1", gid_type::ROCE_V1),
         c!("IB_UVERBS_GID_TYPE_ROCE_V2", gid_type::ROCE_V2),

@@ -1,7 +1,7 @@
 //! A small library over rverbs, as a user would write one: it finds the devices the test bed
 //! names in its environment and exchanges one message over rdma_cm.
 
-use rverbs::cm::verbs::{Endpoint, EndpointAttr};
+use rverbs::cm::{Endpoint, EndpointAttr};
 use rverbs::cm::{create_ep, getaddrinfo, AddrHints, ConnParam};
 use rverbs::uverbs::mr::PageBuf;
 use rverbs::uverbs::qp::QpCaps;

@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use rverbs_async::{AsyncEndpoint, AsyncEventChannel};
-use rverbs_cm::verbs::{Endpoint, EndpointAttr};
 use rverbs_cm::{ConnParam, PortSpace};
+use rverbs_cm::{Endpoint, EndpointAttr};
 use rverbs_uverbs::mr::{Mr, PageBuf};
 use rverbs_uverbs::qp::QpCaps;
 

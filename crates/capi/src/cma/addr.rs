@@ -103,7 +103,7 @@ pub(super) fn update_addr(g: &mut IdGuard<'_>) {
                         // SAFETY: plain data; all-zero is valid.
                         unsafe { std::mem::zeroed() };
                     // SAFETY: [object] ctx (the device list's, never closed); [out] a.
-                    if unsafe { verbs::ibv_query_device(ctx, &mut a) } == 0 {
+                    if unsafe { ibverbs::ibv_query_device(ctx, &mut a) } == 0 {
                         id.set_rd_atomic_max(
                             a.max_qp_init_rd_atom.clamp(0, 255) as u8,
                             a.max_qp_rd_atom.clamp(0, 255) as u8,

@@ -18,7 +18,7 @@ pub(super) fn device_for(guid: u64) -> io::Result<*mut ibv_context> {
         return Ok(d.ctx as *mut ibv_context);
     }
     // SAFETY: NULL count is allowed; the list is freed below, its devices live forever.
-    let list = unsafe { verbs::ibv_get_device_list(null_mut()) };
+    let list = unsafe { ibverbs::ibv_get_device_list(null_mut()) };
     if list.is_null() {
         return Err(io::Error::last_os_error());
     }
@@ -31,7 +31,7 @@ pub(super) fn device_for(guid: u64) -> io::Result<*mut ibv_context> {
             break;
         }
         // SAFETY: [object] d, from ibv_get_device_list.
-        if unsafe { verbs::ibv_get_device_guid(d) } == guid.to_be() {
+        if unsafe { ibverbs::ibv_get_device_guid(d) } == guid.to_be() {
             found = d;
             break;
         }
@@ -41,10 +41,10 @@ pub(super) fn device_for(guid: u64) -> io::Result<*mut ibv_context> {
         null_mut()
     } else {
         // SAFETY: [object] found, from ibv_get_device_list.
-        unsafe { verbs::ibv_open_device(found) }
+        unsafe { ibverbs::ibv_open_device(found) }
     };
     // SAFETY: from ibv_get_device_list.
-    unsafe { verbs::ibv_free_device_list(list) };
+    unsafe { ibverbs::ibv_free_device_list(list) };
     if found.is_null() {
         return Err(io::Error::new(
             io::ErrorKind::NotFound,
@@ -71,7 +71,7 @@ pub(super) fn default_pd(ctx: *mut ibv_context) -> io::Result<*mut ibv_pd> {
         .ok_or_else(|| einval("rdma_cm: the id's context is not one the rdma_cm opened"))?;
     if d.pd == 0 {
         // SAFETY: [object] ctx, opened here and never closed.
-        let pd = unsafe { verbs::ibv_alloc_pd(ctx) };
+        let pd = unsafe { ibverbs::ibv_alloc_pd(ctx) };
         if pd.is_null() {
             return Err(io::Error::last_os_error());
         }
@@ -89,7 +89,7 @@ pub(super) fn default_pd(ctx: *mut ibv_context) -> io::Result<*mut ibv_pd> {
 pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut ibv_context {
     let mut n: c_int = 0;
     // SAFETY: n is writable.
-    let list = unsafe { verbs::ibv_get_device_list(&mut n) };
+    let list = unsafe { ibverbs::ibv_get_device_list(&mut n) };
     if list.is_null() {
         return null_mut();
     }
@@ -98,13 +98,13 @@ pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut 
         // SAFETY: n entries.
         let d = unsafe { *list.add(i) };
         // SAFETY: one of ours.
-        let guid = u64::from_be(unsafe { verbs::ibv_get_device_guid(d) });
+        let guid = u64::from_be(unsafe { ibverbs::ibv_get_device_guid(d) });
         if let Ok(c) = device_for(guid) {
             ctxs.push(c);
         }
     }
     // SAFETY: from ibv_get_device_list.
-    unsafe { verbs::ibv_free_device_list(list) };
+    unsafe { ibverbs::ibv_free_device_list(list) };
     // SAFETY: plain allocation, checked.
     let out = unsafe { libc::calloc(ctxs.len() + 1, size_of::<*mut ibv_context>()) }
         .cast::<*mut ibv_context>();

@@ -36,7 +36,7 @@ pub(super) fn make_event(ev: CmEvent, id: *mut CCmId, listen: *mut CCmId) -> *mu
         b.c.param.ud = rdma_ud_param {
             private_data: ptr,
             private_data_len: len,
-            ah_attr: verbs::ah_from_kern(&u.ah_attr),
+            ah_attr: ibverbs::ah_from_kern(&u.ah_attr),
             qp_num: u.qp_num,
             qkey: u.qkey,
         };

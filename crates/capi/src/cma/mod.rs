@@ -1,6 +1,6 @@
 //! The exported `rdma_*` functions of librdmacm on `rverbs-cm`, sharing this library's verbs
 //! objects: the `ibv_context`, `ibv_pd`, `ibv_cq`, `ibv_comp_channel` and `ibv_qp` an
-//! `rdma_cm_id` exposes are made by the `ibv_*` functions of [`crate::verbs`], so the inline
+//! `rdma_cm_id` exposes are made by the `ibv_*` functions of [`crate::ibverbs`], so the inline
 //! functions of `rdma_verbs.h` (`rdma_reg_msgs`, `rdma_post_send`, `rdma_get_send_comp`, …)
 //! reach rverbs through the same ops tables as any verbs caller.
 //!
@@ -58,7 +58,7 @@ pub use unsupported::*;
 use crate::abi::*;
 use crate::events::EventCount;
 use crate::handle::FromC;
-use crate::verbs::{self, fail, null_arg, set_errno};
+use crate::ibverbs::{self, fail, null_arg, set_errno};
 
 fn ret(r: io::Result<()>) -> c_int {
     match r {

@@ -157,7 +157,7 @@ fn attach_join(c: &mut IdGuard<'_>, addr: SocketAddr, ud: &UdEventParam) -> io::
         return Ok(());
     }
     // SAFETY: [object] the id's QP, made by rdma_create_qp (alive while the id has it).
-    let Some(q) = (unsafe { verbs::CQp::from_c(qp) }) else {
+    let Some(q) = (unsafe { ibverbs::CQp::from_c(qp) }) else {
         return Ok(());
     };
     let (gid, lid) = ud.mcast_group();
@@ -178,7 +178,7 @@ fn leave_join(c: &mut IdGuard<'_>, addr: SocketAddr) -> io::Result<()> {
     let mut r = Ok(());
     if let (Some((gid, lid)), false) = (j.attached, qp.is_null()) {
         // SAFETY: [object] the id's QP.
-        if let Some(q) = unsafe { verbs::CQp::from_c(qp) } {
+        if let Some(q) = unsafe { ibverbs::CQp::from_c(qp) } {
             r = q.qp.detach_mcast(&gid, lid);
         }
     }

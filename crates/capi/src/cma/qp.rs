@@ -10,7 +10,7 @@ const IBV_QP_INIT_ATTR_PD: u32 = 1;
 fn modify_qp_to(c: &IdGuard<'_>, state: QpState) -> io::Result<()> {
     let a = c.id()?.init_qp_attr(state)?;
     // SAFETY: [object] the id's QP, not destroyed during the call.
-    let r = unsafe { verbs::modify_qp_with(c.c.qp, &a) };
+    let r = unsafe { ibverbs::modify_qp_with(c.c.qp, &a) };
     from_errno("rdma_cm: modify QP", r)
 }
 
@@ -20,7 +20,7 @@ pub(super) fn modify_qp_plain(c: &IdGuard<'_>, state: QpState, mask: c_int) -> i
         ..Default::default()
     };
     // SAFETY: [object] the id's QP, not destroyed during the call.
-    let r = unsafe { verbs::ibv_modify_qp(c.c.qp, &mut attr, mask) };
+    let r = unsafe { ibverbs::ibv_modify_qp(c.c.qp, &mut attr, mask) };
     from_errno("rdma_cm: modify QP", r)
 }
 
@@ -63,16 +63,16 @@ fn destroy_cqs(c: &mut IdGuard<'_>) {
     // SAFETY: [destroy] CQs and channels the rdma_cm created for this id (the only ones stored here).
     unsafe {
         if !c.c.recv_cq.is_null() {
-            verbs::ibv_destroy_cq(c.c.recv_cq);
+            ibverbs::ibv_destroy_cq(c.c.recv_cq);
         }
         if !c.c.send_cq.is_null() && c.c.send_cq != c.c.recv_cq {
-            verbs::ibv_destroy_cq(c.c.send_cq);
+            ibverbs::ibv_destroy_cq(c.c.send_cq);
         }
         if !c.c.recv_cq_channel.is_null() {
-            verbs::ibv_destroy_comp_channel(c.c.recv_cq_channel);
+            ibverbs::ibv_destroy_comp_channel(c.c.recv_cq_channel);
         }
         if !c.c.send_cq_channel.is_null() && c.c.send_cq_channel != c.c.recv_cq_channel {
-            verbs::ibv_destroy_comp_channel(c.c.send_cq_channel);
+            ibverbs::ibv_destroy_comp_channel(c.c.send_cq_channel);
         }
     }
     c.c.recv_cq = null_mut();
@@ -86,17 +86,17 @@ fn destroy_cqs(c: &mut IdGuard<'_>) {
 fn create_cq(c: &mut IdGuard<'_>, cqe: u32) -> io::Result<(*mut ibv_comp_channel, *mut ibv_cq)> {
     let ctx = c.c.verbs;
     // SAFETY: [object] the id's context (never closed).
-    let ch = unsafe { verbs::ibv_create_comp_channel(ctx) };
+    let ch = unsafe { ibverbs::ibv_create_comp_channel(ctx) };
     if ch.is_null() {
         return Err(io::Error::last_os_error());
     }
     let me = c.me.cast::<c_void>();
     // SAFETY: [object] ctx and ch.
-    let cq = unsafe { verbs::ibv_create_cq(ctx, cqe.max(1) as c_int, me, ch, 0) };
+    let cq = unsafe { ibverbs::ibv_create_cq(ctx, cqe.max(1) as c_int, me, ch, 0) };
     if cq.is_null() {
         let e = io::Error::last_os_error();
         // SAFETY: [destroy] just created, unused.
-        unsafe { verbs::ibv_destroy_comp_channel(ch) };
+        unsafe { ibverbs::ibv_destroy_comp_channel(ch) };
         return Err(e);
     }
     Ok((ch, cq))
@@ -159,7 +159,7 @@ fn create_qp(c: &mut IdGuard<'_>, attr: &mut ibv_qp_init_attr_ex) -> io::Result<
         plain.srq = c.c.srq;
     }
     // SAFETY: [object] pd; [in] plain names [object] CQs.
-    let qp = unsafe { verbs::ibv_create_qp(pd, &mut plain) };
+    let qp = unsafe { ibverbs::ibv_create_qp(pd, &mut plain) };
     if qp.is_null() {
         let e = io::Error::last_os_error();
         destroy_cqs(c);
@@ -170,7 +170,7 @@ fn create_qp(c: &mut IdGuard<'_>, attr: &mut ibv_qp_init_attr_ex) -> io::Result<
     c.c.pd = pd;
     if let Err(e) = init_qp(c) {
         // SAFETY: [destroy] just created.
-        unsafe { verbs::ibv_destroy_qp(qp) };
+        unsafe { ibverbs::ibv_destroy_qp(qp) };
         c.c.qp = null_mut();
         destroy_cqs(c);
         return Err(e);
@@ -246,7 +246,7 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
     let mut c = obj!(unsafe { CCmId::from_c(id) }, unit).lock();
     if !c.c.qp.is_null() {
         // SAFETY: the id's QP, an [object] of ours.
-        unsafe { verbs::ibv_destroy_qp(c.c.qp) };
+        unsafe { ibverbs::ibv_destroy_qp(c.c.qp) };
         c.c.qp = null_mut();
     }
     destroy_cqs(&mut c);
@@ -292,7 +292,7 @@ fn to_ibv_qp_attr(a: &rverbs_uverbs::qp::QpAttr) -> ibv_qp_attr {
     o.port_num = a.port_num.unwrap_or(0);
     o.qkey = a.qkey.unwrap_or(0);
     if let Some(ah) = &a.ah_attr {
-        o.ah_attr = verbs::ah_attr_to(ah);
+        o.ah_attr = ibverbs::ah_attr_to(ah);
     }
     o.path_mtu = a.path_mtu.map_or(0, |m| u32::from(m.0));
     o.timeout = a.timeout.unwrap_or(0);
@@ -329,7 +329,7 @@ pub unsafe extern "C" fn rdma_create_srq(
         pd
     };
     // SAFETY: forwarded: [object] pd, [in] [out] attr.
-    let srq = unsafe { verbs::ibv_create_srq(pd, attr) };
+    let srq = unsafe { ibverbs::ibv_create_srq(pd, attr) };
     if srq.is_null() {
         return -1;
     }
@@ -348,7 +348,7 @@ pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
     let mut c = obj!(unsafe { CCmId::from_c(id) }, unit).lock();
     if !c.c.srq.is_null() {
         // SAFETY: [object] the id's SRQ.
-        unsafe { verbs::ibv_destroy_srq(c.c.srq) };
+        unsafe { ibverbs::ibv_destroy_srq(c.c.srq) };
         c.c.srq = null_mut();
     }
 }

@@ -6,8 +6,8 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 
-use rverbs::cm::verbs::{Endpoint, EndpointAttr};
 use rverbs::cm::{CmEvent, CmEventKind, CmId};
+use rverbs::cm::{Endpoint, EndpointAttr};
 use rverbs::uverbs::channel::CompChannel;
 use rverbs::uverbs::cq::{Cq, CqOptions};
 use rverbs::uverbs::mr::{AccessFlags, Mr};

@@ -4,8 +4,8 @@
 use std::io;
 use std::sync::Arc;
 
-use rverbs::cm::verbs::{Endpoint, UserCqs};
 use rverbs::cm::{CmId, ConnParam, QpState as CmQpState};
+use rverbs::cm::{Endpoint, UserCqs};
 use rverbs::uverbs::device::Transport;
 use rverbs::uverbs::qp::{self as vqp, Qp};
 use rverbs::uverbs::{MrSge, RecvWr, SendFlags, SendOp, SendWr};

@@ -5,8 +5,8 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use rverbs_cm::verbs::{Endpoint, EndpointAttr};
 use rverbs_cm::{create_ep, getaddrinfo, AddrHints, AddrInfo, CmId};
+use rverbs_cm::{Endpoint, EndpointAttr};
 use rverbs_uverbs::qp::QpCaps;
 
 /// `$RVERBS_ADDR_A` (set by the VM), else 10.10.0.1.

@@ -306,7 +306,7 @@ impl CqOps for CqRing {
     }
 
     fn event_received(&mut self) {
-        self.cq.ack_event();
+        self.cq.event_received();
     }
 
     fn cleans_on_qp_reset(&self) -> bool {
@@ -476,19 +476,7 @@ unsafe impl Driver for Mlx5Driver {
         Ok(Box::new(srq))
     }
 
-    unsafe fn create_ah(&self, _create: &mut CreateFn<'_, u32>) -> io::Result<u32> {
-        Err(Error::invalid(
-            "create AH on mlx5",
-            "the mlx5 driver needs the address (create_ah_for)",
-        )
-        .into())
-    }
-
-    unsafe fn create_ah_for(
-        &self,
-        attr: &AhAttr,
-        create: &mut CreateFn<'_, u32>,
-    ) -> io::Result<u32> {
+    unsafe fn create_ah(&self, attr: &AhAttr, create: &mut CreateFn<'_, u32>) -> io::Result<u32> {
         let op = || format!("create AH on mlx5 port {}", attr.port_num);
         let eth = match self.eth.get(usize::from(attr.port_num).wrapping_sub(1)) {
             Some(&e) => e,

@@ -290,7 +290,11 @@ unsafe impl Driver for RxeDriver {
         Ok(Box::new(SrqRing { rq, _map: map }))
     }
 
-    unsafe fn create_ah(&self, create: &mut CreateFn<'_, u32>) -> io::Result<u32> {
+    unsafe fn create_ah(
+        &self,
+        _attr: &rverbs_uverbs::ah::AhAttr,
+        create: &mut CreateFn<'_, u32>,
+    ) -> io::Result<u32> {
         let mut resp = rxe_create_ah_resp::default();
         create(&[], resp.as_mut_bytes())?;
         let r = rxe_create_ah_resp::read_from_bytes(resp.as_bytes()).unwrap_or_default();

@@ -352,7 +352,11 @@ unsafe impl Driver for SiwDriver {
         Ok(Box::new(SrqRing { rq, _map: map }))
     }
 
-    unsafe fn create_ah(&self, _create: &mut CreateFn<'_, u32>) -> io::Result<u32> {
+    unsafe fn create_ah(
+        &self,
+        _attr: &rverbs_uverbs::ah::AhAttr,
+        _create: &mut CreateFn<'_, u32>,
+    ) -> io::Result<u32> {
         Err(Error::unsupported(
             format!("create AH on {}", self.device),
             "siw is iWARP: no address handles (no UD QPs)",

@@ -205,11 +205,7 @@ pub trait FakeCreate {
         max_sge: u32,
         create: &mut CreateFn<'_, SrqCreated>,
     ) -> std::io::Result<Box<dyn SrqOps>>;
-    fn sim_create_ah_for(
-        &self,
-        attr: &AhAttr,
-        create: &mut CreateFn<'_, u32>,
-    ) -> std::io::Result<u32>;
+    fn sim_create_ah(&self, attr: &AhAttr, create: &mut CreateFn<'_, u32>) -> std::io::Result<u32>;
 }
 
 impl FakeCreate for Mlx5Driver {
@@ -244,12 +240,8 @@ impl FakeCreate for Mlx5Driver {
         unsafe { Driver::create_srq(self, cmd_fd, max_wr, max_sge, create) }
     }
 
-    fn sim_create_ah_for(
-        &self,
-        attr: &AhAttr,
-        create: &mut CreateFn<'_, u32>,
-    ) -> std::io::Result<u32> {
+    fn sim_create_ah(&self, attr: &AhAttr, create: &mut CreateFn<'_, u32>) -> std::io::Result<u32> {
         // SAFETY: see the trait: mlx5 maps nothing a create response names.
-        unsafe { Driver::create_ah_for(self, attr, create) }
+        unsafe { Driver::create_ah(self, attr, create) }
     }
 }

@@ -342,7 +342,7 @@ impl Run {
                     .driver
                     .as_ref()
                     .unwrap()
-                    .sim_create_ah_for(&a, &mut |_, uout| {
+                    .sim_create_ah(&a, &mut |_, uout| {
                         uout[..4].copy_from_slice(&16u32.to_ne_bytes());
                         if dmac.len() == 6 {
                             uout[4..10].copy_from_slice(&dmac);

@@ -722,7 +722,7 @@ fn ud_send_carries_the_av() {
         ..Default::default()
     };
     let ah = d
-        .sim_create_ah_for(&attr, &mut |_, out| {
+        .sim_create_ah(&attr, &mut |_, out| {
             out[0..4].copy_from_slice(&16u32.to_ne_bytes());
             out[4..10].copy_from_slice(&[0x02, 0x11, 0x22, 0x33, 0x44, 0x55]);
             Ok(3)
@@ -730,7 +730,7 @@ fn ud_send_carries_the_av() {
         .unwrap();
     // Without a GRH on RoCE: refused before the kernel is asked.
     let e = d
-        .sim_create_ah_for(
+        .sim_create_ah(
             &AhAttr {
                 port_num: 1,
                 ..Default::default()
@@ -740,7 +740,7 @@ fn ud_send_carries_the_av() {
         .unwrap_err();
     assert!(e.to_string().contains("needs a GRH"), "{e}");
     let e = d
-        .sim_create_ah_for(
+        .sim_create_ah(
             &AhAttr {
                 port_num: 2,
                 ..attr

@@ -9,7 +9,7 @@
 //! side. Nothing here is meant for users; the safe API lives in the crate root's modules.
 
 pub mod cmd;
+pub mod device;
 pub mod ioctl;
 pub mod netlink;
 pub mod obj;
-pub mod verbs;

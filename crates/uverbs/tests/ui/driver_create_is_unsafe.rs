@@ -4,6 +4,7 @@
 // contract is "issue the genuine kernel command on the context's command fd".
 use std::os::fd::AsFd;
 
+use rverbs_uverbs::ah::AhAttr;
 use rverbs_uverbs::context::Context;
 use rverbs_uverbs::driver::{CqCreated, CreateFn};
 
@@ -15,7 +16,7 @@ fn demo(ctx: &Context, file: &std::fs::File) {
         Ok(CqCreated { handle: 1, cqe: 1 })
     };
     let _ = driver.create_cq(file.as_fd(), 1, create);
-    let _ = driver.create_ah(&mut |_, _| Ok(0));
+    let _ = driver.create_ah(&AhAttr::default(), &mut |_, _| Ok(0));
 }
 
 fn main() {

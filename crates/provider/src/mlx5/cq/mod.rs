@@ -477,9 +477,10 @@ impl<L: WrIdLookup> Mlx5Cq<L> {
         holes
     }
 
-    /// Acknowledges one completion event read from the completion channel: advances the arm
-    /// sequence number, so the next arm is a new request (libmlx5's `mlx5_cq_event()`).
-    pub fn ack_event(&mut self) {
+    /// One completion event was read from the completion channel (`CqOps::event_received`):
+    /// advances the arm sequence number, so the next arm is a new request (libmlx5's
+    /// `mlx5_cq_event()`).
+    pub fn event_received(&mut self) {
         self.arm_sn = self.arm_sn.wrapping_add(1);
     }
 

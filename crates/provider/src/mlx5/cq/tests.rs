@@ -301,19 +301,19 @@ fn mlx5_arm_words_and_sequence() {
     dev.push(send_cqe(1, 1));
     let mut out = [WorkCompletion::default(); 4];
     assert_eq!(cq.poll(&mut out), 2);
-    cq.ack_event();
+    cq.event_received();
     cq.arm(false);
     assert_eq!(read(), ((1 << 28) | 2, (((1u64 << 28) | 2) << 32) | 0x42));
     for _ in 0..3 {
-        cq.ack_event();
+        cq.event_received();
     }
     assert_eq!(cq.arm_sn(), 4);
     cq.arm(true);
     // sn wraps at 4: back to 0.
     assert_eq!(read(), ((1 << 24) | 2, (((1u64 << 24) | 2) << 32) | 0x42));
-    cq.ack_event();
-    cq.ack_event();
-    cq.ack_event();
+    cq.event_received();
+    cq.event_received();
+    cq.event_received();
     assert_eq!(cq.arm_word(false), (3 << 28) | 2);
     drop(cq);
     free_uar(p);

@@ -92,10 +92,9 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
 /// `mr` came from [`ibv_reg_mr`] and is not used afterwards unless this fails.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
-    if mr.is_null() {
-        return null_arg("ibv_mr");
-    }
-    let p = mr as *mut CMr;
+    // SAFETY: [destroy] mr (checked for NULL only: the registration is moved out below).
+    obj!(unsafe { CMr::from_c(mr) }, errno);
+    let p = CMr::owner_ptr(mr);
     // SAFETY: [destroy] mr: boxed by ibv_reg_mr_iova2 ([owner]); the registration is moved out and either consumed
     // (then the box is freed without dropping it again) or written back.
     let raw = unsafe { std::ptr::read(&raw const (*p).mr) };

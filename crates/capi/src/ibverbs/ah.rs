@@ -126,10 +126,9 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
 /// `ah` came from [`ibv_create_ah`] and is not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
-    if ah.is_null() {
-        return null_arg("ibv_ah");
-    }
+    // SAFETY: [destroy] ah.
+    obj!(unsafe { CAh::from_c(ah) }, errno);
     // SAFETY: [destroy] ah: boxed by ibv_create_ah ([owner]).
-    drop(unsafe { Box::from_raw(ah.cast::<CAh>()) });
+    drop(unsafe { Box::from_raw(CAh::owner_ptr(ah)) });
     0
 }

@@ -43,9 +43,13 @@ pub unsafe extern "C" fn ibv_copy_qp_attr_from_kern(
     dst: *mut ibv_qp_attr,
     src: *const rverbs_cm::abi::ib_uverbs_qp_attr,
 ) {
-    // SAFETY: [in] src (unaligned).
-    let k = unsafe { src.read_unaligned() };
-    let o = ibv_qp_attr {
+    // SAFETY: [in] src (unaligned), [out] dst.
+    unsafe { dst.write(qp_attr_from_kern(&src.read_unaligned())) };
+}
+
+/// The `ibv_qp_attr` of the kernel's `ib_uverbs_qp_attr`.
+fn qp_attr_from_kern(k: &rverbs_cm::abi::ib_uverbs_qp_attr) -> ibv_qp_attr {
+    ibv_qp_attr {
         qp_state: k.qp_state,
         cur_qp_state: k.cur_qp_state,
         path_mtu: k.path_mtu,
@@ -78,9 +82,7 @@ pub unsafe extern "C" fn ibv_copy_qp_attr_from_kern(
         alt_port_num: k.alt_port_num,
         alt_timeout: k.alt_timeout,
         rate_limit: 0,
-    };
-    // SAFETY: [out] dst.
-    unsafe { dst.write(o) };
+    }
 }
 
 /// `ibv_copy_path_rec_from_kern`: `struct ib_user_path_rec` to `ibv_sa_path_rec`.

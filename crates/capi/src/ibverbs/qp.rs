@@ -41,67 +41,144 @@ pub unsafe extern "C" fn ibv_create_qp(
         set_errno(null_arg("ibv_qp_init_attr"));
         return null_mut();
     };
-    if a.qp_type > 255 {
-        set_errno(libc::EINVAL);
-        return null_mut();
-    }
     // SAFETY: [in] init_attr names [object] CQs (NULL is refused).
-    let scq = obj!(unsafe { CCq::from_c(a.send_cq) }, null).cq.clone();
+    let scq = obj!(unsafe { CCq::from_c(a.send_cq) }, null);
     // SAFETY: as above.
-    let rcq = obj!(unsafe { CCq::from_c(a.recv_cq) }, null).cq.clone();
-    let srq = if a.srq.is_null() {
-        None
-    } else {
+    let rcq = obj!(unsafe { CCq::from_c(a.recv_cq) }, null);
+    let srq = match a.srq.is_null() {
+        true => None,
         // SAFETY: [in] init_attr names an [object] SRQ.
-        Some(obj!(unsafe { CSrq::from_c(a.srq) }, null).srq.clone())
+        false => Some(obj!(unsafe { CSrq::from_c(a.srq) }, null)),
     };
-    let init = QpInit {
-        qp_type: QpType(a.qp_type as u8),
-        send_cq: scq,
-        recv_cq: rcq,
-        srq,
-        caps: QpCaps {
-            max_send_wr: a.cap.max_send_wr,
-            max_recv_wr: a.cap.max_recv_wr,
-            max_send_sge: a.cap.max_send_sge,
-            max_recv_sge: a.cap.max_recv_sge,
-            max_inline_data: a.cap.max_inline_data,
-        },
-        sq_sig_all: a.sq_sig_all != 0,
-    };
-    let qp = match Qp::create(&p.pd, init) {
+    match CQp::create(p, a, scq, rcq, srq) {
         Ok(q) => q,
-        Err(e) => return null_with(&e),
-    };
-    let caps = qp.caps();
-    a.cap = ibv_qp_cap {
-        max_send_wr: caps.max_send_wr,
-        max_recv_wr: caps.max_recv_wr,
-        max_send_sge: caps.max_send_sge,
-        max_recv_sge: caps.max_recv_sge,
-        max_inline_data: caps.max_inline_data,
-    };
-    // SAFETY: integers, pointers, zeroed pthread objects.
-    let mut c: ibv_qp = unsafe { std::mem::zeroed() };
-    c.context = p.context();
-    c.qp_context = a.qp_context;
-    c.pd = pd;
-    c.send_cq = a.send_cq;
-    c.recv_cq = a.recv_cq;
-    c.srq = a.srq;
-    c.handle = qp.handle();
-    c.qp_num = qp.qp_num();
-    c.state = u32::from(QpState::RESET.0);
-    c.qp_type = a.qp_type;
-    let h = qp.user_handle();
-    let p = Box::into_raw(Box::new(CQp {
-        c: UnsafeCell::new(ibv_qp_ex::from_base(c)),
-        qp,
-        ex: OnceLock::new(),
-        events: EventCount::default(),
-    }));
-    register(QP, h, p as usize);
-    p.cast()
+        Err(e) => null_with(&e),
+    }
+}
+
+impl CQp {
+    /// The core of [`ibv_create_qp`]: `a` with its CQs and SRQ looked up (`pd` owns `a.pd`'s
+    /// place in the new `ibv_qp`); writes the granted capabilities into `a.cap`.
+    fn create(
+        pd: &CPd,
+        a: &mut ibv_qp_init_attr,
+        send_cq: &CCq,
+        recv_cq: &CCq,
+        srq: Option<&CSrq>,
+    ) -> io::Result<*mut ibv_qp> {
+        let qp_type = u8::try_from(a.qp_type).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("ibv_create_qp: qp_type {} is not a QP type", a.qp_type),
+            )
+        })?;
+        let init = QpInit {
+            qp_type: QpType(qp_type),
+            send_cq: send_cq.cq.clone(),
+            recv_cq: recv_cq.cq.clone(),
+            srq: srq.map(|s| s.srq.clone()),
+            caps: caps_from_c(&a.cap),
+            sq_sig_all: a.sq_sig_all != 0,
+        };
+        let qp = Qp::create(&pd.pd, init)?;
+        a.cap = caps_to_c(&qp.caps());
+        // SAFETY: integers, pointers, zeroed pthread objects.
+        let mut c: ibv_qp = unsafe { std::mem::zeroed() };
+        c.context = pd.context();
+        c.qp_context = a.qp_context;
+        c.pd = pd.c_ptr();
+        c.send_cq = a.send_cq;
+        c.recv_cq = a.recv_cq;
+        c.srq = a.srq;
+        c.handle = qp.handle();
+        c.qp_num = qp.qp_num();
+        c.state = u32::from(QpState::RESET.0);
+        c.qp_type = a.qp_type;
+        let h = qp.user_handle();
+        let p = Box::into_raw(Box::new(CQp {
+            c: UnsafeCell::new(ibv_qp_ex::from_base(c)),
+            qp,
+            ex: OnceLock::new(),
+            events: EventCount::default(),
+        }));
+        register(QP, h, p as usize);
+        Ok(p.cast())
+    }
+
+    /// The core of [`ibv_query_qp`]: every attribute, and the creation attributes (those C
+    /// gave, read back from the `ibv_qp`, with today's capabilities). Keeps `ibv_qp.state`
+    /// current, as libibverbs does.
+    fn query(&self) -> io::Result<(ibv_qp_attr, ibv_qp_init_attr)> {
+        let i = self.qp.query()?;
+        let cap = caps_to_c(&i.caps);
+        let o = ibv_qp_attr {
+            qp_state: u32::from(i.state.0),
+            cur_qp_state: u32::from(i.cur_state.0),
+            path_mtu: u32::from(i.path_mtu.0),
+            path_mig_state: 0,
+            qkey: i.qkey,
+            rq_psn: i.rq_psn,
+            sq_psn: i.sq_psn,
+            dest_qp_num: i.dest_qp_num,
+            qp_access_flags: i.access_flags.bits(),
+            cap,
+            ah_attr: ah_attr_to(&i.ah_attr),
+            alt_ah_attr: ibv_ah_attr::default(),
+            pkey_index: i.pkey_index,
+            alt_pkey_index: 0,
+            en_sqd_async_notify: 0,
+            sq_draining: u8::from(i.sq_draining),
+            max_rd_atomic: i.max_rd_atomic,
+            max_dest_rd_atomic: i.max_dest_rd_atomic,
+            min_rnr_timer: i.min_rnr_timer,
+            port_num: i.port_num,
+            timeout: i.timeout,
+            retry_cnt: i.retry_cnt,
+            rnr_retry: i.rnr_retry,
+            alt_port_num: 0,
+            alt_timeout: 0,
+            rate_limit: 0,
+        };
+        let qp = self.c_ptr().cast::<ibv_qp>();
+        // SAFETY: [c-struct] a raw write of our live QP's C structure (the ibv_qp begins
+        // the ibv_qp_ex), serialised by c_write.
+        c_write(|| unsafe { (*qp).state = o.qp_state });
+        // SAFETY: [c-struct] raw reads of fields set at creation and never written again.
+        let ia = unsafe {
+            ibv_qp_init_attr {
+                qp_context: (*qp).qp_context,
+                send_cq: (*qp).send_cq,
+                recv_cq: (*qp).recv_cq,
+                srq: (*qp).srq,
+                cap,
+                qp_type: (*qp).qp_type,
+                sq_sig_all: c_int::from(i.sq_sig_all),
+            }
+        };
+        Ok((o, ia))
+    }
+}
+
+/// The rverbs capabilities a C `ibv_qp_cap` asks for.
+pub(crate) fn caps_from_c(c: &ibv_qp_cap) -> QpCaps {
+    QpCaps {
+        max_send_wr: c.max_send_wr,
+        max_recv_wr: c.max_recv_wr,
+        max_send_sge: c.max_send_sge,
+        max_recv_sge: c.max_recv_sge,
+        max_inline_data: c.max_inline_data,
+    }
+}
+
+/// The C `ibv_qp_cap` of rverbs capabilities.
+pub(crate) fn caps_to_c(c: &QpCaps) -> ibv_qp_cap {
+    ibv_qp_cap {
+        max_send_wr: c.max_send_wr,
+        max_recv_wr: c.max_recv_wr,
+        max_send_sge: c.max_send_sge,
+        max_recv_sge: c.max_recv_sge,
+        max_inline_data: c.max_inline_data,
+    }
 }
 
 pub(super) fn ah_attr_from(a: &ibv_ah_attr) -> AhAttr {
@@ -247,61 +324,17 @@ pub unsafe extern "C" fn ibv_query_qp(
     if attr.is_null() || init_attr.is_null() {
         return null_arg("ibv_query_qp output");
     }
-    let i = match q.qp.query() {
-        Ok(i) => i,
-        Err(e) => return fail(&e),
-    };
-    let cap = ibv_qp_cap {
-        max_send_wr: i.caps.max_send_wr,
-        max_recv_wr: i.caps.max_recv_wr,
-        max_send_sge: i.caps.max_send_sge,
-        max_recv_sge: i.caps.max_recv_sge,
-        max_inline_data: i.caps.max_inline_data,
-    };
-    let o = ibv_qp_attr {
-        qp_state: u32::from(i.state.0),
-        cur_qp_state: u32::from(i.cur_state.0),
-        path_mtu: u32::from(i.path_mtu.0),
-        path_mig_state: 0,
-        qkey: i.qkey,
-        rq_psn: i.rq_psn,
-        sq_psn: i.sq_psn,
-        dest_qp_num: i.dest_qp_num,
-        qp_access_flags: i.access_flags.bits(),
-        cap,
-        ah_attr: ah_attr_to(&i.ah_attr),
-        alt_ah_attr: ibv_ah_attr::default(),
-        pkey_index: i.pkey_index,
-        alt_pkey_index: 0,
-        en_sqd_async_notify: 0,
-        sq_draining: u8::from(i.sq_draining),
-        max_rd_atomic: i.max_rd_atomic,
-        max_dest_rd_atomic: i.max_dest_rd_atomic,
-        min_rnr_timer: i.min_rnr_timer,
-        port_num: i.port_num,
-        timeout: i.timeout,
-        retry_cnt: i.retry_cnt,
-        rnr_retry: i.rnr_retry,
-        alt_port_num: 0,
-        alt_timeout: 0,
-        rate_limit: 0,
-    };
-    // SAFETY: [object] qp; [c-struct] a raw write, serialised by c_write.
-    c_write(|| unsafe { (*qp).state = o.qp_state });
-    // SAFETY: [out] attr and init_attr; [object] qp, whose C fields are read through the raw
-    // pointer ([c-struct]).
-    unsafe {
-        attr.write(o);
-        let ia = &mut *init_attr;
-        ia.qp_context = (*qp).qp_context;
-        ia.send_cq = (*qp).send_cq;
-        ia.recv_cq = (*qp).recv_cq;
-        ia.srq = (*qp).srq;
-        ia.cap = cap;
-        ia.qp_type = (*qp).qp_type;
-        ia.sq_sig_all = c_int::from(i.sq_sig_all);
+    match q.query() {
+        Ok((o, ia)) => {
+            // SAFETY: [out] attr and init_attr (non-NULL).
+            unsafe {
+                attr.write(o);
+                init_attr.write(ia);
+            }
+            0
+        }
+        Err(e) => fail(&e),
     }
-    0
 }
 
 /// `ibv_destroy_qp`. Waits until every async event delivered for the QP was acknowledged
@@ -385,11 +418,8 @@ unsafe fn send_wr(w: &ibv_send_wr, ud: bool) -> Option<SendWr<'_>> {
     let ud_dest = if ud {
         // SAFETY: reading a union of plain data (a UD request uses its `ud` member).
         let u = unsafe { w.wr.ud };
-        if u.ah.is_null() {
-            return None;
-        }
-        // SAFETY: [wr] a UD request's non-NULL AH is an [object] AH ([owner]).
-        let a = unsafe { &*(u.ah as *const CAh) };
+        // SAFETY: [wr] a UD request's AH is an [object] AH (NULL refused).
+        let a = unsafe { CAh::from_c(u.ah) }?;
         Some(a.ah.ud_dest(u.remote_qpn, u.remote_qkey))
     } else {
         None

@@ -35,6 +35,11 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
 }
 
 impl CPd {
+    /// The C structure (\[c-struct\]: for raw reads and writes only).
+    pub(crate) fn c_ptr(&self) -> *mut ibv_pd {
+        self.c.get()
+    }
+
     /// The context C sees in `ibv_pd.context` (set at creation).
     pub(crate) fn context(&self) -> *mut ibv_context {
         // SAFETY: [c-struct] a read through the raw pointer, no reference.

@@ -40,47 +40,62 @@ pub unsafe extern "C" fn ibv_create_cq(
 ) -> *mut ibv_cq {
     // SAFETY: [object] context.
     let c = obj!(unsafe { CContext::from_c(context) }, null);
-    if cqe < 0 || comp_vector < 0 {
-        set_errno(libc::EINVAL);
-        return null_mut();
-    }
-    let ch = if channel.is_null() {
-        None
-    } else {
-        // SAFETY: [object] channel.
-        Some(obj!(unsafe { CChannel::from_c(channel) }, null).ch.clone())
-    };
-    let opts = CqOptions {
-        channel: ch,
-        comp_vector: comp_vector as u32,
-    };
-    let cq = match Cq::create(&c.ctx, cqe as u32, opts) {
+    // SAFETY: [object] channel (NULL allowed: no channel).
+    let ch = unsafe { CChannel::from_c_or_none(channel) };
+    match CCq::create(c, context, cqe, cq_context, ch, comp_vector) {
         Ok(cq) => cq,
-        Err(e) => return null_with(&e),
-    };
-    if !channel.is_null() {
-        // SAFETY: [object] channel; [c-struct] a raw write, serialised by c_write.
-        c_write(|| unsafe { (*channel).refcnt += 1 });
+        Err(e) => null_with(&e),
     }
-    // SAFETY: ibv_cq_ex is integers, pointers, NULL fn pointers (Option) and
-    // zero-initialised pthread objects.
-    let mut ic: ibv_cq_ex = unsafe { std::mem::zeroed() };
-    ic.context = context;
-    ic.channel = channel;
-    ic.cq_context = cq_context;
-    ic.handle = cq.handle();
-    ic.cqe = cq.cqe() as c_int;
-    let handle = cq.user_handle();
-    let p = Box::into_raw(Box::new(CCq {
-        c: UnsafeCell::new(ic),
-        cq,
-        ex: OnceLock::new(),
-        events: EventCount::default(),
-    }));
-    cqs()
-        .get_or_insert_with(HashMap::default)
-        .insert(handle, CqPtr(p));
-    p.cast()
+}
+
+impl CCq {
+    /// The core of [`ibv_create_cq`]: `context` is the C pointer of `c`, `channel` the owner
+    /// of the C channel (if any).
+    fn create(
+        c: &CContext,
+        context: *mut ibv_context,
+        cqe: c_int,
+        cq_context: *mut c_void,
+        channel: Option<&CChannel>,
+        comp_vector: c_int,
+    ) -> io::Result<*mut ibv_cq> {
+        let (Ok(n), Ok(comp_vector)) = (u32::try_from(cqe), u32::try_from(comp_vector)) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("ibv_create_cq: cqe {cqe}, comp_vector {comp_vector}: not negative"),
+            ));
+        };
+        let opts = CqOptions {
+            channel: channel.map(|ch| ch.ch.clone()),
+            comp_vector,
+        };
+        let cq = Cq::create(&c.ctx, n, opts)?;
+        let cch = channel.map_or(null_mut(), |ch| ch.c.get());
+        if let Some(ch) = channel {
+            // SAFETY: [c-struct] a raw write of our channel's C structure, serialised by
+            // c_write.
+            c_write(|| unsafe { (*ch.c.get()).refcnt += 1 });
+        }
+        // SAFETY: ibv_cq_ex is integers, pointers, NULL fn pointers (Option) and
+        // zero-initialised pthread objects.
+        let mut ic: ibv_cq_ex = unsafe { std::mem::zeroed() };
+        ic.context = context;
+        ic.channel = cch;
+        ic.cq_context = cq_context;
+        ic.handle = cq.handle();
+        ic.cqe = cq.cqe() as c_int;
+        let handle = cq.user_handle();
+        let p = Box::into_raw(Box::new(CCq {
+            c: UnsafeCell::new(ic),
+            cq,
+            ex: OnceLock::new(),
+            events: EventCount::default(),
+        }));
+        cqs()
+            .get_or_insert_with(HashMap::default)
+            .insert(handle, CqPtr(p));
+        Ok(p.cast())
+    }
 }
 
 /// `ibv_resize_cq`.
