@@ -10,8 +10,8 @@ use std::path::Path;
 use rustix::io::Errno;
 use zerocopy::IntoBytes;
 
-use crate::abi::ioctl::device as dev_m;
 use crate::abi::device::ib_uverbs_gid_entry;
+use crate::abi::ioctl::device as dev_m;
 use crate::context::{Context, Via, M_GID_ENTRY, M_GID_TABLE};
 use crate::device::read_str;
 use crate::error::Error;

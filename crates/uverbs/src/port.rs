@@ -8,10 +8,10 @@ use rustix::io::Errno;
 use zerocopy::FromZeros;
 
 use crate::abi::cmd::nr;
-use crate::abi::ioctl::device as dev_m;
 use crate::abi::device::{
     ib_uverbs_query_port, ib_uverbs_query_port_resp, ib_uverbs_query_port_resp_ex,
 };
+use crate::abi::ioctl::device as dev_m;
 use crate::context::{Context, Via, M_QUERY_PORT};
 use crate::error::Error;
 use crate::newtype::raw_newtype;
