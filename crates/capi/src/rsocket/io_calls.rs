@@ -224,10 +224,9 @@ unsafe fn msg_iovecs<'a>(msg: *const msghdr, what: &str) -> Result<Vec<&'a mut [
         );
         return Err(libc::EOPNOTSUPP);
     }
-    let Ok(cnt) = c_int::try_from(m.msg_iovlen) else {
-        refuse(libc::EINVAL, &format!("{what}: msg_iovlen"));
-        return Err(libc::EINVAL);
-    };
+    // size_t on glibc, int on musl: anything past IOV_MAX is refused by `iovecs`.
+    #[allow(clippy::unnecessary_cast)]
+    let cnt = (m.msg_iovlen as u64).min(IOV_MAX as u64 + 1) as c_int;
     // SAFETY: [in] [buf] the contract.
     unsafe { iovecs(m.msg_iov, cnt) }.inspect_err(|&n| {
         refuse(n, &format!("{what}: the iovec array"));
