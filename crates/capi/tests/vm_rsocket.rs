@@ -563,3 +563,57 @@ fn riostream_on_our_rsockets_stops_at_riomap_interop() {
         "client:\n{cout}\nserver:\n{sout}"
     );
 }
+
+/// rdma-core's `rcopy` (a file copy over rsockets) on our librdmacm against `rcopy` on
+/// rdma-core's, both directions: a 3 MB file (bigger than the rings) arrives intact.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn rcopy_on_our_rsockets_interop() {
+    let a = addr_a();
+    let dir = std::env::temp_dir().join(format!("rverbs-rcopy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("src");
+    let data: Vec<u8> = (0..3_000_007u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(&src, &data).unwrap();
+    for (k, server_ours) in [true, false].into_iter().enumerate() {
+        let port = 7760 + k as u16;
+        let dst = dir.join(format!("dst{k}"));
+        // The server serves forever: started without `timeout` so that killing it kills rcopy.
+        let mut s = Command::new("/usr/bin/rcopy");
+        s.args(["-p", &port.to_string()]);
+        if server_ours {
+            s.env("LD_LIBRARY_PATH", lib_dir());
+        } else {
+            s.env_remove("LD_LIBRARY_PATH");
+        }
+        let server = Proc::spawn(s);
+        wait_cm_listening(port);
+        let mut c = tool("rcopy", !server_ours);
+        c.arg(&src)
+            .arg(format!("{a}:{}", dst.display()))
+            .args(["-p", &port.to_string()]);
+        let (cok, cout) = Proc::spawn(c).finish(Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(300));
+        let (_, sout) = server.finish(Duration::ZERO);
+        let who = if server_ours {
+            "server ours"
+        } else {
+            "client ours"
+        };
+        assert!(cok, "rcopy {who}:\nclient:\n{cout}\nserver:\n{sout}");
+        assert!(sout.contains("done"), "rcopy {who}: server:\n{sout}");
+        let got = std::fs::read(&dst).unwrap_or_default();
+        assert!(
+            got == data,
+            "rcopy {who}: {} of {} bytes, differing",
+            got.len(),
+            data.len()
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -29,15 +29,11 @@ fn check_flags(flags: c_int, what: &str) -> Result<(), c_int> {
     Ok(())
 }
 
-/// `(buf, len)` as one slice; NULL with a length is `EFAULT`, a length over `isize::MAX`
-/// `EINVAL`.
-///
-/// # Safety
-/// \[buf\] `buf` NULL or `len` bytes readable (and writable for `rrecv`), not accessed by
-/// anyone else during the call.
-unsafe fn slice<'a>(buf: *const c_void, len: size_t) -> Result<&'a mut [u8], c_int> {
+/// `(buf, len)` checked: NULL with a length is `EFAULT`, a length over `isize::MAX`
+/// `EINVAL`. A zero length gives a dangling, aligned pointer.
+fn checked(buf: *const c_void, len: size_t) -> Result<(*mut u8, usize), c_int> {
     if len == 0 {
-        return Ok(&mut []);
+        return Ok((std::ptr::NonNull::dangling().as_ptr(), 0));
     }
     if buf.is_null() {
         return Err(libc::EFAULT);
@@ -45,15 +41,34 @@ unsafe fn slice<'a>(buf: *const c_void, len: size_t) -> Result<&'a mut [u8], c_i
     if len > isize::MAX as usize {
         return Err(libc::EINVAL);
     }
-    // SAFETY: [buf] len bytes at buf, nobody else's during the call (the contract).
-    Ok(unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>().cast_mut(), len) })
+    Ok((buf.cast::<u8>().cast_mut(), len))
 }
 
-/// The `iovcnt` entries at `iov` as slices.
+/// `(buf, len)` as a slice to receive into.
 ///
 /// # Safety
-/// \[in\] `iov` NULL or `iovcnt` readable `iovec`s, each \[buf\] as for [`slice`].
-unsafe fn iovecs<'a>(iov: *const iovec, iovcnt: c_int) -> Result<Vec<&'a mut [u8]>, c_int> {
+/// \[buf\] `buf` NULL or `len` writable bytes, not accessed by anyone else during the call.
+unsafe fn slice_mut<'a>(buf: *mut c_void, len: size_t) -> Result<&'a mut [u8], c_int> {
+    let (p, n) = checked(buf, len)?;
+    // SAFETY: [buf] n writable bytes at p (or none), nobody else's during the call.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
+}
+
+/// `(buf, len)` as a slice to send from.
+///
+/// # Safety
+/// \[buf\] `buf` NULL or `len` readable bytes, not written by anyone during the call.
+unsafe fn slice<'a>(buf: *const c_void, len: size_t) -> Result<&'a [u8], c_int> {
+    let (p, n) = checked(buf, len)?;
+    // SAFETY: [buf] n readable bytes at p (or none), unchanged during the call.
+    Ok(unsafe { std::slice::from_raw_parts(p, n) })
+}
+
+/// The `iovcnt` entries at `iov`, each checked as [`checked`] and the total as well.
+///
+/// # Safety
+/// \[in\] `iov` NULL or `iovcnt` readable `iovec`s.
+unsafe fn iovecs(iov: *const iovec, iovcnt: c_int) -> Result<Vec<(*mut u8, usize)>, c_int> {
     if !(0..=IOV_MAX).contains(&iovcnt) {
         return Err(libc::EINVAL);
     }
@@ -69,10 +84,45 @@ unsafe fn iovecs<'a>(iov: *const iovec, iovcnt: c_int) -> Result<Vec<&'a mut [u8
             Some(t) if t <= isize::MAX as usize => t,
             _ => return Err(libc::EINVAL),
         };
-        // SAFETY: [buf] each entry as the contract.
-        v.push(unsafe { slice(e.iov_base, e.iov_len)? });
+        v.push(checked(e.iov_base, e.iov_len)?);
     }
     Ok(v)
+}
+
+/// Checked iovecs as slices to receive into; overlapping buffers (which `readv(2)` allows,
+/// with unspecified contents) are refused with `EINVAL`: two Rust `&mut` slices may not
+/// alias.
+///
+/// # Safety
+/// \[buf\] each `(ptr, len)` is writable and nobody else's during the call.
+unsafe fn as_mut<'a>(v: &[(*mut u8, usize)], what: &str) -> Result<Vec<&'a mut [u8]>, c_int> {
+    let mut spans: Vec<(usize, usize)> = v
+        .iter()
+        .filter(|&&(_, n)| n > 0)
+        .map(|&(p, n)| (p as usize, p as usize + n))
+        .collect();
+    spans.sort_unstable();
+    if spans.windows(2).any(|w| w[1].0 < w[0].1) {
+        return Err(refuse(
+            libc::EINVAL,
+            &format!("{what}: receive buffers overlap"),
+        ));
+    }
+    Ok(v.iter()
+        // SAFETY: [buf] the contract; disjoint (checked above).
+        .map(|&(p, n)| unsafe { std::slice::from_raw_parts_mut(p, n) })
+        .collect())
+}
+
+/// Checked iovecs as slices to send from.
+///
+/// # Safety
+/// \[buf\] each `(ptr, len)` is readable and unchanged during the call.
+unsafe fn as_ref<'a>(v: &[(*mut u8, usize)]) -> Vec<&'a [u8]> {
+    v.iter()
+        // SAFETY: [buf] the contract.
+        .map(|&(p, n)| unsafe { std::slice::from_raw_parts(p.cast_const(), n) })
+        .collect()
 }
 
 fn recv_on(s: &RSocket, bufs: &mut [&mut [u8]], flags: c_int) -> ssize_t {
@@ -114,7 +164,7 @@ fn recv_on(s: &RSocket, bufs: &mut [&mut [u8]], flags: c_int) -> ssize_t {
     }
 }
 
-fn send_on(s: &RSocket, bufs: &[&mut [u8]], flags: c_int) -> ssize_t {
+fn send_on(s: &RSocket, bufs: &[&[u8]], flags: c_int) -> ssize_t {
     if check_flags(flags, "rsend").is_err() {
         return -1;
     }
@@ -146,7 +196,7 @@ pub unsafe extern "C" fn rrecv(
 ) -> ssize_t {
     let s = rs!(socket);
     // SAFETY: [buf] the contract.
-    match unsafe { slice(buf, len) } {
+    match unsafe { slice_mut(buf, len) } {
         Ok(b) => recv_on(&s, &mut [b], flags),
         Err(n) => refuse(n, "rrecv: the buffer") as ssize_t,
     }
@@ -201,7 +251,11 @@ pub unsafe extern "C" fn rreadv(socket: c_int, iov: *const iovec, iovcnt: c_int)
     let s = rs!(socket);
     // SAFETY: [in] [buf] the contract.
     match unsafe { iovecs(iov, iovcnt) } {
-        Ok(mut v) => recv_on(&s, &mut v, 0),
+        // SAFETY: [buf] the contract: each entry is writable.
+        Ok(v) => match unsafe { as_mut(&v, "rreadv") } {
+            Ok(mut b) => recv_on(&s, &mut b, 0),
+            Err(_) => -1,
+        },
         Err(n) => refuse(n, "rreadv: the iovec array") as ssize_t,
     }
 }
@@ -210,7 +264,7 @@ pub unsafe extern "C" fn rreadv(socket: c_int, iov: *const iovec, iovcnt: c_int)
 ///
 /// # Safety
 /// \[in\] `msg` NULL or a `msghdr` whose `msg_iov` is as [`rreadv`]'s `iov`.
-unsafe fn msg_iovecs<'a>(msg: *const msghdr, what: &str) -> Result<Vec<&'a mut [u8]>, c_int> {
+unsafe fn msg_iovecs(msg: *const msghdr, what: &str) -> Result<Vec<(*mut u8, usize)>, c_int> {
     if msg.is_null() {
         refuse(libc::EFAULT, &format!("{what}: NULL msghdr"));
         return Err(libc::EFAULT);
@@ -242,7 +296,11 @@ pub unsafe extern "C" fn rrecvmsg(socket: c_int, msg: *mut msghdr, flags: c_int)
     let s = rs!(socket);
     // SAFETY: [in] the contract.
     match unsafe { msg_iovecs(msg, "rrecvmsg") } {
-        Ok(mut v) => recv_on(&s, &mut v, flags),
+        // SAFETY: [buf] the contract: each entry is writable.
+        Ok(v) => match unsafe { as_mut(&v, "rrecvmsg") } {
+            Ok(mut b) => recv_on(&s, &mut b, flags),
+            Err(_) => -1,
+        },
         Err(_) => -1,
     }
 }
@@ -309,7 +367,8 @@ pub unsafe extern "C" fn rwritev(socket: c_int, iov: *const iovec, iovcnt: c_int
     let s = rs!(socket);
     // SAFETY: [in] [buf] the contract (the slices are only read).
     match unsafe { iovecs(iov, iovcnt) } {
-        Ok(v) => send_on(&s, &v, 0),
+        // SAFETY: [buf] the contract: each entry is readable.
+        Ok(v) => send_on(&s, &unsafe { as_ref(&v) }, 0),
         Err(n) => refuse(n, "rwritev: the iovec array") as ssize_t,
     }
 }
@@ -324,7 +383,8 @@ pub unsafe extern "C" fn rsendmsg(socket: c_int, msg: *const msghdr, flags: c_in
     let s = rs!(socket);
     // SAFETY: [in] the contract.
     match unsafe { msg_iovecs(msg, "rsendmsg") } {
-        Ok(v) => send_on(&s, &v, flags),
+        // SAFETY: [buf] the contract: each entry is readable.
+        Ok(v) => send_on(&s, &unsafe { as_ref(&v) }, flags),
         Err(_) => -1,
     }
 }

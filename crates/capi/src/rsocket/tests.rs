@@ -305,6 +305,20 @@ fn data_calls_on_an_unconnected_rsocket() {
             },
         ];
         refused(rreadv(fd, huge.as_ptr(), 2) as i64, libc::EINVAL);
+        // Overlapping receive buffers: two `&mut` may not alias, refused.
+        let lap = [
+            libc::iovec {
+                iov_base: bp,
+                iov_len: 8,
+            },
+            libc::iovec {
+                iov_base: bp.cast::<u8>().add(4).cast(),
+                iov_len: 4,
+            },
+        ];
+        refused(rreadv(fd, lap.as_ptr(), 2) as i64, libc::EINVAL);
+        // Sending from overlapping buffers is fine (not connected here).
+        refused(rwritev(fd, lap.as_ptr(), 2) as i64, libc::ENOTCONN);
         refused(rreadv(fd, iov.as_ptr(), 1) as i64, libc::ENOTCONN);
         // msghdr
         refused(rrecvmsg(fd, null_mut(), 0) as i64, libc::EFAULT);
