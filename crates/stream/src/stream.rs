@@ -498,7 +498,8 @@ pub struct Readiness {
     pub readable: bool,
     /// A `write` would not block: credits and ring space, or an error it would return.
     pub writable: bool,
-    /// The connection is over: the peer disconnected or we sent our DISCONNECT.
+    /// The connection is over (the peer disconnected or we sent our DISCONNECT) and no
+    /// received data is left to read.
     pub hangup: bool,
     /// The stream ended with an error (a protocol fault or a failed transfer).
     pub error: bool,
@@ -713,7 +714,9 @@ impl Inner {
             Readiness {
                 readable: l.has_data() || !l.readable || error,
                 writable: l.can_send() || !l.writable || error,
-                hangup: !l.connected,
+                // Not while data is left to read: poll(2) callers such as rstream treat a
+                // hangup as the end, and the peer's last data precedes its DISCONNECT.
+                hangup: !l.connected && !l.has_data(),
                 error,
             }
         }
