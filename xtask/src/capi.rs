@@ -38,8 +38,8 @@ pub const PROGRAMS: &[&str] = &[
     "/usr/lib/x86_64-linux-gnu/libefa.so.1",
 ];
 
-/// The programs whose `rdma_*@RDMACM_*` imports our librdmacm must satisfy (Debian's
-/// rdmacm-utils and perftest).
+/// The programs whose `rdma_*@RDMACM_*` and rsockets (`r*@RDMACM_1.0`) imports our librdmacm
+/// must satisfy (Debian's rdmacm-utils and perftest).
 pub const CM_PROGRAMS: &[&str] = &[
     "rping",
     "rdma_client",
@@ -50,6 +50,10 @@ pub const CM_PROGRAMS: &[&str] = &[
     "ib_write_lat",
     "ib_read_lat",
     "ib_write_bw",
+    // rsockets (crates/capi/src/rsocket)
+    "rstream",
+    "riostream",
+    "rcopy",
 ];
 
 /// librdmacm's version nodes, as `crates/capi/build.rs` declares them in libibverbs.so.1.

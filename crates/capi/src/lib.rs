@@ -142,6 +142,7 @@ pub mod mw;
 #[cfg(test)]
 mod null_tests;
 pub mod qp_ex;
+pub mod rsocket;
 mod symver;
 #[cfg(test)]
 mod unsupported_tests;

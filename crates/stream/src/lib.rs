@@ -56,4 +56,4 @@ pub mod wire;
 #[cfg(feature = "tokio")]
 pub mod tokio;
 
-pub use stream::{RdmaListener, RdmaStream, StreamOptions};
+pub use stream::{RdmaListener, RdmaStream, Readiness, StreamOptions};

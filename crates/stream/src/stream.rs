@@ -343,10 +343,20 @@ impl RdmaStream {
     /// rejection or unreachable event), or if the peer answers with connection data we do
     /// not speak (another version: `InvalidData` naming it).
     pub fn connect_with(addr: SocketAddr, opts: &StreamOptions) -> io::Result<RdmaStream> {
+        Self::connect_from(None, addr, opts)
+    }
+
+    /// [`RdmaStream::connect_with`] from the local address `src` (an address of the RDMA
+    /// device to use, port 0 or a free port), as a socket bound before `connect`.
+    pub fn connect_from(
+        src: Option<SocketAddr>,
+        addr: SocketAddr,
+        opts: &StreamOptions,
+    ) -> io::Result<RdmaStream> {
         opts.check()?;
         let ctx = |e: io::Error| io::Error::new(e.kind(), format!("connect to {addr}: {e}"));
         let id = CmId::create(None, PortSpace::TCP).map_err(ctx)?;
-        id.resolve_addr(None, addr, RESOLVE_TIMEOUT).map_err(ctx)?;
+        id.resolve_addr(src, addr, RESOLVE_TIMEOUT).map_err(ctx)?;
         id.resolve_route(RESOLVE_TIMEOUT).map_err(ctx)?;
         let (conn, sizes) = Conn::create(id, opts).map_err(ctx)?;
         let param = ConnParam {
@@ -454,6 +464,45 @@ impl RdmaStream {
     pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
         self.inner.shutdown(how)
     }
+
+    /// `read_vectored` in non-blocking mode (`nonblocking`: rsockets' `MSG_DONTWAIT`) or
+    /// blocking, for this call only, whatever [`RdmaStream::set_nonblocking`] says.
+    pub fn recv_vectored(
+        &self,
+        bufs: &mut [IoSliceMut<'_>],
+        nonblocking: bool,
+    ) -> io::Result<usize> {
+        self.inner.read_with(bufs, nonblocking)
+    }
+
+    /// `write_vectored` in non-blocking mode or blocking, for this call only (see
+    /// [`RdmaStream::recv_vectored`]). Blocking, it returns once every byte is posted.
+    pub fn send_vectored(&self, bufs: &[IoSlice<'_>], nonblocking: bool) -> io::Result<usize> {
+        self.inner.write_with(bufs, nonblocking)
+    }
+
+    /// What a `read` or `write` would find now, for `poll(2)`-style callers (rsockets'
+    /// `rpoll`): processes what arrived and, if neither direction asked for (`read`,
+    /// `write`) is ready, arms the stream so that its readiness fd ([`AsFd`]) becomes readable
+    /// when that may have changed. Then poll the fd and call this again.
+    pub fn poll_ready(&self, read: bool, write: bool) -> io::Result<Readiness> {
+        self.inner.poll_ready(read, write)
+    }
+}
+
+/// What [`RdmaStream::poll_ready`] found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Readiness {
+    /// A `read` would not block: data, end of stream (the peer shut down or disconnected, or
+    /// our read half is shut down), or an error.
+    pub readable: bool,
+    /// A `write` would not block: credits and ring space, or an error it would return.
+    pub writable: bool,
+    /// The connection is over (the peer disconnected or we sent our DISCONNECT) and no
+    /// received data is left to read.
+    pub hangup: bool,
+    /// The stream ended with an error (a protocol fault or a failed transfer).
+    pub error: bool,
 }
 
 impl Inner {
@@ -657,6 +706,32 @@ impl Inner {
             r.map_err(|e| os("poll the stream's fd", e))?;
             events = true;
         }
+    }
+
+    pub(crate) fn poll_ready(&self, read: bool, write: bool) -> io::Result<Readiness> {
+        fn look(l: &Ledger) -> Readiness {
+            let error = l.fault.is_some();
+            Readiness {
+                readable: l.has_data() || !l.readable || error,
+                writable: l.can_send() || !l.writable || error,
+                // Not while data is left to read: poll(2) callers such as rstream treat a
+                // hangup as the end, and the peer's last data precedes its DISCONNECT.
+                hangup: !l.connected && !l.has_data(),
+                error,
+            }
+        }
+        let mut st = lock(&self.st);
+        self.progress(&mut st, true)?;
+        let mut r = look(&st.l);
+        let ready = (read && r.readable) || (write && r.writable);
+        if (read || write) && !ready && !st.armed {
+            self.conn.cq.req_notify(false)?;
+            st.armed = true;
+            // A completion before the arm made no event: look once more.
+            self.progress(&mut st, false)?;
+            r = look(&st.l);
+        }
+        Ok(r)
     }
 
     fn fault_error(f: &Fault) -> io::Error {
@@ -937,6 +1012,13 @@ impl RdmaListener {
     /// data we do not speak (another rsockets version, too short) is rejected and reported
     /// as `InvalidData` naming the fault and the peer; the listener stays usable.
     pub fn accept(&self) -> io::Result<(RdmaStream, SocketAddr)> {
+        self.accept_with(&self.opts)
+    }
+
+    /// [`RdmaListener::accept`] with `opts` for this stream instead of the listener's
+    /// (rsockets' listeners pass on the options set after `listen`).
+    pub fn accept_with(&self, opts: &StreamOptions) -> io::Result<(RdmaStream, SocketAddr)> {
+        opts.check()?;
         let id = self.id.get_request()?;
         let ev = id
             .take_event()
@@ -957,7 +1039,7 @@ impl RdmaListener {
         };
         drop(ev);
         let ctx = |e: io::Error| io::Error::new(e.kind(), format!("accept from {who}: {e}"));
-        let (conn, sizes) = Conn::create(id, &self.opts).map_err(ctx)?;
+        let (conn, sizes) = Conn::create(id, opts).map_err(ctx)?;
         conn.to_rts().map_err(ctx)?;
         let param = ConnParam {
             private_data: conn.conn_data(&sizes).to_bytes().to_vec(),

@@ -1,4 +1,4 @@
-//! Functions rverbs does not support (`EOPNOTSUPP`) and `rpoll`.
+//! Functions rverbs does not support (`EOPNOTSUPP`).
 
 use super::*;
 
@@ -23,19 +23,4 @@ cm_unsupported! {
     fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut c_void);
     /// `rdma_get_remote_ece`.
     fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut c_void);
-}
-
-/// `rpoll` (rsockets): this library has no rsockets, so every descriptor is an ordinary one
-/// and `poll(2)` serves.
-///
-/// # Safety
-/// As `poll(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn rpoll(
-    fds: *mut libc::pollfd,
-    nfds: libc::nfds_t,
-    timeout: c_int,
-) -> c_int {
-    // SAFETY: [buf] fds has nfds entries, as poll(2) requires.
-    unsafe { libc::poll(fds, nfds, timeout) }
 }

@@ -1,0 +1,433 @@
+//! Data calls: `rrecv`, `rrecvfrom`, `rrecvmsg`, `rread`, `rreadv`, `rsend`, `rsendto`,
+//! `rsendmsg`, `rwrite`, `rwritev`; and iomap (`riomap`, `riounmap`, `riowrite`), which this
+//! library does not support.
+//!
+//! The C buffers are \[buf\] memory: plain memory of the caller, not registered (the stream
+//! copies between them and its own registered rings), so they are borrowed as byte slices
+//! for the duration of the call, which is the caller's promise.
+
+use std::io::{self, IoSlice, IoSliceMut};
+use std::sync::atomic::Ordering;
+
+use libc::{c_int, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
+
+use super::{fail, refuse, rs, RSocket};
+
+/// Most iovec entries one call takes (Linux's `UIO_MAXIOV`).
+pub const IOV_MAX: c_int = 1024;
+
+/// Flags of `rrecv` / `rsend` this library acts on; other flags are ignored as rsockets
+/// ignores them, except `MSG_PEEK` and `MSG_OOB` (refused, `EOPNOTSUPP`).
+fn check_flags(flags: c_int, what: &str) -> Result<(), c_int> {
+    if flags & (libc::MSG_PEEK | libc::MSG_OOB) != 0 {
+        refuse(
+            libc::EOPNOTSUPP,
+            &format!("{what}: MSG_PEEK and MSG_OOB are not supported"),
+        );
+        return Err(libc::EOPNOTSUPP);
+    }
+    Ok(())
+}
+
+/// `(buf, len)` checked: NULL with a length is `EFAULT`, a length over `isize::MAX`
+/// `EINVAL`. A zero length gives a dangling, aligned pointer.
+fn checked(buf: *const c_void, len: size_t) -> Result<(*mut u8, usize), c_int> {
+    if len == 0 {
+        return Ok((std::ptr::NonNull::dangling().as_ptr(), 0));
+    }
+    if buf.is_null() {
+        return Err(libc::EFAULT);
+    }
+    if len > isize::MAX as usize {
+        return Err(libc::EINVAL);
+    }
+    Ok((buf.cast::<u8>().cast_mut(), len))
+}
+
+/// `(buf, len)` as a slice to receive into.
+///
+/// # Safety
+/// \[buf\] `buf` NULL or `len` writable bytes, not accessed by anyone else during the call.
+unsafe fn slice_mut<'a>(buf: *mut c_void, len: size_t) -> Result<&'a mut [u8], c_int> {
+    let (p, n) = checked(buf, len)?;
+    // SAFETY: [buf] n writable bytes at p (or none), nobody else's during the call.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
+}
+
+/// `(buf, len)` as a slice to send from.
+///
+/// # Safety
+/// \[buf\] `buf` NULL or `len` readable bytes, not written by anyone during the call.
+unsafe fn slice<'a>(buf: *const c_void, len: size_t) -> Result<&'a [u8], c_int> {
+    let (p, n) = checked(buf, len)?;
+    // SAFETY: [buf] n readable bytes at p (or none), unchanged during the call.
+    Ok(unsafe { std::slice::from_raw_parts(p, n) })
+}
+
+/// The `iovcnt` entries at `iov`, each checked as [`checked`] and the total as well.
+///
+/// # Safety
+/// \[in\] `iov` NULL or `iovcnt` readable `iovec`s.
+unsafe fn iovecs(iov: *const iovec, iovcnt: c_int) -> Result<Vec<(*mut u8, usize)>, c_int> {
+    if !(0..=IOV_MAX).contains(&iovcnt) {
+        return Err(libc::EINVAL);
+    }
+    if iovcnt > 0 && iov.is_null() {
+        return Err(libc::EFAULT);
+    }
+    let mut v = Vec::with_capacity(iovcnt as usize);
+    let mut total = 0usize;
+    for i in 0..iovcnt as usize {
+        // SAFETY: [in] iov has iovcnt entries.
+        let e = unsafe { iov.add(i).read_unaligned() };
+        total = match total.checked_add(e.iov_len) {
+            Some(t) if t <= isize::MAX as usize => t,
+            _ => return Err(libc::EINVAL),
+        };
+        v.push(checked(e.iov_base, e.iov_len)?);
+    }
+    Ok(v)
+}
+
+/// Checked iovecs as slices to receive into; overlapping buffers (which `readv(2)` allows,
+/// with unspecified contents) are refused with `EINVAL`: two Rust `&mut` slices may not
+/// alias.
+///
+/// # Safety
+/// \[buf\] each `(ptr, len)` is writable and nobody else's during the call.
+unsafe fn as_mut<'a>(v: &[(*mut u8, usize)], what: &str) -> Result<Vec<&'a mut [u8]>, c_int> {
+    let mut spans: Vec<(usize, usize)> = v
+        .iter()
+        .filter(|&&(_, n)| n > 0)
+        .map(|&(p, n)| (p as usize, p as usize + n))
+        .collect();
+    spans.sort_unstable();
+    if spans.windows(2).any(|w| w[1].0 < w[0].1) {
+        return Err(refuse(
+            libc::EINVAL,
+            &format!("{what}: receive buffers overlap"),
+        ));
+    }
+    Ok(v.iter()
+        // SAFETY: [buf] the contract; disjoint (checked above).
+        .map(|&(p, n)| unsafe { std::slice::from_raw_parts_mut(p, n) })
+        .collect())
+}
+
+/// Checked iovecs as slices to send from.
+///
+/// # Safety
+/// \[buf\] each `(ptr, len)` is readable and unchanged during the call.
+unsafe fn as_ref<'a>(v: &[(*mut u8, usize)]) -> Vec<&'a [u8]> {
+    v.iter()
+        // SAFETY: [buf] the contract.
+        .map(|&(p, n)| unsafe { std::slice::from_raw_parts(p.cast_const(), n) })
+        .collect()
+}
+
+fn recv_on(s: &RSocket, bufs: &mut [&mut [u8]], flags: c_int) -> ssize_t {
+    if check_flags(flags, "rrecv").is_err() {
+        return -1;
+    }
+    let Some(c) = s.stream() else {
+        return refuse(libc::ENOTCONN, "rrecv") as ssize_t;
+    };
+    let nb = flags & libc::MSG_DONTWAIT != 0 || s.nonblocking.load(Ordering::Relaxed);
+    let want: usize = bufs.iter().map(|b| b.len()).sum();
+    let mut got = 0usize;
+    loop {
+        // The part of the buffers not filled yet.
+        let mut skip = got;
+        let mut io: Vec<IoSliceMut<'_>> = Vec::with_capacity(bufs.len());
+        for b in bufs.iter_mut() {
+            if skip >= b.len() {
+                skip -= b.len();
+                continue;
+            }
+            io.push(IoSliceMut::new(&mut b[skip..]));
+            skip = 0;
+        }
+        match c.recv_vectored(&mut io, nb) {
+            Ok(0) => return got as ssize_t,
+            Ok(n) => got += n,
+            Err(e) if got > 0 && e.kind() == io::ErrorKind::WouldBlock => return got as ssize_t,
+            Err(e) if got > 0 => {
+                // What was read is returned; the error comes with the next call.
+                let _ = e;
+                return got as ssize_t;
+            }
+            Err(e) => return fail(&e) as ssize_t,
+        }
+        if got == want || flags & libc::MSG_WAITALL == 0 || nb {
+            return got as ssize_t;
+        }
+    }
+}
+
+fn send_on(s: &RSocket, bufs: &[&[u8]], flags: c_int) -> ssize_t {
+    if check_flags(flags, "rsend").is_err() {
+        return -1;
+    }
+    let Some(c) = s.stream() else {
+        return refuse(libc::ENOTCONN, "rsend") as ssize_t;
+    };
+    let nb = flags & libc::MSG_DONTWAIT != 0 || s.nonblocking.load(Ordering::Relaxed);
+    let io: Vec<IoSlice<'_>> = bufs.iter().map(|b| IoSlice::new(b)).collect();
+    match c.send_vectored(&io, nb) {
+        Ok(n) => n as ssize_t,
+        Err(e) => fail(&e) as ssize_t,
+    }
+}
+
+/// `rrecv`: up to `len` bytes into `buf`; 0 at the end of the stream. Flags: `MSG_DONTWAIT`
+/// (as `O_NONBLOCK`: -1 and `EAGAIN` when nothing is there), `MSG_WAITALL` (blocking: wait
+/// for `len` bytes or the end); `MSG_PEEK`, `MSG_OOB`: `EOPNOTSUPP`. -1 and `EBADF`,
+/// `EFAULT` (NULL `buf` with a length), `EINVAL`, `ENOTCONN`, `EPROTO` (the peer broke the
+/// protocol), `ETIMEDOUT`, ….
+///
+/// # Safety
+/// \[buf\] `buf` NULL or `len` writable bytes, which no one else accesses during the call.
+#[no_mangle]
+pub unsafe extern "C" fn rrecv(
+    socket: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    flags: c_int,
+) -> ssize_t {
+    let s = rs!(socket);
+    // SAFETY: [buf] the contract.
+    match unsafe { slice_mut(buf, len) } {
+        Ok(b) => recv_on(&s, &mut [b], flags),
+        Err(n) => refuse(n, "rrecv: the buffer") as ssize_t,
+    }
+}
+
+/// `rread`: `rrecv` without flags.
+///
+/// # Safety
+/// As [`rrecv`].
+#[no_mangle]
+pub unsafe extern "C" fn rread(socket: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
+    // SAFETY: the same contract.
+    unsafe { rrecv(socket, buf, count, 0) }
+}
+
+/// `rrecvfrom`: `rrecv`, and the peer's address in `(src_addr, *addrlen)` when `src_addr`
+/// is not NULL (`EFAULT` without `addrlen`).
+///
+/// # Safety
+/// As [`rrecv`]; \[out\] `addrlen` NULL or a `socklen_t`, `src_addr` NULL or `*addrlen`
+/// writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rrecvfrom(
+    socket: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    flags: c_int,
+    src_addr: *mut sockaddr,
+    addrlen: *mut socklen_t,
+) -> ssize_t {
+    if !src_addr.is_null() && addrlen.is_null() {
+        return refuse(libc::EFAULT, "rrecvfrom: an address without its length") as ssize_t;
+    }
+    // SAFETY: the same contract.
+    let n = unsafe { rrecv(socket, buf, len, flags) };
+    if n > 0 && !src_addr.is_null() {
+        // SAFETY: [out] the contract.
+        if unsafe { super::rgetpeername(socket, src_addr, addrlen) } != 0 {
+            return -1;
+        }
+    }
+    n
+}
+
+/// `rreadv`: `rrecv` into `iovcnt` buffers. -1 and `EINVAL` (`iovcnt` negative or above
+/// 1024, lengths summing past `SSIZE_MAX`), `EFAULT` (NULL `iov` or entry), as `rrecv`.
+///
+/// # Safety
+/// \[in\] `iov` NULL or `iovcnt` readable `iovec`s, each as `rrecv`'s buffer.
+#[no_mangle]
+pub unsafe extern "C" fn rreadv(socket: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t {
+    let s = rs!(socket);
+    // SAFETY: [in] [buf] the contract.
+    match unsafe { iovecs(iov, iovcnt) } {
+        // SAFETY: [buf] the contract: each entry is writable.
+        Ok(v) => match unsafe { as_mut(&v, "rreadv") } {
+            Ok(mut b) => recv_on(&s, &mut b, 0),
+            Err(_) => -1,
+        },
+        Err(n) => refuse(n, "rreadv: the iovec array") as ssize_t,
+    }
+}
+
+/// The iovecs of `msg` (control data refused with `EOPNOTSUPP`, as rsockets does).
+///
+/// # Safety
+/// \[in\] `msg` NULL or a `msghdr` whose `msg_iov` is as [`rreadv`]'s `iov`.
+unsafe fn msg_iovecs(msg: *const msghdr, what: &str) -> Result<Vec<(*mut u8, usize)>, c_int> {
+    if msg.is_null() {
+        refuse(libc::EFAULT, &format!("{what}: NULL msghdr"));
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: [in] msg is a readable msghdr.
+    let m = unsafe { msg.read_unaligned() };
+    if !m.msg_control.is_null() && m.msg_controllen != 0 {
+        refuse(
+            libc::EOPNOTSUPP,
+            &format!("{what}: control data is not supported"),
+        );
+        return Err(libc::EOPNOTSUPP);
+    }
+    // size_t on glibc, int on musl: anything past IOV_MAX is refused by `iovecs`.
+    #[allow(clippy::unnecessary_cast)]
+    let cnt = (m.msg_iovlen as u64).min(IOV_MAX as u64 + 1) as c_int;
+    // SAFETY: [in] [buf] the contract.
+    unsafe { iovecs(m.msg_iov, cnt) }.inspect_err(|&n| {
+        refuse(n, &format!("{what}: the iovec array"));
+    })
+}
+
+/// `rrecvmsg`: `rreadv` of `msg`'s iovecs with `flags`; no control data (`EOPNOTSUPP`).
+///
+/// # Safety
+/// \[in\] `msg` NULL or a readable `msghdr` whose iovecs are as [`rreadv`]'s.
+#[no_mangle]
+pub unsafe extern "C" fn rrecvmsg(socket: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
+    let s = rs!(socket);
+    // SAFETY: [in] the contract.
+    match unsafe { msg_iovecs(msg, "rrecvmsg") } {
+        // SAFETY: [buf] the contract: each entry is writable.
+        Ok(v) => match unsafe { as_mut(&v, "rrecvmsg") } {
+            Ok(mut b) => recv_on(&s, &mut b, flags),
+            Err(_) => -1,
+        },
+        Err(_) => -1,
+    }
+}
+
+/// `rsend`: posts `len` bytes of `buf`; blocking, returns once all are posted;
+/// non-blocking (`MSG_DONTWAIT` or `O_NONBLOCK`), what fit (-1 and `EAGAIN` if nothing).
+/// -1 and `EBADF`, `EFAULT`, `EINVAL`, `ENOTCONN`, `EPIPE` (shut down for writing, or the
+/// peer disconnected; no `SIGPIPE`), `EOPNOTSUPP` (`MSG_OOB`), `EPROTO`, ….
+///
+/// # Safety
+/// \[buf\] `buf` NULL or `len` readable bytes, which no one writes during the call.
+#[no_mangle]
+pub unsafe extern "C" fn rsend(
+    socket: c_int,
+    buf: *const c_void,
+    len: size_t,
+    flags: c_int,
+) -> ssize_t {
+    let s = rs!(socket);
+    // SAFETY: [buf] the contract (the slice is only read).
+    match unsafe { slice(buf, len) } {
+        Ok(b) => send_on(&s, &[b], flags),
+        Err(n) => refuse(n, "rsend: the buffer") as ssize_t,
+    }
+}
+
+/// `rwrite`: `rsend` without flags.
+///
+/// # Safety
+/// As [`rsend`].
+#[no_mangle]
+pub unsafe extern "C" fn rwrite(socket: c_int, buf: *const c_void, count: size_t) -> ssize_t {
+    // SAFETY: the same contract.
+    unsafe { rsend(socket, buf, count, 0) }
+}
+
+/// `rsendto`: `rsend`; a destination address is refused with `EISCONN` (a stream rsocket is
+/// connected), as rsockets does.
+///
+/// # Safety
+/// As [`rsend`].
+#[no_mangle]
+pub unsafe extern "C" fn rsendto(
+    socket: c_int,
+    buf: *const c_void,
+    len: size_t,
+    flags: c_int,
+    dest_addr: *const sockaddr,
+    addrlen: socklen_t,
+) -> ssize_t {
+    if !dest_addr.is_null() || addrlen != 0 {
+        return refuse(libc::EISCONN, "rsendto: a destination on a stream rsocket") as ssize_t;
+    }
+    // SAFETY: the same contract.
+    unsafe { rsend(socket, buf, len, flags) }
+}
+
+/// `rwritev`: `rsend` of `iovcnt` buffers. Errors as [`rreadv`]'s and [`rsend`]'s.
+///
+/// # Safety
+/// \[in\] `iov` NULL or `iovcnt` readable `iovec`s, each as `rsend`'s buffer.
+#[no_mangle]
+pub unsafe extern "C" fn rwritev(socket: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t {
+    let s = rs!(socket);
+    // SAFETY: [in] [buf] the contract (the slices are only read).
+    match unsafe { iovecs(iov, iovcnt) } {
+        // SAFETY: [buf] the contract: each entry is readable.
+        Ok(v) => send_on(&s, &unsafe { as_ref(&v) }, 0),
+        Err(n) => refuse(n, "rwritev: the iovec array") as ssize_t,
+    }
+}
+
+/// `rsendmsg`: `rwritev` of `msg`'s iovecs with `flags`; no control data (`EOPNOTSUPP`);
+/// `msg_name` is ignored, as by rsockets.
+///
+/// # Safety
+/// \[in\] `msg` NULL or a readable `msghdr` whose iovecs are as [`rwritev`]'s.
+#[no_mangle]
+pub unsafe extern "C" fn rsendmsg(socket: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
+    let s = rs!(socket);
+    // SAFETY: [in] the contract.
+    match unsafe { msg_iovecs(msg, "rsendmsg") } {
+        // SAFETY: [buf] the contract: each entry is readable.
+        Ok(v) => send_on(&s, &unsafe { as_ref(&v) }, flags),
+        Err(_) => -1,
+    }
+}
+
+/// `riomap` (direct data placement): not supported, -1 and `ENOSYS`.
+///
+/// # Safety
+/// Never touches its arguments.
+#[no_mangle]
+pub unsafe extern "C" fn riomap(
+    socket: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    offset: libc::off_t,
+) -> libc::off_t {
+    let _ = (socket, buf, len, prot, flags, offset);
+    refuse(libc::ENOSYS, "riomap: iomap is not supported") as libc::off_t
+}
+
+/// `riounmap`: not supported (see [`riomap`]), -1 and `ENOSYS`.
+///
+/// # Safety
+/// Never touches its arguments.
+#[no_mangle]
+pub unsafe extern "C" fn riounmap(socket: c_int, buf: *mut c_void, len: size_t) -> c_int {
+    let _ = (socket, buf, len);
+    refuse(libc::ENOSYS, "riounmap: iomap is not supported")
+}
+
+/// `riowrite`: not supported (see [`riomap`]), -1 and `ENOSYS`.
+///
+/// # Safety
+/// Never touches its arguments.
+#[no_mangle]
+pub unsafe extern "C" fn riowrite(
+    socket: c_int,
+    buf: *const c_void,
+    count: size_t,
+    offset: libc::off_t,
+    flags: c_int,
+) -> ssize_t {
+    let _ = (socket, buf, count, offset, flags);
+    refuse(libc::ENOSYS, "riowrite: iomap is not supported") as ssize_t
+}
