@@ -661,8 +661,15 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
 pub const SIW_STAGE: &str = "vm 6.1 siw host/one";
 // cm/vm_siw: the siw provider under the verbs objects and the rdma_cm; cm/vm_endpoint and
 // cli/rping: the Endpoint suite and `rverbs rping` (with rdma-core's rping both ways) on siw
-// (their tests are not ignored: in the rxe stages they run on rxe).
-pub const SIW_TESTS: &[&str] = &["cli/siw_vm", "cm/vm_siw", "cm/vm_endpoint", "cli/rping"];
+// (their tests are not ignored: in the rxe stages they run on rxe); async/vm_siw: the tokio
+// layer's connect/accept on iWARP.
+pub const SIW_TESTS: &[&str] = &[
+    "cli/siw_vm",
+    "cm/vm_siw",
+    "cm/vm_endpoint",
+    "cli/rping",
+    "async/vm_siw",
+];
 
 /// Runs when kernel 6.1 is among the kernels of this run (and `--stage` lets it).
 fn siw_stage_wanted(report: &Report, opts: &Opts) -> bool {
