@@ -472,6 +472,9 @@ fn reg_raw(pd: &Pd, addr: u64, len: usize, access: AccessFlags) -> Result<(u32, 
         };
         Error::os(format!("{}{hint}", op()), e)
     })?;
+    if let Some(sinks) = pd.read_sinks() {
+        sinks.registered(resp.lkey, access);
+    }
     Ok((resp.mr_handle, resp.lkey, resp.rkey))
 }
 
@@ -725,7 +728,7 @@ impl<M: MrMemory> Mr<M> {
         let me = std::mem::ManuallyDrop::new(self);
         // SAFETY: `me` is never used again after its fields are read out.
         let pd = unsafe { std::ptr::read(&me.pd) };
-        match dereg_mr(pd.context(), me.handle) {
+        match dereg_noted(&pd, me.handle, me.lkey) {
             // SAFETY: deregistered: the device no longer reaches the memory, and the parts
             // are the ones into_raw returned.
             Ok(()) => Ok(unsafe { M::from_raw(me.mem) }),
@@ -766,7 +769,7 @@ fn dereg_failed<M: MrMemory>(pd: &Pd, handle: u32, mem: RawMemory, e: Errno) -> 
 
 impl<M: MrMemory> Drop for Mr<M> {
     fn drop(&mut self) {
-        match dereg_mr(self.pd.context(), self.handle) {
+        match dereg_noted(&self.pd, self.handle, self.lkey) {
             // SAFETY: deregistered, so no device access remains; the parts come from into_raw
             // and are used once (this is Drop).
             Ok(()) => drop(unsafe { M::from_raw(self.mem) }),
@@ -823,6 +826,19 @@ impl fmt::Debug for RawMr {
     }
 }
 
+/// Deregisters MR `handle` of `pd` whose local key is `lkey`, keeping the PD's record of
+/// READ sinks ([`crate::op`], iWARP) true: the key leaves it before the kernel can give it to a
+/// new region, and comes back if the kernel refuses.
+fn dereg_noted(pd: &Pd, handle: u32, lkey: u32) -> std::result::Result<(), Errno> {
+    let sinks = pd.read_sinks();
+    let was = sinks.is_some_and(|s| s.deregistering(lkey));
+    let r = dereg_mr(pd.context(), handle);
+    if let (Err(_), Some(s)) = (&r, sinks) {
+        s.restore(lkey, was);
+    }
+    r
+}
+
 /// Deregisters MR `handle`: ioctl `MR_DESTROY`, or the legacy `DEREG_MR` command.
 fn dereg_mr(ctx: &Context, handle: u32) -> std::result::Result<(), Errno> {
     let mut c = IoctlCall::new(object::MR, mr::METHOD_DESTROY);
@@ -868,7 +884,7 @@ impl RawMr {
     /// The kernel refuses (EINVAL on rxe) while a memory window is bound in the region.
     pub fn deregister(self) -> std::result::Result<(), (RawMr, std::io::Error)> {
         let ctx = self.pd.context();
-        match dereg_mr(ctx, self.handle) {
+        match dereg_noted(&self.pd, self.handle, self.lkey) {
             Ok(()) => {
                 let me = std::mem::ManuallyDrop::new(self);
                 // SAFETY: `me` is never used again; its only field with a destructor is the PD.
@@ -899,8 +915,7 @@ impl RawMr {
 
 impl Drop for RawMr {
     fn drop(&mut self) {
-        let ctx = self.pd.context();
-        if let Err(e) = dereg_mr(ctx, self.handle) {
+        if let Err(e) = dereg_noted(&self.pd, self.handle, self.lkey) {
             tracing::error!(handle = self.handle, "{}", Error::os("deregister MR", e));
         }
     }
