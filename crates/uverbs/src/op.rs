@@ -29,7 +29,7 @@
 //! checks only local write). An [`MrSge`](crate::wr::MrSge) is a bare SGE (it is passed to the
 //! provider as one, without a copy), so it cannot carry its region's access flags; instead a
 //! PD on an iWARP device keeps the local keys of its regions registered without
-//! `REMOTE_WRITE` ([`ReadSinks`], filled and emptied by registration and deregistration), and
+//! `REMOTE_WRITE` (`ReadSinks`, filled and emptied by registration and deregistration), and
 //! [`Qp::post_send_raw`](crate::qp::Qp::post_send_raw) looks up the sinks of each READ in it.
 //! Every path that registers through this crate (safe `Mr`s, [`crate::mr::register_raw`] and
 //! so the C drop-in's `ibv_reg_mr`) and every path that posts (the safe and raw posts, the C
@@ -211,7 +211,7 @@ impl DeviceCapsEx {
 
 /// `IBV_FLUSH_*` placement types of a FLUSH (`ibv_wr_flush`'s `type`): where the flushed
 /// writes must have got to. Bits; a FLUSH names one or both, and the target region must have
-/// been registered with the matching [`AccessFlags`](crate::mr::AccessFlags)
+/// been registered with the matching [`AccessFlags`]
 /// (`FLUSH_GLOBAL`, `FLUSH_PERSISTENT`): the responder refuses others (a remote access error
 /// completion).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
