@@ -665,7 +665,8 @@ pub const SIW_STAGE: &str = "vm 6.1 siw host/one";
 // cli/rping: the Endpoint suite and `rverbs rping` (with rdma-core's rping both ways) on siw
 // (their tests are not ignored: in the rxe stages they run on rxe); cli/selftest_vm: `rverbs
 // selftest` on siw (on rxe in the rxe stages); capi/vm_capi_siw: Debian's rdmacm tools, perftest
-// with -R and rdma-core's Python suite on our C drop-in over siw, against rdma-core's libsiw.
+// with -R and rdma-core's Python suite on our C drop-in over siw, against rdma-core's libsiw;
+// async/vm_siw: the tokio layer's connect/accept on iWARP.
 pub const SIW_TESTS: &[&str] = &[
     "cli/siw_vm",
     "cm/vm_siw",
@@ -673,6 +674,7 @@ pub const SIW_TESTS: &[&str] = &[
     "cli/rping",
     "cli/selftest_vm",
     "capi/vm_capi_siw",
+    "async/vm_siw",
 ];
 
 /// Runs when kernel 6.1 is among the kernels of this run (and `--stage` lets it).

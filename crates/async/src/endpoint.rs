@@ -85,15 +85,15 @@ impl AsyncEndpoint {
     }
 
     /// `rdma_connect` with the QP: REQ, then on CONNECT_RESPONSE the QP to RTR/RTS and the RTU
-    /// (UD: until ESTABLISHED). The id must be asynchronous.
+    /// (UD: until ESTABLISHED; RC on iWARP: until ESTABLISHED, the iw_cm having connected the
+    /// QP, whose RTS is then recorded: [`Endpoint::connect_answer`],
+    /// [`Endpoint::complete_connect`]). The id must be asynchronous.
     pub async fn connect(&self, param: &ConnParam) -> io::Result<()> {
         self.ep.start_connect(param)?;
+        self.expect("connect", &[self.ep.connect_answer()]).await?;
         if self.ep.id().qp_type() == QpType::UD {
-            self.expect("connect", &[CmEventKind::ESTABLISHED]).await?;
             return Ok(());
         }
-        self.expect("connect", &[CmEventKind::CONNECT_RESPONSE])
-            .await?;
         if let Err(e) = self.ep.complete_connect() {
             let _ = self.ep.id().reject(&[]);
             return Err(e);
@@ -101,17 +101,16 @@ impl AsyncEndpoint {
         Ok(())
     }
 
-    /// `rdma_accept` with the QP: RTR/RTS, REP, then ESTABLISHED (RC).
+    /// `rdma_accept` with the QP: RTR/RTS, REP, then ESTABLISHED (RC; on iWARP the QP's RTS,
+    /// set by the iw_cm, is then recorded: [`Endpoint::established`]).
     pub async fn accept(&self, param: &ConnParam) -> io::Result<()> {
         self.ep.accept(param)?;
-        if self.ep.id().qp_type() != QpType::UD && self.ep.id().is_sync() {
+        if self.ep.id().qp_type() == QpType::UD || self.ep.id().is_sync() {
             // A synchronous id waited for ESTABLISHED inside accept.
             return Ok(());
         }
-        if self.ep.id().qp_type() != QpType::UD {
-            self.expect("accept", &[CmEventKind::ESTABLISHED]).await?;
-        }
-        Ok(())
+        self.expect("accept", &[CmEventKind::ESTABLISHED]).await?;
+        self.ep.established()
     }
 
     /// `rdma_disconnect`: the QP to ERR (flushing what is posted), DREQ, then this id's

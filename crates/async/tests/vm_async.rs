@@ -593,8 +593,7 @@ impl Slots {
 async fn connect_user(ep: &Endpoint<rverbs_cm::UserCqs>, ch: &Arc<AsyncEventChannel>) {
     ep.start_connect(&ConnParam::default()).unwrap();
     let ev = ch.next_event_for(ep.id()).await.unwrap();
-    ev.check("connect", &[rverbs_cm::CmEventKind::CONNECT_RESPONSE])
-        .unwrap();
+    ev.check("connect", &[ep.connect_answer()]).unwrap();
     ep.complete_connect().unwrap();
 }
 

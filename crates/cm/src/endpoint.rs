@@ -655,24 +655,19 @@ impl<C: CqOwnership> Endpoint<C> {
         if self.id.qp_type() == QpType::UD {
             return self.id.connect(&p);
         }
-        self.id.connect_with(&p, |id, _ev| {
-            // INIT again first, as librdmacm does: now that the connection exists the kernel's
-            // INIT attributes carry the access rights the peer's resources allow.
-            cm_modify(id, &self.qp, QpState::INIT)?;
-            cm_modify(id, &self.qp, QpState::RTR)?;
-            cm_modify(id, &self.qp, QpState::RTS)
-        })?;
-        if self.is_iwarp() && self.id.is_sync() {
-            // The iw_cm connected the QP to RTS itself and reported ESTABLISHED (the hook
-            // above did not run): record the state.
-            return self.iwarp_established();
+        self.id.connect_with(&p, |_id, _ev| self.to_rts())?;
+        if self.id.is_sync() {
+            // On iWARP the iw_cm connected the QP to RTS itself and reported ESTABLISHED (the
+            // hook above did not run): record the state.
+            return self.established();
         }
         Ok(())
     }
 
     /// For asynchronous ids (an event loop waits for the events): sends the REQ announcing the
-    /// QP and returns at once. On CONNECT_RESPONSE call [`Endpoint::complete_connect`]; on a
-    /// UD id, ESTABLISHED ends the connect.
+    /// QP and returns at once. On the answer ([`Endpoint::connect_answer`]: CONNECT_RESPONSE,
+    /// or ESTABLISHED on iWARP) call [`Endpoint::complete_connect`]; on a UD id, ESTABLISHED
+    /// ends the connect.
     pub fn start_connect(&self, param: &ConnParam) -> io::Result<()> {
         self.expect_init("connect")?;
         if self.id.is_sync() {
@@ -687,13 +682,51 @@ impl<C: CqOwnership> Endpoint<C> {
         self.id.connect(&p)
     }
 
-    /// After CONNECT_RESPONSE on an asynchronous RC id: the QP to INIT, RTR and RTS with the
-    /// kernel's attributes, then the RTU ([`CmId::establish`]).
+    /// The event that answers [`Endpoint::start_connect`] on this endpoint's id:
+    /// CONNECT_RESPONSE for an RC QP on InfiniBand and RoCE; ESTABLISHED for a UD id, and for
+    /// an RC QP on iWARP, where the iw_cm connects the QP over its LLP (TCP) and moves it to
+    /// RTS itself (no RTU follows).
+    pub fn connect_answer(&self) -> CmEventKind {
+        if self.id.qp_type() == QpType::UD || self.is_iwarp() {
+            CmEventKind::ESTABLISHED
+        } else {
+            CmEventKind::CONNECT_RESPONSE
+        }
+    }
+
+    /// After the answer ([`Endpoint::connect_answer`]) on an asynchronous RC id: on
+    /// InfiniBand and RoCE the QP to INIT, RTR and RTS with the kernel's attributes, then the
+    /// RTU ([`CmId::establish`]); on iWARP, whose answer is ESTABLISHED, records the RTS the
+    /// iw_cm moved the QP to ([`Endpoint::established`]).
     pub fn complete_connect(&self) -> io::Result<()> {
+        if self.is_iwarp() {
+            return self.established();
+        }
+        self.to_rts()?;
+        self.id.establish()
+    }
+
+    /// INIT again first, as librdmacm does (now that the connection exists the kernel's INIT
+    /// attributes carry the access rights the peer's resources allow), then RTR and RTS, each
+    /// with the kernel's attributes.
+    fn to_rts(&self) -> io::Result<()> {
         cm_modify(&self.id, &self.qp, QpState::INIT)?;
         cm_modify(&self.id, &self.qp, QpState::RTR)?;
-        cm_modify(&self.id, &self.qp, QpState::RTS)?;
-        self.id.establish()
+        cm_modify(&self.id, &self.qp, QpState::RTS)
+    }
+
+    /// After this id's ESTABLISHED (asynchronous ids: when their event loop sees it; the
+    /// synchronous `connect` and `accept` call it themselves): on iWARP the iw_cm has moved
+    /// the QP to RTS, and this records it (a modify to RTS, a no-op for the kernel), so that
+    /// sends are accepted. Elsewhere the QP is in RTS already and this does nothing.
+    pub fn established(&self) -> io::Result<()> {
+        if !self.is_iwarp() {
+            return Ok(());
+        }
+        self.qp.modify(&vqp::QpAttr {
+            qp_state: Some(QpState::RTS),
+            ..Default::default()
+        })
     }
 
     /// `rdma_accept` with the QP: RTR and RTS with the kernel's attributes, then REP.
@@ -707,9 +740,10 @@ impl<C: CqOwnership> Endpoint<C> {
             cm_modify(&self.id, &self.qp, QpState::RTS)?;
         }
         self.id.accept(&p)?;
-        if self.is_iwarp() && self.id.is_sync() {
-            // ESTABLISHED came: the iw_cm has moved the QP to RTS (see `connect`).
-            return self.iwarp_established();
+        if self.id.is_sync() {
+            // ESTABLISHED came (`CmId::accept` waited for it): on iWARP the iw_cm has moved
+            // the QP to RTS.
+            return self.established();
         }
         Ok(())
     }
@@ -717,15 +751,6 @@ impl<C: CqOwnership> Endpoint<C> {
     /// The QP is on an iWARP device (siw, irdma, cxgb4): the iw_cm connects it.
     fn is_iwarp(&self) -> bool {
         self.qp.pd().context().device().transport() == rverbs_uverbs::device::Transport::IWARP
-    }
-
-    /// After ESTABLISHED on iWARP: the iw_cm has moved the QP to RTS; this modify (a no-op for
-    /// the kernel) records it, so that sends are accepted.
-    fn iwarp_established(&self) -> io::Result<()> {
-        self.qp.modify(&vqp::QpAttr {
-            qp_state: Some(QpState::RTS),
-            ..Default::default()
-        })
     }
 
     /// Connected QPs are connected once: connect/accept need the QP still in INIT.

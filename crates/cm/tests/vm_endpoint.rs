@@ -80,7 +80,9 @@ fn send_read_write_completions_carry_wr_id() {
         assert!(ev.is_some(), "no DISCONNECTED within 10 s");
     });
     let ep = client(port);
-    let mr = ep.reg_read(PageBuf::new(4096).unwrap()).unwrap();
+    // The RDMA READ's sink: registered for remote write, which iWARP requires (this test
+    // also runs on siw).
+    let mr = ep.reg_write(PageBuf::new(4096).unwrap()).unwrap();
     let param = ConnParam::default();
     ep.connect(&param).unwrap();
     let ev = ep.id().take_event().expect("CONNECT_RESPONSE kept");

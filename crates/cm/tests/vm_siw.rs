@@ -177,8 +177,9 @@ fn siw_refuses_ud_uc_and_rc_by_hand() {
 }
 
 /// rdma_cm over siw: create_ep, Endpoint, SEND/RECV, RDMA READ and WRITE with
-/// get_send_comp/get_recv_comp; then what iWARP refuses on a connected QP (atomics,
-/// immediate data, inline over 64 here and over siw's 80, a READ into two SGEs).
+/// get_send_comp/get_recv_comp; then what iWARP refuses on a connected QP (a READ into a sink
+/// without remote write, atomics, immediate data, inline over 64 here and over siw's 80, a
+/// READ into two SGEs).
 #[test]
 #[ignore = "needs a siw device: runs in the siw stage (cargo xtask test --stage siw)"]
 fn siw_endpoint_send_recv_read_write_and_refusals() {
@@ -242,8 +243,62 @@ fn siw_endpoint_send_recv_read_write_and_refusals() {
         (wc.wr_id, wc.status, wc.opcode),
         (21, WcStatus::SUCCESS, WcOpcode::SEND)
     );
-    // RDMA READ of the server's bytes 100..108 into a sink registered for local write only.
-    ep.post_read(22, &[mr.sge(0..8)], raddr + 100, rkey, SendFlags::empty())
+    // RDMA READ of the server's bytes 100..108 into a sink registered for local write only
+    // (reg_msgs): refused before the ring, naming device, QP, key and iWARP's rule; nothing
+    // posted (the sink's bytes stay as they were).
+    let qpn = format!("{:#x}", ep.qp().qp_num());
+    let read = SendOp::RdmaRead {
+        remote_addr: raddr + 100,
+        rkey,
+    };
+    let e = ep
+        .qp()
+        .post_send(&[SendWr {
+            wr_id: 22,
+            op: read,
+            sge: &[mr.sge(0..8)],
+            flags: SendFlags::empty(),
+            ud: None,
+        }])
+        .unwrap_err();
+    assert_eq!(
+        e.fault(),
+        Some(PostFault::ReadSinkNotRemoteWrite { lkey: mr.lkey() })
+    );
+    assert_eq!(e.posted(), 0);
+    let e = ep
+        .post_read(22, &[mr.sge(0..8)], raddr + 100, rkey, SendFlags::empty())
+        .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+    let s = e.to_string();
+    assert!(s.contains(&dev) && s.contains(&qpn), "{s}");
+    assert!(
+        s.contains(&format!(
+            "RDMA_READ into lkey {:#x}, a region registered without REMOTE_WRITE",
+            mr.lkey()
+        )) && s.contains("the sink must be registered with REMOTE_WRITE"),
+        "{s}"
+    );
+    // The same through the raw path (what the C drop-in's ibv_post_send takes): refused too.
+    let raw_sink = [mr.sge(0..8).raw()];
+    // SAFETY: the SGE lies in `mr`, alive until the end of the test; nothing is posted.
+    let e = unsafe {
+        ep.qp().post_send_raw(&[SendWr {
+            wr_id: 22,
+            op: read,
+            sge: &raw_sink,
+            flags: SendFlags::empty(),
+            ud: None,
+        }])
+    }
+    .unwrap_err();
+    assert_eq!(
+        e.fault(),
+        Some(PostFault::ReadSinkNotRemoteWrite { lkey: mr.lkey() })
+    );
+    // Into a sink registered with REMOTE_WRITE: read.
+    let sink = ep.reg_write(PageBuf::new(4096).unwrap()).unwrap();
+    ep.post_read(22, &[sink.sge(0..8)], raddr + 100, rkey, SendFlags::empty())
         .unwrap();
     let wc = ep.get_send_comp().unwrap();
     assert_eq!(
@@ -251,7 +306,14 @@ fn siw_endpoint_send_recv_read_write_and_refusals() {
         (22, WcStatus::SUCCESS, WcOpcode::RDMA_READ),
         "{wc:?}"
     );
-    assert_eq!(&mr.to_vec()[..8], b"server!!");
+    assert_eq!(&sink.to_vec()[..8], b"server!!");
+    assert_eq!(&mr.to_vec()[..8], [0u8; 8]);
+    // Dropping another region leaves this one's record alone.
+    drop(sink);
+    let e = ep
+        .post_read(22, &[mr.sge(0..8)], raddr + 100, rkey, SendFlags::empty())
+        .unwrap_err();
+    assert!(e.to_string().contains("without REMOTE_WRITE"), "{e}");
     // RDMA WRITE into the server's bytes 200..208, then a send to say so.
     mr.write_at(8, b"written!");
     ep.post_write(23, &[mr.sge(8..16)], raddr + 200, rkey, SendFlags::empty())
@@ -271,7 +333,6 @@ fn siw_endpoint_send_recv_read_write_and_refusals() {
 
     // What iWARP refuses on the connected QP: named device, QP, request and rule.
     let qp = ep.qp();
-    let qpn = format!("{:#x}", qp.qp_num());
     let one = [mr.sge(0..8)];
     for (op, kind) in [
         (
@@ -339,10 +400,11 @@ fn siw_endpoint_send_recv_read_write_and_refusals() {
         "{s}"
     );
     assert!(s.contains(&dev) && s.contains(&qpn), "{s}");
+    let wmr = ep.reg_write(vec![0u8; 64]).unwrap();
     let e = ep
         .post_read(
             43,
-            &[mr.sge(0..4), mr.sge(4..8)],
+            &[wmr.sge(0..4), wmr.sge(4..8)],
             raddr,
             rkey,
             SendFlags::empty(),

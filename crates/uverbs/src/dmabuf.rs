@@ -245,6 +245,9 @@ impl DmabufMr {
         }
         // The new MR's IDR is the call's first attribute; the kernel wrote its handle there.
         let handle = c.attrs()[0].data as u32;
+        if let Some(sinks) = pd.read_sinks() {
+            sinks.registered(lkey, access);
+        }
         Ok(DmabufMr {
             raw: RawMr::from_parts(pd.clone(), handle, lkey, rkey, iova, len),
             offset,

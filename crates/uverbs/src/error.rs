@@ -332,6 +332,13 @@ pub enum PostFault {
         /// The provider's name.
         provider: &'static str,
     },
+    /// An RDMA READ on an iWARP QP whose sink is a region registered without
+    /// `REMOTE_WRITE`: iWARP places a READ's data into the sink by its steering tag, as it
+    /// does an RDMA WRITE's ([`crate::op`], "iWARP").
+    ReadSinkNotRemoteWrite {
+        /// The sink SGE's local key.
+        lkey: u32,
+    },
 }
 
 impl PostFault {
@@ -434,6 +441,12 @@ impl fmt::Display for PostFault {
             PostFault::ReadSinkSges { num_sge, provider } => write!(
                 f,
                 "RDMA_READ with {num_sge} sink SGEs: {provider} (iWARP) reads into exactly one"
+            ),
+            PostFault::ReadSinkNotRemoteWrite { lkey } => write!(
+                f,
+                "RDMA_READ into lkey {lkey:#x}, a region registered without REMOTE_WRITE: on \
+                 iWARP the peer places a READ's data into its sink as it would an RDMA \
+                 WRITE's, so the sink must be registered with REMOTE_WRITE"
             ),
         }
     }
@@ -888,6 +901,13 @@ mod tests {
                     provider: "siw",
                 },
                 "RDMA_READ with 2 sink SGEs: siw (iWARP) reads into exactly one",
+                InvalidInput,
+            ),
+            (
+                PostFault::ReadSinkNotRemoteWrite { lkey: 0x42 },
+                "RDMA_READ into lkey 0x42, a region registered without REMOTE_WRITE: on iWARP \
+                 the peer places a READ's data into its sink as it would an RDMA WRITE's, so \
+                 the sink must be registered with REMOTE_WRITE",
                 InvalidInput,
             ),
         ];

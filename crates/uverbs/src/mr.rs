@@ -274,6 +274,9 @@ pub(crate) fn reg_raw(
         };
         Error::os(format!("{}{hint}", op()), e)
     })?;
+    if let Some(sinks) = pd.read_sinks() {
+        sinks.registered(resp.lkey, access);
+    }
     Ok((resp.mr_handle, resp.lkey, resp.rkey))
 }
 
@@ -527,7 +530,7 @@ impl<M: MrMemory> Mr<M> {
         let me = std::mem::ManuallyDrop::new(self);
         // SAFETY: `me` is never used again after its fields are read out.
         let pd = unsafe { std::ptr::read(&me.pd) };
-        match dereg_mr(pd.context(), me.handle) {
+        match dereg_noted(&pd, me.handle, me.lkey) {
             // SAFETY: deregistered: the device no longer reaches the memory, and the parts
             // are the ones into_raw returned.
             Ok(()) => Ok(unsafe { M::from_raw(me.mem) }),
@@ -568,7 +571,7 @@ fn dereg_failed<M: MrMemory>(pd: &Pd, handle: u32, mem: RawMemory, e: Errno) -> 
 
 impl<M: MrMemory> Drop for Mr<M> {
     fn drop(&mut self) {
-        match dereg_mr(self.pd.context(), self.handle) {
+        match dereg_noted(&self.pd, self.handle, self.lkey) {
             // SAFETY: deregistered, so no device access remains; the parts come from into_raw
             // and are used once (this is Drop).
             Ok(()) => drop(unsafe { M::from_raw(self.mem) }),
@@ -579,8 +582,21 @@ impl<M: MrMemory> Drop for Mr<M> {
     }
 }
 
+/// Deregisters MR `handle` of `pd` whose local key is `lkey`, keeping the PD's record of
+/// READ sinks ([`crate::op`], iWARP) true: the key leaves it before the kernel can give it to a
+/// new region, and comes back if the kernel refuses.
+pub(crate) fn dereg_noted(pd: &Pd, handle: u32, lkey: u32) -> std::result::Result<(), Errno> {
+    let sinks = pd.read_sinks();
+    let was = sinks.is_some_and(|s| s.deregistering(lkey));
+    let r = dereg_mr(pd.context(), handle);
+    if let (Err(_), Some(s)) = (&r, sinks) {
+        s.restore(lkey, was);
+    }
+    r
+}
+
 /// Deregisters MR `handle`: ioctl `MR_DESTROY`, or the legacy `DEREG_MR` command.
-pub(crate) fn dereg_mr(ctx: &Context, handle: u32) -> std::result::Result<(), Errno> {
+fn dereg_mr(ctx: &Context, handle: u32) -> std::result::Result<(), Errno> {
     ctx.ioctl_or_write(
         M_DESTROY_MR,
         &mut (),

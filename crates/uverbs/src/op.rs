@@ -19,10 +19,30 @@
 //!
 //! What a provider can encode on top of that is its [`SendCaps`], data it returns from
 //! [`Driver::send_caps`](crate::driver::Driver::send_caps); a QP accepts the intersection.
+//!
+//! One rule looks at the memory a request names rather than its operation: on **iWARP** an
+//! RDMA READ's sink must be registered with `REMOTE_WRITE` ([`PostFault::ReadSinkNotRemoteWrite`]).
+//! iWARP's RDMAP (RFC 5040) carries a READ's data back as a tagged message that the peer
+//! places into the requester's sink by the steering tag the READ request advertised, as an
+//! RDMA WRITE would; the kernel's own RDMA READ users register their sinks with remote write
+//! on iWARP devices for that reason, and iWARP hardware refuses the READ otherwise (siw itself
+//! checks only local write). An [`MrSge`](crate::wr::MrSge) is a bare SGE (it is passed to the
+//! provider as one, without a copy), so it cannot carry its region's access flags; instead a
+//! PD on an iWARP device keeps the local keys of its regions registered without
+//! `REMOTE_WRITE` (`ReadSinks`, filled and emptied by registration and deregistration), and
+//! [`Qp::post_send_raw`](crate::qp::Qp::post_send_raw) looks up the sinks of each READ in it.
+//! Every path that registers through this crate (safe `Mr`s, [`crate::mr::register_raw`] and
+//! so the C drop-in's `ibv_reg_mr`) and every path that posts (the safe and raw posts, the C
+//! drop-in's `ibv_post_send` and `ibv_wr_*`) is covered; an lkey this process did not register
+//! here (another PD's, a made-up number) is not in the set and is left to the device.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
 
 use crate::error::PostFault;
+use crate::mr::AccessFlags;
 use crate::qp::QpType;
-use crate::wr::SendOp;
+use crate::wr::{SendOp, SendWr};
 
 /// The kind of a send operation, without its operands: one per [`SendOp`] variant.
 ///
@@ -191,7 +211,7 @@ impl DeviceCapsEx {
 
 /// `IBV_FLUSH_*` placement types of a FLUSH (`ibv_wr_flush`'s `type`): where the flushed
 /// writes must have got to. Bits; a FLUSH names one or both, and the target region must have
-/// been registered with the matching [`AccessFlags`](crate::mr::AccessFlags)
+/// been registered with the matching [`AccessFlags`]
 /// (`FLUSH_GLOBAL`, `FLUSH_PERSISTENT`): the responder refuses others (a remote access error
 /// completion).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -354,9 +374,152 @@ pub(crate) fn refusal(
     }
 }
 
+/// The local keys of a PD's regions that may not be an RDMA READ's sink on iWARP: those
+/// registered without `REMOTE_WRITE` (module docs). Kept only by PDs on iWARP devices.
+#[derive(Debug, Default)]
+pub(crate) struct ReadSinks {
+    unwritable: Mutex<HashSet<u32>>,
+}
+
+impl ReadSinks {
+    fn set(&self) -> std::sync::MutexGuard<'_, HashSet<u32>> {
+        // A panic while holding the lock left a set of plain numbers: still usable.
+        self.unwritable.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A region `lkey` was registered with `access`.
+    pub(crate) fn registered(&self, lkey: u32, access: AccessFlags) {
+        if !access.contains(AccessFlags::REMOTE_WRITE) {
+            self.set().insert(lkey);
+        }
+    }
+
+    /// The region `lkey` is about to be deregistered (before the kernel may give its key to a
+    /// new region); true if it was in the set, so that a failed deregistration can put it
+    /// back with [`ReadSinks::restore`].
+    pub(crate) fn deregistering(&self, lkey: u32) -> bool {
+        self.set().remove(&lkey)
+    }
+
+    /// Puts back `lkey` after a failed deregistration (`was` from
+    /// [`ReadSinks::deregistering`]).
+    pub(crate) fn restore(&self, lkey: u32, was: bool) {
+        if was {
+            self.set().insert(lkey);
+        }
+    }
+
+    /// The first RDMA READ of `wrs` with a sink registered without `REMOTE_WRITE`: its index
+    /// and the fault. A list without a READ costs a scan of the opcodes; the lock is taken
+    /// only from the first READ on.
+    #[inline]
+    pub(crate) fn check(&self, wrs: &[SendWr<'_>]) -> Option<(usize, PostFault)> {
+        let first = wrs
+            .iter()
+            .position(|w| matches!(w.op, SendOp::RdmaRead { .. }))?;
+        self.check_reads(wrs, first)
+    }
+
+    #[inline(never)]
+    fn check_reads(&self, wrs: &[SendWr<'_>], first: usize) -> Option<(usize, PostFault)> {
+        let set = self.set();
+        for (i, w) in wrs.iter().enumerate().skip(first) {
+            if !matches!(w.op, SendOp::RdmaRead { .. }) {
+                continue;
+            }
+            if let Some(s) = w.sge.iter().find(|s| set.contains(&s.lkey)) {
+                return Some((i, PostFault::ReadSinkNotRemoteWrite { lkey: s.lkey }));
+            }
+        }
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wr::{SendFlags, Sge};
+
+    fn read<'a>(sge: &'a [Sge]) -> SendWr<'a> {
+        SendWr {
+            wr_id: 0,
+            op: SendOp::RdmaRead {
+                remote_addr: 0x1000,
+                rkey: 9,
+            },
+            sge,
+            flags: SendFlags::empty(),
+            ud: None,
+        }
+    }
+
+    fn sge(lkey: u32) -> Sge {
+        Sge {
+            addr: 0x2000,
+            length: 8,
+            lkey,
+        }
+    }
+
+    #[test]
+    fn iwarp_read_sinks_need_remote_write() {
+        let sinks = ReadSinks::default();
+        sinks.registered(1, AccessFlags::LOCAL_WRITE);
+        sinks.registered(2, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
+        sinks.registered(3, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ);
+        let (one, two, three) = ([sge(1)], [sge(2)], [sge(3)]);
+        // A READ into a region with REMOTE_WRITE passes; with only local write (or remote
+        // read) it is refused, at its index, naming the key.
+        assert_eq!(sinks.check(&[read(&two)]), None);
+        assert_eq!(
+            sinks.check(&[read(&two), read(&one)]),
+            Some((1, PostFault::ReadSinkNotRemoteWrite { lkey: 1 }))
+        );
+        assert_eq!(
+            sinks.check(&[read(&three)]),
+            Some((0, PostFault::ReadSinkNotRemoteWrite { lkey: 3 }))
+        );
+        // The same regions as the source of a SEND or RDMA WRITE: not the rule's business.
+        let send = SendWr {
+            op: SendOp::Send,
+            ..read(&one)
+        };
+        let write = SendWr {
+            op: SendOp::RdmaWrite {
+                remote_addr: 0,
+                rkey: 1,
+            },
+            ..read(&three)
+        };
+        assert_eq!(sinks.check(&[send, write]), None);
+        // A key this PD did not register (another PD's, a made-up one): left to the device.
+        assert_eq!(sinks.check(&[read(&[sge(77)])]), None);
+        // Deregistered: the key may belong to a new region next, which is judged afresh.
+        assert!(sinks.deregistering(1));
+        assert_eq!(sinks.check(&[read(&one)]), None);
+        sinks.registered(1, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
+        assert_eq!(sinks.check(&[read(&one)]), None);
+        // A failed deregistration puts the key back.
+        let was = sinks.deregistering(3);
+        sinks.restore(3, was);
+        assert!(sinks.check(&[read(&three)]).is_some());
+        assert!(
+            !sinks.deregistering(2),
+            "registered with REMOTE_WRITE: never in the set"
+        );
+        sinks.restore(2, false);
+        assert_eq!(sinks.check(&[read(&two)]), None);
+        let f = PostFault::ReadSinkNotRemoteWrite { lkey: 0x1234 };
+        assert_eq!(f.kind(), std::io::ErrorKind::InvalidInput);
+        let e = crate::PostError::refused(0, f).at("siw0", crate::PostQueue::Send, 0x15);
+        assert_eq!(
+            e.to_string(),
+            "post send to QP 0x15 on siw0: work request #0: RDMA_READ into lkey 0x1234, a \
+             region registered without REMOTE_WRITE: on iWARP the peer places a READ's data \
+             into its sink as it would an RDMA WRITE's, so the sink must be registered with \
+             REMOTE_WRITE; 0 posted"
+        );
+    }
 
     #[test]
     fn kinds_number_as_the_verbs() {

@@ -9,7 +9,9 @@ use crate::abi::obj::ib_uverbs_dealloc_pd;
 use crate::abi::obj::{ib_uverbs_alloc_pd, ib_uverbs_alloc_pd_resp};
 use crate::context::Context;
 use crate::context::M_DESTROY_PD;
+use crate::device::Transport;
 use crate::error::{Error, Result};
+use crate::op::ReadSinks;
 use crate::write;
 use zerocopy::IntoBytes as _;
 
@@ -17,6 +19,8 @@ use zerocopy::IntoBytes as _;
 pub struct Pd {
     ctx: Arc<Context>,
     handle: u32,
+    /// On iWARP devices: the regions that may not be an RDMA READ's sink ([`crate::op`]).
+    read_sinks: Option<ReadSinks>,
 }
 
 impl fmt::Debug for Pd {
@@ -36,10 +40,19 @@ impl Pd {
         write::cmd_legacy_simple(ctx.cmd_fd(), nr::ALLOC_PD, &req, &mut resp)
             .map_err(|e| Error::os(format!("alloc PD on {}", ctx.name()), e))?;
         tracing::debug!(device = ctx.name(), handle = resp.pd_handle, "PD allocated");
+        let iwarp = ctx.device().transport() == Transport::IWARP;
         Ok(Arc::new(Pd {
             ctx: ctx.clone(),
             handle: resp.pd_handle,
+            read_sinks: iwarp.then(ReadSinks::default),
         }))
+    }
+
+    /// On an iWARP device, the local keys of this PD's regions registered without
+    /// `REMOTE_WRITE`, which an RDMA READ may not have as its sink; `None` elsewhere.
+    #[inline]
+    pub(crate) fn read_sinks(&self) -> Option<&ReadSinks> {
+        self.read_sinks.as_ref()
     }
 
     /// The kernel handle.

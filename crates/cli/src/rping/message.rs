@@ -34,9 +34,35 @@ impl RdmaInfo {
 /// `start` (65 'A' ..= 122 'z'): `"rdma-ping-N: "`, then `start`, `start+1`, … wrapping from
 /// 'z' to 'A', and a NUL in the last byte.
 pub fn fill_ping(buf: &mut [u8], ping: u32, start: u8) {
-    let head = format!("rdma-ping-{}: ", ping as i32);
-    let n = head.len().min(buf.len());
-    buf[..n].copy_from_slice(&head.as_bytes()[..n]);
+    // On the stack and without the formatting machinery: this runs once per ping.
+    // "rdma-ping-", an i32 (at most 11 characters) and ": " fit in 24 bytes.
+    let mut head = [0u8; 24];
+    head[..10].copy_from_slice(b"rdma-ping-");
+    let mut len = 10;
+    let v = ping as i32;
+    if v < 0 {
+        head[len] = b'-';
+        len += 1;
+    }
+    let mut u = v.unsigned_abs();
+    let mut digits = [0u8; 10];
+    let mut k = 0;
+    loop {
+        digits[k] = b'0' + (u % 10) as u8;
+        k += 1;
+        u /= 10;
+        if u == 0 {
+            break;
+        }
+    }
+    for &d in digits[..k].iter().rev() {
+        head[len] = d;
+        len += 1;
+    }
+    head[len..len + 2].copy_from_slice(b": ");
+    len += 2;
+    let n = len.min(buf.len());
+    buf[..n].copy_from_slice(&head[..n]);
     let mut c = start;
     for b in &mut buf[n..] {
         *b = c;
@@ -112,5 +138,13 @@ mod tests {
         let mut s = vec![0u8; MIN_SIZE as usize];
         fill_ping(&mut s, 2_147_483_647, 65);
         assert_eq!(c_str(&s), b"rdma-ping-2147483647: ABC");
+        // Past i32::MAX the C client's %d goes negative, and so does ours.
+        let mut b = vec![0u8; 64];
+        fill_ping(&mut b, 2_147_483_648, 65);
+        assert_eq!(&c_str(&b)[..23], b"rdma-ping--2147483648: ");
+        fill_ping(&mut b, u32::MAX, 65);
+        assert_eq!(&c_str(&b)[..15], b"rdma-ping--1: A");
+        fill_ping(&mut b, 1_000_000_000, 65);
+        assert_eq!(&c_str(&b)[..23], b"rdma-ping-1000000000: A");
     }
 }

@@ -108,17 +108,19 @@ impl Cb<'_> {
     pub(super) fn test_client(&mut self, out: &mut impl Write) -> io::Result<()> {
         let mut start = 65u8;
         let mut ping = 0u32;
+        let size = self.o.size as usize;
+        // Allocated once: a ping reuses them (the checks and the printing read the regions
+        // only when asked for, as rping does).
+        let mut ping_buf = vec![0u8; size];
+        let mut start_buf = Vec::new();
+        let mut sink = Vec::new();
         while self.o.count == 0 || ping < self.o.count {
             self.state = State::RdmaReadAdv;
-            let size = self.o.size as usize;
-            {
-                let mut ping_buf = vec![0u8; size];
-                fill_ping(&mut ping_buf, ping, start);
-                self.start_mr
-                    .as_ref()
-                    .expect("client")
-                    .write_at(0, &ping_buf);
-            }
+            fill_ping(&mut ping_buf, ping, start);
+            self.start_mr
+                .as_ref()
+                .expect("client")
+                .write_at(0, &ping_buf);
             start = next_start(start);
             self.format_send(false);
             self.post_info_send()
@@ -132,8 +134,15 @@ impl Cb<'_> {
             if !self.wait_for(State::RdmaWriteComplete)? {
                 return Err(self.lost(State::RdmaWriteComplete, ping));
             }
-            let start_buf = self.start_mr.as_ref().expect("client").to_vec();
-            let sink = self.rdma_mr.to_vec();
+            if self.o.validate || self.o.verbose {
+                sink.resize(self.rdma_mr.len(), 0);
+                self.rdma_mr.read_at(0, &mut sink);
+            }
+            if self.o.validate {
+                let start_mr = self.start_mr.as_ref().expect("client");
+                start_buf.resize(start_mr.len(), 0);
+                start_mr.read_at(0, &mut start_buf);
+            }
             if self.o.validate && start_buf[..size] != sink[..size] {
                 return Err(io::Error::other(format!(
                     "data mismatch! (ping {ping}: the {size} bytes written back differ from \

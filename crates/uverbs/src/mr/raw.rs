@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use rustix::io::Errno;
 
-use super::{dereg_mr, reg_raw, AccessFlags};
+use super::{dereg_noted, reg_raw, AccessFlags};
 use crate::error::{Error, Result};
 use crate::pd::Pd;
 
@@ -91,7 +91,7 @@ impl RawMr {
     /// The kernel refuses (EINVAL on rxe) while a memory window is bound in the region.
     pub fn deregister(self) -> std::result::Result<(), (RawMr, std::io::Error)> {
         let ctx = self.pd.context();
-        match dereg_mr(ctx, self.handle) {
+        match dereg_noted(&self.pd, self.handle, self.lkey) {
             Ok(()) => {
                 let me = std::mem::ManuallyDrop::new(self);
                 // SAFETY: `me` is never used again; its only field with a destructor is the PD.
@@ -122,8 +122,7 @@ impl RawMr {
 
 impl Drop for RawMr {
     fn drop(&mut self) {
-        let ctx = self.pd.context();
-        if let Err(e) = dereg_mr(ctx, self.handle) {
+        if let Err(e) = dereg_noted(&self.pd, self.handle, self.lkey) {
             tracing::error!(handle = self.handle, "{}", Error::os("deregister MR", e));
         }
     }

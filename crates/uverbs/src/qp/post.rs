@@ -1,5 +1,5 @@
-//! Posting to a QP: the one check of every send's operation ([`crate::op`]) and the QP's
-//! state, then the provider's encoder (`QpOps`); every refusal a typed
+//! Posting to a QP: the one check of every send's operation ([`crate::op`], with iWARP's
+//! rule for READ sinks) and the QP's state, then the provider's encoder (`QpOps`); every refusal a typed
 //! [`PostFault`](crate::error::PostFault) inside a [`PostError`] naming the device and QP.
 
 use super::{Qp, QpState};
@@ -51,7 +51,15 @@ impl Qp {
         // The one check of the operations (crate::op), before any provider code: the requests
         // before the first refused one are posted, as a provider that stopped there would.
         let send_ops = self.send_ops;
-        let refused = wrs.iter().position(|w| !send_ops.contains(w.op.kind()));
+        let mut refused = wrs.iter().position(|w| !send_ops.contains(w.op.kind()));
+        let mut sink_fault = None;
+        if let Some(sinks) = self.pd.read_sinks() {
+            // iWARP: a READ's sink must be registered with REMOTE_WRITE (crate::op).
+            if let Some((i, f)) = sinks.check(&wrs[..refused.unwrap_or(wrs.len())]) {
+                refused = Some(i);
+                sink_fault = Some(f);
+            }
+        }
         let ok = match refused {
             Some(i) => &wrs[..i],
             None => wrs,
@@ -63,9 +71,10 @@ impl Qp {
             unsafe { self.lock().post_send(k, ok) }
                 .map_err(|e| self.post_error(e, PostQueue::Send))?;
         }
-        match refused {
-            Some(i) => Err(self.op_refused(i, wrs[i].op.kind())),
-            None => Ok(()),
+        match (refused, sink_fault) {
+            (Some(i), Some(f)) => Err(self.post_error(PostError::refused(i, f), PostQueue::Send)),
+            (Some(i), None) => Err(self.op_refused(i, wrs[i].op.kind())),
+            (None, _) => Ok(()),
         }
     }
 
