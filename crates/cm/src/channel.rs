@@ -406,18 +406,19 @@ impl Channel {
         req: &Req,
         out_len: usize,
     ) -> Result<(), Errno> {
-        let buf = command_bytes(cmd, req.as_bytes(), out_len)?;
-        // SAFETY: the only address ucma follows in a command is the request's response
-        // pointer, which by this function's contract names a live buffer of `out_len` bytes
-        // (the kernel writes at most `out_len`, the size in the header); the ids and fds the
-        // command carries are the crate's own, so no safe rverbs object is changed behind its
-        // back.
-        let n = unsafe { rverbs_uverbs::write::write_cmd(self.fd.as_fd(), &buf) }?;
-        // ucma consumes a command whole or fails it; anything else is a protocol error.
-        if n != buf.len() {
-            return Err(Errno::IO);
-        }
-        Ok(())
+        with_command_bytes(cmd, req.as_bytes(), out_len, |buf| {
+            // SAFETY: the only address ucma follows in a command is the request's response
+            // pointer, which by this function's contract names a live buffer of `out_len`
+            // bytes (the kernel writes at most `out_len`, the size in the header); the ids and
+            // fds the command carries are the crate's own, so no safe rverbs object is changed
+            // behind its back.
+            let n = unsafe { rverbs_uverbs::write::write_cmd(self.fd.as_fd(), buf) }?;
+            // ucma consumes a command whole or fails it; anything else is a protocol error.
+            if n != buf.len() {
+                return Err(Errno::IO);
+            }
+            Ok(())
+        })?
     }
 
     /// `GET_EVENT` without waiting: `Ok(None)` when the queue is empty.
@@ -473,16 +474,44 @@ pub(crate) fn resp_ptr<T: IntoBytes + FromBytes>(resp: &mut T) -> u64 {
 
 /// The bytes of one ucma command (exposed to the crate's tests).
 pub(crate) fn command_bytes(cmd: u32, payload: &[u8], out_len: usize) -> Result<Vec<u8>, Errno> {
-    let hdr = rdma_ucm_cmd_hdr {
-        cmd,
-        r#in: u16::try_from(payload.len()).map_err(|_| Errno::INVAL)?,
-        out: u16::try_from(out_len).map_err(|_| Errno::INVAL)?,
-    };
+    let hdr = command_header(cmd, payload, out_len)?;
     let mut buf = Vec::with_capacity(size_of::<rdma_ucm_cmd_hdr>() + payload.len());
     buf.extend_from_slice(hdr.as_bytes());
     buf.extend_from_slice(payload);
     Ok(buf)
 }
+
+fn command_header(cmd: u32, payload: &[u8], out_len: usize) -> Result<rdma_ucm_cmd_hdr, Errno> {
+    Ok(rdma_ucm_cmd_hdr {
+        cmd,
+        r#in: u16::try_from(payload.len()).map_err(|_| Errno::INVAL)?,
+        out: u16::try_from(out_len).map_err(|_| Errno::INVAL)?,
+    })
+}
+
+/// The bytes of [`command_bytes`] handed to `f`, from a stack buffer when they fit in
+/// [`CMD_STACK`] bytes (ucma's requests are a few hundred bytes), else from a `Vec`: no
+/// allocation per command on the event path.
+pub(crate) fn with_command_bytes<R>(
+    cmd: u32,
+    payload: &[u8],
+    out_len: usize,
+    f: impl FnOnce(&[u8]) -> R,
+) -> Result<R, Errno> {
+    let hdr = command_header(cmd, payload, out_len)?;
+    let h = size_of::<rdma_ucm_cmd_hdr>();
+    let len = h + payload.len();
+    if len > CMD_STACK {
+        return Ok(f(&command_bytes(cmd, payload, out_len)?));
+    }
+    let mut stack = [0u8; CMD_STACK];
+    stack[..h].copy_from_slice(hdr.as_bytes());
+    stack[h..len].copy_from_slice(payload);
+    Ok(f(&stack[..len]))
+}
+
+/// Commands up to this size are built on the stack.
+pub(crate) const CMD_STACK: usize = 512;
 
 /// Checks `/sys/class/misc/rdma_cm/abi_version` == 4. A missing file with a present device is
 /// tolerated (old kernels), as librdmacm does; a missing module is reported as such.
@@ -762,6 +791,33 @@ mod tests {
     fn header_rejects_oversized() {
         assert_eq!(command_bytes(0, &[0u8; 70000], 0), Err(Errno::INVAL));
         assert_eq!(command_bytes(0, &[0u8; 8], 70000), Err(Errno::INVAL));
+        let f = |b: &[u8]| b.to_vec();
+        assert_eq!(
+            with_command_bytes(0, &[0u8; 70000], 0, f),
+            Err(Errno::INVAL)
+        );
+        assert_eq!(
+            with_command_bytes(0, &[0u8; 8], 70000, f),
+            Err(Errno::INVAL)
+        );
+        // The stack buffer and the Vec give the same bytes, at the edge and past it.
+        let h = size_of::<rdma_ucm_cmd_hdr>();
+        for n in [
+            0,
+            1,
+            304,
+            CMD_STACK - h - 1,
+            CMD_STACK - h,
+            CMD_STACK - h + 1,
+            4000,
+        ] {
+            let p: Vec<u8> = (0..n).map(|i| i as u8 ^ 0x5a).collect();
+            assert_eq!(
+                with_command_bytes(7, &p, 12, f).unwrap(),
+                command_bytes(7, &p, 12).unwrap(),
+                "payload of {n} bytes"
+            );
+        }
     }
 
     #[test]

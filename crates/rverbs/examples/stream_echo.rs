@@ -10,7 +10,7 @@
 //! The client sends its standard input and prints what comes back. `server ADDR N` serves
 //! `N` connections, then exits (as `crates/rverbs/tests/vm_examples.rs` runs it).
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::process::ExitCode;
 use std::thread;
@@ -45,29 +45,27 @@ fn server(addr: SocketAddr, connections: Option<usize>) -> io::Result<()> {
 
 fn client(addr: SocketAddr) -> io::Result<()> {
     let mut stream = RdmaStream::connect(addr)?;
-    let (mut input, mut out) = (io::stdin().lock(), io::stdout().lock());
-    // One chunk at a time: send it, read its echo, print it. A chunk is smaller than the
-    // stream's rings (128 KiB by default), so the server's echo never waits for us. (To send
-    // and receive at once, see the tokio version's `into_split`.)
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = input.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        stream.write_all(&buf[..n])?;
-        stream.read_exact(&mut buf[..n])?;
-        out.write_all(&buf[..n])?;
-    }
-    // Our half-close: the server sees EOF, closes its side, and we read EOF.
-    stream.shutdown(Shutdown::Write)?;
-    let rest = io::copy(&mut stream, &mut out)?;
-    if rest != 0 {
+    // A second handle: a thread sends standard input while this one prints what comes back,
+    // so the stream is written and read at once (and no chunk size matters).
+    let mut sender = stream.try_clone()?;
+    let send = thread::spawn(move || -> io::Result<u64> {
+        let n = io::copy(&mut io::stdin().lock(), &mut sender)?;
+        // Our half-close: the server sees EOF, closes its side, and we read EOF.
+        sender.shutdown(Shutdown::Write)?;
+        Ok(n)
+    });
+    let mut out = io::stdout().lock();
+    let got = io::copy(&mut stream, &mut out)?;
+    out.flush()?;
+    let sent = send
+        .join()
+        .map_err(|_| io::Error::other("the sending thread panicked"))??;
+    if got != sent {
         return Err(io::Error::other(format!(
-            "{rest} bytes more than were sent"
+            "sent {sent} bytes, {got} came back"
         )));
     }
-    out.flush()
+    Ok(())
 }
 
 fn main() -> ExitCode {

@@ -51,6 +51,7 @@
 
 mod ledger;
 mod stream;
+mod wake;
 pub mod wire;
 
 #[cfg(feature = "tokio")]

@@ -4,8 +4,9 @@ use std::fmt;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use rustix::event::epoll;
@@ -18,6 +19,7 @@ use rverbs_uverbs::qp::{Qp, QpCaps, QpInit, QpState, QpType};
 use rverbs_uverbs::{MrSge, RecvWr, SendFlags, SendOp, SendWr, WcFlags, WcStatus, WorkCompletion};
 
 use crate::ledger::{Fault, Ledger, Sizes, MAX_TRANSFER, OLAP_START, WR_ID_RECV};
+use crate::wake::{Sleepers, Wake};
 use crate::wire::{
     ConnData, Ctrl, RsSge, FLAG_NET, HOST_IS_BIG_ENDIAN, SGE_LEN, SGL_ENTRIES, VERSION,
 };
@@ -30,9 +32,6 @@ const CLOSE_WAIT: Duration = Duration::from_secs(1);
 /// sleeps (rsockets polls 10 µs). Longer spins took CPU from the peer in the emulated test
 /// guests: 1 ms halved the 64-byte round trip there but made 64 KiB ones 3 times slower.
 const SPIN: Duration = Duration::from_micros(50);
-/// Longest single sleep when several threads wait on one stream (one of them may have taken
-/// the wake-up of the others).
-const SHARED_WAIT_SLICE: Duration = Duration::from_millis(50);
 
 /// Sizes of a stream, as rsockets' socket options and `/etc/rdma/rsocket/*` defaults.
 ///
@@ -267,7 +266,8 @@ pub(crate) struct Inner {
     nonblocking: AtomicBool,
     read_timeout: Mutex<Option<Duration>>,
     write_timeout: Mutex<Option<Duration>>,
-    waiters: AtomicUsize,
+    /// Wakes the other waiters when one thread's progress may concern them.
+    wake: Wake,
     local: Option<SocketAddr>,
     peer: Option<SocketAddr>,
 }
@@ -279,6 +279,8 @@ struct State {
     unacked: u32,
     /// Calls of `progress` (the fds are read on every 64th).
     calls: u32,
+    /// Who waits (see `crate::wake`).
+    sleepers: Sleepers,
 }
 
 /// A byte stream over an RDMA RC connection that speaks rsockets' protocol: an
@@ -381,28 +383,29 @@ impl RdmaStream {
             })
             .map_err(ctx)?;
         let peer = peer.ok_or_else(|| ctx(io::Error::other("no connection reply")))?;
-        Ok(Self::from_conn(conn, sizes, &peer))
+        Self::from_conn(conn, sizes, &peer).map_err(ctx)
     }
 
-    fn from_conn(conn: Conn, sizes: Sizes, peer: &ConnData) -> RdmaStream {
+    fn from_conn(conn: Conn, sizes: Sizes, peer: &ConnData) -> io::Result<RdmaStream> {
         let (local, peer_addr) = addrs(&conn.id);
-        RdmaStream {
+        Ok(RdmaStream {
             inner: Arc::new(Inner {
                 st: Mutex::new(State {
                     l: Ledger::new(sizes, peer),
                     armed: false,
                     unacked: 0,
                     calls: 0,
+                    sleepers: Sleepers::default(),
                 }),
                 conn,
                 nonblocking: AtomicBool::new(false),
                 read_timeout: Mutex::new(None),
                 write_timeout: Mutex::new(None),
-                waiters: AtomicUsize::new(0),
+                wake: Wake::new()?,
                 local,
                 peer: peer_addr,
             }),
-        }
+        })
     }
 
     /// The peer's address.
@@ -510,6 +513,7 @@ impl Inner {
         let mut st = lock(&self.st);
         if !st.l.connected {
             st.l.readable &= !matches!(how, Shutdown::Read | Shutdown::Both);
+            self.wake.progressed(&mut st.sleepers);
             return Ok(());
         }
         let ctrl = match how {
@@ -535,9 +539,11 @@ impl Inner {
                 }
             }
         };
+        // A thread blocked in `read` or `write` returns now.
+        self.wake.progressed(&mut st.sleepers);
         if let Some(c) = ctrl {
             let deadline = Some(Instant::now() + CLOSE_WAIT);
-            st = self.wait_for(st, deadline, false, |l| l.can_send_ctrl() || !l.connected)?;
+            st = self.wait_for(st, deadline, None, |l| l.can_send_ctrl() || !l.connected)?;
             if st.l.connected {
                 let imm = st.l.ctrl_message(c);
                 self.conn
@@ -549,7 +555,7 @@ impl Inner {
             // Best effort, as rsockets' rshutdown: what is posted is delivered by RC or the
             // connection fails; a peer that is closing too may leave our last write retrying.
             let deadline = Some(Instant::now() + CLOSE_WAIT);
-            match self.wait_for(st, deadline, false, |l| l.all_sends_done()) {
+            match self.wait_for(st, deadline, None, |l| l.all_sends_done()) {
                 Err(e) if e.kind() == io::ErrorKind::TimedOut => {}
                 r => drop(r?),
             }
@@ -564,17 +570,31 @@ impl Inner {
     /// readiness fd, or when a call starts with the CQ armed — and on every 64th call, so
     /// that a busy stream still sees its peer disconnect; the CQ itself is polled every time
     /// (no system call on rxe).
+    ///
+    /// Whatever it consumed (an event, a completion) may be what another waiter of the
+    /// stream waits for, so it then wakes them all (`crate::wake`).
     fn progress(&self, st: &mut State, events: bool) -> io::Result<()> {
+        let mut moved = false;
+        let r = self.progress_moved(st, events, &mut moved);
+        if moved {
+            self.wake.progressed(&mut st.sleepers);
+        }
+        r
+    }
+
+    fn progress_moved(&self, st: &mut State, events: bool, moved: &mut bool) -> io::Result<()> {
         let c = &self.conn;
         st.calls = st.calls.wrapping_add(1);
         if events || st.calls % 64 == 0 {
             while let Some(ev) = c.id.try_next_event()? {
+                *moved = true;
                 let k = ev.kind();
                 if k == CmEventKind::DISCONNECTED || k == CmEventKind::DEVICE_REMOVAL {
                     st.l.peer_gone();
                 }
             }
             while c.chan.try_get_event()?.is_some() {
+                *moved = true;
                 c.cq.event_received();
                 st.armed = false;
                 st.unacked += 1;
@@ -588,6 +608,7 @@ impl Inner {
         let mut wcs = [WorkCompletion::default(); 16];
         loop {
             let n = c.cq.poll(&mut wcs);
+            *moved |= n > 0;
             for wc in &wcs[..n] {
                 if wc.wr_id & WR_ID_RECV != 0 {
                     if wc.status.is_success() {
@@ -649,15 +670,17 @@ impl Inner {
     }
 
     /// Processes until `done(ledger)` holds or the deadline passes (`TimedOut`), or
-    /// `WouldBlock` in non-blocking mode.
+    /// `WouldBlock` in non-blocking mode (having armed the CQ, and registered `waker` for the
+    /// next progress of another handle). Blocking, it sleeps on the readiness fd, or behind
+    /// another thread that does (`crate::wake`).
     fn wait_for<'a>(
         &'a self,
         mut st: MutexGuard<'a, State>,
         deadline: Option<Instant>,
-        nonblocking: bool,
+        nonblocking: Option<Option<&Waker>>,
         done: impl Fn(&Ledger) -> bool,
     ) -> io::Result<MutexGuard<'a, State>> {
-        let mut events = nonblocking || st.armed;
+        let mut events = nonblocking.is_some() || st.armed;
         let mut spun = false;
         loop {
             self.progress(&mut st, events)?;
@@ -685,26 +708,26 @@ impl Inner {
                 st.armed = true;
                 continue; // poll once more: a completion before the arm made no event
             }
-            if nonblocking {
+            if let Some(waker) = nonblocking {
+                if let Some(w) = waker {
+                    self.wake.register(&mut st.sleepers, w);
+                }
                 return Err(io::ErrorKind::WouldBlock.into());
             }
-            let mut wait = match deadline {
-                Some(d) => match d.checked_duration_since(Instant::now()) {
-                    Some(left) if !left.is_zero() => Some(left),
-                    _ => return Err(io::Error::new(io::ErrorKind::TimedOut, "stream timed out")),
-                },
-                None => None,
-            };
-            let others = self.waiters.fetch_add(1, Ordering::AcqRel) > 0;
-            if others {
-                wait = Some(wait.map_or(SHARED_WAIT_SLICE, |w| w.min(SHARED_WAIT_SLICE)));
+            if let Some(d) = deadline {
+                if Instant::now() >= d {
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, "stream timed out"));
+                }
             }
-            drop(st);
-            let r = rverbs_uverbs::fd::poll_readable(self.conn.epoll.as_fd(), wait);
-            self.waiters.fetch_sub(1, Ordering::AcqRel);
-            st = lock(&self.st);
-            r.map_err(|e| os("poll the stream's fd", e))?;
-            events = true;
+            let (g, led) = self.wake.sleep(
+                &self.st,
+                st,
+                |s| &mut s.sleepers,
+                self.conn.epoll.as_fd(),
+                deadline,
+            )?;
+            st = g;
+            events = led;
         }
     }
 
@@ -753,6 +776,26 @@ impl Inner {
 
     /// `read` in blocking or non-blocking mode (`nb`), whatever the stream's flag.
     pub(crate) fn read_with(&self, bufs: &mut [IoSliceMut<'_>], nb: bool) -> io::Result<usize> {
+        self.read_mode(bufs, nb.then_some(None))
+    }
+
+    /// Non-blocking `read`; on `WouldBlock`, `waker` is woken by the next progress another
+    /// handle makes.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn read_waking(
+        &self,
+        bufs: &mut [IoSliceMut<'_>],
+        waker: &Waker,
+    ) -> io::Result<usize> {
+        self.read_mode(bufs, Some(Some(waker)))
+    }
+
+    /// `read`: blocking (`None`) or not (with a waker to register or none).
+    fn read_mode(
+        &self,
+        bufs: &mut [IoSliceMut<'_>],
+        nb: Option<Option<&Waker>>,
+    ) -> io::Result<usize> {
         let want: usize = bufs.iter().map(|b| b.len()).sum();
         if want == 0 {
             return Ok(0);
@@ -787,6 +830,18 @@ impl Inner {
 
     /// `write` in blocking or non-blocking mode (`nb`), whatever the stream's flag.
     pub(crate) fn write_with(&self, bufs: &[IoSlice<'_>], nb: bool) -> io::Result<usize> {
+        self.write_mode(bufs, nb.then_some(None))
+    }
+
+    /// Non-blocking `write`; on `WouldBlock`, `waker` is woken by the next progress another
+    /// handle makes.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn write_waking(&self, bufs: &[IoSlice<'_>], waker: &Waker) -> io::Result<usize> {
+        self.write_mode(bufs, Some(Some(waker)))
+    }
+
+    /// `write`: blocking (`None`) or not (with a waker to register or none).
+    fn write_mode(&self, bufs: &[IoSlice<'_>], nb: Option<Option<&Waker>>) -> io::Result<usize> {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         if total == 0 {
             return Ok(0);
@@ -1050,7 +1105,7 @@ impl RdmaListener {
             ..ConnParam::default()
         };
         conn.id.accept(&param).map_err(ctx)?;
-        let s = RdmaStream::from_conn(conn, sizes, &peer);
+        let s = RdmaStream::from_conn(conn, sizes, &peer).map_err(ctx)?;
         let from = s.peer_addr()?;
         Ok((s, from))
     }

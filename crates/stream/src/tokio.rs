@@ -3,7 +3,12 @@
 //! [`AsyncRdmaStream`] drives the same protocol in non-blocking mode and waits on the
 //! stream's readiness fd (see [`RdmaStream`], "Readiness") through tokio's `AsyncFd`. Each
 //! half of [`AsyncRdmaStream::into_split`] registers its own duplicate of that fd, so a
-//! reading task and a writing task are each woken.
+//! reading task and a writing task are each woken by the device.
+//!
+//! The fd alone is not enough when both halves wait: one half's progress may consume the
+//! completion event (and the completions) the other half's wake-up depends on, before tokio
+//! sees the fd readable. So a half that gets `WouldBlock` also leaves its task's waker with
+//! the stream, under the stream's lock, and whichever handle next makes progress wakes it.
 //!
 //! Cancel safety: `poll_read` takes bytes out of the receive ring only in the poll that
 //! returns them, and `poll_write` posts bytes only in the poll that returns their count, so
@@ -13,7 +18,7 @@ use std::io::{self, IoSlice, IoSliceMut};
 use std::net::{Shutdown, SocketAddr};
 use std::os::fd::{AsFd, OwnedFd};
 use std::pin::Pin;
-use std::task::{ready, Context, Poll};
+use std::task::{ready, Context, Poll, Waker};
 
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
@@ -39,24 +44,22 @@ impl Half {
         Ok(Half { fd, stream })
     }
 
-    /// Runs `op` (non-blocking) until it does not return `WouldBlock`, waiting for the fd in
-    /// between. The first try needs no readiness: the fd becomes readable only after an
-    /// operation returned `WouldBlock` (and armed it).
+    /// Runs `op` (non-blocking; on `WouldBlock` it has armed the stream and registered the
+    /// task's waker for other handles' progress) until it does not return `WouldBlock`. In
+    /// between: pending until the fd is readable or the waker is woken; a readiness already
+    /// seen is cleared before `op` runs again, so that an event after that try is not lost.
     fn poll_op<T>(
         &self,
         cx: &mut Context<'_>,
-        mut op: impl FnMut(&RdmaStream) -> io::Result<T>,
+        mut op: impl FnMut(&RdmaStream, &Waker) -> io::Result<T>,
     ) -> Poll<io::Result<T>> {
-        match op(&self.stream) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            r => return Poll::Ready(r),
-        }
         loop {
-            let mut guard = ready!(self.fd.poll_read_ready(cx))?;
-            match guard.try_io(|_| op(&self.stream)) {
-                Ok(r) => return Poll::Ready(r),
-                Err(_would_block) => continue,
+            match op(&self.stream, cx.waker()) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                r => return Poll::Ready(r),
             }
+            let mut guard = ready!(self.fd.poll_read_ready(cx))?;
+            guard.clear_ready();
         }
     }
 }
@@ -111,10 +114,10 @@ impl AsyncRdmaStream {
     }
 }
 
-fn read_buf(s: &RdmaStream, buf: &mut ReadBuf<'_>) -> io::Result<()> {
+fn read_buf(s: &RdmaStream, buf: &mut ReadBuf<'_>, w: &Waker) -> io::Result<()> {
     let n = s
         .inner
-        .read_with(&mut [IoSliceMut::new(buf.initialize_unfilled())], true)?;
+        .read_waking(&mut [IoSliceMut::new(buf.initialize_unfilled())], w)?;
     buf.advance(n);
     Ok(())
 }
@@ -125,7 +128,7 @@ impl AsyncRead for ReadHalf {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        self.0.poll_op(cx, |s| read_buf(s, buf))
+        self.0.poll_op(cx, |s, w| read_buf(s, buf, w))
     }
 }
 
@@ -146,7 +149,7 @@ impl AsyncWrite for WriteHalf {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         self.0
-            .poll_op(cx, |s| s.inner.write_with(&[IoSlice::new(buf)], true))
+            .poll_op(cx, |s, w| s.inner.write_waking(&[IoSlice::new(buf)], w))
     }
 
     fn poll_write_vectored(
@@ -154,7 +157,7 @@ impl AsyncWrite for WriteHalf {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.0.poll_op(cx, |s| s.inner.write_with(bufs, true))
+        self.0.poll_op(cx, |s, w| s.inner.write_waking(bufs, w))
     }
 
     fn is_write_vectored(&self) -> bool {
