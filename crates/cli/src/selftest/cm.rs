@@ -158,8 +158,10 @@ pub fn rc(env: &Env, end: Instant) -> CaseResult {
                 env.dev, env.dev
             ));
         }
+        // Also the sink of the RDMA READs below: iWARP requires a READ's sink to be
+        // registered for remote write (the peer places the data by its steering tag).
         let mr = ep
-            .reg_msgs(PageBuf::new(8192).map_err(ctx("client: allocate"))?)
+            .reg_write(PageBuf::new(8192).map_err(ctx("client: allocate"))?)
             .map_err(|e| format!("client: register: {e}"))?;
         ep.post_recv(3, &[mr.sge(4096..4096 + 64)])
             .map_err(ctx("client: post a receive"))?;
