@@ -207,22 +207,12 @@ pub(crate) unsafe extern "C" fn create_cq_ex_op(
 ) -> *mut ibv_cq_ex {
     // SAFETY: [ops] [in] [out] the inline wrapper passes the caller's attributes.
     let a = unsafe { &*attr };
-    let flags = if a.comp_mask & CQ_INIT_ATTR_MASK_FLAGS != 0 {
-        a.flags
-    } else {
-        0
-    };
-    let unsupported = a.wc_flags & !WC_STANDARD_FLAGS != 0
-        || a.comp_mask & !(CQ_INIT_ATTR_MASK_FLAGS | CQ_INIT_ATTR_MASK_PD) != 0
-        || (a.comp_mask & CQ_INIT_ATTR_MASK_PD != 0 && !a.parent_domain.is_null())
-        || flags & !CREATE_CQ_ATTR_SINGLE_THREADED != 0;
-    if unsupported {
-        set_errno(libc::EOPNOTSUPP);
-        return null_mut();
-    }
-    let (Ok(cqe), Ok(vector)) = (i32::try_from(a.cqe), i32::try_from(a.comp_vector)) else {
-        set_errno(libc::EINVAL);
-        return null_mut();
+    let (cqe, vector) = match cq_ex_args(a) {
+        Ok(v) => v,
+        Err(errno) => {
+            set_errno(errno);
+            return null_mut();
+        }
     };
     // SAFETY: forwarded: [object] context and channel.
     let cq = unsafe { ibv_create_cq(context, cqe, a.cq_context, a.channel, vector) };
@@ -239,7 +229,35 @@ pub(crate) unsafe extern "C" fn create_cq_ex_op(
     // writes it (what may find the CQ meanwhile, an event for its handle, touches only
     // `events`), so a short-lived exclusive reference to it is sound.
     let x = unsafe { &mut *c.c_ptr() };
-    let on = |bit: u64| a.wc_flags & bit != 0;
+    set_ops(x, a.wc_flags);
+    cq.cast()
+}
+
+/// The entries and completion vector of an extended CQ's attributes, or the errno for what
+/// is not offered (`EOPNOTSUPP`) or out of range (`EINVAL`).
+fn cq_ex_args(a: &ibv_cq_init_attr_ex) -> Result<(i32, i32), c_int> {
+    let flags = if a.comp_mask & CQ_INIT_ATTR_MASK_FLAGS != 0 {
+        a.flags
+    } else {
+        0
+    };
+    let unsupported = a.wc_flags & !WC_STANDARD_FLAGS != 0
+        || a.comp_mask & !(CQ_INIT_ATTR_MASK_FLAGS | CQ_INIT_ATTR_MASK_PD) != 0
+        || (a.comp_mask & CQ_INIT_ATTR_MASK_PD != 0 && !a.parent_domain.is_null())
+        || flags & !CREATE_CQ_ATTR_SINGLE_THREADED != 0;
+    if unsupported {
+        return Err(libc::EOPNOTSUPP);
+    }
+    match (i32::try_from(a.cqe), i32::try_from(a.comp_vector)) {
+        (Ok(cqe), Ok(vector)) => Ok((cqe, vector)),
+        _ => Err(libc::EINVAL),
+    }
+}
+
+/// The extended CQ's polling functions: the `read_*` of the fields `wc_flags` asks for,
+/// NULL for the others.
+fn set_ops(x: &mut ibv_cq_ex, wc_flags: u64) {
+    let on = |bit: u64| wc_flags & bit != 0;
     x.start_poll = Some(start_poll);
     x.next_poll = Some(next_poll);
     x.end_poll = Some(end_poll);
@@ -253,7 +271,6 @@ pub(crate) unsafe extern "C" fn create_cq_ex_op(
     x.read_slid = on(with::SLID).then_some(read_slid as ReadU32Fn);
     x.read_sl = on(with::SL).then_some(read_sl as ReadU8Fn);
     x.read_dlid_path_bits = on(with::DLID_PATH_BITS).then_some(read_dlid_path_bits as ReadU8Fn);
-    cq.cast()
 }
 
 #[cfg(test)]

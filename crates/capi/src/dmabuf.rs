@@ -37,44 +37,59 @@ pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
 ) -> *mut ibv_mr {
     // SAFETY: [object] pd.
     let p = obj!(unsafe { CPd::from_c(pd) }, null);
-    if fd < 0
-        || rustix::io::fcntl_getfd(
-            // SAFETY: [fd] only asks the kernel whether the number is open; fd >= 0 (not -1).
-            unsafe { BorrowedFd::borrow_raw(fd) },
-        )
-        .is_err()
-    {
-        let e = std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!("ibv_reg_dmabuf_mr: fd {fd} is not an open file"),
-        );
-        fail(&e);
+    // SAFETY: [fd] fd is not closed by another thread during the call.
+    let Some(bfd) = (unsafe { open_fd(fd) }) else {
+        fail(&bad_fd(fd));
         set_errno(libc::EBADF);
         return null_mut();
-    }
-    // SAFETY: [fd] fd is open (checked just now) and stays open during the call.
-    let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
+    };
     let access = AccessFlags::from_bits_retain(access as u32 & !ACCESS_OPTIONAL_RANGE);
     match DmabufMr::register(&p.pd, bfd, offset, length, iova, access) {
-        Ok(mr) => {
-            let (lkey, rkey) = (mr.lkey(), mr.rkey());
-            let b = Box::new(CMr {
-                c: UnsafeCell::new(ibv_mr {
-                    context: p.context(),
-                    pd,
-                    addr: offset as usize as *mut c_void,
-                    length,
-                    handle: 0,
-                    lkey,
-                    rkey,
-                }),
-                mr: mr.into_raw(),
-            });
-            Box::into_raw(b).cast()
-        }
+        Ok(mr) => Box::into_raw(c_mr(p, pd, offset, length, mr)).cast(),
         Err(e) => {
             set_errno(fail(&e));
             null_mut()
         }
     }
+}
+
+/// `fd` as a borrowed file when it is an open file number (`fcntl(F_GETFD)` succeeds);
+/// `None` for a negative or closed one.
+///
+/// # Safety
+/// An open `fd` stays open for `'a`.
+unsafe fn open_fd<'a>(fd: c_int) -> Option<BorrowedFd<'a>> {
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: fd >= 0 (not -1); only asked whether it is open, then kept open for `'a` by
+    // the caller's contract.
+    let b = unsafe { BorrowedFd::borrow_raw(fd) };
+    rustix::io::fcntl_getfd(b).is_ok().then_some(b)
+}
+
+/// The error for a dma-buf fd that is not an open file.
+fn bad_fd(fd: c_int) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!("ibv_reg_dmabuf_mr: fd {fd} is not an open file"),
+    )
+}
+
+/// The C region over a registered dma-buf region: its `addr` the offset in the dma-buf, as
+/// libibverbs fills it.
+fn c_mr(p: &CPd, pd: *mut ibv_pd, offset: u64, length: usize, mr: DmabufMr) -> Box<CMr> {
+    let (lkey, rkey) = (mr.lkey(), mr.rkey());
+    Box::new(CMr {
+        c: UnsafeCell::new(ibv_mr {
+            context: p.context(),
+            pd,
+            addr: offset as usize as *mut c_void,
+            length,
+            handle: 0,
+            lkey,
+            rkey,
+        }),
+        mr: mr.into_raw(),
+    })
 }

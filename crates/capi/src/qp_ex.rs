@@ -575,25 +575,9 @@ pub(crate) unsafe extern "C" fn create_qp_ex_op(
 ) -> *mut ibv_qp {
     // SAFETY: [ops] [in] [out] the inline wrapper passes the caller's attributes.
     let a = unsafe { &mut *attr };
-    let unsupported = a.comp_mask & !INIT_ATTR_SUPPORTED != 0
-        || a.comp_mask & INIT_ATTR_PD == 0
-        || a.pd.is_null()
-        || (a.comp_mask & INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0);
     let send_ops = (a.comp_mask & INIT_ATTR_SEND_OPS_FLAGS != 0).then_some(a.send_ops_flags);
-    let ops_ok = match send_ops {
-        None => true,
-        // What no provider could take is refused before the PD is looked at; then what this
-        // PD's provider does not encode.
-        Some(f) if !unsupported && fits(ANY_PROVIDER, f, a.qp_type) => {
-            // SAFETY: [in] a.pd is non-NULL (checked in `unsupported`) and names an [object]
-            // PD.
-            unsafe { CPd::from_c(a.pd) }
-                .and_then(|pd| pd.pd.context().driver().ok().map(|d| d.send_caps()))
-                .is_some_and(|caps| fits(caps, f, a.qp_type))
-        }
-        Some(_) => false,
-    };
-    if unsupported || !ops_ok {
+    // SAFETY: [in] a.pd is NULL or names an [object] PD.
+    if !unsafe { qp_ex_offered(a, send_ops) } {
         crate::ibverbs::set_errno(libc::EOPNOTSUPP);
         return null_mut();
     }
@@ -609,31 +593,13 @@ pub(crate) unsafe extern "C" fn create_qp_ex_op(
     if let Some(f) = send_ops.filter(|f| f & !q.qp.send_ops().bits() != 0) {
         // The provider encodes them, the device does not have them (ATOMIC_WRITE on a
         // kernel whose rxe lacks it): the QP goes again, nothing is left.
-        crate::ibverbs::fail(&std::io::Error::new(
-            std::io::ErrorKind::Unsupported,
-            format!(
-                "ibv_create_qp_ex: send ops {:#x} are not supported by this kernel's {} \
-                 (the device does not report them)",
-                f & !q.qp.send_ops().bits(),
-                q.qp.pd().context().name()
-            ),
-        ));
+        crate::ibverbs::fail(&ops_not_on_device(q, f));
         // SAFETY: [destroy] just made, never handed to C.
         unsafe { crate::ibverbs::ibv_destroy_qp(qp) };
         crate::ibverbs::set_errno(libc::EOPNOTSUPP);
         return null_mut();
     }
-    let caps = q.qp.caps();
-    let ex = QpEx {
-        batch: Mutex::new(Batch {
-            // Grown on demand up to the send queue's size, then kept.
-            wrs: Vec::with_capacity((caps.max_send_wr as usize).min(64)),
-            ..Batch::default()
-        }),
-        max_wr: caps.max_send_wr as usize,
-        max_sge: caps.max_send_sge as usize,
-        max_inline: caps.max_inline_data as usize,
-    };
+    let ex = qp_ex_state(q.qp.caps());
     let _ = q.ex.set(Box::new(ex));
     if let Some(f) = send_ops {
         // SAFETY: [c-struct] the C structure of a QP not yet handed to C: nobody else reads
@@ -642,6 +608,59 @@ pub(crate) unsafe extern "C" fn create_qp_ex_op(
         set_ops(unsafe { &mut *q.c_ptr() }, f);
     }
     qp
+}
+
+/// Whether `ibv_create_qp_ex` offers what `a` asks: the attributes it takes, a PD, no create
+/// flags, and `send_ops` (when asked) that some provider encodes and then this PD's does.
+///
+/// # Safety
+/// `a.pd` is NULL or an \[object\] PD.
+unsafe fn qp_ex_offered(a: &ibv_qp_init_attr_ex, send_ops: Option<u64>) -> bool {
+    let unsupported = a.comp_mask & !INIT_ATTR_SUPPORTED != 0
+        || a.comp_mask & INIT_ATTR_PD == 0
+        || a.pd.is_null()
+        || (a.comp_mask & INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0);
+    let ops_ok = match send_ops {
+        None => true,
+        // What no provider could take is refused before the PD is looked at; then what this
+        // PD's provider does not encode.
+        Some(f) if !unsupported && fits(ANY_PROVIDER, f, a.qp_type) => {
+            // SAFETY: [in] a.pd is non-NULL (checked in `unsupported`) and names an [object]
+            // PD.
+            unsafe { CPd::from_c(a.pd) }
+                .and_then(|pd| pd.pd.context().driver().ok().map(|d| d.send_caps()))
+                .is_some_and(|caps| fits(caps, f, a.qp_type))
+        }
+        Some(_) => false,
+    };
+    !unsupported && ops_ok
+}
+
+/// The refusal of send ops `f` that the provider encodes but `q`'s device does not report.
+fn ops_not_on_device(q: &CQp, f: u64) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        format!(
+            "ibv_create_qp_ex: send ops {:#x} are not supported by this kernel's {} \
+             (the device does not report them)",
+            f & !q.qp.send_ops().bits(),
+            q.qp.pd().context().name()
+        ),
+    )
+}
+
+/// The extended QP's batch state for a QP of capabilities `caps`.
+fn qp_ex_state(caps: rverbs_uverbs::qp::QpCaps) -> QpEx {
+    QpEx {
+        batch: Mutex::new(Batch {
+            // Grown on demand up to the send queue's size, then kept.
+            wrs: Vec::with_capacity((caps.max_send_wr as usize).min(64)),
+            ..Batch::default()
+        }),
+        max_wr: caps.max_send_wr as usize,
+        max_sge: caps.max_send_sge as usize,
+        max_inline: caps.max_inline_data as usize,
+    }
 }
 
 /// Fills the builders of `ops` (the send operations asked for) and the setters.

@@ -157,13 +157,21 @@ unsafe extern "C" fn query_device_ex_op(
     }
     // SAFETY: [object] context.
     let c = obj!(unsafe { CContext::from_c(context) }, errno);
-    let a = match c.ctx.query_device() {
-        Ok(a) => a,
+    let o = match c.ctx.query_device() {
+        Ok(a) => device_attr_ex(&a),
         Err(e) => return fail(&e),
     };
+    let n = attr_size.min(size_of::<ibv_device_attr_ex>());
+    // SAFETY: [buf] the caller gave attr_size writable bytes; we copy at most that many.
+    unsafe { ptr::copy_nonoverlapping((&raw const o).cast::<u8>(), attr.cast::<u8>(), n) };
+    0
+}
+
+/// The extended attributes libibverbs' `ibv_device_attr_ex` carries, from the device's.
+fn device_attr_ex(a: &rverbs_uverbs::device_attr::DeviceAttr) -> ibv_device_attr_ex {
     // SAFETY: plain integers: all-zero is valid.
     let mut o: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
-    o.orig_attr = device_attr(&a);
+    o.orig_attr = device_attr(a);
     o.odp_caps = ibv_odp_caps {
         general_caps: a.odp_caps.general_caps,
         rc_odp_caps: a.odp_caps.rc_odp_caps,
@@ -192,10 +200,7 @@ unsafe extern "C" fn query_device_ex_op(
     };
     o.max_dm_size = a.max_dm_size;
     o.phys_port_cnt_ex = u32::from(a.phys_port_cnt);
-    let n = attr_size.min(size_of::<ibv_device_attr_ex>());
-    // SAFETY: [buf] the caller gave attr_size writable bytes; we copy at most that many.
-    unsafe { ptr::copy_nonoverlapping((&raw const o).cast::<u8>(), attr.cast::<u8>(), n) };
-    0
+    o
 }
 
 fn port_attr(p: &rverbs_uverbs::port::PortAttr) -> ibv_port_attr {

@@ -1,4 +1,5 @@
-//! Sizing, buffers, lying sizes and INLINE posts racing `Mr::write_at` (also under Miri).
+//! Sizing, buffers, lying sizes, INLINE posts racing `Mr::write_at` (also under Miri) and the
+//! encoder's refusal of operations mlx5 does not encode.
 
 #![allow(unsafe_code)]
 
@@ -313,4 +314,91 @@ fn inline_post_races_write_at() {
     drop(qp);
     drop(uar);
     drop(mem);
+}
+
+/// The operations mlx5 has no layout for (FLUSH, ATOMIC_WRITE: never offered by its send
+/// caps, so unreachable through `Qp`) reach the encoder's out-of-line builder, which refuses
+/// them by name and leaves the pending fence alone; a LOCAL_INV, through the same builder,
+/// arms the small fence for the next request.
+#[test]
+fn encoder_refuses_unencoded_operations_by_name() {
+    let caps = QpCaps {
+        max_send_wr: 4,
+        max_recv_wr: 0,
+        max_send_sge: 1,
+        max_recv_sge: 0,
+        max_inline_data: 0,
+    };
+    let sz = qp_sizing(&LIM, QpType::RC, &caps, false).unwrap();
+    let buf = QpBuf::new(sz).unwrap();
+    let mut uar = vec![0u64; 512];
+    // SAFETY: `uar` outlives the QP (dropped after it) and is not referenced meanwhile.
+    let bf = unsafe { BfReg::new(uar.as_mut_ptr().cast(), 4096, 1, 512) }.unwrap();
+    let qp = Mlx5Qp::new(
+        buf,
+        QpParts {
+            qpn: 9,
+            qp_type: QpType::RC,
+            sq_sig_all: false,
+            bf: Arc::new(bf),
+            policy: BfPolicy::default(),
+            ahs: Arc::new(AhTable::default()),
+            reg: Arc::new(Registry::default()),
+            srq: None,
+            lease: None,
+            uidx: None,
+        },
+    )
+    .unwrap();
+    let ops = [
+        SendOp::Flush {
+            remote_addr: 0x1000,
+            rkey: 5,
+            len: 64,
+            flush_type: rverbs_uverbs::op::FlushType::GLOBAL,
+            level: rverbs_uverbs::op::FlushLevel::RANGE,
+        },
+        SendOp::AtomicWrite {
+            remote_addr: 0x1000,
+            rkey: 5,
+            value: [7; 8],
+        },
+    ];
+    for op in ops {
+        let wr = SendWr {
+            wr_id: 1,
+            op,
+            sge: &[],
+            flags: SendFlags::SIGNALED,
+            ud: None,
+        };
+        let mut fence = CTRL_SMALL_FENCE;
+        // SAFETY: block 0 lies in the SQ; no inline SGEs.
+        let r = unsafe { qp.build_send(&wr, 0, &mut fence) };
+        assert_eq!(
+            r,
+            Err(rverbs_uverbs::error::PostFault::OpNotEncoded {
+                op: op.kind(),
+                qp_type: QpType::RC,
+                provider: "mlx5",
+            })
+        );
+        assert_eq!(
+            fence, CTRL_SMALL_FENCE,
+            "a refused {op:?} keeps the pending fence"
+        );
+    }
+    let wr = SendWr {
+        wr_id: 2,
+        op: SendOp::LocalInv { invalidate_rkey: 9 },
+        sge: &[],
+        flags: SendFlags::SIGNALED,
+        ud: None,
+    };
+    let mut fence = 0;
+    // SAFETY: blocks 0 and 1 lie in the SQ; no inline SGEs.
+    assert_eq!(unsafe { qp.build_send(&wr, 0, &mut fence) }, Ok(8));
+    assert_eq!(fence, CTRL_SMALL_FENCE);
+    drop(qp);
+    drop(uar);
 }

@@ -292,36 +292,10 @@ impl Mlx5Qp {
                 };
                 (WqeOpcode::ATOMIC_FA.0, 0, 3)
             }
-            SendOp::LocalInv { .. } | SendOp::BindMw(_) => {
-                // Out of line, the pending fence by value (the common requests' path keeps
-                // it in a register).
-                // SAFETY: the caller's contract.
-                let r = unsafe { self.build_umr(wr, cur, ctrl, *fence) };
-                // libmlx5 arms the small fence for the next request once a UMR is being
-                // built, also when it is refused after that (a bind too long, inline data
-                // over the limit); the refusals before it leave the fence as it was.
-                if !matches!(r, Err(PostFault::ZeroBasedType1Bind { .. })) {
-                    *fence = CTRL_SMALL_FENCE;
-                }
-                return r;
-            }
-            // SendOp is non_exhaustive outside rverbs-uverbs: every operation is named above,
-            // and this arm lists every kind, so a new operation does not compile here.
-            other => match other.kind() {
-                OpKind::Send
-                | OpKind::SendWithImm
-                | OpKind::SendWithInv
-                | OpKind::RdmaWrite
-                | OpKind::RdmaWriteWithImm
-                | OpKind::RdmaRead
-                | OpKind::AtomicCmpSwp
-                | OpKind::AtomicFetchAdd
-                | OpKind::LocalInv
-                | OpKind::BindMw
-                // Not in mlx5's send caps (`encodes`): never reaches here through `Qp`.
-                | OpKind::Flush
-                | OpKind::AtomicWrite => return Err(self.not_encoded(other.kind())),
-            },
+            // The rest out of line: memory-window binds and local invalidations (UMRs), and
+            // what mlx5 does not encode; the common requests' match stays small.
+            // SAFETY: the caller's contract.
+            _ => return unsafe { self.build_rare(wr, cur, ctrl, fence) },
         };
         // The control segment's second half now (bytes 8–10 zero, fm_ce_se, imm): libmlx5
         // writes it before the segments that may still refuse the request (inline length, UD
@@ -399,6 +373,53 @@ impl Mlx5Qp {
                 .write(u64::from(w0) | self.qpn_ds | ((size as u64) << 56));
         }
         Ok(size)
+    }
+
+    /// The requests [`Mlx5Qp::build_send`] does not encode in line: LOCAL_INV and memory-window
+    /// binds (UMRs, [`Mlx5Qp::build_umr`]), which arm the small fence for the next request,
+    /// and the operations mlx5 has no layout for (refused by name).
+    ///
+    /// # Safety
+    /// As for [`Mlx5Qp::build_send`]; `ctrl` is block `cur` of the SQ.
+    #[inline(never)]
+    pub(super) unsafe fn build_rare(
+        &self,
+        wr: &SendWr<'_>,
+        cur: u32,
+        ctrl: *mut u8,
+        fence: &mut u8,
+    ) -> Result<usize, PostFault> {
+        match wr.op {
+            SendOp::LocalInv { .. } | SendOp::BindMw(_) => {
+                // SAFETY: the caller's contract.
+                let r = unsafe { self.build_umr(wr, cur, ctrl, *fence) };
+                // libmlx5 arms the small fence for the next request once a UMR is being
+                // built, also when it is refused after that (a bind too long, inline data
+                // over the limit); the refusals before it leave the fence as it was.
+                if !matches!(r, Err(PostFault::ZeroBasedType1Bind { .. })) {
+                    *fence = CTRL_SMALL_FENCE;
+                }
+                r
+            }
+            // SendOp is non_exhaustive outside rverbs-uverbs: this arm lists every kind, so a
+            // new operation does not compile here (the common ones are encoded by
+            // `build_send` and never come here).
+            other => match other.kind() {
+                OpKind::Send
+                | OpKind::SendWithImm
+                | OpKind::SendWithInv
+                | OpKind::RdmaWrite
+                | OpKind::RdmaWriteWithImm
+                | OpKind::RdmaRead
+                | OpKind::AtomicCmpSwp
+                | OpKind::AtomicFetchAdd
+                | OpKind::LocalInv
+                | OpKind::BindMw
+                // Not in mlx5's send caps (`encodes`): never reaches here through `Qp`.
+                | OpKind::Flush
+                | OpKind::AtomicWrite => Err(self.not_encoded(other.kind())),
+            },
+        }
     }
 
     /// A LOCAL_INV or memory-window bind: one UMR WQE at block `cur` (`ctrl`), libmlx5's
