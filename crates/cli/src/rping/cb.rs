@@ -73,6 +73,8 @@ pub(super) struct Cb<'o> {
     pub(super) sem: u32,
     pub(super) armed: bool,
     pub(super) remote: RdmaInfo,
+    /// The poll buffer, kept here so that a poll does not zero a new one each time.
+    wcs: [WorkCompletion; 4],
 }
 
 impl<'o> Cb<'o> {
@@ -163,6 +165,7 @@ impl<'o> Cb<'o> {
             state: State::Idle,
             sem: 0,
             armed: true,
+            wcs: [WorkCompletion::default(); 4],
             remote: RdmaInfo {
                 buf: 0,
                 rkey: 0,
@@ -324,11 +327,11 @@ impl<'o> Cb<'o> {
 
     /// Handles what is ready; sleeps on the CQ channel and the rdma_cm fd when nothing is.
     pub(super) fn progress(&mut self) -> io::Result<()> {
-        let mut wcs = [WorkCompletion::default(); 4];
-        let n = self.cq.poll(&mut wcs);
+        let n = self.cq.poll(&mut self.wcs);
         if n > 0 {
-            for wc in &wcs[..n] {
-                self.on_completion(wc)?;
+            for i in 0..n {
+                let wc = self.wcs[i];
+                self.on_completion(&wc)?;
             }
             return Ok(());
         }

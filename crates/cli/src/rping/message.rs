@@ -30,6 +30,21 @@ impl RdmaInfo {
     }
 }
 
+/// The first and last characters of the ping pattern ('A' and 'z').
+const FIRST: u8 = 65;
+const LAST: u8 = 122;
+
+/// One cycle of the ping pattern: 'A' ..= 'z'.
+const CYCLE: [u8; (LAST - FIRST + 1) as usize] = {
+    let mut t = [0u8; (LAST - FIRST + 1) as usize];
+    let mut i = 0;
+    while i < t.len() {
+        t[i] = FIRST + i as u8;
+        i += 1;
+    }
+    t
+};
+
 /// Fills `buf` as the C client does for ping number `ping`, whose characters start at
 /// `start` (65 'A' ..= 122 'z'): `"rdma-ping-N: "`, then `start`, `start+1`, … wrapping from
 /// 'z' to 'A', and a NUL in the last byte.
@@ -63,12 +78,25 @@ pub fn fill_ping(buf: &mut [u8], ping: u32, start: u8) {
     len += 2;
     let n = len.min(buf.len());
     buf[..n].copy_from_slice(&head[..n]);
-    let mut c = start;
-    for b in &mut buf[n..] {
-        *b = c;
-        c += 1;
-        if c > 122 {
-            c = 65;
+    let body = &mut buf[n..];
+    if (FIRST..=LAST).contains(&start) {
+        // The pattern cycles through 'A' ..= 'z': whole runs copied from the table (a
+        // memcpy each) instead of a compare and a wrap per byte.
+        let mut off = usize::from(start - FIRST);
+        let mut rest = body;
+        while !rest.is_empty() {
+            let take = rest.len().min(CYCLE.len() - off);
+            let (run, tail) = rest.split_at_mut(take);
+            run.copy_from_slice(&CYCLE[off..off + take]);
+            rest = tail;
+            off = 0;
+        }
+    } else {
+        // Outside the cycle (not what the client passes): byte by byte into it.
+        let mut c = start;
+        for b in body {
+            *b = c;
+            c = if c >= LAST { FIRST } else { c + 1 };
         }
     }
     if let Some(last) = buf.last_mut() {
@@ -146,5 +174,26 @@ mod tests {
         assert_eq!(&c_str(&b)[..15], b"rdma-ping--1: A");
         fill_ping(&mut b, 1_000_000_000, 65);
         assert_eq!(&c_str(&b)[..23], b"rdma-ping-1000000000: A");
+    }
+
+    #[test]
+    fn ping_pattern_runs_match_a_byte_by_byte_fill() {
+        // The table copy against the plain rule, for every start (in and out of the cycle)
+        // and sizes around one and several cycles of 58.
+        for start in 0..=255u8 {
+            for size in [MIN_SIZE as usize, 57, 58, 59, 64, 116, 117, 200] {
+                let mut b = vec![0xeeu8; size];
+                fill_ping(&mut b, 12, start);
+                let mut want = b.clone();
+                let mut c = start;
+                for x in &mut want[14..] {
+                    *x = c;
+                    c = if c >= 122 { 65 } else { c + 1 };
+                }
+                *want.last_mut().unwrap() = 0;
+                assert_eq!(&b[..14], b"rdma-ping-12: ", "start {start} size {size}");
+                assert_eq!(b, want, "start {start} size {size}");
+            }
+        }
     }
 }

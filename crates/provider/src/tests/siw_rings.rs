@@ -536,7 +536,10 @@ fn siw_cqes_decode() {
     inv.imm_data = u64::from_ne_bytes([0x78, 0x56, 0x34, 0x12, 0, 0, 0, 0]);
     assert!(k.produce(&inv));
     assert!(k.produce(&cqe(101, 200, 77)));
+    // No room: nothing is taken (the empty-poll shortcut must not consume a ready CQE).
+    assert_eq!(cq.poll(&mut []), 0);
     assert_eq!(cq.poll(&mut out[..1]), 1);
+    assert_eq!(out[0].wr_id, 100);
     assert_eq!(out[0].wc_flags, WcFlags::WITH_INV);
     assert_eq!(
         out[0].imm_data,
