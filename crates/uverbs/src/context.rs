@@ -619,6 +619,22 @@ mod tests {
         assert_eq!(calls.get(), 2);
     }
 
+    /// Every method that has an ioctl and a write fallback.
+    const ALL_METHODS: [Method; 12] = [
+        M_QUERY_PORT,
+        M_GID_TABLE,
+        M_GID_ENTRY,
+        M_CREATE_CQ,
+        M_CREATE_QP,
+        M_DESTROY_PD,
+        M_DESTROY_MR,
+        M_DESTROY_CQ,
+        M_DESTROY_QP,
+        M_DESTROY_SRQ,
+        M_DESTROY_AH,
+        M_DESTROY_MW,
+    ];
+
     /// ENOTTY: no ioctl interface at all; every method is remembered as missing (the
     /// extended QUERY_DEVICE, not an ioctl, is not).
     #[test]
@@ -626,20 +642,7 @@ mod tests {
         let (mask, calls, writes) = (AtomicU32::new(0), Default::default(), Default::default());
         assert_eq!(create(&mask, Err(Errno::NOTTY), &calls, &writes), Ok(77));
         let m = mask.load(Ordering::Relaxed);
-        for method in [
-            M_QUERY_PORT,
-            M_GID_TABLE,
-            M_GID_ENTRY,
-            M_CREATE_CQ,
-            M_CREATE_QP,
-            M_DESTROY_PD,
-            M_DESTROY_MR,
-            M_DESTROY_CQ,
-            M_DESTROY_QP,
-            M_DESTROY_SRQ,
-            M_DESTROY_AH,
-            M_DESTROY_MW,
-        ] {
+        for method in ALL_METHODS {
             assert_ne!(m & method.bit, 0, "{method:?}");
         }
         assert_eq!(m & M_EX_QUERY_DEVICE, 0);
@@ -679,22 +682,8 @@ mod tests {
     /// Each method has its own bit, and none is the extended QUERY_DEVICE's.
     #[test]
     fn method_bits_are_distinct() {
-        let all = [
-            M_QUERY_PORT,
-            M_GID_TABLE,
-            M_GID_ENTRY,
-            M_CREATE_CQ,
-            M_CREATE_QP,
-            M_DESTROY_PD,
-            M_DESTROY_MR,
-            M_DESTROY_CQ,
-            M_DESTROY_QP,
-            M_DESTROY_SRQ,
-            M_DESTROY_AH,
-            M_DESTROY_MW,
-        ];
         let mut seen = M_EX_QUERY_DEVICE;
-        for m in all {
+        for m in ALL_METHODS {
             assert_eq!(seen & m.bit, 0, "{m:?}");
             seen |= m.bit;
         }
