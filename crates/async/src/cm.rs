@@ -136,24 +136,12 @@ impl AsyncEventChannel {
         &self,
         notified: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
     ) -> io::Result<()> {
-        tokio::select! {
-            biased;
-            r = self.fd.readable() => {
-                let mut guard = r?;
-                let res = guard.try_io(|fd| {
-                    fd.get_ref().dispatch()?;
-                    // dispatch() read to EAGAIN: the readiness is used up.
-                    Err::<(), _>(io::ErrorKind::WouldBlock.into())
-                });
-                if let Ok(Err(e)) = res {
-                    if e.kind() != io::ErrorKind::WouldBlock {
-                        return Err(e);
-                    }
-                }
-            }
-            _ = notified => {}
-        }
-        Ok(())
+        crate::readable_or_notified(&self.fd, notified, |fd| {
+            fd.get_ref().dispatch()?;
+            // dispatch() read to EAGAIN: the readiness is used up.
+            Err(io::ErrorKind::WouldBlock.into())
+        })
+        .await
     }
 
     /// A new wake-up registration (for waits that combine this channel with others).

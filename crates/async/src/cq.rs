@@ -155,18 +155,7 @@ impl AsyncCompChannel {
         &self,
         notified: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
     ) -> io::Result<()> {
-        tokio::select! {
-            biased;
-            r = self.fd.readable() => {
-                let mut guard = r?;
-                match guard.try_io(|_| self.read_all()) {
-                    Ok(Err(e)) if e.kind() != io::ErrorKind::WouldBlock => return Err(e),
-                    _ => {}
-                }
-            }
-            _ = notified => {}
-        }
-        Ok(())
+        crate::readable_or_notified(&self.fd, notified, |_| self.read_all()).await
     }
 }
 

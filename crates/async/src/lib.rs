@@ -27,6 +27,29 @@ pub mod cm;
 pub mod cq;
 pub mod endpoint;
 
+/// Waits until `fd` is readable, then drains it with `drain` (which reads to EAGAIN and
+/// returns `WouldBlock`, so the readiness is used up), or until `notified` fires (another
+/// task drained it). `notified` must have been enabled before the caller's last check. The
+/// one sleep of the event and completion channels.
+pub(crate) async fn readable_or_notified<T: std::os::fd::AsRawFd>(
+    fd: &tokio::io::unix::AsyncFd<T>,
+    notified: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
+    drain: impl FnMut(&tokio::io::unix::AsyncFd<T>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    tokio::select! {
+        biased;
+        r = fd.readable() => {
+            let mut guard = r?;
+            match guard.try_io(drain) {
+                Ok(Err(e)) if e.kind() != std::io::ErrorKind::WouldBlock => return Err(e),
+                _ => {}
+            }
+        }
+        _ = notified => {}
+    }
+    Ok(())
+}
+
 pub use cm::{AsyncCmId, AsyncEventChannel};
 pub use cq::{AsyncCompChannel, AsyncCq};
 pub use endpoint::AsyncEndpoint;
