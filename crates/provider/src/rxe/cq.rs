@@ -12,15 +12,33 @@ use rverbs_uverbs::{Error, RawWc, WorkCompletion};
 
 use super::queue::{QueueKind, RxeQueue};
 
-/// The completion of the CQE at `src`: copied out (six word loads) and converted by the one
-/// conversion, [`RawWc::to_work_completion`].
-///
-/// # Safety
-/// `src` is valid for reading 48 bytes and 8-aligned.
-#[inline(always)]
-unsafe fn read_wc(src: *const RawWc) -> WorkCompletion {
-    // SAFETY: `src` per our contract; any bit pattern is a valid RawWc.
-    unsafe { src.read() }.to_work_completion()
+/// What a poll copies a CQE into: the kernel's `ib_uverbs_wc` as it is ([`RawWc`]), or
+/// decoded ([`WorkCompletion`]).
+trait FromCqe {
+    /// The completion of the CQE at `src`.
+    ///
+    /// # Safety
+    /// `src` is valid for reading 48 bytes and 8-aligned.
+    unsafe fn read(src: *const RawWc) -> Self;
+}
+
+impl FromCqe for RawWc {
+    #[inline(always)]
+    unsafe fn read(src: *const RawWc) -> Self {
+        // SAFETY: `src` per the trait's contract; any bit pattern is a valid RawWc. Copied
+        // out by value (a 48-byte read); no reference into it is formed.
+        unsafe { src.read() }
+    }
+}
+
+impl FromCqe for WorkCompletion {
+    /// Copied out (six word loads) and converted by the one conversion,
+    /// [`RawWc::to_work_completion`].
+    #[inline(always)]
+    unsafe fn read(src: *const RawWc) -> Self {
+        // SAFETY: `src` per the trait's contract.
+        unsafe { RawWc::read(src) }.to_work_completion()
+    }
 }
 
 /// The user side of one rxe completion queue.
@@ -80,9 +98,10 @@ impl RxeCq {
         self.take(out, head, tail)
     }
 
-    /// The non-empty part of [`poll`](Self::poll): copies the completions in `head..tail`
-    /// (at most `out.len()`) and publishes the new consumer index.
-    fn take(&mut self, out: &mut [WorkCompletion], head: u32, tail: u32) -> usize {
+    /// The non-empty part of [`poll`](Self::poll) and [`poll_raw`](Self::poll_raw): copies
+    /// the completions in `head..tail` (at most `out.len()`) and publishes the new consumer
+    /// index.
+    fn take<T: FromCqe>(&mut self, out: &mut [T], head: u32, tail: u32) -> usize {
         let avail = (tail.wrapping_sub(head) & self.queue.index_mask()) as usize;
         let n = avail.min(out.len());
         let mut h = head;
@@ -93,7 +112,7 @@ impl RxeCq {
             // producer index loaded with Acquire, so the kernel finished writing it and will
             // not rewrite it before we publish a consumer index past it. It is copied out by
             // value; no reference into it is formed.
-            *slot = unsafe { read_wc(src) };
+            *slot = unsafe { T::read(src) };
             h = self.queue.next(h);
         }
         if n != 0 {
@@ -118,28 +137,7 @@ impl RxeCq {
         if head == tail {
             return 0;
         }
-        self.take_raw(out, head, tail)
-    }
-
-    fn take_raw(&mut self, out: &mut [RawWc], head: u32, tail: u32) -> usize {
-        let avail = (tail.wrapping_sub(head) & self.queue.index_mask()) as usize;
-        let n = avail.min(out.len());
-        let mut h = head;
-        for slot in &mut out[..n] {
-            let src = self.queue.slot(h).cast::<RawWc>();
-            // SAFETY: as in `take`: the slot is in bounds, 8-aligned, at least 48 bytes, and
-            // below the producer index loaded with Acquire, so the kernel finished writing it
-            // and will not rewrite it before we publish a consumer index past it. It is
-            // copied out by value (a 48-byte read); no reference into it is formed.
-            *slot = unsafe { src.read() };
-            h = self.queue.next(h);
-        }
-        if n != 0 {
-            // Release (in publish_own): our copies out of the slots happen before the kernel
-            // may see them free and reuse them.
-            self.queue.publish_own(h);
-        }
-        n
+        self.take(out, head, tail)
     }
 
     /// Polls at most one completion.
@@ -211,7 +209,7 @@ impl Iterator for RxeCqIter<'_> {
         // checked the element size for a CQ); the kernel published it before the producer
         // index we loaded with Acquire, and will not rewrite it before we publish a consumer
         // index past it. It is copied out by value; no reference into it is formed.
-        let wc = unsafe { read_wc(src) };
+        let wc = unsafe { <WorkCompletion as FromCqe>::read(src) };
         self.head = self.queue.next(self.head);
         Some(wc)
     }
