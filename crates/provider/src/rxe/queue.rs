@@ -333,6 +333,22 @@ impl RxeQueue {
         index.wrapping_add(1) & self.index_mask
     }
 
+    /// The index after `prod` when the slot at `prod` is free, else `None` (the ring is full).
+    /// `cons` is the caller's cached copy of the kernel's consumer index: it is reloaded
+    /// (Acquire, in `load_peer`) only when the cached one says full, so a list post loads the
+    /// kernel's index about once.
+    #[inline]
+    pub(crate) fn next_free(&self, prod: u32, cons: &mut u32) -> Option<u32> {
+        let next = self.next(prod);
+        if next == *cons {
+            *cons = self.load_peer();
+            if next == *cons {
+                return None;
+            }
+        }
+        Some(next)
+    }
+
     /// Start of element `index` (masked). Always inside the mapping and 8-byte aligned.
     #[inline]
     pub(crate) fn slot(&self, index: u32) -> *mut u8 {

@@ -92,16 +92,11 @@ impl RxeRq {
                 self.publish(start, prod);
                 return Err(fail(fault));
             }
-            let next = self.queue.next(prod);
-            if next == cons {
-                cons = self.queue.load_peer();
-                if next == cons {
-                    self.publish(start, prod);
-                    return Err(fail(PostFault::QueueFull {
-                        outstanding: self.queue.capacity(),
-                    }));
-                }
-            }
+            let Some(next) = self.queue.next_free(prod, &mut cons) else {
+                self.publish(start, prod);
+                let outstanding = self.queue.capacity();
+                return Err(fail(PostFault::QueueFull { outstanding }));
+            };
             let wqe = rxe_recv_wqe {
                 wr_id: wr.wr_id,
                 reserved: 0,

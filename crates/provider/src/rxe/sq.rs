@@ -496,16 +496,11 @@ impl RxeSq {
                     return Err(fail(fault));
                 }
             };
-            let next = self.queue.next(prod);
-            if next == cons {
-                cons = self.queue.load_peer();
-                if next == cons {
-                    self.publish(start, prod);
-                    return Err(fail(PostFault::QueueFull {
-                        outstanding: self.queue.capacity(),
-                    }));
-                }
-            }
+            let Some(next) = self.queue.next_free(prod, &mut cons) else {
+                self.publish(start, prod);
+                let outstanding = self.queue.capacity();
+                return Err(fail(PostFault::QueueFull { outstanding }));
+            };
             // SAFETY: `prod` is at our producer index, not yet published, and free
             // (next != cons): the kernel does not touch it until the Release store of a
             // producer index past it in `publish`. The inline contract is the caller's.
