@@ -215,44 +215,27 @@ pub fn rc(env: &Env, end: Instant) -> CaseResult {
             WcOpcode::RDMA_WRITE,
             "client: the RDMA WRITE",
         )?;
-        ep.post_read(
-            6,
-            &[mr.sge(5120..5120 + LEN)],
-            raddr + 2048,
-            rkey,
-            SendFlags::SIGNALED,
-        )
-        .map_err(ctx("client: post an RDMA READ"))?;
-        comp(
-            ep.get_send_comp_timeout(left(end)),
-            6,
-            WcOpcode::RDMA_READ,
-            "client: the RDMA READ",
-        )?;
-        same_bytes(
-            &mr.read_vec(5120..5120 + LEN),
-            &pattern(9, LEN),
-            "client: written then read",
-        )?;
-        ep.post_read(
-            7,
-            &[mr.sge(6144..6144 + LEN)],
-            raddr + 4096,
-            rkey,
-            SendFlags::SIGNALED,
-        )
-        .map_err(ctx("client: post an RDMA READ"))?;
-        comp(
-            ep.get_send_comp_timeout(left(end)),
-            7,
-            WcOpcode::RDMA_READ,
-            "client: the RDMA READ",
-        )?;
-        same_bytes(
-            &mr.read_vec(6144..6144 + LEN),
-            &pattern(7, LEN),
-            "client: read",
-        )?;
+        // READ back what the WRITE put at 2048, then what the server put at 4096.
+        for (wr_id, at, from, seed, what) in [
+            (6, 5120, 2048, 9, "client: written then read"),
+            (7, 6144, 4096, 7, "client: read"),
+        ] {
+            ep.post_read(
+                wr_id,
+                &[mr.sge(at..at + LEN)],
+                raddr + from,
+                rkey,
+                SendFlags::SIGNALED,
+            )
+            .map_err(ctx("client: post an RDMA READ"))?;
+            comp(
+                ep.get_send_comp_timeout(left(end)),
+                wr_id,
+                WcOpcode::RDMA_READ,
+                "client: the RDMA READ",
+            )?;
+            same_bytes(&mr.read_vec(at..at + LEN), &pattern(seed, LEN), what)?;
+        }
         ep.disconnect().map_err(ctx("client: disconnect"))?;
         Ok(())
     })();
