@@ -562,8 +562,13 @@ fn riostream_on_our_rsockets_is_refused_at_rconnect_interop() {
     let mut c = tool("riostream", true);
     c.args(["-s", &a, "-p", port, "-S", "64", "-I", "1", "-C", "1"]);
     let (cok, cout) = Proc::spawn(c).finish(Duration::from_secs(70));
-    // rdma-core's server, refused, waits for data that never comes: it is stopped here.
-    let (_, sout) = server.finish(Duration::from_secs(2));
+    // rdma-core's server, refused, waits for data that never comes: it is stopped here with
+    // SIGTERM, which `timeout` passes on to riostream (a SIGKILL of `timeout` would leave
+    // riostream running with our pipes open).
+    let _ = Command::new("kill")
+        .args(["-TERM", &server.pid().to_string()])
+        .status();
+    let (_, sout) = server.finish(Duration::from_secs(20));
     assert!(!cok, "riostream on ours succeeded?\n{cout}");
     // rdma-core's rsockets announce an iomap table at connect; ours has no iomap and refuses
     // such a peer (`WireError::Iomap`, EPROTO to C), so riostream stops at rconnect.
