@@ -4,12 +4,11 @@
 //! skips); the library is the one `cargo xtask capi` (stage `capi` of `cargo xtask test`)
 //! put in `<target>/capi/lib`, or `$RVERBS_CAPI_LIB`.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{cm_tool, env_or, lib_dir, perftest, run, tool, Proc};
+use common::{cm_tool, env_or, lib_dir, perftest, pyverbs_suite_copy, run, tool, Proc};
 
 #[test]
 #[cfg_attr(
@@ -520,24 +519,7 @@ fn pyverbs_atomic_write_interop() {
         );
         return;
     }
-    let suite = PathBuf::from("/usr/share/doc/rdma-core/tests");
-    assert!(
-        suite.join("run_tests.py").is_file(),
-        "{} missing in the {:?} guest: install python3-pyverbs",
-        suite.display(),
-        std::env::var("RVERBS_GUEST").unwrap_or_default()
-    );
-    // The suite ships some modules gzipped: unpack a copy.
-    let dir = std::env::temp_dir().join("rverbs-pyverbs-aw");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut c = Command::new("sh");
-    c.arg("-c")
-        .arg(r#"cp -r "$1"/. "$2"/ && cd "$2" && for f in ./*.gz; do [ -e "$f" ] && gunzip -f "$f"; done; true"#)
-        .arg("sh")
-        .arg(&suite)
-        .arg(&dir);
-    run(c);
+    let dir = pyverbs_suite_copy("rverbs-pyverbs-aw");
     let dev = env_or("RVERBS_DEV_A", "rxe0");
     let runs: Vec<_> = [false, true]
         .into_iter()

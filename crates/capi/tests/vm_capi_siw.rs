@@ -9,11 +9,10 @@
 //! `--include-ignored`); run anywhere else they fail, never pass silently.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 mod common;
-use common::{cm_tool, env_or, lib_dir, perftest, run, siw};
+use common::{cm_tool, env_or, lib_dir, perftest, pyverbs_suite_copy, siw};
 
 /// The siw device's address, after checking that this is a siw guest.
 fn siw_addr() -> String {
@@ -182,23 +181,7 @@ const PYVERBS_MODULES: &[&str] = &[
 #[ignore = "needs a siw device: runs in the siw stage (cargo xtask test --stage siw)"]
 fn pyverbs_over_siw_on_both_libraries_interop() {
     siw_addr();
-    let suite = PathBuf::from("/usr/share/doc/rdma-core/tests");
-    assert!(
-        suite.join("run_tests.py").is_file(),
-        "{} missing: install python3-pyverbs",
-        suite.display()
-    );
-    // The suite ships some modules gzipped: unpack a copy.
-    let dir = std::env::temp_dir().join("rverbs-pyverbs-siw");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut c = Command::new("sh");
-    c.arg("-c")
-        .arg(r#"cp -r "$1"/. "$2"/ && cd "$2" && for f in ./*.gz; do [ -e "$f" ] && gunzip -f "$f"; done; true"#)
-        .arg("sh")
-        .arg(&suite)
-        .arg(&dir);
-    run(c);
+    let dir = pyverbs_suite_copy("rverbs-pyverbs-siw");
     let dev = env_or("RVERBS_DEV_A", "siw0");
     let runs: Vec<_> = [false, true]
         .into_iter()

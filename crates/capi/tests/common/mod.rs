@@ -322,3 +322,27 @@ pub fn cm_tool(server: &[&str], client: &[&str], port: u16, ours_client: bool, c
     let mine = if ours_client { &cout } else { &sout };
     assert!(mine.contains(check), "{check:?} not in:\n{mine}");
 }
+
+/// rdma-core's Python suite (Debian's python3-pyverbs) copied into a fresh folder
+/// `$TMPDIR/<name>` with its gzipped modules unpacked, ready for `python3 run_tests.py`.
+/// Panics, naming the guest, when the suite is not installed.
+pub fn pyverbs_suite_copy(name: &str) -> PathBuf {
+    let suite = PathBuf::from("/usr/share/doc/rdma-core/tests");
+    assert!(
+        suite.join("run_tests.py").is_file(),
+        "{} missing in the {:?} guest: install python3-pyverbs",
+        suite.display(),
+        std::env::var("RVERBS_GUEST").unwrap_or_default()
+    );
+    let dir = std::env::temp_dir().join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg(r#"cp -r "$1"/. "$2"/ && cd "$2" && for f in ./*.gz; do [ -e "$f" ] && gunzip -f "$f"; done; true"#)
+        .arg("sh")
+        .arg(&suite)
+        .arg(&dir);
+    run(c);
+    dir
+}
