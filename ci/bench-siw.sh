@@ -16,12 +16,15 @@
 # Prints one line per run and the tables with the ratios rverbs / rdma-core. Raw files go to
 # $OUT (default: bench-siw/ on the run share, target/vm/runs/<run>/bench-siw/ on the host).
 #
-# Environment: ITERS ("100 200 100 200"), CLIENT_RUNS (2), RVERBS (the rverbs on PATH),
-# PORT (19700: first TCP port minus one).
+# Environment: ITERS ("100 200 100 200"), CLIENT_RUNS (2; 0 skips the client runs), TOOLS
+# ("C R": rdma-core's and rverbs'; "R" alone measures rverbs only, for quick checks of a
+# change, and prints no ratio), RVERBS (the rverbs on PATH), PORT (19700: first TCP port
+# minus one).
 set -u
 
 ITERS=${ITERS:-100 200 100 200}
 CLIENT_RUNS=${CLIENT_RUNS:-2}
+TOOLS=${TOOLS:-C R}
 DEV=${RVERBS_DEV_A:-siw0}
 ADDR=${RVERBS_ADDR_A:-10.10.0.1}
 PORT=${PORT:-19700}
@@ -88,7 +91,7 @@ pair() {
 
 : > "$OUT/rping.txt"
 for n in $ITERS; do
-    for tool in C R; do
+    for tool in $TOOLS; do
         PORT=$((PORT + 1))
         if [ $tool = C ]; then r="/usr/bin/rping"; else r="$RV rping"; fi
         v=$(pair "rping.$tool.$n.$PORT" "$r -s -a $ADDR -p $PORT -S 64 -C $n" \
@@ -101,7 +104,7 @@ done
 : > "$OUT/client.txt"
 i=1
 while [ $i -le "$CLIENT_RUNS" ]; do
-    for tool in C R; do
+    for tool in $TOOLS; do
         PORT=$((PORT + 1))
         if [ $tool = C ]; then
             s="/usr/bin/rdma_server -p $PORT"; c="/usr/bin/rdma_client -s $ADDR -p $PORT"
@@ -119,19 +122,38 @@ echo
 echo "| program | rdma-core (libsiw) | rverbs | rverbs / rdma-core |"
 echo "|---|---|---|---|"
 awk '
-    { s[$1, $2] += $3; c[$1, $2]++; if (!($2 in seen)) { seen[$2] = 1; ns[++k] = $2 } }
+    {
+        v[$1, $2, ++c[$1, $2]] = $3; s[$1, $2] += $3
+        if (!($2 in seen)) { seen[$2] = 1; ns[++k] = $2 }
+    }
     END {
         lo = ns[1]; hi = ns[1]
         for (i = 1; i <= k; i++) { if (ns[i] + 0 < lo + 0) lo = ns[i]; if (ns[i] + 0 > hi + 0) hi = ns[i] }
         if (lo == hi) { print "| rping | (needs two iteration counts) | | |"; exit }
         for (t = 0; t < 2; t++) {
             tool = t ? "R" : "C"
+            if (!c[tool, lo] || !c[tool, hi]) { per[tool] = st[tool] = rng[tool] = "-"; continue }
             a = s[tool, lo] / c[tool, lo]; b = s[tool, hi] / c[tool, hi]
             per[tool] = (b - a) / (hi - lo); st[tool] = a - lo * per[tool]
+            # The spread: the i-th run of each count paired, one figure per pair.
+            m = c[tool, lo] < c[tool, hi] ? c[tool, lo] : c[tool, hi]
+            for (i = 1; i <= m; i++) {
+                p = (v[tool, hi, i] - v[tool, lo, i]) / (hi - lo)
+                if (i == 1 || p < pmin) pmin = p
+                if (i == 1 || p > pmax) pmax = p
+            }
+            per[tool] = sprintf("%.0f", per[tool]); st[tool] = sprintf("%.0f", st[tool])
+            rng[tool] = sprintf("%.0f-%.0f (%d pairs)", pmin, pmax, m)
         }
-        printf "| rping, Ir per iteration ((Ir(%d) - Ir(%d)) / %d) | %.0f | %.0f | %.2f |\n", hi, lo, hi - lo, per["C"], per["R"], per["R"] / per["C"]
-        printf "| rping, start-up and teardown Ir | %.0f | %.0f | %.2f |\n", st["C"], st["R"], st["R"] / st["C"]
+        both = per["C"] != "-" && per["R"] != "-"
+        printf "| rping, Ir per iteration ((Ir(%d) - Ir(%d)) / %d) | %s | %s | %s |\n", hi, lo, hi - lo, per["C"], per["R"], both ? sprintf("%.2f", per["R"] / per["C"]) : "-"
+        printf "| rping, per iteration of each pair of runs, min-max | %s | %s | |\n", rng["C"], rng["R"]
+        printf "| rping, start-up and teardown Ir | %s | %s | %s |\n", st["C"], st["R"], both ? sprintf("%.2f", st["R"] / st["C"]) : "-"
     }' "$OUT/rping.txt"
-awk '
+[ -s "$OUT/client.txt" ] && awk '
     { s[$1] += $3; c[$1]++ }
-    END { a = s["C"] / c["C"]; b = s["R"] / c["R"]; printf "| rdma_client / rverbs rdma-client, whole run Ir (one exchange) | %.0f | %.0f | %.2f |\n", a, b, b / a }' "$OUT/client.txt"
+    END {
+        a = c["C"] ? sprintf("%.0f", s["C"] / c["C"]) : "-"; b = c["R"] ? sprintf("%.0f", s["R"] / c["R"]) : "-"
+        printf "| rdma_client / rverbs rdma-client, whole run Ir (one exchange) | %s | %s | %s |\n", a, b, (c["C"] && c["R"]) ? sprintf("%.2f", b / a) : "-"
+    }' "$OUT/client.txt"
+exit 0
