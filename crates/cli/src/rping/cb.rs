@@ -17,6 +17,15 @@ use rverbs::uverbs::qp::{self as vqp, Qp, QpInit};
 use rverbs::uverbs::{SendOp, WcOpcode, WcStatus, WorkCompletion};
 
 use super::link::Link;
+
+/// What the client advertises for `mr`: its address and rkey, and `-S` bytes.
+fn advert(mr: &Mr<Box<[u8]>>, o: &Opts) -> RdmaInfo {
+    RdmaInfo {
+        buf: mr.addr(),
+        rkey: mr.rkey(),
+        size: o.size,
+    }
+}
 use super::message::*;
 use super::*;
 
@@ -71,7 +80,8 @@ pub(super) struct Cb<'o> {
     pub(super) state: State,
     /// rping's semaphore: posts not yet waited for.
     pub(super) sem: u32,
-    pub(super) armed: bool,
+    /// Whether the CQ is armed (no completion event read since the last arm).
+    armed: bool,
     pub(super) remote: RdmaInfo,
     /// The poll buffer, kept here so that a poll does not zero a new one each time.
     wcs: [WorkCompletion; 4],
@@ -144,12 +154,20 @@ impl<'o> Cb<'o> {
         let rw = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
         let size = o.size as usize;
         let recv_mr = reg(INFO_LEN, AccessFlags::LOCAL_WRITE, "recv_buf")?;
-        let send_mr = reg(INFO_LEN, AccessFlags::empty(), "send_buf")?;
+        // The client's two advertisements (start buffer, then sink buffer) name the same
+        // buffers every ping: both are written here, once, and each ping sends one of the
+        // halves (rping rewrites its one send buffer before each send).
+        let send_len = if server { INFO_LEN } else { 2 * INFO_LEN };
+        let send_mr = reg(send_len, AccessFlags::empty(), "send_buf")?;
         let rdma_mr = reg(size, rw, "rdma_buf")?;
         let start_mr = if server {
             None
         } else {
-            Some(reg(size, rw, "start_buf")?)
+            let start_mr = reg(size, rw, "start_buf")?;
+            for (i, mr) in [&start_mr, &rdma_mr].into_iter().enumerate() {
+                send_mr.write_at(i * INFO_LEN, &advert(mr, o).encode());
+            }
+            Some(start_mr)
         };
         debug_log!(o, "allocated & registered buffers...");
         Ok(Cb {
@@ -179,40 +197,38 @@ impl<'o> Cb<'o> {
         self.link.post_recv(&sge)
     }
 
+    /// The server's "go ahead": its 16-byte send buffer (rping's server never fills it).
     pub(super) fn post_info_send(&self) -> io::Result<()> {
         let sge = [self.send_mr.sge(0..INFO_LEN)];
         self.link.post_send(SendOp::Send, &sge)
     }
 
-    /// `rping_format_send`: advertises the client's start or sink buffer.
-    pub(super) fn format_send(&mut self, sink: bool) {
-        let mr = if sink {
-            &self.rdma_mr
-        } else {
-            self.start_mr.as_ref().expect("client has a start buffer")
-        };
-        let info = RdmaInfo {
-            buf: mr.addr(),
-            rkey: mr.rkey(),
-            size: self.o.size,
-        };
-        debug_log!(
-            self.o,
-            "RDMA addr {:x} rkey {:x} len {}",
-            info.buf,
-            info.rkey,
-            info.size
-        );
-        self.send_mr.write_at(0, &info.encode());
+    /// `rping_format_send` and the send after it: advertises the client's start or sink
+    /// buffer (the half of the send buffer that `setup` wrote for it).
+    pub(super) fn advertise(&self, sink: bool) -> io::Result<()> {
+        let at = if sink { INFO_LEN } else { 0 };
+        if self.o.debug {
+            let mr = if sink {
+                &self.rdma_mr
+            } else {
+                self.start_mr.as_ref().expect("client has a start buffer")
+            };
+            let info = advert(mr, self.o);
+            println!(
+                "RDMA addr {:x} rkey {:x} len {}",
+                info.buf, info.rkey, info.size
+            );
+        }
+        let sge = [self.send_mr.sge(at..at + INFO_LEN)];
+        self.link.post_send(SendOp::Send, &sge)
     }
 
     // --- completions and events ----------------------------------------------------------
 
-    pub(super) fn on_recv(&mut self, wc: &WorkCompletion) -> io::Result<()> {
-        if wc.byte_len as usize != INFO_LEN {
+    pub(super) fn on_recv(&mut self, byte_len: u32) -> io::Result<()> {
+        if byte_len as usize != INFO_LEN {
             return Err(io::Error::other(format!(
-                "Received bogus data, size {}",
-                wc.byte_len
+                "Received bogus data, size {byte_len}"
             )));
         }
         if self.server {
@@ -242,20 +258,26 @@ impl<'o> Cb<'o> {
         Ok(())
     }
 
-    /// `rping_cq_event_handler` for one completion: flushes are skipped, other errors end
-    /// the run; receives are re-posted after their content was taken.
-    pub(super) fn on_completion(&mut self, wc: &WorkCompletion) -> io::Result<()> {
-        if !wc.status.is_success() {
-            if wc.status == WcStatus::WR_FLUSH_ERR {
+    /// `rping_cq_event_handler` for one completion (its status, opcode and length): flushes
+    /// are skipped, other errors end the run; receives are re-posted after their content was
+    /// taken.
+    pub(super) fn on_completion(
+        &mut self,
+        status: WcStatus,
+        opcode: WcOpcode,
+        byte_len: u32,
+    ) -> io::Result<()> {
+        if !status.is_success() {
+            if status == WcStatus::WR_FLUSH_ERR {
                 return Ok(());
             }
             self.state = State::Error;
             return Err(io::Error::other(format!(
-                "cq completion failed status {} ({})",
-                wc.status.0, wc.status
+                "cq completion failed status {} ({status})",
+                status.0
             )));
         }
-        match wc.opcode {
+        match opcode {
             WcOpcode::SEND => debug_log!(self.o, "send completion"),
             WcOpcode::RDMA_WRITE => {
                 debug_log!(self.o, "rdma write completion");
@@ -269,7 +291,8 @@ impl<'o> Cb<'o> {
             }
             WcOpcode::RECV => {
                 debug_log!(self.o, "recv completion");
-                self.on_recv(wc).map_err(|e| os_err("recv wc error", e))?;
+                self.on_recv(byte_len)
+                    .map_err(|e| os_err("recv wc error", e))?;
                 self.post_recv().map_err(|e| os_err("post recv error", e))?;
                 self.sem += 1;
             }
@@ -325,24 +348,43 @@ impl<'o> Cb<'o> {
         }
     }
 
-    /// Handles what is ready; sleeps on the CQ channel and the rdma_cm fd when nothing is.
-    pub(super) fn progress(&mut self) -> io::Result<()> {
-        let n = self.cq.poll(&mut self.wcs);
-        if n > 0 {
-            for i in 0..n {
-                let wc = self.wcs[i];
-                self.on_completion(&wc)?;
+    /// `sem_wait`: handles completions, and sleeps when there are none, until one of them or
+    /// an rdma_cm event posted the semaphore.
+    ///
+    /// The CQ is armed only when a poll found it empty, and polled once more after the arm
+    /// before the sleep (a completion that came before the arm raised no event). rping's CQ
+    /// thread re-arms as soon as it has read an event instead; armed that early, the CQ
+    /// raises a second event per wait for the send completion that follows the receive, a
+    /// wake-up and an event read more (measured: about 200 Ir a ping more, docs/perf.md).
+    pub(super) fn sem_wait(&mut self) -> io::Result<()> {
+        while self.sem == 0 {
+            let n = self.cq.poll(&mut self.wcs);
+            if n == 0 {
+                if self.armed {
+                    self.sleep()?;
+                } else {
+                    self.cq
+                        .req_notify(false)
+                        .map_err(|e| os_err("Failed to set notify", e))?;
+                    self.armed = true;
+                }
+                continue;
             }
-            return Ok(());
+            for i in 0..n {
+                // The three fields rping reads, not a copy of the whole completion.
+                let wc = &self.wcs[i];
+                let (status, opcode, byte_len) = (wc.status, wc.opcode, wc.byte_len);
+                self.on_completion(status, opcode, byte_len)?;
+            }
         }
-        if !self.armed {
-            self.cq
-                .req_notify(false)
-                .map_err(|e| os_err("Failed to set notify", e))?;
-            self.armed = true;
-            // A completion that came before the arm raised no event: poll again.
-            return Ok(());
-        }
+        self.sem -= 1;
+        Ok(())
+    }
+
+    /// Sleeps on the CQ's channel and the rdma_cm id's fd together (the CQ is armed, see
+    /// `sem_wait`), then takes what woke it: a completion event (acknowledged; the CQ is
+    /// disarmed now) and the id's rdma_cm events.
+    fn sleep(&mut self) -> io::Result<()> {
         use rustix::event::{poll, PollFd, PollFlags};
         let cm_fd = self.link.id().channel_fd();
         let mut fds = [
@@ -388,15 +430,6 @@ impl<'o> Cb<'o> {
                 }
             }
         }
-        Ok(())
-    }
-
-    /// `sem_wait`: returns once a completion or event posted the semaphore.
-    pub(super) fn sem_wait(&mut self) -> io::Result<()> {
-        while self.sem == 0 {
-            self.progress()?;
-        }
-        self.sem -= 1;
         Ok(())
     }
 

@@ -31,37 +31,32 @@ impl Link {
         }
     }
 
-    pub(super) fn post_send(&self, op: SendOp, sge: &[MrSge<'_>]) -> io::Result<()> {
-        let flags = SendFlags::SIGNALED;
+    /// The QP, whoever made it.
+    fn qp(&self) -> &Qp {
         match self {
-            Link::Cm(ep) => match op {
-                SendOp::RdmaRead { remote_addr, rkey } => {
-                    ep.post_read(0, sge, remote_addr, rkey, flags)
-                }
-                SendOp::RdmaWrite { remote_addr, rkey } => {
-                    ep.post_write(0, sge, remote_addr, rkey, flags)
-                }
-                _ => ep.post_send(0, sge, flags),
-            },
-            Link::Own { qp, .. } => qp
-                .post_send(&[SendWr {
-                    wr_id: 0,
-                    op,
-                    sge,
-                    flags,
-                    ud: None,
-                }])
-                .map_err(io::Error::from),
+            Link::Cm(ep) => ep.qp(),
+            Link::Own { qp, .. } => qp,
         }
     }
 
+    /// One signaled send request (what the endpoint's `post_send`/`post_read`/`post_write`
+    /// post on its QP), straight to the QP whichever made it.
+    pub(super) fn post_send(&self, op: SendOp, sge: &[MrSge<'_>]) -> io::Result<()> {
+        self.qp()
+            .post_send(&[SendWr {
+                wr_id: 0,
+                op,
+                sge,
+                flags: SendFlags::SIGNALED,
+                ud: None,
+            }])
+            .map_err(io::Error::from)
+    }
+
     pub(super) fn post_recv(&self, sge: &[MrSge<'_>]) -> io::Result<()> {
-        match self {
-            Link::Cm(ep) => ep.post_recv(0, sge),
-            Link::Own { qp, .. } => qp
-                .post_recv(&[RecvWr { wr_id: 0, sge }])
-                .map_err(io::Error::from),
-        }
+        self.qp()
+            .post_recv(&[RecvWr { wr_id: 0, sge }])
+            .map_err(io::Error::from)
     }
 
     pub(super) fn param(&self) -> ConnParam {

@@ -45,13 +45,71 @@ const CYCLE: [u8; (LAST - FIRST + 1) as usize] = {
     t
 };
 
-/// Fills `buf` as the C client does for ping number `ping`, whose characters start at
-/// `start` (65 'A' ..= 122 'z'): `"rdma-ping-N: "`, then `start`, `start+1`, … wrapping from
-/// 'z' to 'A', and a NUL in the last byte.
-pub fn fill_ping(buf: &mut [u8], ping: u32, start: u8) {
+/// The ping pattern from every start: 'A' ..= 'z' repeated, long enough that the body of a
+/// ping of the size it was made for is one slice of it (one copy per ping, where a table of
+/// one cycle takes a copy per run of 58 and a byte loop a compare and a wrap per byte).
+pub struct Pattern {
+    runs: Box<[u8]>,
+}
+
+impl Pattern {
+    /// The pattern for pings of at most `size` bytes.
+    pub fn new(size: usize) -> Self {
+        let runs = CYCLE.iter().copied().cycle().take(size + CYCLE.len());
+        Pattern {
+            runs: runs.collect(),
+        }
+    }
+
+    /// The ping of `size` bytes that the C client makes for ping number `ping`, whose
+    /// characters start at `start` (65 'A' ..= 122 'z'): `"rdma-ping-N: "`, then `start`,
+    /// `start+1`, … wrapping from 'z' to 'A', and a NUL in the last byte. Handed to `put` as
+    /// (offset, bytes) pieces that cover `0..size` once, in order: the head, the body and the
+    /// NUL, so that the client writes them straight into its registered buffer.
+    pub fn emit(&self, size: usize, ping: u32, start: u8, mut put: impl FnMut(usize, &[u8])) {
+        let Some(end) = size.checked_sub(1) else {
+            return;
+        };
+        let mut head = [0u8; HEAD_MAX];
+        let h = write_head(&mut head, ping).min(end);
+        put(0, &head[..h]);
+        let off = usize::from(start.wrapping_sub(FIRST));
+        match self.runs.get(off..off + (end - h)) {
+            // `start` is in the cycle (off < 58) and the ping no longer than the pattern was
+            // made for: the body is the slice of the runs that begins with `start`.
+            Some(run) if off < CYCLE.len() => put(h, run),
+            // Outside the cycle (not what the client passes), or a longer ping: byte by byte.
+            _ => {
+                let mut c = start;
+                let body: Vec<u8> = (h..end)
+                    .map(|_| {
+                        let b = c;
+                        c = if c >= LAST { FIRST } else { c + 1 };
+                        b
+                    })
+                    .collect();
+                put(h, &body);
+            }
+        }
+        put(end, &[0]);
+    }
+
+    /// [`emit`](Self::emit) into `buf` (all of it): what the tests compare.
+    #[cfg(test)]
+    pub fn fill(&self, buf: &mut [u8], ping: u32, start: u8) {
+        self.emit(buf.len(), ping, start, |at, b| {
+            buf[at..at + b.len()].copy_from_slice(b)
+        });
+    }
+}
+
+/// "rdma-ping-", an i32 (at most 11 characters) and ": ".
+const HEAD_MAX: usize = 23;
+
+/// Writes `"rdma-ping-N: "` (N as the C client's `%d` of the count) into `head`; returns
+/// its length.
+fn write_head(head: &mut [u8; HEAD_MAX], ping: u32) -> usize {
     // On the stack and without the formatting machinery: this runs once per ping.
-    // "rdma-ping-", an i32 (at most 11 characters) and ": " fit in 24 bytes.
-    let mut head = [0u8; 24];
     head[..10].copy_from_slice(b"rdma-ping-");
     let mut len = 10;
     let v = ping as i32;
@@ -75,33 +133,7 @@ pub fn fill_ping(buf: &mut [u8], ping: u32, start: u8) {
         len += 1;
     }
     head[len..len + 2].copy_from_slice(b": ");
-    len += 2;
-    let n = len.min(buf.len());
-    buf[..n].copy_from_slice(&head[..n]);
-    let body = &mut buf[n..];
-    if (FIRST..=LAST).contains(&start) {
-        // The pattern cycles through 'A' ..= 'z': whole runs copied from the table (a
-        // memcpy each) instead of a compare and a wrap per byte.
-        let mut off = usize::from(start - FIRST);
-        let mut rest = body;
-        while !rest.is_empty() {
-            let take = rest.len().min(CYCLE.len() - off);
-            let (run, tail) = rest.split_at_mut(take);
-            run.copy_from_slice(&CYCLE[off..off + take]);
-            rest = tail;
-            off = 0;
-        }
-    } else {
-        // Outside the cycle (not what the client passes): byte by byte into it.
-        let mut c = start;
-        for b in body {
-            *b = c;
-            c = if c >= LAST { FIRST } else { c + 1 };
-        }
-    }
-    if let Some(last) = buf.last_mut() {
-        *last = 0;
-    }
+    len + 2
 }
 
 /// The first character of ping `ping + 1`, given ping `ping`'s.
@@ -123,6 +155,11 @@ pub fn c_str(buf: &[u8]) -> &[u8] {
 mod tests {
     use super::*;
     use crate::rping::MIN_SIZE;
+
+    /// A ping of `buf.len()` bytes with a pattern made for that size.
+    fn fill_ping(buf: &mut [u8], ping: u32, start: u8) {
+        Pattern::new(buf.len()).fill(buf, ping, start);
+    }
 
     #[test]
     fn info_is_big_endian() {
@@ -178,21 +215,56 @@ mod tests {
 
     #[test]
     fn ping_pattern_runs_match_a_byte_by_byte_fill() {
-        // The table copy against the plain rule, for every start (in and out of the cycle)
-        // and sizes around one and several cycles of 58.
+        // The slice of the runs against the plain rule, for every start (in and out of the
+        // cycle), sizes around one and several cycles of 58, and patterns made for the size,
+        // for less (the byte loop) and for more (a shorter slice).
         for start in 0..=255u8 {
             for size in [MIN_SIZE as usize, 57, 58, 59, 64, 116, 117, 200] {
-                let mut b = vec![0xeeu8; size];
-                fill_ping(&mut b, 12, start);
-                let mut want = b.clone();
-                let mut c = start;
-                for x in &mut want[14..] {
-                    *x = c;
-                    c = if c >= 122 { 65 } else { c + 1 };
+                for made_for in [size, size - 1, size + 1, 1000] {
+                    let pattern = Pattern::new(made_for);
+                    let mut b = vec![0xeeu8; size];
+                    pattern.fill(&mut b, 12, start);
+                    let mut want = b.clone();
+                    let mut c = start;
+                    for x in &mut want[14..] {
+                        *x = c;
+                        c = if c >= 122 { 65 } else { c + 1 };
+                    }
+                    *want.last_mut().unwrap() = 0;
+                    let what = format!("start {start} size {size} pattern for {made_for}");
+                    assert_eq!(&b[..14], b"rdma-ping-12: ", "{what}");
+                    assert_eq!(b, want, "{what}");
                 }
-                *want.last_mut().unwrap() = 0;
-                assert_eq!(&b[..14], b"rdma-ping-12: ", "start {start} size {size}");
-                assert_eq!(b, want, "start {start} size {size}");
+            }
+        }
+    }
+
+    #[test]
+    fn ping_shorter_than_its_head_is_the_head_cut() {
+        // Not a size the options allow (MIN_SIZE), but the fill stays in the buffer.
+        let mut b = [0xeeu8; 8];
+        Pattern::new(8).fill(&mut b, 5, 65);
+        assert_eq!(&b, b"rdma-pi\0");
+    }
+
+    #[test]
+    fn emitted_pieces_cover_the_ping_once_in_order() {
+        // What the client writes into its buffer piece by piece is what `fill` makes, and
+        // every byte is written once: sizes down to 0, starts in and out of the cycle.
+        for size in [0usize, 1, 2, 8, 13, 14, 26, 64, 200] {
+            for start in [65u8, 100, 122, 0, 200] {
+                let pattern = Pattern::new(64);
+                let mut next = 0;
+                let mut got = Vec::new();
+                pattern.emit(size, 7, start, |at, b| {
+                    assert_eq!(at, next, "size {size} start {start}");
+                    next += b.len();
+                    got.extend_from_slice(b);
+                });
+                assert_eq!(next, size, "size {size} start {start}");
+                let mut want = vec![0xeeu8; size];
+                pattern.fill(&mut want, 7, start);
+                assert_eq!(got, want, "size {size} start {start}");
             }
         }
     }

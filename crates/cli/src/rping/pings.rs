@@ -111,25 +111,20 @@ impl Cb<'_> {
         let size = self.o.size as usize;
         // Allocated once: a ping reuses them (the checks and the printing read the regions
         // only when asked for, as rping does).
-        let mut ping_buf = vec![0u8; size];
+        let pattern = Pattern::new(size);
         let mut start_buf = Vec::new();
         let mut sink = Vec::new();
         while self.o.count == 0 || ping < self.o.count {
             self.state = State::RdmaReadAdv;
-            fill_ping(&mut ping_buf, ping, start);
-            self.start_mr
-                .as_ref()
-                .expect("client")
-                .write_at(0, &ping_buf);
+            let start_mr = self.start_mr.as_ref().expect("client");
+            pattern.emit(size, ping, start, |at, b| start_mr.write_at(at, b));
             start = next_start(start);
-            self.format_send(false);
-            self.post_info_send()
+            self.advertise(false)
                 .map_err(|e| os_err("post send error", e))?;
             if !self.wait_for(State::RdmaWriteAdv)? {
                 return Err(self.lost(State::RdmaWriteAdv, ping));
             }
-            self.format_send(true);
-            self.post_info_send()
+            self.advertise(true)
                 .map_err(|e| os_err("post send error", e))?;
             if !self.wait_for(State::RdmaWriteComplete)? {
                 return Err(self.lost(State::RdmaWriteComplete, ping));
