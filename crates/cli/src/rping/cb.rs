@@ -90,8 +90,9 @@ pub(super) struct Cb<'o> {
 impl<'o> Cb<'o> {
     /// `rping_setup_qp` + `rping_setup_buffers`: PD, one completion channel, one CQ of 32
     /// entries for sends and receives (armed), the QP (16 sends, 2 receives, 1 SGE), and the
-    /// buffers: 16-byte receive and send messages, the RDMA buffer (and the client's start
-    /// buffer) of `-S` bytes.
+    /// buffers: a 16-byte receive message, the send message (16 bytes; the client's 32 hold
+    /// both its advertisements), the RDMA buffer (and the client's start buffer) of `-S`
+    /// bytes.
     pub(super) fn setup(o: &'o Opts, id: CmId, server: bool) -> io::Result<Cb<'o>> {
         let dev = id
             .query_addr()
