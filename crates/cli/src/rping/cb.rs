@@ -17,6 +17,8 @@ use rverbs::uverbs::qp::{self as vqp, Qp, QpInit};
 use rverbs::uverbs::{SendOp, WcOpcode, WcStatus, WorkCompletion};
 
 use super::link::Link;
+use super::message::*;
+use super::*;
 
 /// What the client advertises for `mr`: its address and rkey, and `-S` bytes.
 fn advert(mr: &Mr<Box<[u8]>>, o: &Opts) -> RdmaInfo {
@@ -26,8 +28,6 @@ fn advert(mr: &Mr<Box<[u8]>>, o: &Opts) -> RdmaInfo {
         size: o.size,
     }
 }
-use super::message::*;
-use super::*;
 
 /// rping's `enum test_state`, numbered as in C (the numbers appear in its messages).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
