@@ -1,6 +1,6 @@
 //! `rverbs selftest` on the guest's device: rxe in the rxe stages (every case passes), siw in
 //! the siw stage (the RC cases iWARP can do pass, over rdma_cm connections: SEND, WRITE,
-//! READ, inline, SRQ, events, the wrong-rkey and flush errors, the rdma_cm case; the others
+//! READ, inline, SRQ, events, the wrong-rkey, wrong-lkey and flush errors, the rdma_cm case; the others
 //! are skipped with iWARP's reasons), the
 //! JSON report parsed by Python with the same case list, and a case made to fail (one the
 //! device cannot do, forced; an address that is not the device's) failing with exit status 1.
@@ -37,7 +37,7 @@ const IWARP_SKIPS: [(&str, &str); 7] = [
 
 /// Every case and what it must end as on this guest's device.
 fn expected() -> Vec<(&'static str, &'static str)> {
-    const ALL: [&str; 16] = [
+    const ALL: [&str; 17] = [
         "rc-send",
         "rc-send-imm",
         "rc-write",
@@ -49,6 +49,7 @@ fn expected() -> Vec<(&'static str, &'static str)> {
         "rc-srq",
         "rc-events",
         "rc-error-rkey",
+        "rc-error-lkey",
         "rc-error-flush",
         "uc-send",
         "uc-write-imm",

@@ -17,7 +17,7 @@ use rverbs::uverbs::port::{LinkLayer, Mtu};
 use rverbs::uverbs::qp::{Qp, QpAttr, QpCaps, QpInit, QpState, QpType};
 use rverbs::uverbs::srq::{Srq, SrqAttr};
 use rverbs::uverbs::WorkCompletion;
-use rverbs::uverbs::{RecvWr, SendFlags, SendOp, SendWr, WcFlags, WcOpcode, WcStatus};
+use rverbs::uverbs::{RecvWr, SendFlags, SendOp, SendWr, Sge, WcFlags, WcOpcode, WcStatus};
 
 use super::cm;
 use super::plan::Case;
@@ -80,6 +80,7 @@ pub fn run(case: Case, env: &Env, end: Instant) -> CaseResult {
         Case::RcSrq => srq(env, end),
         Case::RcEvents => events(env, end),
         Case::RcErrRkey if env.iwarp => err_rkey_iwarp(env, end),
+        Case::RcErrLkey => err_lkey(env, end),
         Case::RcErrFlush if env.iwarp => err_flush_iwarp(env, end),
         Case::RcErrRkey => err_rkey(env, end),
         Case::RcErrFlush => err_flush(env, end),
@@ -760,6 +761,51 @@ fn err_rkey(env: &Env, end: Instant) -> CaseResult {
     )?;
     if p.mb.read_vec(0..64).iter().any(|&b| b != 0) {
         return Err("the WRITE with a wrong rkey changed the memory".into());
+    }
+    Ok(Outcome::Pass)
+}
+
+/// A SEND whose one SGE carries a wrong lkey (the key byte of A's region changed): it
+/// completes with a local error and nothing reaches the peer. IBTA names the error
+/// LOC_PROT_ERR; rxe and siw, which find no region for the key, report LOC_QP_OP_ERR: both
+/// are taken.
+#[allow(unsafe_code)] // a wrong lkey exists only as a raw SGE
+fn err_lkey(env: &Env, end: Instant) -> CaseResult {
+    let p = Pair::new(env, end, PairOpts::of(QpType::RC))?;
+    let r = [p.mb.sge(0..64)];
+    p.b.post_recv(&[RecvWr::new(70, &r)])
+        .map_err(|e| e.to_string())?;
+    p.ma.write_at(0, &pattern(10, 64));
+    let bad = [Sge {
+        addr: p.ma.addr(),
+        length: 64,
+        lkey: p.ma.lkey() ^ 0x80,
+    }];
+    let wr = SendWr::send(13, &bad);
+    // SAFETY: the SGE lies inside A's region (its first 64 bytes), registered on the QP's PD
+    // and alive until the QPs are destroyed (Pair's drop order); only its key is wrong, so
+    // the device refuses to read it. post_send_raw's contract asks no more.
+    unsafe { p.a.post_send_raw(&[wr]) }.map_err(|e| e.to_string())?;
+    let wc = wait_wc(&p.cq_a, end, "the SEND with a wrong lkey")?;
+    if wc.wr_id != 13 || ![WcStatus::LOC_PROT_ERR, WcStatus::LOC_QP_OP_ERR].contains(&wc.status) {
+        return Err(format!(
+            "the SEND with a wrong lkey: completion of wr_id {} with status {} ({}), expected \
+             wr_id 13 with local protection error or local QP operation error",
+            wc.wr_id, wc.status, wc.status.0
+        ));
+    }
+    // Nothing was sent: the peer's receive did not complete with data (on iWARP the
+    // requester ends the connection, which flushes it).
+    if let Some(wc) = p.cq_b.poll_one() {
+        if wc.status == WcStatus::SUCCESS {
+            return Err(format!(
+                "the peer received {} bytes of a SEND with a wrong lkey",
+                wc.byte_len
+            ));
+        }
+    }
+    if p.mb.read_vec(0..64).iter().any(|&b| b != 0) {
+        return Err("the SEND with a wrong lkey wrote the peer's memory".into());
     }
     Ok(Outcome::Pass)
 }

@@ -33,7 +33,8 @@ Usage: rverbs selftest [-d DEV] [-i PORT] [-g GID_IDX] [-a ADDR] [-t SECS]
                        [-c CASE]... [--force CASE]... [-o FILE]
 
 Run a loopback battery on one device: RC SEND/RECV, immediate data, RDMA WRITE/READ,
-inline, atomics, SRQ, completion events, error completions (wrong rkey, flush), UC, UD,
+inline, atomics, SRQ, completion events, error completions (wrong rkey, wrong lkey,
+flush), UC, UD,
 and RC through the rdma_cm (the only way iWARP connects: there, the RC cases connect
 their QPs through it too). Cases the device cannot do (by its transport and attributes)
 are skipped with the reason. One line per case; exit status 1 when any case fails.
@@ -53,8 +54,8 @@ are skipped with the reason. One line per case; exit status 1 when any case fail
   -l, --list           list the cases and exit
 
 Cases: rc-send rc-send-imm rc-write rc-write-imm rc-read rc-inline rc-atomic-fetch-add
-       rc-atomic-cmp-swap rc-srq rc-events rc-error-rkey rc-error-flush uc-send
-       uc-write-imm ud-send cm-rc
+       rc-atomic-cmp-swap rc-srq rc-events rc-error-rkey rc-error-lkey rc-error-flush
+       uc-send uc-write-imm ud-send cm-rc
 ";
 
 /// Parsed `rverbs selftest` options.

@@ -31,6 +31,8 @@ pub enum Case {
     RcEvents,
     /// An RDMA WRITE with a wrong rkey: REM_ACCESS_ERR at the requester.
     RcErrRkey,
+    /// A SEND whose SGE has a wrong lkey: a local error at the requester, nothing sent.
+    RcErrLkey,
     /// Requests posted to a QP in ERROR: WR_FLUSH_ERR.
     RcErrFlush,
     /// UC SEND.
@@ -45,7 +47,7 @@ pub enum Case {
 
 impl Case {
     /// Every case, in the order the battery runs and reports them.
-    pub const ALL: [Case; 16] = [
+    pub const ALL: [Case; 17] = [
         Case::RcSend,
         Case::RcSendImm,
         Case::RcWrite,
@@ -57,6 +59,7 @@ impl Case {
         Case::RcSrq,
         Case::RcEvents,
         Case::RcErrRkey,
+        Case::RcErrLkey,
         Case::RcErrFlush,
         Case::UcSend,
         Case::UcWriteImm,
@@ -78,6 +81,7 @@ impl Case {
             Case::RcSrq => "rc-srq",
             Case::RcEvents => "rc-events",
             Case::RcErrRkey => "rc-error-rkey",
+            Case::RcErrLkey => "rc-error-lkey",
             Case::RcErrFlush => "rc-error-flush",
             Case::UcSend => "uc-send",
             Case::UcWriteImm => "uc-write-imm",
@@ -240,6 +244,7 @@ mod tests {
                 "rc-srq",
                 "rc-events",
                 "rc-error-rkey",
+                "rc-error-lkey",
                 "rc-error-flush",
                 "cm-rc"
             ]
