@@ -1,9 +1,10 @@
-//! `rverbs selftest` on the guest's device: rxe in the rxe stages (every case passes), siw in
-//! the siw stage (the RC cases iWARP can do pass, over rdma_cm connections: SEND, WRITE,
-//! READ, inline, SRQ, events, the wrong-rkey, wrong-lkey and flush errors, the rdma_cm case; the others
-//! are skipped with iWARP's reasons), the
-//! JSON report parsed by Python with the same case list, and a case made to fail (one the
-//! device cannot do, forced; an address that is not the device's) failing with exit status 1.
+//! `rverbs selftest` on the guest's device: rxe in the rxe stages (every case passes), siw
+//! in the siw stage (the RC cases iWARP can do pass, over rdma_cm connections: SEND, WRITE,
+//! READ, inline, SRQ, events, the wrong-rkey, wrong-lkey and flush errors, and the rdma_cm
+//! case; the others are skipped with iWARP's reasons), the JSON report parsed by Python with
+//! the same case list, and a case made to fail (one the device cannot do, forced; an address
+//! that is not the device's) failing with exit status 1; on siw also the RC cases given an
+//! address that is not the device's.
 
 mod common;
 use common::{run, skipped, stderr, stdout, which};
@@ -229,4 +230,45 @@ fn selftest_reports_a_failing_case_and_exits_1() {
     assert!(j.contains("\n  \"ok\": false,\n"), "{j}");
     let entry = format!("\"name\": \"{case}\",\n      \"result\": \"FAIL\"");
     assert!(j.contains(&entry), "{j}");
+}
+
+/// On iWARP the RC cases connect through the rdma_cm: given an address that is not the
+/// device's, each FAILs naming it (on rxe `-a` concerns only `cm-rc`: the test above).
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn selftest_on_iwarp_fails_the_rc_cases_at_a_wrong_address() {
+    if !siw() {
+        skipped("iWARP only: elsewhere the RC cases connect by hand, without an address");
+        return;
+    }
+    let report = Report::new("addr");
+    let o = selftest(
+        &report,
+        &[
+            "-c",
+            "rc-send",
+            "-c",
+            "rc-srq",
+            "-a",
+            "192.0.2.1",
+            "-t",
+            "5",
+        ],
+    );
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{}", stderr(&o));
+    for case in ["rc-send", "rc-srq"] {
+        let fail = out
+            .lines()
+            .find(|l| l.starts_with(&format!("FAIL  {case} ")))
+            .unwrap_or_else(|| panic!("no FAIL line for {case}: {out}"));
+        assert!(
+            fail.contains("rdma_cm") && fail.contains("192.0.2.1"),
+            "{fail}"
+        );
+    }
+    assert!(out.contains("0 passed, 2 failed, 0 skipped"), "{out}");
 }
