@@ -17,7 +17,7 @@ use rverbs::uverbs::port::{LinkLayer, Mtu};
 use rverbs::uverbs::qp::{Qp, QpAttr, QpCaps, QpInit, QpState, QpType};
 use rverbs::uverbs::srq::{Srq, SrqAttr};
 use rverbs::uverbs::WorkCompletion;
-use rverbs::uverbs::{RecvWr, SendFlags, SendOp, SendWr, WcFlags, WcOpcode, WcStatus};
+use rverbs::uverbs::{RecvWr, SendFlags, SendOp, SendWr, Sge, WcFlags, WcOpcode, WcStatus};
 
 use super::cm;
 use super::plan::Case;
@@ -35,9 +35,24 @@ pub struct Env {
     pub mtu: Mtu,
     /// The device does atomics: regions are registered for remote atomic access.
     pub atomics: bool,
-    /// The rdma_cm case's address and port.
+    /// iWARP: the RC cases' QPs are connected through the rdma_cm ([`cm::link`]), not by
+    /// hand.
+    pub iwarp: bool,
+    /// The rdma_cm's address, and the first of the ports the cases listen on (one each).
     pub cm_addr: Option<String>,
     pub cm_port: u16,
+}
+
+impl Env {
+    /// This environment for `case`: the port it listens on is its own (a case's connection
+    /// may linger in the kernel after the case).
+    pub fn for_case(&self, case: Case) -> Env {
+        let i = Case::ALL.iter().position(|c| *c == case).unwrap_or(0);
+        Env {
+            cm_port: self.cm_port.wrapping_add(i as u16),
+            ..self.clone()
+        }
+    }
 }
 
 /// A case that ran to its end: passed, or found at run time that the device cannot do it.
@@ -52,6 +67,7 @@ pub type CaseResult = Result<Outcome, String>;
 
 /// Runs `case` on `env`, giving up at `end`.
 pub fn run(case: Case, env: &Env, end: Instant) -> CaseResult {
+    let env = &env.for_case(case);
     match case {
         Case::RcSend => send(env, end, QpType::RC, None),
         Case::RcSendImm => send(env, end, QpType::RC, Some(IMM)),
@@ -63,6 +79,9 @@ pub fn run(case: Case, env: &Env, end: Instant) -> CaseResult {
         Case::RcCmpSwap => cmp_swap(env, end),
         Case::RcSrq => srq(env, end),
         Case::RcEvents => events(env, end),
+        Case::RcErrRkey if env.iwarp => err_rkey_iwarp(env, end),
+        Case::RcErrLkey => err_lkey(env, end),
+        Case::RcErrFlush if env.iwarp => err_flush_iwarp(env, end),
         Case::RcErrRkey => err_rkey(env, end),
         Case::RcErrFlush => err_flush(env, end),
         Case::UcSend => send(env, end, QpType::UC, None),
@@ -235,8 +254,10 @@ impl PairOpts {
     }
 }
 
-/// Two QPs of one device connected to each other. Field order is drop order: the QPs go
-/// first, so no request names memory whose registration is gone.
+/// Two QPs of one device connected to each other: by hand, or on iWARP through the rdma_cm
+/// (A the client, B the server). Field order is drop order: the QPs go first, so no request
+/// names memory whose registration is gone, and the rdma_cm ids last, as librdmacm's users
+/// destroy the QP before the id.
 struct Pair {
     a: Arc<Qp>,
     b: Arc<Qp>,
@@ -247,6 +268,7 @@ struct Pair {
     srq: Option<Arc<Srq>>,
     _pd: Arc<Pd>,
     _ctx: Arc<Context>,
+    _link: Option<cm::Link>,
 }
 
 fn open(env: &Env) -> Result<(Arc<Context>, Arc<Pd>), String> {
@@ -273,7 +295,7 @@ fn reg(pd: &Arc<Pd>, access: AccessFlags) -> Result<Mr<PageBuf>, String> {
 }
 
 impl Pair {
-    fn new(env: &Env, o: PairOpts) -> Result<Pair, String> {
+    fn new(env: &Env, end: Instant, o: PairOpts) -> Result<Pair, String> {
         let (c, pd) = open(env)?;
         let cq_a = new_cq(&c, None)?;
         let ch = if o.channel {
@@ -311,8 +333,13 @@ impl Pair {
         let a = mk(&cq_a, None)?;
         let b = mk(&cq_b, srq.clone())?;
         let access = access(env, o.qp_type);
-        connect(env, &a, b.qp_num(), o, access)?;
-        connect(env, &b, a.qp_num(), o, access)?;
+        let link = if env.iwarp {
+            Some(cm::link(env, end, &a, &b, o.srq)?)
+        } else {
+            connect(env, &a, b.qp_num(), o, access)?;
+            connect(env, &b, a.qp_num(), o, access)?;
+            None
+        };
         let ma = reg(&pd, access)?;
         let mb = reg(&pd, access)?;
         Ok(Pair {
@@ -325,6 +352,7 @@ impl Pair {
             srq,
             _pd: pd,
             _ctx: c,
+            _link: link,
         })
     }
 }
@@ -386,7 +414,7 @@ fn post_send(qp: &Qp, wr: SendWr<'_, rverbs::uverbs::MrSge<'_>>) -> Result<(), S
 
 /// SEND (with immediate) of [`MSG`] bytes into a posted receive.
 fn send(env: &Env, end: Instant, t: QpType, imm: Option<u32>) -> CaseResult {
-    let p = Pair::new(env, PairOpts::of(t))?;
+    let p = Pair::new(env, end, PairOpts::of(t))?;
     let msg = pattern(1, MSG);
     p.ma.write_at(0, &msg);
     let r = [p.mb.sge(0..4096)];
@@ -418,7 +446,7 @@ fn send(env: &Env, end: Instant, t: QpType, imm: Option<u32>) -> CaseResult {
 
 /// RDMA WRITE (with immediate, which consumes a receive) of [`MSG`] bytes at an odd offset.
 fn write(env: &Env, end: Instant, t: QpType, imm: Option<u32>) -> CaseResult {
-    let p = Pair::new(env, PairOpts::of(t))?;
+    let p = Pair::new(env, end, PairOpts::of(t))?;
     let data = pattern(2, MSG);
     p.ma.write_at(0, &data);
     let (remote_addr, rkey) = (p.mb.addr() + 4097, p.mb.rkey());
@@ -434,6 +462,14 @@ fn write(env: &Env, end: Instant, t: QpType, imm: Option<u32>) -> CaseResult {
             imm,
         },
     };
+    // iWARP completes a WRITE once it is sent, perhaps before the peer placed it: a SEND
+    // after it, once received, says it was (the peer takes one stream in order).
+    let marker = env.iwarp && imm.is_none();
+    let rm = [p.mb.sge(12288..12296)];
+    if marker {
+        p.b.post_recv(&[RecvWr::new(21, &rm)])
+            .map_err(|e| e.to_string())?;
+    }
     let s = [p.ma.sge(0..MSG)];
     post_send(
         &p.a,
@@ -443,6 +479,18 @@ fn write(env: &Env, end: Instant, t: QpType, imm: Option<u32>) -> CaseResult {
         },
     )?;
     ok_wc(&p.cq_a, end, 2, WcOpcode::RDMA_WRITE, "the RDMA WRITE")?;
+    if marker {
+        let sm = [p.ma.sge(12288..12296)];
+        post_send(&p.a, SendWr::send(22, &sm))?;
+        ok_wc(&p.cq_a, end, 22, WcOpcode::SEND, "the SEND after the WRITE")?;
+        ok_wc(
+            &p.cq_b,
+            end,
+            21,
+            WcOpcode::RECV,
+            "the receive after the WRITE",
+        )?;
+    }
     if let Some(imm) = imm {
         let wc = ok_wc(
             &p.cq_b,
@@ -467,7 +515,7 @@ fn write(env: &Env, end: Instant, t: QpType, imm: Option<u32>) -> CaseResult {
 }
 
 fn read(env: &Env, end: Instant) -> CaseResult {
-    let p = Pair::new(env, PairOpts::of(QpType::RC))?;
+    let p = Pair::new(env, end, PairOpts::of(QpType::RC))?;
     let data = pattern(3, MSG);
     p.mb.write_at(8192, &data);
     let s = [p.ma.sge(4096..4096 + MSG)];
@@ -491,6 +539,7 @@ fn read(env: &Env, end: Instant) -> CaseResult {
 fn inline(env: &Env, end: Instant) -> CaseResult {
     let p = Pair::new(
         env,
+        end,
         PairOpts {
             inline: 64,
             ..PairOpts::of(QpType::RC)
@@ -548,7 +597,7 @@ fn expect_u64(what: &str, got: u64, want: u64) -> Result<(), String> {
 }
 
 fn fetch_add(env: &Env, end: Instant) -> CaseResult {
-    let p = Pair::new(env, PairOpts::of(QpType::RC))?;
+    let p = Pair::new(env, end, PairOpts::of(QpType::RC))?;
     let start = 0x0102_0304_0506_0708u64;
     p.mb.write_at(0, &start.to_ne_bytes());
     let op = SendOp::AtomicFetchAdd {
@@ -564,7 +613,7 @@ fn fetch_add(env: &Env, end: Instant) -> CaseResult {
 }
 
 fn cmp_swap(env: &Env, end: Instant) -> CaseResult {
-    let p = Pair::new(env, PairOpts::of(QpType::RC))?;
+    let p = Pair::new(env, end, PairOpts::of(QpType::RC))?;
     let start = 0x1111_2222_3333_4444u64;
     p.mb.write_at(0, &start.to_ne_bytes());
     let (remote_addr, rkey) = (p.mb.addr(), p.mb.rkey());
@@ -603,6 +652,7 @@ fn cmp_swap(env: &Env, end: Instant) -> CaseResult {
 fn srq(env: &Env, end: Instant) -> CaseResult {
     let p = Pair::new(
         env,
+        end,
         PairOpts {
             srq: true,
             ..PairOpts::of(QpType::RC)
@@ -647,6 +697,7 @@ fn srq(env: &Env, end: Instant) -> CaseResult {
 fn events(env: &Env, end: Instant) -> CaseResult {
     let p = Pair::new(
         env,
+        end,
         PairOpts {
             channel: true,
             ..PairOpts::of(QpType::RC)
@@ -683,6 +734,7 @@ fn events(env: &Env, end: Instant) -> CaseResult {
 fn err_rkey(env: &Env, end: Instant) -> CaseResult {
     let p = Pair::new(
         env,
+        end,
         PairOpts {
             fast_fail: true,
             ..PairOpts::of(QpType::RC)
@@ -713,9 +765,60 @@ fn err_rkey(env: &Env, end: Instant) -> CaseResult {
     Ok(Outcome::Pass)
 }
 
+/// A SEND whose one SGE carries a wrong lkey (the key byte of A's region changed): it
+/// completes with a local error and nothing reaches the peer. IBTA names the error
+/// LOC_PROT_ERR; rxe of Linux 6.1 and siw, which find no region for the key, report
+/// LOC_QP_OP_ERR; rxe of Linux 6.12 reports WR_FLUSH_ERR (its requester moves the QP to
+/// ERROR for the bad request, and the flush that follows overwrites the request's status),
+/// taken only with the QP then in ERROR, which a correct SEND would have left in RTS.
+#[allow(unsafe_code)] // a wrong lkey exists only as a raw SGE
+fn err_lkey(env: &Env, end: Instant) -> CaseResult {
+    let p = Pair::new(env, end, PairOpts::of(QpType::RC))?;
+    let r = [p.mb.sge(0..64)];
+    p.b.post_recv(&[RecvWr::new(70, &r)])
+        .map_err(|e| e.to_string())?;
+    p.ma.write_at(0, &pattern(10, 64));
+    let bad = [Sge {
+        addr: p.ma.addr(),
+        length: 64,
+        lkey: p.ma.lkey() ^ 0x80,
+    }];
+    let wr = SendWr::send(13, &bad);
+    // SAFETY: the SGE lies inside A's region (its first 64 bytes), registered on the QP's PD
+    // and alive until the QPs are destroyed (Pair's drop order); only its key is wrong, so
+    // the device refuses to read it. post_send_raw's contract asks no more.
+    unsafe { p.a.post_send_raw(&[wr]) }.map_err(|e| e.to_string())?;
+    let wc = wait_wc(&p.cq_a, end, "the SEND with a wrong lkey")?;
+    let local = [WcStatus::LOC_PROT_ERR, WcStatus::LOC_QP_OP_ERR].contains(&wc.status);
+    let flushed_in_error = wc.status == WcStatus::WR_FLUSH_ERR
+        && p.a.query().map(|q| q.state).ok() == Some(QpState::ERR);
+    if wc.wr_id != 13 || !(local || flushed_in_error) {
+        return Err(format!(
+            "the SEND with a wrong lkey: completion of wr_id {} with status {} ({}), expected \
+             wr_id 13 with local protection error or local QP operation error (or flushed, \
+             the QP in ERROR)",
+            wc.wr_id, wc.status, wc.status.0
+        ));
+    }
+    // Nothing was sent: the peer's receive did not complete with data (on iWARP the
+    // requester ends the connection, which flushes it).
+    if let Some(wc) = p.cq_b.poll_one() {
+        if wc.status == WcStatus::SUCCESS {
+            return Err(format!(
+                "the peer received {} bytes of a SEND with a wrong lkey",
+                wc.byte_len
+            ));
+        }
+    }
+    if p.mb.read_vec(0..64).iter().any(|&b| b != 0) {
+        return Err("the SEND with a wrong lkey wrote the peer's memory".into());
+    }
+    Ok(Outcome::Pass)
+}
+
 /// Receives posted before, and a send posted after, the QP moves to ERROR: all flushed.
 fn err_flush(env: &Env, end: Instant) -> CaseResult {
-    let p = Pair::new(env, PairOpts::of(QpType::RC))?;
+    let p = Pair::new(env, end, PairOpts::of(QpType::RC))?;
     let (r0, r1) = ([p.mb.sge(0..64)], [p.mb.sge(64..128)]);
     p.b.post_recv(&[RecvWr::new(50, &r0), RecvWr::new(51, &r1)])
         .map_err(|e| e.to_string())?;
@@ -742,6 +845,131 @@ fn err_flush(env: &Env, end: Instant) -> CaseResult {
         52,
         WcStatus::WR_FLUSH_ERR,
         "a SEND posted in ERROR",
+    )?;
+    Ok(Outcome::Pass)
+}
+
+/// iWARP's wrong rkey (steering tag), which the responder answers by terminating the
+/// connection (RDMAP's TERMINATE), not with a NAK:
+///
+/// - an RDMA WRITE: its completion at the requester says nothing (iWARP completes a WRITE
+///   once sent: SUCCESS, or REM_ACCESS_ERR where the device waits); the responder's memory is
+///   untouched and its posted receive is flushed (WR_FLUSH_ERR: it put its QP in ERROR), and
+///   so is the requester's as the connection ends;
+/// - an RDMA READ, on a second connection: its completion is an error (REM_ACCESS_ERR, or
+///   WR_FLUSH_ERR where the device flushes the READ as the connection ends: siw), and its sink
+///   is untouched.
+fn err_rkey_iwarp(env: &Env, end: Instant) -> CaseResult {
+    let p = Pair::new(env, end, PairOpts::of(QpType::RC))?;
+    let (rb, ra) = ([p.mb.sge(8192..8256)], [p.ma.sge(8192..8256)]);
+    p.b.post_recv(&[RecvWr::new(90, &rb)])
+        .map_err(|e| e.to_string())?;
+    p.a.post_recv(&[RecvWr::new(91, &ra)])
+        .map_err(|e| e.to_string())?;
+    p.ma.write_at(0, &pattern(6, 64));
+    let s = [p.ma.sge(0..64)];
+    let op = SendOp::RdmaWrite {
+        remote_addr: p.mb.addr(),
+        rkey: p.mb.rkey() ^ 0x80,
+    };
+    post_send(
+        &p.a,
+        SendWr {
+            op,
+            ..SendWr::send(9, &s)
+        },
+    )?;
+    let wc = wait_wc(&p.cq_a, end, "the WRITE with a wrong rkey")?;
+    if wc.wr_id != 9 || ![WcStatus::SUCCESS, WcStatus::REM_ACCESS_ERR].contains(&wc.status) {
+        return Err(format!(
+            "the WRITE with a wrong rkey: completion of wr_id {} with status {} ({}), expected \
+             wr_id 9 with success (sent) or remote access error",
+            wc.wr_id, wc.status, wc.status.0
+        ));
+    }
+    status_wc(
+        &p.cq_b,
+        end,
+        90,
+        WcStatus::WR_FLUSH_ERR,
+        "the receive of the QP that got the WRITE with a wrong rkey",
+    )?;
+    status_wc(
+        &p.cq_a,
+        end,
+        91,
+        WcStatus::WR_FLUSH_ERR,
+        "the receive of the QP that sent the WRITE with a wrong rkey",
+    )?;
+    if p.mb.read_vec(0..64).iter().any(|&b| b != 0) {
+        return Err("the WRITE with a wrong rkey changed the memory".into());
+    }
+    drop(p);
+
+    // The READ, on a connection of its own (the first one is gone), on a port of its own.
+    let env = Env {
+        cm_port: env.cm_port.wrapping_add(Case::ALL.len() as u16),
+        ..env.clone()
+    };
+    let p = Pair::new(&env, end, PairOpts::of(QpType::RC))?;
+    p.mb.write_at(0, &pattern(6, 64));
+    let s = [p.ma.sge(0..64)];
+    let op = SendOp::RdmaRead {
+        remote_addr: p.mb.addr(),
+        rkey: p.mb.rkey() ^ 0x80,
+    };
+    post_send(
+        &p.a,
+        SendWr {
+            op,
+            ..SendWr::send(10, &s)
+        },
+    )?;
+    let wc = wait_wc(&p.cq_a, end, "the READ with a wrong rkey")?;
+    if wc.wr_id != 10 || ![WcStatus::REM_ACCESS_ERR, WcStatus::WR_FLUSH_ERR].contains(&wc.status) {
+        return Err(format!(
+            "the READ with a wrong rkey: completion of wr_id {} with status {} ({}), expected \
+             wr_id 10 with remote access error or (the connection terminated) flushed",
+            wc.wr_id, wc.status, wc.status.0
+        ));
+    }
+    if p.ma.read_vec(0..64).iter().any(|&b| b != 0) {
+        return Err("the READ with a wrong rkey wrote its sink".into());
+    }
+    Ok(Outcome::Pass)
+}
+
+/// iWARP's flush: receives posted before the QP moves to ERROR complete with WR_FLUSH_ERR,
+/// and so does the peer's posted receive, since an iWARP QP in ERROR ends the connection. (A
+/// SEND posted to a QP already in ERROR is not tried: siw leaves it in the user-mapped send
+/// queue without a completion.)
+fn err_flush_iwarp(env: &Env, end: Instant) -> CaseResult {
+    let p = Pair::new(env, end, PairOpts::of(QpType::RC))?;
+    let (r0, r1, ra) = ([p.mb.sge(0..64)], [p.mb.sge(64..128)], [p.ma.sge(0..64)]);
+    p.b.post_recv(&[RecvWr::new(50, &r0), RecvWr::new(51, &r1)])
+        .map_err(|e| e.to_string())?;
+    p.a.post_recv(&[RecvWr::new(53, &ra)])
+        .map_err(|e| e.to_string())?;
+    let to_err = QpAttr {
+        qp_state: Some(QpState::ERR),
+        ..Default::default()
+    };
+    p.b.modify(&to_err).map_err(ctx("move the QP to ERROR"))?;
+    for id in [50, 51] {
+        status_wc(
+            &p.cq_b,
+            end,
+            id,
+            WcStatus::WR_FLUSH_ERR,
+            "a receive of a QP in ERROR",
+        )?;
+    }
+    status_wc(
+        &p.cq_a,
+        end,
+        53,
+        WcStatus::WR_FLUSH_ERR,
+        "a receive of the peer of a QP in ERROR (the connection ended)",
     )?;
     Ok(Outcome::Pass)
 }
@@ -880,6 +1108,33 @@ mod tests {
             same_bytes(b"ab", b"abc", "received").unwrap_err(),
             "received: 2 bytes, expected 3"
         );
+    }
+
+    #[test]
+    fn each_case_listens_on_a_port_of_its_own() {
+        let env = Env {
+            dev: "siw0".into(),
+            port: 1,
+            link_layer: LinkLayer::ETHERNET,
+            lid: 0,
+            sgid_index: 0,
+            gid: [0; 16],
+            mtu: Mtu::MTU_1024,
+            atomics: false,
+            iwarp: true,
+            cm_addr: Some("10.0.0.1".into()),
+            cm_port: 20000,
+        };
+        let mut ports: Vec<u16> = Case::ALL.iter().map(|c| env.for_case(*c).cm_port).collect();
+        // rc-error-rkey's second connection.
+        ports.push(env.for_case(Case::RcErrRkey).cm_port + Case::ALL.len() as u16);
+        assert_eq!(ports[0], 20000);
+        let n = ports.len();
+        ports.sort_unstable();
+        ports.dedup();
+        assert_eq!(ports.len(), n, "{ports:?}");
+        let e = env.for_case(Case::CmRc);
+        assert_eq!((e.dev.as_str(), e.iwarp), ("siw0", true));
     }
 
     #[test]

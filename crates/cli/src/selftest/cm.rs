@@ -1,15 +1,18 @@
 //! The rdma_cm case: a listener and a client on the device's own address (the only way an
 //! iWARP QP is connected), SEND/RECV both ways, an RDMA WRITE and an RDMA READ of the
 //! server's region, a disconnect. Every rdma_cm wait is bounded by the case's deadline.
+//!
+//! Also [`link`]: the other RC cases' two QPs connected through the rdma_cm on iWARP, where
+//! an RC QP cannot be connected by hand.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rverbs::cm::{create_ep, getaddrinfo, AddrHints, ConnParam, Endpoint, EndpointAttr};
+use rverbs::cm::{create_ep, getaddrinfo, AddrHints, CmId, ConnParam, Endpoint, EndpointAttr};
 use rverbs::uverbs::mr::{AccessFlags, Mr, PageBuf};
-use rverbs::uverbs::qp::QpCaps;
+use rverbs::uverbs::qp::{Qp, QpAttr, QpCaps, QpState};
 use rverbs::uverbs::{SendFlags, WcOpcode, WorkCompletion};
 
 use super::cases::{check_wc, ctx, pattern, same_bytes, CaseResult, Env, Outcome};
@@ -249,4 +252,125 @@ pub fn rc(env: &Env, end: Instant) -> CaseResult {
     client?;
     served?;
     Ok(Outcome::Pass)
+}
+
+/// The rdma_cm ids of two QPs connected by [`link`]. Dropped after the QPs (the ids end the
+/// connection when destroyed).
+pub struct Link {
+    _client: CmId,
+    _server: CmId,
+    _listener: CmId,
+}
+
+/// `getaddrinfo` for the case's address and port: passive (the listener's), or active from
+/// the address itself (the connection then stays on the device of that address: without a
+/// source, the route to the address decides, and it may leave through another device).
+fn resolve(addr: &str, port: &str, passive: bool) -> Result<rverbs::cm::AddrInfo, String> {
+    let hints = AddrHints {
+        passive,
+        src: if passive {
+            None
+        } else {
+            addr.parse().ok().map(|ip| SocketAddr::new(ip, 0))
+        },
+        ..Default::default()
+    };
+    getaddrinfo(Some(addr), Some(port), &hints)
+        .map_err(|e| format!("getaddrinfo {addr} port {port}: {e}"))?
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("getaddrinfo {addr} port {port}: no address"))
+}
+
+/// Connects `a` (the client's QP) and `b` (the server's, `srq` when it takes its receives
+/// from an SRQ) through the rdma_cm on the device's address, as librdmacm does on iWARP:
+/// each QP to INIT with the kernel's attributes, then CONNECT and ACCEPT, after which the
+/// iw_cm has moved both QPs to RTS (recorded here with a modify to RTS, which the kernel
+/// takes as a no-op). The client connects in a thread of its own; every wait ends at `end`.
+pub fn link(env: &Env, end: Instant, a: &Arc<Qp>, b: &Arc<Qp>, srq: bool) -> Result<Link, String> {
+    let addr = env
+        .cm_addr
+        .as_deref()
+        .ok_or("no address for the rdma_cm: give -a ADDR")?;
+    let port = env.cm_port.to_string();
+    let listener = create_ep(&resolve(addr, &port, true)?)
+        .map_err(|e| format!("rdma_cm: listen on {addr} port {port}: {e}"))?;
+    listener
+        .listen(1)
+        .map_err(|e| format!("rdma_cm: listen on {addr} port {port}: {e}"))?;
+    let client = create_ep(&resolve(addr, &port, false)?)
+        .map_err(|e| format!("rdma_cm: resolve {addr} port {port}: {e}"))?;
+    let dev = client
+        .query_addr()
+        .and_then(|q| q.ib_device_name())
+        .map_err(ctx("rdma_cm: the client's device"))?;
+    if dev != env.dev {
+        return Err(format!(
+            "{addr} is an address of {dev}, not of {}: give -a with an address of {}",
+            env.dev, env.dev
+        ));
+    }
+    client.set_sync_timeout(Some(left(end)));
+    let init = client
+        .init_qp_attr(QpState::INIT)
+        .map_err(ctx("rdma_cm: the client QP's INIT attributes"))?;
+    a.modify(&init).map_err(ctx("the client QP to INIT"))?;
+    let qpn = a.qp_num();
+    let connecting = std::thread::Builder::new()
+        .name("selftest rdma_cm client".into())
+        .spawn(move || {
+            client
+                .connect(&ConnParam::with_qp_num(qpn))
+                .map(|()| client)
+                .map_err(ctx("rdma_cm: connect"))
+        })
+        .map_err(ctx("start the client's thread"))?;
+    // In short waits, so that a client that failed before its request arrived ends this one.
+    listener.set_sync_timeout(Some(Duration::from_millis(100)));
+    let server = loop {
+        match listener.get_request() {
+            Ok(req) => break req,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                if connecting.is_finished() {
+                    let why = match connecting.join() {
+                        Ok(Err(e)) => e,
+                        Ok(Ok(_)) => "connected without a request at the listener".into(),
+                        Err(_) => "the client's thread panicked".into(),
+                    };
+                    return Err(format!("rdma_cm: no connect request: {why}"));
+                }
+                if Instant::now() >= end {
+                    return Err("rdma_cm: no connect request within the case's timeout".into());
+                }
+            }
+            Err(e) => return Err(format!("rdma_cm: get the connect request: {e}")),
+        }
+    };
+    server.set_sync_timeout(Some(left(end)));
+    let init = server
+        .init_qp_attr(QpState::INIT)
+        .map_err(ctx("rdma_cm: the server QP's INIT attributes"))?;
+    b.modify(&init).map_err(ctx("the server QP to INIT"))?;
+    let accepted = server.accept(&ConnParam {
+        srq,
+        ..ConnParam::with_qp_num(b.qp_num())
+    });
+    let client = connecting
+        .join()
+        .map_err(|_| "the client's thread panicked".to_string())?;
+    accepted.map_err(ctx("rdma_cm: accept"))?;
+    let client = client?;
+    let rts = QpAttr {
+        qp_state: Some(QpState::RTS),
+        ..Default::default()
+    };
+    for (qp, who) in [(a, "client"), (b, "server")] {
+        qp.modify(&rts)
+            .map_err(|e| format!("the {who} QP to RTS after ESTABLISHED: {e}"))?;
+    }
+    Ok(Link {
+        _client: client,
+        _server: server,
+        _listener: listener,
+    })
 }

@@ -10,7 +10,7 @@ use std::ffi::OsString;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use rverbs::uverbs::device::{devices, format_guid, Device};
+use rverbs::uverbs::device::{devices, format_guid, Device, Transport};
 use rverbs::uverbs::device_attr::AtomicCap;
 use rverbs::uverbs::gid::{GidEntry, GidType};
 use rverbs::uverbs::port::{LinkLayer, PortState};
@@ -33,16 +33,17 @@ Usage: rverbs selftest [-d DEV] [-i PORT] [-g GID_IDX] [-a ADDR] [-t SECS]
                        [-c CASE]... [--force CASE]... [-o FILE]
 
 Run a loopback battery on one device: RC SEND/RECV, immediate data, RDMA WRITE/READ,
-inline, atomics, SRQ, completion events, error completions (wrong rkey, flush), UC, UD,
-and RC through the rdma_cm (the only way iWARP connects). Cases the device cannot do
-(by its transport and attributes) are skipped with the reason. One line per case;
-exit status 1 when any case fails.
+inline, atomics, SRQ, completion events, error completions (wrong rkey, wrong lkey,
+flush), UC, UD,
+and RC through the rdma_cm (the only way iWARP connects: there, the RC cases connect
+their QPs through it too). Cases the device cannot do (by its transport and attributes)
+are skipped with the reason. One line per case; exit status 1 when any case fails.
 
   -d, --ib-dev DEV     the device (default: the first one)
   -i, --ib-port PORT   its port (default 1)
   -g, --gid-idx IDX    GID index of the loopback address (default: the port's first
                        RoCE v2 IPv4 GID, else 0)
-  -a, --addr ADDR      IP address of the device for the rdma_cm case (default: that of
+  -a, --addr ADDR      IP address of the device for the rdma_cm (default: that of
                        its RoCE v2 IPv4 GID, else the first local IPv4 address the
                        rdma_cm binds to the device)
   -t, --timeout SECS   per-case time limit (default 10)
@@ -53,8 +54,8 @@ exit status 1 when any case fails.
   -l, --list           list the cases and exit
 
 Cases: rc-send rc-send-imm rc-write rc-write-imm rc-read rc-inline rc-atomic-fetch-add
-       rc-atomic-cmp-swap rc-srq rc-events rc-error-rkey rc-error-flush uc-send
-       uc-write-imm ud-send cm-rc
+       rc-atomic-cmp-swap rc-srq rc-events rc-error-rkey rc-error-lkey rc-error-flush
+       uc-send uc-write-imm ud-send cm-rc
 ";
 
 /// Parsed `rverbs selftest` options.
@@ -472,6 +473,7 @@ pub fn run(args: Vec<OsString>) -> CmdResult {
         gid: gid.map_or([0; 16], |g| g.gid.0),
         mtu: port.attr.active_mtu,
         atomics: hca.attr.atomic_cap != AtomicCap::NONE,
+        iwarp: hca.transport == Transport::IWARP,
         cm_addr: cm_addr.clone(),
         cm_port: 20000 + (std::process::id() % 20000) as u16,
     };

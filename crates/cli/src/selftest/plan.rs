@@ -31,6 +31,8 @@ pub enum Case {
     RcEvents,
     /// An RDMA WRITE with a wrong rkey: REM_ACCESS_ERR at the requester.
     RcErrRkey,
+    /// A SEND whose SGE has a wrong lkey: a local error at the requester, nothing sent.
+    RcErrLkey,
     /// Requests posted to a QP in ERROR: WR_FLUSH_ERR.
     RcErrFlush,
     /// UC SEND.
@@ -45,7 +47,7 @@ pub enum Case {
 
 impl Case {
     /// Every case, in the order the battery runs and reports them.
-    pub const ALL: [Case; 16] = [
+    pub const ALL: [Case; 17] = [
         Case::RcSend,
         Case::RcSendImm,
         Case::RcWrite,
@@ -57,6 +59,7 @@ impl Case {
         Case::RcSrq,
         Case::RcEvents,
         Case::RcErrRkey,
+        Case::RcErrLkey,
         Case::RcErrFlush,
         Case::UcSend,
         Case::UcWriteImm,
@@ -78,6 +81,7 @@ impl Case {
             Case::RcSrq => "rc-srq",
             Case::RcEvents => "rc-events",
             Case::RcErrRkey => "rc-error-rkey",
+            Case::RcErrLkey => "rc-error-lkey",
             Case::RcErrFlush => "rc-error-flush",
             Case::UcSend => "uc-send",
             Case::UcWriteImm => "uc-write-imm",
@@ -91,7 +95,9 @@ impl Case {
         Case::ALL.into_iter().find(|c| c.name() == name)
     }
 
-    /// Whether the case connects QPs by hand (every case but the rdma_cm one).
+    /// Whether the case connects QPs by hand (every case but the rdma_cm one) where it can:
+    /// on iWARP, where an RC QP connects only through the rdma_cm, those of RC connect
+    /// through it too, and need its address.
     const fn by_hand(self) -> bool {
         !matches!(self, Case::CmRc)
     }
@@ -120,16 +126,21 @@ pub enum Plan {
 /// Decides the fate of `case` on a device with `facts`.
 pub fn plan(case: Case, f: &Facts) -> Plan {
     let skip = |why: &str| Plan::Skip(why.to_string());
-    if f.transport == Transport::IWARP && case.by_hand() {
-        return match case {
-            Case::UcSend | Case::UcWriteImm => skip("iWARP has no UC QPs"),
-            Case::UdSend => skip("iWARP has no UD QPs"),
-            Case::RcFetchAdd | Case::RcCmpSwap => skip("iWARP has no atomic operations"),
-            Case::RcSendImm | Case::RcWriteImm => skip("iWARP has no immediate data"),
-            _ => skip(
-                "iWARP: an RC QP connects only through the rdma_cm (the cm-rc case), not by hand",
-            ),
-        };
+    if f.transport == Transport::IWARP {
+        match case {
+            Case::UcSend | Case::UcWriteImm => return skip("iWARP has no UC QPs"),
+            Case::UdSend => return skip("iWARP has no UD QPs"),
+            Case::RcFetchAdd | Case::RcCmpSwap => return skip("iWARP has no atomic operations"),
+            Case::RcSendImm | Case::RcWriteImm => return skip("iWARP has no immediate data"),
+            _ if case.by_hand() && f.cm_addr.is_none() => {
+                return skip(
+                    "iWARP: an RC QP connects only through the rdma_cm, and no IPv4 address \
+                     of the device was found (the rdma_cm binds none of the machine's \
+                     addresses to it): give -a ADDR",
+                )
+            }
+            _ => {}
+        }
     }
     if f.transport != Transport::IB && f.transport != Transport::IWARP {
         return Plan::Skip(format!(
@@ -221,9 +232,23 @@ mod tests {
     }
 
     #[test]
-    fn iwarp_runs_only_the_rdma_cm_case_and_says_why_for_the_others() {
+    fn iwarp_runs_the_rc_cases_it_can_and_says_why_for_the_others() {
         let f = iwarp();
-        assert_eq!(runs(&f), ["cm-rc"]);
+        assert_eq!(
+            runs(&f),
+            [
+                "rc-send",
+                "rc-write",
+                "rc-read",
+                "rc-inline",
+                "rc-srq",
+                "rc-events",
+                "rc-error-rkey",
+                "rc-error-lkey",
+                "rc-error-flush",
+                "cm-rc"
+            ]
+        );
         assert_eq!(reason(Case::UdSend, &f), "iWARP has no UD QPs");
         assert_eq!(reason(Case::UcSend, &f), "iWARP has no UC QPs");
         assert_eq!(reason(Case::UcWriteImm, &f), "iWARP has no UC QPs");
@@ -231,10 +256,35 @@ mod tests {
             reason(Case::RcFetchAdd, &f),
             "iWARP has no atomic operations"
         );
+        assert_eq!(
+            reason(Case::RcCmpSwap, &f),
+            "iWARP has no atomic operations"
+        );
         assert_eq!(reason(Case::RcSendImm, &f), "iWARP has no immediate data");
-        assert!(reason(Case::RcSend, &f).contains("only through the rdma_cm"));
-        assert!(reason(Case::RcSrq, &f).contains("only through the rdma_cm"));
-        assert!(reason(Case::RcErrFlush, &f).contains("only through the rdma_cm"));
+        assert_eq!(reason(Case::RcWriteImm, &f), "iWARP has no immediate data");
+    }
+
+    #[test]
+    fn iwarp_rc_cases_need_the_rdma_cm_address() {
+        let mut f = iwarp();
+        f.cm_addr = None;
+        assert!(runs(&f).is_empty());
+        for c in [Case::RcSend, Case::RcSrq, Case::RcEvents, Case::RcErrFlush] {
+            let r = reason(c, &f);
+            assert!(
+                r.contains("only through the rdma_cm") && r.contains("give -a ADDR"),
+                "{r}"
+            );
+        }
+        // What iWARP cannot do is said as such, address or not.
+        assert_eq!(reason(Case::UdSend, &f), "iWARP has no UD QPs");
+        // No SRQs: said before the address.
+        f.max_srq = 0;
+        f.cm_addr = Some("10.0.0.1".into());
+        assert_eq!(
+            reason(Case::RcSrq, &f),
+            "max_srq is 0: the device has no SRQs"
+        );
     }
 
     #[test]
@@ -286,6 +336,8 @@ mod tests {
             b.iter().map(|(c, _)| *c).collect::<Vec<_>>(),
             [Case::RcSend, Case::CmRc]
         );
+        assert_eq!(b[0].1, Plan::Run);
+        let b = battery(&f, &[Case::CmRc, Case::RcSendImm], &[]);
         assert!(matches!(b[0].1, Plan::Skip(_)));
         let b = battery(&f, &[Case::CmRc], &[Case::UdSend]);
         assert_eq!(
