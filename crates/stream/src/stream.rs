@@ -21,11 +21,14 @@ use rverbs_uverbs::{MrSge, RecvWr, SendFlags, SendOp, SendWr, WcFlags, WcStatus,
 use crate::ledger::{Fault, Ledger, Sizes, MAX_TRANSFER, OLAP_START, WR_ID_RECV};
 use crate::wake::{Sleepers, Wake};
 mod io_impls;
+mod iomap;
 mod listener;
+pub use iomap::{IoMap, RawIoMap};
 pub use listener::RdmaListener;
 
 use crate::wire::{
-    ConnData, Ctrl, RsSge, FLAG_NET, HOST_IS_BIG_ENDIAN, SGE_LEN, SGL_ENTRIES, VERSION,
+    iomap_size_from_wire, iomap_size_to_wire, ConnData, Ctrl, RsSge, FLAG_IOMAP, FLAG_NET,
+    HOST_IS_BIG_ENDIAN, IOMAP_ENTRY_LEN, MAX_IOMAP_ENTRIES, SGE_LEN, SGL_ENTRIES, VERSION,
 };
 
 /// Address and route resolution time limit of [`RdmaStream::connect`].
@@ -55,6 +58,11 @@ pub struct StreamOptions {
     pub recv_queue: u32,
     /// Transfers up to this size are posted INLINE (the device may grant less).
     pub inline: u32,
+    /// Entries of our iomap table (rsockets' `RDMA_IOMAPSIZE`): how many buffers the peer
+    /// may map for [`RdmaStream::iowrite`] into them (0, the default: none). 0 to
+    /// [`MAX_IOMAP_ENTRIES`](crate::wire::MAX_IOMAP_ENTRIES); as rsockets, sizes above 128
+    /// are rounded down to a multiple of 256 (what the connection data can announce).
+    pub iomap_entries: u16,
 }
 
 impl Default for StreamOptions {
@@ -65,6 +73,7 @@ impl Default for StreamOptions {
             send_queue: 384,
             recv_queue: 384,
             inline: 64,
+            iomap_entries: 0,
         }
     }
 }
@@ -90,6 +99,13 @@ impl StreamOptions {
         if !(16..=0xfffe).contains(&self.recv_queue) {
             return bad("recv_queue", self.recv_queue, "16 to 65534 entries");
         }
+        if self.iomap_entries > MAX_IOMAP_ENTRIES {
+            return bad(
+                "iomap_entries",
+                self.iomap_entries as u32,
+                "0 to 32512 entries",
+            );
+        }
         Ok(())
     }
 }
@@ -111,11 +127,14 @@ struct Conn {
     chan: Arc<CompChannel>,
     /// Send ring plus 4 control slots of one target SGL entry each.
     smr: Mr<Vec<u8>>,
-    /// Our target SGL: the peer writes its receive buffers' descriptions here.
+    /// Our target SGL, then our iomap table: the peer writes its receive buffers' and its
+    /// mappings' descriptions here.
     tmr: Mr<Vec<u8>>,
     /// Receive ring: the peer RDMA-WRITEs data here.
     rmr: Mr<Vec<u8>>,
     epoll: OwnedFd,
+    /// The protection domain of the regions (iomap registrations too).
+    pd: Arc<rverbs_uverbs::pd::Pd>,
     id: CmId,
 }
 
@@ -163,8 +182,13 @@ impl Conn {
         )
         .map_err(io::Error::from)?;
         let remote = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-        let tmr = Mr::register(&pd, vec![0u8; SGL_ENTRIES as usize * SGE_LEN], remote)
-            .map_err(io::Error::from)?;
+        let iomap = iomap_size_from_wire(iomap_size_to_wire(opts.iomap_entries));
+        let tmr = Mr::register(
+            &pd,
+            vec![0u8; SGL_ENTRIES as usize * SGE_LEN + iomap as usize * IOMAP_ENTRY_LEN],
+            remote,
+        )
+        .map_err(io::Error::from)?;
         let rmr = Mr::register(&pd, vec![0u8; opts.recv_buffer as usize], remote)
             .map_err(io::Error::from)?;
         let epoll =
@@ -186,6 +210,7 @@ impl Conn {
             tmr,
             rmr,
             epoll,
+            pd,
             id,
         };
         for _ in 0..caps.max_recv_wr.min(opts.recv_queue) {
@@ -197,6 +222,7 @@ impl Conn {
             sq: caps.max_send_wr.min(opts.send_queue),
             rq: caps.max_recv_wr.min(opts.recv_queue),
             inline: caps.max_inline_data.min(opts.inline),
+            iomap,
         };
         Ok((conn, sizes))
     }
@@ -211,14 +237,15 @@ impl Conn {
             .map_err(io::Error::from)
     }
 
-    /// Our connection data: version 1, our byte order, no iomap, `rq` credits, the target
-    /// SGL and the receive ring's first half.
+    /// Our connection data: version 1, our byte order, the iomap flag (as every rsocket
+    /// sends it) and our table's size, `rq` credits, the target SGL and the receive ring's
+    /// first half.
     fn conn_data(&self, sizes: &Sizes) -> ConnData {
         ConnData {
             version: VERSION,
-            flags: if HOST_IS_BIG_ENDIAN { FLAG_NET } else { 0 },
+            flags: FLAG_IOMAP | if HOST_IS_BIG_ENDIAN { FLAG_NET } else { 0 },
             credits: sizes.rq as u16,
-            target_iomap_size: 0,
+            target_iomap_size: iomap_size_to_wire(sizes.iomap),
             target_sgl: RsSge {
                 addr: self.tmr.addr(),
                 key: self.tmr.rkey(),
@@ -237,6 +264,56 @@ impl Conn {
             self.qp.modify(&self.id.init_qp_attr(st)?)?;
         }
         Ok(())
+    }
+
+    /// A plain RDMA WRITE (a direct write into a peer's mapping).
+    fn post_write(
+        &self,
+        wr_id: u64,
+        sge: &[MrSge<'_>],
+        remote: (u64, u32),
+        flags: SendFlags,
+    ) -> io::Result<()> {
+        self.qp
+            .post_send(&[SendWr {
+                wr_id,
+                op: SendOp::RdmaWrite {
+                    remote_addr: remote.0,
+                    rkey: remote.1,
+                },
+                sge,
+                flags,
+                ud: None,
+            }])
+            .map_err(io::Error::from)
+    }
+
+    /// Copies `src` into the send ring ranges of `t` and posts it: a write with immediate
+    /// (`imm`) or, without, a plain RDMA WRITE.
+    fn post_transfer(&self, t: &crate::ledger::Transfer, src: &[u8], imm: bool) -> io::Result<()> {
+        let (h, l1) = (t.first.0 as usize, t.first.1 as usize);
+        let l2 = t.second as usize;
+        self.smr.write_at(h, &src[..l1]);
+        self.smr.write_at(0, &src[l1..l1 + l2]);
+        let flags = if t.inline {
+            SendFlags::INLINE
+        } else {
+            SendFlags::empty()
+        };
+        let s1 = self.smr.sge(h..h + l1);
+        let two;
+        let sges: &[MrSge<'_>] = if l2 > 0 {
+            two = [s1, self.smr.sge(0..l2)];
+            &two
+        } else {
+            two = [s1, s1];
+            &two[..1]
+        };
+        if imm {
+            self.post_write_imm(t.imm as u64, sges, t.remote, t.imm, flags)
+        } else {
+            self.post_write(t.imm as u64, sges, t.remote, flags)
+        }
     }
 
     fn post_write_imm(
@@ -642,6 +719,11 @@ impl Inner {
             for _ in 0..reposts {
                 c.post_recv()?;
             }
+        }
+        // Our mappings' announcements, before any later data (`Ledger::can_send` waits for
+        // them).
+        while let Some((t, entry)) = st.l.next_announcement() {
+            c.post_transfer(&t, &entry.to_bytes(st.l.peer_big_endian), true)?;
         }
         if st.l.credits_due() {
             let u = st.l.credit_update(c.rmr.addr(), c.rmr.rkey());
