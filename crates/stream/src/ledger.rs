@@ -624,19 +624,19 @@ mod tests {
         // entry of our table.
         let mut l = Ledger::new(sizes(), &peer(16, 4096));
         l.on_recv(Some(Msg::encode(MsgOp::CTRL, 99)), 0, NONE);
-        l.on_recv(Some(Msg::encode(MsgOp::IOMAP_SGL, 1)), 32, NONE);
+        l.on_recv(Some(Msg::encode(MsgOp::IOMAP_SGL, 1)), 24, NONE);
         assert_eq!(l.fault, None);
         // An update beyond our table (2 entries here; none without RDMA_IOMAPSIZE), or one
         // whose write is not one entry, ends the stream naming it.
         let mut l = Ledger::new(sizes(), &peer(16, 4096));
-        l.on_recv(Some(Msg::encode(MsgOp::IOMAP_SGL, 2)), 32, NONE);
+        l.on_recv(Some(Msg::encode(MsgOp::IOMAP_SGL, 2)), 24, NONE);
         let want = WireError::IomapIndex { index: 2, size: 2 };
         assert_eq!(l.fault, Some(Fault::Wire(want.clone())));
         assert!(want.to_string().contains("entry 2"), "{want}");
         let mut no_table = sizes();
         no_table.iomap = 0;
         let mut l = Ledger::new(no_table, &peer(16, 4096));
-        l.on_recv(Some(Msg::encode(MsgOp::IOMAP_SGL, 0)), 32, NONE);
+        l.on_recv(Some(Msg::encode(MsgOp::IOMAP_SGL, 0)), 24, NONE);
         assert_eq!(
             l.fault,
             Some(Fault::Wire(WireError::IomapIndex { index: 0, size: 0 }))
@@ -660,10 +660,10 @@ mod tests {
         p.target_iomap_size = 4;
         let mut l = Ledger::new(sizes(), &p);
         // The entry goes after the peer's 2-entry SGL, under its rkey, and takes a credit
-        // and 32 bytes of ring (INLINE: 32 <= 64).
+        // and 24 bytes of ring (INLINE: 24 <= 64).
         let t = l.plan_iomap(3);
-        assert_eq!(t.remote, (0x10_000 + 2 * 16 + 3 * 32, 7));
-        assert_eq!((t.first, t.second, t.inline), ((0, 32), 0, true));
+        assert_eq!(t.remote, (0x10_000 + 2 * 16 + 3 * 24, 7));
+        assert_eq!((t.first, t.second, t.inline), ((0, 24), 0, true));
         assert_eq!(
             Msg::decode(t.imm),
             Msg {
@@ -676,7 +676,7 @@ mod tests {
         let d = l.plan_direct(10_000, MAX_TRANSFER, 100, (0xaa_0000, 5));
         assert_eq!(
             (d.first, d.second, d.remote),
-            ((32, 100), 0, (0xaa_0000, 5))
+            ((24, 100), 0, (0xaa_0000, 5))
         );
         assert_eq!(
             Msg::decode(d.imm),
@@ -854,7 +854,7 @@ mod tests {
                 };
                 let bl = if r & 0x100 != 0 {
                     if r & 0x200 != 0 {
-                        32
+                        24
                     } else {
                         16
                     }

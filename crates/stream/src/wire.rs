@@ -17,7 +17,7 @@
 //!   written by the peer in *our* byte order (it swaps when the flags say we differ).
 //! - The iomap table (`RDMA_IOMAPSIZE` entries, [`iomap_size_to_wire`]) follows the target
 //!   SGL in the same registered region, under the same rkey. Its entries
-//!   (`struct rs_iomap`, 32 bytes: the mapping's offset u64, then an `rs_sge` of the mapped
+//!   (`struct rs_iomap`, 24 bytes: the mapping's offset u64, then an `rs_sge` of the mapped
 //!   buffer) are written by the peer, in our byte order, with an iomap update message; a
 //!   direct write (`riowrite`) is a plain RDMA WRITE into the buffer an entry names.
 //!
@@ -33,7 +33,7 @@ pub const CONN_DATA_LEN: usize = 40;
 /// Size of one target SGL entry.
 pub const SGE_LEN: usize = 16;
 /// Size of one iomap table entry (`struct rs_iomap`).
-pub const IOMAP_ENTRY_LEN: usize = 32;
+pub const IOMAP_ENTRY_LEN: usize = 24;
 /// The most iomap entries the 8-bit scaled size can announce (`0x7f << 8`).
 pub const MAX_IOMAP_ENTRIES: u16 = 0x7f << 8;
 /// Entries in the target SGL we advertise (rsockets' `RS_SGL_SIZE`).
@@ -182,7 +182,7 @@ pub struct IoMapEntry {
 }
 
 impl IoMapEntry {
-    /// Parses 32 bytes in the given byte order.
+    /// Parses 24 bytes in the given byte order.
     pub fn from_bytes(b: &[u8; IOMAP_ENTRY_LEN], big_endian: bool) -> IoMapEntry {
         let mut o = [0u8; 8];
         o.copy_from_slice(&b[..8]);
@@ -198,7 +198,7 @@ impl IoMapEntry {
         }
     }
 
-    /// The 32 bytes in the given byte order (8 trailing bytes of padding, zero).
+    /// The 24 bytes in the given byte order.
     pub fn to_bytes(&self, big_endian: bool) -> [u8; IOMAP_ENTRY_LEN] {
         let mut b = [0u8; IOMAP_ENTRY_LEN];
         b[..8].copy_from_slice(&if big_endian {
@@ -561,7 +561,8 @@ mod tests {
         assert_eq!(&le[8..16], &0x7f00_dead_0000u64.to_le_bytes());
         assert_eq!(&le[16..20], &0x55u32.to_le_bytes());
         assert_eq!(&le[20..24], &64u32.to_le_bytes());
-        assert_eq!(&le[24..], &[0u8; 8]);
+        // sizeof(struct rs_iomap): a u64 and a 16-byte rs_sge, no padding.
+        assert_eq!(le.len(), 24);
         for be in [false, true] {
             assert_eq!(IoMapEntry::from_bytes(&e.to_bytes(be), be), e);
         }

@@ -515,8 +515,9 @@ pub unsafe extern "C" fn riounmap(socket: c_int, buf: *mut c_void, len: size_t) 
 /// `MSG_DONTWAIT`) what fits now, -1 and `EAGAIN` when nothing does. -1 and `EBADF`,
 /// `ENOTCONN`, `EFAULT` (NULL `buf` with a count), `EINVAL` (a negative offset; no mapping of
 /// the peer covers `offset .. offset + count` — rsockets writes what its mappings cover and
-/// returns that count, 0 when none does), `EPIPE` (shut down, or the peer is gone), `EIO`
-/// after a failed write, `ETIMEDOUT`.
+/// returns that count, 0 when none does), `EPIPE` (shut down, or the peer is gone),
+/// `EPROTO` (the peer broke the protocol), `ETIMEDOUT`, and after a failed write what
+/// `rsend` then gives.
 ///
 /// # Safety
 /// \[buf\] `buf` NULL or `count` readable bytes, not written by anyone during the call.
