@@ -499,7 +499,7 @@ fn rsocket_iomap_calls_and_errors() {
         assert_eq!(riowrite(c, p.as_ptr().cast(), 4096, 0x1000, 0), 4096);
         assert_eq!(riowrite(c, p.as_ptr().cast(), 0, 0x1000, 0), 0);
         refused(
-            riowrite(c, p.as_ptr().cast(), 200, 0x1f00, 0) as i64,
+            riowrite(c, p.as_ptr().cast(), 300, 0x1f00, 0) as i64,
             libc::EINVAL,
             "past the end",
         );
