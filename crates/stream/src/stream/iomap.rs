@@ -16,6 +16,63 @@ use rverbs_uverbs::pd::Pd;
 use super::*;
 use crate::wire::IoMapEntry;
 
+impl Conn {
+    /// A plain RDMA WRITE (a direct write into a peer's mapping).
+    pub(super) fn post_write(
+        &self,
+        wr_id: u64,
+        sge: &[MrSge<'_>],
+        remote: (u64, u32),
+        flags: SendFlags,
+    ) -> io::Result<()> {
+        self.qp
+            .post_send(&[SendWr {
+                wr_id,
+                op: SendOp::RdmaWrite {
+                    remote_addr: remote.0,
+                    rkey: remote.1,
+                },
+                sge,
+                flags,
+                ud: None,
+            }])
+            .map_err(io::Error::from)
+    }
+
+    /// Copies `src` into the send ring ranges of `t` and posts it: a write with immediate
+    /// (`imm`) or, without, a plain RDMA WRITE.
+    pub(super) fn post_transfer(
+        &self,
+        t: &crate::ledger::Transfer,
+        src: &[u8],
+        imm: bool,
+    ) -> io::Result<()> {
+        let (h, l1) = (t.first.0 as usize, t.first.1 as usize);
+        let l2 = t.second as usize;
+        self.smr.write_at(h, &src[..l1]);
+        self.smr.write_at(0, &src[l1..l1 + l2]);
+        let flags = if t.inline {
+            SendFlags::INLINE
+        } else {
+            SendFlags::empty()
+        };
+        let s1 = self.smr.sge(h..h + l1);
+        let two;
+        let sges: &[MrSge<'_>] = if l2 > 0 {
+            two = [s1, self.smr.sge(0..l2)];
+            &two
+        } else {
+            two = [s1, s1];
+            &two[..1]
+        };
+        if imm {
+            self.post_write_imm(t.imm as u64, sges, t.remote, t.imm, flags)
+        } else {
+            self.post_write(t.imm as u64, sges, t.remote, flags)
+        }
+    }
+}
+
 /// A slot of the peer's iomap table held by a mapping; frees it when dropped.
 struct SlotGuard {
     stream: Weak<Inner>,
