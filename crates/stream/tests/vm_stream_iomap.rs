@@ -253,6 +253,11 @@ fn stream_iomap_write_after_unmap_fails_at_the_device() {
         e.to_string().contains("failed") || e.kind() == ErrorKind::BrokenPipe,
         "{e}"
     );
+    // The ended stream neither maps nor writes directly any more.
+    let (_, m) = kind(c.iomap(64, 0));
+    assert!(m.contains("failed") || m.contains("disconnected"), "{m}");
+    let (_, m) = kind(c.iowrite(0, b"x"));
+    assert!(m.contains("failed") || m.contains("disconnected"), "{m}");
 }
 
 /// A non-blocking stream's `iomap` does not wait: its announcement goes out with the next
