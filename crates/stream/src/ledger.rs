@@ -10,7 +10,9 @@
 
 use std::collections::VecDeque;
 
-use crate::wire::{Ctrl, Msg, MsgOp, RsSge, WireError, SGE_LEN, SGL_ENTRIES};
+use crate::wire::{
+    Ctrl, IoMapEntry, Msg, MsgOp, RsSge, WireError, IOMAP_ENTRY_LEN, SGE_LEN, SGL_ENTRIES,
+};
 
 /// rsockets' `RS_QP_CTRL_SIZE`: send queue entries kept for control messages.
 pub(crate) const CTRL_SLOTS: u32 = 4;
@@ -41,6 +43,8 @@ pub(crate) struct Sizes {
     pub sq: u32,
     pub rq: u32,
     pub inline: u32,
+    /// Entries of our iomap table (what the peer may map into).
+    pub iomap: u16,
 }
 
 /// One data transfer to post: ring ranges to send, where to write, and the message.
@@ -69,6 +73,16 @@ pub(crate) struct CreditUpdate {
     pub entry: Option<([u8; SGE_LEN], u64, u32, u32)>,
 }
 
+/// One slot of the peer's iomap table, as we use it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Slot {
+    Free,
+    /// Taken while its buffer is being registered.
+    Reserved,
+    /// Our mapping: the entry the peer's table gets (or has).
+    Mapped(IoMapEntry),
+}
+
 pub(crate) struct Ledger {
     pub sizes: Sizes,
     // --- send side
@@ -92,7 +106,13 @@ pub(crate) struct Ledger {
     rmsg: VecDeque<u32>,
     remote_sgl: RsSge,
     remote_sge: u32,
-    peer_big_endian: bool,
+    /// The peer's iomap table (address, rkey, entries).
+    pub remote_iomap: RsSge,
+    pub peer_big_endian: bool,
+    // --- our mappings: one slot per entry of the peer's iomap table, and the slots whose
+    // announcement is still to be posted, in order
+    slots: Vec<Slot>,
+    pending: VecDeque<u16>,
     // --- state
     pub readable: bool,
     pub writable: bool,
@@ -127,7 +147,10 @@ impl Ledger {
             rmsg: VecDeque::with_capacity(sizes.rq as usize + 1),
             remote_sgl: peer.target_sgl,
             remote_sge: 1 % peer.target_sgl.length,
+            remote_iomap: peer.iomap_table(),
             peer_big_endian: peer.peer_big_endian(),
+            slots: vec![Slot::Free; peer.iomap_entries() as usize],
+            pending: VecDeque::new(),
             readable: true,
             writable: true,
             connected: true,
@@ -209,7 +232,20 @@ impl Ledger {
                 }
                 _ => {} // keepalive, and controls we do not know: nothing to do
             },
-            MsgOp::IOMAP_SGL => {} // we publish no iomap; nothing to learn
+            MsgOp::IOMAP_SGL => {
+                // The peer wrote entry `data` of our table (read when we write into its
+                // mappings); the message itself used one of its credits: counted as read.
+                if msg.data >= self.sizes.iomap as u32 {
+                    return Err(WireError::IomapIndex {
+                        index: msg.data,
+                        size: self.sizes.iomap,
+                    });
+                }
+                if byte_len as usize != IOMAP_ENTRY_LEN {
+                    return Err(WireError::IomapWriteLength(byte_len));
+                }
+                self.rseq_no = self.rseq_no.wrapping_add(1);
+            }
             op => return Err(WireError::ReservedOp(op)),
         }
         Ok(())
@@ -220,6 +256,10 @@ impl Ledger {
         let msg = Msg::decode(wr_id as u32);
         match msg.op {
             MsgOp::SGL | MsgOp::CTRL => self.ctrl_max_seqno = self.ctrl_max_seqno.wrapping_add(1),
+            MsgOp::IOMAP_SGL => {
+                self.sqe_avail += 1;
+                self.sbuf_avail += IOMAP_ENTRY_LEN as u32;
+            }
             _ => {
                 self.sqe_avail += 1;
                 self.sbuf_avail += msg.data;
@@ -320,10 +360,122 @@ impl Ledger {
 
     /// Whether a data transfer can start (rsockets' `rs_can_send`).
     pub fn can_send(&self) -> bool {
+        self.pending.is_empty() && self.can_send_any()
+    }
+
+    /// [`Ledger::can_send`] whatever is queued before data.
+    fn can_send_any(&self) -> bool {
         self.sqe_avail > 0
             && self.sbuf_avail >= SNDLOWAT.min(self.sizes.sbuf)
             && self.sseq_no != self.sseq_comp
             && self.target[self.target_sge].length != 0
+    }
+
+    /// Takes `len` bytes of send ring space at its head: (offset, length) of the first range
+    /// and the length of the second one after the wrap.
+    fn take_ring(&mut self, len: u32) -> ((u32, u32), u32) {
+        self.sbuf_avail -= len;
+        let head = self.sbuf_head;
+        let first = len.min(self.sizes.sbuf - head);
+        self.sbuf_head = (head + len) % self.sizes.sbuf;
+        ((head, first), len - first)
+    }
+
+    /// Plans the announcement of our mapping in slot `index` of the peer's iomap table (call
+    /// when [`Ledger::can_send`] and `index` < the table's entries): an RDMA WRITE WITH IMM of
+    /// one entry, staged in the send ring, which takes a credit as rsockets' does.
+    pub fn plan_iomap(&mut self, index: u16) -> Transfer {
+        self.sseq_no = self.sseq_no.wrapping_add(1);
+        self.sqe_avail -= 1;
+        let (first, second) = self.take_ring(IOMAP_ENTRY_LEN as u32);
+        let t = &self.remote_iomap;
+        Transfer {
+            first,
+            second,
+            remote: (
+                t.addr.wrapping_add(index as u64 * IOMAP_ENTRY_LEN as u64),
+                t.key,
+            ),
+            imm: Msg::encode(MsgOp::IOMAP_SGL, index as u32),
+            inline: IOMAP_ENTRY_LEN as u32 <= self.sizes.inline,
+        }
+    }
+
+    /// Entries of the peer's iomap table (how many mappings we may have).
+    pub fn peer_iomap_entries(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Takes a free slot of the peer's iomap table, if any.
+    pub fn reserve_slot(&mut self) -> Option<u16> {
+        let i = self.slots.iter().position(|s| *s == Slot::Free)?;
+        self.slots[i] = Slot::Reserved;
+        Some(i as u16)
+    }
+
+    /// Our reserved slot `i` now maps `entry`: its announcement is queued.
+    pub fn fill_slot(&mut self, i: u16, entry: IoMapEntry) {
+        self.slots[i as usize] = Slot::Mapped(entry);
+        self.pending.push_back(i);
+    }
+
+    /// Slot `i` is free again (an announcement not yet posted is dropped; one posted stays
+    /// in the peer's table, as rsockets' `riounmap` sends nothing).
+    pub fn free_slot(&mut self, i: u16) {
+        if let Some(s) = self.slots.get_mut(i as usize) {
+            *s = Slot::Free;
+        }
+        self.pending.retain(|&p| p != i);
+    }
+
+    /// Whether slot `i`'s announcement is still to be posted.
+    pub fn is_pending(&self, i: u16) -> bool {
+        self.pending.contains(&i)
+    }
+
+    /// The next announcement to post now, if one is queued and can be sent: its transfer
+    /// and the entry (rsockets sends them before any later data).
+    pub fn next_announcement(&mut self) -> Option<(Transfer, IoMapEntry)> {
+        let &i = self.pending.front()?;
+        if !(self.can_send_any() && self.writable && self.connected) {
+            return None;
+        }
+        self.pending.pop_front();
+        let Slot::Mapped(e) = self.slots[i as usize] else {
+            return None;
+        };
+        Some((self.plan_iomap(i), e))
+    }
+
+    /// Whether a direct write (into a peer's mapping) can start: a send queue entry and
+    /// the send ring's low-water mark; no credit (nothing is received at the peer).
+    pub fn can_write_direct(&self) -> bool {
+        self.sqe_avail > 0 && self.sbuf_avail >= SNDLOWAT.min(self.sizes.sbuf)
+    }
+
+    /// Plans a direct write of at most `left`, `olen` and `room` bytes (call when
+    /// [`Ledger::can_write_direct`]) to `remote`: ring space and a send queue entry. Its
+    /// `imm` is only the `wr_id` (a plain RDMA WRITE carries none).
+    pub fn plan_direct(
+        &mut self,
+        left: usize,
+        olen: u32,
+        room: u32,
+        remote: (u64, u32),
+    ) -> Transfer {
+        let xfer = (left.min(u32::MAX as usize) as u32)
+            .min(olen)
+            .min(self.sbuf_avail)
+            .min(room);
+        self.sqe_avail -= 1;
+        let (first, second) = self.take_ring(xfer);
+        Transfer {
+            first,
+            second,
+            remote,
+            imm: Msg::encode(MsgOp::WRITE, xfer),
+            inline: xfer <= self.sizes.inline,
+        }
     }
 
     /// Plans the next transfer of at most `left` and `olen` bytes (call when
@@ -342,13 +494,10 @@ impl Ledger {
         }
         self.sseq_no = self.sseq_no.wrapping_add(1);
         self.sqe_avail -= 1;
-        self.sbuf_avail -= xfer;
-        let head = self.sbuf_head;
-        let first = xfer.min(self.sizes.sbuf - head);
-        self.sbuf_head = (head + xfer) % self.sizes.sbuf;
+        let (first, second) = self.take_ring(xfer);
         Transfer {
-            first: (head, first),
-            second: xfer - first,
+            first,
+            second,
             remote,
             imm: Msg::encode(MsgOp::DATA, xfer),
             inline: xfer <= self.sizes.inline,
@@ -368,6 +517,7 @@ mod tests {
             sq: 16,
             rq: 16,
             inline: 64,
+            iomap: 2,
         }
     }
 
@@ -470,11 +620,128 @@ mod tests {
         let mut l = Ledger::new(sizes(), &peer(16, 4096));
         l.on_recv(Some(Msg::encode(MsgOp::SGL, 3)), 17, NONE);
         assert_eq!(l.fault, Some(Fault::Wire(WireError::SglWriteLength(17))));
-        // Unknown control values and iomap updates are ignored, as rsockets does.
+        // Unknown control values are ignored, as rsockets does; so are iomap updates of an
+        // entry of our table.
         let mut l = Ledger::new(sizes(), &peer(16, 4096));
         l.on_recv(Some(Msg::encode(MsgOp::CTRL, 99)), 0, NONE);
-        l.on_recv(Some(Msg::encode(MsgOp::IOMAP_SGL, 3)), 0, NONE);
+        l.on_recv(Some(Msg::encode(MsgOp::IOMAP_SGL, 1)), 24, NONE);
         assert_eq!(l.fault, None);
+        // An update beyond our table (2 entries here; none without RDMA_IOMAPSIZE), or one
+        // whose write is not one entry, ends the stream naming it.
+        let mut l = Ledger::new(sizes(), &peer(16, 4096));
+        l.on_recv(Some(Msg::encode(MsgOp::IOMAP_SGL, 2)), 24, NONE);
+        let want = WireError::IomapIndex { index: 2, size: 2 };
+        assert_eq!(l.fault, Some(Fault::Wire(want.clone())));
+        assert!(want.to_string().contains("entry 2"), "{want}");
+        let mut no_table = sizes();
+        no_table.iomap = 0;
+        let mut l = Ledger::new(no_table, &peer(16, 4096));
+        l.on_recv(Some(Msg::encode(MsgOp::IOMAP_SGL, 0)), 24, NONE);
+        assert_eq!(
+            l.fault,
+            Some(Fault::Wire(WireError::IomapIndex { index: 0, size: 0 }))
+        );
+        let mut l = Ledger::new(sizes(), &peer(16, 4096));
+        l.on_recv(Some(Msg::encode(MsgOp::IOMAP_SGL, 0)), 16, NONE);
+        assert_eq!(l.fault, Some(Fault::Wire(WireError::IomapWriteLength(16))));
+        // A direct write's local tag is no message.
+        let mut l = Ledger::new(sizes(), &peer(16, 4096));
+        l.on_recv(Some(Msg::encode(MsgOp::WRITE, 8)), 8, NONE);
+        assert_eq!(
+            l.fault,
+            Some(Fault::Wire(WireError::ReservedOp(MsgOp::WRITE)))
+        );
+    }
+
+    #[test]
+    fn iomap_announcements_and_direct_writes() {
+        let mut p = peer(3, 4096);
+        p.flags = crate::wire::FLAG_IOMAP;
+        p.target_iomap_size = 4;
+        let mut l = Ledger::new(sizes(), &p);
+        // The entry goes after the peer's 2-entry SGL, under its rkey, and takes a credit
+        // and 24 bytes of ring (INLINE: 24 <= 64).
+        let t = l.plan_iomap(3);
+        assert_eq!(t.remote, (0x10_000 + 2 * 16 + 3 * 24, 7));
+        assert_eq!((t.first, t.second, t.inline), ((0, 24), 0, true));
+        assert_eq!(
+            Msg::decode(t.imm),
+            Msg {
+                op: MsgOp::IOMAP_SGL,
+                data: 3
+            }
+        );
+        assert_eq!(l.sseq_no, 1);
+        // A direct write: no credit, bounded by the room left in the mapping.
+        let d = l.plan_direct(10_000, MAX_TRANSFER, 100, (0xaa_0000, 5));
+        assert_eq!(
+            (d.first, d.second, d.remote),
+            ((24, 100), 0, (0xaa_0000, 5))
+        );
+        assert_eq!(
+            Msg::decode(d.imm),
+            Msg {
+                op: MsgOp::WRITE,
+                data: 100
+            }
+        );
+        assert_eq!(l.sseq_no, 1);
+        // Ring space comes back with the completions.
+        l.on_send(t.imm as u64, true, &"ok");
+        l.on_send(d.imm as u64, true, &"ok");
+        assert_eq!(l.sbuf_avail, 8192);
+        assert!(l.all_sends_done());
+        // A direct write wraps the ring like data does.
+        l.sbuf_head = 8100;
+        let d = l.plan_direct(10_000, MAX_TRANSFER, 200, (0, 0));
+        assert_eq!((d.first, d.second), ((8100, 92), 108));
+        assert!(!d.inline);
+        // Credits do not bound direct writes, the send queue does.
+        let mut l = Ledger::new(sizes(), &p);
+        for _ in 0..3 {
+            l.plan(1, MAX_TRANSFER);
+        }
+        assert!(!l.can_send() && l.can_write_direct());
+        for _ in 0..(16 - CTRL_SLOTS - 3) {
+            l.plan_direct(1, MAX_TRANSFER, 1, (0, 0));
+        }
+        assert!(!l.can_write_direct());
+    }
+
+    #[test]
+    fn mapping_slots_and_announcements_go_before_data() {
+        let mut p = peer(16, 4096);
+        p.flags = crate::wire::FLAG_IOMAP;
+        p.target_iomap_size = 2;
+        let mut l = Ledger::new(sizes(), &p);
+        assert_eq!(l.peer_iomap_entries(), 2);
+        assert_eq!(
+            (l.reserve_slot(), l.reserve_slot(), l.reserve_slot()),
+            (Some(0), Some(1), None)
+        );
+        let e = |o| IoMapEntry {
+            offset: o,
+            sge: RsSge {
+                addr: 0x9000,
+                key: 3,
+                length: 64,
+            },
+        };
+        l.fill_slot(1, e(100));
+        l.fill_slot(0, e(200));
+        // Queued announcements hold data back until they are posted, in order.
+        assert!(l.is_pending(1) && !l.can_send());
+        let (t, got) = l.next_announcement().unwrap();
+        assert_eq!((Msg::decode(t.imm).data, got), (1, e(100)));
+        // Slot 0 is unmapped before its announcement went out: it is dropped.
+        l.free_slot(0);
+        assert!(!l.is_pending(0) && l.next_announcement().is_none());
+        assert!(l.can_send());
+        assert_eq!(l.reserve_slot(), Some(0));
+        // A peer without a table (flag clear, whatever the size says) gives no slots.
+        p.flags = 0;
+        let mut l = Ledger::new(sizes(), &p);
+        assert_eq!((l.peer_iomap_entries(), l.reserve_slot()), (0, None));
     }
 
     #[test]
@@ -578,14 +845,19 @@ mod tests {
             let mut l = Ledger::new(sizes(), &peer(16, 4096));
             for _ in 0..64 {
                 let r = next();
-                let imm = match r % 4 {
+                let imm = match r % 5 {
                     0 => Msg::encode(MsgOp::DATA, (r >> 8) as u32 % 5000),
                     1 => r as u32,
                     2 => Msg::encode(MsgOp::SGL, (r >> 8) as u32),
+                    3 => Msg::encode(MsgOp::IOMAP_SGL, (r >> 8) as u32 % 4),
                     _ => Msg::encode(MsgOp::CTRL, (r >> 8) as u32 % 4),
                 };
                 let bl = if r & 0x100 != 0 {
-                    16
+                    if r & 0x200 != 0 {
+                        24
+                    } else {
+                        16
+                    }
                 } else {
                     (r >> 40) as u32 % 20
                 };

@@ -21,11 +21,16 @@ use rverbs_uverbs::{MrSge, RecvWr, SendFlags, SendOp, SendWr, WcFlags, WcStatus,
 use crate::ledger::{Fault, Ledger, Sizes, MAX_TRANSFER, OLAP_START, WR_ID_RECV};
 use crate::wake::{Sleepers, Wake};
 mod io_impls;
+mod iomap;
 mod listener;
+mod options;
+pub use iomap::{IoMap, RawIoMap};
 pub use listener::RdmaListener;
+pub use options::StreamOptions;
 
 use crate::wire::{
-    ConnData, Ctrl, RsSge, FLAG_NET, HOST_IS_BIG_ENDIAN, SGE_LEN, SGL_ENTRIES, VERSION,
+    iomap_size_from_wire, iomap_size_to_wire, ConnData, Ctrl, RsSge, FLAG_IOMAP, FLAG_NET,
+    HOST_IS_BIG_ENDIAN, IOMAP_ENTRY_LEN, MAX_IOMAP_ENTRIES, SGE_LEN, SGL_ENTRIES, VERSION,
 };
 
 /// Address and route resolution time limit of [`RdmaStream::connect`].
@@ -36,63 +41,6 @@ const CLOSE_WAIT: Duration = Duration::from_secs(1);
 /// sleeps (rsockets polls 10 µs). Longer spins took CPU from the peer in the emulated test
 /// guests: 1 ms halved the 64-byte round trip there but made 64 KiB ones 3 times slower.
 const SPIN: Duration = Duration::from_micros(50);
-
-/// Sizes of a stream, as rsockets' socket options and `/etc/rdma/rsocket/*` defaults.
-///
-/// The defaults are rsockets' own: 128 KiB send and receive rings (`SO_SNDBUF`/`SO_RCVBUF`,
-/// `RDMA_SQSIZE`/`RDMA_RQSIZE` 384, `RDMA_INLINE` 64). Both sides may choose differently:
-/// what crosses the wire is the receive ring's halves and the receive queue's credits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StreamOptions {
-    /// Bytes of the send ring (registered once per stream): 4 KiB to 1 GiB.
-    pub send_buffer: u32,
-    /// Bytes of the receive ring the peer writes into (registered once per stream; published
-    /// half by half): an even number from 4 KiB to 1 GiB.
-    pub recv_buffer: u32,
-    /// Send queue entries: 16 to 65534 (4 are kept for control messages).
-    pub send_queue: u32,
-    /// Receive queue entries, the credits the peer gets: 16 to 65534.
-    pub recv_queue: u32,
-    /// Transfers up to this size are posted INLINE (the device may grant less).
-    pub inline: u32,
-}
-
-impl Default for StreamOptions {
-    fn default() -> Self {
-        StreamOptions {
-            send_buffer: 128 * 1024,
-            recv_buffer: 128 * 1024,
-            send_queue: 384,
-            recv_queue: 384,
-            inline: 64,
-        }
-    }
-}
-
-impl StreamOptions {
-    /// Checks the sizes; the error names the first one out of range.
-    pub fn check(&self) -> io::Result<()> {
-        let bad = |what: &str, v: u32, range: &str| {
-            Err(invalid(format!(
-                "stream option {what} = {v}: must be {range}"
-            )))
-        };
-        const GIB: u32 = 1 << 30;
-        if !(4096..=GIB).contains(&self.send_buffer) {
-            return bad("send_buffer", self.send_buffer, "4096 to 2^30 bytes");
-        }
-        if !(4096..=GIB).contains(&self.recv_buffer) || self.recv_buffer % 2 != 0 {
-            return bad("recv_buffer", self.recv_buffer, "even, 4096 to 2^30 bytes");
-        }
-        if !(16..=0xfffe).contains(&self.send_queue) {
-            return bad("send_queue", self.send_queue, "16 to 65534 entries");
-        }
-        if !(16..=0xfffe).contains(&self.recv_queue) {
-            return bad("recv_queue", self.recv_queue, "16 to 65534 entries");
-        }
-        Ok(())
-    }
-}
 
 fn invalid(msg: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, msg.into())
@@ -111,11 +59,14 @@ struct Conn {
     chan: Arc<CompChannel>,
     /// Send ring plus 4 control slots of one target SGL entry each.
     smr: Mr<Vec<u8>>,
-    /// Our target SGL: the peer writes its receive buffers' descriptions here.
+    /// Our target SGL, then our iomap table: the peer writes its receive buffers' and its
+    /// mappings' descriptions here.
     tmr: Mr<Vec<u8>>,
     /// Receive ring: the peer RDMA-WRITEs data here.
     rmr: Mr<Vec<u8>>,
     epoll: OwnedFd,
+    /// The protection domain of the regions (iomap registrations too).
+    pd: Arc<rverbs_uverbs::pd::Pd>,
     id: CmId,
 }
 
@@ -163,8 +114,13 @@ impl Conn {
         )
         .map_err(io::Error::from)?;
         let remote = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-        let tmr = Mr::register(&pd, vec![0u8; SGL_ENTRIES as usize * SGE_LEN], remote)
-            .map_err(io::Error::from)?;
+        let iomap = iomap_size_from_wire(iomap_size_to_wire(opts.iomap_entries));
+        let tmr = Mr::register(
+            &pd,
+            vec![0u8; SGL_ENTRIES as usize * SGE_LEN + iomap as usize * IOMAP_ENTRY_LEN],
+            remote,
+        )
+        .map_err(io::Error::from)?;
         let rmr = Mr::register(&pd, vec![0u8; opts.recv_buffer as usize], remote)
             .map_err(io::Error::from)?;
         let epoll =
@@ -186,6 +142,7 @@ impl Conn {
             tmr,
             rmr,
             epoll,
+            pd,
             id,
         };
         for _ in 0..caps.max_recv_wr.min(opts.recv_queue) {
@@ -197,6 +154,7 @@ impl Conn {
             sq: caps.max_send_wr.min(opts.send_queue),
             rq: caps.max_recv_wr.min(opts.recv_queue),
             inline: caps.max_inline_data.min(opts.inline),
+            iomap,
         };
         Ok((conn, sizes))
     }
@@ -211,14 +169,15 @@ impl Conn {
             .map_err(io::Error::from)
     }
 
-    /// Our connection data: version 1, our byte order, no iomap, `rq` credits, the target
-    /// SGL and the receive ring's first half.
+    /// Our connection data: version 1, our byte order, the iomap flag (as every rsocket
+    /// sends it) and our table's size, `rq` credits, the target SGL and the receive ring's
+    /// first half.
     fn conn_data(&self, sizes: &Sizes) -> ConnData {
         ConnData {
             version: VERSION,
-            flags: if HOST_IS_BIG_ENDIAN { FLAG_NET } else { 0 },
+            flags: FLAG_IOMAP | if HOST_IS_BIG_ENDIAN { FLAG_NET } else { 0 },
             credits: sizes.rq as u16,
-            target_iomap_size: 0,
+            target_iomap_size: iomap_size_to_wire(sizes.iomap),
             target_sgl: RsSge {
                 addr: self.tmr.addr(),
                 key: self.tmr.rkey(),
@@ -642,6 +601,11 @@ impl Inner {
             for _ in 0..reposts {
                 c.post_recv()?;
             }
+        }
+        // Our mappings' announcements, before any later data (`Ledger::can_send` waits for
+        // them).
+        while let Some((t, entry)) = st.l.next_announcement() {
+            c.post_transfer(&t, &entry.to_bytes(st.l.peer_big_endian), true)?;
         }
         if st.l.credits_due() {
             let u = st.l.credit_update(c.rmr.addr(), c.rmr.rkey());

@@ -10,10 +10,16 @@
 //!   (address, rkey, length).
 //! - Every message is an RDMA WRITE with immediate. The immediate's bits 31:29 are the
 //!   message type, bits 28:0 its argument: 0 data (bytes written), 4 SGL/credit update (the
-//!   new credit limit, a sequence number), 6 iomap update, 7 control (0 disconnect,
-//!   1 keepalive, 2 shutdown); 1, 2, 3 and 5 are reserved.
+//!   new credit limit, a sequence number), 6 iomap update (the index of the entry written),
+//!   7 control (0 disconnect, 1 keepalive, 2 shutdown); 1, 2, 3 and 5 are reserved (2 is
+//!   rsockets' local tag of a direct write, never sent).
 //! - A target SGL entry (`struct rs_sge`, 16 bytes: address u64, rkey u32, length u32) is
 //!   written by the peer in *our* byte order (it swaps when the flags say we differ).
+//! - The iomap table (`RDMA_IOMAPSIZE` entries, [`iomap_size_to_wire`]) follows the target
+//!   SGL in the same registered region, under the same rkey. Its entries
+//!   (`struct rs_iomap`, 24 bytes: the mapping's offset u64, then an `rs_sge` of the mapped
+//!   buffer) are written by the peer, in our byte order, with an iomap update message; a
+//!   direct write (`riowrite`) is a plain RDMA WRITE into the buffer an entry names.
 //!
 //! Everything here parses bytes a peer chose: every function takes any input and either
 //! returns a value or a [`WireError`] saying what was wrong; nothing panics.
@@ -26,6 +32,10 @@ pub const VERSION: u8 = 1;
 pub const CONN_DATA_LEN: usize = 40;
 /// Size of one target SGL entry.
 pub const SGE_LEN: usize = 16;
+/// Size of one iomap table entry (`struct rs_iomap`).
+pub const IOMAP_ENTRY_LEN: usize = 24;
+/// The most iomap entries the 8-bit scaled size can announce (`0x7f << 8`).
+pub const MAX_IOMAP_ENTRIES: u16 = 0x7f << 8;
 /// Entries in the target SGL we advertise (rsockets' `RS_SGL_SIZE`).
 pub const SGL_ENTRIES: u32 = 2;
 /// The most entries we accept in a peer's target SGL.
@@ -48,7 +58,10 @@ impl MsgOp {
     pub const DATA: MsgOp = MsgOp(0);
     /// Credit / target SGL update: the argument is the new credit limit.
     pub const SGL: MsgOp = MsgOp(4);
-    /// An iomap entry was updated (we have no iomap; ignored).
+    /// rsockets' tag of a direct write (`riowrite`) in its own `wr_id`s: a plain RDMA WRITE,
+    /// so never a message on the wire (a peer that sends it breaks the protocol).
+    pub const WRITE: MsgOp = MsgOp(2);
+    /// An iomap entry was written: the argument is its index in our iomap table.
     pub const IOMAP_SGL: MsgOp = MsgOp(6);
     /// Control message: the argument is a [`Ctrl`].
     pub const CTRL: MsgOp = MsgOp(7);
@@ -159,6 +172,79 @@ impl RsSge {
     }
 }
 
+/// An iomap table entry (`struct rs_iomap`): the peer's buffer mapped at `offset`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoMapEntry {
+    /// Where the mapping starts in the offset space `riowrite` names.
+    pub offset: u64,
+    /// The mapped buffer: address, rkey and length (0: a free entry).
+    pub sge: RsSge,
+}
+
+impl IoMapEntry {
+    /// Parses 24 bytes in the given byte order.
+    pub fn from_bytes(b: &[u8; IOMAP_ENTRY_LEN], big_endian: bool) -> IoMapEntry {
+        let mut o = [0u8; 8];
+        o.copy_from_slice(&b[..8]);
+        let mut e = [0u8; SGE_LEN];
+        e.copy_from_slice(&b[8..8 + SGE_LEN]);
+        IoMapEntry {
+            offset: if big_endian {
+                u64::from_be_bytes(o)
+            } else {
+                u64::from_le_bytes(o)
+            },
+            sge: RsSge::from_bytes(&e, big_endian),
+        }
+    }
+
+    /// The 24 bytes in the given byte order.
+    pub fn to_bytes(&self, big_endian: bool) -> [u8; IOMAP_ENTRY_LEN] {
+        let mut b = [0u8; IOMAP_ENTRY_LEN];
+        b[..8].copy_from_slice(&if big_endian {
+            self.offset.to_be_bytes()
+        } else {
+            self.offset.to_le_bytes()
+        });
+        b[8..8 + SGE_LEN].copy_from_slice(&self.sge.to_bytes(big_endian));
+        b
+    }
+
+    /// Whether the mapping covers `offset` (a free entry, length 0, covers nothing; an
+    /// entry whose end overflows covers nothing either).
+    pub fn covers(&self, offset: u64) -> bool {
+        match self.offset.checked_add(self.sge.length as u64) {
+            Some(end) => self.offset <= offset && offset < end,
+            None => false,
+        }
+    }
+}
+
+/// The iomap size as the connection data carries it (rsockets' `rs_value_to_scale(v, 8)`):
+/// up to 128 as is, larger sizes as bit 7 plus the size in units of 256, rounded down.
+/// Sizes above [`MAX_IOMAP_ENTRIES`] are sent as that.
+pub const fn iomap_size_to_wire(entries: u16) -> u8 {
+    let v = if entries > MAX_IOMAP_ENTRIES {
+        MAX_IOMAP_ENTRIES
+    } else {
+        entries
+    };
+    if v <= 128 {
+        v as u8
+    } else {
+        0x80 | (v >> 8) as u8
+    }
+}
+
+/// The number of entries a scaled iomap size announces (rsockets' `rs_scale_to_value(v, 8)`).
+pub const fn iomap_size_from_wire(scaled: u8) -> u16 {
+    if scaled <= 128 {
+        scaled as u16
+    } else {
+        ((scaled & 0x7f) as u16) << 8
+    }
+}
+
 /// Whether this host is big-endian (rsockets' `RS_CONN_FLAG_NET`).
 pub const HOST_IS_BIG_ENDIAN: bool = cfg!(target_endian = "big");
 
@@ -192,11 +278,16 @@ pub enum WireError {
     NoCredits,
     /// The peer's first receive buffer is empty.
     EmptyBuffer,
-    /// The peer has an iomap (a non-zero iomap size: `RDMA_IOMAPSIZE` set, for `riomap` /
-    /// `riowrite`, direct placement into mapped buffers), which we do not implement. (The
-    /// iomap *flag* alone says only that the peer's rsockets knows iomaps: librdmacm sets it
-    /// on every connection.)
-    Iomap(u8),
+    /// An iomap update naming an entry beyond our iomap table (of `size` entries; 0 when
+    /// we announced none).
+    IomapIndex {
+        /// The index the message names.
+        index: u32,
+        /// Entries in our table.
+        size: u16,
+    },
+    /// An iomap update whose RDMA WRITE was not one entry long.
+    IomapWriteLength(u32),
     /// A message of a reserved type.
     ReservedOp(MsgOp),
     /// A data message longer than what we published and the peer had not yet filled.
@@ -231,11 +322,13 @@ impl fmt::Display for WireError {
             ),
             WireError::NoCredits => f.write_str("the peer offered 0 credits"),
             WireError::EmptyBuffer => f.write_str("the peer's first receive buffer is empty"),
-            WireError::Iomap(size) => write!(
+            WireError::IomapIndex { index, size } => write!(
                 f,
-                "the peer has an rsockets iomap (riomap/riowrite; scaled iomap size {size}), \
-                 which rverbs streams do not support"
+                "iomap update of entry {index}, but our iomap table has {size} entries"
             ),
+            WireError::IomapWriteLength(n) => {
+                write!(f, "iomap update of {n} bytes ({IOMAP_ENTRY_LEN} expected)")
+            }
             WireError::ReservedOp(op) => write!(f, "message of {op}"),
             WireError::Overrun { len, room } => write!(
                 f,
@@ -288,11 +381,6 @@ impl ConnData {
         if c.data_buf.length == 0 {
             return Err(WireError::EmptyBuffer);
         }
-        // An rsocket with RDMA_IOMAPSIZE set (riostream) will riowrite into buffers we would
-        // have to map: refused here, at connect, rather than at the first iomap message.
-        if c.target_iomap_size != 0 {
-            return Err(WireError::Iomap(c.target_iomap_size));
-        }
         Ok(c)
     }
 
@@ -312,6 +400,29 @@ impl ConnData {
     /// ours in its order).
     pub fn peer_big_endian(&self) -> bool {
         self.flags & FLAG_NET != 0
+    }
+
+    /// Entries of the sender's iomap table: the scaled size when the iomap flag is set
+    /// (rsockets ignores the size without it), else 0.
+    pub fn iomap_entries(&self) -> u16 {
+        if self.flags & FLAG_IOMAP != 0 {
+            iomap_size_from_wire(self.target_iomap_size)
+        } else {
+            0
+        }
+    }
+
+    /// Where the sender's iomap table is: right after its target SGL, under the same rkey
+    /// (its length: entries).
+    pub fn iomap_table(&self) -> RsSge {
+        RsSge {
+            addr: self
+                .target_sgl
+                .addr
+                .wrapping_add(self.target_sgl.length as u64 * SGE_LEN as u64),
+            key: self.target_sgl.key,
+            length: self.iomap_entries() as u32,
+        }
     }
 }
 
@@ -383,19 +494,89 @@ mod tests {
         let mut c = good();
         c.data_buf.length = 0;
         assert_eq!(ConnData::parse(&c.to_bytes()), Err(WireError::EmptyBuffer));
-        // An iomap (riostream's RDMA_IOMAPSIZE): refused whatever the flags say; the flag
-        // alone (librdmacm sets it on every connection) is accepted.
-        for (flags, size) in [(FLAG_IOMAP, 1u8), (0, 1), (FLAG_IOMAP | FLAG_NET, 255)] {
-            let mut c = good();
-            c.flags = flags;
-            c.target_iomap_size = size;
-            let e = ConnData::parse(&c.to_bytes()).unwrap_err();
-            assert_eq!(e, WireError::Iomap(size));
-            assert!(e.to_string().contains("iomap"), "{e}");
+    }
+
+    #[test]
+    fn iomap_size_scaling_matches_rsockets() {
+        // rs_value_to_scale(v, 8): v <= 128 as is, else 0x80 | v >> 8.
+        for (v, w) in [
+            (0u16, 0u8),
+            (1, 1),
+            (127, 127),
+            (128, 128),
+            (129, 0x80),
+            (256, 0x81),
+        ] {
+            assert_eq!(iomap_size_to_wire(v), w, "{v}");
         }
+        assert_eq!(iomap_size_to_wire(1000), 0x83);
+        assert_eq!(iomap_size_to_wire(MAX_IOMAP_ENTRIES), 0xff);
+        assert_eq!(iomap_size_to_wire(u16::MAX), 0xff);
+        // rs_scale_to_value(v, 8): v <= 128 as is, else (v & 0x7f) << 8.
+        assert_eq!(iomap_size_from_wire(128), 128);
+        assert_eq!(iomap_size_from_wire(0x83), 768);
+        assert_eq!(iomap_size_from_wire(0x80), 128);
+        assert_eq!(iomap_size_from_wire(0xff), MAX_IOMAP_ENTRIES);
+        // Every wire value round-trips through its size.
+        for w in 0..=255u8 {
+            let v = iomap_size_from_wire(w);
+            assert_eq!(iomap_size_from_wire(iomap_size_to_wire(v)), v, "{w}");
+        }
+    }
+
+    #[test]
+    fn iomap_table_follows_the_target_sgl_when_flagged() {
+        // librdmacm sets the iomap flag on every connection; a peer with a table (riostream's
+        // RDMA_IOMAPSIZE) is accepted and its table found after its SGL.
         let mut c = good();
         c.flags = FLAG_IOMAP;
+        c.target_iomap_size = 0x81;
         assert_eq!(ConnData::parse(&c.to_bytes()), Ok(c));
+        assert_eq!(c.iomap_entries(), 256);
+        assert_eq!(
+            c.iomap_table(),
+            RsSge {
+                addr: 0x1122_3344_5566_7788 + 2 * 16,
+                key: 0xabcd,
+                length: 256
+            }
+        );
+        // Without the flag the size means nothing (rsockets' rs_save_conn_data).
+        c.flags = 0;
+        assert_eq!(c.iomap_entries(), 0);
+    }
+
+    #[test]
+    fn iomap_entry_layout_and_cover() {
+        let e = IoMapEntry {
+            offset: 0x1000,
+            sge: RsSge {
+                addr: 0x7f00_dead_0000,
+                key: 0x55,
+                length: 64,
+            },
+        };
+        let le = e.to_bytes(false);
+        assert_eq!(&le[..8], &0x1000u64.to_le_bytes());
+        assert_eq!(&le[8..16], &0x7f00_dead_0000u64.to_le_bytes());
+        assert_eq!(&le[16..20], &0x55u32.to_le_bytes());
+        assert_eq!(&le[20..24], &64u32.to_le_bytes());
+        // sizeof(struct rs_iomap): a u64 and a 16-byte rs_sge, no padding.
+        assert_eq!(le.len(), 24);
+        for be in [false, true] {
+            assert_eq!(IoMapEntry::from_bytes(&e.to_bytes(be), be), e);
+        }
+        assert!(!e.covers(0xfff) && e.covers(0x1000) && e.covers(0x103f) && !e.covers(0x1040));
+        assert!(!IoMapEntry::default().covers(0));
+        let wraps = IoMapEntry {
+            offset: u64::MAX - 3,
+            sge: RsSge {
+                addr: 0,
+                key: 0,
+                length: 8,
+            },
+        };
+        assert!(!wraps.covers(u64::MAX));
     }
 
     #[test]

@@ -168,6 +168,7 @@ fn stream_one_byte_writes_and_ring_wrap() {
         send_queue: 16,
         recv_queue: 16,
         inline: 64,
+        iomap_entries: 0,
     };
     let (mut c, mut s) = pair(7602, &small);
     let data = pattern(7, 300_000);
@@ -379,6 +380,13 @@ fn stream_options_refused() {
                 ..Default::default()
             },
             "recv_queue",
+        ),
+        (
+            StreamOptions {
+                iomap_entries: 32513,
+                ..Default::default()
+            },
+            "iomap_entries",
         ),
     ] {
         let e = RdmaListener::bind_with(at(7608), &o).unwrap_err();

@@ -1,6 +1,6 @@
 //! Stream interop breadth and concurrency (issue 24): rdma-core's `rstream` against ours both
 //! ways across the two-node topology (the veth between `rxe1` and `rxe2`), rdma-core's
-//! `riostream` (which needs rsockets' iomap) refused cleanly both ways, and 64 streams of
+//! `riostream` (rsockets' iomap) against ours playing its peer both ways, and 64 streams of
 //! 10 MB each on one tokio runtime with every byte checked. Runs in the VM (`cargo xtask
 //! test`): `two_node` tests in the two-node stages, `interop` tests in the host guest.
 
@@ -246,10 +246,10 @@ fn interop_stream_two_node_rstream_both_ways() {
 // --- riostream: iomap refused at connect -------------------------------------------------
 
 /// Retries `connect` for 10 s while nobody listens yet (a tool may still be starting).
-fn connect_retrying(to: SocketAddr) -> io::Result<RdmaStream> {
+fn connect_retrying(to: SocketAddr, opts: &StreamOptions) -> io::Result<RdmaStream> {
     let t0 = Instant::now();
     loop {
-        match RdmaStream::connect(to) {
+        match RdmaStream::connect_with(to, opts) {
             Err(e)
                 if e.kind() == io::ErrorKind::ConnectionRefused
                     && t0.elapsed() < Duration::from_secs(10) =>
@@ -261,76 +261,169 @@ fn connect_retrying(to: SocketAddr) -> io::Result<RdmaStream> {
     }
 }
 
-fn riostream_args(opt: &str, port: u16) -> Vec<String> {
+/// `riostream -S size -I iters -C count -T v` (every byte of each iteration's last transfer
+/// verified).
+fn riostream_args(
+    opt: &str,
+    port: u16,
+    (size, iters, count): (usize, usize, usize),
+) -> Vec<String> {
+    let (p, s, i, c) = (
+        port.to_string(),
+        size.to_string(),
+        iters.to_string(),
+        count.to_string(),
+    );
     [
         opt,
         &addr_a().to_string(),
         "-p",
-        &port.to_string(),
+        &p,
         "-S",
-        "64",
+        &s,
         "-I",
-        "2",
+        &i,
         "-C",
-        "1",
+        &c,
+        "-T",
+        "v",
     ]
     .map(String::from)
     .to_vec()
 }
 
-/// rdma-core's `riostream -s` (it sets `RDMA_IOMAPSIZE` and `riowrite`s into the peer's
-/// mapped buffer) connects to our listener: `accept` refuses it naming the iomap, riostream
-/// fails its connect and ends, and the listener then serves a plain client.
-#[test]
-#[cfg_attr(
-    not(rverbs_vm),
-    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
-)]
-fn interop_stream_riostream_client_refused() {
-    let Some(tool) = tool("riostream") else {
-        return;
-    };
-    let l = RdmaListener::bind(at(7720)).unwrap();
-    let cl = spawn_tool(&tool, 20, &riostream_args("-s", 7720));
-    let e = l.accept().unwrap_err();
-    assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
-    assert!(e.to_string().contains("iomap"), "{e}");
-    let (code, text) = finish(cl);
-    eprintln!("our accept: {e}\nriostream client ({code:?}): {text}");
-    assert!(
-        code.is_some() && code != Some(0) && code != Some(124),
-        "riostream client: {code:?} {text}"
-    );
-    let g = thread::spawn(|| RdmaStream::connect(at(7720)).unwrap());
-    let (mut s, _) = l.accept().unwrap();
-    let mut g = g.join().unwrap();
-    g.write_all(b"ok").unwrap();
-    let mut b = [0u8; 2];
-    s.read_exact(&mut b).unwrap();
-    assert_eq!(&b, b"ok");
+/// The size table of the riostream runs (size, iterations, count): inline, ring-wrapping
+/// and 1 MiB transfers.
+const RIOSTREAM: &[(usize, usize, usize)] = &[(64, 10, 10), (4096, 2, 10), (1 << 20, 1, 2)];
+
+/// riostream's options: 512 KiB rings (its SO_SNDBUF / SO_RCVBUF) and an iomap table of one
+/// entry (its RDMA_IOMAPSIZE).
+fn riostream_opts() -> StreamOptions {
+    StreamOptions {
+        send_buffer: 1 << 19,
+        recv_buffer: 1 << 19,
+        iomap_entries: 1,
+        ..StreamOptions::default()
+    }
 }
 
-/// Our client connects to rdma-core's `riostream -b`: its accept offers an iomap, so our
-/// `connect` fails with `InvalidData` naming it, at once. (riostream has accepted by then and
-/// waits in its first receive, which does not see the connection go: its `timeout` ends it.)
+/// riostream's `run_test` on an `RdmaStream`: map `size` bytes at offset 0 (last byte
+/// 0xff), exchange 16 bytes, then per iteration the client writes `count` transfers into the
+/// peer's mapping (the last one with the next marker in its last byte, the rest with another
+/// value) and waits for the marker after it in its own mapping's last byte, and the server
+/// the other way round. The bytes before the marker of each iteration's last transfer follow
+/// riostream's `format_buf` counter (one byte counting up, across iterations); the ones we
+/// receive are checked against it, as riostream checks ours.
+fn riostream_role(mut s: RdmaStream, client: bool, (size, iters, count): (usize, usize, usize)) {
+    let map = s.iomap(size, 0).unwrap();
+    map.write_at(size - 1, &[0xff]).unwrap();
+    let mut sync = [0u8; 16];
+    if client {
+        s.write_all(&sync).unwrap();
+        s.read_exact(&mut sync).unwrap();
+    } else {
+        s.read_exact(&mut sync).unwrap();
+        s.write_all(&sync).unwrap();
+    }
+    let (mut formatted, mut verified) = (0u8, 0u8);
+    let send = |marker: u8, formatted: &mut u8| {
+        let mut b = vec![marker.wrapping_sub(1); size];
+        for _ in 1..count {
+            assert_eq!(s.iowrite(0, &b).unwrap(), size);
+        }
+        for x in &mut b[..size - 1] {
+            *x = *formatted;
+            *formatted = formatted.wrapping_add(1);
+        }
+        b[size - 1] = marker;
+        assert_eq!(s.iowrite(0, &b).unwrap(), size);
+    };
+    let wait = |marker: u8, verified: &mut u8| {
+        let t0 = Instant::now();
+        let mut last = [0u8];
+        loop {
+            map.read_at(size - 1, &mut last).unwrap();
+            if last[0] == marker {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "marker {marker} never came (last byte {})",
+                last[0]
+            );
+            thread::yield_now();
+        }
+        let mut got = vec![0u8; size - 1];
+        map.read_at(0, &mut got).unwrap();
+        for (i, &g) in got.iter().enumerate() {
+            assert_eq!(g, *verified, "byte {i} of a {size}-byte transfer");
+            *verified = verified.wrapping_add(1);
+        }
+    };
+    let mut marker = 0u8;
+    for _ in 0..iters {
+        if client {
+            send(marker, &mut formatted);
+            wait(marker.wrapping_add(1), &mut verified);
+        } else {
+            wait(marker, &mut verified);
+            send(marker.wrapping_add(1), &mut formatted);
+        }
+        marker = marker.wrapping_add(2);
+    }
+    drop(map);
+    s.shutdown(std::net::Shutdown::Both).unwrap();
+}
+
+/// rdma-core's `riostream -s` (iomap: it maps its buffer, `riowrite`s into ours, polls the
+/// last byte of its own) against our listener playing riostream's server, every byte checked
+/// on both sides, over [`RIOSTREAM`]; riostream's exit status checked.
 #[test]
 #[cfg_attr(
     not(rverbs_vm),
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
-fn interop_stream_riostream_server_refused() {
+fn interop_stream_iomap_riostream_client() {
     let Some(tool) = tool("riostream") else {
         return;
     };
-    let srv = spawn_tool(&tool, 8, &riostream_args("-b", 7721));
-    let t0 = Instant::now();
-    let e = connect_retrying(at(7721)).unwrap_err();
-    let took = t0.elapsed();
-    let (code, text) = finish(srv);
-    eprintln!("our connect: {e} after {took:?}\nriostream server ({code:?}): {text}");
-    assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
-    assert!(e.to_string().contains("iomap"), "{e}");
-    assert!(took < Duration::from_secs(8), "our refusal took {took:?}");
+    for (i, &t) in RIOSTREAM.iter().enumerate() {
+        let port = 7720 + 2 * i as u16;
+        let l = RdmaListener::bind_with(at(port), &riostream_opts()).unwrap();
+        let cl = spawn_tool(&tool, 60, &riostream_args("-s", port, t));
+        let (s, _) = l.accept().unwrap();
+        riostream_role(s, false, t);
+        let (code, text) = finish(cl);
+        eprintln!("riostream client {t:?} ({code:?}): {text}");
+        assert!(
+            code == Some(0) && text.contains("custom"),
+            "riostream client: {code:?} {text}"
+        );
+    }
+}
+
+/// Our client playing riostream's client against rdma-core's `riostream -b`, as above.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn interop_stream_iomap_riostream_server() {
+    let Some(tool) = tool("riostream") else {
+        return;
+    };
+    for (i, &t) in RIOSTREAM.iter().enumerate() {
+        let port = 7721 + 2 * i as u16;
+        let srv = spawn_tool(&tool, 60, &riostream_args("-b", port, t));
+        let c = connect_retrying(at(port), &riostream_opts()).unwrap();
+        riostream_role(c, true, t);
+        let (code, text) = finish(srv);
+        eprintln!("riostream server {t:?} ({code:?}): {text}");
+        assert!(
+            code == Some(0) && text.contains("custom"),
+            "riostream server: {code:?} {text}"
+        );
+    }
 }
 
 // --- many streams on one tokio runtime -----------------------------------------------------

@@ -1,15 +1,17 @@
 //! Data calls: `rrecv`, `rrecvfrom`, `rrecvmsg`, `rread`, `rreadv`, `rsend`, `rsendto`,
-//! `rsendmsg`, `rwrite`, `rwritev`; and iomap (`riomap`, `riounmap`, `riowrite`), which this
-//! library does not support.
+//! `rsendmsg`, `rwrite`, `rwritev`; and iomap (`riomap`, `riounmap`, `riowrite`): direct
+//! placement into buffers the peer maps.
 //!
 //! The C buffers are \[buf\] memory: plain memory of the caller, not registered (the stream
 //! copies between them and its own registered rings), so they are borrowed as byte slices
 //! for the duration of the call, which is the caller's promise.
 
-use std::io::{self, IoSlice, IoSliceMut};
+use std::io::{self, ErrorKind, IoSlice, IoSliceMut};
 use std::sync::atomic::Ordering;
 
 use libc::{c_int, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
+use rverbs_stream::RawIoMap;
+use rverbs_uverbs::mr::register_raw;
 
 use super::{fail, refuse, rs, RSocket};
 
@@ -389,10 +391,32 @@ pub unsafe extern "C" fn rsendmsg(socket: c_int, msg: *const msghdr, flags: c_in
     }
 }
 
-/// `riomap` (direct data placement): not supported, -1 and `ENOSYS`.
+/// One `riomap` of an rsocket: the caller's `(buf, len)`, and the mapping (`None` for
+/// `PROT_NONE`, which the peer cannot write and which nothing here registers).
+pub(crate) struct CMap {
+    addr: usize,
+    len: usize,
+    _map: Option<RawIoMap>,
+}
+
+/// `riomap`: maps the caller's `(buf, len)` for the peer's `riowrite`s at offsets `offset ..
+/// offset + len` (`offset` -1: the address of `buf`), returning the offset. With
+/// `PROT_WRITE` the memory is registered for remote writes and takes one entry of the peer's
+/// iomap table (its `RDMA_IOMAPSIZE`); the peer is told by a message posted at once when a
+/// credit allows, else with the next call that makes progress (rsockets sends it with the
+/// next `rsend` or `riowrite`): the peer knows of it once it received what was sent after.
+/// `PROT_NONE` only records the range for `riounmap` (rsockets registers it locally, for no
+/// use). `flags` is not used, as by rsockets. -1 and `EBADF`, `EINVAL` (`prot` other than
+/// `PROT_WRITE` / `PROT_NONE`, not connected, `len` 0 or beyond `isize::MAX`, an offset
+/// below -1 or overflowing with `len`), `EFAULT` (NULL `buf`), `ENOMEM` (the peer has no iomap
+/// table, or every entry is in use), `EPIPE` (shut down for writing, or the peer is gone), or
+/// the registration's errno.
 ///
 /// # Safety
-/// Never touches its arguments.
+/// \[registered\] `buf` NULL or `len` bytes of the caller's memory, which stay mapped (not
+/// freed, not unmapped) until `riounmap` of the same `(buf, len)` or `rclose` returns; the
+/// peer may write them at any time until then, so the caller reads them as memory another
+/// thread writes (`volatile`, as `riostream` polls its last byte).
 #[no_mangle]
 pub unsafe extern "C" fn riomap(
     socket: c_int,
@@ -402,24 +426,101 @@ pub unsafe extern "C" fn riomap(
     flags: c_int,
     offset: libc::off_t,
 ) -> libc::off_t {
-    let _ = (socket, buf, len, prot, flags, offset);
-    refuse(libc::ENOSYS, "riomap: iomap is not supported") as libc::off_t
+    let _ = flags;
+    let s = rs!(socket);
+    if prot & !libc::PROT_WRITE != 0 {
+        return refuse(libc::EINVAL, "riomap: prot must be PROT_WRITE or PROT_NONE") as _;
+    }
+    let Some(c) = s.stream() else {
+        return refuse(libc::EINVAL, "riomap: the rsocket is not connected") as _;
+    };
+    if buf.is_null() {
+        return refuse(libc::EFAULT, "riomap: a NULL buffer") as _;
+    }
+    if len == 0 || len > isize::MAX as usize {
+        return refuse(libc::EINVAL, "riomap: the length") as _;
+    }
+    let offset = match offset {
+        -1 => buf as usize as u64,
+        o if o < 0 => return refuse(libc::EINVAL, "riomap: a negative offset") as _,
+        o => o as u64,
+    };
+    if offset
+        .checked_add(len as u64)
+        .map_or(true, |end| end > i64::MAX as u64)
+    {
+        return refuse(libc::EINVAL, "riomap: offset + length overflows off_t") as _;
+    }
+    let map = if prot & libc::PROT_WRITE != 0 {
+        // riomap never waits (as rsockets'): the announcement may stay queued.
+        let r = c.iomap_raw(offset, true, |pd, access| {
+            // SAFETY: [registered] the caller's `len` bytes at `buf` stay mapped and theirs until the
+            // mapping is dropped (riounmap of this range, or rclose), this function's contract.
+            unsafe { register_raw(pd, buf as u64, len, access) }
+        });
+        match r {
+            Ok(m) => Some(m),
+            Err(e) if matches!(e.kind(), ErrorKind::Unsupported | ErrorKind::OutOfMemory) => {
+                return refuse(libc::ENOMEM, &format!("{e}")) as _
+            }
+            Err(e) if e.kind() == ErrorKind::NotConnected => {
+                return refuse(libc::EPIPE, &format!("{e}")) as _
+            }
+            Err(e) => return fail(&e) as _,
+        }
+    } else {
+        None
+    };
+    s.lock().maps.push(CMap {
+        addr: buf as usize,
+        len,
+        _map: map,
+    });
+    offset as libc::off_t
 }
 
-/// `riounmap`: not supported (see [`riomap`]), -1 and `ENOSYS`.
+/// `riounmap`: ends the mapping `riomap` made of exactly `(buf, len)`: the memory is
+/// deregistered (a write the peer still makes fails, and ends the connection at its side)
+/// and its entry of the peer's table is free for the next `riomap`. The peer is not told,
+/// as by rsockets. -1 and `EBADF`, `EINVAL` (no mapping of that `(buf, len)`).
 ///
 /// # Safety
-/// Never touches its arguments.
+/// Compares `buf` as an address only.
 #[no_mangle]
 pub unsafe extern "C" fn riounmap(socket: c_int, buf: *mut c_void, len: size_t) -> c_int {
-    let _ = (socket, buf, len);
-    refuse(libc::ENOSYS, "riounmap: iomap is not supported")
+    let s = rs!(socket);
+    let m = {
+        let mut st = s.lock();
+        match st
+            .maps
+            .iter()
+            .position(|m| m.addr == buf as usize && m.len == len)
+        {
+            Some(i) => st.maps.remove(i),
+            None => {
+                return refuse(
+                    libc::EINVAL,
+                    "riounmap: no riomap of that buffer and length",
+                )
+            }
+        }
+    };
+    drop(m);
+    0
 }
 
-/// `riowrite`: not supported (see [`riomap`]), -1 and `ENOSYS`.
+/// `riowrite`: writes `count` bytes of `buf` into the peer's mapping at `offset` (RDMA
+/// WRITEs straight into the buffer the peer's `riomap` mapped there; the peer gets no
+/// message). Returns the bytes posted: all of them blocking; non-blocking (`O_NONBLOCK` or
+/// `MSG_DONTWAIT`) what fits now, -1 and `EAGAIN` when nothing does. -1 and `EBADF`,
+/// `ENOTCONN`, `EFAULT` (NULL `buf` with a count), `EINVAL` (a negative offset; no mapping of
+/// the peer covers `offset .. offset + count` — rsockets writes what its mappings cover and
+/// returns that count, 0 when none does), `EPIPE` (shut down, or the peer is gone),
+/// `EPROTO` (the peer broke the protocol), `ETIMEDOUT`, and after a failed write what
+/// `rsend` then gives.
 ///
 /// # Safety
-/// Never touches its arguments.
+/// \[buf\] `buf` NULL or `count` readable bytes, not written by anyone during the call.
 #[no_mangle]
 pub unsafe extern "C" fn riowrite(
     socket: c_int,
@@ -428,6 +529,21 @@ pub unsafe extern "C" fn riowrite(
     offset: libc::off_t,
     flags: c_int,
 ) -> ssize_t {
-    let _ = (socket, buf, count, offset, flags);
-    refuse(libc::ENOSYS, "riowrite: iomap is not supported") as ssize_t
+    let s = rs!(socket);
+    let Some(c) = s.stream() else {
+        return refuse(libc::ENOTCONN, "riowrite") as ssize_t;
+    };
+    if offset < 0 {
+        return refuse(libc::EINVAL, "riowrite: a negative offset") as ssize_t;
+    }
+    // SAFETY: [buf] the contract.
+    let b = match unsafe { slice(buf, count) } {
+        Ok(b) => b,
+        Err(n) => return refuse(n, "riowrite: the buffer") as ssize_t,
+    };
+    let nb = flags & libc::MSG_DONTWAIT != 0 || s.nonblocking.load(Ordering::Relaxed);
+    match c.iowrite_with(offset as u64, b, nb) {
+        Ok(n) => n as ssize_t,
+        Err(e) => fail(&e) as ssize_t,
+    }
 }

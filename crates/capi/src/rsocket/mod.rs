@@ -41,7 +41,7 @@ pub const RDMA_SQSIZE: c_int = 0;
 pub const RDMA_RQSIZE: c_int = 1;
 /// `RDMA_INLINE`: the largest transfer posted inline.
 pub const RDMA_INLINE: c_int = 2;
-/// `RDMA_IOMAPSIZE`: entries of the iomap table (accepted; iomap is not supported).
+/// `RDMA_IOMAPSIZE`: entries of the iomap table (the peer's `riomap`s).
 pub const RDMA_IOMAPSIZE: c_int = 3;
 /// `RDMA_ROUTE`: a resolved route (accepted; the route is resolved anew at connect).
 pub const RDMA_ROUTE: c_int = 4;
@@ -58,7 +58,6 @@ pub(crate) struct Opts {
     pub nodelay: bool,
     pub v6only: bool,
     pub linger: Option<c_int>,
-    pub iomap_size: c_int,
 }
 
 impl Default for Opts {
@@ -72,7 +71,6 @@ impl Default for Opts {
             nodelay: false,
             v6only: false,
             linger: None,
-            iomap_size: 0,
         }
     }
 }
@@ -92,6 +90,8 @@ pub(crate) enum Role {
 pub(crate) struct State {
     pub role: Role,
     pub opts: Opts,
+    /// The `riomap`s of this rsocket, found again by `riounmap`'s `(buf, len)`.
+    pub maps: Vec<io_calls::CMap>,
 }
 
 /// One rsocket: its fd number and its state.
@@ -365,6 +365,7 @@ fn open(domain: c_int, nonblocking: bool) -> io::Result<c_int> {
         st: Mutex::new(State {
             role: Role::New,
             opts: Opts::default(),
+            maps: Vec::new(),
         }),
     };
     registry().insert(n, Arc::new(s));
@@ -382,7 +383,11 @@ pub unsafe extern "C" fn rclose(socket: c_int) -> c_int {
     let s = registry().remove(&socket);
     match s {
         // Dropped here, outside the registry's lock: the stream's close may wait a second.
+        // The mappings first, and now even if a call still holds the rsocket: the caller
+        // may free their memory once rclose returns (rsockets unmaps them here too).
         Some(s) => {
+            let maps = std::mem::take(&mut s.lock().maps);
+            drop(maps);
             drop(s);
             0
         }

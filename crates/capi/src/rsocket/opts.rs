@@ -14,13 +14,15 @@
 //! | `IPPROTO_IPV6` `IPV6_V6ONLY` | stored |
 //! | `SOL_RDMA` `RDMA_SQSIZE`, `RDMA_RQSIZE` | queue entries, 16 to 65534, for the next stream; `EINVAL` once connected |
 //! | `SOL_RDMA` `RDMA_INLINE` | the inline limit, up to 65534 (the device may grant less) |
-//! | `SOL_RDMA` `RDMA_IOMAPSIZE`, `RDMA_ROUTE` | accepted; no effect (no iomap; the route is resolved at connect) |
+//! | `SOL_RDMA` `RDMA_IOMAPSIZE` | entries of the iomap table the next stream announces (for the peer's `riomap`), 0 to 32512, rounded as rsockets rounds (above 128: down to a multiple of 256); `EINVAL` once connected |
+//! | `SOL_RDMA` `RDMA_ROUTE` | accepted; no effect (the route is resolved at connect) |
 //!
 //! Anything else: `ENOPROTOOPT` (rsockets answers `ENOTSUP`).
 
 use std::sync::atomic::Ordering;
 
 use libc::{c_int, c_void, socklen_t};
+use rverbs_stream::wire::{iomap_size_from_wire, iomap_size_to_wire, MAX_IOMAP_ENTRIES};
 
 use super::{
     refuse, rs, Opts, Role, RDMA_INLINE, RDMA_IOMAPSIZE, RDMA_ROUTE, RDMA_RQSIZE, RDMA_SQSIZE,
@@ -76,7 +78,10 @@ fn set(
         (SOL_RDMA, RDMA_SQSIZE) => o.stream.send_queue = (v as u32).clamp(MIN_QUEUE, MAX_QUEUE),
         (SOL_RDMA, RDMA_RQSIZE) => o.stream.recv_queue = (v as u32).clamp(MIN_QUEUE, MAX_QUEUE),
         (SOL_RDMA, RDMA_INLINE) => o.stream.inline = (v as u32).min(MAX_QUEUE),
-        (SOL_RDMA, RDMA_IOMAPSIZE) => o.iomap_size = v.max(0),
+        (SOL_RDMA, RDMA_IOMAPSIZE) => {
+            let n = v.clamp(0, MAX_IOMAP_ENTRIES as c_int) as u16;
+            o.stream.iomap_entries = iomap_size_from_wire(iomap_size_to_wire(n));
+        }
         (SOL_RDMA, RDMA_ROUTE) => {}
         _ => return Err(libc::ENOPROTOOPT),
     }
@@ -108,7 +113,7 @@ fn get(o: &Opts, level: c_int, name: c_int) -> Result<Value, c_int> {
         (SOL_RDMA, RDMA_SQSIZE) => Value::Int(o.stream.send_queue as c_int),
         (SOL_RDMA, RDMA_RQSIZE) => Value::Int(o.stream.recv_queue as c_int),
         (SOL_RDMA, RDMA_INLINE) => Value::Int(o.stream.inline as c_int),
-        (SOL_RDMA, RDMA_IOMAPSIZE) => Value::Int(o.iomap_size),
+        (SOL_RDMA, RDMA_IOMAPSIZE) => Value::Int(o.stream.iomap_entries as c_int),
         _ => return Err(libc::ENOPROTOOPT),
     })
 }

@@ -339,10 +339,16 @@ fn data_calls_on_an_unconnected_rsocket() {
         // accept on a socket that does not listen
         refused(raccept(fd, null_mut(), null_mut()), libc::EINVAL);
         refused(raccept(fd, bp.cast(), null_mut()), libc::EFAULT);
-        // iomap is not supported
-        refused(riomap(fd, bp, 8, libc::PROT_WRITE, 0, 0), libc::ENOSYS);
-        refused(riounmap(fd, bp, 8), libc::ENOSYS);
-        refused(riowrite(fd, bp, 8, 0, 0) as i64, libc::ENOSYS);
+        // iomap: bad prot first, then not connected (rsockets: EINVAL without a PD), an
+        // unknown range to unmap, and riowrite without a connection.
+        refused(riomap(fd, bp, 8, libc::PROT_READ, 0, 0), libc::EINVAL);
+        refused(riomap(fd, bp, 8, libc::PROT_WRITE, 0, 0), libc::EINVAL);
+        refused(riomap(fd, bp, 8, libc::PROT_NONE, 0, -1), libc::EINVAL);
+        refused(riounmap(fd, bp, 8), libc::EINVAL);
+        refused(riowrite(fd, bp, 8, 0, 0) as i64, libc::ENOTCONN);
+        refused(riomap(-1, bp, 8, libc::PROT_WRITE, 0, 0), libc::EBADF);
+        refused(riounmap(-1, bp, 8), libc::EBADF);
+        refused(riowrite(-1, bp, 8, 0, 0) as i64, libc::EBADF);
         // Zero bytes on an unconnected rsocket: still not connected.
         refused(rrecv(fd, null_mut(), 0, 0) as i64, libc::ENOTCONN);
     }
@@ -398,6 +404,11 @@ fn options_as_rsockets_keeps_them() {
         (RDMA_INLINE, 0, 0),
         (RDMA_INLINE, 1 << 20, 0xfffe),
         (RDMA_IOMAPSIZE, 8, 8),
+        // rsockets' scaled size: above 128 rounded down to a multiple of 256.
+        (RDMA_IOMAPSIZE, 128, 128),
+        (RDMA_IOMAPSIZE, 1000, 768),
+        (RDMA_IOMAPSIZE, 1 << 20, 32512),
+        (RDMA_IOMAPSIZE, -5, 0),
     ] {
         assert_eq!(setint(fd, SOL_RDMA, name, v), 0);
         assert_eq!(getint(fd, SOL_RDMA, name), want, "SOL_RDMA {name} = {v}");
