@@ -503,7 +503,9 @@ pub struct Readiness {
     /// A `read` would not block: data, end of stream (the peer shut down or disconnected, or
     /// our read half is shut down), or an error.
     pub readable: bool,
-    /// A `write` would not block: credits and ring space, or an error it would return.
+    /// A `write` would not block: credits and ring space (while earlier transfers are in
+    /// flight, room for the next transfer: up to 64 KiB, at most half the send ring), or an
+    /// error it would return.
     pub writable: bool,
     /// The connection is over (the peer disconnected or we sent our DISCONNECT) and no
     /// received data is left to read.
