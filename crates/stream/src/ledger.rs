@@ -96,6 +96,8 @@ pub(crate) struct Ledger {
     next_update_slot: usize,
     ctrl_seqno: u32,
     ctrl_max_seqno: u32,
+    /// Size of the next transfer of a large write (see [`Ledger::next_olen`]).
+    olen: u32,
     // --- receive side
     rseq_no: u16,
     rseq_comp: u16,
@@ -137,6 +139,7 @@ impl Ledger {
             next_update_slot: 1,
             ctrl_seqno: 0,
             ctrl_max_seqno: CTRL_SLOTS,
+            olen: OLAP_START,
             rseq_no: 0,
             rseq_comp: (sizes.rq / 2) as u16,
             rbuf_avail: half,
@@ -478,6 +481,53 @@ impl Ledger {
         }
     }
 
+    /// Whether no data transfer is in flight (every one posted has completed).
+    fn sends_idle(&self) -> bool {
+        self.sqe_avail == self.sizes.sq - CTRL_SLOTS
+    }
+
+    /// A write starts: if no transfer is in flight, its transfers start at [`OLAP_START`]
+    /// again, so that its first bytes go out while the rest is copied (rsockets' overlap).
+    /// Unlike rsockets, which restarts at `OLAP_START` in every `rsend`, the size carries
+    /// over from the previous write while its transfers are still in flight: the pipe is
+    /// busy then, and a small transfer gains no overlap. Restarting in every call made a
+    /// stream of 32 KB writes (or a tokio writer's partial writes) five messages each; per
+    /// message the peers pay a post, an ACK, two completions and a receive repost.
+    pub fn start_write(&mut self) {
+        if self.sends_idle() {
+            self.olen = OLAP_START;
+        }
+    }
+
+    /// The most bytes the next transfer of this write may carry (pass it to
+    /// [`Ledger::plan`]); each transfer doubles it, up to [`MAX_TRANSFER`].
+    pub fn next_olen(&mut self) -> u32 {
+        let o = self.olen;
+        if self.olen < MAX_TRANSFER {
+            self.olen <<= 1;
+        }
+        o
+    }
+
+    /// Whether a write with `left` bytes still to send may post its next transfer now:
+    /// [`Ledger::can_send`], and, while earlier transfers are in flight, as much free send
+    /// ring as that transfer may carry (`left`, [`Ledger::next_olen`]'s size, at most half
+    /// the ring). Without the second part a full ring is refilled by the bytes each single
+    /// completion frees, so once its transfers are small (a ramp, a short write) they stay
+    /// small for as long as the writer keeps the ring full: a 32 KB writer on tokio sent
+    /// 2 KB messages. Completions of the transfers in flight free the space, so the wait
+    /// ends; an idle sending side starts at once.
+    pub fn can_send_for(&self, left: usize) -> bool {
+        if !self.can_send() {
+            return false;
+        }
+        if self.sends_idle() {
+            return true;
+        }
+        let want = (left.min(self.olen as usize) as u32).min(self.sizes.sbuf / 2);
+        self.sbuf_avail >= want
+    }
+
     /// Plans the next transfer of at most `left` and `olen` bytes (call when
     /// [`Ledger::can_send`]): takes send ring space, a credit, and target SGL space.
     pub fn plan(&mut self, left: usize, olen: u32) -> Transfer {
@@ -793,6 +843,87 @@ mod tests {
         l.on_send(Msg::encode(MsgOp::DATA, 3000) as u64, true, &"ok");
         let t = l.plan(10_000, MAX_TRANSFER);
         assert_eq!((t.first, t.second), ((0, 3000), 0));
+    }
+
+    /// Writes of 32,000 bytes while earlier transfers are still in flight: the first write
+    /// ramps up from `OLAP_START` (five transfers), every later one goes out as one transfer;
+    /// with the ramp restarted in every write (rsockets' `rsend`), each was five.
+    #[test]
+    fn writes_while_sends_are_in_flight_keep_their_transfer_size() {
+        let big = Sizes {
+            sbuf: 1 << 20,
+            sq: 384,
+            ..sizes()
+        };
+        let mut l = Ledger::new(big, &peer(1000, 1 << 30));
+        let mut inflight = VecDeque::new();
+        let mut per_write = Vec::new();
+        for _ in 0..20 {
+            let (mut left, mut n) = (32_000usize, 0);
+            l.start_write();
+            while left > 0 {
+                assert!(l.can_send());
+                let olen = l.next_olen();
+                let t = l.plan(left, olen);
+                left -= (t.first.1 + t.second) as usize;
+                inflight.push_back(t.imm);
+                n += 1;
+            }
+            per_write.push(n);
+            // The oldest transfer completes: the pipe stays busy.
+            let done = inflight.pop_front().unwrap();
+            l.on_send(done as u64, true, &"ok");
+        }
+        assert_eq!(per_write[0], 5, "{per_write:?}");
+        assert!(per_write[1..].iter().all(|&n| n == 1), "{per_write:?}");
+        // Once every transfer has completed, a write starts small again (its first bytes go
+        // out at once).
+        while let Some(imm) = inflight.pop_front() {
+            l.on_send(imm as u64, true, &"ok");
+        }
+        l.start_write();
+        let olen = l.next_olen();
+        assert_eq!(olen, OLAP_START);
+        l.plan(32_000, olen);
+        assert_eq!(l.next_olen(), 2 * OLAP_START);
+    }
+
+    /// A writer that always has more to send and keeps the 128 KiB ring full, one
+    /// completion at a time: after the first ring's worth, every transfer is a full 64 KiB.
+    /// Posting as soon as `can_send` (2 KiB free) held, each completion's bytes went out
+    /// again as one transfer of the same size, so the ramp's 2 KiB to 32 KiB transfers
+    /// recurred for as long as the ring stayed full.
+    #[test]
+    fn a_full_ring_is_refilled_in_large_transfers() {
+        let s = Sizes {
+            sbuf: 128 * 1024,
+            sq: 384,
+            ..sizes()
+        };
+        let mut l = Ledger::new(s, &peer(60_000, 1 << 30));
+        let mut inflight = VecDeque::new();
+        let mut lens = Vec::new();
+        l.start_write();
+        for _ in 0..100 {
+            while l.can_send_for(usize::MAX) {
+                let olen = l.next_olen();
+                let t = l.plan(1 << 30, olen);
+                lens.push(t.first.1 + t.second);
+                inflight.push_back(t.imm);
+            }
+            let done = inflight.pop_front().unwrap();
+            l.on_send(done as u64, true, &"ok");
+        }
+        assert_eq!(&lens[..6], &[2048, 4096, 8192, 16384, 32768, 65536]);
+        assert!(
+            lens[7..].iter().all(|&n| n == MAX_TRANSFER),
+            "{:?}",
+            &lens[..20]
+        );
+        // A short write still goes out at once (a transfer as large as it needs fits).
+        let done = inflight.pop_front().unwrap();
+        l.on_send(done as u64, true, &"ok");
+        assert!(l.can_send_for(100));
     }
 
     #[test]

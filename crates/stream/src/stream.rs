@@ -18,7 +18,7 @@ use rverbs_uverbs::mr::{AccessFlags, Mr};
 use rverbs_uverbs::qp::{Qp, QpCaps, QpInit, QpState, QpType};
 use rverbs_uverbs::{MrSge, RecvWr, SendFlags, SendOp, SendWr, WcFlags, WcStatus, WorkCompletion};
 
-use crate::ledger::{Fault, Ledger, Sizes, MAX_TRANSFER, OLAP_START, WR_ID_RECV};
+use crate::ledger::{Fault, Ledger, Sizes, WR_ID_RECV};
 use crate::wake::{Sleepers, Wake};
 mod io_impls;
 mod iomap;
@@ -462,7 +462,9 @@ pub struct Readiness {
     /// A `read` would not block: data, end of stream (the peer shut down or disconnected, or
     /// our read half is shut down), or an error.
     pub readable: bool,
-    /// A `write` would not block: credits and ring space, or an error it would return.
+    /// A `write` would not block: credits and ring space (while earlier transfers are in
+    /// flight, room for the next transfer: up to 64 KiB, at most half the send ring), or an
+    /// error it would return.
     pub writable: bool,
     /// The connection is over (the peer disconnected or we sent our DISCONNECT) and no
     /// received data is left to read.
@@ -704,7 +706,7 @@ impl Inner {
             let error = l.fault.is_some();
             Readiness {
                 readable: l.has_data() || !l.readable || error,
-                writable: l.can_send() || !l.writable || error,
+                writable: l.can_send_for(usize::MAX) || !l.writable || error,
                 // Not while data is left to read: poll(2) callers such as rstream treat a
                 // hangup as the end, and the peer's last data precedes its DISCONNECT.
                 hangup: !l.connected && !l.has_data(),
@@ -818,12 +820,13 @@ impl Inner {
         let c = &self.conn;
         let mut st = lock(&self.st);
         let mut written = 0usize;
-        let mut olen = OLAP_START;
+        st.l.start_write();
         // Position in `bufs` of byte `written`.
         let (mut bi, mut bo) = (0usize, 0usize);
         while written < total {
+            let left = total - written;
             let r = self.wait_for(st, deadline, nb, |l| {
-                l.can_send() || !l.writable || l.fault.is_some()
+                l.can_send_for(left) || !l.writable || l.fault.is_some()
             });
             st = match r {
                 Ok(s) => s,
@@ -850,10 +853,8 @@ impl Inner {
                     ))
                 };
             }
+            let olen = st.l.next_olen();
             let t = st.l.plan(total - written, olen);
-            if olen < MAX_TRANSFER {
-                olen <<= 1;
-            }
             // Copy the transfer's bytes into the ring, through `shared`.
             let mut ranges = [
                 (t.first.0 as usize, t.first.1 as usize),

@@ -1,7 +1,7 @@
 //! Stream interop breadth and concurrency (issue 24): rdma-core's `rstream` against ours both
 //! ways across the two-node topology (the veth between `rxe1` and `rxe2`), rdma-core's
 //! `riostream` (rsockets' iomap) against ours playing its peer both ways, and 64 streams of
-//! 10 MB each on one tokio runtime with every byte checked. Runs in the VM (`cargo xtask
+//! 1 MB each on one tokio runtime with every byte checked. Runs in the VM (`cargo xtask
 //! test`): `two_node` tests in the two-node stages, `interop` tests in the host guest.
 
 use std::io::{self, Read, Write};
@@ -449,10 +449,13 @@ mod on_tokio {
             .collect()
     }
 
-    /// 64 streams (`RVERBS_STREAM_CONC_N`), 1 MB each (`RVERBS_STREAM_CONC_MB`; the issue's
-    /// 10 MB did not finish in 200 s under emulation), all on one
-    /// current-thread tokio runtime: a writer task and a reader task per stream, odd write
-    /// and read sizes, every byte checked at the reader; prints the time taken.
+    /// 64 streams (`RVERBS_STREAM_CONC_N`), 1 MB each (`RVERBS_STREAM_CONC_MB`), all on one
+    /// current-thread tokio runtime (`RVERBS_STREAM_CONC_WORKERS`: that many workers of a
+    /// multi-thread one instead), connected all at once: a writer task and a reader task per
+    /// stream, odd write and read sizes, every byte checked at the reader; prints the set-up
+    /// and total times. The issue's 10 MB each is 640 MB at the 3.5–5.5 MB/s that 64 streams
+    /// reach in the emulated guest (rxe's per-packet work; docs/perf.md, "Many streams at
+    /// once"): minutes, so the suite runs 1 MB.
     #[test]
     #[cfg_attr(
         not(rverbs_vm),
@@ -466,24 +469,48 @@ mod on_tokio {
         let l = RdmaListener::bind(at(7730)).unwrap();
         let acc = thread::spawn(move || {
             (0..n)
-                .map(|_| l.accept().unwrap().0)
-                .collect::<Vec<RdmaStream>>()
+                .map(|_| l.accept().unwrap())
+                .collect::<Vec<(RdmaStream, SocketAddr)>>()
         });
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let workers: usize =
+            std::env::var("RVERBS_STREAM_CONC_WORKERS").map_or(0, |v| v.parse().unwrap());
+        let rt = if workers == 0 {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+        } else {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(workers)
+                .enable_all()
+                .build()
+                .unwrap()
+        };
         let t0 = Instant::now();
         let got: Vec<usize> = rt.block_on(async {
+            // All connects at once (each on tokio's blocking pool); the listener accepts
+            // them in whatever order they come, so each server is paired with its client by
+            // address.
+            let connects: Vec<_> = (0..n)
+                .map(|_| {
+                    tokio::spawn(async {
+                        AsyncRdmaStream::connect(at(7730), &StreamOptions::default()).await
+                    })
+                })
+                .collect();
             let mut clients = Vec::new();
-            for _ in 0..n {
-                clients.push(
-                    AsyncRdmaStream::connect(at(7730), &StreamOptions::default())
-                        .await
-                        .unwrap(),
-                );
+            for c in connects {
+                clients.push(c.await.unwrap().unwrap());
             }
-            let servers = acc.join().unwrap();
+            let mut accepted = acc.join().unwrap();
+            let servers: Vec<RdmaStream> = clients
+                .iter()
+                .map(|c| {
+                    let me = c.local_addr().unwrap();
+                    let k = accepted.iter().position(|(_, from)| *from == me).unwrap();
+                    accepted.swap_remove(k).0
+                })
+                .collect();
             let connected = t0.elapsed();
             let mut tasks = Vec::new();
             for (i, (c, s)) in clients.into_iter().zip(servers).enumerate() {

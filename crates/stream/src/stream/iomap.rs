@@ -14,6 +14,7 @@ use rverbs_uverbs::mr::RawMr;
 use rverbs_uverbs::pd::Pd;
 
 use super::*;
+use crate::ledger::{MAX_TRANSFER, OLAP_START};
 use crate::wire::IoMapEntry;
 
 impl Conn {
