@@ -62,15 +62,11 @@ fn fuzz_dir() -> PathBuf {
     util::target_dir().join("fuzz")
 }
 
-/// The nightly toolchain's cargo, through rustup (as the miri stage does).
+/// The nightly toolchain's cargo ([`util::nightly_cargo`]), without the caller's
+/// RUSTFLAGS: the fuzz build sets its own.
 fn nightly_cargo() -> Command {
-    let mut c = Command::new("rustup");
-    c.args(["run", "nightly", "cargo"]);
-    c.env_remove("RUSTUP_TOOLCHAIN")
-        .env_remove("CARGO")
-        .env_remove("RUSTC")
-        .env_remove("RUSTDOC")
-        .env_remove("RUSTFLAGS")
+    let mut c = util::nightly_cargo();
+    c.env_remove("RUSTFLAGS")
         .env_remove("CARGO_ENCODED_RUSTFLAGS");
     c
 }

@@ -14,6 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::testcmd::{parse_results, Counts};
+use crate::util;
 
 /// (package, libtest arguments: name filters and skips) run under Miri.
 const SUITES: &[(&str, &[&str])] = &[
@@ -56,20 +57,7 @@ const SUITES: &[(&str, &[&str])] = &[
 
 fn miri_works() -> bool {
     let ok = |c: &mut Command| c.output().map(|o| o.status.success()).unwrap_or(false);
-    ok(nightly_cargo().args(["miri", "--version"]))
-}
-
-/// The nightly toolchain's cargo, through rustup (a `cargo +nightly` could reach the stable
-/// toolchain's cargo binary directly when `cargo xtask` put it first in PATH).
-fn nightly_cargo() -> Command {
-    let mut c = Command::new("rustup");
-    c.args(["run", "nightly", "cargo"]);
-    // Set by the outer (stable) cargo; the nightly one must pick its own.
-    c.env_remove("RUSTUP_TOOLCHAIN")
-        .env_remove("CARGO")
-        .env_remove("RUSTC")
-        .env_remove("RUSTDOC");
-    c
+    ok(util::nightly_cargo().args(["miri", "--version"]))
 }
 
 /// Runs the stage; returns its counts, notes and duration.
@@ -92,7 +80,7 @@ pub fn stage() -> (Counts, Vec<String>, Duration) {
     let mut total = Counts::default();
     let mut notes = Vec::new();
     for (pkg, filters) in SUITES {
-        let mut cmd = nightly_cargo();
+        let mut cmd = util::nightly_cargo();
         cmd.args(["miri", "test", "-p", pkg, "--lib", "--"])
             .args(filters.iter())
             .env("MIRIFLAGS", "-Zmiri-tree-borrows");

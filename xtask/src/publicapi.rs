@@ -197,17 +197,11 @@ fn compare(
 /// Runs rustdoc's JSON output for `pkg` and reduces it to the inventory's lines.
 fn inventory(pkg: &str, krate: &str, features: &[&str]) -> Result<BTreeSet<String>, String> {
     let target = util::target_dir().join("public-api");
-    let mut cmd = Command::new("rustup");
-    cmd.args([
-        "run", "nightly", "cargo", "rustdoc", "-q", "-p", pkg, "--lib",
-    ])
-    .env_remove("RUSTUP_TOOLCHAIN")
-    .env_remove("CARGO")
-    .env_remove("RUSTC")
-    .env_remove("RUSTDOC")
-    .env_remove("RUSTDOCFLAGS")
-    .env("CARGO_TARGET_DIR", &target)
-    .current_dir(util::workspace_root());
+    let mut cmd = util::nightly_cargo();
+    cmd.args(["rustdoc", "-q", "-p", pkg, "--lib"])
+        .env_remove("RUSTDOCFLAGS")
+        .env("CARGO_TARGET_DIR", &target)
+        .current_dir(util::workspace_root());
     if !features.is_empty() {
         cmd.args(["--features", &features.join(",")]);
     }

@@ -11,12 +11,18 @@
 //! - [`ONCE_PER_KERNEL`]: a long test whose result depends on the kernel but not on the guest
 //!   or the topology. It runs in the first stage of each kernel; the later stages of that kernel
 //!   skip it and count it as skipped, with a note naming the stage it ran in.
+//! - [`ONCE_PER_RUN`]: a long test whose path the other kernel's stages prove with shorter
+//!   tests. It runs in the first stage that can run it; the later stages skip it and count it
+//!   as skipped, with a note naming the stage it ran in.
+//! - [`IN_TWO_NODE_STAGES`]: a long test that runs its one-node case inside a two-node stage
+//!   too. A one-node stage skips it when its kernel has a two-node stage in the run, and
+//!   counts it as skipped with a note naming that stage.
 //!
-//! A user's test filter (`cargo xtask test -- FILTER`) turns both off: every binary then runs
-//! once, in order, with the user's arguments only.
+//! A user's test filter (`cargo xtask test -- FILTER`) turns all of these off: every binary
+//! then runs once, in order, with the user's arguments only.
 
 use crate::build::Artifact;
-use crate::testcmd::Counts;
+use crate::testcmd::{Counts, INTEROP, TWO_NODE};
 
 /// Tests that wait on kernel timers for most of their time: (binary, test name).
 pub const BACKGROUND: &[(&str, &str)] =
@@ -42,6 +48,116 @@ pub const ONCE_PER_KERNEL: &[(&str, &str)] = &[
     ),
 ];
 
+/// Long tests run once per run: (binary, test). What each proves is our library's, and the
+/// other kernel's stages still prove the same path with shorter tests:
+/// - `perftest_interop`: perftest's four tools on our libibverbs with perftest's own TCP
+///   exchange. The other kernel runs the same four tools on ours through the rdma_cm
+///   (`perftest_rdma_cm_interop`, once per host-guest stage) and QPs connected by hand with
+///   rdma-core's `ibv_*_pingpong` (`vm_capi`).
+/// - `rstream_on_our_rsockets_interop`: rdma-core's rstream on our rsockets over its table of
+///   sizes and its three modes. The other kernel runs our rsockets under rcopy, riostream and
+///   the C calls of `vm_rsocket`'s other tests.
+///
+/// Such a test runs in the first stage of the run that can run it (an `interop` test needs
+/// the host guest, a `two_node` one the two-node topology); the later stages skip it and
+/// count it as skipped, with a note naming the stage it ran in.
+pub const ONCE_PER_RUN: &[(&str, &str)] = &[
+    ("capi/vm_capi", "perftest_interop"),
+    ("capi/vm_rsocket", "rstream_on_our_rsockets_interop"),
+];
+
+/// Tests that run both the one-node and the two-node case themselves (rxe_datapath's
+/// `each_topo`: QPs on one device, then on the two devices of the two-node topology), whose
+/// guest does not matter (no C tools), and that are long: (binary, test path). In a two-node
+/// stage they run both cases, so a one-node stage of the same kernel adds nothing: it skips
+/// them when the run has a two-node stage of its kernel, and counts them as skipped with a
+/// note naming that stage. (The threads tests are about 10 s per case under emulation.)
+pub const IN_TWO_NODE_STAGES: &[(&str, &str)] = &[
+    (
+        "rverbs/rxe_datapath",
+        "threads::threads_share_a_qp_and_its_cqs",
+    ),
+    ("rverbs/rxe_datapath", "threads::threads_share_an_srq"),
+    ("rverbs/rxe_datapath", "rings::full_send_and_recv_queues"),
+    ("rverbs/rxe_datapath", "rings::rings_wrap_around"),
+    (
+        "rverbs/rxe_datapath",
+        "reset::qp_cycled_through_reset_works_and_forgets_old_requests",
+    ),
+];
+
+/// One VM stage of a run, as the placement sees it.
+#[derive(Debug, Clone)]
+pub struct StageKey {
+    pub name: String,
+    pub kernel: &'static str,
+    pub host_guest: bool,
+    pub two_node: bool,
+}
+
+impl StageKey {
+    /// Whether this stage runs `test` at all: the minimal guest skips the `interop` tests,
+    /// the one-node topology the `two_node` ones (testcmd's `--skip` arguments).
+    fn runs(&self, test: &str) -> bool {
+        (self.host_guest || !test.contains(INTEROP)) && (self.two_node || !test.contains(TWO_NODE))
+    }
+}
+
+/// A test that this stage leaves to another one: (binary, test, the note's words, e.g. "runs
+/// once per kernel: ran in stage vm 6.1 minimal/one").
+pub type Elsewhere = (&'static str, &'static str, String);
+
+/// The tests the stage `stages[this]` leaves to another stage of the run (`stages`: the VM
+/// stages this run runs, in order): a [`ONCE_PER_RUN`] test when an earlier stage ran it, a
+/// [`ONCE_PER_KERNEL`] test when an earlier stage of its kernel ran it, an
+/// [`IN_TWO_NODE_STAGES`] test in a one-node stage when the run has a two-node stage of its
+/// kernel.
+pub fn elsewhere(stages: &[StageKey], this: usize) -> Vec<Elsewhere> {
+    let me = &stages[this];
+    let mut out = Vec::new();
+    // The first stage (of `among`) that runs `test`, when it is an earlier one.
+    let ran_before = |test: &str, among: &dyn Fn(&StageKey) -> bool| {
+        stages[..this]
+            .iter()
+            .find(|s| among(s) && s.runs(test))
+            .map(|s| s.name.clone())
+    };
+    // A test this stage's guest or topology skips anyway needs no note of its own.
+    for &(bin, test) in ONCE_PER_RUN.iter().filter(|(_, t)| me.runs(t)) {
+        if let Some(first) = ran_before(test, &|_| true) {
+            out.push((
+                bin,
+                test,
+                format!("runs once per run: ran in stage {first}"),
+            ));
+        }
+    }
+    for &(bin, test) in ONCE_PER_KERNEL.iter().filter(|(_, t)| me.runs(t)) {
+        if let Some(first) = ran_before(test, &|s| s.kernel == me.kernel) {
+            out.push((
+                bin,
+                test,
+                format!("runs once per kernel: ran in stage {first}"),
+            ));
+        }
+    }
+    if !me.two_node {
+        if let Some(two) = stages.iter().find(|s| s.kernel == me.kernel && s.two_node) {
+            for &(bin, test) in IN_TWO_NODE_STAGES {
+                out.push((
+                    bin,
+                    test,
+                    format!(
+                        "runs its one-node case in the two-node stage {} (with the two-node case)",
+                        two.name
+                    ),
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// What an entry's run is, for the counting.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Role {
@@ -64,14 +180,14 @@ pub struct Entry {
     pub background: bool,
     /// Waits for the background entries before it starts (the first of these prints `wait`).
     pub after_background: bool,
-    /// Once-per-kernel tests skipped in this entry, with the stage each ran in.
+    /// Tests left to another stage ([`elsewhere`]), with the note's words.
     pub skipped_here: Vec<(&'static str, String)>,
 }
 
-/// The entries of a stage. `once_ran_in`: the earlier stage of this kernel that ran the
-/// once-per-kernel tests (None: this stage runs them). `special`: background and once-per-kernel
-/// placement (false when the user filters tests).
-pub fn plan(tests: &[Artifact], once_ran_in: Option<&str>, special: bool) -> Vec<Entry> {
+/// The entries of a stage. `elsewhere`: the tests another stage runs instead ([`elsewhere`]);
+/// `special`: background placement and `elsewhere` applied (false when the user filters
+/// tests).
+pub fn plan(tests: &[Artifact], elsewhere: &[Elsewhere], special: bool) -> Vec<Entry> {
     let whole = |a: &Artifact| Entry {
         artifact: a.clone(),
         args: Vec::new(),
@@ -88,12 +204,10 @@ pub fn plan(tests: &[Artifact], once_ran_in: Option<&str>, special: bool) -> Vec
     let mut last = Vec::new();
     for a in tests {
         let mut e = whole(a);
-        if let Some(stage) = once_ran_in {
-            for &(bin, test) in ONCE_PER_KERNEL {
-                if bin == a.name {
-                    e.args.extend(["--skip".to_string(), test.to_string()]);
-                    e.skipped_here.push((test, stage.to_string()));
-                }
+        for (bin, test, why) in elsewhere {
+            if *bin == a.name {
+                e.args.extend(["--skip".to_string(), test.to_string()]);
+                e.skipped_here.push((test, why.clone()));
             }
         }
         for &(bin, test) in BACKGROUND {
@@ -144,11 +258,11 @@ pub fn adjust(e: &Entry, c: &mut Counts, notes: &mut Vec<String>) -> Option<Stri
             }
         }
     }
-    for (test, stage) in &e.skipped_here {
+    for (test, why) in &e.skipped_here {
         c.filtered = c.filtered.saturating_sub(1);
         c.ignored += 1;
         notes.push(format!(
-            "{} `{test}` runs once per kernel: ran in stage {stage}, counted as skipped here",
+            "{} `{test}` {why}, counted as skipped here",
             e.artifact.name
         ));
     }
@@ -178,15 +292,29 @@ mod tests {
         let all = BACKGROUND
             .iter()
             .chain(ONCE_PER_KERNEL)
+            .chain(IN_TWO_NODE_STAGES)
             .map(|&(b, t)| (b, Some(t)))
             .chain(COUNTS_DEVICE_OBJECTS.iter().map(|&b| (b, None)));
         for (bin, test) in all {
             let (krate, file) = bin.split_once('/').unwrap();
-            let path = root.join(format!("crates/{krate}/tests/{file}.rs"));
+            let tests = root.join(format!("crates/{krate}/tests"));
+            // A test `module::name` of a binary with modules (tests/<bin>/main.rs and
+            // tests/<bin>/module.rs) is in tests/<bin>/module.rs.
+            let (path, name) = match test.and_then(|t| t.rsplit_once("::")) {
+                Some((module, name)) => (tests.join(file).join(format!("{module}.rs")), name),
+                None if tests.join(file).is_dir() => {
+                    (tests.join(file).join("main.rs"), test.unwrap_or(""))
+                }
+                None => (tests.join(format!("{file}.rs")), test.unwrap_or("")),
+            };
             let src = std::fs::read_to_string(&path)
                 .unwrap_or_else(|e| panic!("{bin}: {}: {e}", path.display()));
-            if let Some(t) = test {
-                assert!(src.contains(&format!("fn {t}(")), "{bin} has no test {t}");
+            if test.is_some() {
+                assert!(
+                    src.contains(&format!("fn {name}(")),
+                    "{bin} has no test {name} in {}",
+                    path.display()
+                );
             }
         }
     }
@@ -199,7 +327,7 @@ mod tests {
             art("cli/rping"),
             art("rverbs/verbs_legacy"),
         ];
-        let p = plan(&tests, None, true);
+        let p = plan(&tests, &[], true);
         let names: Vec<_> = p
             .iter()
             .map(|e| (e.artifact.name.as_str(), e.background, e.after_background))
@@ -228,13 +356,102 @@ mod tests {
         assert!(p[3].args.is_empty());
     }
 
+    fn key(name: &str, kernel: &'static str, two_node: bool) -> StageKey {
+        StageKey {
+            name: name.into(),
+            kernel,
+            host_guest: name.contains("host"),
+            two_node,
+        }
+    }
+
+    /// The default split: 6.1 minimal/one, 6.1 host/two, 6.12 host/one, 6.12 minimal/two.
+    fn default_split() -> Vec<StageKey> {
+        vec![
+            key("vm 6.1 minimal/one", "6.1", false),
+            key("vm 6.1 host/two", "6.1", true),
+            key("vm 6.12 host/one", "6.12", false),
+            key("vm 6.12 minimal/two", "6.12", true),
+        ]
+    }
+
+    fn tests_of(e: &[Elsewhere]) -> Vec<&str> {
+        e.iter().map(|(_, t, _)| *t).collect()
+    }
+
+    #[test]
+    fn each_long_test_runs_once_per_run_or_kernel_and_the_topology_tests_in_two_node_stages() {
+        let stages = default_split();
+        let per_run: Vec<&str> = ONCE_PER_RUN.iter().map(|(_, t)| *t).collect();
+        let per_kernel: Vec<&str> = ONCE_PER_KERNEL.iter().map(|(_, t)| *t).collect();
+        let topo: Vec<&str> = IN_TWO_NODE_STAGES.iter().map(|(_, t)| *t).collect();
+        // 6.1 minimal/one, the first stage: runs the once-per-kernel tests (its guest skips
+        // the interop ones of ONCE_PER_RUN), leaves the topology tests to 6.1 host/two.
+        let e = elsewhere(&stages, 0);
+        assert_eq!(tests_of(&e), topo);
+        assert!(e.iter().all(|(_, _, why)| why.contains("vm 6.1 host/two")));
+        // 6.1 host/two, the first host guest: runs the once-per-run interop tests and the
+        // topology tests; the once-per-kernel ones ran in 6.1 minimal/one.
+        let e = elsewhere(&stages, 1);
+        assert_eq!(tests_of(&e), per_kernel);
+        assert!(e
+            .iter()
+            .all(|(_, _, why)| why.contains("vm 6.1 minimal/one")));
+        // 6.12 host/one: the once-per-run tests ran in 6.1 host/two; it runs 6.12's
+        // once-per-kernel tests; the topology tests go to 6.12 minimal/two.
+        let e = elsewhere(&stages, 2);
+        assert_eq!(tests_of(&e), [per_run, topo].concat());
+        assert!(
+            e[0].2
+                .contains("once per run: ran in stage vm 6.1 host/two"),
+            "{e:?}"
+        );
+        assert!(e.last().unwrap().2.contains("vm 6.12 minimal/two"), "{e:?}");
+        // 6.12 minimal/two: skips the once-per-kernel tests (its guest skips the interop
+        // ones of ONCE_PER_RUN anyway: no second note for them).
+        let e = elsewhere(&stages, 3);
+        assert_eq!(tests_of(&e), per_kernel);
+        assert!(e.last().unwrap().2.contains("vm 6.12 host/one"), "{e:?}");
+    }
+
+    #[test]
+    fn a_once_per_run_interop_test_waits_for_the_first_host_guest() {
+        // `--kernel 6.12`: minimal/one, host/one, host/two.
+        let stages = [
+            key("vm 6.12 minimal/one", "6.12", false),
+            key("vm 6.12 host/one", "6.12", false),
+            key("vm 6.12 host/two", "6.12", true),
+        ];
+        let per_run = |i| {
+            elsewhere(&stages, i)
+                .into_iter()
+                .filter(|(_, t, _)| ONCE_PER_RUN.iter().any(|(_, o)| o == t))
+                .count()
+        };
+        assert_eq!(
+            (per_run(0), per_run(1), per_run(2)),
+            (0, 0, ONCE_PER_RUN.len())
+        );
+    }
+
+    #[test]
+    fn a_one_node_stage_without_a_two_node_stage_of_its_kernel_runs_everything() {
+        // `--stage "6.1 minimal"`: the only stage runs all of it.
+        let only = [key("vm 6.1 minimal/one", "6.1", false)];
+        assert!(elsewhere(&only, 0).is_empty());
+        // The other kernel's two-node stage does not count.
+        let stages = [
+            key("vm 6.1 minimal/one", "6.1", false),
+            key("vm 6.12 minimal/two", "6.12", true),
+        ];
+        assert!(elsewhere(&stages, 0).is_empty());
+        assert!(elsewhere(&stages, 1).is_empty());
+    }
+
     #[test]
     fn later_stages_of_a_kernel_skip_the_once_per_kernel_tests_and_say_so() {
-        let p = plan(
-            &[art("rverbs/verbs_errors")],
-            Some("vm 6.1 minimal/one"),
-            true,
-        );
+        let stages = default_split();
+        let p = plan(&[art("rverbs/verbs_errors")], &elsewhere(&stages, 1), true);
         assert_eq!(p.len(), 1);
         assert_eq!(p[0].args, ["--skip", "ten_thousand_cycles_leak_nothing"]);
         let mut c = Counts {
@@ -252,8 +469,32 @@ mod tests {
     }
 
     #[test]
+    fn a_one_node_stage_skips_the_topology_tests_and_counts_them() {
+        let stages = default_split();
+        let p = plan(&[art("rverbs/rxe_datapath")], &elsewhere(&stages, 2), true);
+        let n = IN_TWO_NODE_STAGES.len();
+        assert_eq!(p[0].args.len(), 2 * n);
+        assert!(p[0]
+            .args
+            .contains(&"threads::threads_share_an_srq".to_string()));
+        let mut c = Counts {
+            passed: 29,
+            filtered: n as u64,
+            ..Default::default()
+        };
+        let mut notes = Vec::new();
+        assert_eq!(adjust(&p[0], &mut c, &mut notes), None);
+        assert_eq!((c.passed, c.ignored, c.filtered), (29, n as u64, 0));
+        assert_eq!(notes.len(), n);
+        assert!(
+            notes[0].contains("two-node stage vm 6.12 minimal/two"),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
     fn a_background_test_that_did_not_run_fails() {
-        let p = plan(&[art("cm/vm_cm")], None, true);
+        let p = plan(&[art("cm/vm_cm")], &[], true);
         let mut c = Counts {
             filtered: 14,
             ..Default::default()
@@ -275,7 +516,7 @@ mod tests {
     #[test]
     fn a_user_filter_turns_the_plan_off() {
         let tests = [art("rverbs/verbs_errors"), art("cm/vm_cm")];
-        let p = plan(&tests, Some("earlier"), false);
+        let p = plan(&tests, &elsewhere(&default_split(), 1), false);
         assert_eq!(p.len(), 2);
         assert!(p
             .iter()

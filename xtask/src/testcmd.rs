@@ -20,9 +20,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Tests whose name contains this need rdma-core's C tools: not run in the minimal guest.
-const INTEROP: &str = "interop";
+pub(crate) const INTEROP: &str = "interop";
 /// Tests with this in their names need the two-node topology; one-node stages skip them.
-const TWO_NODE: &str = "two_node";
+pub(crate) const TWO_NODE: &str = "two_node";
 
 /// Integration-test binaries that open no RDMA device: simulators, fixtures, the mlx5 oracle,
 /// allocation counters and the C layout probes. Nothing in them depends on the kernel, the
@@ -527,8 +527,18 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
     let user_filter = !opts.test_args.is_empty();
     // After the first VM stage: its name and the counts of the device-free binaries in it.
     let mut device_free_ran: Option<(String, Counts)> = None;
-    // Per kernel: the stage that ran its once-per-kernel tests.
-    let mut once_per_kernel_ran: Vec<(&str, String)> = Vec::new();
+    // The VM stages this run runs (`--stage`), for the placement of the long tests.
+    let planned: Vec<stageplan::StageKey> = opts
+        .vm_stages
+        .iter()
+        .map(|&(kernel, guest, topo)| stageplan::StageKey {
+            name: format!("vm {} {}/{}", kernel.name, guest.name(), topo.name()),
+            kernel: kernel.name,
+            host_guest: guest == Guest::Host,
+            two_node: topo == Topo::Two,
+        })
+        .filter(|s| report.wants(&s.name))
+        .collect();
 
     for &(kernel, guest, topo) in &opts.vm_stages {
         let name = format!("vm {} {}/{}", kernel.name, guest.name(), topo.name());
@@ -588,15 +598,10 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
             .filter(|a| device_free_ran.is_none() || !DEVICE_FREE.contains(&a.name.as_str()))
             .cloned()
             .collect();
-        // Background and once-per-kernel placement (xtask/src/stageplan.rs).
-        let once_ran_in = once_per_kernel_ran
-            .iter()
-            .find(|(k, _)| *k == kernel.name)
-            .map(|(_, s)| s.as_str());
-        let entries = stageplan::plan(&stage_tests, once_ran_in, !user_filter);
-        if once_ran_in.is_none() {
-            once_per_kernel_ran.push((kernel.name, name.clone()));
-        }
+        // Background, once-per-kernel and two-node placement (xtask/src/stageplan.rs).
+        let this = planned.iter().position(|s| s.name == name).unwrap_or(0);
+        let elsewhere = stageplan::elsewhere(&planned, this);
+        let entries = stageplan::plan(&stage_tests, &elsewhere, !user_filter);
         let spec = RunSpec {
             guest,
             topo,
@@ -728,7 +733,7 @@ fn siw_stage(
             t,
         );
     }
-    let entries = stageplan::plan(&picked, None, false);
+    let entries = stageplan::plan(&picked, &[], false);
     let mut stage_args = args.to_vec();
     stage_args.push("--include-ignored".into());
     let spec = RunSpec {
@@ -1077,7 +1082,7 @@ RVERBS-VM-TEST: [x] bad: exit 0 after 1 s;
             kind: "test".into(),
             test_harness: true,
         };
-        let entries = stageplan::plan(&[a], None, true);
+        let entries = stageplan::plan(&[a], &[], true);
         let s = runner_script(
             &entries,
             &["--test-threads=1".into(), "a b".into()],
@@ -1109,7 +1114,7 @@ RVERBS-VM-TEST: [x] bad: exit 0 after 1 s;
                 art("cm/vm_cm"),
                 art("cli/rping"),
             ],
-            None,
+            &[],
             true,
         );
         let s = runner_script(

@@ -26,6 +26,20 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
+/// `cargo` of the nightly toolchain, through rustup (the stages that need nightly: public
+/// api, miri, fuzz). A `cargo +nightly` could reach the stable toolchain's cargo binary
+/// directly when `cargo xtask` put it first in PATH, and the variables the outer (stable)
+/// cargo sets would pick the stable tools: the nightly cargo picks its own.
+pub fn nightly_cargo() -> Command {
+    let mut c = Command::new("rustup");
+    c.args(["run", "nightly", "cargo"]);
+    c.env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("CARGO")
+        .env_remove("RUSTC")
+        .env_remove("RUSTDOC");
+    c
+}
+
 /// Where the xtask keeps the bed's cache (kernels, package lists) and its run directories.
 pub fn vm_dir() -> PathBuf {
     target_dir().join("vm")

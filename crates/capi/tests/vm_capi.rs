@@ -8,7 +8,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{cm_tool, env_or, lib_dir, perftest, pyverbs_suite_copy, run, tool, Proc};
+use common::{
+    cm_tool, env_or, lib_dir, perftest_both_ways, pyverbs_on_both, pyverbs_suite_copy,
+    rdmacm_utils_both_ways, run, tool, Proc,
+};
 
 #[test]
 #[cfg_attr(
@@ -161,55 +164,32 @@ fn our_librdmacm_runs_rdmacm_utils_interop() {
             ours_client,
             "rdma-ping-9",
         );
-        cm_tool(
-            &["rdma_server", "-s", a],
-            &["rdma_client", "-s", a],
-            7471,
-            ours_client,
-            "end 0",
-        );
-        cm_tool(
-            &["ucmatose", "-b", a],
-            &["ucmatose", "-s", a],
-            7471,
-            ours_client,
-            "test complete",
-        );
     }
+    rdmacm_utils_both_ways(a);
 }
 
+/// perftest's four tools ([`common::PERFTEST_TOOLS`]), 100 iterations, out-of-band exchange
+/// over TCP: ours as the server against rdma-core's client and, at the same time, as the
+/// client against rdma-core's server.
 #[test]
 #[cfg_attr(
     not(rverbs_vm),
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
 fn perftest_interop() {
-    for (i, prog) in ["ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_write_bw"]
-        .iter()
-        .enumerate()
-    {
-        let port = 18660 + 2 * i as u16;
-        perftest(prog, port, true, false, 100);
-        perftest(prog, port + 1, false, false, 100);
-    }
+    perftest_both_ways(18660, false, 100);
 }
 
 /// The same four tools over the rdma_cm (`-R`), 20 iterations: our librdmacm and libibverbs
-/// as the server against rdma-core's client, then as the client against rdma-core's server.
+/// as the server against rdma-core's client and, at the same time, as the client against
+/// rdma-core's server.
 #[test]
 #[cfg_attr(
     not(rverbs_vm),
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
 fn perftest_rdma_cm_interop() {
-    for (i, prog) in ["ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_write_bw"]
-        .iter()
-        .enumerate()
-    {
-        let port = 18670 + 2 * i as u16;
-        perftest(prog, port, true, true, 20);
-        perftest(prog, port + 1, false, true, 20);
-    }
+    perftest_both_ways(18670, true, 20);
 }
 
 // --- multicast: rdma-core's mckey on our librdmacm -------------------------------------------
@@ -521,41 +501,11 @@ fn pyverbs_atomic_write_interop() {
     }
     let dir = pyverbs_suite_copy("rverbs-pyverbs-aw");
     let dev = env_or("RVERBS_DEV_A", "rxe0");
-    let runs: Vec<_> = [false, true]
-        .into_iter()
-        .map(|ours| {
-            let mut c = Command::new("timeout");
-            c.args([
-                "120",
-                "python3",
-                "run_tests.py",
-                "--dev",
-                &dev,
-                "--gid",
-                "1",
-                "-v",
-            ])
-            .args(["-k", TEST])
-            .current_dir(&dir)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-            if ours {
-                c.env("LD_LIBRARY_PATH", lib_dir());
-            } else {
-                c.env_remove("LD_LIBRARY_PATH");
-            }
-            (ours, c.spawn().unwrap())
-        })
-        .collect();
-    for (ours, child) in runs {
-        let lib = if ours { "ours" } else { "rdma-core's" };
-        let o = child.wait_with_output().unwrap();
-        let out = format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        eprintln!("pyverbs {TEST} on {lib}: {}", o.status);
+    let select = ["-k".to_string(), TEST.to_string()];
+    for py in pyverbs_on_both(&dir, &dev, "1", 120, &select) {
+        let lib = if py.ours { "ours" } else { "rdma-core's" };
+        let out = &py.out;
+        eprintln!("pyverbs {TEST} on {lib}: {}", py.status);
         assert!(
             out.contains("Ran 1 test"),
             "{TEST} on {lib}: not run once: {out}"
@@ -567,7 +517,7 @@ fn pyverbs_atomic_write_interop() {
             .find(|l| !l.trim().is_empty())
             .unwrap_or("");
         assert!(
-            o.status.success() && summary.trim() == "OK",
+            py.status.success() && summary.trim() == "OK",
             "{TEST} on {lib} must pass on 6.12: {out}"
         );
     }

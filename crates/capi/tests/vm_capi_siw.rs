@@ -9,10 +9,11 @@
 //! `--include-ignored`); run anywhere else they fail, never pass silently.
 
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
 
 mod common;
-use common::{cm_tool, env_or, lib_dir, perftest, pyverbs_suite_copy, siw};
+use common::{
+    env_or, perftest_both_ways, pyverbs_on_both, pyverbs_suite_copy, rdmacm_utils_both_ways, siw,
+};
 
 /// The siw device's address, after checking that this is a siw guest.
 fn siw_addr() -> String {
@@ -23,48 +24,23 @@ fn siw_addr() -> String {
     env_or("RVERBS_ADDR_A", "10.10.0.1")
 }
 
-/// `rdma_server`/`rdma_client` (rdma_create_ep, rdma_get_request, inline sends,
-/// rdma_get_*_comp) and `ucmatose` (asynchronous ids, events): each side on ours against the
-/// other on rdma-core's.
+/// `rdma_server`/`rdma_client` and `ucmatose` over siw, each side on ours against the other
+/// on rdma-core's ([`rdmacm_utils_both_ways`]).
 #[test]
 #[ignore = "needs a siw device: runs in the siw stage (cargo xtask test --stage siw)"]
 fn rdmacm_utils_on_the_drop_in_over_siw_interop() {
     let a = siw_addr();
-    let a = a.as_str();
-    for ours_client in [true, false] {
-        cm_tool(
-            &["rdma_server", "-s", a],
-            &["rdma_client", "-s", a],
-            7471,
-            ours_client,
-            "end 0",
-        );
-        cm_tool(
-            &["ucmatose", "-b", a],
-            &["ucmatose", "-s", a],
-            7471,
-            ours_client,
-            "test complete",
-        );
-    }
+    rdmacm_utils_both_ways(&a);
 }
 
 /// perftest over the rdma_cm on siw, 20 iterations: latency of SEND, WRITE and READ and
 /// bandwidth of WRITE (`ib_send_bw` and `ib_read_bw` pass as well, left out for the stage's
-/// time); each tool with our side as the server and, at the same time
-/// on another port, as the client (one perftest start costs seconds under emulation).
+/// time), our side as the server and as the client ([`perftest_both_ways`]).
 #[test]
 #[ignore = "needs a siw device: runs in the siw stage (cargo xtask test --stage siw)"]
 fn perftest_rdma_cm_over_siw_interop() {
     siw_addr();
-    let progs = ["ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_write_bw"];
-    for (i, prog) in progs.iter().enumerate() {
-        let port = 18760 + 2 * i as u16;
-        std::thread::scope(|s| {
-            s.spawn(|| perftest(prog, port, true, true, 20));
-            perftest(prog, port + 1, false, true, 20);
-        });
-    }
+    perftest_both_ways(18760, true, 20);
 }
 
 /// A test's outcome in unittest's verbose log.
@@ -183,46 +159,13 @@ fn pyverbs_over_siw_on_both_libraries_interop() {
     siw_addr();
     let dir = pyverbs_suite_copy("rverbs-pyverbs-siw");
     let dev = env_or("RVERBS_DEV_A", "siw0");
-    let runs: Vec<_> = [false, true]
-        .into_iter()
-        .map(|ours| {
-            let mut c = Command::new("timeout");
-            // siw's one GID (its MAC) is index 0.
-            c.args([
-                "300",
-                "python3",
-                "run_tests.py",
-                "--dev",
-                &dev,
-                "--gid",
-                "0",
-            ])
-            .arg("-v")
-            .args(
-                PYVERBS_MODULES
-                    .iter()
-                    .flat_map(|m| ["-k".into(), format!("tests.{m}.")]),
-            )
-            .current_dir(&dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-            if ours {
-                c.env("LD_LIBRARY_PATH", lib_dir());
-            } else {
-                c.env_remove("LD_LIBRARY_PATH");
-            }
-            c.spawn().unwrap()
-        })
+    let select: Vec<String> = PYVERBS_MODULES
+        .iter()
+        .flat_map(|m| ["-k".into(), format!("tests.{m}.")])
         .collect();
-    let mut logs = runs.into_iter().map(|child| {
-        let o = child.wait_with_output().unwrap();
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    });
-    let (theirs_log, ours_log) = (logs.next().unwrap(), logs.next().unwrap());
+    // siw's one GID (its MAC) is index 0.
+    let [theirs_run, ours_run] = pyverbs_on_both(&dir, &dev, "0", 300, &select);
+    let (theirs_log, ours_log) = (theirs_run.out, ours_run.out);
     let _ = std::fs::remove_dir_all(&dir);
     let theirs = outcomes(&theirs_log);
     let ours = outcomes(&ours_log);

@@ -4,12 +4,11 @@
 //! end and rxe's EOPNOTSUPP) and that no region stays on the PD. Runs in every guest; the
 //! 6.12 kernel has udmabuf, bookworm's 6.1 does not.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 mod common;
-use common::{env_or, Proc};
+use common::{capi_bin, env_or, Proc};
 
 #[test]
 #[cfg_attr(
@@ -35,18 +34,4 @@ fn c_program_gets_rdma_core_errnos_from_ibv_reg_dmabuf_mr() {
     }
     // RVERBS_CAPI_LOG names the fd and the reason of the memfd's refusal.
     assert!(out.contains("is not a dma-buf (/memfd:dmabuf_mr"), "{out}");
-}
-
-/// `<target>/capi/bin/NAME`, found above this test binary.
-fn capi_bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.ancestors()
-        .map(|a| a.join("capi/bin").join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "no capi/bin/{name} above {}: run `cargo xtask capi`",
-                exe.display()
-            )
-        })
 }

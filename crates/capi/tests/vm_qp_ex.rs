@@ -11,12 +11,11 @@
 //! `tests/c/destroy_waits.c`: `ibv_destroy_cq` and `ibv_destroy_srq` wait for the
 //! acknowledgement of an event another thread holds, on ours and on rdma-core's.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 mod common;
-use common::{env_or, Proc};
+use common::{capi_bin, env_or, Proc};
 
 #[test]
 #[cfg_attr(
@@ -29,20 +28,6 @@ fn c_program_posts_with_ibv_wr_and_polls_ibv_cq_ex() {
     let (ok, out) = Proc::spawn(c).finish(Duration::from_secs(60));
     assert!(ok, "{out}");
     assert!(out.contains("all checks passed"), "{out}");
-}
-
-/// `<target>/capi/bin/NAME`, found above this test binary.
-fn capi_bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.ancestors()
-        .map(|a| a.join("capi/bin").join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "no capi/bin/{name} above {}: run `cargo xtask capi`",
-                exe.display()
-            )
-        })
 }
 
 /// Runs `tests/c/ah_from_wc.c` as built `name`; returns its "reply:" lines.

@@ -11,24 +11,14 @@ use std::process::Command;
 use std::time::Duration;
 
 mod common;
-use common::{env_or, Proc};
+use common::{capi_bin, env_or, lib_dir, Proc};
 
-/// `<target>/capi/bin/static_pingpong`, found above this test binary (the guests place
-/// both at their host paths), or `$RVERBS_CAPI_STATIC`.
+/// `<target>/capi/bin/static_pingpong` ([`capi_bin`]), or `$RVERBS_CAPI_STATIC`.
 fn program() -> PathBuf {
-    if let Some(p) = std::env::var_os("RVERBS_CAPI_STATIC") {
-        return PathBuf::from(p);
+    match std::env::var_os("RVERBS_CAPI_STATIC") {
+        Some(p) => PathBuf::from(p),
+        None => capi_bin("static_pingpong"),
     }
-    let exe = std::env::current_exe().unwrap();
-    exe.ancestors()
-        .map(|a| a.join("capi/bin/static_pingpong"))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "no capi/bin/static_pingpong above {}: run `cargo xtask capi`",
-                exe.display()
-            )
-        })
 }
 
 /// The peer tool (`rverbs rc-pingpong` or `ibv_rc_pingpong`) with its device and port.
@@ -41,8 +31,8 @@ fn peer(kind: &str, dev: &str, port: u16) -> Command {
         }
         "ibv_rc_pingpong on ours" => {
             // `cargo xtask capi`'s unmodified copy of Debian's binary.
-            let mut c = Command::new(our_lib_dir().join("../bin/ibv_rc_pingpong.debian"));
-            c.env("LD_LIBRARY_PATH", our_lib_dir());
+            let mut c = Command::new(lib_dir().join("../bin/ibv_rc_pingpong.debian"));
+            c.env("LD_LIBRARY_PATH", lib_dir());
             c
         }
         _ => {
@@ -57,15 +47,6 @@ fn peer(kind: &str, dev: &str, port: u16) -> Command {
     };
     c.args(["-d", dev, "-g", "1", "-n", "50", "-p", &port.to_string()]);
     c
-}
-
-/// `<target>/capi/lib`: our `libibverbs.so.1`, found above this test binary.
-fn our_lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.ancestors()
-        .map(|a| a.join("capi/lib"))
-        .find(|p| p.join("libibverbs.so.1").is_file())
-        .unwrap_or_else(|| panic!("no capi/lib/libibverbs.so.1 above {}", exe.display()))
 }
 
 fn ours(dev: &str, port: u16) -> Command {
@@ -94,7 +75,7 @@ fn both_roles(kind: &str, port: u16) {
             // The loader really mapped our library into Debian's program.
             let maps =
                 std::fs::read_to_string(format!("/proc/{}/maps", server.pid())).unwrap_or_default();
-            let want = our_lib_dir().join("libibverbs.so.1");
+            let want = lib_dir().join("libibverbs.so.1");
             assert!(
                 maps.contains(&*want.to_string_lossy()),
                 "ibv_rc_pingpong did not map {}:\n{maps}",

@@ -202,22 +202,48 @@ pub fn elf_is_static(path: &Path) -> Result<bool> {
 }
 
 fn elf_static_from_bytes(b: &[u8]) -> Option<bool> {
-    if b.len() < 64 || &b[..4] != b"\x7fELF" || b[4] != 2 || b[5] != 1 {
-        return None;
+    const PT_INTERP: u32 = 3;
+    let elf = Elf64::new(b)?;
+    Some(
+        !elf.program_headers()?
+            .iter()
+            .any(|&(ty, _)| ty == PT_INTERP),
+    )
+}
+
+/// A little-endian 64-bit ELF image, read field by field (every read bounds-checked).
+struct Elf64<'a>(&'a [u8]);
+
+impl<'a> Elf64<'a> {
+    fn new(b: &'a [u8]) -> Option<Self> {
+        let ok = b.len() >= 64 && &b[..4] == b"\x7fELF" && b[4] == 2 && b[5] == 1;
+        ok.then_some(Elf64(b))
     }
-    let u16_at = |o: usize| Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?));
-    let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
-    let u64_at = |o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
-    let phoff = usize::try_from(u64_at(0x20)?).ok()?;
-    let phentsize = usize::from(u16_at(0x36)?);
-    let phnum = usize::from(u16_at(0x38)?);
-    for i in 0..phnum {
-        const PT_INTERP: u32 = 3;
-        if u32_at(phoff + i * phentsize)? == PT_INTERP {
-            return Some(false);
-        }
+
+    fn u16_at(&self, o: usize) -> Option<u16> {
+        Some(u16::from_le_bytes(self.0.get(o..o + 2)?.try_into().ok()?))
     }
-    Some(true)
+
+    fn u32_at(&self, o: usize) -> Option<u32> {
+        Some(u32::from_le_bytes(self.0.get(o..o + 4)?.try_into().ok()?))
+    }
+
+    fn u64_at(&self, o: usize) -> Option<usize> {
+        usize::try_from(u64::from_le_bytes(self.0.get(o..o + 8)?.try_into().ok()?)).ok()
+    }
+
+    /// Each program header's type and offset in the image; `None` when the table does not
+    /// fit in the bytes there are.
+    fn program_headers(&self) -> Option<Vec<(u32, usize)>> {
+        let phoff = self.u64_at(0x20)?;
+        let phentsize = usize::from(self.u16_at(0x36)?);
+        (0..usize::from(self.u16_at(0x38)?))
+            .map(|i| {
+                let ph = phoff.checked_add(i.checked_mul(phentsize)?)?;
+                Some((self.u32_at(ph)?, ph))
+            })
+            .collect()
+    }
 }
 
 /// The shared libraries (and the dynamic loader) a dynamically linked program loads, as
@@ -252,28 +278,20 @@ fn parse_ldd(text: &str) -> Vec<PathBuf> {
 /// Whether an ELF image carries the Xen note `XEN_ELFNOTE_PHYS32_ENTRY` (type 18), the PVH
 /// entry point that lets QEMU boot an uncompressed kernel directly.
 pub fn elf_has_pvh_entry(b: &[u8]) -> bool {
+    const PT_NOTE: u32 = 4;
     (|| -> Option<bool> {
-        if b.len() < 64 || &b[..4] != b"\x7fELF" || b[4] != 2 || b[5] != 1 {
-            return None;
-        }
-        let u16_at = |o: usize| Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?));
-        let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
-        let u64_at = |o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
-        let phoff = usize::try_from(u64_at(0x20)?).ok()?;
-        let phentsize = usize::from(u16_at(0x36)?);
-        for i in 0..usize::from(u16_at(0x38)?) {
-            let ph = phoff + i * phentsize;
-            const PT_NOTE: u32 = 4;
-            if u32_at(ph)? != PT_NOTE {
+        let elf = Elf64::new(b)?;
+        for (ty, ph) in elf.program_headers()? {
+            if ty != PT_NOTE {
                 continue;
             }
-            let off = usize::try_from(u64_at(ph + 8)?).ok()?;
-            let size = usize::try_from(u64_at(ph + 32)?).ok()?;
+            let off = elf.u64_at(ph + 8)?;
+            let size = elf.u64_at(ph + 32)?;
             let mut at = off;
             while at + 12 <= off + size {
-                let namesz = u32_at(at)? as usize;
-                let descsz = u32_at(at + 4)? as usize;
-                let ty = u32_at(at + 8)?;
+                let namesz = elf.u32_at(at)? as usize;
+                let descsz = elf.u32_at(at + 4)? as usize;
+                let ty = elf.u32_at(at + 8)?;
                 let name = b.get(at + 12..at + 12 + namesz)?;
                 if name.starts_with(b"Xen") && ty == 18 {
                     return Some(true);
@@ -343,6 +361,47 @@ mod tests {
             b"not an elf file at all, clearly not one at all, no no no no"
         )
         .is_none());
+    }
+
+    /// A minimal ELF64 image: the header, one program header of type `ty` at 64 whose
+    /// segment is `seg` at 120, then `seg`.
+    fn elf_with(ty: u32, seg: &[u8]) -> Vec<u8> {
+        let mut b = vec![0u8; 120];
+        b[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        b[0x20..0x28].copy_from_slice(&64u64.to_le_bytes()); // e_phoff
+        b[0x36..0x38].copy_from_slice(&56u16.to_le_bytes()); // e_phentsize
+        b[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes()); // e_phnum
+        b[64..68].copy_from_slice(&ty.to_le_bytes()); // p_type
+        b[72..80].copy_from_slice(&120u64.to_le_bytes()); // p_offset
+        b[96..104].copy_from_slice(&(seg.len() as u64).to_le_bytes()); // p_filesz
+        b.extend_from_slice(seg);
+        b
+    }
+
+    #[test]
+    fn pvh_note_and_interpreter_found_in_the_program_headers() {
+        // A note "Xen\0" of type 18 (XEN_ELFNOTE_PHYS32_ENTRY) with a 4-byte descriptor.
+        let mut note = Vec::new();
+        for v in [4u32, 4, 18] {
+            note.extend_from_slice(&v.to_le_bytes());
+        }
+        note.extend_from_slice(b"Xen\0\x00\x10\x00\x01");
+        assert!(elf_has_pvh_entry(&elf_with(4, &note)));
+        // Another note type, or the note in a segment that is no PT_NOTE: no PVH entry.
+        let mut other = note.clone();
+        other[8] = 17;
+        assert!(!elf_has_pvh_entry(&elf_with(4, &other)));
+        assert!(!elf_has_pvh_entry(&elf_with(1, &note)));
+        // A note running past the image's end, and no ELF at all.
+        let cut = elf_with(4, &note);
+        assert!(!elf_has_pvh_entry(&cut[..cut.len() - 6]));
+        assert!(!elf_has_pvh_entry(b"not an elf"));
+        // PT_INTERP (3): a dynamic program; a program header table past the end: no answer.
+        assert_eq!(elf_static_from_bytes(&elf_with(3, b"/lib/ld")), Some(false));
+        assert_eq!(elf_static_from_bytes(&elf_with(1, b"")), Some(true));
+        let mut short = elf_with(1, b"");
+        short.truncate(66);
+        assert_eq!(elf_static_from_bytes(&short), None);
     }
 
     #[test]

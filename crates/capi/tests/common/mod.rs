@@ -132,6 +132,21 @@ pub fn lib_dir() -> PathBuf {
         })
 }
 
+/// `<target>/capi/bin/NAME` (a program `cargo xtask capi` built), found above this test
+/// binary: the guests place both at their host paths.
+pub fn capi_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.ancestors()
+        .map(|a| a.join("capi/bin").join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "no capi/bin/{name} above {}: run `cargo xtask capi`",
+                exe.display()
+            )
+        })
+}
+
 /// A command for rdma-core's `tool`, on our library (`ours`) or on rdma-core's.
 pub fn tool(name: &str, ours: bool) -> Command {
     let path = PathBuf::from("/usr/bin").join(name);
@@ -273,6 +288,23 @@ pub fn perftest(prog: &str, port: u16, server_ours: bool, cm: bool, iters: u32) 
     }
 }
 
+/// The perftest tools the interop tests run: latency of SEND, WRITE and READ, bandwidth of
+/// WRITE.
+pub const PERFTEST_TOOLS: [&str; 4] = ["ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_write_bw"];
+
+/// Each of [`PERFTEST_TOOLS`] with our side as the server (port `base + 2i`) and, at the same
+/// time, as the client (port `base + 2i + 1`): one perftest start costs seconds under
+/// emulation, so the two directions overlap. `cm` and `iters` as for [`perftest`].
+pub fn perftest_both_ways(base: u16, cm: bool, iters: u32) {
+    for (i, prog) in PERFTEST_TOOLS.iter().enumerate() {
+        let port = base + 2 * i as u16;
+        std::thread::scope(|s| {
+            s.spawn(|| perftest(prog, port, true, cm, iters));
+            perftest(prog, port + 1, false, cm, iters);
+        });
+    }
+}
+
 /// Waits (at most 20 s) until an rdma_cm id listens on `port`, as iproute2's
 /// `rdma resource show cm_id` lists it (`state LISTEN … src-addr <ip>:<port>`); the rdma_cm's
 /// listen is not a TCP socket — except on iWARP (siw): there the listener is the kernel's TCP
@@ -321,6 +353,81 @@ pub fn cm_tool(server: &[&str], client: &[&str], port: u16, ours_client: bool, c
     assert!(cok && sok, "client:\n{cout}\nserver:\n{sout}");
     let mine = if ours_client { &cout } else { &sout };
     assert!(mine.contains(check), "{check:?} not in:\n{mine}");
+}
+
+/// rdmacm-utils' `rdma_server`/`rdma_client` (rdma_create_ep, rdma_get_request, inline
+/// sends, rdma_get_*_comp) and `ucmatose` (asynchronous ids, events) on `addr`, each side on
+/// ours against the other on rdma-core's ([`cm_tool`]).
+pub fn rdmacm_utils_both_ways(addr: &str) {
+    for ours_client in [true, false] {
+        cm_tool(
+            &["rdma_server", "-s", addr],
+            &["rdma_client", "-s", addr],
+            7471,
+            ours_client,
+            "end 0",
+        );
+        cm_tool(
+            &["ucmatose", "-b", addr],
+            &["ucmatose", "-s", addr],
+            7471,
+            ours_client,
+            "test complete",
+        );
+    }
+}
+
+/// One run of rdma-core's Python suite: on which library, its exit status, and its stdout
+/// followed by its stderr.
+pub struct PyverbsRun {
+    pub ours: bool,
+    pub status: std::process::ExitStatus,
+    pub out: String,
+}
+
+/// rdma-core's Python suite in `dir` (a [`pyverbs_suite_copy`]), `-v`, on device `dev` with
+/// GID index `gid`, the tests chosen by `select` (`-k` arguments), each run killed after
+/// `limit_s` seconds: on rdma-core's libraries and on ours at the same time. Returns
+/// rdma-core's run, then ours.
+pub fn pyverbs_on_both(
+    dir: &std::path::Path,
+    dev: &str,
+    gid: &str,
+    limit_s: u32,
+    select: &[String],
+) -> [PyverbsRun; 2] {
+    let limit = limit_s.to_string();
+    let runs = [false, true].map(|ours| {
+        let mut c = Command::new("timeout");
+        c.args([limit.as_str(), "python3", "run_tests.py", "--dev", dev])
+            .args(["--gid", gid, "-v"])
+            .args(select)
+            .current_dir(dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if ours {
+            c.env("LD_LIBRARY_PATH", lib_dir());
+        } else {
+            c.env_remove("LD_LIBRARY_PATH");
+        }
+        (
+            ours,
+            c.spawn()
+                .unwrap_or_else(|e| panic!("python3 run_tests.py: {e}")),
+        )
+    });
+    runs.map(|(ours, child)| {
+        let o = child.wait_with_output().unwrap();
+        PyverbsRun {
+            ours,
+            status: o.status,
+            out: format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+        }
+    })
 }
 
 /// rdma-core's Python suite (Debian's python3-pyverbs) copied into a fresh folder
