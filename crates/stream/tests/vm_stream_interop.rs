@@ -1,8 +1,9 @@
 //! Stream interop breadth and concurrency (issue 24): rdma-core's `rstream` against ours both
 //! ways across the two-node topology (the veth between `rxe1` and `rxe2`), rdma-core's
-//! `riostream` (rsockets' iomap) against ours playing its peer both ways, and 64 streams of
-//! 1 MB each on one tokio runtime with every byte checked. Runs in the VM (`cargo xtask
-//! test`): `two_node` tests in the two-node stages, `interop` tests in the host guest.
+//! `riostream` (rsockets' iomap) against ours playing its peer both ways, on one node and
+//! across the two, and 64 streams of 1 MB each on one tokio runtime with every byte checked.
+//! Runs in the VM (`cargo xtask test`): `two_node` tests in the two-node stages, `interop`
+//! tests in the host guest.
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -265,6 +266,7 @@ fn connect_retrying(to: SocketAddr, opts: &StreamOptions) -> io::Result<RdmaStre
 /// verified).
 fn riostream_args(
     opt: &str,
+    addr: IpAddr,
     port: u16,
     (size, iters, count): (usize, usize, usize),
 ) -> Vec<String> {
@@ -276,7 +278,7 @@ fn riostream_args(
     );
     [
         opt,
-        &addr_a().to_string(),
+        &addr.to_string(),
         "-p",
         &p,
         "-S",
@@ -390,7 +392,7 @@ fn interop_stream_iomap_riostream_client() {
     for (i, &t) in RIOSTREAM.iter().enumerate() {
         let port = 7720 + 2 * i as u16;
         let l = RdmaListener::bind_with(at(port), &riostream_opts()).unwrap();
-        let cl = spawn_tool(&tool, 60, &riostream_args("-s", port, t));
+        let cl = spawn_tool(&tool, 60, &riostream_args("-s", addr_a(), port, t));
         let (s, _) = l.accept().unwrap();
         riostream_role(s, false, t);
         let (code, text) = finish(cl);
@@ -414,7 +416,7 @@ fn interop_stream_iomap_riostream_server() {
     };
     for (i, &t) in RIOSTREAM.iter().enumerate() {
         let port = 7721 + 2 * i as u16;
-        let srv = spawn_tool(&tool, 60, &riostream_args("-b", port, t));
+        let srv = spawn_tool(&tool, 60, &riostream_args("-b", addr_a(), port, t));
         let c = connect_retrying(at(port), &riostream_opts()).unwrap();
         riostream_role(c, true, t);
         let (code, text) = finish(srv);
@@ -422,6 +424,73 @@ fn interop_stream_iomap_riostream_server() {
         assert!(
             code == Some(0) && text.contains("custom"),
             "riostream server: {code:?} {text}"
+        );
+    }
+}
+
+/// riostream across the two nodes, both ways: rdma-core's `riostream -b A` on node A against
+/// our client from node B, then ours serving on A against `riostream -s A` from node B, over
+/// [`RIOSTREAM`], every byte checked on both sides; node B's veth end carried at least the
+/// payload of each direction's iomap writes.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn interop_stream_two_node_riostream_both_ways() {
+    let Some((a, b)) = two_nodes("interop_stream_two_node_riostream_both_ways") else {
+        return;
+    };
+    let Some(tool) = tool("riostream") else {
+        return;
+    };
+    let a = IpAddr::V4(a);
+    for (i, &t) in RIOSTREAM.iter().enumerate() {
+        // Each side writes size * count bytes per iteration into the other's mapping.
+        let payload = (t.0 * t.1 * t.2) as u64;
+        let port = 7740 + 2 * i as u16;
+        let before = b_tx_bytes();
+        let srv = spawn_tool(&tool, 60, &riostream_args("-b", a, port, t));
+        let c = connect_retrying(SocketAddr::new(a, port), &riostream_opts()).unwrap();
+        assert_eq!(
+            c.local_addr().unwrap().ip(),
+            IpAddr::V4(b),
+            "our client did not leave from node B"
+        );
+        riostream_role(c, true, t);
+        let (code, text) = finish(srv);
+        eprintln!("riostream server on {a} {t:?} ({code:?}): {text}");
+        assert!(
+            code == Some(0) && text.contains("custom"),
+            "riostream server on A: {code:?} {text}"
+        );
+        let sent = b_tx_bytes() - before;
+        assert!(
+            sent >= payload,
+            "node B's netdev sent {sent} bytes for {payload} of payload"
+        );
+
+        let port = port + 1;
+        let before = b_tx_bytes();
+        let l = RdmaListener::bind_with(SocketAddr::new(a, port), &riostream_opts()).unwrap();
+        let cl = spawn_tool(&tool, 60, &riostream_args("-s", a, port, t));
+        let (s, from) = l.accept().unwrap();
+        assert_eq!(
+            from.ip(),
+            IpAddr::V4(b),
+            "riostream did not come from node B"
+        );
+        riostream_role(s, false, t);
+        let (code, text) = finish(cl);
+        eprintln!("riostream client from {b} {t:?} ({code:?}): {text}");
+        assert!(
+            code == Some(0) && text.contains("custom"),
+            "riostream client on B: {code:?} {text}"
+        );
+        let sent = b_tx_bytes() - before;
+        assert!(
+            sent >= payload,
+            "node B's netdev sent {sent} bytes for {payload} of payload"
         );
     }
 }
