@@ -262,6 +262,13 @@ fn full_receive_cq_moves_the_qp_to_err() {
                 element: AsyncElement::Cq(b.cq.user_handle()),
             }
         );
+        // rxe raises CQ_ERR from the completion it could not post, then its responder moves
+        // the QP to ERROR: the event may arrive first (seen on 6.12 under load), so the state
+        // is waited for, bounded by WAIT.
+        let t0 = std::time::Instant::now();
+        while state(&b.qp) != QpState::ERR && t0.elapsed() < WAIT {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         assert_eq!(state(&b.qp), QpState::ERR, "B's QP after its CQ overflowed");
         // What the CQ held stays: the first receives, in order.
         for (i, w) in poll_n(&b.cq, cap_b).iter().enumerate() {
