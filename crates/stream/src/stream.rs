@@ -798,6 +798,46 @@ impl Inner {
         Ok(n)
     }
 
+    /// The wait of a write loop (`write`, `iowrite`) that has sent `written` bytes: until
+    /// `ready`, the peer or a shutdown ends writing, or the stream fails. `Ok`: the lock, to
+    /// go on; `Err`: what the call returns — the bytes written so far if any (a
+    /// `WouldBlock`, a timeout, a fault or the end of writing after some bytes is a short
+    /// write), else the error (`BrokenPipe` when writing has ended).
+    fn wait_to_write<'a>(
+        &'a self,
+        st: MutexGuard<'a, State>,
+        deadline: Option<Instant>,
+        nb: Option<Option<&Waker>>,
+        written: usize,
+        ready: impl Fn(&Ledger) -> bool,
+    ) -> Result<MutexGuard<'a, State>, io::Result<usize>> {
+        let short = |e: io::Error| if written > 0 { Ok(written) } else { Err(e) };
+        let st = match self.wait_for(st, deadline, nb, |l| {
+            ready(l) || !l.writable || l.fault.is_some()
+        }) {
+            Ok(s) => s,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(short(e))
+            }
+            Err(e) => return Err(Err(e)),
+        };
+        if let Some(f) = &st.l.fault {
+            return Err(short(Self::fault_error(f)));
+        }
+        if !st.l.writable {
+            return Err(short(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the stream is shut down for writing or the peer disconnected",
+            )));
+        }
+        Ok(st)
+    }
+
     /// `write` in blocking or non-blocking mode (`nb`), whatever the stream's flag.
     pub(crate) fn write_with(&self, bufs: &[IoSlice<'_>], nb: bool) -> io::Result<usize> {
         self.write_mode(bufs, nb.then_some(None))
@@ -825,34 +865,10 @@ impl Inner {
         let (mut bi, mut bo) = (0usize, 0usize);
         while written < total {
             let left = total - written;
-            let r = self.wait_for(st, deadline, nb, |l| {
-                l.can_send_for(left) || !l.writable || l.fault.is_some()
-            });
-            st = match r {
+            st = match self.wait_to_write(st, deadline, nb, written, |l| l.can_send_for(left)) {
                 Ok(s) => s,
-                Err(e) if written > 0 && e.kind() == io::ErrorKind::WouldBlock => {
-                    return Ok(written)
-                }
-                Err(e) if written > 0 && e.kind() == io::ErrorKind::TimedOut => return Ok(written),
-                Err(e) => return Err(e),
+                Err(end) => return end,
             };
-            if let Some(f) = &st.l.fault {
-                return if written > 0 {
-                    Ok(written)
-                } else {
-                    Err(Self::fault_error(f))
-                };
-            }
-            if !st.l.writable {
-                return if written > 0 {
-                    Ok(written)
-                } else {
-                    Err(io::Error::new(
-                        io::ErrorKind::BrokenPipe,
-                        "the stream is shut down for writing or the peer disconnected",
-                    ))
-                };
-            }
             let olen = st.l.next_olen();
             let t = st.l.plan(total - written, olen);
             // Copy the transfer's bytes into the ring, through `shared`.

@@ -403,39 +403,10 @@ impl Inner {
         let mut written = 0usize;
         let mut olen = OLAP_START;
         while written < buf.len() {
-            let r = self.wait_for(st, deadline, nb, |l| {
-                l.can_write_direct() || !l.writable || l.fault.is_some()
-            });
-            st = match r {
+            st = match self.wait_to_write(st, deadline, nb, written, Ledger::can_write_direct) {
                 Ok(s) => s,
-                Err(e)
-                    if written > 0
-                        && matches!(
-                            e.kind(),
-                            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                        ) =>
-                {
-                    return Ok(written)
-                }
-                Err(e) => return Err(e),
+                Err(end) => return end,
             };
-            if let Some(f) = &st.l.fault {
-                return if written > 0 {
-                    Ok(written)
-                } else {
-                    Err(Self::fault_error(f))
-                };
-            }
-            if !st.l.writable {
-                return if written > 0 {
-                    Ok(written)
-                } else {
-                    Err(io::Error::new(
-                        io::ErrorKind::BrokenPipe,
-                        "the stream is shut down for writing or the peer disconnected",
-                    ))
-                };
-            }
             let at = offset + written as u64;
             let room = (e.offset + e.sge.length as u64 - at) as u32;
             let remote = (e.sge.addr.wrapping_add(at - e.offset), e.sge.key);
