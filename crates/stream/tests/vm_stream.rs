@@ -4,7 +4,7 @@
 //! VM (`cargo xtask test`); the interop tests need the host guest.
 
 use std::io::{IoSlice, IoSliceMut, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr};
+use std::net::Shutdown;
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -14,19 +14,12 @@ use rverbs_cm::{Endpoint, EndpointAttr};
 use rverbs_stream::wire::{ConnData, RsSge};
 use rverbs_stream::{RdmaListener, RdmaStream, StreamOptions};
 
+mod common;
+use common::{addr_a, at, pattern};
+
 #[path = "../examples/rstream.rs"]
 #[allow(dead_code)]
 mod rstream_role;
-
-/// `$RVERBS_ADDR_A` (set by the VM), else 10.10.0.1.
-fn addr_a() -> IpAddr {
-    let s = std::env::var("RVERBS_ADDR_A").unwrap_or_else(|_| "10.10.0.1".into());
-    IpAddr::V4(s.parse::<Ipv4Addr>().expect("RVERBS_ADDR_A"))
-}
-
-fn at(port: u16) -> SocketAddr {
-    SocketAddr::new(addr_a(), port)
-}
 
 /// A listener on `port` and a connected pair (client, server).
 fn pair(port: u16, opts: &StreamOptions) -> (RdmaStream, RdmaStream) {
@@ -39,18 +32,6 @@ fn pair(port: u16, opts: &StreamOptions) -> (RdmaStream, RdmaStream) {
     assert_eq!(s.local_addr().unwrap(), at(port));
     assert_eq!(c.peer_addr().unwrap(), at(port));
     (c, s)
-}
-
-fn pattern(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// 1 B to 4 MiB, each sent by the client, checked and echoed by the server, checked again.

@@ -6,20 +6,14 @@
 //! `riostream` are crates/capi/tests/vm_rsocket.rs's.
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr};
+use std::net::Shutdown;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use rverbs_stream::{RdmaListener, RdmaStream, StreamOptions};
 
-/// `$RVERBS_ADDR_A` (set by the VM), else 10.10.0.1.
-fn at(port: u16) -> SocketAddr {
-    let s = std::env::var("RVERBS_ADDR_A").unwrap_or_else(|_| "10.10.0.1".into());
-    SocketAddr::new(
-        IpAddr::V4(s.parse::<Ipv4Addr>().expect("RVERBS_ADDR_A")),
-        port,
-    )
-}
+mod common;
+use common::{at, pattern};
 
 fn with_iomap(entries: u16) -> StreamOptions {
     StreamOptions {
@@ -34,18 +28,6 @@ fn pair(port: u16, client: StreamOptions, server: StreamOptions) -> (RdmaStream,
     let c = thread::spawn(move || RdmaStream::connect_with(at(port), &client).unwrap());
     let (s, _) = l.accept().unwrap();
     (c.join().unwrap(), s)
-}
-
-fn pattern(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// Sends a one-byte message and waits for the peer's: whatever either side posted before
