@@ -365,13 +365,15 @@ mod tests {
         }
     }
 
-    /// The default split: 6.1 minimal/one, 6.1 host/two, 6.12 host/one, 6.12 minimal/two.
+    /// The default split: 6.1 minimal/one, 6.1 host/two, 6.12 host/one, 6.12 minimal/two,
+    /// newest host/one.
     fn default_split() -> Vec<StageKey> {
         vec![
             key("vm 6.1 minimal/one", "6.1", false),
             key("vm 6.1 host/two", "6.1", true),
             key("vm 6.12 host/one", "6.12", false),
             key("vm 6.12 minimal/two", "6.12", true),
+            key("vm newest host/one", "newest", false),
         ]
     }
 
@@ -412,6 +414,14 @@ mod tests {
         let e = elsewhere(&stages, 3);
         assert_eq!(tests_of(&e), per_kernel);
         assert!(e.last().unwrap().2.contains("vm 6.12 host/one"), "{e:?}");
+        // newest host/one, its kernel's only stage: the once-per-run tests ran in 6.1
+        // host/two; it runs its kernel's once-per-kernel tests and, with no two-node stage of
+        // its kernel, the topology tests' one-node case.
+        let e = elsewhere(&stages, 4);
+        assert_eq!(tests_of(&e), per_run);
+        assert!(e
+            .iter()
+            .all(|(_, _, why)| why.contains("once per run: ran in stage vm 6.1 host/two")));
     }
 
     #[test]
