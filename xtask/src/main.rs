@@ -44,7 +44,7 @@ pub const HELP: &str = "\
 cargo xtask: the rverbs test bed (QEMU guests with soft-RoCE devices)
 
 USAGE:
-    cargo xtask test [--no-vm | --vm-only] [--kernel 6.1|6.12|all] [--stage PART,...]
+    cargo xtask test [--no-vm | --vm-only] [--kernel 6.1|6.12|newest|all] [--stage PART,...]
                      [-- TEST-ARGS...]
         Installs the Debian packages it needs (as root; otherwise it stops with the apt-get
         line), then cargo fmt --check, clippy -D warnings, cargo doc -D warnings, host tests,
@@ -54,12 +54,12 @@ USAGE:
         `xtask: N passed, N failed, N skipped`; exits non-zero on any failure. TEST-ARGS go to
         each libtest binary in the guests (e.g. a test name filter).
         --no-vm: fmt, clippy, doc and host tests only; --vm-only: the VM stages only;
-        --kernel: only that kernel's VM stages (default all: both kernels); --stage: only
+        --kernel: only that kernel's VM stages (default all: three kernels); --stage: only
         the stages whose name contains one of the PARTs (e.g. `--stage 6.12,user`).
-    cargo xtask demo [--kernel 6.1|6.12]
+    cargo xtask demo [--kernel 6.1|6.12|newest]
         Boots the minimal guest, brings up rxe0 and runs: rverbs devinfo -v, then an
         rverbs rdma-server / rdma-client exchange over 10.10.0.1
-    cargo xtask vm [--guest minimal|host] [--topo one|two] [--kernel 6.1|6.12] [--timeout SECS]
+    cargo xtask vm [--guest minimal|host] [--topo one|two] [--kernel K] [--timeout SECS]
                    [--provider rxe|siw] [--verbose] [--shell | -- CMD...]
         Boots a guest, brings up the topology and runs CMD (by sh; a single argument is a
         shell command line). Prints CMD's output and exits with its exit code. Without CMD:
@@ -70,8 +70,10 @@ USAGE:
             --topo one        (default) rxe0 on dummy netdev d0, 10.10.0.1/24
             --topo two        also rxe1 on ve1 (10.20.0.1) and rxe2 on ve2 (10.20.0.2), a
                               veth pair that the traffic between them really crosses
-            --kernel 6.1      (default) Debian 12's kernel; 6.12: Debian 13's; 6.12-bpo:
-                              Debian 12 backports' 6.12 (siw builds for it, 6.12's does not)
+            --kernel 6.1      (default) Debian 12's kernel; 6.12: Debian 13's; newest:
+                              the newest stable kernel of Debian 13 backports (what its
+                              linux-image-amd64 depends on: 7.3 in December 2026);
+                              6.12-bpo: Debian 12 backports' 6.12 (siw builds for it)
             --provider siw    siw devices instead of rxe (siw0 on d0, siw1/siw2 on ve1/ve2);
                               siw.ko is built for the kernel once and cached
             --timeout SECS    kill the guest after SECS (default 600); a hang is a failure
@@ -96,7 +98,7 @@ USAGE:
         runs each (default: all) for N seconds (default 10) over target/fuzz/corpus/TARGET
         plus the seeds in fuzz/corpus/TARGET; a crash is a failure and its input is saved in
         target/fuzz/artifacts/TARGET/. `cargo xtask test` runs it as its `fuzz` stage.
-    cargo xtask setup [--kernel 6.1|6.12|all]
+    cargo xtask setup [--kernel 6.1|6.12|newest|all]
         Prepares everything (packages, kernels, modules, KVM verdict, static build), says where.
     cargo xtask help
 
@@ -309,12 +311,13 @@ fn cmd_vm(args: &[String]) -> Result<u8> {
         payload: &payload,
     };
     eprintln!(
-        "xtask: booting the {} guest ({} topology, {}, {:?}, kernel {}: {})",
+        "xtask: booting the {} guest ({} topology, {}, {:?}, kernel {} {}: {})",
         guest.name(),
         topo.name(),
         provider.name(),
         bed.accel,
         bed.kernel.spec.name,
+        bed.kernel.release,
         bed.kernel.package
     );
     let out = bed.run(&spec)?;
@@ -368,8 +371,8 @@ fn cmd_demo(args: &[String]) -> Result<u8> {
         payload: &payload,
     };
     eprintln!(
-        "xtask: demo: booting the minimal guest ({:?}, kernel {}), creating rxe0 with `rverbs link add`",
-        bed.accel, bed.kernel.spec.name
+        "xtask: demo: booting the minimal guest ({:?}, kernel {} {}), creating rxe0 with `rverbs link add`",
+        bed.accel, bed.kernel.spec.name, bed.kernel.release
     );
     let out = bed.run(&spec)?;
     report_vm(&out);

@@ -11,7 +11,7 @@
 //! - [`ONCE_PER_KERNEL`]: a long test whose result depends on the kernel but not on the guest
 //!   or the topology. It runs in the first stage of each kernel; the later stages of that kernel
 //!   skip it and count it as skipped, with a note naming the stage it ran in.
-//! - [`ONCE_PER_RUN`]: a long test whose path the other kernel's stages prove with shorter
+//! - [`ONCE_PER_RUN`]: a long test whose path the other kernels' stages prove with shorter
 //!   tests. It runs in the first stage that can run it; the later stages skip it and count it
 //!   as skipped, with a note naming the stage it ran in.
 //! - [`IN_TWO_NODE_STAGES`]: a long test that runs its one-node case inside a two-node stage
@@ -49,13 +49,13 @@ pub const ONCE_PER_KERNEL: &[(&str, &str)] = &[
 ];
 
 /// Long tests run once per run: (binary, test). What each proves is our library's, and the
-/// other kernel's stages still prove the same path with shorter tests:
+/// other kernels' stages still prove the same path with shorter tests:
 /// - `perftest_interop`: perftest's four tools on our libibverbs with perftest's own TCP
-///   exchange. The other kernel runs the same four tools on ours through the rdma_cm
+///   exchange. The other kernels run the same four tools on ours through the rdma_cm
 ///   (`perftest_rdma_cm_interop`, once per host-guest stage) and QPs connected by hand with
 ///   rdma-core's `ibv_*_pingpong` (`vm_capi`).
 /// - `rstream_on_our_rsockets_interop`: rdma-core's rstream on our rsockets over its table of
-///   sizes and its three modes. The other kernel runs our rsockets under rcopy, riostream and
+///   sizes and its three modes. The other kernels run our rsockets under rcopy, riostream and
 ///   the C calls of `vm_rsocket`'s other tests.
 ///
 /// Such a test runs in the first stage of the run that can run it (an `interop` test needs
@@ -365,13 +365,15 @@ mod tests {
         }
     }
 
-    /// The default split: 6.1 minimal/one, 6.1 host/two, 6.12 host/one, 6.12 minimal/two.
+    /// The default split: 6.1 minimal/one, 6.1 host/two, 6.12 host/one, 6.12 minimal/two,
+    /// newest host/one.
     fn default_split() -> Vec<StageKey> {
         vec![
             key("vm 6.1 minimal/one", "6.1", false),
             key("vm 6.1 host/two", "6.1", true),
             key("vm 6.12 host/one", "6.12", false),
             key("vm 6.12 minimal/two", "6.12", true),
+            key("vm newest host/one", "newest", false),
         ]
     }
 
@@ -400,7 +402,7 @@ mod tests {
         // 6.12 host/one: the once-per-run tests ran in 6.1 host/two; it runs 6.12's
         // once-per-kernel tests; the topology tests go to 6.12 minimal/two.
         let e = elsewhere(&stages, 2);
-        assert_eq!(tests_of(&e), [per_run, topo].concat());
+        assert_eq!(tests_of(&e), [per_run.clone(), topo].concat());
         assert!(
             e[0].2
                 .contains("once per run: ran in stage vm 6.1 host/two"),
@@ -412,6 +414,14 @@ mod tests {
         let e = elsewhere(&stages, 3);
         assert_eq!(tests_of(&e), per_kernel);
         assert!(e.last().unwrap().2.contains("vm 6.12 host/one"), "{e:?}");
+        // newest host/one, its kernel's only stage: the once-per-run tests ran in 6.1
+        // host/two; it runs its kernel's once-per-kernel tests and, with no two-node stage of
+        // its kernel, the topology tests' one-node case.
+        let e = elsewhere(&stages, 4);
+        assert_eq!(tests_of(&e), per_run);
+        assert!(e
+            .iter()
+            .all(|(_, _, why)| why.contains("once per run: ran in stage vm 6.1 host/two")));
     }
 
     #[test]

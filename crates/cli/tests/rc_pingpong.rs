@@ -201,6 +201,9 @@ fn run_pair(p: Pair) -> Option<(Report, Report)> {
     let mut server = spawn(&sprog, &sargs);
     server.wait_listening(p.port);
     let client = spawn(&cprog, &cargs).finish(Duration::from_secs(120));
+    // Captured by libtest, shown when the test fails: should the server then time out (seen
+    // once on 7.3.4: ibv_rc_pingpong -e as the server, ours the client), what the client did.
+    eprintln!("client ended: {client}");
     let server = server.finish(Duration::from_secs(60));
     assert!(
         client.status.success(),

@@ -1,6 +1,10 @@
 //! Obtains a guest kernel: the Debian package that `linux-image-amd64` of a Debian release
-//! depends on (6.1 of bookworm, 6.12 of trixie), its vmlinuz and the modules the bed needs
-//! (with their dependencies from modules.dep), cached under `<cache>/kernel/<suite>/<package>/`.
+//! depends on (6.1 of bookworm, 6.12 of trixie, the newest stable kernel of trixie-backports),
+//! its vmlinuz and the modules the bed needs (with their dependencies from modules.dep), cached
+//! under `<cache>/kernel/<suite>/<package>/`. From Linux 7.x Debian's `linux-image-<release>`
+//! is itself a meta package: the files are in the packages of the same release it depends on
+//! (`linux-binary-<release>`: vmlinuz; `linux-modules-<release>`: the modules;
+//! `linux-base-<release>`: modules.builtin, config), which are fetched and unpacked together.
 //! The package lists come from a private apt state per release (`<cache>/apt/<suite>/`), so
 //! neither root nor the host's own sources are needed, whatever Debian release the host runs.
 
@@ -43,7 +47,7 @@ const KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
 /// A kernel the bed can boot: a name for the command line and the Debian release it comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KernelSpec {
-    /// What `--kernel` takes: `6.1`, `6.12`.
+    /// What `--kernel` takes: `6.1`, `6.12`, `newest`.
     pub name: &'static str,
     /// The Debian release whose `linux-image-amd64` names the package.
     pub suite: &'static str,
@@ -59,6 +63,13 @@ pub const KERNELS: &[KernelSpec] = &[
         name: "6.12",
         suite: "trixie",
     },
+    // Whatever trixie-backports' `linux-image-amd64` depends on: the newest stable kernel
+    // Debian builds for Debian 13 (7.3 in December 2026). It moves forward when Debian's does;
+    // the release booted is printed in every stage header and by `rverbs-vm prepare`.
+    KernelSpec {
+        name: "newest",
+        suite: "trixie-backports",
+    },
 ];
 
 /// Kernels the bed boots only when asked by name (`--kernel 6.12-bpo`): not in `all`, nor in
@@ -73,7 +84,7 @@ pub const EXTRA_KERNELS: &[KernelSpec] = &[KernelSpec {
 pub const DEFAULT_KERNEL: KernelSpec = KERNELS[0];
 
 impl KernelSpec {
-    /// `6.1`, `6.12`, or a release name (`bookworm`, `trixie`).
+    /// `6.1`, `6.12`, `newest`, or a release name (`bookworm`, `trixie`, `trixie-backports`).
     pub fn parse(s: &str) -> Option<KernelSpec> {
         KERNELS
             .iter()
@@ -241,6 +252,13 @@ impl Apt {
             .into()
         })
     }
+
+    /// The packages of the same release that `package` depends on (from Linux 7.x:
+    /// `linux-base-`, `linux-binary-` and `linux-modules-<release>`; none before).
+    fn kernel_parts(&self, package: &str) -> Result<Vec<String>> {
+        let text = output(self.cmd("apt-cache").args(["depends", package]))?;
+        Ok(parse_parts(&text, package))
+    }
 }
 
 /// The Debian mirrors the host's apt uses (`$RVERBS_TESTBED_MIRROR` first), with the suite
@@ -386,6 +404,21 @@ fn parse_depends(text: &str) -> Option<String> {
         .find(|p| p.starts_with("linux-image-"))
 }
 
+/// The `Depends:` of `apt-cache depends linux-image-<release>` that name a real package
+/// `linux-<part>-<release>` (alternatives and virtual packages, `<...>`, are left out).
+fn parse_parts(text: &str, package: &str) -> Vec<String> {
+    let Some(release) = package.strip_prefix("linux-image-") else {
+        return Vec::new();
+    };
+    let suffix = format!("-{release}");
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("Depends:"))
+        .map(str::trim)
+        .filter(|p| p.starts_with("linux-") && p.ends_with(&suffix) && *p != package)
+        .map(str::to_string)
+        .collect()
+}
+
 fn newest_cached(kdir: &Path) -> Option<String> {
     let mut best: Option<(SystemTime, String)> = None;
     for e in fs::read_dir(kdir).ok()?.flatten() {
@@ -434,33 +467,47 @@ fn extract(apt: &Apt, dir: &Path, package: &str) -> Result<()> {
             bail!("`{tool}` is missing: it is needed to unpack the guest kernel (install apt, dpkg, kmod and xz-utils)");
         }
     }
-    say(format!("downloading {package} (apt-get download)"));
+    let parts = apt.kernel_parts(package)?;
+    let mut packages = vec![package.to_string()];
+    packages.extend(parts);
+    say(format!(
+        "downloading {} (apt-get download)",
+        packages.join(", ")
+    ));
     let t = Instant::now();
     util::run(
         apt.cmd("apt-get")
             .current_dir(&dl)
-            .args(["download", package]),
+            .arg("download")
+            .args(&packages),
     )
     .context(|| format!("the guest kernel package {package} is not obtainable"))?;
-    let deb = fs::read_dir(&dl)
+    let mut debs: Vec<PathBuf> = fs::read_dir(&dl)
         .context(|| format!("cannot list {}", dl.display()))?
         .flatten()
         .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|x| x == "deb"))
-        .ok_or_else(|| {
-            format!(
-                "`apt-get download {package}` left no .deb in {}",
-                dl.display()
-            )
-        })?;
+        .filter(|p| p.extension().is_some_and(|x| x == "deb"))
+        .collect();
+    debs.sort();
+    if debs.len() != packages.len() {
+        bail!(
+            "`apt-get download {}` left {} .deb file(s) in {}, not {}",
+            packages.join(" "),
+            debs.len(),
+            dl.display(),
+            packages.len()
+        );
+    }
     say(format!(
-        "downloaded {} in {}; unpacking",
-        deb.file_name().unwrap_or_default().to_string_lossy(),
+        "downloaded {} package(s) in {}; unpacking",
+        debs.len(),
         util::fmt_secs(t.elapsed())
     ));
     let root = dl.join("root");
-    util::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root))?;
-    let _ = fs::remove_file(&deb);
+    for deb in &debs {
+        util::run(Command::new("dpkg-deb").arg("-x").arg(deb).arg(&root))?;
+        let _ = fs::remove_file(deb);
+    }
 
     let (base, moddir) = ["lib/modules", "usr/lib/modules"]
         .iter()
@@ -503,7 +550,8 @@ fn extract(apt: &Apt, dir: &Path, package: &str) -> Result<()> {
     }
     fs::write(dir.join("modules.order"), names.join("\n") + "\n")
         .context(|| "cannot write modules.order".to_string())?;
-    let vmlinuz = root.join("boot").join(format!("vmlinuz-{release}"));
+    let vmlinuz = vmlinuz_in(&root, &moddir, &release)
+        .ok_or_else(|| format!("{package} and its parts contain no vmlinuz of {release}"))?;
     fs::copy(&vmlinuz, dir.join("vmlinuz"))
         .context(|| format!("cannot copy {}", vmlinuz.display()))?;
     match uncompressed_kernel(&vmlinuz) {
@@ -515,6 +563,17 @@ fn extract(apt: &Apt, dir: &Path, package: &str) -> Result<()> {
     fs::write(dir.join("READY"), format!("{release}\n"))
         .context(|| "cannot mark kernel ready".to_string())?;
     Ok(())
+}
+
+/// The kernel image: `/boot/vmlinuz-<release>` (Debian's packages up to 6.x) or
+/// `/usr/lib/modules/<release>/vmlinuz` (`linux-binary-<release>`, from 7.x).
+fn vmlinuz_in(root: &Path, moddir: &Path, release: &str) -> Option<PathBuf> {
+    [
+        root.join("boot").join(format!("vmlinuz-{release}")),
+        moddir.join("vmlinuz"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
 }
 
 /// Takes the kernel ELF out of a bzImage (the payload is the first xz or zstd stream) and
@@ -775,6 +834,127 @@ kernel/drivers/net/dummy.ko:
             Some("bookworm-backports")
         );
         assert!(!KERNELS.iter().any(|k| k.name == "6.12-bpo"), "opt-in only");
+        assert_eq!(
+            KernelSpec::parse("newest").map(|k| k.suite),
+            Some("trixie-backports")
+        );
+    }
+
+    /// `apt-cache depends linux-image-amd64`, then `apt-cache depends` of what it names, as
+    /// trixie-backports answered on 2026-12-06 (7.3.4: the image package is a meta package).
+    const BPO_META: &str = "\
+linux-image-amd64
+  Depends: linux-base-amd64
+  Depends: linux-image-7.3.4+deb13-amd64
+  Depends: linux-modules-amd64
+";
+    const BPO_IMAGE: &str = "\
+linux-image-7.3.4+deb13-amd64
+  PreDepends: linux-base
+ |Depends: <dracut>
+ |Depends: <initramfs-tools>
+  Depends: <linux-initramfs-tool>
+  Depends: linux-base-7.3.4+deb13-amd64
+  Depends: linux-binary-7.3.4+deb13-amd64
+  Depends: linux-modules-7.3.4+deb13-amd64
+  Breaks: <fwupdate>
+  Breaks: <initramfs-tools>
+  Recommends: <apparmor>
+  Suggests: linux-doc-7.3
+";
+    /// The same for trixie's 6.12 (2026-12-06): one package holds everything.
+    const TRIXIE_IMAGE: &str = "\
+linux-image-6.12.118+deb13-amd64
+  PreDepends: linux-base
+  Depends: kmod
+ |Depends: initramfs-tools
+  Depends: <linux-initramfs-tool>
+    dracut
+    initramfs-tools
+    tiny-initramfs
+  Conflicts: linux-image-6.12.118+deb13-amd64-unsigned
+  Suggests: linux-doc-6.12
+  Replaces: linux-image-6.12.118+deb13-amd64-unsigned
+";
+
+    #[test]
+    fn a_split_kernel_package_names_its_parts() {
+        let image = parse_depends(BPO_META).unwrap();
+        assert_eq!(image, "linux-image-7.3.4+deb13-amd64");
+        assert_eq!(
+            parse_parts(BPO_IMAGE, &image),
+            [
+                "linux-base-7.3.4+deb13-amd64",
+                "linux-binary-7.3.4+deb13-amd64",
+                "linux-modules-7.3.4+deb13-amd64"
+            ]
+        );
+        // 6.x: no parts (`-unsigned` is a Conflicts/Replaces, `linux-base` has no release).
+        assert!(parse_parts(TRIXIE_IMAGE, "linux-image-6.12.118+deb13-amd64").is_empty());
+        assert!(parse_parts(BPO_IMAGE, "not-a-kernel").is_empty());
+    }
+
+    /// modules.dep of 7.3.4 (2026-12-06), the lines the bed needs: `ib_uverbs_support` sits
+    /// between ib_core and ib_uverbs, virtio_pci is built in (listed in linux-base's
+    /// modules.builtin), and crc32_generic is gone (rxe uses the crc32 library).
+    const DEP_7_3: &str = "\
+kernel/net/9p/9pnet_virtio.ko.xz: kernel/net/9p/9pnet.ko.xz kernel/fs/netfs/netfs.ko.xz
+kernel/net/9p/9pnet.ko.xz: kernel/fs/netfs/netfs.ko.xz
+kernel/fs/netfs/netfs.ko.xz:
+kernel/fs/9p/9p.ko.xz: kernel/net/9p/9pnet.ko.xz kernel/fs/netfs/netfs.ko.xz
+kernel/drivers/infiniband/core/ib_core.ko.xz:
+kernel/drivers/infiniband/core/ib_uverbs_support.ko.xz: kernel/drivers/infiniband/core/ib_core.ko.xz
+kernel/drivers/infiniband/core/ib_uverbs.ko.xz: kernel/drivers/infiniband/core/ib_uverbs_support.ko.xz kernel/drivers/infiniband/core/ib_core.ko.xz
+kernel/drivers/infiniband/core/iw_cm.ko.xz: kernel/drivers/infiniband/core/ib_core.ko.xz
+kernel/drivers/infiniband/core/ib_cm.ko.xz: kernel/drivers/infiniband/core/ib_core.ko.xz
+kernel/fs/configfs/configfs.ko.xz:
+kernel/drivers/infiniband/core/rdma_cm.ko.xz: kernel/drivers/infiniband/core/iw_cm.ko.xz kernel/drivers/infiniband/core/ib_cm.ko.xz kernel/fs/configfs/configfs.ko.xz kernel/drivers/infiniband/core/ib_core.ko.xz
+kernel/drivers/infiniband/core/rdma_ucm.ko.xz: kernel/drivers/infiniband/core/ib_uverbs.ko.xz kernel/drivers/infiniband/core/ib_uverbs_support.ko.xz kernel/drivers/infiniband/core/rdma_cm.ko.xz kernel/drivers/infiniband/core/iw_cm.ko.xz kernel/drivers/infiniband/core/ib_cm.ko.xz kernel/fs/configfs/configfs.ko.xz kernel/drivers/infiniband/core/ib_core.ko.xz
+kernel/net/ipv4/udp_tunnel.ko.xz:
+kernel/net/ipv6/ip6_udp_tunnel.ko.xz:
+kernel/drivers/infiniband/sw/rxe/rdma_rxe.ko.xz: kernel/net/ipv6/ip6_udp_tunnel.ko.xz kernel/net/ipv4/udp_tunnel.ko.xz kernel/drivers/infiniband/core/ib_core.ko.xz
+kernel/drivers/net/dummy.ko.xz:
+kernel/drivers/net/veth.ko.xz:
+";
+
+    #[test]
+    fn the_newest_kernels_modules_resolve_with_ib_uverbs_support_first() {
+        let builtin = "kernel/drivers/virtio/virtio_pci.ko\nkernel/lib/crc/crc32.ko\n";
+        let order = resolve(DEP_7_3, builtin, WANTED_MODULES).unwrap();
+        let names: Vec<String> = order.iter().map(|p| module_name(p)).collect();
+        let pos = |m: &str| names.iter().position(|n| n == m).unwrap();
+        assert!(pos("ib_core") < pos("ib_uverbs_support"), "{names:?}");
+        assert!(pos("ib_uverbs_support") < pos("ib_uverbs"), "{names:?}");
+        assert!(pos("netfs") < pos("9pnet"), "{names:?}");
+        assert!(!names
+            .iter()
+            .any(|n| n == "virtio_pci" || n == "crc32_generic"));
+        assert_eq!(names.len(), 17, "{names:?}");
+        // Without linux-base's modules.builtin, the built-in virtio_pci is an error, named.
+        let e = resolve(DEP_7_3, "", WANTED_MODULES).unwrap_err();
+        assert!(e.0.contains("virtio_pci"), "{e}");
+    }
+
+    #[test]
+    fn vmlinuz_is_found_in_boot_or_beside_the_modules() {
+        let dir =
+            std::env::temp_dir().join(format!("rverbs-testbed-vmlinuz-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let moddir = dir.join("usr/lib/modules/7.3.4+deb13-amd64");
+        fs::create_dir_all(&moddir).unwrap();
+        assert_eq!(vmlinuz_in(&dir, &moddir, "7.3.4+deb13-amd64"), None);
+        fs::write(moddir.join("vmlinuz"), "").unwrap();
+        assert_eq!(
+            vmlinuz_in(&dir, &moddir, "7.3.4+deb13-amd64"),
+            Some(moddir.join("vmlinuz"))
+        );
+        fs::create_dir_all(dir.join("boot")).unwrap();
+        fs::write(dir.join("boot/vmlinuz-7.3.4+deb13-amd64"), "").unwrap();
+        assert_eq!(
+            vmlinuz_in(&dir, &moddir, "7.3.4+deb13-amd64"),
+            Some(dir.join("boot/vmlinuz-7.3.4+deb13-amd64"))
+        );
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]

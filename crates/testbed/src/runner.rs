@@ -47,8 +47,10 @@ OPTIONS (each also from the environment variable named after it):
                            one in the host guest (this machine's root, read-only)
     --topo one|two         RVERBS_VM_TOPO; one (default): rxe0 on d0, 10.10.0.1; two: rxe1 on
                            ve1 (10.20.0.1) and rxe2 on ve2 (10.20.0.2), joined by a veth pair
-    --kernel 6.1|6.12      RVERBS_VM_KERNEL; Debian 12's (default) or Debian 13's kernel
-                           (6.12-bpo: Debian 12 backports' 6.12, siw-capable, when named)
+    --kernel 6.1|6.12|newest  RVERBS_VM_KERNEL; Debian 12's (default) or Debian 13's kernel,
+                           or the newest stable one of Debian 13 backports (what its
+                           linux-image-amd64 depends on); 6.12-bpo: Debian 12 backports' 6.12,
+                           siw-capable, when named
     --provider rxe|siw     RVERBS_VM_PROVIDER; rxe (default) or siw devices, named the same
                            way (siw0 on d0, siw1/siw2 on ve1/ve2); siw.ko is built for the
                            guest kernel on first use (Debian's kernels do not build siw)
@@ -305,12 +307,13 @@ pub fn run(o: &Opts) -> Result<u8> {
         payload: &payload,
     };
     say(format!(
-        "{}: booting the {} guest ({} topology, {}, kernel {}, {:?})",
+        "{}: booting the {} guest ({} topology, {}, kernel {} {}, {:?})",
         program.file_name().unwrap_or_default().to_string_lossy(),
         guest.name(),
         o.topo.name(),
         o.provider.name(),
         bed.kernel.spec.name,
+        bed.kernel.release,
         bed.accel
     ));
     let out = bed.run(&spec)?;
@@ -510,7 +513,9 @@ mod tests {
         let e = parse(&args(&["--topo", "three", "x"]), |_| None).unwrap_err();
         assert!(e.0.contains("--topo") && e.0.contains("three"), "{e}");
         let e = parse(&args(&["--kernel", "5.10"]), |_| None).unwrap_err();
-        assert!(e.0.contains("6.1|6.12"), "{e}");
+        assert!(e.0.contains("6.1|6.12|newest"), "{e}");
+        let o = parse(&args(&["--kernel", "newest", "x"]), |_| None).unwrap();
+        assert_eq!(o.kernel.suite, "trixie-backports");
         let e = parse(&args(&["--provider", "efa", "x"]), |_| None).unwrap_err();
         assert!(
             e.0.contains("--provider must be rxe or siw, not `efa`"),

@@ -235,6 +235,37 @@ fn exit_code_output_and_variables_come_back() {
     assert!(stderr.contains("booting the minimal guest"), "{stderr}");
 }
 
+/// `--kernel newest`: whatever Debian 13 backports' `linux-image-amd64` depends on (from 7.x a
+/// meta package whose vmlinuz, modules and modules.builtin are in three other packages) boots,
+/// its rxe port comes up, and the release the runner names is the one the guest runs.
+/// `cargo xtask test` skips it when the run does not include the newest kernel.
+#[test]
+#[ignore = "boots a guest: run by cargo xtask test (stage runner boot tests)"]
+fn the_newest_kernel_boots_with_an_active_rxe_port() {
+    let script = "echo release-$(uname -r)-end; \
+                  cat /sys/class/infiniband/$RVERBS_DEV_A/ports/1/state";
+    let (code, out, err) = run(&[
+        "run",
+        "--kernel",
+        "newest",
+        "--",
+        busybox(),
+        "sh",
+        "-c",
+        script,
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("4: ACTIVE"), "{out}");
+    let release = err
+        .split("kernel newest ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .unwrap_or_else(|| panic!("the runner names no release of the newest kernel: {err}"));
+    assert!(out.contains(&format!("release-{release}-end")), "{out}");
+    // Newer than Debian 13's own 6.12: its backports kernel, not trixie's.
+    assert!(!release.starts_with("6."), "{release}");
+}
+
 #[test]
 #[ignore = "boots a guest: run by cargo xtask test (stage runner boot tests)"]
 fn a_dynamic_program_runs_in_the_host_guest_two_nodes() {
