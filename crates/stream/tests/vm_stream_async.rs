@@ -167,7 +167,12 @@ fn async_listener_dropped_accept_loses_no_connection() {
             }
         } // the accept future is dropped here
         go_tx.send(()).unwrap();
-        let (s, from) = l.accept().await.unwrap();
+        // A listener that lost the connection would wait here for good: bounded, so that
+        // such a bug fails (60 s is far beyond a handshake's time).
+        let (s, from) = tokio::time::timeout(Duration::from_secs(60), l.accept())
+            .await
+            .expect("the connection of the dropped accept was lost")
+            .unwrap();
         go_tx.send(()).unwrap();
         let local = tokio::task::spawn_blocking(move || client.join().unwrap())
             .await
