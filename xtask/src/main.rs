@@ -3,6 +3,7 @@
 
 mod build;
 mod capi;
+mod changelog;
 mod fuzz;
 mod json;
 mod miri;
@@ -93,6 +94,7 @@ USAGE:
         Compares the public surface of the library crates (rustdoc JSON, nightly) with the
         committed inventory api/<crate>.txt; --bless rewrites it. `cargo xtask test` runs it
         as its `public api` stage: every new public item is a reviewed change.
+        Its `changelog` stage checks that every commit changing api/ adds a CHANGELOG.md line.
     cargo xtask fuzz [--seconds N] [TARGET...]
         Builds the fuzz targets of fuzz/ (nightly toolchain, libFuzzer, AddressSanitizer) and
         runs each (default: all) for N seconds (default 10) over target/fuzz/corpus/TARGET

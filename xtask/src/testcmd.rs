@@ -264,6 +264,11 @@ pub fn run(args: &[String]) -> Result<u8> {
             let (counts, notes, took) = crate::publicapi::stage();
             report.add("public api", counts, notes, took);
         }
+        // Every commit that changes api/*.txt adds a line to CHANGELOG.md (xtask/src/changelog.rs).
+        if report.wants("changelog") {
+            let (counts, notes, took) = crate::changelog::stage();
+            report.add("changelog", counts, notes, took);
+        }
         if report.wants("miri") {
             let (counts, notes, took) = crate::miri::stage();
             report.add("miri", counts, notes, took);

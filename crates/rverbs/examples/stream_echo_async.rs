@@ -1,6 +1,7 @@
-//! The echo server and client of `stream_echo.rs`, on tokio: `AsyncRdmaStream` is
-//! `AsyncRead + AsyncWrite`, so `tokio::io::copy`, `into_split` and every tokio-based codec
-//! work on it as on a `TcpStream`. The same bytes on the wire as the threaded version: mix
+//! The echo server and client of `stream_echo.rs`, on tokio: `AsyncRdmaListener` accepts with
+//! `accept().await` as a `TcpListener` does, and `AsyncRdmaStream` is `AsyncRead + AsyncWrite`,
+//! so `tokio::io::copy`, `into_split` and every tokio-based codec work on it as on a
+//! `TcpStream`. The same bytes on the wire as the threaded version: mix
 //! them freely.
 //!
 //! ```text
@@ -14,23 +15,21 @@
 use std::io;
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::Arc;
 
-use rverbs::stream::tokio::AsyncRdmaStream;
-use rverbs::stream::{RdmaListener, StreamOptions};
+use rverbs::stream::tokio::{AsyncRdmaListener, AsyncRdmaStream};
+use rverbs::stream::StreamOptions;
 use tokio::io::AsyncWriteExt;
 use tokio::task::JoinSet;
 
 async fn server(addr: SocketAddr, connections: Option<usize>) -> io::Result<()> {
-    let listener = Arc::new(RdmaListener::bind(addr)?);
-    eprintln!("echoing on {addr}");
+    let mut listener = AsyncRdmaListener::bind(addr)?;
+    eprintln!("echoing on {}", listener.local_addr()?);
     let mut tasks = JoinSet::new();
     for _ in 0..connections.unwrap_or(usize::MAX) {
-        // The listener's accept blocks (it completes the rdma_cm handshake): on tokio's
-        // blocking pool, so the runtime goes on serving the connections it has.
-        let l = Arc::clone(&listener);
-        let (stream, peer) = tokio::task::spawn_blocking(move || l.accept()).await??;
-        let stream = AsyncRdmaStream::from_std(stream)?;
+        // The runtime goes on serving the connections it has while this waits (the rdma_cm
+        // handshake runs on tokio's blocking pool); `accept` is cancel-safe, so it can also be
+        // one branch of a `select!`.
+        let (stream, peer) = listener.accept().await?;
         tasks.spawn(async move {
             // Each half in the hands of `copy`; our shutdown follows the client's.
             let (mut rd, mut wr) = stream.into_split();

@@ -17,15 +17,14 @@
 use std::io;
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::service::service_fn;
 use hyper::{header, Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use rverbs::stream::tokio::AsyncRdmaStream;
-use rverbs::stream::{RdmaListener, StreamOptions};
+use rverbs::stream::tokio::{AsyncRdmaListener, AsyncRdmaStream};
+use rverbs::stream::StreamOptions;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
 
@@ -47,14 +46,12 @@ async fn handle(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, hyper::
 }
 
 async fn server(addr: SocketAddr, connections: Option<usize>) -> io::Result<()> {
-    let listener = Arc::new(RdmaListener::bind(addr)?);
+    let mut listener = AsyncRdmaListener::bind(addr)?;
     eprintln!("serving HTTP/1.1 on {addr}");
     let mut tasks = JoinSet::new();
     for _ in 0..connections.unwrap_or(usize::MAX) {
-        // accept completes the rdma_cm handshake, blocking: on tokio's blocking pool.
-        let l = Arc::clone(&listener);
-        let (stream, peer) = tokio::task::spawn_blocking(move || l.accept()).await??;
-        let io = TokioIo::new(AsyncRdmaStream::from_std(stream)?);
+        let (stream, peer) = listener.accept().await?;
+        let io = TokioIo::new(stream);
         tasks.spawn(async move {
             let conn =
                 hyper::server::conn::http1::Builder::new().serve_connection(io, service_fn(handle));

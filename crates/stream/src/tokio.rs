@@ -25,6 +25,10 @@ use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 
 use crate::{RdmaStream, StreamOptions};
 
+mod iowrite;
+mod listener;
+pub use listener::AsyncRdmaListener;
+
 /// One direction: the stream and a registration of its readiness fd.
 #[derive(Debug)]
 struct Half {

@@ -344,14 +344,15 @@ impl RdmaStream {
     /// after a failure (a write the peer's device refused, for a mapping it dropped, ends
     /// the stream); `TimedOut` after the write timeout.
     pub fn iowrite(&self, offset: u64, buf: &[u8]) -> io::Result<usize> {
-        self.inner
-            .iowrite_mode(offset, buf, self.inner.nonblocking.load(Ordering::Relaxed))
+        let nb = self.inner.nonblocking.load(Ordering::Relaxed);
+        self.inner.iowrite_mode(offset, buf, nb.then_some(None))
     }
 
     /// [`RdmaStream::iowrite`] in non-blocking mode or blocking, for this call only (the C
     /// API's `riowrite` with `MSG_DONTWAIT`).
     pub fn iowrite_with(&self, offset: u64, buf: &[u8], nonblocking: bool) -> io::Result<usize> {
-        self.inner.iowrite_mode(offset, buf, nonblocking)
+        self.inner
+            .iowrite_mode(offset, buf, nonblocking.then_some(None))
     }
 }
 
@@ -392,13 +393,30 @@ impl Inner {
         )))
     }
 
-    fn iowrite_mode(&self, offset: u64, buf: &[u8], nb: bool) -> io::Result<usize> {
+    /// Non-blocking `iowrite`; on `WouldBlock`, `waker` is woken by the next progress another
+    /// handle makes (as `write_waking`).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn iowrite_waking(
+        &self,
+        offset: u64,
+        buf: &[u8],
+        waker: &Waker,
+    ) -> io::Result<usize> {
+        self.iowrite_mode(offset, buf, Some(Some(waker)))
+    }
+
+    /// `iowrite`: blocking (`nb` `None`) or not (with a waker to register or none).
+    fn iowrite_mode(
+        &self,
+        offset: u64,
+        buf: &[u8],
+        nb: Option<Option<&Waker>>,
+    ) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
         }
         let e = self.peer_mapping(offset, buf.len())?;
         let deadline = lock(&self.write_timeout).map(|t| Instant::now() + t);
-        let nb = nb.then_some(None);
         let mut st = lock(&self.st);
         let mut written = 0usize;
         let mut olen = OLAP_START;

@@ -61,6 +61,40 @@ impl RdmaListener {
         let ev = id
             .take_event()
             .ok_or_else(|| io::Error::other("accept: the connection request event is missing"))?;
+        Self::accept_request(id, ev, opts)
+    }
+
+    /// The listener's options for the streams it accepts.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn options(&self) -> StreamOptions {
+        self.opts
+    }
+
+    /// The next connection request if one is queued, without waiting (when none is, the
+    /// kernel's queue was read to its end): the new id, moved to a channel of its own as
+    /// [`CmId::get_request`] does, and its CONNECT_REQUEST event. Another event on the
+    /// listening id is an error naming it.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn try_request(&self) -> io::Result<Option<(CmId, rverbs_cm::CmEvent)>> {
+        let Some(mut ev) = self.id.try_next_event()? else {
+            return Ok(None);
+        };
+        ev.check("accept", &[CmEventKind::CONNECT_REQUEST])?;
+        let mut id = ev.take_id().ok_or_else(|| {
+            io::Error::other("accept: a connection request without its new rdma_cm id")
+        })?;
+        id.migrate(None)?;
+        Ok(Some((id, ev)))
+    }
+
+    /// Answers one connection request (`id` and its CONNECT_REQUEST event `ev`): the
+    /// rsockets handshake of [`RdmaListener::accept`], blocking until the connection is
+    /// established.
+    pub(crate) fn accept_request(
+        id: CmId,
+        ev: rverbs_cm::CmEvent,
+        opts: &StreamOptions,
+    ) -> io::Result<(RdmaStream, SocketAddr)> {
         let (_, from) = addrs(&id);
         let who = from.map_or_else(|| "an unknown peer".to_string(), |a| a.to_string());
         let peer = match ConnData::parse(ev.private_data()) {
