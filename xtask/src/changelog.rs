@@ -1,13 +1,14 @@
 //! The `changelog` stage of `cargo xtask test`: a change to the public-API inventory
 //! (`api/*.txt`) comes with a line in CHANGELOG.md.
 //!
-//! The rule, checked on git's history: every non-merge commit since the one that added
-//! CHANGELOG.md (`git log --no-merges BASE..HEAD`) that changes a file under `api/` also adds
-//! at least one line to CHANGELOG.md that is neither blank nor a heading; and so do the
-//! uncommitted changes of the working tree (`git diff HEAD`). Each commit is judged alone, so a
-//! later commit's line does not excuse an earlier commit, and a line added once does not cover
-//! the crate's later changes. Merges are left out: a merge combines commits that were each
-//! checked (a conflict resolved inside `api/` is the one thing it does not see).
+//! The rule, checked on git's history: every commit of the main line since the one that added
+//! CHANGELOG.md (`git log --first-parent BASE..HEAD`) that changes a file under `api/` also
+//! adds at least one line to CHANGELOG.md that is neither blank nor a heading; and so do the
+//! uncommitted changes of the working tree (`git diff HEAD`). A merge on the main line is
+//! judged by everything it brings in (its diff against its first parent), so a branch's commits
+//! count together, as one submission, and a conflict resolved inside `api/` is seen too. Each
+//! commit of the main line is judged alone, so a later commit's line does not excuse an earlier
+//! one, and a line added once does not cover the crate's later changes.
 //!
 //! Without git, outside a git checkout, or in a shallow clone (the base commit is not there),
 //! the stage says so and counts one skipped, never a pass.
@@ -157,7 +158,8 @@ pub fn check(root: &Path) -> Outcome {
         root,
         &[
             "log",
-            "--no-merges",
+            "--first-parent",
+            "--diff-merges=first-parent",
             "--no-renames",
             "-p",
             "--unified=0",
@@ -171,7 +173,7 @@ pub fn check(root: &Path) -> Outcome {
         Ok(s) => s,
         Err(e) => return Outcome::Failed(vec![e]),
     };
-    let commits = match git(root, &["rev-list", "--no-merges", "--count", &range]) {
+    let commits = match git(root, &["rev-list", "--first-parent", "--count", &range]) {
         Ok(s) => s.trim().to_string(),
         Err(e) => return Outcome::Failed(vec![e]),
     };
@@ -197,7 +199,7 @@ pub fn check(root: &Path) -> Outcome {
     if bad.is_empty() {
         let short = &base[..base.len().min(9)];
         Outcome::Passed(format!(
-            "{commits} commits since CHANGELOG.md appeared ({short}), {} touching api/ or \
+            "{commits} commits of the main line since CHANGELOG.md appeared ({short}), {} touching api/ or \
              CHANGELOG.md, each api/ change with a CHANGELOG line",
             changes
                 .iter()
@@ -400,6 +402,46 @@ diff --git a/CHANGELOG.md b/CHANGELOG.md
             Outcome::Failed(v) => {
                 assert_eq!(v.len(), 1, "{v:?}");
                 assert!(v[0].contains("c alone changes api/a.txt"), "{v:?}");
+            }
+            o => panic!("{o:?}"),
+        }
+
+        // A branch merged into the main line counts as one: its api/ change and its line in
+        // two commits pass together; a merge that brings an api/ change and no line fails.
+        commit(&d, &[("CHANGELOG.md", "- c again\n")], "main line mended");
+        let main = String::from_utf8(
+            Command::new("git")
+                .args(["-C"])
+                .arg(&d)
+                .args(["rev-parse", "--abbrev-ref", "HEAD"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        let main = main.trim();
+        // The mended line does not excuse `c alone`: reset the history to before it.
+        run_git(&d, &["reset", "-q", "--hard", "HEAD~3"]);
+        run_git(&d, &["checkout", "-q", "-b", "topic"]);
+        commit(&d, &[("api/a.txt", "fn d()\n")], "d");
+        commit(&d, &[("CHANGELOG.md", "- d added\n")], "d's line");
+        run_git(&d, &["checkout", "-q", main]);
+        run_git(
+            &d,
+            &["merge", "-q", "--no-ff", "-m", "merge topic", "topic"],
+        );
+        assert!(matches!(check(&d), Outcome::Passed(_)), "{:?}", check(&d));
+        run_git(&d, &["checkout", "-q", "-b", "topic2"]);
+        commit(&d, &[("api/a.txt", "fn e()\n")], "e");
+        run_git(&d, &["checkout", "-q", main]);
+        run_git(
+            &d,
+            &["merge", "-q", "--no-ff", "-m", "merge topic2", "topic2"],
+        );
+        match check(&d) {
+            Outcome::Failed(v) => {
+                assert_eq!(v.len(), 1, "{v:?}");
+                assert!(v[0].contains("merge topic2 changes api/a.txt"), "{v:?}");
             }
             o => panic!("{o:?}"),
         }
