@@ -307,10 +307,10 @@ impl RdmaStream {
         slot.len = sge.length;
         let mut st = lock(&inner.st);
         st.l.fill_slot(index, IoMapEntry { offset, sge });
-        inner.progress(&mut st, false)?;
+        inner.progress(&mut st, 0)?;
         if !nonblocking {
             let deadline = lock(&inner.write_timeout).map(|t| Instant::now() + t);
-            st = inner.wait_for(st, deadline, None, |l| {
+            st = inner.wait_for(st, deadline, Mode::Block, |l| {
                 !l.is_pending(index) || l.fault.is_some() || !l.writable
             })?;
             if st.l.is_pending(index) {
@@ -344,14 +344,19 @@ impl RdmaStream {
     /// after a failure (a write the peer's device refused, for a mapping it dropped, ends
     /// the stream); `TimedOut` after the write timeout.
     pub fn iowrite(&self, offset: u64, buf: &[u8]) -> io::Result<usize> {
-        self.inner
-            .iowrite_mode(offset, buf, self.inner.nonblocking.load(Ordering::Relaxed))
+        self.inner.iowrite_mode(
+            offset,
+            buf,
+            Mode::of(self.inner.nonblocking.load(Ordering::Relaxed)),
+        )
     }
 
     /// [`RdmaStream::iowrite`] in non-blocking mode or blocking, for this call only (the C
-    /// API's `riowrite` with `MSG_DONTWAIT`).
+    /// API's `riowrite` with `MSG_DONTWAIT`); non-blocking, a `WouldBlock` does not arm the
+    /// stream (see [`RdmaStream::recv_vectored`]).
     pub fn iowrite_with(&self, offset: u64, buf: &[u8], nonblocking: bool) -> io::Result<usize> {
-        self.inner.iowrite_mode(offset, buf, nonblocking)
+        self.inner
+            .iowrite_mode(offset, buf, Mode::or_try(nonblocking))
     }
 }
 
@@ -392,18 +397,17 @@ impl Inner {
         )))
     }
 
-    fn iowrite_mode(&self, offset: u64, buf: &[u8], nb: bool) -> io::Result<usize> {
+    fn iowrite_mode(&self, offset: u64, buf: &[u8], mode: Mode<'_>) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
         }
         let e = self.peer_mapping(offset, buf.len())?;
         let deadline = lock(&self.write_timeout).map(|t| Instant::now() + t);
-        let nb = nb.then_some(None);
         let mut st = lock(&self.st);
         let mut written = 0usize;
         let mut olen = OLAP_START;
         while written < buf.len() {
-            st = match self.wait_to_write(st, deadline, nb, written, Ledger::can_write_direct) {
+            st = match self.wait_to_write(st, deadline, mode, written, Ledger::can_write_direct) {
                 Ok(s) => s,
                 Err(end) => return end,
             };
