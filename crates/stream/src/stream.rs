@@ -61,6 +61,9 @@ struct Conn {
     tmr: Mr<Vec<u8>>,
     /// Receive ring: the peer RDMA-WRITEs data here.
     rmr: Mr<Vec<u8>>,
+    /// The readiness fd, and what a blocked call sleeps on: the completion channel, the
+    /// rdma_cm channel and the eventfd of the stream's `Wake`, each with its `EV_*` bit as
+    /// data (0 for the eventfd), so that the sleeper reads only the fds that are ready.
     epoll: OwnedFd,
     /// The protection domain of the regions (iomap registrations too).
     pd: Arc<rverbs_uverbs::pd::Pd>,
@@ -122,11 +125,12 @@ impl Conn {
             .map_err(io::Error::from)?;
         let epoll =
             epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| os("epoll_create", e))?;
-        for (fd, tag) in [(chan.as_fd(), 0u64), (id.channel_fd(), 1)] {
+        // Tagged with what `progress` then reads (`crate::stream::wait`).
+        for (fd, tag) in [(chan.as_fd(), EV_COMP_ONE), (id.channel_fd(), EV_CM)] {
             epoll::add(
                 &epoll,
                 fd,
-                epoll::EventData::new_u64(tag),
+                epoll::EventData::new_u64(tag as u64),
                 epoll::EventFlags::IN,
             )
             .map_err(|e| os("epoll_ctl ADD", e))?;
@@ -228,10 +232,6 @@ pub(crate) struct Inner {
     write_timeout: Mutex<Option<Duration>>,
     /// Wakes the other waiters when one thread's progress may concern them.
     wake: Wake,
-    /// What a blocked call sleeps on: the completion channel, the rdma_cm channel and the
-    /// eventfd of `wake`, each with its `EV_*` bit as data, so that the sleeper reads only
-    /// the fds that are ready.
-    sleep_ep: OwnedFd,
     local: Option<SocketAddr>,
     peer: Option<SocketAddr>,
 }
@@ -267,7 +267,8 @@ struct State {
 ///
 /// # Readiness ([`AsFd`])
 ///
-/// The fd is an epoll fd over the stream's completion channel and its rdma_cm channel. With
+/// The fd is an epoll fd over the stream's completion channel and its rdma_cm channel (and
+/// the eventfd with which another handle's progress wakes a blocked call of this stream). With
 /// [`RdmaStream::set_nonblocking`], a `read` or `write` that returns `WouldBlock` has armed
 /// the stream so that the fd becomes readable when progress may be possible (a completion
 /// or an rdma_cm event); then call it again. A readable fd does not promise that the next
@@ -357,21 +358,15 @@ impl RdmaStream {
     fn from_conn(conn: Conn, sizes: Sizes, peer: &ConnData) -> io::Result<RdmaStream> {
         let (local, peer_addr) = addrs(&conn.id);
         let wake = Wake::new()?;
-        let sleep_ep =
-            epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| os("epoll_create", e))?;
-        for (fd, tag) in [
-            (conn.chan.as_fd(), EV_COMP_ONE),
-            (conn.id.channel_fd(), EV_CM),
-            (wake.as_fd(), 0),
-        ] {
-            epoll::add(
-                &sleep_ep,
-                fd,
-                epoll::EventData::new_u64(tag as u64),
-                epoll::EventFlags::IN,
-            )
-            .map_err(|e| os("epoll_ctl ADD", e))?;
-        }
+        // The sleeping waiter's eventfd, in the same epoll (tag 0: nothing to read for
+        // `progress`; the sleeper reads it itself). No fd more per stream.
+        epoll::add(
+            &conn.epoll,
+            wake.as_fd(),
+            epoll::EventData::new_u64(0),
+            epoll::EventFlags::IN,
+        )
+        .map_err(|e| os("epoll_ctl ADD", e))?;
         Ok(RdmaStream {
             inner: Arc::new(Inner {
                 st: Mutex::new(State {
@@ -387,7 +382,6 @@ impl RdmaStream {
                 read_timeout: Mutex::new(None),
                 write_timeout: Mutex::new(None),
                 wake,
-                sleep_ep,
                 local,
                 peer: peer_addr,
             }),

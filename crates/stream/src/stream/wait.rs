@@ -10,7 +10,7 @@ const SPIN_DEFAULT_US: u64 = 50;
 /// The rdma_cm channel is read (a system call) on every this many calls of `progress`
 /// besides when a wait found it readable, so that a caller that loops on non-blocking calls
 /// without waiting on the readiness fd still sees its peer disconnect.
-const CM_EVERY: u32 = 1024;
+const CM_EVERY: u32 = 16384;
 
 /// What `progress` reads besides the CQ.
 pub(super) type Ev = u8;
@@ -261,7 +261,7 @@ impl Inner {
                     return Err(io::Error::new(io::ErrorKind::TimedOut, "stream timed out"));
                 }
             }
-            let ep = self.sleep_ep.as_fd();
+            let ep = self.conn.epoll.as_fd();
             let (g, ready) = self.wake.sleep(
                 &self.st,
                 st,
