@@ -24,9 +24,11 @@ mod io_impls;
 mod iomap;
 mod listener;
 mod options;
+mod wait;
 pub use iomap::{IoMap, RawIoMap};
 pub use listener::RdmaListener;
 pub use options::StreamOptions;
+use wait::{Mode, EV_CM, EV_COMP_ONE};
 
 use crate::wire::{
     iomap_size_from_wire, iomap_size_to_wire, ConnData, Ctrl, RsSge, FLAG_IOMAP, FLAG_NET,
@@ -37,11 +39,6 @@ use crate::wire::{
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long dropping a stream waits for its last sends (and its DISCONNECT) to complete.
 const CLOSE_WAIT: Duration = Duration::from_secs(1);
-/// How long a blocked call polls the CQ (yielding the CPU in between) before it arms it and
-/// sleeps (rsockets polls 10 µs). Longer spins took CPU from the peer in the emulated test
-/// guests: 1 ms halved the 64-byte round trip there but made 64 KiB ones 3 times slower.
-const SPIN: Duration = Duration::from_micros(50);
-
 fn invalid(msg: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, msg.into())
 }
@@ -64,6 +61,9 @@ struct Conn {
     tmr: Mr<Vec<u8>>,
     /// Receive ring: the peer RDMA-WRITEs data here.
     rmr: Mr<Vec<u8>>,
+    /// The readiness fd, and what a blocked call sleeps on: the completion channel, the
+    /// rdma_cm channel and the eventfd of the stream's `Wake`, each with its `EV_*` bit as
+    /// data (0 for the eventfd), so that the sleeper reads only the fds that are ready.
     epoll: OwnedFd,
     /// The protection domain of the regions (iomap registrations too).
     pd: Arc<rverbs_uverbs::pd::Pd>,
@@ -125,11 +125,12 @@ impl Conn {
             .map_err(io::Error::from)?;
         let epoll =
             epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| os("epoll_create", e))?;
-        for (fd, tag) in [(chan.as_fd(), 0u64), (id.channel_fd(), 1)] {
+        // Tagged with what `progress` then reads (`crate::stream::wait`).
+        for (fd, tag) in [(chan.as_fd(), EV_COMP_ONE), (id.channel_fd(), EV_CM)] {
             epoll::add(
                 &epoll,
                 fd,
-                epoll::EventData::new_u64(tag),
+                epoll::EventData::new_u64(tag as u64),
                 epoll::EventFlags::IN,
             )
             .map_err(|e| os("epoll_ctl ADD", e))?;
@@ -237,10 +238,14 @@ pub(crate) struct Inner {
 
 struct State {
     l: Ledger,
-    /// The CQ is armed and no event for it was read since.
+    /// The CQ is armed and neither an event nor a completion was seen since (so no event
+    /// is queued for this arm).
     armed: bool,
+    /// A completion was polled while the CQ was armed: an event may be queued (or still
+    /// come) on the completion channel; it is read before the next arm.
+    maybe_event: bool,
     unacked: u32,
-    /// Calls of `progress` (the fds are read on every 64th).
+    /// Calls of `progress` (the rdma_cm channel is read on every `CM_EVERY`th).
     calls: u32,
     /// Who waits (see `crate::wake`).
     sleepers: Sleepers,
@@ -262,7 +267,8 @@ struct State {
 ///
 /// # Readiness ([`AsFd`])
 ///
-/// The fd is an epoll fd over the stream's completion channel and its rdma_cm channel. With
+/// The fd is an epoll fd over the stream's completion channel and its rdma_cm channel (and
+/// the eventfd with which another handle's progress wakes a blocked call of this stream). With
 /// [`RdmaStream::set_nonblocking`], a `read` or `write` that returns `WouldBlock` has armed
 /// the stream so that the fd becomes readable when progress may be possible (a completion
 /// or an rdma_cm event); then call it again. A readable fd does not promise that the next
@@ -351,11 +357,22 @@ impl RdmaStream {
 
     fn from_conn(conn: Conn, sizes: Sizes, peer: &ConnData) -> io::Result<RdmaStream> {
         let (local, peer_addr) = addrs(&conn.id);
+        let wake = Wake::new()?;
+        // The sleeping waiter's eventfd, in the same epoll (tag 0: nothing to read for
+        // `progress`; the sleeper reads it itself). No fd more per stream.
+        epoll::add(
+            &conn.epoll,
+            wake.as_fd(),
+            epoll::EventData::new_u64(0),
+            epoll::EventFlags::IN,
+        )
+        .map_err(|e| os("epoll_ctl ADD", e))?;
         Ok(RdmaStream {
             inner: Arc::new(Inner {
                 st: Mutex::new(State {
                     l: Ledger::new(sizes, peer),
                     armed: false,
+                    maybe_event: false,
                     unacked: 0,
                     calls: 0,
                     sleepers: Sleepers::default(),
@@ -364,7 +381,7 @@ impl RdmaStream {
                 nonblocking: AtomicBool::new(false),
                 read_timeout: Mutex::new(None),
                 write_timeout: Mutex::new(None),
-                wake: Wake::new()?,
+                wake,
                 local,
                 peer: peer_addr,
             }),
@@ -433,18 +450,23 @@ impl RdmaStream {
 
     /// `read_vectored` in non-blocking mode (`nonblocking`: rsockets' `MSG_DONTWAIT`) or
     /// blocking, for this call only, whatever [`RdmaStream::set_nonblocking`] says.
+    ///
+    /// Non-blocking, it makes no system call unless an event is to be read, and a
+    /// `WouldBlock` does not arm the stream (as rsockets' `rrecv`): call
+    /// [`RdmaStream::poll_ready`] before waiting on the readiness fd.
     pub fn recv_vectored(
         &self,
         bufs: &mut [IoSliceMut<'_>],
         nonblocking: bool,
     ) -> io::Result<usize> {
-        self.inner.read_with(bufs, nonblocking)
+        self.inner.read_mode(bufs, Mode::or_try(nonblocking))
     }
 
     /// `write_vectored` in non-blocking mode or blocking, for this call only (see
-    /// [`RdmaStream::recv_vectored`]). Blocking, it returns once every byte is posted.
+    /// [`RdmaStream::recv_vectored`]: non-blocking, a `WouldBlock` does not arm the stream).
+    /// Blocking, it returns once every byte is posted.
     pub fn send_vectored(&self, bufs: &[IoSlice<'_>], nonblocking: bool) -> io::Result<usize> {
-        self.inner.write_with(bufs, nonblocking)
+        self.inner.write_mode(bufs, Mode::or_try(nonblocking))
     }
 
     /// What a `read` or `write` would find now, for `poll(2)`-style callers (rsockets'
@@ -508,7 +530,9 @@ impl Inner {
         self.wake.progressed(&mut st.sleepers);
         if let Some(c) = ctrl {
             let deadline = Some(Instant::now() + CLOSE_WAIT);
-            st = self.wait_for(st, deadline, None, |l| l.can_send_ctrl() || !l.connected)?;
+            st = self.wait_for(st, deadline, Mode::Block, |l| {
+                l.can_send_ctrl() || !l.connected
+            })?;
             if st.l.connected {
                 let imm = st.l.ctrl_message(c);
                 self.conn
@@ -520,211 +544,12 @@ impl Inner {
             // Best effort, as rsockets' rshutdown: what is posted is delivered by RC or the
             // connection fails; a peer that is closing too may leave our last write retrying.
             let deadline = Some(Instant::now() + CLOSE_WAIT);
-            match self.wait_for(st, deadline, None, |l| l.all_sends_done()) {
+            match self.wait_for(st, deadline, Mode::Block, |l| l.all_sends_done()) {
                 Err(e) if e.kind() == io::ErrorKind::TimedOut => {}
                 r => drop(r?),
             }
         }
         Ok(())
-    }
-
-    /// Processes what arrived: rdma_cm events, completion events, completions; reposts
-    /// receives and sends a credit update when one is due.
-    ///
-    /// The fds are read (system calls) only when `events` is set — after a wait on the
-    /// readiness fd, or when a call starts with the CQ armed — and on every 64th call, so
-    /// that a busy stream still sees its peer disconnect; the CQ itself is polled every time
-    /// (no system call on rxe).
-    ///
-    /// Whatever it consumed (an event, a completion) may be what another waiter of the
-    /// stream waits for, so it then wakes them all (`crate::wake`).
-    fn progress(&self, st: &mut State, events: bool) -> io::Result<()> {
-        let mut moved = false;
-        let r = self.progress_moved(st, events, &mut moved);
-        if moved {
-            self.wake.progressed(&mut st.sleepers);
-        }
-        r
-    }
-
-    fn progress_moved(&self, st: &mut State, events: bool, moved: &mut bool) -> io::Result<()> {
-        let c = &self.conn;
-        st.calls = st.calls.wrapping_add(1);
-        if events || st.calls % 64 == 0 {
-            while let Some(ev) = c.id.try_next_event()? {
-                *moved = true;
-                let k = ev.kind();
-                if k == CmEventKind::DISCONNECTED || k == CmEventKind::DEVICE_REMOVAL {
-                    st.l.peer_gone();
-                }
-            }
-            while c.chan.try_get_event()?.is_some() {
-                *moved = true;
-                c.cq.event_received();
-                st.armed = false;
-                st.unacked += 1;
-                if st.unacked >= 64 {
-                    c.cq.ack_events(st.unacked);
-                    st.unacked = 0;
-                }
-            }
-        }
-        let mut reposts = 0u32;
-        let mut wcs = [WorkCompletion::default(); 16];
-        loop {
-            let n = c.cq.poll(&mut wcs);
-            *moved |= n > 0;
-            for wc in &wcs[..n] {
-                if wc.wr_id & WR_ID_RECV != 0 {
-                    if wc.status.is_success() {
-                        reposts += 1;
-                        let imm = wc
-                            .wc_flags
-                            .contains(WcFlags::WITH_IMM)
-                            .then_some(wc.imm_data);
-                        let tmr = &c.tmr;
-                        st.l.on_recv(imm, wc.byte_len, |i| {
-                            let mut b = [0u8; SGE_LEN];
-                            tmr.read_at(i * SGE_LEN, &mut b);
-                            RsSge::from_bytes(&b, HOST_IS_BIG_ENDIAN)
-                        });
-                    } else if wc.status != WcStatus::WR_FLUSH_ERR && st.l.connected {
-                        st.l.peer_gone();
-                    }
-                } else {
-                    st.l.on_send(wc.wr_id, wc.status.is_success(), &wc.status);
-                }
-            }
-            if n < wcs.len() {
-                break;
-            }
-        }
-        if st.l.connected {
-            for _ in 0..reposts {
-                c.post_recv()?;
-            }
-        }
-        // Our mappings' announcements, before any later data (`Ledger::can_send` waits for
-        // them).
-        while let Some((t, entry)) = st.l.next_announcement() {
-            c.post_transfer(&t, &entry.to_bytes(st.l.peer_big_endian), true)?;
-        }
-        if st.l.credits_due() {
-            let u = st.l.credit_update(c.rmr.addr(), c.rmr.rkey());
-            match u.entry {
-                Some((bytes, addr, key, slot)) => {
-                    let (flags, off) = if st.l.sizes.inline as usize >= SGE_LEN {
-                        (
-                            SendFlags::INLINE,
-                            st.l.sizes.sbuf as usize + slot as usize * SGE_LEN,
-                        )
-                    } else {
-                        (
-                            SendFlags::empty(),
-                            st.l.sizes.sbuf as usize + slot as usize * SGE_LEN,
-                        )
-                    };
-                    c.smr.write_at(off, &bytes);
-                    c.post_write_imm(
-                        u.imm as u64,
-                        &[c.smr.sge(off..off + SGE_LEN)],
-                        (addr, key),
-                        u.imm,
-                        flags,
-                    )?;
-                }
-                None => c.post_write_imm(u.imm as u64, &[], (0, 0), u.imm, SendFlags::empty())?,
-            }
-        }
-        Ok(())
-    }
-
-    /// Processes until `done(ledger)` holds or the deadline passes (`TimedOut`), or
-    /// `WouldBlock` in non-blocking mode (having armed the CQ, and registered `waker` for the
-    /// next progress of another handle). Blocking, it sleeps on the readiness fd, or behind
-    /// another thread that does (`crate::wake`).
-    fn wait_for<'a>(
-        &'a self,
-        mut st: MutexGuard<'a, State>,
-        deadline: Option<Instant>,
-        nonblocking: Option<Option<&Waker>>,
-        done: impl Fn(&Ledger) -> bool,
-    ) -> io::Result<MutexGuard<'a, State>> {
-        let mut events = nonblocking.is_some() || st.armed;
-        let mut spun = false;
-        loop {
-            self.progress(&mut st, events)?;
-            events = false;
-            if done(&st.l) {
-                return Ok(st);
-            }
-            if !spun {
-                // As rsockets (its `polling_time`): poll a little before sleeping, with the
-                // lock released in between so that the other direction can proceed.
-                spun = true;
-                let t0 = Instant::now();
-                while t0.elapsed() < SPIN {
-                    drop(st);
-                    std::thread::yield_now();
-                    st = lock(&self.st);
-                    self.progress(&mut st, false)?;
-                    if done(&st.l) {
-                        return Ok(st);
-                    }
-                }
-            }
-            if !st.armed {
-                self.conn.cq.req_notify(false)?;
-                st.armed = true;
-                continue; // poll once more: a completion before the arm made no event
-            }
-            if let Some(waker) = nonblocking {
-                if let Some(w) = waker {
-                    self.wake.register(&mut st.sleepers, w);
-                }
-                return Err(io::ErrorKind::WouldBlock.into());
-            }
-            if let Some(d) = deadline {
-                if Instant::now() >= d {
-                    return Err(io::Error::new(io::ErrorKind::TimedOut, "stream timed out"));
-                }
-            }
-            let (g, led) = self.wake.sleep(
-                &self.st,
-                st,
-                |s| &mut s.sleepers,
-                self.conn.epoll.as_fd(),
-                deadline,
-            )?;
-            st = g;
-            events = led;
-        }
-    }
-
-    pub(crate) fn poll_ready(&self, read: bool, write: bool) -> io::Result<Readiness> {
-        fn look(l: &Ledger) -> Readiness {
-            let error = l.fault.is_some();
-            Readiness {
-                readable: l.has_data() || !l.readable || error,
-                writable: l.can_send_for(usize::MAX) || !l.writable || error,
-                // Not while data is left to read: poll(2) callers such as rstream treat a
-                // hangup as the end, and the peer's last data precedes its DISCONNECT.
-                hangup: !l.connected && !l.has_data(),
-                error,
-            }
-        }
-        let mut st = lock(&self.st);
-        self.progress(&mut st, true)?;
-        let mut r = look(&st.l);
-        let ready = (read && r.readable) || (write && r.writable);
-        if (read || write) && !ready && !st.armed {
-            self.conn.cq.req_notify(false)?;
-            st.armed = true;
-            // A completion before the arm made no event: look once more.
-            self.progress(&mut st, false)?;
-            r = look(&st.l);
-        }
-        Ok(r)
     }
 
     fn fault_error(f: &Fault) -> io::Error {
@@ -737,16 +562,11 @@ impl Inner {
     }
 
     fn read_into(&self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-        self.read_with(bufs, self.nonblocking.load(Ordering::Relaxed))
+        self.read_mode(bufs, Mode::of(self.nonblocking.load(Ordering::Relaxed)))
     }
 
     fn write_from(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        self.write_with(bufs, self.nonblocking.load(Ordering::Relaxed))
-    }
-
-    /// `read` in blocking or non-blocking mode (`nb`), whatever the stream's flag.
-    pub(crate) fn read_with(&self, bufs: &mut [IoSliceMut<'_>], nb: bool) -> io::Result<usize> {
-        self.read_mode(bufs, nb.then_some(None))
+        self.write_mode(bufs, Mode::of(self.nonblocking.load(Ordering::Relaxed)))
     }
 
     /// Non-blocking `read`; on `WouldBlock`, `waker` is woken by the next progress another
@@ -757,14 +577,14 @@ impl Inner {
         bufs: &mut [IoSliceMut<'_>],
         waker: &Waker,
     ) -> io::Result<usize> {
-        self.read_mode(bufs, Some(Some(waker)))
+        self.read_mode(bufs, Mode::Arm(Some(waker)))
     }
 
-    /// `read`: blocking (`None`) or not (with a waker to register or none).
-    fn read_mode(
+    /// `read`, waiting as `mode` says.
+    pub(crate) fn read_mode(
         &self,
         bufs: &mut [IoSliceMut<'_>],
-        nb: Option<Option<&Waker>>,
+        mode: Mode<'_>,
     ) -> io::Result<usize> {
         let want: usize = bufs.iter().map(|b| b.len()).sum();
         if want == 0 {
@@ -772,7 +592,7 @@ impl Inner {
         }
         let deadline = lock(&self.read_timeout).map(|t| Instant::now() + t);
         let st = lock(&self.st);
-        let mut st = self.wait_for(st, deadline, nb, |l| {
+        let mut st = self.wait_for(st, deadline, mode, |l| {
             l.has_data() || !l.readable || l.fault.is_some()
         })?;
         if let Some(f) = &st.l.fault {
@@ -794,64 +614,19 @@ impl Inner {
             }
         }
         // Hand the space back now rather than at the next call.
-        self.progress(&mut st, false)?;
+        self.progress(&mut st, 0)?;
         Ok(n)
-    }
-
-    /// The wait of a write loop (`write`, `iowrite`) that has sent `written` bytes: until
-    /// `ready`, the peer or a shutdown ends writing, or the stream fails. `Ok`: the lock, to
-    /// go on; `Err`: what the call returns — the bytes written so far if any (a
-    /// `WouldBlock`, a timeout, a fault or the end of writing after some bytes is a short
-    /// write), else the error (`BrokenPipe` when writing has ended).
-    fn wait_to_write<'a>(
-        &'a self,
-        st: MutexGuard<'a, State>,
-        deadline: Option<Instant>,
-        nb: Option<Option<&Waker>>,
-        written: usize,
-        ready: impl Fn(&Ledger) -> bool,
-    ) -> Result<MutexGuard<'a, State>, io::Result<usize>> {
-        let short = |e: io::Error| if written > 0 { Ok(written) } else { Err(e) };
-        let st = match self.wait_for(st, deadline, nb, |l| {
-            ready(l) || !l.writable || l.fault.is_some()
-        }) {
-            Ok(s) => s,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(short(e))
-            }
-            Err(e) => return Err(Err(e)),
-        };
-        if let Some(f) = &st.l.fault {
-            return Err(short(Self::fault_error(f)));
-        }
-        if !st.l.writable {
-            return Err(short(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "the stream is shut down for writing or the peer disconnected",
-            )));
-        }
-        Ok(st)
-    }
-
-    /// `write` in blocking or non-blocking mode (`nb`), whatever the stream's flag.
-    pub(crate) fn write_with(&self, bufs: &[IoSlice<'_>], nb: bool) -> io::Result<usize> {
-        self.write_mode(bufs, nb.then_some(None))
     }
 
     /// Non-blocking `write`; on `WouldBlock`, `waker` is woken by the next progress another
     /// handle makes.
     #[cfg(feature = "tokio")]
     pub(crate) fn write_waking(&self, bufs: &[IoSlice<'_>], waker: &Waker) -> io::Result<usize> {
-        self.write_mode(bufs, Some(Some(waker)))
+        self.write_mode(bufs, Mode::Arm(Some(waker)))
     }
 
-    /// `write`: blocking (`None`) or not (with a waker to register or none).
-    fn write_mode(&self, bufs: &[IoSlice<'_>], nb: Option<Option<&Waker>>) -> io::Result<usize> {
+    /// `write`, waiting as `mode` says.
+    pub(crate) fn write_mode(&self, bufs: &[IoSlice<'_>], mode: Mode<'_>) -> io::Result<usize> {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         if total == 0 {
             return Ok(0);
@@ -865,7 +640,7 @@ impl Inner {
         let (mut bi, mut bo) = (0usize, 0usize);
         while written < total {
             let left = total - written;
-            st = match self.wait_to_write(st, deadline, nb, written, |l| l.can_send_for(left)) {
+            st = match self.wait_to_write(st, deadline, mode, written, |l| l.can_send_for(left)) {
                 Ok(s) => s,
                 Err(end) => return end,
             };

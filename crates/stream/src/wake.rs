@@ -7,10 +7,12 @@
 //! thread whose own call then returns — and nothing would wake the sleeper. So every
 //! `progress` that consumed something tells the others, under the state lock:
 //!
-//! - blocking waiters: one of them (the leader) sleeps on the readiness fd *and* on an
-//!   eventfd of its own; the others wait on a condvar. Progress writes the eventfd (once per
-//!   sleep) and notifies the condvar; a leader that wakes up hands the fd on (notifies the
-//!   condvar) so that a follower can lead.
+//! - blocking waiters: one of them (the leader) sleeps on the stream's fds (the completion
+//!   channel and the rdma_cm channel) *and* on an eventfd of its own, all in one epoll that
+//!   tells it which are ready; the others wait on a condvar. Progress writes the eventfd
+//!   (once per sleep, and only while a leader sleeps) and notifies the condvar (only when
+//!   followers wait); a leader that wakes up hands the fds on (notifies the condvar) so that
+//!   a follower can lead. A lone waiter does no eventfd or condvar work.
 //! - non-blocking callers that passed a [`Waker`] when they got `WouldBlock` (the tokio
 //!   layer): progress wakes those wakers, in addition to the readiness fd.
 //!
@@ -24,7 +26,7 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::Instant;
 
-use rustix::event::{eventfd, EventfdFlags, PollFd, PollFlags};
+use rustix::event::{eventfd, EventfdFlags};
 use rustix::io::Errno;
 
 /// Who waits on a stream; kept in the stream's locked state.
@@ -95,18 +97,20 @@ impl Wake {
         }
     }
 
-    /// Sleeps, with the lock `m` released, until `ready` is readable, another thread reports
-    /// progress, or `deadline` passes; `sleepers` finds the [`Sleepers`] in the state.
-    /// Returns the guard again, and whether this thread slept on `ready` (then the fds should
-    /// be read). The caller checks its condition and the deadline again.
-    pub(crate) fn sleep<'a, S>(
+    /// Sleeps, with the lock `m` released, until `wait` returns (it waits on the stream's
+    /// fds and on this eventfd, [`AsFd`], until one is readable or `deadline` passes; it is
+    /// called again on `EINTR`), or another thread reports progress, or `deadline` passes;
+    /// `sleepers` finds the [`Sleepers`] in the state. Returns the guard again, and what
+    /// `wait` returned if this thread slept on the fds (then the ready ones should be read).
+    /// The caller checks its condition and the deadline again.
+    pub(crate) fn sleep<'a, S, T>(
         &self,
         m: &'a Mutex<S>,
         mut g: MutexGuard<'a, S>,
         sleepers: impl Fn(&mut S) -> &mut Sleepers,
-        ready: BorrowedFd<'_>,
+        mut wait: impl FnMut(Option<Instant>) -> Result<T, Errno>,
         deadline: Option<Instant>,
-    ) -> io::Result<(MutexGuard<'a, S>, bool)> {
+    ) -> io::Result<(MutexGuard<'a, S>, Option<T>)> {
         let s = sleepers(&mut g);
         if s.leader {
             let gen = s.gen;
@@ -134,27 +138,15 @@ impl Wake {
                 }
             }
             sleepers(&mut g).followers -= 1;
-            return Ok((g, false));
+            return Ok((g, None));
         }
         s.leader = true;
         s.signalled = false;
         drop(g);
         let r = loop {
-            let mut fds = [
-                PollFd::new(&ready, PollFlags::IN),
-                PollFd::new(&self.fd, PollFlags::IN),
-            ];
-            match rverbs_uverbs::fd::poll_until(&mut fds, deadline) {
+            match wait(deadline) {
                 Err(Errno::INTR) => continue,
-                Err(e) => break Err(e),
-                Ok(_) => {
-                    let bad = PollFlags::ERR | PollFlags::NVAL;
-                    break if fds[0].revents().intersects(bad) {
-                        Err(Errno::IO)
-                    } else {
-                        Ok(())
-                    };
-                }
+                r => break r,
             }
         };
         let mut g = lock(m);
@@ -171,8 +163,8 @@ impl Wake {
             // One of them may have to sleep on the fd now.
             self.cv.notify_all();
         }
-        r.map_err(|e| os("poll the stream's fd", e))?;
-        Ok((g, true))
+        let t = r.map_err(|e| os("wait on the stream's fds", e))?;
+        Ok((g, Some(t)))
     }
 }
 
@@ -185,6 +177,7 @@ impl AsFd for Wake {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustix::event::{PollFd, PollFlags};
     use std::io::Read;
     use std::os::unix::net::UnixStream;
     use std::sync::Arc;
@@ -231,6 +224,15 @@ mod tests {
         }
     }
 
+    /// As the stream's wait: until the "channel" or the eventfd is readable.
+    fn poll_both(sh: &Shared, deadline: Option<Instant>) -> Result<(), Errno> {
+        let mut fds = [
+            PollFd::new(&sh.rd, PollFlags::IN),
+            PollFd::new(&sh.w, PollFlags::IN),
+        ];
+        rverbs_uverbs::fd::poll_until(&mut fds, deadline).map(drop)
+    }
+
     /// Waits (as `wait_for`) for `items > 0` and takes one; `None` on the deadline.
     fn wait_item(sh: &Shared, arrived: &Mutex<u32>, deadline: Instant) -> Option<()> {
         let mut g = lock(&sh.m);
@@ -244,7 +246,7 @@ mod tests {
                 return None;
             }
             g =
-                sh.w.sleep(&sh.m, g, |s| &mut s.s, sh.rd.as_fd(), Some(deadline))
+                sh.w.sleep(&sh.m, g, |s| &mut s.s, |d| poll_both(sh, d), Some(deadline))
                     .unwrap()
                     .0;
         }

@@ -225,6 +225,94 @@ fn stream_vectored() {
     drop(w.join().unwrap());
 }
 
+/// This thread's read and write system calls so far (`syscr`, `syscw` of
+/// /proc/thread-self/io: every `read(2)` and `write(2)`, failed ones included; reading the
+/// file counts too: see `rw_calls_since`).
+fn thread_rw_calls() -> (u64, u64) {
+    let io = std::fs::read_to_string("/proc/thread-self/io").expect("/proc/thread-self/io");
+    let field = |name: &str| -> u64 {
+        io.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /proc/thread-self/io: {io}"))
+    };
+    (field("syscr:"), field("syscw:"))
+}
+
+/// The reads and writes since `(r, w)` (an earlier `thread_rw_calls`) less `overhead`
+/// (what two `thread_rw_calls` in a row count: the reads of the file itself).
+fn rw_calls_since((r, w): (u64, u64), overhead: (u64, u64)) -> (u64, u64) {
+    let (r1, w1) = thread_rw_calls();
+    (
+        (r1 - r).saturating_sub(overhead.0),
+        (w1 - w).saturating_sub(overhead.1),
+    )
+}
+
+/// Non-blocking `recv_vectored` and `send_vectored` (the C API's `MSG_DONTWAIT`) make no
+/// system call when nothing is to be read (issue 37): 200 `WouldBlock` reads of an idle
+/// stream read or write no fd, nor do 100 small non-blocking writes but for their posts
+/// (rxe's doorbell, a `write(2)` each); the rdma_cm channel is read on every 16384th call
+/// at most. Every byte then arrives. The old code read the completion channel (a `read(2)`)
+/// and the rdma_cm channel (a `write(2)` command) on every non-blocking call, and armed.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn stream_nonblocking_calls_make_no_system_call() {
+    let (mut c, mut s) = pair(7614, &StreamOptions::default());
+    // Settled: one blocking exchange each way.
+    c.write_all(b"x").unwrap();
+    let mut one = [0u8; 1];
+    s.read_exact(&mut one).unwrap();
+    s.write_all(b"y").unwrap();
+    c.read_exact(&mut one).unwrap();
+
+    let a = thread_rw_calls();
+    let b = thread_rw_calls();
+    let overhead = (b.0 - a.0, b.1 - a.1);
+
+    let start = thread_rw_calls();
+    let mut b = [0u8; 64];
+    for _ in 0..200 {
+        let e = s
+            .recv_vectored(&mut [IoSliceMut::new(&mut b)], true)
+            .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}");
+    }
+    let (r, w) = rw_calls_since(start, overhead);
+    assert!(
+        r <= 2 && w <= 2,
+        "200 non-blocking reads of an idle stream made {r} read(2) and {w} write(2) calls \
+         (less {overhead:?} for reading /proc/thread-self/io)"
+    );
+
+    let msg = pattern(14, 8);
+    let start = thread_rw_calls();
+    let mut sent = 0usize;
+    for _ in 0..100 {
+        match c.send_vectored(&[IoSlice::new(&msg)], true) {
+            Ok(n) => {
+                assert_eq!(n, msg.len());
+                sent += 1;
+            }
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}"),
+        }
+    }
+    let (r, w) = rw_calls_since(start, overhead);
+    assert!(sent > 0, "no non-blocking write went out");
+    // Each post rings rxe's doorbell (one write); credit updates the peer sends are read
+    // from the CQ, not from an fd.
+    assert!(
+        r <= 2 && w <= sent as u64 + 2,
+        "{sent} non-blocking writes made {r} read(2) and {w} write(2) calls"
+    );
+    let mut got = vec![0u8; sent * msg.len()];
+    s.read_exact(&mut got).unwrap();
+    assert!(got.chunks(msg.len()).all(|m| m == msg.as_slice()));
+}
+
 /// Half-close each way: after `shutdown(Write)` the peer reads our data then EOF and can
 /// still send to us; our writes are refused.
 #[test]

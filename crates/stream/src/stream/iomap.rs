@@ -307,10 +307,10 @@ impl RdmaStream {
         slot.len = sge.length;
         let mut st = lock(&inner.st);
         st.l.fill_slot(index, IoMapEntry { offset, sge });
-        inner.progress(&mut st, false)?;
+        inner.progress(&mut st, 0)?;
         if !nonblocking {
             let deadline = lock(&inner.write_timeout).map(|t| Instant::now() + t);
-            st = inner.wait_for(st, deadline, None, |l| {
+            st = inner.wait_for(st, deadline, Mode::Block, |l| {
                 !l.is_pending(index) || l.fault.is_some() || !l.writable
             })?;
             if st.l.is_pending(index) {
@@ -344,15 +344,19 @@ impl RdmaStream {
     /// after a failure (a write the peer's device refused, for a mapping it dropped, ends
     /// the stream); `TimedOut` after the write timeout.
     pub fn iowrite(&self, offset: u64, buf: &[u8]) -> io::Result<usize> {
-        let nb = self.inner.nonblocking.load(Ordering::Relaxed);
-        self.inner.iowrite_mode(offset, buf, nb.then_some(None))
+        self.inner.iowrite_mode(
+            offset,
+            buf,
+            Mode::of(self.inner.nonblocking.load(Ordering::Relaxed)),
+        )
     }
 
     /// [`RdmaStream::iowrite`] in non-blocking mode or blocking, for this call only (the C
-    /// API's `riowrite` with `MSG_DONTWAIT`).
+    /// API's `riowrite` with `MSG_DONTWAIT`); non-blocking, a `WouldBlock` does not arm the
+    /// stream (see [`RdmaStream::recv_vectored`]).
     pub fn iowrite_with(&self, offset: u64, buf: &[u8], nonblocking: bool) -> io::Result<usize> {
         self.inner
-            .iowrite_mode(offset, buf, nonblocking.then_some(None))
+            .iowrite_mode(offset, buf, Mode::or_try(nonblocking))
     }
 }
 
@@ -402,16 +406,10 @@ impl Inner {
         buf: &[u8],
         waker: &Waker,
     ) -> io::Result<usize> {
-        self.iowrite_mode(offset, buf, Some(Some(waker)))
+        self.iowrite_mode(offset, buf, Mode::Arm(Some(waker)))
     }
 
-    /// `iowrite`: blocking (`nb` `None`) or not (with a waker to register or none).
-    fn iowrite_mode(
-        &self,
-        offset: u64,
-        buf: &[u8],
-        nb: Option<Option<&Waker>>,
-    ) -> io::Result<usize> {
+    fn iowrite_mode(&self, offset: u64, buf: &[u8], mode: Mode<'_>) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
         }
@@ -421,7 +419,7 @@ impl Inner {
         let mut written = 0usize;
         let mut olen = OLAP_START;
         while written < buf.len() {
-            st = match self.wait_to_write(st, deadline, nb, written, Ledger::can_write_direct) {
+            st = match self.wait_to_write(st, deadline, mode, written, Ledger::can_write_direct) {
                 Ok(s) => s,
                 Err(end) => return end,
             };

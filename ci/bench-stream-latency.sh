@@ -1,0 +1,203 @@
+#!/bin/sh
+# Debian's own rstream (rdma-core's rdmacm-utils) on rdma-core's librdmacm.so.1 ("rs") and on
+# ours ("rv": the C drop-in's rsockets, a shim over rverbs-stream), the four pairs, side by
+# side in one guest run (issue 37).
+#
+#   cargo xtask capi --release
+#   cargo xtask vm --guest host -- sh ci/bench-stream-latency.sh [table|syscalls|callgrind|all]
+#
+# table:     rstream custom tests (TESTS: size:count:iterations), for each server-client pair
+#            rs-rs, rv-rs, rs-rv, rv-rv, ROUNDS rounds, the order of the pairs rotating each
+#            round; the client's usec/xfer (rstream's own timing) and MB/s; prints every run,
+#            then the medians and the ratios against rs-rs.
+#            `-S 64 -C 2000` is the issue's test: the client sends 2000 messages, then
+#            receives 2000 (usec/xfer = time / 4000). `-S 64 -I 200 -C 1` is a ping-pong:
+#            usec/xfer is half a round trip.
+# syscalls:  the client under `strace -f -c` (server natively, the same library), -S 64 at
+#            two counts (SC_COUNTS); per message = (calls(C2) - calls(C1)) / (2 (C2 - C1)),
+#            per system call and in total; context switches (voluntary, involuntary) of the
+#            client without strace by /usr/bin/time, per message the same way.
+# callgrind: the client under callgrind, -S 64 at CG_COUNTS: userspace instructions (Ir, the
+#            whole process) per message the same way.
+# Results and raw files go to $OUT (default bench-stream-latency/ on the run share,
+# target/vm/runs/<run>/bench-stream-latency/ on the host).
+#
+# Environment: ROUNDS (5), TESTS ("64:2000:1 4096:1000:1 64:1:200 65536:50:1 1048576:5:1"),
+# SC_COUNTS ("500 2500"), CG_COUNTS ("200 1000"), OPTS (extra rstream options for every run,
+# e.g. "-T b" for blocking calls; rstream's default is non-blocking calls in a loop),
+# LIB (target/capi/lib), RS (rstream), PORT (19800: first port minus one).
+set -u
+
+what=${1:-all}
+ROUNDS=${ROUNDS:-5}
+TESTS=${TESTS:-64:2000:1 4096:1000:1 64:1:200 65536:50:1 1048576:5:1}
+SC_COUNTS=${SC_COUNTS:-500 2500}
+CG_COUNTS=${CG_COUNTS:-200 1000}
+OPTS=${OPTS:-}
+ADDR=${RVERBS_ADDR_A:-10.10.0.1}
+PORT=${PORT:-19800}
+LIB=${LIB:-$(pwd)/target/capi/lib}
+RS=${RS:-$(command -v rstream)}
+if [ -z "${OUT:-}" ]; then
+    if [ -d /tmp/rverbs-vm ]; then OUT=/tmp/rverbs-vm/bench-stream-latency; else OUT=/tmp/bench-stream-latency; fi
+fi
+mkdir -p "$OUT" || exit 1
+
+die() { echo "bench-stream-latency: $*" >&2; exit 1; }
+[ -e "$LIB/librdmacm.so.1" ] || die "no $LIB/librdmacm.so.1 (cargo xtask capi --release)"
+[ -n "$RS" ] && [ -x "$RS" ] || die "no rstream (rdma-core's rdmacm-utils)"
+
+echo "bench-stream-latency: $(date -u '+%Y-%m-%d %H:%M UTC'); $(uname -r); $(nproc) CPUs; server and client on $ADDR"
+echo "bench-stream-latency: $RS; rs = rdma-core's libraries, rv = LD_LIBRARY_PATH=$LIB; OPTS='$OPTS'"
+
+# lib rs|rv: the environment that makes rstream use that library.
+libenv() {
+    if [ "$1" = rv ]; then echo "LD_LIBRARY_PATH=$LIB"; else echo "LD_LIBRARY_PATH="; fi
+}
+
+# run_pair SERVER CLIENT SIZE COUNT ITERS [CLIENT-WRAPPER...]: one custom test; the client's
+# output in $OUT/client.log.
+run_pair() {
+    srv=$1 cli=$2 size=$3 count=$4 iters=$5
+    shift 5
+    PORT=$((PORT + 1))
+    args="-p $PORT -S $size -C $count -I $iters $OPTS"
+    env "$(libenv "$srv")" timeout 600 "$RS" -b "$ADDR" $args > "$OUT/server.log" 2>&1 &
+    spid=$!
+    sleep 1
+    # rdma-core's rstream client does not retry a refused connect (the server may take
+    # seconds to listen under emulation), and in its default non-blocking mode it gives up
+    # when the connection is not made at its first rpoll (timeout 0: "rpoll: Operation now
+    # in progress" under load): while the server still waits, try again, up to 30 times.
+    tries=0
+    while :; do
+        env "$(libenv "$cli")" timeout 600 "$@" "$RS" -s "$ADDR" $args > "$OUT/client.log" 2>&1
+        crc=$?
+        [ $crc -eq 0 ] && break
+        grep -q '^custom' "$OUT/client.log" && break
+        kill -0 $spid 2> /dev/null || break
+        tries=$((tries + 1))
+        [ $tries -ge 30 ] && break
+        cat "$OUT/client.log" >> "$OUT/retries.log"
+        sleep 1
+    done
+    [ $crc -eq 0 ] || kill $spid 2> /dev/null
+    wait $spid
+    src=$?
+    if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
+        echo "--- server (exit $src)" >&2; cat "$OUT/server.log" >&2
+        echo "--- client (exit $crc)" >&2; cat "$OUT/client.log" >&2
+        die "$srv-$cli -S $size -C $count -I $iters failed"
+    fi
+}
+
+result() { awk '$1 == "custom" { print $(NF-1), $NF }' "$OUT/client.log"; }
+
+table() {
+    : > "$OUT/table.txt"
+    r=1
+    while [ $r -le "$ROUNDS" ]; do
+        case $((r % 4)) in
+        1) order="rs-rs rv-rs rs-rv rv-rv" ;;
+        2) order="rv-rv rs-rs rv-rs rs-rv" ;;
+        3) order="rs-rv rv-rv rs-rs rv-rs" ;;
+        0) order="rv-rs rs-rv rv-rv rs-rs" ;;
+        esac
+        for t in $TESTS; do
+            size=${t%%:*} rest=${t#*:}
+            count=${rest%%:*} iters=${rest#*:}
+            for pair in $order; do
+                run_pair "${pair%-*}" "${pair#*-}" "$size" "$count" "$iters" || exit 1
+                res=$(result)
+                [ -n "$res" ] || die "no result line from $pair ($OUT/client.log)"
+                echo "$size:$count:$iters $pair $r $res" >> "$OUT/table.txt"
+                echo "round $r: -S $size -C $count -I $iters $pair: $res (Gb/sec usec/xfer)"
+            done
+        done
+        r=$((r + 1))
+    done
+    echo
+    summary
+}
+
+# Medians per (test, pair); MB/s = bytes / usec/xfer.
+summary() {
+    awk '
+    function median(k,   n, i, j, t, a) {
+        n = split(vals[k], a, " ")
+        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    {
+        vals[$1 " " $2] = vals[$1 " " $2] " " $5
+        if (!($1 in seen)) { seen[$1] = 1; order[++m] = $1 }
+    }
+    END {
+        printf "%-16s %10s %10s %10s %10s %7s %7s %7s %10s %10s\n", "test (S:C:I)", "rs-rs", "rv-rs", "rs-rv", "rv-rv", "rv-rs/", "rs-rv/", "rv-rv/", "MB/s rs-rs", "MB/s rv-rv"
+        for (i = 1; i <= m; i++) {
+            t = order[i]; split(t, p, ":")
+            a = median(t " rs-rs"); b = median(t " rv-rs"); c = median(t " rs-rv"); d = median(t " rv-rv")
+            printf "%-16s %10.2f %10.2f %10.2f %10.2f %7.2f %7.2f %7.2f %10.2f %10.2f\n", t, a, b, c, d, a ? b / a : 0, a ? c / a : 0, a ? d / a : 0, a ? p[1] / a : 0, d ? p[1] / d : 0
+        }
+        print "(usec/xfer, medians of the rounds, server-client; ratios against rs-rs, lower is better)"
+    }' "$OUT/table.txt" | tee "$OUT/summary.txt"
+}
+
+# System calls and context switches per message, client side, each library against itself.
+syscalls() {
+    : > "$OUT/syscalls.txt"
+    c1=${SC_COUNTS%% *} c2=${SC_COUNTS#* }
+    for lib in rs rv; do
+        for c in $c1 $c2; do
+            run_pair $lib $lib 64 "$c" 1 strace -f -c -o "$OUT/strace.$lib.$c.txt" || exit 1
+            # "% time seconds usecs/call calls [errors] syscall"; the total line last.
+            awk -v lib=$lib -v c=$c 'NF >= 5 && $1 ~ /^[0-9.]+$/ { print lib, c, $NF, $4 }' \
+                "$OUT/strace.$lib.$c.txt" >> "$OUT/syscalls.txt"
+            run_pair $lib $lib 64 "$c" 1 /usr/bin/time -f "ctxsw %w %c" -o "$OUT/time.$lib.$c.txt" || exit 1
+            awk -v lib=$lib -v c=$c '$1 == "ctxsw" { print lib, c, "ctxsw-voluntary", $2; print lib, c, "ctxsw-involuntary", $3 }' \
+                "$OUT/time.$lib.$c.txt" >> "$OUT/syscalls.txt"
+        done
+    done
+    awk -v c1=$c1 -v c2=$c2 '
+    { v[$1, $2, $3] = $4; if (!($3 in seen)) { seen[$3] = 1; names[++m] = $3 } }
+    END {
+        printf "%-24s %12s %12s\n", "per 64-byte message", "rs", "rv"
+        for (i = 1; i <= m; i++) {
+            n = names[i]
+            printf "%-24s %12.3f %12.3f\n", n, (v["rs", c2, n] - v["rs", c1, n]) / (2 * (c2 - c1)), (v["rv", c2, n] - v["rv", c1, n]) / (2 * (c2 - c1))
+        }
+        print "(client: strace -f -c calls, /usr/bin/time context switches; (X(C2) - X(C1)) / (2 (C2 - C1)))"
+    }' "$OUT/syscalls.txt" | tee "$OUT/syscalls-summary.txt"
+}
+
+# Ir of a callgrind output file: its "totals:" (or "summary:") line.
+ir_of() {
+    sed -n 's/^\(totals\|summary\): \([0-9]*\).*/\2/p' "$1" | head -1
+}
+
+callgrind() {
+    : > "$OUT/callgrind.txt"
+    c1=${CG_COUNTS%% *} c2=${CG_COUNTS#* }
+    for lib in rs rv; do
+        for c in $c1 $c2; do
+            f="$OUT/callgrind.$lib.$c.out"
+            run_pair $lib $lib 64 "$c" 1 valgrind --tool=callgrind --callgrind-out-file="$f" || exit 1
+            echo "$lib $c $(ir_of "$f")" >> "$OUT/callgrind.txt"
+        done
+    done
+    awk -v c1=$c1 -v c2=$c2 '
+    { ir[$1, $2] = $3 }
+    END {
+        rs = (ir["rs", c2] - ir["rs", c1]) / (2 * (c2 - c1)); rv = (ir["rv", c2] - ir["rv", c1]) / (2 * (c2 - c1))
+        printf "Ir per 64-byte message (client, callgrind): rs %.0f, rv %.0f, rv/rs %.2f\n", rs, rv, rs ? rv / rs : 0
+    }' "$OUT/callgrind.txt" | tee "$OUT/callgrind-summary.txt"
+}
+
+case $what in
+table) table ;;
+summary) summary ;;
+syscalls) syscalls ;;
+callgrind) callgrind ;;
+all) table && echo && syscalls && echo && callgrind ;;
+*) die "unknown mode $what (table, syscalls, callgrind, all)" ;;
+esac

@@ -1,0 +1,366 @@
+//! How a call waits: progress (the CQ and the channels), polling, arming and sleeping, and
+//! `poll_ready`. See docs/perf.md ("Small messages") for what each costs.
+
+use super::*;
+
+/// How long a blocked call polls the CQ by default before it arms it and sleeps (rsockets'
+/// `polling_time`, 10 µs by default); `RVERBS_STREAM_POLL_US` sets it (read once per
+/// process). See docs/perf.md ("Small messages").
+const SPIN_DEFAULT_US: u64 = 50;
+/// The rdma_cm channel is read (a system call) on every this many calls of `progress`
+/// besides when a wait found it readable, so that a caller that loops on non-blocking calls
+/// without waiting on the readiness fd still sees its peer disconnect.
+const CM_EVERY: u32 = 16384;
+
+/// What `progress` reads besides the CQ.
+pub(super) type Ev = u8;
+/// Read the completion channel until it is empty.
+pub(super) const EV_COMP: Ev = 1;
+/// Read one event from the completion channel (a wait found it readable).
+pub(super) const EV_COMP_ONE: Ev = 2;
+/// Read the rdma_cm channel's events.
+pub(super) const EV_CM: Ev = 4;
+
+/// The polling time of blocked calls.
+fn spin() -> Duration {
+    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *SPIN.get_or_init(|| {
+        let us = std::env::var("RVERBS_STREAM_POLL_US")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(SPIN_DEFAULT_US);
+        Duration::from_micros(us.min(1_000_000))
+    })
+}
+
+/// How a call waits.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Mode<'w> {
+    /// Blocking: polls the CQ for a while, then sleeps.
+    Block,
+    /// Non-blocking, and a `WouldBlock` has armed the stream (its readiness fd becomes
+    /// readable on progress) and left the waker for other handles' progress.
+    Arm(Option<&'w Waker>),
+    /// Non-blocking without arming (rsockets' `MSG_DONTWAIT`): no system call unless
+    /// something is to be read; `poll_ready` arms before a wait on the readiness fd.
+    Try,
+}
+
+impl Mode<'_> {
+    pub(super) fn of(nonblocking: bool) -> Mode<'static> {
+        if nonblocking {
+            Mode::Arm(None)
+        } else {
+            Mode::Block
+        }
+    }
+
+    pub(super) fn or_try(nonblocking: bool) -> Mode<'static> {
+        if nonblocking {
+            Mode::Try
+        } else {
+            Mode::Block
+        }
+    }
+}
+
+impl Inner {
+    /// Processes what arrived: rdma_cm events, completion events, completions; reposts
+    /// receives and sends a credit update when one is due.
+    ///
+    /// The channels are read (system calls) only as `ev` says — after a wait found them
+    /// readable, before an arm when an event may be queued, or in `poll_ready` — and the
+    /// rdma_cm channel on every `CM_EVERY`th call, so that a busy stream still sees its peer
+    /// disconnect; the CQ itself is polled every time (no system call on rxe).
+    ///
+    /// Whatever it consumed (an event, a completion) may be what another waiter of the
+    /// stream waits for, so it then wakes them all (`crate::wake`).
+    pub(super) fn progress(&self, st: &mut State, ev: Ev) -> io::Result<()> {
+        let mut moved = false;
+        let r = self.progress_moved(st, ev, &mut moved);
+        if moved {
+            self.wake.progressed(&mut st.sleepers);
+        }
+        r
+    }
+
+    fn progress_moved(&self, st: &mut State, ev: Ev, moved: &mut bool) -> io::Result<()> {
+        let c = &self.conn;
+        st.calls = st.calls.wrapping_add(1);
+        if ev & EV_CM != 0 || st.calls % CM_EVERY == 0 {
+            while let Some(ev) = c.id.try_next_event()? {
+                *moved = true;
+                let k = ev.kind();
+                if k == CmEventKind::DISCONNECTED || k == CmEventKind::DEVICE_REMOVAL {
+                    st.l.peer_gone();
+                }
+            }
+        }
+        if ev & (EV_COMP | EV_COMP_ONE) != 0 {
+            loop {
+                if c.chan.try_get_event()?.is_none() {
+                    st.maybe_event = false;
+                    break;
+                }
+                *moved = true;
+                c.cq.event_received();
+                // Whichever arm this event is of, the CQ may be disarmed now.
+                st.armed = false;
+                st.maybe_event = false;
+                st.unacked += 1;
+                if st.unacked >= 64 {
+                    c.cq.ack_events(st.unacked);
+                    st.unacked = 0;
+                }
+                if ev & EV_COMP == 0 {
+                    break;
+                }
+            }
+        }
+        let mut reposts = 0u32;
+        let mut wcs = [WorkCompletion::default(); 16];
+        loop {
+            let n = c.cq.poll(&mut wcs);
+            if n > 0 {
+                *moved = true;
+                if st.armed {
+                    // The arm may have fired: its event is read before the next arm.
+                    st.armed = false;
+                    st.maybe_event = true;
+                }
+            }
+            for wc in &wcs[..n] {
+                if wc.wr_id & WR_ID_RECV != 0 {
+                    if wc.status.is_success() {
+                        reposts += 1;
+                        let imm = wc
+                            .wc_flags
+                            .contains(WcFlags::WITH_IMM)
+                            .then_some(wc.imm_data);
+                        let tmr = &c.tmr;
+                        st.l.on_recv(imm, wc.byte_len, |i| {
+                            let mut b = [0u8; SGE_LEN];
+                            tmr.read_at(i * SGE_LEN, &mut b);
+                            RsSge::from_bytes(&b, HOST_IS_BIG_ENDIAN)
+                        });
+                    } else if wc.status != WcStatus::WR_FLUSH_ERR && st.l.connected {
+                        st.l.peer_gone();
+                    }
+                } else {
+                    st.l.on_send(wc.wr_id, wc.status.is_success(), &wc.status);
+                }
+            }
+            if n < wcs.len() {
+                break;
+            }
+        }
+        if st.l.connected {
+            for _ in 0..reposts {
+                c.post_recv()?;
+            }
+        }
+        // Our mappings' announcements, before any later data (`Ledger::can_send` waits for
+        // them).
+        while let Some((t, entry)) = st.l.next_announcement() {
+            c.post_transfer(&t, &entry.to_bytes(st.l.peer_big_endian), true)?;
+        }
+        if st.l.credits_due() {
+            let u = st.l.credit_update(c.rmr.addr(), c.rmr.rkey());
+            match u.entry {
+                Some((bytes, addr, key, slot)) => {
+                    let (flags, off) = if st.l.sizes.inline as usize >= SGE_LEN {
+                        (
+                            SendFlags::INLINE,
+                            st.l.sizes.sbuf as usize + slot as usize * SGE_LEN,
+                        )
+                    } else {
+                        (
+                            SendFlags::empty(),
+                            st.l.sizes.sbuf as usize + slot as usize * SGE_LEN,
+                        )
+                    };
+                    c.smr.write_at(off, &bytes);
+                    c.post_write_imm(
+                        u.imm as u64,
+                        &[c.smr.sge(off..off + SGE_LEN)],
+                        (addr, key),
+                        u.imm,
+                        flags,
+                    )?;
+                }
+                None => c.post_write_imm(u.imm as u64, &[], (0, 0), u.imm, SendFlags::empty())?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Processes until `done(ledger)` holds or the deadline passes (`TimedOut`), or
+    /// `WouldBlock` in a non-blocking `mode` (`Mode::Arm`: having armed the CQ, and
+    /// registered the waker for the next progress of another handle). Blocking, it polls
+    /// for a while, then sleeps on the stream's fds, or behind another thread that does
+    /// (`crate::wake`).
+    pub(super) fn wait_for<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        deadline: Option<Instant>,
+        mode: Mode<'_>,
+        done: impl Fn(&Ledger) -> bool,
+    ) -> io::Result<MutexGuard<'a, State>> {
+        // A caller of the readiness fd may have been woken by an event: read both channels
+        // so that the fd is quiet again (level-triggered) before it re-arms.
+        let mut ev = match mode {
+            Mode::Arm(_) => EV_COMP | EV_CM,
+            Mode::Block | Mode::Try => 0,
+        };
+        let mut spun = matches!(mode, Mode::Try);
+        loop {
+            self.progress(&mut st, ev)?;
+            ev = 0;
+            if done(&st.l) {
+                return Ok(st);
+            }
+            if let Mode::Try = mode {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            if !spun {
+                // As rsockets (its `polling_time`): poll a while before sleeping, with the
+                // lock released in between so that the other direction can proceed. No
+                // system call: the CQ is polled in userspace.
+                spun = true;
+                let t0 = Instant::now();
+                let budget = spin();
+                while t0.elapsed() < budget {
+                    drop(st);
+                    std::hint::spin_loop();
+                    st = lock(&self.st);
+                    self.progress(&mut st, 0)?;
+                    if done(&st.l) {
+                        return Ok(st);
+                    }
+                }
+            }
+            if !st.armed {
+                if st.maybe_event {
+                    // The last arm's event first (mlx5 counts the events read in its arm
+                    // sequence number); what it finds is looked at before the arm.
+                    ev = EV_COMP;
+                    continue;
+                }
+                self.conn.cq.req_notify(false)?;
+                st.armed = true;
+                continue; // poll once more: a completion before the arm made no event
+            }
+            if let Mode::Arm(waker) = mode {
+                if let Some(w) = waker {
+                    self.wake.register(&mut st.sleepers, w);
+                }
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            if let Some(d) = deadline {
+                if Instant::now() >= d {
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, "stream timed out"));
+                }
+            }
+            let ep = self.conn.epoll.as_fd();
+            let (g, ready) = self.wake.sleep(
+                &self.st,
+                st,
+                |s| &mut s.sleepers,
+                |d| wait_ready(ep, d),
+                deadline,
+            )?;
+            st = g;
+            ev = ready.unwrap_or(0);
+        }
+    }
+
+    pub(crate) fn poll_ready(&self, read: bool, write: bool) -> io::Result<Readiness> {
+        fn look(l: &Ledger) -> Readiness {
+            let error = l.fault.is_some();
+            Readiness {
+                readable: l.has_data() || !l.readable || error,
+                writable: l.can_send_for(usize::MAX) || !l.writable || error,
+                // Not while data is left to read: poll(2) callers such as rstream treat a
+                // hangup as the end, and the peer's last data precedes its DISCONNECT.
+                hangup: !l.connected && !l.has_data(),
+                error,
+            }
+        }
+        let mut st = lock(&self.st);
+        self.progress(&mut st, EV_COMP | EV_CM)?;
+        let mut r = look(&st.l);
+        let ready = (read && r.readable) || (write && r.writable);
+        if (read || write) && !ready && !st.armed {
+            self.conn.cq.req_notify(false)?;
+            st.armed = true;
+            // A completion before the arm made no event: look once more.
+            self.progress(&mut st, 0)?;
+            r = look(&st.l);
+        }
+        Ok(r)
+    }
+
+    /// The wait of a write loop (`write`, `iowrite`) that has sent `written` bytes: until
+    /// `ready`, the peer or a shutdown ends writing, or the stream fails. `Ok`: the lock, to
+    /// go on; `Err`: what the call returns — the bytes written so far if any (a
+    /// `WouldBlock`, a timeout, a fault or the end of writing after some bytes is a short
+    /// write), else the error (`BrokenPipe` when writing has ended).
+    pub(super) fn wait_to_write<'a>(
+        &'a self,
+        st: MutexGuard<'a, State>,
+        deadline: Option<Instant>,
+        mode: Mode<'_>,
+        written: usize,
+        ready: impl Fn(&Ledger) -> bool,
+    ) -> Result<MutexGuard<'a, State>, io::Result<usize>> {
+        let short = |e: io::Error| if written > 0 { Ok(written) } else { Err(e) };
+        let st = match self.wait_for(st, deadline, mode, |l| {
+            ready(l) || !l.writable || l.fault.is_some()
+        }) {
+            Ok(s) => s,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(short(e))
+            }
+            Err(e) => return Err(Err(e)),
+        };
+        if let Some(f) = &st.l.fault {
+            return Err(short(Self::fault_error(f)));
+        }
+        if !st.l.writable {
+            return Err(short(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the stream is shut down for writing or the peer disconnected",
+            )));
+        }
+        Ok(st)
+    }
+}
+
+/// Waits on the sleep epoll `ep` until one of its fds is readable or `deadline` passes;
+/// returns the `EV_*` bits of the ready channels (0 for the eventfd or the deadline).
+fn wait_ready(ep: BorrowedFd<'_>, deadline: Option<Instant>) -> Result<Ev, rustix::io::Errno> {
+    let ts = deadline.map(|d| {
+        let left = d.saturating_duration_since(Instant::now());
+        rustix::time::Timespec {
+            tv_sec: left.as_secs() as _,
+            tv_nsec: left.subsec_nanos() as _,
+        }
+    });
+    let mut evs = [std::mem::MaybeUninit::<epoll::Event>::uninit(); 3];
+    let (got, _) = epoll::wait(ep, &mut evs, ts.as_ref())?;
+    let mut ev = 0;
+    for e in got.iter() {
+        // Copies: `Event` is packed.
+        let (flags, data) = (e.flags, e.data);
+        if flags.intersects(epoll::EventFlags::ERR) {
+            return Err(rustix::io::Errno::IO);
+        }
+        ev |= data.u64() as Ev;
+    }
+    Ok(ev)
+}
