@@ -253,7 +253,10 @@ fn borrowed_memory_is_refused_as_a_sink() {
     let (ep, server, step, _) = pair(
         7934,
         |ep, step| {
+            let buf = ep.reg_msgs(vec![0u8; 4096]).unwrap();
+            ep.post_recv(9, &[buf.sge(0..64)]).unwrap();
             ep.accept(&ConnParam::default()).unwrap();
+            assert_eq!(ep.get_recv_comp().unwrap().wr_id, 9);
             step.wait();
         },
         Vec::new(),
