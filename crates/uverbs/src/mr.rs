@@ -604,9 +604,10 @@ impl<M: MrMemory> Mr<M> {
     /// On failure the memory stays given up (leaked: the device might still reach it) and the
     /// error is returned; for borrowed memory the process aborts, as for `Drop`. While a
     /// posted request may still write the memory (a receive, an RDMA READ or atomic into it
-    /// whose completion has not been polled, [`crate::ledger`]) the memory cannot be given
-    /// back: the error is `EBUSY`, and the region is deregistered and freed once those
-    /// completions are polled (or their QP is destroyed), as when the `Mr` is dropped.
+    /// whose completion has not been polled: docs/architecture.md, "What a posted request
+    /// keeps alive") the memory cannot be given back: the error is `EBUSY`, and the region is
+    /// deregistered and freed once those completions are polled (or their QP is destroyed),
+    /// as when the `Mr` is dropped.
     pub fn deregister(self) -> std::io::Result<M> {
         let me = std::mem::ManuallyDrop::new(self);
         // SAFETY: `me` is never used again after its fields are read out.

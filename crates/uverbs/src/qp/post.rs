@@ -27,8 +27,9 @@ impl Qp {
     /// A request the device writes into (an RDMA READ's sink, an atomic's result) holds its
     /// region until the completion of that request, or of a later signaled READ or atomic, is
     /// polled, or the QP is destroyed: dropping the `Mr` meanwhile defers its deregistration
-    /// and the freeing of its memory to then ([`crate::ledger`]). Borrowed memory
-    /// ([`Mr::scoped`](crate::mr::Mr::scoped)) cannot wait, so it is refused there
+    /// and the freeing of its memory to then (docs/architecture.md, "What a posted request
+    /// keeps alive"). Borrowed memory ([`Mr::scoped`](crate::mr::Mr::scoped)) cannot wait, so
+    /// it is refused there
     /// ([`PostFault::BorrowedSink`](crate::error::PostFault::BorrowedSink)).
     #[inline]
     pub fn post_send(&self, wrs: &[MrSendWr<'_>]) -> std::result::Result<(), PostError> {
@@ -157,8 +158,8 @@ impl Qp {
     ///
     /// Each receive holds its regions until its completion (or a later receive's) is polled,
     /// or the QP is destroyed: dropping an `Mr` meanwhile defers its deregistration and the
-    /// freeing of its memory to then ([`crate::ledger`]). Borrowed memory
-    /// ([`Mr::scoped`](crate::mr::Mr::scoped)) is refused
+    /// freeing of its memory to then (docs/architecture.md, "What a posted request keeps
+    /// alive"). Borrowed memory ([`Mr::scoped`](crate::mr::Mr::scoped)) is refused
     /// ([`PostFault::BorrowedSink`](crate::error::PostFault::BorrowedSink)).
     #[inline]
     pub fn post_recv(&self, wrs: &[MrRecvWr<'_>]) -> std::result::Result<(), PostError> {
