@@ -20,7 +20,15 @@ use crate::util;
 const SUITES: &[(&str, &[&str])] = &[
     (
         "rverbs-uverbs",
-        &["mr::", "shared::", "wr::", "wc::", "mapping::", "sync::"],
+        &[
+            "mr::",
+            "shared::",
+            "wr::",
+            "wc::",
+            "mapping::",
+            "sync::",
+            "ledger::",
+        ],
     ),
     // The exhaustive fast-path/general-rule comparison takes over 10 minutes under Miri even
     // with its Miri-reduced input set; it runs natively in the host tests.

@@ -17,6 +17,7 @@ use crate::context::Context;
 use crate::context::{Via, M_CREATE_CQ, M_DESTROY_CQ};
 use crate::driver::{CqCreated, CqOps, KernelObj, OpsGuard, OpsLock};
 use crate::error::{Error, Result};
+use crate::ledger::Watch;
 use crate::wc::{RawWc, WorkCompletion};
 use crate::write;
 use std::os::fd::AsRawFd;
@@ -53,6 +54,9 @@ pub struct Cq {
     /// The provider's `CqOps::cleans_on_qp_reset`: a modify to RESET of one of this CQ's QPs
     /// takes the lock and calls the provider; else it touches nothing here.
     cleans_on_qp_reset: bool,
+    /// The ledgers of the QPs completing here: every poll settles them with what it took
+    /// ([`crate::ledger`]), after the ring's lock is released (a view: under it).
+    watch: Watch,
 }
 
 impl fmt::Debug for Cq {
@@ -180,6 +184,7 @@ impl Cq {
                     arms_in_kernel: ops.arms_in_kernel(),
                     cleans_on_qp_reset: ops.cleans_on_qp_reset(),
                     ops: OpsLock::new(ops),
+                    watch: Watch::default(),
                 }))
             }
             Err(e) => {
@@ -286,7 +291,15 @@ impl Cq {
     /// Moves up to `out.len()` completions into `out`; returns how many. Never blocks.
     #[inline]
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
-        self.lock().poll(out)
+        let n = self.lock().poll(out).min(out.len());
+        if n > 0 {
+            self.watch.settle(
+                out[..n]
+                    .iter()
+                    .map(|w| (w.qp_num, w.status.is_success(), w.opcode.0)),
+            );
+        }
+        n
     }
 
     /// Copies up to `out.len()` completions into `out` without decoding them and publishes
@@ -295,7 +308,14 @@ impl Cq {
     /// After the call `out[..n]` are the caller's copies; the ring slots are free again.
     #[inline]
     pub fn poll_raw(&self, out: &mut [RawWc]) -> usize {
-        self.lock().poll_raw(out)
+        let n = self.lock().poll_raw(out).min(out.len());
+        settle_raw(&self.watch, &out[..n]);
+        n
+    }
+
+    /// The CQ's watch over its QPs' ledgers ([`crate::ledger`]).
+    pub(crate) fn watch(&self) -> &Watch {
+        &self.watch
     }
 
     /// Starts a lazy poll (`ibv_start_poll`): takes the CQ's lock for the life of the
@@ -311,7 +331,7 @@ impl Cq {
     /// copied, never on drop.
     #[inline]
     pub fn start_poll<'a>(&'a self, slots: &'a mut [RawWc]) -> CqView<'a> {
-        let mut ops = ViewOps::Locked(self.lock());
+        let mut ops = ViewOps::Locked(self.lock(), &self.watch);
         let len = ops.poll_raw(slots).min(slots.len());
         CqView {
             ops,
@@ -437,9 +457,10 @@ pub struct CqView<'a> {
     pos: usize,
 }
 
-/// The data path a view polls: a CQ's, under its lock, or one the caller lends.
+/// The data path a view polls: a CQ's, under its lock (and its watch over the ledgers), or one
+/// the caller lends.
 enum ViewOps<'a> {
-    Locked(OpsGuard<'a, Box<dyn CqOps>>),
+    Locked(OpsGuard<'a, Box<dyn CqOps>>, &'a Watch),
     Lent(&'a mut dyn CqOps),
 }
 
@@ -447,10 +468,23 @@ impl ViewOps<'_> {
     #[inline(always)]
     fn poll_raw(&mut self, out: &mut [RawWc]) -> usize {
         match self {
-            ViewOps::Locked(g) => g.poll_raw(out),
+            ViewOps::Locked(g, w) => {
+                let n = g.poll_raw(out).min(out.len());
+                settle_raw(w, &out[..n]);
+                n
+            }
             ViewOps::Lent(o) => o.poll_raw(out),
         }
     }
+}
+
+/// Settles `watch`'s ledgers with the polled `wcs`.
+#[inline]
+fn settle_raw(watch: &Watch, wcs: &[RawWc]) {
+    if wcs.is_empty() {
+        return;
+    }
+    watch.settle(wcs.iter().map(|w| (w.qp_num, w.is_success(), w.opcode)));
 }
 
 impl fmt::Debug for CqView<'_> {

@@ -339,6 +339,15 @@ pub enum PostFault {
         /// The sink SGE's local key.
         lkey: u32,
     },
+    /// A request the device writes (a receive, an RDMA READ's sink, an atomic's result) into
+    /// a region over borrowed memory ([`Mr::scoped`](crate::mr::Mr::scoped),
+    /// [`Mr::register_unchecked`](crate::mr::Mr::register_unchecked) of a borrow): such a
+    /// region's memory goes back to its owner when the `Mr` is dropped, which cannot wait for
+    /// the request's completion, so only owned memory may be written by a safe post.
+    BorrowedSink {
+        /// The SGE's local key.
+        lkey: u32,
+    },
 }
 
 impl PostFault {
@@ -447,6 +456,13 @@ impl fmt::Display for PostFault {
                 "RDMA_READ into lkey {lkey:#x}, a region registered without REMOTE_WRITE: on \
                  iWARP the peer places a READ's data into its sink as it would an RDMA \
                  WRITE's, so the sink must be registered with REMOTE_WRITE"
+            ),
+            PostFault::BorrowedSink { lkey } => write!(
+                f,
+                "a request the device writes into lkey {lkey:#x}, a region over borrowed \
+                 memory (Mr::scoped): its memory goes back to its owner when the Mr is \
+                 dropped, before the request may be over; register owned memory (a Vec, a \
+                 Box, a PageBuf) for receives, READ sinks and atomic results"
             ),
         }
     }
@@ -908,6 +924,14 @@ mod tests {
                 "RDMA_READ into lkey 0x42, a region registered without REMOTE_WRITE: on iWARP \
                  the peer places a READ's data into its sink as it would an RDMA WRITE's, so \
                  the sink must be registered with REMOTE_WRITE",
+                InvalidInput,
+            ),
+            (
+                PostFault::BorrowedSink { lkey: 0x43 },
+                "a request the device writes into lkey 0x43, a region over borrowed memory \
+                 (Mr::scoped): its memory goes back to its owner when the Mr is dropped, \
+                 before the request may be over; register owned memory (a Vec, a Box, a \
+                 PageBuf) for receives, READ sinks and atomic results",
                 InvalidInput,
             ),
         ];

@@ -40,6 +40,7 @@ pub mod fd;
 pub mod fuzzing;
 pub mod gid;
 pub mod ioctl;
+mod ledger;
 pub mod mapping;
 pub mod mr;
 pub mod mw;

@@ -100,29 +100,94 @@ use zerocopy::{FromBytes as _, IntoBytes as _};
 /// loads and stores, never a Rust reference. Slice views exist as `unsafe` functions
 /// ([`Mr::as_slice`], [`Mr::as_mut_slice`]) with written contracts.
 pub struct Mr<M: MrMemory> {
-    pd: Arc<Pd>,
-    handle: u32,
-    lkey: u32,
+    /// The registration and the memory, shared with the ledgers of the queues whose posted
+    /// requests may still write it ([`crate::ledger`]): deregistered and freed when the last
+    /// holder lets go.
+    region: Arc<Region>,
     rkey: u32,
     access: AccessFlags,
-    mem: RawMemory,
     _mem: PhantomData<M>,
 }
 
-// SAFETY: the Mr owns M (as raw parts); moving it to another thread moves M.
-unsafe impl<M: MrMemory + Send> Send for Mr<M> {}
-// SAFETY: shared access reads and writes the bytes only with `crate::shared`'s copies, 1-byte
-// atomics for every byte whoever copies (or through the unsafe views, whose contracts cover
-// threads); M itself is never shared.
+/// A registration and the memory under it, given back (deregistered, then the memory
+/// dropped) when the last `Arc` goes: the [`Mr`]'s, or a ledger's ([`crate::ledger`]).
+pub(crate) struct Region {
+    pd: Arc<Pd>,
+    handle: u32,
+    lkey: u32,
+    mem: RawMemory,
+    /// `M::from_raw` and drop, for the `M` the region was registered with.
+    free: unsafe fn(RawMemory),
+    /// `M::OWNED`: the memory may be given back later than the `Mr`'s drop.
+    owned: bool,
+}
+
+impl fmt::Debug for Region {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Region")
+            .field("handle", &self.handle)
+            .field("lkey", &format_args!("{:#x}", self.lkey))
+            .finish_non_exhaustive()
+    }
+}
+
+// SAFETY: a Region owns the memory of an `M` as raw parts; `MrMemory`'s contract lets `from_raw`
+// run on any thread, and the bytes are reached only by `crate::shared`'s atomic copies.
+unsafe impl Send for Region {}
+// SAFETY: shared access reads only plain fields; the memory is not touched through `&Region`.
+unsafe impl Sync for Region {}
+
+/// Gives back the memory of an `M`.
+///
+/// # Safety
+/// `raw` comes from `M::into_raw`, is used once, and nothing can reach it any more.
+unsafe fn free_as<M: MrMemory>(raw: RawMemory) {
+    // SAFETY: forwarded to the caller.
+    drop(unsafe { M::from_raw(raw) });
+}
+
+impl Region {
+    pub(crate) fn lkey(&self) -> u32 {
+        self.lkey
+    }
+
+    /// True when the memory may be freed after the `Mr` is dropped (owned memory): only such
+    /// regions may be written by a safe request ([`crate::ledger`]).
+    pub(crate) fn deferrable(&self) -> bool {
+        self.owned
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        self.pd.regions().remove(self.lkey);
+        match dereg_noted(&self.pd, self.handle, self.lkey) {
+            // SAFETY: deregistered, and no ledger holds the region any more (this is its last
+            // `Arc`), so no request that may write it is outstanding; the parts come from
+            // into_raw and are used once (this is Drop).
+            Ok(()) => unsafe { (self.free)(self.mem) },
+            Err(e) => {
+                dereg_failed(&self.pd, self.handle, self.mem, self.owned, e);
+            }
+        }
+    }
+}
+
+// The Mr owns M (as raw parts, in its Region); moving it to another thread moves M. Shared
+// access reads and writes the bytes only with `crate::shared`'s copies, 1-byte atomics for
+// every byte whoever copies (or through the unsafe views, whose contracts cover threads); M
+// itself is never shared. (Region is Send + Sync; the marker PhantomData<M> keeps Mr<M> Send
+// and Sync only for M: Send + Sync. Sync needs only M: Send, as before.)
+// SAFETY: as above.
 unsafe impl<M: MrMemory + Send> Sync for Mr<M> {}
 
 impl<M: MrMemory> fmt::Debug for Mr<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Mr")
-            .field("handle", &self.handle)
-            .field("addr", &self.mem.ptr)
-            .field("len", &self.mem.len)
-            .field("lkey", &format_args!("{:#x}", self.lkey))
+            .field("handle", &self.region.handle)
+            .field("addr", &self.region.mem.ptr)
+            .field("len", &self.region.mem.len)
+            .field("lkey", &format_args!("{:#x}", self.region.lkey))
             .field("rkey", &format_args!("{:#x}", self.rkey))
             .field("access", &self.access)
             .finish()
@@ -352,15 +417,23 @@ impl<M: MrMemory> Mr<M> {
     ) -> std::result::Result<Mr<M>, RegisterError<M>> {
         let raw = mem.into_raw();
         match reg_raw(pd, raw.ptr.as_ptr() as u64, raw.len, access) {
-            Ok((handle, lkey, rkey)) => Ok(Mr {
-                pd: pd.clone(),
-                handle,
-                lkey,
-                rkey,
-                access,
-                mem: raw,
-                _mem: PhantomData,
-            }),
+            Ok((handle, lkey, rkey)) => {
+                let region = Arc::new(Region {
+                    pd: pd.clone(),
+                    handle,
+                    lkey,
+                    mem: raw,
+                    free: free_as::<M>,
+                    owned: M::OWNED,
+                });
+                pd.regions().insert(&region);
+                Ok(Mr {
+                    region,
+                    rkey,
+                    access,
+                    _mem: PhantomData,
+                })
+            }
             Err(error) => Err(RegisterError {
                 error,
                 // SAFETY: the parts into_raw just returned; nothing was registered.
@@ -371,7 +444,7 @@ impl<M: MrMemory> Mr<M> {
 
     /// Local key: what SGEs name.
     pub fn lkey(&self) -> u32 {
-        self.lkey
+        self.region.lkey
     }
     /// Remote key: what a peer names in RDMA READ/WRITE/atomic requests.
     pub fn rkey(&self) -> u32 {
@@ -379,7 +452,7 @@ impl<M: MrMemory> Mr<M> {
     }
     /// Kernel handle.
     pub fn handle(&self) -> u32 {
-        self.handle
+        self.region.handle
     }
     /// The access the region was registered with.
     pub fn access(&self) -> AccessFlags {
@@ -387,37 +460,41 @@ impl<M: MrMemory> Mr<M> {
     }
     /// Start address (also the iova the remote side uses).
     pub fn addr(&self) -> u64 {
-        self.mem.ptr.as_ptr() as u64
+        self.region.mem.ptr.as_ptr() as u64
     }
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.mem.len
+        self.region.mem.len
     }
     /// True for an empty region (never: registration refuses length 0).
     pub fn is_empty(&self) -> bool {
-        self.mem.len == 0
+        self.region.mem.len == 0
     }
     /// The protection domain.
     pub fn pd(&self) -> &Arc<Pd> {
-        &self.pd
+        &self.region.pd
     }
 
     /// An SGE for `range` of this region. Panics if the range is outside the region (a
     /// programming error, like slice indexing); see [`Mr::try_sge`].
     pub fn sge(&self, range: Range<usize>) -> MrSge<'_> {
-        self.try_sge(range.clone())
-            .unwrap_or_else(|| panic!("SGE range {range:?} outside MR of {} bytes", self.mem.len))
+        self.try_sge(range.clone()).unwrap_or_else(|| {
+            panic!(
+                "SGE range {range:?} outside MR of {} bytes",
+                self.region.mem.len
+            )
+        })
     }
 
     /// An SGE for `range`, or `None` if it is outside the region or over 4 GiB.
     pub fn try_sge(&self, range: Range<usize>) -> Option<MrSge<'_>> {
-        if range.start > range.end || range.end > self.mem.len {
+        if range.start > range.end || range.end > self.region.mem.len {
             return None;
         }
         let sge = Sge {
             addr: self.addr() + range.start as u64,
             length: u32::try_from(range.len()).ok()?,
-            lkey: self.lkey,
+            lkey: self.region.lkey,
         };
         // SAFETY: the range is inside this region, which stays registered while `self` is
         // borrowed, and whose memory Rust never references while registered.
@@ -427,14 +504,14 @@ impl<M: MrMemory> Mr<M> {
     #[track_caller]
     fn check(&self, offset: usize, len: usize) -> *mut u8 {
         match offset.checked_add(len) {
-            Some(end) if end <= self.mem.len => {}
+            Some(end) if end <= self.region.mem.len => {}
             _ => panic!(
                 "range {offset}..{offset}+{len} outside MR of {} bytes",
-                self.mem.len
+                self.region.mem.len
             ),
         }
         // SAFETY: offset <= len of the allocation.
-        unsafe { self.mem.ptr.as_ptr().add(offset) }
+        unsafe { self.region.mem.ptr.as_ptr().add(offset) }
     }
 
     /// Copies `dst.len()` bytes from `offset` of the region into `dst`.
@@ -490,7 +567,7 @@ impl<M: MrMemory> Mr<M> {
 
     /// A copy of the whole region.
     pub fn to_vec(&self) -> Vec<u8> {
-        self.read_vec(0..self.mem.len)
+        self.read_vec(0..self.len())
     }
 
     /// The memory's bytes as a slice.
@@ -508,7 +585,7 @@ impl<M: MrMemory> Mr<M> {
     pub unsafe fn as_slice(&self) -> &[u8] {
         // SAFETY: the range is valid and initialised while self lives; the caller promises no
         // writes while the slice lives.
-        unsafe { std::slice::from_raw_parts(self.mem.ptr.as_ptr(), self.mem.len) }
+        unsafe { std::slice::from_raw_parts(self.region.mem.ptr.as_ptr(), self.region.mem.len) }
     }
 
     /// The memory's bytes as a mutable slice.
@@ -519,23 +596,52 @@ impl<M: MrMemory> Mr<M> {
     /// READ them.
     pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as above; `&mut self` excludes the copy accessors.
-        unsafe { std::slice::from_raw_parts_mut(self.mem.ptr.as_ptr(), self.mem.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.region.mem.ptr.as_ptr(), self.region.mem.len) }
     }
 
     /// Deregisters the region and gives the memory back.
     ///
     /// On failure the memory stays given up (leaked: the device might still reach it) and the
-    /// error is returned; for borrowed memory the process aborts, as for `Drop`.
+    /// error is returned; for borrowed memory the process aborts, as for `Drop`. While a
+    /// posted request may still write the memory (a receive, an RDMA READ or atomic into it
+    /// whose completion has not been polled: docs/architecture.md, "What a posted request
+    /// keeps alive") the memory cannot be given back: the error is `EBUSY`, and the region is
+    /// deregistered and freed once those completions are polled (or their QP is destroyed),
+    /// as when the `Mr` is dropped.
     pub fn deregister(self) -> std::io::Result<M> {
         let me = std::mem::ManuallyDrop::new(self);
         // SAFETY: `me` is never used again after its fields are read out.
-        let pd = unsafe { std::ptr::read(&me.pd) };
-        match dereg_noted(&pd, me.handle, me.lkey) {
-            // SAFETY: deregistered: the device no longer reaches the memory, and the parts
+        let region = unsafe { std::ptr::read(&me.region) };
+        let region = match Arc::try_unwrap(region) {
+            Ok(r) => std::mem::ManuallyDrop::new(r),
+            Err(shared) => {
+                let (len, handle, name) = (
+                    shared.mem.len,
+                    shared.handle,
+                    shared.pd.context().name().to_owned(),
+                );
+                drop(shared);
+                let err = Error::os(
+                    format!(
+                        "deregister MR {handle} ({len} bytes) on {name}: posted requests may \
+                         still write it; it is deregistered and freed once their completions \
+                         are polled"
+                    ),
+                    Errno::BUSY,
+                );
+                return Err(err.into());
+            }
+        };
+        // SAFETY: `region` is never used again after its fields are read out (ManuallyDrop).
+        let pd = unsafe { std::ptr::read(&region.pd) };
+        pd.regions().remove(region.lkey);
+        match dereg_noted(&pd, region.handle, region.lkey) {
+            // SAFETY: deregistered, and this was the last holder of the region (try_unwrap):
+            // no ledger holds it, so no request that may write it is outstanding; the parts
             // are the ones into_raw returned.
-            Ok(()) => Ok(unsafe { M::from_raw(me.mem) }),
+            Ok(()) => Ok(unsafe { M::from_raw(region.mem) }),
             Err(e) => {
-                let err = dereg_failed::<M>(&pd, me.handle, me.mem, e);
+                let err = dereg_failed(&pd, region.handle, region.mem, M::OWNED, e);
                 Err(err.into())
             }
         }
@@ -544,7 +650,7 @@ impl<M: MrMemory> Mr<M> {
 
 /// Logs (and for borrowed memory, aborts on) a failed deregistration; the memory is leaked.
 #[cold]
-fn dereg_failed<M: MrMemory>(pd: &Pd, handle: u32, mem: RawMemory, e: Errno) -> Error {
+fn dereg_failed(pd: &Pd, handle: u32, mem: RawMemory, owned: bool, e: Errno) -> Error {
     let ctx = pd.context();
     let err = Error::os(
         format!(
@@ -560,26 +666,13 @@ fn dereg_failed<M: MrMemory>(pd: &Pd, handle: u32, mem: RawMemory, e: Errno) -> 
         handle,
         "{err}; leaking the memory: the device may still reach it"
     );
-    if !M::OWNED {
+    if !owned {
         // The memory is borrowed: its owner gets it back when we return, while the device
         // may still write it. Nothing but stopping the process keeps that from happening.
         tracing::error!("aborting: borrowed memory of a failed deregistration");
         std::process::abort();
     }
     err
-}
-
-impl<M: MrMemory> Drop for Mr<M> {
-    fn drop(&mut self) {
-        match dereg_noted(&self.pd, self.handle, self.lkey) {
-            // SAFETY: deregistered, so no device access remains; the parts come from into_raw
-            // and are used once (this is Drop).
-            Ok(()) => drop(unsafe { M::from_raw(self.mem) }),
-            Err(e) => {
-                dereg_failed::<M>(&self.pd, self.handle, self.mem, e);
-            }
-        }
-    }
 }
 
 /// Deregisters MR `handle` of `pd` whose local key is `lkey`, keeping the PD's record of

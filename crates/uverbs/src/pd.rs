@@ -11,6 +11,7 @@ use crate::context::Context;
 use crate::context::M_DESTROY_PD;
 use crate::device::Transport;
 use crate::error::{Error, Result};
+use crate::ledger::Registry;
 use crate::op::ReadSinks;
 use crate::write;
 use zerocopy::IntoBytes as _;
@@ -21,6 +22,8 @@ pub struct Pd {
     handle: u32,
     /// On iWARP devices: the regions that may not be an RDMA READ's sink ([`crate::op`]).
     read_sinks: Option<ReadSinks>,
+    /// The safe regions of this PD by local key ([`crate::ledger`]).
+    regions: Registry,
 }
 
 impl fmt::Debug for Pd {
@@ -45,6 +48,7 @@ impl Pd {
             ctx: ctx.clone(),
             handle: resp.pd_handle,
             read_sinks: iwarp.then(ReadSinks::default),
+            regions: Registry::default(),
         }))
     }
 
@@ -53,6 +57,12 @@ impl Pd {
     #[inline]
     pub(crate) fn read_sinks(&self) -> Option<&ReadSinks> {
         self.read_sinks.as_ref()
+    }
+
+    /// The safe regions of this PD by local key, which posts look up ([`crate::ledger`]).
+    #[inline]
+    pub(crate) fn regions(&self) -> &Registry {
+        &self.regions
     }
 
     /// The kernel handle.

@@ -25,6 +25,7 @@ use crate::cq::Cq;
 use crate::driver::{KernelObj, OpsGuard, OpsLock, QpCreated, QpOps, QpRequest};
 use crate::error::{Error, Result};
 use crate::gid::Gid;
+use crate::ledger::{QpLedger, Role};
 use crate::mr::AccessFlags;
 use crate::newtype::raw_newtype;
 use crate::op::{DeviceCapsEx, OpSet};
@@ -163,6 +164,9 @@ pub struct Qp {
     /// detach command so that it matches the kernel's list: the kernel refuses (EBUSY) to
     /// destroy a QP that is still attached, so drop detaches these first.
     mcast: Mutex<Vec<(Gid, u16)>>,
+    /// What the posted requests may still write, released as their completions are polled on
+    /// the CQs (which watch it) and when the QP is destroyed ([`crate::ledger`]).
+    ledger: Arc<QpLedger>,
 }
 
 impl fmt::Debug for Qp {
@@ -327,7 +331,18 @@ impl Qp {
                 let k = created.expect("provider built a QP without creating it");
                 let caps = ops.caps().unwrap_or(k.caps);
                 tracing::debug!(device = ctx.name(), qpn = k.qp_num, "QP created");
+                let ledger = Arc::new(QpLedger::new(
+                    k.qp_num,
+                    init.srq.as_ref().map(|s| s.ledger()),
+                ));
+                if Arc::ptr_eq(&init.send_cq, &init.recv_cq) {
+                    init.send_cq.watch().add(&ledger, Role::Both);
+                } else {
+                    init.send_cq.watch().add(&ledger, Role::Send);
+                    init.recv_cq.watch().add(&ledger, Role::Recv);
+                }
                 Ok(Arc::new(Qp {
+                    ledger,
                     pd: pd.clone(),
                     send_cq: init.send_cq,
                     recv_cq: init.recv_cq,
@@ -725,8 +740,17 @@ impl Drop for Qp {
                 );
             }
         }
-        if let Err(e) = destroy_kernel_qp(&self.pd, self.handle) {
-            tracing::error!("{e}");
+        match destroy_kernel_qp(&self.pd, self.handle) {
+            // Destroyed: the device places nothing more for this QP, so what its requests may
+            // have written can be given back (the ledger goes with the last of its `Arc`s).
+            Ok(_) => {
+                self.send_cq.watch().remove(&self.ledger);
+                self.recv_cq.watch().remove(&self.ledger);
+            }
+            Err(e) => {
+                tracing::error!("{e}; the memory its requests may still write stays allocated");
+                std::mem::forget(self.ledger.clone());
+            }
         }
         // Then the fields drop in declaration order: the rings unmap (`ops`, first), then
         // the PD, CQs and SRQ are released (the `Arc`s after it).

@@ -3,7 +3,7 @@
 #![allow(unsafe_code)] // unsafe fns: posting hands memory to the device
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -18,6 +18,7 @@ use crate::context::M_DESTROY_SRQ;
 use crate::driver::{KernelObj, OpsLock, SrqCreated, SrqOps};
 use crate::error::{Error, Result};
 use crate::error::{PostError, PostQueue};
+use crate::ledger::RecvLedger;
 use crate::pd::Pd;
 use crate::wr::{MrRecvWr, RecvWr};
 use crate::write;
@@ -51,6 +52,9 @@ pub struct Srq {
     srq_num: u32,
     attr: SrqAttr,
     user_handle: u64,
+    /// What the posted receives may still write ([`crate::ledger`]), shared with the ledgers
+    /// of the QPs that use the SRQ.
+    ledger: Arc<Mutex<RecvLedger>>,
 }
 
 impl fmt::Debug for Srq {
@@ -125,6 +129,7 @@ impl Srq {
             Ok(ops) => {
                 let c = created.expect("provider built an SRQ without creating it");
                 Ok(Arc::new(Srq {
+                    ledger: Arc::new(Mutex::new(RecvLedger::shared())),
                     pd: pd.clone(),
                     handle: c.handle,
                     srq_num: c.srq_num,
@@ -218,8 +223,14 @@ impl Srq {
     /// Posts receive work requests to the SRQ; safe for the reasons given at
     /// [`Qp::post_send`](crate::qp::Qp::post_send).
     pub fn post_recv(&self, wrs: &[MrRecvWr<'_>]) -> std::result::Result<(), PostError> {
-        // SAFETY: every SGE names a range of a registered Mr (MrSge's invariant).
-        unsafe { self.post_recv_raw(RecvWr::raw_list(wrs)) }
+        // SAFETY: every SGE names a range of a registered Mr (MrSge's invariant), held by the
+        // ledger until the receive is over.
+        unsafe { self.post_recv_checked(RecvWr::raw_list(wrs), true) }
+    }
+
+    /// The SRQ's ledger ([`crate::ledger`]), which its QPs' completions settle.
+    pub(crate) fn ledger(&self) -> &Arc<Mutex<RecvLedger>> {
+        &self.ledger
     }
 
     /// Posts receive work requests with raw SGEs to the SRQ.
@@ -227,13 +238,46 @@ impl Srq {
     /// # Safety
     /// As for [`crate::qp::Qp::post_recv_raw`].
     pub unsafe fn post_recv_raw(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostError> {
-        let k = KernelObj {
-            fd: self.pd.context().cmd_fd(),
-            handle: self.handle,
-        };
         // SAFETY: forwarded to the caller.
-        unsafe { self.ops.lock().post_recv(k, wrs) }
-            .map_err(|e| e.at(self.pd.context().name(), PostQueue::Srq, self.srq_num))
+        unsafe { self.post_recv_checked(wrs, false) }
+    }
+
+    /// The one receive path: with `hold`, the regions are held in the ledger (safe posts).
+    ///
+    /// # Safety
+    /// As for [`Srq::post_recv_raw`]; with `hold`, every SGE names a live safe `Mr`.
+    unsafe fn post_recv_checked(
+        &self,
+        wrs: &[RecvWr<'_>],
+        hold: bool,
+    ) -> std::result::Result<(), PostError> {
+        let at = |e: PostError| e.at(self.pd.context().name(), PostQueue::Srq, self.srq_num);
+        let mut ledger = crate::ledger::lock(&self.ledger);
+        let (ok, refused) = match hold.then(|| ledger.hold(self.pd.regions(), wrs)).flatten() {
+            Some((i, lkey)) => (&wrs[..i], Some((i, lkey))),
+            None => (wrs, None),
+        };
+        if !ok.is_empty() {
+            let k = KernelObj {
+                fd: self.pd.context().cmd_fd(),
+                handle: self.handle,
+            };
+            // SAFETY: forwarded to the caller.
+            let r = unsafe { self.ops.lock().post_recv(k, ok) };
+            ledger.posted(
+                r.as_ref()
+                    .map_or_else(|e| e.posted().min(ok.len()), |()| ok.len()),
+            );
+            r.map_err(at)?;
+        }
+        drop(ledger);
+        match refused {
+            Some((i, lkey)) => Err(at(PostError::refused(
+                i,
+                crate::error::PostFault::BorrowedSink { lkey },
+            ))),
+            None => Ok(()),
+        }
     }
 }
 
@@ -262,7 +306,8 @@ fn destroy_kernel_srq(pd: &Pd, handle: u32) -> Result<u32> {
 impl Drop for Srq {
     fn drop(&mut self) {
         if let Err(e) = destroy_kernel_srq(&self.pd, self.handle) {
-            tracing::error!("{e}");
+            tracing::error!("{e}; the memory its receives may still write stays allocated");
+            std::mem::forget(self.ledger.clone());
         }
         // Then the fields drop in declaration order: the ring (`ops`, first), then the PD.
     }

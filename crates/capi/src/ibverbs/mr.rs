@@ -75,8 +75,8 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
                     addr,
                     length,
                     handle: 0,
-                    lkey: mr.lkey,
-                    rkey: mr.rkey,
+                    lkey: mr.lkey(),
+                    rkey: mr.rkey(),
                 }),
                 mr,
             });

@@ -100,7 +100,7 @@ fn type1_window_write_read_unbind() {
             MwType::TYPE_1,
             mw2.rkey(),
             inc_rkey(mw2.rkey()),
-            raw.lkey,
+            raw.lkey(),
             addr,
             4096,
             RW,

@@ -176,7 +176,7 @@ impl fmt::Debug for RawIoMap {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RawIoMap")
             .field("offset", &self.slot.offset)
-            .field("addr", &format_args!("{:#x}", self.mr.addr))
+            .field("addr", &format_args!("{:#x}", self.mr.addr()))
             .field("len", &self.slot.len)
             .finish_non_exhaustive()
     }
@@ -190,17 +190,17 @@ impl RawIoMap {
 
     /// The registered memory's address.
     pub fn addr(&self) -> u64 {
-        self.mr.addr
+        self.mr.addr()
     }
 
     /// Bytes mapped.
     pub fn len(&self) -> usize {
-        self.mr.len
+        self.mr.len()
     }
 
     /// Always false: an empty mapping is refused.
     pub fn is_empty(&self) -> bool {
-        self.mr.len == 0
+        self.mr.is_empty()
     }
 }
 
@@ -248,11 +248,11 @@ impl RdmaStream {
     ) -> io::Result<RawIoMap> {
         self.map(offset, nonblocking, |pd, access| {
             let mr = register(pd, access)?;
-            check_map(mr.len, offset)?;
+            check_map(mr.len(), offset)?;
             let sge = RsSge {
-                addr: mr.addr,
-                key: mr.rkey,
-                length: mr.len as u32,
+                addr: mr.addr(),
+                key: mr.rkey(),
+                length: mr.len() as u32,
             };
             Ok((mr, sge))
         })

@@ -64,7 +64,9 @@ pub struct RawMemory {
 /// accessed by anything else until `from_raw` is called with the same parts; the range must
 /// not move or change size meanwhile. `from_raw` must accept exactly what `into_raw`
 /// returned. [`MrMemory::OWNED`] must be `false` for a type whose memory can be reused by
-/// someone else when the value is leaked (a borrow).
+/// someone else when the value is leaked (a borrow). `from_raw` (and dropping its result) may
+/// run on any thread, later than the `Mr`'s drop: the memory of a dropped region that a posted
+/// request may still write is given back on the thread that polls that request's completion.
 pub unsafe trait MrMemory: Sized {
     /// True when leaking the value keeps the memory allocated forever (owned memory); false
     /// for borrows, whose memory goes back to its owner when the borrow ends.

@@ -16,6 +16,14 @@ use crate::pd::Pd;
 /// # Safety
 /// The range must stay mapped and must not be reused for anything else while the returned
 /// [`RawMr`] lives and while any work request naming it is in flight.
+///
+/// That includes requests the caller did not post against this region: the kernel may give
+/// the new region a local key that a dropped region had, and a request posted earlier with
+/// that key (a raw post, or, on a provider whose deregistration does not fence the device, one
+/// of a dropped safe [`Mr`](super::Mr) whose hold the caller ended some other way) then
+/// reaches this range. rverbs' safe posts hold a safe `Mr`'s registration until such requests
+/// are over ([`crate::qp::Qp::post_recv`]), so their keys are not reused meanwhile; requests
+/// posted with the `unsafe` raw posts are the caller's to account for.
 pub unsafe fn register_raw(
     pd: &Arc<Pd>,
     addr: u64,
@@ -34,17 +42,17 @@ pub unsafe fn register_raw(
 }
 
 /// A memory region over memory the caller manages (see [`register_raw`]).
+///
+/// Its keys and range are read with accessors, never written: the PD's bookkeeping (iWARP's
+/// READ sinks, [`crate::op`]) is kept by the key the kernel returned, which safe code cannot
+/// change.
 pub struct RawMr {
     pd: Arc<Pd>,
     handle: u32,
-    /// Local key: what SGEs over this memory carry.
-    pub lkey: u32,
-    /// Remote key: what a peer's RDMA READ/WRITE/atomic names.
-    pub rkey: u32,
-    /// Start address of the registered range.
-    pub addr: u64,
-    /// Length of the registered range, in bytes.
-    pub len: usize,
+    pub(crate) lkey: u32,
+    pub(crate) rkey: u32,
+    pub(crate) addr: u64,
+    pub(crate) len: usize,
 }
 
 impl fmt::Debug for RawMr {
@@ -58,6 +66,31 @@ impl fmt::Debug for RawMr {
 }
 
 impl RawMr {
+    /// Local key: what SGEs over this memory carry.
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+
+    /// Remote key: what a peer's RDMA READ/WRITE/atomic names.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    /// Start address of the registered range.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// Length of the registered range, in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty range (never: registration refuses length 0).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// A registration the kernel made (a dma-buf region: `addr` is its iova).
     pub(crate) fn from_parts(
         pd: Arc<Pd>,

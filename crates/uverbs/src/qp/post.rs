@@ -23,10 +23,19 @@ impl Qp {
     /// too slowly (the kernel then drops the completion and raises a `CQ_ERR` async event).
     /// The same holds for [`Qp::post_recv`] and the receive CQ, whose overflow also moves the
     /// QP to the error state.
+    ///
+    /// A request the device writes into (an RDMA READ's sink, an atomic's result) holds its
+    /// region until the completion of that request, or of a later signaled READ or atomic, is
+    /// polled, or the QP is destroyed: dropping the `Mr` meanwhile defers its deregistration
+    /// and the freeing of its memory to then (docs/architecture.md, "What a posted request
+    /// keeps alive"). Borrowed memory ([`Mr::scoped`](crate::mr::Mr::scoped)) cannot wait, so
+    /// it is refused there
+    /// ([`PostFault::BorrowedSink`](crate::error::PostFault::BorrowedSink)).
     #[inline]
     pub fn post_send(&self, wrs: &[MrSendWr<'_>]) -> std::result::Result<(), PostError> {
-        // SAFETY: every SGE names a range of a registered Mr (MrSge's invariant); see above.
-        unsafe { self.post_send_raw(SendWr::raw_list(wrs)) }
+        // SAFETY: every SGE names a range of a registered Mr (MrSge's invariant), and what the
+        // device may write is held by the ledger (`hold`); see above.
+        unsafe { self.post_send_checked(SendWr::raw_list(wrs), true) }
     }
 
     /// Posts send work requests with raw SGEs.
@@ -42,6 +51,21 @@ impl Qp {
     /// plain write racing the copy (another thread's store, C code) is a data race.
     #[inline]
     pub unsafe fn post_send_raw(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), PostError> {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.post_send_checked(wrs, false) }
+    }
+
+    /// The one send path: with `hold`, the regions the requests may write are held in the
+    /// ledger (safe posts); without, the requests are only counted (raw posts).
+    ///
+    /// # Safety
+    /// As for [`Qp::post_send_raw`]; with `hold`, every SGE names a live safe `Mr`.
+    #[inline]
+    unsafe fn post_send_checked(
+        &self,
+        wrs: &[SendWr<'_>],
+        hold: bool,
+    ) -> std::result::Result<(), PostError> {
         let st = self.cached_state();
         if matches!(st, QpState::RESET | QpState::INIT | QpState::RTR) {
             // Refused before anything is queued: a WQE left in the ring would go out later, at
@@ -60,17 +84,37 @@ impl Qp {
                 sink_fault = Some(f);
             }
         }
-        let ok = match refused {
+        let mut ok = match refused {
             Some(i) => &wrs[..i],
             None => wrs,
         };
+        // The ledger (crate::ledger), held across the post so that its order is the queue's:
+        // only for lists with a request the device writes locally (READ, atomics).
+        let mut ledger = ok
+            .iter()
+            .any(|w| crate::ledger::writes_local(&w.op))
+            .then(|| crate::ledger::lock(&self.ledger.send));
+        if let (true, Some(l)) = (hold, ledger.as_mut()) {
+            if let Some((i, lkey)) = l.hold(self.pd.regions(), ok) {
+                refused = Some(i);
+                sink_fault = Some(crate::error::PostFault::BorrowedSink { lkey });
+                ok = &wrs[..i];
+            }
+        }
         if !ok.is_empty() {
             let k = self.kobj();
             // SAFETY: forwarded to the caller; every operation of `ok` is in `send_ops`, what
             // this QP's driver encodes on its type (QpOps::post_send's contract).
-            unsafe { self.lock().post_send(k, ok) }
-                .map_err(|e| self.post_error(e, PostQueue::Send))?;
+            let r = unsafe { self.lock().post_send(k, ok) };
+            if let Some(l) = ledger.as_mut() {
+                let n = r
+                    .as_ref()
+                    .map_or_else(|e| e.posted().min(ok.len()), |()| ok.len());
+                l.posted(&ok[..n], self.sq_sig_all);
+            }
+            r.map_err(|e| self.post_error(e, PostQueue::Send))?;
         }
+        drop(ledger);
         match (refused, sink_fault) {
             (Some(i), Some(f)) => Err(self.post_error(PostError::refused(i, f), PostQueue::Send)),
             (Some(i), None) => Err(self.op_refused(i, wrs[i].op.kind())),
@@ -111,10 +155,17 @@ impl Qp {
     }
 
     /// Posts receive work requests; safe for the reasons given at [`Qp::post_send`].
+    ///
+    /// Each receive holds its regions until its completion (or a later receive's) is polled,
+    /// or the QP is destroyed: dropping an `Mr` meanwhile defers its deregistration and the
+    /// freeing of its memory to then (docs/architecture.md, "What a posted request keeps
+    /// alive"). Borrowed memory ([`Mr::scoped`](crate::mr::Mr::scoped)) is refused
+    /// ([`PostFault::BorrowedSink`](crate::error::PostFault::BorrowedSink)).
     #[inline]
     pub fn post_recv(&self, wrs: &[MrRecvWr<'_>]) -> std::result::Result<(), PostError> {
-        // SAFETY: every SGE names a range of a registered Mr (MrSge's invariant).
-        unsafe { self.post_recv_raw(RecvWr::raw_list(wrs)) }
+        // SAFETY: every SGE names a range of a registered Mr (MrSge's invariant), held by the
+        // ledger until the receive is over.
+        unsafe { self.post_recv_checked(RecvWr::raw_list(wrs), true) }
     }
 
     /// Posts receive work requests with raw SGEs.
@@ -123,6 +174,20 @@ impl Qp {
     /// As for [`Qp::post_send_raw`]; the device writes the received data into the memory.
     #[inline]
     pub unsafe fn post_recv_raw(&self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostError> {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.post_recv_checked(wrs, false) }
+    }
+
+    /// The one receive path; `hold` as for [`Qp::post_send_checked`].
+    ///
+    /// # Safety
+    /// As for [`Qp::post_recv_raw`]; with `hold`, every SGE names a live safe `Mr`.
+    #[inline]
+    unsafe fn post_recv_checked(
+        &self,
+        wrs: &[RecvWr<'_>],
+        hold: bool,
+    ) -> std::result::Result<(), PostError> {
         if self.cached_state() == QpState::RESET {
             return Err(self.post_error(
                 PostError::refused(
@@ -140,8 +205,28 @@ impl Qp {
                 PostQueue::Recv,
             ));
         }
-        let k = self.kobj();
-        // SAFETY: forwarded to the caller.
-        unsafe { self.lock().post_recv(k, wrs) }.map_err(|e| self.post_error(e, PostQueue::Recv))
+        let mut ledger = crate::ledger::lock(&self.ledger.recv);
+        let (ok, refused) = match hold.then(|| ledger.hold(self.pd.regions(), wrs)).flatten() {
+            Some((i, lkey)) => (&wrs[..i], Some((i, lkey))),
+            None => (wrs, None),
+        };
+        if !ok.is_empty() {
+            let k = self.kobj();
+            // SAFETY: forwarded to the caller.
+            let r = unsafe { self.lock().post_recv(k, ok) };
+            ledger.posted(
+                r.as_ref()
+                    .map_or_else(|e| e.posted().min(ok.len()), |()| ok.len()),
+            );
+            r.map_err(|e| self.post_error(e, PostQueue::Recv))?;
+        }
+        drop(ledger);
+        match refused {
+            Some((i, lkey)) => Err(self.post_error(
+                PostError::refused(i, crate::error::PostFault::BorrowedSink { lkey }),
+                PostQueue::Recv,
+            )),
+            None => Ok(()),
+        }
     }
 }

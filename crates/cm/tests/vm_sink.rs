@@ -1,0 +1,368 @@
+//! A posted request keeps what it may write allocated (issue #31): a receive buffer or an RDMA
+//! READ sink whose `Mr` is dropped while the request is outstanding is not given back to the
+//! allocator before the request's completion is polled. A recording global allocator says
+//! when the buffer is freed, so the order is checked, not timed. Runs in the VM on rxe, and in
+//! the siw stage on siw (where deregistration does not stop a READ already placing data).
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+
+use common::{addrinfo, listener};
+use rverbs_cm::{create_ep, ConnParam, Endpoint, EndpointAttr};
+use rverbs_uverbs::mr::{AccessFlags, Mr, PageBuf};
+use rverbs_uverbs::qp::QpCaps;
+use rverbs_uverbs::{PostFault, SendFlags, WcOpcode, WcStatus};
+
+/// Watched allocations: a slot holds an address (0: free) and whether it was deallocated.
+const SLOTS: usize = 8;
+static WATCHED: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+static FREED: [AtomicBool; SLOTS] = [const { AtomicBool::new(false) }; SLOTS];
+
+/// The system allocator, noting the deallocation of a watched address.
+struct Recording;
+
+// SAFETY: every call is forwarded to `System` unchanged; the bookkeeping only reads and
+// writes atomics (no allocation, no lock).
+unsafe impl GlobalAlloc for Recording {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        for (w, f) in WATCHED.iter().zip(&FREED) {
+            if w.load(Ordering::SeqCst) == ptr as usize {
+                f.store(true, Ordering::SeqCst);
+            }
+        }
+        // SAFETY: forwarded.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Recording = Recording;
+
+/// Watches the allocation at `addr`; the slot's "freed" flag.
+fn watch(addr: u64) -> &'static AtomicBool {
+    for (w, f) in WATCHED.iter().zip(&FREED) {
+        if w.compare_exchange(0, addr as usize, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            f.store(false, Ordering::SeqCst);
+            return f;
+        }
+    }
+    panic!("more than {SLOTS} watched buffers");
+}
+
+/// Endpoints with separate CQs (the Endpoint's), 8 requests each way, sends signaled.
+fn attr() -> EndpointAttr {
+    EndpointAttr {
+        caps: QpCaps {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 16,
+        },
+        sq_sig_all: true,
+    }
+}
+
+const RW: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_WRITE);
+
+/// A connected pair over `port`: the server's endpoint goes to `server` (in its thread), the
+/// client's is returned with the private data the server accepted with.
+fn pair(
+    port: u16,
+    server: impl FnOnce(Endpoint, &Barrier) + Send + 'static,
+    private: Vec<u8>,
+) -> (Endpoint, thread::JoinHandle<()>, Arc<Barrier>, Vec<u8>) {
+    let lis = listener(port);
+    let step = Arc::new(Barrier::new(2));
+    let s2 = step.clone();
+    let h = thread::spawn(move || {
+        let req = lis.get_request().unwrap();
+        let ep = Endpoint::create(req, &attr()).unwrap();
+        server(ep, &s2);
+    });
+    let ep = Endpoint::create(create_ep(&addrinfo(port, false)[0]).unwrap(), &attr()).unwrap();
+    ep.connect(&ConnParam {
+        private_data: private,
+        ..Default::default()
+    })
+    .unwrap();
+    let pdata = ep
+        .id()
+        .take_event()
+        .map(|ev| ev.private_data().to_vec())
+        .unwrap_or_default();
+    (ep, h, step, pdata)
+}
+
+/// A receive buffer whose `Mr` is dropped right after the post stays allocated until the
+/// receive's completion is polled; then it is freed. (Before issue #31 the drop freed it at
+/// once, while the receive could still be written.)
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn a_dropped_receive_buffer_is_freed_only_after_its_completion() {
+    let (ep, server, step, _) = pair(
+        7931,
+        |ep, step| {
+            ep.accept(&ConnParam::default()).unwrap();
+            step.wait(); // the client's receive is posted and its Mr dropped
+            ep.post_send_inline(1, b"ping", SendFlags::empty()).unwrap();
+            assert_eq!(ep.get_send_comp().unwrap().status, WcStatus::SUCCESS);
+            step.wait();
+        },
+        Vec::new(),
+    );
+    let buf = ep.reg_msgs(vec![0u8; 4096]).unwrap();
+    let freed = watch(buf.addr());
+    ep.post_recv(5, &[buf.sge(0..64)]).unwrap();
+    drop(buf);
+    assert!(
+        !freed.load(Ordering::SeqCst),
+        "a receive buffer was freed while its receive was posted"
+    );
+    step.wait();
+    let wc = ep.get_recv_comp().unwrap();
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode),
+        (5, WcStatus::SUCCESS, WcOpcode::RECV)
+    );
+    assert!(
+        freed.load(Ordering::SeqCst),
+        "the receive buffer was not freed when its completion was polled"
+    );
+    unwatch(freed);
+    step.wait();
+    ep.disconnect().unwrap();
+    server.join().unwrap();
+}
+
+/// A receive whose buffer was dropped and which never completes: freed when the QP is
+/// destroyed (every provider stops placing data for a QP before its destroy returns).
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn a_dropped_receive_buffer_is_freed_with_its_qp() {
+    let (ep, server, step, _) = pair(
+        7932,
+        |ep, step| {
+            ep.accept(&ConnParam::default()).unwrap();
+            step.wait();
+        },
+        Vec::new(),
+    );
+    let buf = ep.reg_msgs(vec![0u8; 4096]).unwrap();
+    let freed = watch(buf.addr());
+    ep.post_recv(5, &[buf.sge(0..64)]).unwrap();
+    drop(buf);
+    assert!(!freed.load(Ordering::SeqCst));
+    step.wait();
+    ep.disconnect().unwrap();
+    drop(ep);
+    assert!(
+        freed.load(Ordering::SeqCst),
+        "the receive buffer was not freed when its QP was destroyed"
+    );
+    unwatch(freed);
+    server.join().unwrap();
+}
+
+/// An RDMA READ's sink dropped right after the post stays allocated until the READ's
+/// completion is polled, and the READ completes with its data: the region stays registered
+/// meanwhile.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn a_dropped_read_sink_is_freed_only_after_its_completion() {
+    let (ep, server, step, pdata) = pair(
+        7933,
+        |ep, step| {
+            let src = Mr::register(ep.pd(), PageBuf::new(4096).unwrap(), RW).unwrap();
+            src.write_at(0, b"from the server!");
+            let mut pd = src.addr().to_le_bytes().to_vec();
+            pd.extend_from_slice(&src.rkey().to_le_bytes());
+            ep.accept(&ConnParam {
+                private_data: pd,
+                ..Default::default()
+            })
+            .unwrap();
+            step.wait(); // the client has read
+        },
+        Vec::new(),
+    );
+    let raddr = u64::from_le_bytes(pdata[0..8].try_into().unwrap());
+    let rkey = u32::from_le_bytes(pdata[8..12].try_into().unwrap());
+    // A sink registered for remote write, as iWARP requires of a READ's sink.
+    let sink = ep.reg_remote(vec![0u8; 4096]).unwrap();
+    let freed = watch(sink.addr());
+    ep.post_read(7, &[sink.sge(0..16)], raddr, rkey, SendFlags::SIGNALED)
+        .unwrap();
+    drop(sink);
+    assert!(
+        !freed.load(Ordering::SeqCst),
+        "a READ sink was freed while its READ was posted"
+    );
+    let wc = ep.get_send_comp().unwrap();
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode),
+        (7, WcStatus::SUCCESS, WcOpcode::RDMA_READ)
+    );
+    assert!(
+        freed.load(Ordering::SeqCst),
+        "the sink was not freed when its READ's completion was polled"
+    );
+    unwatch(freed);
+    step.wait();
+    ep.disconnect().unwrap();
+    server.join().unwrap();
+}
+
+/// Borrowed memory cannot wait for a request's end: a receive or READ into a region of
+/// `Mr::scoped` is refused, naming the key, and nothing is posted.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn borrowed_memory_is_refused_as_a_sink() {
+    let (ep, server, step, _) = pair(
+        7934,
+        |ep, step| {
+            let buf = ep.reg_msgs(vec![0u8; 4096]).unwrap();
+            ep.post_recv(9, &[buf.sge(0..64)]).unwrap();
+            ep.accept(&ConnParam::default()).unwrap();
+            assert_eq!(ep.get_recv_comp().unwrap().wr_id, 9);
+            step.wait();
+        },
+        Vec::new(),
+    );
+    let mut local = [0u8; 64];
+    Mr::scoped(ep.pd(), &mut local[..], RW, |mr| {
+        let e = ep
+            .qp()
+            .post_recv(&[rverbs_uverbs::RecvWr::new(1, &[mr.sge(0..64)])]);
+        let e = e.unwrap_err();
+        assert_eq!(e.fault(), Some(PostFault::BorrowedSink { lkey: mr.lkey() }));
+        assert_eq!(e.posted(), 0);
+        assert!(e.to_string().contains("borrowed memory"), "{e}");
+        let e = ep
+            .post_read(2, &[mr.sge(0..8)], 0, 0, SendFlags::SIGNALED)
+            .unwrap_err();
+        assert!(e.to_string().contains("borrowed memory"), "{e}");
+        // A SEND from borrowed memory is fine: the device only reads it.
+        ep.post_send(3, &[mr.sge(0..8)], SendFlags::SIGNALED)
+            .unwrap();
+        assert_eq!(ep.get_send_comp().unwrap().wr_id, 3);
+    })
+    .unwrap();
+    step.wait();
+    ep.disconnect().unwrap();
+    server.join().unwrap();
+}
+
+/// The review's scenario (issue #31): a 96 KiB READ whose sink is dropped once its first bytes
+/// have landed, then a fresh allocation of the same size. The sink stays allocated (and
+/// registered) until the READ's completion is polled, so the fresh allocation is other memory
+/// and stays untouched, and the READ completes with SUCCESS (the only outcome the protocol
+/// leaves: nothing invalidated the sink). Repeated, since when the drop falls (before, during
+/// or after the placement) is up to the device; each outcome is checked the same way.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn a_read_sink_dropped_mid_read_never_writes_a_fresh_allocation() {
+    const LEN: usize = 96 * 1024;
+    const ROUNDS: u64 = 20;
+    let (ep, server, step, pdata) = pair(
+        7935,
+        |ep, step| {
+            let src = Mr::register(ep.pd(), vec![0u8; LEN], RW).unwrap();
+            src.fill(0..LEN, 0xa5);
+            let mut pd = src.addr().to_le_bytes().to_vec();
+            pd.extend_from_slice(&src.rkey().to_le_bytes());
+            ep.accept(&ConnParam {
+                private_data: pd,
+                ..Default::default()
+            })
+            .unwrap();
+            step.wait(); // the client is done
+        },
+        Vec::new(),
+    );
+    let raddr = u64::from_le_bytes(pdata[0..8].try_into().unwrap());
+    let rkey = u32::from_le_bytes(pdata[8..12].try_into().unwrap());
+    for round in 0..ROUNDS {
+        let sink = ep.reg_remote(vec![0u8; LEN]).unwrap();
+        let freed = watch(sink.addr());
+        ep.post_read(round, &[sink.sge(0..LEN)], raddr, rkey, SendFlags::SIGNALED)
+            .unwrap();
+        // Until the first byte lands (the READ's placement has begun) or the READ is over.
+        let mut b = [0u8; 1];
+        let mut polls = 0u64;
+        while b[0] == 0 && polls < 1 << 24 {
+            sink.read_at(0, &mut b);
+            polls += 1;
+        }
+        drop(sink);
+        let fresh = vec![0u8; LEN];
+        assert!(
+            !freed.load(Ordering::SeqCst),
+            "round {round}: sink freed before its completion"
+        );
+        let wc = ep.get_send_comp().unwrap();
+        assert_eq!(
+            (wc.wr_id, wc.status, wc.opcode),
+            (round, WcStatus::SUCCESS, WcOpcode::RDMA_READ),
+            "round {round}"
+        );
+        assert!(
+            freed.load(Ordering::SeqCst),
+            "round {round}: sink kept after its completion"
+        );
+        let hit = fresh.iter().filter(|&&x| x != 0).count();
+        assert_eq!(
+            hit, 0,
+            "round {round}: {hit} bytes of a fresh allocation written"
+        );
+        // The slot is reused by the next round.
+        unwatch(freed);
+    }
+    step.wait();
+    ep.disconnect().unwrap();
+    server.join().unwrap();
+}
+
+/// Gives back the slot of `freed`.
+fn unwatch(freed: &AtomicBool) {
+    for (w, f) in WATCHED.iter().zip(&FREED) {
+        if std::ptr::eq(f, freed) {
+            w.store(0, Ordering::SeqCst);
+        }
+    }
+}

@@ -1,0 +1,383 @@
+//! What a posted request may still write stays allocated until the request is seen to be over.
+//!
+//! Deregistration does not fence the device on every provider: siw's `siw_dereg_mr` returns
+//! at once while a READ response or a multi-segment SEND keeps placing data through the
+//! memory reference it took at the first fragment (docs/architecture.md, "Why this is sound").
+//! So rverbs does not trust it: a safe [`Mr`](crate::mr::Mr) keeps its registration and its
+//! memory in a [`Region`] behind an `Arc`, and every safe post of a request that the device
+//! may *write* through (a receive, an RDMA READ's sink, an atomic's result) leaves a clone of
+//! that `Arc` in a ledger of the queue it was posted on. Dropping the `Mr` drops only its own
+//! clone; the region is deregistered and its memory freed when the last clone goes, never
+//! earlier than one of:
+//!
+//! - **a receive queue**: that many receive completions were polled. Receives complete one by
+//!   one in the order they were posted, each once (success or flush). Counted: every success
+//!   completion with a receive opcode, and every completion on a CQ that is only this QP's
+//!   receive CQ; an error completion on a CQ shared by both queues is not counted (rxe leaves a
+//!   flushed receive's opcode 0, a send's number), which can only hold memory longer.
+//! - **a shared receive queue**: every receive posted to it was seen completed (SRQ receives
+//!   complete in no fixed order across its QPs).
+//! - **a send queue**: a later or equal signaled READ/atomic completed with success. READs and
+//!   atomics complete in their order among themselves on every provider (siw's ORQ, rxe's
+//!   completer, mlx5's queue), but not in order with the sends around them on siw (a SEND
+//!   completes when it is handed to TCP, before an earlier READ's response has arrived), so
+//!   only the completion of a READ or atomic releases a sink, and an unsignaled one only with
+//!   the next signaled one.
+//! - the QP (or SRQ) is destroyed: every provider stops placing data for a QP before its
+//!   destroy returns (siw: under the QP's state lock, which its receive path takes).
+//!
+//! Counting fewer completions than happened only holds memory longer, never shorter, so a
+//! completion that cannot be classified is not counted. The raw (`unsafe`) posts hold
+//! nothing but still count, so that a safe request's place in the queue stays right.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use crate::mr::Region;
+use crate::wc::WcOpcode;
+use crate::wr::{RecvWr, SendFlags, SendOp, SendWr, SgeList};
+
+/// Locks `m`; a panic under one of these locks leaves counters and `Arc`s, still usable.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A PD's safe regions by local key, so that a post can find what an SGE names: owned ones
+/// by a weak reference, borrowed ones (`None`) by their key alone, so that a look-up never
+/// holds a borrowed region past its `Mr` (a transient `Arc` would delay its deregistration
+/// past the end of the borrow).
+#[derive(Debug)]
+pub(crate) struct Registry<R = Region> {
+    map: Mutex<HashMap<u32, Option<Weak<R>>>>,
+}
+
+impl<R> Default for Registry<R> {
+    fn default() -> Self {
+        Registry {
+            map: Mutex::default(),
+        }
+    }
+}
+
+/// What a ledger holds: a [`Region`] (or a test's stand-in).
+pub(crate) trait Holdable {
+    /// Its local key.
+    fn lkey(&self) -> u32;
+    /// True when it may be given back later than its `Mr`'s drop (owned memory).
+    fn deferrable(&self) -> bool;
+}
+
+impl Holdable for Region {
+    fn lkey(&self) -> u32 {
+        Region::lkey(self)
+    }
+    fn deferrable(&self) -> bool {
+        Region::deferrable(self)
+    }
+}
+
+/// What a local key of the PD names.
+enum Found<R> {
+    Owned(Arc<R>),
+    Borrowed,
+    Nothing,
+}
+
+impl<R: Holdable> Registry<R> {
+    /// Region `r` was registered.
+    pub(crate) fn insert(&self, r: &Arc<R>) {
+        let entry = r.deferrable().then(|| Arc::downgrade(r));
+        lock(&self.map).insert(r.lkey(), entry);
+    }
+
+    /// Region `lkey` is being deregistered (before the kernel may give its key to another).
+    pub(crate) fn remove(&self, lkey: u32) {
+        lock(&self.map).remove(&lkey);
+    }
+
+    fn find(&self, lkey: u32) -> Found<R> {
+        match lock(&self.map).get(&lkey) {
+            Some(Some(w)) => w.upgrade().map_or(Found::Nothing, Found::Owned),
+            Some(None) => Found::Borrowed,
+            None => Found::Nothing,
+        }
+    }
+}
+
+/// A region held for requests up to `last` (a queue's sequence number).
+#[derive(Debug)]
+struct Held<R> {
+    last: u64,
+    region: Arc<R>,
+}
+
+/// Holds the region of `lkey` for request `seq`. `Err(())`: the region is over borrowed memory,
+/// whose release cannot wait (the borrow ends when its scope does), so it may not be written by
+/// a safe request. An `lkey` of no safe region of the PD is not held: the device refuses a key
+/// of another PD, and a [`register_raw`](crate::mr::register_raw) region is its caller's
+/// promise.
+fn hold<R: Holdable>(
+    held: &mut Vec<Held<R>>,
+    reg: &Registry<R>,
+    lkey: u32,
+    seq: u64,
+) -> Result<(), ()> {
+    if let Some(h) = held.iter_mut().find(|h| h.region.lkey() == lkey) {
+        h.last = h.last.max(seq);
+        return Ok(());
+    }
+    match reg.find(lkey) {
+        Found::Owned(region) => held.push(Held { last: seq, region }),
+        Found::Borrowed => return Err(()),
+        Found::Nothing => {}
+    }
+    Ok(())
+}
+
+/// The ledger of a receive queue (a QP's, or with `shared` an SRQ's).
+#[derive(Debug)]
+pub(crate) struct RecvLedger<R = Region> {
+    posted: u64,
+    done: u64,
+    shared: bool,
+    held: Vec<Held<R>>,
+}
+
+impl<R> Default for RecvLedger<R> {
+    fn default() -> Self {
+        RecvLedger {
+            posted: 0,
+            done: 0,
+            shared: false,
+            held: Vec::new(),
+        }
+    }
+}
+
+impl<R: Holdable> RecvLedger<R> {
+    /// An SRQ's ledger.
+    pub(crate) fn shared() -> Self {
+        RecvLedger {
+            shared: true,
+            ..RecvLedger::default()
+        }
+    }
+
+    /// Holds the regions the receives of `wrs` write, as if they were all posted next; stops
+    /// at the first that names borrowed memory: its index and the key.
+    pub(crate) fn hold<S: SgeList>(
+        &mut self,
+        reg: &Registry<R>,
+        wrs: &[RecvWr<'_, S>],
+    ) -> Option<(usize, u32)> {
+        for (i, w) in wrs.iter().enumerate() {
+            let seq = self.posted + i as u64;
+            for s in w.sge {
+                let lkey = s.raw_sge().lkey;
+                if hold(&mut self.held, reg, lkey, seq).is_err() {
+                    return Some((i, lkey));
+                }
+            }
+        }
+        None
+    }
+
+    /// `n` receives went to the queue.
+    pub(crate) fn posted(&mut self, n: usize) {
+        self.posted += n as u64;
+    }
+
+    /// One receive completed (the oldest outstanding one, for a QP's own queue).
+    pub(crate) fn completed(&mut self) {
+        self.done += 1;
+        if self.held.is_empty() {
+            return;
+        }
+        let done = self.done;
+        if self.shared {
+            if done >= self.posted {
+                self.held.clear();
+            }
+        } else {
+            self.held.retain(|h| h.last >= done);
+        }
+    }
+
+    /// Regions held (tests).
+    #[cfg(test)]
+    fn holding(&self) -> usize {
+        self.held.len()
+    }
+}
+
+/// True for the send operations the device writes local memory for: the sink of an RDMA
+/// READ, the result buffer of an atomic.
+#[inline]
+pub(crate) fn writes_local(op: &SendOp) -> bool {
+    matches!(
+        op,
+        SendOp::RdmaRead { .. } | SendOp::AtomicCmpSwp { .. } | SendOp::AtomicFetchAdd { .. }
+    )
+}
+
+/// The ledger of a send queue: its READs and atomics, numbered in posting order.
+#[derive(Debug)]
+pub(crate) struct SendLedger<R = Region> {
+    sinks: u64,
+    sinks_done: u64,
+    signaled: VecDeque<u64>,
+    held: Vec<Held<R>>,
+}
+
+impl<R> Default for SendLedger<R> {
+    fn default() -> Self {
+        SendLedger {
+            sinks: 0,
+            sinks_done: 0,
+            signaled: VecDeque::new(),
+            held: Vec::new(),
+        }
+    }
+}
+
+impl<R: Holdable> SendLedger<R> {
+    /// As [`RecvLedger::hold`], for the READ sinks and atomic results of `wrs`.
+    pub(crate) fn hold<S: SgeList>(
+        &mut self,
+        reg: &Registry<R>,
+        wrs: &[SendWr<'_, S>],
+    ) -> Option<(usize, u32)> {
+        let mut ord = self.sinks;
+        for (i, w) in wrs.iter().enumerate() {
+            if !writes_local(&w.op) {
+                continue;
+            }
+            for s in w.sge {
+                let lkey = s.raw_sge().lkey;
+                if hold(&mut self.held, reg, lkey, ord).is_err() {
+                    return Some((i, lkey));
+                }
+            }
+            ord += 1;
+        }
+        None
+    }
+
+    /// `wrs` went to the queue.
+    #[inline]
+    pub(crate) fn posted<S: SgeList>(&mut self, wrs: &[SendWr<'_, S>], sig_all: bool) {
+        for w in wrs {
+            if writes_local(&w.op) {
+                if sig_all || w.flags.contains(SendFlags::SIGNALED) {
+                    self.signaled.push_back(self.sinks);
+                }
+                self.sinks += 1;
+            }
+        }
+    }
+
+    /// A READ or atomic completed with success: the oldest signaled one, so it and every
+    /// READ or atomic before it are over.
+    pub(crate) fn sink_completed(&mut self) {
+        if let Some(o) = self.signaled.pop_front() {
+            self.sinks_done = self.sinks_done.max(o + 1);
+            let done = self.sinks_done;
+            self.held.retain(|h| h.last >= done);
+        }
+    }
+
+    #[cfg(test)]
+    fn holding(&self) -> usize {
+        self.held.len()
+    }
+}
+
+/// A QP's ledgers: its send queue's, and its receive queue's (its SRQ's when it has one).
+#[derive(Debug)]
+pub(crate) struct QpLedger<R = Region> {
+    qp_num: u32,
+    pub(crate) send: Mutex<SendLedger<R>>,
+    pub(crate) recv: Arc<Mutex<RecvLedger<R>>>,
+}
+
+impl<R: Holdable> QpLedger<R> {
+    pub(crate) fn new(qp_num: u32, srq: Option<&Arc<Mutex<RecvLedger<R>>>>) -> Self {
+        QpLedger {
+            qp_num,
+            send: Mutex::default(),
+            recv: srq.cloned().unwrap_or_default(),
+        }
+    }
+}
+
+/// Which of a QP's queues complete on a CQ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// Only its send queue.
+    Send,
+    /// Only its receive queue.
+    Recv,
+    /// Both.
+    Both,
+}
+
+/// A CQ's QPs, whose ledgers its completions settle.
+#[derive(Debug)]
+pub(crate) struct Watch<R = Region> {
+    list: Mutex<Vec<(Arc<QpLedger<R>>, Role)>>,
+}
+
+impl<R> Default for Watch<R> {
+    fn default() -> Self {
+        Watch {
+            list: Mutex::default(),
+        }
+    }
+}
+
+impl<R: Holdable> Watch<R> {
+    pub(crate) fn add(&self, l: &Arc<QpLedger<R>>, role: Role) {
+        lock(&self.list).push((l.clone(), role));
+    }
+
+    pub(crate) fn remove(&self, l: &Arc<QpLedger<R>>) {
+        lock(&self.list).retain(|(x, _)| !Arc::ptr_eq(x, l));
+    }
+
+    /// Settles the ledgers for completions `(qp_num, success, opcode)`, in polled order.
+    pub(crate) fn settle(&self, wcs: impl Iterator<Item = (u32, bool, u32)>) {
+        let list = lock(&self.list);
+        if list.is_empty() {
+            return;
+        }
+        let mut at = 0;
+        for (qp_num, ok, opcode) in wcs {
+            if !list.get(at).is_some_and(|(l, _)| l.qp_num == qp_num) {
+                match list.iter().position(|(l, _)| l.qp_num == qp_num) {
+                    Some(i) => at = i,
+                    None => continue, // a QP already destroyed
+                }
+            }
+            let (l, role) = &list[at];
+            settle_one(l, *role, ok, WcOpcode(opcode));
+        }
+    }
+}
+
+#[inline]
+fn settle_one<R: Holdable>(l: &QpLedger<R>, role: Role, ok: bool, opcode: WcOpcode) {
+    let sink = matches!(
+        opcode,
+        WcOpcode::RDMA_READ | WcOpcode::COMP_SWAP | WcOpcode::FETCH_ADD
+    );
+    match role {
+        Role::Recv => lock(&l.recv).completed(),
+        Role::Send if ok && sink => lock(&l.send).sink_completed(),
+        Role::Both if ok && opcode.is_recv() => lock(&l.recv).completed(),
+        Role::Both if ok && sink => lock(&l.send).sink_completed(),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests;

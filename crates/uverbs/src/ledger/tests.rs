@@ -1,0 +1,325 @@
+//! The ledger's release points, with stand-in regions that record when they are given back.
+
+use super::*;
+use crate::wr::{SendOp, Sge};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// A region that records its drop (the moment rverbs would deregister and free it).
+#[derive(Debug)]
+struct Fake {
+    lkey: u32,
+    owned: bool,
+    freed: Arc<AtomicBool>,
+}
+
+impl Holdable for Fake {
+    fn lkey(&self) -> u32 {
+        self.lkey
+    }
+    fn deferrable(&self) -> bool {
+        self.owned
+    }
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        self.freed.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A registered region (the `Mr`'s `Arc`) and its "freed" flag.
+fn region(reg: &Registry<Fake>, lkey: u32, owned: bool) -> (Arc<Fake>, Arc<AtomicBool>) {
+    let freed = Arc::new(AtomicBool::new(false));
+    let r = Arc::new(Fake {
+        lkey,
+        owned,
+        freed: freed.clone(),
+    });
+    reg.insert(&r);
+    (r, freed)
+}
+
+fn sge(lkey: u32) -> Sge {
+    Sge {
+        addr: 0x1000,
+        length: 64,
+        lkey,
+    }
+}
+
+fn read(sge: &[Sge], signaled: bool) -> SendWr<'_> {
+    SendWr {
+        wr_id: 0,
+        op: SendOp::RdmaRead {
+            remote_addr: 0,
+            rkey: 1,
+        },
+        sge,
+        flags: if signaled {
+            SendFlags::SIGNALED
+        } else {
+            SendFlags::empty()
+        },
+        ud: None,
+    }
+}
+
+fn freed(f: &AtomicBool) -> bool {
+    f.load(Ordering::SeqCst)
+}
+
+#[test]
+fn a_dropped_receive_buffer_lives_until_its_completion() {
+    let reg = Registry::default();
+    let mut rq = RecvLedger::<Fake>::default();
+    let (a, fa) = region(&reg, 1, true);
+    let (b, fb) = region(&reg, 2, true);
+    let (sa, sb) = ([sge(1)], [sge(2)]);
+    let wrs = [RecvWr::new(0, &sa[..]), RecvWr::new(1, &sb[..])];
+    assert_eq!(rq.hold(&reg, &wrs), None);
+    rq.posted(2);
+    drop((a, b));
+    assert!(
+        !freed(&fa) && !freed(&fb),
+        "held while both receives are posted"
+    );
+    rq.completed();
+    assert!(freed(&fa), "the first completion is the first receive's");
+    assert!(!freed(&fb), "the second receive is still outstanding");
+    rq.completed();
+    assert!(freed(&fb));
+    assert_eq!(rq.holding(), 0);
+}
+
+#[test]
+fn one_region_for_many_receives_is_held_once_until_the_last() {
+    let reg = Registry::default();
+    let mut rq = RecvLedger::<Fake>::default();
+    let (a, fa) = region(&reg, 7, true);
+    let s = [sge(7)];
+    for i in 0..3 {
+        assert_eq!(rq.hold(&reg, &[RecvWr::new(i, &s[..])]), None);
+        rq.posted(1);
+    }
+    assert_eq!(rq.holding(), 1);
+    drop(a);
+    rq.completed();
+    rq.completed();
+    assert!(!freed(&fa), "the third receive may still write it");
+    rq.completed();
+    assert!(freed(&fa));
+}
+
+#[test]
+fn borrowed_memory_is_refused_and_nothing_after_it_is_held() {
+    let reg = Registry::default();
+    let mut rq = RecvLedger::<Fake>::default();
+    let (_a, _) = region(&reg, 1, true);
+    let (_b, _) = region(&reg, 2, false);
+    let (sa, sb) = ([sge(1)], [sge(2)]);
+    let wrs = [RecvWr::new(0, &sa[..]), RecvWr::new(1, &sb[..])];
+    assert_eq!(rq.hold(&reg, &wrs), Some((1, 2)));
+    let mut sq = SendLedger::<Fake>::default();
+    let wrs = [read(&sa, true), read(&sb, true)];
+    assert_eq!(sq.hold(&reg, &wrs), Some((1, 2)));
+}
+
+#[test]
+fn unknown_keys_hold_nothing() {
+    let reg = Registry::<Fake>::default();
+    let mut rq = RecvLedger::<Fake>::default();
+    let s = [sge(99)];
+    assert_eq!(rq.hold(&reg, &[RecvWr::new(0, &s[..])]), None);
+    assert_eq!(rq.holding(), 0);
+}
+
+#[test]
+fn raw_receives_keep_the_count_right() {
+    // A raw receive posted before a safe one: the first completion is the raw one's.
+    let reg = Registry::default();
+    let mut rq = RecvLedger::<Fake>::default();
+    rq.posted(1);
+    let (a, fa) = region(&reg, 3, true);
+    let s = [sge(3)];
+    assert_eq!(rq.hold(&reg, &[RecvWr::new(0, &s[..])]), None);
+    rq.posted(1);
+    drop(a);
+    rq.completed();
+    assert!(!freed(&fa));
+    rq.completed();
+    assert!(freed(&fa));
+}
+
+#[test]
+fn a_refused_tail_is_held_until_later_completions_only() {
+    // Held as if posted, but the post stopped short: the region waits for a completion
+    // numbered past it (conservative), never less.
+    let reg = Registry::default();
+    let mut rq = RecvLedger::<Fake>::default();
+    let (a, fa) = region(&reg, 4, true);
+    let s = [sge(4)];
+    let wrs = [RecvWr::new(0, &s[..]), RecvWr::new(1, &s[..])];
+    assert_eq!(rq.hold(&reg, &wrs), None);
+    rq.posted(1); // the provider took only the first
+    drop(a);
+    rq.completed();
+    assert!(!freed(&fa));
+    rq.posted(1);
+    rq.completed();
+    assert!(freed(&fa));
+}
+
+#[test]
+fn srq_receives_wait_for_every_receive() {
+    let reg = Registry::default();
+    let mut srq = RecvLedger::<Fake>::shared();
+    let (a, fa) = region(&reg, 5, true);
+    let (b, fb) = region(&reg, 6, true);
+    let (sa, sb) = ([sge(5)], [sge(6)]);
+    assert_eq!(srq.hold(&reg, &[RecvWr::new(0, &sa[..])]), None);
+    srq.posted(1);
+    assert_eq!(srq.hold(&reg, &[RecvWr::new(1, &sb[..])]), None);
+    srq.posted(1);
+    drop((a, b));
+    // One completed, but which one is not known (another QP may have taken the other).
+    srq.completed();
+    assert!(!freed(&fa) && !freed(&fb));
+    srq.completed();
+    assert!(freed(&fa) && freed(&fb));
+}
+
+#[test]
+fn an_unsignaled_read_is_released_by_the_next_signaled_one() {
+    let reg = Registry::default();
+    let mut sq = SendLedger::<Fake>::default();
+    let (a, fa) = region(&reg, 1, true);
+    let (b, fb) = region(&reg, 2, true);
+    let (sa, sb) = ([sge(1)], [sge(2)]);
+    let wrs = [read(&sa, false), read(&sb, true)];
+    assert_eq!(sq.hold(&reg, &wrs), None);
+    sq.posted(&wrs, false);
+    drop((a, b));
+    assert!(!freed(&fa) && !freed(&fb));
+    sq.sink_completed();
+    assert!(freed(&fa) && freed(&fb));
+}
+
+#[test]
+fn a_signaled_read_releases_only_what_came_before_it() {
+    let reg = Registry::default();
+    let mut sq = SendLedger::<Fake>::default();
+    let (a, fa) = region(&reg, 1, true);
+    let (b, fb) = region(&reg, 2, true);
+    let (sa, sb) = ([sge(1)], [sge(2)]);
+    let wrs = [read(&sa, true), read(&sb, true)];
+    assert_eq!(sq.hold(&reg, &wrs), None);
+    sq.posted(&wrs, false);
+    drop((a, b));
+    sq.sink_completed();
+    assert!(freed(&fa));
+    assert!(!freed(&fb), "the second READ is still outstanding");
+    sq.sink_completed();
+    assert!(freed(&fb));
+    assert_eq!(sq.holding(), 0);
+}
+
+#[test]
+fn an_unsignaled_read_alone_waits_for_the_qp() {
+    let reg = Registry::default();
+    let (a, fa) = region(&reg, 1, true);
+    let sa = [sge(1)];
+    let wrs = [read(&sa, false)];
+    let l = Arc::new(QpLedger::<Fake>::new(9, None));
+    assert_eq!(lock(&l.send).hold(&reg, &wrs), None);
+    lock(&l.send).posted(&wrs, false);
+    drop(a);
+    let watch = Watch::default();
+    watch.add(&l, Role::Both);
+    // A SEND's completion says nothing about the READ before it (siw completes it first).
+    watch.settle([(9, true, WcOpcode::SEND.0)].into_iter());
+    assert!(!freed(&fa));
+    watch.remove(&l);
+    drop(l); // the QP destroyed
+    assert!(freed(&fa));
+}
+
+#[test]
+fn sq_sig_all_signals_every_read() {
+    let reg = Registry::default();
+    let mut sq = SendLedger::<Fake>::default();
+    let (a, fa) = region(&reg, 1, true);
+    let sa = [sge(1)];
+    let wrs = [read(&sa, false)];
+    assert_eq!(sq.hold(&reg, &wrs), None);
+    sq.posted(&wrs, true);
+    drop(a);
+    sq.sink_completed();
+    assert!(freed(&fa));
+}
+
+#[test]
+fn a_cq_counts_what_it_can_classify() {
+    let reg = Registry::default();
+    let l = Arc::new(QpLedger::<Fake>::new(3, None));
+    let (a, fa) = region(&reg, 1, true);
+    let sa = [sge(1)];
+    assert_eq!(lock(&l.recv).hold(&reg, &[RecvWr::new(0, &sa[..])]), None);
+    lock(&l.recv).posted(1);
+    drop(a);
+    let both = Watch::default();
+    both.add(&l, Role::Both);
+    // On a CQ shared by both queues an error completion cannot be told apart (rxe leaves a
+    // flushed receive's opcode 0), nor can another QP's or a send's success.
+    both.settle(
+        [
+            (3, false, WcOpcode::RECV.0),
+            (3, false, 0),
+            (4, true, WcOpcode::RECV.0),
+            (3, true, WcOpcode::SEND.0),
+            (3, true, WcOpcode::RDMA_READ.0),
+        ]
+        .into_iter(),
+    );
+    assert!(!freed(&fa));
+    both.settle([(3, true, WcOpcode::RECV_RDMA_WITH_IMM.0)].into_iter());
+    assert!(freed(&fa));
+
+    // On the QP's own receive CQ every completion is a receive's, flushes included.
+    let l = Arc::new(QpLedger::<Fake>::new(3, None));
+    let (b, fb) = region(&reg, 2, true);
+    let sb = [sge(2)];
+    assert_eq!(lock(&l.recv).hold(&reg, &[RecvWr::new(0, &sb[..])]), None);
+    lock(&l.recv).posted(1);
+    drop(b);
+    let recv = Watch::default();
+    recv.add(&l, Role::Recv);
+    recv.settle([(3, false, 0)].into_iter());
+    assert!(freed(&fb));
+}
+
+#[test]
+fn a_send_cq_releases_reads_on_their_success_only() {
+    let reg = Registry::default();
+    let l = Arc::new(QpLedger::<Fake>::new(3, None));
+    let (a, fa) = region(&reg, 1, true);
+    let sa = [sge(1)];
+    let wrs = [read(&sa, true)];
+    assert_eq!(lock(&l.send).hold(&reg, &wrs), None);
+    lock(&l.send).posted(&wrs, false);
+    drop(a);
+    let send = Watch::default();
+    send.add(&l, Role::Send);
+    send.settle(
+        [
+            (3, false, WcOpcode::RDMA_READ.0),
+            (3, true, WcOpcode::SEND.0),
+        ]
+        .into_iter(),
+    );
+    assert!(
+        !freed(&fa),
+        "a flush's opcode is not to be trusted, a SEND's says nothing"
+    );
+    send.settle([(3, true, WcOpcode::FETCH_ADD.0)].into_iter());
+    assert!(freed(&fa));
+}
