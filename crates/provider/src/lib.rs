@@ -24,7 +24,9 @@ use rverbs_uverbs::context::Context;
 use rverbs_uverbs::device::{Device, DriverId};
 use rverbs_uverbs::Error;
 
-#[cfg(feature = "fuzzing")]
+// The fuzz targets' entry points: built for the fuzz targets (`--cfg rverbs_fuzzing`,
+// set by `cargo xtask fuzz`) and for this crate's unit tests, which run them over the seeds.
+#[cfg(any(test, rverbs_fuzzing))]
 #[doc(hidden)]
 pub mod fuzzing;
 mod mapping;
