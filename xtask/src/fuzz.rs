@@ -1,6 +1,6 @@
 //! `cargo xtask fuzz` and the `fuzz` stage of `cargo xtask test`: the fuzz targets of `fuzz/`
 //! (one per parser family of kernel-, device- and peer-written bytes; each calls the
-//! `fuzzing` module of its crate) built with the nightly toolchain as cargo-fuzz builds them
+//! `fuzzing` module of its crate, there with `--cfg rverbs_fuzzing`) built with the nightly toolchain as cargo-fuzz builds them
 //! (libFuzzer, SanitizerCoverage, AddressSanitizer, debug assertions and overflow checks), then
 //! each run for a fixed time over a scratch corpus plus the committed seeds.
 //!
@@ -39,8 +39,11 @@ pub const DEFAULT_SECONDS: u64 = 10;
 /// Targets run at once (at most one per core).
 const JOBS: usize = 2;
 
-/// What cargo-fuzz passes (its `BuildOptions`, sanitizer address, with debug assertions).
+/// What cargo-fuzz passes (its `BuildOptions`, sanitizer address, with debug assertions), and
+/// `--cfg rverbs_fuzzing`, which adds the crates' hidden `fuzzing` modules the targets call.
 const RUSTFLAGS: &[&str] = &[
+    "--cfg",
+    "rverbs_fuzzing",
     "-Cpasses=sancov-module",
     "-Cllvm-args=-sanitizer-coverage-level=4",
     "-Cllvm-args=-sanitizer-coverage-inline-8bit-counters",

@@ -21,14 +21,27 @@ use crate::json::Json;
 use crate::testcmd::Counts;
 use crate::util;
 
-/// (package, crate name, features) whose public surface is inventoried.
-const CRATES: &[(&str, &str, &[&str])] = &[
-    ("rverbs-uverbs", "rverbs_uverbs", &[]),
-    ("rverbs-provider", "rverbs_provider", &[]),
-    ("rverbs-cm", "rverbs_cm", &[]),
-    ("rverbs-async", "rverbs_async", &[]),
-    ("rverbs-stream", "rverbs_stream", &["tokio"]),
-    ("rverbs", "rverbs", &["tokio"]),
+/// (inventory file `api/<name>.txt`, package, crate name, features) whose public surface is
+/// inventoried. A crate with a feature that adds public items (even hidden ones, not for
+/// users) has a second inventory with that feature on, so what it adds is reviewed too.
+const CRATES: &[(&str, &str, &str, &[&str])] = &[
+    ("rverbs-uverbs", "rverbs-uverbs", "rverbs_uverbs", &[]),
+    ("rverbs-provider", "rverbs-provider", "rverbs_provider", &[]),
+    (
+        "rverbs-provider+internals",
+        "rverbs-provider",
+        "rverbs_provider",
+        &["internals"],
+    ),
+    ("rverbs-cm", "rverbs-cm", "rverbs_cm", &[]),
+    ("rverbs-async", "rverbs-async", "rverbs_async", &[]),
+    (
+        "rverbs-stream",
+        "rverbs-stream",
+        "rverbs_stream",
+        &["tokio"],
+    ),
+    ("rverbs", "rverbs", "rverbs", &["tokio"]),
 ];
 
 /// The format versions of rustdoc's JSON this reader was written against.
@@ -47,10 +60,10 @@ pub fn cmd(args: &[String]) -> util::Result<u8> {
         )));
     }
     let mut failed = false;
-    for (pkg, krate, features) in CRATES {
+    for (file, pkg, krate, features) in CRATES {
         match inventory(pkg, krate, features) {
             Ok(lines) => {
-                let path = api_dir().join(format!("{pkg}.txt"));
+                let path = api_dir().join(format!("{file}.txt"));
                 if bless {
                     let _ = std::fs::create_dir_all(api_dir());
                     if let Err(e) = std::fs::write(&path, render(pkg, features, &lines)) {
@@ -106,15 +119,15 @@ pub fn stage() -> (Counts, Vec<String>, Duration) {
         notes.push("skipped: no nightly toolchain (rustup run nightly rustdoc)".to_string());
         return (c, notes, t.elapsed());
     }
-    for (pkg, krate, features) in CRATES {
-        let path = api_dir().join(format!("{pkg}.txt"));
+    for (file, pkg, krate, features) in CRATES {
+        let path = api_dir().join(format!("{file}.txt"));
         match inventory(pkg, krate, features).map(|l| compare(&path, pkg, features, &l)) {
             Ok(Ok(())) => c.passed += 1,
             Ok(Err(diff)) => {
                 println!("{diff}");
                 c.failed += 1;
                 notes.push(format!(
-                    "FAILED: {pkg}'s public surface differs from api/{pkg}.txt (reviewed change? \
+                    "FAILED: {pkg}'s public surface differs from api/{file}.txt (reviewed change? \
                      cargo xtask public-api --bless)"
                 ));
             }

@@ -240,7 +240,7 @@ impl AsyncCmId {
         self.id.resolve_addr(src, dst, timeout)?;
         self.expect("resolve_addr", &[CmEventKind::ADDR_RESOLVED])
             .await
-            .map_err(|e| with_detail(e, format!("destination {dst}")))
+            .map_err(|e| Error::add_detail(e, format!("destination {dst}")))
     }
 
     /// `resolve_route`, completed by ROUTE_RESOLVED.
@@ -349,16 +349,5 @@ impl AsyncCmId {
         self.ch
             .wait_for(|| Ok(self.id.end_event().map(|_| ())))
             .await
-    }
-}
-
-pub(crate) fn with_detail(e: io::Error, detail: String) -> io::Error {
-    let kind = e.kind();
-    match e.into_inner() {
-        Some(inner) => match inner.downcast::<Error>() {
-            Ok(err) => (*err).with_detail(detail).into(),
-            Err(other) => io::Error::new(kind, other),
-        },
-        None => io::Error::new(kind, detail),
     }
 }

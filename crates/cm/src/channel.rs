@@ -234,7 +234,7 @@ impl Channel {
 
     /// A channel over any file (tests: one end of a socket pair records the commands; the
     /// fuzz entry points: /dev/null).
-    #[cfg(any(test, feature = "fuzzing"))]
+    #[cfg(any(test, rverbs_fuzzing))]
     pub(crate) fn for_test(fd: OwnedFd) -> Arc<Self> {
         Arc::new(Self {
             fd,

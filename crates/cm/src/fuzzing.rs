@@ -1,8 +1,10 @@
 //! Fuzz entry points for the decoders of what the ucma kernel module writes: events
 //! (`rdma_ucm_event_resp`), socket addresses, and the `QUERY` / `QUERY_ROUTE` replies.
 //!
-//! **Not for users: no stability, fuzz support only.** This module exists only with the crate
-//! feature `fuzzing`, which the fuzz targets of the repository's `fuzz/` crate enable. Each
+//! **Not for users: no stability, fuzz support only.** This module exists only with
+//! `--cfg rverbs_fuzzing` (set by `cargo xtask fuzz` for the fuzz targets of the repository's
+//! `fuzz/` crate; no Cargo feature, so no dependent crate turns it on) and in this crate's
+//! unit tests, which run it over the committed seeds. Each
 //! function is safe, takes the fuzzer's bytes and runs the crate's own (crate-private) decoders
 //! on them, asserting what must hold for any input: no panic other than these asserts, values
 //! in range, and round trips where an encoder exists. A failed assert is a finding.
@@ -188,9 +190,13 @@ fn check_path(p: &PathRecord, wire: bool) {
 }
 
 #[cfg(test)]
+#[path = "../../../fuzz/seeds.rs"]
+mod seeds;
+
+#[cfg(test)]
 mod tests {
+    use super::seeds::seeds;
     use super::*;
-    use rverbs_uverbs::fuzzing::seeds;
 
     #[test]
     fn event_seeds_decode() {

@@ -542,17 +542,6 @@ pub(crate) fn check_event(op: &'static str, ev: &CmEvent, ok: &[CmEventKind]) ->
     Err(err.into())
 }
 
-fn add_detail(e: io::Error, detail: String) -> io::Error {
-    let kind = e.kind();
-    match e.into_inner() {
-        Some(inner) => match inner.downcast::<Error>() {
-            Ok(err) => (*err).with_detail(detail).into(),
-            Err(other) => io::Error::new(kind, other),
-        },
-        None => io::Error::new(kind, detail),
-    }
-}
-
 fn millis(op: &'static str, d: Duration) -> io::Result<u32> {
     u32::try_from(d.as_millis()).map_err(|_| {
         Error::invalid(op, format!("timeout {d:?} exceeds u32::MAX milliseconds")).into()

@@ -29,7 +29,9 @@ mod channel;
 mod conn_param;
 mod endpoint;
 mod event;
-#[cfg(feature = "fuzzing")]
+// The fuzz targets' entry points: built for the fuzz targets (`--cfg rverbs_fuzzing`,
+// set by `cargo xtask fuzz`) and for this crate's unit tests, which run them over the seeds.
+#[cfg(any(test, rverbs_fuzzing))]
 #[doc(hidden)]
 pub mod fuzzing;
 mod id;

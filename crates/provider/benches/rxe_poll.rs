@@ -48,7 +48,8 @@ fn cqe(i: u32) -> RawWc {
 
 fn benches(c: &mut Criterion) {
     let mut q = SimQueue::new(LOG2_ELEM, SLOTS).unwrap();
-    // SAFETY: `cq` is declared after `q`, so it is dropped first; nothing else uses the view.
+    // SAFETY: `cq` is declared after `q`, so it is dropped first; nothing else uses the view,
+    // the kernel side only produces (a CQ's part) and no header word is rewritten.
     let mut cq = RxeCq::new(unsafe { q.view(QueueKind::Completion) }.unwrap()).unwrap();
     let capacity = cq.queue().capacity();
     let templates: Vec<RawWc> = (0..capacity).map(cqe).collect();

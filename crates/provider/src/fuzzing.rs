@@ -2,8 +2,10 @@
 //! mlx5 CQ poller over a ring of them, the rxe queue header and CQ ring, and the mlx5 driver
 //! responses (alloc_ucontext, create_cq, create_qp, create_srq).
 //!
-//! **Not for users: no stability, fuzz support only.** This module exists only with the crate
-//! feature `fuzzing`, which the fuzz targets of the repository's `fuzz/` crate enable. Each
+//! **Not for users: no stability, fuzz support only.** This module exists only with
+//! `--cfg rverbs_fuzzing` (set by `cargo xtask fuzz` for the fuzz targets of the repository's
+//! `fuzz/` crate; no Cargo feature, so no dependent crate turns it on) and in this crate's
+//! unit tests, which run it over the committed seeds. Each
 //! function is safe, takes the fuzzer's bytes and runs the crate's own (crate-private) parsers
 //! on them, asserting what must hold for any input: no panic other than these asserts, values
 //! in range, and no access outside the memory given (the fuzz build runs under
@@ -314,9 +316,13 @@ fn mlx5_creates(data: &[u8]) -> bool {
 }
 
 #[cfg(test)]
+#[path = "../../../fuzz/seeds.rs"]
+mod seeds;
+
+#[cfg(test)]
 mod tests {
+    use super::seeds::seeds;
     use super::*;
-    use rverbs_uverbs::fuzzing::seeds;
 
     #[test]
     fn mlx5_cqe_seeds_parse() {

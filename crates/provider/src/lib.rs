@@ -24,7 +24,9 @@ use rverbs_uverbs::context::Context;
 use rverbs_uverbs::device::{Device, DriverId};
 use rverbs_uverbs::Error;
 
-#[cfg(feature = "fuzzing")]
+// The fuzz targets' entry points: built for the fuzz targets (`--cfg rverbs_fuzzing`,
+// set by `cargo xtask fuzz`) and for this crate's unit tests, which run them over the seeds.
+#[cfg(any(test, rverbs_fuzzing))]
 #[doc(hidden)]
 pub mod fuzzing;
 mod mapping;
@@ -39,14 +41,34 @@ pub(crate) mod siw;
 pub mod internals;
 
 /// One provider: the kernel driver it serves and how to open a context for it.
+///
+/// Its entry is private: a context is opened through [`Provider::open`], which refuses a
+/// device of another driver (attaching a provider's data path to another driver's context
+/// would read and write the kernel's rings by the wrong layout). The entry point is not a
+/// value safe code can take out of the table and call:
+///
+/// ```compile_fail,E0615
+/// # fn f(dev: &rverbs_uverbs::device::Device) {
+/// let _ = (rverbs_provider::PROVIDERS[0].open)(dev);
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct Provider {
     /// The kernel's `RDMA_DRIVER_*` id.
     pub driver_id: DriverId,
     /// Short name (`"rxe"`, `"mlx5"`).
     pub name: &'static str,
-    /// Opens a context on a device of this driver, with the provider attached.
-    pub open: fn(&Device) -> io::Result<Arc<Context>>,
+    /// Opens a context on a device of this driver; checks the driver itself
+    /// ([`check_driver`]) before it opens anything.
+    entry: fn(&Device) -> io::Result<Arc<Context>>,
+}
+
+impl Provider {
+    /// Opens `dev` with this provider. A device of another driver is refused with an error
+    /// naming the device, its driver and this provider, before anything is opened.
+    pub fn open(&self, dev: &Device) -> io::Result<Arc<Context>> {
+        (self.entry)(dev)
+    }
 }
 
 /// The providers rverbs has, keyed by driver id.
@@ -54,19 +76,37 @@ pub static PROVIDERS: &[Provider] = &[
     Provider {
         driver_id: DriverId::RXE,
         name: "rxe",
-        open: rxe::driver::open,
+        entry: rxe::driver::open,
     },
     Provider {
         driver_id: DriverId::MLX5,
         name: "mlx5",
-        open: mlx5::driver::open,
+        entry: mlx5::driver::open,
     },
     Provider {
         driver_id: DriverId::SIW,
         name: "siw",
-        open: siw::driver::open,
+        entry: siw::driver::open,
     },
 ];
+
+/// Refuses `dev` unless its driver is `want` (the driver of provider `provider`). Every
+/// provider's `open` calls it first: attaching a provider's driver
+/// ([`Context::set_driver`]) is sound only on a context of that provider's kernel driver.
+pub(crate) fn check_driver(dev: &Device, want: DriverId, provider: &str) -> io::Result<()> {
+    if dev.driver_id() == want {
+        return Ok(());
+    }
+    Err(Error::unsupported(
+        format!("open {} with the {provider} provider", dev.name()),
+        format!(
+            "its driver is {} (id {}), not {provider}",
+            dev.driver_id(),
+            dev.driver_id().0
+        ),
+    )
+    .into())
+}
 
 /// The provider for `driver_id`, if rverbs has one.
 pub fn provider_for(driver_id: DriverId) -> Option<&'static Provider> {
@@ -77,7 +117,7 @@ pub fn provider_for(driver_id: DriverId) -> Option<&'static Provider> {
 /// error naming the device, the driver and the providers there are.
 pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
     match provider_for(dev.driver_id()) {
-        Some(p) => (p.open)(dev),
+        Some(p) => p.open(dev),
         None => Err(Error::unsupported(
             format!("open {}", dev.name()),
             format!(

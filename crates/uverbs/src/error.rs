@@ -80,6 +80,17 @@ impl Error {
         self
     }
 
+    /// Adds `detail` to the rverbs [`Error`] inside `err` ([`Error::with_detail`]), keeping
+    /// its errno and kind. An `io::Error` that holds another error type is returned as it is;
+    /// one that holds none (a plain OS error) keeps its kind and message, `detail` appended.
+    pub fn add_detail(err: io::Error, detail: impl Into<String>) -> io::Error {
+        match err.downcast::<Error>() {
+            Ok(e) => e.with_detail(detail).into(),
+            Err(other) if other.get_ref().is_some() => other,
+            Err(os) => io::Error::new(os.kind(), format!("{os}; {}", detail.into())),
+        }
+    }
+
     /// The operation that failed, e.g. `"create CQ"`.
     pub fn op(&self) -> &str {
         &self.op
@@ -691,6 +702,32 @@ mod tests {
         let io: io::Error = e.into();
         assert_eq!(io.kind(), io::ErrorKind::InvalidInput);
         assert_eq!(Error::errno_of(&io), Some(Errno::INVAL));
+    }
+
+    #[test]
+    fn add_detail_extends_an_rverbs_error_and_keeps_the_rest() {
+        let io: io::Error = Error::os("resolve address", Errno::NETUNREACH).into();
+        let e = Error::add_detail(io, "destination 10.0.0.9:7471");
+        assert_eq!(e.kind(), io::ErrorKind::NetworkUnreachable);
+        assert_eq!(Error::errno_of(&e), Some(Errno::NETUNREACH));
+        let s = e.to_string();
+        assert!(
+            s.starts_with("resolve address: destination 10.0.0.9:7471: "),
+            "{s}"
+        );
+        let e = Error::add_detail(e, "port 7471");
+        assert!(
+            e.to_string()
+                .contains("destination 10.0.0.9:7471; port 7471"),
+            "{e}"
+        );
+        // Another payload stays as it was; a plain OS error keeps its kind and message.
+        let other = io::Error::other("peer said no");
+        assert_eq!(Error::add_detail(other, "x").to_string(), "peer said no");
+        let os = io::Error::from_raw_os_error(Errno::NOENT.raw_os_error());
+        let e = Error::add_detail(os, "device rxe9");
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(e.to_string().ends_with("; device rxe9"), "{e}");
     }
 
     #[test]

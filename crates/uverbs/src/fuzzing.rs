@@ -1,8 +1,10 @@
 //! Fuzz entry points for the parsers of bytes the kernel writes: RDMA netlink replies, sysfs
 //! text, completion-ring entries and async events.
 //!
-//! **Not for users: no stability, fuzz support only.** This module exists only with the crate
-//! feature `fuzzing`, which the fuzz targets of the repository's `fuzz/` crate enable. Each
+//! **Not for users: no stability, fuzz support only.** This module exists only with
+//! `--cfg rverbs_fuzzing` (set by `cargo xtask fuzz` for the fuzz targets of the repository's
+//! `fuzz/` crate; no Cargo feature, so no dependent crate turns it on) and in this crate's
+//! unit tests, which run it over the committed seeds. Each
 //! function is safe, takes the fuzzer's bytes and runs the crate's own (crate-private) parsers
 //! on them, asserting what must hold for any input: no panic other than these asserts, values
 //! in range, and round trips where an encoder exists. A failed assert is a finding.
@@ -290,34 +292,13 @@ fn raw_wc_flags_bits(chunk: &[u8]) -> u32 {
     u32::from_ne_bytes(chunk[36..40].try_into().expect("4 bytes"))
 }
 
-/// The committed seeds of fuzz target `target` (`fuzz/corpus/<target>/` of the repository), by
-/// name. The unit tests of the fuzz entry points (of this crate, rverbs-cm and
-/// rverbs-provider) run every entry point over its seeds on the stable toolchain, so each seed
-/// stays valid input that reaches deep, and a saved crash input added there stays fixed.
-/// Panics when the directory is missing or empty.
-pub fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fuzz/corpus")
-        .join(target);
-    let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| {
-            let p = e.expect("directory entry").path();
-            let name = p
-                .file_name()
-                .expect("a name")
-                .to_string_lossy()
-                .into_owned();
-            (name, std::fs::read(&p).expect("readable seed"))
-        })
-        .collect();
-    v.sort();
-    assert!(!v.is_empty(), "no seeds in {}", dir.display());
-    v
-}
+#[cfg(test)]
+#[path = "../../../fuzz/seeds.rs"]
+mod seeds;
 
 #[cfg(test)]
 mod tests {
+    use super::seeds::seeds;
     use super::*;
     use crate::abi::netlink::{cmd, rdma_nl_get_type, RDMA_NL_NLDEV};
     use crate::netlink::TransactError;

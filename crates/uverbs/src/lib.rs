@@ -35,7 +35,9 @@ pub mod dmabuf;
 pub mod driver;
 pub mod error;
 pub mod fd;
-#[cfg(feature = "fuzzing")]
+// The fuzz targets' entry points: built for the fuzz targets (`--cfg rverbs_fuzzing`,
+// set by `cargo xtask fuzz`) and for this crate's unit tests, which run them over the seeds.
+#[cfg(any(test, rverbs_fuzzing))]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gid;

@@ -19,7 +19,7 @@ impl CmId {
             qp_state: u32::from(state.0),
         };
         self.run("init_qp_attr", cmd::INIT_QP_ATTR, &req, size_of_val(&resp))
-            .map_err(|e| add_detail(e, format!("QP state {state}")))?;
+            .map_err(|e| Error::add_detail(e, format!("QP state {state}")))?;
         Ok(crate::qp_attr::from_kernel(&resp))
     }
 

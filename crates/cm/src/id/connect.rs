@@ -19,7 +19,7 @@ impl CmId {
             addr: storage,
         };
         self.run("bind", cmd::BIND, &req, 0)
-            .map_err(|e| add_detail(e, format!("address {addr}")))?;
+            .map_err(|e| Error::add_detail(e, format!("address {addr}")))?;
         self.set_step(Step::Bound(addr));
         Ok(())
     }
@@ -46,11 +46,11 @@ impl CmId {
         req.dst_addr = dt;
         req.dst_size = n;
         self.run("resolve_addr", cmd::RESOLVE_ADDR, &req, 0)
-            .map_err(|e| add_detail(e, format!("destination {dst}")))?;
+            .map_err(|e| Error::add_detail(e, format!("destination {dst}")))?;
         self.set_step(Step::ResolvingAddr(dst));
         if self.sync {
             self.wait("resolve_addr", &[CmEventKind::ADDR_RESOLVED])
-                .map_err(|e| add_detail(e, format!("destination {dst}")))?;
+                .map_err(|e| Error::add_detail(e, format!("destination {dst}")))?;
         }
         Ok(())
     }
@@ -208,7 +208,7 @@ impl CmId {
         self.run("connect", cmd::CONNECT, &req, 0).map_err(|e| {
             // iWARP connects its LLP (TCP) in the command itself: a refused TCP connection.
             if Error::errno_of(&e) == Some(Errno::CONNREFUSED) {
-                super::add_detail(e, "nobody listens on that port".into())
+                Error::add_detail(e, "nobody listens on that port")
             } else {
                 e
             }

@@ -110,7 +110,7 @@ impl CmId {
                 .chan
                 .command(cmd::JOIN_IP_MCAST, &req, size_of_val(&resp));
         }
-        r.map_err(|e| add_detail(self.kernel_err(op, e), format!("group {}", addr.ip())))?;
+        r.map_err(|e| Error::add_detail(self.kernel_err(op, e), format!("group {}", addr.ip())))?;
         self.lock().joined.push(Joined {
             addr,
             mc_id: resp.id,
@@ -165,7 +165,7 @@ impl CmId {
             &req,
             size_of_val(&resp),
         )
-        .map_err(|e| add_detail(e, format!("group {}", addr.ip())))?;
+        .map_err(|e| Error::add_detail(e, format!("group {}", addr.ip())))?;
         self.lock().joined.retain(|j| j.mc_id != mc_id);
         self.chan.lock().drop_multicast_events(self.uid, mc_id);
         Ok(resp.events_reported)

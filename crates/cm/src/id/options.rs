@@ -17,7 +17,7 @@ impl CmId {
                 .map_err(|_| Error::invalid("set_option", "value too large"))?,
         };
         self.run("set_option", cmd::SET_OPTION, &req, 0)
-            .map_err(|e| add_detail(e, format!("level {level} option {name}")))
+            .map_err(|e| Error::add_detail(e, format!("level {level} option {name}")))
     }
 
     /// Type of service of the connection's traffic (RDMA_OPTION_ID_TOS).

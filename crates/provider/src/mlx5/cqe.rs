@@ -171,7 +171,7 @@ impl ParseFault {
     }
 
     /// Splits a `vendor_err` back into (fault, detail); `None` for the device's own syndromes.
-    #[cfg(any(test, feature = "internals", feature = "fuzzing"))]
+    #[cfg(any(test, feature = "internals", rverbs_fuzzing))]
     pub const fn from_vendor_err(vendor_err: u32) -> Option<(ParseFault, u8)> {
         if vendor_err < 0x100 || vendor_err > 0xffff {
             None
@@ -215,7 +215,7 @@ impl Cqe64 {
     /// The CQE64 of a CQE slot: the slot itself when 64 bytes long, its second half when 128
     /// bytes long (mlx5 puts the CQE64 at the end of a 128-byte CQE). Any other length is an
     /// error naming it.
-    #[cfg(any(test, feature = "internals", feature = "fuzzing"))]
+    #[cfg(any(test, feature = "internals", rverbs_fuzzing))]
     pub fn from_slot(slot: &[u8]) -> rverbs_uverbs::Result<Self> {
         let tail = match slot.len() {
             64 | 128 => &slot[slot.len() - CQE64_SIZE..],
@@ -575,7 +575,7 @@ const REQ_OPS: [ReqOp; 256] = {
 /// Whatever else a CQE holds becomes a [`WcStatus::GENERAL_ERR`] completion with a
 /// [`ParseFault`] in `vendor_err`.
 #[inline(always)]
-#[cfg(any(test, feature = "internals", feature = "fuzzing"))]
+#[cfg(any(test, feature = "internals", rverbs_fuzzing))]
 pub fn parse_cqe<L: WrIdLookup + ?Sized>(cqe: &Cqe64, lookup: &mut L) -> WorkCompletion {
     let mut wc = WorkCompletion::default();
     parse_cqe_into(cqe, lookup, &mut wc);
@@ -585,7 +585,7 @@ pub fn parse_cqe<L: WrIdLookup + ?Sized>(cqe: &Cqe64, lookup: &mut L) -> WorkCom
 /// [`parse_cqe`] writing into `out` (what the poller uses: the completion goes straight into
 /// the caller's slot).
 #[inline(always)]
-#[cfg(any(test, feature = "internals", feature = "fuzzing"))]
+#[cfg(any(test, feature = "internals", rverbs_fuzzing))]
 pub fn parse_cqe_into<L: WrIdLookup + ?Sized>(
     cqe: &Cqe64,
     lookup: &mut L,

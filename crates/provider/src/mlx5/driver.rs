@@ -9,7 +9,7 @@ use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 
 use rverbs_uverbs::context::Context;
-use rverbs_uverbs::device::Device;
+use rverbs_uverbs::device::{Device, DriverId};
 use rverbs_uverbs::driver::{
     CqCreated, CqOps, CreateFn, Driver, KernelObj, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
 };
@@ -38,6 +38,7 @@ use crate::mapping::{map_shared, Mapping};
 /// Opens an mlx5 device: alloc_ucontext with mlx5's driver data, then maps the static UAR
 /// pages (page 0 also carries the CQ doorbells).
 pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
+    crate::check_driver(dev, DriverId::MLX5, "mlx5")?;
     let page = rustix::param::page_size();
     let udata = Mlx5ContextUdata::new(page);
     let req = udata.request()?;
@@ -85,8 +86,8 @@ pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
         .with_gid_types(sysfs_gid_types(dev))
         .with_cqe_size(cqe_size_from_env());
     d._uars = uars;
-    // SAFETY: this context was opened with mlx5's driver data and the kernel accepted it, so
-    // the device is an mlx5 device and the rings follow mlx5's layout.
+    // SAFETY: the context's device is an mlx5 device (checked first, before anything was
+    // opened), so its rings and doorbells follow mlx5's layout.
     unsafe { ctx.set_driver(Box::new(d)) }?;
     Ok(Arc::new(ctx))
 }

@@ -18,8 +18,8 @@
 //! a simulated device: see `docs/mlx5.md`, which also lists what only a ConnectX can prove.
 
 // Crate-private: what only the tests (`src/tests/`), the benchmarks (feature `internals`) or
-// the fuzz targets (feature `fuzzing`) use is compiled only for them
-// (`#[cfg(any(test, feature = ...))]` on the item), so a plain library build has no dead
+// the fuzz targets (`--cfg rverbs_fuzzing`) use is compiled only for them
+// (`#[cfg(any(test, ...))]` on the item), so a plain library build has no dead
 // code and reports any that appears.
 // With `internals`, a few items are re-exported (hidden); their docs link to crate-private
 // items, which is right for documentation only the crate's own developers read.
@@ -39,11 +39,11 @@ pub mod wq;
 
 pub use context::Mlx5ContextInfo;
 // What the tests, benchmarks and fuzz targets name at this level.
-#[cfg(any(test, feature = "internals", feature = "fuzzing"))]
+#[cfg(any(test, feature = "internals", rverbs_fuzzing))]
 pub use context::Mlx5ContextUdata;
-#[cfg(any(test, feature = "internals", feature = "fuzzing"))]
+#[cfg(any(test, feature = "internals", rverbs_fuzzing))]
 pub use cq::{CqBuf, CqeSize, Mlx5Cq, UarPage};
-#[cfg(any(test, feature = "internals", feature = "fuzzing"))]
+#[cfg(any(test, feature = "internals", rverbs_fuzzing))]
 pub use cqe::{parse_cqe, Cqe64, ParseFault, WqeRef};
 #[cfg(any(test, feature = "internals"))]
 pub use cqe::{WorkQueue, WrIdLookup};

@@ -76,7 +76,7 @@ impl RxeCq {
     }
 
     /// Completions waiting to be polled.
-    #[cfg(any(test, feature = "internals", feature = "fuzzing"))]
+    #[cfg(any(test, feature = "internals", rverbs_fuzzing))]
     pub fn pending(&self) -> u32 {
         self.queue.len()
     }
@@ -141,7 +141,7 @@ impl RxeCq {
     }
 
     /// Polls at most one completion.
-    #[cfg(any(test, feature = "internals", feature = "fuzzing"))]
+    #[cfg(any(test, feature = "internals", rverbs_fuzzing))]
     pub fn poll_one(&mut self) -> Option<WorkCompletion> {
         self.iter().next()
     }
@@ -151,7 +151,7 @@ impl RxeCq {
     /// stay in the queue for the next poll. Leaking it (`mem::forget`) only means its
     /// completions are seen again.
     #[inline]
-    #[cfg(any(test, feature = "internals", feature = "fuzzing"))]
+    #[cfg(any(test, feature = "internals", rverbs_fuzzing))]
     pub fn iter(&mut self) -> RxeCqIter<'_> {
         let head = self.queue.load_own();
         let tail = self.queue.load_peer();
@@ -166,7 +166,7 @@ impl RxeCq {
 
 /// Borrowing iterator over a snapshot of an rxe CQ; see [`RxeCq::iter`].
 #[derive(Debug)]
-#[cfg(any(test, feature = "internals", feature = "fuzzing"))]
+#[cfg(any(test, feature = "internals", rverbs_fuzzing))]
 pub struct RxeCqIter<'a> {
     queue: &'a RxeQueue,
     /// Consumer index last published.
@@ -177,7 +177,7 @@ pub struct RxeCqIter<'a> {
     tail: u32,
 }
 
-#[cfg(any(test, feature = "internals", feature = "fuzzing"))]
+#[cfg(any(test, feature = "internals", rverbs_fuzzing))]
 impl RxeCqIter<'_> {
     /// Publishes the completions consumed so far and looks for new ones.
     #[cfg(any(test, feature = "internals"))]
@@ -195,7 +195,7 @@ impl RxeCqIter<'_> {
     }
 }
 
-#[cfg(any(test, feature = "internals", feature = "fuzzing"))]
+#[cfg(any(test, feature = "internals", rverbs_fuzzing))]
 impl Iterator for RxeCqIter<'_> {
     type Item = WorkCompletion;
 
@@ -221,10 +221,10 @@ impl Iterator for RxeCqIter<'_> {
     }
 }
 
-#[cfg(any(test, feature = "internals", feature = "fuzzing"))]
+#[cfg(any(test, feature = "internals", rverbs_fuzzing))]
 impl ExactSizeIterator for RxeCqIter<'_> {}
 
-#[cfg(any(test, feature = "internals", feature = "fuzzing"))]
+#[cfg(any(test, feature = "internals", rverbs_fuzzing))]
 impl Drop for RxeCqIter<'_> {
     #[inline]
     fn drop(&mut self) {

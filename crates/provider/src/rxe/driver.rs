@@ -28,14 +28,8 @@ use super::{post_send_doorbell, QueueKind, RxeCq, RxeQpType, RxeQueue, RxeRq, Rx
 
 /// Opens an rxe device: no driver data for the context.
 pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
+    crate::check_driver(dev, DriverId::RXE, "rxe")?;
     let ctx = Context::open(dev)?;
-    if dev.driver_id() != DriverId::RXE {
-        return Err(Error::unsupported(
-            format!("open {} with the rxe provider", dev.name()),
-            format!("its driver is {}", dev.driver_id()),
-        )
-        .into());
-    }
     // SAFETY: the context's device is an rxe device (checked above).
     unsafe { ctx.set_driver(Box::new(RxeDriver)) }?;
     Ok(Arc::new(ctx))

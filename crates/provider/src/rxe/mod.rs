@@ -25,8 +25,8 @@
 //! None of these types locks: each queue has one user at a time (`&mut self`).
 
 // Crate-private: what only the tests (`src/tests/`), the benchmarks (feature `internals`) or
-// the fuzz targets (feature `fuzzing`) use is compiled only for them
-// (`#[cfg(any(test, feature = ...))]` on the item), so a plain library build has no dead
+// the fuzz targets (`--cfg rverbs_fuzzing`) use is compiled only for them
+// (`#[cfg(any(test, ...))]` on the item), so a plain library build has no dead
 // code and reports any that appears.
 // With `internals`, a few items are re-exported (hidden); their docs link to crate-private
 // items, which is right for documentation only the crate's own developers read.

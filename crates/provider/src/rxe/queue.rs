@@ -275,7 +275,7 @@ impl RxeQueue {
     }
 
     /// Elements currently queued (written by the producer, not yet released by the consumer).
-    #[cfg(any(test, feature = "internals", feature = "fuzzing"))]
+    #[cfg(any(test, feature = "internals", rverbs_fuzzing))]
     pub fn len(&self) -> u32 {
         let (prod, cons) = if self.kind.user_produces() {
             (self.load_own(), self.load_peer())

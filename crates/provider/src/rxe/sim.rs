@@ -102,13 +102,20 @@ impl SimQueue {
     ///
     /// The view (and everything built from it) must not be used after `self` is dropped, and
     /// at most one user-side view of the buffer may be used for posting/polling at a time.
+    /// While it is used, the other side is only the kernel's, playing its part of the ring
+    /// protocol for `kind`: [`SimKernel::consume`] for a send, receive or shared receive
+    /// queue, [`SimKernel::produce`] for a completion queue (the other call would write the
+    /// index or the elements the view writes, racing it), and [`SimQueue::set_header_word`]
+    /// is not called (it rewrites indices behind both sides).
     pub unsafe fn view(&self, kind: QueueKind) -> io::Result<RxeQueue> {
         // SAFETY: the allocation is live, readable and writable for `len()` bytes and laid out
-        // as an rxe queue; the caller keeps it alive and the user side single.
+        // as an rxe queue; the caller keeps it alive, the user side single, and the kernel
+        // side to its part of the protocol, which is what `RxeQueue::new` asks.
         unsafe { RxeQueue::new(self.ptr, self.len(), kind) }
     }
 
-    /// Overwrites one 32-bit header word (to build broken headers in tests).
+    /// Overwrites one 32-bit header word (to build broken headers in tests). An atomic store:
+    /// safe by itself; a view in use forbids it ([`SimQueue::view`]).
     pub fn set_header_word(&self, offset: usize, value: u32) {
         word(self.ptr, offset).store(value, Ordering::SeqCst);
     }

@@ -47,6 +47,7 @@ impl Doorbell {
     }
 
     /// The command bytes (tests).
+    #[cfg(test)]
     pub fn bytes(&self) -> &[u8; POST_SEND_CMD_LEN] {
         &self.cmd
     }

@@ -28,13 +28,7 @@ use crate::mapping::{map_shared, Mapping};
 
 /// Opens a siw device: GET_CONTEXT with room for `siw_uresp_alloc_ctx`.
 pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
-    if dev.driver_id() != DriverId::SIW {
-        return Err(Error::unsupported(
-            format!("open {} with the siw provider", dev.name()),
-            format!("its driver is {}", dev.driver_id()),
-        )
-        .into());
-    }
+    crate::check_driver(dev, DriverId::SIW, "siw")?;
     let mut resp = siw_uresp_alloc_ctx::default();
     let ctx = Context::open_with_udata(dev, &[], resp.as_mut_bytes())?;
     // SAFETY: the context's device is a siw device (checked above).
@@ -54,6 +48,7 @@ pub struct SiwDriver {
 
 impl SiwDriver {
     /// A driver for the device called `device` (tests; [`open`] makes the real one).
+    #[cfg(test)]
     pub fn new(device: &str) -> Self {
         SiwDriver {
             device: device.into(),

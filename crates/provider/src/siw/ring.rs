@@ -598,6 +598,7 @@ impl SiwCq {
     }
 
     /// The notify word as it is now (tests).
+    #[cfg(test)]
     pub fn notify_word(&self) -> u32 {
         self.ring.tail_word().load(Ordering::SeqCst)
     }

@@ -17,6 +17,7 @@ mod mlx5_noalloc;
 mod mlx5_oracle;
 mod mlx5_qp;
 mod mlx5_sim_device;
+mod open_checks;
 mod rxe_abi_layout;
 mod rxe_noalloc;
 mod rxe_rings;
