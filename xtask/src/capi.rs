@@ -165,12 +165,20 @@ pub const C_PROGRAMS: &[&str] = &[
     "destroy_waits",
     "dmabuf_mr",
     "mcast",
+    "batch_post",
+    "cm_destroy_waits",
 ];
 
 /// The C test programs also linked dynamically against rdma-core's own libibverbs, into
 /// `<target>/capi/bin/NAME-rdma-core`: the host guest runs both builds and compares what
 /// they print (the reference behaviour).
-pub const RDMA_CORE_PROGRAMS: &[&str] = &["ah_from_wc", "destroy_waits", "mcast"];
+pub const RDMA_CORE_PROGRAMS: &[&str] = &[
+    "ah_from_wc",
+    "destroy_waits",
+    "mcast",
+    "batch_post",
+    "cm_destroy_waits",
+];
 
 /// Debian's `ibv_rc_pingpong` (ibverbs-utils), copied unmodified to
 /// `<target>/capi/bin/ibv_rc_pingpong.debian`: the guests run that copy on our

@@ -1,22 +1,35 @@
 //! Events handed to C and acknowledged by C, counted per object so that destroying the
 //! object waits until each one was acknowledged (libibverbs' contract for
-//! `ibv_get_cq_event`/`ibv_ack_cq_events` and `ibv_get_async_event`/`ibv_ack_async_event`:
-//! an event's object pointer stays valid until the event is acknowledged).
+//! `ibv_get_cq_event`/`ibv_ack_cq_events` and `ibv_get_async_event`/`ibv_ack_async_event`,
+//! librdmacm's for `rdma_get_cm_event`/`rdma_ack_cm_event`: an event's object pointer stays
+//! valid until the event is acknowledged).
+//!
+//! Destroy frees the object the moment its wait sees the last ack, on its own thread, so an
+//! ack must not touch the object once its count can be seen. rdma-core counts under the
+//! object's mutex, which destroy re-takes, and touches nothing after the unlock. Here the ack
+//! is one atomic addition, its last access to the object; the wake-up of a waiting destroy
+//! goes through a lock and a condition variable that are never freed ([`WAKE`]), the one the
+//! destroy re-takes to check the count.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
 use std::sync::{Condvar, Mutex};
 
-/// How many events of one object were delivered and how many acknowledged. The hot path
-/// (an event delivered, an event acknowledged) is two atomic additions; only a destroy that
-/// has to wait takes the lock, and an ack takes it only while a destroy waits.
+/// Set in [`EventCount::acked`] once a destroy waits for the object's acks.
+const WAITING: u64 = 1 << 63;
+
+/// The lock a waiting destroy checks the count under, and the condition variable it waits
+/// on: shared by all objects (a destroy that waits is rare, and wakes only to re-check), and
+/// static, so that an ack can wake a destroy without touching the object it may free.
+static WAKE: (Mutex<()>, Condvar) = (Mutex::new(()), Condvar::new());
+
+/// How many events of one object were delivered and how many acknowledged. Delivering and
+/// acknowledging an event are one atomic addition each; an ack takes [`WAKE`]'s lock only
+/// while a destroy waits for the object.
 #[derive(Default)]
 pub(crate) struct EventCount {
     delivered: AtomicU64,
+    /// Acknowledged events (the low 63 bits) and [`WAITING`].
     acked: AtomicU64,
-    /// Destroys waiting in [`wait_acked`](Self::wait_acked).
-    waiters: AtomicU32,
-    lock: Mutex<()>,
-    all_acked: Condvar,
 }
 
 impl EventCount {
@@ -26,28 +39,40 @@ impl EventCount {
         self.delivered.fetch_add(1, SeqCst);
     }
 
-    /// C acknowledged `n` events.
+    /// C acknowledged `n` events. The addition is the last access to `self`: from then on a
+    /// destroy may have seen it and freed the object.
     pub(crate) fn ack(&self, n: u32) {
-        self.acked.fetch_add(u64::from(n), SeqCst);
-        // SeqCst: either this load sees a waiter's increment, or that waiter's check (after
-        // its increment) sees our addition. Taking the lock before notifying keeps a waiter
-        // from being between its check and its wait.
-        if self.waiters.load(SeqCst) != 0 {
-            drop(self.lock.lock().unwrap_or_else(|p| p.into_inner()));
-            self.all_acked.notify_all();
+        let before = self.acked.fetch_add(u64::from(n), SeqCst);
+        // `self` may be gone from here on. A destroy that set WAITING before our addition
+        // (in the one order of `acked`'s changes) is woken here; one that set it after saw
+        // the addition in that same read-modify-write.
+        if before & WAITING != 0 {
+            // The lock the waiter checks under: taken after our addition, so the waiter is
+            // either before its check (which sees the addition) or in its wait (notified).
+            drop(WAKE.0.lock().unwrap_or_else(|p| p.into_inner()));
+            WAKE.1.notify_all();
         }
     }
 
+    /// Whether every delivered event was acknowledged (`delivered` is final: see
+    /// [`wait_acked`](Self::wait_acked)).
+    fn all_acked(&self, delivered: u64) -> bool {
+        self.acked.load(SeqCst) & !WAITING >= delivered
+    }
+
     /// Blocks until every delivered event was acknowledged. Called by destroy after the
-    /// object left its registry (so no event is delivered for it any more).
+    /// object left its registry (so no event is delivered for it any more); the caller may
+    /// free the object as soon as this returns.
     pub(crate) fn wait_acked(&self) {
-        self.waiters.fetch_add(1, SeqCst);
-        let mut g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        while self.acked.load(SeqCst) < self.delivered.load(SeqCst) {
-            g = self.all_acked.wait(g).unwrap_or_else(|p| p.into_inner());
+        let delivered = self.delivered.load(SeqCst);
+        if self.all_acked(delivered) {
+            return;
         }
-        drop(g);
-        self.waiters.fetch_sub(1, SeqCst);
+        self.acked.fetch_or(WAITING, SeqCst);
+        let mut g = WAKE.0.lock().unwrap_or_else(|p| p.into_inner());
+        while !self.all_acked(delivered) {
+            g = WAKE.1.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
     }
 }
 
@@ -92,6 +117,42 @@ mod tests {
             "destroy's wait returned before the last ack"
         );
         assert!(t0.elapsed() >= Duration::from_millis(200));
+    }
+
+    /// The object is freed as soon as destroy's wait returns (`ibv_destroy_cq` after the
+    /// last `ibv_ack_cq_events`, `rdma_destroy_id` after the last `rdma_ack_cm_event`): the
+    /// ack must not touch it once its count can be seen (issue 31: the old `ack` loaded
+    /// its waiter count after the addition, a use-after-free Miri reports as a data race
+    /// with the deallocation). `ack_first`: destroy starts only once the ack counted (the
+    /// interleaving that lost); otherwise destroy waits first and is woken.
+    #[test]
+    fn destroy_frees_the_moment_the_last_ack_counts() {
+        for ack_first in [true, false] {
+            let e = Box::into_raw(Box::new(EventCount::default()));
+            // SAFETY: a fresh allocation, freed below only after these uses.
+            unsafe { &*e }.delivered();
+            struct Obj(*const EventCount);
+            // SAFETY: EventCount is Sync; the pointer is only dereferenced as below.
+            unsafe impl Send for Obj {}
+            let obj = Obj(e);
+            let acker = std::thread::spawn(move || {
+                let obj = obj;
+                // SAFETY: alive until destroy's wait returns, which it does only once this
+                // ack counted: what this test checks is that nothing after that touches it.
+                unsafe { &*obj.0 }.ack(1);
+            });
+            if ack_first {
+                // SAFETY: alive (freed below).
+                while unsafe { &*e }.acked.load(SeqCst) == 0 {
+                    std::thread::yield_now();
+                }
+            }
+            // SAFETY: alive (freed below).
+            unsafe { &*e }.wait_acked();
+            // SAFETY: boxed above; the wait returned, as destroy frees its object.
+            drop(unsafe { Box::from_raw(e) });
+            acker.join().unwrap();
+        }
     }
 
     #[test]

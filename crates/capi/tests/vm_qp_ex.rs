@@ -9,7 +9,11 @@
 //! Also `tests/c/ah_from_wc.c`: a UD reply through `ibv_create_ah_from_wc`, static on ours in
 //! every guest and, in the host guest, compared with its build on rdma-core's libibverbs; and
 //! `tests/c/destroy_waits.c`: `ibv_destroy_cq` and `ibv_destroy_srq` wait for the
-//! acknowledgement of an event another thread holds, on ours and on rdma-core's.
+//! acknowledgement of an event another thread holds, on ours and on rdma-core's;
+//! `tests/c/cm_destroy_waits.c`: `rdma_destroy_id` waits the same way for the events of the
+//! id handed to C (an ADDR_RESOLVED, a threaded server's CONNECT_REQUEST); and
+//! `tests/c/batch_post.c`: a batch post with a malformed request posts the valid requests
+//! before it and points `bad_wr` at the bad one, as rdma-core's providers do.
 
 use std::process::Command;
 use std::time::Duration;
@@ -161,4 +165,93 @@ fn multicast_join_send_leave_as_rdma_core_interop() {
     let out = mcast("mcast-rdma-core", "239.1.26.2");
     assert!(out.contains("delivered while joined: 5 of 5"), "{out}");
     assert!(out.contains("delivered after the leave: 0 of 3"), "{out}");
+}
+
+/// Runs the C program built as `name` with `args`; returns its output (it must pass).
+fn run_c(name: &str, args: &[&str], passed: &str) -> String {
+    let mut c = Command::new(capi_bin(name));
+    c.args(args);
+    let (ok, out) = Proc::spawn(c).finish(Duration::from_secs(60));
+    assert!(ok, "{out}");
+    assert!(out.contains(passed), "{out}");
+    out
+}
+
+/// Runs `tests/c/cm_destroy_waits.c` as built `name`.
+fn cm_destroy_waits(name: &str) -> String {
+    let addr = env_or("RVERBS_ADDR_A", "10.10.0.1");
+    run_c(name, &[&addr], "cm_destroy_waits: all checks passed")
+}
+
+/// A thread holds an ADDR_RESOLVED event, and then a threaded server's CONNECT_REQUEST,
+/// while the main thread destroys the event's id (the listening id for the request):
+/// `rdma_destroy_id` returns only after the thread, having read the id through the event,
+/// acknowledged it, as librdmacm's does. Before, it returned at once and `event->id` (or
+/// `event->listen_id`) pointed at freed memory.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn c_program_rdma_destroy_id_waits_for_event_acks() {
+    let out = cm_destroy_waits("cm_destroy_waits");
+    assert_eq!(
+        out.matches("returned after the event's ack").count(),
+        2,
+        "{out}"
+    );
+}
+
+/// The same program on rdma-core's librdmacm: the behaviour ours copies.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn rdma_destroy_id_waits_for_event_acks_as_rdma_core_interop() {
+    let out = cm_destroy_waits("cm_destroy_waits-rdma-core");
+    assert_eq!(
+        out.matches("returned after the event's ack").count(),
+        2,
+        "{out}"
+    );
+}
+
+/// Runs `tests/c/batch_post.c` as built `name`; returns its "batch_post:" lines.
+fn batch_post(name: &str) -> Vec<String> {
+    let dev = env_or("RVERBS_DEV_A", "rxe0");
+    run_c(name, &[&dev, "1"], "batch_post: all checks passed")
+        .lines()
+        .filter(|l| l.starts_with("batch_post: "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// `ibv_post_send`, `ibv_post_recv` and `ibv_post_srq_recv` each handed 20 requests whose
+/// 19th has `num_sge` -1: EINVAL with `bad_wr` at it, the 18 before it posted and completed
+/// (across the 16-request batches the C drop-in converts at a time), the 20th not posted.
+/// Before, the requests of the bad one's batch were not posted and the program waited for
+/// 4 x 2 completions that never came.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn c_program_batch_post_posts_the_valid_prefix() {
+    let lines = batch_post("batch_post");
+    assert!(
+        lines.contains(&"batch_post: the valid prefixes completed: 72 of 72".to_string()),
+        "{lines:?}"
+    );
+}
+
+/// The same program on rdma-core's libibverbs (its rxe provider) prints the same lines: the
+/// same errors, `bad_wr`s and completions.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn batch_post_matches_rdma_core_interop() {
+    assert_eq!(batch_post("batch_post"), batch_post("batch_post-rdma-core"));
 }

@@ -9,6 +9,10 @@ pub struct CEvent {
     pub c: rdma_cm_event,
     _ev: CmEvent,
     private_data: Vec<u8>,
+    /// The id the event counts against until it is acknowledged (the id the kernel named:
+    /// for CONNECT_REQUEST the listening id), whose destroy waits for that; NULL when the
+    /// event is not counted (`rdma_get_request`'s, which the new id owns).
+    counted: *const CCmId,
 }
 
 pub(super) fn make_event(ev: CmEvent, id: *mut CCmId, listen: *mut CCmId) -> *mut CEvent {
@@ -23,6 +27,7 @@ pub(super) fn make_event(ev: CmEvent, id: *mut CCmId, listen: *mut CCmId) -> *mu
         c,
         _ev: ev,
         private_data: pd,
+        counted: ptr::null(),
     });
     let (ptr, len) = if b.private_data.is_empty() {
         (ptr::null(), 0u8)
@@ -98,14 +103,19 @@ fn next_event(ch: &CEventChannel) -> io::Result<*mut CEvent> {
             // An id destroyed with events still queued: nobody to report them to.
             continue;
         };
-        // Done with the id (destroy may go on) when this is dropped, on every path.
-        struct Used<'a>(&'a CCmId);
-        impl Drop for Used<'_> {
+        // The event counts against the id from use_id on: an event not handed to C is
+        // acknowledged when this is dropped (after the id's guard below, which writes to
+        // it: destroy may free the id once the ack counts); one handed to C disarms it, and
+        // rdma_ack_cm_event acknowledges it.
+        struct Counted<'a>(Option<&'a CCmId>);
+        impl Drop for Counted<'_> {
             fn drop(&mut self) {
-                self.0.users.ack(1);
+                if let Some(c) = self.0 {
+                    c.users.ack(1);
+                }
             }
         }
-        let _used = Used(cc);
+        let mut counted = Counted(Some(cc));
         let idp = cc.c.get().cast::<CCmId>();
         let mut c = cc.lock();
         let kind = ev.kind();
@@ -169,11 +179,15 @@ fn next_event(ch: &CEventChannel) -> io::Result<*mut CEvent> {
             }
             _ => make_event(ev, idp, null_mut()),
         };
+        counted.0 = None;
+        // SAFETY: just made, not handed out yet.
+        unsafe { (*out).counted = idp };
         return Ok(out);
     }
 }
 
-/// `rdma_ack_cm_event`: frees the event (its private data with it).
+/// `rdma_ack_cm_event`: frees the event (its private data with it), then acknowledges it
+/// to its id (a destroy of the id waiting for it may return).
 ///
 /// # Safety
 /// `event` came from [`rdma_get_cm_event`] and is not used afterwards.
@@ -184,8 +198,26 @@ pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
         return -1;
     }
     // SAFETY: [destroy] event: boxed by make_event ([owner]).
-    drop(unsafe { Box::from_raw(event as *mut CEvent) });
+    unsafe { free_event(event.cast()) };
     0
+}
+
+/// Frees an event of [`make_event`], then acknowledges it to the id it counts against: that
+/// ack is the last access to the id (its destroy may free it from then on).
+///
+/// # Safety
+/// `e` came from [`make_event`] and is not used afterwards; an event counted against an id
+/// is not yet acknowledged (so the id is alive: its destroy waits for this).
+pub(super) unsafe fn free_event(e: *mut CEvent) {
+    // SAFETY: the caller's promise ([owner]).
+    let b = unsafe { Box::from_raw(e) };
+    let counted = b.counted;
+    drop(b);
+    if !counted.is_null() {
+        // SAFETY: the caller's promise: the id waits for this ack; only its (interior
+        // mutable) count is reached.
+        unsafe { (*counted).users.ack(1) };
+    }
 }
 
 /// `rdma_event_str`.

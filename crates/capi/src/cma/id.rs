@@ -11,8 +11,8 @@ pub struct CCmId {
     /// What C sees (\[c-struct\]): written back, under the id's lock, by the calls that change it.
     pub c: UnsafeCell<rdma_cm_id>,
     pub(super) st: Mutex<IdState>,
-    /// Calls of [`rdma_get_cm_event`] working on the id (found in [`IDS`]): destroy waits
-    /// for them.
+    /// Events of the id handed out by [`rdma_get_cm_event`] (counted while the id is in
+    /// [`IDS`]) and not yet acknowledged: destroy waits for them, as librdmacm's.
     pub(super) users: EventCount,
 }
 
@@ -128,8 +128,9 @@ impl CCmId {
 /// CCmId addresses by the uid the kernel echoes in their events (\[registry\]).
 static IDS: Mutex<Option<HashMap<u64, usize>>> = Mutex::new(None);
 
-/// The id with uid `uid`, counted as used by the caller (who calls `users.ack(1)` when
-/// done with it); `None` when there is none.
+/// The id with uid `uid`, with one event counted against it (acknowledged by the caller's
+/// `users.ack(1)`, or by [`rdma_ack_cm_event`] once the event is handed to C); `None` when
+/// there is none.
 pub(super) fn use_id(uid: u64) -> Option<&'static CCmId> {
     let m = IDS.lock().unwrap_or_else(|p| p.into_inner());
     let p = m
@@ -211,8 +212,9 @@ pub unsafe extern "C" fn rdma_create_id(
     }
 }
 
-/// `rdma_destroy_id`: 0 (destroying never waits for unacknowledged events here: an event
-/// does not borrow its id).
+/// `rdma_destroy_id`: 0. Waits until every event of the id that [`rdma_get_cm_event`]
+/// returned was acknowledged ([`rdma_ack_cm_event`]), as librdmacm does: an event's `id`
+/// (and a CONNECT_REQUEST's `listen_id`) stays valid until its ack.
 ///
 /// # Safety
 /// `id` is ours and not used afterwards; its QP was destroyed (`rdma_destroy_qp`).
@@ -220,27 +222,34 @@ pub unsafe extern "C" fn rdma_create_id(
 pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     // SAFETY: [destroy] id.
     let c = obj!(unsafe { CCmId::from_c(id) }, neg);
-    let uid = c.lock().id.as_ref().map(CmId::uid);
+    let (uid, ev) = {
+        let mut g = c.lock();
+        (
+            g.id.as_ref().map(CmId::uid),
+            std::mem::replace(&mut g.c.event, null_mut()),
+        )
+    };
     if let Some(uid) = uid {
         if let Some(m) = IDS.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
             m.remove(&uid);
         }
     }
-    // Out of the registry: wait for the rdma_get_cm_event calls still working on it.
+    if !ev.is_null() {
+        // The id's own event (rdma_get_request's), freed first as librdmacm acknowledges it.
+        // SAFETY: [owner] our event, owned by the id.
+        unsafe { free_event(ev.cast()) };
+    }
+    // Out of the registry: no event is counted against it any more; wait for the acks of
+    // those handed out.
     c.users.wait_acked();
     // SAFETY: [destroy] id: boxed by wrap_id ([owner]); `c` is not used any more.
     let b = unsafe { Box::from_raw(id.cast::<CCmId>()) };
-    let ev = b.c.into_inner().event;
     let st = b.st.into_inner().unwrap_or_else(|p| p.into_inner());
     let own = st.own_channel;
     let r = match st.id {
         Some(i) => i.destroy().map(|_| ()),
         None => Ok(()),
     };
-    if !ev.is_null() {
-        // SAFETY: [owner] our event, owned by the id.
-        drop(unsafe { Box::from_raw(ev as *mut CEvent) });
-    }
     if !own.is_null() {
         // SAFETY: [owner] the private channel, boxed by wrap_id.
         drop(unsafe { Box::from_raw(own) });

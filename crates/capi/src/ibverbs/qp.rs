@@ -435,7 +435,8 @@ unsafe fn send_wr(w: &ibv_send_wr, ud: bool) -> Option<SendWr<'_>> {
 
 /// `ops.post_send` (the inline `ibv_post_send`). A single request (the common case of
 /// latency-bound programs) is converted and posted without the batch arrays; a list goes in
-/// batches of `BATCH`.
+/// batches of `BATCH`. At a malformed request, the requests before it are posted and `*bad`
+/// points at it (`EINVAL`), as rdma-core's providers do.
 pub(super) unsafe extern "C" fn post_send_op(
     qp: *mut ibv_qp,
     mut wr: *mut ibv_send_wr,
@@ -473,9 +474,17 @@ pub(super) unsafe extern "C" fn post_send_op(
             let w = unsafe { &*wr };
             // SAFETY: as above.
             let Some(s) = (unsafe { send_wr(w, ud) }) else {
-                // SAFETY: [out] bad.
-                unsafe { *bad = wr };
-                return libc::EINVAL;
+                // The valid requests before it are posted (and rung) first, as rdma-core's
+                // providers do: they post request by request and stop at the bad one.
+                // SAFETY: as below; [out] bad.
+                return match unsafe { post_sends(q, &wrs[..n], &ptrs[..n], bad) } {
+                    0 => {
+                        // SAFETY: [out] bad.
+                        unsafe { *bad = wr };
+                        libc::EINVAL
+                    }
+                    e => e,
+                };
             };
             ptrs[n] = wr;
             wrs[n] = s;
@@ -484,15 +493,41 @@ pub(super) unsafe extern "C" fn post_send_op(
         }
         // SAFETY: [registered] [wr] the SGEs name registered memory that stays valid until the
         // completions are polled, and INLINE sources are not written during the call (C code
-        // that writes them concurrently races libibverbs' own copy just the same).
-        if let Err(e) = unsafe { q.qp.post_send_raw(&wrs[..n]) } {
-            let failed = e.posted().min(n - 1);
-            // SAFETY: [out] bad.
-            unsafe { *bad = ptrs[failed] };
-            return fail(&io::Error::from(e));
+        // that writes them concurrently races libibverbs' own copy just the same); [out] bad.
+        let r = unsafe { post_sends(q, &wrs[..n], &ptrs[..n], bad) };
+        if r != 0 {
+            return r;
         }
     }
     0
+}
+
+/// Posts `wrs`, converted from the C requests `ptrs` (one doorbell); 0, or the errno with
+/// `*bad` at the first request not posted. Nothing to post is 0.
+///
+/// # Safety
+/// As [`Qp::post_send_raw`](rverbs_uverbs::qp::Qp::post_send_raw) for `wrs` (\[registered\]
+/// \[wr\]); `bad` is writable.
+#[inline(always)]
+unsafe fn post_sends(
+    q: &CQp,
+    wrs: &[SendWr<'_>],
+    ptrs: &[*mut ibv_send_wr],
+    bad: *mut *mut ibv_send_wr,
+) -> c_int {
+    if wrs.is_empty() {
+        return 0;
+    }
+    // SAFETY: the caller's promise.
+    match unsafe { q.qp.post_send_raw(wrs) } {
+        Ok(()) => 0,
+        Err(e) => {
+            let failed = e.posted().min(wrs.len() - 1);
+            // SAFETY: [out] bad.
+            unsafe { *bad = ptrs[failed] };
+            fail(&io::Error::from(e))
+        }
+    }
 }
 
 /// `ops.post_recv` (the inline `ibv_post_recv`).

@@ -163,7 +163,8 @@ unsafe fn recv_wr(w: &ibv_recv_wr) -> Option<RecvWr<'_>> {
 }
 
 /// Builds `RecvWr`s from a C list (a single request directly, a list `BATCH` at a time), and posts each batch with `post`.
-/// Returns 0, or the errno with `*bad` set to the first request not posted.
+/// Returns 0, or the errno with `*bad` set to the first request not posted; the requests
+/// before a malformed one are posted (as rdma-core's providers do).
 ///
 /// # Safety
 /// `wr` is a valid NULL-terminated list whose SGEs name registered memory (the caller's
@@ -200,23 +201,56 @@ pub(super) unsafe fn post_recv_list(
             let w = unsafe { &*wr };
             // SAFETY: [wr] w's SGE list.
             let Some(r) = (unsafe { recv_wr(w) }) else {
+                // The valid requests before it are posted first, as rdma-core's providers
+                // do: they post request by request and stop at the bad one.
                 // SAFETY: [out] bad.
-                unsafe { *bad = wr };
-                return libc::EINVAL;
+                return match unsafe { post_recvs(&post, &wrs[..n], &ptrs[..n], bad) } {
+                    0 => {
+                        // SAFETY: [out] bad.
+                        unsafe { *bad = wr };
+                        libc::EINVAL
+                    }
+                    e => e,
+                };
             };
             ptrs[n] = wr;
             wrs[n] = r;
             n += 1;
             wr = w.next;
         }
-        if let Err(e) = post(&wrs[..n]) {
-            let failed = e.posted().min(n - 1);
-            // SAFETY: [out] bad.
-            unsafe { *bad = ptrs[failed] };
-            return fail(&io::Error::from(e));
+        // SAFETY: [out] bad.
+        let r = unsafe { post_recvs(&post, &wrs[..n], &ptrs[..n], bad) };
+        if r != 0 {
+            return r;
         }
     }
     0
+}
+
+/// Posts `wrs`, converted from the C requests `ptrs`, with `post`; 0, or the errno with
+/// `*bad` at the first request not posted. Nothing to post is 0.
+///
+/// # Safety
+/// `bad` is writable.
+#[inline(always)]
+unsafe fn post_recvs(
+    post: &impl Fn(&[RecvWr<'_>]) -> Result<(), rverbs_uverbs::error::PostError>,
+    wrs: &[RecvWr<'_>],
+    ptrs: &[*mut ibv_recv_wr],
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    if wrs.is_empty() {
+        return 0;
+    }
+    match post(wrs) {
+        Ok(()) => 0,
+        Err(e) => {
+            let failed = e.posted().min(wrs.len() - 1);
+            // SAFETY: [out] bad.
+            unsafe { *bad = ptrs[failed] };
+            fail(&io::Error::from(e))
+        }
+    }
 }
 
 /// `ops.post_srq_recv`.
