@@ -291,14 +291,17 @@ impl Cq {
     /// Moves up to `out.len()` completions into `out`; returns how many. Never blocks.
     #[inline]
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
-        let n = self.lock().poll(out).min(out.len());
-        if n > 0 {
-            self.watch.settle(
-                out[..n]
-                    .iter()
-                    .map(|w| (w.qp_num, w.status.is_success(), w.opcode.0)),
-            );
-        }
+        let mut ops = self.lock();
+        let epoch = self.watch.epoch();
+        let n = ops.poll(out).min(out.len());
+        // Under the ring's lock: settles happen in the ring's order (crate::ledger::Watch).
+        self.watch.settle(
+            out[..n]
+                .iter()
+                .map(|w| (w.qp_num, w.status.is_success(), w.opcode.0)),
+            (n < out.len()).then_some(epoch),
+        );
+        drop(ops);
         n
     }
 
@@ -308,8 +311,12 @@ impl Cq {
     /// After the call `out[..n]` are the caller's copies; the ring slots are free again.
     #[inline]
     pub fn poll_raw(&self, out: &mut [RawWc]) -> usize {
-        let n = self.lock().poll_raw(out).min(out.len());
-        settle_raw(&self.watch, &out[..n]);
+        let mut ops = self.lock();
+        let epoch = self.watch.epoch();
+        let n = ops.poll_raw(out).min(out.len());
+        // Under the ring's lock: settles happen in the ring's order (crate::ledger::Watch).
+        settle_raw(&self.watch, &out[..n], (n < out.len()).then_some(epoch));
+        drop(ops);
         n
     }
 
@@ -469,8 +476,9 @@ impl ViewOps<'_> {
     fn poll_raw(&mut self, out: &mut [RawWc]) -> usize {
         match self {
             ViewOps::Locked(g, w) => {
+                let epoch = w.epoch();
                 let n = g.poll_raw(out).min(out.len());
-                settle_raw(w, &out[..n]);
+                settle_raw(w, &out[..n], (n < out.len()).then_some(epoch));
                 n
             }
             ViewOps::Lent(o) => o.poll_raw(out),
@@ -478,13 +486,13 @@ impl ViewOps<'_> {
     }
 }
 
-/// Settles `watch`'s ledgers with the polled `wcs`.
+/// Settles `watch`'s ledgers with the polled `wcs`; `drained` as for [`Watch::settle`].
 #[inline]
-fn settle_raw(watch: &Watch, wcs: &[RawWc]) {
-    if wcs.is_empty() {
-        return;
-    }
-    watch.settle(wcs.iter().map(|w| (w.qp_num, w.is_success(), w.opcode)));
+fn settle_raw(watch: &Watch, wcs: &[RawWc], drained: Option<u64>) {
+    watch.settle(
+        wcs.iter().map(|w| (w.qp_num, w.is_success(), w.opcode)),
+        drained,
+    );
 }
 
 impl fmt::Debug for CqView<'_> {

@@ -31,6 +31,7 @@
 //! nothing but still count, so that a safe request's place in the queue stays right.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::mr::Region;
@@ -322,44 +323,98 @@ pub(crate) enum Role {
 }
 
 /// A CQ's QPs, whose ledgers its completions settle.
+///
+/// A completion names its QP only by number, and a number is reused once its QP is destroyed
+/// (siw gives a new QP the lowest free one), while the destroyed QP's completions may still sit
+/// unpolled in the ring. Counted for the new QP, they would release its regions while its own
+/// requests are still posted. So a destroyed QP leaves a tombstone: completions with its
+/// number are counted for no one until a poll that began after the destroy has found the ring
+/// empty (a destroyed QP adds nothing to the ring after its destroy returns, and completions
+/// leave the ring in order): only then do completions with that number belong to a live QP.
 #[derive(Debug)]
 pub(crate) struct Watch<R = Region> {
-    list: Mutex<Vec<(Arc<QpLedger<R>>, Role)>>,
+    list: Mutex<WatchList<R>>,
+    /// Tombstones made so far; a poll reads it before it reads the ring.
+    epoch: AtomicU64,
+    /// How many tombstones stand (kept under `list`'s lock): an empty poll with none settles
+    /// nothing and skips the lock.
+    tombs: AtomicUsize,
+}
+
+#[derive(Debug)]
+struct WatchList<R> {
+    live: Vec<(Arc<QpLedger<R>>, Role)>,
+    /// `(qp_num, epoch)`: destroyed QPs whose completions may still be in the ring.
+    gone: Vec<(u32, u64)>,
 }
 
 impl<R> Default for Watch<R> {
     fn default() -> Self {
         Watch {
-            list: Mutex::default(),
+            list: Mutex::new(WatchList {
+                live: Vec::new(),
+                gone: Vec::new(),
+            }),
+            epoch: AtomicU64::new(0),
+            tombs: AtomicUsize::new(0),
         }
     }
 }
 
 impl<R: Holdable> Watch<R> {
     pub(crate) fn add(&self, l: &Arc<QpLedger<R>>, role: Role) {
-        lock(&self.list).push((l.clone(), role));
+        lock(&self.list).live.push((l.clone(), role));
     }
 
-    pub(crate) fn remove(&self, l: &Arc<QpLedger<R>>) {
-        lock(&self.list).retain(|(x, _)| !Arc::ptr_eq(x, l));
+    /// QP `l` was destroyed: its completions still in the ring are counted for no one.
+    pub(crate) fn retire(&self, l: &Arc<QpLedger<R>>) {
+        let mut list = lock(&self.list);
+        list.live.retain(|(x, _)| !Arc::ptr_eq(x, l));
+        let e = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        list.gone.retain(|&(q, _)| q != l.qp_num);
+        list.gone.push((l.qp_num, e));
+        self.tombs.store(list.gone.len(), Ordering::Relaxed);
     }
 
-    /// Settles the ledgers for completions `(qp_num, success, opcode)`, in polled order.
-    pub(crate) fn settle(&self, wcs: impl Iterator<Item = (u32, bool, u32)>) {
-        let list = lock(&self.list);
-        if list.is_empty() {
+    /// The tombstones made so far: read by a poll, under the CQ's lock, before it reads the
+    /// ring, and given back to [`settle`](Self::settle) when the poll found the ring empty.
+    #[inline]
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Settles the ledgers for completions `(qp_num, success, opcode)`, in polled order. Call
+    /// it under the CQ's lock (so that settles happen in the ring's order), with
+    /// `drained: Some(epoch)` when the poll, which read [`epoch`](Self::epoch) before the
+    /// ring, took fewer completions than it asked for (it emptied the ring).
+    pub(crate) fn settle(&self, wcs: impl Iterator<Item = (u32, bool, u32)>, drained: Option<u64>) {
+        let mut wcs = wcs.peekable();
+        // Relaxed: a stale count only skips a clearing, which a later poll does.
+        if wcs.peek().is_none() && (drained.is_none() || self.tombs.load(Ordering::Relaxed) == 0) {
+            return;
+        }
+        let mut list = lock(&self.list);
+        if list.live.is_empty() && list.gone.is_empty() {
             return;
         }
         let mut at = 0;
         for (qp_num, ok, opcode) in wcs {
-            if !list.get(at).is_some_and(|(l, _)| l.qp_num == qp_num) {
-                match list.iter().position(|(l, _)| l.qp_num == qp_num) {
+            if !list.gone.is_empty() && list.gone.iter().any(|&(q, _)| q == qp_num) {
+                continue; // a destroyed QP's, or its number's new QP's, counted for no one
+            }
+            if !list.live.get(at).is_some_and(|(l, _)| l.qp_num == qp_num) {
+                match list.live.iter().position(|(l, _)| l.qp_num == qp_num) {
                     Some(i) => at = i,
-                    None => continue, // a QP already destroyed
+                    None => continue, // a QP not watched here
                 }
             }
-            let (l, role) = &list[at];
+            let (l, role) = &list.live[at];
             settle_one(l, *role, ok, WcOpcode(opcode));
+        }
+        if let Some(e) = drained {
+            // Every tombstone made before the poll read the ring: its completions are out.
+            list.gone.retain(|&(_, made)| made > e);
+            self.tombs.store(list.gone.len(), Ordering::Relaxed);
         }
     }
 }

@@ -744,8 +744,12 @@ impl Drop for Qp {
             // Destroyed: the device places nothing more for this QP, so what its requests may
             // have written can be given back (the ledger goes with the last of its `Arc`s).
             Ok(_) => {
-                self.send_cq.watch().remove(&self.ledger);
-                self.recv_cq.watch().remove(&self.ledger);
+                // Its completions still in the CQs count for no one, nor for a new QP that
+                // gets its number, until they are out (crate::ledger::Watch).
+                self.send_cq.watch().retire(&self.ledger);
+                if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+                    self.recv_cq.watch().retire(&self.ledger);
+                }
             }
             Err(e) => {
                 tracing::error!("{e}; the memory its requests may still write stays allocated");

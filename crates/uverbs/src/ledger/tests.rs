@@ -236,9 +236,9 @@ fn an_unsignaled_read_alone_waits_for_the_qp() {
     let watch = Watch::default();
     watch.add(&l, Role::Both);
     // A SEND's completion says nothing about the READ before it (siw completes it first).
-    watch.settle([(9, true, WcOpcode::SEND.0)].into_iter());
+    watch.settle([(9, true, WcOpcode::SEND.0)].into_iter(), None);
     assert!(!freed(&fa));
-    watch.remove(&l);
+    watch.retire(&l);
     drop(l); // the QP destroyed
     assert!(freed(&fa));
 }
@@ -279,9 +279,13 @@ fn a_cq_counts_what_it_can_classify() {
             (3, true, WcOpcode::RDMA_READ.0),
         ]
         .into_iter(),
+        None,
     );
     assert!(!freed(&fa));
-    both.settle([(3, true, WcOpcode::RECV_RDMA_WITH_IMM.0)].into_iter());
+    both.settle(
+        [(3, true, WcOpcode::RECV_RDMA_WITH_IMM.0)].into_iter(),
+        None,
+    );
     assert!(freed(&fa));
 
     // On the QP's own receive CQ every completion is a receive's, flushes included.
@@ -293,7 +297,7 @@ fn a_cq_counts_what_it_can_classify() {
     drop(b);
     let recv = Watch::default();
     recv.add(&l, Role::Recv);
-    recv.settle([(3, false, 0)].into_iter());
+    recv.settle([(3, false, 0)].into_iter(), None);
     assert!(freed(&fb));
 }
 
@@ -315,11 +319,77 @@ fn a_send_cq_releases_reads_on_their_success_only() {
             (3, true, WcOpcode::SEND.0),
         ]
         .into_iter(),
+        None,
     );
     assert!(
         !freed(&fa),
         "a flush's opcode is not to be trusted, a SEND's says nothing"
     );
-    send.settle([(3, true, WcOpcode::FETCH_ADD.0)].into_iter());
+    send.settle([(3, true, WcOpcode::FETCH_ADD.0)].into_iter(), None);
     assert!(freed(&fa));
+}
+
+/// A receive of QP `qpn` into region `lkey`, whose `Mr` is then dropped: the QP's ledger.
+fn qp_with_held_receive(
+    reg: &Registry<Fake>,
+    qpn: u32,
+    lkey: u32,
+) -> (Arc<QpLedger<Fake>>, Arc<AtomicBool>) {
+    let l = Arc::new(QpLedger::<Fake>::new(qpn, None));
+    let (a, fa) = region(reg, lkey, true);
+    let sa = [sge(lkey)];
+    assert_eq!(lock(&l.recv).hold(reg, &[RecvWr::new(0, &sa[..])]), None);
+    lock(&l.recv).posted(1);
+    drop(a);
+    (l, fa)
+}
+
+#[test]
+fn a_destroyed_qps_completions_do_not_count_for_its_number_reused() {
+    // siw gives a new QP the lowest free number (xa_alloc): a QP created after one was
+    // destroyed on the same CQ may carry its number while the destroyed QP's completions
+    // (a receive that succeeded, its flushes) still sit unpolled in the ring.
+    let reg = Registry::default();
+    let watch = Watch::default();
+    let (a, _) = qp_with_held_receive(&reg, 7, 1);
+    watch.add(&a, Role::Both);
+    // QP A's receive completed (in the ring, not polled); A is destroyed.
+    watch.retire(&a);
+    drop(a);
+    let (b, fb) = qp_with_held_receive(&reg, 7, 2);
+    watch.add(&b, Role::Both);
+    // The poll finds A's completion first (and more behind it: not drained).
+    let e = watch.epoch();
+    watch.settle([(7, true, WcOpcode::RECV.0)].into_iter(), None);
+    assert!(
+        !freed(&fb),
+        "QP B's receive is still posted: its region was freed by QP A's completion"
+    );
+    // A poll that started after A was retired and found the ring empty took the last of A's
+    // completions: B's own count from then on.
+    watch.settle(std::iter::empty(), Some(e));
+    watch.settle(
+        [(7, true, WcOpcode::RECV.0)].into_iter(),
+        Some(watch.epoch()),
+    );
+    assert!(freed(&fb));
+}
+
+#[test]
+fn a_drained_poll_that_began_before_a_destroy_keeps_its_tombstone() {
+    let reg = Registry::default();
+    let watch = Watch::default();
+    let (a, _) = qp_with_held_receive(&reg, 7, 1);
+    watch.add(&a, Role::Recv);
+    // A poll reads the ring (epoch taken) before A's destroy, which may still add flushes.
+    let e = watch.epoch();
+    watch.retire(&a);
+    drop(a);
+    watch.settle(std::iter::empty(), Some(e));
+    let (b, fb) = qp_with_held_receive(&reg, 7, 2);
+    watch.add(&b, Role::Recv);
+    // A's flush, written during its destroy after that poll's read.
+    watch.settle([(7, false, 0)].into_iter(), None);
+    assert!(!freed(&fb));
+    drop(b);
 }
