@@ -66,7 +66,9 @@ pub struct RawMemory {
 /// returned. [`MrMemory::OWNED`] must be `false` for a type whose memory can be reused by
 /// someone else when the value is leaked (a borrow). `from_raw` (and dropping its result) may
 /// run on any thread, later than the `Mr`'s drop: the memory of a dropped region that a posted
-/// request may still write is given back on the thread that polls that request's completion.
+/// request may still write is given back on the thread that polls that request's completion,
+/// inside that poll, while the CQ's lock is held: `from_raw` and the drop of its result must
+/// not poll or destroy a CQ, QP or SRQ of the same context (they would wait for that lock).
 pub unsafe trait MrMemory: Sized {
     /// True when leaking the value keeps the memory allocated forever (owned memory); false
     /// for borrows, whose memory goes back to its owner when the borrow ends.
