@@ -16,7 +16,7 @@
 //! A completion wait also watches the id: when the connection ends — the peer disconnected or
 //! died (DISCONNECTED), the device went away (DEVICE_REMOVAL), or the QP was moved to ERR —
 //! the wait lets the protocol say what is left, with no timer: it moves the QP to ERR and
-//! drains the queue (see [`wait`](self#how-a-wait-ends) below), returning every completion the
+//! drains the queue ("How a wait ends" below), returning every completion the
 //! device produced for the requests posted before the end — real or flushed
 //! (`WR_FLUSH_ERR`) — and then fails with an error naming the cause and the QP
 //! (`ConnectionReset` / `ConnectionAborted`, errno ECONNRESET, ENODEV, ECONNABORTED) instead
@@ -290,7 +290,7 @@ impl Endpoint<OwnCqs> {
     /// checked: look at `wc.status`.
     ///
     /// When the connection ended it returns the completions of the requests posted before the
-    /// end (real or flushed), then fails (see the module documentation): `ConnectionReset`
+    /// end (real or flushed), then fails ([`Endpoint::drain_on_end`]): `ConnectionReset`
     /// (ECONNRESET) after DISCONNECTED, ENODEV after DEVICE_REMOVAL, `ConnectionAborted`
     /// (ECONNABORTED) after the caller moved the QP to ERR or RESET.
     pub fn get_send_comp(&self) -> io::Result<WorkCompletion> {

@@ -71,7 +71,7 @@ fn op_of(queue: PostQueue) -> &'static str {
 }
 
 /// The `wr_id` of the marker request a completion wait of an [`Endpoint`] posts after the end
-/// of the connection (see [`Endpoint::drain_on_end`]). Its completion is never returned by the
+/// of the connection ([`Endpoint::drain_on_end`]). Its completion is never returned by the
 /// waits or [`Endpoint::poll_comps`]; the endpoint's post helpers refuse it as a `wr_id`, and a
 /// request posted through [`Endpoint::qp`] must not use it.
 pub const END_MARKER: u64 = 0x7276_6572_6273_2145;
@@ -111,10 +111,15 @@ impl Endpoint<OwnCqs> {
     }
 
     /// After the end ([`Endpoint::ended`] is `Some`) with `queue`'s CQ found empty: moves the
-    /// QP to ERR and, where the provider flushes later requests (rxe, mlx5), posts the end
-    /// marker to `queue` and moves the QP to ERR again (the module documentation says why).
-    /// Call it once per wait (each call posts a marker); then poll with
-    /// [`Endpoint::poll_comps`] as [`Drain`] says.
+    /// QP to ERR and, where the provider flushes requests posted later (rxe, mlx5), posts the
+    /// end marker to `queue` and moves the QP to ERR again. A QP in ERR completes every request
+    /// in order, flushed if not done (IB spec C10-42, C10-97.2.1), so the marker's flush comes
+    /// after the completion of every request posted before it; rxe flushes a user QP's receive
+    /// queue only when its responder runs, which the second move to ERR schedules. On siw the
+    /// move to ERR flushes both queues before the modify returns, and later posts to its
+    /// user-mapped queues are never flushed: what the CQ holds then is all there is
+    /// ([`Drain::Done`]). Call it once per wait (each call posts a marker); then poll with
+    /// [`Endpoint::poll_comps`] as [`Drain`] says. docs/cm.md has the kernel sources' details.
     pub fn drain_on_end(&self, queue: PostQueue) -> io::Result<Drain> {
         self.queue_cq(queue)?;
         let st = self.qp.cached_state();
