@@ -6,6 +6,7 @@ mod capi;
 mod changelog;
 mod fuzz;
 mod json;
+mod load;
 mod miri;
 mod mlx5_oracle;
 mod package;
@@ -46,7 +47,7 @@ cargo xtask: the rverbs test bed (QEMU guests with soft-RoCE devices)
 
 USAGE:
     cargo xtask test [--no-vm | --vm-only] [--kernel 6.1|6.12|newest|all] [--stage PART,...]
-                     [-- TEST-ARGS...]
+                     [--load N] [-- TEST-ARGS...]
         Installs the Debian packages it needs (as root; otherwise it stops with the apt-get
         line), then cargo fmt --check, clippy -D warnings, cargo doc -D warnings, host tests,
         then every integration test built with --cfg rverbs_vm in the guests (the stages of
@@ -56,7 +57,9 @@ USAGE:
         each libtest binary in the guests (e.g. a test name filter).
         --no-vm: fmt, clippy, doc and host tests only; --vm-only: the VM stages only;
         --kernel: only that kernel's VM stages (default all: three kernels); --stage: only
-        the stages whose name contains one of the PARTs (e.g. `--stage 6.12,user`).
+        the stages whose name contains one of the PARTs (e.g. `--stage 6.12,user`);
+        --load N: N CPU-bound processes run beside the whole run and are killed at its end
+        (default: RVERBS_TEST_LOAD, else 0): the suite must pass on a loaded machine.
     cargo xtask demo [--kernel 6.1|6.12|newest]
         Boots the minimal guest, brings up rxe0 and runs: rverbs devinfo -v, then an
         rverbs rdma-server / rdma-client exchange over 10.10.0.1
@@ -113,6 +116,7 @@ Each guest run keeps its console log and outputs in target/vm/runs/<run>/. Envir
     RVERBS_VM_STAGE_TIMEOUT   seconds for each VM stage of `cargo xtask test` (default 900)
     RVERBS_VM_TEST_TIMEOUT    seconds for each test binary in a guest (default 300)
     RVERBS_VM_TEST_THREADS    libtest threads in the guests (default 1)
+    RVERBS_TEST_LOAD=N        `cargo xtask test --load N` when --load is not given
 Inside the guests: RVERBS_VM=1, RVERBS_TOPO, RVERBS_GUEST, RVERBS_KERNEL, RVERBS_DEV_A/B,
 RVERBS_ADDR_A/B, RVERBS_NETDEV_A/B (see docs/testing.md).
 ";
@@ -133,6 +137,8 @@ fn main() -> ExitCode {
         Some("public-api") => publicapi::cmd(&args[1..]),
         Some("fuzz") => fuzz::cmd(&args[1..]),
         Some("setup") => cmd_setup(&args[1..]),
+        // `--load`'s busy processes (not for people: see load.rs).
+        Some("__busy") => load::busy(),
         Some(other) => Err(util::Error(format!(
             "unknown command `{other}` (see `cargo xtask help`)"
         ))),

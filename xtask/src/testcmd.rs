@@ -182,6 +182,7 @@ pub fn run(args: &[String]) -> Result<u8> {
         test_args: Vec::new(),
     };
     let mut only = None;
+    let mut load = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -204,6 +205,12 @@ pub fn run(args: &[String]) -> Result<u8> {
                     .flat_map(|&k| FULL_MATRIX.iter().map(move |&(g, t)| (k, g, t)))
                     .collect();
             }
+            "--load" => {
+                let v = it
+                    .next()
+                    .ok_or("--load needs a value: how many CPU-bound processes")?;
+                load = Some(crate::load::parse(v, "--load")?);
+            }
             "--" => opts.test_args.extend(it.by_ref().cloned()),
             "--help" | "-h" => {
                 print!("{}", crate::HELP);
@@ -214,6 +221,10 @@ pub fn run(args: &[String]) -> Result<u8> {
             ),
         }
     }
+    let load = match load {
+        Some(n) => n,
+        None => crate::load::from_env()?,
+    };
     let t0 = Instant::now();
     // Everything the stages use, installed first (or a stop right here with the apt-get line).
     crate::packages::ensure(crate::packages::Need::Test, "xtask")?;
@@ -224,6 +235,8 @@ pub fn run(args: &[String]) -> Result<u8> {
         only,
         ..Report::default()
     };
+    // Killed and reaped when this function returns, however it returns.
+    let load = crate::load::Load::start(load)?;
     // ---- the stages, in order ----
     if opts.host {
         check(
@@ -322,6 +335,13 @@ pub fn run(args: &[String]) -> Result<u8> {
         for n in &s.notes {
             let _ = writeln!(text, "    {n}");
         }
+    }
+    if load.count() > 0 {
+        let _ = writeln!(
+            text,
+            "under load: {} CPU-bound processes beside the run",
+            load.count()
+        );
     }
     let _ = writeln!(text, "total time {}", fmt_secs(t0.elapsed()));
     let report_path = util::vm_dir().join("last-test-report.txt");

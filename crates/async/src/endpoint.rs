@@ -1,23 +1,25 @@
 //! [`AsyncEndpoint`]: librdmacm's verbs helpers with `get_send_comp().await` /
 //! `get_recv_comp().await`, the async counterparts of `Endpoint::get_send_comp` / `get_recv_comp`, under the same rule
 //! (the id's own, separate send and receive CQs) and with the same end: when the connection
-//! ends (DISCONNECTED, DEVICE_REMOVAL, the QP in ERR) and no completion arrives within
-//! [`END_GRACE`], the future fails with the same error as the blocking call.
+//! ends (DISCONNECTED, DEVICE_REMOVAL, the QP in ERR) the future moves the QP to ERR and drains
+//! the queue as the blocking call does ([`Endpoint::drain_on_end`], no timer): it returns the
+//! completions of the requests posted before the end, real or flushed, then fails with the
+//! same error as the blocking call. A future dropped after it posted the end marker leaves
+//! the marker's flush in the CQ, which the next wait takes as the end.
 //!
 //! **Cancel safety.** `get_send_comp` / `get_recv_comp` are cancel-safe (see [`crate::cq`]): a
 //! dropped future loses no completion. `connect` / `accept` / `disconnect` send their command
 //! first; dropping them afterwards does not undo it, and a dropped `connect` leaves the
 //! connection half-made (the peer times out): drop the endpoint then.
 
-use std::cell::Cell;
 use std::fmt;
 use std::io;
 use std::pin::pin;
 use std::sync::Arc;
 
 use rverbs_cm::{CmEvent, CmEventKind, ConnParam, QpType};
-use rverbs_cm::{Endpoint, EndpointAttr, OwnCqs, END_GRACE};
-use rverbs_uverbs::cq::Cq;
+use rverbs_cm::{Drain, Endpoint, EndpointAttr, OwnCqs};
+use rverbs_uverbs::error::PostQueue;
 use rverbs_uverbs::WorkCompletion;
 
 use crate::cm::{AsyncCmId, AsyncEventChannel};
@@ -129,49 +131,49 @@ impl AsyncEndpoint {
     }
 
     /// The next completion of the send CQ (`rdma_get_send_comp`, awaited). Cancel-safe.
-    /// Fails as [`Endpoint::get_send_comp`] does when the connection ended. Needs a runtime
-    /// with the time driver (for the end's grace period).
+    /// Ends as [`Endpoint::get_send_comp`] does when the connection ended.
     pub async fn get_send_comp(&self) -> io::Result<WorkCompletion> {
         let mut wc = [WorkCompletion::default()];
-        self.comp("get_send_comp", self.ep.send_cq(), &self.send, &mut wc)
-            .await?;
+        self.comp(PostQueue::Send, &self.send, &mut wc).await?;
         Ok(wc[0])
     }
 
     /// The next completion of the receive CQ. Cancel-safe.
     pub async fn get_recv_comp(&self) -> io::Result<WorkCompletion> {
         let mut wc = [WorkCompletion::default()];
-        self.comp("get_recv_comp", self.ep.recv_cq(), &self.recv, &mut wc)
-            .await?;
+        self.comp(PostQueue::Recv, &self.recv, &mut wc).await?;
         Ok(wc[0])
     }
 
     /// Up to `out.len()` completions of the send CQ (at least one). Cancel-safe.
     pub async fn get_send_comps(&self, out: &mut [WorkCompletion]) -> io::Result<usize> {
-        self.comp("get_send_comp", self.ep.send_cq(), &self.send, out)
-            .await
+        self.comp(PostQueue::Send, &self.send, out).await
     }
 
     /// Up to `out.len()` completions of the receive CQ (at least one). Cancel-safe.
     pub async fn get_recv_comps(&self, out: &mut [WorkCompletion]) -> io::Result<usize> {
-        self.comp("get_recv_comp", self.ep.recv_cq(), &self.recv, out)
-            .await
+        self.comp(PostQueue::Recv, &self.recv, out).await
     }
 
     async fn comp(
         &self,
-        op: &'static str,
-        cq: &Cq,
+        queue: PostQueue,
         ch: &AsyncCompChannel,
         out: &mut [WorkCompletion],
     ) -> io::Result<usize> {
+        let (op, cq) = match queue {
+            PostQueue::Send => ("get_send_comp", self.ep.send_cq()),
+            _ => ("get_recv_comp", self.ep.recv_cq()),
+        };
         if out.is_empty() {
             return Err(rverbs_uverbs::Error::invalid(op, "empty completion buffer").into());
         }
-        let grace: Cell<Option<tokio::time::Instant>> = Cell::new(None);
+        // This wait drained the queue after the end: completions (the marker's flush at the
+        // latest) are still to come, and the end event no longer needs watching.
+        let mut draining = false;
         loop {
             ch.apply(cq);
-            let n = cq.poll(out);
+            let n = self.ep.poll_comps(queue, out)?;
             if n > 0 {
                 return Ok(n);
             }
@@ -180,31 +182,28 @@ impl AsyncEndpoint {
             cq_woken.as_mut().enable();
             let mut cm_woken = pin!(self.cm.notify().notified());
             cm_woken.as_mut().enable();
-            if let Some(end) = self.ep.ended() {
-                let g = match grace.get() {
-                    Some(g) => g,
-                    None => {
-                        let g = tokio::time::Instant::now() + END_GRACE;
-                        grace.set(Some(g));
-                        g
+            if !draining && self.ep.ended().is_some() {
+                match self.ep.drain_on_end(queue)? {
+                    Drain::Wait => draining = true,
+                    Drain::Done => {
+                        let n = self.ep.poll_comps(queue, out)?;
+                        if n > 0 {
+                            return Ok(n);
+                        }
+                        return Err(self.ep.end_error(queue));
                     }
-                };
-                if tokio::time::Instant::now() >= g {
-                    return Err(end.to_error(op, self.ep.id().handle()));
                 }
+                continue;
             }
             cq.req_notify(false)?;
-            let n = cq.poll(out);
+            let n = self.ep.poll_comps(queue, out)?;
             if n > 0 {
                 return Ok(n);
             }
-            let end_known = grace.get();
             tokio::select! {
                 biased;
                 r = ch.wait(cq_woken) => r?,
-                r = self.cm.sleep(cm_woken), if end_known.is_none() => r?,
-                () = tokio::time::sleep_until(end_known.unwrap_or_else(tokio::time::Instant::now)),
-                    if end_known.is_some() => {}
+                r = self.cm.sleep(cm_woken), if !draining => r?,
             }
         }
     }

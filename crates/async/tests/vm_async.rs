@@ -616,16 +616,21 @@ fn completion_before_and_after_the_arm() {
         ep.endpoint()
             .post_send_inline(1, &m, SendFlags::empty())
             .unwrap();
-        // Both completions (the send's and the echo's receive) land while nothing is armed.
+        // Both completions (the send's and the echo's receive) land while nothing is armed
+        // (on an idle machine; under load they may come later, and the waits then arm and
+        // sleep, which is the second case below). A completion that came before the arm
+        // raises no event: a wait that armed without polling again would hang, which the
+        // bound (a diagnosed hang, not a measure of speed) reports.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let t = Instant::now();
-        assert_eq!(ep.get_send_comp().await.unwrap().wr_id, 1);
-        let r = ep.get_recv_comp().await.unwrap();
-        assert!(
-            t.elapsed() < Duration::from_millis(100),
-            "{:?}",
-            t.elapsed()
-        );
+        let hang = Duration::from_secs(60);
+        let s = tokio::time::timeout(hang, ep.get_send_comp())
+            .await
+            .expect("hung: a completion that came before the arm was missed");
+        assert_eq!(s.unwrap().wr_id, 1);
+        let r = tokio::time::timeout(hang, ep.get_recv_comp())
+            .await
+            .expect("hung: a completion that came before the arm was missed")
+            .unwrap();
         assert_eq!(slots.read(r.wr_id, MSG), m);
         slots.post(ep.endpoint(), r.wr_id);
         // Now the wait arms and sleeps first; the completion comes later.
@@ -641,9 +646,9 @@ fn completion_before_and_after_the_arm() {
         ep.endpoint()
             .post_send_inline(2, &m, SendFlags::empty())
             .unwrap();
-        let r = tokio::time::timeout(Duration::from_secs(5), wait)
+        let r = tokio::time::timeout(Duration::from_secs(60), wait)
             .await
-            .expect("the armed wait was not woken")
+            .expect("hung: the armed wait was not woken")
             .unwrap();
         assert_eq!(slots.read(r.wr_id, MSG), m);
         assert_eq!(ep.get_send_comp().await.unwrap().wr_id, 2);
@@ -690,8 +695,9 @@ fn async_errors_are_prompt_and_clear() {
 
 const PEER_ENV: &str = "RVERBS_ASYNC_PEER";
 
-/// An async server blocked in get_recv_comp when its client process is killed gets an error
-/// naming the disconnect within a second, then serves the next client.
+/// An async server blocked in get_recv_comp when its client process is killed gets its
+/// outstanding receive back flushed, then an error naming the disconnect, then serves the next
+/// client.
 #[test]
 #[cfg_attr(
     not(rverbs_vm),
@@ -731,12 +737,10 @@ fn async_server_sees_a_killed_client_and_serves_the_next() {
         assert!(ep.get_recv_comp().await.unwrap().status.is_success());
         peer.1.recv_timeout(Duration::from_secs(60)).unwrap();
         let killer = kill_soon(peer.0);
-        let e = ep.get_recv_comp().await.unwrap_err();
-        let ended = Instant::now();
-        let killed = killer.join().unwrap();
-        assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}");
-        assert!(e.to_string().contains("DISCONNECTED"), "{e}");
-        assert_prompt(ended, killed);
+        let wc = ep.get_recv_comp().await.unwrap();
+        assert_eq!((wc.wr_id, wc.status), (1, WcStatus::WR_FLUSH_ERR));
+        assert_ends(ep.get_recv_comp().await, "get_recv_comp");
+        killer.join().unwrap();
         drop(ep);
         drop(slots);
         // The next client.
@@ -787,14 +791,34 @@ fn kill_soon(mut peer: Child) -> std::thread::JoinHandle<Instant> {
     })
 }
 
-/// A wait that the peer's death ended must have ended within a second of it.
-fn assert_prompt(ended: Instant, killed: Instant) {
-    let after = ended.saturating_duration_since(killed);
+/// The end error of `op` (after the completions of every outstanding request were returned):
+/// DISCONNECTED, naming the QP.
+fn assert_ends(r: io::Result<WorkCompletion>, op: &str) {
+    let e = match r {
+        Ok(wc) => panic!("{op} returned {wc:?} after every request had completed"),
+        Err(e) => e,
+    };
+    let s = e.to_string();
+    assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{s}");
     assert!(
-        after < Duration::from_secs(1),
-        "ended {after:?} after the kill"
+        s.contains(op)
+            && s.contains("DISCONNECTED")
+            && s.contains("QP 0x")
+            && s.contains("no completion is left to come"),
+        "{s}"
     );
 }
+
+/// The statuses a send outstanding when its peer went away may complete with (never success:
+/// nobody received it): flushed by the move to ERR after DISCONNECTED; or, if the peer's QP
+/// answered the retried send first, its NAK's error (remote operation or access error); or
+/// the transport's retries ran out (retry exceeded).
+const SEND_AT_THE_END: [WcStatus; 4] = [
+    WcStatus::WR_FLUSH_ERR,
+    WcStatus::REM_OP_ERR,
+    WcStatus::REM_ACCESS_ERR,
+    WcStatus::RETRY_EXC_ERR,
+];
 
 fn spawn_peer(test: &str, port: u16) -> (Child, mpsc::Receiver<()>) {
     let mut child = Command::new(std::env::current_exe().unwrap())
@@ -998,10 +1022,10 @@ fn misuse_gets_clear_errors() {
 }
 
 /// A client blocked in `get_send_comp().await` on a send nobody receives (the peer accepted but
-/// posted no receive: the send waits in RNR retries) while its server is killed: the wait ends
-/// within a second of the kill, with an error naming the disconnect or with the send's error
-/// completion (the dying peer's QP may answer the retried send first). A timeout dropped
-/// before that loses nothing: the same wait continues after it.
+/// posted no receive: the send waits in RNR retries) while its server is killed: the wait
+/// returns the send's completion (flushed, or the error the dying peer's QP answered with),
+/// then the next one fails with the end. A timeout dropped before that loses nothing: the same
+/// wait continues after it.
 #[test]
 #[cfg_attr(
     not(rverbs_vm),
@@ -1033,22 +1057,19 @@ fn async_client_blocked_in_send_comp_sees_a_killed_server() {
             "a send nobody receives completed"
         );
         let killer = kill_soon(peer.0);
-        let r = ep.get_send_comp().await;
-        let ended = Instant::now();
-        let killed = killer.join().unwrap();
-        match r {
-            Err(e) => {
-                assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}");
-                assert!(e.to_string().contains("DISCONNECTED"), "{e}");
-            }
-            Ok(wc) => assert!(!wc.status.is_success(), "{wc:?}"),
-        }
-        assert_prompt(ended, killed);
+        let wc = ep
+            .get_send_comp()
+            .await
+            .unwrap_or_else(|e| panic!("the wait ended ({e}) instead of returning the send"));
+        assert_eq!(wc.wr_id, 1, "{wc:?}");
+        assert!(SEND_AT_THE_END.contains(&wc.status), "{wc:?}");
+        assert_ends(ep.get_send_comp().await, "get_send_comp");
+        killer.join().unwrap();
     });
 }
 
-/// An async client blocked in get_recv_comp when its server process is killed gets an error
-/// naming the disconnect within a second of the kill.
+/// An async client blocked in get_recv_comp when its server process is killed gets its
+/// outstanding receives back flushed, in order, then an error naming the disconnect.
 #[test]
 #[cfg_attr(
     not(rverbs_vm),
@@ -1074,12 +1095,70 @@ fn async_client_sees_a_killed_server() {
         // The peer took the message.
         peer.1.recv_timeout(Duration::from_secs(60)).unwrap();
         let killer = kill_soon(peer.0);
-        let e = ep.get_recv_comp().await.unwrap_err();
-        let ended = Instant::now();
-        let killed = killer.join().unwrap();
-        assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}");
-        assert!(e.to_string().contains("DISCONNECTED"), "{e}");
-        assert_prompt(ended, killed);
+        for slot in 0..SLOTS {
+            let wc = ep.get_recv_comp().await.unwrap();
+            assert_eq!((wc.wr_id, wc.status), (slot, WcStatus::WR_FLUSH_ERR));
+        }
+        assert_ends(ep.get_recv_comp().await, "get_recv_comp");
+        killer.join().unwrap();
+    });
+}
+
+/// The end decided by the protocol, not by a timer (issue #31): a client takes its server's
+/// DISCONNECTED first and polls only then. Every request outstanding at the end still comes
+/// back, in order — the send waiting in RNR retries (the server posted no receive) and the
+/// SLOTS receives — and only then do the waits fail with the end, naming the QP. The wait
+/// before #31 (a 300 ms grace after the event, the QP left as it was) returned the end for
+/// all of them.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn a_wait_after_the_end_returns_every_outstanding_request() {
+    current_thread().block_on(async {
+        let sch = AsyncEventChannel::new().unwrap();
+        let lis = sch.create_id(PortSpace::TCP).unwrap();
+        lis.bind(addr_a(7821)).unwrap();
+        lis.listen(0).unwrap();
+        let (posted, wait_posted) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            let (id, _) = lis.get_request().await.unwrap();
+            let ep = AsyncEndpoint::create(id, &attr()).unwrap();
+            // No receive posted: the client's send waits in RNR retries.
+            ep.accept(&ConnParam::default()).await.unwrap();
+            wait_posted.await.unwrap();
+            ep.disconnect().await.unwrap();
+        });
+        let cch = AsyncEventChannel::new().unwrap();
+        let (ep, slots) = connect(&cch, 7821).await.unwrap();
+        ep.endpoint()
+            .post_send_inline(77, &message(0, 0), SendFlags::empty())
+            .unwrap();
+        posted.send(()).unwrap();
+        let ev = ep.next_event().await.unwrap();
+        assert_eq!(ev.kind(), rverbs_cm::CmEventKind::DISCONNECTED);
+        let wc = ep
+            .get_send_comp()
+            .await
+            .unwrap_or_else(|e| panic!("the wait ended ({e}) instead of returning the send"));
+        assert_eq!(wc.wr_id, 77, "{wc:?}");
+        assert!(SEND_AT_THE_END.contains(&wc.status), "{wc:?}");
+        for slot in 0..SLOTS {
+            let wc = ep.get_recv_comp().await.unwrap_or_else(|e| {
+                panic!("the wait ended ({e}) instead of returning receive {slot}")
+            });
+            assert_eq!((wc.wr_id, wc.status), (slot, WcStatus::WR_FLUSH_ERR));
+        }
+        assert_ends(ep.get_send_comp().await, "get_send_comp");
+        assert_ends(ep.get_recv_comp().await, "get_recv_comp");
+        // Again: each wait posts a marker of its own and ends on it.
+        assert_ends(ep.get_recv_comp().await, "get_recv_comp");
+        // Our answer to the server's DREQ.
+        ep.disconnect().await.unwrap();
+        server.await.unwrap();
+        drop(ep);
+        drop(slots);
     });
 }
 

@@ -69,7 +69,8 @@ fn run_server(server: &str, port: &str) -> Result<(), Failure> {
 /// Sends the answer and waits for its completion. A client that got the answer may hang up
 /// before its acknowledgement reaches us: rxe posts the client's receive completion before it
 /// sends the ACK, and a QP torn down at once can drop that ACK. The answer's completion then
-/// ends as "connection ended" (or a retry error) though the client has the data; librdmacm's
+/// comes back flushed (the wait moves the QP to ERR after DISCONNECTED; or a retry error)
+/// though the client has the data; librdmacm's
 /// rdma_server does not look at that completion's status at all. So once the
 /// client has disconnected (a DISCONNECTED event), a failed answer completion is reported on
 /// stderr and the exchange counts as done: the client's own exit status says whether it got

@@ -14,14 +14,38 @@
 //! ## Waits that end
 //!
 //! A completion wait also watches the id: when the connection ends — the peer disconnected or
-//! died (DISCONNECTED), the device went away (DEVICE_REMOVAL), or the QP was moved to ERR
-//! (flushed) — and the CQ stays empty for [`END_GRACE`] after that, the wait fails with an
-//! error naming the cause (`ConnectionReset` / `ConnectionAborted`, errno ECONNRESET, ENODEV,
-//! ECONNABORTED) instead of sleeping for ever. Completions already there, or arriving within the
-//! grace (the peer's DREQ can overtake the ACK of our last send), are returned first. The id's
+//! died (DISCONNECTED), the device went away (DEVICE_REMOVAL), or the QP was moved to ERR —
+//! the wait lets the protocol say what is left, with no timer: it moves the QP to ERR and
+//! drains the queue ("How a wait ends" below), returning every completion the
+//! device produced for the requests posted before the end — real or flushed
+//! (`WR_FLUSH_ERR`) — and then fails with an error naming the cause and the QP
+//! (`ConnectionReset` / `ConnectionAborted`, errno ECONNRESET, ENODEV, ECONNABORTED) instead
+//! of sleeping for ever. The outcome is the same on an idle and on a loaded machine. The id's
 //! events are not taken from their reader: the wait only looks at what the channel's
 //! dispatcher recorded (see [`crate::CmId::end_event`]), so a `get_recv_comp` in one thread
 //! and an `accept` or `get_event` in another do not steal each other's events.
+//!
+//! ## How a wait ends
+//!
+//! Once the end is known and the CQ is empty, the wait ([`Endpoint::drain_on_end`]) moves the
+//! QP to ERR (the transition every provider flushes on) and then:
+//! - on rxe and mlx5 posts a *marker* request ([`END_MARKER`], no SGE) to the queue
+//!   it waits on and moves the QP to ERR once more. A QP in ERR completes every request with a
+//!   flush, in order (IB spec C10-42, C10-97.2.1), so the marker's flush comes after the
+//!   completion of every request posted before it; rxe flushes a user QP's receive queue only
+//!   when its responder task runs, which the second move to ERR schedules (the send doorbell
+//!   runs the requester, which flushes the send queue). The wait returns completions until it
+//!   polls the marker, then the end error. If the queue is full, a request of the caller's is
+//!   still to complete: its completion (or flush) ends the wait;
+//! - on siw (iWARP) the move to ERR flushes both queues before the modify returns
+//!   (`siw_qp_modify` → `siw_sq_flush`/`siw_rq_flush` under the QP's state lock; a close by the
+//!   peer does the same in `siw_qp_llp_close`), and siw never flushes a request posted to a
+//!   user-mapped queue after that: so what the CQ holds then is all there is;
+//! - a QP in RESET discards its requests: nothing is left to come.
+//!
+//! The marker's completion is never returned: [`Endpoint::poll_comps`] drops it. The post
+//! helpers refuse `END_MARKER` as a `wr_id`; requests posted through [`Endpoint::qp`] must not
+//! use it either.
 
 // The post_* helpers are safe (registered memory named by `MrSge`); one `unsafe` block, the
 // INLINE post of a plain byte slice, which the device never sees (copied into the WQE).
@@ -32,10 +56,9 @@ use std::fmt;
 use std::io;
 use std::marker::PhantomData;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
-
-use rustix::io::Errno;
 
 use rverbs_uverbs::channel::CompChannel;
 use rverbs_uverbs::context::Context;
@@ -49,48 +72,11 @@ use rverbs_uverbs::{
     Error, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion,
 };
 
-use crate::channel::Woke;
 use crate::{CmEvent, CmEventKind, CmId, ConnParam, McJoinFlags, QpState, QpType, UdEventParam};
 use std::net::SocketAddr;
 
-/// How long a completion wait goes on after the connection ended before it fails: completions
-/// in flight (the ACK of our last send, flushed work requests) arrive within it.
-pub const END_GRACE: Duration = Duration::from_millis(300);
-
-/// Why an endpoint's connection carries no more traffic (see [`Endpoint::ended`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EndReason {
-    /// The rdma_cm reported this event (DISCONNECTED, DEVICE_REMOVAL) with this status.
-    Event(CmEventKind, i32),
-    /// The QP was moved to this state (ERR, RESET): its work requests are flushed.
-    Qp(QpState),
-}
-
-impl EndReason {
-    /// The error a completion wait (`op`) on rdma_cm id `id` returns for this end.
-    pub fn to_error(self, op: &str, id: u32) -> io::Error {
-        let (errno, what) = match self {
-            EndReason::Event(k, st) if k == CmEventKind::DEVICE_REMOVAL => (
-                Errno::NODEV,
-                format!("the RDMA device was removed ({k} event, status {st})"),
-            ),
-            EndReason::Event(k, st) => (
-                Errno::CONNRESET,
-                format!("the connection ended: the peer disconnected or died ({k} event, status {st})"),
-            ),
-            EndReason::Qp(st) => (
-                Errno::CONNABORTED,
-                format!("the QP is in {st}: its work requests were flushed (disconnect or a failed request)"),
-            ),
-        };
-        Error::os(format!("{op} on rdma_cm id {id}"), errno)
-            .with_detail(format!(
-                "{what}; no completion arrived within {} ms after it",
-                END_GRACE.as_millis()
-            ))
-            .into()
-    }
-}
+mod wait;
+pub use wait::{Drain, EndReason, END_MARKER};
 
 mod sealed {
     pub trait Sealed {}
@@ -165,6 +151,9 @@ pub struct Endpoint<C: CqOwnership = OwnCqs> {
     recv_cq: Arc<Cq>,
     pd: Arc<Pd>,
     id: CmId,
+    /// A completion wait (not the caller) moved the QP to ERR, after the end event: `ended`
+    /// then still reports the event.
+    drained: AtomicBool,
     _own: PhantomData<C>,
 }
 
@@ -300,10 +289,10 @@ impl Endpoint<OwnCqs> {
     /// the CQ's channel and the id's rdma_cm channel until one arrives. The status is not
     /// checked: look at `wc.status`.
     ///
-    /// Fails when the connection ended and no completion came within [`END_GRACE`] (see the
-    /// module documentation): `ConnectionReset` (ECONNRESET) after DISCONNECTED, ENODEV after
-    /// DEVICE_REMOVAL, `ConnectionAborted` (ECONNABORTED) once the QP is in ERR and its
-    /// flushed completions are all taken.
+    /// When the connection ended it returns the completions of the requests posted before the
+    /// end (real or flushed), then fails ([`Endpoint::drain_on_end`]): `ConnectionReset`
+    /// (ECONNRESET) after DISCONNECTED, ENODEV after DEVICE_REMOVAL, `ConnectionAborted`
+    /// (ECONNABORTED) after the caller moved the QP to ERR or RESET.
     pub fn get_send_comp(&self) -> io::Result<WorkCompletion> {
         self.get_comp_until("get_send_comp", true, None)?
             .ok_or_else(|| Error::protocol("get_send_comp", "woke up without a completion").into())
@@ -362,66 +351,6 @@ impl Endpoint<OwnCqs> {
     pub fn recv_comp_fd(&self) -> BorrowedFd<'_> {
         self.recv_channel().as_fd()
     }
-
-    fn get_comp_until(
-        &self,
-        op: &'static str,
-        send: bool,
-        deadline: Option<Instant>,
-    ) -> io::Result<Option<WorkCompletion>> {
-        let cq = self.check_own(if send { "send" } else { "recv" })?;
-        let ch = cq.channel().expect("an Endpoint<OwnCqs> has its channels");
-        let uid = self.id.uid();
-        let mut grace: Option<Instant> = None;
-        loop {
-            if let Some(wc) = cq.poll_one() {
-                return Ok(Some(wc));
-            }
-            if let Some(end) = self.ended() {
-                let g = *grace.get_or_insert_with(|| Instant::now() + END_GRACE);
-                if Instant::now() >= g {
-                    return Err(end.to_error(op, self.id.handle()));
-                }
-            }
-            cq.req_notify(false)?;
-            if let Some(wc) = cq.poll_one() {
-                return Ok(Some(wc));
-            }
-            let until = match (deadline, grace) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            let known_end = grace.is_some();
-            let woke = self
-                .id
-                .channel()
-                .wait_until(until, &[ch.as_fd()], |d| {
-                    (!known_end && d.ended(uid).is_some()).then_some(())
-                })
-                .map_err(|e| Error::os(format!("{op}: wait for a completion"), e))?;
-            match woke {
-                Woke::Extra => {
-                    while let Some(ev) = ch.try_get_event()? {
-                        if ev.cq_user_handle == cq.user_handle() {
-                            cq.event_received();
-                            cq.ack_events(1);
-                        } else {
-                            tracing::warn!(
-                                handle = ev.cq_user_handle,
-                                "{op}: completion event of a foreign CQ on an endpoint's channel"
-                            );
-                        }
-                    }
-                }
-                Woke::Found(()) => {}
-                Woke::TimedOut => {
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Ok(cq.poll_one());
-                    }
-                }
-            }
-        }
-    }
 }
 
 impl Endpoint<UserCqs> {
@@ -470,6 +399,7 @@ impl Endpoint<UserCqs> {
                     recv_cq,
                     pd,
                     id,
+                    drained,
                     ..
                 } = self;
                 Ok(Endpoint {
@@ -478,6 +408,7 @@ impl Endpoint<UserCqs> {
                     recv_cq,
                     pd,
                     id,
+                    drained,
                     _own: PhantomData,
                 })
             }
@@ -533,6 +464,7 @@ impl<C: CqOwnership> Endpoint<C> {
             recv_cq,
             pd,
             id,
+            drained: AtomicBool::new(false),
             _own: PhantomData,
         })
     }
@@ -637,13 +569,19 @@ impl<C: CqOwnership> Endpoint<C> {
 
     /// Whether the connection has ended: the rdma_cm reported DISCONNECTED or DEVICE_REMOVAL
     /// for the id (as far as its channel's dispatcher has read), or the QP was moved to ERR
-    /// or RESET. Completions may still be queued.
+    /// or RESET through this endpoint (a move to ERR made by a completion wait after the
+    /// event reports the event). Completions may still be queued.
     pub fn ended(&self) -> Option<EndReason> {
         let st = self.qp.cached_state();
-        if st == QpState::ERR || st == QpState::RESET {
+        // Relaxed: set before the wait's own modify, by the thread that reads it next.
+        let by_wait = self.drained.load(Ordering::Relaxed);
+        if st == QpState::RESET || (st == QpState::ERR && !by_wait) {
             return Some(EndReason::Qp(st));
         }
-        self.id.end_event().map(|(k, s)| EndReason::Event(k, s))
+        if let Some((k, s)) = self.id.end_event() {
+            return Some(EndReason::Event(k, s));
+        }
+        (st == QpState::ERR).then_some(EndReason::Qp(st))
     }
 
     /// `rdma_connect` with the QP: REQ, then RTR and RTS with the kernel's attributes when
@@ -809,7 +747,22 @@ impl<C: CqOwnership> Endpoint<C> {
     }
 
     fn post_one(&self, wr: MrSendWr<'_>) -> io::Result<()> {
+        self.check_wr_id(wr.wr_id, PostQueue::Send)?;
         self.qp.post_send(&[wr]).map_err(io::Error::from)
+    }
+
+    /// The post helpers refuse the wr_id of the completion waits' end marker.
+    fn check_wr_id(&self, wr_id: u64, queue: PostQueue) -> io::Result<()> {
+        if wr_id != END_MARKER {
+            return Ok(());
+        }
+        let what = format!(
+            "wr_id {wr_id:#x} is END_MARKER, reserved for the end marker of the \
+             completion waits: use another"
+        );
+        let e =
+            PostError::invalid(0, what).at(self.qp.pd().context().name(), queue, self.qp.qp_num());
+        Err(e.into())
     }
 
     /// `rdma_post_send`: sends `sge` with `wr_id` as the completion's context. Keep the
@@ -828,6 +781,7 @@ impl<C: CqOwnership> Endpoint<C> {
     /// Sends `data` inline (copied into the work request at post time, so no MR is needed).
     /// Fails if `data` is longer than the QP's `max_inline_data`.
     pub fn post_send_inline(&self, wr_id: u64, data: &[u8], flags: SendFlags) -> io::Result<()> {
+        self.check_wr_id(wr_id, PostQueue::Send)?;
         let max = self.qp.caps().max_inline_data as usize;
         if data.len() > max {
             let what = format!(
@@ -862,6 +816,7 @@ impl<C: CqOwnership> Endpoint<C> {
 
     /// `rdma_post_recv`: a receive into `sge` with `wr_id` as the completion's context.
     pub fn post_recv(&self, wr_id: u64, sge: &[MrSge<'_>]) -> io::Result<()> {
+        self.check_wr_id(wr_id, PostQueue::Recv)?;
         self.qp
             .post_recv(&[RecvWr { wr_id, sge }])
             .map_err(|e: PostError| io::Error::from(e))

@@ -49,7 +49,7 @@ pub use addrinfo::{
 pub use channel::{EventChannel, ABI_VERSION_PATH, DEVICE_PATH};
 pub use conn_param::{ConnParam, DEFAULT_RETRY_COUNT, DEFAULT_RNR_RETRY_COUNT, FALLBACK_RD_ATOMIC};
 pub use endpoint::{
-    default_pd, CqOwnership, EndReason, Endpoint, EndpointAttr, OwnCqs, UserCqs, END_GRACE,
+    default_pd, CqOwnership, Drain, EndReason, Endpoint, EndpointAttr, OwnCqs, UserCqs, END_MARKER,
 };
 pub use event::{CmEvent, ConnEventParam, UdEventParam};
 pub use id::CmId;

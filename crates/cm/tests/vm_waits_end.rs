@@ -1,7 +1,12 @@
-//! Completion waits that end with the connection (issue #14): a peer killed while the other
-//! side is blocked in get_recv_comp / get_send_comp, timeouts, a flushed QP, and one event
-//! dispatcher per channel (a completion waiter does not steal accept's ESTABLISHED). The peer
-//! is this test binary started again (see `maybe_be_the_peer`). Runs in the VM on rxe.
+//! Completion waits that end with the connection (issues #14, #31): a peer killed while the
+//! other side is blocked in get_recv_comp / get_send_comp, timeouts, a flushed QP, and one
+//! event dispatcher per channel (a completion waiter does not steal accept's ESTABLISHED). The
+//! peer is this test binary started again (see `maybe_be_the_peer`). Runs in the VM on rxe.
+//!
+//! After the end a wait moves the QP to ERR and drains the queue: each request outstanding
+//! at the end comes back as its completion (flushed: WR_FLUSH_ERR, or the error the peer
+//! answered with), and only then does the wait fail. No outcome here depends on timing: none
+//! of these tests bounds how long a wait takes (a hung wait is the stage's timeout).
 
 mod common;
 
@@ -13,9 +18,10 @@ use std::time::{Duration, Instant};
 
 use common::listener;
 use rverbs_cm::{CmEventKind, ConnParam};
-use rverbs_cm::{EndReason, Endpoint, EndpointAttr};
+use rverbs_cm::{EndReason, Endpoint, EndpointAttr, END_MARKER};
+use rverbs_uverbs::error::PostQueue;
 use rverbs_uverbs::mr::{Mr, PageBuf};
-use rverbs_uverbs::{SendFlags, WcStatus};
+use rverbs_uverbs::{SendFlags, WcStatus, WorkCompletion};
 
 /// The endpoints of these tests: 4 sends and receives, 64 inline bytes.
 fn attr() -> EndpointAttr {
@@ -136,17 +142,33 @@ fn maybe_be_the_peer() {
     std::process::exit(0);
 }
 
-fn assert_disconnect_error(e: &io::Error, op: &str, waited: Duration) {
+fn assert_disconnect_error(e: &io::Error, op: &str) {
     let s = e.to_string();
     assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{s}");
     assert!(
-        s.contains(op) && s.contains("DISCONNECTED") && s.contains("peer disconnected"),
+        s.contains(op)
+            && s.contains("DISCONNECTED")
+            && s.contains("peer disconnected")
+            && s.contains("QP 0x")
+            && s.contains("no completion is left to come"),
         "{s}"
     );
-    assert!(
-        waited < Duration::from_secs(1),
-        "the wait ended {waited:?} after the peer was killed"
-    );
+}
+
+/// The end error of `op` after the completions of every request were returned.
+fn assert_ends(r: io::Result<WorkCompletion>, op: &str) {
+    match r {
+        Ok(wc) => panic!("{op} returned {wc:?} after every request had completed"),
+        Err(e) => assert_disconnect_error(&e, op),
+    }
+}
+
+/// The receive `wr_id`, outstanding when the connection ended, comes back flushed.
+fn assert_flushed(r: io::Result<WorkCompletion>, wr_id: u64) {
+    let wc = r.unwrap_or_else(|e| {
+        panic!("the wait ended ({e}) instead of returning the flush of receive {wr_id}")
+    });
+    assert_eq!((wc.wr_id, wc.status), (wr_id, WcStatus::WR_FLUSH_ERR));
 }
 
 /// A server blocked in get_recv_comp when its client is killed gets an error naming the
@@ -174,27 +196,22 @@ fn server_blocked_in_get_recv_comp_sees_its_client_die() {
     let wc = ep.get_recv_comp().unwrap();
     assert_eq!((wc.wr_id, wc.status), (1, WcStatus::SUCCESS));
     peer.wait_for("PEER SENT");
-    let (tx, rx) = mpsc::channel();
-    let res = thread::scope(|s| {
+    let r = thread::scope(|s| {
         s.spawn(|| {
             thread::sleep(Duration::from_millis(300));
-            tx.send(peer.kill()).unwrap();
+            peer.kill();
         });
-        let r = ep.get_recv_comp();
-        (r, Instant::now())
+        ep.get_recv_comp()
     });
-    let killed_at = rx.recv().unwrap();
-    let (r, ended_at) = res;
-    let e = r.expect_err("get_recv_comp returned a completion after the peer died");
-    assert_disconnect_error(&e, "get_recv_comp", ended_at - killed_at);
+    // Receive 2 was outstanding: it comes back flushed, then the wait fails with the end.
+    assert_flushed(r, 2);
     assert!(matches!(
         ep.ended(),
         Some(EndReason::Event(CmEventKind::DISCONNECTED, _))
     ));
-    // The same error again, at once: the wait does not start over.
-    let t = Instant::now();
-    assert!(ep.get_recv_comp().is_err());
-    assert!(t.elapsed() < Duration::from_secs(1));
+    assert_ends(ep.get_recv_comp(), "get_recv_comp");
+    // The same error again: the wait does not start over.
+    assert_ends(ep.get_recv_comp(), "get_recv_comp");
     drop(ep);
     drop(mr);
 
@@ -249,16 +266,15 @@ fn client_blocked_in_get_recv_comp_sees_its_server_die() {
         .unwrap();
     assert!(ep.get_send_comp().unwrap().status.is_success());
     peer.wait_for("PEER GOT MESSAGE");
-    let (tx, rx) = mpsc::channel();
-    let (r, ended_at) = thread::scope(|s| {
+    let r = thread::scope(|s| {
         s.spawn(|| {
             thread::sleep(Duration::from_millis(300));
-            tx.send(peer.kill()).unwrap();
+            peer.kill();
         });
-        (ep.get_recv_comp(), Instant::now())
+        ep.get_recv_comp()
     });
-    let e = r.expect_err("get_recv_comp returned a completion after the peer died");
-    assert_disconnect_error(&e, "get_recv_comp", ended_at - rx.recv().unwrap());
+    assert_flushed(r, 1);
+    assert_ends(ep.get_recv_comp(), "get_recv_comp");
 }
 
 /// A client blocked in get_send_comp (its send retried for ever: the server posted no
@@ -287,24 +303,31 @@ fn client_blocked_in_get_send_comp_sees_its_server_die() {
             .unwrap(),
         None
     );
-    let (tx, rx) = mpsc::channel();
-    let (r, ended_at) = thread::scope(|s| {
+    let r = thread::scope(|s| {
         s.spawn(|| {
             thread::sleep(Duration::from_millis(300));
-            tx.send(peer.kill()).unwrap();
+            peer.kill();
         });
-        (ep.get_send_comp(), Instant::now())
+        ep.get_send_comp()
     });
-    let killed = rx.recv().unwrap();
-    match r {
-        Err(e) => assert_disconnect_error(&e, "get_send_comp", ended_at - killed),
-        // The dying peer's QP may answer the retried send with a NAK first: then the send
-        // completes with an error status, also promptly.
-        Ok(wc) => {
-            assert!(!wc.status.is_success(), "{wc:?}");
-            assert!(ended_at - killed < Duration::from_secs(1));
-        }
-    }
+    // The send was outstanding at the end: its completion comes first, never the end. The
+    // outcomes the protocol allows for it: flushed by the move to ERR after DISCONNECTED
+    // (WR_FLUSH_ERR); or, if the dying peer's QP answered the retried send before that, the
+    // NAK's error (remote operation/access error), or the transport's retries ran out
+    // (RETRY_EXC_ERR). Never success: nobody posted a receive for it.
+    let wc = r.unwrap_or_else(|e| panic!("the wait ended ({e}) instead of returning the send"));
+    assert_eq!(wc.wr_id, 1, "{wc:?}");
+    assert!(
+        [
+            WcStatus::WR_FLUSH_ERR,
+            WcStatus::REM_OP_ERR,
+            WcStatus::REM_ACCESS_ERR,
+            WcStatus::RETRY_EXC_ERR
+        ]
+        .contains(&wc.status),
+        "{wc:?}"
+    );
+    assert_ends(ep.get_send_comp(), "get_send_comp");
 }
 
 /// get_recv_comp_timeout returns None in time when nothing comes; a QP moved to ERR by
@@ -327,6 +350,25 @@ fn timeout_and_flushed_qp() {
     let buf = PageBuf::new(4096).unwrap();
     let ep = connect(port, |_| {});
     let mr = ep.reg_msgs(buf).map_err(std::io::Error::from).unwrap();
+    // The waits' marker wr_id is refused by every post helper, by name; nothing is posted.
+    let sge = [mr.sge(0..64)];
+    for r in [
+        ep.post_recv(END_MARKER, &sge),
+        ep.post_send(END_MARKER, &sge, SendFlags::empty()),
+        ep.post_send_inline(END_MARKER, b"x", SendFlags::empty()),
+    ] {
+        let e = r.expect_err("END_MARKER accepted as a wr_id");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+        assert!(e.to_string().contains("END_MARKER"), "{e}");
+    }
+    // An endpoint has no shared receive queue to poll or drain.
+    let mut wcs = [WorkCompletion::default()];
+    let e = ep.poll_comps(PostQueue::Srq, &mut wcs).unwrap_err();
+    assert!(e.to_string().contains("no shared receive queue"), "{e}");
+    let e = ep.drain_on_end(PostQueue::Srq).unwrap_err();
+    assert!(e.to_string().contains("no shared receive queue"), "{e}");
+    // Before the end the drain-aware poll is a plain poll: nothing there yet.
+    assert_eq!(ep.poll_comps(PostQueue::Recv, &mut wcs).unwrap(), 0);
     post_recv(&ep, &mr, 5);
     let t = Instant::now();
     assert_eq!(
@@ -334,10 +376,11 @@ fn timeout_and_flushed_qp() {
             .unwrap(),
         None
     );
-    let waited = t.elapsed();
+    // A timeout never ends early (how late it ends is the machine's load).
     assert!(
-        waited >= Duration::from_millis(200) && waited < Duration::from_secs(2),
-        "{waited:?}"
+        t.elapsed() >= Duration::from_millis(200),
+        "{:?}",
+        t.elapsed()
     );
     let wc = thread::scope(|s| {
         s.spawn(|| {
@@ -347,11 +390,9 @@ fn timeout_and_flushed_qp() {
         ep.get_recv_comp().unwrap()
     });
     assert_eq!((wc.wr_id, wc.status), (5, WcStatus::WR_FLUSH_ERR));
-    let t = Instant::now();
     let e = ep.get_recv_comp().unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::ConnectionAborted, "{e}");
     assert!(e.to_string().contains("flushed"), "{e}");
-    assert!(t.elapsed() < Duration::from_secs(1));
     server.join().unwrap();
 }
 
@@ -381,9 +422,7 @@ fn a_completion_waiter_does_not_steal_accepts_event() {
     let wc = thread::scope(|s| {
         let waiter = s.spawn(|| ep.get_recv_comp());
         thread::sleep(Duration::from_millis(200));
-        let t = Instant::now();
         ep.accept(&ConnParam::default()).unwrap();
-        assert!(t.elapsed() < Duration::from_secs(10));
         waiter.join().unwrap().unwrap()
     });
     assert_eq!((wc.wr_id, wc.status), (8, WcStatus::SUCCESS));
@@ -426,11 +465,8 @@ fn dropping_a_connected_endpoint_disconnects_the_peer() {
     assert_eq!((wc.wr_id, wc.status), (1, WcStatus::SUCCESS));
     accepted.send(()).unwrap();
     client.join().unwrap();
-    let t = Instant::now();
-    let e = ep
-        .get_recv_comp()
-        .expect_err("get_recv_comp returned a completion after the peer dropped its endpoint");
-    assert_disconnect_error(&e, "get_recv_comp", t.elapsed());
+    assert_flushed(ep.get_recv_comp(), 2);
+    assert_ends(ep.get_recv_comp(), "get_recv_comp");
     assert!(
         matches!(
             ep.ended(),
