@@ -12,7 +12,7 @@ use crate::mlx5::abi::MLX5_CQ_DOORBELL;
 
 /// A UAR page: where the CQ doorbell register lives (`UAR + 0x20`).
 ///
-/// In real use it is an mmap of the uverbs fd (see [`super::context::Mlx5ContextInfo`]); tests
+/// In real use it is an mmap of the uverbs fd (see [`crate::mlx5::context::Mlx5ContextInfo`]); tests
 /// point it at ordinary memory. Several CQs of a context share one page: the doorbell is a
 /// single 64-bit store, so they need no lock on 64-bit targets.
 #[derive(Clone, Copy)]
