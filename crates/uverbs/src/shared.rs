@@ -21,7 +21,7 @@
 //!
 //! **How the bytes move: a byte-wise atomic memcpy.** On x86_64 (outside Miri) each copy is
 //! inline assembly — 1- to 16-byte `mov`/`movdqu` loads and stores, and `rep movsb` /
-//! `rep stosb` from [`REP_FROM`] bytes — whose effect is, by the rule that an `asm!` block
+//! `rep stosb` from 2 KiB (`REP_FROM`) — whose effect is, by the rule that an `asm!` block
 //! performs what some sequence of Rust operations could perform (the Reference, "Behaviour of
 //! an asm block"), the byte loop it stands for: for every byte of the range, a relaxed 1-byte
 //! atomic load of the source and a relaxed 1-byte atomic store of that value to the
@@ -64,9 +64,12 @@
 #![allow(unsafe_code)]
 
 /// From this many bytes on, the x86_64 copies use `rep movsb` / `rep stosb` (fast-string
-/// operation), below it 16-byte vector moves. Chosen by `mr_copy` (docs/perf.md): the two are
-/// equal near 1–2 KiB on the measured machine; glibc's `memcpy` switches at the same size.
-pub const REP_FROM: usize = 2048;
+/// operation), below it 16-byte vector moves: a side-by-side trial on the development machine
+/// (AMD EPYC with ERMS and FSRM) found the two about equal at 1 KiB and `rep movsb` ahead from
+/// 4 KiB; glibc's default threshold for 16-byte vectors is the same 2 KiB.
+// Used by the assembly and the tests only.
+#[cfg_attr(any(miri, not(target_arch = "x86_64")), allow(dead_code))]
+const REP_FROM: usize = 2048;
 
 /// Copies `dst.len()` bytes from shared memory at `src` into `dst`, each byte one relaxed
 /// 1-byte atomic load (a byte-wise atomic memcpy, see the module doc).
@@ -247,8 +250,8 @@ mod imp {
     /// have a private side (`copy_from`: the destination; `copy_to`, `fill`: the source).
     #[inline(always)]
     unsafe fn copy(s: *const u8, d: *mut u8, len: usize) {
-        // SAFETY (all blocks below): every move lies inside `0..len` of both ranges (the
-        // caller's contract), by the bounds of its branch.
+        // SAFETY: every move below lies inside `0..len` of both ranges (the caller's
+        // contract), by the bounds of its branch.
         unsafe {
             if len < 16 {
                 if len >= 8 {
