@@ -3,8 +3,9 @@
 //! race tests, INLINE posts racing `Mr::write_at` on rxe, siw and mlx5, `PageBuf` and the
 //! mapping owner it sits on, the data path's spin lock, the rxe and
 //! siw rings and their completion views, the mlx5 CQ ring and its clean at RESET, the CQE
-//! parsers, the mlx5 queue buffers' sizing checks, the lazy completion `RawWc`) under Miri with
-//! Tree Borrows.
+//! parsers, the mlx5 queue buffers' sizing checks, the lazy completion `RawWc`, the private
+//! copy behind `Endpoint::post_send_inline`) under Miri, each suite under both aliasing
+//! models: Stacked Borrows (Miri's default) and Tree Borrows.
 //!
 //! Needs the nightly toolchain's `miri` and `rust-src` components. If they are missing the
 //! stage tries `rustup +nightly component add miri rust-src` once; if Miri still cannot run,
@@ -48,6 +49,9 @@ const SUITES: &[(&str, &[&str])] = &[
             "fast_paths_agree_with_the_general_rules",
         ],
     ),
+    // The INLINE source of `Endpoint::post_send_inline`: a private copy of the `&[u8]` that
+    // the providers' byte-wise atomic copy may read under Stacked Borrows too (issue 31).
+    ("rverbs-cm", &["endpoint::inline::"]),
     // The C drop-in's event counting (a destroy waiting for acks on another thread), its
     // NULL object pointers refused, rdma_getaddrinfo's lists freed whole (Miri's leak check),
     // and the rsockets shims (bad buffers, addresses and options refused; rclose racing calls
@@ -63,6 +67,12 @@ const SUITES: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// The aliasing models every suite runs under: (name, MIRIFLAGS).
+const MODELS: &[(&str, &str)] = &[
+    ("Stacked Borrows", ""),
+    ("Tree Borrows", "-Zmiri-tree-borrows"),
+];
+
 fn miri_works() -> bool {
     let ok = |c: &mut Command| c.output().map(|o| o.status.success()).unwrap_or(false);
     ok(util::nightly_cargo().args(["miri", "--version"]))
@@ -71,7 +81,9 @@ fn miri_works() -> bool {
 /// Runs the stage; returns its counts, notes and duration.
 pub fn stage() -> (Counts, Vec<String>, Duration) {
     let t = Instant::now();
-    println!("xtask: ==== miri: MIRIFLAGS=-Zmiri-tree-borrows cargo +nightly miri test");
+    println!(
+        "xtask: ==== miri: cargo +nightly miri test, MIRIFLAGS= (Stacked Borrows) and MIRIFLAGS=-Zmiri-tree-borrows"
+    );
     if !miri_works() {
         let _ = Command::new("rustup")
             .args(["+nightly", "component", "add", "miri", "rust-src"])
@@ -87,11 +99,15 @@ pub fn stage() -> (Counts, Vec<String>, Duration) {
     }
     let mut total = Counts::default();
     let mut notes = Vec::new();
-    for (pkg, filters) in SUITES {
+    for ((pkg, filters), (model, flags)) in SUITES
+        .iter()
+        .flat_map(|s| MODELS.iter().map(move |m| (s, m)))
+    {
+        println!("xtask: miri: -p {pkg} under {model}");
         let mut cmd = util::nightly_cargo();
         cmd.args(["miri", "test", "-p", pkg, "--lib", "--"])
             .args(filters.iter())
-            .env("MIRIFLAGS", "-Zmiri-tree-borrows");
+            .env("MIRIFLAGS", flags);
         match cmd.output() {
             Ok(out) => {
                 let text = String::from_utf8_lossy(&out.stdout);
@@ -103,7 +119,10 @@ pub fn stage() -> (Counts, Vec<String>, Duration) {
                     for l in tail.iter().rev() {
                         eprintln!("{l}");
                     }
-                    notes.push(format!("FAILED: miri test -p {pkg} ({})", out.status));
+                    notes.push(format!(
+                        "FAILED: miri test -p {pkg} under {model} ({})",
+                        out.status
+                    ));
                     total.failed += 1;
                 }
                 total += c;

@@ -69,12 +69,13 @@ use rverbs_uverbs::pd::Pd;
 use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::qp::{self as vqp, Qp, QpAttr, QpInit};
 use rverbs_uverbs::{
-    Error, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion,
+    Error, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, UdDest, WorkCompletion,
 };
 
 use crate::{CmEvent, CmEventKind, CmId, ConnParam, McJoinFlags, QpState, QpType, UdEventParam};
 use std::net::SocketAddr;
 
+mod inline;
 mod wait;
 pub use wait::{Drain, EndReason, END_MARKER};
 
@@ -795,22 +796,23 @@ impl<C: CqOwnership> Endpoint<C> {
             );
             return Err(e.into());
         }
-        let sge = [Sge {
-            addr: data.as_ptr() as u64,
-            length: data.len() as u32,
-            lkey: 0,
-        }];
-        // SAFETY: with INLINE the data is copied into the WQE during the call (length
-        // checked against max_inline_data above), so only `data` must be valid meanwhile.
-        unsafe {
-            self.qp.post_send_raw(&[SendWr {
-                wr_id,
-                op: SendOp::Send,
-                sge: &sge,
-                flags: flags | SendFlags::INLINE,
-                ud: None,
-            }])
-        }
+        // The provider copies INLINE sources with byte-wise atomics (they may be registered
+        // memory someone writes); `data` is not, so it is first copied plainly into a private
+        // buffer those copies may use under both aliasing models (see `inline`).
+        inline::with_private_copy(data, |sge| {
+            // SAFETY: with INLINE the bytes are copied into the WQE during the call (length
+            // checked against max_inline_data above), so only the SGE's bytes must be valid
+            // meanwhile: the private copy, alive and written by no one until `post` returns.
+            unsafe {
+                self.qp.post_send_raw(&[SendWr {
+                    wr_id,
+                    op: SendOp::Send,
+                    sge,
+                    flags: flags | SendFlags::INLINE,
+                    ud: None,
+                }])
+            }
+        })
         .map_err(io::Error::from)
     }
 

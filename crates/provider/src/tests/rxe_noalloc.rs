@@ -36,7 +36,7 @@ mod rxe {
         .unwrap();
         let mut rq = RxeRq::new(rqv, 4).unwrap();
         let mut cq = RxeCq::new(cqv).unwrap();
-        let payload = [7u8; 40];
+        let mut payload = [7u8; 40];
         let sges = [
             Sge {
                 addr: 0x1000,
@@ -50,7 +50,7 @@ mod rxe {
             },
         ];
         let inline = [Sge {
-            addr: payload.as_ptr() as u64,
+            addr: payload.as_mut_ptr() as u64,
             length: 40,
             lkey: 0,
         }];

@@ -144,7 +144,7 @@ mod rxe {
             });
             let mut i = 0u64;
             while i < N {
-                let pattern = [i as u8; 24];
+                let mut pattern = [i as u8; 24];
                 let sges: Vec<Sge> = (0..3)
                     .map(|j| Sge {
                         addr: i + j,
@@ -153,7 +153,7 @@ mod rxe {
                     })
                     .collect();
                 let inline = [Sge {
-                    addr: pattern.as_ptr() as u64,
+                    addr: pattern.as_mut_ptr() as u64,
                     length: 24,
                     lkey: 0,
                 }];

@@ -691,12 +691,12 @@ mod rxe {
     #[test]
     fn inline_data_is_copied() {
         let mut s = sq(RxeQpType::Rc, false);
-        let a: Vec<u8> = (0..100u8).collect();
-        let b: Vec<u8> = (100..128u8).collect();
+        let mut a: Vec<u8> = (0..100u8).collect();
+        let mut b: Vec<u8> = (100..128u8).collect();
         let sg = [
-            sge(a.as_ptr() as u64, a.len() as u32, 0),
+            sge(a.as_mut_ptr() as u64, a.len() as u32, 0),
             sge(0, 0, 0), // empty SGE: nothing to read, address never used
-            sge(b.as_ptr() as u64, b.len() as u32, 0),
+            sge(b.as_mut_ptr() as u64, b.len() as u32, 0),
         ];
         s.post(&[wr(
             1,
@@ -717,8 +717,8 @@ mod rxe {
         assert_kernel_fields_clear(&w);
 
         // Over max_inline (128).
-        let big = [0u8; 129];
-        let sg = [sge(big.as_ptr() as u64, 129, 0)];
+        let mut big = [0u8; 129];
+        let sg = [sge(big.as_mut_ptr() as u64, 129, 0)];
         let e = s
             .post(&[wr(2, SendOp::Send, &sg, SendFlags::INLINE)])
             .unwrap_err();
@@ -734,7 +734,7 @@ mod rxe {
             "post: work request #0: 129 bytes of inline data, the QP's max_inline_data is 128; 0 posted"
         );
         // Not for READ.
-        let sg = [sge(big.as_ptr() as u64, 8, 0)];
+        let sg = [sge(big.as_mut_ptr() as u64, 8, 0)];
         let e = s
             .post(&[wr(
                 3,

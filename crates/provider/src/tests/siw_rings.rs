@@ -190,12 +190,12 @@ fn siw_sig_all_signals_every_sqe() {
 fn siw_inline_is_copied_into_the_sqe() {
     let r = sq_ring(2);
     let mut q = sq(&r, 1, false);
-    let a = *b"hello, ";
-    let b = [b'x'; 73]; // 7 + 73 = 80 = SIW_MAX_INLINE
+    let mut a = *b"hello, ";
+    let mut b = [b'x'; 73]; // 7 + 73 = 80 = SIW_MAX_INLINE
     let sges = [
-        sge(a.as_ptr() as u64, 7, 0),
+        sge(a.as_mut_ptr() as u64, 7, 0),
         sge(0, 0, 0), // empty: skipped, its address never read
-        sge(b.as_ptr() as u64, 73, 0),
+        sge(b.as_mut_ptr() as u64, 73, 0),
     ];
     // SAFETY: the inline sources are live locals nobody writes during the call (more SGEs
     // than max_sge is fine inline: the bytes are copied).
@@ -214,14 +214,14 @@ fn siw_inline_is_copied_into_the_sqe() {
 fn siw_refuses_what_iwarp_does_not_allow() {
     let r = sq_ring(4);
     let mut q = sq(&r, 2, false);
-    let big = [0u8; SIW_MAX_INLINE + 1];
+    let mut big = [0u8; SIW_MAX_INLINE + 1];
     let three = [sge(0, 1, 1), sge(0, 1, 1), sge(0, 1, 1)];
     let two = [sge(0, 1, 1), sge(0, 1, 1)];
     let read = SendOp::RdmaRead {
         remote_addr: 0,
         rkey: 1,
     };
-    let big_sge = [sge(big.as_ptr() as u64, 81, 0)];
+    let big_sge = [sge(big.as_mut_ptr() as u64, 81, 0)];
     let one8 = [sge(0, 8, 1)];
     let cases: [(SendWr<'_>, PostFault, &str); 7] = [
         (
@@ -324,7 +324,7 @@ fn siw_refuses_what_iwarp_does_not_allow() {
         },
     )
     .unwrap();
-    let seventeen = [sge(big.as_ptr() as u64, 17, 0)];
+    let seventeen = [sge(big.as_mut_ptr() as u64, 17, 0)];
     // SAFETY: refused before anything is copied.
     let p = unsafe { q16.post(&[wr(7, SendOp::Send, &seventeen, SendFlags::INLINE)]) };
     assert_eq!(
@@ -652,7 +652,7 @@ fn siw_sq_and_cq_against_kernel_thread() {
     let mut q = sq(&sq_r, 1, false);
     // SAFETY: `cq_r` outlives `cq`; one user side.
     let mut cq = SiwCq::new(unsafe { cq_r.view(SiwQueue::Completion) }).unwrap();
-    let payload = [7u8; 16];
+    let mut payload = [7u8; 16];
     thread::scope(|s| {
         let (sq_r, cq_r) = (&sq_r, &cq_r);
         s.spawn(move || {
@@ -678,7 +678,7 @@ fn siw_sq_and_cq_against_kernel_thread() {
         let mut posted = 0u64;
         let mut polled = 0u64;
         let mut out = [WorkCompletion::default(); 3];
-        let sges = [sge(payload.as_ptr() as u64, 16, 0)];
+        let sges = [sge(payload.as_mut_ptr() as u64, 16, 0)];
         while polled < N {
             // Keep at most 4 outstanding (the CQ's size), as the verbs rule asks.
             if posted < N && posted - polled < 4 {
