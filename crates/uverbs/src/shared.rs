@@ -77,6 +77,10 @@ const REP_FROM: usize = 2048;
 /// # Safety
 /// `src..src + dst.len()` must be valid for reads for the whole call, and accessed by Rust
 /// code meanwhile only through this module (the shared-memory contract, see the module doc).
+/// `src` must not be derived from a shared reference to memory without interior mutability
+/// (`&[u8]`, `&T`): the copy is a sequence of atomic accesses, which such a pointer does not
+/// permit (Stacked Borrows rejects it); a pointer from owned or mapped memory, a `&mut`, an
+/// `UnsafeCell` or C is fine.
 #[inline]
 pub unsafe fn copy_from_shared(src: *const u8, dst: &mut [u8]) {
     // SAFETY: the caller's contract for the source; `dst` is ours alone.

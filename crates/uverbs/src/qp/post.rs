@@ -48,7 +48,10 @@ impl Qp {
     /// during the call, so it must be valid for reads then, and no one may write it during the
     /// call except through [`crate::shared`] (as [`Mr::write_at`](crate::mr::Mr::write_at)
     /// does: the provider copies with the same 1-byte atomic loads), the kernel or a device; a
-    /// plain write racing the copy (another thread's store, C code) is a data race.
+    /// plain write racing the copy (another thread's store, C code) is a data race. The copy
+    /// is atomic byte accesses, so an INLINE source must not be derived from a shared
+    /// reference to memory without interior mutability (`&[u8]`): use owned, registered or
+    /// C memory, or a `&mut`.
     #[inline]
     pub unsafe fn post_send_raw(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), PostError> {
         // SAFETY: forwarded to the caller.
