@@ -34,6 +34,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
+use crate::error::{PostError, PostFault};
 use crate::mr::Region;
 use crate::wc::WcOpcode;
 use crate::wr::{RecvWr, SendFlags, SendOp, SendWr, SgeList};
@@ -183,6 +184,35 @@ impl<R: Holdable> RecvLedger<R> {
         None
     }
 
+    /// Posts `wrs` with `post` under the ledger's lock `l`, so that the ledger's order is the
+    /// queue's: with `hold` (a safe post) the regions the receives write are held first, and
+    /// a receive naming borrowed memory stops the list there (those before it are posted);
+    /// every receive that went to the queue is counted. The one receive path of a QP and an
+    /// SRQ; the caller names the queue in the error.
+    pub(crate) fn post(
+        l: &Mutex<Self>,
+        reg: &Registry<R>,
+        wrs: &[RecvWr<'_>],
+        hold: bool,
+        post: impl FnOnce(&[RecvWr<'_>]) -> Result<(), PostError>,
+    ) -> Result<(), PostError> {
+        let mut ledger = lock(l);
+        let (ok, refused) = match hold.then(|| ledger.hold(reg, wrs)).flatten() {
+            Some((i, lkey)) => (&wrs[..i], Some((i, lkey))),
+            None => (wrs, None),
+        };
+        if !ok.is_empty() {
+            let r = post(ok);
+            ledger.posted(went(&r, ok.len()));
+            r?;
+        }
+        drop(ledger);
+        match refused {
+            Some((i, lkey)) => Err(PostError::refused(i, PostFault::BorrowedSink { lkey })),
+            None => Ok(()),
+        }
+    }
+
     /// `n` receives went to the queue.
     pub(crate) fn posted(&mut self, n: usize) {
         self.posted += n as u64;
@@ -209,6 +239,13 @@ impl<R: Holdable> RecvLedger<R> {
     fn holding(&self) -> usize {
         self.held.len()
     }
+}
+
+/// How many of the `n` requests a provider's post went to the queue: all on success, else
+/// those before the one that failed.
+#[inline]
+pub(crate) fn went(r: &Result<(), PostError>, n: usize) -> usize {
+    r.as_ref().map_or_else(|e| e.posted().min(n), |()| n)
 }
 
 /// True for the send operations the device writes local memory for: the sink of an RDMA

@@ -251,33 +251,15 @@ impl Srq {
         wrs: &[RecvWr<'_>],
         hold: bool,
     ) -> std::result::Result<(), PostError> {
-        let at = |e: PostError| e.at(self.pd.context().name(), PostQueue::Srq, self.srq_num);
-        let mut ledger = crate::ledger::lock(&self.ledger);
-        let (ok, refused) = match hold.then(|| ledger.hold(self.pd.regions(), wrs)).flatten() {
-            Some((i, lkey)) => (&wrs[..i], Some((i, lkey))),
-            None => (wrs, None),
+        let k = KernelObj {
+            fd: self.pd.context().cmd_fd(),
+            handle: self.handle,
         };
-        if !ok.is_empty() {
-            let k = KernelObj {
-                fd: self.pd.context().cmd_fd(),
-                handle: self.handle,
-            };
+        RecvLedger::post(&self.ledger, self.pd.regions(), wrs, hold, |ok| {
             // SAFETY: forwarded to the caller.
-            let r = unsafe { self.ops.lock().post_recv(k, ok) };
-            ledger.posted(
-                r.as_ref()
-                    .map_or_else(|e| e.posted().min(ok.len()), |()| ok.len()),
-            );
-            r.map_err(at)?;
-        }
-        drop(ledger);
-        match refused {
-            Some((i, lkey)) => Err(at(PostError::refused(
-                i,
-                crate::error::PostFault::BorrowedSink { lkey },
-            ))),
-            None => Ok(()),
-        }
+            unsafe { self.ops.lock().post_recv(k, ok) }
+        })
+        .map_err(|e| e.at(self.pd.context().name(), PostQueue::Srq, self.srq_num))
     }
 }
 

@@ -110,10 +110,7 @@ impl Qp {
             // this QP's driver encodes on its type (QpOps::post_send's contract).
             let r = unsafe { self.lock().post_send(k, ok) };
             if let Some(l) = ledger.as_mut() {
-                let n = r
-                    .as_ref()
-                    .map_or_else(|e| e.posted().min(ok.len()), |()| ok.len());
-                l.posted(&ok[..n], self.sq_sig_all);
+                l.posted(&ok[..crate::ledger::went(&r, ok.len())], self.sq_sig_all);
             }
             r.map_err(|e| self.post_error(e, PostQueue::Send))?;
         }
@@ -208,28 +205,11 @@ impl Qp {
                 PostQueue::Recv,
             ));
         }
-        let mut ledger = crate::ledger::lock(&self.ledger.recv);
-        let (ok, refused) = match hold.then(|| ledger.hold(self.pd.regions(), wrs)).flatten() {
-            Some((i, lkey)) => (&wrs[..i], Some((i, lkey))),
-            None => (wrs, None),
-        };
-        if !ok.is_empty() {
-            let k = self.kobj();
+        let k = self.kobj();
+        crate::ledger::RecvLedger::post(&self.ledger.recv, self.pd.regions(), wrs, hold, |ok| {
             // SAFETY: forwarded to the caller.
-            let r = unsafe { self.lock().post_recv(k, ok) };
-            ledger.posted(
-                r.as_ref()
-                    .map_or_else(|e| e.posted().min(ok.len()), |()| ok.len()),
-            );
-            r.map_err(|e| self.post_error(e, PostQueue::Recv))?;
-        }
-        drop(ledger);
-        match refused {
-            Some((i, lkey)) => Err(self.post_error(
-                PostError::refused(i, crate::error::PostFault::BorrowedSink { lkey }),
-                PostQueue::Recv,
-            )),
-            None => Ok(()),
-        }
+            unsafe { self.lock().post_recv(k, ok) }
+        })
+        .map_err(|e| self.post_error(e, PostQueue::Recv))
     }
 }
