@@ -11,11 +11,10 @@ use std::time::{Duration, Instant};
 
 use rverbs_cm::{CmId, ConnParam, PortSpace};
 use rverbs_cm::{Endpoint, EndpointAttr};
-use rverbs_stream::wire::{ConnData, RsSge};
 use rverbs_stream::{RdmaListener, RdmaStream, StreamOptions};
 
 mod common;
-use common::{addr_a, at, pattern};
+use common::{addr_a, at, conn_data, pattern};
 
 #[path = "../examples/rstream.rs"]
 #[allow(dead_code)]
@@ -467,26 +466,6 @@ fn stream_options_refused() {
     assert!(s.check().is_ok());
 }
 
-fn version_2() -> Vec<u8> {
-    let c = ConnData {
-        version: 2,
-        flags: 0,
-        credits: 16,
-        target_iomap_size: 0,
-        target_sgl: RsSge {
-            addr: 0x1000,
-            key: 1,
-            length: 2,
-        },
-        data_buf: RsSge {
-            addr: 0x2000,
-            key: 1,
-            length: 4096,
-        },
-    };
-    c.to_bytes().to_vec()
-}
-
 fn raw_attr() -> EndpointAttr {
     EndpointAttr::default()
 }
@@ -507,7 +486,7 @@ fn stream_unknown_version_refused_by_listener() {
         id.resolve_route(Duration::from_secs(2)).unwrap();
         let ep = Endpoint::create(id, &raw_attr()).unwrap();
         ep.connect(&ConnParam {
-            private_data: version_2(),
+            private_data: conn_data(2),
             ..Default::default()
         })
     });
@@ -538,7 +517,7 @@ fn stream_unknown_version_refused_by_connect() {
         let id = lid.get_request().unwrap();
         let ep = Endpoint::create(id, &raw_attr()).unwrap();
         let r = ep.accept(&ConnParam {
-            private_data: version_2(),
+            private_data: conn_data(2),
             ..Default::default()
         });
         eprintln!("the version-2 listener's accept: {r:?}");

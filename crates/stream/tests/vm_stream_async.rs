@@ -15,41 +15,17 @@ use std::time::Duration;
 
 use rverbs_cm::{CmEventKind, CmId, ConnParam, Endpoint, EndpointAttr, EventChannel, PortSpace};
 use rverbs_stream::tokio::{AsyncRdmaListener, AsyncRdmaStream};
-use rverbs_stream::wire::{ConnData, RsSge};
 use rverbs_stream::{RdmaListener, RdmaStream, StreamOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 mod common;
-use common::{at, pattern};
+use common::{at, conn_data, pattern};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap()
-}
-
-/// rsockets connection data of `version` with a made-up target SGL and receive buffer (the
-/// listener only uses them once it writes to us).
-fn conn_data(version: u8) -> Vec<u8> {
-    ConnData {
-        version,
-        flags: 0,
-        credits: 16,
-        target_iomap_size: 0,
-        target_sgl: RsSge {
-            addr: 0x1000,
-            key: 1,
-            length: 2,
-        },
-        data_buf: RsSge {
-            addr: 0x2000,
-            key: 1,
-            length: 4096,
-        },
-    }
-    .to_bytes()
-    .to_vec()
 }
 
 /// Twelve clients connect at once (each from its own task); twelve `accept().await`s give

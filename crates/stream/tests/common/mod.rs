@@ -1,6 +1,9 @@
-//! Helpers shared by the stream crate's VM tests (`vm_stream`, `vm_stream_iomap`).
+//! Helpers shared by the stream crate's VM tests (`vm_stream`, `vm_stream_iomap`,
+//! `vm_stream_async`).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use rverbs_stream::wire::{ConnData, RsSge};
 
 /// `$RVERBS_ADDR_A` (set by the VM), else 10.10.0.1.
 pub fn addr_a() -> IpAddr {
@@ -24,4 +27,28 @@ pub fn pattern(seed: u64, n: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// rsockets connection data of `version` with a made-up target SGL and receive buffer (the
+/// listener only uses them once it writes to us).
+#[allow(dead_code)] // vm_stream_iomap does not use it
+pub fn conn_data(version: u8) -> Vec<u8> {
+    ConnData {
+        version,
+        flags: 0,
+        credits: 16,
+        target_iomap_size: 0,
+        target_sgl: RsSge {
+            addr: 0x1000,
+            key: 1,
+            length: 2,
+        },
+        data_buf: RsSge {
+            addr: 0x2000,
+            key: 1,
+            length: 4096,
+        },
+    }
+    .to_bytes()
+    .to_vec()
 }
