@@ -18,6 +18,7 @@ use crate::ibverbs::{fail, set_errno, CMr, CPd};
 /// `IBV_ACCESS_OPTIONAL_RANGE`: access bits a device may ignore (as `ibv_reg_mr`).
 const ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
 
+symver!(ibv_reg_dmabuf_mr => "IBVERBS_1.12");
 /// `ibv_reg_dmabuf_mr`: registers `length` bytes at `offset` of the dma-buf `fd`, at `iova`.
 /// Fails with `EBADF` for a negative or closed fd, `EINVAL` for a file that is not a
 /// dma-buf or a range past its end, `EOPNOTSUPP` where the device has no dma-buf support

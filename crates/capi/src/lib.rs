@@ -131,6 +131,10 @@ macro_rules! obj {
     };
 }
 
+// First: the modules below use its `symver!`.
+#[macro_use]
+mod symver;
+
 pub mod abi;
 pub mod cma;
 pub mod cq_ex;
@@ -143,6 +147,5 @@ pub mod mw;
 mod null_tests;
 pub mod qp_ex;
 pub mod rsocket;
-mod symver;
 #[cfg(test)]
 mod unsupported_tests;

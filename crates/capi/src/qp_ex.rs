@@ -709,6 +709,7 @@ fn set_ops(c: &mut ibv_qp_ex, ops: u64) {
     c.wr_abort = Some(wr_abort);
 }
 
+symver!(ibv_qp_to_qp_ex => "IBVERBS_1.6");
 /// `ibv_qp_to_qp_ex`: the `ibv_qp_ex` of a QP made by `ibv_create_qp_ex` (its builders are
 /// those its `send_ops_flags` asked for), NULL for one made by `ibv_create_qp` — as
 /// libibverbs does.

@@ -18,6 +18,7 @@ pub(super) fn new_channel(ch: EventChannel) -> *mut CEventChannel {
     }))
 }
 
+symver!(rdma_create_event_channel => "RDMACM_1.0");
 /// `rdma_create_event_channel`: NULL and `errno` when `/dev/infiniband/rdma_cm` cannot be
 /// opened.
 #[no_mangle]
@@ -31,6 +32,7 @@ pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
     }
 }
 
+symver!(rdma_destroy_event_channel => "RDMACM_1.0");
 /// `rdma_destroy_event_channel`.
 ///
 /// # Safety

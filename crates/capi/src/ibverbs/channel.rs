@@ -11,6 +11,7 @@ pub struct CChannel {
     pub ch: Arc<CompChannel>,
 }
 
+symver!(ibv_create_comp_channel => "IBVERBS_1.0");
 /// `ibv_create_comp_channel`. Its fd blocks, as libibverbs' does (a caller may make it
 /// non-blocking with `fcntl`).
 ///
@@ -37,6 +38,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
     Box::into_raw(b).cast()
 }
 
+symver!(ibv_destroy_comp_channel => "IBVERBS_1.0");
 /// `ibv_destroy_comp_channel`: `EBUSY` while CQs use it.
 ///
 /// # Safety

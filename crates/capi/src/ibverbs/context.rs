@@ -12,6 +12,7 @@ pub struct CContext {
     pub ctx: Arc<Context>,
 }
 
+symver!(ibv_open_device => "IBVERBS_1.1");
 /// `ibv_open_device`.
 ///
 /// # Safety
@@ -61,6 +62,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
     unsafe { &raw mut (*(*b).vctx.get()).context }
 }
 
+symver!(ibv_close_device => "IBVERBS_1.1");
 /// `ibv_close_device`: 0. Objects still open on the context keep the kernel context alive
 /// until they are destroyed (rverbs objects hold their parents).
 ///
@@ -76,6 +78,7 @@ pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
     0
 }
 
+symver!(ibv_query_device => "IBVERBS_1.1");
 /// `ibv_query_device`: positive errno on failure.
 ///
 /// # Safety
@@ -260,6 +263,7 @@ unsafe extern "C" fn query_port_op(
     unsafe { query_port_into(context, port, attr.cast(), len) }
 }
 
+symver!(ibv_query_port => "IBVERBS_1.1");
 /// `ibv_query_port@IBVERBS_1.1`: the exported form, which fills the older, shorter
 /// `struct _compat_ibv_port_attr` (no `port_cap_flags2`).
 ///
@@ -275,6 +279,7 @@ pub unsafe extern "C" fn ibv_query_port(
     unsafe { query_port_into(context, port, attr.cast(), COMPAT_PORT_ATTR_SIZE) }
 }
 
+symver!(ibv_query_gid => "IBVERBS_1.1");
 /// `ibv_query_gid`: 0, or -1 with errno; an empty slot reads as the zero GID.
 ///
 /// # Safety
@@ -316,6 +321,7 @@ fn in_table(c: &CContext, port: u8, index: c_int) -> bool {
         .is_ok_and(|p| (index as u32) < p.gid_tbl_len)
 }
 
+symver!(ibv_query_gid_type => "IBVERBS_PRIVATE_34");
 /// `ibv_query_gid_type` (IBVERBS_PRIVATE): `IBV_GID_TYPE_SYSFS_IB_ROCE_V1` (0) or
 /// `IBV_GID_TYPE_SYSFS_ROCE_V2` (1); -1 with errno for an empty or bad slot.
 ///
@@ -344,6 +350,7 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     }
 }
 
+symver!(ibv_query_pkey => "IBVERBS_1.1");
 /// `ibv_query_pkey`: P_Key `index` of `port` (big-endian) from sysfs; 0 or -1.
 ///
 /// # Safety
@@ -378,6 +385,7 @@ pub unsafe extern "C" fn ibv_query_pkey(
     }
 }
 
+symver!(ibv_read_sysfs_file => "IBVERBS_1.0");
 /// `ibv_read_sysfs_file(dir, file, buf, size)`: reads `dir/file` into `buf` (NUL-terminated,
 /// a trailing newline removed); returns the length, or -1.
 ///
@@ -427,6 +435,7 @@ fn gid_entry(g: &rverbs_uverbs::gid::GidEntry) -> ibv_gid_entry {
     }
 }
 
+symver!(_ibv_query_gid_ex => "IBVERBS_1.11");
 /// `_ibv_query_gid_ex` (the inline `ibv_query_gid_ex`): 0, `ENODATA` for an empty slot, or
 /// another positive errno. `flags` must be 0.
 ///
@@ -457,6 +466,7 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     }
 }
 
+symver!(_ibv_query_gid_table => "IBVERBS_1.11");
 /// `_ibv_query_gid_table` (the inline `ibv_query_gid_table`): the number of valid entries
 /// written, or a negative errno.
 ///
@@ -489,6 +499,7 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     table.len() as isize
 }
 
+symver!(ibv_get_pkey_index => "IBVERBS_1.5");
 /// `ibv_get_pkey_index`: the index of `pkey` (big-endian) in the port's table, or -1.
 ///
 /// # Safety
@@ -512,6 +523,7 @@ pub unsafe extern "C" fn ibv_get_pkey_index(
     -1
 }
 
+symver!(ibv_get_sysfs_path => "IBVERBS_1.0");
 /// `ibv_get_sysfs_path`: `/sys`.
 ///
 /// # Safety

@@ -25,6 +25,7 @@ impl CCq {
     }
 }
 
+symver!(ibv_create_cq => "IBVERBS_1.1");
 /// `ibv_create_cq`.
 ///
 /// # Safety
@@ -98,6 +99,7 @@ impl CCq {
     }
 }
 
+symver!(ibv_resize_cq => "IBVERBS_1.1");
 /// `ibv_resize_cq`.
 ///
 /// # Safety
@@ -119,6 +121,7 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
     }
 }
 
+symver!(ibv_destroy_cq => "IBVERBS_1.1");
 /// `ibv_destroy_cq`: `EBUSY` while a QP uses it. Waits until every completion and async
 /// event delivered for the CQ was acknowledged (`ibv_ack_cq_events`,
 /// `ibv_ack_async_event`), as libibverbs does.
@@ -150,6 +153,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     0
 }
 
+symver!(ibv_get_cq_event => "IBVERBS_1.1");
 /// `ibv_get_cq_event`: reads one event from the channel (blocking unless the caller made
 /// the fd non-blocking); 0, or -1 with errno. The CQ stays valid until the event is
 /// acknowledged ([`ibv_ack_cq_events`]): destroying it waits for that.
@@ -200,6 +204,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     0
 }
 
+symver!(ibv_ack_cq_events => "IBVERBS_1.1");
 /// `ibv_ack_cq_events`: acknowledges `nevents` events of `cq` (a destroy waiting for them
 /// returns once all are).
 ///

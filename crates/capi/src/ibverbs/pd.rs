@@ -11,6 +11,7 @@ pub struct CPd {
     pub pd: Arc<Pd>,
 }
 
+symver!(ibv_alloc_pd => "IBVERBS_1.1");
 /// `ibv_alloc_pd`.
 ///
 /// # Safety
@@ -47,6 +48,7 @@ impl CPd {
     }
 }
 
+symver!(ibv_dealloc_pd => "IBVERBS_1.1");
 /// `ibv_dealloc_pd`: `EBUSY` while MRs, QPs, SRQs or AHs still use it.
 ///
 /// # Safety

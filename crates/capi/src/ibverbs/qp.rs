@@ -24,6 +24,7 @@ impl CQp {
     }
 }
 
+symver!(ibv_create_qp => "IBVERBS_1.1");
 /// `ibv_create_qp`: RC, UC and UD; writes the granted capabilities back into
 /// `init_attr.cap`.
 ///
@@ -285,6 +286,7 @@ pub(crate) unsafe fn modify_qp_with(qp: *mut ibv_qp, a: &QpAttr) -> c_int {
     }
 }
 
+symver!(ibv_modify_qp => "IBVERBS_1.1");
 /// `ibv_modify_qp`: positive errno on failure. Alternate paths, path migration, `IBV_QP_CAP`
 /// and rate limits are `EOPNOTSUPP`.
 ///
@@ -308,6 +310,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
     unsafe { modify_qp_with(qp, &qp_attr_from(a, mask)) }
 }
 
+symver!(ibv_query_qp => "IBVERBS_1.1");
 /// `ibv_query_qp`: fills every attribute (whatever `mask`) and `init_attr`.
 ///
 /// # Safety
@@ -337,6 +340,7 @@ pub unsafe extern "C" fn ibv_query_qp(
     }
 }
 
+symver!(ibv_destroy_qp => "IBVERBS_1.1");
 /// `ibv_destroy_qp`. Waits until every async event delivered for the QP was acknowledged
 /// (`ibv_ack_async_event`), as libibverbs does.
 ///
