@@ -26,4 +26,7 @@ cm_unsupported! {
     "RDMACM_1.3" fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut c_void);
     /// `rdma_get_remote_ece`.
     "RDMACM_1.3" fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut c_void);
+    /// `rdma_reject_ece` (a reject with reason 35, "vendor option not supported", for a
+    /// peer's ECE; with no ECE there is none to refuse).
+    "RDMACM_1.3" fn rdma_reject_ece(id: *mut rdma_cm_id, private_data: *const c_void, private_data_len: u8);
 }
