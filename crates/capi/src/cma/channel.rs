@@ -11,6 +11,8 @@ pub struct CEventChannel {
     pub ch: EventChannel,
 }
 
+from_c!(CEventChannel => rdma_event_channel, "rdma_event_channel");
+
 pub(super) fn new_channel(ch: EventChannel) -> *mut CEventChannel {
     Box::into_raw(Box::new(CEventChannel {
         c: rdma_event_channel { fd: ch.as_raw_fd() },

@@ -16,6 +16,8 @@ pub struct CCmId {
     pub(super) users: EventCount,
 }
 
+from_c!(CCmId => rdma_cm_id, "rdma_cm_id");
+
 /// What an id's calls change, under its lock.
 pub(super) struct IdState {
     pub(super) id: Option<CmId>,

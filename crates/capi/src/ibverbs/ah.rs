@@ -11,6 +11,8 @@ pub struct CAh {
     pub ah: Arc<Ah>,
 }
 
+from_c!(CAh => ibv_ah, "ibv_ah");
+
 symver!(ibv_create_ah => "IBVERBS_1.1");
 /// `ibv_create_ah`.
 ///

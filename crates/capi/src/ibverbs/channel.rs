@@ -11,6 +11,8 @@ pub struct CChannel {
     pub ch: Arc<CompChannel>,
 }
 
+from_c!(CChannel => ibv_comp_channel, "ibv_comp_channel");
+
 symver!(ibv_create_comp_channel => "IBVERBS_1.0");
 /// `ibv_create_comp_channel`. Its fd blocks, as libibverbs' does (a caller may make it
 /// non-blocking with `fcntl`).

@@ -12,6 +12,12 @@ pub struct CContext {
     pub ctx: Arc<Context>,
 }
 
+// The ibv_context is the first field of the verbs_context, CContext's first field.
+from_c!(
+    CContext => ibv_context, "ibv_context",
+    offset_of!(CContext, vctx) + offset_of!(verbs_context, context)
+);
+
 symver!(ibv_open_device => "IBVERBS_1.1");
 /// `ibv_open_device`.
 ///
@@ -37,8 +43,8 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
     let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
     vctx.query_port = Some(query_port_op);
     vctx.query_device_ex = Some(query_device_ex_op);
-    vctx.create_qp_ex = Some(crate::qp_ex::create_qp_ex_op);
-    vctx.create_cq_ex = Some(crate::cq_ex::create_cq_ex_op);
+    vctx.create_qp_ex = Some(super::qp_ex::create_qp_ex_op);
+    vctx.create_cq_ex = Some(super::cq_ex::create_cq_ex_op);
     vctx.sz = size_of::<verbs_context>();
     let c = &mut vctx.context;
     c.device = device;
@@ -47,9 +53,9 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
     c.ops.post_send = Some(post_send_op);
     c.ops.post_recv = Some(post_recv_op);
     c.ops.post_srq_recv = Some(post_srq_recv_op);
-    c.ops.alloc_mw = Some(crate::mw::alloc_mw_op);
-    c.ops.bind_mw = Some(crate::mw::bind_mw_op);
-    c.ops.dealloc_mw = Some(crate::mw::dealloc_mw_op);
+    c.ops.alloc_mw = Some(super::mw::alloc_mw_op);
+    c.ops.bind_mw = Some(super::mw::bind_mw_op);
+    c.ops.dealloc_mw = Some(super::mw::dealloc_mw_op);
     c.cmd_fd = ctx.cmd_fd().as_raw_fd();
     c.async_fd = ctx.async_fd().as_raw_fd();
     c.num_comp_vectors = ctx.num_comp_vectors() as c_int;
@@ -537,4 +543,28 @@ pub unsafe extern "C" fn ibv_get_sysfs_path(buf: *mut c_char, size: usize) -> c_
     // SAFETY: [buf] buf has size >= SYS.len() writable bytes.
     unsafe { ptr::copy_nonoverlapping(SYS.as_ptr(), buf.cast::<u8>(), SYS.len()) };
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::MaybeUninit;
+    use std::ptr::addr_of;
+
+    use super::*;
+
+    #[test]
+    fn context_offset_leads_back_to_its_owner() {
+        let m = MaybeUninit::<CContext>::uninit();
+        let owner = m.as_ptr().cast_mut();
+        // SAFETY: addr_of! and raw_get only compute addresses inside the (uninitialised)
+        // allocation; nothing is read and no reference is formed.
+        let c = unsafe { addr_of!((*UnsafeCell::raw_get(addr_of!((*owner).vctx))).context) };
+        let c = c.cast_mut();
+        assert_eq!(CContext::owner_ptr(c), owner);
+        assert_ne!(
+            c.cast::<u8>(),
+            owner.cast::<u8>(),
+            "the context is not the first byte"
+        );
+    }
 }

@@ -13,10 +13,12 @@ pub struct CCq {
     /// The rverbs CQ.
     pub cq: Arc<Cq>,
     /// The extended CQ's polling state (`ibv_create_cq_ex` only, set once at creation).
-    pub ex: OnceLock<Box<crate::cq_ex::CqEx>>,
+    pub ex: OnceLock<Box<super::cq_ex::CqEx>>,
     /// Completion and async events handed to C and acknowledged: destroy waits for them.
     pub(super) events: EventCount,
 }
+
+from_c!(CCq => ibv_cq, "ibv_cq");
 
 impl CCq {
     /// The C structure (\[c-struct\]: for raw reads and writes only).

@@ -16,6 +16,8 @@ pub struct CDevice {
     pub dev: Device,
 }
 
+from_c!(CDevice => ibv_device, "ibv_device");
+
 struct DevPtr(*mut CDevice);
 // SAFETY: the pointee is immutable after creation and never freed; Device is Send + Sync.
 unsafe impl Send for DevPtr {}

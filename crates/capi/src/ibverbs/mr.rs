@@ -11,6 +11,8 @@ pub struct CMr {
     pub mr: RawMr,
 }
 
+from_c!(CMr => ibv_mr, "ibv_mr");
+
 /// `IBV_ACCESS_OPTIONAL_RANGE`: access bits a device may ignore.
 const ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
 

@@ -11,6 +11,8 @@ pub struct CPd {
     pub pd: Arc<Pd>,
 }
 
+from_c!(CPd => ibv_pd, "ibv_pd");
+
 symver!(ibv_alloc_pd => "IBVERBS_1.1");
 /// `ibv_alloc_pd`.
 ///

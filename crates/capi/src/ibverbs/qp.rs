@@ -12,10 +12,12 @@ pub struct CQp {
     /// The rverbs QP.
     pub qp: Arc<Qp>,
     /// The extended send API's state (`ibv_create_qp_ex` only, set once at creation).
-    pub ex: OnceLock<Box<crate::qp_ex::QpEx>>,
+    pub ex: OnceLock<Box<super::qp_ex::QpEx>>,
     /// Async events handed to C and acknowledged: destroy waits for them.
     pub(super) events: EventCount,
 }
+
+from_c!(CQp => ibv_qp, "ibv_qp");
 
 impl CQp {
     /// The C structure (\[c-struct\]: for raw reads and writes only).
@@ -399,7 +401,7 @@ unsafe fn send_op(w: &ibv_send_wr) -> Option<SendOp> {
             invalidate_rkey: w.imm_data,
         },
         // SAFETY: [wr] a BIND_MW request names an [object] window (and region).
-        8 => return unsafe { crate::mw::bind_op(w) },
+        8 => return unsafe { super::mw::bind_op(w) },
         9 => SendOp::SendWithInv {
             invalidate_rkey: w.imm_data,
         },

@@ -13,6 +13,8 @@ pub struct CSrq {
     pub(super) events: EventCount,
 }
 
+from_c!(CSrq => ibv_srq, "ibv_srq");
+
 symver!(ibv_create_srq => "IBVERBS_1.1");
 /// `ibv_create_srq`; writes the granted sizes back into `attr.attr`.
 ///

@@ -11,9 +11,9 @@ use std::ptr::null_mut;
 use rverbs_uverbs::dmabuf::DmabufMr;
 use rverbs_uverbs::mr::AccessFlags;
 
+use super::{fail, set_errno, CMr, CPd};
 use crate::abi::{ibv_mr, ibv_pd};
 use crate::handle::FromC;
-use crate::ibverbs::{fail, set_errno, CMr, CPd};
 
 /// `IBV_ACCESS_OPTIONAL_RANGE`: access bits a device may ignore (as `ibv_reg_mr`).
 const ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
