@@ -6,7 +6,8 @@
 //! - `librverbs.a`: the same crate as `--crate-type staticlib`, without `.symver`.
 //! - The check: every `ibv_*@IBVERBS_*` symbol that rdma-core's programs installed here import
 //!   (`readelf --dyn-syms`) must be exported by our library with the same version; the
-//!   library must carry the soname `libibverbs.so.1`.
+//!   library must carry the soname `libibverbs.so.1`, export nothing without a version (a
+//!   `symver!` line left out) and define every node of `crates/capi/src/symver/nodes.rs`.
 //!
 //! - `librdmacm.so.1`: `crates/capi/rdmacm/librdmacm.rs` built with `rustc` (soname, the
 //!   RDMACM_1.0 … 1.3 nodes, needs our libibverbs.so.1, which defines the `rdma_*`
