@@ -6,7 +6,8 @@
 //! - `librverbs.a`: the same crate as `--crate-type staticlib`, without `.symver`.
 //! - The check: every `ibv_*@IBVERBS_*` symbol that rdma-core's programs installed here import
 //!   (`readelf --dyn-syms`) must be exported by our library with the same version; the
-//!   library must carry the soname `libibverbs.so.1`.
+//!   library must carry the soname `libibverbs.so.1`, export nothing without a version (a
+//!   `symver!` line left out) and define every node of `crates/capi/src/symver/nodes.rs`.
 //!
 //! - `librdmacm.so.1`: `crates/capi/rdmacm/librdmacm.rs` built with `rustc` (soname, the
 //!   RDMACM_1.0 … 1.3 nodes, needs our libibverbs.so.1, which defines the `rdma_*`
@@ -56,8 +57,10 @@ pub const CM_PROGRAMS: &[&str] = &[
     "rcopy",
 ];
 
-/// librdmacm's version nodes, as `crates/capi/build.rs` declares them in libibverbs.so.1.
-const RDMACM_NODES: &[&str] = &["RDMACM_1.0", "RDMACM_1.1", "RDMACM_1.2", "RDMACM_1.3"];
+/// The C drop-in's version nodes, the one list (`crates/capi/build.rs` declares them in
+/// libibverbs.so.1 from the same file).
+#[path = "../../crates/capi/src/symver/nodes.rs"]
+mod nodes;
 
 /// Builds `librdmacm.so.1` (`crates/capi/rdmacm/librdmacm.rs`: soname, the RDMACM version
 /// nodes, `DT_NEEDED` on our `libibverbs.so.1`, which defines the functions) into `dir`.
@@ -66,14 +69,8 @@ fn build_rdmacm(dir: &Path, release: bool) -> Result<PathBuf> {
     let obj = util::target_dir().join("capi").join("rdmacm");
     std::fs::create_dir_all(&obj).map_err(|e| util::Error(format!("{}: {e}", obj.display())))?;
     let map = obj.join("librdmacm.map");
-    let mut script = String::new();
-    for (i, v) in RDMACM_NODES.iter().enumerate() {
-        match i {
-            0 => script.push_str(&format!("{v} {{ }};\n")),
-            _ => script.push_str(&format!("{v} {{ }} {};\n", RDMACM_NODES[i - 1])),
-        }
-    }
-    std::fs::write(&map, script).map_err(|e| util::Error(format!("{}: {e}", map.display())))?;
+    std::fs::write(&map, nodes::librdmacm_script())
+        .map_err(|e| util::Error(format!("{}: {e}", map.display())))?;
     let out = obj.join("librdmacm.so.1");
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let mut cmd = Command::new(rustc);
@@ -121,8 +118,9 @@ fn check_rdmacm(cm: &Path, verbs: &Path, notes: &mut Vec<String>) -> Result<()> 
     if !d.contains("Shared library: [libibverbs.so.1]") {
         crate::bail!("{} does not need libibverbs.so.1", cm.display());
     }
-    for v in RDMACM_NODES {
-        if !d.contains(&format!("Name: {v}")) {
+    let names = version_names(cm)?;
+    for v in nodes::RDMACM {
+        if !names.contains(*v) {
             crate::bail!("{} does not define version {v}", cm.display());
         }
     }
@@ -318,6 +316,37 @@ fn versioned_with(
     Ok(out)
 }
 
+/// The version names `readelf -V` lists for `path` (those it defines and those it needs).
+fn version_names(path: &Path) -> Result<BTreeSet<String>> {
+    let text = util::output(Command::new("readelf").args(["-V", "-W"]).arg(path))?;
+    Ok(text
+        .split("Name: ")
+        .skip(1)
+        .filter_map(|t| t.split_whitespace().next())
+        .map(str::to_string)
+        .collect())
+}
+
+/// The symbols `path` defines (exports) without a version.
+fn unversioned(path: &Path) -> Result<Vec<String>> {
+    let text = util::output(Command::new("readelf").args(["--dyn-syms", "-W"]).arg(path))?;
+    Ok(text
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| {
+            f.len() >= 8
+                && f[0]
+                    .trim_end_matches(':')
+                    .bytes()
+                    .all(|b| b.is_ascii_digit())
+                && f[6] != "UND"
+                && f[4] != "LOCAL"
+                && !f[7].contains('@')
+        })
+        .map(|f| f[7].to_string())
+        .collect())
+}
+
 /// Builds both libraries into [`lib_dir`] and checks the exports against [`PROGRAMS`].
 pub fn build_and_check(release: bool) -> Result<Outcome> {
     let so = build("cdylib", true, release)?;
@@ -370,6 +399,24 @@ pub fn build_and_check(release: bool) -> Result<Outcome> {
     let dynamic = util::output(Command::new("readelf").args(["-d", "-W"]).arg(&so_dst))?;
     if !dynamic.contains("Library soname: [libibverbs.so.1]") {
         crate::bail!("{} has no soname libibverbs.so.1", so_dst.display());
+    }
+    let bare = unversioned(&so_dst)?;
+    if !bare.is_empty() {
+        crate::bail!(
+            "{} exports without a version (a `symver!` line missing beside the definition): {}",
+            so_dst.display(),
+            bare.join(" ")
+        );
+    }
+    let defined = version_names(&so_dst)?;
+    for v in nodes::IBVERBS
+        .iter()
+        .chain([&nodes::IBVERBS_PRIVATE])
+        .chain(nodes::RDMACM)
+    {
+        if !defined.contains(*v) {
+            crate::bail!("{} does not define version {v}", so_dst.display());
+        }
     }
     let exports = versioned(&so_dst, false)?;
     let mut notes = vec![format!(

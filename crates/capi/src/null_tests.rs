@@ -8,7 +8,6 @@ use std::ptr::null_mut;
 use crate::abi::*;
 use crate::cma::*;
 use crate::ibverbs::*;
-use crate::qp_ex::ibv_qp_to_qp_ex;
 
 fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap()
@@ -49,7 +48,7 @@ fn constructors_give_null_and_einval() {
         });
         sets_einval("ibv_reg_mr", || ibv_reg_mr(null_mut(), p, 64, 1).is_null());
         sets_einval("ibv_reg_dmabuf_mr", || {
-            crate::dmabuf::ibv_reg_dmabuf_mr(null_mut(), 0, 64, 0, 0, 1).is_null()
+            ibv_reg_dmabuf_mr(null_mut(), 0, 64, 0, 0, 1).is_null()
         });
         sets_einval("ibv_create_ah_from_wc", || {
             ibv_create_ah_from_wc(null_mut(), null_mut(), null_mut(), 1).is_null()
@@ -200,10 +199,28 @@ fn memory_window_ops_give_a_positive_einval() {
     // SAFETY: NULL objects (allowed by [object]); the bind request is a valid local.
     unsafe {
         let mut bind: ibv_mw_bind = zeroed();
-        assert_eq!(crate::mw::dealloc_mw_op(null_mut()), libc::EINVAL);
-        assert_eq!(
-            crate::mw::bind_mw_op(null_mut(), null_mut(), &mut bind),
-            libc::EINVAL
-        );
+        assert_eq!(dealloc_mw_op(null_mut()), libc::EINVAL);
+        assert_eq!(bind_mw_op(null_mut(), null_mut(), &mut bind), libc::EINVAL);
+    }
+}
+
+#[test]
+fn null_is_refused_for_every_type() {
+    use crate::handle::FromC;
+    // SAFETY: [object] NULL is allowed and refused.
+    unsafe {
+        assert!(CDevice::from_c(null_mut()).is_none());
+        assert!(CContext::from_c(null_mut()).is_none());
+        assert!(CPd::from_c(null_mut()).is_none());
+        assert!(CChannel::from_c(null_mut()).is_none());
+        assert!(CCq::from_c(null_mut()).is_none());
+        assert!(CSrq::from_c(null_mut()).is_none());
+        assert!(CQp::from_c(null_mut()).is_none());
+        assert!(CMr::from_c(null_mut()).is_none());
+        assert!(CAh::from_c(null_mut()).is_none());
+        assert!(CMw::from_c(null_mut()).is_none());
+        assert!(CMr::from_c_or_none(null_mut()).is_none());
+        assert!(CEventChannel::from_c(null_mut()).is_none());
+        assert!(CCmId::from_c(null_mut()).is_none());
     }
 }

@@ -1,232 +1,88 @@
-//! Symbol versions of every exported function, in one table: libibverbs' (`ibv_*`, the
-//! provider interface) and librdmacm's (`rdma_*`). With the `symver` feature (the cdylib) each
-//! entry becomes one `.symver NAME, NAME@@VERSION` directive, which makes `VERSION` the default
-//! version of `NAME` in `libibverbs.so.1`. The versions are those of rdma-core 44's
-//! `libibverbs.map.in` and `librdmacm.map` (the newest version each name has there). The nodes
-//! themselves are declared by the version script `build.rs` writes. A `.symver` must sit in the object that defines its symbol: the cdylib
-//! is built as one codegen unit (`cargo xtask capi`), so this module may name functions of
-//! any other.
+//! Symbol versions: each exported function (or static) declares its own, on the line above
+//! its definition, `symver!(name => "VERSION");` — the newest version rdma-core 44's
+//! `libibverbs.map.in` or `librdmacm.map` gives the name. With the `symver` feature (the
+//! cdylib) that line becomes one `.symver NAME, NAME@@VERSION` directive, which makes
+//! `VERSION` the default version of `NAME` in `libibverbs.so.1`. A `.symver` must sit in the
+//! object that defines its symbol: the cdylib is built as one codegen unit (`cargo xtask
+//! capi`), and the line sits in the defining module anyway.
+//!
+//! The nodes themselves are the one list of [`nodes`], from which `build.rs` writes the version
+//! script that declares them. `symver!` checks at compile time that the name is defined in
+//! the module and that the version is one of those nodes; `cargo xtask capi` checks that
+//! every exported symbol of the built library has a version.
 
-/// Declares the versions.
-macro_rules! symvers {
-    ($($name:ident => $ver:literal,)*) => {
+pub(crate) mod nodes;
+
+/// `symver!(name => "VERSION");`, on the line above the exported function or static `name`:
+/// its symbol version (see the module's doc). A `name` not defined in the module, or a
+/// version that is not one of [`nodes`], does not compile.
+macro_rules! symver {
+    ($name:ident => $ver:literal) => {
         #[cfg(feature = "symver")]
-        std::arch::global_asm!($(concat!(".symver ", stringify!($name), ", ", stringify!($name), "@@", $ver)),*);
-
-        /// Every exported function with its version (for tests and `cargo xtask capi`).
-        #[allow(dead_code)]
-        pub(crate) const SYMBOLS: &[(&str, &str)] = &[$((stringify!($name), $ver)),*];
+        ::std::arch::global_asm!(concat!(
+            ".symver ",
+            stringify!($name),
+            ", ",
+            stringify!($name),
+            "@@",
+            $ver
+        ));
+        #[allow(unused_imports)]
+        use self::$name as _;
+        const _: () = assert!(
+            $crate::symver::nodes::is_node($ver),
+            concat!(
+                "symver!: ",
+                $ver,
+                " is no version node of src/symver/nodes.rs"
+            )
+        );
     };
 }
 
-#[rustfmt::skip]
-symvers! {
-    // libibverbs
-    ibv_get_device_list => "IBVERBS_1.1",
-    ibv_free_device_list => "IBVERBS_1.1",
-    ibv_get_device_name => "IBVERBS_1.1",
-    ibv_get_device_guid => "IBVERBS_1.1",
-    ibv_get_device_index => "IBVERBS_1.9",
-    ibv_open_device => "IBVERBS_1.1",
-    ibv_close_device => "IBVERBS_1.1",
-    ibv_query_device => "IBVERBS_1.1",
-    ibv_query_port => "IBVERBS_1.1",
-    ibv_query_gid => "IBVERBS_1.1",
-    ibv_query_pkey => "IBVERBS_1.1",
-    ibv_alloc_pd => "IBVERBS_1.1",
-    ibv_dealloc_pd => "IBVERBS_1.1",
-    ibv_reg_mr => "IBVERBS_1.1",
-    ibv_reg_mr_iova => "IBVERBS_1.7",
-    ibv_reg_mr_iova2 => "IBVERBS_1.8",
-    ibv_dereg_mr => "IBVERBS_1.1",
-    ibv_create_comp_channel => "IBVERBS_1.0",
-    ibv_destroy_comp_channel => "IBVERBS_1.0",
-    ibv_create_cq => "IBVERBS_1.1",
-    ibv_resize_cq => "IBVERBS_1.1",
-    ibv_destroy_cq => "IBVERBS_1.1",
-    ibv_get_cq_event => "IBVERBS_1.1",
-    ibv_ack_cq_events => "IBVERBS_1.1",
-    ibv_create_srq => "IBVERBS_1.1",
-    ibv_modify_srq => "IBVERBS_1.1",
-    ibv_query_srq => "IBVERBS_1.1",
-    ibv_destroy_srq => "IBVERBS_1.1",
-    ibv_create_qp => "IBVERBS_1.1",
-    ibv_query_qp => "IBVERBS_1.1",
-    ibv_modify_qp => "IBVERBS_1.1",
-    ibv_destroy_qp => "IBVERBS_1.1",
-    ibv_qp_to_qp_ex => "IBVERBS_1.6",
-    ibv_create_ah => "IBVERBS_1.1",
-    ibv_destroy_ah => "IBVERBS_1.1",
-    ibv_fork_init => "IBVERBS_1.1",
-    ibv_is_fork_initialized => "IBVERBS_1.13",
-    ibv_wc_status_str => "IBVERBS_1.1",
-    ibv_node_type_str => "IBVERBS_1.1",
-    ibv_port_state_str => "IBVERBS_1.1",
-    ibv_event_type_str => "IBVERBS_1.1",
-    ibv_read_sysfs_file => "IBVERBS_1.0",
-    ibv_query_gid_type => "IBVERBS_PRIVATE_34",
-    _ibv_query_gid_ex => "IBVERBS_1.11",
-    _ibv_query_gid_table => "IBVERBS_1.11",
-    ibv_get_async_event => "IBVERBS_1.1",
-    ibv_ack_async_event => "IBVERBS_1.1",
-    ibv_get_pkey_index => "IBVERBS_1.5",
-    ibv_get_sysfs_path => "IBVERBS_1.0",
-    ibv_copy_ah_attr_from_kern => "IBVERBS_1.1",
-    ibv_copy_qp_attr_from_kern => "IBVERBS_1.0",
-    ibv_copy_path_rec_from_kern => "IBVERBS_1.0",
-    ibv_copy_path_rec_to_kern => "IBVERBS_1.0",
-    ibv_create_ah_from_wc => "IBVERBS_1.1",
-    ibv_init_ah_from_wc => "IBVERBS_1.1",
-    ibv_rate_to_mult => "IBVERBS_1.0",
-    mult_to_ibv_rate => "IBVERBS_1.0",
-    ibv_rate_to_mbps => "IBVERBS_1.1",
-    mbps_to_ibv_rate => "IBVERBS_1.1",
-    ibv_rereg_mr => "IBVERBS_1.1",
-    ibv_reg_dmabuf_mr => "IBVERBS_1.12",
-    ibv_import_device => "IBVERBS_1.10",
-    ibv_import_pd => "IBVERBS_1.10",
-    ibv_unimport_pd => "IBVERBS_1.10",
-    ibv_import_mr => "IBVERBS_1.10",
-    ibv_unimport_mr => "IBVERBS_1.10",
-    ibv_import_dm => "IBVERBS_1.13",
-    ibv_unimport_dm => "IBVERBS_1.13",
-    ibv_query_ece => "IBVERBS_1.10",
-    ibv_set_ece => "IBVERBS_1.10",
-    ibv_attach_mcast => "IBVERBS_1.1",
-    ibv_detach_mcast => "IBVERBS_1.1",
-    ibv_query_qp_data_in_order => "IBVERBS_1.14",
-    __verbs_log => "IBVERBS_PRIVATE_34",
-    _verbs_init_and_alloc_context => "IBVERBS_PRIVATE_34",
-    execute_ioctl => "IBVERBS_PRIVATE_34",
-    ibv_cmd_advise_mr => "IBVERBS_PRIVATE_34",
-    ibv_cmd_alloc_dm => "IBVERBS_PRIVATE_34",
-    ibv_cmd_alloc_mw => "IBVERBS_PRIVATE_34",
-    ibv_cmd_alloc_pd => "IBVERBS_PRIVATE_34",
-    ibv_cmd_attach_mcast => "IBVERBS_PRIVATE_34",
-    ibv_cmd_close_xrcd => "IBVERBS_PRIVATE_34",
-    ibv_cmd_create_ah => "IBVERBS_PRIVATE_34",
-    ibv_cmd_create_counters => "IBVERBS_PRIVATE_34",
-    ibv_cmd_create_cq => "IBVERBS_PRIVATE_34",
-    ibv_cmd_create_cq_ex => "IBVERBS_PRIVATE_34",
-    ibv_cmd_create_flow => "IBVERBS_PRIVATE_34",
-    ibv_cmd_create_flow_action_esp => "IBVERBS_PRIVATE_34",
-    ibv_cmd_create_qp => "IBVERBS_PRIVATE_34",
-    ibv_cmd_create_qp_ex2 => "IBVERBS_PRIVATE_34",
-    ibv_cmd_create_qp_ex => "IBVERBS_PRIVATE_34",
-    ibv_cmd_create_rwq_ind_table => "IBVERBS_PRIVATE_34",
-    ibv_cmd_create_srq => "IBVERBS_PRIVATE_34",
-    ibv_cmd_create_srq_ex => "IBVERBS_PRIVATE_34",
-    ibv_cmd_create_wq => "IBVERBS_PRIVATE_34",
-    ibv_cmd_dealloc_mw => "IBVERBS_PRIVATE_34",
-    ibv_cmd_dealloc_pd => "IBVERBS_PRIVATE_34",
-    ibv_cmd_dereg_mr => "IBVERBS_PRIVATE_34",
-    ibv_cmd_destroy_ah => "IBVERBS_PRIVATE_34",
-    ibv_cmd_destroy_counters => "IBVERBS_PRIVATE_34",
-    ibv_cmd_destroy_cq => "IBVERBS_PRIVATE_34",
-    ibv_cmd_destroy_flow => "IBVERBS_PRIVATE_34",
-    ibv_cmd_destroy_flow_action => "IBVERBS_PRIVATE_34",
-    ibv_cmd_destroy_qp => "IBVERBS_PRIVATE_34",
-    ibv_cmd_destroy_rwq_ind_table => "IBVERBS_PRIVATE_34",
-    ibv_cmd_destroy_srq => "IBVERBS_PRIVATE_34",
-    ibv_cmd_destroy_wq => "IBVERBS_PRIVATE_34",
-    ibv_cmd_detach_mcast => "IBVERBS_PRIVATE_34",
-    ibv_cmd_free_dm => "IBVERBS_PRIVATE_34",
-    ibv_cmd_get_context => "IBVERBS_PRIVATE_34",
-    ibv_cmd_modify_cq => "IBVERBS_PRIVATE_34",
-    ibv_cmd_modify_flow_action_esp => "IBVERBS_PRIVATE_34",
-    ibv_cmd_modify_qp => "IBVERBS_PRIVATE_34",
-    ibv_cmd_modify_qp_ex => "IBVERBS_PRIVATE_34",
-    ibv_cmd_modify_srq => "IBVERBS_PRIVATE_34",
-    ibv_cmd_modify_wq => "IBVERBS_PRIVATE_34",
-    ibv_cmd_open_qp => "IBVERBS_PRIVATE_34",
-    ibv_cmd_open_xrcd => "IBVERBS_PRIVATE_34",
-    ibv_cmd_query_context => "IBVERBS_PRIVATE_34",
-    ibv_cmd_query_device_any => "IBVERBS_PRIVATE_34",
-    ibv_cmd_query_mr => "IBVERBS_PRIVATE_34",
-    ibv_cmd_query_port => "IBVERBS_PRIVATE_34",
-    ibv_cmd_query_qp => "IBVERBS_PRIVATE_34",
-    ibv_cmd_query_srq => "IBVERBS_PRIVATE_34",
-    ibv_cmd_read_counters => "IBVERBS_PRIVATE_34",
-    ibv_cmd_reg_dm_mr => "IBVERBS_PRIVATE_34",
-    ibv_cmd_reg_dmabuf_mr => "IBVERBS_PRIVATE_34",
-    ibv_cmd_reg_mr => "IBVERBS_PRIVATE_34",
-    ibv_cmd_rereg_mr => "IBVERBS_PRIVATE_34",
-    ibv_cmd_resize_cq => "IBVERBS_PRIVATE_34",
-    ibv_dofork_range => "IBVERBS_1.1",
-    ibv_dontfork_range => "IBVERBS_1.1",
-    ibv_resolve_eth_l2_from_gid => "IBVERBS_1.1",
-    verbs_allow_disassociate_destroy => "IBVERBS_PRIVATE_34",
-    verbs_init_cq => "IBVERBS_PRIVATE_34",
-    verbs_open_device => "IBVERBS_PRIVATE_34",
-    verbs_register_driver_34 => "IBVERBS_PRIVATE_34",
-    verbs_set_ops => "IBVERBS_PRIVATE_34",
-    verbs_uninit_context => "IBVERBS_PRIVATE_34",
-    // librdmacm
-    rdma_create_event_channel => "RDMACM_1.0",
-    rdma_destroy_event_channel => "RDMACM_1.0",
-    rdma_create_id => "RDMACM_1.0",
-    rdma_destroy_id => "RDMACM_1.0",
-    rdma_bind_addr => "RDMACM_1.0",
-    rdma_resolve_addr => "RDMACM_1.0",
-    rdma_resolve_route => "RDMACM_1.0",
-    rdma_listen => "RDMACM_1.0",
-    rdma_create_qp => "RDMACM_1.0",
-    rdma_create_qp_ex => "RDMACM_1.0",
-    rdma_destroy_qp => "RDMACM_1.0",
-    rdma_init_qp_attr => "RDMACM_1.2",
-    rdma_connect => "RDMACM_1.0",
-    rdma_establish => "RDMACM_1.2",
-    rdma_accept => "RDMACM_1.0",
-    rdma_reject => "RDMACM_1.0",
-    rdma_disconnect => "RDMACM_1.0",
-    rdma_notify => "RDMACM_1.0",
-    rdma_set_option => "RDMACM_1.0",
-    rdma_migrate_id => "RDMACM_1.0",
-    rdma_get_src_port => "RDMACM_1.0",
-    rdma_get_dst_port => "RDMACM_1.0",
-    rdma_get_cm_event => "RDMACM_1.0",
-    rdma_ack_cm_event => "RDMACM_1.0",
-    rdma_event_str => "RDMACM_1.0",
-    rdma_getaddrinfo => "RDMACM_1.0",
-    rdma_freeaddrinfo => "RDMACM_1.0",
-    rdma_create_ep => "RDMACM_1.0",
-    rdma_destroy_ep => "RDMACM_1.0",
-    rdma_get_request => "RDMACM_1.0",
-    rdma_create_srq => "RDMACM_1.0",
-    rdma_destroy_srq => "RDMACM_1.0",
-    rdma_get_devices => "RDMACM_1.0",
-    rdma_free_devices => "RDMACM_1.0",
-    rdma_join_multicast => "RDMACM_1.0",
-    rdma_join_multicast_ex => "RDMACM_1.1",
-    rdma_leave_multicast => "RDMACM_1.0",
-    rdma_set_local_ece => "RDMACM_1.3",
-    rdma_get_remote_ece => "RDMACM_1.3",
-    // librdmacm's rsockets
-    rsocket => "RDMACM_1.0",
-    rbind => "RDMACM_1.0",
-    rlisten => "RDMACM_1.0",
-    raccept => "RDMACM_1.0",
-    rconnect => "RDMACM_1.0",
-    rshutdown => "RDMACM_1.0",
-    rclose => "RDMACM_1.0",
-    rrecv => "RDMACM_1.0",
-    rrecvfrom => "RDMACM_1.0",
-    rrecvmsg => "RDMACM_1.0",
-    rsend => "RDMACM_1.0",
-    rsendto => "RDMACM_1.0",
-    rsendmsg => "RDMACM_1.0",
-    rread => "RDMACM_1.0",
-    rreadv => "RDMACM_1.0",
-    rwrite => "RDMACM_1.0",
-    rwritev => "RDMACM_1.0",
-    rpoll => "RDMACM_1.0",
-    rselect => "RDMACM_1.0",
-    rgetpeername => "RDMACM_1.0",
-    rgetsockname => "RDMACM_1.0",
-    rsetsockopt => "RDMACM_1.0",
-    rgetsockopt => "RDMACM_1.0",
-    rfcntl => "RDMACM_1.0",
-    riomap => "RDMACM_1.0",
-    riounmap => "RDMACM_1.0",
-    riowrite => "RDMACM_1.0",
+#[cfg(test)]
+mod tests {
+    use super::nodes;
+
+    #[test]
+    fn the_nodes_are_known_and_nothing_else_is() {
+        for v in nodes::IBVERBS.iter().chain(nodes::RDMACM) {
+            assert!(nodes::is_node(v), "{v}");
+        }
+        assert!(nodes::is_node(nodes::IBVERBS_PRIVATE));
+        for v in [
+            "",
+            "IBVERBS_1.2",
+            "IBVERBS_1.1 ",
+            "IBVERBS_PRIVATE_33",
+            "RDMACM_1.4",
+            "ibverbs_1.1",
+        ] {
+            assert!(!nodes::is_node(v), "{v:?}");
+        }
+    }
+
+    #[test]
+    fn the_script_chains_each_list_and_leaves_the_private_node_alone() {
+        let s = nodes::libibverbs_script();
+        assert!(
+            s.starts_with("IBVERBS_1.0 { };\nIBVERBS_1.1 { } IBVERBS_1.0;\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains(
+                "IBVERBS_1.14 { } IBVERBS_1.13;\nIBVERBS_PRIVATE_34 { };\nRDMACM_1.0 { };\n"
+            ),
+            "{s}"
+        );
+        assert!(s.ends_with("RDMACM_1.3 { } RDMACM_1.2;\n"), "{s}");
+        assert_eq!(
+            s.lines().count(),
+            nodes::IBVERBS.len() + 1 + nodes::RDMACM.len()
+        );
+        assert_eq!(
+            nodes::librdmacm_script().lines().count(),
+            nodes::RDMACM.len()
+        );
+    }
 }

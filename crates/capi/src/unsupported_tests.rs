@@ -1,7 +1,8 @@
 //! A device whose kernel driver rverbs has no provider for (efa here; siw before its
 //! provider): listed like any device, and `ibv_open_device` answers NULL with `EOPNOTSUPP`,
 //! opening nothing. Host test on a fake sysfs tree (the guest's siw stage checks the same
-//! with Debian's programs while siw has no provider).
+//! with Debian's programs while siw has no provider). And the functions rverbs does not
+//! support: -1 (or NULL) and `EOPNOTSUPP`, whatever the arguments.
 
 use std::collections::HashMap;
 
@@ -55,4 +56,29 @@ fn open_device_without_provider_is_null_with_eopnotsupp() {
     // SAFETY: d is ours.
     let guid = unsafe { ibv_get_device_guid(d.cast()) };
     assert_eq!(u64::from_be(guid), 0x0250_b6ff_fe41_2a10);
+}
+
+#[test]
+fn ece_calls_fail_with_eopnotsupp() {
+    use crate::cma::{rdma_get_remote_ece, rdma_reject_ece, rdma_set_local_ece};
+    use std::ptr::{null, null_mut};
+    let fails = |what: &str, r: i32| {
+        assert_eq!(r, -1, "{what}");
+        let e = std::io::Error::last_os_error().raw_os_error();
+        assert_eq!(e, Some(libc::EOPNOTSUPP), "{what}: errno");
+        set_errno(0);
+    };
+    set_errno(0);
+    // SAFETY: none of them touches its arguments (cma/unsupported.rs).
+    unsafe {
+        fails(
+            "rdma_set_local_ece",
+            rdma_set_local_ece(null_mut(), null_mut()),
+        );
+        fails(
+            "rdma_get_remote_ece",
+            rdma_get_remote_ece(null_mut(), null_mut()),
+        );
+        fails("rdma_reject_ece", rdma_reject_ece(null_mut(), null(), 0));
+    }
 }

@@ -693,7 +693,7 @@ fn ibv_wr_atomic_write_follows_the_device() {
             );
         } else {
             assert!(!qp.is_null(), "errno {}", errno());
-            let qpx = rverbs_capi::qp_ex::ibv_qp_to_qp_ex(qp);
+            let qpx = ibv_qp_to_qp_ex(qp);
             let aw = (*qpx).wr_atomic_write.expect("wr_atomic_write");
             (*qpx).wr_start.unwrap()(qpx);
             (*qpx).wr_id = 1;

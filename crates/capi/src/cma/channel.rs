@@ -11,6 +11,8 @@ pub struct CEventChannel {
     pub ch: EventChannel,
 }
 
+from_c!(CEventChannel => rdma_event_channel, "rdma_event_channel");
+
 pub(super) fn new_channel(ch: EventChannel) -> *mut CEventChannel {
     Box::into_raw(Box::new(CEventChannel {
         c: rdma_event_channel { fd: ch.as_raw_fd() },
@@ -18,6 +20,7 @@ pub(super) fn new_channel(ch: EventChannel) -> *mut CEventChannel {
     }))
 }
 
+symver!(rdma_create_event_channel => "RDMACM_1.0");
 /// `rdma_create_event_channel`: NULL and `errno` when `/dev/infiniband/rdma_cm` cannot be
 /// opened.
 #[no_mangle]
@@ -31,6 +34,7 @@ pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
     }
 }
 
+symver!(rdma_destroy_event_channel => "RDMACM_1.0");
 /// `rdma_destroy_event_channel`.
 ///
 /// # Safety

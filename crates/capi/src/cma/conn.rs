@@ -37,6 +37,7 @@ unsafe fn conn_param(c: &IdGuard<'_>, p: *const rdma_conn_param) -> ConnParam {
     cp
 }
 
+symver!(rdma_connect => "RDMACM_1.0");
 /// `rdma_connect`. With a QP, synchronous ids move it to RTR/RTS between the peer's reply and
 /// the RTU; asynchronous ids do it when `rdma_get_cm_event` reads CONNECT_RESPONSE.
 ///
@@ -63,6 +64,7 @@ pub unsafe extern "C" fn rdma_connect(
     ret(r)
 }
 
+symver!(rdma_establish => "RDMACM_1.2");
 /// `rdma_establish`: sends the RTU after CONNECT_RESPONSE (ids whose QP the caller manages).
 ///
 /// # Safety
@@ -74,6 +76,7 @@ pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
     ret(c.id().and_then(|i| i.establish()))
 }
 
+symver!(rdma_accept => "RDMACM_1.0");
 /// `rdma_accept`. With a (connected) QP, moves it to RTR and RTS first. On iWARP the accept
 /// itself connects the QP (siw moves it to RTS and queues ESTABLISHED before the command
 /// returns, so programs such as perftest post sends right after it): the RTS is recorded
@@ -103,6 +106,7 @@ pub unsafe extern "C" fn rdma_accept(
     ret(r)
 }
 
+symver!(rdma_reject => "RDMACM_1.0");
 /// `rdma_reject`.
 ///
 /// # Safety
@@ -124,6 +128,7 @@ pub unsafe extern "C" fn rdma_reject(
     ret(c.id().and_then(|i| i.reject(data)))
 }
 
+symver!(rdma_disconnect => "RDMACM_1.0");
 /// `rdma_disconnect`: the QP (if any, connected) goes to ERR first.
 ///
 /// # Safety
@@ -141,6 +146,7 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     ret(r)
 }
 
+symver!(rdma_notify => "RDMACM_1.0");
 /// `rdma_notify`.
 ///
 /// # Safety
@@ -152,6 +158,7 @@ pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int
     ret(c.id().and_then(|i| i.notify(event as u32)))
 }
 
+symver!(rdma_set_option => "RDMACM_1.0");
 /// `rdma_set_option`: `RDMA_OPTION_ID` TOS, REUSEADDR, AFONLY, ACK_TIMEOUT; `RDMA_OPTION_IB`
 /// PATH (passed to the kernel).
 ///
@@ -195,6 +202,7 @@ pub unsafe extern "C" fn rdma_set_option(
     ret(r)
 }
 
+symver!(rdma_migrate_id => "RDMACM_1.0");
 /// `rdma_migrate_id`: moves the id (and its events) to `channel`; NULL makes it synchronous.
 ///
 /// # Safety
@@ -237,6 +245,7 @@ pub unsafe extern "C" fn rdma_migrate_id(
     0
 }
 
+symver!(rdma_get_src_port => "RDMACM_1.0");
 /// `rdma_get_src_port`: the local port, network order.
 ///
 /// # Safety
@@ -247,6 +256,7 @@ pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
     unsafe { CCmId::from_c(id) }.map_or(0, |c| port_of(&c.lock().c.route.addr.src_storage))
 }
 
+symver!(rdma_get_dst_port => "RDMACM_1.0");
 /// `rdma_get_dst_port`: the peer's port, network order.
 ///
 /// # Safety

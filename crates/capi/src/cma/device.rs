@@ -80,6 +80,7 @@ pub(super) fn default_pd(ctx: *mut ibv_context) -> io::Result<*mut ibv_pd> {
     Ok(d.pd as *mut ibv_pd)
 }
 
+symver!(rdma_get_devices => "RDMACM_1.0");
 /// `rdma_get_devices`: a NULL-terminated array of every device's context (opened once, kept
 /// open); free it with [`rdma_free_devices`].
 ///
@@ -123,6 +124,7 @@ pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut 
     out
 }
 
+symver!(rdma_free_devices => "RDMACM_1.0");
 /// `rdma_free_devices`.
 ///
 /// # Safety

@@ -4,6 +4,7 @@ use super::*;
 
 const RAI_PASSIVE: c_int = 1;
 
+symver!(rdma_getaddrinfo => "RDMACM_1.0");
 /// `rdma_getaddrinfo`: numeric or resolvable IPv4/IPv6 nodes and numeric services; 0, or -1
 /// and `errno`. Free the list with [`rdma_freeaddrinfo`].
 ///
@@ -155,6 +156,7 @@ fn alloc_sockaddr(a: &SocketAddr) -> io::Result<*mut libc::sockaddr> {
     Ok(p.cast())
 }
 
+symver!(rdma_freeaddrinfo => "RDMACM_1.0");
 /// `rdma_freeaddrinfo`.
 ///
 /// # Safety
@@ -199,6 +201,7 @@ unsafe fn addrinfo_of(res: *const rdma_addrinfo) -> io::Result<AddrInfo> {
     })
 }
 
+symver!(rdma_create_ep => "RDMACM_1.0");
 /// `rdma_create_ep`: a synchronous id for `res` (active: address and route resolved, and
 /// with `qp_init_attr` its QP; passive: bound, and `qp_init_attr` kept for the ids
 /// `rdma_get_request` returns).
@@ -247,6 +250,7 @@ pub unsafe extern "C" fn rdma_create_ep(
     0
 }
 
+symver!(rdma_destroy_ep => "RDMACM_1.0");
 /// `rdma_destroy_ep`: QP, SRQ, CQs and the id.
 ///
 /// # Safety
@@ -261,6 +265,7 @@ pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
     }
 }
 
+symver!(rdma_get_request => "RDMACM_1.0");
 /// `rdma_get_request`: on a synchronous listening id, waits for the next connection request
 /// and returns its (synchronous) id, with its QP when the listener came from
 /// `rdma_create_ep` with QP attributes. `id->event` is the CONNECT_REQUEST.

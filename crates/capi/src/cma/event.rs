@@ -62,6 +62,7 @@ pub(super) fn make_event(ev: CmEvent, id: *mut CCmId, listen: *mut CCmId) -> *mu
     Box::into_raw(b)
 }
 
+symver!(rdma_get_cm_event => "RDMACM_1.0");
 /// `rdma_get_cm_event`: the next event of the channel; waits for one (also when the caller
 /// made the fd non-blocking: poll it first). CONNECT_REQUEST carries a new id (on the listener's
 /// channel, with its context). For an id with a QP, CONNECT_RESPONSE is completed here
@@ -186,6 +187,7 @@ fn next_event(ch: &CEventChannel) -> io::Result<*mut CEvent> {
     }
 }
 
+symver!(rdma_ack_cm_event => "RDMACM_1.0");
 /// `rdma_ack_cm_event`: frees the event (its private data with it), then acknowledges it
 /// to its id (a destroy of the id waiting for it may return).
 ///
@@ -220,6 +222,7 @@ pub(super) unsafe fn free_event(e: *mut CEvent) {
     }
 }
 
+symver!(rdma_event_str => "RDMACM_1.0");
 /// `rdma_event_str`.
 #[no_mangle]
 pub extern "C" fn rdma_event_str(event: c_int) -> *const c_char {

@@ -16,6 +16,8 @@ pub struct CCmId {
     pub(super) users: EventCount,
 }
 
+from_c!(CCmId => rdma_cm_id, "rdma_cm_id");
+
 /// What an id's calls change, under its lock.
 pub(super) struct IdState {
     pub(super) id: Option<CmId>,
@@ -184,6 +186,7 @@ pub(super) fn wrap_id(
     p
 }
 
+symver!(rdma_create_id => "RDMACM_1.0");
 /// `rdma_create_id`: 0, or -1 and `errno`. A NULL `channel` makes a synchronous id (with a
 /// private channel of its own, as librdmacm).
 ///
@@ -212,6 +215,7 @@ pub unsafe extern "C" fn rdma_create_id(
     }
 }
 
+symver!(rdma_destroy_id => "RDMACM_1.0");
 /// `rdma_destroy_id`: 0. Waits until every event of the id that [`rdma_get_cm_event`]
 /// returned was acknowledged ([`rdma_ack_cm_event`]), as librdmacm does: an event's `id`
 /// (and a CONNECT_REQUEST's `listen_id`) stays valid until its ack.
@@ -257,6 +261,7 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     ret(r)
 }
 
+symver!(rdma_bind_addr => "RDMACM_1.0");
 /// `rdma_bind_addr`.
 ///
 /// # Safety
@@ -290,6 +295,7 @@ fn ms(timeout_ms: c_int) -> Duration {
     Duration::from_millis(timeout_ms.max(0) as u64)
 }
 
+symver!(rdma_resolve_addr => "RDMACM_1.0");
 /// `rdma_resolve_addr`: asynchronous ids get ADDR_RESOLVED / ADDR_ERROR; synchronous ones
 /// wait for it.
 ///
@@ -313,6 +319,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     }
 }
 
+symver!(rdma_resolve_route => "RDMACM_1.0");
 /// `rdma_resolve_route`.
 ///
 /// # Safety
@@ -323,6 +330,7 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_i
     unsafe { on_id(id, |i| i.resolve_route(ms(timeout_ms))) }
 }
 
+symver!(rdma_listen => "RDMACM_1.0");
 /// `rdma_listen`.
 ///
 /// # Safety

@@ -57,7 +57,7 @@ pub use unsupported::*;
 
 use crate::abi::*;
 use crate::events::EventCount;
-use crate::handle::FromC;
+use crate::handle::{from_c, FromC};
 use crate::ibverbs::{self, fail, null_arg, set_errno};
 
 fn ret(r: io::Result<()>) -> c_int {

@@ -43,6 +43,7 @@ pub(super) fn multicast_event(
     }
 }
 
+symver!(rdma_join_multicast => "RDMACM_1.0");
 /// `rdma_join_multicast`: joins the group `addr` as a full member
 /// ([`rdma_join_multicast_ex`] with `RDMA_MC_JOIN_FLAG_FULLMEMBER`).
 ///
@@ -58,6 +59,7 @@ pub unsafe extern "C" fn rdma_join_multicast(
     unsafe { join(id, addr, McJoinFlags::FULL_MEMBER, context) }
 }
 
+symver!(rdma_join_multicast_ex => "RDMACM_1.1");
 /// `rdma_join_multicast_ex`: joins `attr.addr` with `attr.join_flags`. `comp_mask` must name
 /// both fields (`EINVAL` otherwise; unknown bits `EOPNOTSUPP`, as librdmacm).
 ///
@@ -186,6 +188,7 @@ fn leave_join(c: &mut IdGuard<'_>, addr: SocketAddr) -> io::Result<()> {
     r.and(l)
 }
 
+symver!(rdma_leave_multicast => "RDMACM_1.0");
 /// `rdma_leave_multicast`: detaches the id's QP from the group (if the join attached it) and
 /// leaves it; `EADDRNOTAVAIL` for a group the id has not joined (as librdmacm).
 ///

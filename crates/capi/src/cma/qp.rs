@@ -178,6 +178,7 @@ fn create_qp(c: &mut IdGuard<'_>, attr: &mut ibv_qp_init_attr_ex) -> io::Result<
     Ok(())
 }
 
+symver!(rdma_create_qp_ex => "RDMACM_1.0");
 /// `rdma_create_qp_ex`: the QP on the id's device, moved to INIT (UD: RTS). Missing CQs are
 /// created (with completion channels) and owned by the id; no PD means the device's
 /// default one.
@@ -208,6 +209,7 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
     ret(create_qp(&mut c, a))
 }
 
+symver!(rdma_create_qp => "RDMACM_1.0");
 /// `rdma_create_qp`: [`rdma_create_qp_ex`] with `pd`; the CQs used and the granted
 /// capabilities are written back into `qp_init_attr`.
 ///
@@ -236,6 +238,7 @@ pub unsafe extern "C" fn rdma_create_qp(
     ret(r)
 }
 
+symver!(rdma_destroy_qp => "RDMACM_1.0");
 /// `rdma_destroy_qp`: the QP and the CQs the rdma_cm created for it.
 ///
 /// # Safety
@@ -252,6 +255,7 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
     destroy_cqs(&mut c);
 }
 
+symver!(rdma_init_qp_attr => "RDMACM_1.2");
 /// `rdma_init_qp_attr`: the attributes (and mask) for `qp_attr.qp_state`.
 ///
 /// # Safety
@@ -307,6 +311,7 @@ fn to_ibv_qp_attr(a: &rverbs_uverbs::qp::QpAttr) -> ibv_qp_attr {
     o
 }
 
+symver!(rdma_create_srq => "RDMACM_1.0");
 /// `rdma_create_srq`: an SRQ on the id's device (PD NULL: the default one), kept in
 /// `id->srq` for the QP created next.
 ///
@@ -338,6 +343,7 @@ pub unsafe extern "C" fn rdma_create_srq(
     0
 }
 
+symver!(rdma_destroy_srq => "RDMACM_1.0");
 /// `rdma_destroy_srq`.
 ///
 /// # Safety

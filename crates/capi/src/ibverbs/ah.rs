@@ -11,6 +11,9 @@ pub struct CAh {
     pub ah: Arc<Ah>,
 }
 
+from_c!(CAh => ibv_ah, "ibv_ah");
+
+symver!(ibv_create_ah => "IBVERBS_1.1");
 /// `ibv_create_ah`.
 ///
 /// # Safety
@@ -55,6 +58,7 @@ fn wc_for_reply(wc: &ibv_wc) -> WorkCompletion {
     }
 }
 
+symver!(ibv_init_ah_from_wc => "IBVERBS_1.1");
 /// `ibv_init_ah_from_wc`: the address vector of a reply to the UD receive `wc`, whose
 /// receive buffer starts with `grh` (read only when `wc` has `IBV_WC_GRH`); see
 /// `AhAttr::reply_to`. 0, or -1 with `errno` (`ENOENT`: no GID of ours matches the
@@ -97,6 +101,7 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
     }
 }
 
+symver!(ibv_create_ah_from_wc => "IBVERBS_1.1");
 /// `ibv_create_ah_from_wc`: [`ibv_init_ah_from_wc`] on `pd`'s context, then
 /// [`ibv_create_ah`]; NULL with `errno` when either fails.
 ///
@@ -120,6 +125,7 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
     unsafe { ibv_create_ah(pd, attr.as_mut_ptr()) }
 }
 
+symver!(ibv_destroy_ah => "IBVERBS_1.1");
 /// `ibv_destroy_ah`.
 ///
 /// # Safety

@@ -2,6 +2,7 @@
 
 use super::*;
 
+symver!(ibv_get_async_event => "IBVERBS_1.1");
 /// `ibv_get_async_event`: blocks for the next event (returns -1 with `EAGAIN` at once when
 /// the caller made `async_fd` non-blocking and none is there); -1 with errno on failure.
 ///
@@ -77,6 +78,7 @@ fn async_kind(t: u32) -> Option<AsyncKind> {
     }
 }
 
+symver!(ibv_ack_async_event => "IBVERBS_1.1");
 /// `ibv_ack_async_event`: acknowledges an event of [`ibv_get_async_event`]; a destroy of its
 /// CQ, QP or SRQ waiting for it returns once all of that object's events are acknowledged.
 ///

@@ -11,6 +11,9 @@ pub struct CChannel {
     pub ch: Arc<CompChannel>,
 }
 
+from_c!(CChannel => ibv_comp_channel, "ibv_comp_channel");
+
+symver!(ibv_create_comp_channel => "IBVERBS_1.0");
 /// `ibv_create_comp_channel`. Its fd blocks, as libibverbs' does (a caller may make it
 /// non-blocking with `fcntl`).
 ///
@@ -37,6 +40,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
     Box::into_raw(b).cast()
 }
 
+symver!(ibv_destroy_comp_channel => "IBVERBS_1.0");
 /// `ibv_destroy_comp_channel`: `EBUSY` while CQs use it.
 ///
 /// # Safety

@@ -12,6 +12,13 @@ pub struct CContext {
     pub ctx: Arc<Context>,
 }
 
+// The ibv_context is the first field of the verbs_context, CContext's first field.
+from_c!(
+    CContext => ibv_context, "ibv_context",
+    offset_of!(CContext, vctx) + offset_of!(verbs_context, context)
+);
+
+symver!(ibv_open_device => "IBVERBS_1.1");
 /// `ibv_open_device`.
 ///
 /// # Safety
@@ -36,8 +43,8 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
     let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
     vctx.query_port = Some(query_port_op);
     vctx.query_device_ex = Some(query_device_ex_op);
-    vctx.create_qp_ex = Some(crate::qp_ex::create_qp_ex_op);
-    vctx.create_cq_ex = Some(crate::cq_ex::create_cq_ex_op);
+    vctx.create_qp_ex = Some(super::qp_ex::create_qp_ex_op);
+    vctx.create_cq_ex = Some(super::cq_ex::create_cq_ex_op);
     vctx.sz = size_of::<verbs_context>();
     let c = &mut vctx.context;
     c.device = device;
@@ -46,9 +53,9 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
     c.ops.post_send = Some(post_send_op);
     c.ops.post_recv = Some(post_recv_op);
     c.ops.post_srq_recv = Some(post_srq_recv_op);
-    c.ops.alloc_mw = Some(crate::mw::alloc_mw_op);
-    c.ops.bind_mw = Some(crate::mw::bind_mw_op);
-    c.ops.dealloc_mw = Some(crate::mw::dealloc_mw_op);
+    c.ops.alloc_mw = Some(super::mw::alloc_mw_op);
+    c.ops.bind_mw = Some(super::mw::bind_mw_op);
+    c.ops.dealloc_mw = Some(super::mw::dealloc_mw_op);
     c.cmd_fd = ctx.cmd_fd().as_raw_fd();
     c.async_fd = ctx.async_fd().as_raw_fd();
     c.num_comp_vectors = ctx.num_comp_vectors() as c_int;
@@ -61,6 +68,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
     unsafe { &raw mut (*(*b).vctx.get()).context }
 }
 
+symver!(ibv_close_device => "IBVERBS_1.1");
 /// `ibv_close_device`: 0. Objects still open on the context keep the kernel context alive
 /// until they are destroyed (rverbs objects hold their parents).
 ///
@@ -76,6 +84,7 @@ pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
     0
 }
 
+symver!(ibv_query_device => "IBVERBS_1.1");
 /// `ibv_query_device`: positive errno on failure.
 ///
 /// # Safety
@@ -260,6 +269,7 @@ unsafe extern "C" fn query_port_op(
     unsafe { query_port_into(context, port, attr.cast(), len) }
 }
 
+symver!(ibv_query_port => "IBVERBS_1.1");
 /// `ibv_query_port@IBVERBS_1.1`: the exported form, which fills the older, shorter
 /// `struct _compat_ibv_port_attr` (no `port_cap_flags2`).
 ///
@@ -275,6 +285,7 @@ pub unsafe extern "C" fn ibv_query_port(
     unsafe { query_port_into(context, port, attr.cast(), COMPAT_PORT_ATTR_SIZE) }
 }
 
+symver!(ibv_query_gid => "IBVERBS_1.1");
 /// `ibv_query_gid`: 0, or -1 with errno; an empty slot reads as the zero GID.
 ///
 /// # Safety
@@ -316,6 +327,7 @@ fn in_table(c: &CContext, port: u8, index: c_int) -> bool {
         .is_ok_and(|p| (index as u32) < p.gid_tbl_len)
 }
 
+symver!(ibv_query_gid_type => "IBVERBS_PRIVATE_34");
 /// `ibv_query_gid_type` (IBVERBS_PRIVATE): `IBV_GID_TYPE_SYSFS_IB_ROCE_V1` (0) or
 /// `IBV_GID_TYPE_SYSFS_ROCE_V2` (1); -1 with errno for an empty or bad slot.
 ///
@@ -344,6 +356,7 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     }
 }
 
+symver!(ibv_query_pkey => "IBVERBS_1.1");
 /// `ibv_query_pkey`: P_Key `index` of `port` (big-endian) from sysfs; 0 or -1.
 ///
 /// # Safety
@@ -378,6 +391,7 @@ pub unsafe extern "C" fn ibv_query_pkey(
     }
 }
 
+symver!(ibv_read_sysfs_file => "IBVERBS_1.0");
 /// `ibv_read_sysfs_file(dir, file, buf, size)`: reads `dir/file` into `buf` (NUL-terminated,
 /// a trailing newline removed); returns the length, or -1.
 ///
@@ -427,6 +441,7 @@ fn gid_entry(g: &rverbs_uverbs::gid::GidEntry) -> ibv_gid_entry {
     }
 }
 
+symver!(_ibv_query_gid_ex => "IBVERBS_1.11");
 /// `_ibv_query_gid_ex` (the inline `ibv_query_gid_ex`): 0, `ENODATA` for an empty slot, or
 /// another positive errno. `flags` must be 0.
 ///
@@ -457,6 +472,7 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     }
 }
 
+symver!(_ibv_query_gid_table => "IBVERBS_1.11");
 /// `_ibv_query_gid_table` (the inline `ibv_query_gid_table`): the number of valid entries
 /// written, or a negative errno.
 ///
@@ -489,6 +505,7 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     table.len() as isize
 }
 
+symver!(ibv_get_pkey_index => "IBVERBS_1.5");
 /// `ibv_get_pkey_index`: the index of `pkey` (big-endian) in the port's table, or -1.
 ///
 /// # Safety
@@ -512,6 +529,7 @@ pub unsafe extern "C" fn ibv_get_pkey_index(
     -1
 }
 
+symver!(ibv_get_sysfs_path => "IBVERBS_1.0");
 /// `ibv_get_sysfs_path`: `/sys`.
 ///
 /// # Safety
@@ -525,4 +543,28 @@ pub unsafe extern "C" fn ibv_get_sysfs_path(buf: *mut c_char, size: usize) -> c_
     // SAFETY: [buf] buf has size >= SYS.len() writable bytes.
     unsafe { ptr::copy_nonoverlapping(SYS.as_ptr(), buf.cast::<u8>(), SYS.len()) };
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::MaybeUninit;
+    use std::ptr::addr_of;
+
+    use super::*;
+
+    #[test]
+    fn context_offset_leads_back_to_its_owner() {
+        let m = MaybeUninit::<CContext>::uninit();
+        let owner = m.as_ptr().cast_mut();
+        // SAFETY: addr_of! and raw_get only compute addresses inside the (uninitialised)
+        // allocation; nothing is read and no reference is formed.
+        let c = unsafe { addr_of!((*UnsafeCell::raw_get(addr_of!((*owner).vctx))).context) };
+        let c = c.cast_mut();
+        assert_eq!(CContext::owner_ptr(c), owner);
+        assert_ne!(
+            c.cast::<u8>(),
+            owner.cast::<u8>(),
+            "the context is not the first byte"
+        );
+    }
 }

@@ -13,10 +13,12 @@ pub struct CCq {
     /// The rverbs CQ.
     pub cq: Arc<Cq>,
     /// The extended CQ's polling state (`ibv_create_cq_ex` only, set once at creation).
-    pub ex: OnceLock<Box<crate::cq_ex::CqEx>>,
+    pub ex: OnceLock<Box<super::cq_ex::CqEx>>,
     /// Completion and async events handed to C and acknowledged: destroy waits for them.
     pub(super) events: EventCount,
 }
+
+from_c!(CCq => ibv_cq, "ibv_cq");
 
 impl CCq {
     /// The C structure (\[c-struct\]: for raw reads and writes only).
@@ -25,6 +27,7 @@ impl CCq {
     }
 }
 
+symver!(ibv_create_cq => "IBVERBS_1.1");
 /// `ibv_create_cq`.
 ///
 /// # Safety
@@ -98,6 +101,7 @@ impl CCq {
     }
 }
 
+symver!(ibv_resize_cq => "IBVERBS_1.1");
 /// `ibv_resize_cq`.
 ///
 /// # Safety
@@ -119,6 +123,7 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
     }
 }
 
+symver!(ibv_destroy_cq => "IBVERBS_1.1");
 /// `ibv_destroy_cq`: `EBUSY` while a QP uses it. Waits until every completion and async
 /// event delivered for the CQ was acknowledged (`ibv_ack_cq_events`,
 /// `ibv_ack_async_event`), as libibverbs does.
@@ -150,6 +155,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     0
 }
 
+symver!(ibv_get_cq_event => "IBVERBS_1.1");
 /// `ibv_get_cq_event`: reads one event from the channel (blocking unless the caller made
 /// the fd non-blocking); 0, or -1 with errno. The CQ stays valid until the event is
 /// acknowledged ([`ibv_ack_cq_events`]): destroying it waits for that.
@@ -200,6 +206,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     0
 }
 
+symver!(ibv_ack_cq_events => "IBVERBS_1.1");
 /// `ibv_ack_cq_events`: acknowledges `nevents` events of `cq` (a destroy waiting for them
 /// returns once all are).
 ///

@@ -16,6 +16,8 @@ pub struct CDevice {
     pub dev: Device,
 }
 
+from_c!(CDevice => ibv_device, "ibv_device");
+
 struct DevPtr(*mut CDevice);
 // SAFETY: the pointee is immutable after creation and never freed; Device is Send + Sync.
 unsafe impl Send for DevPtr {}
@@ -42,6 +44,7 @@ pub(crate) fn new_device(dev: Device) -> *mut CDevice {
     }))
 }
 
+symver!(ibv_get_device_list => "IBVERBS_1.1");
 /// `ibv_get_device_list`: a NULL-terminated array of the RDMA devices (free it with
 /// [`ibv_free_device_list`]). NULL and `errno` when the device scan fails.
 ///
@@ -94,6 +97,7 @@ pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *m
     list
 }
 
+symver!(ibv_free_device_list => "IBVERBS_1.1");
 /// `ibv_free_device_list`.
 ///
 /// # Safety
@@ -104,6 +108,7 @@ pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
     unsafe { libc::free(list.cast()) };
 }
 
+symver!(ibv_get_device_name => "IBVERBS_1.1");
 /// `ibv_get_device_name`.
 ///
 /// # Safety
@@ -118,6 +123,7 @@ pub unsafe extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const 
     unsafe { (&raw const (*device).name).cast() }
 }
 
+symver!(ibv_get_device_guid => "IBVERBS_1.1");
 /// `ibv_get_device_guid`: the node GUID, big-endian.
 ///
 /// # Safety
@@ -134,6 +140,7 @@ pub unsafe extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> u64 {
     }
 }
 
+symver!(ibv_get_device_index => "IBVERBS_1.9");
 /// `ibv_get_device_index`: the kernel's device index, -1 when unknown.
 ///
 /// # Safety

@@ -21,6 +21,7 @@ pub(crate) fn ah_from_kern(a: &rverbs_cm::abi::ib_uverbs_ah_attr) -> ibv_ah_attr
     }
 }
 
+symver!(ibv_copy_ah_attr_from_kern => "IBVERBS_1.1");
 /// `ibv_copy_ah_attr_from_kern`: `struct ib_uverbs_ah_attr` to `ibv_ah_attr`.
 ///
 /// # Safety
@@ -34,6 +35,7 @@ pub unsafe extern "C" fn ibv_copy_ah_attr_from_kern(
     unsafe { dst.write(ah_from_kern(&src.read_unaligned())) };
 }
 
+symver!(ibv_copy_qp_attr_from_kern => "IBVERBS_1.0");
 /// `ibv_copy_qp_attr_from_kern`: `struct ib_uverbs_qp_attr` to `ibv_qp_attr`.
 ///
 /// # Safety
@@ -85,6 +87,7 @@ fn qp_attr_from_kern(k: &rverbs_cm::abi::ib_uverbs_qp_attr) -> ibv_qp_attr {
     }
 }
 
+symver!(ibv_copy_path_rec_from_kern => "IBVERBS_1.0");
 /// `ibv_copy_path_rec_from_kern`: `struct ib_user_path_rec` to `ibv_sa_path_rec`.
 ///
 /// # Safety
@@ -122,6 +125,7 @@ pub unsafe extern "C" fn ibv_copy_path_rec_from_kern(
     unsafe { dst.write(o) };
 }
 
+symver!(ibv_copy_path_rec_to_kern => "IBVERBS_1.0");
 /// `ibv_copy_path_rec_to_kern`: `ibv_sa_path_rec` to `struct ib_user_path_rec`, the inverse
 /// of [`ibv_copy_path_rec_from_kern`].
 ///

@@ -31,20 +31,22 @@ use rverbs_uverbs::port::Mtu;
 use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::qp::{Qp, QpAttr, QpAttrMask, QpInit, QpState, QpType};
 use rverbs_uverbs::srq::{Srq, SrqAttr};
-use rverbs_uverbs::{
-    Error, RawWc, RecvWr, SendFlags, SendOp, SendWr, Sge, WcFlags, WorkCompletion,
-};
+use rverbs_uverbs::{RawWc, RecvWr, SendFlags, SendOp, SendWr, Sge, WcFlags, WorkCompletion};
 
 mod ah;
 mod async_event;
 mod channel;
 mod context;
 mod cq;
+mod cq_ex;
 mod device;
+mod dmabuf;
 mod kern;
 mod mr;
+mod mw;
 mod pd;
 mod qp;
+mod qp_ex;
 mod registry;
 mod srq;
 mod strings;
@@ -55,11 +57,15 @@ pub use async_event::*;
 pub use channel::*;
 pub use context::*;
 pub use cq::*;
+pub use cq_ex::*;
 pub use device::*;
+pub use dmabuf::*;
 pub use kern::*;
 pub use mr::*;
+pub use mw::*;
 pub use pd::*;
 pub use qp::*;
+pub use qp_ex::*;
 use registry::*;
 pub use srq::*;
 pub use strings::*;
@@ -67,53 +73,13 @@ pub use unsupported::*;
 
 use crate::abi::*;
 use crate::events::{add_to_c_counter, EventCount};
-use crate::handle::FromC;
+use crate::handle::{from_c, FromC};
 
 // ---------------------------------------------------------------------------------------
-// errno and diagnostics
+// errno and diagnostics (`crate::errno`, a leaf module: `handle.rs` needs them too)
 
-pub(crate) fn set_errno(e: c_int) {
-    // SAFETY: __errno_location returns the calling thread's errno slot (glibc and musl).
-    unsafe { *libc::__errno_location() = e };
-}
-
-/// The errno an rverbs error stands for: the kernel's when it gave one, else one chosen from
-/// the error's kind (bad argument `EINVAL`, not found `ENOENT`, unsupported `EOPNOTSUPP`).
-pub fn errno_of(e: &io::Error) -> c_int {
-    if let Some(n) = Error::errno_of(e) {
-        return n.raw_os_error();
-    }
-    if let Some(n) = e.raw_os_error() {
-        return n;
-    }
-    match e.kind() {
-        io::ErrorKind::NotFound => libc::ENOENT,
-        io::ErrorKind::Unsupported => libc::EOPNOTSUPP,
-        io::ErrorKind::OutOfMemory => libc::ENOMEM,
-        io::ErrorKind::WouldBlock => libc::EAGAIN,
-        io::ErrorKind::PermissionDenied => libc::EACCES,
-        _ => libc::EINVAL,
-    }
-}
-
-/// Reports `e` on stderr when `RVERBS_CAPI_LOG` is set (libibverbs' callers see only the
-/// errno; the message says which object and operation failed) and returns its errno.
-pub(crate) fn fail(e: &io::Error) -> c_int {
-    if std::env::var_os("RVERBS_CAPI_LOG").is_some() {
-        eprintln!("rverbs libibverbs: {e}");
-    }
-    errno_of(e)
-}
-
-/// A NULL object pointer where `what` was expected: logged as [`fail`] logs; `EINVAL`.
-#[cold]
-#[inline(never)]
-pub(crate) fn null_arg(what: &str) -> c_int {
-    fail(&io::Error::new(
-        io::ErrorKind::InvalidInput,
-        format!("NULL {what} pointer"),
-    ))
-}
+pub use crate::errno::errno_of;
+pub(crate) use crate::errno::{fail, null_arg, set_errno};
 
 /// Runs `f`, which writes fields of C-visible structures after their object's creation,
 /// while no other thread of this library does (\[c-struct\]: C's own reads of those fields

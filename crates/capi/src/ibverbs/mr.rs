@@ -11,9 +11,12 @@ pub struct CMr {
     pub mr: RawMr,
 }
 
+from_c!(CMr => ibv_mr, "ibv_mr");
+
 /// `IBV_ACCESS_OPTIONAL_RANGE`: access bits a device may ignore.
 const ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
 
+symver!(ibv_reg_mr => "IBVERBS_1.1");
 /// `ibv_reg_mr`.
 ///
 /// # Safety
@@ -30,6 +33,7 @@ pub unsafe extern "C" fn ibv_reg_mr(
     unsafe { ibv_reg_mr_iova2(pd, addr, length, addr as u64, access as c_uint) }
 }
 
+symver!(ibv_reg_mr_iova => "IBVERBS_1.7");
 /// `ibv_reg_mr_iova`: only `iova == addr` is supported (`EOPNOTSUPP` otherwise).
 ///
 /// # Safety
@@ -46,6 +50,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
     unsafe { ibv_reg_mr_iova2(pd, addr, length, iova, access as c_uint) }
 }
 
+symver!(ibv_reg_mr_iova2 => "IBVERBS_1.8");
 /// `ibv_reg_mr_iova2`: only `iova == addr` is supported (`EOPNOTSUPP` otherwise).
 ///
 /// # Safety
@@ -86,6 +91,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
     }
 }
 
+symver!(ibv_dereg_mr => "IBVERBS_1.1");
 /// `ibv_dereg_mr`: fails (EINVAL, the region kept) while a memory window is bound in it.
 ///
 /// # Safety

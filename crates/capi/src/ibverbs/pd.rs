@@ -11,6 +11,9 @@ pub struct CPd {
     pub pd: Arc<Pd>,
 }
 
+from_c!(CPd => ibv_pd, "ibv_pd");
+
+symver!(ibv_alloc_pd => "IBVERBS_1.1");
 /// `ibv_alloc_pd`.
 ///
 /// # Safety
@@ -47,6 +50,7 @@ impl CPd {
     }
 }
 
+symver!(ibv_dealloc_pd => "IBVERBS_1.1");
 /// `ibv_dealloc_pd`: `EBUSY` while MRs, QPs, SRQs or AHs still use it.
 ///
 /// # Safety

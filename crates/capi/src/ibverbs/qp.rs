@@ -2,6 +2,7 @@
 //! context's ops table.
 
 use super::*;
+use rverbs_uverbs::OpKind;
 
 /// An `ibv_qp` (inside an `ibv_qp_ex`, which begins with it) and its rverbs QP.
 #[repr(C)]
@@ -12,10 +13,12 @@ pub struct CQp {
     /// The rverbs QP.
     pub qp: Arc<Qp>,
     /// The extended send API's state (`ibv_create_qp_ex` only, set once at creation).
-    pub ex: OnceLock<Box<crate::qp_ex::QpEx>>,
+    pub ex: OnceLock<Box<super::qp_ex::QpEx>>,
     /// Async events handed to C and acknowledged: destroy waits for them.
     pub(super) events: EventCount,
 }
+
+from_c!(CQp => ibv_qp, "ibv_qp");
 
 impl CQp {
     /// The C structure (\[c-struct\]: for raw reads and writes only).
@@ -24,6 +27,7 @@ impl CQp {
     }
 }
 
+symver!(ibv_create_qp => "IBVERBS_1.1");
 /// `ibv_create_qp`: RC, UC and UD; writes the granted capabilities back into
 /// `init_attr.cap`.
 ///
@@ -285,6 +289,7 @@ pub(crate) unsafe fn modify_qp_with(qp: *mut ibv_qp, a: &QpAttr) -> c_int {
     }
 }
 
+symver!(ibv_modify_qp => "IBVERBS_1.1");
 /// `ibv_modify_qp`: positive errno on failure. Alternate paths, path migration, `IBV_QP_CAP`
 /// and rate limits are `EOPNOTSUPP`.
 ///
@@ -308,6 +313,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
     unsafe { modify_qp_with(qp, &qp_attr_from(a, mask)) }
 }
 
+symver!(ibv_query_qp => "IBVERBS_1.1");
 /// `ibv_query_qp`: fills every attribute (whatever `mask`) and `init_attr`.
 ///
 /// # Safety
@@ -337,6 +343,7 @@ pub unsafe extern "C" fn ibv_query_qp(
     }
 }
 
+symver!(ibv_destroy_qp => "IBVERBS_1.1");
 /// `ibv_destroy_qp`. Waits until every async event delivered for the QP was acknowledged
 /// (`ibv_ack_async_event`), as libibverbs does.
 ///
@@ -354,7 +361,43 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     0
 }
 
+/// One past the largest `IBV_WR_*` number of uverbs' operation kinds.
+const OPCODES: usize = {
+    let mut n = 0;
+    let mut i = 0;
+    while i < OpKind::ALL.len() {
+        let o = OpKind::ALL[i].wr_opcode() as usize;
+        if o >= n {
+            n = o + 1;
+        }
+        i += 1;
+    }
+    n
+};
+
+/// `IBV_WR_*` number → operation kind, made from uverbs' kinds ([`OpKind::wr_opcode`]): the
+/// numbers are written in one place, uverbs' `op.rs`.
+const KIND_OF_OPCODE: [Option<OpKind>; OPCODES] = {
+    let mut t = [None; OPCODES];
+    let mut i = 0;
+    while i < OpKind::ALL.len() {
+        let k = OpKind::ALL[i];
+        t[k.wr_opcode() as usize] = Some(k);
+        i += 1;
+    }
+    t
+};
+
+/// The operation kind of an `IBV_WR_*` number, `None` for a number no kind has.
+#[inline(always)]
+fn kind_of_opcode(opcode: u32) -> Option<OpKind> {
+    KIND_OF_OPCODE.get(opcode as usize).copied().flatten()
+}
+
 /// The rverbs operation of a C send request, or `None` for an opcode we do not carry.
+///
+/// The `match` lists every [`OpKind`] (no `_` arm): a new operation in uverbs does not
+/// compile here until this conversion says what `ibv_post_send` does with it.
 ///
 /// # Safety
 /// For UD QPs, `w.wr.ud.ah` is an AH of ours; for BIND_MW, `w.bind_mw` names a window and
@@ -362,44 +405,47 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
 unsafe fn send_op(w: &ibv_send_wr) -> Option<SendOp> {
     // SAFETY: reading a union of plain integers: every bit pattern is valid.
     let (rdma, atomic) = unsafe { (w.wr.rdma, w.wr.atomic) };
-    Some(match w.opcode {
-        0 => SendOp::RdmaWrite {
+    Some(match kind_of_opcode(w.opcode)? {
+        OpKind::RdmaWrite => SendOp::RdmaWrite {
             remote_addr: rdma.remote_addr,
             rkey: rdma.rkey,
         },
-        1 => SendOp::RdmaWriteWithImm {
+        OpKind::RdmaWriteWithImm => SendOp::RdmaWriteWithImm {
             remote_addr: rdma.remote_addr,
             rkey: rdma.rkey,
             imm: u32::from_be(w.imm_data),
         },
-        2 => SendOp::Send,
-        3 => SendOp::SendWithImm {
+        OpKind::Send => SendOp::Send,
+        OpKind::SendWithImm => SendOp::SendWithImm {
             imm: u32::from_be(w.imm_data),
         },
-        4 => SendOp::RdmaRead {
+        OpKind::RdmaRead => SendOp::RdmaRead {
             remote_addr: rdma.remote_addr,
             rkey: rdma.rkey,
         },
-        5 => SendOp::AtomicCmpSwp {
+        OpKind::AtomicCmpSwp => SendOp::AtomicCmpSwp {
             remote_addr: atomic.remote_addr,
             rkey: atomic.rkey,
             compare: atomic.compare_add,
             swap: atomic.swap,
         },
-        6 => SendOp::AtomicFetchAdd {
+        OpKind::AtomicFetchAdd => SendOp::AtomicFetchAdd {
             remote_addr: atomic.remote_addr,
             rkey: atomic.rkey,
             add: atomic.compare_add,
         },
-        7 => SendOp::LocalInv {
+        OpKind::LocalInv => SendOp::LocalInv {
             invalidate_rkey: w.imm_data,
         },
         // SAFETY: [wr] a BIND_MW request names an [object] window (and region).
-        8 => return unsafe { crate::mw::bind_op(w) },
-        9 => SendOp::SendWithInv {
+        OpKind::BindMw => return unsafe { super::mw::bind_op(w) },
+        OpKind::SendWithInv => SendOp::SendWithInv {
             invalidate_rkey: w.imm_data,
         },
-        _ => return None,
+        // `ibv_send_wr` has no operands for these (a FLUSH's type and level, the 8 bytes of
+        // an ATOMIC_WRITE): rdma-core posts them through the `ibv_wr_*` API only (librxe's
+        // `ibv_post_send` refuses them), so do we (`qp_ex.rs`).
+        OpKind::Flush | OpKind::AtomicWrite => return None,
     })
 }
 
@@ -541,4 +587,25 @@ pub(super) unsafe extern "C" fn post_recv_op(
     // SAFETY: [registered] [wr] the SGEs name registered memory that stays valid
     // until the completions are polled.
     unsafe { post_recv_list(wr, bad, |w| q.qp.post_recv_raw(w)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opcodes_are_uverbs_kinds_and_nothing_else() {
+        for k in OpKind::ALL {
+            assert_eq!(kind_of_opcode(k.wr_opcode()), Some(k), "{k}");
+        }
+        // rdma-core's numbers (enum ibv_wr_opcode of verbs.h).
+        assert_eq!(kind_of_opcode(0), Some(OpKind::RdmaWrite));
+        assert_eq!(kind_of_opcode(2), Some(OpKind::Send));
+        assert_eq!(kind_of_opcode(9), Some(OpKind::SendWithInv));
+        assert_eq!(kind_of_opcode(15), Some(OpKind::AtomicWrite));
+        // IBV_WR_TSO, IBV_WR_DRIVER1, gaps, past the end.
+        for n in [10, 11, 12, 13, 16, 255, u32::MAX] {
+            assert_eq!(kind_of_opcode(n), None, "{n}");
+        }
+    }
 }

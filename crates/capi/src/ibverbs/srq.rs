@@ -13,6 +13,9 @@ pub struct CSrq {
     pub(super) events: EventCount,
 }
 
+from_c!(CSrq => ibv_srq, "ibv_srq");
+
+symver!(ibv_create_srq => "IBVERBS_1.1");
 /// `ibv_create_srq`; writes the granted sizes back into `attr.attr`.
 ///
 /// # Safety
@@ -57,6 +60,7 @@ pub unsafe extern "C" fn ibv_create_srq(
     p.cast()
 }
 
+symver!(ibv_modify_srq => "IBVERBS_1.1");
 /// `ibv_modify_srq`: only the limit (`IBV_SRQ_LIMIT`) can change; `IBV_SRQ_MAX_WR` (resize)
 /// is `EOPNOTSUPP`.
 ///
@@ -85,6 +89,7 @@ pub unsafe extern "C" fn ibv_modify_srq(
     0
 }
 
+symver!(ibv_query_srq => "IBVERBS_1.1");
 /// `ibv_query_srq`.
 ///
 /// # Safety
@@ -109,6 +114,7 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_att
     }
 }
 
+symver!(ibv_destroy_srq => "IBVERBS_1.1");
 /// `ibv_destroy_srq`: `EBUSY` while a QP uses it. Waits until every async event delivered
 /// for the SRQ was acknowledged (`ibv_ack_async_event`), as libibverbs does.
 ///

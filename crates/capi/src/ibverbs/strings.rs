@@ -32,6 +32,7 @@ const RATES: &[(c_int, c_int, c_int)] = &[
     (24, 480, 1275000),
 ];
 
+symver!(ibv_rate_to_mult => "IBVERBS_1.0");
 /// `ibv_rate_to_mult`: the rate as a multiple of 2.5 Gb/s; -1 for `IBV_RATE_MAX`, unknown
 /// values and the rates libibverbs gives no multiple for.
 #[no_mangle]
@@ -39,6 +40,7 @@ pub extern "C" fn ibv_rate_to_mult(rate: c_int) -> c_int {
     RATES.iter().find(|r| r.0 == rate).map_or(-1, |r| r.1)
 }
 
+symver!(mult_to_ibv_rate => "IBVERBS_1.0");
 /// `mult_to_ibv_rate`: the inverse of [`ibv_rate_to_mult`]; `IBV_RATE_MAX` (0) for a
 /// multiple no rate has.
 #[no_mangle]
@@ -49,18 +51,21 @@ pub extern "C" fn mult_to_ibv_rate(mult: c_int) -> c_int {
         .map_or(0, |r| r.0)
 }
 
+symver!(ibv_rate_to_mbps => "IBVERBS_1.1");
 /// `ibv_rate_to_mbps`: the rate in Mb/s; -1 for `IBV_RATE_MAX` and unknown values.
 #[no_mangle]
 pub extern "C" fn ibv_rate_to_mbps(rate: c_int) -> c_int {
     RATES.iter().find(|r| r.0 == rate).map_or(-1, |r| r.2)
 }
 
+symver!(mbps_to_ibv_rate => "IBVERBS_1.1");
 /// `mbps_to_ibv_rate`: the rate whose Mb/s is exactly `mbps`; `IBV_RATE_MAX` (0) otherwise.
 #[no_mangle]
 pub extern "C" fn mbps_to_ibv_rate(mbps: c_int) -> c_int {
     RATES.iter().find(|r| r.2 == mbps).map_or(0, |r| r.0)
 }
 
+symver!(ibv_fork_init => "IBVERBS_1.1");
 /// `ibv_fork_init`: 0 (the kernels rverbs runs on keep registered memory intact across
 /// fork, so nothing has to be done).
 #[no_mangle]
@@ -68,6 +73,7 @@ pub extern "C" fn ibv_fork_init() -> c_int {
     0
 }
 
+symver!(ibv_is_fork_initialized => "IBVERBS_1.13");
 /// `ibv_is_fork_initialized`: `IBV_FORK_UNNEEDED` (2).
 #[no_mangle]
 pub extern "C" fn ibv_is_fork_initialized() -> c_int {
@@ -109,12 +115,14 @@ fn pick(table: &[&'static CStr], i: c_int) -> *const c_char {
         .map_or(c"unknown".as_ptr(), |s| s.as_ptr())
 }
 
+symver!(ibv_wc_status_str => "IBVERBS_1.1");
 /// `ibv_wc_status_str`.
 #[no_mangle]
 pub extern "C" fn ibv_wc_status_str(status: c_int) -> *const c_char {
     pick(WC_STATUS, status)
 }
 
+symver!(ibv_node_type_str => "IBVERBS_1.1");
 /// `ibv_node_type_str`.
 #[no_mangle]
 pub extern "C" fn ibv_node_type_str(node_type: c_int) -> *const c_char {
@@ -131,6 +139,7 @@ pub extern "C" fn ibv_node_type_str(node_type: c_int) -> *const c_char {
     pick(T, node_type)
 }
 
+symver!(ibv_port_state_str => "IBVERBS_1.1");
 /// `ibv_port_state_str`.
 #[no_mangle]
 pub extern "C" fn ibv_port_state_str(state: c_int) -> *const c_char {
@@ -145,6 +154,7 @@ pub extern "C" fn ibv_port_state_str(state: c_int) -> *const c_char {
     pick(T, state)
 }
 
+symver!(ibv_event_type_str => "IBVERBS_1.1");
 /// `ibv_event_type_str`.
 #[no_mangle]
 pub extern "C" fn ibv_event_type_str(event: c_int) -> *const c_char {

@@ -4,9 +4,11 @@
 use super::*;
 
 /// Declares `extern "C"` functions that report `EOPNOTSUPP` the way their rdma-core
-/// counterparts report failure (NULL + errno, or the given return value + errno).
+/// counterparts report failure (NULL + errno, or the given return value + errno), each with
+/// its symbol version (`"VERSION" fn name(…) -> type = failure;`).
 macro_rules! unsupported {
-    ($($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),*) -> $r:ty = $fail:expr;)*) => {$(
+    ($($(#[$m:meta])* $ver:literal fn $name:ident($($a:ident: $t:ty),*) -> $r:ty = $fail:expr;)*) => {$(
+        symver!($name => $ver);
         $(#[$m])*
         ///
         /// Not supported by rverbs: fails with `EOPNOTSUPP` (docs/capi.md).
@@ -23,27 +25,28 @@ macro_rules! unsupported {
 
 unsupported! {
     /// `ibv_rereg_mr` (returns `IBV_REREG_MR_ERR_INPUT`).
-    fn ibv_rereg_mr(mr: *mut ibv_mr, flags: c_int, pd: *mut ibv_pd, addr: *mut c_void, len: usize, access: c_int) -> c_int = -1;
+    "IBVERBS_1.1" fn ibv_rereg_mr(mr: *mut ibv_mr, flags: c_int, pd: *mut ibv_pd, addr: *mut c_void, len: usize, access: c_int) -> c_int = -1;
     /// `ibv_import_device`.
-    fn ibv_import_device(fd: c_int) -> *mut ibv_context = null_mut();
+    "IBVERBS_1.10" fn ibv_import_device(fd: c_int) -> *mut ibv_context = null_mut();
     /// `ibv_import_pd`.
-    fn ibv_import_pd(ctx: *mut ibv_context, handle: u32) -> *mut ibv_pd = null_mut();
+    "IBVERBS_1.10" fn ibv_import_pd(ctx: *mut ibv_context, handle: u32) -> *mut ibv_pd = null_mut();
     /// `ibv_unimport_pd`.
-    fn ibv_unimport_pd(pd: *mut ibv_pd) -> () = ();
+    "IBVERBS_1.10" fn ibv_unimport_pd(pd: *mut ibv_pd) -> () = ();
     /// `ibv_import_mr`.
-    fn ibv_import_mr(pd: *mut ibv_pd, handle: u32) -> *mut ibv_mr = null_mut();
+    "IBVERBS_1.10" fn ibv_import_mr(pd: *mut ibv_pd, handle: u32) -> *mut ibv_mr = null_mut();
     /// `ibv_unimport_mr`.
-    fn ibv_unimport_mr(mr: *mut ibv_mr) -> () = ();
+    "IBVERBS_1.10" fn ibv_unimport_mr(mr: *mut ibv_mr) -> () = ();
     /// `ibv_import_dm`.
-    fn ibv_import_dm(ctx: *mut ibv_context, handle: u32) -> *mut c_void = null_mut();
+    "IBVERBS_1.13" fn ibv_import_dm(ctx: *mut ibv_context, handle: u32) -> *mut c_void = null_mut();
     /// `ibv_unimport_dm`.
-    fn ibv_unimport_dm(dm: *mut c_void) -> () = ();
+    "IBVERBS_1.13" fn ibv_unimport_dm(dm: *mut c_void) -> () = ();
     /// `ibv_query_ece`.
-    fn ibv_query_ece(qp: *mut ibv_qp, ece: *mut c_void) -> c_int = libc::EOPNOTSUPP;
+    "IBVERBS_1.10" fn ibv_query_ece(qp: *mut ibv_qp, ece: *mut c_void) -> c_int = libc::EOPNOTSUPP;
     /// `ibv_set_ece`.
-    fn ibv_set_ece(qp: *mut ibv_qp, ece: *mut c_void) -> c_int = libc::EOPNOTSUPP;
+    "IBVERBS_1.10" fn ibv_set_ece(qp: *mut ibv_qp, ece: *mut c_void) -> c_int = libc::EOPNOTSUPP;
 }
 
+symver!(ibv_attach_mcast => "IBVERBS_1.1");
 /// `ibv_attach_mcast`: attaches the UD QP to the multicast group `gid` / `lid`
 /// ([`Qp::attach_mcast`]); 0 or an errno (`EINVAL` for a QP that is not UD, a GID that is not
 /// multicast, NULL arguments). Attaching twice is one attachment, as in the kernel.
@@ -56,6 +59,7 @@ pub unsafe extern "C" fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, 
     unsafe { mcast(qp, gid, lid, true) }
 }
 
+symver!(ibv_detach_mcast => "IBVERBS_1.1");
 /// `ibv_detach_mcast`: detaches the QP from the group ([`Qp::detach_mcast`]); `EINVAL` for a
 /// group it is not attached to.
 ///
@@ -89,6 +93,7 @@ unsafe fn mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16, attach: bool) ->
     }
 }
 
+symver!(ibv_query_qp_data_in_order => "IBVERBS_1.14");
 /// `ibv_query_qp_data_in_order`: 0 (no in-order guarantee is promised).
 ///
 /// # Safety
@@ -108,9 +113,12 @@ pub unsafe extern "C" fn ibv_query_qp_data_in_order(
 /// `rverbs-provider`), so none of them is ever reached through a device of ours: a call
 /// fails with `EOPNOTSUPP` (or NULL, or does nothing, for the pointer and void ones). They
 /// are declared without parameters; on the C ABIs rverbs supports the caller's arguments
-/// are then simply ignored.
+/// are then simply ignored. All are in rdma-core 44's private version node.
 macro_rules! provider_entry_points {
     (int: $($i:ident),*; ptr: $($p:ident),*; void: $($v:ident),*;) => {
+        $(symver!($i => "IBVERBS_PRIVATE_34");)*
+        $(symver!($p => "IBVERBS_PRIVATE_34");)*
+        $(symver!($v => "IBVERBS_PRIVATE_34");)*
         $(
             #[doc = concat!("`", stringify!($i), "` (provider interface): `EOPNOTSUPP`.")]
             #[no_mangle]
@@ -141,6 +149,7 @@ provider_entry_points! {
     void: __verbs_log, verbs_init_cq, verbs_set_ops, verbs_uninit_context;
 }
 
+symver!(verbs_register_driver_34 => "IBVERBS_PRIVATE_34");
 /// `verbs_register_driver_34`: called by each rdma-core provider library's constructor when
 /// it is loaded. The registration is ignored: devices are served by rverbs' own providers.
 ///
@@ -149,10 +158,12 @@ provider_entry_points! {
 #[no_mangle]
 pub unsafe extern "C" fn verbs_register_driver_34(_ops: *const c_void) {}
 
+symver!(verbs_allow_disassociate_destroy => "IBVERBS_PRIVATE_34");
 /// `verbs_allow_disassociate_destroy` (a flag providers read): false.
 #[no_mangle]
 pub static verbs_allow_disassociate_destroy: bool = false;
 
+symver!(ibv_dontfork_range => "IBVERBS_1.1");
 /// `ibv_dontfork_range`: 0 (nothing to do, see [`ibv_fork_init`]).
 ///
 /// # Safety
@@ -162,6 +173,7 @@ pub unsafe extern "C" fn ibv_dontfork_range(_base: *mut c_void, _size: usize) ->
     0
 }
 
+symver!(ibv_dofork_range => "IBVERBS_1.1");
 /// `ibv_dofork_range`: 0 (nothing to do, see [`ibv_fork_init`]).
 ///
 /// # Safety
@@ -173,5 +185,5 @@ pub unsafe extern "C" fn ibv_dofork_range(_base: *mut c_void, _size: usize) -> c
 
 unsupported! {
     /// `ibv_resolve_eth_l2_from_gid`.
-    fn ibv_resolve_eth_l2_from_gid(ctx: *mut ibv_context, attr: *mut c_void, mac: *mut u8, vid: *mut u16) -> c_int = libc::EOPNOTSUPP;
+    "IBVERBS_1.1" fn ibv_resolve_eth_l2_from_gid(ctx: *mut ibv_context, attr: *mut c_void, mac: *mut u8, vid: *mut u16) -> c_int = libc::EOPNOTSUPP;
 }

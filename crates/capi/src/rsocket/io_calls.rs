@@ -181,6 +181,7 @@ fn send_on(s: &RSocket, bufs: &[&[u8]], flags: c_int) -> ssize_t {
     }
 }
 
+symver!(rrecv => "RDMACM_1.0");
 /// `rrecv`: up to `len` bytes into `buf`; 0 at the end of the stream. Flags: `MSG_DONTWAIT`
 /// (as `O_NONBLOCK`: -1 and `EAGAIN` when nothing is there), `MSG_WAITALL` (blocking: wait
 /// for `len` bytes or the end); `MSG_PEEK`, `MSG_OOB`: `EOPNOTSUPP`. -1 and `EBADF`,
@@ -204,6 +205,7 @@ pub unsafe extern "C" fn rrecv(
     }
 }
 
+symver!(rread => "RDMACM_1.0");
 /// `rread`: `rrecv` without flags.
 ///
 /// # Safety
@@ -214,6 +216,7 @@ pub unsafe extern "C" fn rread(socket: c_int, buf: *mut c_void, count: size_t) -
     unsafe { rrecv(socket, buf, count, 0) }
 }
 
+symver!(rrecvfrom => "RDMACM_1.0");
 /// `rrecvfrom`: `rrecv`, and the peer's address in `(src_addr, *addrlen)` when `src_addr`
 /// is not NULL (`EFAULT` without `addrlen`).
 ///
@@ -243,6 +246,7 @@ pub unsafe extern "C" fn rrecvfrom(
     n
 }
 
+symver!(rreadv => "RDMACM_1.0");
 /// `rreadv`: `rrecv` into `iovcnt` buffers. -1 and `EINVAL` (`iovcnt` negative or above
 /// 1024, lengths summing past `SSIZE_MAX`), `EFAULT` (NULL `iov` or entry), as `rrecv`.
 ///
@@ -289,6 +293,7 @@ unsafe fn msg_iovecs(msg: *const msghdr, what: &str) -> Result<Vec<(*mut u8, usi
     })
 }
 
+symver!(rrecvmsg => "RDMACM_1.0");
 /// `rrecvmsg`: `rreadv` of `msg`'s iovecs with `flags`; no control data (`EOPNOTSUPP`).
 ///
 /// # Safety
@@ -307,6 +312,7 @@ pub unsafe extern "C" fn rrecvmsg(socket: c_int, msg: *mut msghdr, flags: c_int)
     }
 }
 
+symver!(rsend => "RDMACM_1.0");
 /// `rsend`: posts `len` bytes of `buf`; blocking, returns once all are posted;
 /// non-blocking (`MSG_DONTWAIT` or `O_NONBLOCK`), what fit (-1 and `EAGAIN` if nothing).
 /// -1 and `EBADF`, `EFAULT`, `EINVAL`, `ENOTCONN`, `EPIPE` (shut down for writing, or the
@@ -329,6 +335,7 @@ pub unsafe extern "C" fn rsend(
     }
 }
 
+symver!(rwrite => "RDMACM_1.0");
 /// `rwrite`: `rsend` without flags.
 ///
 /// # Safety
@@ -339,6 +346,7 @@ pub unsafe extern "C" fn rwrite(socket: c_int, buf: *const c_void, count: size_t
     unsafe { rsend(socket, buf, count, 0) }
 }
 
+symver!(rsendto => "RDMACM_1.0");
 /// `rsendto`: `rsend`; a destination address is refused with `EISCONN` (a stream rsocket is
 /// connected), as rsockets does.
 ///
@@ -360,6 +368,7 @@ pub unsafe extern "C" fn rsendto(
     unsafe { rsend(socket, buf, len, flags) }
 }
 
+symver!(rwritev => "RDMACM_1.0");
 /// `rwritev`: `rsend` of `iovcnt` buffers. Errors as [`rreadv`]'s and [`rsend`]'s.
 ///
 /// # Safety
@@ -375,6 +384,7 @@ pub unsafe extern "C" fn rwritev(socket: c_int, iov: *const iovec, iovcnt: c_int
     }
 }
 
+symver!(rsendmsg => "RDMACM_1.0");
 /// `rsendmsg`: `rwritev` of `msg`'s iovecs with `flags`; no control data (`EOPNOTSUPP`);
 /// `msg_name` is ignored, as by rsockets.
 ///
@@ -399,6 +409,7 @@ pub(crate) struct CMap {
     _map: Option<RawIoMap>,
 }
 
+symver!(riomap => "RDMACM_1.0");
 /// `riomap`: maps the caller's `(buf, len)` for the peer's `riowrite`s at offsets `offset ..
 /// offset + len` (`offset` -1: the address of `buf`), returning the offset. With
 /// `PROT_WRITE` the memory is registered for remote writes and takes one entry of the peer's
@@ -479,6 +490,7 @@ pub unsafe extern "C" fn riomap(
     offset as libc::off_t
 }
 
+symver!(riounmap => "RDMACM_1.0");
 /// `riounmap`: ends the mapping `riomap` made of exactly `(buf, len)`: the memory is
 /// deregistered (a write the peer still makes fails, and ends the connection at its side)
 /// and its entry of the peer's table is free for the next `riomap`. The peer is not told,
@@ -509,6 +521,7 @@ pub unsafe extern "C" fn riounmap(socket: c_int, buf: *mut c_void, len: size_t) 
     0
 }
 
+symver!(riowrite => "RDMACM_1.0");
 /// `riowrite`: writes `count` bytes of `buf` into the peer's mapping at `offset` (RDMA
 /// WRITEs straight into the buffer the peer's `riomap` mapped there; the peer gets no
 /// message). Returns the bytes posted: all of them blocking; non-blocking (`O_NONBLOCK` or

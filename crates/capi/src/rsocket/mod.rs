@@ -319,6 +319,7 @@ fn unspecified(domain: c_int) -> SocketAddr {
 // ---------------------------------------------------------------------------------------
 // Life cycle
 
+symver!(rsocket => "RDMACM_1.0");
 /// `rsocket`: a new rsocket of `domain` (`AF_INET`, `AF_INET6`) and `type` `SOCK_STREAM`
 /// (with `SOCK_NONBLOCK`, `SOCK_CLOEXEC` allowed; rsockets are always close-on-exec), protocol
 /// 0 or `IPPROTO_TCP`. -1 and `EAFNOSUPPORT`, `ESOCKTNOSUPPORT` (datagram rsockets are not
@@ -372,6 +373,7 @@ fn open(domain: c_int, nonblocking: bool) -> io::Result<c_int> {
     Ok(n)
 }
 
+symver!(rclose => "RDMACM_1.0");
 /// `rclose`: closes the rsocket (a connected one sends its DISCONNECT, as `rshutdown`
 /// `SHUT_RDWR`, once no other call uses it). -1 and `EBADF` for a number that is no open
 /// rsocket (a second `rclose` included).
@@ -395,6 +397,7 @@ pub unsafe extern "C" fn rclose(socket: c_int) -> c_int {
     }
 }
 
+symver!(rbind => "RDMACM_1.0");
 /// `rbind`: the local address for `rlisten` or `rconnect`. -1 and `EBADF`, `EFAULT` (NULL
 /// address), `EINVAL` (short length, or already bound, listening or connected),
 /// `EAFNOSUPPORT`.
@@ -419,6 +422,7 @@ pub unsafe extern "C" fn rbind(socket: c_int, addr: *const sockaddr, addrlen: so
     }
 }
 
+symver!(rlisten => "RDMACM_1.0");
 /// `rlisten`: listens on the bound address (an unbound rsocket on every address, a port
 /// chosen). `backlog` is not used (the rdma_cm's). -1 and `EBADF`, `EINVAL` (connected),
 /// or the rdma_cm's errno (`EADDRINUSE`, `ENODEV`: no RDMA device, …).
@@ -445,6 +449,7 @@ pub unsafe extern "C" fn rlisten(socket: c_int, backlog: c_int) -> c_int {
     }
 }
 
+symver!(raccept => "RDMACM_1.0");
 /// `raccept`: the next connection on a listening rsocket, as a new rsocket (with the
 /// listener's options); its peer's address in `(addr, *addrlen)` as `accept(2)` writes it
 /// (both may be NULL). Non-blocking (`O_NONBLOCK`): -1 and `EAGAIN` when no request waits.
@@ -499,6 +504,7 @@ pub unsafe extern "C" fn raccept(
     n
 }
 
+symver!(rconnect => "RDMACM_1.0");
 /// `rconnect`: connects to an rsockets listener at `addr` (from the `rbind` address if
 /// any), blocking until the peer accepted, also on a non-blocking rsocket (it never returns
 /// `EINPROGRESS`; `SO_ERROR` stays 0). -1 and `EBADF`, `EFAULT`, `EINVAL` (short address,
@@ -537,6 +543,7 @@ pub unsafe extern "C" fn rconnect(
     }
 }
 
+symver!(rshutdown => "RDMACM_1.0");
 /// `rshutdown`: `SHUT_RD`, `SHUT_WR` or `SHUT_RDWR` (rsockets' SHUTDOWN and DISCONNECT
 /// messages). -1 and `EBADF`, `EINVAL` (another `how`), `ENOTCONN`.
 ///
@@ -565,6 +572,7 @@ pub unsafe extern "C" fn rshutdown(socket: c_int, how: c_int) -> c_int {
     }
 }
 
+symver!(rgetpeername => "RDMACM_1.0");
 /// `rgetpeername`: the peer's address, as `getpeername(2)` writes it. -1 and `EBADF`,
 /// `EFAULT` (NULL), `ENOTCONN`.
 ///
@@ -586,6 +594,7 @@ pub unsafe extern "C" fn rgetpeername(
     unsafe { sockaddr_out(peer, addr, addrlen) }
 }
 
+symver!(rgetsockname => "RDMACM_1.0");
 /// `rgetsockname`: the local address (an unbound rsocket: the unspecified address, port
 /// 0). -1 and `EBADF`, `EFAULT` (NULL).
 ///

@@ -118,6 +118,7 @@ fn get(o: &Opts, level: c_int, name: c_int) -> Result<Value, c_int> {
     })
 }
 
+symver!(rsetsockopt => "RDMACM_1.0");
 /// `rsetsockopt`: the options of the table above. -1 and `EBADF`, `EFAULT` (NULL
 /// `optval`), `EINVAL` (`optlen` shorter than an `int`, or than a `linger` for
 /// `SO_LINGER`; a `SOL_RDMA` option once connected; `TCP_KEEPIDLE` ≤ 0), `ENOPROTOOPT`
@@ -165,6 +166,7 @@ pub unsafe extern "C" fn rsetsockopt(
     }
 }
 
+symver!(rgetsockopt => "RDMACM_1.0");
 /// `rgetsockopt`: the options of the table above (and `SO_ERROR`), written as
 /// `getsockopt(2)` does (truncated to `*optlen`, which is set to the size written). -1
 /// and `EBADF`, `EFAULT` (NULL `optval` or `optlen`), `EINVAL` (`*optlen` negative as an
@@ -221,6 +223,7 @@ pub unsafe extern "C" fn rgetsockopt(
     0
 }
 
+symver!(rfcntl => "RDMACM_1.0");
 /// `rfcntl`: `F_GETFL` (`O_RDWR`, with `O_NONBLOCK` when set) and `F_SETFL` (`O_NONBLOCK`
 /// honoured, other flags ignored). -1 and `EBADF`, `EOPNOTSUPP` for other commands (as
 /// rsockets).

@@ -149,6 +149,7 @@ pub(crate) fn poll_fds(fds: &mut [pollfd], timeout: c_int) -> Result<c_int, c_in
     }
 }
 
+symver!(rpoll => "RDMACM_1.0");
 /// `rpoll`: `poll(2)` over rsockets and ordinary fds together (see the module's doc); an
 /// rsocket reports `POLLIN` (data, end of stream or an error to read), `POLLOUT` (credits
 /// and ring space), `POLLHUP` (disconnected, or neither connected nor listening), `POLLERR`;
@@ -182,6 +183,7 @@ pub unsafe extern "C" fn rpoll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -
     }
 }
 
+symver!(rselect => "RDMACM_1.0");
 /// `rselect`: `select(2)` over rsockets and ordinary fds (`rpoll` of the fds set in the
 /// three sets: read `POLLIN`, write `POLLOUT`, except `POLLPRI`; an error or hangup counts as
 /// readable and writable, as `select(2)` has it). The sets are rewritten to the ready fds;

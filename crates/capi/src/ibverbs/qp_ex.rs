@@ -20,7 +20,7 @@
 //! Which operations a QP type takes is rverbs' one classification (`rverbs_uverbs::op`: the
 //! transport's operations that the provider encodes; with rxe, binds on RC and UC, local
 //! invalidation on RC). Memory-window binds (`wr_bind_mw`) and local invalidation
-//! (`wr_local_inv`) go through `src/mw.rs`' bind conversion and rverbs' post path as `ibv_post_send`'s do.
+//! (`wr_local_inv`) go through `mw.rs`' bind conversion and rverbs' post path as `ibv_post_send`'s do.
 //! Builders for atomic write, TSO and XRC are NULL, and `ibv_create_qp_ex` refuses their
 //! `send_ops_flags` with `EOPNOTSUPP` (as a provider without them does).
 
@@ -32,9 +32,9 @@ use std::sync::Mutex;
 use rverbs_uverbs::qp::QpType;
 use rverbs_uverbs::{OpKind, OpSet, SendCaps, SendFlags, SendOp, SendWr, Sge, UdDest};
 
+use super::{fail, ibv_create_qp, CAh, CPd, CQp};
 use crate::abi::*;
 use crate::handle::FromC;
-use crate::ibverbs::{fail, ibv_create_qp, CAh, CPd, CQp};
 
 /// `IBV_QP_INIT_ATTR_PD`.
 const INIT_ATTR_PD: u32 = 1 << 0;
@@ -264,7 +264,7 @@ unsafe extern "C" fn wr_bind_mw(
         return;
     }
     // SAFETY: [ops] qp; [object] window and region, [in] bind info.
-    let op = SendOp::BindMw(unsafe { crate::mw::raw_bind(mw, rkey, &*info) });
+    let op = SendOp::BindMw(unsafe { super::mw::raw_bind(mw, rkey, &*info) });
     // SAFETY: [ops] as wr_send.
     unsafe { build(qp, op) }
 }
@@ -578,7 +578,7 @@ pub(crate) unsafe extern "C" fn create_qp_ex_op(
     let send_ops = (a.comp_mask & INIT_ATTR_SEND_OPS_FLAGS != 0).then_some(a.send_ops_flags);
     // SAFETY: [in] a.pd is NULL or names an [object] PD.
     if !unsafe { qp_ex_offered(a, send_ops) } {
-        crate::ibverbs::set_errno(libc::EOPNOTSUPP);
+        super::set_errno(libc::EOPNOTSUPP);
         return null_mut();
     }
     let mut base = a.base();
@@ -593,10 +593,10 @@ pub(crate) unsafe extern "C" fn create_qp_ex_op(
     if let Some(f) = send_ops.filter(|f| f & !q.qp.send_ops().bits() != 0) {
         // The provider encodes them, the device does not have them (ATOMIC_WRITE on a
         // kernel whose rxe lacks it): the QP goes again, nothing is left.
-        crate::ibverbs::fail(&ops_not_on_device(q, f));
+        super::fail(&ops_not_on_device(q, f));
         // SAFETY: [destroy] just made, never handed to C.
-        unsafe { crate::ibverbs::ibv_destroy_qp(qp) };
-        crate::ibverbs::set_errno(libc::EOPNOTSUPP);
+        unsafe { super::ibv_destroy_qp(qp) };
+        super::set_errno(libc::EOPNOTSUPP);
         return null_mut();
     }
     let ex = qp_ex_state(q.qp.caps());
@@ -709,6 +709,7 @@ fn set_ops(c: &mut ibv_qp_ex, ops: u64) {
     c.wr_abort = Some(wr_abort);
 }
 
+symver!(ibv_qp_to_qp_ex => "IBVERBS_1.6");
 /// `ibv_qp_to_qp_ex`: the `ibv_qp_ex` of a QP made by `ibv_create_qp_ex` (its builders are
 /// those its `send_ops_flags` asked for), NULL for one made by `ibv_create_qp` — as
 /// libibverbs does.

@@ -23,9 +23,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rverbs_uverbs::{WcFlags, WorkCompletion};
 
+use super::{ibv_create_cq, set_errno, CCq};
 use crate::abi::*;
 use crate::handle::FromC;
-use crate::ibverbs::{ibv_create_cq, set_errno, CCq};
 
 /// `IBV_WC_STANDARD_FLAGS`: what [`create_cq_ex_op`] offers.
 const WC_STANDARD_FLAGS: u64 = 0x7f;

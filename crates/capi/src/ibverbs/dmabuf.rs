@@ -11,13 +11,14 @@ use std::ptr::null_mut;
 use rverbs_uverbs::dmabuf::DmabufMr;
 use rverbs_uverbs::mr::AccessFlags;
 
+use super::{fail, set_errno, CMr, CPd};
 use crate::abi::{ibv_mr, ibv_pd};
 use crate::handle::FromC;
-use crate::ibverbs::{fail, set_errno, CMr, CPd};
 
 /// `IBV_ACCESS_OPTIONAL_RANGE`: access bits a device may ignore (as `ibv_reg_mr`).
 const ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
 
+symver!(ibv_reg_dmabuf_mr => "IBVERBS_1.12");
 /// `ibv_reg_dmabuf_mr`: registers `length` bytes at `offset` of the dma-buf `fd`, at `iova`.
 /// Fails with `EBADF` for a negative or closed fd, `EINVAL` for a file that is not a
 /// dma-buf or a range past its end, `EOPNOTSUPP` where the device has no dma-buf support

@@ -20,8 +20,8 @@ use rverbs_uverbs::{Error, SendFlags, SendOp, SendWr, Sge};
 use crate::abi::*;
 use std::cell::UnsafeCell;
 
-use crate::handle::FromC;
-use crate::ibverbs::{c_write, fail, null_arg, set_errno, CMr, CPd, CQp};
+use super::{c_write, fail, null_arg, set_errno, CMr, CPd, CQp};
+use crate::handle::{from_c, FromC};
 
 /// An `ibv_mw` and its rverbs window.
 #[repr(C)]
@@ -31,6 +31,8 @@ pub struct CMw {
     /// The rverbs window (deallocated on drop).
     pub mw: Arc<Mw>,
 }
+
+from_c!(CMw => ibv_mw, "ibv_mw");
 
 /// `ops.alloc_mw` (the inline `ibv_alloc_mw`): types 1 and 2; any other type fails with
 /// `EINVAL`.
