@@ -137,6 +137,14 @@ pub unsafe trait Driver: Send + Sync + fmt::Debug {
         Ok(cqe)
     }
 
+    /// The capacities to tell the kernel in CREATE_QP for `req` (EFA's libefa sizes its rings
+    /// first and sends the rounded work-request counts, which the kernel gives the device).
+    /// Called before [`create_qp`](Self::create_qp); an error refuses the QP before any
+    /// kernel command. Default: the caller's capacities, unchanged.
+    fn qp_caps_for_kernel(&self, req: &QpRequest) -> Result<QpCaps> {
+        Ok(req.caps)
+    }
+
     /// Creates a CQ's data path. `cqe` is the depth the caller asked for.
     ///
     /// # Safety

@@ -228,12 +228,13 @@ impl Qp {
             has_srq: init.srq.is_some(),
             srq_handle: init.srq.as_ref().map(|s| s.handle()),
         };
+        let k = driver.qp_caps_for_kernel(&req)?;
         let cap = ib_uverbs_qp_cap {
-            max_send_wr: init.caps.max_send_wr,
-            max_recv_wr: init.caps.max_recv_wr,
-            max_send_sge: init.caps.max_send_sge,
-            max_recv_sge: init.caps.max_recv_sge,
-            max_inline_data: init.caps.max_inline_data,
+            max_send_wr: k.max_send_wr,
+            max_recv_wr: k.max_recv_wr,
+            max_send_sge: k.max_send_sge,
+            max_recv_sge: k.max_recv_sge,
+            max_inline_data: k.max_inline_data,
         };
         let flags: u32 = if init.sq_sig_all {
             IB_UVERBS_QP_CREATE_SQ_SIG_ALL

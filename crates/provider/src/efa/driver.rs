@@ -366,6 +366,15 @@ unsafe impl Driver for EfaDriver {
         })
     }
 
+    fn qp_caps_for_kernel(&self, req: &QpRequest) -> io::Result<QpCaps> {
+        let s = self.qp_sizing(req)?;
+        Ok(QpCaps {
+            max_send_wr: s.sq_wqes,
+            max_recv_wr: s.rq_wqes,
+            ..req.caps
+        })
+    }
+
     unsafe fn create_cq(
         &self,
         cmd_fd: BorrowedFd<'_>,
@@ -461,6 +470,17 @@ unsafe impl Driver for EfaDriver {
                 "QP number {:#x} above 16 bits (EFA completions carry 16)",
                 created.qp_num
             )));
+        }
+        let subs = self.info.sub_cqs_per_cq;
+        for (what, idx) in [
+            ("send", resp.send_sub_cq_idx),
+            ("receive", resp.recv_sub_cq_idx),
+        ] {
+            if idx >= subs {
+                return Err(proto(format!(
+                    "{what} sub-CQ {idx}, the context's CQs have {subs}"
+                )));
+            }
         }
         for (what, off) in [
             ("RQ doorbell", resp.rq_db_offset),

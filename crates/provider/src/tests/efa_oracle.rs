@@ -497,13 +497,9 @@ impl Run {
         let sq_db_off = num(t, "sq_db_off", 0) as u32;
         let rq_db_off = num(t, "rq_db_off", 0) as u32;
         let drv = self.driver.as_ref().unwrap();
-        // What the core sends in CREATE_QP: the caps as libefa sizes them.
-        let core = match drv.qp_sizing(&req) {
-            Ok(s) => QpCaps {
-                max_send_wr: s.sq_wqes,
-                max_recv_wr: s.rq_wqes,
-                ..caps
-            },
+        // What the core sends in CREATE_QP (`Qp::create` asks the driver).
+        let core = match drv.qp_caps_for_kernel(&req) {
+            Ok(c) => c,
             Err(_) => {
                 self.out.push_str("  = err\n");
                 return;
@@ -665,7 +661,13 @@ macro_rules! scripts {
 }
 
 /// Every script in `tests/efa_oracle/`.
-pub const SCRIPTS: [(&str, &str, &str); 1] = scripts!["ud_send_recv"];
+pub const SCRIPTS: [(&str, &str, &str); 5] = scripts![
+    "batch_and_refusals",
+    "create_refusals",
+    "sq_cq_wrap",
+    "srd_send_recv",
+    "ud_send_recv",
+];
 
 /// Every committed script: rverbs' dump is identical to libefa's golden one.
 #[test]

@@ -40,5 +40,6 @@ fn table_is_keyed_by_distinct_driver_ids() {
     assert_eq!(provider_for(DriverId::RXE).unwrap().name, "rxe");
     assert_eq!(provider_for(DriverId::MLX5).unwrap().name, "mlx5");
     assert_eq!(provider_for(DriverId::SIW).unwrap().name, "siw");
+    assert_eq!(provider_for(DriverId::EFA).unwrap().name, "efa");
     assert!(provider_for(DriverId(9999)).is_none());
 }

@@ -496,11 +496,11 @@ static int sges(char **tok, int n, struct ibv_sge *sg)
 	int k = 0;
 	for (int i = 0; i < n; i++) {
 		if (strncmp(tok[i], "sge=", 4) == 0) {
-			unsigned long long a, l, key;
-			sscanf(tok[i] + 4, "%lli:%lli:%lli", &a, &l, &key);
-			sg[k].addr = a;
-			sg[k].length = l;
-			sg[k].lkey = key;
+			/* unsigned: addresses use all 64 bits */
+			char *p = tok[i] + 4;
+			sg[k].addr = strtoull(p, &p, 0);
+			sg[k].length = strtoull(p + 1, &p, 0);
+			sg[k].lkey = strtoull(p + 1, &p, 0);
 			k++;
 		} else if (strncmp(tok[i], "data=", 5) == 0) {
 			uint8_t *b = inline_bufs[ninline++ % 64];
