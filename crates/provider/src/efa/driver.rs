@@ -366,6 +366,12 @@ unsafe impl Driver for EfaDriver {
         })
     }
 
+    fn recv_completes_in_order(&self) -> bool {
+        // libefa gives receive ids from a pool and looks each completion up by its id: the
+        // device may complete receives in any order.
+        false
+    }
+
     fn qp_caps_for_kernel(&self, req: &QpRequest) -> io::Result<QpCaps> {
         let s = self.qp_sizing(req)?;
         Ok(QpCaps {
