@@ -29,24 +29,24 @@ use rverbs_uverbs::qp::{QpCaps, QpType};
 use rverbs_uverbs::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion};
 use zerocopy::{FromBytes, IntoBytes};
 
-const PAGE: usize = 4096;
+pub(super) const PAGE: usize = 4096;
 const KEY_BASE: u64 = 0x100;
 
 /// The fake kernel's memory objects: key k is `(KEY_BASE + k) * PAGE` (harness.c `new_mem`).
 #[derive(Debug, Default)]
-struct FakeMem {
+pub(super) struct FakeMem {
     objs: Mutex<Vec<Vec<u64>>>,
 }
 
 impl FakeMem {
-    fn new_mem(&self, len: usize) -> u64 {
+    pub(super) fn new_mem(&self, len: usize) -> u64 {
         let l = len.div_ceil(PAGE).max(1) * PAGE;
         let mut o = self.objs.lock().unwrap();
         o.push(vec![0u64; l / 8]);
         (KEY_BASE + o.len() as u64 - 1) * PAGE as u64
     }
 
-    fn ptr(&self, key: u64) -> *mut u8 {
+    pub(super) fn ptr(&self, key: u64) -> *mut u8 {
         let mut o = self.objs.lock().unwrap();
         o[(key / PAGE as u64 - KEY_BASE) as usize]
             .as_mut_ptr()

@@ -10,6 +10,7 @@
 #![allow(unsafe_code)]
 
 mod allocs;
+mod efa_driver;
 mod efa_oracle;
 mod mlx5_abi_layout;
 mod mlx5_cqe_fixtures;
