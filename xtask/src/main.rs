@@ -93,6 +93,9 @@ USAGE:
         (--check: proves the committed ones are what libmlx5 gives; --script: runs FILE
         through libmlx5 and rverbs and prints `identical` or the first difference; --bench:
         the posting benchmark of docs/mlx5.md, libmlx5 and rverbs side by side).
+    cargo xtask efa-oracle [--check | --script FILE]
+        The same for libefa (rdma-core 44) and crates/provider/tests/efa_oracle/*.script
+        (docs/efa.md).
     cargo xtask public-api [--bless]
         Compares the public surface of the library crates (rustdoc JSON, nightly) with the
         committed inventory api/<crate>.txt; --bless rewrites it. `cargo xtask test` runs it
@@ -133,7 +136,8 @@ fn main() -> ExitCode {
         Some("demo") => cmd_demo(&args[1..]),
         Some("test") => testcmd::run(&args[1..]),
         Some("capi") => capi::cmd(&args[1..]),
-        Some("mlx5-oracle") => mlx5_oracle::run(&args[1..]),
+        Some("mlx5-oracle") => mlx5_oracle::run(&mlx5_oracle::MLX5, &args[1..]),
+        Some("efa-oracle") => mlx5_oracle::run(&mlx5_oracle::EFA, &args[1..]),
         Some("public-api") => publicapi::cmd(&args[1..]),
         Some("fuzz") => fuzz::cmd(&args[1..]),
         Some("setup") => cmd_setup(&args[1..]),

@@ -1,21 +1,23 @@
-//! `cargo xtask mlx5-oracle`: rdma-core's libmlx5, run against a fake kernel by the test
-//! harness `crates/provider/tests/harnesses/mlx5_oracle/harness.c`, tells the bytes every
-//! script of `crates/provider/tests/mlx5_oracle/` must produce; rverbs' mlx5 provider must
-//! produce the same (`crates/provider/src/tests/mlx5_oracle.rs`, a unit test of the provider:
-//! what it drives is crate-private).
+//! `cargo xtask mlx5-oracle` and `cargo xtask efa-oracle`: rdma-core's provider (libmlx5,
+//! libefa), run against a fake kernel by the test harness
+//! `crates/provider/tests/harnesses/<kind>_oracle/harness.c`, tells the bytes every script of
+//! `crates/provider/tests/<kind>_oracle/` must produce; rverbs' provider must produce the same
+//! (`crates/provider/src/tests/<kind>_oracle.rs`, a unit test of the provider: what it drives
+//! is crate-private).
 //!
 //! - no option: regenerates the golden dumps (`NAME.golden` beside each `NAME.script`);
-//! - `--check`: proves the committed dumps are what libmlx5 produces today (a stage of
+//! - `--check`: proves the committed dumps are what the C provider produces today (a stage of
 //!   `cargo xtask test`);
-//! - `--script FILE`: runs FILE through libmlx5 and rverbs and prints `identical` or the
-//!   first differing byte with its step and meaning;
-//! - `--bench`: the posting benchmark of `docs/mlx5.md` (`crates/provider/benches/mlx5_post/`):
-//!   instructions per work request inside `bench_post` (callgrind) and ns per work request
-//!   (median of five alternating native runs of each side), libmlx5 and rverbs side by side,
-//!   with the check that both runs left the same bytes (needs valgrind).
+//! - `--script FILE`: runs FILE through the C provider and rverbs and prints `identical` or
+//!   the first differing byte with its step and meaning;
+//! - `--bench` (mlx5 only): the posting benchmark of `docs/mlx5.md`
+//!   (`crates/provider/benches/mlx5_post/`): instructions per work request inside
+//!   `bench_post` (callgrind) and ns per work request (median of five alternating native runs
+//!   of each side), libmlx5 and rverbs side by side, with the check that both runs left the
+//!   same bytes (needs valgrind).
 //!
-//! Needs a C compiler, libibverbs-dev (headers, libibverbs.so) and ibverbs-providers
-//! (libmlx5): `.ci/run` installs them.
+//! Needs a C compiler, libibverbs-dev (headers, libibverbs.so, libefa.so) and
+//! ibverbs-providers (libmlx5, libefa): `.ci/run` installs them.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -23,29 +25,88 @@ use std::process::Command;
 
 use crate::util::{self, Result};
 
-/// The provider's oracle test (a unit test: `cargo test -p rverbs-provider --lib`).
-const ORACLE_TEST: &str = "tests::mlx5_oracle::mlx5_oracle_scripts_match_libmlx5";
-/// Its source, which lists the scripts (`SCRIPTS`).
-const ORACLE_SRC: &str = "crates/provider/src/tests/mlx5_oracle.rs";
-
-fn scripts_dir() -> PathBuf {
-    util::workspace_root().join("crates/provider/tests/mlx5_oracle")
+/// One oracle: the C provider, its harness and scripts, and rverbs' side of it.
+pub struct Kind {
+    /// `mlx5`, `efa`: the command is `<name>-oracle`, the directories `<name>_oracle`.
+    name: &'static str,
+    /// The C provider, as reports name it.
+    lib: &'static str,
+    /// The provider's oracle test (a unit test: `cargo test -p rverbs-provider --lib`).
+    test: &'static str,
+    /// Headers the harness needs.
+    headers: &'static [&'static str],
+    /// Libraries it links besides libibverbs and libdl.
+    libs: &'static [&'static str],
+    /// The environment variables of the test's one-script mode.
+    env_script: &'static str,
+    env_out: &'static str,
+    /// Environment the C provider reads (removed from the harness's).
+    env_prefix: &'static str,
 }
 
-fn harness_src() -> PathBuf {
-    util::workspace_root().join("crates/provider/tests/harnesses/mlx5_oracle/harness.c")
+/// libmlx5 (docs/mlx5.md).
+pub const MLX5: Kind = Kind {
+    name: "mlx5",
+    lib: "libmlx5",
+    test: "tests::mlx5_oracle::mlx5_oracle_scripts_match_libmlx5",
+    headers: &[
+        "/usr/include/infiniband/verbs.h",
+        "/usr/include/rdma/mlx5-abi.h",
+    ],
+    libs: &[],
+    env_script: "MLX5_ORACLE_SCRIPT",
+    env_out: "MLX5_ORACLE_OUT",
+    env_prefix: "MLX5_",
+};
+
+/// libefa (docs/efa.md).
+pub const EFA: Kind = Kind {
+    name: "efa",
+    lib: "libefa",
+    test: "tests::efa_oracle::efa_oracle_scripts_match_libefa",
+    headers: &[
+        "/usr/include/infiniband/verbs.h",
+        "/usr/include/infiniband/efadv.h",
+        "/usr/include/rdma/efa-abi.h",
+    ],
+    libs: &["-lefa"],
+    env_script: "EFA_ORACLE_SCRIPT",
+    env_out: "EFA_ORACLE_OUT",
+    env_prefix: "EFA_",
+};
+
+impl Kind {
+    /// Its source, which lists the scripts (`SCRIPTS`).
+    fn oracle_src(&self) -> PathBuf {
+        util::workspace_root().join(format!("crates/provider/src/tests/{}_oracle.rs", self.name))
+    }
+
+    fn scripts_dir(&self) -> PathBuf {
+        util::workspace_root().join(format!("crates/provider/tests/{}_oracle", self.name))
+    }
+
+    fn harness_src(&self) -> PathBuf {
+        util::workspace_root().join(format!(
+            "crates/provider/tests/harnesses/{}_oracle/harness.c",
+            self.name
+        ))
+    }
+
+    fn out_dir(&self) -> PathBuf {
+        util::target_dir().join(format!("{}-oracle", self.name))
+    }
 }
 
-fn build_harness() -> Result<PathBuf> {
-    for (file, pkg) in [
-        ("/usr/include/infiniband/verbs.h", "libibverbs-dev"),
-        ("/usr/include/rdma/mlx5-abi.h", "libibverbs-dev"),
-    ] {
+fn build_harness(k: &Kind) -> Result<PathBuf> {
+    for file in k.headers {
         if !Path::new(file).exists() {
-            crate::bail!("mlx5-oracle: {file} is missing (install {pkg})");
+            crate::bail!(
+                "{}-oracle: {file} is missing (install libibverbs-dev)",
+                k.name
+            );
         }
     }
-    let out_dir = util::target_dir().join("mlx5-oracle");
+    let out_dir = k.out_dir();
     fs::create_dir_all(&out_dir)
         .map_err(|e| util::Error(format!("create {}: {e}", out_dir.display())))?;
     let exe = out_dir.join("harness");
@@ -54,19 +115,20 @@ fn build_harness() -> Result<PathBuf> {
         Command::new(cc)
             .args(["-O1", "-g", "-Wall", "-Wextra", "-Werror", "-o"])
             .arg(&exe)
-            .arg(harness_src())
+            .arg(k.harness_src())
+            .args(k.libs)
             .args(["-libverbs", "-ldl"]),
     )?;
     Ok(exe)
 }
 
-/// The harness run on `script` with nothing libmlx5 or libibverbs would read from the
+/// The harness run on `script` with nothing the C provider or libibverbs would read from the
 /// environment (the harness pins what the script's `env` lines give).
-fn harness_cmd(harness: &Path, script: &Path) -> Command {
+fn harness_cmd(kind: &Kind, harness: &Path, script: &Path) -> Command {
     let mut cmd = Command::new(harness);
     cmd.arg(script);
     for (k, _) in std::env::vars() {
-        if k.starts_with("MLX5_")
+        if k.starts_with(kind.env_prefix)
             || k.starts_with("RDMAV_")
             || k.starts_with("IBV_")
             || k == "SYSFS_PATH"
@@ -77,14 +139,16 @@ fn harness_cmd(harness: &Path, script: &Path) -> Command {
     cmd
 }
 
-/// libmlx5's dump of `script`.
-fn libmlx5_dump(harness: &Path, script: &Path) -> Result<String> {
-    let out = harness_cmd(harness, script)
+/// The C provider's dump of `script`.
+fn c_dump(k: &Kind, harness: &Path, script: &Path) -> Result<String> {
+    let out = harness_cmd(k, harness, script)
         .output()
         .map_err(|e| util::Error(format!("run {}: {e}", harness.display())))?;
     if !out.status.success() {
         crate::bail!(
-            "mlx5-oracle: libmlx5 harness failed on {} ({}): {}",
+            "{}-oracle: {} harness failed on {} ({}): {}",
+            k.name,
+            k.lib,
             script.display(),
             util::describe_status(out.status),
             String::from_utf8_lossy(&out.stderr)
@@ -94,8 +158,8 @@ fn libmlx5_dump(harness: &Path, script: &Path) -> Result<String> {
 }
 
 /// rverbs' dump of `script` (the provider's oracle test in its one-script mode).
-fn rverbs_dump(script: &Path) -> Result<String> {
-    let out = util::target_dir().join("mlx5-oracle").join("rverbs.dump");
+fn rverbs_dump(k: &Kind, script: &Path) -> Result<String> {
+    let out = k.out_dir().join("rverbs.dump");
     let script =
         fs::canonicalize(script).map_err(|e| util::Error(format!("{}: {e}", script.display())))?;
     util::run(
@@ -108,10 +172,10 @@ fn rverbs_dump(script: &Path) -> Result<String> {
                 "--lib",
                 "--",
                 "--exact",
-                ORACLE_TEST,
+                k.test,
             ])
-            .env("MLX5_ORACLE_SCRIPT", &script)
-            .env("MLX5_ORACLE_OUT", &out),
+            .env(k.env_script, &script)
+            .env(k.env_out, &out),
     )?;
     fs::read_to_string(&out).map_err(|e| util::Error(format!("{}: {e}", out.display())))
 }
@@ -137,7 +201,7 @@ fn meaning(line: &str, col: usize) -> String {
 }
 
 /// `Ok(())` if identical, else the first difference described.
-fn compare(golden: &str, ours: &str) -> std::result::Result<(), String> {
+fn compare(lib: &str, golden: &str, ours: &str) -> std::result::Result<(), String> {
     let mut step = "before the first step".to_string();
     for (a, b) in golden.lines().zip(ours.lines()) {
         if a.starts_with("step ") {
@@ -150,21 +214,21 @@ fn compare(golden: &str, ours: &str) -> std::result::Result<(), String> {
                 .position(|(x, y)| x != y)
                 .unwrap_or(a.len().min(b.len()));
             return Err(format!(
-                "{step}\n  first difference: {}\n  libmlx5: {a}\n  other:   {b}",
+                "{step}\n  first difference: {}\n  {lib}: {a}\n  other:   {b}",
                 meaning(a, col)
             ));
         }
     }
     let (g, o) = (golden.lines().count(), ours.lines().count());
     if g != o {
-        return Err(format!("libmlx5 printed {g} lines, the other {o}"));
+        return Err(format!("{lib} printed {g} lines, the other {o}"));
     }
     Ok(())
 }
 
-fn scripts() -> Result<Vec<PathBuf>> {
-    let mut v: Vec<PathBuf> = fs::read_dir(scripts_dir())
-        .map_err(|e| util::Error(format!("{}: {e}", scripts_dir().display())))?
+fn scripts(k: &Kind) -> Result<Vec<PathBuf>> {
+    let mut v: Vec<PathBuf> = fs::read_dir(k.scripts_dir())
+        .map_err(|e| util::Error(format!("{}: {e}", k.scripts_dir().display())))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|e| e == "script"))
         .collect();
@@ -262,7 +326,7 @@ fn bench(harness: &Path) -> Result<u8> {
     scripts.sort();
     let rverbs_cmd = |s: &Path, dump: &Path| {
         let mut c = Command::new(&exe);
-        c.args(["--exact", ORACLE_TEST, "--nocapture"])
+        c.args(["--exact", MLX5.test, "--nocapture"])
             .env("MLX5_ORACLE_SCRIPT", s)
             .env("MLX5_ORACLE_OUT", dump);
         c
@@ -290,7 +354,7 @@ fn bench(harness: &Path) -> Result<u8> {
             out_dir.join(format!("{name}.rverbs.callgrind")),
         );
         let rdump = out_dir.join(format!("{name}.rverbs.dump"));
-        let mut c = harness_cmd(harness, &s);
+        let mut c = harness_cmd(&MLX5, harness, &s);
         let mut vg = Command::new("valgrind");
         vg.args(["--tool=callgrind", "--toggle-collect=bench_post"])
             .arg(format!("--callgrind-out-file={}", cg_c.display()))
@@ -345,8 +409,8 @@ fn bench(harness: &Path) -> Result<u8> {
     Ok(u8::from(bad > 0))
 }
 
-/// `cargo xtask mlx5-oracle [--check | --script FILE | --bench]`.
-pub fn run(args: &[String]) -> Result<u8> {
+/// `cargo xtask <kind>-oracle [--check | --script FILE | --bench]`.
+pub fn run(k: &Kind, args: &[String]) -> Result<u8> {
     let mut check = false;
     let mut bench_mode = false;
     let mut script = None;
@@ -356,51 +420,61 @@ pub fn run(args: &[String]) -> Result<u8> {
             "--check" => check = true,
             "--bench" => bench_mode = true,
             "--script" => script = it.next().cloned(),
-            other => crate::bail!("unknown option `{other}` for `cargo xtask mlx5-oracle`"),
+            other => crate::bail!(
+                "unknown option `{other}` for `cargo xtask {}-oracle`",
+                k.name
+            ),
         }
     }
-    let harness = build_harness()?;
+    let harness = build_harness(k)?;
     if bench_mode {
+        if k.name != "mlx5" {
+            crate::bail!("--bench is the mlx5 oracle's only");
+        }
         return bench(&harness);
     }
     if let Some(s) = script {
         let s = PathBuf::from(s);
-        let lib = libmlx5_dump(&harness, &s)?;
-        let ours = rverbs_dump(&s)?;
-        return Ok(match compare(&lib, &ours) {
+        let lib = c_dump(k, &harness, &s)?;
+        let ours = rverbs_dump(k, &s)?;
+        return Ok(match compare(k.lib, &lib, &ours) {
             Ok(()) => {
                 println!("identical");
                 0
             }
             Err(e) => {
-                println!("{}: rverbs differs from libmlx5 at {e}", s.display());
+                println!("{}: rverbs differs from {} at {e}", s.display(), k.lib);
                 1
             }
         });
     }
-    let list = fs::read_to_string(util::workspace_root().join(ORACLE_SRC)).unwrap_or_default();
+    let list = fs::read_to_string(k.oracle_src()).unwrap_or_default();
     let mut bad = 0;
-    for s in scripts()? {
+    let n = k.name;
+    for s in scripts(k)? {
         let name = s.file_stem().unwrap().to_string_lossy().to_string();
         let golden = s.with_extension("golden");
-        let dump = libmlx5_dump(&harness, &s)?;
+        let dump = c_dump(k, &harness, &s)?;
         if !list.contains(&format!("\"{name}\"")) {
-            println!("xtask: mlx5-oracle: {name}.script is not in SCRIPTS of mlx5_oracle.rs");
+            println!("xtask: {n}-oracle: {name}.script is not in SCRIPTS of {n}_oracle.rs");
             bad += 1;
         }
         if check {
             let committed = fs::read_to_string(&golden).unwrap_or_default();
-            match compare(&dump, &committed) {
-                Ok(()) => println!("xtask: mlx5-oracle: {name}: libmlx5 gives the committed dump"),
+            match compare(k.lib, &dump, &committed) {
+                Ok(()) => println!(
+                    "xtask: {n}-oracle: {name}: {} gives the committed dump",
+                    k.lib
+                ),
                 Err(e) => {
-                    println!("xtask: mlx5-oracle: {name}: the committed dump is stale: {e}");
+                    println!("xtask: {n}-oracle: {name}: the committed dump is stale: {e}");
                     bad += 1;
                 }
             }
         } else {
             fs::write(&golden, dump)
                 .map_err(|e| util::Error(format!("{}: {e}", golden.display())))?;
-            println!("xtask: mlx5-oracle: wrote {}", golden.display());
+            println!("xtask: {n}-oracle: wrote {}", golden.display());
         }
     }
     Ok(u8::from(bad > 0))

@@ -270,7 +270,13 @@ pub fn run(args: &[String]) -> Result<u8> {
         check(
             &mut report,
             "mlx5 oracle",
-            Command::new(exe).args(["mlx5-oracle", "--check"]),
+            Command::new(&exe).args(["mlx5-oracle", "--check"]),
+        );
+        // rdma-core's libefa still produces the committed EFA dumps (docs/efa.md).
+        check(
+            &mut report,
+            "efa oracle",
+            Command::new(&exe).args(["efa-oracle", "--check"]),
         );
         // Every public item of the library crates is in the committed inventory api/*.txt.
         if report.wants("public api") {

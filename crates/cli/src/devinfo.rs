@@ -830,33 +830,38 @@ mod tests {
     fn a_driver_without_provider_is_listed_as_unsupported() {
         assert_eq!(unsupported_reason(DriverId::RXE), None);
         assert_eq!(unsupported_reason(DriverId::MLX5), None);
-        // EFA stands for any driver rverbs has no provider for (siw did before its own).
-        let why = unsupported_reason(DriverId::EFA).unwrap();
+        assert_eq!(unsupported_reason(DriverId::EFA), None);
+        // bnxt_re stands for any driver rverbs has no provider for (siw and EFA did before
+        // their own).
+        let why = unsupported_reason(DriverId::BNXT_RE).unwrap();
         assert!(
-            why.starts_with("unsupported: rverbs has no provider for driver efa (17)"),
+            why.starts_with("unsupported: rverbs has no provider for driver bnxt_re (6)"),
             "{why}"
         );
-        assert!(why.contains("rxe") && why.contains("mlx5"), "{why}");
+        assert!(
+            why.contains("rxe") && why.contains("mlx5") && why.contains("efa"),
+            "{why}"
+        );
         assert!(unsupported_reason(DriverId(4242))
             .unwrap()
             .contains("(4242)"));
         let u = UnsupportedInfo {
-            name: "efa_0".into(),
+            name: "bnxt_re0".into(),
             transport: Transport(0),
             reason: why.clone(),
             node_guid: 0x0250_b6ff_fe41_2a10,
             sys_image_guid: 0x0250_b6ff_fe41_2a10,
-            vendor_id: Some(0x1d0f),
-            vendor_part_id: Some(0xefa1),
+            vendor_id: Some(0x14e4),
+            vendor_part_id: Some(0x1750),
             ports: 1,
             ..Default::default()
         };
         assert_eq!(
             format_unsupported(&u),
             format!(
-                "hca_id:\tefa_0\n\ttransport:\t\t\tInfiniBand (0)\n\tsupport:\t\t\t{why}\n\
+                "hca_id:\tbnxt_re0\n\ttransport:\t\t\tInfiniBand (0)\n\tsupport:\t\t\t{why}\n\
                  \tnode_guid:\t\t\t0250:b6ff:fe41:2a10\n\tsys_image_guid:\t\t\t0250:b6ff:fe41:2a10\n\
-                 \tvendor_id:\t\t\t0x1d0f\n\tvendor_part_id:\t\t\t61345\n\tphys_port_cnt:\t\t\t1\n\n"
+                 \tvendor_id:\t\t\t0x14e4\n\tvendor_part_id:\t\t\t5968\n\tphys_port_cnt:\t\t\t1\n\n"
             )
         );
     }

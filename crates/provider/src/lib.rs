@@ -1,7 +1,7 @@
 //! # rverbs-provider
 //!
-//! The data path of the devices rverbs drives: rxe (soft-RoCE), siw (soft-iWARP) and mlx5
-//! (ConnectX).
+//! The data path of the devices rverbs drives: rxe (soft-RoCE), siw (soft-iWARP), mlx5
+//! (ConnectX) and EFA (AWS Elastic Fabric Adapter).
 //!
 //! Providers are chosen from a static table keyed by the kernel's driver id ([`PROVIDERS`]),
 //! never by scanning driver files or loading libraries: [`open`] looks the device's driver up
@@ -32,6 +32,7 @@ pub mod fuzzing;
 mod mapping;
 // The providers' internals (rings, WQE builders, CQE parsers, sizing, the drivers): not public
 // API. The `internals` feature re-exports the few pieces the benchmarks and fuzz targets use.
+pub(crate) mod efa;
 pub(crate) mod mlx5;
 pub(crate) mod rxe;
 pub(crate) mod siw;
@@ -82,6 +83,11 @@ pub static PROVIDERS: &[Provider] = &[
         driver_id: DriverId::MLX5,
         name: "mlx5",
         entry: mlx5::driver::open,
+    },
+    Provider {
+        driver_id: DriverId::EFA,
+        name: "efa",
+        entry: efa::driver::open,
     },
     Provider {
         driver_id: DriverId::SIW,

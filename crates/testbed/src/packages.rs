@@ -55,7 +55,7 @@ pub const PACKAGES: &[Package] = &[
     // ---- cargo xtask test ----------------------------------------------------------------
     p("rdmacm-utils",      Test, "rping, rdma_client/server, udaddy: interop peers"),
     p("ibverbs-utils",     Test, "ibv_rc_pingpong, ibv_devinfo: interop peers"),
-    p("ibverbs-providers", Test, "librxe for rdma-core's tools"),
+    p("ibverbs-providers", Test, "librxe for rdma-core's tools; libmlx5, libefa for the oracles"),
     p("perftest",          Test, "ib_send_lat & co: interop and reference latency"),
     p("valgrind",          Test, "callgrind instruction counts in the guest"),
     p("strace",            Test, "syscall traces in the guest"),
@@ -63,7 +63,7 @@ pub const PACKAGES: &[Package] = &[
     p("g++",               Test, "c++: libfuzzer-sys compiles libFuzzer for the fuzz stage"),
     p("libc6-dev",         Test, "C headers for the ABI layout probes"),
     p("linux-libc-dev",    Test, "the kernel uapi headers the ABI is checked against"),
-    p("libibverbs-dev",    Test, "verbs.h and libibverbs.so: mlx5 oracle harness, capi layout tests"),
+    p("libibverbs-dev",    Test, "verbs.h, efadv.h, libibverbs.so, libefa.so: oracle harnesses, capi layout tests"),
     p("librdmacm-dev",     Test, "rdma_cma.h: the capi layout tests"),
     p("python3-pyverbs",   Test, "rdma-core's Python suite, run on both libraries (docs/capi.md)"),
 ];

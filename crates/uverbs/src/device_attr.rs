@@ -194,12 +194,17 @@ pub struct DeviceAttr {
 
 /// The firmware version text rdma-core's provider for `driver` prints for `raw`
 /// (major.minor.sub_minor from bits 47:32, 31:16, 15:0; mlx5 pads sub_minor to 4 digits,
-/// mlx4 to 3).
+/// mlx4 to 3; EFA prints the first four bytes of the field, dot-separated).
 pub fn format_fw_ver(driver: DriverId, raw: u64) -> String {
     let (major, minor, sub) = ((raw >> 32) & 0xffff, (raw >> 16) & 0xffff, raw & 0xffff);
     match driver {
         DriverId::MLX5 => format!("{major}.{minor}.{sub:04}"),
         DriverId::MLX4 => format!("{major}.{minor}.{sub:03}"),
+        // libefa's `efa_query_device_ex`: the first four bytes of the field, in memory order.
+        DriverId::EFA => {
+            let b = raw.to_ne_bytes();
+            format!("{}.{}.{}.{}", b[0], b[1], b[2], b[3])
+        }
         _ => format!("{major}.{minor}.{sub}"),
     }
 }
@@ -346,6 +351,8 @@ mod tests {
         assert_eq!(format_fw_ver(DriverId::MLX5, raw), "16.35.2000");
         assert_eq!(format_fw_ver(DriverId::MLX5, (1 << 32) | 7), "1.0.0007");
         assert_eq!(format_fw_ver(DriverId::RXE, 0), "0.0.0");
+        let efa = u64::from_ne_bytes([1, 2, 3, 44, 9, 9, 9, 9]);
+        assert_eq!(format_fw_ver(DriverId::EFA, efa), "1.2.3.44");
     }
 
     #[test]

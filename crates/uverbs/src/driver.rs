@@ -137,6 +137,22 @@ pub unsafe trait Driver: Send + Sync + fmt::Debug {
         Ok(cqe)
     }
 
+    /// The capacities to tell the kernel in CREATE_QP for `req` (EFA's libefa sizes its rings
+    /// first and sends the rounded work-request counts, which the kernel gives the device).
+    /// Called before [`create_qp`](Self::create_qp); an error refuses the QP before any
+    /// kernel command. Default: the caller's capacities, unchanged.
+    fn qp_caps_for_kernel(&self, req: &QpRequest) -> Result<QpCaps> {
+        Ok(req.caps)
+    }
+
+    /// True when a QP's receives complete one by one in the order they were posted (rxe, siw,
+    /// mlx5). When false (EFA: libefa hands out receive ids from a pool, as for completions in
+    /// any order), a safe receive's memory is held until every receive posted to the QP has
+    /// completed, as for an SRQ (the ledger, docs/architecture.md). Default: true.
+    fn recv_completes_in_order(&self) -> bool {
+        true
+    }
+
     /// Creates a CQ's data path. `cqe` is the depth the caller asked for.
     ///
     /// # Safety

@@ -228,12 +228,13 @@ impl Qp {
             has_srq: init.srq.is_some(),
             srq_handle: init.srq.as_ref().map(|s| s.handle()),
         };
+        let k = driver.qp_caps_for_kernel(&req)?;
         let cap = ib_uverbs_qp_cap {
-            max_send_wr: init.caps.max_send_wr,
-            max_recv_wr: init.caps.max_recv_wr,
-            max_send_sge: init.caps.max_send_sge,
-            max_recv_sge: init.caps.max_recv_sge,
-            max_inline_data: init.caps.max_inline_data,
+            max_send_wr: k.max_send_wr,
+            max_recv_wr: k.max_recv_wr,
+            max_send_sge: k.max_send_sge,
+            max_recv_sge: k.max_recv_sge,
+            max_inline_data: k.max_inline_data,
         };
         let flags: u32 = if init.sq_sig_all {
             IB_UVERBS_QP_CREATE_SQ_SIG_ALL
@@ -331,9 +332,12 @@ impl Qp {
                 let k = created.expect("provider built a QP without creating it");
                 let caps = ops.caps().unwrap_or(k.caps);
                 tracing::debug!(device = ctx.name(), qpn = k.qp_num, "QP created");
+                // Receives completing in any order are held as an SRQ's are.
+                let unordered = (init.srq.is_none() && !driver.recv_completes_in_order())
+                    .then(|| Arc::new(std::sync::Mutex::new(crate::ledger::RecvLedger::shared())));
                 let ledger = Arc::new(QpLedger::new(
                     k.qp_num,
-                    init.srq.as_ref().map(|s| s.ledger()),
+                    init.srq.as_ref().map(|s| s.ledger()).or(unordered.as_ref()),
                 ));
                 if Arc::ptr_eq(&init.send_cq, &init.recv_cq) {
                     init.send_cq.watch().add(&ledger, Role::Both);

@@ -29,7 +29,7 @@
 // the data path does not use.
 #[allow(dead_code)]
 pub mod abi;
-mod barrier;
+pub(crate) mod barrier;
 pub mod context;
 pub mod cq;
 pub mod cqe;

@@ -10,6 +10,8 @@
 #![allow(unsafe_code)]
 
 mod allocs;
+mod efa_driver;
+mod efa_oracle;
 mod mlx5_abi_layout;
 mod mlx5_cqe_fixtures;
 mod mlx5_fake;
@@ -39,5 +41,6 @@ fn table_is_keyed_by_distinct_driver_ids() {
     assert_eq!(provider_for(DriverId::RXE).unwrap().name, "rxe");
     assert_eq!(provider_for(DriverId::MLX5).unwrap().name, "mlx5");
     assert_eq!(provider_for(DriverId::SIW).unwrap().name, "siw");
+    assert_eq!(provider_for(DriverId::EFA).unwrap().name, "efa");
     assert!(provider_for(DriverId(9999)).is_none());
 }

@@ -18,6 +18,7 @@ const DEVICES: &[(&str, u32, &str)] = &[
     ("rxe0", 0, "rxe"),
     ("siw0", 1, "siw"),
     ("mlx5_0", 2, "mlx5"),
+    ("efa_0", 3, "efa"),
 ];
 
 /// A sysfs tree with one device of each provider's driver (drivers guessed from the names),
@@ -63,10 +64,11 @@ fn each_provider_opens_only_its_own_drivers_devices() {
         .map(|&(name, ..)| unsafe { sysfs.find(name, &HashMap::new()) }.unwrap())
         .collect();
     type Open = fn(&Device) -> io::Result<Arc<Context>>;
-    let entries: [(&str, Open); 3] = [
+    let entries: [(&str, Open); 4] = [
         ("rxe", crate::rxe::driver::open),
         ("siw", crate::siw::driver::open),
         ("mlx5", crate::mlx5::driver::open),
+        ("efa", crate::efa::driver::open),
     ];
     for (provider, open) in entries {
         let table = crate::PROVIDERS

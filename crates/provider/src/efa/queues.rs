@@ -1,0 +1,686 @@
+//! EFA's data path: the send queue (descriptors built in a local copy, then copied to the
+//! LLQ window in 8-byte stores, the doorbell after them), the receive queue (descriptors in
+//! the host ring, the doorbell after them) and the CQ poller (sub-CQs polled round robin,
+//! phase bits, the CQ doorbell). Each follows rdma-core 44's libefa (`efa_post_send`,
+//! `efa_post_recv`, `efa_poll_cq`) step by step; docs/efa.md lists the facts.
+
+#![allow(unsafe_code)]
+
+use std::sync::atomic::{fence, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rverbs_uverbs::driver::{CqOps, KernelObj, QpOps};
+use rverbs_uverbs::error::PostError;
+use rverbs_uverbs::qp::QpCaps;
+use rverbs_uverbs::wc::{WcFlags, WcOpcode, WcStatus};
+use rverbs_uverbs::{Error, RecvWr, SendFlags, SendOp, SendWr, WorkCompletion};
+
+use super::abi::*;
+use super::driver::{EfaMap, QpTable};
+use crate::mlx5::barrier::{dma_rmb_device, mmio_flush, mmio_wmb};
+
+/// A work queue's bookkeeping, shared by the poster and the poller (libefa `struct efa_wq`
+/// under `wqlock`): the `wr_id` of each request id, the pool of free ids (a stack: a
+/// completed id is the next one used, as in libefa), and the posted/completed counts.
+#[derive(Debug)]
+pub(crate) struct Wq {
+    wrid: Vec<u64>,
+    pool: Vec<u32>,
+    pool_next: usize,
+    posted: u32,
+    completed: u32,
+}
+
+impl Wq {
+    pub(crate) fn new(n: u32) -> Wq {
+        Wq {
+            wrid: vec![0; n as usize],
+            pool: (0..n).collect(),
+            pool_next: 0,
+            posted: 0,
+            completed: 0,
+        }
+    }
+
+    fn full(&self) -> bool {
+        self.posted.wrapping_sub(self.completed) as usize >= self.wrid.len()
+    }
+
+    /// Takes the next free request id for `wr_id` (never when full).
+    fn take(&mut self, wr_id: u64) -> u16 {
+        let id = self.pool[self.pool_next];
+        self.wrid[id as usize] = wr_id;
+        self.pool_next += 1;
+        self.posted = self.posted.wrapping_add(1);
+        id as u16
+    }
+
+    /// Gives request id `id` back; its `wr_id`, or `None` when the device named an id that is
+    /// not outstanding (out of range, or nothing outstanding).
+    fn complete(&mut self, id: u16) -> Option<u64> {
+        let id = u32::from(id);
+        if id as usize >= self.wrid.len() || self.pool_next == 0 {
+            return None;
+        }
+        self.pool_next -= 1;
+        self.pool[self.pool_next] = id;
+        self.completed = self.completed.wrapping_add(1);
+        Some(self.wrid[id as usize])
+    }
+}
+
+fn lock(wq: &Mutex<Wq>) -> std::sync::MutexGuard<'_, Wq> {
+    wq.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A 32-bit doorbell register: `map` + `off` (checked 4-byte aligned, inside the map).
+#[derive(Debug)]
+struct Doorbell {
+    map: EfaMap,
+    off: usize,
+}
+
+impl Doorbell {
+    fn ring(&self, v: u32) {
+        debug_assert!(self.off + 4 <= self.map.len());
+        // SAFETY: inside the doorbell mapping (offset checked at creation), aligned; device
+        // memory, written with one volatile 4-byte store as libefa's `mmio_write32`.
+        unsafe {
+            self.map
+                .ptr()
+                .add(self.off)
+                .cast::<u32>()
+                .write_volatile(v.to_le())
+        };
+    }
+}
+
+/// The send queue.
+#[derive(Debug)]
+pub(crate) struct Sq {
+    wq: Arc<Mutex<Wq>>,
+    llq: EfaMap,
+    desc_off: usize,
+    db: Doorbell,
+    mask: u16,
+    pc: u16,
+    phase: u8,
+    max_sge: u32,
+    max_inline: u32,
+    max_batch: u32,
+}
+
+impl Sq {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        wq: Arc<Mutex<Wq>>,
+        llq: EfaMap,
+        desc_off: usize,
+        db: EfaMap,
+        db_off: usize,
+        wqes: u32,
+        max_sge: u32,
+        max_inline: u32,
+        max_batch: u32,
+    ) -> Sq {
+        assert!(desc_off + wqes as usize * TX_WQE <= llq.len());
+        Sq {
+            wq,
+            llq,
+            desc_off,
+            db: Doorbell {
+                map: db,
+                off: db_off,
+            },
+            mask: (wqes - 1) as u16,
+            pc: 0,
+            phase: 0,
+            max_sge,
+            max_inline,
+            max_batch,
+        }
+    }
+
+    /// Copies one descriptor to LLQ slot `pc & mask` in eight 8-byte stores, in address order
+    /// (libefa's `mmio_memcpy_x64` on 64-bit machines).
+    fn copy_to_llq(&self, d: &[u8; TX_WQE]) {
+        let slot = usize::from(self.pc & self.mask);
+        // SAFETY: slot ≤ mask, and desc_off + (mask + 1) · 64 ≤ the LLQ mapping (checked at
+        // creation); 8-byte aligned (desc_off and the mapping are); device memory, written
+        // with volatile stores only.
+        unsafe {
+            let dst = self
+                .llq
+                .ptr()
+                .add(self.desc_off + slot * TX_WQE)
+                .cast::<u64>();
+            for k in 0..8 {
+                let w = u64::from_ne_bytes(d[k * 8..k * 8 + 8].try_into().unwrap());
+                dst.add(k).write_volatile(w);
+            }
+        }
+    }
+}
+
+/// The receive queue.
+#[derive(Debug)]
+pub(crate) struct Rq {
+    wq: Arc<Mutex<Wq>>,
+    ring: EfaMap,
+    db: Doorbell,
+    mask: u16,
+    pc: u16,
+    max_sge: u32,
+}
+
+impl Rq {
+    pub(crate) fn new(
+        wq: Arc<Mutex<Wq>>,
+        ring: EfaMap,
+        db: EfaMap,
+        db_off: usize,
+        descs: u32,
+        _wqes: u32,
+        max_sge: u32,
+    ) -> Rq {
+        assert!(descs as usize * RX_DESC <= ring.len());
+        Rq {
+            wq,
+            ring,
+            db: Doorbell {
+                map: db,
+                off: db_off,
+            },
+            mask: (descs - 1) as u16,
+            pc: 0,
+            max_sge,
+        }
+    }
+}
+
+/// An EFA QP (UD or SRD).
+#[derive(Debug)]
+pub(crate) struct EfaQp {
+    qpn: u32,
+    sig_all: bool,
+    sq: Sq,
+    rq: Rq,
+    caps: QpCaps,
+    table: Arc<QpTable>,
+}
+
+impl EfaQp {
+    pub(crate) fn new(
+        qpn: u32,
+        sig_all: bool,
+        sq: Sq,
+        rq: Rq,
+        caps: QpCaps,
+        table: Arc<QpTable>,
+    ) -> EfaQp {
+        EfaQp {
+            qpn,
+            sig_all,
+            sq,
+            rq,
+            caps,
+            table,
+        }
+    }
+
+    /// The descriptor of `wr` (libefa `efa_post_send`'s checks in its order, then the
+    /// descriptor), or why it is refused. Takes a request id only once it is accepted.
+    fn build(&mut self, i: usize, wr: &SendWr<'_>, wq: &mut Wq) -> Result<[u8; TX_WQE], PostError> {
+        if !wr.flags.contains(SendFlags::SIGNALED) && !self.sig_all {
+            return Err(PostError::unsupported(
+                i,
+                "an unsignaled send (EFA completes every send; libefa: EINVAL)",
+            ));
+        }
+        let extra = wr.flags - (SendFlags::SIGNALED | SendFlags::INLINE);
+        if !extra.is_empty() {
+            return Err(PostError::unsupported(
+                i,
+                format!("send flags {extra:?} (EFA takes SIGNALED and INLINE only)"),
+            ));
+        }
+        if wq.full() {
+            return Err(PostError::queue_full(
+                i,
+                wq.posted.wrapping_sub(wq.completed),
+            ));
+        }
+        let imm =
+            match wr.op {
+                SendOp::Send => None,
+                SendOp::SendWithImm { imm } => Some(imm),
+                _ => return Err(PostError::unsupported(
+                    i,
+                    "an operation other than SEND and SEND with immediate (libefa 44's post_send)",
+                )),
+            };
+        let inline = wr.flags.contains(SendFlags::INLINE);
+        let mut d = [0u8; TX_WQE];
+        if inline {
+            let total: u64 = wr.sge.iter().map(|s| u64::from(s.length)).sum();
+            if total > u64::from(self.sq.max_inline) {
+                return Err(PostError::invalid(
+                    i,
+                    format!(
+                        "{total} inline bytes, the QP takes at most {}",
+                        self.sq.max_inline
+                    ),
+                ));
+            }
+        } else if wr.sge.len() > self.sq.max_sge as usize {
+            return Err(PostError::invalid(
+                i,
+                format!(
+                    "{} SGEs, the QP takes at most {}",
+                    wr.sge.len(),
+                    self.sq.max_sge
+                ),
+            ));
+        }
+        let Some(ud) = wr.ud else {
+            return Err(PostError::invalid(
+                i,
+                "a send without a destination (AH, remote QPN, Q_Key)",
+            ));
+        };
+        let mut ctrl1 = TX_CTRL1_META_DESC | TX_OP_SEND;
+        let length: u16 = if inline {
+            let mut at = 32;
+            for s in wr.sge {
+                let n = s.length as usize;
+                // SAFETY: the caller's post_send contract: an inline SGE's bytes are readable
+                // for the call and touched by others only through `shared`; `at + n ≤ 64`
+                // (the total was checked against max_inline ≤ 32).
+                unsafe {
+                    rverbs_uverbs::shared::copy_from_shared(
+                        s.addr as usize as *const u8,
+                        &mut d[at..at + n],
+                    )
+                };
+                at += n;
+            }
+            ctrl1 |= TX_CTRL1_INLINE_MSG;
+            (at - 32) as u16
+        } else {
+            for (k, s) in wr.sge.iter().enumerate() {
+                let b = &mut d[32 + 16 * k..48 + 16 * k];
+                b[0..4].copy_from_slice(&s.length.to_le_bytes());
+                b[4..8].copy_from_slice(&(s.lkey & LKEY_MASK).to_le_bytes());
+                b[8..12].copy_from_slice(&(s.addr as u32).to_le_bytes());
+                b[12..16].copy_from_slice(&((s.addr >> 32) as u32).to_le_bytes());
+            }
+            wr.sge.len() as u16
+        };
+        if let Some(imm) = imm {
+            d[8..12].copy_from_slice(&imm.to_le_bytes());
+            ctrl1 |= TX_CTRL1_HAS_IMM;
+        }
+        let req_id = wq.take(wr.wr_id);
+        d[0..2].copy_from_slice(&req_id.to_le_bytes());
+        d[2] = ctrl1;
+        d[3] =
+            (self.sq.phase & TX_CTRL2_PHASE) | TX_CTRL2_FIRST | TX_CTRL2_LAST | TX_CTRL2_COMP_REQ;
+        d[4..6].copy_from_slice(&(ud.remote_qpn as u16).to_le_bytes());
+        d[6..8].copy_from_slice(&length.to_le_bytes());
+        d[12..14].copy_from_slice(&(ud.ah_num as u16).to_le_bytes());
+        d[16..20].copy_from_slice(&ud.remote_qkey.to_le_bytes());
+        Ok(d)
+    }
+}
+
+impl Drop for EfaQp {
+    fn drop(&mut self) {
+        self.table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.qpn);
+    }
+}
+
+impl QpOps for EfaQp {
+    unsafe fn post_send(
+        &mut self,
+        _qp: KernelObj<'_>,
+        wrs: &[SendWr<'_>],
+    ) -> Result<(), PostError> {
+        let wq_arc = self.sq.wq.clone();
+        let mut wq = lock(&wq_arc);
+        let mut batch = 0u32;
+        let mut result = Ok(());
+        for (i, wr) in wrs.iter().enumerate() {
+            let d = match self.build(i, wr, &mut wq) {
+                Ok(d) => d,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            self.sq.copy_to_llq(&d);
+            self.sq.pc = self.sq.pc.wrapping_add(1);
+            if self.sq.pc & self.sq.mask == 0 {
+                self.sq.phase = self.sq.phase.wrapping_add(1);
+            }
+            batch += 1;
+            if batch == self.sq.max_batch {
+                batch = 0;
+                // libefa: mmio_flush_writes, the doorbell, mmio_wc_start.
+                mmio_flush();
+                self.sq.db.ring(u32::from(self.sq.pc));
+                mmio_wmb();
+            }
+        }
+        if batch != 0 {
+            mmio_flush();
+            self.sq.db.ring(u32::from(self.sq.pc));
+        }
+        result
+    }
+
+    unsafe fn post_recv(
+        &mut self,
+        _qp: KernelObj<'_>,
+        wrs: &[RecvWr<'_>],
+    ) -> Result<(), PostError> {
+        let wq_arc = self.rq.wq.clone();
+        let mut wq = lock(&wq_arc);
+        let mut result = Ok(());
+        for (i, wr) in wrs.iter().enumerate() {
+            if wr.sge.len() > self.rq.max_sge as usize {
+                result = Err(PostError::invalid(
+                    i,
+                    format!(
+                        "{} SGEs, the QP takes at most {}",
+                        wr.sge.len(),
+                        self.rq.max_sge
+                    ),
+                ));
+                break;
+            }
+            if wq.full() {
+                result = Err(PostError::queue_full(
+                    i,
+                    wq.posted.wrapping_sub(wq.completed),
+                ));
+                break;
+            }
+            let req_id = wq.take(wr.wr_id);
+            let last = wr.sge.len().wrapping_sub(1);
+            for (k, s) in wr.sge.iter().enumerate() {
+                let mut d = [0u8; RX_DESC];
+                d[0..4].copy_from_slice(&(s.addr as u32).to_le_bytes());
+                d[4..8].copy_from_slice(&((s.addr >> 32) as u32).to_le_bytes());
+                if k == 0 {
+                    d[8..10].copy_from_slice(&req_id.to_le_bytes());
+                }
+                d[10..12].copy_from_slice(&(s.length as u16).to_le_bytes());
+                let mut ctrl = s.lkey & LKEY_MASK;
+                if k == 0 {
+                    ctrl |= RX_FIRST;
+                }
+                if k == last {
+                    ctrl |= RX_LAST;
+                }
+                d[12..16].copy_from_slice(&ctrl.to_le_bytes());
+                let slot = usize::from(self.rq.pc & self.rq.mask);
+                // SAFETY: slot ≤ mask and (mask + 1) · 16 ≤ the ring's mapping (checked at
+                // creation); the ring is memory the device reads, written through a raw
+                // pointer only.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        d.as_ptr(),
+                        self.rq.ring.ptr().add(slot * RX_DESC),
+                        RX_DESC,
+                    )
+                };
+                self.rq.pc = self.rq.pc.wrapping_add(1);
+            }
+        }
+        // libefa rings the RQ doorbell on every post, after `udma_to_device_barrier`.
+        mmio_wmb();
+        self.rq.db.ring(u32::from(self.rq.pc));
+        result
+    }
+
+    fn caps(&self) -> Option<QpCaps> {
+        Some(self.caps)
+    }
+
+    fn reset(&mut self) {
+        // libefa `efa_qp_init_indices`: counts and producer counters to 0 (the phase and
+        // the id pool's order stay as they were).
+        for wq in [&self.sq.wq, &self.rq.wq] {
+            let mut w = lock(wq);
+            w.posted = 0;
+            w.completed = 0;
+            w.pool_next = 0;
+        }
+        self.sq.pc = 0;
+        self.rq.pc = 0;
+    }
+}
+
+/// One sub-CQ's cursor (libefa `struct efa_sub_cq`).
+#[derive(Debug)]
+struct SubCq {
+    consumed: u16,
+    phase: u8,
+}
+
+/// An EFA CQ.
+#[derive(Debug)]
+pub(crate) struct EfaCq {
+    ring: EfaMap,
+    db: Option<Doorbell>,
+    subs: Vec<SubCq>,
+    /// Entries per sub-CQ (a power of two).
+    n: u32,
+    next_poll: usize,
+    cc: u16,
+    cmd_sn: u8,
+    table: Arc<QpTable>,
+}
+
+/// One completion as the device wrote it.
+struct Cqe {
+    req_id: u16,
+    status: u8,
+    flags: u8,
+    qp_num: u16,
+    length: u16,
+    ah: u16,
+    src_qp: u16,
+    imm: u32,
+}
+
+/// libefa `to_ibv_status`.
+fn status(s: u8) -> WcStatus {
+    match s {
+        0 => WcStatus::SUCCESS,
+        1 => WcStatus::WR_FLUSH_ERR,
+        2..=4 => WcStatus::LOC_QP_OP_ERR,
+        5 => WcStatus::LOC_PROT_ERR,
+        6 => WcStatus::LOC_LEN_ERR,
+        8 => WcStatus::REM_ABORT_ERR,
+        10 => WcStatus::RNR_RETRY_EXC_ERR,
+        9 => WcStatus::REM_INV_RD_REQ_ERR,
+        12 => WcStatus::BAD_RESP_ERR,
+        11 => WcStatus::REM_INV_REQ_ERR,
+        13 => WcStatus::RESP_TIMEOUT_ERR,
+        _ => WcStatus::GENERAL_ERR,
+    }
+}
+
+impl EfaCq {
+    pub(crate) fn new(
+        ring: EfaMap,
+        db: Option<(EfaMap, usize)>,
+        subs: u16,
+        n: u32,
+        table: Arc<QpTable>,
+    ) -> EfaCq {
+        assert!(usize::from(subs) * n as usize * RX_CDESC <= ring.len());
+        EfaCq {
+            ring,
+            db: db.map(|(map, off)| Doorbell { map, off }),
+            subs: (0..subs)
+                .map(|_| SubCq {
+                    consumed: 0,
+                    phase: 1,
+                })
+                .collect(),
+            n,
+            next_poll: 0,
+            cc: 0,
+            cmd_sn: 0,
+            table,
+        }
+    }
+
+    /// The next completion of sub-CQ `k`, if the device has written it (libefa
+    /// `cq_next_sub_cqe_get`).
+    fn next_of(&mut self, k: usize) -> Option<Cqe> {
+        let n = self.n as usize;
+        let sub = &mut self.subs[k];
+        let slot = (k * n + (usize::from(sub.consumed) & (n - 1))) * RX_CDESC;
+        // SAFETY: slot + 16 ≤ subs · n · 16 ≤ the ring's mapping (checked at creation);
+        // memory the device writes, read through raw pointers only (the flags byte as an
+        // atomic, the rest as volatile loads after it).
+        let p = unsafe { self.ring.ptr().add(slot) };
+        // SAFETY: as above; byte 3 is the flags byte.
+        let flags = unsafe { AtomicU8::from_ptr(p.add(3)) }.load(Ordering::Acquire);
+        if flags & CDESC_PHASE != sub.phase & 1 {
+            return None;
+        }
+        dma_rmb_device();
+        let mut b = [0u8; RX_CDESC];
+        for (i, x) in b.iter_mut().enumerate() {
+            // SAFETY: as above.
+            *x = unsafe { p.add(i).read_volatile() };
+        }
+        sub.consumed = sub.consumed.wrapping_add(1);
+        if usize::from(sub.consumed) & (n - 1) == 0 {
+            sub.phase ^= 1;
+        }
+        let u16at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
+        Some(Cqe {
+            req_id: u16at(0),
+            status: b[2],
+            flags,
+            qp_num: u16at(4),
+            length: u16at(6),
+            ah: u16at(8),
+            src_qp: u16at(10),
+            imm: u32::from_le_bytes(b[12..16].try_into().unwrap()),
+        })
+    }
+
+    /// One completion into `wc` (libefa `efa_poll_sub_cqs`): `None` when every sub-CQ is
+    /// empty, `Some(false)` when the device named a QP or request that is not there.
+    fn poll_one(&mut self, wc: &mut WorkCompletion) -> Option<bool> {
+        let subs = self.subs.len();
+        for _ in 0..subs {
+            let k = self.next_poll;
+            self.next_poll = (self.next_poll + 1) % subs;
+            let Some(c) = self.next_of(k) else { continue };
+            let send = (c.flags >> CDESC_Q_TYPE_SHIFT) & 3 == IO_SEND_QUEUE;
+            let wq = {
+                let t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+                match t.get(&u32::from(c.qp_num)) {
+                    Some((sq, rq)) => {
+                        if send {
+                            sq.clone()
+                        } else {
+                            rq.clone()
+                        }
+                    }
+                    None => return Some(false),
+                }
+            };
+            let Some(wr_id) = lock(&wq).complete(c.req_id) else {
+                return Some(false);
+            };
+            *wc = WorkCompletion {
+                wr_id,
+                status: status(c.status),
+                vendor_err: u32::from(c.status),
+                qp_num: u32::from(c.qp_num),
+                ..WorkCompletion::default()
+            };
+            if send {
+                wc.opcode = WcOpcode::SEND;
+            } else {
+                wc.opcode = WcOpcode::RECV;
+                wc.byte_len = u32::from(c.length);
+                wc.src_qp = u32::from(c.src_qp);
+                wc.slid = c.ah;
+                if c.flags & CDESC_HAS_IMM != 0 {
+                    wc.imm_data = c.imm;
+                    wc.wc_flags = WcFlags::WITH_IMM;
+                }
+            }
+            self.cc = self.cc.wrapping_add(1);
+            return Some(true);
+        }
+        None
+    }
+
+    fn update_db(&self, arm: bool) {
+        if let Some(db) = &self.db {
+            let mut v = u32::from(self.cc) & CQ_DB_CONSUMER_INDEX_MASK;
+            v |= u32::from(self.cmd_sn & 3) << CQ_DB_CMD_SN_SHIFT;
+            if arm {
+                v |= CQ_DB_ARM;
+            }
+            // Completions read before the doorbell says they are consumed.
+            fence(Ordering::Release);
+            db.ring(v);
+        }
+    }
+}
+
+impl CqOps for EfaCq {
+    fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
+        let mut got = 0;
+        while got < out.len() {
+            match self.poll_one(&mut out[got]) {
+                Some(true) => got += 1,
+                // A completion naming no live QP or request (libefa: EINVAL): stop here.
+                Some(false) | None => break,
+            }
+        }
+        if got != 0 {
+            self.update_db(false);
+        }
+        got
+    }
+
+    fn arm(
+        &mut self,
+        _cq: KernelObj<'_>,
+        solicited_only: bool,
+    ) -> rverbs_uverbs::error::Result<()> {
+        if solicited_only {
+            return Err(
+                Error::unsupported("arm CQ on efa", "EFA has no solicited-only events").into(),
+            );
+        }
+        if self.db.is_none() {
+            return Err(Error::unsupported(
+                "arm CQ on efa",
+                "the kernel gave this CQ no doorbell (no CQ notifications)",
+            )
+            .into());
+        }
+        self.update_db(true);
+        Ok(())
+    }
+
+    fn event_received(&mut self) {
+        self.cmd_sn = self.cmd_sn.wrapping_add(1);
+    }
+}
