@@ -10,7 +10,7 @@
 //! of every package. Then what the packages' scripts would have made and a build needs: the
 //! merged-/usr links (`bin`, `lib`, `lib64`, `sbin` → `usr/…`) where the packages did not ship
 //! those directories, `awk` → `mawk` (an alternative, made by mawk's postinst), and `dev/`,
-//! `proc/`, `tmp/`. Documentation and translations are left out. About 53 packages, 64 MB to
+//! `proc/`, `tmp/`. Documentation and translations are left out. About 52 packages, 66 MB to
 //! download, 200 MB unpacked for trixie's gcc-14.
 //!
 //! A build runs in a copy of the root ([`copy`]: hard links, so no second 200 MB) with the
