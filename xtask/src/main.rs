@@ -77,9 +77,11 @@ USAGE:
             --kernel 6.1      (default) Debian 12's kernel; 6.12: Debian 13's; newest:
                               the newest stable kernel of Debian 13 backports (what its
                               linux-image-amd64 depends on: 7.3 in December 2026);
-                              6.12-bpo: Debian 12 backports' 6.12 (siw builds for it)
+                              6.12-bpo: Debian 12 backports' 6.12
             --provider siw    siw devices instead of rxe (siw0 on d0, siw1/siw2 on ve1/ve2);
-                              siw.ko is built for the kernel once and cached
+                              siw.ko is built for the kernel once and cached (for a
+                              kernel of another Debian release than the host's, in a
+                              build root of that release made from Debian's archive)
             --timeout SECS    kill the guest after SECS (default 600); a hang is a failure
             --verbose         show the whole console (kernel messages included)
             --shell           an interactive shell in the guest on this terminal (no

@@ -241,6 +241,21 @@ impl Apt {
         Ok(())
     }
 
+    /// Fetches the package lists when there are none or they are older than a day; with
+    /// lists there but the fetch failing, goes on with them (saying so).
+    pub(crate) fn ensure_lists(&self) -> Result<()> {
+        match self.lists_age() {
+            Some(a) if a < LISTS_MAX_AGE => Ok(()),
+            Some(_) => {
+                if let Err(e) = self.update() {
+                    say(format!("warning: {e}; using the package lists there are"));
+                }
+                Ok(())
+            }
+            None => self.update(),
+        }
+    }
+
     /// `apt-cache depends linux-image-amd64` → `linux-image-6.1.0-NN-amd64`.
     fn kernel_package(&self) -> Result<String> {
         let text = output(self.cmd("apt-cache").args(["depends", META_PACKAGE]))?;
@@ -255,7 +270,7 @@ impl Apt {
 
     /// The packages of the same release that `package` depends on (from Linux 7.x:
     /// `linux-base-`, `linux-binary-` and `linux-modules-<release>`; none before).
-    fn kernel_parts(&self, package: &str) -> Result<Vec<String>> {
+    pub(crate) fn kernel_parts(&self, package: &str) -> Result<Vec<String>> {
         let text = output(self.cmd("apt-cache").args(["depends", package]))?;
         Ok(parse_parts(&text, package))
     }

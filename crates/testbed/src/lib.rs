@@ -6,6 +6,7 @@
 
 #![warn(missing_docs)]
 
+mod buildroot;
 pub mod cpio;
 pub mod host;
 pub mod kernel;

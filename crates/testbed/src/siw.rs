@@ -4,14 +4,19 @@
 //!
 //! From the Debian registry (the kernel release's private apt state, [`crate::kernel`]), at the
 //! version of the kernel package: `linux-headers-<release>` and what it depends on
-//! (`linux-headers-<abi>-common`, `linux-kbuild-<x.y>`), `linux-source-<x.y>` (only
-//! `drivers/infiniband/sw/siw/` is taken out of its tarball) and the kernel package itself,
-//! for the modules siw needs that the guests do not load otherwise (`crc32c_generic`,
-//! `libcrc32c`). The packages are unpacked into the cache, not installed; the host needs
-//! `make`, the kernel's compiler (`gcc-NN`, named by `linux-compiler-gcc-NN-x86`), `strip`
-//! and `modinfo`. Then `make -C <headers> M=<siw> CONFIG_RDMA_SIW=m modules`.
+//! (`linux-headers-<abi>-common`, `linux-kbuild-<x.y>`) and `linux-source-<x.y>` (only
+//! `drivers/infiniband/sw/siw/` is taken out of its tarball); where siw.ko depends on
+//! `libcrc32c` (up to 6.x), also the kernel package itself, for the modules siw needs that the
+//! guests do not load otherwise (`crc32c_generic`, `libcrc32c`). The packages are unpacked,
+//! not installed. Then `make -C <headers> M=<siw> CONFIG_RDMA_SIW=m modules`: for a kernel of
+//! the host's Debian release with the host's tools (`make`, the kernel's compiler `gcc-NN`,
+//! `strip`), for any other (Debian 13's 6.12 and trixie-backports' newest kernel on a Debian 12
+//! host) in a build root of the kernel's release made from Debian's archive (`buildroot.rs`:
+//! its compiler, make, binutils, the kbuild tools' libraries; `chroot` in a private mount
+//! namespace). The host needs `modinfo` either way.
 
 use crate::bail;
+use crate::buildroot;
 use crate::kernel::{self, Apt, Kernel};
 use crate::packages;
 use crate::util::{self, output, say, Context, Result};
@@ -101,8 +106,6 @@ fn need_tools(tools: &[(&str, &str)]) -> Result<()> {
 
 fn build(cache: &Path, kernel: &Kernel, out: &Path) -> Result<()> {
     need_tools(&[
-        ("make", "make"),
-        ("strip", "binutils"),
         ("modinfo", "kmod"),
         ("dpkg-deb", "dpkg"),
         ("tar", "tar"),
@@ -125,122 +128,145 @@ fn build(cache: &Path, kernel: &Kernel, out: &Path) -> Result<()> {
             "{headers} names no linux-compiler-gcc-NN or gcc-NN package: cannot tell its compiler"
         )
     })?;
-    need_tools(&[(compiler.as_str(), compiler.as_str())]).map_err(|e| {
-        util::Error(format!(
-            "{e}\n(kernel {} was built with {compiler}, and siw.ko must be built with the same \
-             compiler; where this machine's release has no {compiler}, see docs/testing.md, \
-             \"Soft-iWARP (siw)\")",
-            kernel.release
-        ))
-    })?;
+    // A kernel of the host's Debian release builds with the host's compiler and tools; any
+    // other in a build root of its release (Debian 13's kbuild needs gcc-14 and glibc 2.38).
+    let release = debian_release(kernel.spec.suite);
+    let in_root = host_release().as_deref() != Some(release);
+    if in_root {
+        need_tools(buildroot::HOST_TOOLS)?;
+    } else {
+        need_tools(&[("make", "make"), ("strip", "binutils")])?;
+        need_tools(&[(compiler.as_str(), compiler.as_str())]).map_err(|e| {
+            util::Error(format!(
+                "{e}\n(kernel {} was built with {compiler}, and siw.ko must be built with the \
+                 same compiler; see docs/testing.md, \"Soft-iWARP (siw)\")",
+                kernel.release
+            ))
+        })?;
+    }
     let source = format!("linux-source-{}", major_minor(&kernel.release)?);
 
     let dl = out.join("dl");
     fs::create_dir_all(&dl).context(|| format!("cannot create {}", dl.display()))?;
     let mut wanted = vec![headers.clone()];
-    wanted.extend(deps);
+    wanted.extend(deps.iter().cloned());
     wanted.push(source.clone());
-    wanted.push(kernel.package.clone());
-    say(format!(
-        "downloading {} ({version})",
-        wanted
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>()
-            .join(", ")
-    ));
-    let t = Instant::now();
-    util::run(
-        apt.cmd("apt-get")
-            .current_dir(&dl)
-            .arg("download")
-            .arg("-q")
-            .args(wanted.iter().map(|w| format!("{w}={version}"))),
-    )
-    .context(|| format!("the packages to build siw for kernel {version} are not obtainable"))?;
-    let deb = |name: &str| -> Result<PathBuf> {
-        fs::read_dir(&dl)
-            .context(|| format!("cannot list {}", dl.display()))?
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| {
-                p.file_name()
-                    .is_some_and(|f| f.to_string_lossy().starts_with(&format!("{name}_")))
-            })
-            .ok_or_else(|| util::Error(format!("`apt-get download {name}` left no .deb")))
-    };
-    say(format!(
-        "downloaded in {}; unpacking the headers and siw's sources",
-        util::fmt_secs(t.elapsed())
-    ));
+    download(&apt, &dl, &wanted, &version)?;
 
-    // Headers and kbuild tools, unpacked (not installed) into dl/root.
+    // Headers and kbuild tools, unpacked (not installed) into dl/root: on the host's tools, a
+    // directory of their own; otherwise a copy of the build root.
     let root = dl.join("root");
-    for name in wanted
-        .iter()
-        .filter(|w| **w != source && **w != kernel.package)
-    {
+    if in_root {
+        let mut packages = vec![compiler.clone()];
+        for k in deps.iter().filter(|d| d.starts_with("linux-kbuild-")) {
+            packages.extend(kbuild_libraries(&apt, k, &version)?);
+        }
+        let br = buildroot::prepare(cache, release, &packages)?;
+        let t = Instant::now();
+        buildroot::copy(&br, &root)?;
+        say(format!(
+            "building in a copy of the Debian {release} build root (copied in {})",
+            util::fmt_secs(t.elapsed())
+        ));
+    }
+    say("unpacking the headers and siw's sources".to_string());
+    for name in wanted.iter().filter(|w| **w != source) {
         util::run(
             Command::new("dpkg-deb")
                 .arg("-x")
-                .arg(deb(name)?)
+                .arg(deb(&dl, name)?)
                 .arg(&root),
         )?;
     }
     let hdir = root.join("usr/src").join(&headers);
-    let mk = hdir.join("Makefile");
-    let text = fs::read_to_string(&mk).context(|| format!("cannot read {}", mk.display()))?;
-    // The headers' Makefile includes the -common one by its installed (absolute) path.
-    let fixed = relocate_makefile(&text, &root);
-    fs::write(&mk, fixed).context(|| format!("cannot write {}", mk.display()))?;
+    if !in_root {
+        // The headers' Makefile includes the -common one by its installed (absolute) path.
+        let mk = hdir.join("Makefile");
+        let text = fs::read_to_string(&mk).context(|| format!("cannot read {}", mk.display()))?;
+        fs::write(&mk, relocate_makefile(&text, &root))
+            .context(|| format!("cannot write {}", mk.display()))?;
+    }
 
-    // drivers/infiniband/sw/siw out of linux-source's tarball (one pass over ~140 MB).
-    let src = dl.join("src");
-    fs::create_dir_all(&src).context(|| format!("cannot create {}", src.display()))?;
+    // drivers/infiniband/sw/siw out of linux-source's tarball (one pass over ~150 MB of xz),
+    // into usr/src/rverbs-siw.
+    let siw_src = root.join("usr/src/rverbs-siw");
+    fs::create_dir_all(&siw_src).context(|| format!("cannot create {}", siw_src.display()))?;
     let member = format!("{source}/drivers/infiniband/sw/siw");
     let tarball = format!("./usr/src/{source}.tar.xz");
     util::run(
         Command::new("sh")
             .arg("-c")
-            .arg(r#"dpkg-deb --fsys-tarfile "$1" | tar -xOf - "$2" | tar -xJf - -C "$3" "$4""#)
+            .arg(
+                r#"dpkg-deb --fsys-tarfile "$1" | tar -xOf - "$2" |
+                   tar -xJf - -C "$3" --strip-components=5 "$4""#,
+            )
             .arg("sh")
-            .arg(deb(&source)?)
+            .arg(deb(&dl, &source)?)
             .arg(&tarball)
-            .arg(&src)
+            .arg(&siw_src)
             .arg(&member),
     )?;
-    let siw_src = src.join(&member);
     if !siw_src.join("Makefile").exists() {
-        bail!(
-            "{source}'s {tarball} has no {member}/Makefile",
-            source = source
-        );
+        bail!("{source}'s {tarball} has no {member}/Makefile");
     }
 
+    // The paths make sees: in the build root, its own.
+    let (h, m) = if in_root {
+        (
+            PathBuf::from("/usr/src").join(&headers),
+            PathBuf::from("/usr/src/rverbs-siw"),
+        )
+    } else {
+        (hdir.clone(), siw_src.clone())
+    };
+    // siw's eight sources compile in parallel, one job per CPU.
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "make".into(),
+        format!("-j{jobs}").into(),
+        "-C".into(),
+        h.into(),
+    ];
+    args.push(format!("M={}", m.display()).into());
+    // No BTF for the module: it would need pahole (dwarves), and the module loads without.
+    for a in [
+        "CONFIG_RDMA_SIW=m",
+        "CONFIG_DEBUG_INFO_BTF_MODULES=",
+        "modules",
+    ] {
+        args.push(a.into());
+    }
+    let shown = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ");
     say(format!(
-        "make -C {} M={} CONFIG_RDMA_SIW=m CONFIG_DEBUG_INFO_BTF_MODULES= modules ({compiler})",
-        hdir.display(),
-        siw_src.display()
+        "{shown} ({compiler}{})",
+        if in_root {
+            format!(", in the Debian {release} build root")
+        } else {
+            String::new()
+        }
     ));
+    let t = Instant::now();
+    let mut cmd = if in_root {
+        buildroot::command(&root, &args)
+    } else {
+        let mut c = Command::new(&args[0]);
+        c.args(&args[1..]);
+        c
+    };
     let log = out.join("build.log");
     let logf = fs::File::create(&log).context(|| format!("cannot create {}", log.display()))?;
     let errf = logf
         .try_clone()
         .context(|| format!("cannot write {}", log.display()))?;
-    let st = Command::new("make")
-        .arg("-C")
-        .arg(&hdir)
-        .arg(format!("M={}", siw_src.display()))
-        // No BTF for the module: it would need pahole (dwarves), and the module loads without.
-        .args([
-            "CONFIG_RDMA_SIW=m",
-            "CONFIG_DEBUG_INFO_BTF_MODULES=",
-            "modules",
-        ])
+    let st = cmd
         .stdout(logf)
         .stderr(errf)
         .status()
-        .context(|| "cannot run make".into())?;
+        .context(|| format!("cannot run {}", args[0].to_string_lossy()))?;
     if !st.success() {
         let text = fs::read_to_string(&log).unwrap_or_default();
         let tail: Vec<&str> = text.lines().rev().take(15).collect();
@@ -251,15 +277,109 @@ fn build(cache: &Path, kernel: &Kernel, out: &Path) -> Result<()> {
             tail.into_iter().rev().collect::<Vec<_>>().join("\n")
         );
     }
-    util::run(
-        Command::new("strip")
-            .arg("--strip-debug")
-            .arg("-o")
-            .arg(out.join("siw.ko"))
-            .arg(siw_src.join("siw.ko")),
-    )?;
+    if in_root {
+        // The root's strip: it knows what the root's binutils wrote.
+        util::run(&mut buildroot::command(
+            &root,
+            &[
+                "strip",
+                "--strip-debug",
+                "-o",
+                "/usr/src/rverbs-siw/siw.stripped.ko",
+                "/usr/src/rverbs-siw/siw.ko",
+            ],
+        ))?;
+        fs::copy(siw_src.join("siw.stripped.ko"), out.join("siw.ko"))
+            .context(|| "cannot copy siw.ko out of the build root".into())?;
+    } else {
+        util::run(
+            Command::new("strip")
+                .arg("--strip-debug")
+                .arg("-o")
+                .arg(out.join("siw.ko"))
+                .arg(siw_src.join("siw.ko")),
+        )?;
+    }
+    say(format!("siw.ko built in {}", util::fmt_secs(t.elapsed())));
 
-    // crc32c_generic and libcrc32c from the kernel package itself.
+    // What siw.ko depends on. Up to 6.x that includes libcrc32c, which is not among the
+    // guests' modules: it and crc32c_generic come from the kernel package itself.
+    let siw_deps = output(
+        Command::new("modinfo")
+            .args(["-F", "depends"])
+            .arg(out.join("siw.ko")),
+    )?;
+    let siw_deps: Vec<&str> = siw_deps
+        .trim()
+        .split(',')
+        .filter(|d| !d.is_empty())
+        .collect();
+    let mut order = Vec::new();
+    if siw_deps.contains(&"libcrc32c") {
+        order = crc_modules(&apt, kernel, &version, &dl, out)?;
+    }
+    order.push("siw.ko".into());
+
+    // Every module siw.ko depends on must be one the guest loads.
+    let have: Vec<String> = kernel
+        .modules
+        .iter()
+        .map(|p| kernel::module_name(&p.to_string_lossy()))
+        .chain(order.iter().map(|o| kernel::module_name(o)))
+        .collect();
+    for d in siw_deps {
+        if !have.iter().any(|h| h == d) {
+            bail!("siw.ko depends on {d}, which the guest does not load");
+        }
+    }
+    fs::write(out.join("modules.order"), order.join("\n") + "\n")
+        .context(|| "cannot write modules.order".to_string())?;
+    fs::write(out.join("READY"), format!("{} {version}\n", kernel.release))
+        .context(|| "cannot mark siw ready".to_string())?;
+    Ok(())
+}
+
+/// `apt-get download` of `names` at `version` into `dl`.
+fn download(apt: &Apt, dl: &Path, names: &[String], version: &str) -> Result<()> {
+    say(format!("downloading {} ({version})", names.join(", ")));
+    let t = Instant::now();
+    util::run(
+        apt.cmd("apt-get")
+            .current_dir(dl)
+            .arg("download")
+            .arg("-q")
+            .args(names.iter().map(|w| format!("{w}={version}"))),
+    )
+    .context(|| format!("the packages to build siw for kernel {version} are not obtainable"))?;
+    say(format!("downloaded in {}", util::fmt_secs(t.elapsed())));
+    Ok(())
+}
+
+/// The .deb of package `name` in `dl`.
+fn deb(dl: &Path, name: &str) -> Result<PathBuf> {
+    fs::read_dir(dl)
+        .context(|| format!("cannot list {}", dl.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|f| f.to_string_lossy().starts_with(&format!("{name}_")))
+        })
+        .ok_or_else(|| util::Error(format!("`apt-get download {name}` left no .deb")))
+}
+
+/// [`KERNEL_MODULES`] out of the kernel package (and the packages it is split into, from
+/// 7.x), into `out`; their file names, in load order.
+fn crc_modules(
+    apt: &Apt,
+    kernel: &Kernel,
+    version: &str,
+    dl: &Path,
+    out: &Path,
+) -> Result<Vec<String>> {
+    let mut packages = vec![kernel.package.clone()];
+    packages.extend(apt.kernel_parts(&kernel.package)?);
+    download(apt, dl, &packages, version)?;
     let kroot = dl.join("kernel");
     fs::create_dir_all(&kroot).context(|| format!("cannot create {}", kroot.display()))?;
     let mut patterns: Vec<String> = KERNEL_MODULES
@@ -267,15 +387,18 @@ fn build(cache: &Path, kernel: &Kernel, out: &Path) -> Result<()> {
         .map(|m| format!("*/{m}.ko*"))
         .collect();
     patterns.push("*/modules.builtin".into());
-    util::run(
-        Command::new("sh")
-            .arg("-c")
-            .arg(r#"f=$1; d=$2; shift 2; dpkg-deb --fsys-tarfile "$f" | tar -xf - -C "$d" --wildcards "$@""#)
-            .arg("sh")
-            .arg(deb(&kernel.package)?)
-            .arg(&kroot)
-            .args(&patterns),
-    )?;
+    for p in &packages {
+        // A part without any of the patterns makes tar fail: that is not an error here.
+        let _ = output(
+            Command::new("sh")
+                .arg("-c")
+                .arg(r#"f=$1; d=$2; shift 2; dpkg-deb --fsys-tarfile "$f" | tar -xf - -C "$d" --wildcards "$@""#)
+                .arg("sh")
+                .arg(deb(dl, p)?)
+                .arg(&kroot)
+                .args(&patterns),
+        );
+    }
     let files = walk(&kroot);
     let builtin = files
         .iter()
@@ -302,30 +425,56 @@ fn build(cache: &Path, kernel: &Kernel, out: &Path) -> Result<()> {
             ),
         }
     }
-    order.push("siw.ko".into());
+    Ok(order)
+}
 
-    // Every module siw.ko depends on must be one the guest loads.
-    let deps = output(
-        Command::new("modinfo")
-            .args(["-F", "depends"])
-            .arg(out.join("siw.ko")),
-    )?;
-    let have: Vec<String> = kernel
-        .modules
+/// The libraries a `linux-kbuild-*` package's tools need (its Depends but `pahole`, which only
+/// BTF needs: the build asks for none), for the build root.
+fn kbuild_libraries(apt: &Apt, kbuild: &str, version: &str) -> Result<Vec<String>> {
+    let show = output(
+        apt.cmd("apt-cache")
+            .args(["show", "--no-all-versions"])
+            .arg(format!("{kbuild}={version}")),
+    )
+    .context(|| format!("{kbuild} {version} is not in Debian's package lists"))?;
+    Ok(depends_names(&show)
+        .into_iter()
+        .filter(|d| d != "pahole")
+        .collect())
+}
+
+/// The first package of each `Depends:` entry (`a (>= 1) | b` → `a`).
+fn depends_names(show: &str) -> Vec<String> {
+    field(show, "Depends")
+        .unwrap_or("")
+        .split(',')
+        .filter_map(|d| d.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The Debian release a suite belongs to: `trixie-backports` → `trixie`.
+fn debian_release(suite: &'static str) -> &'static str {
+    let base = suite.split('-').next().unwrap_or(suite);
+    kernel::KERNELS
         .iter()
-        .map(|p| kernel::module_name(&p.to_string_lossy()))
-        .chain(order.iter().map(|o| kernel::module_name(o)))
-        .collect();
-    for d in deps.trim().split(',').filter(|d| !d.is_empty()) {
-        if !have.iter().any(|h| h == d) {
-            bail!("siw.ko depends on {d}, which the guest does not load");
-        }
-    }
-    fs::write(out.join("modules.order"), order.join("\n") + "\n")
-        .context(|| "cannot write modules.order".to_string())?;
-    fs::write(out.join("READY"), format!("{} {version}\n", kernel.release))
-        .context(|| "cannot mark siw ready".to_string())?;
-    Ok(())
+        .chain(kernel::EXTRA_KERNELS)
+        .map(|k| k.suite)
+        .find(|s| *s == base)
+        .unwrap_or(suite)
+}
+
+/// The host's Debian release (`VERSION_CODENAME` of /etc/os-release).
+fn host_release() -> Option<String> {
+    codename(&fs::read_to_string("/etc/os-release").ok()?).map(str::to_string)
+}
+
+fn codename(os_release: &str) -> Option<&str> {
+    os_release
+        .lines()
+        .find_map(|l| l.strip_prefix("VERSION_CODENAME="))
+        .map(|v| v.trim().trim_matches('"'))
+        .filter(|v| !v.is_empty())
 }
 
 /// All files under `dir`.
@@ -429,6 +578,36 @@ mod tests {
         let trixie = "Depends: linux-base (>= 4.12~), linux-kbuild-6.12.118+deb13, gcc-14\n";
         assert_eq!(compiler_of(trixie).as_deref(), Some("gcc-14"));
         assert_eq!(field(SHOW, "Version"), Some("6.1.192-3"));
+    }
+
+    #[test]
+    fn the_build_root_is_of_the_kernels_release_and_has_kbuilds_libraries() {
+        assert_eq!(debian_release("trixie-backports"), "trixie");
+        assert_eq!(debian_release("trixie"), "trixie");
+        assert_eq!(debian_release("bookworm-backports"), "bookworm");
+        let os = "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nVERSION_CODENAME=bookworm\nID=debian\n";
+        assert_eq!(codename(os), Some("bookworm"));
+        assert_eq!(codename("ID=debian\nVERSION_CODENAME=\n"), None);
+        assert_eq!(codename("VERSION_CODENAME=\"noble\""), Some("noble"));
+        // linux-kbuild-7.3.4+deb13 of trixie-backports (2026-12-06).
+        let kbuild = "Package: linux-kbuild-7.3.4+deb13\nDepends: pahole, libc6 (>= 2.38), \
+            libelf1t64 (>= 0.144), libssl3t64 (>= 3.0.0), zlib1g (>= 1:1.2.3.4)\n";
+        assert_eq!(
+            depends_names(kbuild),
+            ["pahole", "libc6", "libelf1t64", "libssl3t64", "zlib1g"]
+        );
+        assert_eq!(depends_names("Depends: a (>= 1) | b, c\n"), ["a", "c"]);
+        // 7.3's headers name their compiler by gcc-14-for-host.
+        let bpo = "Depends: gcc-14-for-host, linux-base (>= 4.12~), \
+            linux-headers-7.3.4+deb13-common (= 7.3.4-1~bpo13+1), linux-kbuild-7.3.4+deb13\n";
+        assert_eq!(compiler_of(bpo).as_deref(), Some("gcc-14"));
+        assert_eq!(
+            header_depends(bpo),
+            [
+                "linux-headers-7.3.4+deb13-common",
+                "linux-kbuild-7.3.4+deb13"
+            ]
+        );
     }
 
     #[test]
