@@ -35,17 +35,17 @@ use rustix::fs::{FileType, Mode, OFlags};
 use rustix::io::Errno;
 use zerocopy::{FromBytes, IntoBytes};
 
-use crate::abi::cmd::nr;
-use crate::abi::device::{ib_uverbs_get_context, ib_uverbs_get_context_resp};
-use crate::abi::ioctl::{
-    ah, async_event, cq, device as dev_m, mr, mw, object, pd, qp, srq, UVERBS_ATTR_UHW_IN,
-    UVERBS_ATTR_UHW_OUT,
-};
 use crate::device::{Device, DriverId};
 use crate::driver::Driver;
 use crate::error::Error;
-use crate::ioctl::{Answer, IoctlCall};
-use crate::write;
+use crate::kernel::abi::cmd::nr;
+use crate::kernel::abi::device::{ib_uverbs_get_context, ib_uverbs_get_context_resp};
+use crate::kernel::abi::ioctl::{
+    ah, async_event, cq, device as dev_m, mr, mw, object, pd, qp, srq, UVERBS_ATTR_UHW_IN,
+    UVERBS_ATTR_UHW_OUT,
+};
+use crate::kernel::ioctl::{Answer, IoctlCall};
+use crate::kernel::write;
 
 /// An ioctl method that has a write() command (or another fallback) doing the same: the
 /// object and method ids of the call, and its bit in [`Context`]'s `no_ioctl` mask, set once
@@ -270,7 +270,7 @@ impl Context {
         };
         // Non-blocking, so that an event loop can read it to EAGAIN (see try_get_async_event);
         // get_async_event polls before reading.
-        crate::fd::set_nonblocking(&async_fd, true)
+        crate::kernel::fd::set_nonblocking(&async_fd, true)
             .map_err(|e| Error::os("make the async event fd non-blocking", e))?;
         Ok(Context {
             device: dev.clone(),

@@ -37,9 +37,9 @@ use std::sync::Arc;
 
 use rustix::io::Errno;
 
-use crate::abi::ioctl::{mr, object};
 use crate::error::{Error, Result};
-use crate::ioctl::IoctlCall;
+use crate::kernel::abi::ioctl::{mr, object};
+use crate::kernel::ioctl::IoctlCall;
 use crate::mr::{check_access, AccessFlags, RawMr};
 use crate::pd::Pd;
 use crate::wr::Sge;

@@ -2,12 +2,14 @@
 //!
 //! The Linux uverbs kernel ABI spoken directly from Rust: no libibverbs, no C toolchain.
 //!
-//! - [`abi`]: raw kernel structures and numbers (`include/rdma/*.h`), layout-checked.
-//! - [`ioctl`]: a typed attribute builder for `RDMA_VERBS_IOCTL`.
-//! - [`write`](mod@write): the legacy and extended write() commands.
-//! - [`wc`], [`wr`]: the provider-neutral completion and work-request types.
-//! - [`mapping`]: the one owner of memory mappings (every `mmap`/`munmap`); [`sync`]: the one
-//!   lock of the data path.
+//! - [`device`], [`context`], [`pd`], [`mr`], [`cq`], [`qp`], [`srq`], [`ah`], [`mw`]: devices
+//!   and the verbs objects.
+//! - [`wc`], [`wr`], [`op`]: the provider-neutral completion, work-request and operation types.
+//!
+//! Below the objects sits the kernel layer (`kernel`: the raw ABI, ioctl and write() framing,
+//! mappings, copies into shared memory, the data path's lock) and beside them the provider seam
+//! (`driver`); both are public only with the feature `internals`, for the crates of this
+//! workspace that build on them, and are not part of the user's API.
 //!
 //! `unsafe` is denied at the crate root and allowed only in the modules that talk to the
 //! kernel, each block with a `// SAFETY:` comment.
@@ -18,12 +20,19 @@
 
 mod newtype;
 
-#[allow(non_camel_case_types, missing_debug_implementations)]
-// zerocopy derives add helper types
-// Raw kernel structures and numbers, named field for field as in the uapi headers they are
-// layout-checked against: those headers are their documentation.
-#[allow(missing_docs)]
-pub mod abi;
+// The kernel layer and the provider seam: public for the crates of this workspace (feature
+// `internals`, not for users; see `kernel`'s doc), private otherwise.
+#[cfg(feature = "internals")]
+pub mod driver;
+#[cfg(not(feature = "internals"))]
+#[allow(dead_code)]
+mod driver;
+#[cfg(feature = "internals")]
+pub mod kernel;
+#[cfg(not(feature = "internals"))]
+#[allow(dead_code)]
+mod kernel;
+
 pub mod ah;
 pub mod async_event;
 pub mod channel;
@@ -32,18 +41,14 @@ pub mod cq;
 pub mod device;
 pub mod device_attr;
 pub mod dmabuf;
-pub mod driver;
 pub mod error;
-pub mod fd;
 // The fuzz targets' entry points: built for the fuzz targets (`--cfg rverbs_fuzzing`,
 // set by `cargo xtask fuzz`) and for this crate's unit tests, which run them over the seeds.
 #[cfg(any(test, rverbs_fuzzing))]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gid;
-pub mod ioctl;
 mod ledger;
-pub mod mapping;
 pub mod mr;
 pub mod mw;
 pub mod netlink;
@@ -51,13 +56,11 @@ pub mod op;
 pub mod pd;
 pub mod port;
 pub mod qp;
-pub mod shared;
 pub mod srq;
-pub mod sync;
 mod util;
+mod values;
 pub mod wc;
 pub mod wr;
-pub mod write;
 
 pub use error::{Error, PostError, PostFault, PostQueue, Result};
 pub use op::{DeviceCapsEx, FlushLevel, FlushType, OpKind, OpSet, SendCaps};

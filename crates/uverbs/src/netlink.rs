@@ -22,14 +22,14 @@ use rustix::net::netlink::SocketAddrNetlink;
 use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
 use zerocopy::{FromBytes, IntoBytes};
 
-use crate::abi::netlink::{
+use crate::error::Error;
+use crate::kernel::abi::netlink::{
     attr, cmd, nlattr, nlmsgerr, nlmsghdr, rdma_nl_get_type, NLA_ALIGNTO, NLMSG_ALIGNTO,
     NLMSG_DONE, NLMSG_ERROR, NLMSG_NOOP, NLMSG_OVERRUN, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
     RDMA_NLA_TYPE_MASK, RDMA_NL_NLDEV,
 };
-use crate::device::DriverId;
-use crate::error::Error;
-use crate::port::{PhysState, PortState};
+use crate::values::DriverId;
+use crate::values::{PhysState, PortState};
 
 const fn align(n: usize, to: usize) -> usize {
     (n + to - 1) & !(to - 1)
@@ -270,7 +270,7 @@ pub fn attrs(buf: &[u8]) -> impl Iterator<Item = Result<Attr<'_>, DecodeError>> 
         }
         let a = Attr {
             ty: hdr.nla_type & RDMA_NLA_TYPE_MASK,
-            nested: hdr.nla_type & crate::abi::netlink::NLA_F_NESTED != 0,
+            nested: hdr.nla_type & crate::kernel::abi::netlink::NLA_F_NESTED != 0,
             data: &rest[size_of::<nlattr>()..len],
         };
         rest = &rest[align(len, NLA_ALIGNTO).min(rest.len())..];

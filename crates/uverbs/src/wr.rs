@@ -156,7 +156,7 @@ pub enum SendOp {
     /// Binds a memory window (`IB_WR_BIND_MW`): its operands come from
     /// [`Mw::bind_info`](crate::mw::Mw::bind_info) (checked) or the `unsafe`
     /// [`MwBind::from_raw`](crate::mw::MwBind::from_raw). Takes no SGEs.
-    BindMw(crate::mw::MwBind),
+    BindMw(crate::values::MwBind),
     /// FLUSH (IBTA 1.5, RC): the peer makes the writes that reached it before this request
     /// reach the placement `flush_type` names, for the `len` bytes at `remote_addr`
     /// ([`FlushLevel::RANGE`](crate::op::FlushLevel::RANGE)) or the whole region `rkey` names
@@ -167,8 +167,8 @@ pub enum SendOp {
         remote_addr: u64,
         rkey: u32,
         len: u32,
-        flush_type: crate::op::FlushType,
-        level: crate::op::FlushLevel,
+        flush_type: crate::values::FlushType,
+        level: crate::values::FlushLevel,
     },
     /// ATOMIC_WRITE (IBTA 1.5, RC): the 8 bytes of `value` are written at the peer's
     /// `remote_addr` (8-byte aligned, under `rkey`, which needs remote write access) as one

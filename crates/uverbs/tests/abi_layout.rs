@@ -29,13 +29,13 @@ use std::mem::{offset_of, size_of};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use rverbs_uverbs::abi::cmd::*;
-use rverbs_uverbs::abi::device::*;
-use rverbs_uverbs::abi::ioctl::*;
-use rverbs_uverbs::abi::netlink::*;
-use rverbs_uverbs::abi::obj::*;
 use rverbs_uverbs::device::{DriverId, UVERBS_ABI_VERSION};
 use rverbs_uverbs::gid::GidType;
+use rverbs_uverbs::kernel::abi::cmd::*;
+use rverbs_uverbs::kernel::abi::device::*;
+use rverbs_uverbs::kernel::abi::ioctl::*;
+use rverbs_uverbs::kernel::abi::netlink::*;
+use rverbs_uverbs::kernel::abi::obj::*;
 
 /// Size of a field, from a projection closure (no value of the struct needed).
 fn field_size<T, F>(_: fn(&T) -> &F) -> usize {

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::{Arc, Mutex};
 
 use rverbs_uverbs::driver::{KernelObj, QpOps};
+use rverbs_uverbs::kernel::shared::copy_to_shared;
 use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::qp::QpType;
-use rverbs_uverbs::shared::copy_to_shared;
 use rverbs_uverbs::wr::{SendFlags, SendOp, SendWr, Sge};
 use std::os::fd::AsFd;
 
@@ -272,7 +272,7 @@ fn inline_post_races_write_at() {
         },
     )
     .unwrap();
-    // Word-aligned "registered memory", reached only through rverbs_uverbs::shared.
+    // Word-aligned "registered memory", reached only through rverbs_uverbs::kernel::shared.
     let mut mem = vec![0u64; 8];
     let base = mem.as_mut_ptr().cast::<u8>().expose_provenance();
     let sge = [Sge {
