@@ -125,8 +125,8 @@ pub struct DmabufArgs {
 /// Builds the `REG_DMABUF_MR` call [`DmabufMr::register`] issues, attribute for attribute
 /// (the order is libibverbs', so the oracle can compare the bytes): the new MR's IDR, the
 /// lkey and rkey outputs, the PD, offset, length, iova, fd and access. Building is safe;
-/// issuing it is [`IoctlCall::call`]'s contract. The new handle is read with
-/// [`IoctlCall::handle`] of attribute 0.
+/// issuing it is `IoctlCall::call`'s contract (`kernel::ioctl`). The new handle is read with
+/// `IoctlCall::handle` of attribute 0.
 pub fn reg_dmabuf_call<'a>(
     pd_handle: u32,
     args: &'a DmabufArgs,

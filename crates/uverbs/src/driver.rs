@@ -119,7 +119,7 @@ pub unsafe trait Driver: Send + Sync + fmt::Debug {
     fn name(&self) -> &'static str;
 
     /// The send operations this provider encodes, per QP type (data: the classification in
-    /// [`crate::op`] checks every post against it, before [`QpOps::post_send`] is called).
+    /// [`OpSet`](crate::OpSet) checks every post against it, before [`QpOps::post_send`] is called).
     /// Its provider writes it as an exhaustive `match` over [`OpKind`](crate::op::OpKind), so
     /// a new operation does not compile until each provider says whether it encodes it.
     fn send_caps(&self) -> crate::op::SendCaps;

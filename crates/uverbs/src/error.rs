@@ -211,7 +211,7 @@ pub enum PostQueue {
 }
 
 /// What was wrong with a work request: the one typed description of a refused post, from the
-/// core's checks ([`crate::op`], the QP's state) and from every provider's encoder alike. Read
+/// core's checks ([`OpSet`](crate::OpSet), the QP's state) and from every provider's encoder alike. Read
 /// it with [`PostError::fault`]; [`PostFault::kind`] and [`PostFault::errno`] say how the
 /// refusal surfaces as an `io::Error` (and in the C drop-in).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -345,7 +345,7 @@ pub enum PostFault {
     },
     /// An RDMA READ on an iWARP QP whose sink is a region registered without
     /// `REMOTE_WRITE`: iWARP places a READ's data into the sink by its steering tag, as it
-    /// does an RDMA WRITE's ([`crate::op`], "iWARP").
+    /// does an RDMA WRITE's ([`OpSet`](crate::OpSet), "iWARP").
     ReadSinkNotRemoteWrite {
         /// The sink SGE's local key.
         lkey: u32,

@@ -4,7 +4,10 @@
 //!
 //! - [`device`], [`context`], [`pd`], [`mr`], [`cq`], [`qp`], [`srq`], [`ah`], [`mw`]: devices
 //!   and the verbs objects.
-//! - [`wc`], [`wr`], [`op`]: the provider-neutral completion, work-request and operation types.
+//! - At the crate root: the vocabulary of posting and completing, provider-neutral — work
+//!   requests ([`SendWr`], [`RecvWr`], [`Sge`], [`SendOp`], ...), completions
+//!   ([`WorkCompletion`], [`RawWc`], [`WcStatus`], ...), operations ([`OpKind`], [`OpSet`],
+//!   [`SendCaps`], ...) and errors ([`Error`], [`PostError`], [`PostFault`]).
 //!
 //! Below the objects sits the kernel layer (`kernel`: the raw ABI, ioctl and write() framing,
 //! mappings, copies into shared memory, the data path's lock) and beside them the provider seam
@@ -41,7 +44,7 @@ pub mod cq;
 pub mod device;
 pub mod device_attr;
 pub mod dmabuf;
-pub mod error;
+mod error;
 // The fuzz targets' entry points: built for the fuzz targets (`--cfg rverbs_fuzzing`,
 // set by `cargo xtask fuzz`) and for this crate's unit tests, which run them over the seeds.
 #[cfg(any(test, rverbs_fuzzing))]
@@ -52,17 +55,18 @@ mod ledger;
 pub mod mr;
 pub mod mw;
 pub mod netlink;
-pub mod op;
+mod op;
 pub mod pd;
 pub mod port;
 pub mod qp;
 pub mod srq;
 mod util;
 mod values;
-pub mod wc;
-pub mod wr;
+mod wc;
+mod wr;
 
+// The vocabulary of posting and completing, one path each (their modules are private).
 pub use error::{Error, PostError, PostFault, PostQueue, Result};
 pub use op::{DeviceCapsEx, FlushLevel, FlushType, OpKind, OpSet, SendCaps};
 pub use wc::{RawWc, WcFlags, WcOpcode, WcStatus, WorkCompletion};
-pub use wr::{MrRecvWr, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
+pub use wr::{MrRecvWr, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, Sge, SgeList, UdDest};

@@ -3,7 +3,7 @@
 //! By job: [`AccessFlags`] and the memory a region can take over ([`MrMemory`], in
 //! `mr/memory.rs`), the page allocator ([`PageBuf`], `mr/page.rs`), regions over such memory
 //! ([`Mr`], here), and regions over memory the caller manages ([`RawMr`], `mr/raw.rs`). The
-//! copies in and out of registered memory are [`crate::kernel::shared`]'s.
+//! copies in and out of registered memory are the kernel layer's (`kernel::shared`).
 //!
 //! An [`Mr<M>`] takes over its memory `M` (owned, or borrowed inside [`Mr::scoped`]), so the
 //! buffer can be neither freed nor moved while the device may access it: dropping the `Mr`
@@ -517,7 +517,7 @@ impl<M: MrMemory> Mr<M> {
     /// Copies `dst.len()` bytes from `offset` of the region into `dst`.
     ///
     /// Bytes that the device, a peer or another thread writes meanwhile read as old or new
-    /// values, each byte on its own ([`crate::kernel::shared`]: 1-byte relaxed atomics); read after
+    /// values, each byte on its own (`kernel::shared`: 1-byte relaxed atomics); read after
     /// the completion that says the data is there.
     ///
     /// # Panics
@@ -676,7 +676,7 @@ fn dereg_failed(pd: &Pd, handle: u32, mem: RawMemory, owned: bool, e: Errno) -> 
 }
 
 /// Deregisters MR `handle` of `pd` whose local key is `lkey`, keeping the PD's record of
-/// READ sinks ([`crate::op`], iWARP) true: the key leaves it before the kernel can give it to a
+/// READ sinks ([`OpSet`](crate::OpSet), iWARP) true: the key leaves it before the kernel can give it to a
 /// new region, and comes back if the kernel refuses.
 pub(crate) fn dereg_noted(pd: &Pd, handle: u32, lkey: u32) -> std::result::Result<(), Errno> {
     let sinks = pd.read_sinks();

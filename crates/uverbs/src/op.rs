@@ -18,7 +18,7 @@
 //! FLUSH and ATOMIC_WRITE only on a device that reports them ([`OpSet::on_device`]).
 //!
 //! What a provider can encode on top of that is its [`SendCaps`], data it returns from
-//! [`Driver::send_caps`](crate::driver::Driver::send_caps); a QP accepts the intersection.
+//! `Driver::send_caps` (the provider seam, `driver`); a QP accepts the intersection.
 //!
 //! One rule looks at the memory a request names rather than its operation: on **iWARP** an
 //! RDMA READ's sink must be registered with `REMOTE_WRITE` ([`PostFault::ReadSinkNotRemoteWrite`]).
@@ -154,7 +154,7 @@ impl OpSet {
 }
 
 /// What a provider can encode, per QP type: data, returned by
-/// [`Driver::send_caps`](crate::driver::Driver::send_caps). A QP of type `t` accepts
+/// `Driver::send_caps` (the provider seam, `driver`). A QP of type `t` accepts
 /// `OpSet::for_transport(t) ∩ caps.for_type(t)`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SendCaps {

@@ -20,7 +20,7 @@ use zerocopy::IntoBytes as _;
 pub struct Pd {
     ctx: Arc<Context>,
     handle: u32,
-    /// On iWARP devices: the regions that may not be an RDMA READ's sink ([`crate::op`]).
+    /// On iWARP devices: the regions that may not be an RDMA READ's sink ([`OpSet`](crate::OpSet)).
     read_sinks: Option<ReadSinks>,
     /// The safe regions of this PD by local key ([`crate::ledger`]).
     regions: Registry,

@@ -99,7 +99,7 @@ bitflags! {
 /// provider under the QP's lock, one producer at a time, and published with Release before the
 /// doorbell. The safe posts take SGEs made from live [`Mr`](crate::mr::Mr)s ([`MrSge`](crate::wr::MrSge)),
 /// so the device can reach nothing but registered memory of this PD, and INLINE payloads are
-/// read with the one copy rule of [`crate::kernel::shared`]; hand-made SGEs need the `unsafe`
+/// read with the one copy rule of the kernel layer (`kernel::shared`); hand-made SGEs need the `unsafe`
 /// [`Qp::post_send_raw`] / [`Qp::post_recv_raw`] (docs/architecture.md, "Posting").
 pub struct Qp {
     // Drop order: `Drop::drop` destroys the kernel object first; the fields then drop in
@@ -385,8 +385,8 @@ impl Qp {
     ///
     /// After the kernel has moved the QP to RESET the provider resets its side, as libmlx5
     /// does: the receive CQ, then the send CQ if it is another one, drop this QP's completions
-    /// not yet polled ([`CqOps::qp_reset`](crate::driver::CqOps::qp_reset)), each under its own
-    /// lock; then the QP's queues start again from empty ([`QpOps::reset`]) under the QP's
+    /// not yet polled (`CqOps::qp_reset`), each under its own
+    /// lock; then the QP's queues start again from empty (`QpOps::reset`) under the QP's
     /// lock. The core never holds two of these locks at once, so this cannot deadlock with
     /// posting (the QP's lock alone) or polling (the CQ's lock alone). A CQ whose provider has
     /// nothing to clean there (rxe: `CqOps::cleans_on_qp_reset` false) is not locked at all;

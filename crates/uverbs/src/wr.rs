@@ -162,7 +162,7 @@ pub enum SendOp {
     /// ([`FlushLevel::RANGE`](crate::op::FlushLevel::RANGE)) or the whole region `rkey` names
     /// ([`FlushLevel::MR`](crate::op::FlushLevel::MR)). The region must have been
     /// registered with the matching `FLUSH_*` access flag. Takes no SGEs. Only on a device
-    /// that reports FLUSH ([`crate::op`]).
+    /// that reports FLUSH ([`OpSet`](crate::OpSet)).
     Flush {
         remote_addr: u64,
         rkey: u32,
@@ -173,7 +173,7 @@ pub enum SendOp {
     /// ATOMIC_WRITE (IBTA 1.5, RC): the 8 bytes of `value` are written at the peer's
     /// `remote_addr` (8-byte aligned, under `rkey`, which needs remote write access) as one
     /// unit, after the writes before it. Takes no SGEs. Only on a device that reports
-    /// ATOMIC_WRITE ([`crate::op`]).
+    /// ATOMIC_WRITE ([`OpSet`](crate::OpSet)).
     AtomicWrite {
         remote_addr: u64,
         rkey: u32,

@@ -29,9 +29,9 @@ use super::abi::{
     rxe_wr_ud, send_flags, RXE_SEND_WQE_SGE_OFFSET, RXE_SEND_WR_UNION_SIZE,
 };
 use super::queue::{QueueKind, RxeQueue};
-use rverbs_uverbs::error::{PostError, PostFault};
 use rverbs_uverbs::kernel::shared::copy_from_shared_raw;
 use rverbs_uverbs::{Error, OpKind, SendFlags, SendOp, SendWr};
+use rverbs_uverbs::{PostError, PostFault};
 
 /// The transport of the QP a send queue belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -33,12 +33,12 @@ use std::io;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU8, Ordering};
 
-use rverbs_uverbs::error::{PostError, PostFault};
 use rverbs_uverbs::kernel::shared::copy_from_shared_raw;
 use rverbs_uverbs::qp::QpType;
 use rverbs_uverbs::{
     Error, OpKind, RecvWr, SendFlags, SendOp, SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };
+use rverbs_uverbs::{PostError, PostFault};
 
 use super::abi::{
     notify, opcode, siw_cqe, siw_rqe, siw_sge, siw_sqe, wc_status, wqe_flags, FLAGS_OFFSET,

@@ -14,8 +14,8 @@ use crate::siw::ring::{Posted, Ring, SiwCq, SiwRq, SiwSq, SqConfig, UNKNOWN_OPCO
 use crate::siw::sim::SimRing;
 use crate::siw::SiwQueue;
 use rverbs_uverbs::driver::Driver;
-use rverbs_uverbs::error::PostFault;
 use rverbs_uverbs::qp::QpType;
+use rverbs_uverbs::PostFault;
 use rverbs_uverbs::{
     OpKind, OpSet, RecvWr, SendFlags, SendOp, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
     WorkCompletion,

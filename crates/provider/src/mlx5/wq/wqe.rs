@@ -9,13 +9,13 @@ use super::*;
 use std::ptr;
 use std::sync::atomic::Ordering;
 
-use rverbs_uverbs::error::PostFault;
 use rverbs_uverbs::kernel::shared::copy_from_shared_raw;
 use rverbs_uverbs::mr::AccessFlags;
 use rverbs_uverbs::mw::MwType;
-use rverbs_uverbs::wc::WcOpcode;
-use rverbs_uverbs::wr::{SendFlags, SendOp, SendWr, Sge};
 use rverbs_uverbs::OpKind;
+use rverbs_uverbs::PostFault;
+use rverbs_uverbs::WcOpcode;
+use rverbs_uverbs::{SendFlags, SendOp, SendWr, Sge};
 
 use crate::mlx5::cqe::WqeOpcode;
 
