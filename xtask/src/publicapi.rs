@@ -124,7 +124,7 @@ pub fn cmd(args: &[String]) -> util::Result<u8> {
 
 /// The items a crate declares (types, functions, constants, fields, modules), without the
 /// `impl` lines (trait implementations, auto traits included): the count the targets of the
-/// public surface are stated in (docs/architecture.md, "The kernel layer").
+/// public surface are stated in (docs/architecture.md, "rverbs-uverbs: the kernel ABI and the verbs objects").
 fn declared(lines: &BTreeSet<String>) -> usize {
     lines
         .iter()
