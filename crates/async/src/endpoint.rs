@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use rverbs_cm::{CmEvent, CmEventKind, ConnParam, QpType};
 use rverbs_cm::{Drain, Endpoint, EndpointAttr, OwnCqs};
-use rverbs_uverbs::error::PostQueue;
+use rverbs_uverbs::PostQueue;
 use rverbs_uverbs::WorkCompletion;
 
 use crate::cm::{AsyncCmId, AsyncEventChannel};

@@ -397,7 +397,9 @@ impl Default for rdma_ucm_conn_param {
 }
 
 // The verbs structures the ucma ABI embeds are the verbs crate's (one declaration each).
-pub use rverbs_uverbs::abi::obj::{ib_uverbs_ah_attr, ib_uverbs_global_route, ib_uverbs_qp_attr};
+pub use rverbs_uverbs::kernel::abi::obj::{
+    ib_uverbs_ah_attr, ib_uverbs_global_route, ib_uverbs_qp_attr,
+};
 
 /// `struct rdma_ucm_ud_param` (304 bytes).
 #[repr(C)]

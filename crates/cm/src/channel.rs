@@ -55,7 +55,7 @@ pub const ABI_VERSION_PATH: &str = "/sys/class/misc/rdma_cm/abi_version";
 #[derive(Debug)]
 pub(crate) struct Channel {
     /// The open ucma file. Commands are written with uverbs' one command writer,
-    /// [`rverbs_uverbs::write::write_cmd`]: several commands make the kernel write a response
+    /// [`rverbs_uverbs::kernel::write::write_cmd`]: several commands make the kernel write a response
     /// through a pointer carried *inside* the written buffer, and that writer is declared able
     /// to write any memory (rustix's `write` is declared `readonly`, which would let the
     /// compiler assume the response buffer still holds what it held before the call).
@@ -224,7 +224,7 @@ impl Channel {
             })?;
         // GET_EVENT sleeps unless the file is non-blocking; rverbs waits with poll() instead so
         // that every wait can have a deadline and callers can put the fd in their own epoll.
-        rverbs_uverbs::fd::set_nonblocking(&fd, true)
+        rverbs_uverbs::kernel::fd::set_nonblocking(&fd, true)
             .map_err(|e| Error::os("make the rdma_cm fd non-blocking", e))?;
         Ok(Arc::new(Self {
             fd,
@@ -348,7 +348,7 @@ impl Channel {
             for e in extra {
                 fds.push(PollFd::new(e, PollFlags::IN));
             }
-            let r = rverbs_uverbs::fd::poll_until(&mut fds, deadline);
+            let r = rverbs_uverbs::kernel::fd::poll_until(&mut fds, deadline);
             self.lock().wakers.retain(|w| !Arc::ptr_eq(w, wake));
             let mut buf = [0u8; 8];
             // Non-blocking: EAGAIN when nobody woke us.
@@ -412,7 +412,7 @@ impl Channel {
             // bytes (the kernel writes at most `out_len`, the size in the header); the ids and
             // fds the command carries are the crate's own, so no safe rverbs object is changed
             // behind its back.
-            let n = unsafe { rverbs_uverbs::write::write_cmd(self.fd.as_fd(), buf) }?;
+            let n = unsafe { rverbs_uverbs::kernel::write::write_cmd(self.fd.as_fd(), buf) }?;
             // ucma consumes a command whole or fails it; anything else is a protocol error.
             if n != buf.len() {
                 return Err(Errno::IO);

@@ -63,7 +63,6 @@ use std::time::{Duration, Instant};
 use rverbs_uverbs::channel::CompChannel;
 use rverbs_uverbs::context::Context;
 use rverbs_uverbs::cq::{Cq, CqOptions};
-use rverbs_uverbs::error::{PostError, PostQueue};
 use rverbs_uverbs::mr::{AccessFlags, Mr, MrMemory, RegisterError};
 use rverbs_uverbs::pd::Pd;
 use rverbs_uverbs::qp::QpCaps;
@@ -71,6 +70,7 @@ use rverbs_uverbs::qp::{self as vqp, Qp, QpAttr, QpInit};
 use rverbs_uverbs::{
     Error, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, UdDest, WorkCompletion,
 };
+use rverbs_uverbs::{PostError, PostQueue};
 
 use crate::{CmEvent, CmEventKind, CmId, ConnParam, McJoinFlags, QpState, QpType, UdEventParam};
 use std::net::SocketAddr;

@@ -9,7 +9,8 @@
 //!   channel an id is *synchronous*: each call waits for the event that completes it.
 //! - [`getaddrinfo`] / [`create_ep`]: librdmacm's `rdma_getaddrinfo` / `rdma_create_ep`
 //!   (without the QP, which the verbs layer creates on the returned id).
-//! - [`abi`]: the raw structures, layout-checked against `rdma_user_cm.h`.
+//! - `abi` (the raw ucma structures, layout-checked against `rdma_user_cm.h`): not the user's
+//!   API, public only with the feature `internals` (for the C drop-in).
 //!
 //! See `docs/cm.md` for the design (events need no ack; destroy never waits; private-data
 //! limits; what the kernel does and does not report).
@@ -18,11 +19,16 @@
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations)]
 
-#[allow(non_camel_case_types)]
-// Raw kernel structures and numbers, named field for field as in the uapi headers they are
-// layout-checked against: those headers are their documentation.
-#[allow(missing_docs)]
+// The ucma ABI: raw kernel structures and numbers, named field for field as in the uapi
+// headers they are layout-checked against (those headers are their documentation). Not the
+// user's API: public only with the feature `internals` (for the C drop-in and this crate's
+// layout test), private otherwise.
+#[cfg(feature = "internals")]
+#[allow(non_camel_case_types, missing_docs)]
 pub mod abi;
+#[cfg(not(feature = "internals"))]
+#[allow(non_camel_case_types, dead_code, unused_imports)]
+mod abi;
 mod addr;
 mod addrinfo;
 mod channel;

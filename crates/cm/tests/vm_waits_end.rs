@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use common::listener;
 use rverbs_cm::{CmEventKind, ConnParam};
 use rverbs_cm::{EndReason, Endpoint, EndpointAttr, END_MARKER};
-use rverbs_uverbs::error::PostQueue;
 use rverbs_uverbs::mr::{Mr, PageBuf};
+use rverbs_uverbs::PostQueue;
 use rverbs_uverbs::{SendFlags, WcStatus, WorkCompletion};
 
 /// The endpoints of these tests: 4 sends and receives, 64 inline bytes.

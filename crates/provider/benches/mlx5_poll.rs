@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 use rverbs_provider::internals::mlx5::{CqBuf, CqeSize, Mlx5Cq, UarPage, WorkQueue, WqeRef};
-use rverbs_uverbs::wc::WorkCompletion;
+use rverbs_uverbs::WorkCompletion;
 
 const CQE: u32 = 4095; // ring of 4096
 const BATCH: usize = 32;

@@ -1,7 +1,7 @@
 //! Cost of the memory-region copy accessors against memcpy.
 //!
 //! `Mr::read_at` / `Mr::write_at` (and INLINE posts, and both ring copies of `RdmaStream`)
-//! copy with `rverbs_uverbs::shared::copy_from_shared` / `copy_to_shared`: a byte-wise atomic
+//! copy with `rverbs_uverbs::kernel::shared::copy_from_shared` / `copy_to_shared`: a byte-wise atomic
 //! memcpy (every byte a relaxed 1-byte atomic access in the abstract machine; on x86_64
 //! inline-assembly vector moves and `rep movsb`), because registered memory may be written by
 //! the device, a peer or another thread at any time and every Rust access to a byte of it
@@ -18,7 +18,7 @@ use std::time::Instant;
 use std::sync::atomic::AtomicU8;
 use std::sync::atomic::Ordering::Relaxed;
 
-use rverbs_uverbs::shared::{copy_from_shared, copy_to_shared};
+use rverbs_uverbs::kernel::shared::{copy_from_shared, copy_to_shared};
 
 /// The byte loop: one relaxed `AtomicU8` load per byte.
 ///

@@ -22,8 +22,8 @@ use std::ptr::NonNull;
 
 use rverbs_uverbs::driver::{CqCreated, Driver, QpCreated, QpRequest, SrqCreated};
 use rverbs_uverbs::qp::{QpCaps, QpType};
-use rverbs_uverbs::wc::{WcStatus, WorkCompletion};
 use rverbs_uverbs::RawWc;
+use rverbs_uverbs::{WcStatus, WorkCompletion};
 use zerocopy::IntoBytes;
 
 use crate::mlx5::abi::{mlx5_ib_alloc_ucontext_resp, MLX5_LIB_CAP_DYN_UAR};

@@ -1,11 +1,11 @@
 //! Shared mappings of the uverbs command fd (rxe and siw queues, mlx5 UAR pages): the one
-//! mapping owner, [`rverbs_uverbs::mapping::Mapping`], with the error naming what was mapped.
+//! mapping owner, [`rverbs_uverbs::kernel::mapping::Mapping`], with the error naming what was mapped.
 
 use std::io;
 use std::os::fd::BorrowedFd;
 
-use rverbs_uverbs::mapping::MapAccess;
-pub(crate) use rverbs_uverbs::mapping::Mapping;
+use rverbs_uverbs::kernel::mapping::MapAccess;
+pub(crate) use rverbs_uverbs::kernel::mapping::Mapping;
 use rverbs_uverbs::Error;
 
 /// Maps `len` bytes of `fd` at `offset`, shared, read and write; `what` names it in errors.

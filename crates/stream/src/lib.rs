@@ -58,7 +58,7 @@
 //! ## Soundness
 //!
 //! The three registered regions of a stream (send ring, target SGL with the iomap table,
-//! receive ring) and its iomap buffers are only copied with `rverbs_uverbs::shared`'s
+//! receive ring) and its iomap buffers are only copied with `rverbs_uverbs::kernel::shared`'s
 //! accessors (`Mr::read_at` / `write_at`); no Rust reference into them exists. An iomap
 //! buffer is deregistered before it is freed, so a write the peer makes after
 //! the mapping is dropped fails at the device. Everything the peer sends — its connection data, its message

@@ -256,7 +256,7 @@ struct State {
 /// other `RdmaStream`s.
 ///
 /// Data is copied once, from the caller's buffers into a registered send ring (with
-/// `rverbs_uverbs::shared`'s copies), written by RDMA WRITE with immediate straight into the
+/// `rverbs_uverbs::kernel::shared`'s copies), written by RDMA WRITE with immediate straight into the
 /// peer's registered receive ring, and copied once out of ours. Rings are registered once,
 /// at connect or accept; nothing is allocated per message.
 ///

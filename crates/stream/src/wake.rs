@@ -230,7 +230,7 @@ mod tests {
             PollFd::new(&sh.rd, PollFlags::IN),
             PollFd::new(&sh.w, PollFlags::IN),
         ];
-        rverbs_uverbs::fd::poll_until(&mut fds, deadline).map(drop)
+        rverbs_uverbs::kernel::fd::poll_until(&mut fds, deadline).map(drop)
     }
 
     /// Waits (as `wait_for`) for `items > 0` and takes one; `None` on the deadline.

@@ -5,9 +5,9 @@ use std::time::Duration;
 use rustix::io::Errno;
 use zerocopy::FromBytes;
 
-use crate::abi::obj::ib_uverbs_async_event_desc;
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::kernel::abi::obj::ib_uverbs_async_event_desc;
 use crate::newtype::raw_newtype;
 
 raw_newtype! {
@@ -123,7 +123,7 @@ impl Context {
         let fd = self.async_fd();
         let op = || format!("read async event on {}", self.name());
         loop {
-            if !crate::fd::poll_readable(fd, timeout).map_err(|e| Error::os(op(), e))? {
+            if !crate::kernel::fd::poll_readable(fd, timeout).map_err(|e| Error::os(op(), e))? {
                 return Ok(None);
             }
             let mut buf = [0u8; 16];

@@ -9,13 +9,13 @@ use std::time::Duration;
 use rustix::io::Errno;
 use zerocopy::FromBytes;
 
-use crate::abi::cmd::nr;
-use crate::abi::obj::{
-    ib_uverbs_comp_event_desc, ib_uverbs_create_comp_channel, ib_uverbs_create_comp_channel_resp,
-};
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::write;
+use crate::kernel::abi::cmd::nr;
+use crate::kernel::abi::obj::{
+    ib_uverbs_comp_event_desc, ib_uverbs_create_comp_channel, ib_uverbs_create_comp_channel_resp,
+};
+use crate::kernel::write;
 
 /// A completion channel (`ibv_comp_channel`). Its fd becomes readable when a CQ attached to it
 /// and armed with [`crate::cq::Cq::req_notify`] gets a completion.
@@ -83,7 +83,7 @@ impl CompChannel {
             .map_err(|d| Error::protocol(op(), d))?;
         // Non-blocking by default, so that a read never sleeps past a wait(); see
         // set_blocking for the other mode.
-        crate::fd::set_nonblocking(&fd, true)
+        crate::kernel::fd::set_nonblocking(&fd, true)
             .map_err(|e| Error::os("set completion channel non-blocking", e))?;
         Ok(Arc::new(CompChannel {
             ctx: ctx.clone(),
@@ -112,7 +112,7 @@ impl CompChannel {
     pub fn set_blocking(&self, blocking: bool) -> Result<()> {
         // Relaxed: a hint for try_get_event; the file flag itself is the kernel's.
         self.blocking.store(blocking, Ordering::Relaxed);
-        crate::fd::set_nonblocking(&self.fd, !blocking).map_err(|e| {
+        crate::kernel::fd::set_nonblocking(&self.fd, !blocking).map_err(|e| {
             Error::os(
                 format!(
                     "make completion channel of {} {}",
@@ -156,7 +156,7 @@ impl CompChannel {
 
     /// Waits until an event is ready (`true`) or `timeout` passes (`false`).
     pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
-        crate::fd::poll_readable(self.fd.as_fd(), timeout)
+        crate::kernel::fd::poll_readable(self.fd.as_fd(), timeout)
             .map_err(|e| Error::os("wait for completion event", e).into())
     }
 

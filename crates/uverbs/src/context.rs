@@ -35,17 +35,17 @@ use rustix::fs::{FileType, Mode, OFlags};
 use rustix::io::Errno;
 use zerocopy::{FromBytes, IntoBytes};
 
-use crate::abi::cmd::nr;
-use crate::abi::device::{ib_uverbs_get_context, ib_uverbs_get_context_resp};
-use crate::abi::ioctl::{
-    ah, async_event, cq, device as dev_m, mr, mw, object, pd, qp, srq, UVERBS_ATTR_UHW_IN,
-    UVERBS_ATTR_UHW_OUT,
-};
 use crate::device::{Device, DriverId};
 use crate::driver::Driver;
 use crate::error::Error;
-use crate::ioctl::{Answer, IoctlCall};
-use crate::write;
+use crate::kernel::abi::cmd::nr;
+use crate::kernel::abi::device::{ib_uverbs_get_context, ib_uverbs_get_context_resp};
+use crate::kernel::abi::ioctl::{
+    ah, async_event, cq, device as dev_m, mr, mw, object, pd, qp, srq, UVERBS_ATTR_UHW_IN,
+    UVERBS_ATTR_UHW_OUT,
+};
+use crate::kernel::ioctl::{Answer, IoctlCall};
+use crate::kernel::write;
 
 /// An ioctl method that has a write() command (or another fallback) doing the same: the
 /// object and method ids of the call, and its bit in [`Context`]'s `no_ioctl` mask, set once
@@ -116,7 +116,7 @@ pub(crate) enum Via<R, W> {
 /// the uverbs driver and nowhere else. The async event fd comes from the kernel's answer,
 /// pre-set to -1 and validated before it becomes an `OwnedFd` (docs/architecture.md, "File
 /// descriptors"). Which sysfs tree is read is not a safe choice ([`crate::device::Sysfs::at`]
-/// is `unsafe`). The attached [`Driver`] is reached through [`Context::driver`], whose methods
+/// is `unsafe`). The attached driver (`driver::Driver`, the provider seam) is reached through [`Context::driver`], whose methods
 /// that map or trust kernel answers are `unsafe`.
 #[derive(Debug)]
 pub struct Context {
@@ -147,7 +147,7 @@ pub struct Limits {
     pub max_srq_wr: u32,
     /// Most SGEs per SRQ work request.
     pub max_srq_sge: u32,
-    /// The extended capability bits (FLUSH, ATOMIC_WRITE: [`crate::op`]).
+    /// The extended capability bits (FLUSH, ATOMIC_WRITE: [`OpSet`](crate::OpSet)).
     pub device_cap_flags_ex: crate::op::DeviceCapsEx,
 }
 
@@ -270,7 +270,7 @@ impl Context {
         };
         // Non-blocking, so that an event loop can read it to EAGAIN (see try_get_async_event);
         // get_async_event polls before reading.
-        crate::fd::set_nonblocking(&async_fd, true)
+        crate::kernel::fd::set_nonblocking(&async_fd, true)
             .map_err(|e| Error::os("make the async event fd non-blocking", e))?;
         Ok(Context {
             device: dev.clone(),
@@ -332,7 +332,7 @@ impl Context {
     /// [`Context::open`]) can query the device but not create CQs, QPs, SRQs or AHs.
     ///
     /// Only the driver's queries are safe to call; its create methods are `unsafe fn`s
-    /// (the provider maps what their kernel responses name: see [`crate::driver`]).
+    /// (the provider maps what their kernel responses name: see `rverbs_uverbs::driver`).
     pub fn driver(&self) -> io::Result<&dyn Driver> {
         self.driver.get().map(|d| d.as_ref()).ok_or_else(|| {
             Error::unsupported(

@@ -5,21 +5,22 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use crate::abi::cmd::{ib_uverbs_cmd_hdr, nr};
-use crate::abi::ioctl::{cq, UVERBS_ATTR_UHW_IN, UVERBS_ATTR_UHW_OUT};
-use crate::abi::obj::{ib_uverbs_create_cq, ib_uverbs_create_cq_resp, ib_uverbs_destroy_cq};
-use crate::abi::obj::{
-    ib_uverbs_destroy_cq_resp, ib_uverbs_req_notify_cq, ib_uverbs_resize_cq,
-    ib_uverbs_resize_cq_resp,
-};
 use crate::channel::CompChannel;
 use crate::context::Context;
 use crate::context::{Via, M_CREATE_CQ, M_DESTROY_CQ};
 use crate::driver::{CqCreated, CqOps, KernelObj, OpsGuard, OpsLock};
 use crate::error::{Error, Result};
+use crate::kernel::abi::cmd::nr;
+use crate::kernel::abi::ioctl::{cq, UVERBS_ATTR_UHW_IN, UVERBS_ATTR_UHW_OUT};
+use crate::kernel::abi::obj::{
+    ib_uverbs_create_cq, ib_uverbs_create_cq_resp, ib_uverbs_destroy_cq,
+};
+use crate::kernel::abi::obj::{
+    ib_uverbs_destroy_cq_resp, ib_uverbs_resize_cq, ib_uverbs_resize_cq_resp,
+};
+use crate::kernel::write;
 use crate::ledger::Watch;
 use crate::wc::{RawWc, WorkCompletion};
-use crate::write;
 use std::os::fd::AsRawFd;
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -367,7 +368,7 @@ impl Cq {
         }
         if self.arms_in_kernel {
             // The provider's arm is this kernel command and guards nothing (arms_in_kernel).
-            return req_notify_write(self.kobj(), solicited_only);
+            return crate::driver::req_notify_write(self.kobj(), solicited_only);
         }
         self.lock().arm(self.kobj(), solicited_only)
     }
@@ -631,52 +632,10 @@ impl Drop for Cq {
     }
 }
 
-/// Arms a CQ through the kernel (`IB_USER_VERBS_CMD_REQ_NOTIFY_CQ`), the default for
-/// providers whose CQ arming is a kernel call (rxe).
-///
-/// One `write(2)` of 16 bytes built on the stack (it runs after every completion event when a
-/// CQ is re-armed): the command header and `ib_uverbs_req_notify_cq`, no response.
-#[inline]
-pub fn req_notify_write(cq: KernelObj<'_>, solicited_only: bool) -> Result<()> {
-    let cmd = ReqNotifyCmd {
-        hdr: ib_uverbs_cmd_hdr {
-            command: nr::REQ_NOTIFY_CQ,
-            in_words: (size_of::<ReqNotifyCmd>() / 4) as u16,
-            out_words: 0,
-        },
-        body: ib_uverbs_req_notify_cq {
-            cq_handle: cq.handle,
-            solicited_only: u32::from(solicited_only),
-        },
-    };
-    match write::cmd_write(cq.fd, cmd.as_bytes()) {
-        Ok(n) if n == size_of::<ReqNotifyCmd>() => Ok(()),
-        r => Err(req_notify_error(cq.handle, r)),
-    }
-}
-
-/// The whole REQ_NOTIFY_CQ write(): header and request (the command has no response).
-#[repr(C)]
-#[derive(IntoBytes, zerocopy::Immutable)]
-struct ReqNotifyCmd {
-    hdr: ib_uverbs_cmd_hdr,
-    body: ib_uverbs_req_notify_cq,
-}
-
-#[cold]
-#[inline(never)]
-fn req_notify_error(
-    handle: u32,
-    r: std::result::Result<usize, rustix::io::Errno>,
-) -> std::io::Error {
-    // uverbs consumes a command in one write() or fails it; a short count is a protocol error.
-    let e = r.err().unwrap_or(rustix::io::Errno::IO);
-    Error::os(format!("arm CQ {handle}"), e).into()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::driver::req_notify_write;
 
     #[test]
     #[cfg_attr(miri, ignore = "Miri cannot run raw syscalls")]

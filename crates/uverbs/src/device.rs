@@ -30,68 +30,7 @@ use crate::newtype::raw_newtype;
 /// The uverbs ABI version rverbs speaks (`IB_USER_VERBS_ABI_VERSION`).
 pub const UVERBS_ABI_VERSION: u32 = 6;
 
-raw_newtype! {
-    /// `enum rdma_driver_id` (`rdma/ib_user_ioctl_verbs.h`): which kernel driver serves a
-    /// device. Sent in every `RDMA_VERBS_IOCTL` header.
-    DriverId(u32) {
-        UNKNOWN = 0, "unknown";
-        MLX5 = 1, "mlx5";
-        MLX4 = 2, "mlx4";
-        CXGB3 = 3, "cxgb3";
-        CXGB4 = 4, "cxgb4";
-        MTHCA = 5, "mthca";
-        BNXT_RE = 6, "bnxt_re";
-        OCRDMA = 7, "ocrdma";
-        NES = 8, "nes";
-        /// Also `RDMA_DRIVER_IRDMA`.
-        I40IW = 9, "irdma";
-        VMW_PVRDMA = 10, "vmw_pvrdma";
-        QEDR = 11, "qedr";
-        HNS = 12, "hns";
-        USNIC = 13, "usnic";
-        RXE = 14, "rxe";
-        HFI1 = 15, "hfi1";
-        QIB = 16, "qib";
-        EFA = 17, "efa";
-        SIW = 18, "siw";
-        ERDMA = 19, "erdma";
-    }
-}
-
-impl DriverId {
-    /// `RDMA_DRIVER_IRDMA` (= `RDMA_DRIVER_I40IW`).
-    pub const IRDMA: Self = Self::I40IW;
-
-    /// The driver a device name suggests (the kernel drivers' default names), for when
-    /// netlink cannot tell. `UNKNOWN` when the name says nothing.
-    pub fn from_device_name(name: &str) -> Self {
-        const PREFIXES: &[(&str, DriverId)] = &[
-            ("rxe", DriverId::RXE),
-            ("siw", DriverId::SIW),
-            ("mlx5_", DriverId::MLX5),
-            ("mlx4_", DriverId::MLX4),
-            ("efa_", DriverId::EFA),
-            ("bnxt_re", DriverId::BNXT_RE),
-            ("irdma", DriverId::IRDMA),
-            ("i40iw", DriverId::I40IW),
-            ("hns_", DriverId::HNS),
-            ("hns", DriverId::HNS),
-            ("qedr", DriverId::QEDR),
-            ("erdma_", DriverId::ERDMA),
-            ("vmw_pvrdma", DriverId::VMW_PVRDMA),
-            ("cxgb4_", DriverId::CXGB4),
-            ("mthca", DriverId::MTHCA),
-            ("ocrdma", DriverId::OCRDMA),
-            ("usnic_", DriverId::USNIC),
-            ("hfi1_", DriverId::HFI1),
-            ("qib", DriverId::QIB),
-        ];
-        PREFIXES
-            .iter()
-            .find(|(p, _)| name.starts_with(p))
-            .map_or(DriverId::UNKNOWN, |&(_, d)| d)
-    }
-}
+pub use crate::values::DriverId;
 
 /// Where a device's [`DriverId`] came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

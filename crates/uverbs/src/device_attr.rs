@@ -7,16 +7,16 @@ use std::sync::atomic::Ordering;
 use rustix::io::Errno;
 use zerocopy::{FromZeros, IntoBytes};
 
-use crate::abi::cmd::{ex_nr, nr};
-use crate::abi::device::{
-    ib_uverbs_ex_query_device, ib_uverbs_ex_query_device_resp, ib_uverbs_query_device,
-    ib_uverbs_query_device_resp,
-};
 use crate::context::{Context, M_EX_QUERY_DEVICE};
 use crate::device::DriverId;
 use crate::error::Error;
+use crate::kernel::abi::cmd::{ex_nr, nr};
+use crate::kernel::abi::device::{
+    ib_uverbs_ex_query_device, ib_uverbs_ex_query_device_resp, ib_uverbs_query_device,
+    ib_uverbs_query_device_resp,
+};
+use crate::kernel::write;
 use crate::newtype::raw_newtype;
-use crate::write;
 
 raw_newtype! {
     /// `enum ib_atomic_cap` (`ibv_atomic_cap`).

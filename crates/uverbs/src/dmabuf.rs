@@ -37,9 +37,9 @@ use std::sync::Arc;
 
 use rustix::io::Errno;
 
-use crate::abi::ioctl::{mr, object};
 use crate::error::{Error, Result};
-use crate::ioctl::IoctlCall;
+use crate::kernel::abi::ioctl::{mr, object};
+use crate::kernel::ioctl::IoctlCall;
 use crate::mr::{check_access, AccessFlags, RawMr};
 use crate::pd::Pd;
 use crate::wr::Sge;
@@ -125,8 +125,8 @@ pub struct DmabufArgs {
 /// Builds the `REG_DMABUF_MR` call [`DmabufMr::register`] issues, attribute for attribute
 /// (the order is libibverbs', so the oracle can compare the bytes): the new MR's IDR, the
 /// lkey and rkey outputs, the PD, offset, length, iova, fd and access. Building is safe;
-/// issuing it is [`IoctlCall::call`]'s contract. The new handle is read with
-/// [`IoctlCall::handle`] of attribute 0.
+/// issuing it is `IoctlCall::call`'s contract (`kernel::ioctl`). The new handle is read with
+/// `IoctlCall::handle` of attribute 0.
 pub fn reg_dmabuf_call<'a>(
     pd_handle: u32,
     args: &'a DmabufArgs,

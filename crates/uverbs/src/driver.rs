@@ -31,7 +31,7 @@ use std::fmt;
 use std::os::fd::BorrowedFd;
 
 use crate::error::{PostError, Result};
-use crate::qp::QpCaps;
+use crate::values::QpCaps;
 use crate::wc::{RawWc, WorkCompletion};
 use crate::wr::{RecvWr, SendWr};
 
@@ -81,7 +81,7 @@ pub struct SrqCreated {
 #[derive(Clone, Copy, Debug)]
 pub struct QpRequest {
     /// RC, UC, UD, …
-    pub qp_type: crate::qp::QpType,
+    pub qp_type: crate::values::QpType,
     /// Capacities the caller asked for.
     pub caps: QpCaps,
     /// Every send produces a completion, whatever its SIGNALED flag.
@@ -119,7 +119,7 @@ pub unsafe trait Driver: Send + Sync + fmt::Debug {
     fn name(&self) -> &'static str;
 
     /// The send operations this provider encodes, per QP type (data: the classification in
-    /// [`crate::op`] checks every post against it, before [`QpOps::post_send`] is called).
+    /// [`OpSet`](crate::OpSet) checks every post against it, before [`QpOps::post_send`] is called).
     /// Its provider writes it as an exhaustive `match` over [`OpKind`](crate::op::OpKind), so
     /// a new operation does not compile until each provider says whether it encodes it.
     fn send_caps(&self) -> crate::op::SendCaps;
@@ -199,7 +199,7 @@ pub unsafe trait Driver: Send + Sync + fmt::Debug {
     /// this driver is attached to.
     unsafe fn create_ah(
         &self,
-        attr: &crate::ah::AhAttr,
+        attr: &crate::values::AhAttr,
         create: &mut CreateFn<'_, u32>,
     ) -> Result<u32>;
 }
@@ -235,7 +235,7 @@ pub trait CqOps: Send + fmt::Debug {
 
     /// Requests a completion event for the next (solicited) completion.
     fn arm(&mut self, cq: KernelObj<'_>, solicited_only: bool) -> Result<()> {
-        crate::cq::req_notify_write(cq, solicited_only)
+        req_notify_write(cq, solicited_only)
     }
 
     /// Called once per completion event read from the channel (mlx5 advances its arm
@@ -298,8 +298,8 @@ pub trait QpOps: Send + fmt::Debug {
     /// protection domain, and that memory must stay valid (not freed, not deregistered) until
     /// the work request's completion has been polled or the QP destroyed. The device reads
     /// (and for RDMA READ / atomics, writes) it asynchronously. For INLINE requests the
-    /// provider copies the SGEs' bytes during the call, with [`crate::shared`] only; no one
-    /// may write them meanwhile except through [`crate::shared`], the kernel or a device.
+    /// provider copies the SGEs' bytes during the call, with [`crate::kernel::shared`] only; no one
+    /// may write them meanwhile except through [`crate::kernel::shared`], the kernel or a device.
     /// Every request's operation is one the QP accepts
     /// ([`SendCaps::allowed`](crate::op::SendCaps::allowed) of the driver's
     /// [`Driver::send_caps`] for the QP's type): [`Qp`](crate::qp::Qp) checks it, and the
@@ -355,7 +355,50 @@ pub trait SrqOps: Send + fmt::Debug {
     ) -> std::result::Result<(), PostError>;
 }
 
-/// The lock around a CQ's, QP's or SRQ's ops object: the data path's [`SpinLock`](crate::sync::SpinLock).
-pub(crate) type OpsLock<T> = crate::sync::SpinLock<T>;
+/// The lock around a CQ's, QP's or SRQ's ops object: the data path's [`SpinLock`](crate::kernel::sync::SpinLock).
+pub(crate) type OpsLock<T> = crate::kernel::sync::SpinLock<T>;
 /// Access to a locked ops object.
-pub(crate) type OpsGuard<'a, T> = crate::sync::SpinGuard<'a, T>;
+pub(crate) type OpsGuard<'a, T> = crate::kernel::sync::SpinGuard<'a, T>;
+
+/// Arms a CQ through the kernel (`IB_USER_VERBS_CMD_REQ_NOTIFY_CQ`), the default for
+/// providers whose CQ arming is a kernel call (rxe).
+///
+/// One `write(2)` of 16 bytes built on the stack (it runs after every completion event when a
+/// CQ is re-armed): the command header and `ib_uverbs_req_notify_cq`, no response.
+#[inline]
+pub fn req_notify_write(cq: KernelObj<'_>, solicited_only: bool) -> Result<()> {
+    let cmd = ReqNotifyCmd {
+        hdr: crate::kernel::abi::cmd::ib_uverbs_cmd_hdr {
+            command: crate::kernel::abi::cmd::nr::REQ_NOTIFY_CQ,
+            in_words: (size_of::<ReqNotifyCmd>() / 4) as u16,
+            out_words: 0,
+        },
+        body: crate::kernel::abi::obj::ib_uverbs_req_notify_cq {
+            cq_handle: cq.handle,
+            solicited_only: u32::from(solicited_only),
+        },
+    };
+    match crate::kernel::write::cmd_write(cq.fd, zerocopy::IntoBytes::as_bytes(&cmd)) {
+        Ok(n) if n == size_of::<ReqNotifyCmd>() => Ok(()),
+        r => Err(req_notify_error(cq.handle, r)),
+    }
+}
+
+/// The whole REQ_NOTIFY_CQ write(): header and request (the command has no response).
+#[repr(C)]
+#[derive(zerocopy::IntoBytes, zerocopy::Immutable)]
+struct ReqNotifyCmd {
+    hdr: crate::kernel::abi::cmd::ib_uverbs_cmd_hdr,
+    body: crate::kernel::abi::obj::ib_uverbs_req_notify_cq,
+}
+
+#[cold]
+#[inline(never)]
+fn req_notify_error(
+    handle: u32,
+    r: std::result::Result<usize, rustix::io::Errno>,
+) -> std::io::Error {
+    // uverbs consumes a command in one write() or fails it; a short count is a protocol error.
+    let e = r.err().unwrap_or(rustix::io::Errno::IO);
+    crate::error::Error::os(format!("arm CQ {handle}"), e).into()
+}

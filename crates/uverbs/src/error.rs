@@ -211,7 +211,7 @@ pub enum PostQueue {
 }
 
 /// What was wrong with a work request: the one typed description of a refused post, from the
-/// core's checks ([`crate::op`], the QP's state) and from every provider's encoder alike. Read
+/// core's checks ([`OpSet`](crate::OpSet), the QP's state) and from every provider's encoder alike. Read
 /// it with [`PostError::fault`]; [`PostFault::kind`] and [`PostFault::errno`] say how the
 /// refusal surfaces as an `io::Error` (and in the C drop-in).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -221,17 +221,17 @@ pub enum PostFault {
     /// …: [`OpSet::for_transport`](crate::op::OpSet::for_transport)).
     OpForTransport {
         /// The operation.
-        op: crate::op::OpKind,
+        op: crate::values::OpKind,
         /// The QP's type.
-        qp_type: crate::qp::QpType,
+        qp_type: crate::values::QpType,
     },
     /// The transport carries it, but the provider does not encode it on this QP type
     /// ([`SendCaps`](crate::op::SendCaps)).
     OpNotEncoded {
         /// The operation.
-        op: crate::op::OpKind,
+        op: crate::values::OpKind,
         /// The QP's type.
-        qp_type: crate::qp::QpType,
+        qp_type: crate::values::QpType,
         /// The provider's name.
         provider: &'static str,
     },
@@ -239,7 +239,7 @@ pub enum PostFault {
     /// queued).
     NotReadyToSend {
         /// The QP's state as last set.
-        state: crate::qp::QpState,
+        state: crate::values::QpState,
     },
     /// No free slot: the queue holds `outstanding` requests not yet consumed. Carries
     /// `ENOMEM`, as libibverbs reports it.
@@ -269,12 +269,12 @@ pub enum PostFault {
     /// INLINE asked for an operation that carries no outbound payload.
     InlineNotAllowed {
         /// The operation.
-        op: crate::op::OpKind,
+        op: crate::values::OpKind,
     },
     /// An operation that takes no SGEs (LOCAL_INV, BIND_MW, FLUSH, ATOMIC_WRITE) given some.
     SgesOnLocalOp {
         /// The operation.
-        op: crate::op::OpKind,
+        op: crate::values::OpKind,
         /// SGEs given.
         num_sge: usize,
     },
@@ -322,7 +322,7 @@ pub enum PostFault {
     /// Receives posted to a QP in RESET.
     NotReadyToReceive {
         /// The QP's state as last set.
-        state: crate::qp::QpState,
+        state: crate::values::QpState,
     },
     /// Receives posted to a QP whose receives go to an SRQ.
     NoReceiveQueue,
@@ -331,7 +331,7 @@ pub enum PostFault {
     /// e.g. rxe before Linux 6.2).
     OpNotOnDevice {
         /// The operation.
-        op: crate::op::OpKind,
+        op: crate::values::OpKind,
         /// The provider's name.
         provider: &'static str,
     },
@@ -345,7 +345,7 @@ pub enum PostFault {
     },
     /// An RDMA READ on an iWARP QP whose sink is a region registered without
     /// `REMOTE_WRITE`: iWARP places a READ's data into the sink by its steering tag, as it
-    /// does an RDMA WRITE's ([`crate::op`], "iWARP").
+    /// does an RDMA WRITE's ([`OpSet`](crate::OpSet), "iWARP").
     ReadSinkNotRemoteWrite {
         /// The sink SGE's local key.
         lkey: u32,
@@ -761,7 +761,7 @@ mod tests {
         let state = PostError::refused(
             0,
             PostFault::NotReadyToSend {
-                state: crate::qp::QpState::INIT,
+                state: crate::values::QpState::INIT,
             },
         )
         .at("rxe0", PostQueue::Send, 0x11);
@@ -820,8 +820,8 @@ mod tests {
     /// errno follows from them).
     #[test]
     fn every_fault_says_what_and_carries_its_kind() {
-        use crate::op::OpKind;
         use crate::qp::{QpState, QpType};
+        use crate::values::OpKind;
         use io::ErrorKind::{InvalidInput, OutOfMemory, Unsupported};
         let cases: &[(PostFault, &str, io::ErrorKind)] = &[
             (

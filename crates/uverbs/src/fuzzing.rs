@@ -11,12 +11,12 @@
 
 use zerocopy::FromBytes;
 
-use crate::abi::netlink::{attr, nlmsghdr, RDMA_NLA_TYPE_MASK};
 use crate::async_event::{AsyncElement, AsyncEvent};
 use crate::device::{
     format_guid, parse_dev_t, parse_guid, parse_hex_id, parse_node_type, DriverId, NodeType,
 };
 use crate::gid::Gid;
+use crate::kernel::abi::netlink::{attr, nlmsghdr, RDMA_NLA_TYPE_MASK};
 use crate::netlink::{
     absorb, attrs, decode_res_summary, messages, AttrTable, Chardev, MsgBuilder, NlDevice, NlPort,
     Until,
@@ -300,7 +300,7 @@ mod seeds;
 mod tests {
     use super::seeds::seeds;
     use super::*;
-    use crate::abi::netlink::{cmd, rdma_nl_get_type, RDMA_NL_NLDEV};
+    use crate::kernel::abi::netlink::{cmd, rdma_nl_get_type, RDMA_NL_NLDEV};
     use crate::netlink::TransactError;
 
     fn seed(target: &str, name: &str) -> Vec<u8> {

@@ -10,11 +10,11 @@ use std::path::Path;
 use rustix::io::Errno;
 use zerocopy::IntoBytes;
 
-use crate::abi::device::ib_uverbs_gid_entry;
-use crate::abi::ioctl::device as dev_m;
 use crate::context::{Context, Via, M_GID_ENTRY, M_GID_TABLE};
 use crate::device::read_str;
 use crate::error::Error;
+use crate::kernel::abi::device::ib_uverbs_gid_entry;
+use crate::kernel::abi::ioctl::device as dev_m;
 use crate::newtype::raw_newtype;
 use crate::port::LinkLayer;
 

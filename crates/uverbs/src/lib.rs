@@ -2,12 +2,17 @@
 //!
 //! The Linux uverbs kernel ABI spoken directly from Rust: no libibverbs, no C toolchain.
 //!
-//! - [`abi`]: raw kernel structures and numbers (`include/rdma/*.h`), layout-checked.
-//! - [`ioctl`]: a typed attribute builder for `RDMA_VERBS_IOCTL`.
-//! - [`write`](mod@write): the legacy and extended write() commands.
-//! - [`wc`], [`wr`]: the provider-neutral completion and work-request types.
-//! - [`mapping`]: the one owner of memory mappings (every `mmap`/`munmap`); [`sync`]: the one
-//!   lock of the data path.
+//! - [`device`], [`context`], [`pd`], [`mr`], [`cq`], [`qp`], [`srq`], [`ah`], [`mw`]: devices
+//!   and the verbs objects.
+//! - At the crate root: the vocabulary of posting and completing, provider-neutral — work
+//!   requests ([`SendWr`], [`RecvWr`], [`Sge`], [`SendOp`], ...), completions
+//!   ([`WorkCompletion`], [`RawWc`], [`WcStatus`], ...), operations ([`OpKind`], [`OpSet`],
+//!   [`SendCaps`], ...) and errors ([`Error`], [`PostError`], [`PostFault`]).
+//!
+//! Below the objects sits the kernel layer (`kernel`: the raw ABI, ioctl and write() framing,
+//! mappings, copies into shared memory, the data path's lock) and beside them the provider seam
+//! (`driver`); both are public only with the feature `internals`, for the crates of this
+//! workspace that build on them, and are not part of the user's API.
 //!
 //! `unsafe` is denied at the crate root and allowed only in the modules that talk to the
 //! kernel, each block with a `// SAFETY:` comment.
@@ -18,12 +23,19 @@
 
 mod newtype;
 
-#[allow(non_camel_case_types, missing_debug_implementations)]
-// zerocopy derives add helper types
-// Raw kernel structures and numbers, named field for field as in the uapi headers they are
-// layout-checked against: those headers are their documentation.
-#[allow(missing_docs)]
-pub mod abi;
+// The kernel layer and the provider seam: public for the crates of this workspace (feature
+// `internals`, not for users; see `kernel`'s doc), private otherwise.
+#[cfg(feature = "internals")]
+pub mod driver;
+#[cfg(not(feature = "internals"))]
+#[allow(dead_code)]
+mod driver;
+#[cfg(feature = "internals")]
+pub mod kernel;
+#[cfg(not(feature = "internals"))]
+#[allow(dead_code)]
+mod kernel;
+
 pub mod ah;
 pub mod async_event;
 pub mod channel;
@@ -32,34 +44,29 @@ pub mod cq;
 pub mod device;
 pub mod device_attr;
 pub mod dmabuf;
-pub mod driver;
-pub mod error;
-pub mod fd;
+mod error;
 // The fuzz targets' entry points: built for the fuzz targets (`--cfg rverbs_fuzzing`,
 // set by `cargo xtask fuzz`) and for this crate's unit tests, which run them over the seeds.
 #[cfg(any(test, rverbs_fuzzing))]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gid;
-pub mod ioctl;
 mod ledger;
-pub mod mapping;
 pub mod mr;
 pub mod mw;
 pub mod netlink;
-pub mod op;
+mod op;
 pub mod pd;
 pub mod port;
 pub mod qp;
-pub mod shared;
 pub mod srq;
-pub mod sync;
 mod util;
-pub mod wc;
-pub mod wr;
-pub mod write;
+mod values;
+mod wc;
+mod wr;
 
+// The vocabulary of posting and completing, one path each (their modules are private).
 pub use error::{Error, PostError, PostFault, PostQueue, Result};
 pub use op::{DeviceCapsEx, FlushLevel, FlushType, OpKind, OpSet, SendCaps};
 pub use wc::{RawWc, WcFlags, WcOpcode, WcStatus, WorkCompletion};
-pub use wr::{MrRecvWr, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
+pub use wr::{MrRecvWr, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, Sge, SgeList, UdDest};

@@ -3,7 +3,7 @@
 //! By job: [`AccessFlags`] and the memory a region can take over ([`MrMemory`], in
 //! `mr/memory.rs`), the page allocator ([`PageBuf`], `mr/page.rs`), regions over such memory
 //! ([`Mr`], here), and regions over memory the caller manages ([`RawMr`], `mr/raw.rs`). The
-//! copies in and out of registered memory are [`crate::shared`]'s.
+//! copies in and out of registered memory are the kernel layer's (`kernel::shared`).
 //!
 //! An [`Mr<M>`] takes over its memory `M` (owned, or borrowed inside [`Mr::scoped`]), so the
 //! buffer can be neither freed nor moved while the device may access it: dropping the `Mr`
@@ -78,16 +78,16 @@ use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::abi::cmd::nr;
-use crate::abi::ioctl::mr;
-use crate::abi::obj::ib_uverbs_dereg_mr;
-use crate::abi::obj::{ib_uverbs_reg_mr, ib_uverbs_reg_mr_resp};
 use crate::context::{Context, M_DESTROY_MR};
 use crate::error::{Error, Result};
+use crate::kernel::abi::cmd::nr;
+use crate::kernel::abi::ioctl::mr;
+use crate::kernel::abi::obj::ib_uverbs_dereg_mr;
+use crate::kernel::abi::obj::{ib_uverbs_reg_mr, ib_uverbs_reg_mr_resp};
+use crate::kernel::shared::{copy_from_shared, copy_to_shared, fill_shared};
+use crate::kernel::write;
 use crate::pd::Pd;
-use crate::shared::{copy_from_shared, copy_to_shared, fill_shared};
 use crate::wr::{MrSge, Sge};
-use crate::write;
 use rustix::io::Errno;
 use zerocopy::{FromBytes as _, IntoBytes as _};
 
@@ -132,7 +132,7 @@ impl fmt::Debug for Region {
 }
 
 // SAFETY: a Region owns the memory of an `M` as raw parts; `MrMemory`'s contract lets `from_raw`
-// run on any thread, and the bytes are reached only by `crate::shared`'s atomic copies.
+// run on any thread, and the bytes are reached only by `crate::kernel::shared`'s atomic copies.
 unsafe impl Send for Region {}
 // SAFETY: shared access reads only plain fields; the memory is not touched through `&Region`.
 unsafe impl Sync for Region {}
@@ -174,7 +174,7 @@ impl Drop for Region {
 }
 
 // The Mr owns M (as raw parts, in its Region); moving it to another thread moves M. Shared
-// access reads and writes the bytes only with `crate::shared`'s copies, 1-byte atomics for
+// access reads and writes the bytes only with `crate::kernel::shared`'s copies, 1-byte atomics for
 // every byte whoever copies (or through the unsafe views, whose contracts cover threads); M
 // itself is never shared. (Region is Send + Sync; the marker PhantomData<M> keeps Mr<M> Send
 // and Sync only for M: Send + Sync. Sync needs only M: Send, as before.)
@@ -517,7 +517,7 @@ impl<M: MrMemory> Mr<M> {
     /// Copies `dst.len()` bytes from `offset` of the region into `dst`.
     ///
     /// Bytes that the device, a peer or another thread writes meanwhile read as old or new
-    /// values, each byte on its own ([`crate::shared`]: 1-byte relaxed atomics); read after
+    /// values, each byte on its own (`kernel::shared`: 1-byte relaxed atomics); read after
     /// the completion that says the data is there.
     ///
     /// # Panics
@@ -526,7 +526,7 @@ impl<M: MrMemory> Mr<M> {
     pub fn read_at(&self, offset: usize, dst: &mut [u8]) {
         let src = self.check(offset, dst.len());
         // SAFETY: `src..src+dst.len()` lies in the registered memory, valid while self lives;
-        // safe code reaches that memory only through `crate::shared` (these accessors and
+        // safe code reaches that memory only through `crate::kernel::shared` (these accessors and
         // INLINE posts), the unsafe views' contracts exclude these copies.
         unsafe { copy_from_shared(src, dst) }
     }
@@ -676,7 +676,7 @@ fn dereg_failed(pd: &Pd, handle: u32, mem: RawMemory, owned: bool, e: Errno) -> 
 }
 
 /// Deregisters MR `handle` of `pd` whose local key is `lkey`, keeping the PD's record of
-/// READ sinks ([`crate::op`], iWARP) true: the key leaves it before the kernel can give it to a
+/// READ sinks ([`OpSet`](crate::OpSet), iWARP) true: the key leaves it before the kernel can give it to a
 /// new region, and comes back if the kernel refuses.
 pub(crate) fn dereg_noted(pd: &Pd, handle: u32, lkey: u32) -> std::result::Result<(), Errno> {
     let sinks = pd.read_sinks();

@@ -50,29 +50,20 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use crate::abi::cmd::nr;
-use crate::abi::ioctl::mw;
-use crate::abi::obj::{ib_uverbs_alloc_mw, ib_uverbs_alloc_mw_resp, ib_uverbs_dealloc_mw};
 use crate::context::{Context, M_DESTROY_MW};
 use crate::error::{Error, PostError, PostQueue, Result};
+use crate::kernel::abi::cmd::nr;
+use crate::kernel::abi::ioctl::mw;
+use crate::kernel::abi::obj::{ib_uverbs_alloc_mw, ib_uverbs_alloc_mw_resp, ib_uverbs_dealloc_mw};
+use crate::kernel::write;
 use crate::mr::{AccessFlags, Mr, MrMemory};
-use crate::newtype::raw_newtype;
 use crate::pd::Pd;
 use crate::qp::Qp;
 use crate::wr::{SendFlags, SendOp, SendWr, Sge};
-use crate::write;
 use rustix::io::Errno;
 use zerocopy::IntoBytes as _;
 
-raw_newtype! {
-    /// `ib_uverbs_mw_type` / `ibv_mw_type`.
-    MwType(u8) {
-        /// Bound by `ibv_bind_mw`, usable through any QP of the PD.
-        TYPE_1 = 1, "type 1";
-        /// Bound by a bind work request, usable only through the QP that bound it.
-        TYPE_2 = 2, "type 2";
-    }
-}
+pub use crate::values::{MwBind, MwType};
 
 /// The access bits a window may carry in the safe API: the remote rights (and LOCAL_WRITE,
 /// which rdma-core's callers pass and the kernel ignores for windows).
@@ -347,82 +338,6 @@ fn dealloc_mw(ctx: &Context, handle: u32) -> std::result::Result<(), Errno> {
         },
     )
     .map(drop)
-}
-
-/// The operands of a bind work request (`IB_WR_BIND_MW`; rxe's `rxe_send_wr.wr.mw`): which
-/// window, its new rkey, which region, the range and the window's access.
-///
-/// Made by [`Mw::bind_info`] / [`Mw::unbind_info`] (checked) or [`MwBind::from_raw`]
-/// (`unsafe`); fields are read-only so that a safe one always went through the checks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MwBind {
-    mw_type: MwType,
-    mw_rkey: u32,
-    rkey: u32,
-    mr_lkey: u32,
-    addr: u64,
-    length: u64,
-    access: AccessFlags,
-}
-
-impl MwBind {
-    /// A bind from raw numbers, as a C caller gives them (`ibv_bind_mw`, `IBV_WR_BIND_MW`).
-    ///
-    /// # Safety
-    /// Once bound, peers may read and write `addr..addr + length` as `access` allows, also
-    /// where the region's own flags would not let them (the kernel only requires `MW_BIND` on
-    /// the region, and LOCAL_WRITE for remote write). The region `mr_lkey` must therefore be
-    /// memory that Rust code never references while a peer may write it through the window,
-    /// and that stays allocated until the window is unbound, invalidated or deallocated — the
-    /// kernel refuses to deregister it meanwhile, so for an [`Mr`] (not a
-    /// [`RawMr`](crate::mr::RawMr), whose drop only logs that failure) the allocation is kept.
-    pub const unsafe fn from_raw(
-        mw_type: MwType,
-        mw_rkey: u32,
-        rkey: u32,
-        mr_lkey: u32,
-        addr: u64,
-        length: u64,
-        access: AccessFlags,
-    ) -> Self {
-        MwBind {
-            mw_type,
-            mw_rkey,
-            rkey,
-            mr_lkey,
-            addr,
-            length,
-            access,
-        }
-    }
-    /// Type of the window being bound.
-    pub const fn mw_type(&self) -> MwType {
-        self.mw_type
-    }
-    /// The window's rkey before the bind (what the kernel looks the window up by).
-    pub const fn mw_rkey(&self) -> u32 {
-        self.mw_rkey
-    }
-    /// The window's rkey after the bind: what peers name.
-    pub const fn rkey(&self) -> u32 {
-        self.rkey
-    }
-    /// Local key of the region the window is bound in (0 for an unbind).
-    pub const fn mr_lkey(&self) -> u32 {
-        self.mr_lkey
-    }
-    /// Start address of the window (the region's iova space).
-    pub const fn addr(&self) -> u64 {
-        self.addr
-    }
-    /// Length in bytes (0: unbind a type 1 window).
-    pub const fn length(&self) -> u64 {
-        self.length
-    }
-    /// The window's access flags.
-    pub const fn access(&self) -> AccessFlags {
-        self.access
-    }
 }
 
 impl Qp {

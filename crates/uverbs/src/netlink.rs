@@ -10,7 +10,7 @@
 //!   `DELLINK`): create and remove soft-RoCE (`rxe`) and `siw` devices.
 //!
 //! The socket is a plain `AF_NETLINK`/`SOCK_RAW` socket made with rustix; messages and
-//! attributes are encoded and decoded here ([`MsgBuilder`], [`messages`], [`attrs`]).
+//! attributes are encoded and decoded here (`MsgBuilder`, `messages`, `attrs`).
 
 use std::fmt;
 use std::io;
@@ -22,14 +22,14 @@ use rustix::net::netlink::SocketAddrNetlink;
 use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
 use zerocopy::{FromBytes, IntoBytes};
 
-use crate::abi::netlink::{
+use crate::error::Error;
+use crate::kernel::abi::netlink::{
     attr, cmd, nlattr, nlmsgerr, nlmsghdr, rdma_nl_get_type, NLA_ALIGNTO, NLMSG_ALIGNTO,
     NLMSG_DONE, NLMSG_ERROR, NLMSG_NOOP, NLMSG_OVERRUN, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
     RDMA_NLA_TYPE_MASK, RDMA_NL_NLDEV,
 };
-use crate::device::DriverId;
-use crate::error::Error;
-use crate::port::{PhysState, PortState};
+use crate::values::DriverId;
+use crate::values::{PhysState, PortState};
 
 const fn align(n: usize, to: usize) -> usize {
     (n + to - 1) & !(to - 1)
@@ -41,13 +41,13 @@ const fn align(n: usize, to: usize) -> usize {
 
 /// Builds one netlink message: header, then attributes, each padded to 4 bytes.
 #[derive(Debug, Clone)]
-pub struct MsgBuilder {
+pub(crate) struct MsgBuilder {
     buf: Vec<u8>,
 }
 
 impl MsgBuilder {
-    /// A message of netlink type `ty` (for RDMA: [`rdma_nl_get_type`]).
-    pub fn new(ty: u16, flags: u16, seq: u32) -> Self {
+    /// A message of netlink type `ty` (for RDMA: `rdma_nl_get_type`).
+    pub(crate) fn new(ty: u16, flags: u16, seq: u32) -> Self {
         let hdr = nlmsghdr {
             nlmsg_len: 0,
             nlmsg_type: ty,
@@ -61,7 +61,7 @@ impl MsgBuilder {
     }
 
     /// Appends an attribute with a raw payload.
-    pub fn put_bytes(&mut self, ty: u16, payload: &[u8]) -> &mut Self {
+    pub(crate) fn put_bytes(&mut self, ty: u16, payload: &[u8]) -> &mut Self {
         let len = size_of::<nlattr>() + payload.len();
         let hdr = nlattr {
             nla_len: u16::try_from(len).expect("netlink attribute over 64 KiB"),
@@ -74,17 +74,18 @@ impl MsgBuilder {
     }
 
     /// Appends a u32 attribute.
-    pub fn put_u32(&mut self, ty: u16, v: u32) -> &mut Self {
+    pub(crate) fn put_u32(&mut self, ty: u16, v: u32) -> &mut Self {
         self.put_bytes(ty, &v.to_ne_bytes())
     }
 
     /// Appends a u64 attribute.
-    pub fn put_u64(&mut self, ty: u16, v: u64) -> &mut Self {
+    #[cfg(any(test, rverbs_fuzzing))] // the fuzz targets' and tests' message builders
+    pub(crate) fn put_u64(&mut self, ty: u16, v: u64) -> &mut Self {
         self.put_bytes(ty, &v.to_ne_bytes())
     }
 
     /// Appends a NUL-terminated string attribute (`NLA_NUL_STRING`).
-    pub fn put_str(&mut self, ty: u16, s: &str) -> &mut Self {
+    pub(crate) fn put_str(&mut self, ty: u16, s: &str) -> &mut Self {
         let mut v = Vec::with_capacity(s.len() + 1);
         v.extend_from_slice(s.as_bytes());
         v.push(0);
@@ -92,7 +93,7 @@ impl MsgBuilder {
     }
 
     /// The finished message with its length filled in.
-    pub fn finish(mut self) -> Vec<u8> {
+    pub(crate) fn finish(mut self) -> Vec<u8> {
         let len = self.buf.len() as u32;
         self.buf[..4].copy_from_slice(&len.to_ne_bytes());
         self.buf
@@ -105,7 +106,7 @@ impl MsgBuilder {
 
 /// A malformed netlink message or attribute.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DecodeError(pub String);
+pub(crate) struct DecodeError(pub String);
 
 impl fmt::Display for DecodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -123,15 +124,15 @@ impl From<DecodeError> for io::Error {
 
 /// One netlink message: its header and payload (without the header and trailing padding).
 #[derive(Debug, Clone, Copy)]
-pub struct Message<'a> {
+pub(crate) struct Message<'a> {
     /// The message header (type, flags, sequence number, port id).
-    pub hdr: nlmsghdr,
+    pub(crate) hdr: nlmsghdr,
     /// The bytes after the header, without trailing padding.
-    pub payload: &'a [u8],
+    pub(crate) payload: &'a [u8],
 }
 
 /// Splits a datagram into its messages.
-pub fn messages(buf: &[u8]) -> impl Iterator<Item = Result<Message<'_>, DecodeError>> {
+pub(crate) fn messages(buf: &[u8]) -> impl Iterator<Item = Result<Message<'_>, DecodeError>> {
     let mut rest = buf;
     std::iter::from_fn(move || {
         if rest.is_empty() {
@@ -159,7 +160,7 @@ pub fn messages(buf: &[u8]) -> impl Iterator<Item = Result<Message<'_>, DecodeEr
 }
 
 /// Decodes the `RES_SUMMARY` table of a `RES_GET` reply into (name, current count) pairs.
-pub fn decode_res_summary(payload: &[u8]) -> Result<Vec<(String, u64)>, DecodeError> {
+pub(crate) fn decode_res_summary(payload: &[u8]) -> Result<Vec<(String, u64)>, DecodeError> {
     let mut out = Vec::new();
     for a in attrs(payload) {
         let a = a?;
@@ -195,18 +196,18 @@ pub fn decode_res_summary(payload: &[u8]) -> Result<Vec<(String, u64)>, DecodeEr
 
 /// One attribute: its type (flag bits removed), whether it is nested, and its payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Attr<'a> {
+pub(crate) struct Attr<'a> {
     /// The attribute type with the NESTED and BYTEORDER flag bits removed.
-    pub ty: u16,
+    pub(crate) ty: u16,
     /// Whether the NESTED flag was set (the payload is more attributes).
-    pub nested: bool,
+    pub(crate) nested: bool,
     /// The payload, without padding.
-    pub data: &'a [u8],
+    pub(crate) data: &'a [u8],
 }
 
 impl<'a> Attr<'a> {
     /// A u8 payload.
-    pub fn u8(&self) -> Result<u8, DecodeError> {
+    pub(crate) fn u8(&self) -> Result<u8, DecodeError> {
         match self.data {
             [b, ..] => Ok(*b),
             [] => Err(self.bad("u8")),
@@ -214,7 +215,7 @@ impl<'a> Attr<'a> {
     }
 
     /// A u32 payload.
-    pub fn u32(&self) -> Result<u32, DecodeError> {
+    pub(crate) fn u32(&self) -> Result<u32, DecodeError> {
         self.data
             .get(..4)
             .map(|b| u32::from_ne_bytes(b.try_into().unwrap()))
@@ -223,7 +224,7 @@ impl<'a> Attr<'a> {
 
     /// A u64 payload; a 4-byte payload is accepted too (the kernel has used both sizes for
     /// some attributes, e.g. `UVERBS_DRIVER_ID`).
-    pub fn u64(&self) -> Result<u64, DecodeError> {
+    pub(crate) fn u64(&self) -> Result<u64, DecodeError> {
         match self.data.len() {
             4 => self.u32().map(u64::from),
             n if n >= 8 => Ok(u64::from_ne_bytes(self.data[..8].try_into().unwrap())),
@@ -232,7 +233,7 @@ impl<'a> Attr<'a> {
     }
 
     /// A string payload (up to the first NUL).
-    pub fn str(&self) -> Result<&'a str, DecodeError> {
+    pub(crate) fn str(&self) -> Result<&'a str, DecodeError> {
         let end = self
             .data
             .iter()
@@ -251,7 +252,7 @@ impl<'a> Attr<'a> {
 }
 
 /// Splits an attribute area (a message payload, or a nested attribute's payload).
-pub fn attrs(buf: &[u8]) -> impl Iterator<Item = Result<Attr<'_>, DecodeError>> {
+pub(crate) fn attrs(buf: &[u8]) -> impl Iterator<Item = Result<Attr<'_>, DecodeError>> {
     let mut rest = buf;
     std::iter::from_fn(move || {
         if rest.len() < size_of::<nlattr>() {
@@ -270,7 +271,7 @@ pub fn attrs(buf: &[u8]) -> impl Iterator<Item = Result<Attr<'_>, DecodeError>> 
         }
         let a = Attr {
             ty: hdr.nla_type & RDMA_NLA_TYPE_MASK,
-            nested: hdr.nla_type & crate::abi::netlink::NLA_F_NESTED != 0,
+            nested: hdr.nla_type & crate::kernel::abi::netlink::NLA_F_NESTED != 0,
             data: &rest[size_of::<nlattr>()..len],
         };
         rest = &rest[align(len, NLA_ALIGNTO).min(rest.len())..];
@@ -281,13 +282,13 @@ pub fn attrs(buf: &[u8]) -> impl Iterator<Item = Result<Attr<'_>, DecodeError>> 
 /// The attributes of one message, indexed by type (the last one of a type wins, as in the
 /// kernel's `nla_parse`). Type 0 (`RDMA_NLDEV_ATTR_PAD`) is padding and skipped.
 #[derive(Debug, Default, Clone)]
-pub struct AttrTable<'a> {
+pub(crate) struct AttrTable<'a> {
     slots: Vec<Option<Attr<'a>>>,
 }
 
 impl<'a> AttrTable<'a> {
     /// Parses an attribute area.
-    pub fn parse(buf: &'a [u8]) -> Result<Self, DecodeError> {
+    pub(crate) fn parse(buf: &'a [u8]) -> Result<Self, DecodeError> {
         let mut t = Self::default();
         for a in attrs(buf) {
             let a = a?;
@@ -304,7 +305,7 @@ impl<'a> AttrTable<'a> {
     }
 
     /// The attribute of type `ty`.
-    pub fn get(&self, ty: u16) -> Option<Attr<'a>> {
+    pub(crate) fn get(&self, ty: u16) -> Option<Attr<'a>> {
         self.slots.get(ty as usize).copied().flatten()
     }
 
@@ -361,7 +362,7 @@ pub struct NlDevice {
 
 impl NlDevice {
     /// Decodes one `RDMA_NLDEV_CMD_GET` reply payload.
-    pub fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
+    pub(crate) fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
         let t = AttrTable::parse(payload)?;
         Ok(Self {
             index: t.req(attr::DEV_INDEX, "device index")?.u32()?,
@@ -410,7 +411,7 @@ pub struct NlPort {
 
 impl NlPort {
     /// Decodes one `RDMA_NLDEV_CMD_PORT_GET` reply payload.
-    pub fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
+    pub(crate) fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
         let t = AttrTable::parse(payload)?;
         Ok(Self {
             dev_index: t.req(attr::DEV_INDEX, "device index")?.u32()?,
@@ -477,7 +478,7 @@ pub struct Chardev {
 
 impl Chardev {
     /// Decodes a `RDMA_NLDEV_CMD_GET_CHARDEV` reply payload.
-    pub fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
+    pub(crate) fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
         let t = AttrTable::parse(payload)?;
         Ok(Self {
             name: t.req(attr::CHARDEV_NAME, "chardev name")?.str()?.to_owned(),

@@ -3,24 +3,24 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::abi::cmd::nr;
-use crate::abi::ioctl::pd;
-use crate::abi::obj::ib_uverbs_dealloc_pd;
-use crate::abi::obj::{ib_uverbs_alloc_pd, ib_uverbs_alloc_pd_resp};
 use crate::context::Context;
 use crate::context::M_DESTROY_PD;
 use crate::device::Transport;
 use crate::error::{Error, Result};
+use crate::kernel::abi::cmd::nr;
+use crate::kernel::abi::ioctl::pd;
+use crate::kernel::abi::obj::ib_uverbs_dealloc_pd;
+use crate::kernel::abi::obj::{ib_uverbs_alloc_pd, ib_uverbs_alloc_pd_resp};
+use crate::kernel::write;
 use crate::ledger::Registry;
 use crate::op::ReadSinks;
-use crate::write;
 use zerocopy::IntoBytes as _;
 
 /// A protection domain. Memory regions, QPs, SRQs and AHs keep their PD alive (`Arc<Pd>`).
 pub struct Pd {
     ctx: Arc<Context>,
     handle: u32,
-    /// On iWARP devices: the regions that may not be an RDMA READ's sink ([`crate::op`]).
+    /// On iWARP devices: the regions that may not be an RDMA READ's sink ([`OpSet`](crate::OpSet)).
     read_sinks: Option<ReadSinks>,
     /// The safe regions of this PD by local key ([`crate::ledger`]).
     regions: Registry,

@@ -9,15 +9,6 @@ use std::sync::{Arc, Mutex};
 use bitflags::bitflags;
 use zerocopy::IntoBytes;
 
-use crate::abi::cmd::nr;
-use crate::abi::ioctl::{qp, UVERBS_ATTR_UHW_IN, UVERBS_ATTR_UHW_OUT};
-use crate::abi::obj::{
-    ib_uverbs_attach_mcast, ib_uverbs_create_qp, ib_uverbs_create_qp_resp, ib_uverbs_destroy_qp,
-};
-use crate::abi::obj::{
-    ib_uverbs_destroy_qp_resp, ib_uverbs_modify_qp, ib_uverbs_qp_cap, ib_uverbs_qp_dest,
-    ib_uverbs_query_qp, ib_uverbs_query_qp_resp, IB_UVERBS_QP_CREATE_SQ_SIG_ALL,
-};
 use crate::ah::AhAttr;
 use crate::context::Context;
 use crate::context::{Via, M_CREATE_QP, M_DESTROY_QP};
@@ -25,59 +16,29 @@ use crate::cq::Cq;
 use crate::driver::{KernelObj, OpsGuard, OpsLock, QpCreated, QpOps, QpRequest};
 use crate::error::{Error, Result};
 use crate::gid::Gid;
+use crate::kernel::abi::cmd::nr;
+use crate::kernel::abi::ioctl::{qp, UVERBS_ATTR_UHW_IN, UVERBS_ATTR_UHW_OUT};
+use crate::kernel::abi::obj::{
+    ib_uverbs_attach_mcast, ib_uverbs_create_qp, ib_uverbs_create_qp_resp, ib_uverbs_destroy_qp,
+};
+use crate::kernel::abi::obj::{
+    ib_uverbs_destroy_qp_resp, ib_uverbs_modify_qp, ib_uverbs_qp_cap, ib_uverbs_qp_dest,
+    ib_uverbs_query_qp, ib_uverbs_query_qp_resp, IB_UVERBS_QP_CREATE_SQ_SIG_ALL,
+};
+use crate::kernel::write;
 use crate::ledger::{QpLedger, Role};
 use crate::mr::AccessFlags;
-use crate::newtype::raw_newtype;
 use crate::op::{DeviceCapsEx, OpSet};
 use crate::pd::Pd;
 use crate::port::Mtu;
 use crate::srq::Srq;
-use crate::write;
 use zerocopy::FromBytes;
 
 mod attr;
 mod post;
 pub use attr::{required_for, QpAttr, QpInfo, QpInit};
 
-raw_newtype! {
-    /// `ib_uverbs_qp_type`.
-    QpType(u8) {
-        RC = 2, "RC";
-        UC = 3, "UC";
-        UD = 4, "UD";
-        RAW_PACKET = 8, "RAW_PACKET";
-        XRC_INI = 9, "XRC_INI";
-        XRC_TGT = 10, "XRC_TGT";
-    }
-}
-
-raw_newtype! {
-    /// `ib_qp_state` (the kernel reports it in query).
-    QpState(u8) {
-        RESET = 0, "RESET";
-        INIT = 1, "INIT";
-        RTR = 2, "RTR";
-        RTS = 3, "RTS";
-        SQD = 4, "SQD";
-        SQE = 5, "SQE";
-        ERR = 6, "ERR";
-    }
-}
-
-/// Queue pair capacities (`ib_uverbs_qp_cap`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QpCaps {
-    /// Outstanding work requests the send queue holds.
-    pub max_send_wr: u32,
-    /// Outstanding work requests the receive queue holds.
-    pub max_recv_wr: u32,
-    /// Most SGEs per send work request.
-    pub max_send_sge: u32,
-    /// Most SGEs per receive work request.
-    pub max_recv_sge: u32,
-    /// Most bytes of inline data per send.
-    pub max_inline_data: u32,
-}
+pub use crate::values::{QpCaps, QpState, QpType};
 
 bitflags! {
     /// `ib_qp_attr_mask` (`IBV_QP_*`).
@@ -138,7 +99,7 @@ bitflags! {
 /// provider under the QP's lock, one producer at a time, and published with Release before the
 /// doorbell. The safe posts take SGEs made from live [`Mr`](crate::mr::Mr)s ([`MrSge`](crate::wr::MrSge)),
 /// so the device can reach nothing but registered memory of this PD, and INLINE payloads are
-/// read with the one copy rule of [`crate::shared`]; hand-made SGEs need the `unsafe`
+/// read with the one copy rule of the kernel layer (`kernel::shared`); hand-made SGEs need the `unsafe`
 /// [`Qp::post_send_raw`] / [`Qp::post_recv_raw`] (docs/architecture.md, "Posting").
 pub struct Qp {
     // Drop order: `Drop::drop` destroys the kernel object first; the fields then drop in
@@ -428,8 +389,8 @@ impl Qp {
     ///
     /// After the kernel has moved the QP to RESET the provider resets its side, as libmlx5
     /// does: the receive CQ, then the send CQ if it is another one, drop this QP's completions
-    /// not yet polled ([`CqOps::qp_reset`](crate::driver::CqOps::qp_reset)), each under its own
-    /// lock; then the QP's queues start again from empty ([`QpOps::reset`]) under the QP's
+    /// not yet polled (`CqOps::qp_reset`), each under its own
+    /// lock; then the QP's queues start again from empty (`QpOps::reset`) under the QP's
     /// lock. The core never holds two of these locks at once, so this cannot deadlock with
     /// posting (the QP's lock alone) or polling (the CQ's lock alone). A CQ whose provider has
     /// nothing to clean there (rxe: `CqOps::cleans_on_qp_reset` false) is not locked at all;

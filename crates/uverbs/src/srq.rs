@@ -7,21 +7,21 @@ use std::sync::{Arc, Mutex};
 
 use zerocopy::{FromBytes, IntoBytes};
 
-use crate::abi::cmd::nr;
-use crate::abi::ioctl::srq;
-use crate::abi::obj::ib_uverbs_destroy_srq;
-use crate::abi::obj::{
-    ib_uverbs_create_srq, ib_uverbs_create_srq_resp, ib_uverbs_destroy_srq_resp,
-    ib_uverbs_modify_srq, ib_uverbs_query_srq, ib_uverbs_query_srq_resp,
-};
 use crate::context::M_DESTROY_SRQ;
 use crate::driver::{KernelObj, OpsLock, SrqCreated, SrqOps};
 use crate::error::{Error, Result};
 use crate::error::{PostError, PostQueue};
+use crate::kernel::abi::cmd::nr;
+use crate::kernel::abi::ioctl::srq;
+use crate::kernel::abi::obj::ib_uverbs_destroy_srq;
+use crate::kernel::abi::obj::{
+    ib_uverbs_create_srq, ib_uverbs_create_srq_resp, ib_uverbs_destroy_srq_resp,
+    ib_uverbs_modify_srq, ib_uverbs_query_srq, ib_uverbs_query_srq_resp,
+};
+use crate::kernel::write;
 use crate::ledger::RecvLedger;
 use crate::pd::Pd;
 use crate::wr::{MrRecvWr, RecvWr};
-use crate::write;
 
 /// SRQ attributes (`ibv_srq_attr`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -431,7 +431,7 @@ impl RawWc {
 
     /// The raw form of a decoded completion (the inverse of
     /// [`to_work_completion`](Self::to_work_completion)): for providers whose ring format is
-    /// not the kernel's, and for [`CqOps::poll_raw`](crate::driver::CqOps::poll_raw)'s
+    /// not the kernel's, and for `CqOps::poll_raw`'s
     /// default.
     pub fn from_work_completion(wc: &WorkCompletion) -> Self {
         let u = wc.wc_flags.bits();

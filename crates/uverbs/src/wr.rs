@@ -156,24 +156,24 @@ pub enum SendOp {
     /// Binds a memory window (`IB_WR_BIND_MW`): its operands come from
     /// [`Mw::bind_info`](crate::mw::Mw::bind_info) (checked) or the `unsafe`
     /// [`MwBind::from_raw`](crate::mw::MwBind::from_raw). Takes no SGEs.
-    BindMw(crate::mw::MwBind),
+    BindMw(crate::values::MwBind),
     /// FLUSH (IBTA 1.5, RC): the peer makes the writes that reached it before this request
     /// reach the placement `flush_type` names, for the `len` bytes at `remote_addr`
     /// ([`FlushLevel::RANGE`](crate::op::FlushLevel::RANGE)) or the whole region `rkey` names
     /// ([`FlushLevel::MR`](crate::op::FlushLevel::MR)). The region must have been
     /// registered with the matching `FLUSH_*` access flag. Takes no SGEs. Only on a device
-    /// that reports FLUSH ([`crate::op`]).
+    /// that reports FLUSH ([`OpSet`](crate::OpSet)).
     Flush {
         remote_addr: u64,
         rkey: u32,
         len: u32,
-        flush_type: crate::op::FlushType,
-        level: crate::op::FlushLevel,
+        flush_type: crate::values::FlushType,
+        level: crate::values::FlushLevel,
     },
     /// ATOMIC_WRITE (IBTA 1.5, RC): the 8 bytes of `value` are written at the peer's
     /// `remote_addr` (8-byte aligned, under `rkey`, which needs remote write access) as one
     /// unit, after the writes before it. Takes no SGEs. Only on a device that reports
-    /// ATOMIC_WRITE ([`crate::op`]).
+    /// ATOMIC_WRITE ([`OpSet`](crate::OpSet)).
     AtomicWrite {
         remote_addr: u64,
         rkey: u32,

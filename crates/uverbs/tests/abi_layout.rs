@@ -1,4 +1,4 @@
-//! Every raw ABI struct and number of `src/abi/` (and the kernel-defined numbers elsewhere)
+//! Every raw ABI struct and number of `src/kernel/abi/` (and the kernel-defined numbers elsewhere)
 //! checked against the real uapi headers in `/usr/include/rdma/` and `<linux/netlink.h>`.
 //!
 //! A C probe is generated from the tables below, compiled with `cc` (or `$CC`) and run; it
@@ -17,7 +17,7 @@
 //!   the headers make valid, compared as a signed 64-bit number.
 //!
 //! Two guards keep the tables honest: `abi_structs_are_all_checked` fails when a struct
-//! defined in `src/abi/*.rs` has no `layout!` line, and `field_lists_cover_each_struct` fails
+//! defined in `src/kernel/abi/*.rs` has no `layout!` line, and `field_lists_cover_each_struct` fails
 //! when a `layout!` line forgets a field (the listed fields must tile the struct exactly,
 //! which holds because every ABI struct derives zerocopy's `IntoBytes`, i.e. has no padding).
 //!
@@ -29,13 +29,13 @@ use std::mem::{offset_of, size_of};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use rverbs_uverbs::abi::cmd::*;
-use rverbs_uverbs::abi::device::*;
-use rverbs_uverbs::abi::ioctl::*;
-use rverbs_uverbs::abi::netlink::*;
-use rverbs_uverbs::abi::obj::*;
 use rverbs_uverbs::device::{DriverId, UVERBS_ABI_VERSION};
 use rverbs_uverbs::gid::GidType;
+use rverbs_uverbs::kernel::abi::cmd::*;
+use rverbs_uverbs::kernel::abi::device::*;
+use rverbs_uverbs::kernel::abi::ioctl::*;
+use rverbs_uverbs::kernel::abi::netlink::*;
+use rverbs_uverbs::kernel::abi::obj::*;
 
 /// Size of a field, from a projection closure (no value of the struct needed).
 fn field_size<T, F>(_: fn(&T) -> &F) -> usize {
@@ -1057,7 +1057,7 @@ fn field_lists_cover_each_struct() {
 }
 
 /// Struct names defined in a Rust source: `pub struct NAME` and the lead's
-/// `abi_struct!(NAME {`, the two ways src/abi/ defines ABI structs.
+/// `abi_struct!(NAME {`, the two ways src/kernel/abi/ defines ABI structs.
 fn structs_in(src: &str) -> Vec<String> {
     let mut out = Vec::new();
     for line in src.lines() {
@@ -1084,7 +1084,7 @@ fn structs_in(src: &str) -> Vec<String> {
 #[test]
 #[cfg_attr(rverbs_vm, ignore = "a host test: needs the sources and a C compiler")]
 fn abi_structs_are_all_checked() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/abi");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/kernel/abi");
     let listed: BTreeSet<&str> = layouts().iter().map(|l| l.rust).collect();
     let mut missing = Vec::new();
     for e in std::fs::read_dir(&dir).unwrap() {

@@ -178,7 +178,7 @@ unsafe fn recv_wr(w: &ibv_recv_wr) -> Option<RecvWr<'_>> {
 pub(super) unsafe fn post_recv_list(
     mut wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
-    post: impl Fn(&[RecvWr<'_>]) -> Result<(), rverbs_uverbs::error::PostError>,
+    post: impl Fn(&[RecvWr<'_>]) -> Result<(), rverbs_uverbs::PostError>,
 ) -> c_int {
     // One request (the common case): converted and posted without the batch arrays.
     // SAFETY: [wr] wr is NULL or a valid request.
@@ -240,7 +240,7 @@ pub(super) unsafe fn post_recv_list(
 /// `bad` is writable.
 #[inline(always)]
 unsafe fn post_recvs(
-    post: &impl Fn(&[RecvWr<'_>]) -> Result<(), rverbs_uverbs::error::PostError>,
+    post: &impl Fn(&[RecvWr<'_>]) -> Result<(), rverbs_uverbs::PostError>,
     wrs: &[RecvWr<'_>],
     ptrs: &[*mut ibv_recv_wr],
     bad: *mut *mut ibv_recv_wr,

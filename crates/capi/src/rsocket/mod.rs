@@ -477,7 +477,7 @@ pub unsafe extern "C" fn raccept(
     };
     if s.nonblocking.load(Ordering::Relaxed) {
         use std::os::fd::AsFd;
-        match rverbs_uverbs::fd::poll_readable(l.as_fd(), Some(std::time::Duration::ZERO)) {
+        match rverbs_uverbs::kernel::fd::poll_readable(l.as_fd(), Some(std::time::Duration::ZERO)) {
             Ok(true) => {}
             Ok(false) => return refuse(libc::EAGAIN, "raccept: no connection request yet"),
             Err(e) => return fail(&io::Error::from(e)),

@@ -1,7 +1,7 @@
 //! The INLINE source of [`Endpoint::post_send_inline`](super::Endpoint::post_send_inline):
 //! a private plain copy of the caller's `&[u8]`.
 //!
-//! A provider copies an INLINE SGE's bytes with `rverbs_uverbs::shared`'s byte-wise atomic
+//! A provider copies an INLINE SGE's bytes with `rverbs_uverbs::kernel::shared`'s byte-wise atomic
 //! loads, because in general they may be registered memory that a device, a peer or another
 //! thread writes meanwhile; the byte loop that stands for those loads (what Miri runs) needs a
 //! pointer that may write (`AtomicU8::from_ptr`), which a `&[u8]` does not give: Stacked
@@ -40,7 +40,7 @@ pub(super) fn with_private_copy<R>(data: &[u8], post: impl FnOnce(&[Sge; 1]) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rverbs_uverbs::shared::copy_from_shared_raw;
+    use rverbs_uverbs::kernel::shared::copy_from_shared_raw;
 
     /// Issue 31, item 3: what a provider does with the INLINE SGE of `post_send_inline` (rxe,
     /// siw and mlx5 all copy it with `copy_from_shared_raw`) is sound under both aliasing

@@ -7,9 +7,9 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use rustix::io::Errno;
-use rverbs_uverbs::error::{PostFault, PostQueue};
 use rverbs_uverbs::qp::QpAttr;
 use rverbs_uverbs::{Error, RecvWr, SendFlags, SendOp, SendWr, WorkCompletion};
+use rverbs_uverbs::{PostFault, PostQueue};
 
 use super::{Endpoint, OwnCqs};
 use crate::channel::Woke;

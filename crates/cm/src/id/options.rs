@@ -6,7 +6,7 @@ use super::*;
 impl CmId {
     // --- options -----------------------------------------------------------------------------
 
-    /// `SET_OPTION` with raw bytes (see [`abi::opt`]).
+    /// `SET_OPTION` with raw bytes: `level` and `name` as `RDMA_OPTION_*` of `rdma_user_cm.h`.
     pub fn set_option_raw(&self, level: u32, name: u32, value: &[u8]) -> io::Result<()> {
         let req = abi::rdma_ucm_set_option {
             optval: value.as_ptr() as u64,

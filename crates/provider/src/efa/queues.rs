@@ -10,9 +10,9 @@ use std::sync::atomic::{fence, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rverbs_uverbs::driver::{CqOps, KernelObj, QpOps};
-use rverbs_uverbs::error::PostError;
+use rverbs_uverbs::PostError;
 use rverbs_uverbs::qp::QpCaps;
-use rverbs_uverbs::wc::{WcFlags, WcOpcode, WcStatus};
+use rverbs_uverbs::{WcFlags, WcOpcode, WcStatus};
 use rverbs_uverbs::{Error, RecvWr, SendFlags, SendOp, SendWr, WorkCompletion};
 
 use super::abi::*;
@@ -297,7 +297,7 @@ impl EfaQp {
                 // for the call and touched by others only through `shared`; `at + n ≤ 64`
                 // (the total was checked against max_inline ≤ 32).
                 unsafe {
-                    rverbs_uverbs::shared::copy_from_shared(
+                    rverbs_uverbs::kernel::shared::copy_from_shared(
                         s.addr as usize as *const u8,
                         &mut d[at..at + n],
                     )
@@ -663,7 +663,7 @@ impl CqOps for EfaCq {
         &mut self,
         _cq: KernelObj<'_>,
         solicited_only: bool,
-    ) -> rverbs_uverbs::error::Result<()> {
+    ) -> rverbs_uverbs::Result<()> {
         if solicited_only {
             return Err(
                 Error::unsupported("arm CQ on efa", "EFA has no solicited-only events").into(),

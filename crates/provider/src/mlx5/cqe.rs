@@ -27,7 +27,7 @@
 
 use std::fmt;
 
-use rverbs_uverbs::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use rverbs_uverbs::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
 use super::mlx5_newtype;
 

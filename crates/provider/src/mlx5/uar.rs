@@ -22,8 +22,8 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
 use rustix::io::Errno;
-use rverbs_uverbs::ioctl::IoctlCall;
-use rverbs_uverbs::mapping::{MapAccess, Mapping};
+use rverbs_uverbs::kernel::ioctl::IoctlCall;
+use rverbs_uverbs::kernel::mapping::{MapAccess, Mapping};
 use rverbs_uverbs::Error;
 
 use super::abi::{

@@ -9,7 +9,7 @@ use std::io;
 use std::os::fd::BorrowedFd;
 
 use rustix::io::Errno;
-use rverbs_uverbs::abi::cmd::{ib_uverbs_cmd_hdr, nr};
+use rverbs_uverbs::kernel::abi::cmd::{ib_uverbs_cmd_hdr, nr};
 use rverbs_uverbs::Error;
 use zerocopy::{Immutable, IntoBytes, KnownLayout};
 
@@ -69,7 +69,7 @@ pub fn post_send_doorbell(cmd_fd: BorrowedFd<'_>, qp_handle: u32) -> io::Result<
     // SAFETY: the command's only address is `resp`, a live local the kernel writes 4 bytes
     // into during the call; POST_SEND on an rxe QP handle changes nothing a safe type owns.
     #[allow(unsafe_code)]
-    let r = unsafe { rverbs_uverbs::write::write_cmd(cmd_fd, cmd.as_bytes()) };
+    let r = unsafe { rverbs_uverbs::kernel::write::write_cmd(cmd_fd, cmd.as_bytes()) };
     // Keep the response buffer alive (and considered possibly written) past the syscall.
     std::hint::black_box(&mut resp);
     match r {

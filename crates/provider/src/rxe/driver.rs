@@ -13,9 +13,9 @@ use rverbs_uverbs::device::{Device, DriverId};
 use rverbs_uverbs::driver::{
     CqCreated, CqOps, CreateFn, Driver, KernelObj, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
 };
-use rverbs_uverbs::error::{PostError, PostFault};
 use rverbs_uverbs::qp::QpType;
 use rverbs_uverbs::{Error, OpKind, OpSet, RawWc, RecvWr, SendCaps, SendWr, WorkCompletion};
+use rverbs_uverbs::{PostError, PostFault};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::abi::{

@@ -10,8 +10,8 @@
 use std::io;
 use std::ptr;
 
-use rverbs_uverbs::error::{PostError, PostFault};
 use rverbs_uverbs::{Error, RecvWr};
+use rverbs_uverbs::{PostError, PostFault};
 
 use super::abi::{rxe_dma_info, rxe_recv_wqe, rxe_sge, RXE_RECV_WQE_SGE_OFFSET};
 use super::queue::{QueueKind, RxeQueue};

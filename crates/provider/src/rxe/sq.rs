@@ -29,9 +29,9 @@ use super::abi::{
     rxe_wr_ud, send_flags, RXE_SEND_WQE_SGE_OFFSET, RXE_SEND_WR_UNION_SIZE,
 };
 use super::queue::{QueueKind, RxeQueue};
-use rverbs_uverbs::error::{PostError, PostFault};
-use rverbs_uverbs::shared::copy_from_shared_raw;
+use rverbs_uverbs::kernel::shared::copy_from_shared_raw;
 use rverbs_uverbs::{Error, OpKind, SendFlags, SendOp, SendWr};
+use rverbs_uverbs::{PostError, PostFault};
 
 /// The transport of the QP a send queue belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -431,7 +431,7 @@ impl RxeSq {
                         continue;
                     }
                     // SAFETY: the caller guarantees `addr` names `len` readable bytes that
-                    // Rust touches meanwhile only through `rverbs_uverbs::shared` (registered
+                    // Rust touches meanwhile only through `rverbs_uverbs::kernel::shared` (registered
                     // memory: `Mr::write_at` may race this copy, and does so with the same
                     // 1-byte atomics); the total is at most max_inline, which fits in the slot
                     // after the header; user memory and the ring never overlap.
@@ -457,8 +457,8 @@ impl RxeSq {
     /// results) at any time in between, so it must not be freed, and memory the device writes
     /// must not be accessed meanwhile. For requests with INLINE, each SGE's `addr` must point
     /// to `length` readable bytes during this call (they are copied into the WQE with
-    /// [`rverbs_uverbs::shared`]'s 1-byte atomic loads; the lkey is ignored), and no one may
-    /// write those bytes during the call except through [`rverbs_uverbs::shared`] (as
+    /// [`rverbs_uverbs::kernel::shared`]'s 1-byte atomic loads; the lkey is ignored), and no one may
+    /// write those bytes during the call except through [`rverbs_uverbs::kernel::shared`] (as
     /// `Mr::write_at` does), the kernel or a device: a plain write racing the copy is a data
     /// race.
     #[inline]
@@ -570,7 +570,7 @@ fn check_atomic(len: u64, remote_addr: u64) -> Result<(), PostFault> {
 mod tests {
     use super::super::sim::SimQueue;
     use super::*;
-    use rverbs_uverbs::shared::copy_to_shared;
+    use rverbs_uverbs::kernel::shared::copy_to_shared;
     use rverbs_uverbs::Sge;
 
     /// Issue 21, finding 3: an INLINE post copies the SGE's bytes while another thread
@@ -590,7 +590,7 @@ mod tests {
             sig_all: false,
         };
         let mut sq = RxeSq::new(view, cfg).unwrap();
-        // Word-aligned "registered memory", reached only through rverbs_uverbs::shared.
+        // Word-aligned "registered memory", reached only through rverbs_uverbs::kernel::shared.
         let mut mem = vec![0u64; 8];
         let base = mem.as_mut_ptr().cast::<u8>().expose_provenance();
         let sge = [Sge {

@@ -57,7 +57,7 @@ impl Doorbell {
         // SAFETY: the command's only address is the boxed response word we own, valid for
         // the kernel's 4-byte write during the call (write_cmd tells the compiler memory may
         // change); POST_SEND on a siw QP handle changes nothing a safe type owns.
-        let r = unsafe { rverbs_uverbs::write::write_cmd(cmd_fd, &self.cmd) };
+        let r = unsafe { rverbs_uverbs::kernel::write::write_cmd(cmd_fd, &self.cmd) };
         match r {
             Ok(POST_SEND_CMD_LEN) => Ok(()),
             other => Err(doorbell_error(

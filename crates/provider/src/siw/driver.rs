@@ -12,8 +12,8 @@ use rverbs_uverbs::device::{Device, DriverId};
 use rverbs_uverbs::driver::{
     CqCreated, CqOps, CreateFn, Driver, KernelObj, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
 };
-use rverbs_uverbs::error::PostError;
 use rverbs_uverbs::qp::QpType;
+use rverbs_uverbs::PostError;
 use rverbs_uverbs::{Error, OpKind, OpSet, RecvWr, SendCaps, SendWr, WorkCompletion};
 use zerocopy::IntoBytes;
 

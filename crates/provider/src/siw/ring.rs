@@ -33,12 +33,12 @@ use std::io;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU8, Ordering};
 
-use rverbs_uverbs::error::{PostError, PostFault};
+use rverbs_uverbs::kernel::shared::copy_from_shared_raw;
 use rverbs_uverbs::qp::QpType;
-use rverbs_uverbs::shared::copy_from_shared_raw;
 use rverbs_uverbs::{
     Error, OpKind, RecvWr, SendFlags, SendOp, SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };
+use rverbs_uverbs::{PostError, PostFault};
 
 use super::abi::{
     notify, opcode, siw_cqe, siw_rqe, siw_sge, siw_sqe, wc_status, wqe_flags, FLAGS_OFFSET,
@@ -318,7 +318,7 @@ impl SiwSq {
     /// # Safety
     /// As `QpOps::post_send`: every non-INLINE SGE names registered memory that stays valid
     /// until the request completes; every INLINE SGE names `length` readable bytes during
-    /// the call, written meanwhile by no one except through `rverbs_uverbs::shared`, the
+    /// the call, written meanwhile by no one except through `rverbs_uverbs::kernel::shared`, the
     /// kernel or a device.
     pub unsafe fn post(&mut self, wrs: &[SendWr<'_>]) -> Posted {
         let start = self.put;

@@ -24,7 +24,7 @@ use crate::efa::abi::*;
 use crate::efa::driver::{alloc_ucontext_cmd, EfaDriver, EfaInfo, EfaMap, EfaMem, QP_TYPE_DRIVER};
 use rverbs_uverbs::ah::AhAttr;
 use rverbs_uverbs::driver::{CqCreated, CqOps, Driver, QpCreated, QpOps, QpRequest};
-use rverbs_uverbs::mapping::MapAccess;
+use rverbs_uverbs::kernel::mapping::MapAccess;
 use rverbs_uverbs::qp::{QpCaps, QpType};
 use rverbs_uverbs::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion};
 use zerocopy::{FromBytes, IntoBytes};

@@ -26,7 +26,7 @@ use crate::mlx5::cqe::CqeSyndrome;
 use crate::mlx5::{
     parse_cqe, CqBuf, Cqe64, CqeSize, Mlx5Cq, ParseFault, UarPage, WorkQueue, WqeRef, WrIdLookup,
 };
-use rverbs_uverbs::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use rverbs_uverbs::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
 /// The QP side's table: (qpn, queue, wqe_counter) → wr_id, counting lookups.
 #[derive(Default)]

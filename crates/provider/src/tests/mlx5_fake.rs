@@ -21,7 +21,7 @@ use rverbs_uverbs::ah::AhAttr;
 use rverbs_uverbs::driver::{
     CqCreated, CqOps, CreateFn, Driver, KernelObj, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
 };
-use rverbs_uverbs::ioctl::IoctlCall;
+use rverbs_uverbs::kernel::ioctl::IoctlCall;
 
 /// The system page size the fakes use.
 pub const PAGE: usize = 4096;

@@ -4,7 +4,7 @@
 use super::allocs::allocs;
 
 use crate::mlx5::{CqBuf, CqeSize, Mlx5Cq, UarPage, WqeRef};
-use rverbs_uverbs::wc::WorkCompletion;
+use rverbs_uverbs::WorkCompletion;
 
 /// CQE `i` of lap 0: a mix of plain and general-path kinds.
 fn cqe(i: u32) -> [u8; 64] {

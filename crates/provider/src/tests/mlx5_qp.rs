@@ -18,11 +18,11 @@ use crate::mlx5::wq::{qp_sizing, srq_sizing, BfPolicy, WqLimits};
 use crate::mlx5::Mlx5ContextInfo;
 use rverbs_uverbs::ah::{AhAttr, GlobalRoute};
 use rverbs_uverbs::driver::{CqCreated, CqOps, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps};
-use rverbs_uverbs::error::PostQueue;
 use rverbs_uverbs::mr::AccessFlags;
 use rverbs_uverbs::mw::{MwBind, MwType};
 use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::qp::QpType;
+use rverbs_uverbs::PostQueue;
 use rverbs_uverbs::{
     RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
 };

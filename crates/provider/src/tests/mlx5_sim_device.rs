@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::thread;
 
 use crate::mlx5::{CqBuf, CqeSize, Mlx5Cq, UarPage, WorkQueue, WqeRef, WrIdLookup};
-use rverbs_uverbs::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use rverbs_uverbs::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
 const QPN: u32 = 0x00ab_cdef;
 const SQ: u32 = 256;

@@ -265,7 +265,7 @@ fn checks() -> Vec<Check> {
 
     constant!(
         "IB_USER_VERBS_CMD_POST_SEND",
-        rverbs_uverbs::abi::cmd::nr::POST_SEND
+        rverbs_uverbs::kernel::abi::cmd::nr::POST_SEND
     );
     constant!("RXE_NETWORK_TYPE_IPV4", RXE_NETWORK_TYPE_IPV4);
     constant!("RXE_NETWORK_TYPE_IPV6", RXE_NETWORK_TYPE_IPV6);

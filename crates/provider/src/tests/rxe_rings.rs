@@ -7,7 +7,7 @@ mod rxe {
 
     use crate::rxe::sim::SimQueue;
     use crate::rxe::{QueueKind, RxeCq, RxeQpType, RxeRq, RxeSq, RxeSqConfig};
-    use rverbs_uverbs::error::PostFault;
+    use rverbs_uverbs::PostFault;
     use rverbs_uverbs::RawWc;
     use rverbs_uverbs::{
         RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,

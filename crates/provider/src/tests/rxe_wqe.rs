@@ -10,9 +10,9 @@ mod rxe {
     use crate::rxe::sim::SimQueue;
     use crate::rxe::{QueueKind, RxeQpType, RxeRq, RxeSq, RxeSqConfig};
     use rustix::io::Errno;
-    use rverbs_uverbs::error::{PostError, PostFault, PostQueue};
     use rverbs_uverbs::OpKind;
     use rverbs_uverbs::{Error, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
+    use rverbs_uverbs::{PostError, PostFault, PostQueue};
 
     // Byte offsets in `struct rxe_send_wqe` (Linux 6.1 uapi, x86-64).
     const WR_ID: usize = 0;

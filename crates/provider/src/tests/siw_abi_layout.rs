@@ -138,7 +138,7 @@ fn checks() -> Vec<(String, u64)> {
     );
     constant!(
         "IB_USER_VERBS_CMD_POST_SEND",
-        rverbs_uverbs::abi::cmd::nr::POST_SEND
+        rverbs_uverbs::kernel::abi::cmd::nr::POST_SEND
     );
     v
 }

@@ -14,8 +14,8 @@ use crate::siw::ring::{Posted, Ring, SiwCq, SiwRq, SiwSq, SqConfig, UNKNOWN_OPCO
 use crate::siw::sim::SimRing;
 use crate::siw::SiwQueue;
 use rverbs_uverbs::driver::Driver;
-use rverbs_uverbs::error::PostFault;
 use rverbs_uverbs::qp::QpType;
+use rverbs_uverbs::PostFault;
 use rverbs_uverbs::{
     OpKind, OpSet, RecvWr, SendFlags, SendOp, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
     WorkCompletion,
@@ -852,9 +852,9 @@ fn siw_inline_post_races_a_shared_writer() {
         s.spawn(move || {
             for i in 0..(if cfg!(miri) { 3 } else { 1000 }) {
                 // SAFETY: the buffer lives until the scope ends; everyone reaches it only
-                // through rverbs_uverbs::shared.
+                // through rverbs_uverbs::kernel::shared.
                 // SAFETY: the buffer is live and unused by anyone else; the simulated kernel reads only the ring.
-                unsafe { rverbs_uverbs::shared::fill_shared(addr as *mut u8, 64, i as u8) };
+                unsafe { rverbs_uverbs::kernel::shared::fill_shared(addr as *mut u8, 64, i as u8) };
             }
         });
         let mut k = r.kernel();

@@ -58,8 +58,8 @@ use rverbs::uverbs::pd::Pd;
 use rverbs::uverbs::qp::QpCaps;
 use rverbs::uverbs::qp::{Qp, QpAttr, QpInit, QpState, QpType};
 use rverbs::uverbs::srq::{Srq, SrqAttr};
-use rverbs::uverbs::wr::SgeList;
 use rverbs::uverbs::PostError;
+use rverbs::uverbs::SgeList;
 use rverbs::uverbs::{
     MrRecvWr, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
     WorkCompletion,

@@ -141,7 +141,7 @@ impl IoMap {
     }
 
     /// Copies the mapped bytes at `at` (0: the mapping's first byte) into `dst`, with
-    /// `rverbs_uverbs::shared`'s copies (a write of the peer may be under way: bytes it
+    /// `rverbs_uverbs::kernel::shared`'s copies (a write of the peer may be under way: bytes it
     /// has not finished may be old or new). `InvalidInput` if the range is outside the
     /// mapping.
     pub fn read_at(&self, at: usize, dst: &mut [u8]) -> io::Result<()> {

@@ -6,7 +6,7 @@ use std::fmt;
 
 use super::{MrMemory, RawMemory};
 use crate::error::{Error, Result};
-use crate::mapping::Mapping;
+use crate::kernel::mapping::Mapping;
 
 /// Page-aligned, zeroed memory from an anonymous mapping (what RDMA buffers usually want).
 pub struct PageBuf {

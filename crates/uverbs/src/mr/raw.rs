@@ -44,7 +44,7 @@ pub unsafe fn register_raw(
 /// A memory region over memory the caller manages (see [`register_raw`]).
 ///
 /// Its keys and range are read with accessors, never written: the PD's bookkeeping (iWARP's
-/// READ sinks, [`crate::op`]) is kept by the key the kernel returned, which safe code cannot
+/// READ sinks, [`OpSet`](crate::OpSet)) is kept by the key the kernel returned, which safe code cannot
 /// change.
 pub struct RawMr {
     pd: Arc<Pd>,

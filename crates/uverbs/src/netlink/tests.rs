@@ -180,7 +180,7 @@ fn malformed_input_is_an_error_not_a_panic() {
 fn nested_flag_is_reported_and_masked() {
     let mut b = MsgBuilder::new(0, 0, 0);
     b.put_bytes(
-        attr::DEV_NAME | crate::abi::netlink::NLA_F_NESTED,
+        attr::DEV_NAME | crate::kernel::abi::netlink::NLA_F_NESTED,
         &[1, 2, 3, 4],
     );
     let m = b.finish();
@@ -195,6 +195,12 @@ fn nested_flag_is_reported_and_masked() {
 fn type_helpers_round_trip() {
     let t = rdma_nl_get_type(RDMA_NL_NLDEV, cmd::PORT_GET);
     assert_eq!(t, 0x1405);
-    assert_eq!(crate::abi::netlink::rdma_nl_get_client(t), RDMA_NL_NLDEV);
-    assert_eq!(crate::abi::netlink::rdma_nl_get_op(t), cmd::PORT_GET);
+    assert_eq!(
+        crate::kernel::abi::netlink::rdma_nl_get_client(t),
+        RDMA_NL_NLDEV
+    );
+    assert_eq!(
+        crate::kernel::abi::netlink::rdma_nl_get_op(t),
+        cmd::PORT_GET
+    );
 }

@@ -1,4 +1,4 @@
-//! Posting to a QP: the one check of every send's operation ([`crate::op`], with iWARP's
+//! Posting to a QP: the one check of every send's operation ([`OpSet`](crate::OpSet), with iWARP's
 //! rule for READ sinks) and the QP's state, then the provider's encoder (`QpOps`); every refusal a typed
 //! [`PostFault`](crate::error::PostFault) inside a [`PostError`] naming the device and QP.
 
@@ -46,7 +46,7 @@ impl Qp {
     /// destroyed: the device reads it — and for RDMA READ and atomics writes it — later. With
     /// [`SendFlags::INLINE`](crate::wr::SendFlags::INLINE) the provider reads the SGEs' memory
     /// during the call, so it must be valid for reads then, and no one may write it during the
-    /// call except through [`crate::shared`] (as [`Mr::write_at`](crate::mr::Mr::write_at)
+    /// call except through the kernel layer's atomic copies (`kernel::shared`, as [`Mr::write_at`](crate::mr::Mr::write_at)
     /// does: the provider copies with the same 1-byte atomic loads), the kernel or a device; a
     /// plain write racing the copy (another thread's store, C code) is a data race. The copy
     /// is atomic byte accesses, so an INLINE source must not be derived from a shared
@@ -135,7 +135,7 @@ impl Qp {
     }
 
     /// The operations this QP's sends may carry: what its transport carries and its provider
-    /// encodes ([`crate::op`]).
+    /// encodes ([`OpSet`]).
     pub fn send_ops(&self) -> OpSet {
         self.send_ops
     }

@@ -1,7 +1,7 @@
 // A `SpinGuard` lends `&T` through `&self`; sharing a guard between threads must need
 // `T: Sync`, or two threads could use a `Cell` (here, behind the lock) at once.
 use std::cell::Cell;
-use rverbs_uverbs::sync::SpinLock;
+use rverbs_uverbs::kernel::sync::SpinLock;
 
 fn main() {
     let lock = SpinLock::new(Cell::new(0u32));

@@ -7,7 +7,7 @@ use super::*;
 
 use std::fmt;
 
-use rverbs_uverbs::mapping::Mapping;
+use rverbs_uverbs::kernel::mapping::Mapping;
 use rverbs_uverbs::Error;
 
 use crate::mlx5::abi::{

@@ -27,8 +27,8 @@ use std::fmt;
 use std::ptr::{self};
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
-use rverbs_uverbs::wc::{RawWc, WorkCompletion};
 use rverbs_uverbs::Error;
+use rverbs_uverbs::{RawWc, WorkCompletion};
 
 use crate::mlx5::abi::{
     MLX5_CQ_ARM_DB, MLX5_CQ_CI_MASK, MLX5_CQ_DB_REQ_NOT, MLX5_CQ_DB_REQ_NOT_SOL, MLX5_CQ_SET_CI,

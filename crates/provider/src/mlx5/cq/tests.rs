@@ -6,7 +6,7 @@
 use super::*;
 use crate::mlx5::abi::{MLX5_CQ_DOORBELL, MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX};
 use crate::mlx5::cqe::WqeRef;
-use rverbs_uverbs::wc::{WcOpcode, WcStatus};
+use rverbs_uverbs::{WcOpcode, WcStatus};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 

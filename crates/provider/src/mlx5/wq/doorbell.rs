@@ -6,7 +6,7 @@
 use std::fmt;
 use std::ptr;
 
-use rverbs_uverbs::sync::SpinLock;
+use rverbs_uverbs::kernel::sync::SpinLock;
 use rverbs_uverbs::Error;
 
 use crate::mlx5::abi::{MLX5_BFREGS_PER_UAR, MLX5_BF_OFFSET};

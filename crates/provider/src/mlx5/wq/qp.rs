@@ -9,12 +9,12 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rverbs_uverbs::driver::{KernelObj, QpOps};
-use rverbs_uverbs::error::{PostError, PostFault};
 use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::qp::QpType;
-use rverbs_uverbs::wr::{RecvWr, SendFlags, SendWr};
 use rverbs_uverbs::Error;
 use rverbs_uverbs::{OpKind, OpSet, SendCaps};
+use rverbs_uverbs::{PostError, PostFault};
+use rverbs_uverbs::{RecvWr, SendFlags, SendWr};
 
 use crate::mlx5::abi::mlx5_ib_create_qp;
 use crate::mlx5::cq::Region;

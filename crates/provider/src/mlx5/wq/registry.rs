@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use rverbs_uverbs::wc::WcOpcode;
 use rverbs_uverbs::Error;
+use rverbs_uverbs::WcOpcode;
 
 use crate::mlx5::cqe::{Cqe64, CqeOpcode, WorkQueue, WqeRef, WrIdLookup};
 

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rverbs_uverbs::driver::{KernelObj, SrqOps};
-use rverbs_uverbs::error::{PostError, PostFault};
-use rverbs_uverbs::wr::RecvWr;
 use rverbs_uverbs::Error;
+use rverbs_uverbs::RecvWr;
+use rverbs_uverbs::{PostError, PostFault};
 
 use crate::mlx5::abi::mlx5_ib_create_srq;
 use crate::mlx5::cq::Region;

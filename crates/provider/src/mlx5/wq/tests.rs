@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::{Arc, Mutex};
 
 use rverbs_uverbs::driver::{KernelObj, QpOps};
+use rverbs_uverbs::kernel::shared::copy_to_shared;
 use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::qp::QpType;
-use rverbs_uverbs::shared::copy_to_shared;
-use rverbs_uverbs::wr::{SendFlags, SendOp, SendWr, Sge};
+use rverbs_uverbs::{SendFlags, SendOp, SendWr, Sge};
 use std::os::fd::AsFd;
 
 const LIM: WqLimits = WqLimits {
@@ -272,7 +272,7 @@ fn inline_post_races_write_at() {
         },
     )
     .unwrap();
-    // Word-aligned "registered memory", reached only through rverbs_uverbs::shared.
+    // Word-aligned "registered memory", reached only through rverbs_uverbs::kernel::shared.
     let mut mem = vec![0u64; 8];
     let base = mem.as_mut_ptr().cast::<u8>().expose_provenance();
     let sge = [Sge {
@@ -355,8 +355,8 @@ fn encoder_refuses_unencoded_operations_by_name() {
             remote_addr: 0x1000,
             rkey: 5,
             len: 64,
-            flush_type: rverbs_uverbs::op::FlushType::GLOBAL,
-            level: rverbs_uverbs::op::FlushLevel::RANGE,
+            flush_type: rverbs_uverbs::FlushType::GLOBAL,
+            level: rverbs_uverbs::FlushLevel::RANGE,
         },
         SendOp::AtomicWrite {
             remote_addr: 0x1000,
@@ -377,7 +377,7 @@ fn encoder_refuses_unencoded_operations_by_name() {
         let r = unsafe { qp.build_send(&wr, 0, &mut fence) };
         assert_eq!(
             r,
-            Err(rverbs_uverbs::error::PostFault::OpNotEncoded {
+            Err(rverbs_uverbs::PostFault::OpNotEncoded {
                 op: op.kind(),
                 qp_type: QpType::RC,
                 provider: "mlx5",

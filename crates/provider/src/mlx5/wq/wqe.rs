@@ -9,13 +9,13 @@ use super::*;
 use std::ptr;
 use std::sync::atomic::Ordering;
 
-use rverbs_uverbs::error::PostFault;
+use rverbs_uverbs::kernel::shared::copy_from_shared_raw;
 use rverbs_uverbs::mr::AccessFlags;
 use rverbs_uverbs::mw::MwType;
-use rverbs_uverbs::shared::copy_from_shared_raw;
-use rverbs_uverbs::wc::WcOpcode;
-use rverbs_uverbs::wr::{SendFlags, SendOp, SendWr, Sge};
 use rverbs_uverbs::OpKind;
+use rverbs_uverbs::PostFault;
+use rverbs_uverbs::WcOpcode;
+use rverbs_uverbs::{SendFlags, SendOp, SendWr, Sge};
 
 use crate::mlx5::cqe::WqeOpcode;
 
@@ -676,7 +676,7 @@ impl Mlx5Qp {
     ///
     /// # Safety
     /// `p` in the SQ with `s.length` bytes reserved after it (wrapping); `s` readable, and
-    /// written by no one during the call except through `rverbs_uverbs::shared` (which the
+    /// written by no one during the call except through `rverbs_uverbs::kernel::shared` (which the
     /// copy uses too: 1-byte atomic loads), the kernel or a device.
     #[inline(always)]
     pub(super) unsafe fn copy_inline(&self, s: &Sge, p: *mut u8) -> *mut u8 {

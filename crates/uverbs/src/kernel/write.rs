@@ -12,7 +12,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use rustix::io::Errno;
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
-use crate::abi::cmd::{ib_uverbs_cmd_hdr, ib_uverbs_ex_cmd_hdr, CMD_FLAG_EXTENDED};
+use crate::kernel::abi::cmd::{ib_uverbs_cmd_hdr, ib_uverbs_ex_cmd_hdr, CMD_FLAG_EXTENDED};
 
 /// The bytes of one legacy command, ready for write(): header, core request, driver request.
 /// Exposed for tests; [`legacy`] builds and sends it.

@@ -1,4 +1,5 @@
-//! The raw kernel ABI, kept apart from the public API (as rustix keeps `backend` apart).
+//! The raw kernel ABI: the bottom of the kernel layer ([`crate::kernel`]), outside the user's
+//! API (as rustix keeps its `backend` apart).
 //!
 //! Everything here mirrors a structure or constant of the Linux uapi headers in
 //! `include/rdma/` (`ib_user_verbs.h`, `ib_user_ioctl_cmds.h`, `ib_user_ioctl_verbs.h`,

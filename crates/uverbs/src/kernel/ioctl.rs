@@ -25,7 +25,7 @@ use rustix::io::Errno;
 use rustix::ioctl::{Ioctl, IoctlOutput, Opcode};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
-use crate::abi::ioctl::{
+use crate::kernel::abi::ioctl::{
     ib_uverbs_attr, ib_uverbs_ioctl_hdr, RDMA_VERBS_IOCTL, UVERBS_ATTR_F_MANDATORY,
     UVERBS_ATTR_F_VALID_OUTPUT,
 };
@@ -61,7 +61,7 @@ pub struct IoctlCall<'a> {
 }
 
 impl<'a> IoctlCall<'a> {
-    /// A call of `method` on `object` (ids from [`crate::abi::ioctl`]).
+    /// A call of `method` on `object` (ids from [`crate::kernel::abi::ioctl`]).
     pub fn new(object: u16, method: u16) -> Self {
         Self {
             buf: Buf {
@@ -297,7 +297,7 @@ unsafe impl Ioctl for Raw {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi::ioctl::{cq, object};
+    use crate::kernel::abi::ioctl::{cq, object};
 
     /// An FD-new attribute the kernel did not write reads as -1, not as fd 0.
     #[test]
