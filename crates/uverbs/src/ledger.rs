@@ -30,7 +30,7 @@
 //! completion that cannot be classified is not counted. The raw (`unsafe`) posts hold
 //! nothing but still count, so that a safe request's place in the queue stays right.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -468,6 +468,112 @@ fn settle_one<R: Holdable>(l: &QpLedger<R>, role: Role, ok: bool, opcode: WcOpco
         Role::Both if ok && opcode.is_recv() => lock(&l.recv).completed(),
         Role::Both if ok && sink => lock(&l.send).sink_completed(),
         _ => {}
+    }
+}
+
+/// What a peer may still write after deregistration: on siw, memory of a region with remote
+/// access stays allocated after its deregistration until every QP of its PD that existed then
+/// has been destroyed.
+///
+/// Why (docs/architecture.md, "What a peer can reach after Rust lets go"): a peer's RDMA WRITE
+/// names our rkey, not a request we posted, so no ledger entry covers it. siw's
+/// `siw_proc_write` checks the STag (`siw_check_mem`: `stag_valid`, PD, rights, bounds) and
+/// then copies the segment's bytes (`siw_rx_umem`) through the memory object it holds a
+/// reference to; `siw_dereg_mr` (`siw_mr_drop_mem`) only clears `stag_valid` and drops its own
+/// reference, without waiting for a copy that passed the check. A READ response we send from a
+/// region with REMOTE_READ is read the same way (`siw_check_sgl_tx` once, then the pages),
+/// so a region dropped mid-response sends a fresh allocation's bytes to the peer. What does wait
+/// is the QP's destroy: siw's receive path places data only inside
+/// `down_read_trylock(&qp->state_lock)` in RTS (`siw_qp_llp_data_ready`), its transmit path
+/// likewise (`siw_sq_resume`), and `siw_destroy_qp` sets `rx_suspend`, takes `state_lock` for
+/// writing (waiting for both) and moves the QP to ERROR before it returns. A QP created after the
+/// deregistration cannot reach the region: the STag is gone from the device's table
+/// (`xa_erase` in `siw_mr_drop_mem`), and `siw_mem_id2obj` no longer finds it.
+///
+/// So each QP of the PD takes a number when it is created; memory given to
+/// [`defer`](Self::defer) is marked with the next number and freed when no QP with a lower
+/// number is left (marks only grow, so the oldest waits at the front). A QP whose destroy the
+/// kernel refused stays counted: what waits for it is never freed.
+///
+/// Not used on rxe (its responder looks the MR up for each packet and drops the reference
+/// after it, and `rxe_dereg_mr` removes the key and then waits for those references) nor on
+/// mlx5 (the mkey is destroyed in firmware before deregistration returns).
+#[derive(Debug)]
+pub(crate) struct Fence<D> {
+    inner: Mutex<FenceInner<D>>,
+}
+
+#[derive(Debug)]
+struct FenceInner<D> {
+    /// The number the next QP gets.
+    next: u64,
+    /// The QPs not yet destroyed.
+    live: BTreeSet<u64>,
+    /// `(mark, memory)`: freed when no live QP is numbered below `mark`; marks in order.
+    waiting: VecDeque<(u64, D)>,
+}
+
+impl<D> Default for Fence<D> {
+    fn default() -> Self {
+        Fence {
+            inner: Mutex::new(FenceInner {
+                next: 0,
+                live: BTreeSet::new(),
+                waiting: VecDeque::new(),
+            }),
+        }
+    }
+}
+
+impl<D> Drop for FenceInner<D> {
+    fn drop(&mut self) {
+        if !self.live.is_empty() {
+            // A QP the kernel refused to destroy may still place data: leak what waits for it.
+            self.waiting.drain(..).for_each(std::mem::forget);
+        }
+    }
+}
+
+impl<D> Fence<D> {
+    /// A QP of the PD is about to be created: its number.
+    pub(crate) fn qp_created(&self) -> u64 {
+        let mut f = lock(&self.inner);
+        let n = f.next;
+        f.next += 1;
+        f.live.insert(n);
+        n
+    }
+
+    /// QP `n` is destroyed (or was never created): gives back what no longer waits. The caller
+    /// drops it, outside the lock.
+    #[must_use]
+    pub(crate) fn qp_destroyed(&self, n: u64) -> Vec<D> {
+        let mut f = lock(&self.inner);
+        f.live.remove(&n);
+        let oldest = f.live.first().copied().unwrap_or(u64::MAX);
+        let mut out = Vec::new();
+        while f.waiting.front().is_some_and(|&(mark, _)| mark <= oldest) {
+            out.extend(f.waiting.pop_front().map(|(_, d)| d));
+        }
+        out
+    }
+
+    /// Memory just deregistered: kept while a QP that existed may still reach it (`Ok`), or
+    /// given back when none does (`Err`: the caller frees it now).
+    pub(crate) fn defer(&self, d: D) -> Result<(), D> {
+        let mut f = lock(&self.inner);
+        if f.live.is_empty() {
+            return Err(d);
+        }
+        let mark = f.next;
+        f.waiting.push_back((mark, d));
+        Ok(())
+    }
+
+    /// Memory waiting (tests).
+    #[cfg(test)]
+    fn waiting(&self) -> usize {
+        lock(&self.inner).waiting.len()
     }
 }
 

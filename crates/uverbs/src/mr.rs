@@ -120,6 +120,55 @@ pub(crate) struct Region {
     free: unsafe fn(RawMemory),
     /// `M::OWNED`: the memory may be given back later than the `Mr`'s drop.
     owned: bool,
+    /// Registered with remote access (READ, WRITE or atomic): on siw a peer may still reach
+    /// the memory after deregistration, until the PD's QPs of then are destroyed
+    /// ([`crate::ledger::Fence`]).
+    remote: bool,
+}
+
+/// Memory of a deregistered region that a peer may still reach through a QP of its PD
+/// (siw: [`crate::ledger::Fence`]); freed when dropped.
+pub(crate) struct Deferred {
+    mem: RawMemory,
+    free: unsafe fn(RawMemory),
+}
+
+// SAFETY: as for Region: the memory of an `M`, owned as raw parts; `MrMemory`'s contract lets
+// `from_raw` run on any thread, and nothing reaches the bytes through a `Deferred`.
+unsafe impl Send for Deferred {}
+
+impl fmt::Debug for Deferred {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Deferred")
+            .field("addr", &self.mem.ptr)
+            .field("len", &self.mem.len)
+            .finish()
+    }
+}
+
+impl Drop for Deferred {
+    fn drop(&mut self) {
+        // SAFETY: a Deferred is made only from a deregistered region's parts (into_raw's,
+        // used once), and dropped only when no QP that existed at its deregistration is left
+        // (Fence::qp_destroyed) or none existed (Fence::defer's Err): nothing can reach it.
+        unsafe { (self.free)(self.mem) }
+    }
+}
+
+/// Frees the memory of a region of `pd` just deregistered, now or, where a peer may still
+/// reach it (a region with remote access on siw: [`crate::ledger::Fence`]), when the PD's
+/// QPs of now are destroyed. `Some` gives the parts back to free now.
+fn release(pd: &Pd, remote: bool, mem: RawMemory, free: unsafe fn(RawMemory)) -> Option<RawMemory> {
+    match pd.fence() {
+        Some(f) if remote => match f.defer(Deferred { mem, free }) {
+            Ok(()) => None,
+            Err(d) => {
+                let d = std::mem::ManuallyDrop::new(d);
+                Some(d.mem)
+            }
+        },
+        _ => Some(mem),
+    }
 }
 
 impl fmt::Debug for Region {
@@ -162,10 +211,16 @@ impl Drop for Region {
     fn drop(&mut self) {
         self.pd.regions().remove(self.lkey);
         match dereg_noted(&self.pd, self.handle, self.lkey) {
-            // SAFETY: deregistered, and no ledger holds the region any more (this is its last
-            // `Arc`), so no request that may write it is outstanding; the parts come from
-            // into_raw and are used once (this is Drop).
-            Ok(()) => unsafe { (self.free)(self.mem) },
+            Ok(()) => {
+                if let Some(mem) = release(&self.pd, self.remote, self.mem, self.free) {
+                    // SAFETY: deregistered, and no ledger holds the region any more (this is
+                    // its last `Arc`), so no request that may write it is outstanding; no
+                    // peer can reach it either (release: not a remote region on siw, or no
+                    // QP of the PD left); the parts come from into_raw and are used once
+                    // (this is Drop).
+                    unsafe { (self.free)(mem) }
+                }
+            }
             Err(e) => {
                 dereg_failed(&self.pd, self.handle, self.mem, self.owned, e);
             }
@@ -243,6 +298,11 @@ impl<M> From<RegisterError<M>> for std::io::Error {
         e.error
     }
 }
+
+/// The access that lets a peer reach a region by its rkey.
+const REMOTE: AccessFlags = AccessFlags::REMOTE_READ
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_ATOMIC);
 
 pub(crate) fn check_access(access: AccessFlags) -> std::result::Result<(), String> {
     let unknown = access.bits() & !AccessFlags::all().bits();
@@ -425,6 +485,7 @@ impl<M: MrMemory> Mr<M> {
                     mem: raw,
                     free: free_as::<M>,
                     owned: M::OWNED,
+                    remote: access.intersects(REMOTE),
                 });
                 pd.regions().insert(&region);
                 Ok(Mr {
@@ -636,10 +697,25 @@ impl<M: MrMemory> Mr<M> {
         let pd = unsafe { std::ptr::read(&region.pd) };
         pd.regions().remove(region.lkey);
         match dereg_noted(&pd, region.handle, region.lkey) {
-            // SAFETY: deregistered, and this was the last holder of the region (try_unwrap):
-            // no ledger holds it, so no request that may write it is outstanding; the parts
-            // are the ones into_raw returned.
-            Ok(()) => Ok(unsafe { M::from_raw(region.mem) }),
+            Ok(()) => match release(&pd, region.remote, region.mem, region.free) {
+                // SAFETY: deregistered, and this was the last holder of the region
+                // (try_unwrap): no ledger holds it, so no request that may write it is
+                // outstanding, and no peer can reach it (release); the parts are the ones
+                // into_raw returned.
+                Some(mem) => Ok(unsafe { M::from_raw(mem) }),
+                None => Err(Error::os(
+                    format!(
+                        "deregister MR {} ({} bytes) on {}: deregistered, but a peer may still \
+                         write it through a QP of its PD (siw does not wait for a placement in \
+                         progress); its memory is freed once those QPs are destroyed",
+                        region.handle,
+                        region.mem.len,
+                        pd.context().name()
+                    ),
+                    Errno::BUSY,
+                )
+                .into()),
+            },
             Err(e) => {
                 let err = dereg_failed(&pd, region.handle, region.mem, M::OWNED, e);
                 Err(err.into())

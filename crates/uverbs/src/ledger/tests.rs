@@ -393,3 +393,97 @@ fn a_drained_poll_that_began_before_a_destroy_keeps_its_tombstone() {
     assert!(!freed(&fb));
     drop(b);
 }
+
+/// Memory waiting in a [`Fence`], recording when it is freed.
+#[derive(Debug)]
+struct Mem(&'static AtomicBool);
+
+impl Drop for Mem {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Fresh 'static flags, statics of the calling test (a forgotten `Mem` owns nothing).
+macro_rules! flags {
+    ($($f:ident),+) => {
+        $(static $f: AtomicBool = AtomicBool::new(false);)+
+    };
+}
+
+#[test]
+fn remote_memory_waits_for_the_qps_of_its_deregistration() {
+    let f = Fence::<Mem>::default();
+    let a = f.qp_created();
+    let b = f.qp_created();
+    flags!(M, FREED);
+    let (m, freed) = (&M, &FREED);
+    assert!(f.defer(Mem(m)).is_ok(), "two QPs may still place data");
+    // A QP created afterwards cannot reach the region (its key is gone): not waited for.
+    let c = f.qp_created();
+    assert!(f.qp_destroyed(a).is_empty(), "QP b may still place data");
+    assert!(!freed.load(Ordering::SeqCst) && !m.load(Ordering::SeqCst));
+    let out = f.qp_destroyed(b);
+    assert_eq!(out.len(), 1, "no QP of the deregistration is left");
+    drop(out);
+    assert!(m.load(Ordering::SeqCst));
+    assert!(f.qp_destroyed(c).is_empty());
+    assert_eq!(f.waiting(), 0);
+}
+
+#[test]
+fn remote_memory_with_no_qp_is_freed_at_once() {
+    let f = Fence::<Mem>::default();
+    flags!(M1, M2);
+    let m = &M1;
+    let back = f.defer(Mem(m));
+    assert!(back.is_err(), "no QP: nothing can reach it");
+    drop(back);
+    assert!(m.load(Ordering::SeqCst));
+    // A QP created and destroyed before changes nothing.
+    let a = f.qp_created();
+    assert!(f.qp_destroyed(a).is_empty());
+    let m = &M2;
+    drop(f.defer(Mem(m)));
+    assert!(m.load(Ordering::SeqCst));
+}
+
+#[test]
+fn remote_memory_goes_in_the_order_its_qps_do() {
+    // Memory deregistered under QPs {a} and then {a, b}: destroying b first frees nothing
+    // (a is older than both marks), destroying a then frees both.
+    let f = Fence::<Mem>::default();
+    let a = f.qp_created();
+    flags!(M1, M2, M3);
+    let (m1, m2) = (&M1, &M2);
+    f.defer(Mem(m1)).unwrap();
+    let b = f.qp_created();
+    f.defer(Mem(m2)).unwrap();
+    assert!(f.qp_destroyed(b).is_empty());
+    let out = f.qp_destroyed(a);
+    assert_eq!(out.len(), 2);
+    drop(out);
+    assert!(m1.load(Ordering::SeqCst) && m2.load(Ordering::SeqCst));
+
+    // Under {a} only, then a new QP c: destroying a frees the first at once.
+    let a = f.qp_created();
+    let m3 = &M3;
+    f.defer(Mem(m3)).unwrap();
+    let c = f.qp_created();
+    drop(f.qp_destroyed(a));
+    assert!(m3.load(Ordering::SeqCst), "c came after the deregistration");
+    assert!(f.qp_destroyed(c).is_empty());
+}
+
+#[test]
+fn memory_of_a_qp_never_destroyed_is_never_freed() {
+    // The kernel refused the destroy: the QP keeps its number, and what waits for it is
+    // leaked with the fence (the PD) rather than freed under a device that may still write.
+    let f = Fence::<Mem>::default();
+    let _refused = f.qp_created();
+    flags!(M);
+    let m = &M;
+    f.defer(Mem(m)).unwrap();
+    drop(f);
+    assert!(!m.load(Ordering::SeqCst));
+}
