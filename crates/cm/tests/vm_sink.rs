@@ -13,6 +13,7 @@ use std::thread;
 
 use common::{addrinfo, listener};
 use rverbs_cm::{create_ep, ConnParam, Endpoint, EndpointAttr};
+use rverbs_uverbs::device::DriverId;
 use rverbs_uverbs::mr::{AccessFlags, Mr, PageBuf};
 use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::{PostFault, SendFlags, WcOpcode, WcStatus};
@@ -112,6 +113,13 @@ fn pair(
         .map(|ev| ev.private_data().to_vec())
         .unwrap_or_default();
     (ep, h, step, pdata)
+}
+
+/// True on siw, whose deregistration does not wait for a peer's placement in progress: there
+/// the memory of a region with remote access (every READ sink, on iWARP) waits for the QPs of
+/// its PD (rverbs_uverbs' `ledger::Fence`).
+fn on_siw(ep: &Endpoint) -> bool {
+    ep.pd().context().device().driver_id() == DriverId::SIW
 }
 
 /// A receive buffer whose `Mr` is dropped right after the post stays allocated until the
@@ -232,13 +240,28 @@ fn a_dropped_read_sink_is_freed_only_after_its_completion() {
         (wc.wr_id, wc.status, wc.opcode),
         (7, WcStatus::SUCCESS, WcOpcode::RDMA_READ)
     );
-    assert!(
-        freed.load(Ordering::SeqCst),
-        "the sink was not freed when its READ's completion was polled"
-    );
-    unwatch(freed);
+    let siw = on_siw(&ep);
+    if siw {
+        // The sink has REMOTE_WRITE (iWARP places a READ's response through its key): a peer
+        // may still write it until the QP is destroyed.
+        assert!(
+            !freed.load(Ordering::SeqCst),
+            "a remote sink was freed on siw while its QP lives"
+        );
+    } else {
+        assert!(
+            freed.load(Ordering::SeqCst),
+            "the sink was not freed when its READ's completion was polled"
+        );
+    }
     step.wait();
     ep.disconnect().unwrap();
+    drop(ep);
+    assert!(
+        freed.load(Ordering::SeqCst),
+        "the sink was not freed when its QP was destroyed"
+    );
+    unwatch(freed);
     server.join().unwrap();
 }
 
@@ -341,9 +364,11 @@ fn a_read_sink_dropped_mid_read_never_writes_a_fresh_allocation() {
             (round, WcStatus::SUCCESS, WcOpcode::RDMA_READ),
             "round {round}"
         );
-        assert!(
+        // On siw the sink (REMOTE_WRITE) waits for the QP's destroy instead (on_siw).
+        assert_eq!(
             freed.load(Ordering::SeqCst),
-            "round {round}: sink kept after its completion"
+            !on_siw(&ep),
+            "round {round}: sink freed (true) or kept (false) after its completion"
         );
         let hit = fresh.iter().filter(|&&x| x != 0).count();
         assert_eq!(
@@ -355,6 +380,76 @@ fn a_read_sink_dropped_mid_read_never_writes_a_fresh_allocation() {
     }
     step.wait();
     ep.disconnect().unwrap();
+    server.join().unwrap();
+}
+
+/// A peer's RDMA WRITE names our rkey, not a request we posted, and siw's deregistration does
+/// not wait for a WRITE that passed its key check and is still copying (`siw_proc_write`,
+/// `siw_mr_drop_mem`). So on siw a region with remote access whose `Mr` is dropped is
+/// deregistered at once but its memory stays allocated until the QP is destroyed; elsewhere (rxe, mlx5: deregistration waits) it is freed at the drop.
+/// Before issue #31 siw freed it at the drop too.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn a_dropped_remote_region_stays_allocated_while_a_peer_may_write_it() {
+    let (ep, server, step, pdata) = pair(
+        7936,
+        |ep, step| {
+            let region = ep.reg_remote(vec![0u8; 64 * 1024]).unwrap();
+            let freed = watch(region.addr());
+            let msg = ep.reg_msgs(vec![0u8; 64]).unwrap();
+            ep.post_recv(1, &[msg.sge(0..64)]).unwrap();
+            let mut pd = region.addr().to_le_bytes().to_vec();
+            pd.extend_from_slice(&region.rkey().to_le_bytes());
+            ep.accept(&ConnParam {
+                private_data: pd,
+                ..Default::default()
+            })
+            .unwrap();
+            // The client's SEND after its WRITE: the WRITE is placed (RDMA ordering).
+            let wc = ep.get_recv_comp().unwrap();
+            assert_eq!((wc.wr_id, wc.status), (1, WcStatus::SUCCESS));
+            assert_eq!(region.read_vec(0..16), b"written by peer!");
+            let siw = on_siw(&ep);
+            drop(region);
+            if siw {
+                assert!(
+                    !freed.load(Ordering::SeqCst),
+                    "siw: a region a peer may still write was freed while its QP lives"
+                );
+            } else {
+                assert!(
+                    freed.load(Ordering::SeqCst),
+                    "the region was not freed at its drop (the device fences it)"
+                );
+            }
+            step.wait(); // the client is done
+            ep.disconnect().ok();
+            drop(ep);
+            assert!(
+                freed.load(Ordering::SeqCst),
+                "the region was not freed when the QP was destroyed"
+            );
+            unwatch(freed);
+        },
+        Vec::new(),
+    );
+    let raddr = u64::from_le_bytes(pdata[0..8].try_into().unwrap());
+    let rkey = u32::from_le_bytes(pdata[8..12].try_into().unwrap());
+    let src = ep.reg_msgs(vec![0u8; 64]).unwrap();
+    src.write_at(0, b"written by peer!");
+    ep.post_write(2, &[src.sge(0..16)], raddr, rkey, SendFlags::SIGNALED)
+        .unwrap();
+    ep.post_send(3, &[src.sge(0..16)], SendFlags::SIGNALED)
+        .unwrap();
+    for id in [2, 3] {
+        let wc = ep.get_send_comp().unwrap();
+        assert_eq!((wc.wr_id, wc.status), (id, WcStatus::SUCCESS));
+    }
+    step.wait();
+    ep.disconnect().ok();
     server.join().unwrap();
 }
 

@@ -15,8 +15,9 @@
 //!   completion with a receive opcode, and every completion on a CQ that is only this QP's
 //!   receive CQ; an error completion on a CQ shared by both queues is not counted (rxe leaves a
 //!   flushed receive's opcode 0, a send's number), which can only hold memory longer.
-//! - **a shared receive queue**: every receive posted to it was seen completed (SRQ receives
-//!   complete in no fixed order across its QPs).
+//! - **a shared receive queue**: its own completion was polled (SRQ receives complete in no
+//!   fixed order across its QPs, but each completion names its receive's `wr_id`; a `wr_id`
+//!   posted twice waits for both).
 //! - **a send queue**: a later or equal signaled READ/atomic completed with success. READs and
 //!   atomics complete in their order among themselves on every provider (siw's ORQ, rxe's
 //!   completer, mlx5's queue), but not in order with the sends around them on siw (a SEND
@@ -136,13 +137,25 @@ fn hold<R: Holdable>(
     Ok(())
 }
 
-/// The ledger of a receive queue (a QP's, or with `shared` an SRQ's).
+/// The ledger of a receive queue (a QP's, or with `slots` an SRQ's).
 #[derive(Debug)]
 pub(crate) struct RecvLedger<R = Region> {
     posted: u64,
     done: u64,
-    shared: bool,
+    /// A QP's own queue: regions held up to a receive's number.
     held: Vec<Held<R>>,
+    /// An SRQ: its receives by `wr_id`, each released when its completion names it.
+    slots: Option<HashMap<u64, Slot<R>>>,
+    /// An SRQ: what [`hold`](Self::hold) found for the receives about to be posted (their
+    /// index in the list), moved to `slots` for those that went to the queue.
+    pending: Vec<(usize, Arc<R>)>,
+}
+
+/// The SRQ receives posted with one `wr_id` that have not completed, and what they write.
+#[derive(Debug)]
+struct Slot<R> {
+    outstanding: u64,
+    regions: Vec<Arc<R>>,
 }
 
 impl<R> Default for RecvLedger<R> {
@@ -150,33 +163,52 @@ impl<R> Default for RecvLedger<R> {
         RecvLedger {
             posted: 0,
             done: 0,
-            shared: false,
             held: Vec::new(),
+            slots: None,
+            pending: Vec::new(),
         }
     }
 }
 
 impl<R: Holdable> RecvLedger<R> {
-    /// An SRQ's ledger.
+    /// An SRQ's ledger. Its receives are taken by several QPs and complete in no fixed order,
+    /// but each completion names its receive's `wr_id` (valid in every completion, errors
+    /// included), so each receive is released by its own completion: the regions of the
+    /// receives posted with a `wr_id` go when as many completions named it as receives were
+    /// posted with it (raw ones included; a `wr_id` used twice waits for both).
     pub(crate) fn shared() -> Self {
         RecvLedger {
-            shared: true,
+            slots: Some(HashMap::new()),
             ..RecvLedger::default()
         }
     }
 
     /// Holds the regions the receives of `wrs` write, as if they were all posted next; stops
-    /// at the first that names borrowed memory: its index and the key.
+    /// at the first that names borrowed memory: its index and the key. (An SRQ keeps them
+    /// aside until [`posted`](Self::posted) says which went to the queue.)
     pub(crate) fn hold<S: SgeList>(
         &mut self,
         reg: &Registry<R>,
         wrs: &[RecvWr<'_, S>],
     ) -> Option<(usize, u32)> {
+        self.pending.clear();
         for (i, w) in wrs.iter().enumerate() {
             let seq = self.posted + i as u64;
             for s in w.sge {
                 let lkey = s.raw_sge().lkey;
-                if hold(&mut self.held, reg, lkey, seq).is_err() {
+                let r = if self.slots.is_some() {
+                    match reg.find(lkey) {
+                        Found::Owned(region) => {
+                            self.pending.push((i, region));
+                            Ok(())
+                        }
+                        Found::Borrowed => Err(()),
+                        Found::Nothing => Ok(()),
+                    }
+                } else {
+                    hold(&mut self.held, reg, lkey, seq)
+                };
+                if r.is_err() {
                     return Some((i, lkey));
                 }
             }
@@ -203,9 +235,10 @@ impl<R: Holdable> RecvLedger<R> {
         };
         if !ok.is_empty() {
             let r = post(ok);
-            ledger.posted(went(&r, ok.len()));
+            ledger.posted(&ok[..went(&r, ok.len())]);
             r?;
         }
+        ledger.pending.clear();
         drop(ledger);
         match refused {
             Some((i, lkey)) => Err(PostError::refused(i, PostFault::BorrowedSink { lkey })),
@@ -213,31 +246,58 @@ impl<R: Holdable> RecvLedger<R> {
         }
     }
 
-    /// `n` receives went to the queue.
-    pub(crate) fn posted(&mut self, n: usize) {
-        self.posted += n as u64;
+    /// `wrs` (the first of the list [`hold`](Self::hold) saw) went to the queue.
+    pub(crate) fn posted<S: SgeList>(&mut self, wrs: &[RecvWr<'_, S>]) {
+        self.posted += wrs.len() as u64;
+        let Some(slots) = &mut self.slots else {
+            return;
+        };
+        for w in wrs {
+            slots
+                .entry(w.wr_id)
+                .or_insert_with(|| Slot {
+                    outstanding: 0,
+                    regions: Vec::new(),
+                })
+                .outstanding += 1;
+        }
+        for (i, region) in self.pending.drain(..) {
+            // Those past `wrs` never went to the queue: let go of them.
+            if let Some(slot) = wrs.get(i).and_then(|w| slots.get_mut(&w.wr_id)) {
+                if !slot.regions.iter().any(|r| Arc::ptr_eq(r, &region)) {
+                    slot.regions.push(region);
+                }
+            }
+        }
     }
 
-    /// One receive completed (the oldest outstanding one, for a QP's own queue).
-    pub(crate) fn completed(&mut self) {
+    /// One receive completed: for a QP's own queue the oldest outstanding one, for an SRQ the
+    /// one posted with `wr_id`.
+    pub(crate) fn completed(&mut self, wr_id: u64) {
         self.done += 1;
+        if let Some(slots) = &mut self.slots {
+            if let Some(slot) = slots.get_mut(&wr_id) {
+                slot.outstanding -= 1;
+                if slot.outstanding == 0 {
+                    slots.remove(&wr_id);
+                }
+            }
+            return;
+        }
         if self.held.is_empty() {
             return;
         }
         let done = self.done;
-        if self.shared {
-            if done >= self.posted {
-                self.held.clear();
-            }
-        } else {
-            self.held.retain(|h| h.last >= done);
-        }
+        self.held.retain(|h| h.last >= done);
     }
 
     /// Regions held (tests).
     #[cfg(test)]
     fn holding(&self) -> usize {
-        self.held.len()
+        match &self.slots {
+            Some(slots) => slots.values().map(|s| s.regions.len()).sum(),
+            None => self.held.len(),
+        }
     }
 }
 
@@ -420,11 +480,15 @@ impl<R: Holdable> Watch<R> {
         self.epoch.load(Ordering::Acquire)
     }
 
-    /// Settles the ledgers for completions `(qp_num, success, opcode)`, in polled order. Call
+    /// Settles the ledgers for completions `(qp_num, success, opcode, wr_id)`, in polled order. Call
     /// it under the CQ's lock (so that settles happen in the ring's order), with
     /// `drained: Some(epoch)` when the poll, which read [`epoch`](Self::epoch) before the
     /// ring, took fewer completions than it asked for (it emptied the ring).
-    pub(crate) fn settle(&self, wcs: impl Iterator<Item = (u32, bool, u32)>, drained: Option<u64>) {
+    pub(crate) fn settle(
+        &self,
+        wcs: impl Iterator<Item = (u32, bool, u32, u64)>,
+        drained: Option<u64>,
+    ) {
         let mut wcs = wcs.peekable();
         // Relaxed: a stale count only skips a clearing, which a later poll does.
         if wcs.peek().is_none() && (drained.is_none() || self.tombs.load(Ordering::Relaxed) == 0) {
@@ -435,7 +499,7 @@ impl<R: Holdable> Watch<R> {
             return;
         }
         let mut at = 0;
-        for (qp_num, ok, opcode) in wcs {
+        for (qp_num, ok, opcode, wr_id) in wcs {
             if !list.gone.is_empty() && list.gone.iter().any(|&(q, _)| q == qp_num) {
                 continue; // a destroyed QP's, or its number's new QP's, counted for no one
             }
@@ -446,7 +510,7 @@ impl<R: Holdable> Watch<R> {
                 }
             }
             let (l, role) = &list.live[at];
-            settle_one(l, *role, ok, WcOpcode(opcode));
+            settle_one(l, *role, ok, WcOpcode(opcode), wr_id);
         }
         if let Some(e) = drained {
             // Every tombstone made before the poll read the ring: its completions are out.
@@ -457,15 +521,15 @@ impl<R: Holdable> Watch<R> {
 }
 
 #[inline]
-fn settle_one<R: Holdable>(l: &QpLedger<R>, role: Role, ok: bool, opcode: WcOpcode) {
+fn settle_one<R: Holdable>(l: &QpLedger<R>, role: Role, ok: bool, opcode: WcOpcode, wr_id: u64) {
     let sink = matches!(
         opcode,
         WcOpcode::RDMA_READ | WcOpcode::COMP_SWAP | WcOpcode::FETCH_ADD
     );
     match role {
-        Role::Recv => lock(&l.recv).completed(),
+        Role::Recv => lock(&l.recv).completed(wr_id),
         Role::Send if ok && sink => lock(&l.send).sink_completed(),
-        Role::Both if ok && opcode.is_recv() => lock(&l.recv).completed(),
+        Role::Both if ok && opcode.is_recv() => lock(&l.recv).completed(wr_id),
         Role::Both if ok && sink => lock(&l.send).sink_completed(),
         _ => {}
     }

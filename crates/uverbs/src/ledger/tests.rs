@@ -64,6 +64,11 @@ fn read(sge: &[Sge], signaled: bool) -> SendWr<'_> {
     }
 }
 
+/// `n` receives with no SGEs (raw ones: they hold nothing, but count), `wr_id` 0.
+fn raw(n: usize) -> Vec<RecvWr<'static>> {
+    vec![RecvWr::new(0, &[]); n]
+}
+
 fn freed(f: &AtomicBool) -> bool {
     f.load(Ordering::SeqCst)
 }
@@ -77,16 +82,16 @@ fn a_dropped_receive_buffer_lives_until_its_completion() {
     let (sa, sb) = ([sge(1)], [sge(2)]);
     let wrs = [RecvWr::new(0, &sa[..]), RecvWr::new(1, &sb[..])];
     assert_eq!(rq.hold(&reg, &wrs), None);
-    rq.posted(2);
+    rq.posted(&raw(2));
     drop((a, b));
     assert!(
         !freed(&fa) && !freed(&fb),
         "held while both receives are posted"
     );
-    rq.completed();
+    rq.completed(0);
     assert!(freed(&fa), "the first completion is the first receive's");
     assert!(!freed(&fb), "the second receive is still outstanding");
-    rq.completed();
+    rq.completed(0);
     assert!(freed(&fb));
     assert_eq!(rq.holding(), 0);
 }
@@ -99,14 +104,14 @@ fn one_region_for_many_receives_is_held_once_until_the_last() {
     let s = [sge(7)];
     for i in 0..3 {
         assert_eq!(rq.hold(&reg, &[RecvWr::new(i, &s[..])]), None);
-        rq.posted(1);
+        rq.posted(&raw(1));
     }
     assert_eq!(rq.holding(), 1);
     drop(a);
-    rq.completed();
-    rq.completed();
+    rq.completed(0);
+    rq.completed(0);
     assert!(!freed(&fa), "the third receive may still write it");
-    rq.completed();
+    rq.completed(0);
     assert!(freed(&fa));
 }
 
@@ -138,15 +143,15 @@ fn raw_receives_keep_the_count_right() {
     // A raw receive posted before a safe one: the first completion is the raw one's.
     let reg = Registry::default();
     let mut rq = RecvLedger::<Fake>::default();
-    rq.posted(1);
+    rq.posted(&raw(1));
     let (a, fa) = region(&reg, 3, true);
     let s = [sge(3)];
     assert_eq!(rq.hold(&reg, &[RecvWr::new(0, &s[..])]), None);
-    rq.posted(1);
+    rq.posted(&raw(1));
     drop(a);
-    rq.completed();
+    rq.completed(0);
     assert!(!freed(&fa));
-    rq.completed();
+    rq.completed(0);
     assert!(freed(&fa));
 }
 
@@ -160,32 +165,95 @@ fn a_refused_tail_is_held_until_later_completions_only() {
     let s = [sge(4)];
     let wrs = [RecvWr::new(0, &s[..]), RecvWr::new(1, &s[..])];
     assert_eq!(rq.hold(&reg, &wrs), None);
-    rq.posted(1); // the provider took only the first
+    rq.posted(&raw(1)); // the provider took only the first
     drop(a);
-    rq.completed();
+    rq.completed(0);
     assert!(!freed(&fa));
-    rq.posted(1);
-    rq.completed();
+    rq.posted(&raw(1));
+    rq.completed(0);
     assert!(freed(&fa));
 }
 
 #[test]
-fn srq_receives_wait_for_every_receive() {
+fn srq_receives_are_released_by_their_own_completion() {
     let reg = Registry::default();
     let mut srq = RecvLedger::<Fake>::shared();
     let (a, fa) = region(&reg, 5, true);
     let (b, fb) = region(&reg, 6, true);
     let (sa, sb) = ([sge(5)], [sge(6)]);
-    assert_eq!(srq.hold(&reg, &[RecvWr::new(0, &sa[..])]), None);
-    srq.posted(1);
-    assert_eq!(srq.hold(&reg, &[RecvWr::new(1, &sb[..])]), None);
-    srq.posted(1);
+    let wa = [RecvWr::new(10, &sa[..])];
+    assert_eq!(srq.hold(&reg, &wa), None);
+    srq.posted(&wa);
+    let wb = [RecvWr::new(11, &sb[..])];
+    assert_eq!(srq.hold(&reg, &wb), None);
+    srq.posted(&wb);
     drop((a, b));
-    // One completed, but which one is not known (another QP may have taken the other).
-    srq.completed();
-    assert!(!freed(&fa) && !freed(&fb));
-    srq.completed();
-    assert!(freed(&fa) && freed(&fb));
+    // Another QP took the second receive first: its completion names it.
+    srq.completed(11);
+    assert!(freed(&fb), "the receive of wr_id 11 is over");
+    assert!(!freed(&fa), "the receive of wr_id 10 may still be written");
+    srq.completed(10);
+    assert!(freed(&fa));
+    assert_eq!(srq.holding(), 0);
+}
+
+#[test]
+fn a_long_lived_srq_does_not_grow() {
+    // Kept stocked, never drained: each buffer goes with its own completion.
+    let reg = Registry::default();
+    let mut srq = RecvLedger::<Fake>::shared();
+    let mut live = std::collections::VecDeque::new();
+    for i in 0..64u32 {
+        let (r, f) = region(&reg, 100 + i, true);
+        let s = [sge(100 + i)];
+        let w = [RecvWr::new(u64::from(i), &s[..])];
+        assert_eq!(srq.hold(&reg, &w), None);
+        srq.posted(&w);
+        drop(r);
+        live.push_back((u64::from(i), f));
+        if live.len() > 4 {
+            let (id, f) = live.pop_front().unwrap();
+            srq.completed(id);
+            assert!(freed(&f), "receive {id} completed but its buffer is held");
+        }
+        assert!(srq.holding() <= 5, "{} regions held", srq.holding());
+    }
+}
+
+#[test]
+fn an_srq_wr_id_posted_twice_waits_for_both() {
+    // The same wr_id on two outstanding receives (a raw one and a safe one): the first
+    // completion naming it may be either's, so the safe one's buffer waits for the second.
+    let reg = Registry::default();
+    let mut srq = RecvLedger::<Fake>::shared();
+    srq.posted(&[RecvWr::<Sge>::new(7, &[])]);
+    let (a, fa) = region(&reg, 5, true);
+    let sa = [sge(5)];
+    let w = [RecvWr::new(7, &sa[..])];
+    assert_eq!(srq.hold(&reg, &w), None);
+    srq.posted(&w);
+    drop(a);
+    srq.completed(7);
+    assert!(!freed(&fa));
+    srq.completed(7);
+    assert!(freed(&fa));
+}
+
+#[test]
+fn an_srq_receive_that_did_not_go_to_the_queue_holds_nothing() {
+    let reg = Registry::default();
+    let mut srq = RecvLedger::<Fake>::shared();
+    let (a, fa) = region(&reg, 5, true);
+    let (b, fb) = region(&reg, 6, true);
+    let (sa, sb) = ([sge(5)], [sge(6)]);
+    let w = [RecvWr::new(1, &sa[..]), RecvWr::new(2, &sb[..])];
+    assert_eq!(srq.hold(&reg, &w), None);
+    srq.posted(&w[..1]); // the provider took only the first
+    drop((a, b));
+    assert!(freed(&fb), "never posted, so never written");
+    assert!(!freed(&fa));
+    srq.completed(1);
+    assert!(freed(&fa));
 }
 
 #[test]
@@ -236,7 +304,7 @@ fn an_unsignaled_read_alone_waits_for_the_qp() {
     let watch = Watch::default();
     watch.add(&l, Role::Both);
     // A SEND's completion says nothing about the READ before it (siw completes it first).
-    watch.settle([(9, true, WcOpcode::SEND.0)].into_iter(), None);
+    watch.settle([(9, true, WcOpcode::SEND.0, 0)].into_iter(), None);
     assert!(!freed(&fa));
     watch.retire(&l);
     drop(l); // the QP destroyed
@@ -264,7 +332,7 @@ fn a_cq_counts_what_it_can_classify() {
     let (a, fa) = region(&reg, 1, true);
     let sa = [sge(1)];
     assert_eq!(lock(&l.recv).hold(&reg, &[RecvWr::new(0, &sa[..])]), None);
-    lock(&l.recv).posted(1);
+    lock(&l.recv).posted(&raw(1));
     drop(a);
     let both = Watch::default();
     both.add(&l, Role::Both);
@@ -272,18 +340,18 @@ fn a_cq_counts_what_it_can_classify() {
     // flushed receive's opcode 0), nor can another QP's or a send's success.
     both.settle(
         [
-            (3, false, WcOpcode::RECV.0),
-            (3, false, 0),
-            (4, true, WcOpcode::RECV.0),
-            (3, true, WcOpcode::SEND.0),
-            (3, true, WcOpcode::RDMA_READ.0),
+            (3, false, WcOpcode::RECV.0, 0),
+            (3, false, 0, 0),
+            (4, true, WcOpcode::RECV.0, 0),
+            (3, true, WcOpcode::SEND.0, 0),
+            (3, true, WcOpcode::RDMA_READ.0, 0),
         ]
         .into_iter(),
         None,
     );
     assert!(!freed(&fa));
     both.settle(
-        [(3, true, WcOpcode::RECV_RDMA_WITH_IMM.0)].into_iter(),
+        [(3, true, WcOpcode::RECV_RDMA_WITH_IMM.0, 0)].into_iter(),
         None,
     );
     assert!(freed(&fa));
@@ -293,11 +361,11 @@ fn a_cq_counts_what_it_can_classify() {
     let (b, fb) = region(&reg, 2, true);
     let sb = [sge(2)];
     assert_eq!(lock(&l.recv).hold(&reg, &[RecvWr::new(0, &sb[..])]), None);
-    lock(&l.recv).posted(1);
+    lock(&l.recv).posted(&raw(1));
     drop(b);
     let recv = Watch::default();
     recv.add(&l, Role::Recv);
-    recv.settle([(3, false, 0)].into_iter(), None);
+    recv.settle([(3, false, 0, 0)].into_iter(), None);
     assert!(freed(&fb));
 }
 
@@ -315,8 +383,8 @@ fn a_send_cq_releases_reads_on_their_success_only() {
     send.add(&l, Role::Send);
     send.settle(
         [
-            (3, false, WcOpcode::RDMA_READ.0),
-            (3, true, WcOpcode::SEND.0),
+            (3, false, WcOpcode::RDMA_READ.0, 0),
+            (3, true, WcOpcode::SEND.0, 0),
         ]
         .into_iter(),
         None,
@@ -325,7 +393,7 @@ fn a_send_cq_releases_reads_on_their_success_only() {
         !freed(&fa),
         "a flush's opcode is not to be trusted, a SEND's says nothing"
     );
-    send.settle([(3, true, WcOpcode::FETCH_ADD.0)].into_iter(), None);
+    send.settle([(3, true, WcOpcode::FETCH_ADD.0, 0)].into_iter(), None);
     assert!(freed(&fa));
 }
 
@@ -339,7 +407,7 @@ fn qp_with_held_receive(
     let (a, fa) = region(reg, lkey, true);
     let sa = [sge(lkey)];
     assert_eq!(lock(&l.recv).hold(reg, &[RecvWr::new(0, &sa[..])]), None);
-    lock(&l.recv).posted(1);
+    lock(&l.recv).posted(&raw(1));
     drop(a);
     (l, fa)
 }
@@ -360,7 +428,7 @@ fn a_destroyed_qps_completions_do_not_count_for_its_number_reused() {
     watch.add(&b, Role::Both);
     // The poll finds A's completion first (and more behind it: not drained).
     let e = watch.epoch();
-    watch.settle([(7, true, WcOpcode::RECV.0)].into_iter(), None);
+    watch.settle([(7, true, WcOpcode::RECV.0, 0)].into_iter(), None);
     assert!(
         !freed(&fb),
         "QP B's receive is still posted: its region was freed by QP A's completion"
@@ -369,7 +437,7 @@ fn a_destroyed_qps_completions_do_not_count_for_its_number_reused() {
     // completions: B's own count from then on.
     watch.settle(std::iter::empty(), Some(e));
     watch.settle(
-        [(7, true, WcOpcode::RECV.0)].into_iter(),
+        [(7, true, WcOpcode::RECV.0, 0)].into_iter(),
         Some(watch.epoch()),
     );
     assert!(freed(&fb));
@@ -389,7 +457,7 @@ fn a_drained_poll_that_began_before_a_destroy_keeps_its_tombstone() {
     let (b, fb) = qp_with_held_receive(&reg, 7, 2);
     watch.add(&b, Role::Recv);
     // A's flush, written during its destroy after that poll's read.
-    watch.settle([(7, false, 0)].into_iter(), None);
+    watch.settle([(7, false, 0, 0)].into_iter(), None);
     assert!(!freed(&fb));
     drop(b);
 }
