@@ -394,11 +394,14 @@ fn a_read_sink_dropped_mid_read_never_writes_a_fresh_allocation() {
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
 fn a_dropped_remote_region_stays_allocated_while_a_peer_may_write_it() {
+    // The server's region, watched: its "freed" flag comes to this thread.
+    let (tx, rx) = std::sync::mpsc::channel::<&'static AtomicBool>();
     let (ep, server, step, pdata) = pair(
         7936,
-        |ep, step| {
+        move |ep, step| {
             let region = ep.reg_remote(vec![0u8; 64 * 1024]).unwrap();
             let freed = watch(region.addr());
+            tx.send(freed).unwrap();
             let msg = ep.reg_msgs(vec![0u8; 64]).unwrap();
             ep.post_recv(1, &[msg.sge(0..64)]).unwrap();
             let mut pd = region.addr().to_le_bytes().to_vec();
@@ -427,15 +430,12 @@ fn a_dropped_remote_region_stays_allocated_while_a_peer_may_write_it() {
             }
             step.wait(); // the client is done
             ep.disconnect().ok();
-            drop(ep);
-            assert!(
-                freed.load(Ordering::SeqCst),
-                "the region was not freed when the QP was destroyed"
-            );
-            unwatch(freed);
+            drop(ep); // this QP is destroyed
+            step.wait();
         },
         Vec::new(),
     );
+    let freed = rx.recv().unwrap();
     let raddr = u64::from_le_bytes(pdata[0..8].try_into().unwrap());
     let rkey = u32::from_le_bytes(pdata[8..12].try_into().unwrap());
     let src = ep.reg_msgs(vec![0u8; 64]).unwrap();
@@ -449,8 +449,25 @@ fn a_dropped_remote_region_stays_allocated_while_a_peer_may_write_it() {
         assert_eq!((wc.wr_id, wc.status), (id, WcStatus::SUCCESS));
     }
     step.wait();
+    step.wait(); // the server's QP is destroyed
+                 // Both endpoints are on one device in this process, so they may share a PD: on siw the
+                 // region waits for every QP of its PD that existed at its drop, this one too.
+    if on_siw(&ep) {
+        assert!(
+            !freed.load(Ordering::SeqCst),
+            "siw: freed while a QP of its PD of then lives"
+        );
+    }
     ep.disconnect().ok();
+    let shared_pd = Arc::strong_count(ep.pd()) > 1;
+    drop(ep);
     server.join().unwrap();
+    assert!(
+        freed.load(Ordering::SeqCst),
+        "the region was not freed when the QPs that could reach it were destroyed \
+         (PD shared with the server: {shared_pd})"
+    );
+    unwatch(freed);
 }
 
 /// Gives back the slot of `freed`.

@@ -27,6 +27,13 @@
 //! - the QP (or SRQ) is destroyed: every provider stops placing data for a QP before its
 //!   destroy returns (siw: under the QP's state lock, which its receive path takes).
 //!
+//! siw alone also reads a SEND's or WRITE's source through the reference it took when the
+//! request started, so there the send ledger holds sources too, until a signaled request at
+//! or after them completes with success ([`SendLedger::other_completed`],
+//! [`SendLedger::sink_completed`]); and a peer may still be writing (or reading) a region with
+//! remote access after its deregistration, so there each PD keeps such memory until the QPs
+//! that could reach it are destroyed ([`Fence`]).
+//!
 //! Counting fewer completions than happened only holds memory longer, never shorter, so a
 //! completion that cannot be classified is not counted. The raw (`unsafe`) posts hold
 //! nothing but still count, so that a safe request's place in the queue stays right.
@@ -318,13 +325,26 @@ pub(crate) fn writes_local(op: &SendOp) -> bool {
     )
 }
 
-/// The ledger of a send queue: its READs and atomics, numbered in posting order.
+/// The ledger of a send queue: its READs and atomics, numbered in posting order, and on siw
+/// the sources of its other requests, numbered with every request.
 #[derive(Debug)]
 pub(crate) struct SendLedger<R = Region> {
     sinks: u64,
     sinks_done: u64,
-    signaled: VecDeque<u64>,
+    /// The signaled READs and atomics: `(sink number, request number)`.
+    signaled: VecDeque<(u64, u64)>,
     held: Vec<Held<R>>,
+    /// siw: the sources of sends and WRITEs are held too (`siw_tx_hdt` reads them through the
+    /// memory reference `siw_check_sgl_tx` took when the request started, whatever happens to
+    /// the region meanwhile): a source dropped mid-transfer would send the bytes of whatever
+    /// the allocator put there next.
+    sources: bool,
+    /// Requests posted (counted only with `sources`).
+    wrs: u64,
+    /// The signaled requests that are not READs or atomics, by request number.
+    signaled_other: VecDeque<u64>,
+    /// Sources held up to a request number.
+    src: Vec<Held<R>>,
 }
 
 impl<R> Default for SendLedger<R> {
@@ -334,12 +354,33 @@ impl<R> Default for SendLedger<R> {
             sinks_done: 0,
             signaled: VecDeque::new(),
             held: Vec::new(),
+            sources: false,
+            wrs: 0,
+            signaled_other: VecDeque::new(),
+            src: Vec::new(),
         }
     }
 }
 
+/// True for a request whose SGEs the device reads after the post: not the sink of a READ or
+/// an atomic, not an INLINE copy (made during the post).
+#[inline]
+fn reads_local<S>(w: &SendWr<'_, S>) -> bool {
+    !writes_local(&w.op) && !w.flags.contains(SendFlags::INLINE) && !w.sge.is_empty()
+}
+
 impl<R: Holdable> SendLedger<R> {
-    /// As [`RecvLedger::hold`], for the READ sinks and atomic results of `wrs`.
+    /// A send queue whose sources are held as well (siw: see `sources`).
+    pub(crate) fn holding_sources() -> Self {
+        SendLedger {
+            sources: true,
+            ..SendLedger::default()
+        }
+    }
+
+    /// As [`RecvLedger::hold`], for the READ sinks and atomic results of `wrs`, and with
+    /// `sources` the regions the other requests read (borrowed ones are read as before, not
+    /// held: their release cannot wait).
     pub(crate) fn hold<S: SgeList>(
         &mut self,
         reg: &Registry<R>,
@@ -348,6 +389,13 @@ impl<R: Holdable> SendLedger<R> {
         let mut ord = self.sinks;
         for (i, w) in wrs.iter().enumerate() {
             if !writes_local(&w.op) {
+                if self.sources && reads_local(w) {
+                    let n = self.wrs + i as u64;
+                    for s in w.sge {
+                        // Err: borrowed memory, read but not held (see above).
+                        let _ = hold(&mut self.src, reg, s.raw_sge().lkey, n);
+                    }
+                }
                 continue;
             }
             for s in w.sge {
@@ -365,28 +413,47 @@ impl<R: Holdable> SendLedger<R> {
     #[inline]
     pub(crate) fn posted<S: SgeList>(&mut self, wrs: &[SendWr<'_, S>], sig_all: bool) {
         for w in wrs {
+            let signaled = sig_all || w.flags.contains(SendFlags::SIGNALED);
             if writes_local(&w.op) {
-                if sig_all || w.flags.contains(SendFlags::SIGNALED) {
-                    self.signaled.push_back(self.sinks);
+                if signaled {
+                    self.signaled.push_back((self.sinks, self.wrs));
                 }
                 self.sinks += 1;
+            } else if self.sources && signaled {
+                self.signaled_other.push_back(self.wrs);
+            }
+            if self.sources {
+                self.wrs += 1;
             }
         }
     }
 
     /// A READ or atomic completed with success: the oldest signaled one, so it and every
-    /// READ or atomic before it are over.
+    /// READ or atomic before it are over, and on siw every request posted before it was sent
+    /// (siw sends the queue in order, and a READ's request before its response can come).
     pub(crate) fn sink_completed(&mut self) {
-        if let Some(o) = self.signaled.pop_front() {
+        if let Some((o, n)) = self.signaled.pop_front() {
             self.sinks_done = self.sinks_done.max(o + 1);
             let done = self.sinks_done;
             self.held.retain(|h| h.last >= done);
+            if self.sources {
+                self.src.retain(|h| h.last >= n);
+            }
+        }
+    }
+
+    /// Another request completed with success (siw: the oldest signaled one that is not a
+    /// READ or atomic, since siw completes those in queue order once they are handed to TCP,
+    /// `siw_qp_sq_process`): every request up to it has been sent, its sources read.
+    pub(crate) fn other_completed(&mut self) {
+        if let Some(n) = self.signaled_other.pop_front() {
+            self.src.retain(|h| h.last > n);
         }
     }
 
     #[cfg(test)]
     fn holding(&self) -> usize {
-        self.held.len()
+        self.held.len() + self.src.len()
     }
 }
 
@@ -394,15 +461,23 @@ impl<R: Holdable> SendLedger<R> {
 #[derive(Debug)]
 pub(crate) struct QpLedger<R = Region> {
     qp_num: u32,
+    /// siw: the send ledger holds sources too, and every post and completion goes through it.
+    pub(crate) sources: bool,
     pub(crate) send: Mutex<SendLedger<R>>,
     pub(crate) recv: Arc<Mutex<RecvLedger<R>>>,
 }
 
 impl<R: Holdable> QpLedger<R> {
-    pub(crate) fn new(qp_num: u32, srq: Option<&Arc<Mutex<RecvLedger<R>>>>) -> Self {
+    /// `sources`: hold the regions sends read too (siw, [`SendLedger::holding_sources`]).
+    pub(crate) fn new(qp_num: u32, srq: Option<&Arc<Mutex<RecvLedger<R>>>>, sources: bool) -> Self {
         QpLedger {
             qp_num,
-            send: Mutex::default(),
+            sources,
+            send: Mutex::new(if sources {
+                SendLedger::holding_sources()
+            } else {
+                SendLedger::default()
+            }),
             recv: srq.cloned().unwrap_or_default(),
         }
     }
@@ -528,9 +603,9 @@ fn settle_one<R: Holdable>(l: &QpLedger<R>, role: Role, ok: bool, opcode: WcOpco
     );
     match role {
         Role::Recv => lock(&l.recv).completed(wr_id),
-        Role::Send if ok && sink => lock(&l.send).sink_completed(),
+        Role::Send | Role::Both if ok && sink => lock(&l.send).sink_completed(),
         Role::Both if ok && opcode.is_recv() => lock(&l.recv).completed(wr_id),
-        Role::Both if ok && sink => lock(&l.send).sink_completed(),
+        Role::Send | Role::Both if ok && l.sources => lock(&l.send).other_completed(),
         _ => {}
     }
 }

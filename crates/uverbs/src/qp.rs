@@ -339,6 +339,8 @@ impl Qp {
                 let ledger = Arc::new(QpLedger::new(
                     k.qp_num,
                     init.srq.as_ref().map(|s| s.ledger()),
+                    // siw (its PD has the fence): sources are held too (ledger::SendLedger).
+                    pd.fence().is_some(),
                 ));
                 if Arc::ptr_eq(&init.send_cq, &init.recv_cq) {
                     init.send_cq.watch().add(&ledger, Role::Both);

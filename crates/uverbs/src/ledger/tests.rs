@@ -297,7 +297,7 @@ fn an_unsignaled_read_alone_waits_for_the_qp() {
     let (a, fa) = region(&reg, 1, true);
     let sa = [sge(1)];
     let wrs = [read(&sa, false)];
-    let l = Arc::new(QpLedger::<Fake>::new(9, None));
+    let l = Arc::new(QpLedger::<Fake>::new(9, None, false));
     assert_eq!(lock(&l.send).hold(&reg, &wrs), None);
     lock(&l.send).posted(&wrs, false);
     drop(a);
@@ -328,7 +328,7 @@ fn sq_sig_all_signals_every_read() {
 #[test]
 fn a_cq_counts_what_it_can_classify() {
     let reg = Registry::default();
-    let l = Arc::new(QpLedger::<Fake>::new(3, None));
+    let l = Arc::new(QpLedger::<Fake>::new(3, None, false));
     let (a, fa) = region(&reg, 1, true);
     let sa = [sge(1)];
     assert_eq!(lock(&l.recv).hold(&reg, &[RecvWr::new(0, &sa[..])]), None);
@@ -357,7 +357,7 @@ fn a_cq_counts_what_it_can_classify() {
     assert!(freed(&fa));
 
     // On the QP's own receive CQ every completion is a receive's, flushes included.
-    let l = Arc::new(QpLedger::<Fake>::new(3, None));
+    let l = Arc::new(QpLedger::<Fake>::new(3, None, false));
     let (b, fb) = region(&reg, 2, true);
     let sb = [sge(2)];
     assert_eq!(lock(&l.recv).hold(&reg, &[RecvWr::new(0, &sb[..])]), None);
@@ -372,7 +372,7 @@ fn a_cq_counts_what_it_can_classify() {
 #[test]
 fn a_send_cq_releases_reads_on_their_success_only() {
     let reg = Registry::default();
-    let l = Arc::new(QpLedger::<Fake>::new(3, None));
+    let l = Arc::new(QpLedger::<Fake>::new(3, None, false));
     let (a, fa) = region(&reg, 1, true);
     let sa = [sge(1)];
     let wrs = [read(&sa, true)];
@@ -403,7 +403,7 @@ fn qp_with_held_receive(
     qpn: u32,
     lkey: u32,
 ) -> (Arc<QpLedger<Fake>>, Arc<AtomicBool>) {
-    let l = Arc::new(QpLedger::<Fake>::new(qpn, None));
+    let l = Arc::new(QpLedger::<Fake>::new(qpn, None, false));
     let (a, fa) = region(reg, lkey, true);
     let sa = [sge(lkey)];
     assert_eq!(lock(&l.recv).hold(reg, &[RecvWr::new(0, &sa[..])]), None);
@@ -554,4 +554,135 @@ fn memory_of_a_qp_never_destroyed_is_never_freed() {
     f.defer(Mem(m)).unwrap();
     drop(f);
     assert!(!m.load(Ordering::SeqCst));
+}
+
+fn send(sge: &[Sge], flags: SendFlags) -> SendWr<'_> {
+    SendWr {
+        wr_id: 0,
+        op: SendOp::Send,
+        sge,
+        flags,
+        ud: None,
+    }
+}
+
+#[test]
+fn siw_sources_wait_for_a_completion_at_or_after_them() {
+    let reg = Registry::default();
+    let mut sq = SendLedger::<Fake>::holding_sources();
+    let (a, fa) = region(&reg, 1, true);
+    let (b, fb) = region(&reg, 2, true);
+    let (c, fc) = region(&reg, 3, true);
+    let (sa, sb, sc) = ([sge(1)], [sge(2)], [sge(3)]);
+    // An unsignaled SEND, a signaled one, another signaled one.
+    let wrs = [
+        send(&sa, SendFlags::empty()),
+        send(&sb, SendFlags::SIGNALED),
+        send(&sc, SendFlags::SIGNALED),
+    ];
+    assert_eq!(sq.hold(&reg, &wrs), None);
+    sq.posted(&wrs, false);
+    drop((a, b, c));
+    assert!(
+        !freed(&fa) && !freed(&fb) && !freed(&fc),
+        "siw may still read them"
+    );
+    sq.other_completed();
+    assert!(
+        freed(&fa) && freed(&fb),
+        "the second request's completion: both went out"
+    );
+    assert!(!freed(&fc), "the third may still be read");
+    sq.other_completed();
+    assert!(freed(&fc));
+    assert_eq!(sq.holding(), 0);
+}
+
+#[test]
+fn siw_a_reads_completion_releases_the_sources_before_it_only() {
+    let reg = Registry::default();
+    let mut sq = SendLedger::<Fake>::holding_sources();
+    let (a, fa) = region(&reg, 1, true);
+    let (s, fs) = region(&reg, 2, true);
+    let (b, fb) = region(&reg, 3, true);
+    let (sa, ss, sb) = ([sge(1)], [sge(2)], [sge(3)]);
+    let wrs = [
+        send(&sa, SendFlags::empty()),
+        read(&ss, true),
+        send(&sb, SendFlags::SIGNALED),
+    ];
+    assert_eq!(sq.hold(&reg, &wrs), None);
+    sq.posted(&wrs, false);
+    drop((a, s, b));
+    // siw completes the later SEND first (handed to TCP) or the READ first (its response):
+    // here the READ's completion comes first.
+    sq.sink_completed();
+    assert!(
+        freed(&fa),
+        "the SEND before the READ went out before the READ's request"
+    );
+    assert!(freed(&fs));
+    assert!(!freed(&fb), "the SEND after the READ may still be read");
+    sq.other_completed();
+    assert!(freed(&fb));
+}
+
+#[test]
+fn siw_inline_and_borrowed_sources_are_not_held() {
+    let reg = Registry::default();
+    let mut sq = SendLedger::<Fake>::holding_sources();
+    let (_a, _) = region(&reg, 1, true);
+    let (_b, _) = region(&reg, 2, false);
+    let (sa, sb) = ([sge(1)], [sge(2)]);
+    let wrs = [
+        send(&sa, SendFlags::INLINE | SendFlags::SIGNALED),
+        send(&sb, SendFlags::SIGNALED),
+    ];
+    assert_eq!(
+        sq.hold(&reg, &wrs),
+        None,
+        "a borrowed source is read, not refused"
+    );
+    assert_eq!(sq.holding(), 0);
+}
+
+#[test]
+fn sources_are_held_on_siw_only() {
+    let reg = Registry::default();
+    let mut sq = SendLedger::<Fake>::default();
+    let (a, fa) = region(&reg, 1, true);
+    let sa = [sge(1)];
+    let wrs = [send(&sa, SendFlags::SIGNALED)];
+    assert_eq!(sq.hold(&reg, &wrs), None);
+    sq.posted(&wrs, false);
+    drop(a);
+    assert!(freed(&fa), "rxe and mlx5 fence a source at deregistration");
+}
+
+#[test]
+fn a_cq_releases_siw_sources_on_a_sends_success_only() {
+    let reg = Registry::default();
+    let l = Arc::new(QpLedger::<Fake>::new(3, None, true));
+    let (a, fa) = region(&reg, 1, true);
+    let sa = [sge(1)];
+    let wrs = [send(&sa, SendFlags::SIGNALED)];
+    assert_eq!(lock(&l.send).hold(&reg, &wrs), None);
+    lock(&l.send).posted(&wrs, false);
+    drop(a);
+    let watch = Watch::default();
+    watch.add(&l, Role::Both);
+    watch.settle(
+        [
+            (3, false, WcOpcode::SEND.0, 0),
+            (3, true, WcOpcode::RECV.0, 0),
+        ]
+        .into_iter(),
+        None,
+    );
+    assert!(
+        !freed(&fa),
+        "a flush, a receive: the SEND may still be read"
+    );
+    watch.settle([(3, true, WcOpcode::SEND.0, 0)].into_iter(), None);
+    assert!(freed(&fa));
 }

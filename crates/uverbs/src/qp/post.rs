@@ -93,10 +93,9 @@ impl Qp {
         };
         // The ledger (crate::ledger), held across the post so that its order is the queue's:
         // only for lists with a request the device writes locally (READ, atomics).
-        let mut ledger = ok
-            .iter()
-            .any(|w| crate::ledger::writes_local(&w.op))
-            .then(|| crate::ledger::lock(&self.ledger.send));
+        let mut ledger = (self.ledger.sources
+            || ok.iter().any(|w| crate::ledger::writes_local(&w.op)))
+        .then(|| crate::ledger::lock(&self.ledger.send));
         if let (true, Some(l)) = (hold, ledger.as_mut()) {
             if let Some((i, lkey)) = l.hold(self.pd.regions(), ok) {
                 refused = Some(i);
