@@ -428,6 +428,11 @@ impl<'a> Mr<&'a mut [u8]> {
     /// reference; the region is deregistered when `f` returns or unwinds, before the borrow
     /// ends. Returns `f`'s result, or the registration error.
     ///
+    /// On siw, remote access (REMOTE_READ, REMOTE_WRITE, REMOTE_ATOMIC) is refused
+    /// ([`io::ErrorKind::Unsupported`](std::io::ErrorKind::Unsupported)): siw's deregistration does not wait for a peer's transfer in progress, so
+    /// a peer could still write the buffer after it went back to its owner (docs/architecture.md,
+    /// "What a peer can still reach after the drop"); register owned memory instead.
+    ///
     /// ```no_run
     /// # use rverbs_uverbs::mr::{AccessFlags, Mr};
     /// # fn demo(pd: &std::sync::Arc<rverbs_uverbs::pd::Pd>) -> std::io::Result<()> {
@@ -465,6 +470,9 @@ impl<'a> Mr<&'a mut [u8]> {
 impl<M: MrMemory> Mr<M> {
     /// Registers `mem` with `access`, for any `M` including borrows.
     ///
+    /// Borrowed memory (`!M::OWNED`) with remote access is refused on siw, as for
+    /// [`Mr::scoped`].
+    ///
     /// # Safety
     /// The returned `Mr` must be dropped (or [deregistered](Mr::deregister)) before the memory
     /// can be used by anyone else: for a borrow, before the borrow ends. `mem::forget` of an
@@ -475,6 +483,25 @@ impl<M: MrMemory> Mr<M> {
         mem: M,
         access: AccessFlags,
     ) -> std::result::Result<Mr<M>, RegisterError<M>> {
+        if !M::OWNED && access.intersects(REMOTE) && pd.fence().is_some() {
+            // siw: a peer's WRITE in progress may land after deregistration, until the QPs of
+            // the PD are destroyed (crate::ledger::Fence); borrowed memory goes back to its
+            // owner at the drop and cannot wait for that.
+            let ctx = pd.context();
+            let error = Error::unsupported(
+                format!(
+                    "register borrowed memory with access {access:?} on {}",
+                    ctx.name()
+                ),
+                "siw does not wait for a peer's RDMA WRITE or READ in progress when a region \
+                 is deregistered, and borrowed memory cannot be kept until the QPs that could \
+                 reach it are gone: register owned memory (Mr::register) for remote access",
+            );
+            return Err(RegisterError {
+                error: error.into(),
+                mem,
+            });
+        }
         let raw = mem.into_raw();
         match reg_raw(pd, raw.ptr.as_ptr() as u64, raw.len, access) {
             Ok((handle, lkey, rkey)) => {
@@ -668,7 +695,10 @@ impl<M: MrMemory> Mr<M> {
     /// whose completion has not been polled: docs/architecture.md, "What a posted request
     /// keeps alive") the memory cannot be given back: the error is `EBUSY`, and the region is
     /// deregistered and freed once those completions are polled (or their QP is destroyed),
-    /// as when the `Mr` is dropped.
+    /// as when the `Mr` is dropped. On siw a region with remote access is also not given back
+    /// while a QP of its PD that existed at the deregistration lives (a peer may still be
+    /// writing it): it is deregistered, the error is `EBUSY`, and the memory is freed when
+    /// those QPs are destroyed.
     pub fn deregister(self) -> std::io::Result<M> {
         let me = std::mem::ManuallyDrop::new(self);
         // SAFETY: `me` is never used again after its fields are read out.
