@@ -13,6 +13,7 @@ use std::thread;
 
 use common::{addrinfo, listener};
 use rverbs_cm::{create_ep, ConnParam, Endpoint, EndpointAttr};
+use rverbs_uverbs::device::DriverId;
 use rverbs_uverbs::mr::{AccessFlags, Mr, PageBuf};
 use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::{PostFault, SendFlags, WcOpcode, WcStatus};
@@ -112,6 +113,13 @@ fn pair(
         .map(|ev| ev.private_data().to_vec())
         .unwrap_or_default();
     (ep, h, step, pdata)
+}
+
+/// True on siw, whose deregistration does not wait for a peer's placement in progress: there
+/// the memory of a region with remote access (every READ sink, on iWARP) waits for the QPs of
+/// its PD (rverbs_uverbs' `ledger::Fence`).
+fn on_siw(ep: &Endpoint) -> bool {
+    ep.pd().context().device().driver_id() == DriverId::SIW
 }
 
 /// A receive buffer whose `Mr` is dropped right after the post stays allocated until the
@@ -232,13 +240,28 @@ fn a_dropped_read_sink_is_freed_only_after_its_completion() {
         (wc.wr_id, wc.status, wc.opcode),
         (7, WcStatus::SUCCESS, WcOpcode::RDMA_READ)
     );
-    assert!(
-        freed.load(Ordering::SeqCst),
-        "the sink was not freed when its READ's completion was polled"
-    );
-    unwatch(freed);
+    let siw = on_siw(&ep);
+    if siw {
+        // The sink has REMOTE_WRITE (iWARP places a READ's response through its key): a peer
+        // may still write it until the QP is destroyed.
+        assert!(
+            !freed.load(Ordering::SeqCst),
+            "a remote sink was freed on siw while its QP lives"
+        );
+    } else {
+        assert!(
+            freed.load(Ordering::SeqCst),
+            "the sink was not freed when its READ's completion was polled"
+        );
+    }
     step.wait();
     ep.disconnect().unwrap();
+    drop(ep);
+    assert!(
+        freed.load(Ordering::SeqCst),
+        "the sink was not freed when its QP was destroyed"
+    );
+    unwatch(freed);
     server.join().unwrap();
 }
 
@@ -262,6 +285,28 @@ fn borrowed_memory_is_refused_as_a_sink() {
         Vec::new(),
     );
     let mut local = [0u8; 64];
+    if on_siw(&ep) {
+        // siw does not fence a peer's transfer at deregistration: borrowed memory may not
+        // have remote access there at all.
+        let e = Mr::scoped(ep.pd(), &mut local[..], RW, |_| ()).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::Unsupported, "{e}");
+        assert!(e.to_string().contains("owned memory"), "{e}");
+        Mr::scoped(ep.pd(), &mut local[..], AccessFlags::LOCAL_WRITE, |mr| {
+            let e = ep
+                .qp()
+                .post_recv(&[rverbs_uverbs::RecvWr::new(1, &[mr.sge(0..64)])])
+                .unwrap_err();
+            assert_eq!(e.fault(), Some(PostFault::BorrowedSink { lkey: mr.lkey() }));
+            ep.post_send(3, &[mr.sge(0..8)], SendFlags::SIGNALED)
+                .unwrap();
+            assert_eq!(ep.get_send_comp().unwrap().wr_id, 3);
+        })
+        .unwrap();
+        step.wait();
+        ep.disconnect().unwrap();
+        server.join().unwrap();
+        return;
+    }
     Mr::scoped(ep.pd(), &mut local[..], RW, |mr| {
         let e = ep
             .qp()
@@ -341,9 +386,11 @@ fn a_read_sink_dropped_mid_read_never_writes_a_fresh_allocation() {
             (round, WcStatus::SUCCESS, WcOpcode::RDMA_READ),
             "round {round}"
         );
-        assert!(
+        // On siw the sink (REMOTE_WRITE) waits for the QP's destroy instead (on_siw).
+        assert_eq!(
             freed.load(Ordering::SeqCst),
-            "round {round}: sink kept after its completion"
+            !on_siw(&ep),
+            "round {round}: sink freed (true) or kept (false) after its completion"
         );
         let hit = fresh.iter().filter(|&&x| x != 0).count();
         assert_eq!(
@@ -356,6 +403,93 @@ fn a_read_sink_dropped_mid_read_never_writes_a_fresh_allocation() {
     step.wait();
     ep.disconnect().unwrap();
     server.join().unwrap();
+}
+
+/// A peer's RDMA WRITE names our rkey, not a request we posted, and siw's deregistration does
+/// not wait for a WRITE that passed its key check and is still copying (`siw_proc_write`,
+/// `siw_mr_drop_mem`). So on siw a region with remote access whose `Mr` is dropped is
+/// deregistered at once but its memory stays allocated until the QP is destroyed; elsewhere (rxe, mlx5: deregistration waits) it is freed at the drop.
+/// Before issue #31 siw freed it at the drop too.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn a_dropped_remote_region_stays_allocated_while_a_peer_may_write_it() {
+    // The server's region, watched: its "freed" flag comes to this thread.
+    let (tx, rx) = std::sync::mpsc::channel::<&'static AtomicBool>();
+    let (ep, server, step, pdata) = pair(
+        7936,
+        move |ep, step| {
+            let region = ep.reg_remote(vec![0u8; 64 * 1024]).unwrap();
+            let freed = watch(region.addr());
+            tx.send(freed).unwrap();
+            let msg = ep.reg_msgs(vec![0u8; 64]).unwrap();
+            ep.post_recv(1, &[msg.sge(0..64)]).unwrap();
+            let mut pd = region.addr().to_le_bytes().to_vec();
+            pd.extend_from_slice(&region.rkey().to_le_bytes());
+            ep.accept(&ConnParam {
+                private_data: pd,
+                ..Default::default()
+            })
+            .unwrap();
+            // The client's SEND after its WRITE: the WRITE is placed (RDMA ordering).
+            let wc = ep.get_recv_comp().unwrap();
+            assert_eq!((wc.wr_id, wc.status), (1, WcStatus::SUCCESS));
+            assert_eq!(region.read_vec(0..16), b"written by peer!");
+            let siw = on_siw(&ep);
+            drop(region);
+            if siw {
+                assert!(
+                    !freed.load(Ordering::SeqCst),
+                    "siw: a region a peer may still write was freed while its QP lives"
+                );
+            } else {
+                assert!(
+                    freed.load(Ordering::SeqCst),
+                    "the region was not freed at its drop (the device fences it)"
+                );
+            }
+            step.wait(); // the client is done
+            ep.disconnect().ok();
+            drop(ep); // this QP is destroyed
+            step.wait();
+        },
+        Vec::new(),
+    );
+    let freed = rx.recv().unwrap();
+    let raddr = u64::from_le_bytes(pdata[0..8].try_into().unwrap());
+    let rkey = u32::from_le_bytes(pdata[8..12].try_into().unwrap());
+    let src = ep.reg_msgs(vec![0u8; 64]).unwrap();
+    src.write_at(0, b"written by peer!");
+    ep.post_write(2, &[src.sge(0..16)], raddr, rkey, SendFlags::SIGNALED)
+        .unwrap();
+    ep.post_send(3, &[src.sge(0..16)], SendFlags::SIGNALED)
+        .unwrap();
+    for id in [2, 3] {
+        let wc = ep.get_send_comp().unwrap();
+        assert_eq!((wc.wr_id, wc.status), (id, WcStatus::SUCCESS));
+    }
+    step.wait();
+    step.wait(); // the server's QP is destroyed
+                 // Both endpoints are on one device in this process, so they may share a PD: on siw the
+                 // region waits for every QP of its PD that existed at its drop, this one too.
+    if on_siw(&ep) {
+        assert!(
+            !freed.load(Ordering::SeqCst),
+            "siw: freed while a QP of its PD of then lives"
+        );
+    }
+    ep.disconnect().ok();
+    let shared_pd = Arc::strong_count(ep.pd()) > 1;
+    drop(ep);
+    server.join().unwrap();
+    assert!(
+        freed.load(Ordering::SeqCst),
+        "the region was not freed when the QPs that could reach it were destroyed \
+         (PD shared with the server: {shared_pd})"
+    );
+    unwatch(freed);
 }
 
 /// Gives back the slot of `freed`.

@@ -299,7 +299,7 @@ impl Cq {
         self.watch.settle(
             out[..n]
                 .iter()
-                .map(|w| (w.qp_num, w.status.is_success(), w.opcode.0)),
+                .map(|w| (w.qp_num, w.status.is_success(), w.opcode.0, w.wr_id)),
             (n < out.len()).then_some(epoch),
         );
         drop(ops);
@@ -491,7 +491,8 @@ impl ViewOps<'_> {
 #[inline]
 fn settle_raw(watch: &Watch, wcs: &[RawWc], drained: Option<u64>) {
     watch.settle(
-        wcs.iter().map(|w| (w.qp_num, w.is_success(), w.opcode)),
+        wcs.iter()
+            .map(|w| (w.qp_num, w.is_success(), w.opcode, w.wr_id)),
         drained,
     );
 }

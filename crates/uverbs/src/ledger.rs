@@ -15,8 +15,9 @@
 //!   completion with a receive opcode, and every completion on a CQ that is only this QP's
 //!   receive CQ; an error completion on a CQ shared by both queues is not counted (rxe leaves a
 //!   flushed receive's opcode 0, a send's number), which can only hold memory longer.
-//! - **a shared receive queue**: every receive posted to it was seen completed (SRQ receives
-//!   complete in no fixed order across its QPs).
+//! - **a shared receive queue**: its own completion was polled (SRQ receives complete in no
+//!   fixed order across its QPs, but each completion names its receive's `wr_id`; a `wr_id`
+//!   posted twice waits for both).
 //! - **a send queue**: a later or equal signaled READ/atomic completed with success. READs and
 //!   atomics complete in their order among themselves on every provider (siw's ORQ, rxe's
 //!   completer, mlx5's queue), but not in order with the sends around them on siw (a SEND
@@ -26,11 +27,18 @@
 //! - the QP (or SRQ) is destroyed: every provider stops placing data for a QP before its
 //!   destroy returns (siw: under the QP's state lock, which its receive path takes).
 //!
+//! siw alone also reads a SEND's or WRITE's source through the reference it took when the
+//! request started, so there the send ledger holds sources too, until a signaled request at
+//! or after them completes with success ([`SendLedger::other_completed`],
+//! [`SendLedger::sink_completed`]); and a peer may still be writing (or reading) a region with
+//! remote access after its deregistration, so there each PD keeps such memory until the QPs
+//! that could reach it are destroyed ([`Fence`]).
+//!
 //! Counting fewer completions than happened only holds memory longer, never shorter, so a
 //! completion that cannot be classified is not counted. The raw (`unsafe`) posts hold
 //! nothing but still count, so that a safe request's place in the queue stays right.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -136,13 +144,25 @@ fn hold<R: Holdable>(
     Ok(())
 }
 
-/// The ledger of a receive queue (a QP's, or with `shared` an SRQ's).
+/// The ledger of a receive queue (a QP's, or with `slots` an SRQ's).
 #[derive(Debug)]
 pub(crate) struct RecvLedger<R = Region> {
     posted: u64,
     done: u64,
-    shared: bool,
+    /// A QP's own queue: regions held up to a receive's number.
     held: Vec<Held<R>>,
+    /// An SRQ: its receives by `wr_id`, each released when its completion names it.
+    slots: Option<HashMap<u64, Slot<R>>>,
+    /// An SRQ: what [`hold`](Self::hold) found for the receives about to be posted (their
+    /// index in the list), moved to `slots` for those that went to the queue.
+    pending: Vec<(usize, Arc<R>)>,
+}
+
+/// The SRQ receives posted with one `wr_id` that have not completed, and what they write.
+#[derive(Debug)]
+struct Slot<R> {
+    outstanding: u64,
+    regions: Vec<Arc<R>>,
 }
 
 impl<R> Default for RecvLedger<R> {
@@ -150,33 +170,52 @@ impl<R> Default for RecvLedger<R> {
         RecvLedger {
             posted: 0,
             done: 0,
-            shared: false,
             held: Vec::new(),
+            slots: None,
+            pending: Vec::new(),
         }
     }
 }
 
 impl<R: Holdable> RecvLedger<R> {
-    /// An SRQ's ledger.
+    /// An SRQ's ledger. Its receives are taken by several QPs and complete in no fixed order,
+    /// but each completion names its receive's `wr_id` (valid in every completion, errors
+    /// included), so each receive is released by its own completion: the regions of the
+    /// receives posted with a `wr_id` go when as many completions named it as receives were
+    /// posted with it (raw ones included; a `wr_id` used twice waits for both).
     pub(crate) fn shared() -> Self {
         RecvLedger {
-            shared: true,
+            slots: Some(HashMap::new()),
             ..RecvLedger::default()
         }
     }
 
     /// Holds the regions the receives of `wrs` write, as if they were all posted next; stops
-    /// at the first that names borrowed memory: its index and the key.
+    /// at the first that names borrowed memory: its index and the key. (An SRQ keeps them
+    /// aside until [`posted`](Self::posted) says which went to the queue.)
     pub(crate) fn hold<S: SgeList>(
         &mut self,
         reg: &Registry<R>,
         wrs: &[RecvWr<'_, S>],
     ) -> Option<(usize, u32)> {
+        self.pending.clear();
         for (i, w) in wrs.iter().enumerate() {
             let seq = self.posted + i as u64;
             for s in w.sge {
                 let lkey = s.raw_sge().lkey;
-                if hold(&mut self.held, reg, lkey, seq).is_err() {
+                let r = if self.slots.is_some() {
+                    match reg.find(lkey) {
+                        Found::Owned(region) => {
+                            self.pending.push((i, region));
+                            Ok(())
+                        }
+                        Found::Borrowed => Err(()),
+                        Found::Nothing => Ok(()),
+                    }
+                } else {
+                    hold(&mut self.held, reg, lkey, seq)
+                };
+                if r.is_err() {
                     return Some((i, lkey));
                 }
             }
@@ -203,9 +242,10 @@ impl<R: Holdable> RecvLedger<R> {
         };
         if !ok.is_empty() {
             let r = post(ok);
-            ledger.posted(went(&r, ok.len()));
+            ledger.posted(&ok[..went(&r, ok.len())]);
             r?;
         }
+        ledger.pending.clear();
         drop(ledger);
         match refused {
             Some((i, lkey)) => Err(PostError::refused(i, PostFault::BorrowedSink { lkey })),
@@ -213,31 +253,58 @@ impl<R: Holdable> RecvLedger<R> {
         }
     }
 
-    /// `n` receives went to the queue.
-    pub(crate) fn posted(&mut self, n: usize) {
-        self.posted += n as u64;
+    /// `wrs` (the first of the list [`hold`](Self::hold) saw) went to the queue.
+    pub(crate) fn posted<S: SgeList>(&mut self, wrs: &[RecvWr<'_, S>]) {
+        self.posted += wrs.len() as u64;
+        let Some(slots) = &mut self.slots else {
+            return;
+        };
+        for w in wrs {
+            slots
+                .entry(w.wr_id)
+                .or_insert_with(|| Slot {
+                    outstanding: 0,
+                    regions: Vec::new(),
+                })
+                .outstanding += 1;
+        }
+        for (i, region) in self.pending.drain(..) {
+            // Those past `wrs` never went to the queue: let go of them.
+            if let Some(slot) = wrs.get(i).and_then(|w| slots.get_mut(&w.wr_id)) {
+                if !slot.regions.iter().any(|r| Arc::ptr_eq(r, &region)) {
+                    slot.regions.push(region);
+                }
+            }
+        }
     }
 
-    /// One receive completed (the oldest outstanding one, for a QP's own queue).
-    pub(crate) fn completed(&mut self) {
+    /// One receive completed: for a QP's own queue the oldest outstanding one, for an SRQ the
+    /// one posted with `wr_id`.
+    pub(crate) fn completed(&mut self, wr_id: u64) {
         self.done += 1;
+        if let Some(slots) = &mut self.slots {
+            if let Some(slot) = slots.get_mut(&wr_id) {
+                slot.outstanding -= 1;
+                if slot.outstanding == 0 {
+                    slots.remove(&wr_id);
+                }
+            }
+            return;
+        }
         if self.held.is_empty() {
             return;
         }
         let done = self.done;
-        if self.shared {
-            if done >= self.posted {
-                self.held.clear();
-            }
-        } else {
-            self.held.retain(|h| h.last >= done);
-        }
+        self.held.retain(|h| h.last >= done);
     }
 
     /// Regions held (tests).
     #[cfg(test)]
     fn holding(&self) -> usize {
-        self.held.len()
+        match &self.slots {
+            Some(slots) => slots.values().map(|s| s.regions.len()).sum(),
+            None => self.held.len(),
+        }
     }
 }
 
@@ -258,13 +325,26 @@ pub(crate) fn writes_local(op: &SendOp) -> bool {
     )
 }
 
-/// The ledger of a send queue: its READs and atomics, numbered in posting order.
+/// The ledger of a send queue: its READs and atomics, numbered in posting order, and on siw
+/// the sources of its other requests, numbered with every request.
 #[derive(Debug)]
 pub(crate) struct SendLedger<R = Region> {
     sinks: u64,
     sinks_done: u64,
-    signaled: VecDeque<u64>,
+    /// The signaled READs and atomics: `(sink number, request number)`.
+    signaled: VecDeque<(u64, u64)>,
     held: Vec<Held<R>>,
+    /// siw: the sources of sends and WRITEs are held too (`siw_tx_hdt` reads them through the
+    /// memory reference `siw_check_sgl_tx` took when the request started, whatever happens to
+    /// the region meanwhile): a source dropped mid-transfer would send the bytes of whatever
+    /// the allocator put there next.
+    sources: bool,
+    /// Requests posted (counted only with `sources`).
+    wrs: u64,
+    /// The signaled requests that are not READs or atomics, by request number.
+    signaled_other: VecDeque<u64>,
+    /// Sources held up to a request number.
+    src: Vec<Held<R>>,
 }
 
 impl<R> Default for SendLedger<R> {
@@ -274,12 +354,33 @@ impl<R> Default for SendLedger<R> {
             sinks_done: 0,
             signaled: VecDeque::new(),
             held: Vec::new(),
+            sources: false,
+            wrs: 0,
+            signaled_other: VecDeque::new(),
+            src: Vec::new(),
         }
     }
 }
 
+/// True for a request whose SGEs the device reads after the post: not the sink of a READ or
+/// an atomic, not an INLINE copy (made during the post).
+#[inline]
+fn reads_local<S>(w: &SendWr<'_, S>) -> bool {
+    !writes_local(&w.op) && !w.flags.contains(SendFlags::INLINE) && !w.sge.is_empty()
+}
+
 impl<R: Holdable> SendLedger<R> {
-    /// As [`RecvLedger::hold`], for the READ sinks and atomic results of `wrs`.
+    /// A send queue whose sources are held as well (siw: see `sources`).
+    pub(crate) fn holding_sources() -> Self {
+        SendLedger {
+            sources: true,
+            ..SendLedger::default()
+        }
+    }
+
+    /// As [`RecvLedger::hold`], for the READ sinks and atomic results of `wrs`, and with
+    /// `sources` the regions the other requests read (borrowed ones are read as before, not
+    /// held: their release cannot wait).
     pub(crate) fn hold<S: SgeList>(
         &mut self,
         reg: &Registry<R>,
@@ -288,6 +389,13 @@ impl<R: Holdable> SendLedger<R> {
         let mut ord = self.sinks;
         for (i, w) in wrs.iter().enumerate() {
             if !writes_local(&w.op) {
+                if self.sources && reads_local(w) {
+                    let n = self.wrs + i as u64;
+                    for s in w.sge {
+                        // Err: borrowed memory, read but not held (see above).
+                        let _ = hold(&mut self.src, reg, s.raw_sge().lkey, n);
+                    }
+                }
                 continue;
             }
             for s in w.sge {
@@ -305,28 +413,47 @@ impl<R: Holdable> SendLedger<R> {
     #[inline]
     pub(crate) fn posted<S: SgeList>(&mut self, wrs: &[SendWr<'_, S>], sig_all: bool) {
         for w in wrs {
+            let signaled = sig_all || w.flags.contains(SendFlags::SIGNALED);
             if writes_local(&w.op) {
-                if sig_all || w.flags.contains(SendFlags::SIGNALED) {
-                    self.signaled.push_back(self.sinks);
+                if signaled {
+                    self.signaled.push_back((self.sinks, self.wrs));
                 }
                 self.sinks += 1;
+            } else if self.sources && signaled {
+                self.signaled_other.push_back(self.wrs);
+            }
+            if self.sources {
+                self.wrs += 1;
             }
         }
     }
 
     /// A READ or atomic completed with success: the oldest signaled one, so it and every
-    /// READ or atomic before it are over.
+    /// READ or atomic before it are over, and on siw every request posted before it was sent
+    /// (siw sends the queue in order, and a READ's request before its response can come).
     pub(crate) fn sink_completed(&mut self) {
-        if let Some(o) = self.signaled.pop_front() {
+        if let Some((o, n)) = self.signaled.pop_front() {
             self.sinks_done = self.sinks_done.max(o + 1);
             let done = self.sinks_done;
             self.held.retain(|h| h.last >= done);
+            if self.sources {
+                self.src.retain(|h| h.last >= n);
+            }
+        }
+    }
+
+    /// Another request completed with success (siw: the oldest signaled one that is not a
+    /// READ or atomic, since siw completes those in queue order once they are handed to TCP,
+    /// `siw_qp_sq_process`): every request up to it has been sent, its sources read.
+    pub(crate) fn other_completed(&mut self) {
+        if let Some(n) = self.signaled_other.pop_front() {
+            self.src.retain(|h| h.last > n);
         }
     }
 
     #[cfg(test)]
     fn holding(&self) -> usize {
-        self.held.len()
+        self.held.len() + self.src.len()
     }
 }
 
@@ -334,15 +461,23 @@ impl<R: Holdable> SendLedger<R> {
 #[derive(Debug)]
 pub(crate) struct QpLedger<R = Region> {
     qp_num: u32,
+    /// siw: the send ledger holds sources too, and every post and completion goes through it.
+    pub(crate) sources: bool,
     pub(crate) send: Mutex<SendLedger<R>>,
     pub(crate) recv: Arc<Mutex<RecvLedger<R>>>,
 }
 
 impl<R: Holdable> QpLedger<R> {
-    pub(crate) fn new(qp_num: u32, srq: Option<&Arc<Mutex<RecvLedger<R>>>>) -> Self {
+    /// `sources`: hold the regions sends read too (siw, [`SendLedger::holding_sources`]).
+    pub(crate) fn new(qp_num: u32, srq: Option<&Arc<Mutex<RecvLedger<R>>>>, sources: bool) -> Self {
         QpLedger {
             qp_num,
-            send: Mutex::default(),
+            sources,
+            send: Mutex::new(if sources {
+                SendLedger::holding_sources()
+            } else {
+                SendLedger::default()
+            }),
             recv: srq.cloned().unwrap_or_default(),
         }
     }
@@ -420,11 +555,15 @@ impl<R: Holdable> Watch<R> {
         self.epoch.load(Ordering::Acquire)
     }
 
-    /// Settles the ledgers for completions `(qp_num, success, opcode)`, in polled order. Call
+    /// Settles the ledgers for completions `(qp_num, success, opcode, wr_id)`, in polled order. Call
     /// it under the CQ's lock (so that settles happen in the ring's order), with
     /// `drained: Some(epoch)` when the poll, which read [`epoch`](Self::epoch) before the
     /// ring, took fewer completions than it asked for (it emptied the ring).
-    pub(crate) fn settle(&self, wcs: impl Iterator<Item = (u32, bool, u32)>, drained: Option<u64>) {
+    pub(crate) fn settle(
+        &self,
+        wcs: impl Iterator<Item = (u32, bool, u32, u64)>,
+        drained: Option<u64>,
+    ) {
         let mut wcs = wcs.peekable();
         // Relaxed: a stale count only skips a clearing, which a later poll does.
         if wcs.peek().is_none() && (drained.is_none() || self.tombs.load(Ordering::Relaxed) == 0) {
@@ -435,7 +574,7 @@ impl<R: Holdable> Watch<R> {
             return;
         }
         let mut at = 0;
-        for (qp_num, ok, opcode) in wcs {
+        for (qp_num, ok, opcode, wr_id) in wcs {
             if !list.gone.is_empty() && list.gone.iter().any(|&(q, _)| q == qp_num) {
                 continue; // a destroyed QP's, or its number's new QP's, counted for no one
             }
@@ -446,7 +585,7 @@ impl<R: Holdable> Watch<R> {
                 }
             }
             let (l, role) = &list.live[at];
-            settle_one(l, *role, ok, WcOpcode(opcode));
+            settle_one(l, *role, ok, WcOpcode(opcode), wr_id);
         }
         if let Some(e) = drained {
             // Every tombstone made before the poll read the ring: its completions are out.
@@ -457,17 +596,123 @@ impl<R: Holdable> Watch<R> {
 }
 
 #[inline]
-fn settle_one<R: Holdable>(l: &QpLedger<R>, role: Role, ok: bool, opcode: WcOpcode) {
+fn settle_one<R: Holdable>(l: &QpLedger<R>, role: Role, ok: bool, opcode: WcOpcode, wr_id: u64) {
     let sink = matches!(
         opcode,
         WcOpcode::RDMA_READ | WcOpcode::COMP_SWAP | WcOpcode::FETCH_ADD
     );
     match role {
-        Role::Recv => lock(&l.recv).completed(),
-        Role::Send if ok && sink => lock(&l.send).sink_completed(),
-        Role::Both if ok && opcode.is_recv() => lock(&l.recv).completed(),
-        Role::Both if ok && sink => lock(&l.send).sink_completed(),
+        Role::Recv => lock(&l.recv).completed(wr_id),
+        Role::Send | Role::Both if ok && sink => lock(&l.send).sink_completed(),
+        Role::Both if ok && opcode.is_recv() => lock(&l.recv).completed(wr_id),
+        Role::Send | Role::Both if ok && l.sources => lock(&l.send).other_completed(),
         _ => {}
+    }
+}
+
+/// What a peer may still write after deregistration: on siw, memory of a region with remote
+/// access stays allocated after its deregistration until every QP of its PD that existed then
+/// has been destroyed.
+///
+/// Why (docs/architecture.md, "What a peer can reach after Rust lets go"): a peer's RDMA WRITE
+/// names our rkey, not a request we posted, so no ledger entry covers it. siw's
+/// `siw_proc_write` checks the STag (`siw_check_mem`: `stag_valid`, PD, rights, bounds) and
+/// then copies the segment's bytes (`siw_rx_umem`) through the memory object it holds a
+/// reference to; `siw_dereg_mr` (`siw_mr_drop_mem`) only clears `stag_valid` and drops its own
+/// reference, without waiting for a copy that passed the check. A READ response we send from a
+/// region with REMOTE_READ is read the same way (`siw_check_sgl_tx` once, then the pages),
+/// so a region dropped mid-response sends a fresh allocation's bytes to the peer. What does wait
+/// is the QP's destroy: siw's receive path places data only inside
+/// `down_read_trylock(&qp->state_lock)` in RTS (`siw_qp_llp_data_ready`), its transmit path
+/// likewise (`siw_sq_resume`), and `siw_destroy_qp` sets `rx_suspend`, takes `state_lock` for
+/// writing (waiting for both) and moves the QP to ERROR before it returns. A QP created after the
+/// deregistration cannot reach the region: the STag is gone from the device's table
+/// (`xa_erase` in `siw_mr_drop_mem`), and `siw_mem_id2obj` no longer finds it.
+///
+/// So each QP of the PD takes a number when it is created; memory given to
+/// [`defer`](Self::defer) is marked with the next number and freed when no QP with a lower
+/// number is left (marks only grow, so the oldest waits at the front). A QP whose destroy the
+/// kernel refused stays counted: what waits for it is never freed.
+///
+/// Not used on rxe (its responder looks the MR up for each packet and drops the reference
+/// after it, and `rxe_dereg_mr` removes the key and then waits for those references) nor on
+/// mlx5 (the mkey is destroyed in firmware before deregistration returns).
+#[derive(Debug)]
+pub(crate) struct Fence<D> {
+    inner: Mutex<FenceInner<D>>,
+}
+
+#[derive(Debug)]
+struct FenceInner<D> {
+    /// The number the next QP gets.
+    next: u64,
+    /// The QPs not yet destroyed.
+    live: BTreeSet<u64>,
+    /// `(mark, memory)`: freed when no live QP is numbered below `mark`; marks in order.
+    waiting: VecDeque<(u64, D)>,
+}
+
+impl<D> Default for Fence<D> {
+    fn default() -> Self {
+        Fence {
+            inner: Mutex::new(FenceInner {
+                next: 0,
+                live: BTreeSet::new(),
+                waiting: VecDeque::new(),
+            }),
+        }
+    }
+}
+
+impl<D> Drop for FenceInner<D> {
+    fn drop(&mut self) {
+        if !self.live.is_empty() {
+            // A QP the kernel refused to destroy may still place data: leak what waits for it.
+            self.waiting.drain(..).for_each(std::mem::forget);
+        }
+    }
+}
+
+impl<D> Fence<D> {
+    /// A QP of the PD is about to be created: its number.
+    pub(crate) fn qp_created(&self) -> u64 {
+        let mut f = lock(&self.inner);
+        let n = f.next;
+        f.next += 1;
+        f.live.insert(n);
+        n
+    }
+
+    /// QP `n` is destroyed (or was never created): gives back what no longer waits. The caller
+    /// drops it, outside the lock.
+    #[must_use]
+    pub(crate) fn qp_destroyed(&self, n: u64) -> Vec<D> {
+        let mut f = lock(&self.inner);
+        f.live.remove(&n);
+        let oldest = f.live.first().copied().unwrap_or(u64::MAX);
+        let mut out = Vec::new();
+        while f.waiting.front().is_some_and(|&(mark, _)| mark <= oldest) {
+            out.extend(f.waiting.pop_front().map(|(_, d)| d));
+        }
+        out
+    }
+
+    /// Memory just deregistered: kept while a QP that existed may still reach it (`Ok`), or
+    /// given back when none does (`Err`: the caller frees it now).
+    pub(crate) fn defer(&self, d: D) -> Result<(), D> {
+        let mut f = lock(&self.inner);
+        if f.live.is_empty() {
+            return Err(d);
+        }
+        let mark = f.next;
+        f.waiting.push_back((mark, d));
+        Ok(())
+    }
+
+    /// Memory waiting (tests).
+    #[cfg(test)]
+    fn waiting(&self) -> usize {
+        lock(&self.inner).waiting.len()
     }
 }
 

@@ -120,6 +120,55 @@ pub(crate) struct Region {
     free: unsafe fn(RawMemory),
     /// `M::OWNED`: the memory may be given back later than the `Mr`'s drop.
     owned: bool,
+    /// Registered with remote access (READ, WRITE or atomic): on siw a peer may still reach
+    /// the memory after deregistration, until the PD's QPs of then are destroyed
+    /// ([`crate::ledger::Fence`]).
+    remote: bool,
+}
+
+/// Memory of a deregistered region that a peer may still reach through a QP of its PD
+/// (siw: [`crate::ledger::Fence`]); freed when dropped.
+pub(crate) struct Deferred {
+    mem: RawMemory,
+    free: unsafe fn(RawMemory),
+}
+
+// SAFETY: as for Region: the memory of an `M`, owned as raw parts; `MrMemory`'s contract lets
+// `from_raw` run on any thread, and nothing reaches the bytes through a `Deferred`.
+unsafe impl Send for Deferred {}
+
+impl fmt::Debug for Deferred {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Deferred")
+            .field("addr", &self.mem.ptr)
+            .field("len", &self.mem.len)
+            .finish()
+    }
+}
+
+impl Drop for Deferred {
+    fn drop(&mut self) {
+        // SAFETY: a Deferred is made only from a deregistered region's parts (into_raw's,
+        // used once), and dropped only when no QP that existed at its deregistration is left
+        // (Fence::qp_destroyed) or none existed (Fence::defer's Err): nothing can reach it.
+        unsafe { (self.free)(self.mem) }
+    }
+}
+
+/// Frees the memory of a region of `pd` just deregistered, now or, where a peer may still
+/// reach it (a region with remote access on siw: [`crate::ledger::Fence`]), when the PD's
+/// QPs of now are destroyed. `Some` gives the parts back to free now.
+fn release(pd: &Pd, remote: bool, mem: RawMemory, free: unsafe fn(RawMemory)) -> Option<RawMemory> {
+    match pd.fence() {
+        Some(f) if remote => match f.defer(Deferred { mem, free }) {
+            Ok(()) => None,
+            Err(d) => {
+                let d = std::mem::ManuallyDrop::new(d);
+                Some(d.mem)
+            }
+        },
+        _ => Some(mem),
+    }
 }
 
 impl fmt::Debug for Region {
@@ -162,10 +211,16 @@ impl Drop for Region {
     fn drop(&mut self) {
         self.pd.regions().remove(self.lkey);
         match dereg_noted(&self.pd, self.handle, self.lkey) {
-            // SAFETY: deregistered, and no ledger holds the region any more (this is its last
-            // `Arc`), so no request that may write it is outstanding; the parts come from
-            // into_raw and are used once (this is Drop).
-            Ok(()) => unsafe { (self.free)(self.mem) },
+            Ok(()) => {
+                if let Some(mem) = release(&self.pd, self.remote, self.mem, self.free) {
+                    // SAFETY: deregistered, and no ledger holds the region any more (this is
+                    // its last `Arc`), so no request that may write it is outstanding; no
+                    // peer can reach it either (release: not a remote region on siw, or no
+                    // QP of the PD left); the parts come from into_raw and are used once
+                    // (this is Drop).
+                    unsafe { (self.free)(mem) }
+                }
+            }
             Err(e) => {
                 dereg_failed(&self.pd, self.handle, self.mem, self.owned, e);
             }
@@ -243,6 +298,11 @@ impl<M> From<RegisterError<M>> for std::io::Error {
         e.error
     }
 }
+
+/// The access that lets a peer reach a region by its rkey.
+const REMOTE: AccessFlags = AccessFlags::REMOTE_READ
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_ATOMIC);
 
 pub(crate) fn check_access(access: AccessFlags) -> std::result::Result<(), String> {
     let unknown = access.bits() & !AccessFlags::all().bits();
@@ -368,6 +428,11 @@ impl<'a> Mr<&'a mut [u8]> {
     /// reference; the region is deregistered when `f` returns or unwinds, before the borrow
     /// ends. Returns `f`'s result, or the registration error.
     ///
+    /// On siw, remote access (REMOTE_READ, REMOTE_WRITE, REMOTE_ATOMIC) is refused
+    /// ([`io::ErrorKind::Unsupported`](std::io::ErrorKind::Unsupported)): siw's deregistration does not wait for a peer's transfer in progress, so
+    /// a peer could still write the buffer after it went back to its owner (docs/architecture.md,
+    /// "What a peer can still reach after the drop"); register owned memory instead.
+    ///
     /// ```no_run
     /// # use rverbs_uverbs::mr::{AccessFlags, Mr};
     /// # fn demo(pd: &std::sync::Arc<rverbs_uverbs::pd::Pd>) -> std::io::Result<()> {
@@ -405,6 +470,9 @@ impl<'a> Mr<&'a mut [u8]> {
 impl<M: MrMemory> Mr<M> {
     /// Registers `mem` with `access`, for any `M` including borrows.
     ///
+    /// Borrowed memory (`!M::OWNED`) with remote access is refused on siw, as for
+    /// [`Mr::scoped`].
+    ///
     /// # Safety
     /// The returned `Mr` must be dropped (or [deregistered](Mr::deregister)) before the memory
     /// can be used by anyone else: for a borrow, before the borrow ends. `mem::forget` of an
@@ -415,6 +483,25 @@ impl<M: MrMemory> Mr<M> {
         mem: M,
         access: AccessFlags,
     ) -> std::result::Result<Mr<M>, RegisterError<M>> {
+        if !M::OWNED && access.intersects(REMOTE) && pd.fence().is_some() {
+            // siw: a peer's WRITE in progress may land after deregistration, until the QPs of
+            // the PD are destroyed (crate::ledger::Fence); borrowed memory goes back to its
+            // owner at the drop and cannot wait for that.
+            let ctx = pd.context();
+            let error = Error::unsupported(
+                format!(
+                    "register borrowed memory with access {access:?} on {}",
+                    ctx.name()
+                ),
+                "siw does not wait for a peer's RDMA WRITE or READ in progress when a region \
+                 is deregistered, and borrowed memory cannot be kept until the QPs that could \
+                 reach it are gone: register owned memory (Mr::register) for remote access",
+            );
+            return Err(RegisterError {
+                error: error.into(),
+                mem,
+            });
+        }
         let raw = mem.into_raw();
         match reg_raw(pd, raw.ptr.as_ptr() as u64, raw.len, access) {
             Ok((handle, lkey, rkey)) => {
@@ -425,6 +512,7 @@ impl<M: MrMemory> Mr<M> {
                     mem: raw,
                     free: free_as::<M>,
                     owned: M::OWNED,
+                    remote: access.intersects(REMOTE),
                 });
                 pd.regions().insert(&region);
                 Ok(Mr {
@@ -607,7 +695,10 @@ impl<M: MrMemory> Mr<M> {
     /// whose completion has not been polled: docs/architecture.md, "What a posted request
     /// keeps alive") the memory cannot be given back: the error is `EBUSY`, and the region is
     /// deregistered and freed once those completions are polled (or their QP is destroyed),
-    /// as when the `Mr` is dropped.
+    /// as when the `Mr` is dropped. On siw a region with remote access is also not given back
+    /// while a QP of its PD that existed at the deregistration lives (a peer may still be
+    /// writing it): it is deregistered, the error is `EBUSY`, and the memory is freed when
+    /// those QPs are destroyed.
     pub fn deregister(self) -> std::io::Result<M> {
         let me = std::mem::ManuallyDrop::new(self);
         // SAFETY: `me` is never used again after its fields are read out.
@@ -636,10 +727,25 @@ impl<M: MrMemory> Mr<M> {
         let pd = unsafe { std::ptr::read(&region.pd) };
         pd.regions().remove(region.lkey);
         match dereg_noted(&pd, region.handle, region.lkey) {
-            // SAFETY: deregistered, and this was the last holder of the region (try_unwrap):
-            // no ledger holds it, so no request that may write it is outstanding; the parts
-            // are the ones into_raw returned.
-            Ok(()) => Ok(unsafe { M::from_raw(region.mem) }),
+            Ok(()) => match release(&pd, region.remote, region.mem, region.free) {
+                // SAFETY: deregistered, and this was the last holder of the region
+                // (try_unwrap): no ledger holds it, so no request that may write it is
+                // outstanding, and no peer can reach it (release); the parts are the ones
+                // into_raw returned.
+                Some(mem) => Ok(unsafe { M::from_raw(mem) }),
+                None => Err(Error::os(
+                    format!(
+                        "deregister MR {} ({} bytes) on {}: deregistered, but a peer may still \
+                         write it through a QP of its PD (siw does not wait for a placement in \
+                         progress); its memory is freed once those QPs are destroyed",
+                        region.handle,
+                        region.mem.len,
+                        pd.context().name()
+                    ),
+                    Errno::BUSY,
+                )
+                .into()),
+            },
             Err(e) => {
                 let err = dereg_failed(&pd, region.handle, region.mem, M::OWNED, e);
                 Err(err.into())

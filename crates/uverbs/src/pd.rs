@@ -5,14 +5,15 @@ use std::sync::Arc;
 
 use crate::context::Context;
 use crate::context::M_DESTROY_PD;
-use crate::device::Transport;
+use crate::device::{DriverId, Transport};
 use crate::error::{Error, Result};
 use crate::kernel::abi::cmd::nr;
 use crate::kernel::abi::ioctl::pd;
 use crate::kernel::abi::obj::ib_uverbs_dealloc_pd;
 use crate::kernel::abi::obj::{ib_uverbs_alloc_pd, ib_uverbs_alloc_pd_resp};
 use crate::kernel::write;
-use crate::ledger::Registry;
+use crate::ledger::{Fence, Registry};
+use crate::mr::Deferred;
 use crate::op::ReadSinks;
 use zerocopy::IntoBytes as _;
 
@@ -24,6 +25,9 @@ pub struct Pd {
     read_sinks: Option<ReadSinks>,
     /// The safe regions of this PD by local key ([`crate::ledger`]).
     regions: Registry,
+    /// On siw: the memory of deregistered regions with remote access, kept until the QPs of
+    /// this PD that existed at their deregistration are destroyed ([`Fence`]).
+    fence: Option<Fence<Deferred>>,
 }
 
 impl fmt::Debug for Pd {
@@ -49,6 +53,9 @@ impl Pd {
             handle: resp.pd_handle,
             read_sinks: iwarp.then(ReadSinks::default),
             regions: Registry::default(),
+            // siw alone: its deregistration does not wait for a peer's placement in progress
+            // (crate::ledger::Fence says what rxe and mlx5 do instead).
+            fence: (ctx.driver_id() == DriverId::SIW).then(Fence::default),
         }))
     }
 
@@ -63,6 +70,13 @@ impl Pd {
     #[inline]
     pub(crate) fn regions(&self) -> &Registry {
         &self.regions
+    }
+
+    /// On siw, what keeps the memory of deregistered remote regions until the QPs that could
+    /// reach it are gone ([`Fence`]); `None` elsewhere.
+    #[inline]
+    pub(crate) fn fence(&self) -> Option<&Fence<Deferred>> {
+        self.fence.as_ref()
     }
 
     /// The kernel handle.

@@ -128,6 +128,9 @@ pub struct Qp {
     /// What the posted requests may still write, released as their completions are polled on
     /// the CQs (which watch it) and when the QP is destroyed ([`crate::ledger`]).
     ledger: Arc<QpLedger>,
+    /// On siw, this QP's number in its PD's [`Fence`](crate::ledger::Fence): memory of remote
+    /// regions deregistered while it lives waits for its destroy.
+    fence_seq: Option<u64>,
 }
 
 impl fmt::Debug for Qp {
@@ -203,6 +206,8 @@ impl Qp {
             0
         };
         let mut created: Option<QpCreated> = None;
+        // Numbered before the kernel QP exists, so that no deregistration can miss it.
+        let fence_seq = pd.fence().map(|f| f.qp_created());
         // SAFETY: the fd is this context's command fd, the driver is the one
         // attached to it, and the callback issues CREATE_QP on that fd with the driver's data
         // and returns the kernel's answer unaltered (the create contract).
@@ -299,6 +304,8 @@ impl Qp {
                 let ledger = Arc::new(QpLedger::new(
                     k.qp_num,
                     init.srq.as_ref().map(|s| s.ledger()).or(unordered.as_ref()),
+                    // siw (its PD has the fence): sources are held too (ledger::SendLedger).
+                    pd.fence().is_some(),
                 ));
                 if Arc::ptr_eq(&init.send_cq, &init.recv_cq) {
                     init.send_cq.watch().add(&ledger, Role::Both);
@@ -308,6 +315,7 @@ impl Qp {
                 }
                 Ok(Arc::new(Qp {
                     ledger,
+                    fence_seq,
                     pd: pd.clone(),
                     send_cq: init.send_cq,
                     recv_cq: init.recv_cq,
@@ -326,8 +334,11 @@ impl Qp {
                 }))
             }
             Err(e) => {
-                if let Some(k) = created {
-                    let _ = destroy_kernel_qp(pd, k.handle);
+                let gone = created.map_or(true, |k| destroy_kernel_qp(pd, k.handle).is_ok());
+                // A kernel QP that could not be destroyed keeps its number: what waits for it
+                // stays allocated.
+                if let (true, Some(f), Some(n)) = (gone, pd.fence(), fence_seq) {
+                    drop(f.qp_destroyed(n));
                 }
                 Err(e)
             }
@@ -714,6 +725,11 @@ impl Drop for Qp {
                 self.send_cq.watch().retire(&self.ledger);
                 if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
                     self.recv_cq.watch().retire(&self.ledger);
+                }
+                // siw placed nothing more for it: memory of remote regions deregistered while
+                // it lived is freed once no older QP of the PD is left (crate::ledger::Fence).
+                if let (Some(f), Some(n)) = (self.pd.fence(), self.fence_seq) {
+                    drop(f.qp_destroyed(n));
                 }
             }
             Err(e) => {

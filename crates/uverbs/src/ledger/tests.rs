@@ -64,6 +64,11 @@ fn read(sge: &[Sge], signaled: bool) -> SendWr<'_> {
     }
 }
 
+/// `n` receives with no SGEs (raw ones: they hold nothing, but count), `wr_id` 0.
+fn raw(n: usize) -> Vec<RecvWr<'static>> {
+    vec![RecvWr::new(0, &[]); n]
+}
+
 fn freed(f: &AtomicBool) -> bool {
     f.load(Ordering::SeqCst)
 }
@@ -77,16 +82,16 @@ fn a_dropped_receive_buffer_lives_until_its_completion() {
     let (sa, sb) = ([sge(1)], [sge(2)]);
     let wrs = [RecvWr::new(0, &sa[..]), RecvWr::new(1, &sb[..])];
     assert_eq!(rq.hold(&reg, &wrs), None);
-    rq.posted(2);
+    rq.posted(&raw(2));
     drop((a, b));
     assert!(
         !freed(&fa) && !freed(&fb),
         "held while both receives are posted"
     );
-    rq.completed();
+    rq.completed(0);
     assert!(freed(&fa), "the first completion is the first receive's");
     assert!(!freed(&fb), "the second receive is still outstanding");
-    rq.completed();
+    rq.completed(0);
     assert!(freed(&fb));
     assert_eq!(rq.holding(), 0);
 }
@@ -99,14 +104,14 @@ fn one_region_for_many_receives_is_held_once_until_the_last() {
     let s = [sge(7)];
     for i in 0..3 {
         assert_eq!(rq.hold(&reg, &[RecvWr::new(i, &s[..])]), None);
-        rq.posted(1);
+        rq.posted(&raw(1));
     }
     assert_eq!(rq.holding(), 1);
     drop(a);
-    rq.completed();
-    rq.completed();
+    rq.completed(0);
+    rq.completed(0);
     assert!(!freed(&fa), "the third receive may still write it");
-    rq.completed();
+    rq.completed(0);
     assert!(freed(&fa));
 }
 
@@ -138,15 +143,15 @@ fn raw_receives_keep_the_count_right() {
     // A raw receive posted before a safe one: the first completion is the raw one's.
     let reg = Registry::default();
     let mut rq = RecvLedger::<Fake>::default();
-    rq.posted(1);
+    rq.posted(&raw(1));
     let (a, fa) = region(&reg, 3, true);
     let s = [sge(3)];
     assert_eq!(rq.hold(&reg, &[RecvWr::new(0, &s[..])]), None);
-    rq.posted(1);
+    rq.posted(&raw(1));
     drop(a);
-    rq.completed();
+    rq.completed(0);
     assert!(!freed(&fa));
-    rq.completed();
+    rq.completed(0);
     assert!(freed(&fa));
 }
 
@@ -160,32 +165,95 @@ fn a_refused_tail_is_held_until_later_completions_only() {
     let s = [sge(4)];
     let wrs = [RecvWr::new(0, &s[..]), RecvWr::new(1, &s[..])];
     assert_eq!(rq.hold(&reg, &wrs), None);
-    rq.posted(1); // the provider took only the first
+    rq.posted(&raw(1)); // the provider took only the first
     drop(a);
-    rq.completed();
+    rq.completed(0);
     assert!(!freed(&fa));
-    rq.posted(1);
-    rq.completed();
+    rq.posted(&raw(1));
+    rq.completed(0);
     assert!(freed(&fa));
 }
 
 #[test]
-fn srq_receives_wait_for_every_receive() {
+fn srq_receives_are_released_by_their_own_completion() {
     let reg = Registry::default();
     let mut srq = RecvLedger::<Fake>::shared();
     let (a, fa) = region(&reg, 5, true);
     let (b, fb) = region(&reg, 6, true);
     let (sa, sb) = ([sge(5)], [sge(6)]);
-    assert_eq!(srq.hold(&reg, &[RecvWr::new(0, &sa[..])]), None);
-    srq.posted(1);
-    assert_eq!(srq.hold(&reg, &[RecvWr::new(1, &sb[..])]), None);
-    srq.posted(1);
+    let wa = [RecvWr::new(10, &sa[..])];
+    assert_eq!(srq.hold(&reg, &wa), None);
+    srq.posted(&wa);
+    let wb = [RecvWr::new(11, &sb[..])];
+    assert_eq!(srq.hold(&reg, &wb), None);
+    srq.posted(&wb);
     drop((a, b));
-    // One completed, but which one is not known (another QP may have taken the other).
-    srq.completed();
-    assert!(!freed(&fa) && !freed(&fb));
-    srq.completed();
-    assert!(freed(&fa) && freed(&fb));
+    // Another QP took the second receive first: its completion names it.
+    srq.completed(11);
+    assert!(freed(&fb), "the receive of wr_id 11 is over");
+    assert!(!freed(&fa), "the receive of wr_id 10 may still be written");
+    srq.completed(10);
+    assert!(freed(&fa));
+    assert_eq!(srq.holding(), 0);
+}
+
+#[test]
+fn a_long_lived_srq_does_not_grow() {
+    // Kept stocked, never drained: each buffer goes with its own completion.
+    let reg = Registry::default();
+    let mut srq = RecvLedger::<Fake>::shared();
+    let mut live = std::collections::VecDeque::new();
+    for i in 0..64u32 {
+        let (r, f) = region(&reg, 100 + i, true);
+        let s = [sge(100 + i)];
+        let w = [RecvWr::new(u64::from(i), &s[..])];
+        assert_eq!(srq.hold(&reg, &w), None);
+        srq.posted(&w);
+        drop(r);
+        live.push_back((u64::from(i), f));
+        if live.len() > 4 {
+            let (id, f) = live.pop_front().unwrap();
+            srq.completed(id);
+            assert!(freed(&f), "receive {id} completed but its buffer is held");
+        }
+        assert!(srq.holding() <= 5, "{} regions held", srq.holding());
+    }
+}
+
+#[test]
+fn an_srq_wr_id_posted_twice_waits_for_both() {
+    // The same wr_id on two outstanding receives (a raw one and a safe one): the first
+    // completion naming it may be either's, so the safe one's buffer waits for the second.
+    let reg = Registry::default();
+    let mut srq = RecvLedger::<Fake>::shared();
+    srq.posted(&[RecvWr::<Sge>::new(7, &[])]);
+    let (a, fa) = region(&reg, 5, true);
+    let sa = [sge(5)];
+    let w = [RecvWr::new(7, &sa[..])];
+    assert_eq!(srq.hold(&reg, &w), None);
+    srq.posted(&w);
+    drop(a);
+    srq.completed(7);
+    assert!(!freed(&fa));
+    srq.completed(7);
+    assert!(freed(&fa));
+}
+
+#[test]
+fn an_srq_receive_that_did_not_go_to_the_queue_holds_nothing() {
+    let reg = Registry::default();
+    let mut srq = RecvLedger::<Fake>::shared();
+    let (a, fa) = region(&reg, 5, true);
+    let (b, fb) = region(&reg, 6, true);
+    let (sa, sb) = ([sge(5)], [sge(6)]);
+    let w = [RecvWr::new(1, &sa[..]), RecvWr::new(2, &sb[..])];
+    assert_eq!(srq.hold(&reg, &w), None);
+    srq.posted(&w[..1]); // the provider took only the first
+    drop((a, b));
+    assert!(freed(&fb), "never posted, so never written");
+    assert!(!freed(&fa));
+    srq.completed(1);
+    assert!(freed(&fa));
 }
 
 #[test]
@@ -229,14 +297,14 @@ fn an_unsignaled_read_alone_waits_for_the_qp() {
     let (a, fa) = region(&reg, 1, true);
     let sa = [sge(1)];
     let wrs = [read(&sa, false)];
-    let l = Arc::new(QpLedger::<Fake>::new(9, None));
+    let l = Arc::new(QpLedger::<Fake>::new(9, None, false));
     assert_eq!(lock(&l.send).hold(&reg, &wrs), None);
     lock(&l.send).posted(&wrs, false);
     drop(a);
     let watch = Watch::default();
     watch.add(&l, Role::Both);
     // A SEND's completion says nothing about the READ before it (siw completes it first).
-    watch.settle([(9, true, WcOpcode::SEND.0)].into_iter(), None);
+    watch.settle([(9, true, WcOpcode::SEND.0, 0)].into_iter(), None);
     assert!(!freed(&fa));
     watch.retire(&l);
     drop(l); // the QP destroyed
@@ -260,11 +328,11 @@ fn sq_sig_all_signals_every_read() {
 #[test]
 fn a_cq_counts_what_it_can_classify() {
     let reg = Registry::default();
-    let l = Arc::new(QpLedger::<Fake>::new(3, None));
+    let l = Arc::new(QpLedger::<Fake>::new(3, None, false));
     let (a, fa) = region(&reg, 1, true);
     let sa = [sge(1)];
     assert_eq!(lock(&l.recv).hold(&reg, &[RecvWr::new(0, &sa[..])]), None);
-    lock(&l.recv).posted(1);
+    lock(&l.recv).posted(&raw(1));
     drop(a);
     let both = Watch::default();
     both.add(&l, Role::Both);
@@ -272,39 +340,39 @@ fn a_cq_counts_what_it_can_classify() {
     // flushed receive's opcode 0), nor can another QP's or a send's success.
     both.settle(
         [
-            (3, false, WcOpcode::RECV.0),
-            (3, false, 0),
-            (4, true, WcOpcode::RECV.0),
-            (3, true, WcOpcode::SEND.0),
-            (3, true, WcOpcode::RDMA_READ.0),
+            (3, false, WcOpcode::RECV.0, 0),
+            (3, false, 0, 0),
+            (4, true, WcOpcode::RECV.0, 0),
+            (3, true, WcOpcode::SEND.0, 0),
+            (3, true, WcOpcode::RDMA_READ.0, 0),
         ]
         .into_iter(),
         None,
     );
     assert!(!freed(&fa));
     both.settle(
-        [(3, true, WcOpcode::RECV_RDMA_WITH_IMM.0)].into_iter(),
+        [(3, true, WcOpcode::RECV_RDMA_WITH_IMM.0, 0)].into_iter(),
         None,
     );
     assert!(freed(&fa));
 
     // On the QP's own receive CQ every completion is a receive's, flushes included.
-    let l = Arc::new(QpLedger::<Fake>::new(3, None));
+    let l = Arc::new(QpLedger::<Fake>::new(3, None, false));
     let (b, fb) = region(&reg, 2, true);
     let sb = [sge(2)];
     assert_eq!(lock(&l.recv).hold(&reg, &[RecvWr::new(0, &sb[..])]), None);
-    lock(&l.recv).posted(1);
+    lock(&l.recv).posted(&raw(1));
     drop(b);
     let recv = Watch::default();
     recv.add(&l, Role::Recv);
-    recv.settle([(3, false, 0)].into_iter(), None);
+    recv.settle([(3, false, 0, 0)].into_iter(), None);
     assert!(freed(&fb));
 }
 
 #[test]
 fn a_send_cq_releases_reads_on_their_success_only() {
     let reg = Registry::default();
-    let l = Arc::new(QpLedger::<Fake>::new(3, None));
+    let l = Arc::new(QpLedger::<Fake>::new(3, None, false));
     let (a, fa) = region(&reg, 1, true);
     let sa = [sge(1)];
     let wrs = [read(&sa, true)];
@@ -315,8 +383,8 @@ fn a_send_cq_releases_reads_on_their_success_only() {
     send.add(&l, Role::Send);
     send.settle(
         [
-            (3, false, WcOpcode::RDMA_READ.0),
-            (3, true, WcOpcode::SEND.0),
+            (3, false, WcOpcode::RDMA_READ.0, 0),
+            (3, true, WcOpcode::SEND.0, 0),
         ]
         .into_iter(),
         None,
@@ -325,7 +393,7 @@ fn a_send_cq_releases_reads_on_their_success_only() {
         !freed(&fa),
         "a flush's opcode is not to be trusted, a SEND's says nothing"
     );
-    send.settle([(3, true, WcOpcode::FETCH_ADD.0)].into_iter(), None);
+    send.settle([(3, true, WcOpcode::FETCH_ADD.0, 0)].into_iter(), None);
     assert!(freed(&fa));
 }
 
@@ -335,11 +403,11 @@ fn qp_with_held_receive(
     qpn: u32,
     lkey: u32,
 ) -> (Arc<QpLedger<Fake>>, Arc<AtomicBool>) {
-    let l = Arc::new(QpLedger::<Fake>::new(qpn, None));
+    let l = Arc::new(QpLedger::<Fake>::new(qpn, None, false));
     let (a, fa) = region(reg, lkey, true);
     let sa = [sge(lkey)];
     assert_eq!(lock(&l.recv).hold(reg, &[RecvWr::new(0, &sa[..])]), None);
-    lock(&l.recv).posted(1);
+    lock(&l.recv).posted(&raw(1));
     drop(a);
     (l, fa)
 }
@@ -360,7 +428,7 @@ fn a_destroyed_qps_completions_do_not_count_for_its_number_reused() {
     watch.add(&b, Role::Both);
     // The poll finds A's completion first (and more behind it: not drained).
     let e = watch.epoch();
-    watch.settle([(7, true, WcOpcode::RECV.0)].into_iter(), None);
+    watch.settle([(7, true, WcOpcode::RECV.0, 0)].into_iter(), None);
     assert!(
         !freed(&fb),
         "QP B's receive is still posted: its region was freed by QP A's completion"
@@ -369,7 +437,7 @@ fn a_destroyed_qps_completions_do_not_count_for_its_number_reused() {
     // completions: B's own count from then on.
     watch.settle(std::iter::empty(), Some(e));
     watch.settle(
-        [(7, true, WcOpcode::RECV.0)].into_iter(),
+        [(7, true, WcOpcode::RECV.0, 0)].into_iter(),
         Some(watch.epoch()),
     );
     assert!(freed(&fb));
@@ -389,7 +457,232 @@ fn a_drained_poll_that_began_before_a_destroy_keeps_its_tombstone() {
     let (b, fb) = qp_with_held_receive(&reg, 7, 2);
     watch.add(&b, Role::Recv);
     // A's flush, written during its destroy after that poll's read.
-    watch.settle([(7, false, 0)].into_iter(), None);
+    watch.settle([(7, false, 0, 0)].into_iter(), None);
     assert!(!freed(&fb));
     drop(b);
+}
+
+/// Memory waiting in a [`Fence`], recording when it is freed.
+#[derive(Debug)]
+struct Mem(&'static AtomicBool);
+
+impl Drop for Mem {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Fresh 'static flags, statics of the calling test (a forgotten `Mem` owns nothing).
+macro_rules! flags {
+    ($($f:ident),+) => {
+        $(static $f: AtomicBool = AtomicBool::new(false);)+
+    };
+}
+
+#[test]
+fn remote_memory_waits_for_the_qps_of_its_deregistration() {
+    let f = Fence::<Mem>::default();
+    let a = f.qp_created();
+    let b = f.qp_created();
+    flags!(M, FREED);
+    let (m, freed) = (&M, &FREED);
+    assert!(f.defer(Mem(m)).is_ok(), "two QPs may still place data");
+    // A QP created afterwards cannot reach the region (its key is gone): not waited for.
+    let c = f.qp_created();
+    assert!(f.qp_destroyed(a).is_empty(), "QP b may still place data");
+    assert!(!freed.load(Ordering::SeqCst) && !m.load(Ordering::SeqCst));
+    let out = f.qp_destroyed(b);
+    assert_eq!(out.len(), 1, "no QP of the deregistration is left");
+    drop(out);
+    assert!(m.load(Ordering::SeqCst));
+    assert!(f.qp_destroyed(c).is_empty());
+    assert_eq!(f.waiting(), 0);
+}
+
+#[test]
+fn remote_memory_with_no_qp_is_freed_at_once() {
+    let f = Fence::<Mem>::default();
+    flags!(M1, M2);
+    let m = &M1;
+    let back = f.defer(Mem(m));
+    assert!(back.is_err(), "no QP: nothing can reach it");
+    drop(back);
+    assert!(m.load(Ordering::SeqCst));
+    // A QP created and destroyed before changes nothing.
+    let a = f.qp_created();
+    assert!(f.qp_destroyed(a).is_empty());
+    let m = &M2;
+    drop(f.defer(Mem(m)));
+    assert!(m.load(Ordering::SeqCst));
+}
+
+#[test]
+fn remote_memory_goes_in_the_order_its_qps_do() {
+    // Memory deregistered under QPs {a} and then {a, b}: destroying b first frees nothing
+    // (a is older than both marks), destroying a then frees both.
+    let f = Fence::<Mem>::default();
+    let a = f.qp_created();
+    flags!(M1, M2, M3);
+    let (m1, m2) = (&M1, &M2);
+    f.defer(Mem(m1)).unwrap();
+    let b = f.qp_created();
+    f.defer(Mem(m2)).unwrap();
+    assert!(f.qp_destroyed(b).is_empty());
+    let out = f.qp_destroyed(a);
+    assert_eq!(out.len(), 2);
+    drop(out);
+    assert!(m1.load(Ordering::SeqCst) && m2.load(Ordering::SeqCst));
+
+    // Under {a} only, then a new QP c: destroying a frees the first at once.
+    let a = f.qp_created();
+    let m3 = &M3;
+    f.defer(Mem(m3)).unwrap();
+    let c = f.qp_created();
+    drop(f.qp_destroyed(a));
+    assert!(m3.load(Ordering::SeqCst), "c came after the deregistration");
+    assert!(f.qp_destroyed(c).is_empty());
+}
+
+#[test]
+fn memory_of_a_qp_never_destroyed_is_never_freed() {
+    // The kernel refused the destroy: the QP keeps its number, and what waits for it is
+    // leaked with the fence (the PD) rather than freed under a device that may still write.
+    let f = Fence::<Mem>::default();
+    let _refused = f.qp_created();
+    flags!(M);
+    let m = &M;
+    f.defer(Mem(m)).unwrap();
+    drop(f);
+    assert!(!m.load(Ordering::SeqCst));
+}
+
+fn send(sge: &[Sge], flags: SendFlags) -> SendWr<'_> {
+    SendWr {
+        wr_id: 0,
+        op: SendOp::Send,
+        sge,
+        flags,
+        ud: None,
+    }
+}
+
+#[test]
+fn siw_sources_wait_for_a_completion_at_or_after_them() {
+    let reg = Registry::default();
+    let mut sq = SendLedger::<Fake>::holding_sources();
+    let (a, fa) = region(&reg, 1, true);
+    let (b, fb) = region(&reg, 2, true);
+    let (c, fc) = region(&reg, 3, true);
+    let (sa, sb, sc) = ([sge(1)], [sge(2)], [sge(3)]);
+    // An unsignaled SEND, a signaled one, another signaled one.
+    let wrs = [
+        send(&sa, SendFlags::empty()),
+        send(&sb, SendFlags::SIGNALED),
+        send(&sc, SendFlags::SIGNALED),
+    ];
+    assert_eq!(sq.hold(&reg, &wrs), None);
+    sq.posted(&wrs, false);
+    drop((a, b, c));
+    assert!(
+        !freed(&fa) && !freed(&fb) && !freed(&fc),
+        "siw may still read them"
+    );
+    sq.other_completed();
+    assert!(
+        freed(&fa) && freed(&fb),
+        "the second request's completion: both went out"
+    );
+    assert!(!freed(&fc), "the third may still be read");
+    sq.other_completed();
+    assert!(freed(&fc));
+    assert_eq!(sq.holding(), 0);
+}
+
+#[test]
+fn siw_a_reads_completion_releases_the_sources_before_it_only() {
+    let reg = Registry::default();
+    let mut sq = SendLedger::<Fake>::holding_sources();
+    let (a, fa) = region(&reg, 1, true);
+    let (s, fs) = region(&reg, 2, true);
+    let (b, fb) = region(&reg, 3, true);
+    let (sa, ss, sb) = ([sge(1)], [sge(2)], [sge(3)]);
+    let wrs = [
+        send(&sa, SendFlags::empty()),
+        read(&ss, true),
+        send(&sb, SendFlags::SIGNALED),
+    ];
+    assert_eq!(sq.hold(&reg, &wrs), None);
+    sq.posted(&wrs, false);
+    drop((a, s, b));
+    // siw completes the later SEND first (handed to TCP) or the READ first (its response):
+    // here the READ's completion comes first.
+    sq.sink_completed();
+    assert!(
+        freed(&fa),
+        "the SEND before the READ went out before the READ's request"
+    );
+    assert!(freed(&fs));
+    assert!(!freed(&fb), "the SEND after the READ may still be read");
+    sq.other_completed();
+    assert!(freed(&fb));
+}
+
+#[test]
+fn siw_inline_and_borrowed_sources_are_not_held() {
+    let reg = Registry::default();
+    let mut sq = SendLedger::<Fake>::holding_sources();
+    let (_a, _) = region(&reg, 1, true);
+    let (_b, _) = region(&reg, 2, false);
+    let (sa, sb) = ([sge(1)], [sge(2)]);
+    let wrs = [
+        send(&sa, SendFlags::INLINE | SendFlags::SIGNALED),
+        send(&sb, SendFlags::SIGNALED),
+    ];
+    assert_eq!(
+        sq.hold(&reg, &wrs),
+        None,
+        "a borrowed source is read, not refused"
+    );
+    assert_eq!(sq.holding(), 0);
+}
+
+#[test]
+fn sources_are_held_on_siw_only() {
+    let reg = Registry::default();
+    let mut sq = SendLedger::<Fake>::default();
+    let (a, fa) = region(&reg, 1, true);
+    let sa = [sge(1)];
+    let wrs = [send(&sa, SendFlags::SIGNALED)];
+    assert_eq!(sq.hold(&reg, &wrs), None);
+    sq.posted(&wrs, false);
+    drop(a);
+    assert!(freed(&fa), "rxe and mlx5 fence a source at deregistration");
+}
+
+#[test]
+fn a_cq_releases_siw_sources_on_a_sends_success_only() {
+    let reg = Registry::default();
+    let l = Arc::new(QpLedger::<Fake>::new(3, None, true));
+    let (a, fa) = region(&reg, 1, true);
+    let sa = [sge(1)];
+    let wrs = [send(&sa, SendFlags::SIGNALED)];
+    assert_eq!(lock(&l.send).hold(&reg, &wrs), None);
+    lock(&l.send).posted(&wrs, false);
+    drop(a);
+    let watch = Watch::default();
+    watch.add(&l, Role::Both);
+    watch.settle(
+        [
+            (3, false, WcOpcode::SEND.0, 0),
+            (3, true, WcOpcode::RECV.0, 0),
+        ]
+        .into_iter(),
+        None,
+    );
+    assert!(
+        !freed(&fa),
+        "a flush, a receive: the SEND may still be read"
+    );
+    watch.settle([(3, true, WcOpcode::SEND.0, 0)].into_iter(), None);
+    assert!(freed(&fa));
 }

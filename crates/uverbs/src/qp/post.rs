@@ -30,7 +30,10 @@ impl Qp {
     /// and the freeing of its memory to then (docs/architecture.md, "What a posted request
     /// keeps alive"). Borrowed memory ([`Mr::scoped`](crate::mr::Mr::scoped)) cannot wait, so
     /// it is refused there
-    /// ([`PostFault::BorrowedSink`](crate::error::PostFault::BorrowedSink)).
+    /// ([`PostFault::BorrowedSink`](crate::error::PostFault::BorrowedSink)). On siw, which
+    /// reads a source through the reference it took when the request started, the regions a
+    /// request reads are held the same way until a signaled request at or after it completes
+    /// with success (borrowed sources are read, not held).
     #[inline]
     pub fn post_send(&self, wrs: &[MrSendWr<'_>]) -> std::result::Result<(), PostError> {
         // SAFETY: every SGE names a range of a registered Mr (MrSge's invariant), and what the
@@ -92,11 +95,11 @@ impl Qp {
             None => wrs,
         };
         // The ledger (crate::ledger), held across the post so that its order is the queue's:
-        // only for lists with a request the device writes locally (READ, atomics).
-        let mut ledger = ok
-            .iter()
-            .any(|w| crate::ledger::writes_local(&w.op))
-            .then(|| crate::ledger::lock(&self.ledger.send));
+        // only for lists with a request the device writes locally (READ, atomics), and on siw
+        // for every list (it holds sources there and numbers every request).
+        let mut ledger = (self.ledger.sources
+            || ok.iter().any(|w| crate::ledger::writes_local(&w.op)))
+        .then(|| crate::ledger::lock(&self.ledger.send));
         if let (true, Some(l)) = (hold, ledger.as_mut()) {
             if let Some((i, lkey)) = l.hold(self.pd.regions(), ok) {
                 refused = Some(i);
