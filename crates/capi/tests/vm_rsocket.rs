@@ -703,8 +703,13 @@ fn riostream(ours: (bool, bool), port: u16, size: usize, iters: usize, count: us
     let (server_ours, client_ours) = ours;
     let mut s = tool("riostream", server_ours);
     s.args(args("-b"));
-    let server = Proc::spawn(s);
+    let mut server = Proc::spawn(s);
     wait_cm_listening(port);
+    if !server_ours {
+        // rdma-core's sets its listener's options after it listens (ours takes them at
+        // `raccept`): connect only after that.
+        server.wait_riostream_listener_ready();
+    }
     let mut c = tool("riostream", client_ours);
     c.args(args("-s"));
     let t0 = Instant::now();
