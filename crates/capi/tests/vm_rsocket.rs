@@ -330,10 +330,10 @@ fn rsocket_calls_move_every_byte_and_report_device_errors() {
             std::thread::sleep(Duration::from_millis(200));
             assert_eq!(rsend(c, b"ping".as_ptr().cast(), 4, 0), 4);
         });
+        // One ready descriptor (not 0: the 5 s timeout) says the data woke it; that it
+        // blocked until then is the lower bound (an upper one would only measure the load).
         assert_eq!(ok(rpoll(fds.as_mut_ptr(), 2, 5000), "rpoll"), 1);
-        assert!(
-            t0.elapsed() >= Duration::from_millis(150) && t0.elapsed() < Duration::from_secs(4)
-        );
+        assert!(t0.elapsed() >= Duration::from_millis(150));
         assert_eq!((fds[0].revents, fds[1].revents), (0, libc::POLLIN));
         t.join().unwrap();
         assert_eq!(recv_all(s, 4), b"ping");
@@ -703,8 +703,13 @@ fn riostream(ours: (bool, bool), port: u16, size: usize, iters: usize, count: us
     let (server_ours, client_ours) = ours;
     let mut s = tool("riostream", server_ours);
     s.args(args("-b"));
-    let server = Proc::spawn(s);
+    let mut server = Proc::spawn(s);
     wait_cm_listening(port);
+    if !server_ours {
+        // rdma-core's sets its listener's options after it listens (ours takes them at
+        // `raccept`): connect only after that.
+        server.wait_riostream_listener_ready();
+    }
     let mut c = tool("riostream", client_ours);
     c.args(args("-s"));
     let t0 = Instant::now();

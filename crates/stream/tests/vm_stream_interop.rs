@@ -262,6 +262,77 @@ fn connect_retrying(to: SocketAddr, opts: &StreamOptions) -> io::Result<RdmaStre
     }
 }
 
+/// The pid of the process named `name` whose parent is `ppid`, if there is one now.
+fn child_named(ppid: u32, name: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+        // "pid (comm) state ppid ...": comm may hold spaces, so split after its ')'.
+        let (head, rest) = stat.rsplit_once(')')?;
+        let comm = head.split_once('(')?.1;
+        let parent: u32 = rest.split_whitespace().nth(1)?.parse().ok()?;
+        (parent == ppid && comm == name).then_some(pid)
+    })
+}
+
+/// Whether process `pid` holds a socket in non-blocking mode (`O_NONBLOCK` in its
+/// `/proc/<pid>/fdinfo` flags).
+fn has_nonblocking_socket(pid: u32) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        let is_socket =
+            std::fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:"));
+        let info = std::fs::read_to_string(format!(
+            "/proc/{pid}/fdinfo/{}",
+            fd.file_name().to_string_lossy()
+        ))
+        .unwrap_or_default();
+        let flags = info
+            .lines()
+            .find_map(|l| l.strip_prefix("flags:"))
+            .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+            .unwrap_or(0);
+        is_socket && flags & O_NONBLOCK != 0
+    })
+}
+
+/// `O_NONBLOCK` on Linux (x86-64, aarch64).
+const O_NONBLOCK: u32 = 0o4000;
+
+/// Waits until `riostream -b` (run by `timeout`, the child `srv`) has set its listener's
+/// options. riostream listens first (`rlisten`, whose service thread then accepts every
+/// request at once with the listener's options of that moment) and only then sets them
+/// (`set_options(lrs)`: its buffer sizes, `RDMA_IOMAPSIZE` 1, last `O_NONBLOCK`), so a
+/// client that connects as soon as the port listens may get a connection without an iomap
+/// table. The `O_NONBLOCK` of the listener's accept queue (a socket; rsockets' other
+/// sockets stay blocking) says that set_options has run. Fails if riostream exits first.
+fn riostream_listener_ready(srv: &mut Child) {
+    loop {
+        if let Some(st) = srv.try_wait().unwrap() {
+            let (_, text) = finish_exited(srv);
+            panic!("riostream -b exited ({st}) before it listened: {text}");
+        }
+        if child_named(srv.id(), "riostream").is_some_and(has_nonblocking_socket) {
+            return;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// What an exited child wrote.
+fn finish_exited(c: &mut Child) -> (Option<i32>, String) {
+    let mut text = String::new();
+    if let Some(o) = c.stdout.as_mut() {
+        let _ = o.read_to_string(&mut text);
+    }
+    if let Some(e) = c.stderr.as_mut() {
+        let _ = e.read_to_string(&mut text);
+    }
+    (c.try_wait().ok().flatten().and_then(|s| s.code()), text)
+}
+
 /// `riostream -S size -I iters -C count -T v` (every byte of each iteration's last transfer
 /// verified).
 fn riostream_args(
@@ -292,6 +363,48 @@ fn riostream_args(
     ]
     .map(String::from)
     .to_vec()
+}
+
+/// Runs `role` while the tool `c` runs, then waits for the tool: its exit status and
+/// output. If `role` panics, ends the tool first (SIGTERM to `timeout`, which passes it on)
+/// and prints what the tool said before the panic goes on.
+fn beside_tool(c: Child, role: impl FnOnce()) -> (Option<i32>, String) {
+    if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(role)) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status();
+        let (code, text) = finish(c);
+        eprintln!("the tool, ended after our side failed ({code:?}): {text}");
+        std::panic::resume_unwind(p);
+    }
+    finish(c)
+}
+
+/// The nonzero hardware counters of every RDMA device (rxe's retries, RNRs, sequence
+/// errors): evidence for a failure.
+fn rxe_counters() -> String {
+    let mut out = String::new();
+    let Ok(devs) = std::fs::read_dir("/sys/class/infiniband") else {
+        return out;
+    };
+    for d in devs.flatten() {
+        let dir = d.path().join("ports/1/hw_counters");
+        let Ok(cs) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for c in cs.flatten() {
+            let v = std::fs::read_to_string(c.path()).unwrap_or_default();
+            let v = v.trim();
+            if v != "0" {
+                out += &format!(
+                    "{}:{}={v} ",
+                    d.file_name().to_string_lossy(),
+                    c.file_name().to_string_lossy()
+                );
+            }
+        }
+    }
+    out
 }
 
 /// The size table of the riostream runs (size, iterations, count): inline, ring-wrapping
@@ -342,16 +455,39 @@ fn riostream_role(mut s: RdmaStream, client: bool, (size, iters, count): (usize,
     };
     let wait = |marker: u8, verified: &mut u8| {
         let t0 = Instant::now();
-        let mut last = [0u8];
+        let (mut last, mut one) = ([0u8], [0u8]);
         loop {
+            // riostream sends nothing while it writes into our mapping: whatever the stream
+            // has to say (one of our writes failed, the peer ended or sent data) means the
+            // marker will not come, unless it is there already. Asked first: what the
+            // stream reports arrived after the peer's earlier writes (RC order), so a marker
+            // written before it is in the mapping when we look below. The non-blocking read
+            // also reaps our completions.
+            let said = match s.recv_vectored(&mut [io::IoSliceMut::new(&mut one)], true) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+                r => Some(r),
+            };
             map.read_at(size - 1, &mut last).unwrap();
             if last[0] == marker {
                 break;
             }
+            if let Some(r) = said {
+                panic!(
+                    "waiting for marker {marker} (last byte {}): the stream says {r:?}; \
+                     rxe counters: {}",
+                    last[0],
+                    rxe_counters()
+                );
+            }
+            // Only against a hang of the stream itself: riostream's own `timeout` ends it
+            // first, and its end reaches us as the end of the stream.
             assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "marker {marker} never came (last byte {})",
-                last[0]
+                t0.elapsed() < Duration::from_secs(120),
+                "marker {marker} never came (last byte {}) and the stream stayed quiet; \
+                 stream: {:?}; rxe counters: {}",
+                last[0],
+                s.poll_ready(false, false),
+                rxe_counters()
             );
             thread::yield_now();
         }
@@ -394,8 +530,7 @@ fn interop_stream_iomap_riostream_client() {
         let l = RdmaListener::bind_with(at(port), &riostream_opts()).unwrap();
         let cl = spawn_tool(&tool, 60, &riostream_args("-s", addr_a(), port, t));
         let (s, _) = l.accept().unwrap();
-        riostream_role(s, false, t);
-        let (code, text) = finish(cl);
+        let (code, text) = beside_tool(cl, || riostream_role(s, false, t));
         eprintln!("riostream client {t:?} ({code:?}): {text}");
         assert!(
             code == Some(0) && text.contains("custom"),
@@ -416,10 +551,10 @@ fn interop_stream_iomap_riostream_server() {
     };
     for (i, &t) in RIOSTREAM.iter().enumerate() {
         let port = 7721 + 2 * i as u16;
-        let srv = spawn_tool(&tool, 60, &riostream_args("-b", addr_a(), port, t));
+        let mut srv = spawn_tool(&tool, 60, &riostream_args("-b", addr_a(), port, t));
+        riostream_listener_ready(&mut srv);
         let c = connect_retrying(at(port), &riostream_opts()).unwrap();
-        riostream_role(c, true, t);
-        let (code, text) = finish(srv);
+        let (code, text) = beside_tool(srv, || riostream_role(c, true, t));
         eprintln!("riostream server {t:?} ({code:?}): {text}");
         assert!(
             code == Some(0) && text.contains("custom"),
@@ -450,15 +585,15 @@ fn interop_stream_two_node_riostream_both_ways() {
         let payload = (t.0 * t.1 * t.2) as u64;
         let port = 7740 + 2 * i as u16;
         let before = b_tx_bytes();
-        let srv = spawn_tool(&tool, 60, &riostream_args("-b", a, port, t));
+        let mut srv = spawn_tool(&tool, 60, &riostream_args("-b", a, port, t));
+        riostream_listener_ready(&mut srv);
         let c = connect_retrying(SocketAddr::new(a, port), &riostream_opts()).unwrap();
         assert_eq!(
             c.local_addr().unwrap().ip(),
             IpAddr::V4(b),
             "our client did not leave from node B"
         );
-        riostream_role(c, true, t);
-        let (code, text) = finish(srv);
+        let (code, text) = beside_tool(srv, || riostream_role(c, true, t));
         eprintln!("riostream server on {a} {t:?} ({code:?}): {text}");
         assert!(
             code == Some(0) && text.contains("custom"),
@@ -480,8 +615,7 @@ fn interop_stream_two_node_riostream_both_ways() {
             IpAddr::V4(b),
             "riostream did not come from node B"
         );
-        riostream_role(s, false, t);
-        let (code, text) = finish(cl);
+        let (code, text) = beside_tool(cl, || riostream_role(s, false, t));
         eprintln!("riostream client from {b} {t:?} ({code:?}): {text}");
         assert!(
             code == Some(0) && text.contains("custom"),

@@ -67,6 +67,32 @@ impl Proc {
         }
     }
 
+    /// Waits until rdma-core's `riostream -b` (run by `timeout`: this child's child) has set
+    /// its listener's options. riostream listens first (`rlisten`, whose service thread then
+    /// accepts every request at once, with the listener's options of that moment) and only
+    /// then sets them (`set_options(lrs)`: its buffer sizes, `RDMA_IOMAPSIZE` 1, last
+    /// `O_NONBLOCK`), so a client that connects as soon as the id listens may get a
+    /// connection without an iomap table. The `O_NONBLOCK` of the listener's accept queue (a
+    /// socket; rsockets' other sockets stay blocking) says that `set_options` has run.
+    /// Panics, with riostream's output, if it exits first.
+    pub fn wait_riostream_listener_ready(&mut self) {
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                let mut text = String::new();
+                let _ = self.child.stdout.take().unwrap().read_to_string(&mut text);
+                let _ = self.child.stderr.take().unwrap().read_to_string(&mut text);
+                panic!(
+                    "{} exited ({st}) before its listener was set up:\n{text}",
+                    self.what
+                );
+            }
+            if child_named(self.child.id(), "riostream").is_some_and(has_nonblocking_socket) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Waits up to `limit`; kills on timeout. Returns (success, the command line and status,
     /// then stdout + stderr).
     pub fn finish(mut self, limit: Duration) -> (bool, String) {
@@ -92,6 +118,43 @@ impl Proc {
         };
         (ok, format!("{head}\n{text}"))
     }
+}
+
+/// The pid of the process named `name` whose parent is `ppid`, if there is one now.
+pub fn child_named(ppid: u32, name: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+        // "pid (comm) state ppid ...": comm may hold spaces, so split after its ')'.
+        let (head, rest) = stat.rsplit_once(')')?;
+        let comm = head.split_once('(')?.1;
+        let parent: u32 = rest.split_whitespace().nth(1)?.parse().ok()?;
+        (parent == ppid && comm == name).then_some(pid)
+    })
+}
+
+/// Whether process `pid` holds a socket in non-blocking mode (`O_NONBLOCK`, octal 04000 on
+/// Linux, in its `/proc/<pid>/fdinfo` flags).
+pub fn has_nonblocking_socket(pid: u32) -> bool {
+    const O_NONBLOCK: u32 = 0o4000;
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        let is_socket =
+            std::fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:"));
+        let info = std::fs::read_to_string(format!(
+            "/proc/{pid}/fdinfo/{}",
+            fd.file_name().to_string_lossy()
+        ))
+        .unwrap_or_default();
+        let flags = info
+            .lines()
+            .find_map(|l| l.strip_prefix("flags:"))
+            .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+            .unwrap_or(0);
+        is_socket && flags & O_NONBLOCK != 0
+    })
 }
 
 /// Whether a socket listens on TCP `port` (IPv4 or IPv6), from /proc/net/tcp{,6}.
