@@ -95,9 +95,9 @@ USAGE:
         (--check: proves the committed ones are what libmlx5 gives; --script: runs FILE
         through libmlx5 and rverbs and prints `identical` or the first difference; --bench:
         the posting benchmark of docs/mlx5.md, libmlx5 and rverbs side by side).
-    cargo xtask efa-oracle [--check | --script FILE]
+    cargo xtask efa-oracle [--check | --script FILE | --bench]
         The same for libefa (rdma-core 44) and crates/provider/tests/efa_oracle/*.script
-        (docs/efa.md).
+        (docs/efa.md; --bench: crates/provider/benches/efa_post/).
     cargo xtask public-api [--bless]
         Compares the public surface of the library crates (rustdoc JSON, nightly) with the
         committed inventory api/<crate>.txt; --bless rewrites it. `cargo xtask test` runs it

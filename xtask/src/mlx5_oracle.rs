@@ -10,11 +10,11 @@
 //!   `cargo xtask test`);
 //! - `--script FILE`: runs FILE through the C provider and rverbs and prints `identical` or
 //!   the first differing byte with its step and meaning;
-//! - `--bench` (mlx5 only): the posting benchmark of `docs/mlx5.md`
-//!   (`crates/provider/benches/mlx5_post/`): instructions per work request inside
-//!   `bench_post` (callgrind) and ns per work request (median of five alternating native runs
-//!   of each side), libmlx5 and rverbs side by side, with the check that both runs left the
-//!   same bytes (needs valgrind).
+//! - `--bench`: the posting benchmark of `docs/mlx5.md` and `docs/efa.md`
+//!   (`crates/provider/benches/<kind>_post/`): instructions per work request inside
+//!   `bench_post` (EFA's receive lists: `bench_post_recv`) (callgrind) and ns per work request
+//!   (median of five alternating native runs of each side), the C provider and rverbs side by
+//!   side, with the check that both runs left the same bytes (needs valgrind).
 //!
 //! Needs a C compiler, libibverbs-dev (headers, libibverbs.so, libefa.so) and
 //! ibverbs-providers (libmlx5, libefa): `.ci/run` installs them.
@@ -252,7 +252,7 @@ fn rverbs_bench_exe() -> Result<PathBuf> {
         .output()
         .map_err(|e| util::Error(format!("run cargo: {e}")))?;
     if !out.status.success() {
-        crate::bail!("mlx5-oracle: building the release oracle test failed");
+        crate::bail!("building the release oracle test failed");
     }
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let Ok(j) = crate::json::Json::parse(line) else {
@@ -266,12 +266,15 @@ fn rverbs_bench_exe() -> Result<PathBuf> {
             }
         }
     }
-    crate::bail!("mlx5-oracle: cargo named no executable for the provider's unit tests")
+    crate::bail!("cargo named no executable for the provider's unit tests")
 }
 
-/// Work requests a benchmark script posts: `n` lists of as many WRs as its `bench` line has.
+/// Work requests a benchmark script posts: `n` lists of as many WRs as its `bench` line
+/// (EFA's receive benchmark: `rbench`) has.
 fn bench_wrs(script: &str) -> Option<u64> {
-    let line = script.lines().find(|l| l.starts_with("bench "))?;
+    let line = script
+        .lines()
+        .find(|l| l.starts_with("bench ") || l.starts_with("rbench "))?;
     let n: u64 = line
         .split_whitespace()
         .find_map(|t| t.strip_prefix("n="))?
@@ -305,7 +308,7 @@ fn run_ok(cmd: &mut Command, what: &str) -> Result<std::process::Output> {
         .map_err(|e| util::Error(format!("run {what}: {e}")))?;
     if !out.status.success() {
         crate::bail!(
-            "mlx5-oracle: {what} failed ({}): {}",
+            "{what} failed ({}): {}",
             util::describe_status(out.status),
             String::from_utf8_lossy(&out.stderr)
         );
@@ -314,10 +317,11 @@ fn run_ok(cmd: &mut Command, what: &str) -> Result<std::process::Output> {
 }
 
 /// `--bench`: see the module documentation.
-fn bench(harness: &Path) -> Result<u8> {
+fn bench(k: &Kind, harness: &Path) -> Result<u8> {
     let exe = rverbs_bench_exe()?;
-    let dir = util::workspace_root().join("crates/provider/benches/mlx5_post");
-    let out_dir = util::target_dir().join("mlx5-oracle");
+    let dir = util::workspace_root().join(format!("crates/provider/benches/{}_post", k.name));
+    let out_dir = k.out_dir();
+    let (n, lib_name) = (k.name, k.lib);
     let mut scripts: Vec<PathBuf> = fs::read_dir(&dir)
         .map_err(|e| util::Error(format!("{}: {e}", dir.display())))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -326,20 +330,22 @@ fn bench(harness: &Path) -> Result<u8> {
     scripts.sort();
     let rverbs_cmd = |s: &Path, dump: &Path| {
         let mut c = Command::new(&exe);
-        c.args(["--exact", MLX5.test, "--nocapture"])
-            .env("MLX5_ORACLE_SCRIPT", s)
-            .env("MLX5_ORACLE_OUT", dump);
+        c.args(["--exact", k.test, "--nocapture"])
+            .env(k.env_script, s)
+            .env(k.env_out, dump);
         c
     };
     let load = fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
-        "xtask: mlx5-oracle: posting benchmark, load average {}",
+        "xtask: {n}-oracle: posting benchmark, load average {}",
         load.split_whitespace()
             .take(3)
             .collect::<Vec<_>>()
             .join(" ")
     );
-    println!("| script | libmlx5 Ir/WR | rverbs Ir/WR | ratio | libmlx5 ns/WR | rverbs ns/WR |");
+    println!(
+        "| script | {lib_name} Ir/WR | rverbs Ir/WR | ratio | {lib_name} ns/WR | rverbs ns/WR |"
+    );
     println!("|---|---|---|---|---|---|");
     let mut bad = 0;
     for s in scripts {
@@ -347,26 +353,30 @@ fn bench(harness: &Path) -> Result<u8> {
         let name = s.file_stem().unwrap().to_string_lossy().to_string();
         let text = fs::read_to_string(&s).unwrap_or_default();
         let Some(wrs) = bench_wrs(&text) else {
-            crate::bail!("mlx5-oracle: {} has no `bench ... n=N` line", s.display());
+            crate::bail!("{n}-oracle: {} has no `bench ... n=N` line", s.display());
         };
         let (cg_c, cg_r) = (
-            out_dir.join(format!("{name}.libmlx5.callgrind")),
+            out_dir.join(format!("{name}.{lib_name}.callgrind")),
             out_dir.join(format!("{name}.rverbs.callgrind")),
         );
         let rdump = out_dir.join(format!("{name}.rverbs.dump"));
-        let mut c = harness_cmd(&MLX5, harness, &s);
+        let mut c = harness_cmd(k, harness, &s);
         let mut vg = Command::new("valgrind");
-        vg.args(["--tool=callgrind", "--toggle-collect=bench_post"])
-            .arg(format!("--callgrind-out-file={}", cg_c.display()))
-            .arg(c.get_program())
-            .args(c.get_args());
+        vg.args([
+            "--tool=callgrind",
+            "--toggle-collect=bench_post",
+            "--toggle-collect=bench_post_recv",
+        ])
+        .arg(format!("--callgrind-out-file={}", cg_c.display()))
+        .arg(c.get_program())
+        .args(c.get_args());
         for (k, v) in c.get_envs() {
             match v {
                 Some(v) => vg.env(k, v),
                 None => vg.env_remove(k),
             };
         }
-        let lib = run_ok(&mut vg, "valgrind on the libmlx5 harness")?;
+        let lib = run_ok(&mut vg, &format!("valgrind on the {lib_name} harness"))?;
         let mut r = rverbs_cmd(&s, &rdump);
         let mut vg = Command::new("valgrind");
         vg.args(["--tool=callgrind", "--toggle-collect=*bench_post*"])
@@ -382,13 +392,13 @@ fn bench(harness: &Path) -> Result<u8> {
         let ours = fs::read_to_string(&rdump).unwrap_or_default();
         let same = String::from_utf8_lossy(&lib.stdout) == ours;
         if !same {
-            println!("xtask: mlx5-oracle: {name}: the two runs left different bytes");
+            println!("xtask: {n}-oracle: {name}: the two runs left different bytes");
             bad += 1;
         }
         let (ic, ir) = (callgrind_total(&cg_c)?, callgrind_total(&cg_r)?);
         let (mut nc, mut nr) = (Vec::new(), Vec::new());
         for _ in 0..5 {
-            let o = run_ok(&mut c, "the libmlx5 harness")?;
+            let o = run_ok(&mut c, &format!("the {lib_name} harness"))?;
             nc.extend(ns_per_wr(&o.stderr));
             let o = run_ok(&mut r, "the rverbs oracle test")?;
             nr.extend(ns_per_wr(&o.stderr));
@@ -428,10 +438,7 @@ pub fn run(k: &Kind, args: &[String]) -> Result<u8> {
     }
     let harness = build_harness(k)?;
     if bench_mode {
-        if k.name != "mlx5" {
-            crate::bail!("--bench is the mlx5 oracle's only");
-        }
-        return bench(&harness);
+        return bench(k, &harness);
     }
     if let Some(s) = script {
         let s = PathBuf::from(s);

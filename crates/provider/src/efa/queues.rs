@@ -230,8 +230,14 @@ impl EfaQp {
 
     /// The descriptor of `wr` (libefa `efa_post_send`'s checks in its order, then the
     /// descriptor), or why it is refused. Takes a request id only once it is accepted.
-    fn build(&mut self, i: usize, wr: &SendWr<'_>, wq: &mut Wq) -> Result<[u8; TX_WQE], PostError> {
-        if !wr.flags.contains(SendFlags::SIGNALED) && !self.sig_all {
+    fn build(
+        sq: &Sq,
+        sig_all: bool,
+        i: usize,
+        wr: &SendWr<'_>,
+        wq: &mut Wq,
+    ) -> Result<[u8; TX_WQE], PostError> {
+        if !wr.flags.contains(SendFlags::SIGNALED) && !sig_all {
             return Err(PostError::unsupported(
                 i,
                 "an unsignaled send (EFA completes every send; libefa: EINVAL)",
@@ -263,23 +269,19 @@ impl EfaQp {
         let mut d = [0u8; TX_WQE];
         if inline {
             let total: u64 = wr.sge.iter().map(|s| u64::from(s.length)).sum();
-            if total > u64::from(self.sq.max_inline) {
+            if total > u64::from(sq.max_inline) {
                 return Err(PostError::invalid(
                     i,
                     format!(
                         "{total} inline bytes, the QP takes at most {}",
-                        self.sq.max_inline
+                        sq.max_inline
                     ),
                 ));
             }
-        } else if wr.sge.len() > self.sq.max_sge as usize {
+        } else if wr.sge.len() > sq.max_sge as usize {
             return Err(PostError::invalid(
                 i,
-                format!(
-                    "{} SGEs, the QP takes at most {}",
-                    wr.sge.len(),
-                    self.sq.max_sge
-                ),
+                format!("{} SGEs, the QP takes at most {}", wr.sge.len(), sq.max_sge),
             ));
         }
         let Some(ud) = wr.ud else {
@@ -323,8 +325,7 @@ impl EfaQp {
         let req_id = wq.take(wr.wr_id);
         d[0..2].copy_from_slice(&req_id.to_le_bytes());
         d[2] = ctrl1;
-        d[3] =
-            (self.sq.phase & TX_CTRL2_PHASE) | TX_CTRL2_FIRST | TX_CTRL2_LAST | TX_CTRL2_COMP_REQ;
+        d[3] = (sq.phase & TX_CTRL2_PHASE) | TX_CTRL2_FIRST | TX_CTRL2_LAST | TX_CTRL2_COMP_REQ;
         d[4..6].copy_from_slice(&(ud.remote_qpn as u16).to_le_bytes());
         d[6..8].copy_from_slice(&length.to_le_bytes());
         d[12..14].copy_from_slice(&(ud.ah_num as u16).to_le_bytes());
@@ -348,35 +349,37 @@ impl QpOps for EfaQp {
         _qp: KernelObj<'_>,
         wrs: &[SendWr<'_>],
     ) -> Result<(), PostError> {
-        let wq_arc = self.sq.wq.clone();
-        let mut wq = lock(&wq_arc);
+        let sig_all = self.sig_all;
+        // The queue's fields borrowed apart: the WQ locked through its field, no `Arc` clone.
+        let sq = &mut self.sq;
+        let mut wq = lock(&sq.wq);
         let mut batch = 0u32;
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
-            let d = match self.build(i, wr, &mut wq) {
+            let d = match EfaQp::build(sq, sig_all, i, wr, &mut wq) {
                 Ok(d) => d,
                 Err(e) => {
                     result = Err(e);
                     break;
                 }
             };
-            self.sq.copy_to_llq(&d);
-            self.sq.pc = self.sq.pc.wrapping_add(1);
-            if self.sq.pc & self.sq.mask == 0 {
-                self.sq.phase = self.sq.phase.wrapping_add(1);
+            sq.copy_to_llq(&d);
+            sq.pc = sq.pc.wrapping_add(1);
+            if sq.pc & sq.mask == 0 {
+                sq.phase = sq.phase.wrapping_add(1);
             }
             batch += 1;
-            if batch == self.sq.max_batch {
+            if batch == sq.max_batch {
                 batch = 0;
                 // libefa: mmio_flush_writes, the doorbell, mmio_wc_start.
                 mmio_flush();
-                self.sq.db.ring(u32::from(self.sq.pc));
+                sq.db.ring(u32::from(sq.pc));
                 mmio_wmb();
             }
         }
         if batch != 0 {
             mmio_flush();
-            self.sq.db.ring(u32::from(self.sq.pc));
+            sq.db.ring(u32::from(sq.pc));
         }
         result
     }
@@ -386,18 +389,14 @@ impl QpOps for EfaQp {
         _qp: KernelObj<'_>,
         wrs: &[RecvWr<'_>],
     ) -> Result<(), PostError> {
-        let wq_arc = self.rq.wq.clone();
-        let mut wq = lock(&wq_arc);
+        let rq = &mut self.rq;
+        let mut wq = lock(&rq.wq);
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
-            if wr.sge.len() > self.rq.max_sge as usize {
+            if wr.sge.len() > rq.max_sge as usize {
                 result = Err(PostError::invalid(
                     i,
-                    format!(
-                        "{} SGEs, the QP takes at most {}",
-                        wr.sge.len(),
-                        self.rq.max_sge
-                    ),
+                    format!("{} SGEs, the QP takes at most {}", wr.sge.len(), rq.max_sge),
                 ));
                 break;
             }
@@ -426,23 +425,23 @@ impl QpOps for EfaQp {
                     ctrl |= RX_LAST;
                 }
                 d[12..16].copy_from_slice(&ctrl.to_le_bytes());
-                let slot = usize::from(self.rq.pc & self.rq.mask);
+                let slot = usize::from(rq.pc & rq.mask);
                 // SAFETY: slot ≤ mask and (mask + 1) · 16 ≤ the ring's mapping (checked at
                 // creation); the ring is memory the device reads, written through a raw
                 // pointer only.
                 unsafe {
                     std::ptr::copy_nonoverlapping(
                         d.as_ptr(),
-                        self.rq.ring.ptr().add(slot * RX_DESC),
+                        rq.ring.ptr().add(slot * RX_DESC),
                         RX_DESC,
                     )
                 };
-                self.rq.pc = self.rq.pc.wrapping_add(1);
+                rq.pc = rq.pc.wrapping_add(1);
             }
         }
         // libefa rings the RQ doorbell on every post, after `udma_to_device_barrier`.
         mmio_wmb();
-        self.rq.db.ring(u32::from(self.rq.pc));
+        rq.db.ring(u32::from(rq.pc));
         result
     }
 

@@ -376,7 +376,7 @@ impl Run {
                 self.driver = None;
                 self.regions.clear();
             }
-            "send" => {
+            "send" | "bench" => {
                 let id = num(t, "qp", 0) as usize;
                 let groups: Vec<Vec<&str>> =
                     t[1..].split(|s| *s == "|").map(|g| g.to_vec()).collect();
@@ -386,6 +386,10 @@ impl Run {
                     .zip(&sges)
                     .map(|(g, s)| self.send_wr(g, s))
                     .collect();
+                if t[0] == "bench" {
+                    self.bench(t, id, Wrs::Send(&wrs));
+                    return;
+                }
                 let qp = self.qps[id].as_mut().unwrap();
                 // SAFETY: non-inline SGEs are never dereferenced (no device); inline ones name
                 // buffers this run keeps.
@@ -393,7 +397,7 @@ impl Run {
                     let _ = writeln!(self.out, "  = err at {}", e.posted());
                 }
             }
-            "recv" => {
+            "recv" | "rbench" => {
                 let id = num(t, "qp", 0) as usize;
                 let groups: Vec<Vec<&str>> =
                     t[1..].split(|s| *s == "|").map(|g| g.to_vec()).collect();
@@ -406,6 +410,10 @@ impl Run {
                         sge: s,
                     })
                     .collect();
+                if t[0] == "rbench" {
+                    self.bench(t, id, Wrs::Recv(&wrs));
+                    return;
+                }
                 // SAFETY: receive SGEs are never dereferenced (no device).
                 let r = unsafe { self.qps[id].as_mut().unwrap().post_recv(kobj(), &wrs) };
                 if let Err(e) = r {
@@ -413,30 +421,21 @@ impl Run {
                 }
             }
             "cqe" => {
-                let id = num(t, "cq", 1) as usize;
-                let sub = num(t, "sub", 0) as usize;
-                let recv = num(t, "recv", 0) != 0;
-                let mut c = [0u8; RX_CDESC];
-                c[0..2].copy_from_slice(&(num(t, "req_id", 0) as u16).to_le_bytes());
-                c[2] = num(t, "status", 0) as u8;
-                c[4..6].copy_from_slice(&(num(t, "qpn", 0) as u16).to_le_bytes());
-                c[6..8].copy_from_slice(&(num(t, "len", 0) as u16).to_le_bytes());
-                c[8..10].copy_from_slice(&(num(t, "ah", 0) as u16).to_le_bytes());
-                c[10..12].copy_from_slice(&(num(t, "src_qp", 0) as u16).to_le_bytes());
-                c[12..16].copy_from_slice(&(num(t, "imm", 0) as u32).to_le_bytes());
-                let e = self.cqs[id].as_mut().unwrap();
-                let k = e.3[sub];
-                e.3[sub] += 1;
-                let mut flags = (if recv { 2u8 } else { 1 }) << 1;
-                if arg(t, "imm").is_some() {
-                    flags |= 1 << 3;
-                }
-                flags |= u8::from((k / e.2) & 1 == 0);
-                c[3] = flags;
-                let slot = (sub * e.2 as usize + (k % e.2) as usize) * RX_CDESC;
-                // SAFETY: a slot of the CQ's ring (fake kernel memory); the poller is not
-                // running.
-                unsafe { std::ptr::copy_nonoverlapping(c.as_ptr(), e.1.add(slot), RX_CDESC) };
+                let imm = arg(t, "imm").map(|_| num(t, "imm", 0) as u32);
+                self.put_cqe(
+                    num(t, "cq", 1) as usize,
+                    num(t, "sub", 0) as usize,
+                    [
+                        num(t, "req_id", 0) as u16,
+                        num(t, "qpn", 0) as u16,
+                        num(t, "len", 0) as u16,
+                        num(t, "ah", 0) as u16,
+                        num(t, "src_qp", 0) as u16,
+                    ],
+                    num(t, "recv", 0) != 0,
+                    num(t, "status", 0) as u8,
+                    imm,
+                );
             }
             "poll" => {
                 let id = num(t, "cq", 1) as usize;
@@ -467,6 +466,87 @@ impl Run {
             }
             other => panic!("unknown step {other}"),
         }
+    }
+
+    /// A completion as the device writes it into sub-CQ `sub` of CQ `id` (harness.c
+    /// `put_cqe`): the fields (`f`: req_id, qpn, length, AH, source QP), then the flags byte
+    /// with the phase of the sub-CQ's current lap (1 first).
+    #[allow(clippy::too_many_arguments)]
+    fn put_cqe(
+        &mut self,
+        id: usize,
+        sub: usize,
+        f: [u16; 5],
+        recv: bool,
+        status: u8,
+        imm: Option<u32>,
+    ) {
+        let mut c = [0u8; RX_CDESC];
+        c[0..2].copy_from_slice(&f[0].to_le_bytes());
+        c[2] = status;
+        for (k, v) in f[1..].iter().enumerate() {
+            c[4 + 2 * k..6 + 2 * k].copy_from_slice(&v.to_le_bytes());
+        }
+        c[12..16].copy_from_slice(&imm.unwrap_or(0).to_le_bytes());
+        let e = self.cqs[id].as_mut().unwrap();
+        let k = e.3[sub];
+        e.3[sub] += 1;
+        let mut flags = (if recv { 2u8 } else { 1 }) << 1;
+        if imm.is_some() {
+            flags |= 1 << 3;
+        }
+        flags |= u8::from((k / e.2) & 1 == 0);
+        c[3] = flags;
+        let slot = (sub * e.2 as usize + (k % e.2) as usize) * RX_CDESC;
+        // SAFETY: a slot of the CQ's ring (fake kernel memory); the poller is not running.
+        unsafe { std::ptr::copy_nonoverlapping(c.as_ptr(), e.1.add(slot), RX_CDESC) };
+    }
+
+    /// `bench`/`rbench`: posts the list `n` times through [`bench_post`]
+    /// ([`bench_post_recv`]); after each post completes its requests outside the timed call
+    /// and polls them, as the harness does (request ids `nw - 1` down to 0: those a fresh
+    /// queue hands out, given back in the order that leaves its pool as it was).
+    fn bench(&mut self, t: &[&str], id: usize, wrs: Wrs<'_, '_>) {
+        let reps = num(t, "n", 1) as usize;
+        let cq = num(t, "cq", 1) as usize;
+        let sub = num(t, "sub", 0) as usize;
+        let qpn = num(t, "qpn", 0) as u16;
+        let nw = match wrs {
+            Wrs::Send(w) => w.len(),
+            Wrs::Recv(w) => w.len(),
+        };
+        let mut wc = vec![WorkCompletion::default(); nw];
+        // ns per WR (stderr, outside the dump), measured as the harness does: the median of
+        // each post timed with the monotonic clock, minus the median of an empty timed region.
+        let k = kobj();
+        let mut empty = Vec::with_capacity(reps);
+        let mut spent = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let t0 = std::time::Instant::now();
+            empty.push(t0.elapsed());
+        }
+        for _ in 0..reps {
+            let qp = self.qps[id].as_mut().unwrap();
+            let t0 = std::time::Instant::now();
+            match wrs {
+                Wrs::Send(w) => bench_post(qp.as_mut(), w, k),
+                Wrs::Recv(w) => bench_post_recv(qp.as_mut(), w, k),
+            }
+            spent.push(t0.elapsed());
+            for i in (0..nw as u16).rev() {
+                let recv = matches!(wrs, Wrs::Recv(_));
+                self.put_cqe(cq, sub, [i, qpn, 0, 0, 0], recv, 0, None);
+            }
+            assert_eq!(self.cqs[cq].as_mut().unwrap().0.poll(&mut wc), nw);
+            assert!(wc.iter().all(|w| w.status.0 == 0));
+        }
+        spent.sort_unstable();
+        empty.sort_unstable();
+        let mid = reps / 2;
+        eprintln!(
+            "bench: {:.2} ns per WR",
+            (spent[mid].as_nanos() as f64 - empty[mid].as_nanos() as f64) / nw as f64
+        );
     }
 
     fn qp(&mut self, t: &[&str]) {
@@ -631,6 +711,34 @@ impl Run {
         self.driver = None;
         std::mem::take(&mut self.out)
     }
+}
+
+/// The work requests of a benchmark's list.
+#[derive(Clone, Copy)]
+enum Wrs<'a, 'b> {
+    Send(&'a [SendWr<'b>]),
+    Recv(&'a [RecvWr<'b>]),
+}
+
+/// The benchmark's send post: not inlined, so that callgrind can count it alone (the same
+/// call the core's `Qp::post_send` makes through the seam, without the core's state check and
+/// lock).
+#[inline(never)]
+fn bench_post(qp: &mut dyn QpOps, wrs: &[SendWr<'_>], k: rverbs_uverbs::driver::KernelObj<'_>) {
+    // SAFETY: non-inline SGEs are never dereferenced (no device); inline ones name buffers
+    // the run keeps.
+    unsafe { qp.post_send(k, wrs) }.unwrap();
+}
+
+/// The benchmark's receive post, as [`bench_post`].
+#[inline(never)]
+fn bench_post_recv(
+    qp: &mut dyn QpOps,
+    wrs: &[RecvWr<'_>],
+    k: rverbs_uverbs::driver::KernelObj<'_>,
+) {
+    // SAFETY: receive SGEs are never dereferenced (no device).
+    unsafe { qp.post_recv(k, wrs) }.unwrap();
 }
 
 /// rverbs' dump of `script`.

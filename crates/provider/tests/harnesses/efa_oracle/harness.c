@@ -31,6 +31,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <infiniband/efadv.h>
@@ -513,6 +514,94 @@ static int sges(char **tok, int n, struct ibv_sge *sg)
 	return k;
 }
 
+/* A completion as the device writes it into sub-CQ `sub` of CQ `id`: the fields, then the
+ * flags byte with the phase of the sub-CQ's current lap (1 first). */
+static void put_cqe(int id, int sub, unsigned req_id, unsigned qpn, int recv, unsigned status,
+		    unsigned len, unsigned ah, unsigned src_qp, int has_imm, uint32_t imm)
+{
+	uint8_t c[32] = {0};
+	uint16_t v16;
+	v16 = req_id; memcpy(c + 0, &v16, 2);
+	c[2] = status;
+	v16 = qpn; memcpy(c + 4, &v16, 2);
+	v16 = len; memcpy(c + 6, &v16, 2);
+	v16 = ah; memcpy(c + 8, &v16, 2);
+	v16 = src_qp; memcpy(c + 10, &v16, 2);
+	memcpy(c + 12, &imm, 4);
+	unsigned k = cq_written[id][sub]++;
+	uint8_t flags = (recv ? 2 : 1) << 1;
+	if (has_imm)
+		flags |= 1 << 3;
+	flags |= !((k / cq_n[id]) & 1);
+	uint8_t *slot = cq_buf[id] + ((size_t)sub * cq_n[id] + k % cq_n[id]) * cq_esz[id];
+	memcpy(slot, c, cq_esz[id]);
+	slot[3] = 0;
+	__atomic_store_n(slot + 3, flags, __ATOMIC_RELEASE);
+}
+
+static int cmp_ll(const void *a, const void *b)
+{
+	long long x = *(const long long *)a, y = *(const long long *)b;
+	return (x > y) - (x < y);
+}
+
+/* The benchmark's posts: not inlined, so that callgrind can count them alone. */
+__attribute__((noinline)) int bench_post(struct ibv_qp *qp, struct ibv_send_wr *wr,
+					 struct ibv_send_wr **bad)
+{
+	return ibv_post_send(qp, wr, bad);
+}
+
+__attribute__((noinline)) int bench_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
+					      struct ibv_recv_wr **bad)
+{
+	return ibv_post_recv(qp, wr, bad);
+}
+
+/* `bench`/`rbench`: posts the list `n` times through bench_post (bench_post_recv); after each
+ * post, completes its `nw` requests outside the timed call (CQEs into sub-CQ `sub` with
+ * request ids nw-1 down to 0: the ids a fresh queue hands out, given back in the order that
+ * leaves its pool as it was) and polls them, so the queue never fills. ns per WR (stderr,
+ * outside the dump): the median of each post timed with CLOCK_MONOTONIC, minus the median of
+ * an empty timed region (medians: a loaded machine preempts some of them). */
+static int bench(char **tok, int n, struct ibv_send_wr *swr, struct ibv_recv_wr *rwr, int nw)
+{
+	int qp = num(tok, n, "qp", 0), reps = num(tok, n, "n", 1), cq = num(tok, n, "cq", 1);
+	int sub = num(tok, n, "sub", 0);
+	unsigned qpn = num(tok, n, "qpn", 0);
+	long long *spent = calloc(reps, sizeof(long long)), *empty = calloc(reps, sizeof(long long));
+	struct timespec t0, t1;
+	for (int r = 0; r < reps; r++) {
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		empty[r] = (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
+	}
+	for (int r = 0; r < reps; r++) {
+		struct ibv_send_wr *sbad = NULL;
+		struct ibv_recv_wr *rbad = NULL;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		int e = swr ? bench_post(qps[qp], swr, &sbad) : bench_post_recv(qps[qp], rwr, &rbad);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		spent[r] = (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
+		if (e)
+			return 1;
+		for (int i = nw - 1; i >= 0; i--)
+			put_cqe(cq, sub, i, qpn, !swr, 0, 0, 0, 0, 0, 0);
+		struct ibv_wc wc[64];
+		if (ibv_poll_cq(cqs[cq], nw, wc) != nw)
+			return 1;
+		for (int i = 0; i < nw; i++)
+			if (wc[i].status != IBV_WC_SUCCESS)
+				return 1;
+	}
+	qsort(spent, reps, sizeof(long long), cmp_ll);
+	qsort(empty, reps, sizeof(long long), cmp_ll);
+	fprintf(stderr, "bench: %.2f ns per WR\n", (double)(spent[reps / 2] - empty[reps / 2]) / nw);
+	free(spent);
+	free(empty);
+	return 0;
+}
+
 static int step_send(char **tok, int n)
 {
 	static struct ibv_send_wr wrs[64];
@@ -548,6 +637,8 @@ static int step_send(char **tok, int n)
 		nw++;
 		start = i + 1;
 	}
+	if (!strcmp(tok[0], "bench"))
+		return bench(tok, n, wrs, NULL, nw) ? nw + 1 : 0;
 	struct ibv_send_wr *bad = NULL;
 	int rc = ibv_post_send(qps[qp], wrs, &bad);
 	return rc ? (int)(bad - wrs) + 1 : 0;
@@ -573,6 +664,8 @@ static int step_recv(char **tok, int n)
 		nw++;
 		start = i + 1;
 	}
+	if (!strcmp(tok[0], "rbench"))
+		return bench(tok, n, NULL, wrs, nw) ? nw + 1 : 0;
 	struct ibv_recv_wr *bad = NULL;
 	int rc = ibv_post_recv(qps[id], wrs, &bad);
 	return rc ? (int)(bad - wrs) + 1 : 0;
@@ -806,34 +899,15 @@ int main(int argc, char **argv)
 			if (ibv_destroy_qp(qps[id]))
 				rc = errno;
 			qps[id] = NULL;
-		} else if (!strcmp(w, "send")) {
+		} else if (!strcmp(w, "send") || !strcmp(w, "bench")) {
 			errat = step_send(tok, n);
-		} else if (!strcmp(w, "recv")) {
+		} else if (!strcmp(w, "recv") || !strcmp(w, "rbench")) {
 			errat = step_recv(tok, n);
 		} else if (!strcmp(w, "cqe")) {
-			/* a completion as the device writes it into sub-CQ `sub`: the fields, then
-			 * the flags byte with the phase of the sub-CQ's current lap (1 first) */
-			int id = num(tok, n, "cq", 1), sub = num(tok, n, "sub", 0);
-			uint8_t c[32] = {0};
-			uint16_t v16;
-			uint32_t v32;
-			int recv = num(tok, n, "recv", 0);
-			v16 = num(tok, n, "req_id", 0); memcpy(c + 0, &v16, 2);
-			c[2] = num(tok, n, "status", 0);
-			v16 = num(tok, n, "qpn", 0); memcpy(c + 4, &v16, 2);
-			v16 = num(tok, n, "len", 0); memcpy(c + 6, &v16, 2);
-			v16 = num(tok, n, "ah", 0); memcpy(c + 8, &v16, 2);
-			v16 = num(tok, n, "src_qp", 0); memcpy(c + 10, &v16, 2);
-			v32 = num(tok, n, "imm", 0); memcpy(c + 12, &v32, 4);
-			unsigned k = cq_written[id][sub]++;
-			uint8_t flags = (recv ? 2 : 1) << 1;
-			if (arg(tok, n, "imm"))
-				flags |= 1 << 3;
-			flags |= !((k / cq_n[id]) & 1);
-			uint8_t *slot = cq_buf[id] + ((size_t)sub * cq_n[id] + k % cq_n[id]) * cq_esz[id];
-			memcpy(slot, c, cq_esz[id]);
-			slot[3] = 0;
-			__atomic_store_n(slot + 3, flags, __ATOMIC_RELEASE);
+			put_cqe(num(tok, n, "cq", 1), num(tok, n, "sub", 0), num(tok, n, "req_id", 0),
+				num(tok, n, "qpn", 0), num(tok, n, "recv", 0), num(tok, n, "status", 0),
+				num(tok, n, "len", 0), num(tok, n, "ah", 0), num(tok, n, "src_qp", 0),
+				arg(tok, n, "imm") != NULL, num(tok, n, "imm", 0));
 		} else if (!strcmp(w, "poll")) {
 			struct ibv_wc wc[32];
 			memset(wc, 0, sizeof(wc));
