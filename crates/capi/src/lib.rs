@@ -141,6 +141,7 @@ pub mod ibverbs;
 pub mod mw;
 #[cfg(test)]
 mod null_tests;
+pub mod preload;
 pub mod qp_ex;
 pub mod rsocket;
 mod symver;
