@@ -288,6 +288,7 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
 #[cfg_attr(feature = "preload", no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     drop(remove(fd));
+    super::epoll::forget(fd);
     // SAFETY: integers only.
     unsafe { (real().close)(fd) }
 }
@@ -317,6 +318,7 @@ fn dup_onto(old: c_int, new: c_int, f: impl FnOnce() -> c_int) -> c_int {
             Some(s) => insert(new, s),
             None => remove(new),
         };
+        super::epoll::forget(new);
         drop(before);
     }
     n
@@ -576,7 +578,7 @@ pub unsafe extern "C" fn sendfile64(
 
 /// Runs `rpoll` over `fds` with the table's numbers replaced by their rsockets (kept alive
 /// for the call); the results go back into `fds`.
-fn poll_translated(fds: &mut [pollfd], timeout: c_int) -> c_int {
+pub(crate) fn poll_translated(fds: &mut [pollfd], timeout: c_int) -> c_int {
     let socks: Vec<Option<Arc<Sock>>> = fds.iter().map(|p| get(p.fd)).collect();
     let mut tr: Vec<pollfd> = fds
         .iter()
@@ -639,7 +641,7 @@ pub unsafe extern "C" fn poll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) ->
 ///
 /// # Safety
 /// \[in\] `mask` NULL or a `sigset_t`.
-unsafe fn with_mask(mask: *const sigset_t, f: impl FnOnce() -> c_int) -> c_int {
+pub(crate) unsafe fn with_mask(mask: *const sigset_t, f: impl FnOnce() -> c_int) -> c_int {
     if mask.is_null() {
         return f();
     }
@@ -800,10 +802,10 @@ pub unsafe extern "C" fn select(
         Some(n) => {
             if !timeout.is_null() && n >= 0 {
                 let left = std::time::Duration::from_millis(ms as u64).saturating_sub(t0.elapsed());
-                let tv = timeval {
-                    tv_sec: left.as_secs() as libc::time_t,
-                    tv_usec: left.subsec_micros() as libc::suseconds_t,
-                };
+                // SAFETY: [out] timeout is a timeval.
+                let mut tv: timeval = unsafe { timeout.read_unaligned() };
+                tv.tv_sec = left.as_secs() as _;
+                tv.tv_usec = left.subsec_micros() as _;
                 // SAFETY: [out] timeout is a timeval.
                 unsafe { timeout.write_unaligned(tv) };
             }
@@ -843,30 +845,6 @@ pub unsafe extern "C" fn pselect(
         None => unsafe { (rl.pselect)(nfds, readfds, writefds, exceptfds, ts, sigmask) },
         Some(n) => n,
     }
-}
-
-/// `epoll_ctl(2)`: an rsocket cannot be watched by epoll (its readiness is the stream's,
-/// not an fd's): -1 and `EPERM` (epoll's answer for a file it cannot watch), logged; any
-/// other fd to the next `epoll_ctl`.
-///
-/// # Safety
-/// \[in\] `event` as `epoll_ctl(2)`'s; \[fd\].
-#[cfg_attr(feature = "preload", no_mangle)]
-pub unsafe extern "C" fn epoll_ctl(
-    epfd: c_int,
-    op: c_int,
-    fd: c_int,
-    event: *mut libc::epoll_event,
-) -> c_int {
-    if op != libc::EPOLL_CTL_DEL && get(fd).is_some() {
-        log(&format!(
-            "epoll_ctl: fd {fd} is an rsocket, which epoll cannot watch"
-        ));
-        set_errno(libc::EPERM);
-        return -1;
-    }
-    // SAFETY: [in] as this function's contract.
-    unsafe { (real().epoll_ctl)(epfd, op, fd, event) }
 }
 
 // ---------------------------------------------------------------------------------------

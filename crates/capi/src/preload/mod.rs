@@ -29,7 +29,7 @@
 //! Environment, as rdma-core's preload: `RS_SQ_SIZE`, `RS_RQ_SIZE`, `RS_INLINE` (the
 //! rsockets' `RDMA_SQSIZE`, `RDMA_RQSIZE`, `RDMA_INLINE`). Not there: the configuration file
 //! (`/etc/rdma/rsocket/preload_config`), `RDMAV_FORK_SAFE` (a connection made before `fork`
-//! is not usable in the child), `epoll_*` on an rsocket (`EPERM`, see `epoll_ctl`).
+//! is not usable in the child).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,11 +38,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use libc::c_int;
 
 pub mod calls;
+pub mod epoll;
 mod real;
 #[cfg(test)]
 mod tests;
 
 pub use calls::*;
+pub use epoll::*;
 
 /// One rsocket behind one or more of the program's numbers (`dup`).
 pub(crate) struct Sock {

@@ -60,6 +60,7 @@ real! {
     sendfile: fn(c_int, c_int, *mut off_t, size_t) -> ssize_t;
     pread: fn(c_int, *mut c_void, size_t, off_t) -> ssize_t;
     epoll_ctl: fn(c_int, c_int, c_int, *mut libc::epoll_event) -> c_int;
+    epoll_pwait: fn(c_int, *mut libc::epoll_event, c_int, c_int, *const sigset_t) -> c_int;
 }
 
 /// `dlsym(RTLD_NEXT, name)`; a missing one ends the process (glibc defines them all).

@@ -8,7 +8,7 @@ use std::os::fd::AsRawFd;
 
 use libc::{c_int, c_void, socklen_t};
 
-use super::calls as p;
+use super as p;
 use super::get;
 
 fn errno() -> c_int {
@@ -401,24 +401,90 @@ fn poll_and_select_mix_rsockets_and_plain_fds() {
 }
 
 #[test]
-fn epoll_refuses_rsockets_and_passes_other_fds() {
+fn epoll_sets_hold_rsockets_beside_kernel_fds() {
     let fd = tcp_socket();
     // SAFETY: integers only.
     let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
     assert!(ep >= 0);
-    let mut ev = libc::epoll_event {
-        events: libc::EPOLLIN as u32,
-        u64: 0,
+    let mut fds = [0; 2];
+    // SAFETY: [out] two c_ints.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: [buf] one byte.
+    assert_eq!(unsafe { libc::write(fds[1], b"x".as_ptr().cast(), 1) }, 1);
+    let ctl = |op: c_int, n: c_int, events: c_int, data: u64| {
+        let mut ev = libc::epoll_event {
+            events: events as u32,
+            u64: data,
+        };
+        // SAFETY: [in] ev.
+        unsafe { p::epoll_ctl(ep, op, n, &mut ev) }
     };
-    // SAFETY: [in] ev.
-    let r = unsafe { p::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) };
-    assert_eq!((r, errno()), (-1, libc::EPERM));
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    // SAFETY: [in] ev.
-    let r = unsafe { p::epoll_ctl(ep, libc::EPOLL_CTL_ADD, l.as_raw_fd(), &mut ev) };
-    assert_eq!(r, 0);
-    close(ep);
+    assert_eq!(
+        ctl(
+            libc::EPOLL_CTL_ADD,
+            fd,
+            libc::EPOLLOUT | libc::EPOLLONESHOT,
+            7
+        ),
+        0
+    );
+    assert_eq!(
+        (ctl(libc::EPOLL_CTL_ADD, fd, libc::EPOLLOUT, 7), errno()),
+        (-1, libc::EEXIST)
+    );
+    assert_eq!(ctl(libc::EPOLL_CTL_ADD, fds[0], libc::EPOLLIN, 9), 0);
+    let wait = |t: c_int| -> Vec<(u32, u64)> {
+        // SAFETY: all-zero bytes are epoll_events.
+        let mut out: [libc::epoll_event; 4] = unsafe { std::mem::zeroed() };
+        // SAFETY: [out] four epoll_events.
+        let n = unsafe { p::epoll_wait(ep, out.as_mut_ptr(), 4, t) };
+        assert!(n >= 0, "epoll_wait: {}", std::io::Error::last_os_error());
+        let mut v: Vec<(u32, u64)> = out[..n as usize]
+            .iter()
+            .map(|e| (e.events, e.u64))
+            .collect();
+        v.sort_by_key(|e| e.1);
+        v
+    };
+    // The unconnected rsocket (writable, hung up) and the readable pipe.
+    let hup_out = (libc::EPOLLOUT | libc::EPOLLHUP) as u32;
+    assert_eq!(wait(1000), [(hup_out, 7), (libc::EPOLLIN as u32, 9)]);
+    // One-shot: disarmed until MOD.
+    assert_eq!(wait(0), [(libc::EPOLLIN as u32, 9)]);
+    assert_eq!(ctl(libc::EPOLL_CTL_MOD, fd, libc::EPOLLOUT, 8), 0);
+    assert_eq!(wait(0), [(hup_out, 8), (libc::EPOLLIN as u32, 9)]);
+    assert_eq!(ctl(libc::EPOLL_CTL_DEL, fd, 0, 0), 0);
+    assert_eq!(
+        (ctl(libc::EPOLL_CTL_DEL, fd, 0, 0), errno()),
+        (-1, libc::ENOENT)
+    );
+    assert_eq!(
+        (ctl(libc::EPOLL_CTL_MOD, fd, 0, 0), errno()),
+        (-1, libc::ENOENT)
+    );
+    assert_eq!((ctl(99, fd, 0, 0), errno()), (-1, libc::EINVAL));
+    // SAFETY: a NULL event for ADD.
+    let r = unsafe { p::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, std::ptr::null_mut()) };
+    assert_eq!((r, errno()), (-1, libc::EFAULT));
+    assert_eq!(wait(0), [(libc::EPOLLIN as u32, 9)]);
+    // A closed rsocket leaves the set.
+    assert_eq!(ctl(libc::EPOLL_CTL_ADD, fd, libc::EPOLLOUT, 7), 0);
     close(fd);
+    assert_eq!(wait(0), [(libc::EPOLLIN as u32, 9)]);
+    // An epfd that is not open.
+    let other = tcp_socket();
+    let mut ev = libc::epoll_event { events: 0, u64: 0 };
+    // SAFETY: [in] ev.
+    let r = unsafe { p::epoll_ctl(1 << 20, libc::EPOLL_CTL_ADD, other, &mut ev) };
+    assert_eq!((r, errno()), (-1, libc::EBADF));
+    // Kernel fds pass through: a listener added, its errors the kernel's.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    assert_eq!(ctl(libc::EPOLL_CTL_ADD, l.as_raw_fd(), libc::EPOLLIN, 1), 0);
+    let r = ctl(libc::EPOLL_CTL_ADD, l.as_raw_fd(), libc::EPOLLIN, 1);
+    assert_eq!((r, errno()), (-1, libc::EEXIST));
+    for n in [ep, other, fds[0], fds[1]] {
+        close(n);
+    }
 }
 
 #[test]
