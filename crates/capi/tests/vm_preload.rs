@@ -54,7 +54,7 @@ fn program(prog: &str, side: Side, args: &[&str]) -> Command {
         path.display()
     );
     let mut c = Command::new("timeout");
-    c.arg("90").arg(path).args(args);
+    c.arg("30").arg(path).args(args);
     c.env_remove("LD_LIBRARY_PATH");
     match side {
         Side::Ours => {
@@ -111,15 +111,14 @@ fn wait_server(server: &mut Option<Proc>, port: u16, side: Side) {
     }
 }
 
-/// The JSON value at `path` (object keys) in `text`, as a number; panics naming `what`.
-fn number(text: &str, path: &[&str], what: &str) -> f64 {
-    let start = text
+/// The JSON value at `path` (object keys) in `text`, as a number; the error names `what`.
+fn number(text: &str, path: &[&str], what: &str) -> Result<f64, String> {
+    let v = text
         .find('{')
-        .unwrap_or_else(|| panic!("{what}: no JSON in:\n{text}"));
-    let v = json_path(&text[start..], path)
-        .unwrap_or_else(|| panic!("{what}: no {path:?} in:\n{text}"));
+        .and_then(|start| json_path(&text[start..], path))
+        .ok_or_else(|| format!("{what}: no {path:?} in:\n{text}"))?;
     v.parse()
-        .unwrap_or_else(|_| panic!("{what}: {path:?} is {v:?}, not a number"))
+        .map_err(|_| format!("{what}: {path:?} is {v:?}, not a number in:\n{text}"))
 }
 
 /// A small lookup in iperf3's JSON: follows `path` through nested objects by key (the
@@ -140,8 +139,13 @@ fn json_path<'a>(text: &'a str, path: &[&str]) -> Option<&'a str> {
 
 /// One iperf3 test: a server (`-s -1`) on `server`, a client sending for 2 s with
 /// `streams` parallel streams on `client`, to the guest's address A. Returns the client's
-/// sending rate in Gbit/s after checking the bytes on both ends.
+/// sending rate in Gbit/s after checking the bytes on both ends; panics on any failure.
 fn iperf3(server: Side, client: Side, port: u16, streams: u32) -> f64 {
+    iperf3_try(server, client, port, streams).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`iperf3`], its failure returned.
+fn iperf3_try(server: Side, client: Side, port: u16, streams: u32) -> Result<f64, String> {
     let a = addr_a();
     let p = port.to_string();
     let mut s = Some(Proc::spawn(program(
@@ -157,40 +161,42 @@ fn iperf3(server: Side, client: Side, port: u16, streams: u32) -> f64 {
         &["-c", &a, "-p", &p, "-t", "2", "-J", "-P", &n],
     );
     let t0 = Instant::now();
-    let (cok, cout) = Proc::spawn(c).finish(Duration::from_secs(95));
-    let (sok, sout) = s.take().unwrap().finish(Duration::from_secs(30));
+    let (cok, cout) = Proc::spawn(c).finish(Duration::from_secs(40));
+    let (sok, sout) = s.take().unwrap().finish(Duration::from_secs(10));
     let who = format!(
         "iperf3 -P {streams}: server {}, client {}",
         server.name(),
         client.name()
     );
     eprintln!("{who}: {:?}", t0.elapsed());
-    assert!(cok && sok, "{who}:\nclient:\n{cout}\nserver:\n{sout}");
-    let sent = number(&cout, &["end", "sum_sent", "bytes"], &who);
-    let received = number(&cout, &["end", "sum_received", "bytes"], &who);
-    let server_received = number(&sout, &["end", "sum_received", "bytes"], &who);
-    let secs = number(&cout, &["end", "sum_sent", "seconds"], &who);
-    assert!(
-        received > 0.0 && received <= sent && received == server_received,
-        "{who}: the client sent {sent} B, and reports {received} B received; the server \
-         reports {server_received} B:\nclient:\n{cout}\nserver:\n{sout}"
-    );
+    if !(cok && sok) {
+        return Err(format!("{who}:\nclient:\n{cout}\nserver:\n{sout}"));
+    }
+    let sent = number(&cout, &["end", "sum_sent", "bytes"], &who)?;
+    let received = number(&cout, &["end", "sum_received", "bytes"], &who)?;
+    let server_received = number(&sout, &["end", "sum_received", "bytes"], &who)?;
+    let secs = number(&cout, &["end", "sum_sent", "seconds"], &who)?;
+    if !(received > 0.0 && received <= sent && received == server_received) {
+        return Err(format!(
+            "{who}: the client sent {sent} B, and reports {received} B received; the server \
+             reports {server_received} B:\nclient:\n{cout}\nserver:\n{sout}"
+        ));
+    }
     for (side, out) in [(server, &sout), (client, &cout)] {
-        if side == Side::Ours {
-            assert!(
-                !out.contains("plain TCP"),
-                "{who}: our preload fell back to TCP:\n{out}"
-            );
+        if side == Side::Ours && out.contains("plain TCP") {
+            return Err(format!("{who}: our preload fell back to TCP:\n{out}"));
         }
     }
     let gbits = sent * 8.0 / secs / 1e9;
     eprintln!("{who}: sent {sent} B, received {received} B (both ends agree), {gbits:.3} Gbit/s");
-    gbits
+    Ok(gbits)
 }
 
-/// iperf3 on our preload against itself and against rdma-core's preload both ways, one
-/// stream and four, bytes checked on both ends; then rdma-core's against itself and plain
-/// TCP for the table of docs/capi.md.
+/// iperf3 on our preload against itself and with our server against rdma-core's client,
+/// one stream and four, bytes checked on both ends; rdma-core's server against our client
+/// where rdma-core's server runs iperf3 against its own client (rdma-core 44's does not: its
+/// server stalls after the first 128 KiB, also with its own client); plain TCP beside them
+/// for the table of docs/capi.md.
 #[test]
 #[cfg_attr(
     not(rverbs_vm),
@@ -204,24 +210,169 @@ fn iperf3_on_our_preload_interop() {
         port
     };
     let mut table = Vec::new();
-    for (server, client) in [
-        (Ours, Ours),
-        (Ours, RdmaCore),
-        (RdmaCore, Ours),
-        (RdmaCore, RdmaCore),
-        (Tcp, Tcp),
-    ] {
+    for (server, client) in [(Ours, Ours), (Ours, RdmaCore), (Tcp, Tcp)] {
         for streams in [1, 4] {
             let g = iperf3(server, client, next(), streams);
             table.push(format!(
-                "| {} | {} | {streams} | {g:.2} |",
+                "| {} | {} | {streams} | {g:.3} |",
                 server.name(),
                 client.name()
             ));
         }
     }
+    match iperf3_try(RdmaCore, RdmaCore, next(), 1) {
+        Ok(g) => {
+            table.push(format!("| rdma-core's | rdma-core's | 1 | {g:.3} |"));
+            let g = iperf3(RdmaCore, Ours, next(), 1);
+            table.push(format!("| rdma-core's | ours | 1 | {g:.3} |"));
+        }
+        Err(e) => {
+            let first = e.lines().next().unwrap_or_default().to_string();
+            eprintln!(
+                "skipped: rdma-core's server against our client: rdma-core's server does not \
+                 run iperf3 against its own client ({first}; its report below)\n{e}"
+            );
+            table.push("| rdma-core's | rdma-core's | 1 | fails |".into());
+        }
+    }
     eprintln!(
         "| server | client | streams | Gbit/s |\n| --- | --- | --- | --- |\n{}",
+        table.join("\n")
+    );
+}
+
+// --- redis ---------------------------------------------------------------------------------
+
+/// `redis-cli` on `side` against the server at A:`port`, `args`, stdin from `input`.
+fn redis_cli(side: Side, port: u16, args: &[&str], input: Option<&[u8]>) -> Vec<u8> {
+    use std::io::Write;
+    let a = addr_a();
+    let p = port.to_string();
+    let mut c = program("redis-cli", side, &["-h", &a, "-p", &p]);
+    c.args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let what = format!("{c:?}");
+    let mut child = c.spawn().unwrap_or_else(|e| panic!("{what}: {e}"));
+    let mut stdin = child.stdin.take().unwrap();
+    let data = input.map(<[u8]>::to_vec);
+    let feeder = std::thread::spawn(move || {
+        if let Some(d) = data {
+            stdin.write_all(&d).unwrap();
+        }
+    });
+    let o = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    assert!(
+        o.status.success(),
+        "{what}: {}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o.stdout
+}
+
+/// redis-server on our preload with redis-cli and redis-benchmark on our preload: SET and
+/// GET of a 1 MiB value (the value read back is the one written), then redis-benchmark's
+/// SET and GET with 16-deep pipelining; the server's own counts of the commands must cover
+/// what the benchmark sent. rdma-core 44's preload has no epoll (redis' event loop), so
+/// only ours runs redis; plain TCP beside it for the table.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn redis_on_our_preload_interop() {
+    let a = addr_a();
+    let value: Vec<u8> = (0..1u32 << 20)
+        .map(|i| b'a' + (i.wrapping_mul(2654435761) >> 27) as u8 % 26)
+        .collect();
+    let mut table = Vec::new();
+    for (k, side) in [Side::Ours, Side::Tcp].into_iter().enumerate() {
+        let port = 6390 + k as u16;
+        let p = port.to_string();
+        let mut s = Some(Proc::spawn(program(
+            "redis-server",
+            side,
+            &[
+                "--port",
+                &p,
+                "--bind",
+                &a,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+                "--daemonize",
+                "no",
+            ],
+        )));
+        wait_server(&mut s, port, side);
+        let t0 = Instant::now();
+        redis_cli(side, port, &["-x", "SET", "big"], Some(&value));
+        let got = redis_cli(side, port, &["GET", "big"], None);
+        assert!(
+            got.strip_suffix(b"\n") == Some(&value[..]),
+            "redis on {}: GET returned {} bytes, not the 1 MiB value SET",
+            side.name(),
+            got.len()
+        );
+        let n = 2000;
+        let nn = n.to_string();
+        let bench = program(
+            "redis-benchmark",
+            side,
+            &[
+                "-h", &a, "-p", &p, "-n", &nn, "-t", "set,get", "-P", "16", "-q", "-c", "4",
+            ],
+        );
+        let (ok, out) = Proc::spawn(bench).finish(Duration::from_secs(60));
+        assert!(ok, "redis-benchmark on {}:\n{out}", side.name());
+        let stats =
+            String::from_utf8_lossy(&redis_cli(side, port, &["INFO", "commandstats"], None))
+                .into_owned();
+        for cmd in ["set", "get"] {
+            let calls: u64 = stats
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
+                .and_then(|r| r.split(',').next())
+                .and_then(|c| c.parse().ok())
+                .unwrap_or_else(|| {
+                    panic!("redis on {}: no cmdstat_{cmd} in:\n{stats}", side.name())
+                });
+            assert!(
+                calls > n,
+                "redis on {}: the server counted {calls} {cmd}s, the benchmark sent {n}+1",
+                side.name()
+            );
+        }
+        let rps = |cmd: &str| -> String {
+            out.lines()
+                .find(|l| l.trim_start().starts_with(&format!("{cmd}:")))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .unwrap_or("?")
+                .to_string()
+        };
+        eprintln!("redis on {}: {:?}\n{out}", side.name(), t0.elapsed());
+        table.push(format!(
+            "| {} | {} | {} |",
+            side.name(),
+            rps("SET"),
+            rps("GET")
+        ));
+        let (_, sout) = s.take().unwrap().finish(Duration::ZERO);
+        if side == Side::Ours {
+            assert!(
+                !sout.contains("plain TCP"),
+                "redis on ours fell back to TCP:\n{sout}"
+            );
+        }
+    }
+    eprintln!(
+        "| redis-server and clients | SET req/s (-P 16) | GET req/s (-P 16) |\n| --- | --- | --- |\n{}",
         table.join("\n")
     );
 }
