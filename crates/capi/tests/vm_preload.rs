@@ -54,7 +54,7 @@ fn program(prog: &str, side: Side, args: &[&str]) -> Command {
         path.display()
     );
     let mut c = Command::new("timeout");
-    c.arg("30").arg(path).args(args);
+    c.arg("20").arg(path).args(args);
     c.env_remove("LD_LIBRARY_PATH");
     match side {
         Side::Ours => {
@@ -101,7 +101,10 @@ fn wait_server(server: &mut Option<Proc>, port: u16, side: Side) {
             return;
         }
         if t0.elapsed() > Duration::from_secs(30) {
-            let (_, out) = server.take().unwrap().finish(Duration::ZERO);
+            let out = server
+                .take()
+                .map(|s| s.finish(Duration::ZERO).1)
+                .unwrap_or_default();
             panic!(
                 "the server on {} does not listen on {port} after 30 s:\n{out}",
                 side.name()
@@ -243,6 +246,27 @@ fn iperf3_on_our_preload_interop() {
 
 // --- redis ---------------------------------------------------------------------------------
 
+/// A server whose output goes to `log`: killed when dropped, its log printed then if the
+/// test is failing.
+struct ServerLog {
+    child: std::process::Child,
+    log: PathBuf,
+    side: Side,
+}
+
+impl Drop for ServerLog {
+    fn drop(&mut self) {
+        // SIGTERM to `timeout`, which passes it on to the server.
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            eprintln!("the server on {}: its output:\n{text}", self.side.name());
+        }
+    }
+}
+
 /// `redis-cli` on `side` against the server at A:`port`, `args`, stdin from `input`.
 fn redis_cli(side: Side, port: u16, args: &[&str], input: Option<&[u8]>) -> Vec<u8> {
     use std::io::Write;
@@ -292,7 +316,9 @@ fn redis_on_our_preload_interop() {
     for (k, side) in [Side::Ours, Side::Tcp].into_iter().enumerate() {
         let port = 6390 + k as u16;
         let p = port.to_string();
-        let mut s = Some(Proc::spawn(program(
+        let log = std::env::temp_dir().join(format!("rverbs-redis-{port}.log"));
+        let f = std::fs::File::create(&log).unwrap();
+        let mut server = program(
             "redis-server",
             side,
             &[
@@ -308,9 +334,14 @@ fn redis_on_our_preload_interop() {
                 "no",
                 "--daemonize",
                 "no",
+                "--loglevel",
+                "verbose",
             ],
-        )));
-        wait_server(&mut s, port, side);
+        );
+        server.stdout(f.try_clone().unwrap()).stderr(f);
+        let child = server.spawn().unwrap();
+        let guard = ServerLog { child, log, side };
+        wait_server(&mut None, port, side);
         let t0 = Instant::now();
         redis_cli(side, port, &["-x", "SET", "big"], Some(&value));
         let got = redis_cli(side, port, &["GET", "big"], None);
@@ -363,13 +394,12 @@ fn redis_on_our_preload_interop() {
             rps("SET"),
             rps("GET")
         ));
-        let (_, sout) = s.take().unwrap().finish(Duration::ZERO);
-        if side == Side::Ours {
-            assert!(
-                !sout.contains("plain TCP"),
-                "redis on ours fell back to TCP:\n{sout}"
-            );
-        }
+        let sout = std::fs::read_to_string(&guard.log).unwrap_or_default();
+        drop(guard);
+        assert!(
+            side != Side::Ours || !sout.contains("plain TCP"),
+            "redis on ours fell back to TCP:\n{sout}"
+        );
     }
     eprintln!(
         "| redis-server and clients | SET req/s (-P 16) | GET req/s (-P 16) |\n| --- | --- | --- |\n{}",
