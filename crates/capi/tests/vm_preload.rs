@@ -45,7 +45,8 @@ impl Side {
     }
 }
 
-/// `prog` (from /usr/bin, under `timeout`) on `side`.
+/// `prog` (from /usr/bin, under `timeout`: 90 s for the servers, 30 s for the clients) on
+/// `side`.
 fn program(prog: &str, side: Side, args: &[&str]) -> Command {
     let path = PathBuf::from("/usr/bin").join(prog);
     assert!(
@@ -54,7 +55,8 @@ fn program(prog: &str, side: Side, args: &[&str]) -> Command {
         path.display()
     );
     let mut c = Command::new("timeout");
-    c.arg("20").arg(path).args(args);
+    let server = args.contains(&"-s") || prog.contains("server") || prog == "python3";
+    c.arg(if server { "90" } else { "30" }).arg(path).args(args);
     c.env_remove("LD_LIBRARY_PATH");
     match side {
         Side::Ours => {
@@ -165,6 +167,7 @@ fn iperf3_try(server: Side, client: Side, port: u16, streams: u32) -> Result<f64
     );
     let t0 = Instant::now();
     let (cok, cout) = Proc::spawn(c).finish(Duration::from_secs(40));
+    // A server whose client failed may never end: 10 s more, then killed.
     let (sok, sout) = s.take().unwrap().finish(Duration::from_secs(10));
     let who = format!(
         "iperf3 -P {streams}: server {}, client {}",
@@ -405,4 +408,62 @@ fn redis_on_our_preload_interop() {
         "| redis-server and clients | SET req/s (-P 16) | GET req/s (-P 16) |\n| --- | --- | --- |\n{}",
         table.join("\n")
     );
+}
+
+// --- curl against Python's http.server -----------------------------------------------------
+
+/// Python's `http.server` on our preload serving a 3 MB file to `curl` on our preload
+/// (which connects non-blocking and polls), and both on TCP: the file arrives intact.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn curl_and_http_server_on_our_preload_interop() {
+    let a = addr_a();
+    let dir = std::env::temp_dir().join(format!("rverbs-http-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let data: Vec<u8> = (0..3_000_007u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(dir.join("file"), &data).unwrap();
+    for (k, side) in [Side::Ours, Side::Tcp].into_iter().enumerate() {
+        let port = 8390 + k as u16;
+        let p = port.to_string();
+        let log = dir.join(format!("server-{port}.log"));
+        let f = std::fs::File::create(&log).unwrap();
+        let d = dir.display().to_string();
+        let mut server = program(
+            "python3",
+            side,
+            &["-m", "http.server", &p, "--bind", &a, "--directory", &d],
+        );
+        server.stdout(f.try_clone().unwrap()).stderr(f);
+        let child = server.spawn().unwrap();
+        let guard = ServerLog { child, log, side };
+        wait_server(&mut None, port, side);
+        let out = dir.join(format!("got-{port}"));
+        let o = out.display().to_string();
+        let url = format!("http://{a}:{p}/file");
+        let t0 = Instant::now();
+        let (ok, text) = Proc::spawn(program("curl", side, &["-sS", "-o", &o, &url]))
+            .finish(Duration::from_secs(35));
+        let took = t0.elapsed();
+        assert!(ok, "curl on {}:\n{text}", side.name());
+        let got = std::fs::read(&out).unwrap_or_default();
+        assert!(
+            got == data,
+            "curl on {}: {} bytes arrived, not the 3 MB file",
+            side.name(),
+            got.len()
+        );
+        eprintln!("curl on {}: 3 MB in {took:?}", side.name());
+        let sout = std::fs::read_to_string(&guard.log).unwrap_or_default();
+        drop(guard);
+        assert!(
+            side != Side::Ours || !sout.contains("plain TCP"),
+            "http.server on ours fell back to TCP:\n{sout}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
