@@ -69,7 +69,10 @@ pub const ONCE_PER_RUN: &[(&str, &str)] = &[
     ("capi/vm_rsocket", "rstream_on_our_rsockets_interop"),
     ("capi/vm_preload", "iperf3_on_our_preload_interop"),
     ("capi/vm_preload", "redis_on_our_preload_interop"),
-    ("capi/vm_preload", "curl_and_http_server_on_our_preload_interop"),
+    (
+        "capi/vm_preload",
+        "curl_and_http_server_on_our_preload_interop",
+    ),
 ];
 
 /// Tests that run both the one-node and the two-node case themselves (rxe_datapath's

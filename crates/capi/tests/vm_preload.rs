@@ -7,8 +7,13 @@
 //!   sent; the server's preload must have listened on the rdma_cm (and, where it is ours,
 //!   never fallen back to TCP), so the bytes moved over rsockets.
 //!
-//! Each run also prints its throughput, with plain TCP on the same addresses beside it (the
-//! table in docs/capi.md).
+//! - `redis-server` with `redis-cli` (SET and GET of a 1 MiB value, read back intact) and
+//!   `redis-benchmark` (SET and GET, 16-deep pipelining; the server's command counts must
+//!   cover the benchmark's), all on ours (rdma-core 44's preload has no epoll);
+//! - `curl` fetching a 3 MB file from Python's `http.server`, both on ours, byte-checked.
+//!
+//! Each test also prints its numbers with plain TCP on the same address beside them (the
+//! tables of docs/capi.md).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -199,10 +204,10 @@ fn iperf3_try(server: Side, client: Side, port: u16, streams: u32) -> Result<f64
 }
 
 /// iperf3 on our preload against itself and with our server against rdma-core's client,
-/// one stream and four, bytes checked on both ends; rdma-core's server against our client
-/// where rdma-core's server runs iperf3 against its own client (rdma-core 44's does not: its
-/// server stalls after the first 128 KiB, also with its own client); plain TCP beside them
-/// for the table of docs/capi.md.
+/// one stream and four, bytes checked on both ends; plain TCP beside them for the table of
+/// docs/capi.md. rdma-core's server is not run: rdma-core 44's preload does not run iperf3's
+/// server, also against its own client (its data stream stalls after the first 128 KiB and
+/// the pair ends only when killed, minutes later; docs/capi.md).
 #[test]
 #[cfg_attr(
     not(rverbs_vm),
@@ -224,21 +229,6 @@ fn iperf3_on_our_preload_interop() {
                 server.name(),
                 client.name()
             ));
-        }
-    }
-    match iperf3_try(RdmaCore, RdmaCore, next(), 1) {
-        Ok(g) => {
-            table.push(format!("| rdma-core's | rdma-core's | 1 | {g:.3} |"));
-            let g = iperf3(RdmaCore, Ours, next(), 1);
-            table.push(format!("| rdma-core's | ours | 1 | {g:.3} |"));
-        }
-        Err(e) => {
-            let first = e.lines().next().unwrap_or_default().to_string();
-            eprintln!(
-                "skipped: rdma-core's server against our client: rdma-core's server does not \
-                 run iperf3 against its own client ({first}; its report below)\n{e}"
-            );
-            table.push("| rdma-core's | rdma-core's | 1 | fails |".into());
         }
     }
     eprintln!(
@@ -383,11 +373,19 @@ fn redis_on_our_preload_interop() {
                 side.name()
             );
         }
+        // redis-benchmark -q ends each test with "SET: 3048.78 requests per second, …"
+        // (after progress lines separated by carriage returns).
         let rps = |cmd: &str| -> String {
-            out.lines()
-                .find(|l| l.trim_start().starts_with(&format!("{cmd}:")))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .unwrap_or("?")
+            out.split(['\r', '\n'])
+                .filter(|l| l.contains("requests per second"))
+                .find_map(|l| l.trim().strip_prefix(&format!("{cmd}: ")))
+                .and_then(|l| l.split_whitespace().next())
+                .unwrap_or_else(|| {
+                    panic!(
+                        "redis-benchmark on {}: no {cmd} result:\n{out}",
+                        side.name()
+                    )
+                })
                 .to_string()
         };
         eprintln!("redis on {}: {:?}\n{out}", side.name(), t0.elapsed());

@@ -792,8 +792,8 @@ pub unsafe extern "C" fn select(
             as c_int
     };
     let t0 = Instant::now();
-    // SAFETY: [out] as this function's contract; nfds checked.
     let sets = [readfds, writefds, exceptfds];
+    // SAFETY: [out] as this function's contract; nfds checked.
     match unsafe { select_translated(nfds, sets, ms, std::ptr::null()) } {
         None => {
             // SAFETY: as this function's contract.

@@ -20,9 +20,17 @@ macro_rules! real {
             Real {
                 // SAFETY: each name is looked up with glibc's type of it (<sys/socket.h>,
                 // <unistd.h>, <poll.h>, …), which the field's type spells out.
-                $($name: unsafe { std::mem::transmute::<*mut c_void, _>(next(concat!(stringify!($name), "\0"))) },)*
+                $($name: unsafe {
+                    std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($a),*) -> $r>(
+                        next(concat!(stringify!($name), "\0")),
+                    )
+                },)*
                 // SAFETY: as above: `int fcntl(int, int, ...)`.
-                fcntl: unsafe { std::mem::transmute::<*mut c_void, _>(next("fcntl\0")) },
+                fcntl: unsafe {
+                    std::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int, c_int, ...) -> c_int>(
+                        next("fcntl\0"),
+                    )
+                },
             }
         }
     };

@@ -37,12 +37,8 @@ const SIN_LEN: socklen_t = size_of::<libc::sockaddr_in>() as socklen_t;
 
 fn close(fd: c_int) {
     // SAFETY: integers only; fd is this test's.
-    assert_eq!(
-        unsafe { p::close(fd) },
-        0,
-        "close {fd}: {}",
-        std::io::Error::last_os_error()
-    );
+    let v = unsafe { p::close(fd) };
+    assert_eq!(v, 0, "close {fd}: {}", std::io::Error::last_os_error());
 }
 
 #[test]
@@ -130,20 +126,16 @@ fn loopback_connect_falls_back_to_tcp_and_moves_bytes() {
     let (mut peer, _) = l.accept().unwrap();
     let msg = b"over plain TCP";
     // SAFETY: [buf] msg.
-    assert_eq!(
-        unsafe { p::send(fd, msg.as_ptr().cast(), msg.len(), libc::MSG_NOSIGNAL) },
-        14
-    );
+    let v = unsafe { p::send(fd, msg.as_ptr().cast(), msg.len(), libc::MSG_NOSIGNAL) };
+    assert_eq!(v, 14);
     let mut got = [0u8; 14];
     peer.read_exact(&mut got).unwrap();
     assert_eq!(&got, msg);
     peer.write_all(b"back").unwrap();
     let mut back = [0u8; 4];
     // SAFETY: [buf] back.
-    assert_eq!(
-        unsafe { p::recv(fd, back.as_mut_ptr().cast(), 4, libc::MSG_WAITALL) },
-        4
-    );
+    let v = unsafe { p::recv(fd, back.as_mut_ptr().cast(), 4, libc::MSG_WAITALL) };
+    assert_eq!(v, 4);
     assert_eq!(&back, b"back");
     // getpeername is the kernel's.
     // SAFETY: all-zero bytes are a sockaddr_in.
@@ -281,20 +273,14 @@ fn options_and_blocking_reach_both_sockets() {
     // SAFETY: integers only.
     let fl = unsafe { p::fcntl(fd, libc::F_GETFL, 0) };
     // SAFETY: integers only.
-    assert_eq!(
-        unsafe { p::fcntl(fd, libc::F_SETFL, (fl | libc::O_NONBLOCK) as _) },
-        0
-    );
+    let v = unsafe { p::fcntl(fd, libc::F_SETFL, (fl | libc::O_NONBLOCK) as _) };
+    assert_eq!(v, 0);
     // SAFETY: integers only.
-    assert_ne!(
-        unsafe { crate::rsocket::rfcntl(rs, libc::F_GETFL, 0) } & libc::O_NONBLOCK,
-        0
-    );
+    let v = unsafe { crate::rsocket::rfcntl(rs, libc::F_GETFL, 0) } & libc::O_NONBLOCK;
+    assert_ne!(v, 0);
     // SAFETY: integers only.
-    assert_ne!(
-        unsafe { libc::fcntl(fd, libc::F_GETFL) } & libc::O_NONBLOCK,
-        0
-    );
+    let v = unsafe { libc::fcntl(fd, libc::F_GETFL) } & libc::O_NONBLOCK;
+    assert_ne!(v, 0);
     let one: c_int = 1;
     let p1 = (&one as *const c_int).cast::<c_void>();
     // SAFETY: [buf] a c_int.
