@@ -57,8 +57,8 @@ pub const ONCE_PER_KERNEL: &[(&str, &str)] = &[
 /// - `rstream_on_our_rsockets_interop`: rdma-core's rstream on our rsockets over its table of
 ///   sizes and its three modes. The other kernels run our rsockets under rcopy, riostream and
 ///   the C calls of `vm_rsocket`'s other tests.
-/// - `vm_preload`'s programs (iperf3, redis, curl and Python's http.server on
-///   librspreload.so.1, about 100 s together): what they prove is the preload's and our
+/// - `vm_preload`'s programs (iperf3, redis, memcached, curl and Python's http.server on
+///   librspreload.so.1, about 2 min together): what they prove is the preload's and our
 ///   rsockets', which `vm_rsocket` runs on every kernel.
 ///
 /// Such a test runs in the first stage of the run that can run it (an `interop` test needs

@@ -62,6 +62,8 @@ pub const PACKAGES: &[Package] = &[
     p("iperf3",            Test, "an unmodified TCP program on librspreload (capi vm_preload)"),
     p("redis-server",      Test, "redis on librspreload (capi vm_preload)"),
     p("redis-tools",       Test, "redis-cli, redis-benchmark on librspreload (capi vm_preload)"),
+    p("memcached",         Test, "memcached on librspreload (capi vm_preload)"),
+    p("libmemcached-tools", Test, "memccp, memccapable, memcslap on librspreload (capi vm_preload)"),
     p("curl",              Test, "curl against Python's http.server on librspreload (capi vm_preload)"),
     p("gcc",               Test, "cc for the ABI layout probes"),
     p("g++",               Test, "c++: libfuzzer-sys compiles libFuzzer for the fuzz stage"),
