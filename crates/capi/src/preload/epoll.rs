@@ -64,7 +64,11 @@ pub unsafe extern "C" fn epoll_ctl(
     fd: c_int,
     event: *mut epoll_event,
 ) -> c_int {
-    if get(fd).is_none() {
+    // An rsocket, or a number added while it was one (it fell back to TCP since: it stays in
+    // this module's half until deleted or closed, and is waited on as the plain fd it is).
+    let ours = get(fd).is_some()
+        || (ANY.load(Ordering::Acquire) && sets().get(&epfd).is_some_and(|m| m.contains_key(&fd)));
+    if !ours {
         // SAFETY: [in] as this function's contract.
         return unsafe { (real().epoll_ctl)(epfd, op, fd, event) };
     }

@@ -468,7 +468,26 @@ fn epoll_sets_hold_rsockets_beside_kernel_fds() {
     assert_eq!(ctl(libc::EPOLL_CTL_ADD, l.as_raw_fd(), libc::EPOLLIN, 1), 0);
     let r = ctl(libc::EPOLL_CTL_ADD, l.as_raw_fd(), libc::EPOLLIN, 1);
     assert_eq!((r, errno()), (-1, libc::EEXIST));
-    for n in [ep, other, fds[0], fds[1]] {
+    // Added as an rsocket, then fallen back to TCP by a loopback connect: still waited on
+    // (as the plain socket it is now) and deleted from the set.
+    let (ls, lport) = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let std::net::SocketAddr::V4(at) = l.local_addr().unwrap() else {
+            unreachable!()
+        };
+        (l, at)
+    };
+    let c = tcp_socket();
+    assert_eq!(ctl(libc::EPOLL_CTL_ADD, c, libc::EPOLLOUT, 5), 0);
+    let sa = sin(lport);
+    // SAFETY: [buf] a sockaddr_in.
+    let r = unsafe { p::connect(c, (&sa as *const libc::sockaddr_in).cast(), SIN_LEN) };
+    assert_eq!(r, 0, "connect: {}", std::io::Error::last_os_error());
+    assert!(get(c).is_none());
+    assert!(wait(1000).contains(&(libc::EPOLLOUT as u32, 5)));
+    assert_eq!(ctl(libc::EPOLL_CTL_DEL, c, 0, 0), 0);
+    drop(ls);
+    for n in [ep, other, c, fds[0], fds[1]] {
         close(n);
     }
 }
