@@ -11,6 +11,11 @@ mod nodes;
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=src/symver/nodes.rs");
+    if std::env::var_os("CARGO_FEATURE_PRELOAD").is_some() {
+        // librspreload.so.1 (src/preload/): the soname only, no version nodes.
+        println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,librspreload.so.1");
+        return;
+    }
     if std::env::var_os("CARGO_FEATURE_SYMVER").is_none() {
         return;
     }

@@ -238,7 +238,58 @@ pub struct Outcome {
     pub notes: Vec<String>,
 }
 
+/// rdma-core's preload library (package librdmacm1): ours must define every function it
+/// defines.
+pub const RDMA_CORE_PRELOAD: &str = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so";
+
+/// Builds `librspreload.so.1` (`crates/capi/src/preload/`: the crate as a cdylib with the
+/// `preload` feature, soname `librspreload.so.1`) into `dir` and checks it: the soname, and
+/// every function rdma-core's `librspreload.so` defines is defined by ours.
+fn build_preload(dir: &Path, release: bool, notes: &mut Vec<String>) -> Result<()> {
+    let so = build_with("cdylib", Some("preload"), release)?;
+    let dst = dir.join("librspreload.so.1");
+    let tmp = dst.with_extension("tmp");
+    std::fs::copy(&so, &tmp)
+        .and_then(|_| std::fs::rename(&tmp, &dst))
+        .map_err(|e| util::Error(format!("copy {} to {}: {e}", so.display(), dst.display())))?;
+    let d = util::output(Command::new("readelf").args(["-d", "-W"]).arg(&dst))?;
+    if !d.contains("Library soname: [librspreload.so.1]") {
+        crate::bail!("{} has no soname librspreload.so.1", dst.display());
+    }
+    let functions = |p: &Path| -> Result<BTreeSet<String>> {
+        let text = util::output(Command::new("readelf").args(["--dyn-syms", "-W"]).arg(p))?;
+        Ok(text
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() >= 8 && f[3] == "FUNC" && f[6] != "UND")
+                    .then(|| f[7].split('@').next().unwrap_or("").to_string())
+            })
+            .collect())
+    };
+    let ours = functions(&dst)?;
+    let theirs = functions(Path::new(RDMA_CORE_PRELOAD))
+        .map_err(|e| util::Error(format!("{RDMA_CORE_PRELOAD} (package librdmacm1): {}", e.0)))?;
+    let lacking: Vec<&String> = theirs.iter().filter(|f| !ours.contains(*f)).collect();
+    if !lacking.is_empty() {
+        crate::bail!(
+            "{} lacks functions rdma-core's preload defines: {lacking:?}",
+            dst.display()
+        );
+    }
+    notes.push(format!(
+        "{}: all {} functions of rdma-core's preload",
+        dst.display(),
+        theirs.len()
+    ));
+    Ok(())
+}
+
 fn build(crate_type: &str, symver: bool, release: bool) -> Result<PathBuf> {
+    build_with(crate_type, symver.then_some("symver"), release)
+}
+
+fn build_with(crate_type: &str, feature: Option<&str>, release: bool) -> Result<PathBuf> {
     let mut cmd = util::cargo();
     cmd.args([
         "rustc",
@@ -248,8 +299,8 @@ fn build(crate_type: &str, symver: bool, release: bool) -> Result<PathBuf> {
         "--crate-type",
         crate_type,
     ]);
-    if symver {
-        cmd.args(["--features", "symver"]);
+    if let Some(f) = feature {
+        cmd.args(["--features", f]);
     }
     if release {
         cmd.arg("--release");
@@ -427,6 +478,8 @@ pub fn build_and_check(release: bool) -> Result<Outcome> {
         prog.display()
     )];
     check_rdmacm(&cm_dst, &so_dst, &mut notes)?;
+    // Last: it rebuilds the cdylib that libibverbs.so.1 was copied from.
+    build_preload(&dir, release, &mut notes)?;
     let mut missing: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for p in PROGRAMS {
         let path = Path::new("/usr/bin").join(p); // an absolute p replaces the directory

@@ -57,6 +57,9 @@ pub const ONCE_PER_KERNEL: &[(&str, &str)] = &[
 /// - `rstream_on_our_rsockets_interop`: rdma-core's rstream on our rsockets over its table of
 ///   sizes and its three modes. The other kernels run our rsockets under rcopy, riostream and
 ///   the C calls of `vm_rsocket`'s other tests.
+/// - `vm_preload`'s programs (iperf3, redis, memcached, curl and Python's http.server on
+///   librspreload.so.1, about 2 min together): what they prove is the preload's and our
+///   rsockets', which `vm_rsocket` runs on every kernel.
 ///
 /// Such a test runs in the first stage of the run that can run it (an `interop` test needs
 /// the host guest, a `two_node` one the two-node topology); the later stages skip it and
@@ -64,6 +67,12 @@ pub const ONCE_PER_KERNEL: &[(&str, &str)] = &[
 pub const ONCE_PER_RUN: &[(&str, &str)] = &[
     ("capi/vm_capi", "perftest_interop"),
     ("capi/vm_rsocket", "rstream_on_our_rsockets_interop"),
+    ("capi/vm_preload", "iperf3_on_our_preload_interop"),
+    ("capi/vm_preload", "redis_on_our_preload_interop"),
+    (
+        "capi/vm_preload",
+        "curl_and_http_server_on_our_preload_interop",
+    ),
 ];
 
 /// Tests that run both the one-node and the two-node case themselves (rxe_datapath's

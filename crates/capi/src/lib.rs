@@ -143,6 +143,7 @@ mod handle;
 pub mod ibverbs;
 #[cfg(test)]
 mod null_tests;
+pub mod preload;
 pub mod rsocket;
 #[cfg(test)]
 mod unsupported_tests;

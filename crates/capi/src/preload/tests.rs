@@ -1,0 +1,511 @@
+//! Host tests of the preload's table and fallbacks (no RDMA device: every rsocket here is
+//! unconnected, or falls back to TCP on loopback). The functions are called by their Rust
+//! paths; the `preload` feature (C names) is never on in tests.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::os::fd::AsRawFd;
+
+use libc::{c_int, c_void, socklen_t};
+
+use super as p;
+use super::get;
+
+fn errno() -> c_int {
+    std::io::Error::last_os_error().raw_os_error().unwrap()
+}
+
+fn tcp_socket() -> c_int {
+    // SAFETY: integers only.
+    let fd = unsafe { p::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+    fd
+}
+
+fn sin(addr: std::net::SocketAddrV4) -> libc::sockaddr_in {
+    libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: addr.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(*addr.ip()).to_be(),
+        },
+        sin_zero: [0; 8],
+    }
+}
+
+const SIN_LEN: socklen_t = size_of::<libc::sockaddr_in>() as socklen_t;
+
+fn close(fd: c_int) {
+    // SAFETY: integers only; fd is this test's.
+    let v = unsafe { p::close(fd) };
+    assert_eq!(v, 0, "close {fd}: {}", std::io::Error::last_os_error());
+}
+
+#[test]
+fn only_tcp_streams_become_rsockets() {
+    let fd = tcp_socket();
+    assert!(get(fd).is_some(), "a TCP stream socket is an rsocket");
+    // The number is a real socket: F_GETFD answers, the close-on-exec flag asked for is set.
+    // SAFETY: integers only.
+    let fl = unsafe { p::fcntl(fd, libc::F_GETFD, 0) };
+    assert_eq!(fl & libc::FD_CLOEXEC, libc::FD_CLOEXEC);
+    let rs = get(fd).unwrap().rs;
+    close(fd);
+    assert!(get(fd).is_none());
+    // The rsocket closed with the number.
+    assert!(crate::rsocket::lookup(rs).is_none());
+    for (d, t, pr) in [
+        (libc::AF_UNIX, libc::SOCK_STREAM, 0),
+        (libc::AF_INET, libc::SOCK_DGRAM, 0),
+        (libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_SCTP),
+        (libc::AF_INET6, libc::SOCK_DGRAM, 0),
+    ] {
+        // SAFETY: integers only.
+        let fd = unsafe { p::socket(d, t, pr) };
+        if fd < 0 {
+            // SCTP may be missing on the machine: the next socket's answer, passed on.
+            assert_eq!(
+                pr,
+                libc::IPPROTO_SCTP,
+                "socket({d}, {t}, {pr}): {}",
+                errno()
+            );
+            continue;
+        }
+        assert!(get(fd).is_none(), "socket({d}, {t}, {pr}) is no rsocket");
+        close(fd);
+    }
+    // An error of the next socket comes back as it is.
+    // SAFETY: integers only.
+    assert_eq!(unsafe { p::socket(12345, libc::SOCK_STREAM, 0) }, -1);
+    assert_eq!(errno(), libc::EAFNOSUPPORT);
+}
+
+#[test]
+fn other_fds_pass_through_untouched() {
+    let mut fds = [0; 2];
+    // SAFETY: [out] two c_ints.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let msg = b"through the next write";
+    // SAFETY: [buf] msg.
+    let n = unsafe { p::write(fds[1], msg.as_ptr().cast(), msg.len()) };
+    assert_eq!(n, msg.len() as isize);
+    let mut got = [0u8; 64];
+    // SAFETY: [buf] got.
+    let n = unsafe { p::read(fds[0], got.as_mut_ptr().cast(), got.len()) };
+    assert_eq!(&got[..n as usize], msg);
+    // poll and select of plain fds: the next definitions.
+    let mut pf = [libc::pollfd {
+        fd: fds[1],
+        events: libc::POLLOUT,
+        revents: 0,
+    }];
+    // SAFETY: [buf] one pollfd.
+    assert_eq!(unsafe { p::poll(pf.as_mut_ptr(), 1, 0) }, 1);
+    assert_eq!(pf[0].revents, libc::POLLOUT);
+    // Errors are the next definition's: a read of a closed number.
+    close(fds[0]);
+    close(fds[1]);
+    // SAFETY: [buf] got.
+    assert_eq!(unsafe { p::read(fds[0], got.as_mut_ptr().cast(), 1) }, -1);
+    assert_eq!(errno(), libc::EBADF);
+}
+
+#[test]
+fn loopback_connect_falls_back_to_tcp_and_moves_bytes() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let std::net::SocketAddr::V4(at) = l.local_addr().unwrap() else {
+        unreachable!()
+    };
+    let fd = tcp_socket();
+    let a = sin(at);
+    // SAFETY: [buf] a sockaddr_in.
+    let r = unsafe { p::connect(fd, (&a as *const libc::sockaddr_in).cast(), SIN_LEN) };
+    assert_eq!(r, 0, "connect: {}", std::io::Error::last_os_error());
+    assert!(get(fd).is_none(), "a loopback connection stays TCP");
+    let (mut peer, _) = l.accept().unwrap();
+    let msg = b"over plain TCP";
+    // SAFETY: [buf] msg.
+    let v = unsafe { p::send(fd, msg.as_ptr().cast(), msg.len(), libc::MSG_NOSIGNAL) };
+    assert_eq!(v, 14);
+    let mut got = [0u8; 14];
+    peer.read_exact(&mut got).unwrap();
+    assert_eq!(&got, msg);
+    peer.write_all(b"back").unwrap();
+    let mut back = [0u8; 4];
+    // SAFETY: [buf] back.
+    let v = unsafe { p::recv(fd, back.as_mut_ptr().cast(), 4, libc::MSG_WAITALL) };
+    assert_eq!(v, 4);
+    assert_eq!(&back, b"back");
+    // getpeername is the kernel's.
+    // SAFETY: all-zero bytes are a sockaddr_in.
+    let mut name: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    let mut len = SIN_LEN;
+    // SAFETY: [out] name, len.
+    let r = unsafe { p::getpeername(fd, (&mut name as *mut libc::sockaddr_in).cast(), &mut len) };
+    assert_eq!((r, u16::from_be(name.sin_port)), (0, at.port()));
+    close(fd);
+}
+
+#[test]
+fn loopback_bind_and_listen_serve_tcp() {
+    let fd = tcp_socket();
+    let a = sin("127.0.0.1:0".parse().unwrap());
+    // SAFETY: [buf] a sockaddr_in.
+    let r = unsafe { p::bind(fd, (&a as *const libc::sockaddr_in).cast(), SIN_LEN) };
+    assert_eq!(r, 0, "bind: {}", std::io::Error::last_os_error());
+    assert!(get(fd).is_none(), "bound to loopback: TCP");
+    // SAFETY: integers only.
+    assert_eq!(unsafe { p::listen(fd, 4) }, 0);
+    // SAFETY: all-zero bytes are a sockaddr_in.
+    let mut name: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    let mut len = SIN_LEN;
+    // SAFETY: [out] name, len.
+    let r = unsafe { p::getsockname(fd, (&mut name as *mut libc::sockaddr_in).cast(), &mut len) };
+    assert_eq!(r, 0);
+    let port = u16::from_be(name.sin_port);
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    // SAFETY: NULL address and length are allowed.
+    let s = unsafe {
+        p::accept4(
+            fd,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            libc::SOCK_CLOEXEC,
+        )
+    };
+    assert!(s >= 0, "accept4: {}", std::io::Error::last_os_error());
+    c.write_all(b"hello").unwrap();
+    let mut got = [0u8; 5];
+    // SAFETY: [buf] got.
+    assert_eq!(unsafe { p::read(s, got.as_mut_ptr().cast(), 5) }, 5);
+    assert_eq!(&got, b"hello");
+    close(s);
+    close(fd);
+}
+
+#[test]
+fn bind_errors_are_tcps() {
+    let held = TcpListener::bind("0.0.0.0:0").unwrap();
+    let std::net::SocketAddr::V4(at) = held.local_addr().unwrap() else {
+        unreachable!()
+    };
+    let fd = tcp_socket();
+    let a = sin(at);
+    // SAFETY: [buf] a sockaddr_in.
+    let r = unsafe { p::bind(fd, (&a as *const libc::sockaddr_in).cast(), SIN_LEN) };
+    assert_eq!((r, errno()), (-1, libc::EADDRINUSE));
+    assert!(get(fd).is_some(), "a refused bind leaves the rsocket");
+    // A short address: EINVAL from the kernel.
+    // SAFETY: [buf] a sockaddr_in, 2 bytes of it named.
+    let r = unsafe { p::bind(fd, (&a as *const libc::sockaddr_in).cast(), 2) };
+    assert_eq!((r, errno()), (-1, libc::EINVAL));
+    // A wildcard bind with port 0: the rsocket gets the port TCP chose.
+    let any = sin("0.0.0.0:0".parse().unwrap());
+    // SAFETY: [buf] a sockaddr_in.
+    let r = unsafe { p::bind(fd, (&any as *const libc::sockaddr_in).cast(), SIN_LEN) };
+    assert_eq!(r, 0, "bind: {}", std::io::Error::last_os_error());
+    let s = get(fd).expect("a wildcard bind keeps the rsocket");
+    let mut tcp: libc::sockaddr_in = sin("0.0.0.0:0".parse().unwrap());
+    let mut rsn: libc::sockaddr_in = tcp;
+    let (mut l1, mut l2) = (SIN_LEN, SIN_LEN);
+    // SAFETY: [out] the names and their lengths.
+    unsafe {
+        libc::getsockname(fd, (&mut tcp as *mut libc::sockaddr_in).cast(), &mut l1);
+        crate::rsocket::rgetsockname(s.rs, (&mut rsn as *mut libc::sockaddr_in).cast(), &mut l2);
+    }
+    assert_ne!(tcp.sin_port, 0);
+    assert_eq!(tcp.sin_port, rsn.sin_port);
+    drop(s);
+    close(fd);
+}
+
+#[test]
+fn dup_shares_the_rsocket_until_the_last_number_closes() {
+    let fd = tcp_socket();
+    let rs = get(fd).unwrap().rs;
+    // SAFETY: integers only.
+    let d = unsafe { p::dup(fd) };
+    assert!(d >= 0);
+    // SAFETY: integers only.
+    let f = unsafe { p::fcntl(fd, libc::F_DUPFD_CLOEXEC, 100) };
+    assert!(f >= 100);
+    let other = tcp_socket();
+    let other_rs = get(other).unwrap().rs;
+    // dup2 onto a table number: that number's rsocket goes (its last number).
+    // SAFETY: integers only.
+    assert_eq!(unsafe { p::dup2(fd, other) }, other);
+    assert!(crate::rsocket::lookup(other_rs).is_none());
+    // dup3 onto a fresh number.
+    let spare = tcp_socket();
+    // SAFETY: integers only.
+    assert_eq!(unsafe { p::dup3(fd, spare, libc::O_CLOEXEC) }, spare);
+    for n in [fd, d, f, other, spare] {
+        assert_eq!(get(n).map(|s| s.rs), Some(rs), "fd {n}");
+    }
+    for n in [fd, d, f, other] {
+        close(n);
+        assert!(
+            crate::rsocket::lookup(rs).is_some(),
+            "closed {n}: others remain"
+        );
+    }
+    close(spare);
+    assert!(crate::rsocket::lookup(rs).is_none());
+    // dup2 of a plain fd onto a table number forgets the rsocket.
+    let t = tcp_socket();
+    let trs = get(t).unwrap().rs;
+    let mut fds = [0; 2];
+    // SAFETY: [out] two c_ints.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: integers only.
+    assert_eq!(unsafe { p::dup2(fds[0], t) }, t);
+    assert!(get(t).is_none() && crate::rsocket::lookup(trs).is_none());
+    for n in [t, fds[0], fds[1]] {
+        close(n);
+    }
+}
+
+#[test]
+fn options_and_blocking_reach_both_sockets() {
+    let fd = tcp_socket();
+    let rs = get(fd).unwrap().rs;
+    // SAFETY: integers only.
+    let fl = unsafe { p::fcntl(fd, libc::F_GETFL, 0) };
+    // SAFETY: integers only.
+    let v = unsafe { p::fcntl(fd, libc::F_SETFL, (fl | libc::O_NONBLOCK) as _) };
+    assert_eq!(v, 0);
+    // SAFETY: integers only.
+    let v = unsafe { crate::rsocket::rfcntl(rs, libc::F_GETFL, 0) } & libc::O_NONBLOCK;
+    assert_ne!(v, 0);
+    // SAFETY: integers only.
+    let v = unsafe { libc::fcntl(fd, libc::F_GETFL) } & libc::O_NONBLOCK;
+    assert_ne!(v, 0);
+    let one: c_int = 1;
+    let p1 = (&one as *const c_int).cast::<c_void>();
+    // SAFETY: [buf] a c_int.
+    let r = unsafe { p::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, p1, 4) };
+    assert_eq!(r, 0);
+    let mut v: c_int = 0;
+    let mut len: socklen_t = 4;
+    let pv = (&mut v as *mut c_int).cast::<c_void>();
+    // SAFETY: [out] a c_int and its length.
+    let r = unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, pv, &mut len) };
+    assert_eq!((r, v), (0, 1), "the real socket has TCP_NODELAY too");
+    // SO_TYPE, which rsockets does not keep: the real socket's answer.
+    // SAFETY: [out] a c_int and its length.
+    let r = unsafe { p::getsockopt(fd, libc::SOL_SOCKET, libc::SO_TYPE, pv, &mut len) };
+    assert_eq!((r, v), (0, libc::SOCK_STREAM));
+    // An option neither keeps: the rsocket's refusal.
+    // SAFETY: [buf] a c_int.
+    let r = unsafe { p::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, p1, 4) };
+    assert_eq!((r, errno()), (-1, libc::ENOPROTOOPT));
+    // A non-blocking read of an unconnected rsocket: ENOTCONN, as TCP.
+    let mut b = [0u8; 4];
+    // SAFETY: [buf] b.
+    let r = unsafe { p::read(fd, b.as_mut_ptr().cast(), 4) };
+    assert_eq!((r, errno()), (-1, libc::ENOTCONN));
+    close(fd);
+}
+
+#[test]
+fn poll_and_select_mix_rsockets_and_plain_fds() {
+    let fd = tcp_socket();
+    let mut fds = [0; 2];
+    // SAFETY: [out] two c_ints.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: [buf] one byte.
+    assert_eq!(unsafe { libc::write(fds[1], b"x".as_ptr().cast(), 1) }, 1);
+    let mut pf = [
+        libc::pollfd {
+            fd,
+            events: libc::POLLIN | libc::POLLOUT,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: fds[0],
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // SAFETY: [buf] two pollfds.
+    assert_eq!(unsafe { p::poll(pf.as_mut_ptr(), 2, 1000) }, 2);
+    // An unconnected rsocket: as an unconnected TCP socket, POLLOUT | POLLHUP.
+    assert_eq!(pf[0].revents, libc::POLLOUT | libc::POLLHUP);
+    assert_eq!(pf[1].revents, libc::POLLIN);
+    // ppoll with a timespec and a signal mask.
+    let ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 1000,
+    };
+    // SAFETY: all-zero bytes are a sigset_t.
+    let mut mask: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: [out] mask.
+    unsafe { libc::sigemptyset(&mut mask) };
+    // SAFETY: [buf] two pollfds; [in] ts, mask.
+    assert_eq!(unsafe { p::ppoll(pf.as_mut_ptr(), 2, &ts, &mask) }, 2);
+    let bad = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 2_000_000_000,
+    };
+    // SAFETY: [buf] two pollfds; [in] bad.
+    let r = unsafe { p::ppoll(pf.as_mut_ptr(), 2, &bad, std::ptr::null()) };
+    assert_eq!((r, errno()), (-1, libc::EINVAL));
+    // select: readable pipe, rsocket readable (hangup) and writable.
+    // SAFETY: all-zero bytes are an fd_set.
+    let (mut rset, mut wset): (libc::fd_set, libc::fd_set) = unsafe { std::mem::zeroed() };
+    // SAFETY: [out] the sets; the numbers are below FD_SETSIZE.
+    unsafe {
+        libc::FD_SET(fd, &mut rset);
+        libc::FD_SET(fds[0], &mut rset);
+        libc::FD_SET(fd, &mut wset);
+    }
+    let mut tv = libc::timeval {
+        tv_sec: 1,
+        tv_usec: 0,
+    };
+    let n = fd.max(fds[0]) + 1;
+    // SAFETY: [out] the sets and tv.
+    let r = unsafe { p::select(n, &mut rset, &mut wset, std::ptr::null_mut(), &mut tv) };
+    assert_eq!(r, 3);
+    // SAFETY: [in] the sets.
+    unsafe {
+        assert!(libc::FD_ISSET(fd, &rset) && libc::FD_ISSET(fds[0], &rset));
+        assert!(libc::FD_ISSET(fd, &wset));
+    }
+    assert!(tv.tv_sec <= 1);
+    let mut bad_tv = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 1_000_000,
+    };
+    // SAFETY: [out] the sets and bad_tv.
+    let r = unsafe { p::select(n, &mut rset, &mut wset, std::ptr::null_mut(), &mut bad_tv) };
+    assert_eq!((r, errno()), (-1, libc::EINVAL));
+    for x in [fd, fds[0], fds[1]] {
+        close(x);
+    }
+}
+
+#[test]
+fn epoll_sets_hold_rsockets_beside_kernel_fds() {
+    let fd = tcp_socket();
+    // SAFETY: integers only.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    assert!(ep >= 0);
+    let mut fds = [0; 2];
+    // SAFETY: [out] two c_ints.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: [buf] one byte.
+    assert_eq!(unsafe { libc::write(fds[1], b"x".as_ptr().cast(), 1) }, 1);
+    let ctl = |op: c_int, n: c_int, events: c_int, data: u64| {
+        let mut ev = libc::epoll_event {
+            events: events as u32,
+            u64: data,
+        };
+        // SAFETY: [in] ev.
+        unsafe { p::epoll_ctl(ep, op, n, &mut ev) }
+    };
+    assert_eq!(
+        ctl(
+            libc::EPOLL_CTL_ADD,
+            fd,
+            libc::EPOLLOUT | libc::EPOLLONESHOT,
+            7
+        ),
+        0
+    );
+    assert_eq!(
+        (ctl(libc::EPOLL_CTL_ADD, fd, libc::EPOLLOUT, 7), errno()),
+        (-1, libc::EEXIST)
+    );
+    assert_eq!(ctl(libc::EPOLL_CTL_ADD, fds[0], libc::EPOLLIN, 9), 0);
+    let wait = |t: c_int| -> Vec<(u32, u64)> {
+        // SAFETY: all-zero bytes are epoll_events.
+        let mut out: [libc::epoll_event; 4] = unsafe { std::mem::zeroed() };
+        // SAFETY: [out] four epoll_events.
+        let n = unsafe { p::epoll_wait(ep, out.as_mut_ptr(), 4, t) };
+        assert!(n >= 0, "epoll_wait: {}", std::io::Error::last_os_error());
+        let mut v: Vec<(u32, u64)> = out[..n as usize]
+            .iter()
+            .map(|e| (e.events, e.u64))
+            .collect();
+        v.sort_by_key(|e| e.1);
+        v
+    };
+    // The unconnected rsocket (writable, hung up) and the readable pipe.
+    let hup_out = (libc::EPOLLOUT | libc::EPOLLHUP) as u32;
+    assert_eq!(wait(1000), [(hup_out, 7), (libc::EPOLLIN as u32, 9)]);
+    // One-shot: disarmed until MOD.
+    assert_eq!(wait(0), [(libc::EPOLLIN as u32, 9)]);
+    assert_eq!(ctl(libc::EPOLL_CTL_MOD, fd, libc::EPOLLOUT, 8), 0);
+    assert_eq!(wait(0), [(hup_out, 8), (libc::EPOLLIN as u32, 9)]);
+    assert_eq!(ctl(libc::EPOLL_CTL_DEL, fd, 0, 0), 0);
+    assert_eq!(
+        (ctl(libc::EPOLL_CTL_DEL, fd, 0, 0), errno()),
+        (-1, libc::ENOENT)
+    );
+    assert_eq!(
+        (ctl(libc::EPOLL_CTL_MOD, fd, 0, 0), errno()),
+        (-1, libc::ENOENT)
+    );
+    assert_eq!((ctl(99, fd, 0, 0), errno()), (-1, libc::EINVAL));
+    // SAFETY: a NULL event for ADD.
+    let r = unsafe { p::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, std::ptr::null_mut()) };
+    assert_eq!((r, errno()), (-1, libc::EFAULT));
+    assert_eq!(wait(0), [(libc::EPOLLIN as u32, 9)]);
+    // A closed rsocket leaves the set.
+    assert_eq!(ctl(libc::EPOLL_CTL_ADD, fd, libc::EPOLLOUT, 7), 0);
+    close(fd);
+    assert_eq!(wait(0), [(libc::EPOLLIN as u32, 9)]);
+    // An epfd that is not open.
+    let other = tcp_socket();
+    let mut ev = libc::epoll_event { events: 0, u64: 0 };
+    // SAFETY: [in] ev.
+    let r = unsafe { p::epoll_ctl(1 << 20, libc::EPOLL_CTL_ADD, other, &mut ev) };
+    assert_eq!((r, errno()), (-1, libc::EBADF));
+    // Kernel fds pass through: a listener added, its errors the kernel's.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    assert_eq!(ctl(libc::EPOLL_CTL_ADD, l.as_raw_fd(), libc::EPOLLIN, 1), 0);
+    let r = ctl(libc::EPOLL_CTL_ADD, l.as_raw_fd(), libc::EPOLLIN, 1);
+    assert_eq!((r, errno()), (-1, libc::EEXIST));
+    // Added as an rsocket, then fallen back to TCP by a loopback connect: still waited on
+    // (as the plain socket it is now) and deleted from the set.
+    let (ls, lport) = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let std::net::SocketAddr::V4(at) = l.local_addr().unwrap() else {
+            unreachable!()
+        };
+        (l, at)
+    };
+    let c = tcp_socket();
+    assert_eq!(ctl(libc::EPOLL_CTL_ADD, c, libc::EPOLLOUT, 5), 0);
+    let sa = sin(lport);
+    // SAFETY: [buf] a sockaddr_in.
+    let r = unsafe { p::connect(c, (&sa as *const libc::sockaddr_in).cast(), SIN_LEN) };
+    assert_eq!(r, 0, "connect: {}", std::io::Error::last_os_error());
+    assert!(get(c).is_none());
+    assert!(wait(1000).contains(&(libc::EPOLLOUT as u32, 5)));
+    assert_eq!(ctl(libc::EPOLL_CTL_DEL, c, 0, 0), 0);
+    drop(ls);
+    for n in [ep, other, c, fds[0], fds[1]] {
+        close(n);
+    }
+}
+
+#[test]
+fn sendfile_to_a_plain_socket_is_the_kernels() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (mut peer, _) = l.accept().unwrap();
+    let path = std::env::temp_dir().join(format!("rspreload-sendfile-{}", std::process::id()));
+    std::fs::write(&path, b"0123456789").unwrap();
+    let f = std::fs::File::open(&path).unwrap();
+    let mut off: libc::off_t = 2;
+    // SAFETY: [out] off.
+    let n = unsafe { p::sendfile(c.as_raw_fd(), f.as_raw_fd(), &mut off, 5) };
+    assert_eq!((n, off), (5, 7));
+    let mut got = [0u8; 5];
+    peer.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"23456");
+    std::fs::remove_file(&path).unwrap();
+}
