@@ -18,9 +18,9 @@ use rverbs_uverbs::driver::{
     CqCreated, CqOps, CreateFn, Driver, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
 };
 use rverbs_uverbs::kernel::mapping::{MapAccess, Mapping};
-use rverbs_uverbs::{OpKind, OpSet};
 use rverbs_uverbs::qp::{QpCaps, QpType};
 use rverbs_uverbs::{Error, SendCaps};
+use rverbs_uverbs::{OpKind, OpSet};
 use zerocopy::{FromZeros, IntoBytes};
 
 use super::abi::*;
@@ -205,7 +205,9 @@ pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
 /// Extended QUERY_DEVICE with room for EFA's driver data; returns that.
 fn query_device_udata(ctx: &Context) -> io::Result<efa_ibv_ex_query_device_resp> {
     use rverbs_uverbs::kernel::abi::cmd::ex_nr;
-    use rverbs_uverbs::kernel::abi::device::{ib_uverbs_ex_query_device, ib_uverbs_ex_query_device_resp};
+    use rverbs_uverbs::kernel::abi::device::{
+        ib_uverbs_ex_query_device, ib_uverbs_ex_query_device_resp,
+    };
     let core = std::mem::size_of::<ib_uverbs_ex_query_device_resp>();
     let mut buf = vec![0u8; core + std::mem::size_of::<efa_ibv_ex_query_device_resp>()];
     let req = ib_uverbs_ex_query_device::default();

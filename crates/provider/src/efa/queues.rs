@@ -10,10 +10,10 @@ use std::sync::atomic::{fence, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rverbs_uverbs::driver::{CqOps, KernelObj, QpOps};
-use rverbs_uverbs::PostError;
 use rverbs_uverbs::qp::QpCaps;
-use rverbs_uverbs::{WcFlags, WcOpcode, WcStatus};
+use rverbs_uverbs::PostError;
 use rverbs_uverbs::{Error, RecvWr, SendFlags, SendOp, SendWr, WorkCompletion};
+use rverbs_uverbs::{WcFlags, WcOpcode, WcStatus};
 
 use super::abi::*;
 use super::driver::{EfaMap, QpTable};
@@ -658,11 +658,7 @@ impl CqOps for EfaCq {
         got
     }
 
-    fn arm(
-        &mut self,
-        _cq: KernelObj<'_>,
-        solicited_only: bool,
-    ) -> rverbs_uverbs::Result<()> {
+    fn arm(&mut self, _cq: KernelObj<'_>, solicited_only: bool) -> rverbs_uverbs::Result<()> {
         if solicited_only {
             return Err(
                 Error::unsupported("arm CQ on efa", "EFA has no solicited-only events").into(),
