@@ -15,6 +15,7 @@ use rverbs::uverbs::netlink::RdmaNetlink;
 use rverbs::uverbs::pd::Pd;
 use rverbs::uverbs::qp::QpCaps;
 use rverbs::uverbs::qp::{Qp, QpAttr, QpInit, QpState};
+use rverbs::uverbs::srq::{Srq, SrqAttr};
 
 fn caps() -> QpCaps {
     QpCaps {
@@ -355,4 +356,73 @@ fn ten_thousand_cycles_leak_nothing() {
         "mapped memory grew by {grew} bytes over 10,000 cycles"
     );
     assert_eq!(kernel_objects(&name), objs, "kernel objects grew");
+}
+
+/// A QP refuses CQs and an SRQ of another context (another open of the same device): kernel
+/// handles are per context, so another context's handle would name an unrelated object of
+/// this one. Nothing is created, and the objects stay usable.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn qp_refuses_objects_of_another_context() {
+    let _serial = serial();
+    let (a, b) = (ctx(), ctx());
+    let (pd_a, pd_b) = (Pd::alloc(&a).unwrap(), Pd::alloc(&b).unwrap());
+    let (cq_a, cq_b) = (
+        Cq::create(&a, 16, CqOptions::default()).unwrap(),
+        Cq::create(&b, 16, CqOptions::default()).unwrap(),
+    );
+    let srq_attr = SrqAttr {
+        max_wr: 8,
+        max_sge: 1,
+        srq_limit: 0,
+    };
+    let srq_a = Srq::create(&pd_a, srq_attr).unwrap();
+    let no_rq = QpCaps {
+        max_recv_wr: 0,
+        ..caps()
+    };
+    let e = Qp::create(&pd_b, QpInit::rc(&cq_a, caps())).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    assert!(
+        msg(&e).contains("send CQ belongs to another context"),
+        "{e}"
+    );
+    let e = Qp::create(
+        &pd_b,
+        QpInit {
+            recv_cq: cq_a.clone(),
+            ..QpInit::rc(&cq_b, caps())
+        },
+    )
+    .unwrap_err();
+    assert!(
+        msg(&e).contains("recv CQ belongs to another context"),
+        "{e}"
+    );
+    let e = Qp::create(
+        &pd_b,
+        QpInit {
+            srq: Some(srq_a.clone()),
+            ..QpInit::rc(&cq_b, no_rq)
+        },
+    )
+    .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    assert!(
+        msg(&e).contains("the SRQ belongs to another context"),
+        "{e}"
+    );
+    // The same objects in their own context work.
+    Qp::create(
+        &pd_a,
+        QpInit {
+            srq: Some(srq_a),
+            ..QpInit::rc(&cq_a, no_rq)
+        },
+    )
+    .unwrap();
+    Qp::create(&pd_b, QpInit::rc(&cq_b, caps())).unwrap();
 }

@@ -157,6 +157,13 @@ impl Qp {
                 );
             }
         }
+        // Kernel handles are per context: another context's SRQ handle would name whatever
+        // SRQ of this context has that number, and the ledger would be the wrong SRQ's.
+        if let Some(srq) = &init.srq {
+            if !Arc::ptr_eq(srq.pd().context(), ctx) {
+                return Err(Error::invalid(op(), "the SRQ belongs to another context").into());
+            }
+        }
         if let Some(limits) = ctx.cached_limits() {
             let c = &init.caps;
             for (name, v, max) in [
