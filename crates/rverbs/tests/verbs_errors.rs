@@ -169,6 +169,15 @@ fn illegal_transitions_are_named() {
         msg(&e).contains("from RESET to RTS: illegal state transition"),
         "{e}"
     );
+    // Only the rdma_cm connects an iWARP QP without a modify; anywhere else the note is
+    // refused, and the state stays what the modifies made it.
+    let e = qp.note_iwarp_connected().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    assert!(
+        msg(&e).contains("not an iWARP device: a QP reaches RTS by a modify"),
+        "{e}"
+    );
+    assert_eq!(qp.cached_state(), QpState::RESET);
     let e = qp
         .modify(&QpAttr {
             qp_state: Some(QpState::INIT),

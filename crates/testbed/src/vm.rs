@@ -866,6 +866,17 @@ fn guest_term() -> String {
     }
 }
 
+/// The guest's memory: 2 GiB, or more when the initramfs is large. The kernel keeps the
+/// archive in memory while it unpacks it into the rootfs (a tmpfs of at most half the memory),
+/// so a minimal guest carrying every test binary needs the archive twice over plus room to
+/// run: with 45 test binaries (536 MB) the rootfs of a 2 GiB guest filled up ("Initramfs
+/// unpacking failed: write error") and every test died on its first write to its log.
+fn guest_memory(initrd: &Path) -> String {
+    let archive_mib = fs::metadata(initrd).map_or(0, |m| m.len() >> 20);
+    let mib = (1024 + 3 * archive_mib).max(2048).next_multiple_of(256);
+    format!("{mib}M")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -896,15 +907,4 @@ mod tests {
         .map(PathBuf::from);
         assert_eq!(hidden_host_paths(&needed), ["/tmp/ci", "/run/user"]);
     }
-}
-
-/// The guest's memory: 2 GiB, or more when the initramfs is large. The kernel keeps the
-/// archive in memory while it unpacks it into the rootfs (a tmpfs of at most half the memory),
-/// so a minimal guest carrying every test binary needs the archive twice over plus room to
-/// run: with 45 test binaries (536 MB) the rootfs of a 2 GiB guest filled up ("Initramfs
-/// unpacking failed: write error") and every test died on its first write to its log.
-fn guest_memory(initrd: &Path) -> String {
-    let archive_mib = fs::metadata(initrd).map_or(0, |m| m.len() >> 20);
-    let mib = (1024 + 3 * archive_mib).max(2048).next_multiple_of(256);
-    format!("{mib}M")
 }

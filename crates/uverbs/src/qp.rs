@@ -398,8 +398,37 @@ impl Qp {
     /// [`Qp::query`] asks the kernel (`query().state`).
     #[inline]
     pub fn cached_state(&self) -> QpState {
-        // Relaxed: an advisory cache; modify() is the only writer.
+        // Relaxed: an advisory cache; modify() and note_iwarp_connected() write it.
         QpState(self.state.load(Ordering::Relaxed))
+    }
+
+    /// Records that the rdma_cm has connected this iWARP QP: the iw_cm moved the kernel's QP
+    /// to RTS itself (when the connection was accepted or established), so sends are taken
+    /// from now on ([`Qp::cached_state`] becomes RTS). No command reaches the kernel: a
+    /// MODIFY_QP there would take siw's QP state lock for writing, and a segment the peer's
+    /// first message arrives in while it is held is left unread in the socket until the next
+    /// one comes (siw's receive upcall only tries the lock), so that message would never be
+    /// received; rdma-core's librdmacm sends no modify at that point either.
+    ///
+    /// Refused for a QP whose device is not iWARP (there only a modify connects a QP). A QP
+    /// the iw_cm did not in fact connect takes posts into its ring, and the first doorbell
+    /// fails with `ENOTCONN`.
+    pub fn note_iwarp_connected(&self) -> Result<()> {
+        let ctx = self.pd.context();
+        if ctx.device().transport() != crate::device::Transport::IWARP {
+            return Err(Error::invalid(
+                format!(
+                    "note {} QP {:#x} on {} as connected by the rdma_cm",
+                    self.qp_type,
+                    self.qp_num,
+                    ctx.name()
+                ),
+                "not an iWARP device: a QP reaches RTS by a modify",
+            )
+            .into());
+        }
+        self.state.store(QpState::RTS.0, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Modifies the QP. Checks the transition and its required attributes first (the error

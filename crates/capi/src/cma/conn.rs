@@ -61,7 +61,7 @@ pub unsafe extern "C" fn rdma_connect(
             i.connect(&p)
         }
     });
-    ret(r)
+    ret(traced("rdma_connect", id as *const c_void, r))
 }
 
 symver!(rdma_establish => "RDMACM_1.2");
@@ -103,7 +103,7 @@ pub unsafe extern "C" fn rdma_accept(
         }
         Ok(())
     })();
-    ret(r)
+    ret(traced("rdma_accept", id as *const c_void, r))
 }
 
 symver!(rdma_reject => "RDMACM_1.0");
@@ -143,7 +143,7 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
         }
         c.id()?.disconnect()
     })();
-    ret(r)
+    ret(traced("rdma_disconnect", id as *const c_void, r))
 }
 
 symver!(rdma_notify => "RDMACM_1.0");

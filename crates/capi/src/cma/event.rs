@@ -183,6 +183,19 @@ fn next_event(ch: &CEventChannel) -> io::Result<*mut CEvent> {
         counted.0 = None;
         // SAFETY: just made, not handed out yet.
         unsafe { (*out).counted = idp };
+        // SAFETY: just made; the name is a static string.
+        let (name, status, id) = unsafe {
+            (
+                CStr::from_ptr(rdma_event_str((*out).c.event as c_int)),
+                (*out).c.status,
+                (*out).c.id,
+            )
+        };
+        trace(format_args!(
+            "event {} status {status} id {id:p} (kernel's {:?}, on id {idp:p})",
+            name.to_string_lossy(),
+            kind
+        ));
         return Ok(out);
     }
 }

@@ -70,6 +70,24 @@ fn ret(r: io::Result<()>) -> c_int {
     }
 }
 
+/// With `RVERBS_CAPI_LOG` set, one line on stderr per rdma_cm step (each event handed to C,
+/// each accept, connect and disconnect, with its outcome): a hang's report then shows how far
+/// each connection got.
+fn trace(what: std::fmt::Arguments<'_>) {
+    if std::env::var_os("RVERBS_CAPI_LOG").is_some() {
+        eprintln!("rverbs librdmacm: {what}");
+    }
+}
+
+/// [`trace`]s `r` of `op` on the id at `id`, and passes it on.
+fn traced(op: &str, id: *const c_void, r: io::Result<()>) -> io::Result<()> {
+    match &r {
+        Ok(()) => trace(format_args!("{op} id {id:p}: ok")),
+        Err(e) => trace(format_args!("{op} id {id:p}: {e}")),
+    }
+    r
+}
+
 fn einval(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, what.to_string())
 }

@@ -44,13 +44,18 @@ pub(super) fn iwarp(c: &IdGuard<'_>) -> bool {
     !verbs.is_null() && unsafe { (*(*verbs).device).transport_type } == 1
 }
 
-/// After ESTABLISHED on an iWARP id with a QP: the kernel's QP is in RTS already (the iw_cm
-/// moved it); this modify (no change for the kernel) records the state so sends are accepted.
+/// After ESTABLISHED on an iWARP id with a QP (and after `rdma_accept`): the kernel's QP is
+/// in RTS already (the iw_cm moved it); the state is recorded on our side only, so sends are
+/// accepted. Never a MODIFY_QP here: siw would hold its QP state lock for it, and the peer's
+/// first message, which may arrive right then (perftest's client sends as soon as it sees
+/// ESTABLISHED), would be left unread in the socket for good (`Qp::note_iwarp_connected`).
 pub(super) fn iwarp_established(c: &IdGuard<'_>) -> io::Result<()> {
     if c.c.qp.is_null() || !iwarp(c) {
         return Ok(());
     }
-    modify_qp_plain(c, QpState::RTS, IBV_QP_STATE)
+    // SAFETY: [object] the id's QP, not destroyed during the call.
+    let r = unsafe { ibverbs::note_iwarp_connected(c.c.qp) };
+    from_errno("rdma_cm: record the iWARP QP's RTS", r)
 }
 
 pub(super) fn rtr_rts(c: &IdGuard<'_>) -> io::Result<()> {

@@ -289,6 +289,26 @@ pub(crate) unsafe fn modify_qp_with(qp: *mut ibv_qp, a: &QpAttr) -> c_int {
     }
 }
 
+/// iWARP: records the RTS the rdma_cm's iw_cm gave the QP, with no kernel command
+/// ([`Qp::note_iwarp_connected`](rverbs_uverbs::qp::Qp::note_iwarp_connected) says why),
+/// keeping `ibv_qp.state` as [`modify_qp_with`] does; a positive errno on failure.
+///
+/// # Safety
+/// `qp` is a live QP of ours.
+pub(crate) unsafe fn note_iwarp_connected(qp: *mut ibv_qp) -> c_int {
+    // SAFETY: [object] qp.
+    let q = obj!(unsafe { CQp::from_c(qp) }, errno);
+    match q.qp.note_iwarp_connected() {
+        Ok(()) => {
+            // SAFETY: [object] qp; [c-struct] a raw write, as in modify_qp_with, serialised
+            // by c_write.
+            c_write(|| unsafe { (*qp).state = u32::from(QpState::RTS.0) });
+            0
+        }
+        Err(e) => fail(&e),
+    }
+}
+
 symver!(ibv_modify_qp => "IBVERBS_1.1");
 /// `ibv_modify_qp`: positive errno on failure. Alternate paths, path migration, `IBV_QP_CAP`
 /// and rate limits are `EOPNOTSUPP`.

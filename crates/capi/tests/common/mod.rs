@@ -95,20 +95,31 @@ impl Proc {
 
     /// Waits up to `limit`; kills on timeout. Returns (success, the command line and status,
     /// then stdout + stderr).
-    pub fn finish(mut self, limit: Duration) -> (bool, String) {
+    pub fn finish(self, limit: Duration) -> (bool, String) {
+        self.finish_watching(limit, &[])
+    }
+
+    /// [`finish`](Self::finish); on timeout, before the kill, what this child and the
+    /// `others` (still running, e.g. its server) are doing ([`snapshot`]) heads the output,
+    /// so a hang says where each side waits.
+    pub fn finish_watching(mut self, limit: Duration, others: &[&Proc]) -> (bool, String) {
         let t0 = Instant::now();
+        let mut seen = String::new();
         let status = loop {
             if let Some(s) = self.child.try_wait().unwrap() {
                 break Some(s);
             }
             if t0.elapsed() > limit {
+                let mut pids = vec![("this".to_string(), self.pid())];
+                pids.extend(others.iter().map(|o| (o.what.clone(), o.pid())));
+                seen = snapshot(&pids);
                 let _ = self.child.kill();
                 let _ = self.child.wait();
                 break None;
             }
             std::thread::sleep(Duration::from_millis(50));
         };
-        let mut text = String::new();
+        let mut text = seen;
         let _ = self.child.stdout.take().unwrap().read_to_string(&mut text);
         let _ = self.child.stderr.take().unwrap().read_to_string(&mut text);
         let ok = status.is_some_and(|s| s.success());
@@ -155,6 +166,69 @@ pub fn has_nonblocking_socket(pid: u32) -> bool {
             .unwrap_or(0);
         is_socket && flags & O_NONBLOCK != 0
     })
+}
+
+/// What the processes `pids` (a name and a pid each) and the rdma_cm are doing now, for a
+/// hang's report: each thread's state, kernel wait channel, system call and kernel stack
+/// (`/proc`, the stack as root), the CPU time spent (a thread polling memory or a CQ burns
+/// it; one waiting for an rdma_cm event sleeps in `ucma_get_event`), then iproute2's
+/// `rdma resource show cm_id` and `qp`, and the TCP sockets (iWARP connects over TCP).
+pub fn snapshot(pids: &[(String, u32)]) -> String {
+    use std::fmt::Write;
+    let mut out = String::from("==== snapshot before the kill ====\n");
+    let read = |p: String| std::fs::read_to_string(&p).unwrap_or_else(|e| format!("({p}: {e})"));
+    for (what, pid) in pids {
+        let _ = writeln!(out, "-- pid {pid}: {what}");
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| {
+                let mut v: Vec<String> = d
+                    .filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect();
+                v.sort();
+                v
+            })
+            .unwrap_or_default();
+        for t in tasks {
+            let base = format!("/proc/{pid}/task/{t}");
+            // stat: state is field 3, utime/stime fields 14 and 15 (after the ")").
+            let stat = read(format!("{base}/stat"));
+            let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            let f: Vec<&str> = after.split_whitespace().collect();
+            let _ = writeln!(
+                out,
+                "  tid {t} {} state {} utime {} stime {} wchan {} syscall {}",
+                read(format!("{base}/comm")).trim(),
+                f.first().unwrap_or(&"?"),
+                f.get(11).unwrap_or(&"?"),
+                f.get(12).unwrap_or(&"?"),
+                read(format!("{base}/wchan")).trim(),
+                read(format!("{base}/syscall")).trim()
+            );
+            for l in read(format!("{base}/stack")).lines().take(16) {
+                let _ = writeln!(out, "      {l}");
+            }
+        }
+    }
+    for args in [
+        &["resource", "show", "cm_id"][..],
+        &["resource", "show", "qp"][..],
+    ] {
+        let _ = writeln!(out, "-- rdma {}", args.join(" "));
+        match Command::new("rdma").args(args).output() {
+            Ok(o) => {
+                out.push_str(&String::from_utf8_lossy(&o.stdout));
+                out.push_str(&String::from_utf8_lossy(&o.stderr));
+            }
+            Err(e) => {
+                let _ = writeln!(out, "(rdma: {e})");
+            }
+        }
+    }
+    let _ = writeln!(out, "-- /proc/net/tcp");
+    out.push_str(&read("/proc/net/tcp".into()));
+    out.push_str("==== end of snapshot ====\n");
+    out
 }
 
 /// Whether a socket listens on TCP `port` (IPv4 or IPv6), from /proc/net/tcp{,6}.
@@ -219,7 +293,17 @@ pub fn tool(name: &str, ours: bool) -> Command {
         path.display(),
         std::env::var("RVERBS_GUEST").unwrap_or_default()
     );
-    let mut c = Command::new(path);
+    // Line-buffered stdout (coreutils' stdbuf, where the guest has it): a program killed at
+    // a deadline otherwise loses what it printed into its pipe's stdio buffer, and a hang's
+    // report then shows nothing of how far it got.
+    let stdbuf = std::path::Path::new("/usr/bin/stdbuf");
+    let mut c = if stdbuf.is_file() {
+        let mut c = Command::new(stdbuf);
+        c.args(["-oL", "-eL"]).arg(path);
+        c
+    } else {
+        Command::new(path)
+    };
     if ours {
         c.env("LD_LIBRARY_PATH", lib_dir());
         c.env("RVERBS_CAPI_LOG", "1");
@@ -294,7 +378,7 @@ pub fn perftest(prog: &str, port: u16, server_ours: bool, cm: bool, iters: u32) 
             let mut c = tool(prog, !server_ours);
             args(&mut c, &dev_b, port);
             c.arg(&addr_a);
-            let (ok, out) = Proc::spawn(c).finish(Duration::from_secs(120));
+            let (ok, out) = Proc::spawn(c).finish_watching(Duration::from_secs(120), &[&server]);
             if ok {
                 break 'pair (out, server);
             }
