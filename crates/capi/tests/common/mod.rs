@@ -293,17 +293,10 @@ pub fn tool(name: &str, ours: bool) -> Command {
         path.display(),
         std::env::var("RVERBS_GUEST").unwrap_or_default()
     );
-    // Line-buffered stdout (coreutils' stdbuf, where the guest has it): a program killed at
-    // a deadline otherwise loses what it printed into its pipe's stdio buffer, and a hang's
-    // report then shows nothing of how far it got.
-    let stdbuf = std::path::Path::new("/usr/bin/stdbuf");
-    let mut c = if stdbuf.is_file() {
-        let mut c = Command::new(stdbuf);
-        c.args(["-oL", "-eL"]).arg(path);
-        c
-    } else {
-        Command::new(path)
-    };
+    // Not under coreutils' stdbuf (line-buffered output would keep what a killed program
+    // printed): the callers give this command's program to `ldd`-style checks and to
+    // `timeout` wrappers by its path, which stdbuf in front broke (the fresh-clone run).
+    let mut c = Command::new(path);
     if ours {
         c.env("LD_LIBRARY_PATH", lib_dir());
         c.env("RVERBS_CAPI_LOG", "1");
