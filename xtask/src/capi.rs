@@ -505,14 +505,8 @@ pub fn build_and_check(release: bool) -> Result<Outcome> {
             .iter()
             .chain(["/usr/lib/x86_64-linux-gnu/libhns.so.1"].iter())
         {
-            imports56.push(
-                trixie.join(
-                    Path::new("usr/bin")
-                        .join(p)
-                        .strip_prefix("/")
-                        .unwrap_or(Path::new(p)),
-                ),
-            );
+            let path = Path::new("/usr/bin").join(p); // an absolute p replaces the directory
+            imports56.push(trixie.join(path.strip_prefix("/").unwrap_or(&path)));
         }
         imports56.extend(pyverbs_modules(
             &trixie.join("usr/lib/python3/dist-packages/pyverbs"),

@@ -918,6 +918,13 @@ fn trixie_stage(
     let entries = stageplan::plan(&picked, &[], false);
     let mut stage_args = args.to_vec();
     stage_args.push("--include-ignored".into());
+    // pyverbs 56 on both libraries, module by module, did not end within 13 min under
+    // emulation at load 17 (docs/testing.md): until its time is known and cut, it runs only
+    // when asked, and is counted as skipped otherwise.
+    let pyverbs = std::env::var("RVERBS_TRIXIE_PYVERBS").as_deref() == Ok("1");
+    if !pyverbs {
+        stage_args.extend(["--skip".to_string(), TRIXIE_PYVERBS.to_string()]);
+    }
     // The stage is its one binary: it gets the stage's time, not one binary's.
     let binary_timeout = test_timeout.max(stage_timeout.saturating_sub(Duration::from_secs(60)));
     let spec = RunSpec {
@@ -932,15 +939,26 @@ fn trixie_stage(
     };
     match bed.run(&spec) {
         Ok(out) => {
-            let (per_entry, mut counts, notes) = collect(&out, &entries);
+            let (per_entry, mut counts, mut notes) = collect(&out, &entries);
             for c in &per_entry {
                 counts += *c;
+            }
+            if counts.filtered > 0 {
+                notes.push(format!(
+                    "{} test(s) skipped: `{TRIXIE_PYVERBS}` runs with RVERBS_TRIXIE_PYVERBS=1 \
+                     only (its time does not fit the stage yet)",
+                    counts.filtered
+                ));
+                counts.ignored += counts.filtered;
             }
             report.add(name, counts, notes, t.elapsed());
         }
         Err(e) => fail_stage(report, name, e.0, t),
     }
 }
+
+/// The trixie stage's pyverbs 56 comparison (a test of `capi/vm_trixie`).
+pub const TRIXIE_PYVERBS: &str = "pyverbs_56_on_both_libraries_interop";
 
 /// The async load test (crates/async/tests/vm_async.rs: 64 clients, 100 messages each by
 /// default) runs one of its two runtimes with 1,000 messages per client in each VM stage: the
