@@ -495,6 +495,41 @@ pub fn build_and_check(release: bool) -> Result<Outcome> {
             missing.insert(p.to_string(), lacking);
         }
     }
+    // rdma-core 56's (the Debian 13 userland of the trixie stage, when it is cached: `cargo
+    // xtask setup` and the stage make it): the same programs and provider libraries, and
+    // pyverbs 56's modules, which link libmlx5/libefa/libhns 56 and our libibverbs directly.
+    let trixie = util::vm_dir().join("userland/trixie/root");
+    if trixie.join("usr/bin/ibv_devinfo").is_file() {
+        let mut imports56 = Vec::new();
+        for p in PROGRAMS
+            .iter()
+            .chain(["/usr/lib/x86_64-linux-gnu/libhns.so.1"].iter())
+        {
+            let path = Path::new("/usr/bin").join(p); // an absolute p replaces the directory
+            imports56.push(trixie.join(path.strip_prefix("/").unwrap_or(&path)));
+        }
+        imports56.extend(pyverbs_modules(
+            &trixie.join("usr/lib/python3/dist-packages/pyverbs"),
+        ));
+        for path in imports56 {
+            let what = path
+                .strip_prefix(&trixie)
+                .unwrap_or(&path)
+                .display()
+                .to_string();
+            let imports = versioned(&path, true)?;
+            let lacking = not_exported(
+                &imports,
+                &exports,
+                &mut notes,
+                &what,
+                "imports (rdma-core 56)",
+            );
+            if !lacking.is_empty() {
+                missing.insert(format!("rdma-core 56 {what}"), lacking);
+            }
+        }
+    }
     if !missing.is_empty() {
         let list: Vec<String> = missing
             .iter()
@@ -506,6 +541,24 @@ pub fn build_and_check(release: bool) -> Result<Outcome> {
         );
     }
     Ok(Outcome { notes })
+}
+
+/// The extension modules (`*.so`) under `dir`, recursively, sorted.
+fn pyverbs_modules(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p.extension().is_some_and(|x| x == "so") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 /// `cargo xtask capi [--release]`.

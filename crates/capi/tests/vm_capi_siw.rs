@@ -8,11 +8,10 @@
 //! guest with `--provider siw` (`cargo xtask test --stage siw`, which runs this binary with
 //! `--include-ignored`); run anywhere else they fail, never pass silently.
 
-use std::collections::BTreeMap;
-
 mod common;
 use common::{
-    env_or, perftest_both_ways, pyverbs_on_both, pyverbs_suite_copy, rdmacm_utils_both_ways, siw,
+    counts, env_or, outcomes, perftest_both_ways, pyverbs_on_both, pyverbs_suite_copy,
+    rdmacm_utils_both_ways, siw, Outcome,
 };
 
 /// The siw device's address, after checking that this is a siw guest.
@@ -43,52 +42,6 @@ fn perftest_rdma_cm_over_siw_interop() {
     perftest_both_ways(18760, true, 20);
 }
 
-/// A test's outcome in unittest's verbose log.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Outcome {
-    Pass,
-    Skip,
-    Fail,
-    Error,
-}
-
-impl Outcome {
-    fn bad(self) -> bool {
-        matches!(self, Outcome::Fail | Outcome::Error)
-    }
-}
-
-/// Each test of a `run_tests.py -v` log (`module.Class.test`) and its outcome. unittest prints
-/// `name (tests.module.Class.name)`, then (on the same line, or after a docstring line)
-/// ` ... ok`, ` ... ERROR`, ` ... FAIL`, ` ... skipped 'why'` or ` ... expected failure`.
-fn outcomes(log: &str) -> BTreeMap<String, Outcome> {
-    let mut out = BTreeMap::new();
-    let mut current: Option<String> = None;
-    for line in log.lines() {
-        if let (Some(open), true) = (line.find(" (tests."), line.starts_with("test")) {
-            let rest = &line[open + " (tests.".len()..];
-            if let Some(close) = rest.find(')') {
-                current = Some(rest[..close].to_string());
-            }
-        }
-        let Some(at) = line.rfind(" ... ") else {
-            continue;
-        };
-        let verdict = &line[at + " ... ".len()..];
-        let o = match verdict {
-            "ok" | "expected failure" => Outcome::Pass,
-            "ERROR" => Outcome::Error,
-            "FAIL" => Outcome::Fail,
-            v if v.starts_with("skipped") => Outcome::Skip,
-            _ => continue,
-        };
-        if let Some(name) = current.take() {
-            out.insert(name, o);
-        }
-    }
-    out
-}
-
 /// Tests that error on ours and skip on rdma-core's, with why (reviewed): libsiw has no
 /// `ibv_create_qp_ex` and no `ibv_create_cq_ex`, so on rdma-core these tests skip at creation;
 /// ours creates the extended QP and CQ on any device, and the tests then connect the RC QP by
@@ -104,33 +57,6 @@ const EXPECTED_OURS_ONLY_ERRORS: &[&str] = &[
     "test_qpex.QpExTestCase.test_qp_ex_rc_rdma_write_zero_length",
     "test_qpex.QpExTestCase.test_qp_ex_rc_send",
 ];
-
-fn counts(m: &BTreeMap<String, Outcome>) -> String {
-    let n = |o| m.values().filter(|v| **v == o).count();
-    format!(
-        "{} pass / {} fail / {} error / {} skip",
-        n(Outcome::Pass),
-        n(Outcome::Fail),
-        n(Outcome::Error),
-        n(Outcome::Skip)
-    )
-}
-
-#[test]
-fn outcomes_reads_unittest_logs() {
-    let log = "test_a (tests.test_x.C.test_a) ... ok\n\
-               test_b (tests.test_x.C.test_b)\n\
-               A docstring ... (not a verdict) ... ERROR\n\
-               test_c (tests.test_y.D.test_c) ... skipped 'Device rxe0 has no net'\n\
-               test_d (tests.test_y.D.test_d) ... FAIL\n\
-               noise ... ok\n";
-    let o = outcomes(log);
-    assert_eq!(o.len(), 4, "{o:?}");
-    assert_eq!(o["test_x.C.test_a"], Outcome::Pass);
-    assert_eq!(o["test_x.C.test_b"], Outcome::Error);
-    assert_eq!(o["test_y.D.test_c"], Outcome::Skip);
-    assert_eq!(o["test_y.D.test_d"], Outcome::Fail);
-}
 
 /// The suite's modules with a test that does not skip on siw on either library (the others,
 /// mlx5, efa, ODP, flow steering, multicast, AH, atomics, ..., skip entirely on both: see
@@ -204,4 +130,20 @@ fn pyverbs_over_siw_on_both_libraries_interop() {
         "{}\n--- ours:\n{ours_log}",
         wrong.join("\n")
     );
+}
+
+#[test]
+fn outcomes_reads_unittest_logs() {
+    let log = "test_a (tests.test_x.C.test_a) ... ok\n\
+               test_b (tests.test_x.C.test_b)\n\
+               A docstring ... (not a verdict) ... ERROR\n\
+               test_c (tests.test_y.D.test_c) ... skipped 'Device rxe0 has no net'\n\
+               test_d (tests.test_y.D.test_d) ... FAIL\n\
+               noise ... ok\n";
+    let o = outcomes(log);
+    assert_eq!(o.len(), 4, "{o:?}");
+    assert_eq!(o["test_x.C.test_a"], Outcome::Pass);
+    assert_eq!(o["test_x.C.test_b"], Outcome::Error);
+    assert_eq!(o["test_y.D.test_c"], Outcome::Skip);
+    assert_eq!(o["test_y.D.test_d"], Outcome::Fail);
 }

@@ -45,9 +45,23 @@ pub(crate) const TOOLS: &[&str] = &[
 /// made again, with the union of what it had and what is asked now) when it has not. Returns
 /// the root directory.
 pub(crate) fn prepare(cache: &Path, suite: &'static str, packages: &[String]) -> Result<PathBuf> {
-    let dir = cache.join("buildroot").join(suite);
     let mut wanted: Vec<String> = TOOLS.iter().map(|t| t.to_string()).collect();
     wanted.extend(packages.iter().cloned());
+    prepare_in(cache, "buildroot", "build root", suite, wanted, &[])
+}
+
+/// The cached root `<cache>/<kind>/<suite>/root` of `suite` with at least `wanted` (see
+/// [`prepare`]); `what` names it in messages; the documentation directories of `keep_docs`
+/// (packages under `usr/share/doc`) stay, every other one goes.
+pub(crate) fn prepare_in(
+    cache: &Path,
+    kind: &str,
+    what: &str,
+    suite: &'static str,
+    mut wanted: Vec<String>,
+    keep_docs: &[&str],
+) -> Result<PathBuf> {
+    let dir = cache.join(kind).join(suite);
     let had = fs::read_to_string(dir.join("READY")).ok();
     if let Some(had) = &had {
         if wanted.iter().all(|w| had.lines().any(|l| l == w)) && dir.join("root").is_dir() {
@@ -60,20 +74,20 @@ pub(crate) fn prepare(cache: &Path, suite: &'static str, packages: &[String]) ->
     wanted.dedup();
     let t = Instant::now();
     say(format!(
-        "making a Debian {suite} build root ({}; once; cached in {})",
+        "making a Debian {suite} {what} ({}; once; cached in {})",
         wanted.join(" "),
         dir.display()
     ));
     let tmp = cache
-        .join("buildroot")
+        .join(kind)
         .join(format!("{suite}.tmp-{}", std::process::id()));
     let _ = fs::remove_dir_all(&tmp);
-    let res = make(cache, suite, &wanted, &tmp);
+    let res = make(cache, suite, &wanted, &tmp, keep_docs);
     let _ = fs::remove_dir_all(tmp.join("debs"));
     if let Err(e) = res {
         let _ = fs::remove_dir_all(&tmp);
         return Err(util::Error(format!(
-            "cannot make the Debian {suite} build root: {e}"
+            "cannot make the Debian {suite} {what}: {e}"
         )));
     }
     // The old root (if any) goes; a bed copying from it at this moment fails its build, which
@@ -84,19 +98,25 @@ pub(crate) fn prepare(cache: &Path, suite: &'static str, packages: &[String]) ->
         let _ = fs::remove_dir_all(&tmp);
     }
     say(format!(
-        "Debian {suite} build root ready in {}",
+        "Debian {suite} {what} ready in {}",
         util::fmt_secs(t.elapsed())
     ));
     if !dir.join("READY").exists() {
         bail!(
-            "the Debian {suite} build root in {} is not ready",
+            "the Debian {suite} {what} in {} is not ready",
             dir.display()
         );
     }
     Ok(dir.join("root"))
 }
 
-fn make(cache: &Path, suite: &'static str, wanted: &[String], out: &Path) -> Result<()> {
+fn make(
+    cache: &Path,
+    suite: &'static str,
+    wanted: &[String],
+    out: &Path,
+    keep_docs: &[&str],
+) -> Result<()> {
     for (tool, package) in [("apt-get", "apt"), ("dpkg-deb", "dpkg")] {
         if util::which(tool).is_none() {
             bail!("`{tool}` is missing: it is needed to make a build root (install {package})");
@@ -146,15 +166,14 @@ fn make(cache: &Path, suite: &'static str, wanted: &[String], out: &Path) -> Res
     for f in &files {
         util::run(Command::new("dpkg-deb").arg("-x").arg(f).arg(&root))?;
     }
-    finish(&root)?;
-    for (what, path) in [
-        ("a shell", "usr/bin/sh"),
-        ("make", "usr/bin/make"),
-        ("awk", "usr/bin/awk"),
-        ("env", "usr/bin/env"),
-    ] {
+    finish(&root, keep_docs)?;
+    let mut musts = vec![("a shell", "usr/bin/sh"), ("env", "usr/bin/env")];
+    if wanted.iter().any(|w| w == "make") {
+        musts.extend([("make", "usr/bin/make"), ("awk", "usr/bin/awk")]);
+    }
+    for (what, path) in musts {
         if fs::symlink_metadata(root.join(path)).is_err() {
-            bail!("the build root has no {what} ({path})");
+            bail!("the root has no {what} ({path})");
         }
     }
     let mut ready = wanted.join("\n");
@@ -163,15 +182,22 @@ fn make(cache: &Path, suite: &'static str, wanted: &[String], out: &Path) -> Res
     Ok(())
 }
 
-/// What the packages' scripts would have made, and the mount points; docs and translations out.
-fn finish(root: &Path) -> Result<()> {
-    for d in [
-        "usr/share/doc",
-        "usr/share/man",
-        "usr/share/info",
-        "usr/share/locale",
-    ] {
+/// What the packages' scripts would have made, and the mount points (`dev`, `proc`, `sys`,
+/// `tmp`, `run`, and `host`, where a guest binds its own root); docs (but `keep_docs`' of
+/// `usr/share/doc`) and translations out.
+fn finish(root: &Path, keep_docs: &[&str]) -> Result<()> {
+    for d in ["usr/share/man", "usr/share/info", "usr/share/locale"] {
         let _ = fs::remove_dir_all(root.join(d));
+    }
+    if let Ok(docs) = fs::read_dir(root.join("usr/share/doc")) {
+        for e in docs.flatten() {
+            if !keep_docs.iter().any(|k| e.file_name() == *k) {
+                let _ = fs::remove_dir_all(e.path()).or_else(|_| fs::remove_file(e.path()));
+            }
+        }
+    }
+    if keep_docs.is_empty() {
+        let _ = fs::remove_dir_all(root.join("usr/share/doc"));
     }
     for l in ["bin", "lib", "lib64", "sbin"] {
         if fs::symlink_metadata(root.join(l)).is_err() && root.join("usr").join(l).is_dir() {
@@ -183,7 +209,7 @@ fn finish(root: &Path) -> Result<()> {
     if fs::symlink_metadata(&awk).is_err() && root.join("usr/bin/mawk").exists() {
         std::os::unix::fs::symlink("mawk", &awk).context(|| "cannot link awk".into())?;
     }
-    for d in ["dev", "proc", "tmp"] {
+    for d in ["dev", "proc", "sys", "tmp", "run", "host"] {
         fs::create_dir_all(root.join(d)).context(|| format!("cannot create {d} in the root"))?;
     }
     use std::os::unix::fs::PermissionsExt;
@@ -256,7 +282,7 @@ mod tests {
         fs::write(dir.join("usr/bin/mawk"), "").unwrap();
         // A bookworm-like one has /bin itself: left as it is.
         fs::create_dir_all(dir.join("sbin")).unwrap();
-        finish(&dir).unwrap();
+        finish(&dir, &[]).unwrap();
         assert_eq!(
             fs::read_link(dir.join("bin")).unwrap(),
             Path::new("usr/bin")

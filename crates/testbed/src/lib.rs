@@ -14,5 +14,6 @@ pub mod local;
 pub mod packages;
 pub mod runner;
 pub mod siw;
+pub mod userland;
 pub mod util;
 pub mod vm;

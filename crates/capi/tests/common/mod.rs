@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -286,6 +287,9 @@ pub fn capi_bin(name: &str) -> PathBuf {
 
 /// A command for rdma-core's `tool`, on our library (`ours`) or on rdma-core's.
 pub fn tool(name: &str, ours: bool) -> Command {
+    if RDMA_CORE_56.load(std::sync::atomic::Ordering::Relaxed) {
+        return tool56(name, ours);
+    }
     let path = PathBuf::from("/usr/bin").join(name);
     assert!(
         path.is_file(),
@@ -304,6 +308,74 @@ pub fn tool(name: &str, ours: bool) -> Command {
         c.env_remove("LD_LIBRARY_PATH");
     }
     c
+}
+
+/// Whether [`tool`] runs rdma-core 56's programs (the Debian 13 userland, [`tool56`]) instead
+/// of the host's rdma-core 44 ([`use_rdma_core_56`]).
+static RDMA_CORE_56: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// From now on, in this process, [`tool`] (and so every helper here that runs rdma-core's
+/// programs) runs rdma-core 56's programs in the Debian 13 userland ([`tool56`]).
+pub fn use_rdma_core_56() {
+    trixie_root();
+    RDMA_CORE_56.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The Debian 13 userland's root (`RVERBS_TRIXIE_ROOT`, set by the stage that carries it:
+/// crates/testbed/src/userland.rs). Panics, naming what is missing, when it is not there.
+pub fn trixie_root() -> PathBuf {
+    let root = std::env::var_os("RVERBS_TRIXIE_ROOT").map(PathBuf::from);
+    let Some(root) = root.filter(|r| r.join("usr/bin/ibv_devinfo").is_file()) else {
+        panic!(
+            "no Debian 13 userland: RVERBS_TRIXIE_ROOT is {:?} (its stage sets it: cargo xtask \
+             test --stage trixie; `cargo xtask setup` makes it)",
+            std::env::var_os("RVERBS_TRIXIE_ROOT")
+        );
+    };
+    root
+}
+
+/// `args` run in the Debian 13 userland ([`trixie_root`]): in a private mount namespace
+/// (`unshare -m`: nothing stays mounted, however the command ends) the guest's root is bound
+/// at the userland's `/host`, its `/dev`, `/proc`, `/sys` at theirs, fresh tmpfs on `/tmp` and
+/// `/run`; then `chroot` with a clean environment plus `env` (`NAME=value` pairs). The
+/// command's process is the program itself (each step `exec`s the next), so killing it kills
+/// the program.
+pub fn in_trixie(env: &[String], args: &[&str]) -> Command {
+    let mut c = Command::new("unshare");
+    c.args(["-m", "sh", "-c"])
+        .arg(
+            r#"r=$1; shift
+mount --rbind / "$r/host" && mount --rbind /dev "$r/dev" && mount --rbind /proc "$r/proc" &&
+mount --rbind /sys "$r/sys" && mount -t tmpfs tmpfs "$r/tmp" && mount -t tmpfs tmpfs "$r/run" &&
+exec chroot "$r" /usr/bin/env -i PATH=/usr/bin:/usr/sbin LANG=C.UTF-8 HOME=/tmp "$@""#,
+        )
+        .arg("sh")
+        .arg(trixie_root())
+        .args(env)
+        .args(args);
+    c
+}
+
+/// The environment that puts our libraries in front of rdma-core 56's inside the userland:
+/// our `lib_dir()` as the userland sees it (under `/host`), and the drop-in's log.
+pub fn ours_in_trixie() -> Vec<String> {
+    vec![
+        format!("LD_LIBRARY_PATH=/host{}", lib_dir().display()),
+        "RVERBS_CAPI_LOG=1".into(),
+    ]
+}
+
+/// rdma-core 56's program `name` (Debian 13's `/usr/bin/NAME`) in the userland
+/// ([`in_trixie`]), on our libraries (`ours`) or on rdma-core 56's.
+pub fn tool56(name: &str, ours: bool) -> Command {
+    let path = format!("/usr/bin/{name}");
+    assert!(
+        trixie_root().join(&path[1..]).is_file(),
+        "{path} missing in the Debian 13 userland"
+    );
+    let env = if ours { ours_in_trixie() } else { vec![] };
+    in_trixie(&env, &[&path])
 }
 
 pub fn run(mut c: Command) -> Output {
@@ -592,4 +664,106 @@ pub fn pyverbs_suite_copy(name: &str) -> PathBuf {
         .arg(&dir);
     run(c);
     dir
+}
+
+/// A test's outcome in unittest's verbose log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Outcome {
+    Pass,
+    Skip,
+    Fail,
+    Error,
+}
+
+impl Outcome {
+    pub fn bad(self) -> bool {
+        matches!(self, Outcome::Fail | Outcome::Error)
+    }
+}
+
+/// Each test of a `run_tests.py -v` log (`module.Class.test`) and its outcome. unittest prints
+/// `name (tests.module.Class.name)`, then (on the same line, or after a docstring line)
+/// ` ... ok`, ` ... ERROR`, ` ... FAIL`, ` ... skipped 'why'` or ` ... expected failure`.
+pub fn outcomes(log: &str) -> BTreeMap<String, Outcome> {
+    let mut out = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in log.lines() {
+        if let (Some(open), true) = (line.find(" (tests."), line.starts_with("test")) {
+            let rest = &line[open + " (tests.".len()..];
+            if let Some(close) = rest.find(')') {
+                current = Some(rest[..close].to_string());
+            }
+        }
+        let Some(at) = line.rfind(" ... ") else {
+            continue;
+        };
+        let verdict = &line[at + " ... ".len()..];
+        let o = match verdict {
+            "ok" | "expected failure" => Outcome::Pass,
+            "ERROR" => Outcome::Error,
+            "FAIL" => Outcome::Fail,
+            v if v.starts_with("skipped") => Outcome::Skip,
+            _ => continue,
+        };
+        if let Some(name) = current.take() {
+            out.insert(name, o);
+        }
+    }
+    out
+}
+
+/// The counts of a run's outcomes, for the log.
+pub fn counts(m: &BTreeMap<String, Outcome>) -> String {
+    let n = |o| m.values().filter(|v| **v == o).count();
+    format!(
+        "{} pass / {} fail / {} error / {} skip",
+        n(Outcome::Pass),
+        n(Outcome::Fail),
+        n(Outcome::Error),
+        n(Outcome::Skip)
+    )
+}
+
+/// One ping-pong of `prog` between a server on A and a client to A's address from B, each on
+/// our library or rdma-core's. The client is retried while the server is not listening yet.
+pub fn pingpong(prog: &str, extra: &[&str], port: u16, server_ours: bool, client_ours: bool) {
+    let (dev_a, dev_b) = (
+        env_or("RVERBS_DEV_A", "rxe0"),
+        env_or("RVERBS_DEV_B", "rxe0"),
+    );
+    let addr_a = env_or("RVERBS_ADDR_A", "10.10.0.1");
+    let port = port.to_string();
+    let common = |c: &mut Command, dev: &str| {
+        c.args(["-d", dev, "-g", "1", "-n", "50", "-p", &port])
+            .args(extra);
+    };
+    let mut s = tool(prog, server_ours);
+    common(&mut s, &dev_a);
+    let server = Proc::spawn(s);
+    let t0 = Instant::now();
+    let client_out = loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let mut c = tool(prog, client_ours);
+        common(&mut c, &dev_b);
+        c.arg(&addr_a);
+        let (ok, out) = Proc::spawn(c).finish(Duration::from_secs(120));
+        if ok {
+            break out;
+        }
+        if !out.contains("Couldn't connect") || t0.elapsed() > Duration::from_secs(30) {
+            let (_, sout) = server.finish(Duration::from_secs(1));
+            panic!("client failed:\n{out}\nserver:\n{sout}");
+        }
+    };
+    let (ok, sout) = server.finish(Duration::from_secs(120));
+    assert!(ok, "server failed:\n{sout}\nclient:\n{client_out}");
+    for out in [&sout, &client_out] {
+        assert!(out.contains("50 iters in"), "no iteration count in:\n{out}");
+    }
+}
+
+/// Both directions: server on rdma-core and client on ours, then the other way round.
+pub fn both_ways(prog: &str, extra: &[&str], port: u16) {
+    pingpong(prog, extra, port, false, true);
+    pingpong(prog, extra, port + 1, true, false);
 }
