@@ -563,6 +563,9 @@ impl From<(u32, bool, u32, u64)> for Seen {
 /// number are counted for no one until a poll that began after the destroy has found the ring
 /// empty (a destroyed QP adds nothing to the ring after its destroy returns, and completions
 /// leave the ring in order): only then do completions with that number belong to a live QP.
+/// The exception: a receive of the destroyed QP's SRQ, which outlives it, still settles the
+/// SRQ by its `wr_id` where that cannot be another queue's (a pinned `wr_id` would hold every
+/// region posted under it later).
 #[derive(Debug)]
 pub(crate) struct Watch<R = Region> {
     list: Mutex<WatchList<R>>,
