@@ -296,12 +296,8 @@ impl Cq {
         let epoch = self.watch.epoch();
         let n = ops.poll(out).min(out.len());
         // Under the ring's lock: settles happen in the ring's order (crate::ledger::Watch).
-        self.watch.settle(
-            out[..n]
-                .iter()
-                .map(|w| (w.qp_num, w.status.is_success(), w.opcode.0, w.wr_id)),
-            (n < out.len()).then_some(epoch),
-        );
+        self.watch
+            .settle(out[..n].iter(), (n < out.len()).then_some(epoch));
         drop(ops);
         n
     }
@@ -490,11 +486,7 @@ impl ViewOps<'_> {
 /// Settles `watch`'s ledgers with the polled `wcs`; `drained` as for [`Watch::settle`].
 #[inline]
 fn settle_raw(watch: &Watch, wcs: &[RawWc], drained: Option<u64>) {
-    watch.settle(
-        wcs.iter()
-            .map(|w| (w.qp_num, w.is_success(), w.opcode, w.wr_id)),
-        drained,
-    );
+    watch.settle(wcs.iter(), drained);
 }
 
 impl fmt::Debug for CqView<'_> {

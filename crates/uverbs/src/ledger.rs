@@ -13,11 +13,14 @@
 //! - **a receive queue**: that many receive completions were polled. Receives complete one by
 //!   one in the order they were posted, each once (success or flush). Counted: every success
 //!   completion with a receive opcode, and every completion on a CQ that is only this QP's
-//!   receive CQ; an error completion on a CQ shared by both queues is not counted (rxe leaves a
-//!   flushed receive's opcode 0, a send's number), which can only hold memory longer.
+//!   receive CQ; an error completion on a CQ shared by both queues is counted only when its
+//!   opcode is a receive's (rxe leaves a flushed receive's opcode 0, a send's number, so it is
+//!   not counted: which can only hold memory longer). A completion the provider made up
+//!   ([`Seen::matched`] false) is never counted.
 //! - **a shared receive queue**: its own completion was polled (SRQ receives complete in no
 //!   fixed order across its QPs, but each completion names its receive's `wr_id`; a `wr_id`
-//!   posted twice waits for both).
+//!   posted twice waits for both), also when it is polled after its QP was destroyed (the
+//!   QP's tombstone keeps a weak reference to the SRQ's ledger: [`Watch`]).
 //! - **a send queue**: a later or equal signaled READ/atomic completed with success. READs and
 //!   atomics complete in their order among themselves on every provider (siw's ORQ, rxe's
 //!   completer, mlx5's queue), but not in order with the sends around them on siw (a SEND
@@ -494,6 +497,63 @@ pub(crate) enum Role {
     Both,
 }
 
+/// What a ledger needs of one polled completion.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Seen {
+    pub(crate) qp_num: u32,
+    /// Success.
+    pub(crate) ok: bool,
+    /// The [`WcOpcode`]'s number.
+    pub(crate) opcode: u32,
+    pub(crate) wr_id: u64,
+    /// The provider matched it to a request posted on `qp_num`
+    /// ([`WorkCompletion::unmatched`](crate::wc::WorkCompletion::unmatched) false). mlx5's
+    /// parser makes completions up (`wr_id` 0, `GENERAL_ERR`) for a CQE naming a QP or WQE it
+    /// has nothing posted for, or whose opcode or format it cannot attribute: counted, one of
+    /// them would release a receive (or on an SRQ, wr_id 0's) that the device may still write.
+    pub(crate) matched: bool,
+}
+
+impl From<&crate::wc::WorkCompletion> for Seen {
+    #[inline(always)]
+    fn from(w: &crate::wc::WorkCompletion) -> Self {
+        Seen {
+            qp_num: w.qp_num,
+            ok: w.status.is_success(),
+            opcode: w.opcode.0,
+            wr_id: w.wr_id,
+            matched: !w.unmatched,
+        }
+    }
+}
+
+impl From<&crate::wc::RawWc> for Seen {
+    #[inline(always)]
+    fn from(w: &crate::wc::RawWc) -> Self {
+        Seen {
+            qp_num: w.qp_num,
+            ok: w.is_success(),
+            opcode: w.opcode,
+            wr_id: w.wr_id,
+            matched: !w.is_unmatched(),
+        }
+    }
+}
+
+/// Tests: `(qp_num, success, opcode, wr_id)`, matched.
+#[cfg(test)]
+impl From<(u32, bool, u32, u64)> for Seen {
+    fn from((qp_num, ok, opcode, wr_id): (u32, bool, u32, u64)) -> Self {
+        Seen {
+            qp_num,
+            ok,
+            opcode,
+            wr_id,
+            matched: true,
+        }
+    }
+}
+
 /// A CQ's QPs, whose ledgers its completions settle.
 ///
 /// A completion names its QP only by number, and a number is reused once its QP is destroyed
@@ -503,6 +563,9 @@ pub(crate) enum Role {
 /// number are counted for no one until a poll that began after the destroy has found the ring
 /// empty (a destroyed QP adds nothing to the ring after its destroy returns, and completions
 /// leave the ring in order): only then do completions with that number belong to a live QP.
+/// The exception: a receive of the destroyed QP's SRQ, which outlives it, still settles the
+/// SRQ by its `wr_id` where that cannot be another queue's (a pinned `wr_id` would hold every
+/// region posted under it later).
 #[derive(Debug)]
 pub(crate) struct Watch<R = Region> {
     list: Mutex<WatchList<R>>,
@@ -516,8 +579,22 @@ pub(crate) struct Watch<R = Region> {
 #[derive(Debug)]
 struct WatchList<R> {
     live: Vec<(Arc<QpLedger<R>>, Role)>,
-    /// `(qp_num, epoch)`: destroyed QPs whose completions may still be in the ring.
-    gone: Vec<(u32, u64)>,
+    /// Destroyed QPs whose completions may still be in the ring.
+    gone: Vec<Tomb<R>>,
+}
+
+/// A destroyed QP whose completions may still be in the ring.
+#[derive(Debug)]
+struct Tomb<R> {
+    qp_num: u32,
+    /// The [`Watch::epoch`] it was made at.
+    made: u64,
+    /// Its queues on this CQ.
+    role: Role,
+    /// Its SRQ's ledger, when it had one: the SRQ outlives it, and a receive it took from the
+    /// SRQ is over only when its completion (polled after the destroy) says so. Weak: a
+    /// tombstone keeps no SRQ alive (a destroyed SRQ released everything).
+    srq: Option<Weak<Mutex<RecvLedger<R>>>>,
 }
 
 impl<R> Default for Watch<R> {
@@ -538,13 +615,30 @@ impl<R: Holdable> Watch<R> {
         lock(&self.list).live.push((l.clone(), role));
     }
 
-    /// QP `l` was destroyed: its completions still in the ring are counted for no one.
+    /// QP `l` was destroyed: its completions still in the ring are counted for no one, but
+    /// its SRQ's receives (named by `wr_id`) still settle the SRQ's ledger (see `settle`).
     pub(crate) fn retire(&self, l: &Arc<QpLedger<R>>) {
         let mut list = lock(&self.list);
-        list.live.retain(|(x, _)| !Arc::ptr_eq(x, l));
+        let mut role = None;
+        list.live.retain(|(x, r)| {
+            let me = Arc::ptr_eq(x, l);
+            if me {
+                role = Some(*r);
+            }
+            !me
+        });
         let e = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
-        list.gone.retain(|&(q, _)| q != l.qp_num);
-        list.gone.push((l.qp_num, e));
+        list.gone.retain(|t| t.qp_num != l.qp_num);
+        let srq = lock(&l.recv)
+            .slots
+            .is_some()
+            .then(|| Arc::downgrade(&l.recv));
+        list.gone.push(Tomb {
+            qp_num: l.qp_num,
+            made: e,
+            role: role.unwrap_or(Role::Send),
+            srq,
+        });
         self.tombs.store(list.gone.len(), Ordering::Relaxed);
     }
 
@@ -555,16 +649,17 @@ impl<R: Holdable> Watch<R> {
         self.epoch.load(Ordering::Acquire)
     }
 
-    /// Settles the ledgers for completions `(qp_num, success, opcode, wr_id)`, in polled order. Call
-    /// it under the CQ's lock (so that settles happen in the ring's order), with
-    /// `drained: Some(epoch)` when the poll, which read [`epoch`](Self::epoch) before the
-    /// ring, took fewer completions than it asked for (it emptied the ring).
-    pub(crate) fn settle(
-        &self,
-        wcs: impl Iterator<Item = (u32, bool, u32, u64)>,
-        drained: Option<u64>,
-    ) {
-        let mut wcs = wcs.peekable();
+    /// Settles the ledgers for the polled completions, in polled order. Call it under the
+    /// CQ's lock (so that settles happen in the ring's order), with `drained: Some(epoch)` when
+    /// the poll, which read [`epoch`](Self::epoch) before the ring, took fewer completions than
+    /// it asked for (it emptied the ring). A completion the provider did not match to a posted
+    /// request ([`Seen::matched`] false) settles nothing.
+    pub(crate) fn settle<I>(&self, wcs: I, drained: Option<u64>)
+    where
+        I: Iterator,
+        I::Item: Into<Seen>,
+    {
+        let mut wcs = wcs.map(Into::into).peekable();
         // Relaxed: a stale count only skips a clearing, which a later poll does.
         if wcs.peek().is_none() && (drained.is_none() || self.tombs.load(Ordering::Relaxed) == 0) {
             return;
@@ -574,9 +669,33 @@ impl<R: Holdable> Watch<R> {
             return;
         }
         let mut at = 0;
-        for (qp_num, ok, opcode, wr_id) in wcs {
-            if !list.gone.is_empty() && list.gone.iter().any(|&(q, _)| q == qp_num) {
-                continue; // a destroyed QP's, or its number's new QP's, counted for no one
+        for Seen {
+            qp_num,
+            ok,
+            opcode,
+            wr_id,
+            matched,
+        } in wcs
+        {
+            if !matched {
+                continue; // made up by the provider: no request is over because of it
+            }
+            if !list.gone.is_empty() {
+                if let Some(t) = list.gone.iter().find(|t| t.qp_num == qp_num) {
+                    // A destroyed QP's, or its number's new QP's: counted for no one, except a
+                    // receive of the destroyed QP's SRQ (`wr_id` names it in whichever QP's
+                    // completion: safe when no live QP here has the number, or the one that
+                    // does shares the SRQ and the role).
+                    if let Some(srq) = t.srq.as_ref().and_then(Weak::upgrade) {
+                        let same = |(l, r): &(Arc<QpLedger<R>>, Role)| {
+                            l.qp_num != qp_num || (Arc::ptr_eq(&l.recv, &srq) && *r == t.role)
+                        };
+                        if list.live.iter().all(same) && is_recv(t.role, opcode) {
+                            lock(&srq).completed(wr_id);
+                        }
+                    }
+                    continue;
+                }
             }
             if !list.live.get(at).is_some_and(|(l, _)| l.qp_num == qp_num) {
                 match list.live.iter().position(|(l, _)| l.qp_num == qp_num) {
@@ -589,9 +708,27 @@ impl<R: Holdable> Watch<R> {
         }
         if let Some(e) = drained {
             // Every tombstone made before the poll read the ring: its completions are out.
-            list.gone.retain(|&(_, made)| made > e);
+            list.gone.retain(|t| t.made > e);
             self.tombs.store(list.gone.len(), Ordering::Relaxed);
         }
+    }
+}
+
+/// True when a completion of a QP with `role` on this CQ is one of its receives: every
+/// completion on its own receive CQ; on a CQ shared with its sends, one whose opcode is a
+/// receive's, errors included (no provider gives a send's completion a receive opcode: mlx5's
+/// parser says RECV for a responder error CQE only, siw's CQE carries the request's opcode,
+/// rxe a send's; rxe leaves a receive error's opcode 0, so that one is not counted here:
+/// which only holds memory longer).
+#[inline]
+fn is_recv(role: Role, opcode: u32) -> bool {
+    match role {
+        Role::Recv => true,
+        Role::Both => matches!(
+            WcOpcode(opcode),
+            WcOpcode::RECV | WcOpcode::RECV_RDMA_WITH_IMM
+        ),
+        Role::Send => false,
     }
 }
 
@@ -604,7 +741,7 @@ fn settle_one<R: Holdable>(l: &QpLedger<R>, role: Role, ok: bool, opcode: WcOpco
     match role {
         Role::Recv => lock(&l.recv).completed(wr_id),
         Role::Send | Role::Both if ok && sink => lock(&l.send).sink_completed(),
-        Role::Both if ok && opcode.is_recv() => lock(&l.recv).completed(wr_id),
+        Role::Both if is_recv(role, opcode.0) => lock(&l.recv).completed(wr_id),
         Role::Send | Role::Both if ok && l.sources => lock(&l.send).other_completed(),
         _ => {}
     }
@@ -683,6 +820,17 @@ impl<D> Fence<D> {
         n
     }
 
+    /// A number for a QP about to be created, given back when the ticket is dropped (the
+    /// create failed, or panicked: issue 31 (g), a number left live holds every region
+    /// deregistered later until the PD goes) unless [`Ticket::keep`] hands it to the QP or
+    /// [`Ticket::stuck`] says a kernel QP with it could not be destroyed.
+    pub(crate) fn ticket(&self) -> Ticket<'_, D> {
+        Ticket {
+            fence: self,
+            n: Some(self.qp_created()),
+        }
+    }
+
     /// QP `n` is destroyed (or was never created): gives back what no longer waits. The caller
     /// drops it, outside the lock.
     #[must_use]
@@ -713,6 +861,35 @@ impl<D> Fence<D> {
     #[cfg(test)]
     fn waiting(&self) -> usize {
         lock(&self.inner).waiting.len()
+    }
+}
+
+/// A QP number of a [`Fence`] while its QP is being created ([`Fence::ticket`]).
+#[derive(Debug)]
+pub(crate) struct Ticket<'a, D> {
+    fence: &'a Fence<D>,
+    n: Option<u64>,
+}
+
+impl<D> Ticket<'_, D> {
+    /// The QP exists: its number, which its destroy gives back ([`Fence::qp_destroyed`]).
+    pub(crate) fn keep(mut self) -> u64 {
+        self.n.take().expect("a ticket's number is taken once")
+    }
+
+    /// A kernel QP with this number exists and could not be destroyed: the number stays live
+    /// (what waits for it is never freed).
+    pub(crate) fn stuck(mut self) {
+        self.n = None;
+    }
+}
+
+impl<D> Drop for Ticket<'_, D> {
+    fn drop(&mut self) {
+        if let Some(n) = self.n.take() {
+            // What no longer waits is dropped here, outside the fence's lock.
+            drop(self.fence.qp_destroyed(n));
+        }
     }
 }
 

@@ -26,7 +26,7 @@ use crate::kernel::abi::obj::{
     ib_uverbs_query_qp, ib_uverbs_query_qp_resp, IB_UVERBS_QP_CREATE_SQ_SIG_ALL,
 };
 use crate::kernel::write;
-use crate::ledger::{QpLedger, Role};
+use crate::ledger::{Fence, QpLedger, Role, Ticket};
 use crate::mr::AccessFlags;
 use crate::op::{DeviceCapsEx, OpSet};
 use crate::pd::Pd;
@@ -212,9 +212,15 @@ impl Qp {
         } else {
             0
         };
-        let mut created: Option<QpCreated> = None;
-        // Numbered before the kernel QP exists, so that no deregistration can miss it.
-        let fence_seq = pd.fence().map(|f| f.qp_created());
+        // Numbered before the kernel QP exists, so that no deregistration can miss it; undone
+        // (the kernel QP destroyed, the number given back) on an error or a panic before the
+        // `Qp` exists.
+        let mut unborn = Unborn {
+            pd,
+            ticket: pd.fence().map(Fence::ticket),
+            created: None,
+        };
+        let created = &mut unborn.created;
         // SAFETY: the fd is this context's command fd, the driver is the one
         // attached to it, and the callback issues CREATE_QP on that fd with the driver's data
         // and returns the kernel's answer unaltered (the create contract).
@@ -296,13 +302,15 @@ impl Qp {
                         cap.max_inline_data
                     ))
                 })?;
-                created = Some(r);
+                *created = Some(r);
                 Ok(r)
             })
         };
         match res {
             Ok(ops) => {
-                let k = created.expect("provider built a QP without creating it");
+                let k = unborn
+                    .created
+                    .expect("provider built a QP without creating it");
                 let caps = ops.caps().unwrap_or(k.caps);
                 tracing::debug!(device = ctx.name(), qpn = k.qp_num, "QP created");
                 // Receives completing in any order are held as an SRQ's are.
@@ -320,6 +328,8 @@ impl Qp {
                     init.send_cq.watch().add(&ledger, Role::Send);
                     init.recv_cq.watch().add(&ledger, Role::Recv);
                 }
+                let fence_seq = unborn.ticket.take().map(Ticket::keep);
+                unborn.created = None;
                 Ok(Arc::new(Qp {
                     ledger,
                     fence_seq,
@@ -340,15 +350,8 @@ impl Qp {
                     ops: OpsLock::new(ops),
                 }))
             }
-            Err(e) => {
-                let gone = created.map_or(true, |k| destroy_kernel_qp(pd, k.handle).is_ok());
-                // A kernel QP that could not be destroyed keeps its number: what waits for it
-                // stays allocated.
-                if let (true, Some(f), Some(n)) = (gone, pd.fence(), fence_seq) {
-                    drop(f.qp_destroyed(n));
-                }
-                Err(e)
-            }
+            // `unborn` destroys the kernel QP if there is one and gives its number back.
+            Err(e) => Err(e),
         }
     }
 
@@ -716,6 +719,33 @@ fn mcast_cmd(
         reserved: 0,
     };
     write::cmd_legacy(ctx.cmd_fd(), command, req.as_bytes(), &[], &mut [])
+}
+
+/// What [`Qp::create`] has made before its `Qp` exists, undone when it is dropped: on an
+/// error, and on a panic in the provider or in the create itself (issue 31 (g): a fence number
+/// left live would hold every remote region of the PD deregistered later).
+struct Unborn<'a> {
+    pd: &'a Pd,
+    ticket: Option<Ticket<'a, crate::mr::Deferred>>,
+    /// The kernel QP, once CREATE_QP succeeded.
+    created: Option<QpCreated>,
+}
+
+impl Drop for Unborn<'_> {
+    fn drop(&mut self) {
+        let gone = self
+            .created
+            .map_or(true, |k| destroy_kernel_qp(self.pd, k.handle).is_ok());
+        if let Some(t) = self.ticket.take() {
+            if gone {
+                drop(t);
+            } else {
+                // A kernel QP that could not be destroyed keeps its number: what waits for it
+                // stays allocated.
+                t.stuck();
+            }
+        }
+    }
 }
 
 fn destroy_kernel_qp(pd: &Pd, handle: u32) -> Result<u32> {

@@ -136,6 +136,13 @@ pub struct WorkCompletion {
     pub dlid_path_bits: u8,
     /// Port of a receive on a switch's QP (0 otherwise).
     pub port_num: u8,
+    /// True when the provider made this completion up instead of matching it to a request
+    /// posted on `qp_num` (mlx5: a CQE naming a QP or WQE it has no request for, a CQE
+    /// opcode or format it cannot attribute; `wr_id` is then 0 and the status
+    /// `GENERAL_ERR`). No request is over because of it: rverbs' ledgers count only matched
+    /// completions (docs/architecture.md, "Why this is sound"). Completions the kernel
+    /// writes (rxe, siw) and those EFA's parser reports are always matched.
+    pub unmatched: bool,
 }
 
 impl WorkCompletion {
@@ -208,7 +215,8 @@ pub struct RawWc {
     pub dlid_path_bits: u8,
     /// Port the completion came from (UD/GSI).
     pub port_num: u8,
-    /// Padding.
+    /// Padding in the kernel's layout (rxe writes 0). rverbs uses its bit 0 for
+    /// [`WorkCompletion::unmatched`] ([`RawWc::is_unmatched`]); the other bits mean nothing.
     pub reserved: u8,
 }
 
@@ -239,6 +247,13 @@ impl RawWc {
     #[inline(always)]
     pub fn is_success(&self) -> bool {
         self.status == 0
+    }
+
+    /// [`WorkCompletion::unmatched`]: the provider made this completion up (bit 0 of
+    /// `reserved`, which the kernel leaves 0).
+    #[inline(always)]
+    pub fn is_unmatched(&self) -> bool {
+        self.reserved & 1 != 0
     }
 
     /// The opcode; valid only when the status is success (as in libibverbs).
@@ -364,6 +379,7 @@ impl RawWc {
             sl: self.sl,
             dlid_path_bits: self.dlid_path_bits,
             port_num: self.port_num,
+            unmatched: self.is_unmatched(),
         }
     }
 
@@ -377,7 +393,7 @@ impl RawWc {
         //   kernel: [wr_id] [status | opcode] [vendor_err | byte_len] [ex | qp_num]
         //           [src_qp | wc_flags] [pkey slid sl dlid port reserved]
         //   ours:   [wr_id] [opcode | byte_len] [qp_num | wc_flags] [status | vendor_err]
-        //           [imm_data | src_qp] [pkey slid sl dlid port padding]
+        //           [imm_data | src_qp] [pkey slid sl dlid port unmatched]
         const _: () = {
             use core::mem::{align_of, offset_of, size_of};
             type K = RawWc;
@@ -398,6 +414,7 @@ impl RawWc {
             assert!(offset_of!(K, sl) == 44 && offset_of!(W, sl) == 44);
             assert!(offset_of!(K, dlid_path_bits) == 45 && offset_of!(W, dlid_path_bits) == 45);
             assert!(offset_of!(K, port_num) == 46 && offset_of!(W, port_num) == 46);
+            assert!(offset_of!(K, reserved) == 47 && offset_of!(W, unmatched) == 47);
             assert!(align_of::<W>() == 8);
         };
         const LO: u64 = 0xffff_ffff;
@@ -416,12 +433,14 @@ impl RawWc {
             (k[3] >> 32) | u64::from(flags) << 32,
             (k[1] & LO) | k[2] << 32,
             u64::from(imm) | k[4] << 32,
-            k[5],
+            // `reserved`'s bit 0 alone: `unmatched` is a bool.
+            k[5] & !(0xfe << 56),
         ];
         let mut wc = core::mem::MaybeUninit::<WorkCompletion>::uninit();
         // SAFETY: `wc` is storage for one WorkCompletion: 48 bytes, 8-aligned (asserted
-        // above), written whole (padding included); every field of it accepts any bit
-        // pattern (plain integers and raw-number newtypes; WcFlags keeps unknown bits), and
+        // above), written whole; every field of it but `unmatched` accepts any bit pattern
+        // (plain integers and raw-number newtypes; WcFlags keeps unknown bits), `unmatched`
+        // gets 0 or 1 (the mask above), and
         // the layout above puts each kernel field at its own field's offset.
         unsafe {
             wc.as_mut_ptr().cast::<[u64; 6]>().write(words);
@@ -456,7 +475,7 @@ impl RawWc {
             sl: wc.sl,
             dlid_path_bits: wc.dlid_path_bits,
             port_num: wc.port_num,
-            reserved: 0,
+            reserved: wc.unmatched as u8,
         }
     }
 }
@@ -519,6 +538,7 @@ mod tests {
                 sl: 3,
                 dlid_path_bits: 4,
                 port_num: 1,
+                unmatched: flags & 1 != 0,
             };
             let raw = RawWc::from_work_completion(&wc);
             assert_eq!(raw.to_work_completion(), wc);

@@ -453,7 +453,7 @@ pub struct WqeRef {
 /// - SRQ: `wr_id = srq.wrid[wqe_counter]`, and free that WQE.
 ///
 /// Returning `None` (unknown QP, or nothing outstanding) makes the completion an error
-/// completion with [`ParseFault::NO_WR_ID`] and `wr_id` 0. Any `FnMut(WqeRef) -> Option<u64>`
+/// completion with [`ParseFault::NO_WR_ID`], `wr_id` 0 and `unmatched` set (it settles no ledger). Any `FnMut(WqeRef) -> Option<u64>`
 /// closure is a lookup.
 pub trait WrIdLookup {
     /// The `wr_id` of the work request `wqe` completes.
@@ -685,6 +685,7 @@ fn req_fast<S: CqeSource>(cqe: S, wr: Option<u64>, out: &mut WorkCompletion) -> 
         sl: 0,
         dlid_path_bits: 0,
         port_num: 0,
+        unmatched: false,
     };
     true
 }
@@ -725,6 +726,7 @@ fn resp_fast<S: CqeSource>(cqe: S, op_own: u8, wr: Option<u64>, out: &mut WorkCo
         sl: ((rqpn >> 24) & 0xf) as u8,
         dlid_path_bits: cqe.u8_at(OFF_ML_PATH) & 0x7f,
         port_num: 0,
+        unmatched: false,
     };
     true
 }
@@ -756,12 +758,15 @@ fn parse_general<L: WrIdLookup + ?Sized>(cqe: &Cqe64, looked: Looked<'_, L>) -> 
         | CqeOpcode::RESP_SEND_IMM
         | CqeOpcode::RESP_SEND_INV
         | CqeOpcode::RESP_ERR => WorkQueue::Recv,
+        // No request looked up: nothing posted is over because of these (`unmatched`).
         CqeOpcode::RESIZE_CQ => {
             fault(&mut wc, ParseFault::RESIZE_CQE, cqe.op_own());
+            wc.unmatched = true;
             return wc;
         }
         _ => {
             fault(&mut wc, ParseFault::UNKNOWN_CQE_OPCODE, cqe.op_own());
+            wc.unmatched = true;
             return wc;
         }
     };
@@ -775,7 +780,9 @@ fn parse_general<L: WrIdLookup + ?Sized>(cqe: &Cqe64, looked: Looked<'_, L>) -> 
     match wr {
         Some(id) => wc.wr_id = id,
         None => {
+            // The lookup matched no request (an unknown QP, nothing outstanding).
             fault(&mut wc, ParseFault::NO_WR_ID, 0);
+            wc.unmatched = true;
             return wc;
         }
     }

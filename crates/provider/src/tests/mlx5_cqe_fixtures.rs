@@ -26,7 +26,7 @@ use crate::mlx5::cqe::CqeSyndrome;
 use crate::mlx5::{
     parse_cqe, CqBuf, Cqe64, CqeSize, Mlx5Cq, ParseFault, UarPage, WorkQueue, WqeRef, WrIdLookup,
 };
-use rverbs_uverbs::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use rverbs_uverbs::{RawWc, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
 /// The QP side's table: (qpn, queue, wqe_counter) → wr_id, counting lookups.
 #[derive(Default)]
@@ -224,6 +224,7 @@ fn mlx5_resp_send_with_grh() {
             sl: 5,
             dlid_path_bits: 3,
             port_num: 0,
+            unmatched: false,
         }
     );
 }
@@ -405,6 +406,54 @@ fn mlx5_unknown_opcode_resize_corrupt_length_format_and_missing_wqe() {
     );
     // Slots that are neither 64 nor 128 bytes.
     assert!(Cqe64::from_slot(&[0u8; 100]).is_err());
+}
+
+/// Issue 31 (a): a completion the parser makes up (no request looked up, or the lookup found
+/// none) is `unmatched`, so that no ledger counts it; a fault found after the lookup matched a
+/// request (that request is over) stays matched, as do the device's own completions.
+#[test]
+fn mlx5_made_up_completions_are_unmatched() {
+    let mut t = table();
+    let made_up = |b: [u8; 64], t: &mut dyn WrIdLookup| {
+        let wc = parse_cqe(&Cqe64::new(b), t);
+        let raw = RawWc::from_work_completion(&wc);
+        assert_eq!(raw.is_unmatched(), wc.unmatched, "{wc:?}");
+        assert_eq!(raw.to_work_completion().unmatched, wc.unmatched, "{wc:?}");
+        (wc.status, wc.unmatched)
+    };
+    let mut b = REQ_SEND;
+    for op_own in [0x70, 0x60, 0xc0, 0x51] {
+        b[63] = op_own;
+        assert_eq!(
+            made_up(b, &mut t),
+            (WcStatus::GENERAL_ERR, true),
+            "{op_own:#x}"
+        );
+    }
+    // The lookup knows no such WQE (an unknown QPN, nothing outstanding).
+    assert_eq!(
+        made_up(req(0x0a, 99, 0), &mut t),
+        (WcStatus::GENERAL_ERR, true)
+    );
+    assert_eq!(
+        made_up(resp(0x20, 0, 4), &mut |_| None::<u64>),
+        (WcStatus::GENERAL_ERR, true)
+    );
+    assert_eq!(
+        made_up(resp(0x2c, 0, 4), &mut |_| None::<u64>),
+        (WcStatus::GENERAL_ERR, true)
+    );
+    // Matched: a fault after the lookup found the request, and the device's verdicts.
+    assert_eq!(
+        made_up(resp(0x20, 0, 0x8000_0001), &mut t),
+        (WcStatus::GENERAL_ERR, false)
+    );
+    assert_eq!(
+        made_up(resp(0x24, 0, 4), &mut t),
+        (WcStatus::GENERAL_ERR, false)
+    );
+    assert_eq!(made_up(RESP_SEND, &mut t), (WcStatus::SUCCESS, false));
+    assert_eq!(made_up(REQ_SEND, &mut t), (WcStatus::SUCCESS, false));
 }
 
 #[test]

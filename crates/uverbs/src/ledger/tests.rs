@@ -336,11 +336,12 @@ fn a_cq_counts_what_it_can_classify() {
     drop(a);
     let both = Watch::default();
     both.add(&l, Role::Both);
-    // On a CQ shared by both queues an error completion cannot be told apart (rxe leaves a
-    // flushed receive's opcode 0), nor can another QP's or a send's success.
+    // On a CQ shared by both queues an error completion without a receive's opcode cannot be
+    // told apart (rxe leaves a flushed receive's opcode 0, an unknown send's 0xff), nor can
+    // another QP's or a send's success.
     both.settle(
         [
-            (3, false, WcOpcode::RECV.0, 0),
+            (3, false, 0xff, 0),
             (3, false, 0, 0),
             (4, true, WcOpcode::RECV.0, 0),
             (3, true, WcOpcode::SEND.0, 0),
@@ -435,7 +436,7 @@ fn a_destroyed_qps_completions_do_not_count_for_its_number_reused() {
     );
     // A poll that started after A was retired and found the ring empty took the last of A's
     // completions: B's own count from then on.
-    watch.settle(std::iter::empty(), Some(e));
+    watch.settle(std::iter::empty::<Seen>(), Some(e));
     watch.settle(
         [(7, true, WcOpcode::RECV.0, 0)].into_iter(),
         Some(watch.epoch()),
@@ -453,7 +454,7 @@ fn a_drained_poll_that_began_before_a_destroy_keeps_its_tombstone() {
     let e = watch.epoch();
     watch.retire(&a);
     drop(a);
-    watch.settle(std::iter::empty(), Some(e));
+    watch.settle(std::iter::empty::<Seen>(), Some(e));
     let (b, fb) = qp_with_held_receive(&reg, 7, 2);
     watch.add(&b, Role::Recv);
     // A's flush, written during its destroy after that poll's read.
@@ -554,6 +555,41 @@ fn memory_of_a_qp_never_destroyed_is_never_freed() {
     f.defer(Mem(m)).unwrap();
     drop(f);
     assert!(!m.load(Ordering::SeqCst));
+}
+
+/// Issue 31 (g): a QP create that panics (or fails) gives its fence number back, so that
+/// memory deregistered meanwhile is freed when the QPs that could reach it are gone; one whose
+/// kernel QP could not be destroyed keeps it; one that succeeded hands it to the QP.
+#[test]
+fn a_qp_create_that_panics_gives_its_fence_number_back() {
+    let f = Fence::<Mem>::default();
+    let a = f.qp_created();
+    flags!(M1, M2, M3);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _t = f.ticket();
+        f.defer(Mem(&M1)).unwrap();
+        panic!("the provider panicked inside create_qp");
+    }));
+    assert!(r.is_err());
+    drop(f.qp_destroyed(a));
+    assert!(
+        M1.load(Ordering::SeqCst),
+        "the panicked create's number stayed live"
+    );
+    // A ticket kept: the QP's number, which its destroy gives back.
+    let t = f.ticket();
+    f.defer(Mem(&M2)).unwrap();
+    let n = t.keep();
+    assert!(!M2.load(Ordering::SeqCst));
+    drop(f.qp_destroyed(n));
+    assert!(M2.load(Ordering::SeqCst));
+    // A kernel QP that could not be destroyed: its number stays, what waits for it too.
+    let t = f.ticket();
+    f.defer(Mem(&M3)).unwrap();
+    t.stuck();
+    assert_eq!(f.waiting(), 1);
+    drop(f);
+    assert!(!M3.load(Ordering::SeqCst));
 }
 
 fn send(sge: &[Sge], flags: SendFlags) -> SendWr<'_> {
@@ -685,4 +721,158 @@ fn a_cq_releases_siw_sources_on_a_sends_success_only() {
     );
     watch.settle([(3, true, WcOpcode::SEND.0, 0)].into_iter(), None);
     assert!(freed(&fa));
+}
+
+/// An SRQ's ledger with one receive posted under `wr_id` into region `lkey`, whose `Mr` is
+/// dropped, and a QP `qpn` on that SRQ.
+fn srq_with_held_receive(
+    reg: &Registry<Fake>,
+    srq: &Arc<Mutex<RecvLedger<Fake>>>,
+    qpn: u32,
+    wr_id: u64,
+    lkey: u32,
+) -> (Arc<QpLedger<Fake>>, Arc<AtomicBool>) {
+    let l = Arc::new(QpLedger::<Fake>::new(qpn, Some(srq), false));
+    let (a, fa) = region(reg, lkey, true);
+    let sa = [sge(lkey)];
+    let w = [RecvWr::new(wr_id, &sa[..])];
+    assert_eq!(lock(srq).hold(reg, &w), None);
+    lock(srq).posted(&w);
+    drop(a);
+    (l, fa)
+}
+
+/// Issue 31 (a): a completion the provider made up (mlx5: wr_id 0, GENERAL_ERR for a CQE it
+/// could not attribute) names a live QP but no request of it: it settles nothing.
+#[test]
+fn made_up_completions_settle_no_ledger() {
+    use crate::wc::{RawWc, WcStatus, WorkCompletion};
+    let made_up = WorkCompletion {
+        qp_num: 3,
+        status: WcStatus::GENERAL_ERR,
+        vendor_err: 0x500,
+        unmatched: true,
+        ..WorkCompletion::default()
+    };
+    let reg = Registry::default();
+    // A QP's own receive CQ, where every completion used to count as its next receive's.
+    let (l, fa) = qp_with_held_receive(&reg, 3, 1);
+    let w = Watch::default();
+    w.add(&l, Role::Recv);
+    w.settle([made_up].iter(), None);
+    w.settle([RawWc::from_work_completion(&made_up)].iter(), None);
+    assert!(
+        !freed(&fa),
+        "a made-up completion released a posted receive's buffer"
+    );
+    let real = WorkCompletion {
+        unmatched: false,
+        ..made_up
+    };
+    w.settle([real].iter(), None);
+    assert!(
+        freed(&fa),
+        "the device's own error completion is the receive's"
+    );
+
+    // An SRQ receive posted with wr_id 0, the made-up completion's.
+    let srq = Arc::new(Mutex::new(RecvLedger::shared()));
+    let (l, fb) = srq_with_held_receive(&reg, &srq, 3, 0, 2);
+    let w = Watch::default();
+    w.add(&l, Role::Both);
+    let recv = WorkCompletion {
+        opcode: WcOpcode::RECV,
+        ..made_up
+    };
+    w.settle([recv].iter(), None);
+    w.settle([RawWc::from_work_completion(&recv)].iter(), None);
+    assert!(
+        !freed(&fb),
+        "a made-up completion released SRQ wr_id 0's buffer"
+    );
+    w.settle(
+        [WorkCompletion {
+            unmatched: false,
+            ..recv
+        }]
+        .iter(),
+        None,
+    );
+    assert!(freed(&fb));
+}
+
+/// Issue 31 (b): an SRQ receive whose completion is polled after its QP was destroyed (or is
+/// an error on a CQ shared with sends) is still settled, so that its `wr_id` slot does not
+/// stay pinned and hold every region posted under that `wr_id` later.
+#[test]
+fn an_srq_receive_of_a_destroyed_qp_or_a_shared_cqs_error_still_settles() {
+    let reg = Registry::default();
+    let srq = Arc::new(Mutex::new(RecvLedger::shared()));
+    // QP 7 takes wr_id 5's receive; it is destroyed before its completion is polled.
+    let (a, fa) = srq_with_held_receive(&reg, &srq, 7, 5, 1);
+    let watch = Watch::default();
+    watch.add(&a, Role::Recv);
+    watch.retire(&a);
+    drop(a);
+    watch.settle([(7, false, WcOpcode::RECV.0, 5)].into_iter(), None);
+    assert!(
+        freed(&fa),
+        "the destroyed QP's completion of SRQ wr_id 5 was counted for no one"
+    );
+    // Another QP on the SRQ, its CQ shared with its sends: an error completion of a receive
+    // (its opcode a receive's) is that receive's.
+    let (b, fb) = srq_with_held_receive(&reg, &srq, 8, 5, 2);
+    let shared = Watch::default();
+    shared.add(&b, Role::Both);
+    shared.settle([(8, false, WcOpcode::RECV.0, 5)].into_iter(), None);
+    assert!(
+        freed(&fb),
+        "a receive's error on a shared CQ pinned wr_id 5"
+    );
+    // wr_id 5 reused many times: nothing accumulates.
+    for i in 0..32u32 {
+        let (r, f) = region(&reg, 100 + i, true);
+        let s = [sge(100 + i)];
+        let w = [RecvWr::new(5, &s[..])];
+        assert_eq!(lock(&srq).hold(&reg, &w), None);
+        lock(&srq).posted(&w);
+        drop(r);
+        shared.settle([(8, true, WcOpcode::RECV.0, 5)].into_iter(), None);
+        assert!(freed(&f), "round {i}: wr_id 5's buffer is held");
+    }
+    assert_eq!(lock(&srq).holding(), 0);
+}
+
+/// A tombstone settles its SRQ only where the completion cannot be a new QP's of another
+/// queue: a new QP with the number, on another SRQ, makes it count for no one.
+#[test]
+fn a_tombstone_does_not_settle_its_srq_for_a_new_qp_of_another() {
+    let reg = Registry::default();
+    let old = Arc::new(Mutex::new(RecvLedger::shared()));
+    let (a, fa) = srq_with_held_receive(&reg, &old, 7, 5, 1);
+    let watch = Watch::default();
+    watch.add(&a, Role::Recv);
+    watch.retire(&a);
+    drop(a);
+    let new = Arc::new(Mutex::new(RecvLedger::shared()));
+    let (b, fb) = srq_with_held_receive(&reg, &new, 7, 5, 2);
+    watch.add(&b, Role::Recv);
+    // Whose is it? The old QP's (its SRQ's wr_id 5) or the new one's: not known, not counted.
+    watch.settle([(7, true, WcOpcode::RECV.0, 5)].into_iter(), None);
+    assert!(!freed(&fa) && !freed(&fb));
+    // The new QP on the same SRQ: either way it is that SRQ's wr_id 5.
+    let (c, fc) = srq_with_held_receive(&reg, &old, 9, 6, 3);
+    watch.add(&c, Role::Recv);
+    watch.retire(&c);
+    drop(c);
+    let (d, _fd) = srq_with_held_receive(&reg, &old, 9, 6, 4);
+    watch.add(&d, Role::Recv);
+    watch.settle([(9, true, WcOpcode::RECV.0, 6)].into_iter(), None);
+    assert_eq!(
+        lock(&old).holding(),
+        3,
+        "one of wr_id 6's two receives is over"
+    );
+    let _ = fc;
+    drop((b, d));
 }
