@@ -1,4 +1,4 @@
-//! Queue pairs: create (RC, UC, UD), modify through the state machine, query, post, destroy.
+//! Queue pairs: create (RC, UC, UD, a provider's DRIVER type), modify through the state machine, query, post, destroy.
 
 #![allow(unsafe_code)] // unsafe fns: posting hands memory to the device
 
@@ -185,11 +185,23 @@ impl Qp {
             return Err(Error::invalid(op(), "a QP with an SRQ takes max_recv_wr 0").into());
         }
         let driver = ctx.driver()?;
+        if init.qp_type == QpType::DRIVER && driver.driver_qp().is_none() {
+            return Err(Error::unsupported(
+                op(),
+                format!(
+                    "the {} provider has no QP type of its own (IBV_QPT_DRIVER: EFA's SRD)",
+                    driver.name()
+                ),
+            )
+            .into());
+        }
         // FLUSH and ATOMIC_WRITE also need the device's capability bits (crate::op).
-        let send_ops = driver.send_caps().allowed(init.qp_type).on_device(
-            ctx.cached_limits()
-                .map_or(DeviceCapsEx(0), |l| l.device_cap_flags_ex),
-        );
+        let send_ops = OpSet::for_transport(init.qp_type)
+            .intersection(crate::op::encoded(driver, init.qp_type))
+            .on_device(
+                ctx.cached_limits()
+                    .map_or(DeviceCapsEx(0), |l| l.device_cap_flags_ex),
+            );
         let driver_name = driver.name();
         let user_handle = crate::util::next_user_handle();
         let req = QpRequest {
