@@ -149,20 +149,10 @@ impl OpSet {
             QpType::UC => UC,
             QpType::UD => OpSet::of(&[OpKind::Send, OpKind::SendWithImm]),
             // A provider's own transport (EFA's SRD): what it carries is what its provider
-            // says it encodes there (`Driver::driver_qp`).
+            // says it encodes there (the seam's `driver_qp`).
             QpType::DRIVER => OpSet::of(&OpKind::ALL),
             _ => OpSet::EMPTY,
         }
-    }
-}
-
-/// What `driver` encodes on a `qp_type` QP: its [`SendCaps`] row, or for
-/// [`QpType::DRIVER`] its driver QP type's operations.
-pub(crate) fn encoded(driver: &dyn crate::driver::Driver, qp_type: QpType) -> OpSet {
-    if qp_type == QpType::DRIVER {
-        driver.driver_qp().map_or(OpSet::EMPTY, |t| t.ops)
-    } else {
-        driver.send_caps().for_type(qp_type)
     }
 }
 

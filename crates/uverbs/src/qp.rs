@@ -197,7 +197,7 @@ impl Qp {
         }
         // FLUSH and ATOMIC_WRITE also need the device's capability bits (crate::op).
         let send_ops = OpSet::for_transport(init.qp_type)
-            .intersection(crate::op::encoded(driver, init.qp_type))
+            .intersection(encoded(driver, init.qp_type))
             .on_device(
                 ctx.cached_limits()
                     .map_or(DeviceCapsEx(0), |l| l.device_cap_flags_ex),
@@ -728,6 +728,16 @@ fn mcast_cmd(
         reserved: 0,
     };
     write::cmd_legacy(ctx.cmd_fd(), command, req.as_bytes(), &[], &mut [])
+}
+
+/// What `driver` encodes on a `qp_type` QP: its [`SendCaps`](crate::op::SendCaps) row, or for
+/// [`QpType::DRIVER`] its own QP type's operations ([`Driver::driver_qp`](crate::driver::Driver::driver_qp)).
+fn encoded(driver: &dyn crate::driver::Driver, qp_type: QpType) -> OpSet {
+    if qp_type == QpType::DRIVER {
+        driver.driver_qp().map_or(OpSet::EMPTY, |t| t.ops)
+    } else {
+        driver.send_caps().for_type(qp_type)
+    }
 }
 
 fn destroy_kernel_qp(pd: &Pd, handle: u32) -> Result<u32> {
