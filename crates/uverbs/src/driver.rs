@@ -93,6 +93,15 @@ pub struct QpRequest {
     pub srq_handle: Option<u32>,
 }
 
+/// A provider's own QP type, created as `IBV_QPT_DRIVER` ([`Driver::driver_qp`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DriverQpType {
+    /// Its name, e.g. `"SRD"`.
+    pub name: &'static str,
+    /// The send operations the provider encodes on it.
+    pub ops: crate::op::OpSet,
+}
+
 /// The callback that creates the kernel object with the driver's data. Arguments: request
 /// driver data, response driver data buffer.
 ///
@@ -151,6 +160,14 @@ pub unsafe trait Driver: Send + Sync + fmt::Debug {
     /// completed, as for an SRQ (the ledger, docs/architecture.md). Default: true.
     fn recv_completes_in_order(&self) -> bool {
         true
+    }
+
+    /// The QP type this provider creates as `IBV_QPT_DRIVER`
+    /// ([`QpType::DRIVER`](crate::values::QpType::DRIVER)), if it has one (EFA: SRD), and the
+    /// send operations it encodes on it. Default: none (a DRIVER QP is refused before any
+    /// kernel command).
+    fn driver_qp(&self) -> Option<DriverQpType> {
+        None
     }
 
     /// Creates a CQ's data path. `cqe` is the depth the caller asked for.

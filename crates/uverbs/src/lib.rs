@@ -59,6 +59,7 @@ mod op;
 pub mod pd;
 pub mod port;
 pub mod qp;
+pub mod srd;
 pub mod srq;
 mod util;
 mod values;

@@ -148,6 +148,9 @@ impl OpSet {
             QpType::RC => OpSet::of(&OpKind::ALL),
             QpType::UC => UC,
             QpType::UD => OpSet::of(&[OpKind::Send, OpKind::SendWithImm]),
+            // A provider's own transport (EFA's SRD): what it carries is what its provider
+            // says it encodes there (the seam's `driver_qp`).
+            QpType::DRIVER => OpSet::of(&OpKind::ALL),
             _ => OpSet::EMPTY,
         }
     }

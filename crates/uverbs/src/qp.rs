@@ -1,4 +1,4 @@
-//! Queue pairs: create (RC, UC, UD), modify through the state machine, query, post, destroy.
+//! Queue pairs: create (RC, UC, UD, a provider's DRIVER type), modify through the state machine, query, post, destroy.
 
 #![allow(unsafe_code)] // unsafe fns: posting hands memory to the device
 
@@ -185,11 +185,23 @@ impl Qp {
             return Err(Error::invalid(op(), "a QP with an SRQ takes max_recv_wr 0").into());
         }
         let driver = ctx.driver()?;
+        if init.qp_type == QpType::DRIVER && driver.driver_qp().is_none() {
+            return Err(Error::unsupported(
+                op(),
+                format!(
+                    "the {} provider has no QP type of its own (IBV_QPT_DRIVER: EFA's SRD)",
+                    driver.name()
+                ),
+            )
+            .into());
+        }
         // FLUSH and ATOMIC_WRITE also need the device's capability bits (crate::op).
-        let send_ops = driver.send_caps().allowed(init.qp_type).on_device(
-            ctx.cached_limits()
-                .map_or(DeviceCapsEx(0), |l| l.device_cap_flags_ex),
-        );
+        let send_ops = OpSet::for_transport(init.qp_type)
+            .intersection(encoded(driver, init.qp_type))
+            .on_device(
+                ctx.cached_limits()
+                    .map_or(DeviceCapsEx(0), |l| l.device_cap_flags_ex),
+            );
         let driver_name = driver.name();
         let user_handle = crate::util::next_user_handle();
         let req = QpRequest {
@@ -745,6 +757,16 @@ impl Drop for Unborn<'_> {
                 t.stuck();
             }
         }
+    }
+}
+
+/// What `driver` encodes on a `qp_type` QP: its [`SendCaps`](crate::op::SendCaps) row, or for
+/// [`QpType::DRIVER`] its own QP type's operations ([`Driver::driver_qp`](crate::driver::Driver::driver_qp)).
+fn encoded(driver: &dyn crate::driver::Driver, qp_type: QpType) -> OpSet {
+    if qp_type == QpType::DRIVER {
+        driver.driver_qp().map_or(OpSet::EMPTY, |t| t.ops)
+    } else {
+        driver.send_caps().for_type(qp_type)
     }
 }
 

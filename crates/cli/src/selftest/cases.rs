@@ -41,6 +41,8 @@ pub struct Env {
     /// iWARP: the RC cases' QPs are connected through the rdma_cm ([`cm::link`]), not by
     /// hand.
     pub iwarp: bool,
+    /// EFA: loopback address handles name the GID (EFA's AHs are made from it).
+    pub efa: bool,
     /// The rdma_cm's address, and the first of the ports the cases listen on (one each).
     pub cm_addr: Option<String>,
     pub cm_port: u16,
@@ -91,6 +93,7 @@ pub fn run(case: Case, env: &Env, end: Instant) -> CaseResult {
         Case::UcWriteImm => write(env, end, QpType::UC, Some(IMM)),
         Case::UdSend => ud(env, end),
         Case::CmRc => cm::rc(env, end),
+        Case::SrdSend => srd(env, end),
     }
 }
 
@@ -210,7 +213,7 @@ fn u64_at(b: &[u8]) -> u64 {
 
 /// The address of the device's own port: the loopback destination.
 fn loop_ah(env: &Env) -> AhAttr {
-    if env.link_layer == LinkLayer::ETHERNET {
+    if env.link_layer == LinkLayer::ETHERNET || env.efa {
         AhAttr::roce(env.port, env.gid, env.sgid_index)
     } else {
         AhAttr {
@@ -826,3 +829,62 @@ fn ud(env: &Env, end: Instant) -> CaseResult {
 
 #[cfg(test)]
 mod tests;
+
+/// SRD (EFA): a SEND with immediate data from one SRD QP to another through an AH to the
+/// port's own GID, the safe SRD API end to end ([`SrdQp`]); SRD delivers the payload at the
+/// receive's start (no GRH).
+fn srd(env: &Env, end: Instant) -> CaseResult {
+    use rverbs::uverbs::srd::{SrdInit, SrdQp, SrdSendWr};
+    const LEN: usize = 256;
+    let (c, pd) = open(env)?;
+    let (cq_a, cq_b) = (new_cq(&c, None)?, new_cq(&c, None)?);
+    let mk = |cq: &Arc<Cq>| {
+        let init = SrdInit {
+            send_cq: cq.clone(),
+            recv_cq: cq.clone(),
+            caps: QpCaps {
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+        };
+        let qp = SrdQp::create(&pd, init).map_err(ctx("create an SRD QP"))?;
+        qp.ready(env.port, QKEY)
+            .map_err(|e| format!("SRD QP {:#x}: {e}", qp.qp_num()))?;
+        Ok::<_, String>(qp)
+    };
+    let (ma, mb) = (
+        reg(&pd, AccessFlags::LOCAL_WRITE)?,
+        reg(&pd, AccessFlags::LOCAL_WRITE)?,
+    );
+    // Declared after the regions: dropped before them.
+    let (a, b) = (mk(&cq_a)?, mk(&cq_b)?);
+    let ah = Ah::create(&pd, loop_ah(env)).map_err(ctx("create an address handle"))?;
+    let msg = pattern(7, LEN);
+    ma.write_at(0, &msg);
+    let r = [mb.sge(0..LEN)];
+    b.post_recv(&[RecvWr::new(61, &r)])
+        .map_err(|e| e.to_string())?;
+    let s = [ma.sge(0..LEN)];
+    let dest = ah.ud_dest(b.qp_num(), QKEY);
+    a.post_send(&[SrdSendWr::send_with_imm(12, &s, IMM, dest)])
+        .map_err(|e| e.to_string())?;
+    ok_wc(&cq_a, end, 12, WcOpcode::SEND, "the SRD SEND")?;
+    let wc = ok_wc(&cq_b, end, 61, WcOpcode::RECV, "the SRD receive")?;
+    if wc.byte_len as usize != LEN || wc.src_qp != a.qp_num() || wc.imm() != Some(IMM) {
+        return Err(format!(
+            "the SRD receive: byte_len {} from QP {:#x}, immediate {:x?}; expected {LEN} \
+             from {:#x} with immediate {IMM:#x}",
+            wc.byte_len,
+            wc.src_qp,
+            wc.imm(),
+            a.qp_num()
+        ));
+    }
+    same_bytes(&mb.read_vec(0..LEN), &msg, "the SRD message")?;
+    drop((a, b, ah));
+    Ok(Outcome::Pass)
+}

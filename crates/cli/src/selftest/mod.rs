@@ -34,7 +34,7 @@ Usage: rverbs selftest [-d DEV] [-i PORT] [-g GID_IDX] [-a ADDR] [-t SECS]
 
 Run a loopback battery on one device: RC SEND/RECV, immediate data, RDMA WRITE/READ,
 inline, atomics, SRQ, completion events, error completions (wrong rkey, wrong lkey,
-flush), UC, UD,
+flush), UC, UD, SRD (EFA: there only UD and SRD run),
 and RC through the rdma_cm (the only way iWARP connects: there, the RC cases connect
 their QPs through it too). Cases the device cannot do (by its transport and attributes)
 are skipped with the reason. One line per case; exit status 1 when any case fails.
@@ -55,7 +55,7 @@ are skipped with the reason. One line per case; exit status 1 when any case fail
 
 Cases: rc-send rc-send-imm rc-write rc-write-imm rc-read rc-inline rc-atomic-fetch-add
        rc-atomic-cmp-swap rc-srq rc-events rc-error-rkey rc-error-lkey rc-error-flush
-       uc-send uc-write-imm ud-send cm-rc
+       uc-send uc-write-imm ud-send cm-rc srd-send
 ";
 
 /// Parsed `rverbs selftest` options.
@@ -474,6 +474,7 @@ pub fn run(args: Vec<OsString>) -> CmdResult {
         mtu: port.attr.active_mtu,
         atomics: hca.attr.atomic_cap != AtomicCap::NONE,
         iwarp: hca.transport == Transport::IWARP,
+        efa: driver == "efa",
         cm_addr: cm_addr.clone(),
         cm_port: 20000 + (std::process::id() % 20000) as u16,
     };
@@ -482,6 +483,7 @@ pub fn run(args: Vec<OsString>) -> CmdResult {
         atomic_cap: hca.attr.atomic_cap,
         max_srq: hca.attr.max_srq,
         cm_addr,
+        efa: driver == "efa",
     };
     println!(
         "rverbs selftest on {name} (driver {driver}, transport {}, link layer {}, port {}{}){}",

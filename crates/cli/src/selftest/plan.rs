@@ -43,11 +43,13 @@ pub enum Case {
     UdSend,
     /// RC through the rdma_cm (the only way an iWARP QP connects): SEND/RECV, WRITE, READ.
     CmRc,
+    /// SRD (EFA) SEND with immediate through an address handle to the device's own GID.
+    SrdSend,
 }
 
 impl Case {
     /// Every case, in the order the battery runs and reports them.
-    pub const ALL: [Case; 17] = [
+    pub const ALL: [Case; 18] = [
         Case::RcSend,
         Case::RcSendImm,
         Case::RcWrite,
@@ -65,6 +67,7 @@ impl Case {
         Case::UcWriteImm,
         Case::UdSend,
         Case::CmRc,
+        Case::SrdSend,
     ];
 
     /// The name printed and written to the JSON report (and given to `--case`/`--force`).
@@ -87,6 +90,7 @@ impl Case {
             Case::UcWriteImm => "uc-write-imm",
             Case::UdSend => "ud-send",
             Case::CmRc => "cm-rc",
+            Case::SrdSend => "srd-send",
         }
     }
 
@@ -99,7 +103,7 @@ impl Case {
     /// on iWARP, where an RC QP connects only through the rdma_cm, those of RC connect
     /// through it too, and need its address.
     const fn by_hand(self) -> bool {
-        !matches!(self, Case::CmRc)
+        !matches!(self, Case::CmRc | Case::SrdSend)
     }
 }
 
@@ -114,6 +118,8 @@ pub struct Facts {
     /// The IP address the rdma_cm case binds and connects to, when one is known (`-a`, or
     /// the device's RoCE v2 IPv4 GID).
     pub cm_addr: Option<String>,
+    /// The device is an EFA (its provider's own QP type is SRD; it has UD, no RC or UC).
+    pub efa: bool,
 }
 
 /// Whether a case runs, and if not, why.
@@ -126,6 +132,15 @@ pub enum Plan {
 /// Decides the fate of `case` on a device with `facts`.
 pub fn plan(case: Case, f: &Facts) -> Plan {
     let skip = |why: &str| Plan::Skip(why.to_string());
+    if f.efa {
+        return match case {
+            Case::UdSend | Case::SrdSend => Plan::Run,
+            _ => skip("EFA has UD and SRD QPs only (no RC, no UC)"),
+        };
+    }
+    if case == Case::SrdSend {
+        return skip("SRD is EFA's transport");
+    }
     if f.transport == Transport::IWARP {
         match case {
             Case::UcSend | Case::UcWriteImm => return skip("iWARP has no UC QPs"),
@@ -188,6 +203,7 @@ mod tests {
             atomic_cap: AtomicCap::HCA,
             max_srq: 1024,
             cm_addr: Some("10.0.0.1".into()),
+            efa: false,
         }
     }
 
@@ -197,7 +213,30 @@ mod tests {
             atomic_cap: AtomicCap::NONE,
             max_srq: 1024,
             cm_addr: Some("10.0.0.1".into()),
+            efa: false,
         }
+    }
+
+    fn efa() -> Facts {
+        Facts {
+            transport: Transport::UNSPECIFIED,
+            atomic_cap: AtomicCap::NONE,
+            max_srq: 0,
+            cm_addr: None,
+            efa: true,
+        }
+    }
+
+    #[test]
+    fn efa_runs_ud_and_srd_and_says_why_for_the_others() {
+        let f = efa();
+        assert_eq!(runs(&f), ["ud-send", "srd-send"]);
+        assert_eq!(
+            reason(Case::RcSend, &f),
+            "EFA has UD and SRD QPs only (no RC, no UC)"
+        );
+        assert_eq!(reason(Case::SrdSend, &roce()), "SRD is EFA's transport");
+        assert_eq!(reason(Case::SrdSend, &iwarp()), "SRD is EFA's transport");
     }
 
     fn runs(f: &Facts) -> Vec<&'static str> {
@@ -228,7 +267,8 @@ mod tests {
 
     #[test]
     fn a_roce_device_with_everything_runs_every_case() {
-        assert_eq!(runs(&roce()).len(), Case::ALL.len());
+        // Every case but EFA's SRD.
+        assert_eq!(runs(&roce()).len(), Case::ALL.len() - 1);
     }
 
     #[test]
@@ -293,7 +333,7 @@ mod tests {
         f.atomic_cap = AtomicCap::NONE;
         let r = runs(&f);
         assert!(!r.contains(&"rc-atomic-fetch-add") && !r.contains(&"rc-atomic-cmp-swap"));
-        assert_eq!(r.len(), Case::ALL.len() - 2);
+        assert_eq!(r.len(), Case::ALL.len() - 3);
         assert!(reason(Case::RcCmpSwap, &f).contains("ATOMIC_NONE"));
         f.atomic_cap = AtomicCap::GLOB;
         assert_eq!(plan(Case::RcFetchAdd, &f), Plan::Run);
@@ -307,7 +347,8 @@ mod tests {
             reason(Case::RcSrq, &f),
             "max_srq is 0: the device has no SRQs"
         );
-        assert_eq!(runs(&f).len(), Case::ALL.len() - 1);
+        // rc-srq, and EFA's srd-send.
+        assert_eq!(runs(&f).len(), Case::ALL.len() - 2);
     }
 
     #[test]

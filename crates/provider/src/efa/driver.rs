@@ -15,7 +15,8 @@ use rverbs_uverbs::ah::AhAttr;
 use rverbs_uverbs::context::Context;
 use rverbs_uverbs::device::{Device, DriverId};
 use rverbs_uverbs::driver::{
-    CqCreated, CqOps, CreateFn, Driver, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
+    CqCreated, CqOps, CreateFn, Driver, DriverQpType, QpCreated, QpOps, QpRequest, SrqCreated,
+    SrqOps,
 };
 use rverbs_uverbs::kernel::mapping::{MapAccess, Mapping};
 use rverbs_uverbs::qp::{QpCaps, QpType};
@@ -360,6 +361,16 @@ unsafe impl Driver for EfaDriver {
             uc: OpSet::EMPTY,
             ud: OpSet::from_fn(encodes),
         }
+    }
+
+    fn driver_qp(&self) -> Option<DriverQpType> {
+        // libefa 44's post_send encodes the same on SRD as on UD; its RDMA READ (the device's
+        // EFA_QUERY_DEVICE_CAPS_RDMA_READ) goes through `ibv_wr_*` only, not written here yet,
+        // so a READ is refused as not encoded whatever the device reports.
+        Some(DriverQpType {
+            name: "SRD",
+            ops: OpSet::from_fn(encodes),
+        })
     }
 
     fn adjust_cqe(&self, cqe: u32) -> io::Result<u32> {

@@ -309,3 +309,64 @@ fn arming_follows_libefa() {
     let e = nodb.arm(kobj(), false).unwrap_err().to_string();
     assert!(e.contains("no doorbell"), "{e}");
 }
+
+/// SRD on the seam: the driver's own QP type is SRD with SEND (± immediate) only, whatever the
+/// device's RDMA READ bit (libefa 44 reads only through `ibv_wr_*`, not written yet); an SRD
+/// QP refuses inline data over its limit and SGEs over its count by name, the requests before
+/// them posted.
+#[test]
+fn srd_is_the_driver_type_and_refuses_over_its_limits() {
+    use rverbs_uverbs::{OpKind, OpSet};
+    let (d, mem) = driver();
+    let t = d.driver_qp().expect("EFA has a driver QP type");
+    assert_eq!(t.name, "SRD");
+    assert_eq!(t.ops, OpSet::of(&[OpKind::Send, OpKind::SendWithImm]));
+    let mut with_read = info();
+    with_read.device_caps |= EFA_QUERY_DEVICE_CAPS_RDMA_READ;
+    let dr = EfaDriver::new(with_read, mem.clone(), PAGE);
+    assert_eq!(dr.driver_qp().unwrap().ops, t.ops);
+
+    let mut q = qp(&d, &mem, &ud_req(QP_TYPE_DRIVER), |_, _| {}).unwrap();
+    // The QP's inline limit is the kernel's echo (32 here), its SGE count the request's (1).
+    let mut buf = [0u8; 64];
+    let base = buf.as_mut_ptr() as u64;
+    let at = |off: usize, length: u32| Sge {
+        addr: base + off as u64,
+        length,
+        lkey: 1,
+    };
+    let (fits, over) = ([at(0, 32)], [at(0, 16), at(16, 17)]);
+    let sges = [at(0, 8), at(8, 8)];
+    let dest = Some(UdDest {
+        ah_num: 1,
+        ah_handle: 1,
+        remote_qpn: 2,
+        remote_qkey: 3,
+    });
+    let wr = |sge, flags| SendWr {
+        wr_id: 7,
+        op: SendOp::Send,
+        sge,
+        flags,
+        ud: dest,
+    };
+    let inline = SendFlags::SIGNALED | SendFlags::INLINE;
+    for (list, posted, want) in [
+        (
+            vec![wr(&fits[..], inline), wr(&over[..], inline)],
+            1,
+            "33 inline bytes, the QP takes at most 32",
+        ),
+        (
+            vec![wr(&sges[..], SendFlags::SIGNALED)],
+            0,
+            "2 SGEs, the QP takes at most 1",
+        ),
+    ] {
+        // SAFETY: the inline SGEs name `buf`, readable for the call; the others are refused
+        // before anything reads them.
+        let e = unsafe { q.post_send(kobj(), &list) }.unwrap_err();
+        assert_eq!(e.posted(), posted, "{e}");
+        assert!(e.to_string().contains(want), "{e}");
+    }
+}

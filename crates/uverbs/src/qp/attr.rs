@@ -162,10 +162,13 @@ pub struct QpInfo {
 /// returns the attributes required, or `None` if the transition itself is illegal.
 pub fn required_for(qp_type: QpType, cur: QpState, next: QpState) -> Option<QpAttrMask> {
     use QpAttrMask as M;
+    // EFA's kernel checks its driver QPs (SRD) against a table of its own
+    // (`srd_qp_state_table`, efa_verbs.c) whose required attributes are the UD rows'; EFA is
+    // the only provider here with a DRIVER QP type.
     let (rc, uc, ud) = (
         qp_type == QpType::RC,
         qp_type == QpType::UC,
-        qp_type == QpType::UD,
+        qp_type == QpType::UD || qp_type == QpType::DRIVER,
     );
     match (cur, next) {
         (_, QpState::RESET) | (_, QpState::ERR) => Some(M::empty()),

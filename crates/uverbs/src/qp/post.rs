@@ -132,7 +132,7 @@ impl Qp {
             .pd
             .context()
             .driver()
-            .map_or(OpSet::EMPTY, |d| d.send_caps().for_type(self.qp_type));
+            .map_or(OpSet::EMPTY, |d| super::encoded(d, self.qp_type));
         let fault = crate::op::refusal(op, self.qp_type, self.driver_name, encoded);
         self.post_error(PostError::refused(index, fault), PostQueue::Send)
     }

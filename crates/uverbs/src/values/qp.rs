@@ -11,6 +11,9 @@ raw_newtype! {
         RAW_PACKET = 8, "RAW_PACKET";
         XRC_INI = 9, "XRC_INI";
         XRC_TGT = 10, "XRC_TGT";
+        /// `IBV_QPT_DRIVER`: a type of the provider's own, named by its driver data (EFA: SRD,
+        /// made through [`SrdQp`](crate::srd::SrdQp)).
+        DRIVER = 0xff, "DRIVER";
     }
 }
 

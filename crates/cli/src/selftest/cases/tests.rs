@@ -55,6 +55,7 @@ fn each_case_listens_on_a_port_of_its_own() {
         mtu: Mtu::MTU_1024,
         atomics: false,
         iwarp: true,
+        efa: false,
         cm_addr: Some("10.0.0.1".into()),
         cm_port: 20000,
     };
