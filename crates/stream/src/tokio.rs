@@ -27,7 +27,7 @@ use crate::{RdmaStream, StreamOptions};
 
 mod iowrite;
 mod listener;
-pub use listener::AsyncRdmaListener;
+pub use listener::{AsyncRdmaListener, Incoming};
 
 /// One direction: the stream and a registration of its readiness fd.
 #[derive(Debug)]

@@ -1,6 +1,6 @@
 //! `AsyncRdmaListener` and the async `iowrite` on rxe (issue 34): many connections accepted
 //! at once, a dropped `accept` future whose connection request is returned by the next
-//! `accept`, the errors a user can reach (an address without an RDMA device, bad options, a
+//! `accept`, `incoming()` as a `Stream` (an error item, then the stream goes on), the errors a user can reach (an address without an RDMA device, bad options, a
 //! peer speaking another rsockets version), and `iowrite` on `AsyncRdmaStream` into the
 //! peer's mapping, bytes checked. Runs in the VM (`cargo xtask test`).
 #![cfg(feature = "tokio")]
@@ -173,6 +173,92 @@ fn async_listener_dropped_accept_loses_no_connection() {
         let mut b = [0u8; 2];
         s.read_exact(&mut b).await.unwrap();
         assert_eq!(&b, b"ok");
+    });
+}
+
+/// The next item of `s` (`StreamExt::next` without a combinator crate).
+async fn next<S: futures_core::Stream + Unpin>(s: &mut S) -> Option<S::Item> {
+    std::future::poll_fn(|cx| std::pin::Pin::new(&mut *s).poll_next(cx)).await
+}
+
+/// `incoming()`: three clients at once come out as three streams, each a client's (echo
+/// checked); a peer speaking rsockets version 2 is an error item naming why, after which the
+/// stream goes on with a good client; the listener comes back out with `into_inner` and
+/// accepts again.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn async_listener_incoming_is_a_stream() {
+    rt().block_on(async {
+        let mut inc = AsyncRdmaListener::bind(at(7655)).unwrap().incoming();
+        assert_eq!(inc.get_ref().local_addr().unwrap(), at(7655));
+        let mut clients = Vec::new();
+        for i in 0..3u8 {
+            clients.push(tokio::spawn(async move {
+                let mut c = AsyncRdmaStream::connect(at(7655), &StreamOptions::default())
+                    .await
+                    .unwrap();
+                c.write_all(&[i; 100]).await.unwrap();
+                let mut back = [0u8; 100];
+                c.read_exact(&mut back).await.unwrap();
+                assert_eq!(back, [i; 100], "client {i}: the echo differs");
+                c.local_addr().unwrap()
+            }));
+        }
+        let mut peers = Vec::new();
+        for _ in 0..3 {
+            let mut s = next(&mut inc).await.expect("never ends").unwrap();
+            peers.push(s.peer_addr().unwrap());
+            let mut b = [0u8; 100];
+            s.read_exact(&mut b).await.unwrap();
+            s.write_all(&b).await.unwrap();
+            // Kept until the client has read the echo (checked when joined below).
+            tokio::spawn(async move {
+                let mut rest = Vec::new();
+                let _ = s.read_to_end(&mut rest).await;
+            });
+        }
+        let mut locals = Vec::new();
+        for c in clients {
+            locals.push(c.await.unwrap());
+        }
+        peers.sort();
+        locals.sort();
+        assert_eq!(peers, locals, "each item is one client's stream");
+
+        let v2 = tokio::task::spawn_blocking(|| {
+            let id = CmId::create(None, PortSpace::TCP).unwrap();
+            id.resolve_addr(None, at(7655), Duration::from_secs(2))
+                .unwrap();
+            id.resolve_route(Duration::from_secs(2)).unwrap();
+            let ep = Endpoint::create(id, &EndpointAttr::default()).unwrap();
+            ep.connect(&ConnParam {
+                private_data: conn_data(2),
+                ..Default::default()
+            })
+        });
+        let e = next(&mut inc).await.expect("never ends").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidData, "{e}");
+        assert!(e.to_string().contains("version 2"), "{e}");
+        assert!(
+            v2.await.unwrap().is_err(),
+            "the version-2 client was rejected"
+        );
+        let c = tokio::spawn(async {
+            AsyncRdmaStream::connect(at(7655), &StreamOptions::default()).await
+        });
+        let s = next(&mut inc).await.expect("never ends").unwrap();
+        let c = c.await.unwrap().unwrap();
+        assert_eq!(s.peer_addr().unwrap(), c.local_addr().unwrap());
+
+        let mut l = inc.into_inner();
+        let c = tokio::spawn(async {
+            AsyncRdmaStream::connect(at(7655), &StreamOptions::default()).await
+        });
+        let (_s, from) = l.accept().await.unwrap();
+        assert_eq!(from, c.await.unwrap().unwrap().local_addr().unwrap());
     });
 }
 

@@ -21,6 +21,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
+use futures_core::Stream;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::task::JoinHandle;
@@ -39,9 +40,8 @@ type Handshake = JoinHandle<io::Result<(RdmaStream, SocketAddr)>>;
 /// cancel-safe (see the module's documentation), and gives [`AsyncRdmaStream`]s. At most 16
 /// handshakes of one listener run at once; more requests wait in the kernel's queue.
 ///
-/// No `Stream` trait is a dependency of this crate; [`AsyncRdmaListener::poll_accept`] is what
-/// a stream of connections needs, e.g. `futures::stream::poll_fn(move |cx|
-/// listener.poll_accept(cx).map(Some))` for tonic's `serve_with_incoming`.
+/// [`AsyncRdmaListener::incoming`] turns it into a [`Stream`] of connections, what tonic's
+/// `serve_with_incoming` and other frameworks take.
 #[derive(Debug)]
 pub struct AsyncRdmaListener {
     listener: RdmaListener,
@@ -129,6 +129,48 @@ impl AsyncRdmaListener {
             let mut guard = ready!(self.fd.poll_read_ready(cx))?;
             guard.clear_ready();
         }
+    }
+
+    /// The listener as a [`Stream`] of connections (`futures_core`'s trait, which tonic's
+    /// `Server::serve_with_incoming`, hyper-util and tokio-stream take): each item is
+    /// [`AsyncRdmaListener::accept`]'s stream, or its error (the stream goes on after an error:
+    /// the listener stays usable). It never ends. Owns the listener, so a server future built
+    /// on it can be spawned; [`Incoming::into_inner`] gives it back. Cancel-safe as `accept`: a
+    /// dropped `next()` loses no connection.
+    pub fn incoming(self) -> Incoming {
+        Incoming(self)
+    }
+}
+
+/// [`AsyncRdmaListener::incoming`]: the listener's connections as a [`Stream`].
+#[derive(Debug)]
+pub struct Incoming(AsyncRdmaListener);
+
+impl Incoming {
+    /// The listener (e.g. for its [`AsyncRdmaListener::local_addr`]).
+    pub fn get_ref(&self) -> &AsyncRdmaListener {
+        &self.0
+    }
+
+    /// The listener, mutably (an `accept` in between items is fine).
+    pub fn get_mut(&mut self) -> &mut AsyncRdmaListener {
+        &mut self.0
+    }
+
+    /// The listener back, with the handshakes it holds.
+    pub fn into_inner(self) -> AsyncRdmaListener {
+        self.0
+    }
+}
+
+impl Stream for Incoming {
+    type Item = io::Result<AsyncRdmaStream>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut()
+            .0
+            .poll_accept(cx)
+            .map(|r| Some(r.map(|(s, _)| s)))
     }
 }
 
