@@ -399,13 +399,17 @@ impl Ah {
         }
     }
 
+    internal! {
     /// The kernel's handle for this AH.
     pub fn handle(&self) -> u32 {
         self.handle
     }
+    }
+    internal! {
     /// The provider's number for this AH (what UD work requests carry).
     pub fn ah_num(&self) -> u32 {
         self.ah_num
+    }
     }
     /// The address vector the AH was created with.
     pub fn attr(&self) -> &AhAttr {

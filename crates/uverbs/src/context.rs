@@ -115,8 +115,8 @@ pub(crate) enum Via<R, W> {
 /// gives, so the write() commands that make the kernel write responses into our memory go to
 /// the uverbs driver and nowhere else. The async event fd comes from the kernel's answer,
 /// pre-set to -1 and validated before it becomes an `OwnedFd` (docs/architecture.md, "File
-/// descriptors"). Which sysfs tree is read is not a safe choice ([`crate::device::Sysfs::at`]
-/// is `unsafe`). The attached driver (`driver::Driver`, the provider seam) is reached through [`Context::driver`], whose methods
+/// descriptors"). Which sysfs tree is read is not a safe choice (`device::Sysfs::at`
+/// is `unsafe`). The attached driver (`driver::Driver`, the provider seam) is reached through `Context::driver`, whose methods
 /// that map or trust kernel answers are `unsafe`.
 #[derive(Debug)]
 pub struct Context {
@@ -134,6 +134,7 @@ pub struct Context {
     limits: OnceLock<Option<Limits>>,
 }
 
+internal! {
 /// The device limits objects are checked against (from [`Context::query_device`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
@@ -150,6 +151,7 @@ pub struct Limits {
     /// The extended capability bits (FLUSH, ATOMIC_WRITE: [`OpSet`](crate::OpSet)).
     pub device_cap_flags_ex: crate::op::DeviceCapsEx,
 }
+}
 
 impl Context {
     /// Opens `dev` without driver data (enough for rxe; siw needs room for its response).
@@ -157,13 +159,16 @@ impl Context {
         Self::open_with_udata(dev, &[], &mut [])
     }
 
+    internal! {
     /// Opens `dev`, passing the provider's `alloc_ucontext` request (`uhw_in`) and receiving
     /// its response (`uhw_out`, filled by the kernel). With the write fallback both lengths
     /// must be multiples of 4.
     pub fn open_with_udata(dev: &Device, uhw_in: &[u8], uhw_out: &mut [u8]) -> io::Result<Context> {
         Self::open_impl(dev, uhw_in, uhw_out, false)
     }
+    }
 
+    internal! {
     /// Opens `dev` speaking only what the oldest uverbs kernels have: write `GET_CONTEXT`,
     /// legacy write `QUERY_DEVICE` and `QUERY_PORT`, GIDs from sysfs, and the write commands
     /// that create CQs and QPs and destroy every object. It exists to test the
@@ -171,6 +176,7 @@ impl Context {
     #[doc(hidden)]
     pub fn open_legacy_abi(dev: &Device) -> io::Result<Context> {
         Self::open_impl(dev, &[], &mut [], true)
+    }
     }
 
     fn open_impl(
@@ -299,18 +305,23 @@ impl Context {
         self.num_comp_vectors
     }
 
+    internal! {
     /// `IB_UVERBS_CORE_SUPPORT_*` bits (0 after the write fallback).
     pub fn core_support(&self) -> u64 {
         self.core_support
     }
+    }
 
+    internal! {
     /// The async event fd (port and QP events are read from it), non-blocking. Readiness
     /// protocol: when it is readable, call [`Context::try_get_async_event`] until `None`;
     /// only then wait again.
     pub fn async_fd(&self) -> BorrowedFd<'_> {
         self.async_fd.as_fd()
     }
+    }
 
+    internal! {
     /// Attaches the provider's driver (done once, by the provider that opened the context).
     ///
     /// # Safety
@@ -327,7 +338,9 @@ impl Context {
             .into()
         })
     }
+    }
 
+    internal! {
     /// The provider's driver. A context opened without a provider (plain
     /// [`Context::open`]) can query the device but not create CQs, QPs, SRQs or AHs.
     ///
@@ -345,6 +358,7 @@ impl Context {
             )
             .into()
         })
+    }
     }
 
     /// The device limits (queried once; `None` if the query failed).
@@ -368,10 +382,12 @@ impl Context {
         self.cached_limits().map(|l| l.max_cqe)
     }
 
+    internal! {
     /// The uverbs command fd (ioctl, write commands, mmap of provider queues).
     #[inline]
     pub fn cmd_fd(&self) -> BorrowedFd<'_> {
         self.cmd_fd.as_fd()
+    }
     }
 
     /// The device's driver id (sent in every ioctl header).

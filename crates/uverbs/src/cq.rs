@@ -198,9 +198,11 @@ impl Cq {
         }
     }
 
+    internal! {
     /// The kernel handle.
     pub fn handle(&self) -> u32 {
         self.handle
+    }
     }
 
     /// Entries the kernel gave (≥ asked).
@@ -507,6 +509,7 @@ impl fmt::Debug for CqView<'_> {
 }
 
 impl<'a> CqView<'a> {
+    internal! {
     /// A view over a provider's data path that is not inside a [`Cq`] (a provider's own
     /// tests, a ring driven outside the core): as [`Cq::start_poll`], with `&mut` access in
     /// place of the lock.
@@ -519,6 +522,7 @@ impl<'a> CqView<'a> {
             len,
             pos: 0,
         }
+    }
     }
 
     /// The completions of the current batch, oldest first.

@@ -1,5 +1,5 @@
 //! GIDs: the [`Gid`] type, a port's GID table ([`Context::query_gid_table`],
-//! [`Context::query_gid`], [`GidEntry`]) and its sysfs fallback ([`sysfs_gid_table`]).
+//! [`Context::query_gid`], [`GidEntry`]) and its sysfs fallback (`sysfs_gid_table`).
 
 use std::fmt;
 use std::fs;
@@ -32,7 +32,7 @@ raw_newtype! {
 ///
 /// `Display` prints the IPv6 text `inet_ntop(AF_INET6)` gives, which is what `ibv_devinfo`
 /// shows for RoCE v2 GIDs (`::ffff:10.10.0.1`, `fe80::5054:ff:fe12:3456`);
-/// [`Gid::to_sysfs_string`] gives sysfs' fixed-width form, [`Gid::parse`] reads either.
+/// `Gid::to_sysfs_string` gives sysfs' fixed-width form, [`Gid::parse`] reads either.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Gid(pub [u8; 16]);
 
@@ -67,6 +67,7 @@ impl Gid {
         std::net::Ipv6Addr::from(self.0).to_ipv4_mapped()
     }
 
+    internal! {
     /// The text sysfs shows (`/sys/class/infiniband/*/ports/*/gids/*`): eight groups of four
     /// hex digits, e.g. `0000:0000:0000:0000:0000:ffff:0a0a:0001`.
     pub fn to_sysfs_string(&self) -> String {
@@ -79,6 +80,7 @@ impl Gid {
             let _ = write!(s, "{:02x}{:02x}", pair[0], pair[1]);
         }
         s
+    }
     }
 }
 
@@ -268,6 +270,7 @@ fn entry_from_abi(e: &ib_uverbs_gid_entry) -> GidEntry {
     }
 }
 
+internal! {
 /// One GID from sysfs (`ports/P/gids/I`, `gid_attrs/types/I`, `gid_attrs/ndevs/I`); `None`
 /// for an empty slot.
 pub fn sysfs_gid_entry(
@@ -321,7 +324,9 @@ pub fn sysfs_gid_entry(
         ndev_ifindex,
     }))
 }
+}
 
+internal! {
 /// The populated GIDs of `ports` (`(port, gid_tbl_len, link_layer)`) from sysfs.
 pub fn sysfs_gid_table(ibdev: &Path, ports: &[(u32, u32, LinkLayer)]) -> io::Result<Vec<GidEntry>> {
     let mut out = Vec::new();
@@ -341,6 +346,7 @@ pub fn sysfs_gid_table(ibdev: &Path, ports: &[(u32, u32, LinkLayer)]) -> io::Res
         }
     }
     Ok(out)
+}
 }
 
 #[cfg(test)]

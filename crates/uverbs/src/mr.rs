@@ -538,9 +538,11 @@ impl<M: MrMemory> Mr<M> {
     pub fn rkey(&self) -> u32 {
         self.rkey
     }
+    internal! {
     /// Kernel handle.
     pub fn handle(&self) -> u32 {
         self.region.handle
+    }
     }
     /// The access the region was registered with.
     pub fn access(&self) -> AccessFlags {

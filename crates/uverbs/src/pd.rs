@@ -79,9 +79,11 @@ impl Pd {
         self.fence.as_ref()
     }
 
+    internal! {
     /// The kernel handle.
     pub fn handle(&self) -> u32 {
         self.handle
+    }
     }
 
     /// The context this PD belongs to.

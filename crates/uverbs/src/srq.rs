@@ -151,9 +151,11 @@ impl Srq {
         }
     }
 
+    internal! {
     /// The kernel's handle for this SRQ.
     pub fn handle(&self) -> u32 {
         self.handle
+    }
     }
     /// The SRQ number the kernel reported (meaningful for XRC SRQs; may be 0 for others).
     pub fn srq_num(&self) -> u32 {
