@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use zerocopy::{FromBytes, IntoBytes};
 
-use crate::context::{Context, M_DESTROY_AH};
+use crate::context::{Context, Method};
 use crate::error::{Error, Result};
 use crate::kernel::abi::cmd::nr;
 use crate::kernel::abi::ioctl::ah;
@@ -430,7 +430,7 @@ impl Ah {
 fn destroy_ah(pd: &Pd, handle: u32) -> Result<()> {
     let ctx = pd.context();
     let r = ctx.ioctl_or_write(
-        M_DESTROY_AH,
+        Method::DestroyAh,
         &mut (),
         |c, _| c.idr(ah::ATTR_DESTROY_HANDLE, handle),
         |_| {

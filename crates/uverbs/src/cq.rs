@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::channel::CompChannel;
 use crate::context::Context;
-use crate::context::{Via, M_CREATE_CQ, M_DESTROY_CQ};
+use crate::context::{Method, Via};
 use crate::driver::{CqCreated, CqOps, KernelObj, OpsGuard, OpsLock};
 use crate::error::{Error, Result};
 use crate::kernel::abi::cmd::nr;
@@ -110,7 +110,7 @@ impl Cq {
                 // The response's CQE count and the driver's output, filled by either path.
                 let mut out = (0u32, uhw_out);
                 let via = ctx.ioctl_or_write(
-                    M_CREATE_CQ,
+                    Method::CreateCq,
                     &mut out,
                     |c, (resp_cqe, uhw_out)| {
                         let h = c.idr_new(cq::ATTR_CREATE_HANDLE);
@@ -598,7 +598,7 @@ fn create_cq_write(
 fn destroy_kernel_cq(ctx: &Context, handle: u32) -> Result<ib_uverbs_destroy_cq_resp> {
     let mut resp = ib_uverbs_destroy_cq_resp::default();
     let r = ctx.ioctl_or_write(
-        M_DESTROY_CQ,
+        Method::DestroyCq,
         &mut resp,
         |c, resp| {
             c.idr(cq::ATTR_DESTROY_HANDLE, handle);

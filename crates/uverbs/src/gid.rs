@@ -10,7 +10,7 @@ use std::path::Path;
 use rustix::io::Errno;
 use zerocopy::IntoBytes;
 
-use crate::context::{Context, Via, M_GID_ENTRY, M_GID_TABLE};
+use crate::context::{Context, Method, Via};
 use crate::device::read_str;
 use crate::error::Error;
 use crate::kernel::abi::device::ib_uverbs_gid_entry;
@@ -173,7 +173,7 @@ impl Context {
         let mut entries = vec![ib_uverbs_gid_entry::default(); max];
         let mut n: u64 = 0;
         let via = self.ioctl_or_write(
-            M_GID_TABLE,
+            Method::GidTable,
             &mut (entries.as_mut_slice(), &mut n),
             |c, (entries, n)| {
                 c.const_in(
@@ -217,7 +217,7 @@ impl Context {
         // The entry the kernel fills and the flags it reads.
         let mut q = (ib_uverbs_gid_entry::default(), 0u32);
         let via = self.ioctl_or_write(
-            M_GID_ENTRY,
+            Method::GidEntry,
             &mut q,
             |c, (e, flags)| {
                 c.const_in(dev_m::ATTR_QUERY_GID_ENTRY_PORT, u64::from(port));

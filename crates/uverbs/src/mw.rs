@@ -50,7 +50,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use crate::context::{Context, M_DESTROY_MW};
+use crate::context::{Context, Method};
 use crate::error::{Error, PostError, PostQueue, Result};
 use crate::kernel::abi::cmd::nr;
 use crate::kernel::abi::ioctl::mw;
@@ -335,7 +335,7 @@ impl Drop for Mw {
 /// invalidates a bound window here (its region can then be deregistered).
 fn dealloc_mw(ctx: &Context, handle: u32) -> std::result::Result<(), Errno> {
     ctx.ioctl_or_write(
-        M_DESTROY_MW,
+        Method::DestroyMw,
         &mut (),
         |c, _| c.idr(mw::ATTR_DESTROY_HANDLE, handle),
         |_| {

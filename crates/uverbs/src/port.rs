@@ -7,7 +7,7 @@ use std::io;
 use rustix::io::Errno;
 use zerocopy::FromZeros;
 
-use crate::context::{Context, Via, M_QUERY_PORT};
+use crate::context::{Context, Method, Via};
 use crate::error::Error;
 use crate::kernel::abi::cmd::nr;
 use crate::kernel::abi::device::{
@@ -135,7 +135,7 @@ impl Context {
         }
         let mut resp = ib_uverbs_query_port_resp_ex::new_zeroed();
         let via = self.ioctl_or_write(
-            M_QUERY_PORT,
+            Method::QueryPort,
             &mut resp,
             |c, resp| {
                 c.const_in(dev_m::ATTR_QUERY_PORT_PORT_NUM, u64::from(port));

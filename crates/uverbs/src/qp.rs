@@ -10,7 +10,7 @@ use zerocopy::IntoBytes;
 
 use crate::ah::AhAttr;
 use crate::context::Context;
-use crate::context::{Via, M_CREATE_QP, M_DESTROY_QP};
+use crate::context::{Method, Via};
 use crate::cq::Cq;
 use crate::driver::{KernelObj, OpsGuard, OpsLock, QpCreated, QpOps, QpRequest};
 use crate::error::{Error, Result};
@@ -234,7 +234,7 @@ impl Qp {
                 // The granted caps, the QP number and the driver's output.
                 let mut out = (ib_uverbs_qp_cap::default(), 0u32, uhw_out);
                 let via = ctx.ioctl_or_write(
-                    M_CREATE_QP,
+                    Method::CreateQp,
                     &mut out,
                     |c, (resp_cap, qpn, uhw_out)| {
                         let h = c.idr_new(qp::ATTR_CREATE_HANDLE);
@@ -737,7 +737,7 @@ fn destroy_kernel_qp(pd: &Pd, handle: u32) -> Result<u32> {
     let ctx = pd.context();
     let mut resp = ib_uverbs_destroy_qp_resp::default();
     let r = ctx.ioctl_or_write(
-        M_DESTROY_QP,
+        Method::DestroyQp,
         &mut resp,
         |c, resp| {
             c.idr(qp::ATTR_DESTROY_HANDLE, handle);
