@@ -584,7 +584,7 @@ fn check_abi_version() -> Result<(), io::Error> {
 ///
 /// ## Soundness
 ///
-/// The channel opens the fixed path [`DEVICE_PATH`] itself (nothing lets safe code hand it
+/// The channel opens the fixed path `DEVICE_PATH` itself (nothing lets safe code hand it
 /// another file) and lends its fd only borrowed. Each ucma command's response is written by
 /// the kernel into a local, zero-initialised struct and copied into the channel's queue by
 /// value; events' private data are copied into owned buffers; nothing the kernel writes is

@@ -130,11 +130,13 @@ impl CmEvent {
             .then_some(RejectReason(self.raw.status))
     }
 
+    internal! {
     /// The kernel handle of the id the event is about: for CONNECT_REQUEST the **new** id,
     /// for MULTICAST_JOIN / MULTICAST_ERROR the join's ([`CmId::multicast_handle`]), else
     /// the id the event was reported on.
     pub fn id_handle(&self) -> u32 {
         self.raw.id
+    }
     }
 
     /// The uid of the id the event was reported on (for CONNECT_REQUEST: the listener's).
@@ -209,9 +211,11 @@ impl CmEvent {
         self.new_id.as_ref()
     }
 
+    internal! {
     /// The raw `rdma_ucm_event_resp`.
     pub fn raw(&self) -> &rdma_ucm_event_resp {
         &self.raw
+    }
     }
 
     /// `Ok` if the event is one of `ok` with status 0; otherwise the error a synchronous call

@@ -267,9 +267,11 @@ impl CmId {
         self.lock().step = step;
     }
 
+    internal! {
     /// The kernel's handle for this id (unique while the id lives; reused after destroy).
     pub fn handle(&self) -> u32 {
         self.handle
+    }
     }
 
     /// The uid the kernel echoes in this id's events (process-unique, never 0).

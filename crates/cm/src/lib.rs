@@ -19,6 +19,19 @@
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations)]
 
+/// Declares one item for the crates of this workspace, not for users: `pub` with the feature
+/// `internals`, `pub(crate)` without it (as `rverbs_uverbs`'s own `internal!`), so that it
+/// stays out of the user's API (api/rverbs-cm.txt). Usable inside `impl` blocks too.
+macro_rules! internal {
+    ($(#[$m:meta])* pub $($item:tt)+) => {
+        #[cfg(feature = "internals")]
+        $(#[$m])* pub $($item)+
+        #[cfg(not(feature = "internals"))]
+        #[allow(dead_code, unused_imports)]
+        $(#[$m])* pub(crate) $($item)+
+    };
+}
+
 // The ucma ABI: raw kernel structures and numbers, named field for field as in the uapi
 // headers they are layout-checked against (those headers are their documentation). Not the
 // user's API: public only with the feature `internals` (for the C drop-in and this crate's
@@ -49,10 +62,14 @@ mod types;
 mod encode_tests;
 
 pub use addr::{CmAddr, Gid, IbAddr};
-pub use addrinfo::{
-    create_ep, getaddrinfo, parse_service, AddrHints, AddrInfo, IpFamily, EP_RESOLVE_TIMEOUT,
-};
-pub use channel::{EventChannel, ABI_VERSION_PATH, DEVICE_PATH};
+pub use addrinfo::{create_ep, getaddrinfo, AddrHints, AddrInfo, IpFamily, EP_RESOLVE_TIMEOUT};
+internal! {
+    pub use addrinfo::parse_service;
+}
+pub use channel::EventChannel;
+internal! {
+    pub use channel::{ABI_VERSION_PATH, DEVICE_PATH};
+}
 pub use conn_param::{ConnParam, DEFAULT_RETRY_COUNT, DEFAULT_RNR_RETRY_COUNT, FALLBACK_RD_ATOMIC};
 pub use endpoint::{
     default_pd, CqOwnership, Drain, EndReason, Endpoint, EndpointAttr, OwnCqs, UserCqs, END_MARKER,
@@ -60,4 +77,7 @@ pub use endpoint::{
 pub use event::{CmEvent, ConnEventParam, UdEventParam};
 pub use id::CmId;
 pub use query::{AddrQuery, GidQuery, PathRecord, RouteQuery};
-pub use types::{CmEventKind, McJoinFlags, PortSpace, QpAttrMask, QpState, QpType, RejectReason};
+pub use types::{CmEventKind, McJoinFlags, PortSpace, QpState, QpType, RejectReason};
+internal! {
+    pub use types::QpAttrMask;
+}

@@ -172,6 +172,7 @@ impl PathRecord {
         (1..=5).contains(&self.mtu).then(|| 128 << self.mtu)
     }
 
+    internal! {
     /// Decodes the 64-byte big-endian, bit-packed SA PathRecord (IBA 15.2.5.16).
     pub fn from_wire(flags: u32, w: &[u8; 64]) -> Self {
         let be16 = |i: usize| u16::from_be_bytes([w[i], w[i + 1]]);
@@ -206,6 +207,7 @@ impl PathRecord {
             packet_life_time: w[56] & 0x3f,
             preference: w[57],
         }
+    }
     }
 
     fn from_user(r: &abi::ib_user_path_rec) -> Self {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use zerocopy::{FromBytes, IntoBytes};
 
-use crate::context::{Context, M_DESTROY_AH};
+use crate::context::{Context, Method};
 use crate::error::{Error, Result};
 use crate::kernel::abi::cmd::nr;
 use crate::kernel::abi::ioctl::ah;
@@ -399,13 +399,17 @@ impl Ah {
         }
     }
 
+    internal! {
     /// The kernel's handle for this AH.
     pub fn handle(&self) -> u32 {
         self.handle
     }
+    }
+    internal! {
     /// The provider's number for this AH (what UD work requests carry).
     pub fn ah_num(&self) -> u32 {
         self.ah_num
+    }
     }
     /// The address vector the AH was created with.
     pub fn attr(&self) -> &AhAttr {
@@ -426,7 +430,7 @@ impl Ah {
 fn destroy_ah(pd: &Pd, handle: u32) -> Result<()> {
     let ctx = pd.context();
     let r = ctx.ioctl_or_write(
-        M_DESTROY_AH,
+        Method::DestroyAh,
         &mut (),
         |c, _| c.idr(ah::ATTR_DESTROY_HANDLE, handle),
         |_| {

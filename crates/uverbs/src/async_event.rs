@@ -66,6 +66,7 @@ pub struct AsyncEvent {
 }
 
 impl AsyncEvent {
+    internal! {
     /// Decodes the kernel's 16-byte `ib_uverbs_async_event_desc`.
     pub fn decode(bytes: &[u8]) -> Option<AsyncEvent> {
         let d = ib_uverbs_async_event_desc::read_from_bytes(bytes).ok()?;
@@ -96,6 +97,7 @@ impl AsyncEvent {
             event_type: t,
             element,
         })
+    }
     }
 }
 

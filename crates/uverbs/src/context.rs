@@ -47,43 +47,75 @@ use crate::kernel::abi::ioctl::{
 use crate::kernel::ioctl::{Answer, IoctlCall};
 use crate::kernel::write;
 
-/// An ioctl method that has a write() command (or another fallback) doing the same: the
-/// object and method ids of the call, and its bit in [`Context`]'s `no_ioctl` mask, set once
-/// the kernel said it lacks the method. Adding a verbs object with both paths is one line
-/// here and one [`Context::ioctl_or_write`] call.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Method {
-    bit: u32,
-    object: u16,
-    method: u16,
+/// Declares the ioctl methods that have a write() command (or another fallback) doing the
+/// same, each once with its object and method ids (from the object's module of the kernel
+/// ABI, `kernel::abi::ioctl::<object>`): the enum [`Method`], its ids, and the list of all
+/// (for the tests). A method's bit in [`Context`]'s `no_ioctl` mask is its place in the
+/// declaration, so adding a verbs object with both paths is one line here and one
+/// [`Context::ioctl_or_write`] call.
+macro_rules! methods {
+    ($($(#[$d:meta])* $v:ident = ($object:expr, $method:expr),)*) => {
+        /// An ioctl method with a fallback (see `methods!`).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub(crate) enum Method {
+            $($(#[$d])* $v,)*
+        }
+
+        impl Method {
+            /// Every method, in declaration order.
+            #[cfg(test)]
+            const ALL: &'static [Method] = &[$(Method::$v,)*];
+
+            /// How many there are.
+            const COUNT: u32 = [$(Method::$v,)*].len() as u32;
+
+            /// The (object, method) ids of the ioctl.
+            const fn ids(self) -> (u16, u16) {
+                match self {
+                    $(Method::$v => ($object, $method),)*
+                }
+            }
+        }
+    };
+}
+
+methods! {
+    /// `QUERY_PORT` (write: `QUERY_PORT`).
+    QueryPort = (object::DEVICE, dev_m::METHOD_QUERY_PORT),
+    /// `QUERY_GID_TABLE` (fallback: sysfs).
+    GidTable = (object::DEVICE, dev_m::METHOD_QUERY_GID_TABLE),
+    /// `QUERY_GID_ENTRY` (fallback: sysfs).
+    GidEntry = (object::DEVICE, dev_m::METHOD_QUERY_GID_ENTRY),
+    /// `CQ_CREATE` (write: `CREATE_CQ`/`CREATE_CQ_EX`).
+    CreateCq = (object::CQ, cq::METHOD_CREATE),
+    /// `QP_CREATE` (write: `CREATE_QP`).
+    CreateQp = (object::QP, qp::METHOD_CREATE),
+    /// `PD_DESTROY` (write: `DEALLOC_PD`).
+    DestroyPd = (object::PD, pd::METHOD_DESTROY),
+    /// `MR_DESTROY` (write: `DEREG_MR`).
+    DestroyMr = (object::MR, mr::METHOD_DESTROY),
+    /// `CQ_DESTROY` (write: `DESTROY_CQ`).
+    DestroyCq = (object::CQ, cq::METHOD_DESTROY),
+    /// `QP_DESTROY` (write: `DESTROY_QP`).
+    DestroyQp = (object::QP, qp::METHOD_DESTROY),
+    /// `SRQ_DESTROY` (write: `DESTROY_SRQ`).
+    DestroySrq = (object::SRQ, srq::METHOD_DESTROY),
+    /// `AH_DESTROY` (write: `DESTROY_AH`).
+    DestroyAh = (object::AH, ah::METHOD_DESTROY),
+    /// `MW_DESTROY` (write: `DEALLOC_MW`).
+    DestroyMw = (object::MW, mw::METHOD_DESTROY),
 }
 
 impl Method {
-    const fn new(bit: u32, object: u16, method: u16) -> Method {
-        assert!(bit.count_ones() == 1 && bit != M_EX_QUERY_DEVICE);
-        Method {
-            bit,
-            object,
-            method,
-        }
+    /// Its bit in the `no_ioctl` mask: its place in the declaration (bit 31 is
+    /// [`M_EX_QUERY_DEVICE`]'s).
+    const fn bit(self) -> u32 {
+        1 << self as u32
     }
 }
 
-pub(crate) const M_QUERY_PORT: Method =
-    Method::new(1 << 0, object::DEVICE, dev_m::METHOD_QUERY_PORT);
-pub(crate) const M_GID_TABLE: Method =
-    Method::new(1 << 1, object::DEVICE, dev_m::METHOD_QUERY_GID_TABLE);
-pub(crate) const M_GID_ENTRY: Method =
-    Method::new(1 << 2, object::DEVICE, dev_m::METHOD_QUERY_GID_ENTRY);
-pub(crate) const M_CREATE_CQ: Method = Method::new(1 << 3, object::CQ, cq::METHOD_CREATE);
-pub(crate) const M_CREATE_QP: Method = Method::new(1 << 4, object::QP, qp::METHOD_CREATE);
-pub(crate) const M_DESTROY_PD: Method = Method::new(1 << 5, object::PD, pd::METHOD_DESTROY);
-pub(crate) const M_DESTROY_MR: Method = Method::new(1 << 6, object::MR, mr::METHOD_DESTROY);
-pub(crate) const M_DESTROY_CQ: Method = Method::new(1 << 7, object::CQ, cq::METHOD_DESTROY);
-pub(crate) const M_DESTROY_QP: Method = Method::new(1 << 8, object::QP, qp::METHOD_DESTROY);
-pub(crate) const M_DESTROY_SRQ: Method = Method::new(1 << 9, object::SRQ, srq::METHOD_DESTROY);
-pub(crate) const M_DESTROY_AH: Method = Method::new(1 << 10, object::AH, ah::METHOD_DESTROY);
-pub(crate) const M_DESTROY_MW: Method = Method::new(1 << 11, object::MW, mw::METHOD_DESTROY);
+const _: () = assert!(Method::COUNT < 31, "the no_ioctl mask holds 31 methods");
+
 /// ENOTTY: no ioctl interface at all, so every ioctl method is missing.
 const M_ALL: u32 = !M_EX_QUERY_DEVICE;
 /// Not an ioctl: the extended write `QUERY_DEVICE` is missing (or the legacy ABI was asked
@@ -115,8 +147,8 @@ pub(crate) enum Via<R, W> {
 /// gives, so the write() commands that make the kernel write responses into our memory go to
 /// the uverbs driver and nowhere else. The async event fd comes from the kernel's answer,
 /// pre-set to -1 and validated before it becomes an `OwnedFd` (docs/architecture.md, "File
-/// descriptors"). Which sysfs tree is read is not a safe choice ([`crate::device::Sysfs::at`]
-/// is `unsafe`). The attached driver (`driver::Driver`, the provider seam) is reached through [`Context::driver`], whose methods
+/// descriptors"). Which sysfs tree is read is not a safe choice (`device::Sysfs::at`
+/// is `unsafe`). The attached driver (`driver::Driver`, the provider seam) is reached through `Context::driver`, whose methods
 /// that map or trust kernel answers are `unsafe`.
 #[derive(Debug)]
 pub struct Context {
@@ -134,6 +166,7 @@ pub struct Context {
     limits: OnceLock<Option<Limits>>,
 }
 
+internal! {
 /// The device limits objects are checked against (from [`Context::query_device`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
@@ -150,6 +183,7 @@ pub struct Limits {
     /// The extended capability bits (FLUSH, ATOMIC_WRITE: [`OpSet`](crate::OpSet)).
     pub device_cap_flags_ex: crate::op::DeviceCapsEx,
 }
+}
 
 impl Context {
     /// Opens `dev` without driver data (enough for rxe; siw needs room for its response).
@@ -157,13 +191,16 @@ impl Context {
         Self::open_with_udata(dev, &[], &mut [])
     }
 
+    internal! {
     /// Opens `dev`, passing the provider's `alloc_ucontext` request (`uhw_in`) and receiving
     /// its response (`uhw_out`, filled by the kernel). With the write fallback both lengths
     /// must be multiples of 4.
     pub fn open_with_udata(dev: &Device, uhw_in: &[u8], uhw_out: &mut [u8]) -> io::Result<Context> {
         Self::open_impl(dev, uhw_in, uhw_out, false)
     }
+    }
 
+    internal! {
     /// Opens `dev` speaking only what the oldest uverbs kernels have: write `GET_CONTEXT`,
     /// legacy write `QUERY_DEVICE` and `QUERY_PORT`, GIDs from sysfs, and the write commands
     /// that create CQs and QPs and destroy every object. It exists to test the
@@ -171,6 +208,7 @@ impl Context {
     #[doc(hidden)]
     pub fn open_legacy_abi(dev: &Device) -> io::Result<Context> {
         Self::open_impl(dev, &[], &mut [], true)
+    }
     }
 
     fn open_impl(
@@ -299,18 +337,23 @@ impl Context {
         self.num_comp_vectors
     }
 
+    internal! {
     /// `IB_UVERBS_CORE_SUPPORT_*` bits (0 after the write fallback).
     pub fn core_support(&self) -> u64 {
         self.core_support
     }
+    }
 
+    internal! {
     /// The async event fd (port and QP events are read from it), non-blocking. Readiness
     /// protocol: when it is readable, call [`Context::try_get_async_event`] until `None`;
     /// only then wait again.
     pub fn async_fd(&self) -> BorrowedFd<'_> {
         self.async_fd.as_fd()
     }
+    }
 
+    internal! {
     /// Attaches the provider's driver (done once, by the provider that opened the context).
     ///
     /// # Safety
@@ -327,7 +370,9 @@ impl Context {
             .into()
         })
     }
+    }
 
+    internal! {
     /// The provider's driver. A context opened without a provider (plain
     /// [`Context::open`]) can query the device but not create CQs, QPs, SRQs or AHs.
     ///
@@ -345,6 +390,7 @@ impl Context {
             )
             .into()
         })
+    }
     }
 
     /// The device limits (queried once; `None` if the query failed).
@@ -368,10 +414,12 @@ impl Context {
         self.cached_limits().map(|l| l.max_cqe)
     }
 
+    internal! {
     /// The uverbs command fd (ioctl, write commands, mmap of provider queues).
     #[inline]
     pub fn cmd_fd(&self) -> BorrowedFd<'_> {
         self.cmd_fd.as_fd()
+    }
     }
 
     /// The device's driver id (sent in every ioctl header).
@@ -427,8 +475,9 @@ fn ioctl_or_write<B: ?Sized, R, W>(
 ) -> Result<Via<R, W>, Errno> {
     // Relaxed: the mask is a cache of what the kernel answered; a stale read only costs one
     // more ioctl that fails the same way.
-    if no_ioctl.load(Ordering::Relaxed) & method.bit == 0 {
-        let mut c = IoctlCall::new(method.object, method.method);
+    if no_ioctl.load(Ordering::Relaxed) & method.bit() == 0 {
+        let (object, id) = method.ids();
+        let mut c = IoctlCall::new(object, id);
         let r = attrs(&mut c, bufs);
         match issue(&mut c) {
             Ok(()) => return Ok(Via::Ioctl(c.answer(), r)),
@@ -436,7 +485,7 @@ fn ioctl_or_write<B: ?Sized, R, W>(
                 no_ioctl.fetch_or(M_ALL, Ordering::Relaxed);
             }
             Err(Errno::PROTONOSUPPORT) => {
-                no_ioctl.fetch_or(method.bit, Ordering::Relaxed);
+                no_ioctl.fetch_or(method.bit(), Ordering::Relaxed);
             }
             Err(e) => return Err(e),
         }
@@ -555,7 +604,7 @@ mod tests {
         }
     }
 
-    /// Runs a "create" (`M_CREATE_CQ`) against `answer`: the ioctl path reads the handle the
+    /// Runs a "create" (`Method::CreateCq`) against `answer`: the ioctl path reads the handle the
     /// kernel wrote, the write path fills `bufs` itself.
     fn create(
         mask: &AtomicU32,
@@ -567,7 +616,7 @@ mod tests {
         let via = ioctl_or_write(
             mask,
             kernel(answer, calls),
-            M_CREATE_CQ,
+            Method::CreateCq,
             &mut resp,
             |c, resp| {
                 let h = c.idr_new(cq::ATTR_CREATE_HANDLE);
@@ -603,14 +652,14 @@ mod tests {
         let missing = Err(Errno::PROTONOSUPPORT);
         assert_eq!(create(&mask, missing, &calls, &writes), Ok(77));
         assert_eq!((calls.get(), writes.get()), (1, 1));
-        assert_eq!(mask.load(Ordering::Relaxed), M_CREATE_CQ.bit);
+        assert_eq!(mask.load(Ordering::Relaxed), Method::CreateCq.bit());
         assert_eq!(create(&mask, Ok(()), &calls, &writes), Ok(77));
         assert_eq!((calls.get(), writes.get()), (1, 2), "no second ioctl");
         let mut unit = ();
         let other = ioctl_or_write(
             &mask,
             kernel(Ok(()), &calls),
-            M_DESTROY_CQ,
+            Method::DestroyCq,
             &mut unit,
             |c, _| c.idr_new(cq::ATTR_DESTROY_HANDLE),
             |_| Ok(()),
@@ -619,22 +668,6 @@ mod tests {
         assert_eq!(calls.get(), 2);
     }
 
-    /// Every method that has an ioctl and a write fallback.
-    const ALL_METHODS: [Method; 12] = [
-        M_QUERY_PORT,
-        M_GID_TABLE,
-        M_GID_ENTRY,
-        M_CREATE_CQ,
-        M_CREATE_QP,
-        M_DESTROY_PD,
-        M_DESTROY_MR,
-        M_DESTROY_CQ,
-        M_DESTROY_QP,
-        M_DESTROY_SRQ,
-        M_DESTROY_AH,
-        M_DESTROY_MW,
-    ];
-
     /// ENOTTY: no ioctl interface at all; every method is remembered as missing (the
     /// extended QUERY_DEVICE, not an ioctl, is not).
     #[test]
@@ -642,8 +675,8 @@ mod tests {
         let (mask, calls, writes) = (AtomicU32::new(0), Default::default(), Default::default());
         assert_eq!(create(&mask, Err(Errno::NOTTY), &calls, &writes), Ok(77));
         let m = mask.load(Ordering::Relaxed);
-        for method in ALL_METHODS {
-            assert_ne!(m & method.bit, 0, "{method:?}");
+        for &method in Method::ALL {
+            assert_ne!(m & method.bit(), 0, "{method:?}");
         }
         assert_eq!(m & M_EX_QUERY_DEVICE, 0);
     }
@@ -663,12 +696,12 @@ mod tests {
     /// A fallback's own error is returned too.
     #[test]
     fn fallback_errors_are_returned() {
-        let mask = AtomicU32::new(M_DESTROY_PD.bit);
+        let mask = AtomicU32::new(Method::DestroyPd.bit());
         let calls = Default::default();
         let r: Result<Via<(), ()>, Errno> = ioctl_or_write(
             &mask,
             kernel(Ok(()), &calls),
-            M_DESTROY_PD,
+            Method::DestroyPd,
             &mut (),
             |c, _| {
                 c.idr(pd::ATTR_DESTROY_HANDLE, 3);
@@ -683,9 +716,9 @@ mod tests {
     #[test]
     fn method_bits_are_distinct() {
         let mut seen = M_EX_QUERY_DEVICE;
-        for m in ALL_METHODS {
-            assert_eq!(seen & m.bit, 0, "{m:?}");
-            seen |= m.bit;
+        for &m in Method::ALL {
+            assert_eq!(seen & m.bit(), 0, "{m:?}");
+            seen |= m.bit();
         }
     }
 }

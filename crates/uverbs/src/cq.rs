@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::channel::CompChannel;
 use crate::context::Context;
-use crate::context::{Via, M_CREATE_CQ, M_DESTROY_CQ};
+use crate::context::{Method, Via};
 use crate::driver::{CqCreated, CqOps, KernelObj, OpsGuard, OpsLock};
 use crate::error::{Error, Result};
 use crate::kernel::abi::cmd::nr;
@@ -110,7 +110,7 @@ impl Cq {
                 // The response's CQE count and the driver's output, filled by either path.
                 let mut out = (0u32, uhw_out);
                 let via = ctx.ioctl_or_write(
-                    M_CREATE_CQ,
+                    Method::CreateCq,
                     &mut out,
                     |c, (resp_cqe, uhw_out)| {
                         let h = c.idr_new(cq::ATTR_CREATE_HANDLE);
@@ -198,9 +198,11 @@ impl Cq {
         }
     }
 
+    internal! {
     /// The kernel handle.
     pub fn handle(&self) -> u32 {
         self.handle
+    }
     }
 
     /// Entries the kernel gave (≥ asked).
@@ -499,6 +501,7 @@ impl fmt::Debug for CqView<'_> {
 }
 
 impl<'a> CqView<'a> {
+    internal! {
     /// A view over a provider's data path that is not inside a [`Cq`] (a provider's own
     /// tests, a ring driven outside the core): as [`Cq::start_poll`], with `&mut` access in
     /// place of the lock.
@@ -511,6 +514,7 @@ impl<'a> CqView<'a> {
             len,
             pos: 0,
         }
+    }
     }
 
     /// The completions of the current batch, oldest first.
@@ -586,7 +590,7 @@ fn create_cq_write(
 fn destroy_kernel_cq(ctx: &Context, handle: u32) -> Result<ib_uverbs_destroy_cq_resp> {
     let mut resp = ib_uverbs_destroy_cq_resp::default();
     let r = ctx.ioctl_or_write(
-        M_DESTROY_CQ,
+        Method::DestroyCq,
         &mut resp,
         |c, resp| {
             c.idr(cq::ATTR_DESTROY_HANDLE, handle);

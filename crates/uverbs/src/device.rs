@@ -10,9 +10,9 @@
 //!   file naming its netdev;
 //! - RDMA netlink `RDMA_NLDEV_CMD_GET_CHARDEV`: the driver id (`RDMA_DRIVER_*`), which sysfs
 //!   does not show. When netlink fails the driver is guessed from the device name (`rxe*`,
-//!   `mlx5_*`, `siw*`, …) and [`Device::driver_id_source`] says so.
+//!   `mlx5_*`, `siw*`, …) and `Device::driver_id_source` says so.
 //!
-//! The sysfs root is injectable ([`Sysfs::at`], `unsafe`: a tree that lies about a device's
+//! The sysfs root is injectable (`Sysfs::at`, `unsafe`: a tree that lies about a device's
 //! driver chooses the provider) so discovery can be tested on a fake tree.
 
 #![allow(unsafe_code)] // unsafe fns: a fake tree chooses providers
@@ -27,11 +27,16 @@ use crate::error::Error;
 use crate::netlink::{existing_list, RdmaNetlink};
 use crate::newtype::raw_newtype;
 
+internal! {
 /// The uverbs ABI version rverbs speaks (`IB_USER_VERBS_ABI_VERSION`).
 pub const UVERBS_ABI_VERSION: u32 = 6;
+}
 
+internal! {
 pub use crate::values::DriverId;
+}
 
+internal! {
 /// Where a device's [`DriverId`] came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DriverIdSource {
@@ -39,6 +44,7 @@ pub enum DriverIdSource {
     Netlink,
     /// Guessed from the device name because netlink did not answer.
     NamePrefix,
+}
 }
 
 raw_newtype! {
@@ -115,45 +121,61 @@ impl Device {
         &self.name
     }
 
+    internal! {
     /// N of `uverbsN`.
     pub fn uverbs_index(&self) -> u32 {
         self.uverbs_index
     }
+    }
 
+    internal! {
     /// The char device to open, `/dev/infiniband/uverbsN`.
     pub fn dev_path(&self) -> &Path {
         &self.dev_path
     }
+    }
 
+    internal! {
     /// `/sys/class/infiniband/<name>`.
     pub fn ibdev_path(&self) -> &Path {
         &self.ibdev_path
     }
+    }
 
+    internal! {
     /// `(major, minor)` of the char device, from sysfs `uverbsN/dev`.
     pub fn dev_t(&self) -> Option<(u32, u32)> {
         self.dev_t
     }
+    }
 
+    internal! {
     /// The driver's uverbs ABI version (`uverbsN/abi_version`: rxe 2, mlx5 1).
     pub fn abi_version(&self) -> u32 {
         self.abi_version
     }
+    }
 
+    internal! {
     /// The kernel driver.
     pub fn driver_id(&self) -> DriverId {
         self.driver_id
     }
+    }
 
+    internal! {
     /// Whether [`Device::driver_id`] came from netlink or from the name.
     pub fn driver_id_source(&self) -> DriverIdSource {
         self.driver_id_source
     }
+    }
 
+    internal! {
     /// The kernel's RDMA device index (netlink `RDMA_NLDEV_ATTR_DEV_INDEX`), when netlink
     /// answered.
     pub fn netlink_index(&self) -> Option<u32> {
         self.nl_index
+    }
     }
 
     /// `RDMA_NODE_*` from sysfs.
@@ -220,6 +242,7 @@ pub fn devices() -> io::Result<Vec<Device>> {
     Sysfs::system().devices()
 }
 
+internal! {
 /// Netlink's view of one device: its index and the driver id from `GET_CHARDEV`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NetlinkInfo {
@@ -228,14 +251,18 @@ pub struct NetlinkInfo {
     /// The driver that owns the device, when the kernel reports one.
     pub driver_id: Option<DriverId>,
 }
+}
 
+internal! {
 /// A sysfs tree to discover devices in: `/sys` normally, a fake tree in tests.
 #[derive(Debug, Clone)]
 pub struct Sysfs {
     root: PathBuf,
     dev_dir: PathBuf,
 }
+}
 
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 impl Sysfs {
     /// The real `/sys`, with char devices under `/dev/infiniband`.
     pub fn system() -> Self {
@@ -263,7 +290,7 @@ impl Sysfs {
     /// Where the `uverbsN` char devices are (default `/dev/infiniband`): for tests.
     ///
     /// # Safety
-    /// As for [`Sysfs::at`]: the directory's `uverbsN` must be the devices the tree describes.
+    /// As for `Sysfs::at`: the directory's `uverbsN` must be the devices the tree describes.
     #[must_use]
     pub unsafe fn with_dev_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.dev_dir = dir.into();
@@ -322,7 +349,7 @@ impl Sysfs {
     ///
     /// # Safety
     /// `nl` must be the kernel's view (or empty: drivers are then guessed from names, as
-    /// rdma-core does): its driver ids choose the provider, as for [`Sysfs::at`].
+    /// rdma-core does): its driver ids choose the provider, as for `Sysfs::at`.
     pub unsafe fn find(&self, name: &str, nl: &HashMap<String, NetlinkInfo>) -> io::Result<Device> {
         // SAFETY: forwarded contract.
         let devs = unsafe { self.list(nl) }?;
@@ -484,6 +511,7 @@ impl Sysfs {
     }
 }
 
+internal! {
 /// Netlink's index and driver id of every device, or an empty map when netlink fails (the
 /// caller then guesses drivers from names).
 pub fn netlink_info() -> HashMap<String, NetlinkInfo> {
@@ -520,7 +548,9 @@ pub fn netlink_info() -> HashMap<String, NetlinkInfo> {
     }
     map
 }
+}
 
+internal! {
 /// Parses a sysfs GUID "xxxx:xxxx:xxxx:xxxx" into its numeric value.
 pub fn parse_guid(s: &str) -> Option<u64> {
     let mut v = 0u64;
@@ -533,6 +563,7 @@ pub fn parse_guid(s: &str) -> Option<u64> {
         n += 1;
     }
     (n == 4).then_some(v)
+}
 }
 
 /// Parses a char device's sysfs `dev` text, "MAJOR:MINOR".
@@ -554,6 +585,7 @@ pub(crate) fn parse_hex_id(s: &str) -> Option<u32> {
     u32::from_str_radix(s.trim_start_matches("0x"), 16).ok()
 }
 
+internal! {
 /// Formats a GUID as sysfs and ibv_devinfo print it: "xxxx:xxxx:xxxx:xxxx".
 pub fn format_guid(g: u64) -> String {
     format!(
@@ -563,6 +595,7 @@ pub fn format_guid(g: u64) -> String {
         (g >> 16) & 0xffff,
         g & 0xffff
     )
+}
 }
 
 pub(crate) fn read_str(p: &Path) -> io::Result<String> {

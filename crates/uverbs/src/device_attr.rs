@@ -1,5 +1,5 @@
 //! Device attributes: [`Context::query_device`] and what it answers ([`DeviceAttr`] with its
-//! capability groups), and [`format_fw_ver`].
+//! capability groups), and `format_fw_ver`.
 
 use std::io;
 use std::sync::atomic::Ordering;
@@ -27,6 +27,7 @@ raw_newtype! {
     }
 }
 
+internal! {
 /// `ibv_odp_caps` plus `xrc_odp_caps`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OdpCaps {
@@ -41,7 +42,9 @@ pub struct OdpCaps {
     /// As `rc_odp_caps`, for XRC QPs.
     pub xrc_odp_caps: u32,
 }
+}
 
+internal! {
 /// `ibv_rss_caps` as the kernel reports it (the hash fields are mlx5 driver data).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RssCaps {
@@ -52,7 +55,9 @@ pub struct RssCaps {
     /// Most entries in one indirection table.
     pub max_rwq_indirection_table_size: u32,
 }
+}
 
+internal! {
 /// `ibv_tm_caps` (tag matching).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TmCaps {
@@ -67,7 +72,9 @@ pub struct TmCaps {
     /// Most SGEs in a tagged buffer.
     pub max_sge: u32,
 }
+}
 
+internal! {
 /// `ibv_cq_moderation_caps`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CqModerationCaps {
@@ -76,7 +83,9 @@ pub struct CqModerationCaps {
     /// Microseconds.
     pub max_cq_period: u16,
 }
+}
 
+some_internal_fields! {
 /// Device attributes: `ibv_device_attr` and the extended fields of `ibv_device_attr_ex` that
 /// the kernel reports (driver-specific ones such as mlx5's TSO caps are not here).
 ///
@@ -88,7 +97,7 @@ pub struct DeviceAttr {
     /// Firmware version as the driver's rdma-core provider formats it.
     pub fw_ver: String,
     /// The kernel's raw 64-bit firmware version.
-    pub fw_ver_raw: u64,
+    pub(crate) fw_ver_raw: u64,
     /// Host-order GUIDs.
     pub node_guid: u64,
     /// System image GUID (host order): shared by the ports of one system.
@@ -124,25 +133,25 @@ pub struct DeviceAttr {
     /// Most outstanding RDMA READ/atomic requests a QP can be the target of.
     pub max_qp_rd_atom: u32,
     /// As `max_qp_rd_atom`, for EE contexts (unused by Linux drivers).
-    pub max_ee_rd_atom: u32,
+    pub(crate) max_ee_rd_atom: u32,
     /// Most outstanding RDMA READ/atomic requests the device can be the target of, over all QPs.
     pub max_res_rd_atom: u32,
     /// Most outstanding RDMA READ/atomic requests a QP can initiate.
     pub max_qp_init_rd_atom: u32,
     /// As `max_qp_init_rd_atom`, for EE contexts (unused by Linux drivers).
-    pub max_ee_init_rd_atom: u32,
+    pub(crate) max_ee_init_rd_atom: u32,
     /// How atomics are guaranteed (none, within the HCA, globally).
     pub atomic_cap: AtomicCap,
     /// Most EE contexts (reliable datagram; 0 on Linux drivers).
-    pub max_ee: u32,
+    pub(crate) max_ee: u32,
     /// Most RD domains (0 on Linux drivers).
-    pub max_rdd: u32,
+    pub(crate) max_rdd: u32,
     /// Most memory windows.
     pub max_mw: u32,
     /// Most raw IPv6 QPs.
-    pub max_raw_ipv6_qp: u32,
+    pub(crate) max_raw_ipv6_qp: u32,
     /// Most raw Ethertype QPs.
-    pub max_raw_ethy_qp: u32,
+    pub(crate) max_raw_ethy_qp: u32,
     /// Most multicast groups.
     pub max_mcast_grp: u32,
     /// Most QPs attached to one multicast group.
@@ -152,9 +161,9 @@ pub struct DeviceAttr {
     /// Most address handles.
     pub max_ah: u32,
     /// Most fast memory regions (a retired feature; 0 on current kernels).
-    pub max_fmr: u32,
+    pub(crate) max_fmr: u32,
     /// Most remaps per FMR before it must be unmapped.
-    pub max_map_per_fmr: u32,
+    pub(crate) max_map_per_fmr: u32,
     /// Most shared receive queues.
     pub max_srq: u32,
     /// Most work requests per SRQ.
@@ -169,29 +178,31 @@ pub struct DeviceAttr {
     pub phys_port_cnt: u8,
     /// Bytes of the extended response the kernel filled; 0 when only the legacy query
     /// worked (then every field below is 0).
-    pub ex_response_length: u32,
+    pub(crate) ex_response_length: u32,
     /// On-demand paging capabilities.
-    pub odp_caps: OdpCaps,
+    pub(crate) odp_caps: OdpCaps,
     /// Bits of the completion timestamp the device fills (0: no timestamps).
-    pub completion_timestamp_mask: u64,
+    pub(crate) completion_timestamp_mask: u64,
     /// kHz.
-    pub hca_core_clock: u64,
+    pub(crate) hca_core_clock: u64,
     /// All `IB_DEVICE_*` capability bits (64-bit).
     pub device_cap_flags_ex: u64,
     /// Receive-side scaling capabilities.
-    pub rss_caps: RssCaps,
+    pub(crate) rss_caps: RssCaps,
     /// Most receive work queues (WQ type RQ).
-    pub max_wq_type_rq: u32,
+    pub(crate) max_wq_type_rq: u32,
     /// `IBV_RAW_PACKET_CAP_*` bits.
-    pub raw_packet_caps: u32,
+    pub(crate) raw_packet_caps: u32,
     /// Tag matching capabilities.
-    pub tm_caps: TmCaps,
+    pub(crate) tm_caps: TmCaps,
     /// CQ moderation limits.
-    pub cq_mod_caps: CqModerationCaps,
+    pub(crate) cq_mod_caps: CqModerationCaps,
     /// Largest device memory allocation, in bytes.
-    pub max_dm_size: u64,
+    pub(crate) max_dm_size: u64,
+}
 }
 
+internal! {
 /// The firmware version text rdma-core's provider for `driver` prints for `raw`
 /// (major.minor.sub_minor from bits 47:32, 31:16, 15:0; mlx5 pads sub_minor to 4 digits,
 /// mlx4 to 3; EFA prints the first four bytes of the field, dot-separated).
@@ -207,6 +218,7 @@ pub fn format_fw_ver(driver: DriverId, raw: u64) -> String {
         }
         _ => format!("{major}.{minor}.{sub}"),
     }
+}
 }
 
 impl DeviceAttr {

@@ -44,6 +44,7 @@ use crate::mr::{check_access, AccessFlags, RawMr};
 use crate::pd::Pd;
 use crate::wr::Sge;
 
+internal! {
 /// What a dma-buf's `/proc/self/fdinfo` entry says about it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DmabufInfo {
@@ -52,7 +53,9 @@ pub struct DmabufInfo {
     /// The exporting driver (`exp_name:`, e.g. `udmabuf`, `amdgpu`).
     pub exporter: String,
 }
+}
 
+internal! {
 /// Parses a `/proc/<pid>/fdinfo/<fd>` text: `Some` when it describes a dma-buf (it has both
 /// `size:` and `exp_name:` lines; ordinary files, memfds and sockets have neither).
 pub fn parse_fdinfo(text: &str) -> Option<DmabufInfo> {
@@ -73,7 +76,9 @@ pub fn parse_fdinfo(text: &str) -> Option<DmabufInfo> {
         exporter: exporter?,
     })
 }
+}
 
+internal! {
 /// What the process's `/proc` says about `fd`: `Ok(Some)` a dma-buf, `Err` a description of
 /// what the file is instead, `Ok(None)` when `/proc` cannot tell (not mounted).
 pub fn dmabuf_info(fd: BorrowedFd<'_>) -> std::result::Result<Option<DmabufInfo>, String> {
@@ -92,7 +97,9 @@ pub fn dmabuf_info(fd: BorrowedFd<'_>) -> std::result::Result<Option<DmabufInfo>
         "fd {n} is not a dma-buf ({what}: its /proc/self/fdinfo names no exporter)"
     ))
 }
+}
 
+internal! {
 /// Checks `offset..offset+len` against a dma-buf of `size` bytes.
 pub fn check_range(size: u64, offset: u64, len: usize) -> std::result::Result<(), String> {
     if len == 0 {
@@ -106,7 +113,9 @@ pub fn check_range(size: u64, offset: u64, len: usize) -> std::result::Result<()
         None => Err(format!("offset {offset} + length {len} overflows")),
     }
 }
+}
 
+internal! {
 /// The arguments of a dma-buf registration, as the kernel takes them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DmabufArgs {
@@ -121,7 +130,9 @@ pub struct DmabufArgs {
     /// `IB_UVERBS_ACCESS_*` bits.
     pub access: u32,
 }
+}
 
+internal! {
 /// Builds the `REG_DMABUF_MR` call [`DmabufMr::register`] issues, attribute for attribute
 /// (the order is libibverbs', so the oracle can compare the bytes): the new MR's IDR, the
 /// lkey and rkey outputs, the PD, offset, length, iova, fd and access. Building is safe;
@@ -144,6 +155,7 @@ pub fn reg_dmabuf_call<'a>(
     c.ptr_in(mr::ATTR_REG_DMABUF_FD, &args.fd);
     c.ptr_in(mr::ATTR_REG_DMABUF_ACCESS_FLAGS, &args.access);
     c
+}
 }
 
 /// What the kernel's refusal of a dma-buf registration means, for the error's detail.
@@ -264,9 +276,11 @@ impl DmabufMr {
     pub fn rkey(&self) -> u32 {
         self.raw.rkey
     }
+    internal! {
     /// The kernel's handle of the region.
     pub fn handle(&self) -> u32 {
         self.raw.handle()
+    }
     }
     /// The address of the region's first byte for SGEs and peers.
     pub fn iova(&self) -> u64 {

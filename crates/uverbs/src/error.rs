@@ -19,6 +19,7 @@ pub struct Error {
 }
 
 impl Error {
+    internal! {
     /// The kernel refused `op` with `errno`.
     pub fn os(op: impl Into<Cow<'static, str>>, errno: Errno) -> Self {
         Self {
@@ -28,7 +29,9 @@ impl Error {
             kind: io::Error::from(errno).kind(),
         }
     }
+    }
 
+    internal! {
     /// Our own validation refused `op` before the kernel saw it.
     pub fn invalid(op: impl Into<Cow<'static, str>>, detail: impl Into<String>) -> Self {
         Self {
@@ -38,7 +41,9 @@ impl Error {
             kind: io::ErrorKind::InvalidInput,
         }
     }
+    }
 
+    internal! {
     /// Something the kernel returned did not make sense (short response, bad ring header…).
     pub fn protocol(op: impl Into<Cow<'static, str>>, detail: impl Into<String>) -> Self {
         Self {
@@ -48,7 +53,9 @@ impl Error {
             kind: io::ErrorKind::InvalidData,
         }
     }
+    }
 
+    internal! {
     /// A thing that was looked for does not exist (device, port, GID index…).
     pub fn not_found(op: impl Into<Cow<'static, str>>, detail: impl Into<String>) -> Self {
         Self {
@@ -58,7 +65,9 @@ impl Error {
             kind: io::ErrorKind::NotFound,
         }
     }
+    }
 
+    internal! {
     /// The operation is not supported (driver, ABI version, kernel feature).
     pub fn unsupported(op: impl Into<Cow<'static, str>>, detail: impl Into<String>) -> Self {
         Self {
@@ -68,7 +77,9 @@ impl Error {
             kind: io::ErrorKind::Unsupported,
         }
     }
+    }
 
+    internal! {
     /// Adds (or extends) the human-readable detail.
     #[must_use]
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
@@ -79,7 +90,9 @@ impl Error {
         });
         self
     }
+    }
 
+    internal! {
     /// Adds `detail` to the rverbs [`Error`] inside `err` ([`Error::with_detail`]), keeping
     /// its errno and kind. An `io::Error` that holds another error type is returned as it is;
     /// one that holds none (a plain OS error) keeps its kind and message, `detail` appended.
@@ -89,6 +102,7 @@ impl Error {
             Err(other) if other.get_ref().is_some() => other,
             Err(os) => io::Error::new(os.kind(), format!("{os}; {}", detail.into())),
         }
+    }
     }
 
     /// The operation that failed, e.g. `"create CQ"`.
@@ -489,11 +503,11 @@ struct PostTarget {
 /// Why a post stopped: the device and queue posted to, the failing work request, what was
 /// wrong with it, and how many requests of the list went in before it.
 ///
-/// A refused request is [`PostError::refused`] with its typed [`PostFault`] (the core's
+/// A refused request is `PostError::refused` with its typed [`PostFault`] (the core's
 /// checks and every provider use it); a failure after queueing (the doorbell) is
-/// [`PostError::failed`]; [`PostError::invalid`] and [`PostError::unsupported`] describe in
+/// `PostError::failed`; `PostError::invalid` and `PostError::unsupported` describe in
 /// words what no `PostFault` covers. The core adds the device and queue
-/// ([`PostError::at`]) before the caller sees it. Converts to [`std::io::Error`] keeping its
+/// (`PostError::at`) before the caller sees it. Converts to [`std::io::Error`] keeping its
 /// kind, and [`Error::errno_of`](crate::Error::errno_of) finds its errno (a full queue's
 /// `ENOMEM`, as libibverbs reports it) through the conversion.
 #[derive(Debug)]
@@ -527,6 +541,7 @@ impl PostError {
         }
     }
 
+    internal! {
     /// Work request `index` of the list was refused for `fault`; the `index` requests before
     /// it were posted. The kind and errno are the fault's ([`PostFault::kind`],
     /// [`PostFault::errno`]).
@@ -537,7 +552,9 @@ impl PostError {
         e.errno = fault.errno();
         e
     }
+    }
 
+    internal! {
     /// Work request `index` of the list is malformed for this queue (too many SGEs, inline
     /// data too long, wrong state, …); the `index` requests before it were posted.
     #[cold]
@@ -549,7 +566,9 @@ impl PostError {
             What::Words(what.into()),
         )
     }
+    }
 
+    internal! {
     /// Work request `index` asks for something the provider does not implement; the `index`
     /// requests before it were posted.
     #[cold]
@@ -561,15 +580,19 @@ impl PostError {
             What::Words(what.into()),
         )
     }
+    }
 
+    internal! {
     /// Work request `index` found the queue full, with `outstanding` requests not yet consumed;
     /// the `index` requests before it were posted. Carries `ENOMEM`, as libibverbs reports it.
-    /// The same as [`PostError::refused`] with [`PostFault::QueueFull`].
+    /// The same as `PostError::refused` with [`PostFault::QueueFull`].
     #[cold]
     pub fn queue_full(index: usize, outstanding: u32) -> Self {
         Self::refused(index, PostFault::QueueFull { outstanding })
     }
+    }
 
+    internal! {
     /// `posted` requests went into the queue, then `what` failed with `source` (e.g. the
     /// doorbell write); no single work request is at fault.
     #[cold]
@@ -579,7 +602,9 @@ impl PostError {
         e.source = Some(source);
         e
     }
+    }
 
+    internal! {
     /// Names the device and the queue (its QP or SRQ number) the post went to.
     #[cold]
     #[must_use]
@@ -591,24 +616,25 @@ impl PostError {
         });
         self
     }
+    }
 
-    /// The device's name, once [`PostError::at`] named it.
+    /// The device's name, once `PostError::at` named it.
     pub fn device(&self) -> Option<&str> {
         self.target.as_ref().map(|t| &*t.device)
     }
 
-    /// The queue posted to, once [`PostError::at`] named it.
+    /// The queue posted to, once `PostError::at` named it.
     pub fn queue(&self) -> Option<PostQueue> {
         self.target.as_ref().map(|t| t.queue)
     }
 
-    /// The QP number (SRQ number for [`PostQueue::Srq`]), once [`PostError::at`] named it.
+    /// The QP number (SRQ number for [`PostQueue::Srq`]), once `PostError::at` named it.
     pub fn number(&self) -> Option<u32> {
         self.target.as_ref().map(|t| t.number)
     }
 
     /// Index in the list of the work request that failed; `None` when the failure came after
-    /// queueing (see [`PostError::failed`]).
+    /// queueing (see `PostError::failed`).
     pub fn index(&self) -> Option<usize> {
         self.index
     }
@@ -626,10 +652,10 @@ impl PostError {
         }
     }
 
-    /// What was wrong with the refused request, typed: set by [`PostError::refused`] (so by
+    /// What was wrong with the refused request, typed: set by `PostError::refused` (so by
     /// every refusal of rverbs' core and providers); `None` for a failure after queueing
-    /// ([`PostError::failed`]) and for a description in words only ([`PostError::invalid`],
-    /// [`PostError::unsupported`]).
+    /// (`PostError::failed`) and for a description in words only (`PostError::invalid`,
+    /// `PostError::unsupported`).
     pub fn fault(&self) -> Option<PostFault> {
         match self.what {
             What::Fault(f) => Some(f),

@@ -1,5 +1,5 @@
 //! GIDs: the [`Gid`] type, a port's GID table ([`Context::query_gid_table`],
-//! [`Context::query_gid`], [`GidEntry`]) and its sysfs fallback ([`sysfs_gid_table`]).
+//! [`Context::query_gid`], [`GidEntry`]) and its sysfs fallback (`sysfs_gid_table`).
 
 use std::fmt;
 use std::fs;
@@ -10,7 +10,7 @@ use std::path::Path;
 use rustix::io::Errno;
 use zerocopy::IntoBytes;
 
-use crate::context::{Context, Via, M_GID_ENTRY, M_GID_TABLE};
+use crate::context::{Context, Method, Via};
 use crate::device::read_str;
 use crate::error::Error;
 use crate::kernel::abi::device::ib_uverbs_gid_entry;
@@ -32,7 +32,7 @@ raw_newtype! {
 ///
 /// `Display` prints the IPv6 text `inet_ntop(AF_INET6)` gives, which is what `ibv_devinfo`
 /// shows for RoCE v2 GIDs (`::ffff:10.10.0.1`, `fe80::5054:ff:fe12:3456`);
-/// [`Gid::to_sysfs_string`] gives sysfs' fixed-width form, [`Gid::parse`] reads either.
+/// `Gid::to_sysfs_string` gives sysfs' fixed-width form, [`Gid::parse`] reads either.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Gid(pub [u8; 16]);
 
@@ -67,8 +67,12 @@ impl Gid {
         std::net::Ipv6Addr::from(self.0).to_ipv4_mapped()
     }
 
+    internal! {
     /// The text sysfs shows (`/sys/class/infiniband/*/ports/*/gids/*`): eight groups of four
     /// hex digits, e.g. `0000:0000:0000:0000:0000:ffff:0a0a:0001`.
+    // (clippy asks crate-private `to_*` of a `Copy` type to take `self`; with `internals` it is
+    // public, where `&self` is the signature it had.)
+    #[allow(clippy::wrong_self_convention)]
     pub fn to_sysfs_string(&self) -> String {
         use std::fmt::Write as _;
         let mut s = String::with_capacity(39);
@@ -79,6 +83,7 @@ impl Gid {
             let _ = write!(s, "{:02x}{:02x}", pair[0], pair[1]);
         }
         s
+    }
     }
 }
 
@@ -171,7 +176,7 @@ impl Context {
         let mut entries = vec![ib_uverbs_gid_entry::default(); max];
         let mut n: u64 = 0;
         let via = self.ioctl_or_write(
-            M_GID_TABLE,
+            Method::GidTable,
             &mut (entries.as_mut_slice(), &mut n),
             |c, (entries, n)| {
                 c.const_in(
@@ -215,7 +220,7 @@ impl Context {
         // The entry the kernel fills and the flags it reads.
         let mut q = (ib_uverbs_gid_entry::default(), 0u32);
         let via = self.ioctl_or_write(
-            M_GID_ENTRY,
+            Method::GidEntry,
             &mut q,
             |c, (e, flags)| {
                 c.const_in(dev_m::ATTR_QUERY_GID_ENTRY_PORT, u64::from(port));
@@ -268,6 +273,7 @@ fn entry_from_abi(e: &ib_uverbs_gid_entry) -> GidEntry {
     }
 }
 
+internal! {
 /// One GID from sysfs (`ports/P/gids/I`, `gid_attrs/types/I`, `gid_attrs/ndevs/I`); `None`
 /// for an empty slot.
 pub fn sysfs_gid_entry(
@@ -321,7 +327,9 @@ pub fn sysfs_gid_entry(
         ndev_ifindex,
     }))
 }
+}
 
+internal! {
 /// The populated GIDs of `ports` (`(port, gid_tbl_len, link_layer)`) from sysfs.
 pub fn sysfs_gid_table(ibdev: &Path, ports: &[(u32, u32, LinkLayer)]) -> io::Result<Vec<GidEntry>> {
     let mut out = Vec::new();
@@ -341,6 +349,7 @@ pub fn sysfs_gid_table(ibdev: &Path, ports: &[(u32, u32, LinkLayer)]) -> io::Res
         }
     }
     Ok(out)
+}
 }
 
 #[cfg(test)]

@@ -21,6 +21,43 @@
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations)]
 
+/// Declares one item (a function, method, type, constant or module) for the crates of this
+/// workspace, not for users: `pub` with the feature `internals`, `pub(crate)` without it, so
+/// that it stays out of the user's API (api/rverbs-uverbs.txt) and in the workspace's
+/// (api/rverbs-uverbs+internals.txt). Usable where items go, inside `impl` blocks too.
+macro_rules! internal {
+    ($(#[$m:meta])* pub $($item:tt)+) => {
+        #[cfg(feature = "internals")]
+        $(#[$m])* pub $($item)+
+        #[cfg(not(feature = "internals"))]
+        #[allow(dead_code, unused_imports)]
+        $(#[$m])* pub(crate) $($item)+
+    };
+}
+
+/// A public struct whose fields are for the crates of this workspace only (see [`internal!`]):
+/// the type is the user's, its fields `pub` only with the feature `internals`.
+macro_rules! internal_fields {
+    ($(#[$m:meta])* $v:vis struct $name:ident { $($(#[$fm:meta])* $fv:vis $f:ident : $t:ty),* $(,)? }) => {
+        #[cfg(feature = "internals")]
+        $(#[$m])* $v struct $name { $($(#[$fm])* $fv $f: $t),* }
+        #[cfg(not(feature = "internals"))]
+        $(#[$m])* $v struct $name { $($(#[$fm])* pub(crate) $f: $t),* }
+    };
+}
+
+/// A public struct some of whose fields are for the crates of this workspace only (see
+/// [`internal!`]): the fields written `pub(crate)` are `pub` with the feature `internals`; the
+/// fields written `pub` are the user's.
+macro_rules! some_internal_fields {
+    ($(#[$m:meta])* pub struct $name:ident { $($(#[$fm:meta])* $fv:vis $f:ident : $t:ty),* $(,)? }) => {
+        #[cfg(feature = "internals")]
+        $(#[$m])* pub struct $name { $($(#[$fm])* pub $f: $t),* }
+        #[cfg(not(feature = "internals"))]
+        $(#[$m])* pub struct $name { $($(#[$fm])* $fv $f: $t),* }
+    };
+}
+
 mod newtype;
 
 // The kernel layer and the provider seam: public for the crates of this workspace (feature
@@ -54,7 +91,9 @@ pub mod gid;
 mod ledger;
 pub mod mr;
 pub mod mw;
-pub mod netlink;
+internal! {
+    pub mod netlink;
+}
 mod op;
 pub mod pd;
 pub mod port;

@@ -78,7 +78,7 @@ use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::context::{Context, M_DESTROY_MR};
+use crate::context::{Context, Method};
 use crate::error::{Error, Result};
 use crate::kernel::abi::cmd::nr;
 use crate::kernel::abi::ioctl::mr;
@@ -538,9 +538,11 @@ impl<M: MrMemory> Mr<M> {
     pub fn rkey(&self) -> u32 {
         self.rkey
     }
+    internal! {
     /// Kernel handle.
     pub fn handle(&self) -> u32 {
         self.region.handle
+    }
     }
     /// The access the region was registered with.
     pub fn access(&self) -> AccessFlags {
@@ -797,7 +799,7 @@ pub(crate) fn dereg_noted(pd: &Pd, handle: u32, lkey: u32) -> std::result::Resul
 /// Deregisters MR `handle`: ioctl `MR_DESTROY`, or the legacy `DEREG_MR` command.
 fn dereg_mr(ctx: &Context, handle: u32) -> std::result::Result<(), Errno> {
     ctx.ioctl_or_write(
-        M_DESTROY_MR,
+        Method::DestroyMr,
         &mut (),
         |c, _| c.idr(mr::ATTR_DESTROY_HANDLE, handle),
         |_| {

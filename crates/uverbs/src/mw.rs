@@ -16,7 +16,7 @@
 //!
 //! Each bind gives the window a new rkey: the kernel's 24-bit index with a new low byte
 //! ([`MwBind::rkey`]). [`Mw::rkey`] is the key of the last bind posted through
-//! [`Qp::bind_mw`] (or noted with [`Mw::set_rkey`]).
+//! [`Qp::bind_mw`] (or noted with `Mw::set_rkey`).
 //!
 //! # Why binding in safe code is sound
 //!
@@ -50,7 +50,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use crate::context::{Context, M_DESTROY_MW};
+use crate::context::{Context, Method};
 use crate::error::{Error, PostError, PostQueue, Result};
 use crate::kernel::abi::cmd::nr;
 use crate::kernel::abi::ioctl::mw;
@@ -75,10 +75,12 @@ const REMOTE: AccessFlags = AccessFlags::REMOTE_READ
     .union(AccessFlags::REMOTE_WRITE)
     .union(AccessFlags::REMOTE_ATOMIC);
 
+internal! {
 /// The next rkey of a window or region: same index, the low 8 bits incremented
 /// (`ibv_inc_rkey`).
 pub const fn inc_rkey(rkey: u32) -> u32 {
     (rkey & 0xffff_ff00) | (rkey.wrapping_add(1) & 0xff)
+}
 }
 
 /// A memory window.
@@ -142,9 +144,11 @@ impl Mw {
         }))
     }
 
+    internal! {
     /// The kernel handle.
     pub fn handle(&self) -> u32 {
         self.handle
+    }
     }
     /// Type 1 or 2.
     pub fn mw_type(&self) -> MwType {
@@ -155,16 +159,18 @@ impl Mw {
         &self.pd
     }
     /// The window's current rkey: from the allocation, then from each bind posted through
-    /// [`Qp::bind_mw`] (or noted with [`Mw::set_rkey`]). What a peer names.
+    /// [`Qp::bind_mw`] (or noted with `Mw::set_rkey`). What a peer names.
     pub fn rkey(&self) -> u32 {
         // Relaxed: a plain value; ordering with the bind is the caller's (post, completion).
         self.rkey.load(Ordering::Relaxed)
     }
+    internal! {
     /// Records `rkey` as the window's key: after posting a [`SendOp::BindMw`] yourself (in a
     /// [`Qp::post_send`] list), with [`MwBind::rkey`], so that the next bind starts from it.
     pub fn set_rkey(&self, rkey: u32) {
         // Relaxed: as in rkey().
         self.rkey.store(rkey, Ordering::Relaxed)
+    }
     }
 
     fn op(&self, what: &str) -> String {
@@ -180,7 +186,7 @@ impl Mw {
 
     /// A bind of this window to `range` of `mr` with `access`, checked as the module docs
     /// say ("Why binding in safe code is sound"); post it with [`Qp::bind_mw`] or as
-    /// [`SendOp::BindMw`]. The bind's new rkey is [`inc_rkey`] of [`Mw::rkey`].
+    /// [`SendOp::BindMw`]. The bind's new rkey is `inc_rkey` of [`Mw::rkey`].
     ///
     /// ```no_run
     /// # use rverbs_uverbs::mr::{AccessFlags, Mr, PageBuf};
@@ -329,7 +335,7 @@ impl Drop for Mw {
 /// invalidates a bound window here (its region can then be deregistered).
 fn dealloc_mw(ctx: &Context, handle: u32) -> std::result::Result<(), Errno> {
     ctx.ioctl_or_write(
-        M_DESTROY_MW,
+        Method::DestroyMw,
         &mut (),
         |c, _| c.idr(mw::ATTR_DESTROY_HANDLE, handle),
         |_| {

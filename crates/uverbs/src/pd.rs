@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::context::Context;
-use crate::context::M_DESTROY_PD;
+use crate::context::Method;
 use crate::device::{DriverId, Transport};
 use crate::error::{Error, Result};
 use crate::kernel::abi::cmd::nr;
@@ -79,9 +79,11 @@ impl Pd {
         self.fence.as_ref()
     }
 
+    internal! {
     /// The kernel handle.
     pub fn handle(&self) -> u32 {
         self.handle
+    }
     }
 
     /// The context this PD belongs to.
@@ -95,7 +97,7 @@ impl Drop for Pd {
     fn drop(&mut self) {
         let handle = self.handle;
         let r = self.ctx.ioctl_or_write(
-            M_DESTROY_PD,
+            Method::DestroyPd,
             &mut (),
             |c, _| c.idr(pd::ATTR_DESTROY_HANDLE, handle),
             |_| {

@@ -7,7 +7,7 @@ use std::io;
 use rustix::io::Errno;
 use zerocopy::FromZeros;
 
-use crate::context::{Context, Via, M_QUERY_PORT};
+use crate::context::{Context, Method, Via};
 use crate::error::Error;
 use crate::kernel::abi::cmd::nr;
 use crate::kernel::abi::device::{
@@ -18,6 +18,7 @@ use crate::kernel::write;
 
 pub use crate::values::{LinkLayer, Mtu, PhysState, PortState};
 
+some_internal_fields! {
 /// Port attributes (`ibv_port_attr`).
 ///
 /// Non-exhaustive: the kernel adds fields. Outside this crate start from
@@ -38,9 +39,9 @@ pub struct PortAttr {
     /// Largest message, in bytes.
     pub max_msg_sz: u32,
     /// Packets dropped for a bad P_Key.
-    pub bad_pkey_cntr: u32,
+    pub(crate) bad_pkey_cntr: u32,
     /// Packets dropped for a Q_Key violation.
-    pub qkey_viol_cntr: u32,
+    pub(crate) qkey_viol_cntr: u32,
     /// Entries of the port's P_Key table.
     pub pkey_tbl_len: u16,
     /// The port's base LID (InfiniBand).
@@ -56,7 +57,7 @@ pub struct PortAttr {
     /// Subnet propagation timeout (4.096 µs × 2^value).
     pub subnet_timeout: u8,
     /// InitTypeReply from the subnet manager.
-    pub init_type_reply: u8,
+    pub(crate) init_type_reply: u8,
     /// Link width (`IB_WIDTH_*`: 1 = 1x, 2 = 4x, …).
     pub active_width: u8,
     /// Link speed per lane (`IB_SPEED_*`).
@@ -68,7 +69,8 @@ pub struct PortAttr {
     /// `IB_UVERBS_QPF_*` (bit 0: GRH required).
     pub flags: u8,
     /// Only the ioctl path reports it (0 after the write fallback).
-    pub port_cap_flags2: u16,
+    pub(crate) port_cap_flags2: u16,
+}
 }
 
 impl PortAttr {
@@ -133,7 +135,7 @@ impl Context {
         }
         let mut resp = ib_uverbs_query_port_resp_ex::new_zeroed();
         let via = self.ioctl_or_write(
-            M_QUERY_PORT,
+            Method::QueryPort,
             &mut resp,
             |c, resp| {
                 c.const_in(dev_m::ATTR_QUERY_PORT_PORT_NUM, u64::from(port));

@@ -6,12 +6,11 @@ use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bitflags::bitflags;
 use zerocopy::IntoBytes;
 
 use crate::ah::AhAttr;
 use crate::context::Context;
-use crate::context::{Via, M_CREATE_QP, M_DESTROY_QP};
+use crate::context::{Method, Via};
 use crate::cq::Cq;
 use crate::driver::{KernelObj, OpsGuard, OpsLock, QpCreated, QpOps, QpRequest};
 use crate::error::{Error, Result};
@@ -36,59 +35,71 @@ use zerocopy::FromBytes;
 
 mod attr;
 mod post;
-pub use attr::{required_for, QpAttr, QpInfo, QpInit};
+pub use attr::{QpAttr, QpInfo, QpInit};
+internal! {
+    pub use attr::required_for;
+}
 
 pub use crate::values::{QpCaps, QpState, QpType};
 
-bitflags! {
-    /// `ib_qp_attr_mask` (`IBV_QP_*`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-    pub struct QpAttrMask: u32 {
-        /// Sets `qp_state`.
-        const STATE = 1 << 0;
-        /// Sets `cur_qp_state`.
-        const CUR_STATE = 1 << 1;
-        /// Sets `en_sqd_async_notify`.
-        const EN_SQD_ASYNC_NOTIFY = 1 << 2;
-        /// Sets `qp_access_flags`.
-        const ACCESS_FLAGS = 1 << 3;
-        /// Sets `pkey_index`.
-        const PKEY_INDEX = 1 << 4;
-        /// Sets `port_num`.
-        const PORT = 1 << 5;
-        /// Sets `qkey`.
-        const QKEY = 1 << 6;
-        /// Sets `ah_attr` (the primary path's address vector).
-        const AV = 1 << 7;
-        /// Sets `path_mtu`.
-        const PATH_MTU = 1 << 8;
-        /// Sets `timeout`.
-        const TIMEOUT = 1 << 9;
-        /// Sets `retry_cnt`.
-        const RETRY_CNT = 1 << 10;
-        /// Sets `rnr_retry`.
-        const RNR_RETRY = 1 << 11;
-        /// Sets `rq_psn`.
-        const RQ_PSN = 1 << 12;
-        /// Sets `max_rd_atomic`.
-        const MAX_QP_RD_ATOMIC = 1 << 13;
-        /// Sets The alternate path (`alt_ah_attr`, `alt_pkey_index`, …).
-        const ALT_PATH = 1 << 14;
-        /// Sets `min_rnr_timer`.
-        const MIN_RNR_TIMER = 1 << 15;
-        /// Sets `sq_psn`.
-        const SQ_PSN = 1 << 16;
-        /// Sets `max_dest_rd_atomic`.
-        const MAX_DEST_RD_ATOMIC = 1 << 17;
-        /// Sets `path_mig_state`.
-        const PATH_MIG_STATE = 1 << 18;
-        /// Sets `cap` (queue capacities).
-        const CAP = 1 << 19;
-        /// Sets `dest_qp_num`.
-        const DEST_QPN = 1 << 20;
-        /// Not sent by rverbs' modify; the rdma_cm's INIT_QP_ATTR may report it.
-        const RATE_LIMIT = 1 << 25;
+// The attribute mask is the kernel's: `QpAttr::mask` derives it from the fields set, so it is
+// for the crates of this workspace (the C drop-in's `ibv_modify_qp`), not for users.
+mod mask {
+    use bitflags::bitflags;
+
+    bitflags! {
+        /// `ib_qp_attr_mask` (`IBV_QP_*`).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+        pub struct QpAttrMask: u32 {
+            /// Sets `qp_state`.
+            const STATE = 1 << 0;
+            /// Sets `cur_qp_state`.
+            const CUR_STATE = 1 << 1;
+            /// Sets `en_sqd_async_notify`.
+            const EN_SQD_ASYNC_NOTIFY = 1 << 2;
+            /// Sets `qp_access_flags`.
+            const ACCESS_FLAGS = 1 << 3;
+            /// Sets `pkey_index`.
+            const PKEY_INDEX = 1 << 4;
+            /// Sets `port_num`.
+            const PORT = 1 << 5;
+            /// Sets `qkey`.
+            const QKEY = 1 << 6;
+            /// Sets `ah_attr` (the primary path's address vector).
+            const AV = 1 << 7;
+            /// Sets `path_mtu`.
+            const PATH_MTU = 1 << 8;
+            /// Sets `timeout`.
+            const TIMEOUT = 1 << 9;
+            /// Sets `retry_cnt`.
+            const RETRY_CNT = 1 << 10;
+            /// Sets `rnr_retry`.
+            const RNR_RETRY = 1 << 11;
+            /// Sets `rq_psn`.
+            const RQ_PSN = 1 << 12;
+            /// Sets `max_rd_atomic`.
+            const MAX_QP_RD_ATOMIC = 1 << 13;
+            /// Sets The alternate path (`alt_ah_attr`, `alt_pkey_index`, …).
+            const ALT_PATH = 1 << 14;
+            /// Sets `min_rnr_timer`.
+            const MIN_RNR_TIMER = 1 << 15;
+            /// Sets `sq_psn`.
+            const SQ_PSN = 1 << 16;
+            /// Sets `max_dest_rd_atomic`.
+            const MAX_DEST_RD_ATOMIC = 1 << 17;
+            /// Sets `path_mig_state`.
+            const PATH_MIG_STATE = 1 << 18;
+            /// Sets `cap` (queue capacities).
+            const CAP = 1 << 19;
+            /// Sets `dest_qp_num`.
+            const DEST_QPN = 1 << 20;
+            /// Not sent by rverbs' modify; the rdma_cm's INIT_QP_ATTR may report it.
+            const RATE_LIMIT = 1 << 25;
+        }
     }
+}
+internal! {
+    pub use mask::QpAttrMask;
 }
 
 /// A queue pair. Keeps its PD, CQs and SRQ alive; destroyed (then its rings unmapped) on drop.
@@ -241,7 +252,7 @@ impl Qp {
                 // The granted caps, the QP number and the driver's output.
                 let mut out = (ib_uverbs_qp_cap::default(), 0u32, uhw_out);
                 let via = ctx.ioctl_or_write(
-                    M_CREATE_QP,
+                    Method::CreateQp,
                     &mut out,
                     |c, (resp_cap, qpn, uhw_out)| {
                         let h = c.idr_new(qp::ATTR_CREATE_HANDLE);
@@ -371,9 +382,11 @@ impl Qp {
     pub fn qp_num(&self) -> u32 {
         self.qp_num
     }
+    internal! {
     /// The kernel's handle for this QP.
     pub fn handle(&self) -> u32 {
         self.handle
+    }
     }
     /// The transport type the QP was created with.
     pub fn qp_type(&self) -> QpType {
@@ -417,6 +430,7 @@ impl Qp {
         QpState(self.state.load(Ordering::Relaxed))
     }
 
+    internal! {
     /// Records that the rdma_cm has connected this iWARP QP: the iw_cm moved the kernel's QP
     /// to RTS itself (when the connection was accepted or established), so sends are taken
     /// from now on ([`Qp::cached_state`] becomes RTS). No command reaches the kernel: a
@@ -444,6 +458,7 @@ impl Qp {
         }
         self.state.store(QpState::RTS.0, Ordering::Relaxed);
         Ok(())
+    }
     }
 
     /// Modifies the QP. Checks the transition and its required attributes first (the error
@@ -774,7 +789,7 @@ fn destroy_kernel_qp(pd: &Pd, handle: u32) -> Result<u32> {
     let ctx = pd.context();
     let mut resp = ib_uverbs_destroy_qp_resp::default();
     let r = ctx.ioctl_or_write(
-        M_DESTROY_QP,
+        Method::DestroyQp,
         &mut resp,
         |c, resp| {
             c.idr(qp::ATTR_DESTROY_HANDLE, handle);

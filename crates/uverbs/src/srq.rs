@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use zerocopy::{FromBytes, IntoBytes};
 
-use crate::context::M_DESTROY_SRQ;
+use crate::context::Method;
 use crate::driver::{KernelObj, OpsLock, SrqCreated, SrqOps};
 use crate::error::{Error, Result};
 use crate::error::{PostError, PostQueue};
@@ -151,9 +151,11 @@ impl Srq {
         }
     }
 
+    internal! {
     /// The kernel's handle for this SRQ.
     pub fn handle(&self) -> u32 {
         self.handle
+    }
     }
     /// The SRQ number the kernel reported (meaningful for XRC SRQs; may be 0 for others).
     pub fn srq_num(&self) -> u32 {
@@ -267,7 +269,7 @@ fn destroy_kernel_srq(pd: &Pd, handle: u32) -> Result<u32> {
     let ctx = pd.context();
     let mut resp = ib_uverbs_destroy_srq_resp::default();
     let r = ctx.ioctl_or_write(
-        M_DESTROY_SRQ,
+        Method::DestroySrq,
         &mut resp,
         |c, resp| {
             c.idr(srq::ATTR_DESTROY_HANDLE, handle);

@@ -3,7 +3,7 @@
 //! Status and opcode are written by the kernel or the device, so they are newtypes over the raw
 //! number with named constants, never Rust enums: an unknown value stays an unknown value.
 
-use bitflags::bitflags;
+use crate::newtype::flag_set;
 
 use crate::newtype::raw_newtype;
 
@@ -67,11 +67,10 @@ impl WcOpcode {
     }
 }
 
-bitflags! {
+flag_set! {
     /// `ibv_wc_flags` — the **userspace** numbering. The kernel's `ib_uverbs_wc` numbers
     /// with-invalidate as bit 2 (`IB_WC_WITH_INVALIDATE`) where libibverbs has `IBV_WC_WITH_INV`
     /// at bit 3; providers convert with [`WcFlags::from_kernel`].
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
     pub struct WcFlags: u32 {
         /// A GRH is present in the first 40 bytes of the receive buffer.
         const GRH = 1 << 0;
@@ -81,8 +80,6 @@ bitflags! {
         const IP_CSUM_OK = 1 << 2;
         /// `imm_data` holds the invalidated rkey.
         const WITH_INV = 1 << 3;
-        // Keep bits we do not know instead of dropping them.
-        const _ = !0;
     }
 }
 
@@ -161,6 +158,7 @@ impl WorkCompletion {
     }
 }
 
+internal_fields! {
 /// The kernel's `struct ib_uverbs_wc` (48 bytes, `include/uapi/rdma/ib_user_verbs.h`): one
 /// completion as the kernel writes it (rxe's CQ ring holds these), decoded only when a field
 /// is read: the lazy counterpart of [`WorkCompletion`] that [`CqView`](crate::cq::CqView)
@@ -168,7 +166,7 @@ impl WorkCompletion {
 ///
 /// A `RawWc` is always a copy owned by the caller (never a place in shared memory). rxe copies
 /// its ring entries into it unchanged; other providers build one from their own CQE format
-/// ([`RawWc::from_work_completion`]). Reading [`wr_id`](Self::wr_id) or
+/// (`RawWc::from_work_completion`). Reading [`wr_id`](Self::wr_id) or
 /// [`status`](Self::status) is one load; [`wc_flags`](Self::wc_flags) converts the kernel's
 /// flag numbering and [`imm`](Self::imm) the immediate data's byte order, each only when
 /// called; [`to_work_completion`](Self::to_work_completion) is the one conversion of all
@@ -218,6 +216,7 @@ pub struct RawWc {
     /// Padding in the kernel's layout (rxe writes 0). rverbs uses its bit 0 for
     /// [`WorkCompletion::unmatched`] ([`RawWc::is_unmatched`]); the other bits mean nothing.
     pub reserved: u8,
+}
 }
 
 const _: () = {
@@ -448,6 +447,7 @@ impl RawWc {
         }
     }
 
+    internal! {
     /// The raw form of a decoded completion (the inverse of
     /// [`to_work_completion`](Self::to_work_completion)): for providers whose ring format is
     /// not the kernel's, and for `CqOps::poll_raw`'s
@@ -477,6 +477,7 @@ impl RawWc {
             port_num: wc.port_num,
             reserved: wc.unmatched as u8,
         }
+    }
     }
 }
 

@@ -3,7 +3,7 @@
 
 #![allow(unsafe_code)] // the zero-cost views of MrSge lists as raw lists
 
-use bitflags::bitflags;
+use crate::newtype::flag_set;
 
 use std::marker::PhantomData;
 
@@ -47,16 +47,20 @@ impl<'a> MrSge<'a> {
         }
     }
 
+    internal! {
     /// The raw element.
     pub const fn raw(&self) -> Sge {
         self.sge
     }
+    }
 
+    internal! {
     /// The raw elements of a list (no copy).
     pub fn raw_slice<'s>(list: &'s [MrSge<'a>]) -> &'s [Sge] {
         // SAFETY: MrSge is repr(transparent) over Sge (the PhantomData is a ZST), so the
         // slices have the same layout and length.
         unsafe { std::slice::from_raw_parts(list.as_ptr().cast::<Sge>(), list.len()) }
+    }
     }
 }
 
@@ -95,9 +99,8 @@ mod sealed {
     impl Sealed for super::MrSge<'_> {}
 }
 
-bitflags! {
+flag_set! {
     /// `ibv_send_flags` (same numbers as `IB_UVERBS_SEND_*`... and rxe's WQE).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
     pub struct SendFlags: u32 {
         /// Wait for earlier RDMA READs and atomics before this request.
         const FENCE = 1 << 0;
@@ -188,6 +191,7 @@ impl SendOp {
     }
 }
 
+internal_fields! {
 /// The destination of a UD send.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UdDest {
@@ -199,6 +203,7 @@ pub struct UdDest {
     pub remote_qpn: u32,
     /// Destination Q_Key.
     pub remote_qkey: u32,
+}
 }
 
 /// One send work request whose gather list holds `S`: [`MrSge`] for the safe
@@ -226,19 +231,23 @@ pub type MrSendWr<'a> = SendWr<'a, MrSge<'a>>;
 pub type MrRecvWr<'a> = RecvWr<'a, MrSge<'a>>;
 
 impl<'a, 'm> SendWr<'a, MrSge<'m>> {
+    internal! {
     /// The same list as raw work requests, for the provider (no copy).
     pub fn raw_list<'s>(list: &'s [SendWr<'a, MrSge<'m>>]) -> &'s [SendWr<'a, Sge>] {
         // SAFETY: SendWr is repr(C); `&[MrSge]` and `&[Sge]` have the same layout (MrSge is
         // repr(transparent) over Sge), so both instantiations have the same layout.
         unsafe { std::slice::from_raw_parts(list.as_ptr().cast(), list.len()) }
     }
+    }
 }
 
 impl<'a, 'm> RecvWr<'a, MrSge<'m>> {
+    internal! {
     /// The same list as raw work requests, for the provider (no copy).
     pub fn raw_list<'s>(list: &'s [RecvWr<'a, MrSge<'m>>]) -> &'s [RecvWr<'a, Sge>] {
         // SAFETY: as for SendWr::raw_list.
         unsafe { std::slice::from_raw_parts(list.as_ptr().cast(), list.len()) }
+    }
     }
 }
 

@@ -43,12 +43,14 @@ impl EndReason {
         }
     }
 
+    internal! {
     /// The error an operation (`op`) on rdma_cm id `id` returns for this end.
     pub fn to_error(self, op: &str, id: u32) -> io::Error {
         let (errno, what) = self.parts();
         Error::os(format!("{op} on rdma_cm id {id}"), errno)
             .with_detail(what)
             .into()
+    }
     }
 }
 

@@ -3,7 +3,7 @@
 //! The join's uid is the id's own, so the MULTICAST_JOIN / MULTICAST_ERROR events reach the id
 //! like its other events (a synchronous id waits for them; [`CmEvent::is_for`] holds) and are
 //! decoded with the UD parameters. Their `id` field is the **multicast's** kernel id, which
-//! tells the groups of one id apart ([`CmId::multicast_handle`]).
+//! tells the groups of one id apart (`CmId::multicast_handle`).
 
 use std::net::IpAddr;
 
@@ -43,8 +43,8 @@ impl CmId {
     /// ([`rverbs_uverbs::qp::Qp::attach_mcast`], or [`crate::Endpoint::join_multicast`] which does
     /// both). Synchronous ids wait for the event and return its UD parameters (the event
     /// itself is then in [`CmId::take_event`]); asynchronous ids return `None` and the event
-    /// arrives on the channel, its [`CmEvent::id_handle`] equal to
-    /// [`CmId::multicast_handle`]`(addr)`.
+    /// arrives on the channel, its `CmEvent::id_handle` equal to
+    /// `CmId::multicast_handle``(addr)`.
     ///
     /// Refused before the kernel is asked: an address that is not multicast, an id that is not
     /// UD, a group this id already joined.
@@ -171,6 +171,7 @@ impl CmId {
         Ok(resp.events_reported)
     }
 
+    internal! {
     /// The kernel's id of this id's join of `addr` (the `id` of its MULTICAST_JOIN and
     /// MULTICAST_ERROR events), `None` if not joined.
     pub fn multicast_handle(&self, addr: SocketAddr) -> Option<u32> {
@@ -179,6 +180,7 @@ impl CmId {
             .iter()
             .find(|j| j.addr.ip() == addr.ip())
             .map(|j| j.mc_id)
+    }
     }
 
     /// The join whose kernel id is `mc_id`.

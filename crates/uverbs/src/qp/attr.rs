@@ -46,6 +46,7 @@ pub struct QpAttr {
 }
 
 impl QpAttr {
+    internal! {
     /// The mask this attribute set sends.
     pub fn mask(&self) -> QpAttrMask {
         let mut m = QpAttrMask::empty();
@@ -79,6 +80,7 @@ impl QpAttr {
         );
         set(self.dest_qp_num.is_some(), QpAttrMask::DEST_QPN);
         m
+    }
     }
 
     pub(crate) fn to_modify(&self, qp_handle: u32) -> ib_uverbs_modify_qp {
@@ -158,6 +160,7 @@ pub struct QpInfo {
     pub caps: QpCaps,
 }
 
+internal! {
 /// Attributes each transition needs (IBTA, as the kernel's `ib_modify_qp_is_ok` checks):
 /// returns the attributes required, or `None` if the transition itself is illegal.
 pub fn required_for(qp_type: QpType, cur: QpState, next: QpState) -> Option<QpAttrMask> {
@@ -197,6 +200,7 @@ pub fn required_for(qp_type: QpType, cur: QpState, next: QpState) -> Option<QpAt
         | (QpState::SQE, QpState::RTS) => Some(M::empty()),
         _ => None,
     }
+}
 }
 
 /// How to create a QP.

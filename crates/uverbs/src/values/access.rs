@@ -1,10 +1,9 @@
 //! What a memory region or window lets the device and peers do: [`AccessFlags`].
 
-use bitflags::bitflags;
+use crate::newtype::flag_set;
 
-bitflags! {
+flag_set! {
     /// `IB_UVERBS_ACCESS_*` / `ibv_access_flags`.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
     pub struct AccessFlags: u32 {
         /// The local device may write the memory (receives, RDMA READ results).
         const LOCAL_WRITE = 1 << 0;

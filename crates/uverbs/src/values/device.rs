@@ -1,5 +1,9 @@
 //! Which kernel driver serves a device: [`DriverId`].
 
+// The driver ids are for the crates of this workspace (provider selection): without the
+// feature `internals` some are named nowhere.
+#![cfg_attr(not(feature = "internals"), allow(dead_code))]
+
 use crate::newtype::raw_newtype;
 
 raw_newtype! {

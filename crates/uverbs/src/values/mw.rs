@@ -61,32 +61,44 @@ impl MwBind {
             access,
         }
     }
+    internal! {
     /// Type of the window being bound.
     pub const fn mw_type(&self) -> MwType {
         self.mw_type
     }
+    }
+    internal! {
     /// The window's rkey before the bind (what the kernel looks the window up by).
     pub const fn mw_rkey(&self) -> u32 {
         self.mw_rkey
+    }
     }
     /// The window's rkey after the bind: what peers name.
     pub const fn rkey(&self) -> u32 {
         self.rkey
     }
+    internal! {
     /// Local key of the region the window is bound in (0 for an unbind).
     pub const fn mr_lkey(&self) -> u32 {
         self.mr_lkey
     }
+    }
+    internal! {
     /// Start address of the window (the region's iova space).
     pub const fn addr(&self) -> u64 {
         self.addr
     }
+    }
+    internal! {
     /// Length in bytes (0: unbind a type 1 window).
     pub const fn length(&self) -> u64 {
         self.length
     }
+    }
+    internal! {
     /// The window's access flags.
     pub const fn access(&self) -> AccessFlags {
         self.access
+    }
     }
 }

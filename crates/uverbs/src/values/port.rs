@@ -15,6 +15,7 @@ raw_newtype! {
 }
 
 impl PortState {
+    internal! {
     /// The name `rdma link show` prints for this state (the constant's name without `PORT_`:
     /// "ACTIVE"), "UNKNOWN" for a value it does not know.
     pub fn link_name(self) -> &'static str {
@@ -22,6 +23,7 @@ impl PortState {
             Some(n) => n.strip_prefix("PORT_").unwrap_or(n),
             None => "UNKNOWN",
         }
+    }
     }
 }
 
@@ -85,6 +87,7 @@ raw_newtype! {
 }
 
 impl PhysState {
+    internal! {
     /// The name `rdma link show` prints for this state, which differs from the kernel's for
     /// 4 ("ARMED") and 6 ("LINK_ERROR_RECOVER"); "NOP" for 0 and "UNKNOWN" for a value it
     /// does not know.
@@ -95,5 +98,6 @@ impl PhysState {
             PhysState::LINK_ERROR_RECOVERY => "LINK_ERROR_RECOVER",
             s => s.name().unwrap_or("UNKNOWN"),
         }
+    }
     }
 }
