@@ -24,6 +24,7 @@ mod io_impls;
 mod iomap;
 mod listener;
 mod options;
+mod registered;
 mod wait;
 pub use iomap::{IoMap, RawIoMap};
 pub use listener::RdmaListener;
