@@ -10,7 +10,8 @@
 //! `-S all` the whole size table (default: the sizes rstream runs by default), `-S SIZE`,
 //! `-I ITERATIONS`, `-C COUNT` one custom test on one connection, `-T v` check
 //! every byte with rstream's pattern (a byte counter that runs across all transfers and both
-//! connections). Like rstream: one connection for the latency table, a second one for the
+//! connections), `-T z` (ours only; with `v`: `-T vz`) send from a registration of the send
+//! buffer with [`RdmaStream::write_registered`] (zero copy on the sending side). Like rstream: one connection for the latency table, a second one for the
 //! bandwidth table; before each test a 16-byte exchange (client first); then, per iteration,
 //! `count` transfers from the client followed by `count` back from the server.
 //! `crates/stream/tests/vm_stream.rs` runs it against rdma-core's `rstream` in the guests.
@@ -20,6 +21,7 @@ use std::net::{Shutdown, SocketAddr};
 use std::time::Instant;
 
 use rverbs_stream::{RdmaListener, RdmaStream, StreamOptions};
+use rverbs_uverbs::mr::{AccessFlags, Mr};
 
 /// rstream's size table: (size, option); option 0 runs by default, 1 only with `-S all`.
 pub const SIZES: &[(usize, u8)] = &[
@@ -82,6 +84,9 @@ pub struct Config {
     pub custom: Option<(usize, usize, usize)>,
     /// `-T v`.
     pub verify: bool,
+    /// `-T z` (ours only): sends go straight from a registration of the send buffer
+    /// ([`RdmaStream::write_registered`]), without the send ring's copy.
+    pub zero_copy: bool,
 }
 
 /// The byte pattern of `-v`: a counter for what we send and one for what we receive.
@@ -96,6 +101,8 @@ struct Run<'a> {
     cfg: &'a Config,
     buf: Vec<u8>,
     pat: Pattern,
+    /// The send buffer registered on the stream's PD (`-T z`).
+    reg: Option<Mr<Vec<u8>>>,
     out: &'a mut dyn Write,
 }
 
@@ -107,7 +114,31 @@ impl Run<'_> {
                 self.pat.send = self.pat.send.wrapping_add(1);
             }
         }
-        s.write_all(&self.buf[..size])
+        if !self.cfg.zero_copy {
+            return s.write_all(&self.buf[..size]);
+        }
+        let fresh = match &self.reg {
+            Some(m) => !std::sync::Arc::ptr_eq(m.pd(), s.pd()) || m.len() < size,
+            None => true,
+        };
+        if fresh {
+            self.reg = Some(Mr::register(
+                s.pd(),
+                self.buf.clone(),
+                AccessFlags::empty(),
+            )?);
+        }
+        let mr = self.reg.as_mut().expect("registered above");
+        if self.cfg.verify {
+            mr.write_at(0, &self.buf[..size]);
+        }
+        match s.write_registered(mr, 0..size)? {
+            n if n == size => Ok(()),
+            n => Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("write_registered: {n} of {size} bytes"),
+            )),
+        }
     }
 
     fn recv(&mut self, s: &mut RdmaStream, size: usize) -> io::Result<()> {
@@ -225,6 +256,7 @@ pub fn run(cfg: &Config, out: &mut dyn Write) -> io::Result<()> {
         cfg,
         buf: vec![0u8; *sizes.iter().max().unwrap_or(&16)],
         pat: Pattern::default(),
+        reg: None,
         out,
     };
     writeln!(
@@ -272,6 +304,7 @@ fn main() -> io::Result<()> {
     let mut port = 7471u16;
     let mut all_sizes = false;
     let mut verify = false;
+    let mut zero_copy = false;
     let mut custom: (Option<usize>, Option<usize>, Option<usize>) = (None, None, None);
     let number = |v: &str| -> io::Result<usize> {
         v.parse()
@@ -298,11 +331,14 @@ fn main() -> io::Result<()> {
             ("-C", Some(v)) => custom.2 = Some(number(v)?),
             // rstream's test options: only v (verify) changes what we do; b, n, a (blocking,
             // non-blocking, poll) are how rstream waits, which the wire does not show.
-            ("-T", Some(v)) => verify |= v.starts_with('v'),
+            ("-T", Some(v)) => {
+                verify |= v.contains('v');
+                zero_copy |= v.contains('z');
+            }
             (a, _) => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
-                    format!("unknown or incomplete option {a:?}; usage: rstream [-s ADDR | -b ADDR] [-p PORT] [-S all|SIZE] [-I ITERATIONS] [-C COUNT] [-T v]"),
+                    format!("unknown or incomplete option {a:?}; usage: rstream [-s ADDR | -b ADDR] [-p PORT] [-S all|SIZE] [-I ITERATIONS] [-C COUNT] [-T v|z|vz]"),
                 ))
             }
         }
@@ -320,6 +356,7 @@ fn main() -> io::Result<()> {
             )
         }),
         verify,
+        zero_copy,
     };
     run(&cfg, &mut io::stdout())
 }

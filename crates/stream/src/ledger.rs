@@ -25,6 +25,9 @@ pub(crate) const MAX_TRANSFER: u32 = 65536;
 
 /// The flag in a receive's `wr_id` (sends carry their message in the low 32 bits).
 pub(crate) const WR_ID_RECV: u64 = 1 << 63;
+/// The flag in the `wr_id` of a data transfer sent from the caller's registration
+/// ([`Ledger::plan_registered`]): it took a send queue entry, no send ring space.
+pub(crate) const WR_ID_REG: u64 = 1 << 62;
 
 /// What happened to the connection, from the protocol's side.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -120,6 +123,10 @@ pub(crate) struct Ledger {
     pub writable: bool,
     pub connected: bool,
     pub fault: Option<Fault>,
+    /// Transfers from callers' registrations posted, and completed (in order: one RC send
+    /// queue completes in posting order).
+    pub reg_posted: u64,
+    pub reg_done: u64,
 }
 
 impl Ledger {
@@ -158,6 +165,8 @@ impl Ledger {
             writable: true,
             connected: true,
             fault: None,
+            reg_posted: 0,
+            reg_done: 0,
         }
     }
 
@@ -258,6 +267,10 @@ impl Ledger {
     pub fn on_send(&mut self, wr_id: u64, ok: bool, status: &dyn std::fmt::Display) {
         let msg = Msg::decode(wr_id as u32);
         match msg.op {
+            _ if wr_id & WR_ID_REG != 0 => {
+                self.sqe_avail += 1;
+                self.reg_done += 1;
+            }
             MsgOp::SGL | MsgOp::CTRL => self.ctrl_max_seqno = self.ctrl_max_seqno.wrapping_add(1),
             MsgOp::IOMAP_SGL => {
                 self.sqe_avail += 1;
@@ -526,6 +539,43 @@ impl Ledger {
         }
         let want = (left.min(self.olen as usize) as u32).min(self.sizes.sbuf / 2);
         self.sbuf_avail >= want
+    }
+
+    /// Whether a transfer from the caller's registration can start: as [`Ledger::can_send`]
+    /// but without send ring space (it takes none).
+    pub fn can_send_registered(&self) -> bool {
+        self.pending.is_empty()
+            && self.sqe_avail > 0
+            && self.sseq_no != self.sseq_comp
+            && self.target[self.target_sge].length != 0
+    }
+
+    /// Plans the next transfer of at most `left` bytes (and [`MAX_TRANSFER`]) straight from
+    /// the caller's registration (call when [`Ledger::can_send_registered`]): the same DATA
+    /// message as [`Ledger::plan`]'s (the peer cannot tell), taking a credit, a send queue
+    /// entry and target SGL space but no send ring. `first.1` is the length (`first.0` and
+    /// `second` are 0); post it with `wr_id` `imm | WR_ID_REG`.
+    pub fn plan_registered(&mut self, left: usize) -> Transfer {
+        let t = &mut self.target[self.target_sge];
+        let xfer = (left.min(u32::MAX as usize) as u32)
+            .min(MAX_TRANSFER)
+            .min(t.length);
+        let remote = (t.addr, t.key);
+        t.addr = t.addr.wrapping_add(xfer as u64);
+        t.length -= xfer;
+        if t.length == 0 {
+            self.target_sge = (self.target_sge + 1) % SGL_ENTRIES as usize;
+        }
+        self.sseq_no = self.sseq_no.wrapping_add(1);
+        self.sqe_avail -= 1;
+        self.reg_posted += 1;
+        Transfer {
+            first: (0, xfer),
+            second: 0,
+            remote,
+            imm: Msg::encode(MsgOp::DATA, xfer),
+            inline: xfer <= self.sizes.inline,
+        }
     }
 
     /// Plans the next transfer of at most `left` and `olen` bytes (call when

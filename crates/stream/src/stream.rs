@@ -24,6 +24,7 @@ mod io_impls;
 mod iomap;
 mod listener;
 mod options;
+mod registered;
 mod wait;
 pub use iomap::{IoMap, RawIoMap};
 pub use listener::RdmaListener;
@@ -249,6 +250,8 @@ struct State {
     calls: u32,
     /// Who waits (see `crate::wake`).
     sleepers: Sleepers,
+    /// `progress`'s completions, kept here so that a poll does not initialise an array.
+    wcs: [WorkCompletion; 16],
 }
 
 /// A byte stream over an RDMA RC connection that speaks rsockets' protocol: an
@@ -376,6 +379,7 @@ impl RdmaStream {
                     unacked: 0,
                     calls: 0,
                     sleepers: Sleepers::default(),
+                    wcs: [WorkCompletion::default(); 16],
                 }),
                 conn,
                 nonblocking: AtomicBool::new(false),
@@ -590,7 +594,7 @@ impl Inner {
         if want == 0 {
             return Ok(0);
         }
-        let deadline = lock(&self.read_timeout).map(|t| Instant::now() + t);
+        let deadline = mode.deadline(&self.read_timeout);
         let st = lock(&self.st);
         let mut st = self.wait_for(st, deadline, mode, |l| {
             l.has_data() || !l.readable || l.fault.is_some()
@@ -613,8 +617,8 @@ impl Inner {
                 n += len;
             }
         }
-        // Hand the space back now rather than at the next call.
-        self.progress(&mut st, 0)?;
+        // Hand the space back now rather than at the next call (the CQ was just polled).
+        self.send_due(&mut st)?;
         Ok(n)
     }
 
@@ -631,7 +635,7 @@ impl Inner {
         if total == 0 {
             return Ok(0);
         }
-        let deadline = lock(&self.write_timeout).map(|t| Instant::now() + t);
+        let deadline = mode.deadline(&self.write_timeout);
         let c = &self.conn;
         let mut st = lock(&self.st);
         let mut written = 0usize;

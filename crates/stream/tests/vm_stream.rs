@@ -576,6 +576,7 @@ fn cfg(connect: bool, port: u16, custom: (usize, usize, usize)) -> rstream_role:
         all_sizes: false,
         custom: Some(custom),
         verify: true,
+        zero_copy: false,
     }
 }
 

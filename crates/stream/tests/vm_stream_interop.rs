@@ -117,6 +117,7 @@ fn cfg(
         all_sizes: false,
         custom: Some(t),
         verify: true,
+        zero_copy: false,
     }
 }
 

@@ -13,7 +13,7 @@ use libc::{c_int, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
 use rverbs_stream::RawIoMap;
 use rverbs_uverbs::mr::register_raw;
 
-use super::{fail, refuse, rs, RSocket};
+use super::{fail, refuse, rs};
 
 /// Most iovec entries one call takes (Linux's `UIO_MAXIOV`).
 pub const IOV_MAX: c_int = 1024;
@@ -127,32 +127,103 @@ unsafe fn as_ref<'a>(v: &[(*mut u8, usize)]) -> Vec<&'a [u8]> {
         .collect()
 }
 
-fn recv_on(s: &RSocket, bufs: &mut [&mut [u8]], flags: c_int) -> ssize_t {
+/// `IoSliceMut`s over `bufs` from byte `skip` on, on the stack for up to 8 buffers (a
+/// `Vec` beyond), handed to `f`.
+fn io_mut<R>(
+    bufs: &mut [&mut [u8]],
+    mut skip: usize,
+    f: impl FnOnce(&mut [IoSliceMut<'_>]) -> R,
+) -> R {
+    let mut rest = bufs.iter_mut().filter_map(move |b| {
+        if skip >= b.len() {
+            skip -= b.len();
+            return None;
+        }
+        let s = IoSliceMut::new(&mut b[skip..]);
+        skip = 0;
+        Some(s)
+    });
+    if bufs_len_small(rest.size_hint().1) {
+        let mut arr: [IoSliceMut<'_>; 8] = std::array::from_fn(|_| IoSliceMut::new(&mut []));
+        let mut n = 0;
+        for (slot, s) in arr.iter_mut().zip(&mut rest) {
+            *slot = s;
+            n += 1;
+        }
+        f(&mut arr[..n])
+    } else {
+        let mut v: Vec<IoSliceMut<'_>> = rest.collect();
+        f(&mut v)
+    }
+}
+
+/// `IoSlice`s over `bufs`, on the stack for up to 8 buffers (a `Vec` beyond), handed to `f`.
+fn io_ref<R>(bufs: &[&[u8]], f: impl FnOnce(&[IoSlice<'_>]) -> R) -> R {
+    if bufs_len_small(Some(bufs.len())) {
+        let mut arr = [IoSlice::new(&[]); 8];
+        for (slot, b) in arr.iter_mut().zip(bufs) {
+            *slot = IoSlice::new(b);
+        }
+        f(&arr[..bufs.len()])
+    } else {
+        let v: Vec<IoSlice<'_>> = bufs.iter().map(|b| IoSlice::new(b)).collect();
+        f(&v)
+    }
+}
+
+fn bufs_len_small(n: Option<usize>) -> bool {
+    n.is_some_and(|n| n <= 8)
+}
+
+/// A data call's bad buffer or iovec array (`n`): `EBADF` first if `fd` is no rsocket, as
+/// before the buffers were looked at.
+fn bad_args(fd: c_int, n: c_int, what: &str) -> ssize_t {
+    if super::with_rsocket(fd, |_| ()).is_none() {
+        return refuse(libc::EBADF, "not an rsocket") as ssize_t;
+    }
+    refuse(n, what) as ssize_t
+}
+
+/// What a data call found under the registry's read lock.
+enum Found<T> {
+    /// The non-blocking call's result.
+    Done(io::Result<T>),
+    /// A blocking call: the stream, to call without the lock.
+    Wait(rverbs_stream::RdmaStream),
+    NotConnected,
+}
+
+/// `rrecv`'s work on the rsocket `fd`. A non-blocking call runs under the registry's read
+/// lock, cloning nothing (one try: rsockets' `MSG_DONTWAIT`); a blocking one on a clone of
+/// the stream.
+fn recv_on(fd: c_int, bufs: &mut [&mut [u8]], flags: c_int) -> ssize_t {
     if check_flags(flags, "rrecv").is_err() {
         return -1;
     }
-    let Some(c) = s.stream() else {
-        return refuse(libc::ENOTCONN, "rrecv") as ssize_t;
+    let found = super::with_rsocket(fd, |s| {
+        let Some(c) = s.conn.get() else {
+            return Found::NotConnected;
+        };
+        if flags & libc::MSG_DONTWAIT != 0 || s.nonblocking.load(Ordering::Relaxed) {
+            Found::Done(io_mut(bufs, 0, |io| c.recv_vectored(io, true)))
+        } else {
+            Found::Wait(c.clone())
+        }
+    });
+    let c = match found {
+        None => return refuse(libc::EBADF, "not an rsocket") as ssize_t,
+        Some(Found::NotConnected) => return refuse(libc::ENOTCONN, "rrecv") as ssize_t,
+        Some(Found::Done(Ok(n))) => return n as ssize_t,
+        Some(Found::Done(Err(e))) => return fail(&e) as ssize_t,
+        Some(Found::Wait(c)) => c,
     };
-    let nb = flags & libc::MSG_DONTWAIT != 0 || s.nonblocking.load(Ordering::Relaxed);
     let want: usize = bufs.iter().map(|b| b.len()).sum();
     let mut got = 0usize;
     loop {
         // The part of the buffers not filled yet.
-        let mut skip = got;
-        let mut io: Vec<IoSliceMut<'_>> = Vec::with_capacity(bufs.len());
-        for b in bufs.iter_mut() {
-            if skip >= b.len() {
-                skip -= b.len();
-                continue;
-            }
-            io.push(IoSliceMut::new(&mut b[skip..]));
-            skip = 0;
-        }
-        match c.recv_vectored(&mut io, nb) {
+        match io_mut(bufs, got, |io| c.recv_vectored(io, false)) {
             Ok(0) => return got as ssize_t,
             Ok(n) => got += n,
-            Err(e) if got > 0 && e.kind() == io::ErrorKind::WouldBlock => return got as ssize_t,
             Err(e) if got > 0 => {
                 // What was read is returned; the error comes with the next call.
                 let _ = e;
@@ -160,22 +231,34 @@ fn recv_on(s: &RSocket, bufs: &mut [&mut [u8]], flags: c_int) -> ssize_t {
             }
             Err(e) => return fail(&e) as ssize_t,
         }
-        if got == want || flags & libc::MSG_WAITALL == 0 || nb {
+        if got == want || flags & libc::MSG_WAITALL == 0 {
             return got as ssize_t;
         }
     }
 }
 
-fn send_on(s: &RSocket, bufs: &[&[u8]], flags: c_int) -> ssize_t {
+/// `rsend`'s work on the rsocket `fd`, as [`recv_on`].
+fn send_on(fd: c_int, bufs: &[&[u8]], flags: c_int) -> ssize_t {
     if check_flags(flags, "rsend").is_err() {
         return -1;
     }
-    let Some(c) = s.stream() else {
-        return refuse(libc::ENOTCONN, "rsend") as ssize_t;
+    let found = super::with_rsocket(fd, |s| {
+        let Some(c) = s.conn.get() else {
+            return Found::NotConnected;
+        };
+        if flags & libc::MSG_DONTWAIT != 0 || s.nonblocking.load(Ordering::Relaxed) {
+            Found::Done(io_ref(bufs, |io| c.send_vectored(io, true)))
+        } else {
+            Found::Wait(c.clone())
+        }
+    });
+    let r = match found {
+        None => return refuse(libc::EBADF, "not an rsocket") as ssize_t,
+        Some(Found::NotConnected) => return refuse(libc::ENOTCONN, "rsend") as ssize_t,
+        Some(Found::Done(r)) => r,
+        Some(Found::Wait(c)) => io_ref(bufs, |io| c.send_vectored(io, false)),
     };
-    let nb = flags & libc::MSG_DONTWAIT != 0 || s.nonblocking.load(Ordering::Relaxed);
-    let io: Vec<IoSlice<'_>> = bufs.iter().map(|b| IoSlice::new(b)).collect();
-    match c.send_vectored(&io, nb) {
+    match r {
         Ok(n) => n as ssize_t,
         Err(e) => fail(&e) as ssize_t,
     }
@@ -197,11 +280,10 @@ pub unsafe extern "C" fn rrecv(
     len: size_t,
     flags: c_int,
 ) -> ssize_t {
-    let s = rs!(socket);
     // SAFETY: [buf] the contract.
     match unsafe { slice_mut(buf, len) } {
-        Ok(b) => recv_on(&s, &mut [b], flags),
-        Err(n) => refuse(n, "rrecv: the buffer") as ssize_t,
+        Ok(b) => recv_on(socket, &mut [b], flags),
+        Err(n) => bad_args(socket, n, "rrecv: the buffer"),
     }
 }
 
@@ -254,15 +336,17 @@ symver!(rreadv => "RDMACM_1.0");
 /// \[in\] `iov` NULL or `iovcnt` readable `iovec`s, each as `rrecv`'s buffer.
 #[no_mangle]
 pub unsafe extern "C" fn rreadv(socket: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t {
-    let s = rs!(socket);
+    if super::with_rsocket(socket, |_| ()).is_none() {
+        return refuse(libc::EBADF, "not an rsocket") as ssize_t;
+    }
     // SAFETY: [in] [buf] the contract.
     match unsafe { iovecs(iov, iovcnt) } {
         // SAFETY: [buf] the contract: each entry is writable.
         Ok(v) => match unsafe { as_mut(&v, "rreadv") } {
-            Ok(mut b) => recv_on(&s, &mut b, 0),
+            Ok(mut b) => recv_on(socket, &mut b, 0),
             Err(_) => -1,
         },
-        Err(n) => refuse(n, "rreadv: the iovec array") as ssize_t,
+        Err(n) => bad_args(socket, n, "rreadv: the iovec array"),
     }
 }
 
@@ -300,12 +384,14 @@ symver!(rrecvmsg => "RDMACM_1.0");
 /// \[in\] `msg` NULL or a readable `msghdr` whose iovecs are as [`rreadv`]'s.
 #[no_mangle]
 pub unsafe extern "C" fn rrecvmsg(socket: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
-    let s = rs!(socket);
+    if super::with_rsocket(socket, |_| ()).is_none() {
+        return refuse(libc::EBADF, "not an rsocket") as ssize_t;
+    }
     // SAFETY: [in] the contract.
     match unsafe { msg_iovecs(msg, "rrecvmsg") } {
         // SAFETY: [buf] the contract: each entry is writable.
         Ok(v) => match unsafe { as_mut(&v, "rrecvmsg") } {
-            Ok(mut b) => recv_on(&s, &mut b, flags),
+            Ok(mut b) => recv_on(socket, &mut b, flags),
             Err(_) => -1,
         },
         Err(_) => -1,
@@ -327,11 +413,10 @@ pub unsafe extern "C" fn rsend(
     len: size_t,
     flags: c_int,
 ) -> ssize_t {
-    let s = rs!(socket);
     // SAFETY: [buf] the contract (the slice is only read).
     match unsafe { slice(buf, len) } {
-        Ok(b) => send_on(&s, &[b], flags),
-        Err(n) => refuse(n, "rsend: the buffer") as ssize_t,
+        Ok(b) => send_on(socket, &[b], flags),
+        Err(n) => bad_args(socket, n, "rsend: the buffer"),
     }
 }
 
@@ -375,12 +460,14 @@ symver!(rwritev => "RDMACM_1.0");
 /// \[in\] `iov` NULL or `iovcnt` readable `iovec`s, each as `rsend`'s buffer.
 #[no_mangle]
 pub unsafe extern "C" fn rwritev(socket: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t {
-    let s = rs!(socket);
+    if super::with_rsocket(socket, |_| ()).is_none() {
+        return refuse(libc::EBADF, "not an rsocket") as ssize_t;
+    }
     // SAFETY: [in] [buf] the contract (the slices are only read).
     match unsafe { iovecs(iov, iovcnt) } {
         // SAFETY: [buf] the contract: each entry is readable.
-        Ok(v) => send_on(&s, &unsafe { as_ref(&v) }, 0),
-        Err(n) => refuse(n, "rwritev: the iovec array") as ssize_t,
+        Ok(v) => send_on(socket, &unsafe { as_ref(&v) }, 0),
+        Err(n) => bad_args(socket, n, "rwritev: the iovec array"),
     }
 }
 
@@ -392,11 +479,13 @@ symver!(rsendmsg => "RDMACM_1.0");
 /// \[in\] `msg` NULL or a readable `msghdr` whose iovecs are as [`rwritev`]'s.
 #[no_mangle]
 pub unsafe extern "C" fn rsendmsg(socket: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
-    let s = rs!(socket);
+    if super::with_rsocket(socket, |_| ()).is_none() {
+        return refuse(libc::EBADF, "not an rsocket") as ssize_t;
+    }
     // SAFETY: [in] the contract.
     match unsafe { msg_iovecs(msg, "rsendmsg") } {
         // SAFETY: [buf] the contract: each entry is readable.
-        Ok(v) => send_on(&s, &unsafe { as_ref(&v) }, flags),
+        Ok(v) => send_on(socket, &unsafe { as_ref(&v) }, flags),
         Err(_) => -1,
     }
 }

@@ -4,19 +4,22 @@
 //! An rsocket is an `int`: a real file descriptor this library owns (an empty epoll
 //! instance, `O_CLOEXEC`), so its number is never that of an ordinary fd while it is open and
 //! `rpoll` / `rselect` can tell the two apart. The registry maps the number to an
-//! `Arc<RSocket>` under one lock; each call clones the `Arc` and releases the lock before it
-//! works, so `rclose` racing a call on the same rsocket only removes the entry: the call
-//! finishes on its own reference, and the stream (and the fd number) is released when the
-//! last reference goes. No cache outside the registry.
+//! `Arc<RSocket>` (a table indexed by the number) under one reader-writer lock. A call that
+//! may wait clones the `Arc` and releases the lock before it works, so `rclose` racing a
+//! call on the same rsocket only removes the entry: the call finishes on its own reference,
+//! and the stream (and the fd number) is released when the last reference goes. A call
+//! that never waits (a non-blocking data call: [`with_rsocket`]) works under the read lock
+//! instead, cloning nothing: `rclose` then waits for that one call (no system call that
+//! blocks, no callback into C, nothing dropped under the lock). No cache outside the
+//! registry.
 //!
 //! Error convention: rsockets' (the socket calls'): -1 and `errno`.
 
-use std::collections::BTreeMap;
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use libc::{c_int, sockaddr, socklen_t};
 use rverbs_stream::{RdmaListener, RdmaStream, StreamOptions};
@@ -105,6 +108,9 @@ pub(crate) struct RSocket {
     /// `SO_ERROR`, cleared when read.
     pub so_error: AtomicI32,
     pub st: Mutex<State>,
+    /// The stream once connected (`Role::Connected` holds the same): read without `st`'s
+    /// lock by the data calls.
+    pub conn: OnceLock<RdmaStream>,
 }
 
 impl RSocket {
@@ -114,30 +120,56 @@ impl RSocket {
 
     /// The stream, if connected (a clone: the lock is not held while it is used).
     pub fn stream(&self) -> Option<RdmaStream> {
-        match &self.lock().role {
-            Role::Connected(s) => Some(s.clone()),
-            _ => None,
-        }
+        self.conn.get().cloned()
+    }
+
+    /// Connected: the role, and the stream for the data calls.
+    fn connected(&self, st: &mut State, stream: RdmaStream) {
+        // Set once: `Role::Connected` is never left (rconnect refuses a connected rsocket).
+        let _ = self.conn.set(stream.clone());
+        st.role = Role::Connected(stream);
     }
 }
 
-/// Every open rsocket by number.
-static REGISTRY: Mutex<BTreeMap<c_int, Arc<RSocket>>> = Mutex::new(BTreeMap::new());
+/// Every open rsocket, at the index of its number.
+static REGISTRY: RwLock<Vec<Option<Arc<RSocket>>>> = RwLock::new(Vec::new());
 
-fn registry() -> MutexGuard<'static, BTreeMap<c_int, Arc<RSocket>>> {
-    REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
+fn registry() -> RwLockReadGuard<'static, Vec<Option<Arc<RSocket>>>> {
+    REGISTRY.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn registry_mut() -> RwLockWriteGuard<'static, Vec<Option<Arc<RSocket>>>> {
+    REGISTRY.write().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The rsocket numbered `fd`, or `None` (an ordinary fd, or none).
 pub(crate) fn lookup(fd: c_int) -> Option<Arc<RSocket>> {
-    registry().get(&fd).cloned()
+    with_rsocket(fd, Arc::clone)
+}
+
+/// `f` on the rsocket numbered `fd` under the registry's read lock (`None`: no such
+/// rsocket), cloning nothing. `f` must not wait (no blocking call, no sleep), call into C
+/// (a log line goes through `write`, which the preload may route back here), drop an
+/// `Arc<RSocket>` or take the registry's lock: `rsocket`, `raccept` and `rclose` wait for
+/// it. Non-blocking data calls only; others clone the `Arc` ([`lookup`]).
+pub(crate) fn with_rsocket<R>(fd: c_int, f: impl FnOnce(&Arc<RSocket>) -> R) -> Option<R> {
+    let reg = registry();
+    let s = reg.get(usize::try_from(fd).ok()?)?.as_ref()?;
+    Some(f(s))
+}
+
+/// Whether `RVERBS_CAPI_LOG` is set (read once: a failed non-blocking call, rstream's
+/// every `EAGAIN`, would otherwise read the environment, an allocation and a lock).
+fn log_on() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("RVERBS_CAPI_LOG").is_some())
 }
 
 /// A failed call: `e` logged as the rest of the library logs (`RVERBS_CAPI_LOG`), `errno`
 /// set to its socket errno, -1.
 pub(crate) fn fail(e: &io::Error) -> c_int {
     let n = errno_of(e);
-    if std::env::var_os("RVERBS_CAPI_LOG").is_some() {
+    if log_on() {
         eprintln!("rverbs rsockets: {e}");
     }
     set_errno(n);
@@ -146,7 +178,7 @@ pub(crate) fn fail(e: &io::Error) -> c_int {
 
 /// -1 with `errno` `n`, and a log line naming `what` when `RVERBS_CAPI_LOG` is set.
 pub(crate) fn refuse(n: c_int, what: &str) -> c_int {
-    if std::env::var_os("RVERBS_CAPI_LOG").is_some() {
+    if log_on() {
         eprintln!(
             "rverbs rsockets: {what}: {}",
             io::Error::from_raw_os_error(n)
@@ -368,8 +400,14 @@ fn open(domain: c_int, nonblocking: bool) -> io::Result<c_int> {
             opts: Opts::default(),
             maps: Vec::new(),
         }),
+        conn: OnceLock::new(),
     };
-    registry().insert(n, Arc::new(s));
+    let i = usize::try_from(n).map_err(|_| io::Error::other("a negative fd number"))?;
+    let mut reg = registry_mut();
+    if reg.len() <= i {
+        reg.resize_with(i + 1, || None);
+    }
+    reg[i] = Some(Arc::new(s));
     Ok(n)
 }
 
@@ -382,7 +420,9 @@ symver!(rclose => "RDMACM_1.0");
 /// Takes integers only.
 #[no_mangle]
 pub unsafe extern "C" fn rclose(socket: c_int) -> c_int {
-    let s = registry().remove(&socket);
+    let s = usize::try_from(socket)
+        .ok()
+        .and_then(|i| registry_mut().get_mut(i).and_then(Option::take));
     match s {
         // Dropped here, outside the registry's lock: the stream's close may wait a second.
         // The mappings first, and now even if a call still holds the rsocket: the caller
@@ -494,7 +534,7 @@ pub unsafe extern "C" fn raccept(
     let new = lookup(n).expect("the rsocket just made");
     {
         let mut st = new.lock();
-        st.role = Role::Connected(stream);
+        new.connected(&mut st, stream);
         st.opts = opts;
     }
     if !addr.is_null() {
@@ -536,7 +576,7 @@ pub unsafe extern "C" fn rconnect(
     };
     match RdmaStream::connect_from(from, to, &st.opts.stream) {
         Ok(c) => {
-            st.role = Role::Connected(c);
+            s.connected(&mut st, c);
             0
         }
         Err(e) => fail(&e),

@@ -459,3 +459,40 @@ fn arbitrary_message_sequences_keep_the_ring_whole() {
         }
     }
 }
+
+/// A transfer from the caller's registration: the same DATA message as a ring transfer, a
+/// credit, a send queue entry and target space, no ring space; its completion (flagged
+/// `WR_ID_REG`) gives back the queue entry only and counts as done, in order.
+#[test]
+fn registered_transfers_take_credits_but_no_ring() {
+    let mut l = Ledger::new(sizes(), &peer(2, 100_000));
+    let ring = l.sbuf_avail;
+    assert!(l.can_send_registered());
+    let t = l.plan_registered(70_000);
+    assert_eq!(t.first, (0, MAX_TRANSFER), "at most MAX_TRANSFER");
+    assert_eq!(t.second, 0);
+    assert_eq!(t.remote, (0x20_000, 9));
+    assert_eq!(t.imm, Msg::encode(MsgOp::DATA, MAX_TRANSFER));
+    assert!(!t.inline);
+    assert_eq!(l.sbuf_avail, ring, "no ring space taken");
+    let t2 = l.plan_registered(70_000 - MAX_TRANSFER as usize);
+    assert_eq!(t2.first, (0, 70_000 - MAX_TRANSFER));
+    assert_eq!(t2.remote, (0x20_000 + MAX_TRANSFER as u64, 9));
+    // Two credits only: the third transfer waits for the peer's update.
+    let mut l = Ledger::new(sizes(), &peer(2, 100_000));
+    l.plan_registered(10);
+    l.plan_registered(10);
+    assert!(!l.can_send_registered(), "out of credits");
+    assert_eq!((l.reg_posted, l.reg_done), (2, 0));
+    let sqe = l.sqe_avail;
+    l.on_send(Msg::encode(MsgOp::DATA, 10) as u64 | WR_ID_REG, true, &"ok");
+    assert_eq!((l.reg_done, l.sqe_avail, l.sbuf_avail), (1, sqe + 1, ring));
+    // A failed one ends the stream, and still counts as done (the device is through with it).
+    l.on_send(
+        Msg::encode(MsgOp::DATA, 10) as u64 | WR_ID_REG,
+        false,
+        &"retry exceeded",
+    );
+    assert_eq!(l.reg_done, 2);
+    assert!(matches!(l.fault, Some(Fault::Io(_))));
+}

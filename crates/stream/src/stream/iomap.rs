@@ -414,7 +414,7 @@ impl Inner {
             return Ok(0);
         }
         let e = self.peer_mapping(offset, buf.len())?;
-        let deadline = lock(&self.write_timeout).map(|t| Instant::now() + t);
+        let deadline = mode.deadline(&self.write_timeout);
         let mut st = lock(&self.st);
         let mut written = 0usize;
         let mut olen = OLAP_START;

@@ -55,6 +55,15 @@ impl Mode<'_> {
         }
     }
 
+    /// The deadline of a call that may wait with `timeout` (only a blocking one waits: the
+    /// others do not read the timeout, a lock).
+    pub(super) fn deadline(&self, timeout: &Mutex<Option<Duration>>) -> Option<Instant> {
+        match self {
+            Mode::Block => lock(timeout).map(|t| Instant::now() + t),
+            Mode::Arm(_) | Mode::Try => None,
+        }
+    }
+
     pub(super) fn or_try(nonblocking: bool) -> Mode<'static> {
         if nonblocking {
             Mode::Try
@@ -118,9 +127,8 @@ impl Inner {
             }
         }
         let mut reposts = 0u32;
-        let mut wcs = [WorkCompletion::default(); 16];
         loop {
-            let n = c.cq.poll(&mut wcs);
+            let n = c.cq.poll(&mut st.wcs);
             if n > 0 {
                 *moved = true;
                 if st.armed {
@@ -129,7 +137,7 @@ impl Inner {
                     st.maybe_event = true;
                 }
             }
-            for wc in &wcs[..n] {
+            for wc in &st.wcs[..n] {
                 if wc.wr_id & WR_ID_RECV != 0 {
                     if wc.status.is_success() {
                         reposts += 1;
@@ -150,7 +158,7 @@ impl Inner {
                     st.l.on_send(wc.wr_id, wc.status.is_success(), &wc.status);
                 }
             }
-            if n < wcs.len() {
+            if n < st.wcs.len() {
                 break;
             }
         }
@@ -159,6 +167,12 @@ impl Inner {
                 c.post_recv()?;
             }
         }
+        self.send_due(st)
+    }
+
+    /// Sends what the ledger has due: our mappings' announcements and a credit update.
+    pub(super) fn send_due(&self, st: &mut State) -> io::Result<()> {
+        let c = &self.conn;
         // Our mappings' announcements, before any later data (`Ledger::can_send` waits for
         // them).
         while let Some((t, entry)) = st.l.next_announcement() {
