@@ -628,15 +628,27 @@ impl<R: Holdable> Watch<R> {
             !me
         });
         let e = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
-        list.gone.retain(|t| t.qp_num != l.qp_num);
-        let srq = lock(&l.recv)
+        let role = role.unwrap_or(Role::Send);
+        let mut srq = lock(&l.recv)
             .slots
             .is_some()
             .then(|| Arc::downgrade(&l.recv));
+        // An older tombstone with this number (the kernel reused it, and the CQ was not
+        // drained since): its QP's completions may still be in the ring, named by the same
+        // number. The new tombstone settles its SRQ only when the older QP's completions are
+        // that SRQ's too (the same SRQ, the same queues here); otherwise neither is counted.
+        if let Some(old) = list.gone.iter().find(|t| t.qp_num == l.qp_num) {
+            let same = old.role == role
+                && matches!((&old.srq, &srq), (Some(a), Some(b)) if Weak::ptr_eq(a, b));
+            if !same {
+                srq = None;
+            }
+        }
+        list.gone.retain(|t| t.qp_num != l.qp_num);
         list.gone.push(Tomb {
             qp_num: l.qp_num,
             made: e,
-            role: role.unwrap_or(Role::Send),
+            role,
             srq,
         });
         self.tombs.store(list.gone.len(), Ordering::Relaxed);

@@ -876,3 +876,40 @@ fn a_tombstone_does_not_settle_its_srq_for_a_new_qp_of_another() {
     let _ = fc;
     drop((b, d));
 }
+
+/// A QP number reused by the kernel and destroyed again before the CQ was drained: the old
+/// QP's completions (another SRQ's `wr_id`s, or its own receive queue's) are still in the
+/// ring, and the newer tombstone must not settle its SRQ with them (review of 31 (b): the
+/// newer tombstone replaced the older one and released a receive the device may still write).
+#[test]
+fn a_reused_numbers_second_tombstone_does_not_settle_its_srq_for_the_first_qp() {
+    let reg = Registry::default();
+    // The first QP with number 7 on SRQ `old`, or on its own receive queue.
+    for first_on_srq in [true, false] {
+        let old = Arc::new(Mutex::new(RecvLedger::shared()));
+        let (a, fa) = if first_on_srq {
+            srq_with_held_receive(&reg, &old, 7, 5, 1)
+        } else {
+            qp_with_held_receive(&reg, 7, 1)
+        };
+        let watch = Watch::default();
+        watch.add(&a, Role::Recv);
+        watch.retire(&a);
+        drop(a);
+        // Number 7 again, on SRQ `new`, wr_id 5 posted there; destroyed before any poll.
+        let new = Arc::new(Mutex::new(RecvLedger::shared()));
+        let (b, fb) = srq_with_held_receive(&reg, &new, 7, 5, 2);
+        watch.add(&b, Role::Recv);
+        watch.retire(&b);
+        drop(b);
+        // The first QP's receive completion (wr_id 5 of `old`, or of its own queue; a queue
+        // of its own posts wr_ids as the user chose, 5 here too).
+        watch.settle([(7, true, WcOpcode::RECV.0, 5)].into_iter(), None);
+        assert!(
+            !freed(&fb),
+            "first on SRQ: {first_on_srq}: SRQ `new`'s wr_id 5 was released by a completion \
+             that may be the first QP's"
+        );
+        let _ = fa;
+    }
+}
