@@ -14,7 +14,7 @@
 //!
 //! Which operations a QP takes is decided once, before this code runs: rverbs-uverbs'
 //! classification (`rverbs_uverbs::op`) intersected with what rxe encodes
-//! ([`super::driver::send_caps`], the 6.1 requester's table). Here only the operands are checked.
+//! ([`OPS`], the 6.1 requester's table). Here only the operands are checked.
 //!
 //! INLINE is possible for the SEND and RDMA_WRITE families (the opcodes that carry outbound
 //! payload). Immediate data goes into the WQE in network byte order, as rxe puts it on the wire.
@@ -30,8 +30,28 @@ use super::abi::{
 };
 use super::queue::{QueueKind, RxeQueue};
 use rverbs_uverbs::kernel::shared::copy_from_shared_raw;
-use rverbs_uverbs::{Error, OpKind, SendFlags, SendOp, SendWr};
+use rverbs_uverbs::{Error, OpKind, OpTable, SendFlags, SendOp, SendWr, Transports};
 use rverbs_uverbs::{PostError, PostFault};
+
+/// What rxe's requester runs, per operation (Linux 6.1 `rxe_wr_opcode_info`: LOCAL_INV on RC
+/// only, memory-window binds on RC and UC; FLUSH and ATOMIC_WRITE as Linux 6.2's table has
+/// them, RC only, whether this kernel's rxe has them being the device's capability bits,
+/// `rverbs_uverbs::op`). Every operation of the op table has a field: a new one does not
+/// compile until this says whether rxe encodes it, and [`RxeSq::write`] how.
+pub(crate) const OPS: OpTable<Transports> = OpTable {
+    rdma_write: Transports::RC_UC,
+    rdma_write_with_imm: Transports::RC_UC,
+    send: Transports::RC_UC_UD,
+    send_with_imm: Transports::RC_UC_UD,
+    rdma_read: Transports::RC,
+    atomic_cmp_swp: Transports::RC,
+    atomic_fetch_add: Transports::RC,
+    local_inv: Transports::RC,
+    bind_mw: Transports::RC_UC,
+    send_with_inv: Transports::RC,
+    flush: Transports::RC,
+    atomic_write: Transports::RC,
+};
 
 /// The transport of the QP a send queue belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -133,7 +153,7 @@ impl RxeSq {
     #[inline(always)]
     fn check_and_plan<const UD: bool>(&self, wr: &SendWr<'_>) -> Result<Plan, PostFault> {
         // The operation is one this QP accepts (checked once, by rverbs-uverbs' `Qp`, against
-        // `super::driver::send_caps`): only its operands are checked here.
+        // [`OPS`]): only its operands are checked here.
         let op = &wr.op;
         let kind = op.kind();
         let mut flags = wr.flags.bits();
@@ -149,7 +169,7 @@ impl RxeSq {
         let inline = wr.flags.contains(SendFlags::INLINE);
         let num_sge = wr.sge.len();
         let is_local = kind.is_local();
-        let takes_no_sge = is_local || matches!(kind, OpKind::Flush | OpKind::AtomicWrite);
+        let takes_no_sge = !kind.takes_sges();
         if takes_no_sge && num_sge != 0 {
             return Err(PostFault::SgesOnLocalOp { op: kind, num_sge });
         }
