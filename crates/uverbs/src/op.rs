@@ -395,7 +395,7 @@ mod tests {
         assert_eq!(OpKind::AtomicWrite.wr_opcode(), 15);
         assert_eq!(OpKind::Flush.qp_ex_bit(), 2048);
         assert_eq!(OpKind::AtomicWrite.qp_ex_bit(), 4096);
-        let all = OpSet::of(&OpKind::ALL);
+        let all = OpSet::from_fn(|k| k.wr_opcode() < 10 || k.ibta() == "1.5");
         assert_eq!(all.bits(), 0x3ff | 2048 | 4096);
         assert_eq!(
             OpSet::from_bits(all.bits() | 1 << 10),
@@ -409,33 +409,28 @@ mod tests {
         use crate::wc::WcOpcode;
         // ibv_wc_opcode of each requester completion (verbs.h): a SEND family op completes
         // as SEND, an RDMA WRITE with immediate as RDMA_WRITE.
-        let wc: Vec<(OpKind, WcOpcode)> = OpKind::ALL.iter().map(|&k| (k, k.wc_opcode())).collect();
-        assert_eq!(
-            wc,
-            [
-                (OpKind::RdmaWrite, WcOpcode::RDMA_WRITE),
-                (OpKind::RdmaWriteWithImm, WcOpcode::RDMA_WRITE),
-                (OpKind::Send, WcOpcode::SEND),
-                (OpKind::SendWithImm, WcOpcode::SEND),
-                (OpKind::RdmaRead, WcOpcode::RDMA_READ),
-                (OpKind::AtomicCmpSwp, WcOpcode::COMP_SWAP),
-                (OpKind::AtomicFetchAdd, WcOpcode::FETCH_ADD),
-                (OpKind::LocalInv, WcOpcode::LOCAL_INV),
-                (OpKind::BindMw, WcOpcode::BIND_MW),
-                (OpKind::SendWithInv, WcOpcode::SEND),
-                (OpKind::Flush, WcOpcode::FLUSH),
-                (OpKind::AtomicWrite, WcOpcode::ATOMIC_WRITE),
-            ]
-        );
-        assert_eq!(
-            OpSet::from_fn(|k| !k.takes_sges()),
-            OpSet::of(&[
-                OpKind::LocalInv,
-                OpKind::BindMw,
-                OpKind::Flush,
-                OpKind::AtomicWrite
-            ])
-        );
+        for (k, wc) in [
+            (OpKind::RdmaWrite, WcOpcode::RDMA_WRITE),
+            (OpKind::RdmaWriteWithImm, WcOpcode::RDMA_WRITE),
+            (OpKind::Send, WcOpcode::SEND),
+            (OpKind::SendWithImm, WcOpcode::SEND),
+            (OpKind::RdmaRead, WcOpcode::RDMA_READ),
+            (OpKind::AtomicCmpSwp, WcOpcode::COMP_SWAP),
+            (OpKind::AtomicFetchAdd, WcOpcode::FETCH_ADD),
+            (OpKind::LocalInv, WcOpcode::LOCAL_INV),
+            (OpKind::BindMw, WcOpcode::BIND_MW),
+            (OpKind::SendWithInv, WcOpcode::SEND),
+            (OpKind::Flush, WcOpcode::FLUSH),
+            (OpKind::AtomicWrite, WcOpcode::ATOMIC_WRITE),
+        ] {
+            assert_eq!(k.wc_opcode(), wc, "{k}");
+        }
+        for k in [OpKind::LocalInv, OpKind::BindMw, OpKind::Flush, OpKind::AtomicWrite] {
+            assert!(!k.takes_sges(), "{k}");
+        }
+        for k in [OpKind::Send, OpKind::RdmaWrite, OpKind::RdmaRead, OpKind::AtomicCmpSwp] {
+            assert!(k.takes_sges(), "{k}");
+        }
         assert!(OpKind::ALL.iter().all(|k| !k.is_local() || !k.takes_sges()));
         assert!(OpKind::ALL
             .iter()
@@ -467,20 +462,13 @@ mod tests {
 
     #[test]
     fn a_providers_table_is_its_send_caps() {
-        let mut t = OpTable {
-            rdma_write: Transports::RC_UC,
-            rdma_write_with_imm: Transports::NONE,
-            send: Transports::RC_UC_UD,
-            send_with_imm: Transports::UD,
-            rdma_read: Transports::RC,
-            atomic_cmp_swp: Transports::NONE,
-            atomic_fetch_add: Transports::NONE,
-            local_inv: Transports::UC,
-            bind_mw: Transports::NONE,
-            send_with_inv: Transports::NONE,
-            flush: Transports::NONE,
-            atomic_write: Transports::RC,
-        };
+        let mut t = OpTable::splat(Transports::NONE);
+        t.rdma_write = Transports::RC_UC;
+        t.send = Transports::RC_UC_UD;
+        t.send_with_imm = Transports::UD;
+        t.rdma_read = Transports::RC;
+        t.local_inv = Transports::UC;
+        t.atomic_write = Transports::RC;
         let caps = SendCaps::from_table(&t);
         assert_eq!(
             caps.rc,

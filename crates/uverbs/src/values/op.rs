@@ -229,6 +229,12 @@ macro_rules! op_kinds {
             pub const fn get(&self, kind: OpKind) -> T {
                 match kind { $( OpKind::$v => self.$f, )* }
             }
+
+            /// A table with `value` for every operation (tests only: a provider names each).
+            #[cfg(test)]
+            pub(crate) const fn splat(value: T) -> OpTable<T> {
+                OpTable { $( $f: value, )* }
+            }
         }
     };
 }
