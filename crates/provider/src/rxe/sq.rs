@@ -49,6 +49,7 @@ pub(crate) const OPS: OpTable<Transports> = OpTable {
     local_inv: Transports::RC,
     bind_mw: Transports::RC_UC,
     send_with_inv: Transports::RC,
+    nop: Transports::RC,
     flush: Transports::RC,
     atomic_write: Transports::RC,
 };
@@ -265,7 +266,7 @@ impl RxeSq {
             let mut ex = 0;
             let mut iova = 0;
             match wr.op {
-                SendOp::Send => {}
+                SendOp::Send | SendOp::Nop => {}
                 // Immediate data travels big-endian: rxe copies `ex` into the packet unchanged.
                 SendOp::SendWithImm { imm } => ex = imm.to_be(),
                 SendOp::SendWithInv { invalidate_rkey } | SendOp::LocalInv { invalidate_rkey } => {
@@ -369,6 +370,7 @@ impl RxeSq {
                     | OpKind::AtomicFetchAdd
                     | OpKind::LocalInv
                     | OpKind::BindMw
+                    | OpKind::Nop
                     | OpKind::Flush
                     | OpKind::AtomicWrite => {}
                 },

@@ -63,6 +63,7 @@ pub(crate) const OPS: OpTable<Transports> = OpTable {
     local_inv: Transports::NONE,
     bind_mw: Transports::NONE,
     send_with_inv: Transports::RC,
+    nop: Transports::NONE,
     flush: Transports::NONE,
     atomic_write: Transports::NONE,
 };
@@ -292,6 +293,7 @@ impl SiwSq {
                 | OpKind::AtomicFetchAdd
                 | OpKind::LocalInv
                 | OpKind::BindMw
+                | OpKind::Nop
                 | OpKind::Flush
                 | OpKind::AtomicWrite => {
                     return Err(PostFault::OpNotEncoded {
