@@ -156,8 +156,6 @@ pub enum SendOp {
     /// [`Mw::bind_info`](crate::mw::Mw::bind_info) (checked) or the `unsafe`
     /// [`MwBind::from_raw`](crate::mw::MwBind::from_raw). Takes no SGEs.
     BindMw(crate::values::MwBind),
-    /// NOP: a made-up operation (the walkthrough exercise).
-    Nop,
     /// FLUSH (IBTA 1.5, RC): the peer makes the writes that reached it before this request
     /// reach the placement `flush_type` names, for the `len` bytes at `remote_addr`
     /// ([`FlushLevel::RANGE`](crate::op::FlushLevel::RANGE)) or the whole region `rkey` names

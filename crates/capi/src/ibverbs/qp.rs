@@ -465,7 +465,6 @@ unsafe fn send_op(w: &ibv_send_wr) -> Option<SendOp> {
         // `ibv_send_wr` has no operands for these (a FLUSH's type and level, the 8 bytes of
         // an ATOMIC_WRITE): rdma-core posts them through the `ibv_wr_*` API only (librxe's
         // `ibv_post_send` refuses them), so do we (`qp_ex.rs`).
-        OpKind::Nop => SendOp::Nop,
         OpKind::Flush | OpKind::AtomicWrite => return None,
     })
 }

@@ -342,7 +342,6 @@ const OPS: OpTable<Transports> = OpTable {
     local_inv: Transports::NONE,
     bind_mw: Transports::NONE,
     send_with_inv: Transports::NONE,
-    nop: Transports::NONE,
     flush: Transports::NONE,
     atomic_write: Transports::NONE,
 };

@@ -49,7 +49,6 @@ pub(crate) const OPS: OpTable<Transports> = OpTable {
     local_inv: Transports::RC,
     bind_mw: Transports::RC_UC,
     send_with_inv: Transports::RC,
-    nop: Transports::RC,
     flush: Transports::RC,
     atomic_write: Transports::RC,
 };
@@ -266,7 +265,7 @@ impl RxeSq {
             let mut ex = 0;
             let mut iova = 0;
             match wr.op {
-                SendOp::Send | SendOp::Nop => {}
+                SendOp::Send => {}
                 // Immediate data travels big-endian: rxe copies `ex` into the packet unchanged.
                 SendOp::SendWithImm { imm } => ex = imm.to_be(),
                 SendOp::SendWithInv { invalidate_rkey } | SendOp::LocalInv { invalidate_rkey } => {
@@ -370,7 +369,6 @@ impl RxeSq {
                     | OpKind::AtomicFetchAdd
                     | OpKind::LocalInv
                     | OpKind::BindMw
-                    | OpKind::Nop
                     | OpKind::Flush
                     | OpKind::AtomicWrite => {}
                 },

@@ -63,7 +63,6 @@ pub(crate) const OPS: OpTable<Transports> = OpTable {
     local_inv: Transports::NONE,
     bind_mw: Transports::NONE,
     send_with_inv: Transports::RC,
-    nop: Transports::NONE,
     flush: Transports::NONE,
     atomic_write: Transports::NONE,
 };
@@ -293,7 +292,6 @@ impl SiwSq {
                 | OpKind::AtomicFetchAdd
                 | OpKind::LocalInv
                 | OpKind::BindMw
-                | OpKind::Nop
                 | OpKind::Flush
                 | OpKind::AtomicWrite => {
                     return Err(PostFault::OpNotEncoded {

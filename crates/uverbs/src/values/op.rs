@@ -112,12 +112,6 @@ macro_rules! send_op_table {
                 transports: [RC], sges: true, payload: true, local: false,
                 device: [], ibta: "1.2", linux: None,
             }
-            /// NOP: a made-up operation (the walkthrough exercise).
-            Nop / nop {
-                name: "NOP", wr: 12, wc: SEND, qp_ex: 13,
-                transports: [RC], sges: false, payload: false, local: false,
-                device: [], ibta: "1.0", linux: None,
-            }
             /// FLUSH to a placement type (`IBV_WR_FLUSH`, IBTA 1.5).
             Flush / flush {
                 name: "FLUSH", wr: 14, wc: FLUSH, qp_ex: 11,

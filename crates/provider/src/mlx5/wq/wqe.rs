@@ -416,7 +416,6 @@ impl Mlx5Qp {
                 | OpKind::LocalInv
                 | OpKind::BindMw
                 // Not in mlx5's op table (`OPS`): never reaches here through `Qp`.
-                | OpKind::Nop
                 | OpKind::Flush
                 | OpKind::AtomicWrite => Err(self.not_encoded(other.kind())),
             },
@@ -762,7 +761,6 @@ pub(crate) const OPS: OpTable<Transports> = OpTable {
     bind_mw: Transports::RC_UC,
     send_with_inv: Transports::RC_UC,
     // Not encoded: the libmlx5 44 oracle cannot judge them (docs/mlx5.md).
-    nop: Transports::NONE,
     flush: Transports::NONE,
     atomic_write: Transports::NONE,
 };
