@@ -425,10 +425,20 @@ mod tests {
         ] {
             assert_eq!(k.wc_opcode(), wc, "{k}");
         }
-        for k in [OpKind::LocalInv, OpKind::BindMw, OpKind::Flush, OpKind::AtomicWrite] {
+        for k in [
+            OpKind::LocalInv,
+            OpKind::BindMw,
+            OpKind::Flush,
+            OpKind::AtomicWrite,
+        ] {
             assert!(!k.takes_sges(), "{k}");
         }
-        for k in [OpKind::Send, OpKind::RdmaWrite, OpKind::RdmaRead, OpKind::AtomicCmpSwp] {
+        for k in [
+            OpKind::Send,
+            OpKind::RdmaWrite,
+            OpKind::RdmaRead,
+            OpKind::AtomicCmpSwp,
+        ] {
             assert!(k.takes_sges(), "{k}");
         }
         assert!(OpKind::ALL.iter().all(|k| !k.is_local() || !k.takes_sges()));
