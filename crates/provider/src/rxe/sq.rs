@@ -10,12 +10,12 @@
 //! `has_rd_atomic`; `ssn` is not read. We write the whole 208-byte header each time (kernel
 //! fields zeroed) so nothing is left over from the slot's previous use, in place: the slot at
 //! our producer index is ours until we publish a producer index past it, so it is written
-//! field by field in place, through the typed view of `wqe.rs` ([`WqeSlot`]: safe setters,
+//! field by field in place, through the typed view of `wqe.rs` (`WqeSlot`: safe setters,
 //! one `unsafe` step to make it; no WQE is built on the stack and copied).
 //!
 //! Which operations a QP takes is decided once, before this code runs: rverbs-uverbs'
 //! classification (`rverbs_uverbs::op`) intersected with what rxe encodes
-//! ([`OPS`], the 6.1 requester's table). Here only the operands are checked.
+//! (`OPS`, the 6.1 requester's table). Here only the operands are checked.
 //!
 //! INLINE is possible for the SEND and RDMA_WRITE families (the opcodes that carry outbound
 //! payload). Immediate data goes into the WQE in network byte order, as rxe puts it on the wire.
