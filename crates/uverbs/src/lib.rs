@@ -107,6 +107,6 @@ mod wr;
 
 // The vocabulary of posting and completing, one path each (their modules are private).
 pub use error::{Error, PostError, PostFault, PostQueue, Result};
-pub use op::{DeviceCapsEx, FlushLevel, FlushType, OpKind, OpSet, SendCaps};
+pub use op::{DeviceCapsEx, FlushLevel, FlushType, OpKind, OpSet, OpTable, SendCaps, Transports};
 pub use wc::{RawWc, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{MrRecvWr, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, Sge, SgeList, UdDest};

@@ -40,32 +40,40 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 
 use crate::error::PostFault;
-use crate::values::AccessFlags;
-use crate::values::QpType;
+use crate::values::{send_op_table, AccessFlags, QpType};
+use crate::wc::WcOpcode;
 use crate::wr::{SendOp, SendWr};
 
-pub use crate::values::{DeviceCapsEx, FlushLevel, FlushType, OpKind};
+pub use crate::values::{DeviceCapsEx, FlushLevel, FlushType, OpKind, OpTable, Transports};
 
-impl SendOp {
-    /// What kind of operation this is.
-    #[inline]
-    pub const fn kind(&self) -> OpKind {
-        match self {
-            SendOp::RdmaWrite { .. } => OpKind::RdmaWrite,
-            SendOp::RdmaWriteWithImm { .. } => OpKind::RdmaWriteWithImm,
-            SendOp::Send => OpKind::Send,
-            SendOp::SendWithImm { .. } => OpKind::SendWithImm,
-            SendOp::RdmaRead { .. } => OpKind::RdmaRead,
-            SendOp::AtomicCmpSwp { .. } => OpKind::AtomicCmpSwp,
-            SendOp::AtomicFetchAdd { .. } => OpKind::AtomicFetchAdd,
-            SendOp::LocalInv { .. } => OpKind::LocalInv,
-            SendOp::BindMw(_) => OpKind::BindMw,
-            SendOp::SendWithInv { .. } => OpKind::SendWithInv,
-            SendOp::Flush { .. } => OpKind::Flush,
-            SendOp::AtomicWrite { .. } => OpKind::AtomicWrite,
+/// `SendOp::kind` and `OpKind::wc_opcode` from the op table's rows (`values/op.rs`): a
+/// `SendOp` variant without a row, or a row without a variant, does not compile.
+macro_rules! op_floor2 {
+    ($(
+        $(#[$doc:meta])*
+        $v:ident / $f:ident { name: $name:literal, wr: $wr:literal, wc: $wc:ident, $($rest:tt)* }
+    )*) => {
+        impl SendOp {
+            /// What kind of operation this is.
+            #[inline]
+            pub const fn kind(&self) -> OpKind {
+                match self {
+                    $( SendOp::$v { .. } => OpKind::$v, )*
+                }
+            }
         }
-    }
+
+        impl OpKind {
+            /// The `ibv_wc_opcode` of the requester's completion of this operation.
+            pub const fn wc_opcode(self) -> WcOpcode {
+                match self {
+                    $( OpKind::$v => WcOpcode::$wc, )*
+                }
+            }
+        }
+    };
 }
+send_op_table!(op_floor2);
 
 /// A set of [`OpKind`]s (bit `k` is `OpKind` number `k`, as `IBV_QP_EX_WITH_*` numbers them).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -133,26 +141,24 @@ impl OpSet {
         })
     }
 
-    /// What the transport of `qp_type` carries (the module documentation gives the sources);
-    /// empty for types rverbs does not post sends on (RAW_PACKET, XRC).
+    /// What the transport of `qp_type` carries (the op table's transports column; the module
+    /// documentation gives the sources); empty for types rverbs does not post sends on
+    /// (RAW_PACKET, XRC).
     pub const fn for_transport(qp_type: QpType) -> OpSet {
-        const UC: OpSet = OpSet::of(&[
-            OpKind::Send,
-            OpKind::SendWithImm,
-            OpKind::RdmaWrite,
-            OpKind::RdmaWriteWithImm,
-            OpKind::LocalInv,
-            OpKind::BindMw,
-        ]);
-        match qp_type {
-            QpType::RC => OpSet::of(&OpKind::ALL),
-            QpType::UC => UC,
-            QpType::UD => OpSet::of(&[OpKind::Send, OpKind::SendWithImm]),
-            // A provider's own transport (EFA's SRD): what it carries is what its provider
-            // says it encodes there (the seam's `driver_qp`).
-            QpType::DRIVER => OpSet::of(&OpKind::ALL),
-            _ => OpSet::EMPTY,
+        // A provider's own transport (EFA's SRD): what it carries is what its provider says it
+        // encodes there (the seam's `driver_qp`).
+        if let QpType::DRIVER = qp_type {
+            return OpSet::of(&OpKind::ALL);
         }
+        let mut bits = 0u16;
+        let mut i = 0;
+        while i < OpKind::ALL.len() {
+            if OpKind::ALL[i].transports().contains(qp_type) {
+                bits |= 1 << OpKind::ALL[i] as u16;
+            }
+            i += 1;
+        }
+        OpSet(bits)
     }
 }
 
@@ -170,6 +176,33 @@ pub struct SendCaps {
 }
 
 impl SendCaps {
+    /// The capabilities a provider's table says: for each operation, the QP types it encodes
+    /// it on (a struct literal of [`OpTable`] names every operation, so a provider cannot
+    /// leave one out).
+    pub const fn from_table(table: &OpTable<Transports>) -> SendCaps {
+        let (mut rc, mut uc, mut ud) = (0u16, 0u16, 0u16);
+        let mut i = 0;
+        while i < OpKind::ALL.len() {
+            let k = OpKind::ALL[i];
+            let t = table.get(k);
+            if t.contains(QpType::RC) {
+                rc |= 1 << k as u16;
+            }
+            if t.contains(QpType::UC) {
+                uc |= 1 << k as u16;
+            }
+            if t.contains(QpType::UD) {
+                ud |= 1 << k as u16;
+            }
+            i += 1;
+        }
+        SendCaps {
+            rc: OpSet(rc),
+            uc: OpSet(uc),
+            ud: OpSet(ud),
+        }
+    }
+
     /// What the provider encodes on a `qp_type` QP (empty for other types).
     pub const fn for_type(&self, qp_type: QpType) -> OpSet {
         match qp_type {
@@ -367,13 +400,111 @@ mod tests {
         assert_eq!(OpKind::AtomicWrite.wr_opcode(), 15);
         assert_eq!(OpKind::Flush.qp_ex_bit(), 2048);
         assert_eq!(OpKind::AtomicWrite.qp_ex_bit(), 4096);
-        let all = OpSet::of(&OpKind::ALL);
+        let all = OpSet::from_fn(|k| k.wr_opcode() < 10 || k.ibta() == "1.5");
         assert_eq!(all.bits(), 0x3ff | 2048 | 4096);
         assert_eq!(
             OpSet::from_bits(all.bits() | 1 << 10),
             all,
             "TSO names no kind"
         );
+    }
+
+    #[test]
+    fn the_table_says_each_operations_facts() {
+        use crate::wc::WcOpcode;
+        // ibv_wc_opcode of each requester completion (verbs.h): a SEND family op completes
+        // as SEND, an RDMA WRITE with immediate as RDMA_WRITE.
+        for (k, wc) in [
+            (OpKind::RdmaWrite, WcOpcode::RDMA_WRITE),
+            (OpKind::RdmaWriteWithImm, WcOpcode::RDMA_WRITE),
+            (OpKind::Send, WcOpcode::SEND),
+            (OpKind::SendWithImm, WcOpcode::SEND),
+            (OpKind::RdmaRead, WcOpcode::RDMA_READ),
+            (OpKind::AtomicCmpSwp, WcOpcode::COMP_SWAP),
+            (OpKind::AtomicFetchAdd, WcOpcode::FETCH_ADD),
+            (OpKind::LocalInv, WcOpcode::LOCAL_INV),
+            (OpKind::BindMw, WcOpcode::BIND_MW),
+            (OpKind::SendWithInv, WcOpcode::SEND),
+            (OpKind::Flush, WcOpcode::FLUSH),
+            (OpKind::AtomicWrite, WcOpcode::ATOMIC_WRITE),
+        ] {
+            assert_eq!(k.wc_opcode(), wc, "{k}");
+        }
+        for k in [
+            OpKind::LocalInv,
+            OpKind::BindMw,
+            OpKind::Flush,
+            OpKind::AtomicWrite,
+        ] {
+            assert!(!k.takes_sges(), "{k}");
+        }
+        for k in [
+            OpKind::Send,
+            OpKind::RdmaWrite,
+            OpKind::RdmaRead,
+            OpKind::AtomicCmpSwp,
+        ] {
+            assert!(k.takes_sges(), "{k}");
+        }
+        assert!(OpKind::ALL.iter().all(|k| !k.is_local() || !k.takes_sges()));
+        assert!(OpKind::ALL
+            .iter()
+            .all(|k| !k.carries_payload() || k.takes_sges()));
+        assert_eq!(
+            OpSet::from_fn(|k| k.ibta() == "1.5"),
+            OpSet::from_fn(|k| k.linux() == Some("6.2"))
+        );
+        assert_eq!(
+            OpSet::from_fn(|k| k.ibta() == "1.5"),
+            OpSet::from_fn(|k| k.device_caps().0 != 0)
+        );
+        let names: Vec<&str> = OpKind::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(names[0], "RDMA_WRITE");
+        assert_eq!(
+            names.iter().collect::<HashSet<_>>().len(),
+            OpKind::ALL.len()
+        );
+        // The kinds are in IBV_WR_* order and their qp_ex bits are distinct.
+        assert!(OpKind::ALL
+            .windows(2)
+            .all(|w| w[0].wr_opcode() < w[1].wr_opcode()));
+        let bits = OpKind::ALL.iter().fold(0u64, |b, k| {
+            assert_eq!(b & k.qp_ex_bit(), 0, "{k}");
+            b | k.qp_ex_bit()
+        });
+        assert_eq!(bits.count_ones() as usize, OpKind::ALL.len());
+    }
+
+    #[test]
+    fn a_providers_table_is_its_send_caps() {
+        let mut t = OpTable::splat(Transports::NONE);
+        t.rdma_write = Transports::RC_UC;
+        t.send = Transports::RC_UC_UD;
+        t.send_with_imm = Transports::UD;
+        t.rdma_read = Transports::RC;
+        t.local_inv = Transports::UC;
+        t.atomic_write = Transports::RC;
+        let caps = SendCaps::from_table(&t);
+        assert_eq!(
+            caps.rc,
+            OpSet::of(&[
+                OpKind::RdmaWrite,
+                OpKind::Send,
+                OpKind::RdmaRead,
+                OpKind::AtomicWrite
+            ])
+        );
+        assert_eq!(
+            caps.uc,
+            OpSet::of(&[OpKind::RdmaWrite, OpKind::Send, OpKind::LocalInv])
+        );
+        assert_eq!(caps.ud, OpSet::of(&[OpKind::Send, OpKind::SendWithImm]));
+        assert_eq!(t.get(OpKind::LocalInv), Transports::UC);
+        t.local_inv = Transports::NONE;
+        assert!(!SendCaps::from_table(&t).uc.contains(OpKind::LocalInv));
+        assert!(!Transports::RC_UC_UD.contains(QpType::XRC_INI));
+        assert!(!Transports::RC_UC_UD.contains(QpType::RAW_PACKET));
+        assert!(Transports::RC_UC.contains(QpType::UC) && !Transports::RC_UC.contains(QpType::UD));
     }
 
     #[test]

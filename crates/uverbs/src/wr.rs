@@ -119,9 +119,8 @@ flag_set! {
 #[allow(missing_docs)] // operand fields: the names are the verbs' own (remote_addr, rkey, ...)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 // More operations may be added (as atomic write and flush were), so code outside rverbs
-// matches with a wildcard arm. Inside the workspace the classification is `SendOp::kind` (crate::op, an
-// exhaustive match here): a new operation adds an `OpKind`, and each provider's capability
-// table (an exhaustive match over `OpKind`) stops compiling until it is updated.
+// matches with a wildcard arm. Each variant is a row of the op table (`values/op.rs`), which
+// makes `SendOp::kind` (`op.rs`): a variant without a row does not compile.
 #[non_exhaustive]
 pub enum SendOp {
     /// SEND: consumes a receive at the peer.

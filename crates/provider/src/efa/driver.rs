@@ -21,7 +21,7 @@ use rverbs_uverbs::driver::{
 use rverbs_uverbs::kernel::mapping::{MapAccess, Mapping};
 use rverbs_uverbs::qp::{QpCaps, QpType};
 use rverbs_uverbs::{Error, SendCaps};
-use rverbs_uverbs::{OpKind, OpSet};
+use rverbs_uverbs::{OpTable, Transports};
 use zerocopy::{FromZeros, IntoBytes};
 
 use super::abi::*;
@@ -328,24 +328,24 @@ fn qp_type_name(t: QpType) -> String {
     }
 }
 
-/// Whether libefa 44's `ibv_post_send` encodes `op` on a UD QP (`efa_post_send_validate_wr`:
-/// SEND and SEND with immediate only; RDMA READ goes through the `ibv_wr_*` API on SRD QPs,
-/// which rverbs does not have yet). Exhaustive over [`OpKind`].
-const fn encodes(op: OpKind) -> bool {
-    match op {
-        OpKind::Send | OpKind::SendWithImm => true,
-        OpKind::RdmaWrite
-        | OpKind::RdmaWriteWithImm
-        | OpKind::SendWithInv
-        | OpKind::RdmaRead
-        | OpKind::AtomicCmpSwp
-        | OpKind::AtomicFetchAdd
-        | OpKind::LocalInv
-        | OpKind::BindMw
-        | OpKind::Flush
-        | OpKind::AtomicWrite => false,
-    }
-}
+/// What libefa 44's `ibv_post_send` encodes, per operation (`efa_post_send_validate_wr`: SEND
+/// and SEND with immediate on UD only; RDMA READ goes through the `ibv_wr_*` API on SRD QPs,
+/// which rverbs does not have yet). Every operation of the op table has a field: a new one
+/// does not compile until this says whether EFA encodes it.
+const OPS: OpTable<Transports> = OpTable {
+    rdma_write: Transports::NONE,
+    rdma_write_with_imm: Transports::NONE,
+    send: Transports::UD,
+    send_with_imm: Transports::UD,
+    rdma_read: Transports::NONE,
+    atomic_cmp_swp: Transports::NONE,
+    atomic_fetch_add: Transports::NONE,
+    local_inv: Transports::NONE,
+    bind_mw: Transports::NONE,
+    send_with_inv: Transports::NONE,
+    flush: Transports::NONE,
+    atomic_write: Transports::NONE,
+};
 
 // SAFETY: the data path touches only what the kernel mapped for each object, at the mmap keys
 // and sizes its genuine create responses name (each size checked against what the ring
@@ -356,11 +356,7 @@ unsafe impl Driver for EfaDriver {
     }
 
     fn send_caps(&self) -> SendCaps {
-        SendCaps {
-            rc: OpSet::EMPTY,
-            uc: OpSet::EMPTY,
-            ud: OpSet::from_fn(encodes),
-        }
+        SendCaps::from_table(&OPS)
     }
 
     fn driver_qp(&self) -> Option<DriverQpType> {
@@ -369,7 +365,7 @@ unsafe impl Driver for EfaDriver {
         // so a READ is refused as not encoded whatever the device reports.
         Some(DriverQpType {
             name: "SRD",
-            ops: OpSet::from_fn(encodes),
+            ops: SendCaps::from_table(&OPS).for_type(QpType::UD),
         })
     }
 

@@ -14,7 +14,7 @@ use rverbs_uverbs::driver::{
     CqCreated, CqOps, CreateFn, Driver, KernelObj, QpCreated, QpOps, QpRequest, SrqCreated, SrqOps,
 };
 use rverbs_uverbs::qp::QpType;
-use rverbs_uverbs::{Error, OpKind, OpSet, RawWc, RecvWr, SendCaps, SendWr, WorkCompletion};
+use rverbs_uverbs::{Error, RawWc, RecvWr, SendCaps, SendWr, WorkCompletion};
 use rverbs_uverbs::{PostError, PostFault};
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -182,33 +182,10 @@ fn rxe_qp_type(t: QpType) -> io::Result<RxeQpType> {
     }
 }
 
-/// Whether rxe's requester runs `op` on a `t` QP (Linux 6.1 `rxe_wr_opcode_info`: LOCAL_INV
-/// on RC only, memory-window binds on RC and UC). Exhaustive over [`OpKind`]: a new operation
-/// does not compile until this says whether rxe encodes it (and `sq.rs` encodes it).
-const fn encodes(op: OpKind, t: QpType) -> bool {
-    match op {
-        OpKind::Send | OpKind::SendWithImm => true,
-        OpKind::RdmaWrite | OpKind::RdmaWriteWithImm | OpKind::BindMw => {
-            matches!(t, QpType::RC | QpType::UC)
-        }
-        OpKind::SendWithInv
-        | OpKind::RdmaRead
-        | OpKind::AtomicCmpSwp
-        | OpKind::AtomicFetchAdd
-        | OpKind::LocalInv => matches!(t, QpType::RC),
-        // Linux 6.2's rxe (`rxe_wr_opcode_info`): RC only; whether this kernel's rxe has them
-        // is the device's capability bits (rverbs_uverbs::op).
-        OpKind::Flush | OpKind::AtomicWrite => matches!(t, QpType::RC),
-    }
-}
-
-/// What rxe encodes, per QP type (the data [`Driver::send_caps`] returns).
+/// What rxe encodes, per QP type (the data [`Driver::send_caps`] returns): its op table,
+/// [`super::sq::OPS`], beside the encoder.
 pub(crate) fn send_caps() -> SendCaps {
-    SendCaps {
-        rc: OpSet::from_fn(|k| encodes(k, QpType::RC)),
-        uc: OpSet::from_fn(|k| encodes(k, QpType::UC)),
-        ud: OpSet::from_fn(|k| encodes(k, QpType::UD)),
-    }
+    SendCaps::from_table(&super::sq::OPS)
 }
 
 // SAFETY: the data path touches only the queues the kernel mapped for each object (at the

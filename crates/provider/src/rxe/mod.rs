@@ -45,6 +45,7 @@ pub mod rq;
 #[cfg(any(test, feature = "internals"))]
 pub mod sim;
 pub mod sq;
+mod wqe;
 
 pub use cq::RxeCq;
 pub use doorbell::post_send_doorbell;

@@ -10,11 +10,12 @@
 //! `has_rd_atomic`; `ssn` is not read. We write the whole 208-byte header each time (kernel
 //! fields zeroed) so nothing is left over from the slot's previous use, in place: the slot at
 //! our producer index is ours until we publish a producer index past it, so it is written
-//! field by field through raw pointers (no WQE is built on the stack and copied).
+//! field by field in place, through the typed view of `wqe.rs` (`WqeSlot`: safe setters,
+//! one `unsafe` step to make it; no WQE is built on the stack and copied).
 //!
 //! Which operations a QP takes is decided once, before this code runs: rverbs-uverbs'
 //! classification (`rverbs_uverbs::op`) intersected with what rxe encodes
-//! ([`super::driver::send_caps`], the 6.1 requester's table). Here only the operands are checked.
+//! (`OPS`, the 6.1 requester's table). Here only the operands are checked.
 //!
 //! INLINE is possible for the SEND and RDMA_WRITE families (the opcodes that carry outbound
 //! payload). Immediate data goes into the WQE in network byte order, as rxe puts it on the wire.
@@ -22,16 +23,35 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::ptr;
 
 use super::abi::{
-    rxe_dma_info, rxe_send_wqe, rxe_sge, rxe_wr_atomic, rxe_wr_flush, rxe_wr_mw, rxe_wr_rdma,
-    rxe_wr_ud, send_flags, RXE_SEND_WQE_SGE_OFFSET, RXE_SEND_WR_UNION_SIZE,
+    rxe_dma_info, rxe_sge, rxe_wr_atomic, rxe_wr_flush, rxe_wr_mw, rxe_wr_rdma, send_flags,
+    RXE_SEND_WQE_SGE_OFFSET,
 };
 use super::queue::{QueueKind, RxeQueue};
-use rverbs_uverbs::kernel::shared::copy_from_shared_raw;
-use rverbs_uverbs::{Error, OpKind, SendFlags, SendOp, SendWr};
+use super::wqe::WqeSlot;
+use rverbs_uverbs::{Error, OpKind, OpTable, SendFlags, SendOp, SendWr, Sge, Transports};
 use rverbs_uverbs::{PostError, PostFault};
+
+/// What rxe's requester runs, per operation (Linux 6.1 `rxe_wr_opcode_info`: LOCAL_INV on RC
+/// only, memory-window binds on RC and UC; FLUSH and ATOMIC_WRITE as Linux 6.2's table has
+/// them, RC only, whether this kernel's rxe has them being the device's capability bits,
+/// `rverbs_uverbs::op`). Every operation of the op table has a field: a new one does not
+/// compile until this says whether rxe encodes it, and [`RxeSq::write`] how.
+pub(crate) const OPS: OpTable<Transports> = OpTable {
+    rdma_write: Transports::RC_UC,
+    rdma_write_with_imm: Transports::RC_UC,
+    send: Transports::RC_UC_UD,
+    send_with_imm: Transports::RC_UC_UD,
+    rdma_read: Transports::RC,
+    atomic_cmp_swp: Transports::RC,
+    atomic_fetch_add: Transports::RC,
+    local_inv: Transports::RC,
+    bind_mw: Transports::RC_UC,
+    send_with_inv: Transports::RC,
+    flush: Transports::RC,
+    atomic_write: Transports::RC,
+};
 
 /// The transport of the QP a send queue belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -133,7 +153,7 @@ impl RxeSq {
     #[inline(always)]
     fn check_and_plan<const UD: bool>(&self, wr: &SendWr<'_>) -> Result<Plan, PostFault> {
         // The operation is one this QP accepts (checked once, by rverbs-uverbs' `Qp`, against
-        // `super::driver::send_caps`): only its operands are checked here.
+        // [`OPS`]): only its operands are checked here.
         let op = &wr.op;
         let kind = op.kind();
         let mut flags = wr.flags.bits();
@@ -149,7 +169,7 @@ impl RxeSq {
         let inline = wr.flags.contains(SendFlags::INLINE);
         let num_sge = wr.sge.len();
         let is_local = kind.is_local();
-        let takes_no_sge = is_local || matches!(kind, OpKind::Flush | OpKind::AtomicWrite);
+        let takes_no_sge = !kind.takes_sges();
         if takes_no_sge && num_sge != 0 {
             return Err(PostFault::SgesOnLocalOp { op: kind, num_sge });
         }
@@ -226,200 +246,152 @@ impl RxeSq {
     /// that a UD request has its destination.
     #[inline(always)]
     unsafe fn write<const UD: bool>(&self, index: u32, ssn: u32, plan: &Plan, wr: &SendWr<'_>) {
-        let wqe = self.queue.slot(index).cast::<rxe_send_wqe>();
-        // SAFETY: (all writes through `wqe` and `w` below) the slot is 8-aligned and in bounds
-        // for elem_size bytes, which `new` checked hold the 208-byte header plus max_sge SGEs
-        // or max_inline bytes, and `check_and_plan` checked the WR against those limits. Per this
-        // function's contract nobody else reads or writes the slot until we publish it, so
-        // plain (non-atomic) raw-pointer writes are race-free; no reference into the shared
-        // memory is formed (`addr_of_mut!` only computes field addresses).
-        unsafe {
-            let w = ptr::addr_of_mut!((*wqe).wr);
-            ptr::addr_of_mut!((*w).wr_id).write(wr.wr_id);
-            ptr::addr_of_mut!((*w).reserved).write(0);
-            ptr::addr_of_mut!((*w).opcode).write(wr.op.wr_opcode());
-            ptr::addr_of_mut!((*w).send_flags).write(plan.flags);
-            // The union: zeroed, then the arm of the opcode (or of UD) written over it.
-            let arm = ptr::addr_of_mut!((*w).wr).cast::<u8>();
-            ptr::write_bytes(arm, 0, RXE_SEND_WR_UNION_SIZE);
-            let mut ex = 0;
-            let mut iova = 0;
-            match wr.op {
-                SendOp::Send => {}
-                // Immediate data travels big-endian: rxe copies `ex` into the packet unchanged.
-                SendOp::SendWithImm { imm } => ex = imm.to_be(),
-                SendOp::SendWithInv { invalidate_rkey } | SendOp::LocalInv { invalidate_rkey } => {
-                    ex = invalidate_rkey
-                }
-                SendOp::RdmaWrite { remote_addr, rkey }
-                | SendOp::RdmaRead { remote_addr, rkey }
-                | SendOp::RdmaWriteWithImm {
-                    remote_addr, rkey, ..
-                } => {
-                    if let SendOp::RdmaWriteWithImm { imm, .. } = wr.op {
-                        ex = imm.to_be();
-                    }
-                    arm.cast::<rxe_wr_rdma>().write(rxe_wr_rdma {
-                        remote_addr,
-                        rkey,
-                        reserved: 0,
-                    });
-                    iova = remote_addr;
-                }
-                SendOp::AtomicCmpSwp {
+        // SAFETY: the slot is 8-aligned and in bounds for elem_size bytes (`RxeQueue::slot`),
+        // which `new` checked hold the 208-byte header plus max_sge SGEs or max_inline bytes;
+        // per this function's contract nobody else reads or writes it until we publish it.
+        let mut slot = unsafe { WqeSlot::new(self.queue.slot(index), self.queue.elem_size()) };
+        // The union: zeroed, then the arm of the opcode (or of UD) written over it.
+        slot.clear_arm();
+        let (ex, iova) = match wr.op {
+            SendOp::Send => (0, 0),
+            // Immediate data travels big-endian: rxe copies `ex` into the packet unchanged.
+            SendOp::SendWithImm { imm } => (imm.to_be(), 0),
+            SendOp::SendWithInv { invalidate_rkey } | SendOp::LocalInv { invalidate_rkey } => {
+                (invalidate_rkey, 0)
+            }
+            SendOp::RdmaWrite { remote_addr, rkey } | SendOp::RdmaRead { remote_addr, rkey } => {
+                slot.set_rdma(rdma(remote_addr, rkey));
+                (0, remote_addr)
+            }
+            SendOp::RdmaWriteWithImm {
+                remote_addr,
+                rkey,
+                imm,
+            } => {
+                slot.set_rdma(rdma(remote_addr, rkey));
+                (imm.to_be(), remote_addr)
+            }
+            SendOp::AtomicCmpSwp {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => {
+                slot.set_atomic(rxe_wr_atomic {
                     remote_addr,
-                    rkey,
-                    compare,
+                    compare_add: compare,
                     swap,
-                } => {
-                    arm.cast::<rxe_wr_atomic>().write(rxe_wr_atomic {
-                        remote_addr,
-                        compare_add: compare,
-                        swap,
-                        rkey,
-                        reserved: 0,
-                    });
-                    iova = remote_addr;
-                }
-                SendOp::AtomicFetchAdd {
-                    remote_addr,
                     rkey,
-                    add,
-                } => {
-                    arm.cast::<rxe_wr_atomic>().write(rxe_wr_atomic {
-                        remote_addr,
-                        compare_add: add,
-                        swap: 0,
-                        rkey,
-                        reserved: 0,
-                    });
-                    iova = remote_addr;
-                }
-                SendOp::BindMw(b) => {
-                    arm.cast::<rxe_wr_mw>().write(rxe_wr_mw {
-                        addr: b.addr(),
-                        length: b.length(),
-                        mr_lkey: b.mr_lkey(),
-                        mw_rkey: b.mw_rkey(),
-                        rkey: b.rkey(),
-                        access: b.access().bits(),
-                    });
-                    // librxe puts the window's start here too; the 6.1 and 6.12 kernels
-                    // read the bind only from the union.
-                    iova = b.addr();
-                }
-                SendOp::Flush {
+                    reserved: 0,
+                });
+                (0, remote_addr)
+            }
+            SendOp::AtomicFetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => {
+                slot.set_atomic(rxe_wr_atomic {
                     remote_addr,
+                    compare_add: add,
+                    swap: 0,
                     rkey,
-                    len,
-                    flush_type,
-                    level,
-                } => {
-                    arm.cast::<rxe_wr_flush>().write(rxe_wr_flush {
-                        remote_addr,
-                        length: len,
-                        rkey,
-                        flush_type: flush_type.0,
-                        level: level.0,
-                        pad: [0; 6],
-                    });
-                    iova = remote_addr;
-                }
-                // The target in the rdma arm; the value after the header (Payload::AtomicWrite).
-                SendOp::AtomicWrite {
-                    remote_addr, rkey, ..
-                } => {
-                    arm.cast::<rxe_wr_rdma>().write(rxe_wr_rdma {
-                        remote_addr,
-                        rkey,
-                        reserved: 0,
-                    });
-                    iova = remote_addr;
-                }
-                // SendOp is non_exhaustive outside rverbs-uverbs: every operation is named above,
-                // and this arm lists every kind, so a new operation does not compile here.
-                other => match other.kind() {
-                    OpKind::Send
-                    | OpKind::SendWithImm
-                    | OpKind::SendWithInv
-                    | OpKind::RdmaWrite
-                    | OpKind::RdmaWriteWithImm
-                    | OpKind::RdmaRead
-                    | OpKind::AtomicCmpSwp
-                    | OpKind::AtomicFetchAdd
-                    | OpKind::LocalInv
-                    | OpKind::BindMw
-                    | OpKind::Flush
-                    | OpKind::AtomicWrite => {}
-                },
+                    reserved: 0,
+                });
+                (0, remote_addr)
             }
-            ptr::addr_of_mut!((*w).ex).write(ex);
-            if let (true, Some(ud)) = (UD, wr.ud) {
-                // Only the leading fields; the rest of the arm (pad, av) stays zero.
-                let u = arm.cast::<rxe_wr_ud>();
-                ptr::addr_of_mut!((*u).remote_qpn).write(ud.remote_qpn);
-                ptr::addr_of_mut!((*u).remote_qkey).write(ud.remote_qkey);
-                ptr::addr_of_mut!((*u).ah_num).write(ud.ah_num);
+            SendOp::BindMw(b) => {
+                slot.set_mw(rxe_wr_mw {
+                    addr: b.addr(),
+                    length: b.length(),
+                    mr_lkey: b.mr_lkey(),
+                    mw_rkey: b.mw_rkey(),
+                    rkey: b.rkey(),
+                    access: b.access().bits(),
+                });
+                // librxe puts the window's start here too; the 6.1 and 6.12 kernels read the
+                // bind only from the union.
+                (0, b.addr())
             }
-            ptr::addr_of_mut!((*wqe).status).write(0);
-            ptr::addr_of_mut!((*wqe).state).write(0);
-            ptr::addr_of_mut!((*wqe).iova).write(iova);
-            ptr::addr_of_mut!((*wqe).mask).write(0);
-            ptr::addr_of_mut!((*wqe).first_psn).write(0);
-            ptr::addr_of_mut!((*wqe).last_psn).write(0);
-            ptr::addr_of_mut!((*wqe).ack_length).write(0);
-            ptr::addr_of_mut!((*wqe).ssn).write(ssn);
-            ptr::addr_of_mut!((*wqe).has_rd_atomic).write(0);
-            let num_sge = if plan.payload == Payload::None {
-                0
-            } else {
-                wr.sge.len() as u32
-            };
-            ptr::addr_of_mut!((*wqe).dma).write(rxe_dma_info {
+            SendOp::Flush {
+                remote_addr,
+                rkey,
+                len,
+                flush_type,
+                level,
+            } => {
+                slot.set_flush(rxe_wr_flush {
+                    remote_addr,
+                    length: len,
+                    rkey,
+                    flush_type: flush_type.0,
+                    level: level.0,
+                    pad: [0; 6],
+                });
+                (0, remote_addr)
+            }
+            // The target in the rdma arm; the value after the header (Payload::AtomicWrite).
+            SendOp::AtomicWrite {
+                remote_addr, rkey, ..
+            } => {
+                slot.set_rdma(rdma(remote_addr, rkey));
+                (0, remote_addr)
+            }
+            // SendOp is non_exhaustive outside rverbs-uverbs: every operation is named above,
+            // and this arm lists every kind, so a new operation does not compile here.
+            other => match other.kind() {
+                OpKind::Send
+                | OpKind::SendWithImm
+                | OpKind::SendWithInv
+                | OpKind::RdmaWrite
+                | OpKind::RdmaWriteWithImm
+                | OpKind::RdmaRead
+                | OpKind::AtomicCmpSwp
+                | OpKind::AtomicFetchAdd
+                | OpKind::LocalInv
+                | OpKind::BindMw
+                | OpKind::Flush
+                | OpKind::AtomicWrite => (0, 0),
+            },
+        };
+        slot.set_wr(wr.wr_id, wr.op.wr_opcode(), plan.flags, ex);
+        if let (true, Some(ud)) = (UD, wr.ud) {
+            slot.set_ud(ud.remote_qpn, ud.remote_qkey, ud.ah_num);
+        }
+        let num_sge = if plan.payload == Payload::None {
+            0
+        } else {
+            wr.sge.len() as u32
+        };
+        slot.set_rest(
+            iova,
+            ssn,
+            rxe_dma_info {
                 length: plan.len,
                 resid: plan.len,
                 cur_sge: 0,
                 num_sge,
                 sge_offset: 0,
                 reserved: 0,
-            });
-        }
-        let data = wqe.cast::<u8>().wrapping_add(RXE_SEND_WQE_SGE_OFFSET);
+            },
+        );
+        let sge = |s: &Sge| rxe_sge {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        };
         match plan.payload {
             Payload::None => {}
             Payload::AtomicWrite => {
                 if let SendOp::AtomicWrite { value, .. } = wr.op {
-                    // SAFETY: every slot has at least 8 bytes after the 208-byte header (see
-                    // check_and_plan); the slot is ours until published (this function's
-                    // contract).
-                    unsafe { ptr::copy_nonoverlapping(value.as_ptr(), data, 8) };
+                    slot.set_atomic_value(value);
                 }
             }
+            // The common case, without the loop.
+            Payload::Sges if wr.sge.len() == 1 => slot.set_sge(0, sge(&wr.sge[0])),
             Payload::Sges => {
-                if let [s] = wr.sge {
-                    // The common case, without the loop.
-                    // SAFETY: as in the loop below (num_sge is 1 <= max_sge).
-                    unsafe {
-                        ptr::write(
-                            data.cast::<rxe_sge>(),
-                            rxe_sge {
-                                addr: s.addr,
-                                length: s.length,
-                                lkey: s.lkey,
-                            },
-                        )
-                    };
-                    return;
-                }
                 for (i, s) in wr.sge.iter().enumerate() {
-                    let sge = rxe_sge {
-                        addr: s.addr,
-                        length: s.length,
-                        lkey: s.lkey,
-                    };
-                    // SAFETY: i < num_sge <= max_sge, so the SGE is inside the slot; the SGE
-                    // array starts 8-aligned at offset 208.
-                    unsafe { ptr::write(data.cast::<rxe_sge>().add(i), sge) };
+                    slot.set_sge(i, sge(s));
                 }
             }
             Payload::Inline => {
@@ -431,13 +403,10 @@ impl RxeSq {
                         continue;
                     }
                     // SAFETY: the caller guarantees `addr` names `len` readable bytes that
-                    // Rust touches meanwhile only through `rverbs_uverbs::kernel::shared` (registered
-                    // memory: `Mr::write_at` may race this copy, and does so with the same
-                    // 1-byte atomics); the total is at most max_inline, which fits in the slot
-                    // after the header; user memory and the ring never overlap.
-                    unsafe {
-                        copy_from_shared_raw(s.addr as usize as *const u8, data.add(off), len)
-                    };
+                    // Rust touches meanwhile only through `rverbs_uverbs::kernel::shared`;
+                    // user memory and the ring never overlap. The total is at most
+                    // max_inline (checked by the plan), which the slot holds.
+                    unsafe { slot.copy_inline(off, s.addr as usize as *const u8, len) };
                     off += len;
                 }
             }
@@ -542,6 +511,16 @@ impl RxeSq {
         if prod != start {
             self.queue.publish_own(prod);
         }
+    }
+}
+
+/// The RDMA arm of an RDMA WRITE, READ or ATOMIC_WRITE.
+#[inline(always)]
+fn rdma(remote_addr: u64, rkey: u32) -> rxe_wr_rdma {
+    rxe_wr_rdma {
+        remote_addr,
+        rkey,
+        reserved: 0,
     }
 }
 

@@ -14,7 +14,7 @@ use rverbs_uverbs::driver::{
 };
 use rverbs_uverbs::qp::QpType;
 use rverbs_uverbs::PostError;
-use rverbs_uverbs::{Error, OpKind, OpSet, RecvWr, SendCaps, SendWr, WorkCompletion};
+use rverbs_uverbs::{Error, RecvWr, SendCaps, SendWr, WorkCompletion};
 use zerocopy::IntoBytes;
 
 use super::abi::{
@@ -56,34 +56,9 @@ impl SiwDriver {
     }
 }
 
-/// Whether siw encodes `op` on a `t` QP: RC only; SEND, SEND_WITH_INV, RDMA WRITE and READ
-/// (rdma-core's libsiw maps exactly these; siw has no immediate data, no atomics and no
-/// userspace LOCAL_INV or BIND_MW). Exhaustive over [`OpKind`].
-const fn encodes(op: OpKind, t: QpType) -> bool {
-    if !matches!(t, QpType::RC) {
-        return false;
-    }
-    match op {
-        OpKind::Send | OpKind::SendWithInv | OpKind::RdmaWrite | OpKind::RdmaRead => true,
-        OpKind::SendWithImm
-        | OpKind::RdmaWriteWithImm
-        | OpKind::AtomicCmpSwp
-        | OpKind::AtomicFetchAdd
-        | OpKind::LocalInv
-        | OpKind::BindMw
-        // IBTA 1.5's FLUSH and ATOMIC_WRITE: siw implements neither.
-        | OpKind::Flush
-        | OpKind::AtomicWrite => false,
-    }
-}
-
-/// What siw encodes, per QP type.
+/// What siw encodes, per QP type: its op table, [`super::ring::OPS`], beside the encoder.
 pub(crate) fn send_caps() -> SendCaps {
-    SendCaps {
-        rc: OpSet::from_fn(|k| encodes(k, QpType::RC)),
-        uc: OpSet::EMPTY,
-        ud: OpSet::EMPTY,
-    }
+    SendCaps::from_table(&super::ring::OPS)
 }
 
 /// The register-MR request: STag key 0, as libsiw sends.

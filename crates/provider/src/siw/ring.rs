@@ -36,7 +36,8 @@ use std::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU8, Ordering};
 use rverbs_uverbs::kernel::shared::copy_from_shared_raw;
 use rverbs_uverbs::qp::QpType;
 use rverbs_uverbs::{
-    Error, OpKind, RecvWr, SendFlags, SendOp, SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    Error, OpKind, OpTable, RecvWr, SendFlags, SendOp, SendWr, Transports, WcFlags, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 use rverbs_uverbs::{PostError, PostFault};
 
@@ -45,6 +46,26 @@ use super::abi::{
     SIW_MAX_INLINE, SIW_MAX_SGE,
 };
 use super::SiwQueue;
+
+/// What siw encodes, per operation: RC only; SEND, SEND_WITH_INV, RDMA WRITE and READ
+/// (rdma-core's libsiw maps exactly these; siw has no immediate data, no atomics, no
+/// userspace LOCAL_INV or BIND_MW, and neither of IBTA 1.5's FLUSH and ATOMIC_WRITE). Every
+/// operation of the op table has a field: a new one does not compile until this says whether
+/// siw encodes it, and [`SiwSq`]'s encoder how.
+pub(crate) const OPS: OpTable<Transports> = OpTable {
+    rdma_write: Transports::RC,
+    rdma_write_with_imm: Transports::NONE,
+    send: Transports::RC,
+    send_with_imm: Transports::NONE,
+    rdma_read: Transports::RC,
+    atomic_cmp_swp: Transports::NONE,
+    atomic_fetch_add: Transports::NONE,
+    local_inv: Transports::NONE,
+    bind_mw: Transports::NONE,
+    send_with_inv: Transports::RC,
+    flush: Transports::NONE,
+    atomic_write: Transports::NONE,
+};
 
 /// The most elements a ring may have (the kernel's largest queues are far smaller); bounds
 /// every size computation from a create response.
@@ -256,16 +277,30 @@ impl SiwSq {
             SendOp::RdmaWrite { .. } => opcode::WRITE,
             SendOp::RdmaRead { .. } => opcode::READ,
             // The operation is one this QP accepts (checked once, by rverbs-uverbs' `Qp`,
-            // against `super::driver::send_caps`, whose exhaustive `encodes` a new operation
-            // breaks; asserted in debug builds by the driver's `post_send`). Whatever else
-            // reaches here (a direct caller) is refused, never written into the ring.
-            _ => {
-                return Err(PostFault::OpNotEncoded {
-                    op: kind,
-                    qp_type: QpType::RC,
-                    provider: "siw",
-                })
-            }
+            // against [`OPS`]; asserted in debug builds by the driver's `post_send`). What
+            // `OPS` refuses (a direct caller) is refused here, never written into the ring;
+            // `SendOp` is non_exhaustive outside rverbs-uverbs, so the refused kinds are
+            // listed by name and a new operation does not compile here.
+            other => match other.kind() {
+                OpKind::Send
+                | OpKind::SendWithInv
+                | OpKind::RdmaWrite
+                | OpKind::RdmaRead
+                | OpKind::SendWithImm
+                | OpKind::RdmaWriteWithImm
+                | OpKind::AtomicCmpSwp
+                | OpKind::AtomicFetchAdd
+                | OpKind::LocalInv
+                | OpKind::BindMw
+                | OpKind::Flush
+                | OpKind::AtomicWrite => {
+                    return Err(PostFault::OpNotEncoded {
+                        op: kind,
+                        qp_type: QpType::RC,
+                        provider: "siw",
+                    })
+                }
+            },
         };
         let inline = wr.flags.contains(SendFlags::INLINE);
         let n = wr.sge.len();

@@ -20,6 +20,7 @@ pub use access::AccessFlags;
 pub use ah::{AhAttr, GlobalRoute};
 pub use device::DriverId;
 pub use mw::{MwBind, MwType};
-pub use op::{DeviceCapsEx, FlushLevel, FlushType, OpKind};
+pub(crate) use op::send_op_table;
+pub use op::{DeviceCapsEx, FlushLevel, FlushType, OpKind, OpTable, Transports};
 pub use port::{LinkLayer, Mtu, PhysState, PortState};
 pub use qp::{QpCaps, QpState, QpType};

@@ -12,7 +12,7 @@ use rverbs_uverbs::driver::{KernelObj, QpOps};
 use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::qp::QpType;
 use rverbs_uverbs::Error;
-use rverbs_uverbs::{OpKind, OpSet, SendCaps};
+use rverbs_uverbs::{OpSet, SendCaps};
 use rverbs_uverbs::{PostError, PostFault};
 use rverbs_uverbs::{RecvWr, SendFlags, SendWr};
 
@@ -64,33 +64,10 @@ pub struct Mlx5Qp {
     pub(super) _uidx: Option<UserIndex>,
 }
 
-/// Whether mlx5 (as libmlx5 builds WQEs) encodes `op` on a `t` QP: the UMR operations
-/// (memory-window bind, local invalidate) on RC and UC, RDMA and atomics on the connected
-/// types; the transport's own limits (`OpSet::for_transport`) are applied on top. Exhaustive
-/// over [`OpKind`]: a new operation does not compile until this says whether mlx5 encodes it.
-pub(super) const fn encodes(op: OpKind, t: QpType) -> bool {
-    match op {
-        OpKind::Send | OpKind::SendWithImm => true,
-        OpKind::SendWithInv
-        | OpKind::RdmaWrite
-        | OpKind::RdmaWriteWithImm
-        | OpKind::RdmaRead
-        | OpKind::AtomicCmpSwp
-        | OpKind::AtomicFetchAdd
-        | OpKind::LocalInv
-        | OpKind::BindMw => matches!(t, QpType::RC | QpType::UC),
-        // Not encoded: the libmlx5 44 oracle cannot judge them (docs/mlx5.md).
-        OpKind::Flush | OpKind::AtomicWrite => false,
-    }
-}
-
 /// What mlx5 encodes, per QP type (the data `Driver::send_caps` returns).
+/// Its op table, [`super::wqe::OPS`], is beside the encoder.
 pub(crate) fn send_caps() -> SendCaps {
-    SendCaps {
-        rc: OpSet::from_fn(|k| encodes(k, QpType::RC)),
-        uc: OpSet::from_fn(|k| encodes(k, QpType::UC)),
-        ud: OpSet::from_fn(|k| encodes(k, QpType::UD)),
-    }
+    SendCaps::from_table(&super::wqe::OPS)
 }
 
 // SAFETY: the raw pointers point into `region`, which this value owns, and (`sq_slots`) into

@@ -12,9 +12,9 @@ use std::sync::atomic::Ordering;
 use rverbs_uverbs::kernel::shared::copy_from_shared_raw;
 use rverbs_uverbs::mr::AccessFlags;
 use rverbs_uverbs::mw::MwType;
-use rverbs_uverbs::OpKind;
 use rverbs_uverbs::PostFault;
 use rverbs_uverbs::WcOpcode;
+use rverbs_uverbs::{OpKind, OpTable, Transports};
 use rverbs_uverbs::{SendFlags, SendOp, SendWr, Sge};
 
 use crate::mlx5::cqe::WqeOpcode;
@@ -415,7 +415,7 @@ impl Mlx5Qp {
                 | OpKind::AtomicFetchAdd
                 | OpKind::LocalInv
                 | OpKind::BindMw
-                // Not in mlx5's send caps (`encodes`): never reaches here through `Qp`.
+                // Not in mlx5's op table (`OPS`): never reaches here through `Qp`.
                 | OpKind::Flush
                 | OpKind::AtomicWrite => Err(self.not_encoded(other.kind())),
             },
@@ -743,3 +743,24 @@ impl Mlx5Qp {
         }
     }
 }
+
+/// What mlx5 (as libmlx5 builds WQEs) encodes, per operation: the UMR operations
+/// (memory-window bind, local invalidate) on RC and UC, RDMA and atomics on the connected
+/// types; the transport's own limits (`OpSet::for_transport`) are applied on top. Every
+/// operation of the op table has a field: a new one does not compile until this says whether
+/// mlx5 encodes it, and `Mlx5Qp::build_send` or `build_rare` how.
+pub(crate) const OPS: OpTable<Transports> = OpTable {
+    rdma_write: Transports::RC_UC,
+    rdma_write_with_imm: Transports::RC_UC,
+    send: Transports::RC_UC_UD,
+    send_with_imm: Transports::RC_UC_UD,
+    rdma_read: Transports::RC_UC,
+    atomic_cmp_swp: Transports::RC_UC,
+    atomic_fetch_add: Transports::RC_UC,
+    local_inv: Transports::RC_UC,
+    bind_mw: Transports::RC_UC,
+    send_with_inv: Transports::RC_UC,
+    // Not encoded: the libmlx5 44 oracle cannot judge them (docs/mlx5.md).
+    flush: Transports::NONE,
+    atomic_write: Transports::NONE,
+};
