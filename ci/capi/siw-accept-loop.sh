@@ -44,7 +44,7 @@ side() { # name server-lib port
     cat /proc/net/tcp; rdma resource show cm_id | grep ":$port"
     dmesg | grep siw | tail -40
     echo "--- client"; tail -3 /tmp/c.$name; echo "--- server"; tail -3 /tmp/s.$name
-    kill $cp $sp 2>/dev/null; wait $cp; wait $sp; touch /tmp/hang; return
+    kill $cp $sp 2>/dev/null; wait $cp; wait $sp; echo $name.$PROG >> /tmp/hang; return
   fi
   wait $cp; crc=$?
   if [ $crc != 0 ] && grep -q "Connection refused\|Unexpected CM event\|REJECTED" /tmp/c.$name; then
@@ -63,4 +63,4 @@ while [ $r -lt $N ]; do
   wait $a; wait $b
   [ -e /tmp/hang ] && [ -n "$STOP" ] && break
 done
-echo "rounds $r hangs $(ls /tmp/hang 2>/dev/null | wc -l)"
+echo "rounds $r hangs $(cat /tmp/hang 2>/dev/null | wc -l)"
