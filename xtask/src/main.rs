@@ -17,7 +17,7 @@ mod usercrate;
 mod util;
 
 // The bed itself is the crate rverbs-testbed (crates/testbed), shared with `rverbs-vm`.
-pub use rverbs_testbed::{kernel, packages, vm};
+pub use rverbs_testbed::{kernel, packages, siw, vm};
 
 use kernel::KernelSpec;
 use std::io::IsTerminal;

@@ -777,8 +777,11 @@ fn siw_stage(
     let t = Instant::now();
     let name = &siw_stage_name(kernel);
     println!(
-        "xtask: ==== {name}: siw.ko for kernel {} (built once, cached), host guest, one node",
-        kernel.name
+        "xtask: ==== {name}: siw.ko for kernel {} (built once from Debian's sources with the \
+         bed's patch {}: {}; cached), host guest, one node",
+        kernel.name,
+        crate::siw::PATCH,
+        crate::siw::PATCH_WHY
     );
     let config = vm::BedConfig {
         provider: vm::Provider::Siw,

@@ -11,7 +11,7 @@
 mod common;
 use common::{
     counts, env_or, outcomes, perftest_both_ways, pyverbs_on_both, pyverbs_suite_copy,
-    rdmacm_utils_both_ways, siw, Outcome,
+    rdmacm_utils_both_ways, siw, siw_trace_upcalls, Outcome,
 };
 
 /// The siw device's address, after checking that this is a siw guest.
@@ -39,6 +39,7 @@ fn rdmacm_utils_on_the_drop_in_over_siw_interop() {
 #[ignore = "needs a siw device: runs in the siw stage (cargo xtask test --stage siw)"]
 fn perftest_rdma_cm_over_siw_interop() {
     siw_addr();
+    siw_trace_upcalls();
     perftest_both_ways(18760, true, 20);
 }
 

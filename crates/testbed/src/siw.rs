@@ -14,6 +14,10 @@
 //! host) in a build root of the kernel's release made from Debian's archive (`buildroot.rs`:
 //! its compiler, make, binutils, the kbuild tools' libraries; `chroot` in a private mount
 //! namespace). The host needs `modinfo` either way.
+//!
+//! One change is made to the extracted sources before `make` ([`patch_accept`], [`PATCH`]):
+//! `siw_accept` hands the socket to the QP before it sends the MPA reply, as its own comment
+//! requires (docs/testing.md, "siw on the newest kernel"). Everything else is Debian's.
 
 use crate::bail;
 use crate::buildroot;
@@ -30,17 +34,27 @@ use std::time::Instant;
 /// `crc32c_generic` comes first.
 pub const KERNEL_MODULES: &[&str] = &["crc32c_generic", "libcrc32c"];
 
+/// The one change the bed makes to siw's sources: its name, written into `READY` (a cached
+/// module without it is rebuilt) and into the module (`modinfo -F rverbs_patch siw.ko`).
+pub const PATCH: &str = "siw-accept-assoc-1";
+
+/// What [`PATCH`] does and why, for the build's output, the stage header and the module.
+pub const PATCH_WHY: &str = "siw_accept hands the socket to the QP before it sends the MPA \
+    reply (its own comment requires it; sent first, an initiator's first message can land \
+    while the connection manager's upcall still owns the socket and is never read)";
+
 /// The cached siw modules of `kernel`, in load order (after the kernel's own modules), built
 /// on first use. Progress goes to stderr.
 pub fn prepare(cache: &Path, kernel: &Kernel) -> Result<Vec<PathBuf>> {
     let dir = kernel.dir().join("siw");
-    if let Ok(m) = load(&dir) {
-        return Ok(m);
-    }
+    let stale = match load(&dir) {
+        Ok(m) => return Ok(m),
+        Err(e) => e,
+    };
     let t = Instant::now();
     say(format!(
         "building siw.ko for guest kernel {} ({}): Debian's kernels do not build siw \
-         (once; cached in {})",
+         (once; cached in {}; {stale})",
         kernel.spec.name,
         kernel.release,
         dir.display()
@@ -63,6 +77,15 @@ pub fn prepare(cache: &Path, kernel: &Kernel) -> Result<Vec<PathBuf>> {
             kept.display()
         )));
     }
+    if load(&dir).is_err() {
+        // A cached build the bed no longer uses (one without [`PATCH`]): set aside and removed.
+        let old = kernel
+            .dir()
+            .join(format!("siw.stale-{}", std::process::id()));
+        if fs::rename(&dir, &old).is_ok() {
+            let _ = fs::remove_dir_all(&old);
+        }
+    }
     if fs::rename(&tmp, &dir).is_err() {
         // Another bed finished first: use its build.
         let _ = fs::remove_dir_all(&tmp);
@@ -72,7 +95,10 @@ pub fn prepare(cache: &Path, kernel: &Kernel) -> Result<Vec<PathBuf>> {
 }
 
 fn load(dir: &Path) -> Result<Vec<PathBuf>> {
-    fs::read_to_string(dir.join("READY")).context(|| "no cached siw.ko".into())?;
+    let ready = fs::read_to_string(dir.join("READY")).context(|| "no cached siw.ko".into())?;
+    if !ready.split_whitespace().any(|w| w == PATCH) {
+        bail!("the cached siw.ko is not built with the bed's patch {PATCH}");
+    }
     let order =
         fs::read_to_string(dir.join("modules.order")).context(|| "no siw module list".into())?;
     let mods: Vec<PathBuf> = order
@@ -209,6 +235,18 @@ fn build(cache: &Path, kernel: &Kernel, out: &Path) -> Result<()> {
     if !siw_src.join("Makefile").exists() {
         bail!("{source}'s {tarball} has no {member}/Makefile");
     }
+    let cm = siw_src.join("siw_cm.c");
+    let text = fs::read_to_string(&cm).context(|| format!("cannot read {}", cm.display()))?;
+    let patched = patch_accept(&text).map_err(|e| {
+        util::Error(format!(
+            "cannot apply the bed's patch {PATCH} to {source}'s siw_cm.c: {e}\n\
+             (siw's accept path has changed: read the new siw_accept, and either adapt \
+             patch_accept in crates/testbed/src/siw.rs or drop the patch if the kernel fixed \
+             it; docs/testing.md, \"siw on the newest kernel\")"
+        ))
+    })?;
+    fs::write(&cm, patched).context(|| format!("cannot write {}", cm.display()))?;
+    say(format!("patched siw_cm.c ({PATCH}): {PATCH_WHY}"));
 
     // The paths make sees: in the build root, its own.
     let (h, m) = if in_root {
@@ -258,7 +296,16 @@ fn build(cache: &Path, kernel: &Kernel, out: &Path) -> Result<()> {
         c
     };
     let log = out.join("build.log");
-    let logf = fs::File::create(&log).context(|| format!("cannot create {}", log.display()))?;
+    let mut logf = fs::File::create(&log).context(|| format!("cannot create {}", log.display()))?;
+    {
+        use std::io::Write as _;
+        writeln!(
+            logf,
+            "# {source} {version}, drivers/infiniband/sw/siw, with the bed's patch {PATCH}: \
+             {PATCH_WHY}\n# {shown}"
+        )
+        .context(|| format!("cannot write {}", log.display()))?;
+    }
     let errf = logf
         .try_clone()
         .context(|| format!("cannot write {}", log.display()))?;
@@ -301,6 +348,17 @@ fn build(cache: &Path, kernel: &Kernel, out: &Path) -> Result<()> {
         )?;
     }
     say(format!("siw.ko built in {}", util::fmt_secs(t.elapsed())));
+    let mark = output(
+        Command::new("modinfo")
+            .args(["-F", "rverbs_patch"])
+            .arg(out.join("siw.ko")),
+    )?;
+    if mark.trim() != PATCH {
+        bail!(
+            "the built siw.ko names patch `{}`, not {PATCH}: the patched source was not built",
+            mark.trim()
+        );
+    }
 
     // What siw.ko depends on. Up to 6.x that includes libcrc32c, which is not among the
     // guests' modules: it and crc32c_generic come from the kernel package itself.
@@ -334,9 +392,85 @@ fn build(cache: &Path, kernel: &Kernel, out: &Path) -> Result<()> {
     }
     fs::write(out.join("modules.order"), order.join("\n") + "\n")
         .context(|| "cannot write modules.order".to_string())?;
-    fs::write(out.join("READY"), format!("{} {version}\n", kernel.release))
-        .context(|| "cannot mark siw ready".to_string())?;
+    fs::write(
+        out.join("READY"),
+        format!("{} {version} {PATCH}\n", kernel.release),
+    )
+    .context(|| "cannot mark siw ready".to_string())?;
     Ok(())
+}
+
+/// The tail of `siw_accept` as Debian's 6.1, 6.12 and 7.3 have it (`siw_cm.c`): the MPA reply
+/// is sent, then the socket's upcalls go to the QP (or, in MPA v2's peer-to-peer mode, to the
+/// ready-to-receive upcall) and the ESTABLISHED event is given.
+const ACCEPT_TAIL: &str = "\trv = siw_send_mpareqrep(cep, params->private_data,
+\t\t\t\tparams->private_data_len);
+\tif (rv != 0)
+\t\tgoto error;
+
+\tif (wait_for_peer_rts) {
+\t\tsiw_sk_assign_rtr_upcalls(cep);
+\t} else {
+\t\tsiw_qp_socket_assoc(cep, qp);
+\t\trv = siw_cm_upcall(cep, IW_CM_EVENT_ESTABLISHED, 0);
+\t\tif (rv)
+\t\t\tgoto error;
+\t}
+";
+
+/// [`ACCEPT_TAIL`] with the socket handed over first: the same calls, the upcalls moved in
+/// front of the reply. On a failed reply the error path restores the socket's upcalls as
+/// before (`siw_socket_disassoc`), and the ESTABLISHED event still follows the reply.
+const ACCEPT_TAIL_PATCHED: &str = "\t/*
+\t * rverbs testbed patch siw-accept-assoc-1: the socket's upcalls go to the QP (or to the
+\t * RTR upcall) before the MPA reply is sent, as the comment above siw_accept requires; sent
+\t * first, an initiator's first message could arrive while siw_cm_llp_data_ready, which
+\t * ignores data in RDMA_MODE, still owned the socket, and stay unread.
+\t */
+\tif (wait_for_peer_rts)
+\t\tsiw_sk_assign_rtr_upcalls(cep);
+\telse
+\t\tsiw_qp_socket_assoc(cep, qp);
+
+\trv = siw_send_mpareqrep(cep, params->private_data,
+\t\t\t\tparams->private_data_len);
+\tif (rv != 0)
+\t\tgoto error;
+
+\tif (!wait_for_peer_rts) {
+\t\trv = siw_cm_upcall(cep, IW_CM_EVENT_ESTABLISHED, 0);
+\t\tif (rv)
+\t\t\tgoto error;
+\t}
+";
+
+/// [`PATCH`] applied to the text of `siw_cm.c`: [`ACCEPT_TAIL`], which must occur exactly
+/// once, becomes [`ACCEPT_TAIL_PATCHED`], and a `MODULE_INFO(rverbs_patch, ...)` line is
+/// appended so the module says it is patched. Any other text is an error naming what was
+/// not found.
+fn patch_accept(text: &str) -> Result<String> {
+    if !text.contains("int siw_accept(struct iw_cm_id *id, struct iw_cm_conn_param *params)") {
+        bail!("no siw_accept definition");
+    }
+    if text.contains("rverbs_patch") {
+        bail!("already patched");
+    }
+    match text.matches(ACCEPT_TAIL).count() {
+        1 => {}
+        0 => bail!(
+            "siw_accept's tail (siw_send_mpareqrep, then siw_sk_assign_rtr_upcalls or \
+             siw_qp_socket_assoc and the ESTABLISHED upcall) is not there as the bed knows it"
+        ),
+        n => bail!("siw_accept's tail occurs {n} times, not once"),
+    }
+    let mut out = text.replacen(ACCEPT_TAIL, ACCEPT_TAIL_PATCHED, 1);
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "\n#include <linux/module.h>\nMODULE_INFO(rverbs_patch, \"{PATCH}\");\n"
+    ));
+    Ok(out)
 }
 
 /// `apt-get download` of `names` at `version` into `dl`.
@@ -626,6 +760,61 @@ mod tests {
         );
     }
 
+    /// A stand-in for siw_cm.c: siw_accept's head and the tail the patch rewrites.
+    fn cm_source() -> String {
+        format!(
+            "int siw_accept(struct iw_cm_id *id, struct iw_cm_conn_param *params)\n{{\n\
+             \tup_write(&qp->state_lock);\n\n{ACCEPT_TAIL}\tsiw_cep_set_free(cep);\n\n\
+             \treturn 0;\nerror:\n\treturn rv;\n}}\n"
+        )
+    }
+
+    #[test]
+    fn the_accept_patch_hands_the_socket_over_before_the_reply() {
+        let out = patch_accept(&cm_source()).unwrap();
+        assert!(!out.contains(ACCEPT_TAIL));
+        assert_eq!(out.matches(ACCEPT_TAIL_PATCHED).count(), 1);
+        assert!(ACCEPT_TAIL_PATCHED.contains(PATCH));
+        let at = |s: &str| out.find(s).unwrap_or_else(|| panic!("no {s}"));
+        let reply = at("siw_send_mpareqrep(");
+        assert!(at("siw_sk_assign_rtr_upcalls(cep);") < reply);
+        assert!(at("siw_qp_socket_assoc(cep, qp);") < reply);
+        assert!(at("IW_CM_EVENT_ESTABLISHED") > reply);
+        // Each call once, nothing dropped.
+        for call in [
+            "siw_sk_assign_rtr_upcalls(",
+            "siw_qp_socket_assoc(",
+            "siw_send_mpareqrep(",
+            "siw_cm_upcall(",
+            "goto error;",
+        ] {
+            assert_eq!(
+                out.matches(call).count(),
+                cm_source().matches(call).count(),
+                "{call}"
+            );
+        }
+        assert!(out.ends_with(&format!("MODULE_INFO(rverbs_patch, \"{PATCH}\");\n")));
+    }
+
+    #[test]
+    fn a_source_the_accept_patch_does_not_know_is_an_error() {
+        let src = cm_source();
+        let e = patch_accept(&src.replace("siw_accept(struct", "siw_accept2(struct")).unwrap_err();
+        assert!(e.0.contains("no siw_accept definition"), "{e}");
+        // One line of the tail changed (as a kernel fix would): not found.
+        let changed = src.replace(
+            "\tif (rv != 0)\n\t\tgoto error;",
+            "\tif (rv)\n\t\tgoto error;",
+        );
+        let e = patch_accept(&changed).unwrap_err();
+        assert!(e.0.contains("is not there as the bed knows it"), "{e}");
+        let e = patch_accept(&format!("{src}{ACCEPT_TAIL}")).unwrap_err();
+        assert!(e.0.contains("occurs 2 times"), "{e}");
+        let e = patch_accept(&patch_accept(&src).unwrap()).unwrap_err();
+        assert!(e.0.contains("already patched"), "{e}");
+    }
+
     #[test]
     fn an_incomplete_cache_is_not_used() {
         let dir = std::env::temp_dir().join(format!("rverbs-testbed-siw-{}", std::process::id()));
@@ -634,6 +823,13 @@ mod tests {
         assert!(load(&dir).is_err());
         fs::write(dir.join("READY"), "6.1.0-57-amd64 6.1.192-3\n").unwrap();
         fs::write(dir.join("modules.order"), "libcrc32c.ko\nsiw.ko\n").unwrap();
+        let e = load(&dir).unwrap_err();
+        assert!(e.0.contains("not built with the bed's patch"), "{e}");
+        fs::write(
+            dir.join("READY"),
+            format!("6.1.0-57-amd64 6.1.192-3 {PATCH}\n"),
+        )
+        .unwrap();
         fs::write(dir.join("siw.ko"), "").unwrap();
         let e = load(&dir).unwrap_err();
         assert!(e.0.contains("libcrc32c.ko is missing"), "{e}");

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -228,8 +228,50 @@ pub fn snapshot(pids: &[(String, u32)]) -> String {
     }
     let _ = writeln!(out, "-- /proc/net/tcp");
     out.push_str(&read("/proc/net/tcp".into()));
+    if siw() {
+        // What siw's socket upcalls did ([`siw_trace_upcalls`]): a line
+        // `siw_cm_llp_data_ready: cep state: 7` is a first FPDU that arrived while siw_accept
+        // had sent its MPA reply but not yet handed the socket to the QP (docs/capi.md).
+        let _ = writeln!(out, "-- siw's kernel log (last 60 lines)");
+        match Command::new("dmesg").output() {
+            Ok(o) => {
+                let text = String::from_utf8_lossy(&o.stdout);
+                let lines: Vec<&str> = text.lines().filter(|l| l.contains("siw")).collect();
+                for l in &lines[lines.len().saturating_sub(60)..] {
+                    let _ = writeln!(out, "{l}");
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(out, "(dmesg: {e})");
+            }
+        }
+    }
     out.push_str("==== end of snapshot ====\n");
     out
+}
+
+/// Turns on (dynamic debug) the kernel log lines of siw's socket upcalls and accept: each
+/// call of the connection manager's `siw_cm_llp_data_ready` with the endpoint's state, the
+/// QP's `siw_qp_llp_data_ready` when it cannot read (a held QP state lock), `siw_accept`'s
+/// steps and `siw_rtr_data_ready`. A few lines per connection; [`snapshot`] prints them on a
+/// hang. Diagnostics only: a guest without debugfs or dynamic debug gets a note on stderr.
+pub fn siw_trace_upcalls() {
+    let control = "/sys/kernel/debug/dynamic_debug/control";
+    if !Path::new(control).exists() {
+        let _ = Command::new("mount")
+            .args(["-t", "debugfs", "none", "/sys/kernel/debug"])
+            .status();
+    }
+    for f in [
+        "siw_cm_llp_data_ready",
+        "siw_qp_llp_data_ready",
+        "siw_accept",
+        "siw_rtr_data_ready",
+    ] {
+        if let Err(e) = std::fs::write(control, format!("func {f} +p\n")) {
+            eprintln!("siw_trace_upcalls: {control}: func {f}: {e}");
+        }
+    }
 }
 
 /// Whether a socket listens on TCP `port` (IPv4 or IPv6), from /proc/net/tcp{,6}.
