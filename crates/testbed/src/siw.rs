@@ -15,7 +15,7 @@
 //! its compiler, make, binutils, the kbuild tools' libraries; `chroot` in a private mount
 //! namespace). The host needs `modinfo` either way.
 //!
-//! One change is made to the extracted sources before `make` ([`patch_accept`], [`PATCH`]):
+//! One change is made to the extracted sources before `make` (`patch_accept`, [`PATCH`]):
 //! `siw_accept` hands the socket to the QP before it sends the MPA reply, as its own comment
 //! requires (docs/testing.md, "siw on the newest kernel"). Everything else is Debian's.
 

@@ -1,7 +1,7 @@
 //! A Debian 13 (trixie) userland for the host guests: rdma-core 56's libraries, tools
 //! (ibverbs-utils, rdmacm-utils, perftest 25.01) and Python suite (python3-pyverbs 56, with
 //! trixie's Python 3.13), unpacked from Debian's archive into the cache
-//! (`<cache>/userland/trixie/root`) the way the build roots are ([`crate::buildroot`]: apt's
+//! (`<cache>/userland/trixie/root`) the way the build roots are (`buildroot`: apt's
 //! closure downloaded, `dpkg-deb -x`, no package script run, docs out but rdma-core's, which
 //! hold the Python suite's tests).
 //!

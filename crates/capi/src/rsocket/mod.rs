@@ -8,7 +8,7 @@
 //! may wait clones the `Arc` and releases the lock before it works, so `rclose` racing a
 //! call on the same rsocket only removes the entry: the call finishes on its own reference,
 //! and the stream (and the fd number) is released when the last reference goes. A call
-//! that never waits (a non-blocking data call: [`with_rsocket`]) works under the read lock
+//! that never waits (a non-blocking data call: `with_rsocket`) works under the read lock
 //! instead, cloning nothing: `rclose` then waits for that one call (no system call that
 //! blocks, no callback into C, nothing dropped under the lock). No cache outside the
 //! registry.

@@ -831,8 +831,8 @@ fn ud(env: &Env, end: Instant) -> CaseResult {
 mod tests;
 
 /// SRD (EFA): a SEND with immediate data from one SRD QP to another through an AH to the
-/// port's own GID, the safe SRD API end to end ([`SrdQp`]); SRD delivers the payload at the
-/// receive's start (no GRH).
+/// port's own GID, the safe SRD API end to end ([`SrdQp`](rverbs::uverbs::srd::SrdQp)); SRD
+/// delivers the payload at the receive's start (no GRH).
 fn srd(env: &Env, end: Instant) -> CaseResult {
     use rverbs::uverbs::srd::{SrdInit, SrdQp, SrdSendWr};
     const LEN: usize = 256;
