@@ -73,6 +73,7 @@ raw_newtype! {
 }
 
 impl NodeType {
+    internal! {
     /// The transport libibverbs reports for this node type.
     pub fn transport(self) -> Transport {
         match self {
@@ -83,6 +84,7 @@ impl NodeType {
             NodeType::UNSPECIFIED => Transport::UNSPECIFIED,
             _ => Transport::UNKNOWN,
         }
+    }
     }
 }
 

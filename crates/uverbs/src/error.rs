@@ -226,13 +226,13 @@ pub enum PostQueue {
 
 /// What was wrong with a work request: the one typed description of a refused post, from the
 /// core's checks ([`OpSet`](crate::OpSet), the QP's state) and from every provider's encoder alike. Read
-/// it with [`PostError::fault`]; [`PostFault::kind`] and [`PostFault::errno`] say how the
+/// it with [`PostError::fault`]; [`PostError::kind`] and [`PostError::errno`] say how the
 /// refusal surfaces as an `io::Error` (and in the C drop-in).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive] // more typed refusals can come with new operations and providers
 pub enum PostFault {
     /// The QP's transport does not carry the operation (SEND_WITH_INV on UC, RDMA READ on UD,
-    /// …: [`OpSet::for_transport`](crate::op::OpSet::for_transport)).
+    /// …: the op table's transports column).
     OpForTransport {
         /// The operation.
         op: crate::values::OpKind,
@@ -240,7 +240,7 @@ pub enum PostFault {
         qp_type: crate::values::QpType,
     },
     /// The transport carries it, but the provider does not encode it on this QP type
-    /// ([`SendCaps`](crate::op::SendCaps)).
+    /// (its capability table).
     OpNotEncoded {
         /// The operation.
         op: crate::values::OpKind,
@@ -341,7 +341,7 @@ pub enum PostFault {
     /// Receives posted to a QP whose receives go to an SRQ.
     NoReceiveQueue,
     /// The transport carries it and the provider encodes it, but the device does not report
-    /// the capability (FLUSH, ATOMIC_WRITE: [`OpKind::device_caps`](crate::op::OpKind::device_caps);
+    /// the capability (FLUSH, ATOMIC_WRITE: [`DeviceCapsEx`](crate::DeviceCapsEx);
     /// e.g. rxe before Linux 6.2).
     OpNotOnDevice {
         /// The operation.
@@ -376,6 +376,7 @@ pub enum PostFault {
 }
 
 impl PostFault {
+    internal! {
     /// The `io::ErrorKind` a refusal for this fault carries: `Unsupported` for what the
     /// transport or provider does not do, `OutOfMemory` for a full queue, `InvalidInput`
     /// for everything wrong with the request itself.
@@ -390,7 +391,9 @@ impl PostFault {
             _ => io::ErrorKind::InvalidInput,
         }
     }
+    }
 
+    internal! {
     /// The errno the refusal names itself (`ENOMEM` for a full queue, as libibverbs reports
     /// it); `None` for the others, whose errno follows from [`PostFault::kind`].
     pub const fn errno(&self) -> Option<Errno> {
@@ -398,6 +401,7 @@ impl PostFault {
             PostFault::QueueFull { .. } => Some(Errno::NOMEM),
             _ => None,
         }
+    }
     }
 }
 

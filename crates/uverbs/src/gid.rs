@@ -48,9 +48,11 @@ impl Gid {
         }
     }
 
+    internal! {
     /// All bytes zero (an unused table slot).
     pub fn is_zero(&self) -> bool {
         self.0 == [0; 16]
+    }
     }
 
     /// Parses the sysfs form "fe80:0000:0000:0000:0250:b6ff:fe41:2a10" (8 groups of 4 hex
@@ -62,9 +64,13 @@ impl Gid {
             .map(|a| Gid(a.octets()))
     }
 
+    internal! {
     /// The IPv4 address of an IPv4-mapped GID (`::ffff:a.b.c.d`, what RoCE v2 uses for IPv4).
+    // The name is `Ipv6Addr::to_ipv4_mapped`'s; clippy asks it of crate-private methods only.
+    #[allow(clippy::wrong_self_convention)]
     pub fn to_ipv4_mapped(&self) -> Option<Ipv4Addr> {
         std::net::Ipv6Addr::from(self.0).to_ipv4_mapped()
+    }
     }
 
     internal! {

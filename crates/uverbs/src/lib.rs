@@ -7,7 +7,7 @@
 //! - At the crate root: the vocabulary of posting and completing, provider-neutral — work
 //!   requests ([`SendWr`], [`RecvWr`], [`Sge`], [`SendOp`], ...), completions
 //!   ([`WorkCompletion`], [`RawWc`], [`WcStatus`], ...), operations ([`OpKind`], [`OpSet`],
-//!   [`SendCaps`], ...) and errors ([`Error`], [`PostError`], [`PostFault`]).
+//!   ...) and errors ([`Error`], [`PostError`], [`PostFault`]).
 //!
 //! Below the objects sits the kernel layer (`kernel`: the raw ABI, ioctl and write() framing,
 //! mappings, copies into shared memory, the data path's lock) and beside them the provider seam
@@ -107,6 +107,9 @@ mod wr;
 
 // The vocabulary of posting and completing, one path each (their modules are private).
 pub use error::{Error, PostError, PostFault, PostQueue, Result};
-pub use op::{DeviceCapsEx, FlushLevel, FlushType, OpKind, OpSet, OpTable, SendCaps, Transports};
+pub use op::{DeviceCapsEx, FlushLevel, FlushType, OpKind, OpSet};
+internal! {
+    pub use op::{OpTable, SendCaps, Transports};
+}
 pub use wc::{RawWc, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{MrRecvWr, MrSendWr, MrSge, RecvWr, SendFlags, SendOp, SendWr, Sge, SgeList, UdDest};

@@ -44,7 +44,10 @@ use crate::values::{send_op_table, AccessFlags, QpType};
 use crate::wc::WcOpcode;
 use crate::wr::{SendOp, SendWr};
 
-pub use crate::values::{DeviceCapsEx, FlushLevel, FlushType, OpKind, OpTable, Transports};
+pub use crate::values::{DeviceCapsEx, FlushLevel, FlushType, OpKind};
+internal! {
+    pub use crate::values::{OpTable, Transports};
+}
 
 /// `SendOp::kind` and `OpKind::wc_opcode` from the op table's rows (`values/op.rs`): a
 /// `SendOp` variant without a row, or a row without a variant, does not compile.
@@ -64,11 +67,13 @@ macro_rules! op_floor2 {
         }
 
         impl OpKind {
+            internal! {
             /// The `ibv_wc_opcode` of the requester's completion of this operation.
             pub const fn wc_opcode(self) -> WcOpcode {
                 match self {
                     $( OpKind::$v => WcOpcode::$wc, )*
                 }
+            }
             }
         }
     };
@@ -110,11 +115,14 @@ impl OpSet {
         self.0 & (1 << kind as u16) != 0
     }
 
+    internal! {
     /// The kinds in both sets.
     pub const fn intersection(self, other: OpSet) -> OpSet {
         OpSet(self.0 & other.0)
     }
+    }
 
+    internal! {
     /// The set as `IBV_QP_EX_WITH_*` bits ([`OpKind::qp_ex_bit`]).
     pub const fn bits(self) -> u64 {
         let mut bits = 0;
@@ -127,12 +135,16 @@ impl OpSet {
         }
         bits
     }
+    }
 
+    internal! {
     /// The set of the `IBV_QP_EX_WITH_*` bits `bits` (bits naming no [`OpKind`] are left out).
     pub fn from_bits(bits: u64) -> OpSet {
         OpSet::from_fn(|k| bits & k.qp_ex_bit() != 0)
     }
+    }
 
+    internal! {
     /// The members a device with `caps` has: those that need no device capability, and those
     /// whose capability ([`OpKind::device_caps`]) the device reports.
     pub fn on_device(self, caps: DeviceCapsEx) -> OpSet {
@@ -140,7 +152,9 @@ impl OpSet {
             self.contains(k) && (k.device_caps().0 == 0 || caps.intersects(k.device_caps()))
         })
     }
+    }
 
+    internal! {
     /// What the transport of `qp_type` carries (the op table's transports column; the module
     /// documentation gives the sources); empty for types rverbs does not post sends on
     /// (RAW_PACKET, XRC).
@@ -160,8 +174,10 @@ impl OpSet {
         }
         OpSet(bits)
     }
+    }
 }
 
+internal! {
 /// What a provider can encode, per QP type: data, returned by
 /// `Driver::send_caps` (the provider seam, `driver`). A QP of type `t` accepts
 /// `OpSet::for_transport(t) ∩ caps.for_type(t)`.
@@ -174,8 +190,10 @@ pub struct SendCaps {
     /// On UD QPs.
     pub ud: OpSet,
 }
+}
 
 impl SendCaps {
+    internal! {
     /// The capabilities a provider's table says: for each operation, the QP types it encodes
     /// it on (a struct literal of [`OpTable`] names every operation, so a provider cannot
     /// leave one out).
@@ -202,7 +220,9 @@ impl SendCaps {
             ud: OpSet(ud),
         }
     }
+    }
 
+    internal! {
     /// What the provider encodes on a `qp_type` QP (empty for other types).
     pub const fn for_type(&self, qp_type: QpType) -> OpSet {
         match qp_type {
@@ -212,10 +232,13 @@ impl SendCaps {
             _ => OpSet::EMPTY,
         }
     }
+    }
 
+    internal! {
     /// What a `qp_type` QP accepts: what its transport carries and the provider encodes.
     pub const fn allowed(&self, qp_type: QpType) -> OpSet {
         OpSet::for_transport(qp_type).intersection(self.for_type(qp_type))
+    }
     }
 }
 

@@ -678,10 +678,12 @@ impl Qp {
         Ok(())
     }
 
+    internal! {
     /// The multicast groups (GID, LID) this QP is attached to through
     /// [`Qp::attach_mcast`].
     pub fn mcast_groups(&self) -> Vec<(Gid, u16)> {
         self.mcast.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
     }
 
     #[inline]

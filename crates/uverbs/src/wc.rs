@@ -61,16 +61,18 @@ raw_newtype! {
 }
 
 impl WcOpcode {
+    internal! {
     /// True for responder (receive-side) completions.
     pub const fn is_recv(self) -> bool {
         self.0 & 128 != 0
+    }
     }
 }
 
 flag_set! {
     /// `ibv_wc_flags` — the **userspace** numbering. The kernel's `ib_uverbs_wc` numbers
     /// with-invalidate as bit 2 (`IB_WC_WITH_INVALIDATE`) where libibverbs has `IBV_WC_WITH_INV`
-    /// at bit 3; providers convert with [`WcFlags::from_kernel`].
+    /// at bit 3; providers convert (`WcFlags::from_kernel`, for the crates of this workspace).
     pub struct WcFlags: u32 {
         /// A GRH is present in the first 40 bytes of the receive buffer.
         const GRH = 1 << 0;
@@ -84,12 +86,14 @@ flag_set! {
 }
 
 impl WcFlags {
+    internal! {
     /// Kernel (`ib_wc_flags`) numbering: GRH 1, WITH_IMM 2, WITH_INVALIDATE 4, IP_CSUM_OK 8.
     /// The two numberings differ only in bits 2 and 3, which swap places (no branch: this
     /// runs once per rxe completion).
     pub const fn from_kernel(raw: u32) -> Self {
         const _: () = assert!(WcFlags::WITH_INV.bits() == 8 && WcFlags::IP_CSUM_OK.bits() == 4);
         Self::from_bits_retain((raw & !0b1100) | (raw & 4) << 1 | (raw & 8) >> 1)
+    }
     }
 }
 
@@ -248,11 +252,13 @@ impl RawWc {
         self.status == 0
     }
 
+    internal! {
     /// [`WorkCompletion::unmatched`]: the provider made this completion up (bit 0 of
     /// `reserved`, which the kernel leaves 0).
     #[inline(always)]
     pub fn is_unmatched(&self) -> bool {
         self.reserved & 1 != 0
+    }
     }
 
     /// The opcode; valid only when the status is success (as in libibverbs).

@@ -184,9 +184,11 @@ pub enum SendOp {
 }
 
 impl SendOp {
+    internal! {
     /// `IB_UVERBS_WR_*` opcode number.
     pub const fn wr_opcode(&self) -> u32 {
         self.kind().wr_opcode()
+    }
     }
 }
 
@@ -262,9 +264,11 @@ impl<'a, S: SgeList> SendWr<'a, S> {
         }
     }
 
+    internal! {
     /// Total bytes of the gather list.
     pub fn total_len(&self) -> u64 {
         self.sge.iter().map(|s| u64::from(s.raw_sge().length)).sum()
+    }
     }
 }
 

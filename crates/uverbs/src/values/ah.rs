@@ -18,9 +18,11 @@ pub struct GlobalRoute {
 }
 
 impl GlobalRoute {
+    internal! {
     /// The destination GID as an IPv6 address.
     pub fn dgid_addr(&self) -> Ipv6Addr {
         Ipv6Addr::from(self.dgid)
+    }
     }
 }
 

@@ -21,6 +21,9 @@ pub use ah::{AhAttr, GlobalRoute};
 pub use device::DriverId;
 pub use mw::{MwBind, MwType};
 pub(crate) use op::send_op_table;
-pub use op::{DeviceCapsEx, FlushLevel, FlushType, OpKind, OpTable, Transports};
+pub use op::{DeviceCapsEx, FlushLevel, FlushType, OpKind};
+internal! {
+    pub use op::{OpTable, Transports};
+}
 pub use port::{LinkLayer, Mtu, PhysState, PortState};
 pub use qp::{QpCaps, QpState, QpType};

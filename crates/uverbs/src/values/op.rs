@@ -164,48 +164,64 @@ macro_rules! op_kinds {
                 match self { $( OpKind::$v => $name, )* }
             }
 
+            internal! {
             /// The `IB_UVERBS_WR_*` / `IBV_WR_*` number.
             pub const fn wr_opcode(self) -> u32 {
                 self as u32
             }
+            }
 
+            internal! {
             /// The `IBV_QP_EX_WITH_*` bit: `1 << wr_opcode` up to SEND_WITH_INV, then
             /// `IBV_QP_EX_WITH_FLUSH` (bit 11) and `IBV_QP_EX_WITH_ATOMIC_WRITE` (bit 12).
             pub const fn qp_ex_bit(self) -> u64 {
                 match self { $( OpKind::$v => 1 << $qp_ex, )* }
             }
+            }
 
+            internal! {
             /// The `device_cap_flags_ex` bits of which the device must report one for it to
             /// have this operation (empty: no device capability is needed).
             pub const fn device_caps(self) -> DeviceCapsEx {
                 match self { $( OpKind::$v => DeviceCapsEx(0 $(| DeviceCapsEx::$cap.0)*), )* }
             }
+            }
 
+            internal! {
             /// Local operations: they act on this side only and take no SGEs.
             pub const fn is_local(self) -> bool {
                 match self { $( OpKind::$v => $local, )* }
             }
+            }
 
+            internal! {
             /// Whether the operation takes SGEs (local operations, FLUSH and ATOMIC_WRITE
             /// take none).
             pub const fn takes_sges(self) -> bool {
                 match self { $( OpKind::$v => $sges, )* }
             }
+            }
 
+            internal! {
             /// The operations that carry outbound payload (the ones INLINE applies to).
             pub const fn carries_payload(self) -> bool {
                 match self { $( OpKind::$v => $payload, )* }
             }
+            }
 
+            internal! {
             /// The IBTA vol. 1 release that defined the operation ("1.0", "1.2", "1.5").
             pub const fn ibta(self) -> &'static str {
                 match self { $( OpKind::$v => $ibta, )* }
             }
+            }
 
+            internal! {
             /// The first Linux release whose uverbs ABI carries the operation, `None` where
             /// every kernel rverbs runs on has it.
             pub const fn linux(self) -> Option<&'static str> {
                 match self { $( OpKind::$v => $linux, )* }
+            }
             }
 
             /// The QP types whose transport carries the operation (the op table's column).
@@ -214,6 +230,7 @@ macro_rules! op_kinds {
             }
         }
 
+        internal! {
         /// One `T` per send operation: a field per row of the op table (module docs).
         ///
         /// How a provider writes its capability table (`OpTable<Transports>`: the QP types it
@@ -222,6 +239,7 @@ macro_rules! op_kinds {
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         pub struct OpTable<T> {
             $( #[doc = concat!("For ", $name, ".")] pub $f: T, )*
+        }
         }
 
         impl<T: Copy> OpTable<T> {
@@ -240,12 +258,16 @@ macro_rules! op_kinds {
 }
 send_op_table!(op_kinds);
 
+internal! {
 /// A set of the QP types rverbs posts sends on (RC, UC, UD): the transports column of the op
 /// table, and the cells of a provider's capability table ([`OpTable`]). Not a value the
 /// kernel writes: rverbs' own set.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Transports(u8);
+}
 
+// Without `internals`, only the crate's own tables name some of these.
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 impl Transports {
     /// No QP type: the operation is not encoded at all.
     pub const NONE: Transports = Transports(0);
