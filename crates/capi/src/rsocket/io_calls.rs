@@ -184,18 +184,18 @@ fn bad_args(fd: c_int, n: c_int, what: &str) -> ssize_t {
     refuse(n, what) as ssize_t
 }
 
-/// What a data call found under the registry's read lock.
+/// What a data call found on its rsocket ([`super::with_rsocket`]: the registry's lock is
+/// not held).
 enum Found<T> {
     /// The non-blocking call's result.
     Done(io::Result<T>),
-    /// A blocking call: the stream, to call without the lock.
+    /// A blocking call: the stream, to wait on.
     Wait(rverbs_stream::RdmaStream),
     NotConnected,
 }
 
-/// `rrecv`'s work on the rsocket `fd`. A non-blocking call runs under the registry's read
-/// lock, cloning nothing (one try: rsockets' `MSG_DONTWAIT`); a blocking one on a clone of
-/// the stream.
+/// `rrecv`'s work on the rsocket `fd`. A non-blocking call runs on the stream in place
+/// (one try: rsockets' `MSG_DONTWAIT`); a blocking one on a clone of the stream.
 fn recv_on(fd: c_int, bufs: &mut [&mut [u8]], flags: c_int) -> ssize_t {
     if check_flags(flags, "rrecv").is_err() {
         return -1;

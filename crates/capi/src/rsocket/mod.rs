@@ -4,14 +4,14 @@
 //! An rsocket is an `int`: a real file descriptor this library owns (an empty epoll
 //! instance, `O_CLOEXEC`), so its number is never that of an ordinary fd while it is open and
 //! `rpoll` / `rselect` can tell the two apart. The registry maps the number to an
-//! `Arc<RSocket>` (a table indexed by the number) under one reader-writer lock. A call that
-//! may wait clones the `Arc` and releases the lock before it works, so `rclose` racing a
+//! `Arc<RSocket>` (a table indexed by the number) under one reader-writer lock. Every call
+//! clones the `Arc` and releases the lock before it works (the lock is held for the lookup
+//! only: a program that `longjmp`s out of a call from a signal handler, as iperf3 does on
+//! SIGTERM, leaves no lock held that its next `close` would wait for), so `rclose` racing a
 //! call on the same rsocket only removes the entry: the call finishes on its own reference,
-//! and the stream (and the fd number) is released when the last reference goes. A call
-//! that never waits (a non-blocking data call: `with_rsocket`) works under the read lock
-//! instead, cloning nothing: `rclose` then waits for that one call (no system call that
-//! blocks, no callback into C, nothing dropped under the lock). No cache outside the
-//! registry.
+//! and the stream (and the fd number) is released when the last reference goes. A
+//! non-blocking data call clones nothing else: the stream is read from the rsocket's
+//! `OnceLock` without its lock. No cache outside the registry.
 //!
 //! Error convention: rsockets' (the socket calls'): -1 and `errno`.
 
@@ -142,20 +142,22 @@ fn registry_mut() -> RwLockWriteGuard<'static, Vec<Option<Arc<RSocket>>>> {
     REGISTRY.write().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The rsocket numbered `fd`, or `None` (an ordinary fd, or none).
+/// The rsocket numbered `fd`, or `None` (an ordinary fd, or none): a clone of its `Arc`,
+/// taken under the registry's read lock, which is released before it returns.
 pub(crate) fn lookup(fd: c_int) -> Option<Arc<RSocket>> {
-    with_rsocket(fd, Arc::clone)
+    let reg = registry();
+    reg.get(usize::try_from(fd).ok()?)?.clone()
 }
 
-/// `f` on the rsocket numbered `fd` under the registry's read lock (`None`: no such
-/// rsocket), cloning nothing. `f` must not wait (no blocking call, no sleep), call into C
-/// (a log line goes through `write`, which the preload may route back here), drop an
-/// `Arc<RSocket>` or take the registry's lock: `rsocket`, `raccept` and `rclose` wait for
-/// it. Non-blocking data calls only; others clone the `Arc` ([`lookup`]).
+/// `f` on the rsocket numbered `fd` (`None`: no such rsocket), on a clone of its `Arc`
+/// ([`lookup`]): the registry's lock is *not* held while `f` runs. A program may leave any
+/// call at any point: iperf3's SIGTERM handler `longjmp`s out of whatever it interrupted
+/// and then closes its sockets, so a lock held across a data call (a CQ poll, a post, a
+/// system call) would be left held and the next `rclose` (a writer) would wait for it
+/// forever. The lock is held for the lookup only, as long as a `Mutex` was before.
 pub(crate) fn with_rsocket<R>(fd: c_int, f: impl FnOnce(&Arc<RSocket>) -> R) -> Option<R> {
-    let reg = registry();
-    let s = reg.get(usize::try_from(fd).ok()?)?.as_ref()?;
-    Some(f(s))
+    let s = lookup(fd)?;
+    Some(f(&s))
 }
 
 /// Whether `RVERBS_CAPI_LOG` is set (read once: a failed non-blocking call, rstream's
