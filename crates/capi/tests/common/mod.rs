@@ -25,10 +25,15 @@ pub struct Proc {
 }
 
 impl Proc {
-    /// Starts `c` with its stdout and stderr captured.
+    /// Starts `c` with its stdout and stderr captured, in a process group of its own (its
+    /// id is the child's pid), so that a kill on timeout reaches what it started too (`timeout
+    /// PROG`: a killed `timeout` leaves PROG running, holding the pipes, and reading them
+    /// would then wait for PROG for ever).
     pub fn spawn(mut c: Command) -> Proc {
+        use std::os::unix::process::CommandExt;
         let what = format!("{c:?}");
         let child = c
+            .process_group(0)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -112,8 +117,17 @@ impl Proc {
             }
             if t0.elapsed() > limit {
                 let mut pids = vec![("this".to_string(), self.pid())];
-                pids.extend(others.iter().map(|o| (o.what.clone(), o.pid())));
+                pids.extend(group_members(self.pid()).map(|p| ("this one's child".to_string(), p)));
+                for o in others {
+                    pids.push((o.what.clone(), o.pid()));
+                    pids.extend(
+                        group_members(o.pid()).map(|p| (format!("child of {}", o.what), p)),
+                    );
+                }
                 seen = snapshot(&pids);
+                // The whole group: the program under `timeout` included.
+                // SAFETY: integers only.
+                unsafe { libc::kill(-(self.pid() as i32), libc::SIGKILL) };
                 let _ = self.child.kill();
                 let _ = self.child.wait();
                 break None;
@@ -130,6 +144,25 @@ impl Proc {
         };
         (ok, format!("{head}\n{text}"))
     }
+}
+
+/// The processes of the process group `pgid` other than its leader, now.
+fn group_members(pgid: u32) -> impl Iterator<Item = u32> {
+    let v: Vec<u32> = std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| {
+                    let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+                    let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+                    // "pid (comm) state ppid pgrp ...": comm may hold spaces.
+                    let (_, rest) = stat.rsplit_once(')')?;
+                    let pgrp: u32 = rest.split_whitespace().nth(2)?.parse().ok()?;
+                    (pgrp == pgid && pid != pgid).then_some(pid)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.into_iter()
 }
 
 /// The pid of the process named `name` whose parent is `ppid`, if there is one now.
