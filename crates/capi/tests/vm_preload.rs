@@ -74,7 +74,11 @@ fn program(prog: &str, side: Side, args: &[&str]) -> Command {
                 "{} missing: run `cargo xtask capi`",
                 lib.display()
             );
-            c.env("LD_PRELOAD", lib).env("RVERBS_CAPI_LOG", "1");
+            // No RVERBS_CAPI_LOG: it logs every failed call (each EAGAIN of a non-blocking
+            // socket) to stderr, a pipe `Proc` reads only at the end, so a busy server filled
+            // it and blocked in write(2) mid-transfer (the iperf3 hang: the snapshot showed
+            // our server in `pipe_write` and the client timing out).
+            c.env("LD_PRELOAD", lib);
         }
         Side::RdmaCore => {
             assert!(
