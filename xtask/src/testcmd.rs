@@ -808,19 +808,10 @@ fn siw_stage(
         bed.kernel.package,
         fmt_secs(t.elapsed())
     );
-    let picked: Vec<build::Artifact> = tests
-        .iter()
-        .filter(|a| SIW_TESTS.contains(&a.name.as_str()))
-        .cloned()
-        .collect();
-    if picked.len() != SIW_TESTS.len() {
-        return fail_stage(
-            report,
-            name,
-            format!("the VM build has not all of {SIW_TESTS:?}"),
-            t,
-        );
-    }
+    let picked = match pick_tests(tests, SIW_TESTS) {
+        Ok(p) => p,
+        Err(e) => return fail_stage(report, name, e, t),
+    };
     let entries = stageplan::plan(&picked, &[], false);
     let mut stage_args = args.to_vec();
     stage_args.push("--include-ignored".into());
@@ -899,19 +890,10 @@ fn trixie_stage(
         bed.kernel.package,
         fmt_secs(t.elapsed())
     );
-    let picked: Vec<build::Artifact> = tests
-        .iter()
-        .filter(|a| TRIXIE_TESTS.contains(&a.name.as_str()))
-        .cloned()
-        .collect();
-    if picked.len() != TRIXIE_TESTS.len() {
-        return fail_stage(
-            report,
-            name,
-            format!("the VM build has not all of {TRIXIE_TESTS:?}"),
-            t,
-        );
-    }
+    let picked = match pick_tests(tests, TRIXIE_TESTS) {
+        Ok(p) => p,
+        Err(e) => return fail_stage(report, name, e, t),
+    };
     let mut payload = payload.clone();
     payload.env.push((
         rverbs_testbed::userland::ROOT_ENV.to_string(),
@@ -963,6 +945,21 @@ fn trixie_stage(
 
 /// Tests of `capi/vm_trixie` the trixie stage runs only when their variable is `1`, and counts
 /// as skipped (with the reason in a note) otherwise: (test, variable, why).
+/// The test binaries named `names` of the VM build, all of them or an error naming the list (a
+/// stage that runs only some binaries: siw, trixie).
+fn pick_tests(tests: &[build::Artifact], names: &[&str]) -> Result<Vec<build::Artifact>, String> {
+    let picked: Vec<build::Artifact> = tests
+        .iter()
+        .filter(|a| names.contains(&a.name.as_str()))
+        .cloned()
+        .collect();
+    if picked.len() == names.len() {
+        Ok(picked)
+    } else {
+        Err(format!("the VM build has not all of {names:?}"))
+    }
+}
+
 pub const TRIXIE_OPT_IN: &[(&str, &str, &str)] = &[
     (
         "pyverbs_56_on_both_libraries_interop",
