@@ -1,6 +1,7 @@
 //! `cargo xtask`: the rverbs test bed. Boots QEMU guests with soft-RoCE (rxe) devices and runs
 //! our binaries and tests in them; see `cargo xtask help` and docs/testing.md.
 
+mod alone;
 mod build;
 mod capi;
 mod changelog;
@@ -55,7 +56,8 @@ USAGE:
         boot tests and examples/user-crate through `rverbs-vm`. Ends with
         `xtask: N passed, N failed, N skipped`; exits non-zero on any failure. TEST-ARGS go to
         each libtest binary in the guests (e.g. a test name filter).
-        --no-vm: fmt, clippy, doc and host tests only; --vm-only: the VM stages only;
+        --no-vm: the host stages only (fmt, clippy, crates alone, doc, host tests, ...);
+        --vm-only: the VM stages only;
         --kernel: only that kernel's VM stages (default all: three kernels); --stage: only
         the stages whose name contains one of the PARTs (e.g. `--stage 6.12,user`);
         --load N: N CPU-bound processes run beside the whole run and are killed at its end

@@ -263,6 +263,9 @@ pub fn run(args: &[String]) -> Result<u8> {
                 "warnings",
             ]),
         );
+        // Each crate builds on its own, without the features the workspace unifies
+        // (xtask/src/alone.rs).
+        crate::alone::stage(&mut report);
         // The API docs must build without a broken link or a stray HTML tag.
         check(
             &mut report,
@@ -707,27 +710,18 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
             Err(e) => fail_stage(report, &name, e.0, t),
         }
     }
+    let bins = Binaries {
+        tests: &tests.tests,
+        payload: &payload,
+        args: &args,
+        test_timeout,
+        stage_timeout,
+    };
     if let Some(kernel) = trixie {
-        trixie_stage(
-            report,
-            kernel,
-            &tests.tests,
-            &payload,
-            &args,
-            test_timeout,
-            stage_timeout,
-        );
+        trixie_stage(report, kernel, &bins);
     }
     for kernel in siw {
-        siw_stage(
-            report,
-            kernel,
-            &tests.tests,
-            &payload,
-            &args,
-            test_timeout,
-            stage_timeout,
-        );
+        siw_stage(report, kernel, &bins);
     }
 }
 
@@ -765,15 +759,7 @@ pub const SIW_TESTS: &[&str] = &[
 
 /// Boots the host guest of `kernel` with siw devices (`--provider siw`: siw.ko is built for
 /// the kernel on first use and cached) and runs [`SIW_TESTS`] there.
-fn siw_stage(
-    report: &mut Report,
-    kernel: KernelSpec,
-    tests: &[build::Artifact],
-    payload: &Payload,
-    args: &[String],
-    test_timeout: Duration,
-    stage_timeout: Duration,
-) {
+fn siw_stage(report: &mut Report, kernel: KernelSpec, bins: &Binaries) {
     let t = Instant::now();
     let name = &siw_stage_name(kernel);
     println!(
@@ -787,53 +773,102 @@ fn siw_stage(
         provider: vm::Provider::Siw,
         ..util::bed_config(kernel)
     };
-    let bed = match Bed::prepare(&config) {
-        Ok(b) => b,
-        Err(e) => {
-            return fail_stage(
-                report,
-                name,
-                format!(
-                    "siw set-up of kernel {} (the rxe stages do not need it): {e}",
-                    kernel.name
-                ),
-                t,
-            )
-        }
-    };
-    println!(
-        "xtask: siw guest kernel {} {} ({}), set-up took {}",
-        kernel.name,
-        bed.kernel.release,
-        bed.kernel.package,
-        fmt_secs(t.elapsed())
+    let setup = format!(
+        "siw set-up of kernel {} (the rxe stages do not need it)",
+        kernel.name
     );
-    let picked = match pick_tests(tests, SIW_TESTS) {
-        Ok(p) => p,
-        Err(e) => return fail_stage(report, name, e, t),
+    let Some(bed) = prepare_bed(report, name, &config, &setup, "siw guest", t) else {
+        return;
     };
-    let entries = stageplan::plan(&picked, &[], false);
-    let mut stage_args = args.to_vec();
-    stage_args.push("--include-ignored".into());
-    let spec = RunSpec {
-        guest: Guest::Host,
-        topo: Topo::One,
-        label: &format!("test-{}-siw-host-one", kernel.name),
-        script: runner_script(&entries, &stage_args, test_timeout),
-        cwd: None,
-        timeout: stage_timeout,
-        display: Display::Progress,
-        payload,
-    };
-    match bed.run(&spec) {
-        Ok(out) => {
-            let (per_entry, mut counts, notes) = collect(&out, &entries);
-            for c in &per_entry {
-                counts += *c;
-            }
-            report.add(name, counts, notes, t.elapsed());
+    let label = format!("test-{}-siw-host-one", kernel.name);
+    let run = bins.run(
+        &bed,
+        SIW_TESTS,
+        &label,
+        bins.payload,
+        &[],
+        bins.test_timeout,
+    );
+    match run {
+        Ok((counts, notes)) => report.add(name, counts, notes, t.elapsed()),
+        Err(e) => fail_stage(report, name, e, t),
+    }
+}
+
+/// Prepares the bed of `config` for stage `name` and says which kernel it got (`guest`: what
+/// the line calls it); `None` once the stage is recorded as failed, the error prefixed with
+/// `setup` (what was being set up).
+fn prepare_bed(
+    report: &mut Report,
+    name: &str,
+    config: &vm::BedConfig,
+    setup: &str,
+    guest: &str,
+    t: Instant,
+) -> Option<Bed> {
+    match Bed::prepare(config) {
+        Ok(bed) => {
+            println!(
+                "xtask: {guest} kernel {} {} ({}), set-up took {}",
+                config.kernel.name,
+                bed.kernel.release,
+                bed.kernel.package,
+                fmt_secs(t.elapsed())
+            );
+            Some(bed)
         }
-        Err(e) => fail_stage(report, name, e.0, t),
+        Err(e) => {
+            fail_stage(report, name, format!("{setup}: {e}"), t);
+            None
+        }
+    }
+}
+
+/// What the stages that run only some test binaries of the VM build share (the siw and trixie
+/// stages): the build's binaries, the payload, the run's test arguments and timeouts.
+struct Binaries<'a> {
+    tests: &'a [build::Artifact],
+    payload: &'a Payload,
+    args: &'a [String],
+    test_timeout: Duration,
+    stage_timeout: Duration,
+}
+
+impl Binaries<'_> {
+    /// Runs the binaries `names` (all of which the VM build must have: [`pick_tests`]) in the
+    /// host guest of `bed`, one node, with `payload`, the run's arguments, `extra` ones and
+    /// `--include-ignored` (their tests are `#[ignore]`d outside their stage), each binary
+    /// under `binary_timeout`: the stage's counts and notes.
+    fn run(
+        &self,
+        bed: &Bed,
+        names: &[&str],
+        label: &str,
+        payload: &Payload,
+        extra: &[String],
+        binary_timeout: Duration,
+    ) -> Result<(Counts, Vec<String>), String> {
+        let picked = pick_tests(self.tests, names)?;
+        let entries = stageplan::plan(&picked, &[], false);
+        let mut args = self.args.to_vec();
+        args.extend_from_slice(extra);
+        args.push("--include-ignored".into());
+        let spec = RunSpec {
+            guest: Guest::Host,
+            topo: Topo::One,
+            label,
+            script: runner_script(&entries, &args, binary_timeout),
+            cwd: None,
+            timeout: self.stage_timeout,
+            display: Display::Progress,
+            payload,
+        };
+        let out = bed.run(&spec).map_err(|e| e.0)?;
+        let (per_entry, mut counts, notes) = collect(&out, &entries);
+        for c in &per_entry {
+            counts += *c;
+        }
+        Ok((counts, notes))
     }
 }
 
@@ -853,15 +888,7 @@ pub const TRIXIE_TESTS: &[&str] = &["capi/vm_trixie"];
 /// Boots the host guest of `kernel` (rxe, one node) with the Debian 13 userland
 /// (crates/testbed/src/userland.rs: made once from the archive, cached) named to the tests by
 /// `RVERBS_TRIXIE_ROOT`, and runs [`TRIXIE_TESTS`] there, once per run.
-fn trixie_stage(
-    report: &mut Report,
-    kernel: KernelSpec,
-    tests: &[build::Artifact],
-    payload: &Payload,
-    args: &[String],
-    test_timeout: Duration,
-    stage_timeout: Duration,
-) {
+fn trixie_stage(report: &mut Report, kernel: KernelSpec, bins: &Binaries) {
     let t = Instant::now();
     let name = &trixie_stage_name(kernel);
     println!(
@@ -872,63 +899,32 @@ fn trixie_stage(
         Ok(r) => r,
         Err(e) => return fail_stage(report, name, format!("the Debian 13 userland: {e}"), t),
     };
-    let bed = match Bed::prepare(&util::bed_config(kernel)) {
-        Ok(b) => b,
-        Err(e) => {
-            return fail_stage(
-                report,
-                name,
-                format!("vm set-up of kernel {}: {e}", kernel.name),
-                t,
-            )
-        }
+    let setup = format!("vm set-up of kernel {}", kernel.name);
+    let config = util::bed_config(kernel);
+    let Some(bed) = prepare_bed(report, name, &config, &setup, "guest", t) else {
+        return;
     };
-    println!(
-        "xtask: guest kernel {} {} ({}), set-up took {}",
-        kernel.name,
-        bed.kernel.release,
-        bed.kernel.package,
-        fmt_secs(t.elapsed())
-    );
-    let picked = match pick_tests(tests, TRIXIE_TESTS) {
-        Ok(p) => p,
-        Err(e) => return fail_stage(report, name, e, t),
-    };
-    let mut payload = payload.clone();
+    let mut payload = bins.payload.clone();
     payload.env.push((
         rverbs_testbed::userland::ROOT_ENV.to_string(),
         root.to_string_lossy().into_owned(),
     ));
     payload.host_paths.push(root);
-    let entries = stageplan::plan(&picked, &[], false);
-    let mut stage_args = args.to_vec();
-    stage_args.push("--include-ignored".into());
     // Tests of the binary that run only when asked ([`TRIXIE_OPT_IN`]), skipped otherwise.
+    let mut skip = Vec::new();
     let mut held = Vec::new();
     for (test, var, why) in TRIXIE_OPT_IN {
         if std::env::var(var).as_deref() != Ok("1") {
-            stage_args.extend(["--skip".to_string(), test.to_string()]);
+            skip.extend(["--skip".to_string(), test.to_string()]);
             held.push(format!("`{test}` runs with {var}=1 only: {why}"));
         }
     }
+    let label = format!("test-{}-trixie-host-one", kernel.name);
     // The stage is its one binary: it gets the stage's time, not one binary's.
-    let binary_timeout = test_timeout.max(stage_timeout.saturating_sub(Duration::from_secs(60)));
-    let spec = RunSpec {
-        guest: Guest::Host,
-        topo: Topo::One,
-        label: &format!("test-{}-trixie-host-one", kernel.name),
-        script: runner_script(&entries, &stage_args, binary_timeout),
-        cwd: None,
-        timeout: stage_timeout,
-        display: Display::Progress,
-        payload: &payload,
-    };
-    match bed.run(&spec) {
-        Ok(out) => {
-            let (per_entry, mut counts, mut notes) = collect(&out, &entries);
-            for c in &per_entry {
-                counts += *c;
-            }
+    let binary_timeout =
+        (bins.test_timeout).max(bins.stage_timeout.saturating_sub(Duration::from_secs(60)));
+    match bins.run(&bed, TRIXIE_TESTS, &label, &payload, &skip, binary_timeout) {
+        Ok((mut counts, mut notes)) => {
             if counts.filtered > 0 {
                 notes.push(format!(
                     "{} test(s) skipped: {}",
@@ -939,12 +935,10 @@ fn trixie_stage(
             }
             report.add(name, counts, notes, t.elapsed());
         }
-        Err(e) => fail_stage(report, name, e.0, t),
+        Err(e) => fail_stage(report, name, e, t),
     }
 }
 
-/// Tests of `capi/vm_trixie` the trixie stage runs only when their variable is `1`, and counts
-/// as skipped (with the reason in a note) otherwise: (test, variable, why).
 /// The test binaries named `names` of the VM build, all of them or an error naming the list (a
 /// stage that runs only some binaries: siw, trixie).
 fn pick_tests(tests: &[build::Artifact], names: &[&str]) -> Result<Vec<build::Artifact>, String> {
@@ -960,6 +954,8 @@ fn pick_tests(tests: &[build::Artifact], names: &[&str]) -> Result<Vec<build::Ar
     }
 }
 
+/// Tests of `capi/vm_trixie` the trixie stage runs only when their variable is `1`, and counts
+/// as skipped (with the reason in a note) otherwise: (test, variable, why).
 pub const TRIXIE_OPT_IN: &[(&str, &str, &str)] = &[
     (
         "pyverbs_56_on_both_libraries_interop",

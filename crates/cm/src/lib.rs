@@ -19,18 +19,11 @@
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations)]
 
-/// Declares one item for the crates of this workspace, not for users: `pub` with the feature
-/// `internals`, `pub(crate)` without it (as `rverbs_uverbs`'s own `internal!`), so that it
-/// stays out of the user's API (api/rverbs-cm.txt). Usable inside `impl` blocks too.
-macro_rules! internal {
-    ($(#[$m:meta])* pub $($item:tt)+) => {
-        #[cfg(feature = "internals")]
-        $(#[$m])* pub $($item)+
-        #[cfg(not(feature = "internals"))]
-        #[allow(dead_code, unused_imports)]
-        $(#[$m])* pub(crate) $($item)+
-    };
-}
+// `internal!` declares one item for the crates of this workspace, not for users: `pub` with
+// this crate's feature `internals`, `pub(crate)` without it, so that it stays out of the user's
+// API (api/rverbs-cm.txt). It is rverbs-uverbs' own (whose `cfg` is the calling crate's).
+#[macro_use(internal)]
+extern crate rverbs_uverbs;
 
 // The ucma ABI: raw kernel structures and numbers, named field for field as in the uapi
 // headers they are layout-checked against (those headers are their documentation). Not the

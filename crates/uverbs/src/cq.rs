@@ -20,6 +20,7 @@ use crate::kernel::abi::obj::{
 };
 use crate::kernel::write;
 use crate::ledger::Watch;
+use crate::pd::region::Region;
 use crate::wc::{RawWc, WorkCompletion};
 use std::os::fd::AsRawFd;
 use zerocopy::{FromBytes, IntoBytes};
@@ -57,7 +58,7 @@ pub struct Cq {
     cleans_on_qp_reset: bool,
     /// The ledgers of the QPs completing here: every poll settles them with what it took
     /// ([`crate::ledger`]), after the ring's lock is released (a view: under it).
-    watch: Watch,
+    watch: Watch<Region>,
 }
 
 impl fmt::Debug for Cq {
@@ -320,7 +321,7 @@ impl Cq {
     }
 
     /// The CQ's watch over its QPs' ledgers ([`crate::ledger`]).
-    pub(crate) fn watch(&self) -> &Watch {
+    pub(crate) fn watch(&self) -> &Watch<Region> {
         &self.watch
     }
 
@@ -466,7 +467,7 @@ pub struct CqView<'a> {
 /// The data path a view polls: a CQ's, under its lock (and its watch over the ledgers), or one
 /// the caller lends.
 enum ViewOps<'a> {
-    Locked(OpsGuard<'a, Box<dyn CqOps>>, &'a Watch),
+    Locked(OpsGuard<'a, Box<dyn CqOps>>, &'a Watch<Region>),
     Lent(&'a mut dyn CqOps),
 }
 
@@ -487,7 +488,7 @@ impl ViewOps<'_> {
 
 /// Settles `watch`'s ledgers with the polled `wcs`; `drained` as for [`Watch::settle`].
 #[inline]
-fn settle_raw(watch: &Watch, wcs: &[RawWc], drained: Option<u64>) {
+fn settle_raw(watch: &Watch<Region>, wcs: &[RawWc], drained: Option<u64>) {
     watch.settle(wcs.iter(), drained);
 }
 

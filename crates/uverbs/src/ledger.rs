@@ -4,9 +4,11 @@
 //! at once while a READ response or a multi-segment SEND keeps placing data through the
 //! memory reference it took at the first fragment (docs/architecture.md, "Why this is sound").
 //! So rverbs does not trust it: a safe [`Mr`](crate::mr::Mr) keeps its registration and its
-//! memory in a [`Region`] behind an `Arc`, and every safe post of a request that the device
-//! may *write* through (a receive, an RDMA READ's sink, an atomic's result) leaves a clone of
-//! that `Arc` in a ledger of the queue it was posted on. Dropping the `Mr` drops only its own
+//! memory in a [`Region`](crate::pd::region::Region) (the PD's, `pd/region.rs`) behind an
+//! `Arc`, and every safe post of a request that the device may *write* through (a receive, an
+//! RDMA READ's sink, an atomic's result) leaves a clone of that `Arc` in a ledger of the queue
+//! it was posted on. The ledger is generic over what it holds ([`Holdable`]), so that it
+//! imports no object. Dropping the `Mr` drops only its own
 //! clone; the region is deregistered and its memory freed when the last clone goes, never
 //! earlier than one of:
 //!
@@ -46,7 +48,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::error::{PostError, PostFault};
-use crate::mr::Region;
 use crate::wc::WcOpcode;
 use crate::wr::{RecvWr, SendFlags, SendOp, SendWr, SgeList};
 
@@ -60,7 +61,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// holds a borrowed region past its `Mr` (a transient `Arc` would delay its deregistration
 /// past the end of the borrow).
 #[derive(Debug)]
-pub(crate) struct Registry<R = Region> {
+pub(crate) struct Registry<R> {
     map: Mutex<HashMap<u32, Option<Weak<R>>>>,
 }
 
@@ -72,21 +73,12 @@ impl<R> Default for Registry<R> {
     }
 }
 
-/// What a ledger holds: a [`Region`] (or a test's stand-in).
+/// What a ledger holds: a PD's region (`pd::region::Region`), or a test's stand-in.
 pub(crate) trait Holdable {
     /// Its local key.
     fn lkey(&self) -> u32;
     /// True when it may be given back later than its `Mr`'s drop (owned memory).
     fn deferrable(&self) -> bool;
-}
-
-impl Holdable for Region {
-    fn lkey(&self) -> u32 {
-        Region::lkey(self)
-    }
-    fn deferrable(&self) -> bool {
-        Region::deferrable(self)
-    }
 }
 
 /// What a local key of the PD names.
@@ -149,7 +141,7 @@ fn hold<R: Holdable>(
 
 /// The ledger of a receive queue (a QP's, or with `slots` an SRQ's).
 #[derive(Debug)]
-pub(crate) struct RecvLedger<R = Region> {
+pub(crate) struct RecvLedger<R> {
     posted: u64,
     done: u64,
     /// A QP's own queue: regions held up to a receive's number.
@@ -331,7 +323,7 @@ pub(crate) fn writes_local(op: &SendOp) -> bool {
 /// The ledger of a send queue: its READs and atomics, numbered in posting order, and on siw
 /// the sources of its other requests, numbered with every request.
 #[derive(Debug)]
-pub(crate) struct SendLedger<R = Region> {
+pub(crate) struct SendLedger<R> {
     sinks: u64,
     sinks_done: u64,
     /// The signaled READs and atomics: `(sink number, request number)`.
@@ -462,7 +454,7 @@ impl<R: Holdable> SendLedger<R> {
 
 /// A QP's ledgers: its send queue's, and its receive queue's (its SRQ's when it has one).
 #[derive(Debug)]
-pub(crate) struct QpLedger<R = Region> {
+pub(crate) struct QpLedger<R> {
     qp_num: u32,
     /// siw: the send ledger holds sources too, and every post and completion goes through it.
     pub(crate) sources: bool,
@@ -567,7 +559,7 @@ impl From<(u32, bool, u32, u64)> for Seen {
 /// SRQ by its `wr_id` where that cannot be another queue's (a pinned `wr_id` would hold every
 /// region posted under it later).
 #[derive(Debug)]
-pub(crate) struct Watch<R = Region> {
+pub(crate) struct Watch<R> {
     list: Mutex<WatchList<R>>,
     /// Tombstones made so far; a poll reads it before it reads the ring.
     epoch: AtomicU64,

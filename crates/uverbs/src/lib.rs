@@ -25,6 +25,11 @@
 /// workspace, not for users: `pub` with the feature `internals`, `pub(crate)` without it, so
 /// that it stays out of the user's API (api/rverbs-uverbs.txt) and in the workspace's
 /// (api/rverbs-uverbs+internals.txt). Usable where items go, inside `impl` blocks too.
+///
+/// With `internals` it is exported (hidden) for the crates of this workspace that have an
+/// `internals` feature of their own (rverbs-cm: `#[macro_use(internal)] extern crate`): the
+/// `cfg` of an expansion is the calling crate's, so there it follows that crate's feature.
+#[cfg_attr(feature = "internals", macro_export, doc(hidden))]
 macro_rules! internal {
     ($(#[$m:meta])* pub $($item:tt)+) => {
         #[cfg(feature = "internals")]

@@ -13,9 +13,12 @@ use crate::kernel::abi::obj::ib_uverbs_dealloc_pd;
 use crate::kernel::abi::obj::{ib_uverbs_alloc_pd, ib_uverbs_alloc_pd_resp};
 use crate::kernel::write;
 use crate::ledger::{Fence, Registry};
-use crate::mr::Deferred;
 use crate::op::ReadSinks;
 use zerocopy::IntoBytes as _;
+
+pub(crate) mod region;
+
+use region::{Deferred, Region};
 
 /// A protection domain. Memory regions, QPs, SRQs and AHs keep their PD alive (`Arc<Pd>`).
 pub struct Pd {
@@ -24,7 +27,7 @@ pub struct Pd {
     /// On iWARP devices: the regions that may not be an RDMA READ's sink ([`OpSet`](crate::OpSet)).
     read_sinks: Option<ReadSinks>,
     /// The safe regions of this PD by local key ([`crate::ledger`]).
-    regions: Registry,
+    regions: Registry<Region>,
     /// On siw: the memory of deregistered regions with remote access, kept until the QPs of
     /// this PD that existed at their deregistration are destroyed ([`Fence`]).
     fence: Option<Fence<Deferred>>,
@@ -68,7 +71,7 @@ impl Pd {
 
     /// The safe regions of this PD by local key, which posts look up ([`crate::ledger`]).
     #[inline]
-    pub(crate) fn regions(&self) -> &Registry {
+    pub(crate) fn regions(&self) -> &Registry<Region> {
         &self.regions
     }
 

@@ -28,6 +28,7 @@ use crate::kernel::write;
 use crate::ledger::{Fence, QpLedger, Role, Ticket};
 use crate::mr::AccessFlags;
 use crate::op::{DeviceCapsEx, OpSet};
+use crate::pd::region::{Deferred, Region};
 use crate::pd::Pd;
 use crate::port::Mtu;
 use crate::srq::Srq;
@@ -138,7 +139,7 @@ pub struct Qp {
     mcast: Mutex<Vec<(Gid, u16)>>,
     /// What the posted requests may still write, released as their completions are polled on
     /// the CQs (which watch it) and when the QP is destroyed ([`crate::ledger`]).
-    ledger: Arc<QpLedger>,
+    ledger: Arc<QpLedger<Region>>,
     /// On siw, this QP's number in its PD's [`Fence`](crate::ledger::Fence): memory of remote
     /// regions deregistered while it lives waits for its destroy.
     fence_seq: Option<u64>,
@@ -755,7 +756,7 @@ fn mcast_cmd(
 /// left live would hold every remote region of the PD deregistered later).
 struct Unborn<'a> {
     pd: &'a Pd,
-    ticket: Option<Ticket<'a, crate::mr::Deferred>>,
+    ticket: Option<Ticket<'a, Deferred>>,
     /// The kernel QP, once CREATE_QP succeeded.
     created: Option<QpCreated>,
 }

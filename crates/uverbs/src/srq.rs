@@ -20,6 +20,7 @@ use crate::kernel::abi::obj::{
 };
 use crate::kernel::write;
 use crate::ledger::RecvLedger;
+use crate::pd::region::Region;
 use crate::pd::Pd;
 use crate::wr::{MrRecvWr, RecvWr};
 
@@ -54,7 +55,7 @@ pub struct Srq {
     user_handle: u64,
     /// What the posted receives may still write ([`crate::ledger`]), shared with the ledgers
     /// of the QPs that use the SRQ.
-    ledger: Arc<Mutex<RecvLedger>>,
+    ledger: Arc<Mutex<RecvLedger<Region>>>,
 }
 
 impl fmt::Debug for Srq {
@@ -231,7 +232,7 @@ impl Srq {
     }
 
     /// The SRQ's ledger ([`crate::ledger`]), which its QPs' completions settle.
-    pub(crate) fn ledger(&self) -> &Arc<Mutex<RecvLedger>> {
+    pub(crate) fn ledger(&self) -> &Arc<Mutex<RecvLedger<Region>>> {
         &self.ledger
     }
 

@@ -6,20 +6,7 @@
 
 use std::ptr::NonNull;
 
-pub use crate::values::AccessFlags;
-
-/// The parts of a memory buffer given up for registration: a pointer with read and write
-/// provenance over `len` bytes, and one word the type may use to rebuild itself (a `Vec`'s
-/// capacity, a mapping's length).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RawMemory {
-    /// Start of the range.
-    pub ptr: NonNull<u8>,
-    /// Length in bytes.
-    pub len: usize,
-    /// Type-specific word for [`MrMemory::from_raw`].
-    pub extra: usize,
-}
+pub use crate::values::{AccessFlags, RawMemory};
 
 /// Memory that can be registered: a buffer that gives itself up as a [`RawMemory`] for the
 /// time it is registered and is rebuilt from it after deregistration.

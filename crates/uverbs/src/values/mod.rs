@@ -1,6 +1,6 @@
 //! The value types of the verbs: what a request, a completion or an object's attributes are
 //! made of (operation kinds, access flags, QP types, states and capacities, address vectors,
-//! MTUs, driver ids). The floor above the kernel layer and below the objects: a leaf that
+//! MTUs, driver ids, the raw parts of registered memory). The floor above the kernel layer and below the objects: a leaf that
 //! imports no object module (the module graph test, `tests/module_graph.rs`, holds it to
 //! that), so that the errors, the work requests, the operation table and the provider seam
 //! can use these types without importing the objects that use them in turn.
@@ -11,6 +11,7 @@
 mod access;
 mod ah;
 mod device;
+mod memory;
 mod mw;
 mod op;
 mod port;
@@ -19,6 +20,7 @@ mod qp;
 pub use access::AccessFlags;
 pub use ah::{AhAttr, GlobalRoute};
 pub use device::DriverId;
+pub use memory::RawMemory;
 pub use mw::{MwBind, MwType};
 pub(crate) use op::send_op_table;
 pub use op::{DeviceCapsEx, FlushLevel, FlushType, OpKind};
