@@ -468,6 +468,12 @@ impl<'a> Mr<&'a mut [u8]> {
 }
 
 impl<M: MrMemory> Mr<M> {
+    /// The registration and memory, for holders that must keep it past the `Mr`'s drop (a
+    /// memory window bound in it: [`crate::mw::Mw`]).
+    pub(crate) fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
     /// Registers `mem` with `access`, for any `M` including borrows.
     ///
     /// Borrowed memory (`!M::OWNED`) with remote access is refused on siw, as for

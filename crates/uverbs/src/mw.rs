@@ -48,7 +48,7 @@
 use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::context::{Context, Method};
 use crate::error::{Error, PostError, PostQueue, Result};
@@ -56,7 +56,8 @@ use crate::kernel::abi::cmd::nr;
 use crate::kernel::abi::ioctl::mw;
 use crate::kernel::abi::obj::{ib_uverbs_alloc_mw, ib_uverbs_alloc_mw_resp, ib_uverbs_dealloc_mw};
 use crate::kernel::write;
-use crate::mr::{AccessFlags, Mr, MrMemory};
+use crate::ledger::lock;
+use crate::mr::{AccessFlags, Mr, MrMemory, Region};
 use crate::pd::Pd;
 use crate::qp::Qp;
 use crate::wr::{SendFlags, SendOp, SendWr, Sge};
@@ -89,6 +90,13 @@ pub struct Mw {
     handle: u32,
     mw_type: MwType,
     rkey: AtomicU32,
+    /// The regions [`bind_info`](Mw::bind_info) made binds into: kept (registered, their
+    /// memory allocated) until the window is deallocated, whatever happens to their `Mr`s. A
+    /// bound window lets a peer reach the region under the window's rkey, and not every
+    /// kernel refuses to deregister a region with a bound window (rxe counts its windows;
+    /// mlx5's binds are WQEs the kernel never sees, and its deregistration counts nothing), so
+    /// the window, not the kernel, keeps it.
+    bound: Mutex<Vec<Arc<Region>>>,
 }
 
 impl fmt::Debug for Mw {
@@ -141,6 +149,7 @@ impl Mw {
             handle: resp.mw_handle,
             mw_type,
             rkey: AtomicU32::new(resp.rkey),
+            bound: Mutex::new(Vec::new()),
         }))
     }
 
@@ -279,6 +288,12 @@ impl Mw {
             )
             .into());
         }
+        if mr.region().deferrable() {
+            let mut b = lock(&self.bound);
+            if !b.iter().any(|r| Arc::ptr_eq(r, mr.region())) {
+                b.push(mr.region().clone());
+            }
+        }
         Ok(self.next_bind(
             mr.lkey(),
             mr.addr() + range.start as u64,
@@ -320,7 +335,10 @@ impl Mw {
 impl Drop for Mw {
     fn drop(&mut self) {
         let ctx = self.pd.context();
+        let bound = std::mem::take(&mut *lock(&self.bound));
         if let Err(e) = dealloc_mw(ctx, self.handle) {
+            // The window may still be bound: what it was bound in stays allocated.
+            std::mem::forget(bound);
             tracing::error!(
                 device = ctx.name(),
                 handle = self.handle,
