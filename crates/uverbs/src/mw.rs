@@ -23,12 +23,15 @@
 //! A bound window lets a peer read or write the region's memory, so a safe bind may grant no
 //! more than the region itself does ([`Mw::bind_info`] checks it before anything is posted):
 //!
-//! 1. the region is an [`Mr<M>`] over **owned** memory (`M: 'static`: `Vec`, `Box<[u8]>`,
-//!    `PageBuf`): the memory Rust only reaches through atomic copies, freed only after a
-//!    successful deregistration. The kernel refuses to deregister a region while a window is
-//!    bound in it (rxe: `num_mw`, IBA 10.6.7.2.6), so dropping the `Mr` first fails, logs and
-//!    leaks the memory instead of freeing it under the window. Scoped (borrowed) regions are
-//!    refused: their deregistration failing would have to abort the process;
+//! 1. the region is an [`Mr<M>`] over memory that lives as long as needed (`M: 'static`:
+//!    `Vec`, `Box<[u8]>`, `PageBuf`, a `&'static mut [u8]`): the memory Rust only reaches
+//!    through atomic copies, freed only after a successful deregistration. The window keeps
+//!    every region it was bound into ([`Mw::bind_info`] records it): dropping the `Mr` while
+//!    the window lives deregisters nothing, [`Mr::deregister`] answers `EBUSY`, and the region
+//!    is deregistered and its memory freed only after the window's deallocation succeeded
+//!    (a failed deallocation leaks them). Not every kernel would refuse the deregistration
+//!    itself (rxe does, `num_mw`, IBA 10.6.7.2.6; mlx5's binds are WQEs the kernel never
+//!    sees). Scoped (borrowed) regions are refused: their borrow ends with the scope;
 //! 2. the region was registered with `MW_BIND`, on the window's PD;
 //! 3. the window's remote rights (`REMOTE_READ`, `REMOTE_WRITE`, `REMOTE_ATOMIC`) are among
 //!    the region's own: so a region's access flags stay the most any peer can do to its
@@ -95,7 +98,10 @@ pub struct Mw {
     /// bound window lets a peer reach the region under the window's rkey, and not every
     /// kernel refuses to deregister a region with a bound window (rxe counts its windows;
     /// mlx5's binds are WQEs the kernel never sees, and its deregistration counts nothing), so
-    /// the window, not the kernel, keeps it.
+    /// the window, not the kernel, keeps it. A rebind or an invalidation does not let go of
+    /// the older regions: whether it took effect is the device's to say (a failed bind may
+    /// leave the old binding), so only the deallocation ends them. Grows by one entry per
+    /// distinct region bound.
     bound: Mutex<Vec<Arc<Region>>>,
 }
 
@@ -288,12 +294,16 @@ impl Mw {
             )
             .into());
         }
-        if mr.region().deferrable() {
-            let mut b = lock(&self.bound);
-            if !b.iter().any(|r| Arc::ptr_eq(r, mr.region())) {
-                b.push(mr.region().clone());
-            }
+        // Every region, owned or a `'static` borrow: a `Mr<&'static mut [u8]>` dropped under
+        // a bound window would otherwise be deregistered (mlx5: succeeds, the window's
+        // translation left pointing at it; rxe: refused, and a failed deregistration of
+        // borrowed memory aborts), and `Mr::deregister` would hand the borrow back while a
+        // peer can still write through the window.
+        let mut b = lock(&self.bound);
+        if !b.iter().any(|r| Arc::ptr_eq(r, mr.region())) {
+            b.push(mr.region().clone());
         }
+        drop(b);
         Ok(self.next_bind(
             mr.lkey(),
             mr.addr() + range.start as u64,
