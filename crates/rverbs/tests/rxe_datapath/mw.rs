@@ -454,12 +454,11 @@ fn window_keeps_a_static_borrow() {
     let e = mr
         .deregister()
         .expect_err("deregister under a bound window must not give the borrow back");
-    assert_eq!(
-        e.raw_os_error(),
-        Some(rustix::io::Errno::BUSY.raw_os_error()),
-        "{e}"
+    let msg = e.to_string();
+    assert!(
+        msg.contains("(EBUSY)") && msg.contains("memory window"),
+        "{msg}"
     );
-    assert!(e.to_string().contains("memory window"), "{e}");
     assert_eq!(
         write_then_read(&a, base, mw.rkey(), b"still mine"),
         WcStatus::SUCCESS
