@@ -449,6 +449,21 @@ impl Cq {
             self.lock().qp_reset(qp_num, recv);
         }
     }
+
+    /// Tells the provider that QP `qp` (number `qp_num`, of this CQ's context) was destroyed
+    /// ([`CqOps::qp_destroyed`](crate::driver::CqOps::qp_destroyed)), under this CQ's lock
+    /// only; not at all when the provider has nothing to do there (rxe, siw).
+    pub(crate) fn qp_destroyed(
+        &self,
+        qp: &dyn crate::driver::QpOps,
+        qp_num: u32,
+        recv: bool,
+        srq_done: &mut dyn FnMut(u64),
+    ) {
+        if self.cleans_on_qp_reset {
+            self.lock().qp_destroyed(qp, qp_num, recv, srq_done);
+        }
+    }
 }
 
 /// A lazy, borrowed view of a CQ's completions (the idea of `ibv_cq_ex`'s start_poll /

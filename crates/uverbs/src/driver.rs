@@ -297,7 +297,29 @@ pub trait CqOps: Send + fmt::Debug {
         let _ = (qp_num, recv);
     }
 
-    /// True when [`qp_reset`](Self::qp_reset) has work to do on this CQ (mlx5). Asked once,
+    /// The kernel has destroyed QP `qp` (number `qp_num`): drop its completions not yet
+    /// polled from the ring, keeping every other QP's in order, as for
+    /// [`qp_reset`](Self::qp_reset) (libmlx5 `mlx5_destroy_qp` → `__mlx5_cq_clean`). `recv`:
+    /// this CQ is the QP's receive CQ; each receive of the QP's SRQ dropped here goes back to
+    /// the SRQ and its `wr_id` to `srq_done`, so that the core releases what it held (the
+    /// device wrote its completion: it writes that buffer no more). `qp` is the destroyed QP's
+    /// own data path ([`QpOps::as_any`]): the provider finds the QP there, not by its number,
+    /// which the kernel may already have given to a new QP. Called by the QP's drop under
+    /// this CQ's lock only (no one else can hold the dropped QP's), receive CQ first, only
+    /// when [`cleans_on_qp_reset`](Self::cleans_on_qp_reset) said so. Default: nothing (rxe,
+    /// siw: the kernel's completions stay, and the core's tombstones count them for no one).
+    fn qp_destroyed(
+        &mut self,
+        qp: &dyn QpOps,
+        qp_num: u32,
+        recv: bool,
+        srq_done: &mut dyn FnMut(u64),
+    ) {
+        let _ = (qp, qp_num, recv, srq_done);
+    }
+
+    /// True when [`qp_reset`](Self::qp_reset) and [`qp_destroyed`](Self::qp_destroyed) have
+    /// work to do on this CQ (mlx5). Asked once,
     /// when the CQ is created; when false the core neither takes the CQ's lock nor calls
     /// `qp_reset`, so a modify to RESET never waits for a poller that holds the lock (a
     /// [`CqView`](crate::cq::CqView), the C drop-in's `ibv_start_poll`). Default: false.
@@ -351,6 +373,11 @@ pub trait QpOps: Send + fmt::Debug {
     /// QP's lock, after [`CqOps::qp_reset`] on its CQs. Default: nothing (rxe: the kernel
     /// owns the queue indices in the shared rings).
     fn reset(&mut self) {}
+
+    /// The provider's own type, for its CQs' [`CqOps::qp_destroyed`]. Default: `None`.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }
 
 /// An SRQ's data path.

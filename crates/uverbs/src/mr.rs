@@ -356,6 +356,12 @@ impl<'a> Mr<&'a mut [u8]> {
 }
 
 impl<M: MrMemory> Mr<M> {
+    /// The registration and memory, for holders that must keep it past the `Mr`'s drop (a
+    /// memory window bound in it: [`crate::mw::Mw`]).
+    pub(crate) fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
     /// Registers `mem` with `access`, for any `M` including borrows.
     ///
     /// Borrowed memory (`!M::OWNED`) with remote access is refused on siw, as for
@@ -585,7 +591,9 @@ impl<M: MrMemory> Mr<M> {
     /// whose completion has not been polled: docs/architecture.md, "What a posted request
     /// keeps alive") the memory cannot be given back: the error is `EBUSY`, and the region is
     /// deregistered and freed once those completions are polled (or their QP is destroyed),
-    /// as when the `Mr` is dropped. On siw a region with remote access is also not given back
+    /// as when the `Mr` is dropped. Likewise while a memory window it was bound into
+    /// ([`crate::mw::Mw::bind_info`]) is not deallocated: `EBUSY`, and the region goes with
+    /// the last such window. On siw a region with remote access is also not given back
     /// while a QP of its PD that existed at the deregistration lives (a peer may still be
     /// writing it): it is deregistered, the error is `EBUSY`, and the memory is freed when
     /// those QPs are destroyed.
@@ -604,9 +612,9 @@ impl<M: MrMemory> Mr<M> {
                 drop(shared);
                 let err = Error::os(
                     format!(
-                        "deregister MR {handle} ({len} bytes) on {name}: posted requests may \
-                         still write it; it is deregistered and freed once their completions \
-                         are polled"
+                        "deregister MR {handle} ({len} bytes) on {name}: posted requests or a \
+                         memory window bound in it may still reach it; it is deregistered and \
+                         freed once their completions are polled and the windows deallocated"
                     ),
                     Errno::BUSY,
                 );

@@ -23,12 +23,15 @@
 //! A bound window lets a peer read or write the region's memory, so a safe bind may grant no
 //! more than the region itself does ([`Mw::bind_info`] checks it before anything is posted):
 //!
-//! 1. the region is an [`Mr<M>`] over **owned** memory (`M: 'static`: `Vec`, `Box<[u8]>`,
-//!    `PageBuf`): the memory Rust only reaches through atomic copies, freed only after a
-//!    successful deregistration. The kernel refuses to deregister a region while a window is
-//!    bound in it (rxe: `num_mw`, IBA 10.6.7.2.6), so dropping the `Mr` first fails, logs and
-//!    leaks the memory instead of freeing it under the window. Scoped (borrowed) regions are
-//!    refused: their deregistration failing would have to abort the process;
+//! 1. the region is an [`Mr<M>`] over memory that lives as long as needed (`M: 'static`:
+//!    `Vec`, `Box<[u8]>`, `PageBuf`, a `&'static mut [u8]`): the memory Rust only reaches
+//!    through atomic copies, freed only after a successful deregistration. The window keeps
+//!    every region it was bound into ([`Mw::bind_info`] records it): dropping the `Mr` while
+//!    the window lives deregisters nothing, [`Mr::deregister`] answers `EBUSY`, and the region
+//!    is deregistered and its memory freed only after the window's deallocation succeeded
+//!    (a failed deallocation leaks them). Not every kernel would refuse the deregistration
+//!    itself (rxe does, `num_mw`, IBA 10.6.7.2.6; mlx5's binds are WQEs the kernel never
+//!    sees). Scoped (borrowed) regions are refused: their borrow ends with the scope;
 //! 2. the region was registered with `MW_BIND`, on the window's PD;
 //! 3. the window's remote rights (`REMOTE_READ`, `REMOTE_WRITE`, `REMOTE_ATOMIC`) are among
 //!    the region's own: so a region's access flags stay the most any peer can do to its
@@ -48,7 +51,7 @@
 use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::context::{Context, Method};
 use crate::error::{Error, PostError, PostQueue, Result};
@@ -56,7 +59,8 @@ use crate::kernel::abi::cmd::nr;
 use crate::kernel::abi::ioctl::mw;
 use crate::kernel::abi::obj::{ib_uverbs_alloc_mw, ib_uverbs_alloc_mw_resp, ib_uverbs_dealloc_mw};
 use crate::kernel::write;
-use crate::mr::{AccessFlags, Mr, MrMemory};
+use crate::ledger::lock;
+use crate::mr::{AccessFlags, Mr, MrMemory, Region};
 use crate::pd::Pd;
 use crate::qp::Qp;
 use crate::wr::{SendFlags, SendOp, SendWr, Sge};
@@ -89,6 +93,16 @@ pub struct Mw {
     handle: u32,
     mw_type: MwType,
     rkey: AtomicU32,
+    /// The regions [`bind_info`](Mw::bind_info) made binds into: kept (registered, their
+    /// memory allocated) until the window is deallocated, whatever happens to their `Mr`s. A
+    /// bound window lets a peer reach the region under the window's rkey, and not every
+    /// kernel refuses to deregister a region with a bound window (rxe counts its windows;
+    /// mlx5's binds are WQEs the kernel never sees, and its deregistration counts nothing), so
+    /// the window, not the kernel, keeps it. A rebind or an invalidation does not let go of
+    /// the older regions: whether it took effect is the device's to say (a failed bind may
+    /// leave the old binding), so only the deallocation ends them. Grows by one entry per
+    /// distinct region bound.
+    bound: Mutex<Vec<Arc<Region>>>,
 }
 
 impl fmt::Debug for Mw {
@@ -141,6 +155,7 @@ impl Mw {
             handle: resp.mw_handle,
             mw_type,
             rkey: AtomicU32::new(resp.rkey),
+            bound: Mutex::new(Vec::new()),
         }))
     }
 
@@ -279,6 +294,16 @@ impl Mw {
             )
             .into());
         }
+        // Every region, owned or a `'static` borrow: a `Mr<&'static mut [u8]>` dropped under
+        // a bound window would otherwise be deregistered (mlx5: succeeds, the window's
+        // translation left pointing at it; rxe: refused, and a failed deregistration of
+        // borrowed memory aborts), and `Mr::deregister` would hand the borrow back while a
+        // peer can still write through the window.
+        let mut b = lock(&self.bound);
+        if !b.iter().any(|r| Arc::ptr_eq(r, mr.region())) {
+            b.push(mr.region().clone());
+        }
+        drop(b);
         Ok(self.next_bind(
             mr.lkey(),
             mr.addr() + range.start as u64,
@@ -320,7 +345,10 @@ impl Mw {
 impl Drop for Mw {
     fn drop(&mut self) {
         let ctx = self.pd.context();
+        let bound = std::mem::take(&mut *lock(&self.bound));
         if let Err(e) = dealloc_mw(ctx, self.handle) {
+            // The window may still be bound: what it was bound in stays allocated.
+            std::mem::forget(bound);
             tracing::error!(
                 device = ctx.name(),
                 handle = self.handle,

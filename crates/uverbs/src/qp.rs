@@ -826,6 +826,24 @@ impl Drop for Qp {
             // Destroyed: the device places nothing more for this QP, so what its requests may
             // have written can be given back (the ledger goes with the last of its `Arc`s).
             Ok(_) => {
+                // The provider drops its completions still in the CQs where the library
+                // does (mlx5, as libmlx5 `mlx5_destroy_qp`): receive CQ first. A dropped
+                // receive of the SRQ is over (the device wrote its completion), so the SRQ
+                // lets go of what it held under its `wr_id`. No lock of this QP is taken:
+                // it is being dropped, no one else holds it.
+                let ops: &dyn QpOps = &**self.ops.get_mut();
+                let srq = self.srq.is_some().then(|| self.ledger.recv.clone());
+                let mut srq_done = |wr_id: u64| {
+                    if let Some(l) = &srq {
+                        crate::ledger::lock(l).completed(wr_id);
+                    }
+                };
+                self.recv_cq
+                    .qp_destroyed(ops, self.qp_num, true, &mut srq_done);
+                if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+                    self.send_cq
+                        .qp_destroyed(ops, self.qp_num, false, &mut srq_done);
+                }
                 // Its completions still in the CQs count for no one, nor for a new QP that
                 // gets its number, until they are out (crate::ledger::Watch).
                 self.send_cq.watch().retire(&self.ledger);

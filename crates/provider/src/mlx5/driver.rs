@@ -320,6 +320,23 @@ impl CqOps for CqRing {
             self.cq.clean(|cqe| f.removes(cqe));
         }
     }
+
+    fn qp_destroyed(
+        &mut self,
+        qp: &dyn QpOps,
+        _qp_num: u32,
+        recv: bool,
+        srq_done: &mut dyn FnMut(u64),
+    ) {
+        // libmlx5 `mlx5_destroy_qp` → `__mlx5_cq_clean` after the kernel destroyed the QP,
+        // under the CQ's lock (ours is the core's). Another provider's QP cannot be on an
+        // mlx5 CQ (one context, one driver); found by its own tables, not its number.
+        let Some(q) = qp.as_any().and_then(|a| a.downcast_ref::<Mlx5Qp>()) else {
+            return;
+        };
+        let f = self.cq.lookup_mut().destroy_filter(q.shared(), recv);
+        self.cq.clean(|cqe| f.removes_reporting(cqe, srq_done));
+    }
 }
 
 // SAFETY: every ring and doorbell record is memory this driver allocated and sized itself

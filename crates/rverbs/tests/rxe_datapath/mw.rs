@@ -296,3 +296,172 @@ fn window_errors_are_named_and_leak_nothing() {
     }
     assert_eq!(common::fd_count(), fds, "descriptors leaked");
 }
+
+/// What each [`Watched`] buffer held when its memory was given back, by buffer id.
+static FREED: std::sync::Mutex<Vec<(usize, Vec<u8>)>> = std::sync::Mutex::new(Vec::new());
+
+/// Owned memory that records its bytes when it is given back (freed): shows when a region's
+/// memory really went, and what had landed in it by then.
+struct Watched {
+    id: usize,
+    bytes: Box<[u8]>,
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        FREED.lock().unwrap().push((self.id, self.bytes.to_vec()));
+    }
+}
+
+// SAFETY: the Box's allocation given up whole (Box::into_raw) and taken back by
+// Box::from_raw; the id travels in `extra`. Owned: leaking keeps the memory allocated.
+unsafe impl rverbs::uverbs::mr::MrMemory for Watched {
+    fn into_raw(self) -> rverbs::uverbs::mr::RawMemory {
+        let me = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `me` is never used or dropped again.
+        let bytes = unsafe { std::ptr::read(&me.bytes) };
+        let len = bytes.len();
+        let p = Box::into_raw(bytes).cast::<u8>();
+        rverbs::uverbs::mr::RawMemory {
+            ptr: std::ptr::NonNull::new(p).unwrap(),
+            len,
+            extra: me.id,
+        }
+    }
+    unsafe fn from_raw(raw: rverbs::uverbs::mr::RawMemory) -> Self {
+        let p = std::ptr::slice_from_raw_parts_mut(raw.ptr.as_ptr(), raw.len);
+        Watched {
+            id: raw.extra,
+            // SAFETY: the pointer Box::into_raw returned in into_raw.
+            bytes: unsafe { Box::from_raw(p) },
+        }
+    }
+}
+
+/// The bytes buffer `id` held when it was freed, if it was.
+fn freed(id: usize) -> Option<Vec<u8>> {
+    let f = FREED.lock().unwrap();
+    f.iter().find(|(i, _)| *i == id).map(|(_, b)| b.clone())
+}
+
+fn watched(pd: &Arc<Pd>, id: usize) -> Mr<Watched> {
+    let w = Watched {
+        id,
+        bytes: vec![0u8; 2 * WIN.end].into_boxed_slice(),
+    };
+    Mr::register(pd, w, ALL_ACCESS | AccessFlags::MW_BIND).expect("register watched memory")
+}
+
+/// Issue #31: a window keeps every region it was bound into. The `Mr` dropped after the bind
+/// frees nothing; a peer's RDMA WRITE through the window after that drop succeeds and lands in
+/// memory the process still owns (its bytes are seen when it is finally freed); the memory
+/// goes only when the window is deallocated. Type 1 (rebound from one region to another:
+/// both kept) and type 2 (bound by a work request, then invalidated: kept until dealloc).
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn window_keeps_its_regions_after_the_mr_is_dropped() {
+    const ID: usize = 3100;
+    let t = loopback();
+    for mw_type in [MwType::TYPE_1, MwType::TYPE_2] {
+        let id = ID + 10 * mw_type.0 as usize;
+        let (a, b) = rc_pair(&t, &fast());
+        let first = watched(&b.side.pd, id);
+        let second = watched(&b.side.pd, id + 1);
+        let mw = Mw::alloc(&b.side.pd, mw_type).expect("alloc MW");
+        // Bound in `first`, then rebound in `second` (type 2 via a work request each time,
+        // invalidated in between).
+        for (n, mr) in [&first, &second].into_iter().enumerate() {
+            let bind = mw.bind_info(mr, WIN, RW).unwrap();
+            if mw_type == MwType::TYPE_1 {
+                bind_ok(&b.qp, &b.cq, &mw, &bind, 1 + n as u64);
+            } else {
+                if n > 0 {
+                    let op = SendOp::LocalInv {
+                        invalidate_rkey: mw.rkey(),
+                    };
+                    send_ok(&b.qp, &[wr(20, op, &[])]);
+                    assert_wc(&poll1(&b.cq), 20, WcOpcode::LOCAL_INV);
+                }
+                send_ok(&b.qp, &[wr(1 + n as u64, SendOp::BindMw(bind), &[])]);
+                assert_wc(&poll1(&b.cq), 1 + n as u64, WcOpcode::BIND_MW);
+                mw.set_rkey(bind.rkey());
+            }
+        }
+        let base = second.addr() + WIN.start as u64;
+        drop(first);
+        drop(second);
+        assert_eq!(
+            freed(id),
+            None,
+            "{mw_type}: first region freed under its window"
+        );
+        assert_eq!(
+            freed(id + 1),
+            None,
+            "{mw_type}: bound region freed under its window"
+        );
+        // The peer writes through the window after the user dropped the Mr.
+        let data = pattern(7 + mw_type.0, 1024);
+        assert_eq!(
+            write_then_read(&a, base + 8, mw.rkey(), &data),
+            WcStatus::SUCCESS,
+            "{mw_type}: write through the window after the Mr's drop"
+        );
+        assert_eq!(
+            freed(id + 1),
+            None,
+            "{mw_type}: freed before the window went"
+        );
+        let key = mw.rkey();
+        drop(mw);
+        let bytes = freed(id + 1).expect("the region is freed once its window is deallocated");
+        assert_eq!(
+            &bytes[WIN.start + 8..WIN.start + 8 + data.len()],
+            &data[..],
+            "{mw_type}: the write landed in the memory the process still owned"
+        );
+        assert!(freed(id).is_some(), "{mw_type}: the first region goes too");
+        // And the window's key reaches nothing any more.
+        assert_eq!(
+            write_then_read(&a, base, key, b"x"),
+            WcStatus::REM_ACCESS_ERR,
+            "{mw_type}: write through the deallocated window"
+        );
+    }
+}
+
+/// A `'static` borrow bound into a window: kept too (before the fix it was not: the `Mr`'s drop
+/// deregistered under the bound window, which rxe refuses, and a failed deregistration of
+/// borrowed memory aborts; `deregister` would have handed the borrow back while the window
+/// still reached it).
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn window_keeps_a_static_borrow() {
+    let t = loopback();
+    let (a, b) = rc_pair(&t, &fast());
+    let mem: &'static mut [u8] = Box::leak(vec![0u8; 2 * WIN.end].into_boxed_slice());
+    let mr = Mr::register(&b.side.pd, mem, ALL_ACCESS | AccessFlags::MW_BIND).unwrap();
+    let mw = Mw::alloc(&b.side.pd, MwType::TYPE_1).unwrap();
+    let bind = mw.bind_info(&mr, WIN, RW).unwrap();
+    bind_ok(&b.qp, &b.cq, &mw, &bind, 1);
+    let base = mr.addr() + WIN.start as u64;
+    let e = mr
+        .deregister()
+        .expect_err("deregister under a bound window must not give the borrow back");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("(EBUSY)") && msg.contains("memory window"),
+        "{msg}"
+    );
+    assert_eq!(
+        write_then_read(&a, base, mw.rkey(), b"still mine"),
+        WcStatus::SUCCESS
+    );
+    drop(mw);
+}

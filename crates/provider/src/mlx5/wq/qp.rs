@@ -400,6 +400,10 @@ impl QpOps for Mlx5Qp {
         Some(self.sz.caps())
     }
 
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
     fn reset(&mut self) {
         // libmlx5 `mlx5_init_qp_indices` and the doorbell records after a modify to RESET.
         // The pending fence (`fm_cache`) and the BlueFlame half stay, as in libmlx5.
@@ -418,6 +422,13 @@ impl QpOps for Mlx5Qp {
             // reads it concurrently, so it is written as an atomic.
             unsafe { AtomicU32::from_ptr(self.dbrec.add(i)) }.store(0, Ordering::Release);
         }
+    }
+}
+
+impl Mlx5Qp {
+    /// What the CQ poller knows of this QP (its tables, its SRQ, its user index).
+    pub fn shared(&self) -> &Arc<QpShared> {
+        &self.shared
     }
 }
 

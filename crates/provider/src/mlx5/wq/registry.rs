@@ -208,6 +208,22 @@ impl CqLookup {
             srq: if recv { qp.srq.clone() } else { None },
         })
     }
+
+    /// What to remove from this CQ now that QP `qp` is destroyed (libmlx5 `mlx5_destroy_qp`
+    /// → `__mlx5_cq_clean`): as [`reset_filter`](Self::reset_filter), but from the QP's own
+    /// tables, not by its number (the kernel may already have given the number to a new QP,
+    /// whose entry then stands in the registry).
+    pub fn destroy_filter(&self, qp: &QpShared, recv: bool) -> ResetFilter {
+        ResetFilter {
+            rsn: if self.cqe_v1 {
+                qp.uidx.unwrap_or(qp.qpn)
+            } else {
+                qp.qpn
+            },
+            cqe_v1: self.cqe_v1,
+            srq: if recv { qp.srq.clone() } else { None },
+        }
+    }
 }
 
 /// The entries of a QP moved to RESET, as libmlx5's `free_res_cqe` picks them for
@@ -225,6 +241,14 @@ pub struct ResetFilter {
 impl ResetFilter {
     /// Whether `cqe` goes (and frees its SRQ WQE when it does, see above).
     pub fn removes(&self, cqe: &Cqe64) -> bool {
+        self.removes_reporting(cqe, &mut |_| {})
+    }
+
+    /// As [`removes`](Self::removes), giving the `wr_id` of each SRQ WQE it frees to
+    /// `srq_done` (what the core then releases, [`CqOps::qp_destroyed`]).
+    ///
+    /// [`CqOps::qp_destroyed`]: rverbs_uverbs::driver::CqOps::qp_destroyed
+    pub fn removes_reporting(&self, cqe: &Cqe64, srq_done: &mut dyn FnMut(u64)) -> bool {
         let (ours, srq_wqe) = if self.cqe_v1 {
             let responder = matches!(
                 cqe.opcode(),
@@ -239,8 +263,15 @@ impl ResetFilter {
             (cqe.qpn() == self.rsn, cqe.srqn_uidx() & 0xff_ffff != 0)
         };
         if ours && srq_wqe {
-            if let Some(srq) = &self.srq {
-                srq.done(cqe.wqe_counter());
+            // Version 0: only a receive of this SRQ (its number in the CQE). The QP's own
+            // always are; a QP that got the destroyed one's number on another SRQ before the
+            // clean ran must not free a WQE of this one that is still posted.
+            let srq = self
+                .srq
+                .as_ref()
+                .filter(|s| self.cqe_v1 || cqe.srqn_uidx() & 0xff_ffff == s.srqn);
+            if let Some(wr_id) = srq.and_then(|s| s.done(cqe.wqe_counter())) {
+                srq_done(wr_id);
             }
         }
         ours

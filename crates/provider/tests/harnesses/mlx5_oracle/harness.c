@@ -1081,6 +1081,20 @@ int main(int argc, char **argv)
 			struct ibv_qp_attr a = {0};
 			a.qp_state = IBV_QPS_RESET;
 			rc = ibv_modify_qp(qps[num(tok, n, "qp", 0)], &a, IBV_QP_STATE);
+		} else if (!strcmp(w, "destroy")) {
+			/* ibv_destroy_qp: its queues are freed, so they are no longer dumped */
+			int id = num(tok, n, "qp", 0);
+			int k = 0;
+			for (int i = 0; i < nregions; i++) {
+				if (strcmp(regions[i].kind, "qp") == 0 && regions[i].id == id)
+					free(regions[i].shadow);
+				else
+					regions[k++] = regions[i];
+			}
+			nregions = k;
+			if (ibv_destroy_qp(qps[id]))
+				rc = errno;
+			qps[id] = NULL;
 		} else if (!strcmp(w, "close")) {
 			/* destroy everything, close the device; print the UAR destroys, sorted */
 			for (int i = 0; i < MAXOBJ; i++)
