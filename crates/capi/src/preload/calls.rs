@@ -880,6 +880,60 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
     n
 }
 
+/// `ioctl(2)` (glibc's `int ioctl(int, unsigned long, ...)`, whose one argument after the
+/// request arrives here as a pointer). On a table number: `FIONREAD` (`SIOCINQ`) writes the
+/// bytes a read would return now without waiting (0 before the connection, -1 and `EINVAL`
+/// on a listening socket, as TCP; rdma-core's preload does not interpose `ioctl`, so there
+/// it is the unconnected placeholder's 0), `FIONBIO` sets `O_NONBLOCK` on the rsocket and
+/// the real socket as `fcntl(F_SETFL)` does; every other request, and every other fd, goes
+/// to the next `ioctl`.
+///
+/// # Safety
+/// `arg` as `ioctl(2)` reads or writes it for `request` (`FIONREAD`: an `int` written;
+/// `FIONBIO`: an `int` read); \[fd\].
+#[cfg_attr(feature = "preload", no_mangle)]
+pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
+    let rl = real();
+    let Some(s) = get(fd) else {
+        // SAFETY: as this function's contract.
+        return unsafe { (rl.ioctl)(fd, request, arg) };
+    };
+    match request {
+        libc::FIONREAD => {
+            if arg.is_null() {
+                set_errno(libc::EFAULT);
+                return -1;
+            }
+            let n = r::bytes_readable(s.rs);
+            if n < 0 {
+                return -1;
+            }
+            // SAFETY: [out] `arg` is the caller's `int` (FIONREAD's contract), checked non-NULL.
+            unsafe { arg.cast::<c_int>().write_unaligned(n) };
+            0
+        }
+        libc::FIONBIO => {
+            if arg.is_null() {
+                set_errno(libc::EFAULT);
+                return -1;
+            }
+            // SAFETY: [in] `arg` is the caller's `int` (FIONBIO's contract), checked non-NULL.
+            let on = unsafe { arg.cast::<c_int>().read_unaligned() } != 0;
+            // SAFETY: as this function's contract: the real socket first (its errors are
+            // the call's).
+            let n = unsafe { (rl.ioctl)(fd, request, arg) };
+            if n < 0 {
+                return n;
+            }
+            // SAFETY: integers only.
+            unsafe { r::rfcntl(s.rs, libc::F_SETFL, if on { libc::O_NONBLOCK } else { 0 }) };
+            0
+        }
+        // SAFETY: as this function's contract.
+        _ => unsafe { (rl.ioctl)(fd, request, arg) },
+    }
+}
+
 /// `fcntl64`: [`fcntl`] (the same on 64-bit Linux).
 ///
 /// # Safety

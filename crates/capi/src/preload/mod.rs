@@ -39,6 +39,7 @@ use libc::c_int;
 
 pub mod calls;
 pub mod epoll;
+mod fork;
 mod real;
 #[cfg(test)]
 mod tests;
@@ -115,6 +116,7 @@ pub(crate) fn get(fd: c_int) -> Option<Arc<Sock>> {
 /// Puts `fd` → `s` into the table; what it held for `fd` before is returned (to drop
 /// outside the lock).
 pub(crate) fn insert(fd: c_int, s: Arc<Sock>) -> Option<Arc<Sock>> {
+    fork::register();
     let mut t = table();
     mark(fd, true);
     t.insert(fd, s)
