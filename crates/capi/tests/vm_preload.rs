@@ -667,7 +667,9 @@ print("client-done", flush=True)
 ///   the same connection and accepts a second one.
 /// - rsockets' configuration files (`RVERBS_RSOCKET_CONF_DIR`, the test's stand-in for
 ///   `/etc/rdma/rsocket`): the accepted rsocket has the configured inline size, send queue
-///   and rings (`getsockopt` on `SOL_RDMA` and `SO_RCVBUF`/`SO_SNDBUF`), and moves the bytes.
+///   and rings (`getsockopt` on `SOL_RDMA` and `SO_RCVBUF`/`SO_SNDBUF`), and moves the bytes;
+///   `preload_config` naming python3 keeps its sockets rsockets, one naming another program
+///   leaves them TCP.
 #[test]
 #[cfg_attr(
     not(rverbs_vm),
@@ -682,8 +684,25 @@ fn fionread_fork_config_on_our_preload() {
         ("sqsize_default", "100"),
         ("mem_default", "65536"),
         ("wmem_default", "32768"),
+        // rdma-core's program filter: this entry names python3 (a prefix, any case).
+        ("preload_config", "# ours\nPYTHON INET STREAM TCP\n"),
     ] {
         std::fs::write(dir.join(f), v).unwrap();
+    }
+    // A filter that names another program: python3's sockets stay TCP (SOL_RDMA unknown).
+    let other = dir.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("preload_config"), "nosuchprogram * * *\n").unwrap();
+    let probe = "import socket\ns = socket.socket()\ntry:\n    s.getsockopt(0x10000, 2)\n    print('rsocket')\nexcept OSError:\n    print('tcp')\n";
+    for (d, want) in [(&dir, "rsocket"), (&other, "tcp")] {
+        let mut c = program("python3", Side::Ours, &["-c", probe]);
+        c.env("RVERBS_RSOCKET_CONF_DIR", d);
+        let (ok, out) = Proc::spawn(c).finish(Duration::from_secs(30));
+        assert!(
+            ok && out.lines().any(|l| l.trim() == want),
+            "preload_config in {}: want {want}:\n{out}",
+            d.display()
+        );
     }
     let mut lines = Vec::new();
     for (k, side) in [Side::Ours, Side::Tcp].into_iter().enumerate() {

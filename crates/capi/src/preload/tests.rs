@@ -518,16 +518,18 @@ fn ioctl_fionread_and_fionbio() {
     // SAFETY: [out] two ints.
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
     // SAFETY: [buf] 5 bytes.
-    assert_eq!(
-        unsafe { libc::write(fds[1], b"hello".as_ptr().cast(), 5) },
-        5
-    );
+    let r = unsafe { libc::write(fds[1], b"hello".as_ptr().cast(), 5) };
+    assert_eq!(r, 5);
     let mut n: c_int = -1;
     // SAFETY: [out] an int.
-    assert_eq!(
-        unsafe { p::ioctl(fds[0], libc::FIONREAD, (&mut n as *mut c_int).cast()) },
-        0
-    );
+    let r = unsafe {
+        p::ioctl(
+            fds[0],
+            super::calls::FIONREAD,
+            (&mut n as *mut c_int).cast(),
+        )
+    };
+    assert_eq!(r, 0);
     assert_eq!(n, 5, "a pipe's FIONREAD is the kernel's");
     close(fds[0]);
     close(fds[1]);
@@ -535,25 +537,19 @@ fn ioctl_fionread_and_fionbio() {
     let fd = tcp_socket();
     n = -1;
     // SAFETY: [out] an int.
-    assert_eq!(
-        unsafe { p::ioctl(fd, libc::FIONREAD, (&mut n as *mut c_int).cast()) },
-        0
-    );
+    let r = unsafe { p::ioctl(fd, super::calls::FIONREAD, (&mut n as *mut c_int).cast()) };
+    assert_eq!(r, 0);
     assert_eq!(n, 0, "an unconnected rsocket has nothing to read");
     // SAFETY: NULL is refused before anything is written.
-    assert_eq!(
-        unsafe { p::ioctl(fd, libc::FIONREAD, std::ptr::null_mut()) },
-        -1
-    );
+    let r = unsafe { p::ioctl(fd, super::calls::FIONREAD, std::ptr::null_mut()) };
+    assert_eq!(r, -1);
     assert_eq!(errno(), libc::EFAULT);
     let rs = get(fd).unwrap().rs;
     for on in [1 as c_int, 0] {
         let mut v = on;
         // SAFETY: [in] an int.
-        assert_eq!(
-            unsafe { p::ioctl(fd, libc::FIONBIO, (&mut v as *mut c_int).cast()) },
-            0
-        );
+        let r = unsafe { p::ioctl(fd, super::calls::FIONBIO, (&mut v as *mut c_int).cast()) };
+        assert_eq!(r, 0);
         // SAFETY: integers only.
         let real_fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
         // SAFETY: integers only.
@@ -666,4 +662,73 @@ fn config_files_set_new_rsockets_defaults() {
         "no number: the default"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// rdma-core's `preload_config` (`program domain type protocol`): parsed as its
+/// `scan_config`, matched as its `intercept_socket` (a name is a case-insensitive prefix of
+/// the program's; no rules: every socket).
+#[test]
+fn preload_config_picks_programs_and_sockets() {
+    use super::calls::{intercepted, parse_preload_config, Rule};
+    let rules = parse_preload_config(
+        "# comment\n\
+         redis INET STREAM TCP\n\
+         * af_inet6 sock_stream *\n\
+         bad INET RAW TCP\n\
+         short INET\n\
+         memc * * ipproto_tcp\n",
+    );
+    assert_eq!(
+        rules,
+        vec![
+            Rule {
+                name: Some("redis".into()),
+                domain: libc::AF_INET,
+                type_: libc::SOCK_STREAM,
+                protocol: libc::IPPROTO_TCP
+            },
+            Rule {
+                name: None,
+                domain: libc::AF_INET6,
+                type_: libc::SOCK_STREAM,
+                protocol: 0
+            },
+            Rule {
+                name: Some("memc".into()),
+                domain: 0,
+                type_: 0,
+                protocol: libc::IPPROTO_TCP
+            },
+        ],
+        "the comment, the unknown type and the short line are dropped"
+    );
+    let (i4, i6, st) = (libc::AF_INET, libc::AF_INET6, libc::SOCK_STREAM);
+    assert!(
+        intercepted(&rules, "redis-server", i4, st, 0),
+        "a prefix; protocol 0 is TCP"
+    );
+    assert!(intercepted(
+        &rules,
+        "REDIS-cli",
+        i4,
+        st | libc::SOCK_CLOEXEC,
+        libc::IPPROTO_TCP
+    ));
+    assert!(
+        !intercepted(&rules, "iperf3", i4, st, 0),
+        "no rule names it for IPv4"
+    );
+    assert!(
+        intercepted(&rules, "iperf3", i6, st, 0),
+        "the wildcard rule, IPv6"
+    );
+    assert!(intercepted(&rules, "memcached", i4, st, 0));
+    assert!(
+        !intercepted(&rules, "red", i4, st, 0),
+        "the name is a prefix of the program's, not the reverse"
+    );
+    assert!(
+        intercepted(&[], "anything", i4, st, 0),
+        "no rules: every socket"
+    );
 }

@@ -56,12 +56,15 @@ pub(crate) const CONF_DIR: &str = "/etc/rdma/rsocket";
 /// [`CONF_DIR`].
 pub(crate) fn default_stream() -> rverbs_stream::StreamOptions {
     static OPTS: std::sync::OnceLock<rverbs_stream::StreamOptions> = std::sync::OnceLock::new();
-    *OPTS.get_or_init(|| {
-        let dir = std::env::var_os("RVERBS_RSOCKET_CONF_DIR")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| CONF_DIR.into());
-        conf_options(&dir)
-    })
+    *OPTS.get_or_init(|| conf_options(&conf_dir()))
+}
+
+/// rsockets' configuration directory: `RVERBS_RSOCKET_CONF_DIR` if set (ours only, for
+/// tests), else [`CONF_DIR`].
+pub(crate) fn conf_dir() -> std::path::PathBuf {
+    std::env::var_os("RVERBS_RSOCKET_CONF_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| CONF_DIR.into())
 }
 
 /// [`default_stream`] from the files of `dir`.
