@@ -13,6 +13,9 @@
 //! - `memcached` with libmemcached's `memccp` / `memccat` (a 500 kB value back intact),
 //!   `memccapable` (memcached's protocol tests, all passed) and `memcslap`, all on ours;
 //! - `curl` fetching a 3 MB file from Python's `http.server`, both on ours, byte-checked.
+//! - a Python server and client: `ioctl(FIONREAD)` as TCP answers it, `fork` after accept
+//!   (the child's copy fails clearly, the parent's connection and listener go on), rsockets'
+//!   configuration files and `preload_config` (`fionread_fork_config_on_our_preload`).
 //!
 //! Each test also prints its numbers with plain TCP on the same address beside them (the
 //! tables of docs/capi.md).
