@@ -13,6 +13,9 @@
 //! - `memcached` with libmemcached's `memccp` / `memccat` (a 500 kB value back intact),
 //!   `memccapable` (memcached's protocol tests, all passed) and `memcslap`, all on ours;
 //! - `curl` fetching a 3 MB file from Python's `http.server`, both on ours, byte-checked.
+//! - a Python server and client: `ioctl(FIONREAD)` as TCP answers it, `fork` after accept
+//!   (the child's copy fails clearly, the parent's connection and listener go on), rsockets'
+//!   configuration files and `preload_config` (`fionread_fork_config_on_our_preload`).
 //!
 //! Each test also prints its numbers with plain TCP on the same address beside them (the
 //! tables of docs/capi.md).
@@ -558,5 +561,203 @@ fn memcached_on_our_preload_interop() {
         "| memcached and clients | memcslap, 4 × 100 sets |\n| --- | --- |\n{}",
         table.join("\n")
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The server of [`fionread_fork_config_on_our_preload`] (Python: unmodified, its socket
+/// calls are glibc's, so the preload takes them). `argv`: address, port, `fork` or `tcp`.
+/// Each line it prints is checked by the test.
+const FFC_SERVER: &str = r#"
+import errno, fcntl, os, select, socket, struct, sys, termios
+def inq(s):
+    return struct.unpack("i", fcntl.ioctl(s.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+def recvall(s, n):
+    b = b""
+    while len(b) < n:
+        k = s.recv(n - len(b))
+        if not k:
+            raise SystemExit("eof after %d of %d bytes" % (len(b), n))
+        b += k
+    return b
+def say(*a):
+    print(*a, flush=True)
+addr, port, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind((addr, port))
+l.listen(4)
+try:
+    say("listener-inq", inq(l))
+except OSError as e:
+    say("listener-inq", errno.errorcode[e.errno])
+c, _ = l.accept()
+if mode == "fork":
+    say("opts", c.getsockopt(0x10000, 2), c.getsockopt(0x10000, 0),
+        c.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
+        c.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
+say("inq-empty", inq(c))
+c.sendall(b"go")
+# The client sends 1000 bytes, then waits for our answer: 1000 arrive, no more.
+while inq(c) < 1000:
+    select.select([c], [], [])
+say("inq-all", inq(c))
+a = recvall(c, 400)
+say("inq-after-400", inq(c))
+b = recvall(c, 600)
+say("inq-after-1000", inq(c), "bytes-ok", a + b == bytes(i % 251 for i in range(1000)))
+c.sendall(b"ack")
+if mode != "fork":
+    raise SystemExit(0)
+pid = os.fork()
+if pid == 0:
+    r = []
+    try:
+        c.recv(10)
+        r.append("recv-ok")
+    except OSError as e:
+        r.append("recv-" + errno.errorcode[e.errno])
+    try:
+        c.send(b"child")
+        r.append("send-ok")
+    except OSError as e:
+        r.append("send-" + errno.errorcode[e.errno])
+    c.close()
+    l.close()
+    say("child", *r)
+    os._exit(0)
+os.waitpid(pid, 0)
+# The child closed its copies: the connection and the listener are the parent's still.
+c.sendall(b"after-fork")
+say("parent-after-fork", recvall(c, 5))
+c2, _ = l.accept()
+say("second", recvall(c2, 6))
+c2.sendall(b"bye")
+"#;
+
+/// Its client: `argv` address, port, mode.
+const FFC_CLIENT: &str = r#"
+import socket, sys
+def recvall(s, n):
+    b = b""
+    while len(b) < n:
+        k = s.recv(n - len(b))
+        if not k:
+            raise SystemExit("eof after %d of %d bytes" % (len(b), n))
+        b += k
+    return b
+addr, port, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+s = socket.create_connection((addr, port))
+assert recvall(s, 2) == b"go"
+s.sendall(bytes(i % 251 for i in range(1000)))
+assert recvall(s, 3) == b"ack"
+if mode == "fork":
+    assert recvall(s, 10) == b"after-fork"
+    s.sendall(b"reply")
+    t = socket.create_connection((addr, port))
+    t.sendall(b"second")
+    assert recvall(t, 3) == b"bye"
+print("client-done", flush=True)
+"#;
+
+/// A Python server and client (unmodified programs) on our preload, then on TCP:
+///
+/// - `ioctl(FIONREAD)` answers what a read returns now: 0 before data, 1000 once the
+///   client's 1000 bytes are in (the client then waits, so no more come), 600 after reading
+///   400, 0 after all; `EINVAL` on the listener. The lines must equal TCP's.
+/// - `fork` after accept (a forking server's pattern): the child's copy of the connection
+///   fails clearly (`ENOTCONN` to read, `EPIPE` to write) and its `close` of the connection
+///   and the listener does not reach the parent's: the parent then exchanges more bytes on
+///   the same connection and accepts a second one.
+/// - rsockets' configuration files (`RVERBS_RSOCKET_CONF_DIR`, the test's stand-in for
+///   `/etc/rdma/rsocket`): the accepted rsocket has the configured inline size, send queue
+///   and rings (`getsockopt` on `SOL_RDMA` and `SO_RCVBUF`/`SO_SNDBUF`), and moves the bytes;
+///   `preload_config` naming python3 keeps its sockets rsockets, one naming another program
+///   leaves them TCP.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn fionread_fork_config_on_our_preload() {
+    let a = addr_a();
+    let dir = std::env::temp_dir().join(format!("rverbs-ffc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (f, v) in [
+        ("inline_default", "200"),
+        ("sqsize_default", "100"),
+        ("mem_default", "65536"),
+        ("wmem_default", "32768"),
+        // rdma-core's program filter: this entry names python3 (a prefix, any case).
+        ("preload_config", "# ours\nPYTHON INET STREAM TCP\n"),
+    ] {
+        std::fs::write(dir.join(f), v).unwrap();
+    }
+    // A filter that names another program: python3's sockets stay TCP (SOL_RDMA unknown).
+    let other = dir.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("preload_config"), "nosuchprogram * * *\n").unwrap();
+    let probe = "import socket\ns = socket.socket()\ntry:\n    s.getsockopt(0x10000, 2)\n    print('rsocket')\nexcept OSError:\n    print('tcp')\n";
+    for (d, want) in [(&dir, "rsocket"), (&other, "tcp")] {
+        let mut c = program("python3", Side::Ours, &["-c", probe]);
+        c.env("RVERBS_RSOCKET_CONF_DIR", d);
+        let (ok, out) = Proc::spawn(c).finish(Duration::from_secs(30));
+        assert!(
+            ok && out.lines().any(|l| l.trim() == want),
+            "preload_config in {}: want {want}:\n{out}",
+            d.display()
+        );
+    }
+    let mut lines = Vec::new();
+    for (k, side) in [Side::Ours, Side::Tcp].into_iter().enumerate() {
+        let port = 5420 + k as u16;
+        let p = port.to_string();
+        let mode = if side == Side::Ours { "fork" } else { "tcp" };
+        let mut sc = program("python3", side, &["-c", FFC_SERVER, &a, &p, mode]);
+        sc.env("RVERBS_RSOCKET_CONF_DIR", &dir);
+        if side == Side::Ours {
+            // Few calls fail here (blocking sockets): the log is small.
+            sc.env("RVERBS_CAPI_LOG", "1");
+        }
+        let mut s = Some(Proc::spawn(sc));
+        wait_server(&mut s, port, side);
+        let (cok, cout) = Proc::spawn(program("python3", side, &["-c", FFC_CLIENT, &a, &p, mode]))
+            .finish(Duration::from_secs(60));
+        let (sok, sout) = s.take().unwrap().finish(Duration::from_secs(30));
+        assert!(
+            cok && sok && cout.contains("client-done"),
+            "on {}:\nclient:\n{cout}\nserver:\n{sout}",
+            side.name()
+        );
+        assert!(
+            side != Side::Ours || !sout.contains("plain TCP"),
+            "our preload fell back to TCP:\n{sout}"
+        );
+        let has = |l: &str| sout.lines().any(|x| x.trim() == l);
+        for l in [
+            "listener-inq EINVAL",
+            "inq-empty 0",
+            "inq-all 1000",
+            "inq-after-400 600",
+            "inq-after-1000 0 bytes-ok True",
+        ] {
+            assert!(has(l), "on {}: no line {l:?} in:\n{sout}", side.name());
+        }
+        if side == Side::Ours {
+            for l in [
+                "opts 200 100 65536 32768",
+                "child recv-ENOTCONN send-EPIPE",
+                "parent-after-fork b'reply'",
+                "second b'second'",
+            ] {
+                assert!(has(l), "on ours: no line {l:?} in:\n{sout}");
+            }
+            assert!(
+                sout.contains("fork: 2 rsocket number(s) left to the parent"),
+                "the child's log line is missing:\n{sout}"
+            );
+        }
+        lines.push(format!("{}:\n{sout}", side.name()));
+    }
+    eprintln!("{}", lines.join("\n"));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -293,6 +293,11 @@ impl Ledger {
         !self.rmsg.is_empty()
     }
 
+    /// Bytes queued to be read (received, not yet taken).
+    pub fn queued(&self) -> usize {
+        self.rmsg.iter().map(|&n| n as usize).sum()
+    }
+
     /// Takes up to `want` (> 0) queued bytes that lie contiguously in the receive ring:
     /// their ring offset and length. The caller copies them out.
     pub fn take(&mut self, want: usize) -> Option<(usize, usize)> {

@@ -480,6 +480,13 @@ impl RdmaStream {
     pub fn poll_ready(&self, read: bool, write: bool) -> io::Result<Readiness> {
         self.inner.poll_ready(read, write)
     }
+
+    /// How many bytes a `read` would return now without waiting (`ioctl(FIONREAD)` on a TCP
+    /// socket): processes what arrived, then counts the received bytes not yet read. 0 also
+    /// at the end of the stream; it never waits and never arms the stream.
+    pub fn bytes_readable(&self) -> io::Result<usize> {
+        self.inner.bytes_readable()
+    }
 }
 
 /// What [`RdmaStream::poll_ready`] found.

@@ -43,6 +43,129 @@ fn env_options() -> &'static [(c_int, Option<c_int>); 3] {
     })
 }
 
+/// One line of rdma-core's `preload_config`: `program domain type protocol`, `*` (here
+/// `None` / 0) matching anything.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Rule {
+    /// A case-insensitive prefix of the program's short name.
+    pub name: Option<String>,
+    pub domain: c_int,
+    pub type_: c_int,
+    pub protocol: c_int,
+}
+
+/// The rules of a `preload_config` text, as rdma-core's `scan_config` reads them: a line
+/// starting with `#` is a comment; a line needs four words, and a word that is neither `*`
+/// nor a known name (`INET`/`AF_INET`/`PF_INET`, `INET6`…, `IB`…; `STREAM`/`SOCK_STREAM`,
+/// `DGRAM`…; `TCP`/`IPPROTO_TCP`, `UDP`…, in any case) drops its line.
+pub(crate) fn parse_preload_config(text: &str) -> Vec<Rule> {
+    let word = |w: &str, names: &[(&[&str], c_int)]| -> Option<c_int> {
+        if w == "*" {
+            return Some(0);
+        }
+        names
+            .iter()
+            .find(|(ns, _)| ns.iter().any(|n| n.eq_ignore_ascii_case(w)))
+            .map(|(_, v)| *v)
+    };
+    let mut rules = Vec::new();
+    for line in text.lines() {
+        if line.starts_with('#') {
+            continue;
+        }
+        let w: Vec<&str> = line.split_whitespace().collect();
+        if w.len() < 4 {
+            continue;
+        }
+        let Some(domain) = word(
+            w[1],
+            &[
+                (&["INET", "AF_INET", "PF_INET"], libc::AF_INET),
+                (&["INET6", "AF_INET6", "PF_INET6"], libc::AF_INET6),
+                (&["IB", "AF_IB", "PF_IB"], 27),
+            ],
+        ) else {
+            continue;
+        };
+        let Some(type_) = word(
+            w[2],
+            &[
+                (&["STREAM", "SOCK_STREAM"], libc::SOCK_STREAM),
+                (&["DGRAM", "SOCK_DGRAM"], libc::SOCK_DGRAM),
+            ],
+        ) else {
+            continue;
+        };
+        let Some(protocol) = word(
+            w[3],
+            &[
+                (&["TCP", "IPPROTO_TCP"], libc::IPPROTO_TCP),
+                (&["UDP", "IPPROTO_UDP"], libc::IPPROTO_UDP),
+            ],
+        ) else {
+            continue;
+        };
+        rules.push(Rule {
+            name: (w[0] != "*").then(|| w[0].to_string()),
+            domain,
+            type_,
+            protocol,
+        });
+    }
+    rules
+}
+
+/// Whether `rules` let `program` have an rsocket for `(domain, type, protocol)`: no rules,
+/// or one that matches (rdma-core's `intercept_socket`; `type`'s `SOCK_NONBLOCK` and
+/// `SOCK_CLOEXEC` are not compared, where rdma-core compares them too).
+pub(crate) fn intercepted(
+    rules: &[Rule],
+    program: &str,
+    domain: c_int,
+    type_: c_int,
+    protocol: c_int,
+) -> bool {
+    if rules.is_empty() {
+        return true;
+    }
+    let type_ = type_ & !(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC);
+    let protocol = match (protocol, type_) {
+        (0, libc::SOCK_STREAM) => libc::IPPROTO_TCP,
+        (0, libc::SOCK_DGRAM) => libc::IPPROTO_UDP,
+        (p, _) => p,
+    };
+    rules.iter().any(|r| {
+        r.name.as_ref().map_or(true, |n| {
+            program.len() >= n.len()
+                && program.as_bytes()[..n.len()].eq_ignore_ascii_case(n.as_bytes())
+        }) && (r.domain == 0 || r.domain == domain)
+            && (r.type_ == 0 || r.type_ == type_)
+            && (r.protocol == 0 || r.protocol == protocol)
+    })
+}
+
+/// Whether this program may have an rsocket for `(domain, type, protocol)` by
+/// `preload_config` in rsockets' configuration directory (read once; absent: yes).
+fn config_allows(domain: c_int, type_: c_int, protocol: c_int) -> bool {
+    static RULES: OnceLock<(Vec<Rule>, String)> = OnceLock::new();
+    let (rules, program) = RULES.get_or_init(|| {
+        let text =
+            std::fs::read_to_string(r::conf_dir().join("preload_config")).unwrap_or_default();
+        // glibc's `program_invocation_short_name`, as rdma-core's matches it.
+        let program = std::env::args_os()
+            .next()
+            .map(|a| {
+                let p = std::path::PathBuf::from(a);
+                p.file_name()
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            })
+            .unwrap_or_default();
+        (parse_preload_config(&text), program)
+    });
+    intercepted(rules, program, domain, type_, protocol)
+}
+
 /// Whether C's `(addr, len)` is a loopback address (127.0.0.0/8, `::1`, `::ffff:127.x`):
 /// such connections stay TCP.
 ///
@@ -83,6 +206,10 @@ pub unsafe extern "C" fn socket(domain: c_int, type_: c_int, protocol: c_int) ->
     // SAFETY: integers only.
     let fd = unsafe { (real().socket)(domain, type_, protocol) };
     if fd < 0 || !tcp_stream(domain, type_, protocol) {
+        return fd;
+    }
+    if !config_allows(domain, type_, protocol) {
+        log("socket: not for this program by preload_config, a plain TCP socket");
         return fd;
     }
     // SAFETY: integers only.
@@ -878,6 +1005,68 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
         }
     }
     n
+}
+
+/// `FIONREAD` as glibc's `ioctl` takes it (libc's constant is an `int` on musl, whose
+/// `ioctl` takes an `int`).
+#[allow(clippy::unnecessary_cast)]
+pub(crate) const FIONREAD: c_ulong = libc::FIONREAD as c_ulong;
+/// `FIONBIO`, as [`FIONREAD`].
+#[allow(clippy::unnecessary_cast)]
+pub(crate) const FIONBIO: c_ulong = libc::FIONBIO as c_ulong;
+
+/// `ioctl(2)` (glibc's `int ioctl(int, unsigned long, ...)`, whose one argument after the
+/// request arrives here as a pointer). On a table number: `FIONREAD` (`SIOCINQ`) writes the
+/// bytes a read would return now without waiting (0 before the connection, -1 and `EINVAL`
+/// on a listening socket, as TCP; rdma-core's preload does not interpose `ioctl`), `FIONBIO`
+/// sets `O_NONBLOCK` on the rsocket and
+/// the real socket as `fcntl(F_SETFL)` does; every other request, and every other fd, goes
+/// to the next `ioctl`.
+///
+/// # Safety
+/// `arg` as `ioctl(2)` reads or writes it for `request` (`FIONREAD`: an `int` written;
+/// `FIONBIO`: an `int` read); \[fd\].
+#[cfg_attr(feature = "preload", no_mangle)]
+pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
+    let rl = real();
+    let Some(s) = get(fd) else {
+        // SAFETY: as this function's contract.
+        return unsafe { (rl.ioctl)(fd, request, arg) };
+    };
+    match request {
+        FIONREAD => {
+            if arg.is_null() {
+                set_errno(libc::EFAULT);
+                return -1;
+            }
+            let n = r::bytes_readable(s.rs);
+            if n < 0 {
+                return -1;
+            }
+            // SAFETY: [out] `arg` is the caller's `int` (FIONREAD's contract), checked non-NULL.
+            unsafe { arg.cast::<c_int>().write_unaligned(n) };
+            0
+        }
+        FIONBIO => {
+            if arg.is_null() {
+                set_errno(libc::EFAULT);
+                return -1;
+            }
+            // SAFETY: [in] `arg` is the caller's `int` (FIONBIO's contract), checked non-NULL.
+            let on = unsafe { arg.cast::<c_int>().read_unaligned() } != 0;
+            // SAFETY: as this function's contract: the real socket first (its errors are
+            // the call's).
+            let n = unsafe { (rl.ioctl)(fd, request, arg) };
+            if n < 0 {
+                return n;
+            }
+            // SAFETY: integers only.
+            unsafe { r::rfcntl(s.rs, libc::F_SETFL, if on { libc::O_NONBLOCK } else { 0 }) };
+            0
+        }
+        // SAFETY: as this function's contract.
+        _ => unsafe { (rl.ioctl)(fd, request, arg) },
+    }
 }
 
 /// `fcntl64`: [`fcntl`] (the same on 64-bit Linux).

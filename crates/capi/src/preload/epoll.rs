@@ -22,14 +22,14 @@ use super::real::real;
 use crate::ibverbs::set_errno;
 
 /// The rsocket members of each epoll set: epoll fd → (program's fd → its event).
-type Sets = BTreeMap<c_int, BTreeMap<c_int, epoll_event>>;
+pub(super) type Sets = BTreeMap<c_int, BTreeMap<c_int, epoll_event>>;
 
 static SETS: Mutex<Sets> = Mutex::new(BTreeMap::new());
 
 /// Set once any set got an rsocket: until then no call takes the lock.
 static ANY: AtomicBool = AtomicBool::new(false);
 
-fn sets() -> MutexGuard<'static, Sets> {
+pub(super) fn sets() -> MutexGuard<'static, Sets> {
     SETS.lock().unwrap_or_else(|p| p.into_inner())
 }
 

@@ -27,9 +27,10 @@
 //! number (`close` of the others only forgets the number).
 //!
 //! Environment, as rdma-core's preload: `RS_SQ_SIZE`, `RS_RQ_SIZE`, `RS_INLINE` (the
-//! rsockets' `RDMA_SQSIZE`, `RDMA_RQSIZE`, `RDMA_INLINE`). Not there: the configuration file
-//! (`/etc/rdma/rsocket/preload_config`), `RDMAV_FORK_SAFE` (a connection made before `fork`
-//! is not usable in the child).
+//! rsockets' `RDMA_SQSIZE`, `RDMA_RQSIZE`, `RDMA_INLINE`), over the defaults of rsockets'
+//! configuration files (`crate::rsocket`). `fork`: the child leaves the parent's rsockets
+//! alone (`fork`'s module); rdma-core's `RDMAV_FORK_SAFE` mode (connections start on TCP and
+//! move to rsockets after the fork) is not there.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,6 +40,7 @@ use libc::c_int;
 
 pub mod calls;
 pub mod epoll;
+mod fork;
 mod real;
 #[cfg(test)]
 mod tests;
@@ -115,6 +117,7 @@ pub(crate) fn get(fd: c_int) -> Option<Arc<Sock>> {
 /// Puts `fd` → `s` into the table; what it held for `fd` before is returned (to drop
 /// outside the lock).
 pub(crate) fn insert(fd: c_int, s: Arc<Sock>) -> Option<Arc<Sock>> {
+    fork::register();
     let mut t = table();
     mark(fd, true);
     t.insert(fd, s)

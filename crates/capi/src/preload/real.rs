@@ -4,8 +4,8 @@
 use std::sync::OnceLock;
 
 use libc::{
-    c_int, c_void, fd_set, iovec, msghdr, nfds_t, off_t, pollfd, sigset_t, size_t, sockaddr,
-    socklen_t, ssize_t, timespec, timeval,
+    c_int, c_ulong, c_void, fd_set, iovec, msghdr, nfds_t, off_t, pollfd, sigset_t, size_t,
+    sockaddr, socklen_t, ssize_t, timespec, timeval,
 };
 
 macro_rules! real {
@@ -14,6 +14,7 @@ macro_rules! real {
         pub(crate) struct Real {
             $(pub $name: unsafe extern "C" fn($($a),*) -> $r,)*
             pub fcntl: unsafe extern "C" fn(c_int, c_int, ...) -> c_int,
+            pub ioctl: unsafe extern "C" fn(c_int, c_ulong, ...) -> c_int,
         }
 
         fn load() -> Real {
@@ -29,6 +30,12 @@ macro_rules! real {
                 fcntl: unsafe {
                     std::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int, c_int, ...) -> c_int>(
                         next("fcntl\0"),
+                    )
+                },
+                // SAFETY: as above: `int ioctl(int, unsigned long, ...)`.
+                ioctl: unsafe {
+                    std::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int, c_ulong, ...) -> c_int>(
+                        next("ioctl\0"),
                     )
                 },
             }

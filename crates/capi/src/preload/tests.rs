@@ -509,3 +509,226 @@ fn sendfile_to_a_plain_socket_is_the_kernels() {
     assert_eq!(&got, b"23456");
     std::fs::remove_file(&path).unwrap();
 }
+
+/// `ioctl(FIONREAD)`: on a plain fd the kernel's answer; on an unconnected rsocket 0 (TCP's
+/// answer before a connection); a NULL pointer `EFAULT`. `FIONBIO` reaches both sockets.
+#[test]
+fn ioctl_fionread_and_fionbio() {
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: [out] two ints.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: [buf] 5 bytes.
+    let r = unsafe { libc::write(fds[1], b"hello".as_ptr().cast(), 5) };
+    assert_eq!(r, 5);
+    let mut n: c_int = -1;
+    // SAFETY: [out] an int.
+    let r = unsafe {
+        p::ioctl(
+            fds[0],
+            super::calls::FIONREAD,
+            (&mut n as *mut c_int).cast(),
+        )
+    };
+    assert_eq!(r, 0);
+    assert_eq!(n, 5, "a pipe's FIONREAD is the kernel's");
+    close(fds[0]);
+    close(fds[1]);
+
+    let fd = tcp_socket();
+    n = -1;
+    // SAFETY: [out] an int.
+    let r = unsafe { p::ioctl(fd, super::calls::FIONREAD, (&mut n as *mut c_int).cast()) };
+    assert_eq!(r, 0);
+    assert_eq!(n, 0, "an unconnected rsocket has nothing to read");
+    // SAFETY: NULL is refused before anything is written.
+    let r = unsafe { p::ioctl(fd, super::calls::FIONREAD, std::ptr::null_mut()) };
+    assert_eq!(r, -1);
+    assert_eq!(errno(), libc::EFAULT);
+    let rs = get(fd).unwrap().rs;
+    for on in [1 as c_int, 0] {
+        let mut v = on;
+        // SAFETY: [in] an int.
+        let r = unsafe { p::ioctl(fd, super::calls::FIONBIO, (&mut v as *mut c_int).cast()) };
+        assert_eq!(r, 0);
+        // SAFETY: integers only.
+        let real_fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        // SAFETY: integers only.
+        let rs_fl = unsafe { crate::rsocket::rfcntl(rs, libc::F_GETFL, 0) };
+        let want = if on != 0 { libc::O_NONBLOCK } else { 0 };
+        assert_eq!(
+            real_fl & libc::O_NONBLOCK,
+            want,
+            "FIONBIO {on}: the real socket"
+        );
+        assert_eq!(rs_fl & libc::O_NONBLOCK, want, "FIONBIO {on}: the rsocket");
+    }
+    close(fd);
+}
+
+/// After `fork`, the child holds none of the parent's rsockets: its copy of the number is the
+/// unconnected placeholder (a read fails with `ENOTCONN`), and closing it closes no rsocket
+/// (the child's registry still has it; nothing of the parent's is touched). New sockets in
+/// the child are rsockets. The parent's number is still its rsocket.
+#[test]
+fn fork_leaves_the_parents_rsockets_alone() {
+    let fd = tcp_socket();
+    let rs = get(fd).unwrap().rs;
+    // SAFETY: the child below calls only this crate's functions on its own fds and `_exit`s.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let code = (|| {
+            if get(fd).is_some() {
+                return 10;
+            }
+            let mut b = [0u8; 4];
+            // SAFETY: [buf] 4 bytes.
+            if unsafe { p::read(fd, b.as_mut_ptr().cast(), 4) } != -1 || errno() != libc::ENOTCONN {
+                return 11;
+            }
+            // SAFETY: integers only.
+            if unsafe { p::close(fd) } != 0 {
+                return 12;
+            }
+            if crate::rsocket::lookup(rs).is_none() {
+                return 13; // closed the parent's rsocket
+            }
+            // SAFETY: integers only.
+            let n = unsafe { p::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+            if n < 0 || get(n).is_none() {
+                return 14;
+            }
+            // SAFETY: integers only.
+            if unsafe { p::close(n) } != 0 {
+                return 15;
+            }
+            0
+        })();
+        // SAFETY: ends the child without running the parent's exit handlers.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: [out] an int.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child's check failed: status {status:#x} (exit code {})",
+        libc::WEXITSTATUS(status)
+    );
+    assert_eq!(
+        get(fd).map(|s| s.rs),
+        Some(rs),
+        "the parent's number is still its rsocket"
+    );
+    assert!(crate::rsocket::lookup(rs).is_some());
+    close(fd);
+    assert!(crate::rsocket::lookup(rs).is_none());
+}
+
+/// rsockets' configuration files (`/etc/rdma/rsocket/*`, rdma-core's `rs_configure`): read
+/// as rdma-core reads them, brought into the ranges the options take.
+#[test]
+fn config_files_set_new_rsockets_defaults() {
+    let dir = std::env::temp_dir().join(format!("rverbs-rsconf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = rverbs_stream::StreamOptions::default();
+    assert_eq!(
+        crate::rsocket::conf_options(&dir),
+        d,
+        "no files: rsockets' defaults"
+    );
+    for (f, v) in [
+        ("inline_default", "200\n"),
+        ("sqsize_default", " 1000"),
+        ("rqsize_default", "4"),
+        ("mem_default", "65537 trailing"),
+        ("wmem_default", "100"),
+        ("iomap_size", "300"),
+        ("polling_time", "7"),
+    ] {
+        std::fs::write(dir.join(f), v).unwrap();
+    }
+    let o = crate::rsocket::conf_options(&dir);
+    assert_eq!(o.inline, 200);
+    assert_eq!(o.send_queue, 1000);
+    assert_eq!(o.recv_queue, 16, "below the least queue: raised to 16");
+    assert_eq!(o.recv_buffer, 65536, "the receive ring is even");
+    assert_eq!(o.send_buffer, 4096, "below rsockets' low water mark: 4 KiB");
+    assert_eq!(o.iomap_entries, 256, "rounded as rsockets rounds");
+    std::fs::write(dir.join("inline_default"), "lots").unwrap();
+    assert_eq!(
+        crate::rsocket::conf_options(&dir).inline,
+        d.inline,
+        "no number: the default"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// rdma-core's `preload_config` (`program domain type protocol`): parsed as its
+/// `scan_config`, matched as its `intercept_socket` (a name is a case-insensitive prefix of
+/// the program's; no rules: every socket).
+#[test]
+fn preload_config_picks_programs_and_sockets() {
+    use super::calls::{intercepted, parse_preload_config, Rule};
+    let rules = parse_preload_config(
+        "# comment\n\
+         redis INET STREAM TCP\n\
+         * af_inet6 sock_stream *\n\
+         bad INET RAW TCP\n\
+         short INET\n\
+         memc * * ipproto_tcp\n",
+    );
+    assert_eq!(
+        rules,
+        vec![
+            Rule {
+                name: Some("redis".into()),
+                domain: libc::AF_INET,
+                type_: libc::SOCK_STREAM,
+                protocol: libc::IPPROTO_TCP
+            },
+            Rule {
+                name: None,
+                domain: libc::AF_INET6,
+                type_: libc::SOCK_STREAM,
+                protocol: 0
+            },
+            Rule {
+                name: Some("memc".into()),
+                domain: 0,
+                type_: 0,
+                protocol: libc::IPPROTO_TCP
+            },
+        ],
+        "the comment, the unknown type and the short line are dropped"
+    );
+    let (i4, i6, st) = (libc::AF_INET, libc::AF_INET6, libc::SOCK_STREAM);
+    assert!(
+        intercepted(&rules, "redis-server", i4, st, 0),
+        "a prefix; protocol 0 is TCP"
+    );
+    assert!(intercepted(
+        &rules,
+        "REDIS-cli",
+        i4,
+        st | libc::SOCK_CLOEXEC,
+        libc::IPPROTO_TCP
+    ));
+    assert!(
+        !intercepted(&rules, "iperf3", i4, st, 0),
+        "no rule names it for IPv4"
+    );
+    assert!(
+        intercepted(&rules, "iperf3", i6, st, 0),
+        "the wildcard rule, IPv6"
+    );
+    assert!(intercepted(&rules, "memcached", i4, st, 0));
+    assert!(
+        !intercepted(&rules, "red", i4, st, 0),
+        "the name is a prefix of the program's, not the reverse"
+    );
+    assert!(
+        intercepted(&[], "anything", i4, st, 0),
+        "no rules: every socket"
+    );
+}

@@ -264,6 +264,24 @@ fn send_on(fd: c_int, bufs: &[&[u8]], flags: c_int) -> ssize_t {
     }
 }
 
+/// `ioctl(FIONREAD)` of the rsocket `fd` (rdma-core's rsockets has no such call; the
+/// preload's `ioctl` uses it): the bytes a read would return now without waiting, as TCP's
+/// `SIOCINQ` — processes what arrived first. 0 on an rsocket not connected yet (TCP's
+/// answer in `CLOSE`), -1 and `EINVAL` on a listening one (as TCP), `EBADF` on no rsocket.
+pub(crate) fn bytes_readable(fd: c_int) -> c_int {
+    let found = super::with_rsocket(fd, |s| match s.conn.get() {
+        Some(c) => Some(c.bytes_readable()),
+        None if matches!(s.lock().role, super::Role::Listening(_)) => None,
+        None => Some(Ok(0)),
+    });
+    match found {
+        None => refuse(libc::EBADF, "not an rsocket"),
+        Some(None) => refuse(libc::EINVAL, "FIONREAD on a listening rsocket"),
+        Some(Some(Ok(n))) => n.min(c_int::MAX as usize) as c_int,
+        Some(Some(Err(e))) => fail(&e),
+    }
+}
+
 symver!(rrecv => "RDMACM_1.0");
 /// `rrecv`: up to `len` bytes into `buf`; 0 at the end of the stream. Flags: `MSG_DONTWAIT`
 /// (as `O_NONBLOCK`: -1 and `EAGAIN` when nothing is there), `MSG_WAITALL` (blocking: wait

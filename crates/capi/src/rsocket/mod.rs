@@ -66,7 +66,7 @@ pub(crate) struct Opts {
 impl Default for Opts {
     fn default() -> Self {
         Opts {
-            stream: StreamOptions::default(),
+            stream: opts::default_stream(),
             reuseaddr: false,
             keepalive: false,
             keepidle: 7200,
@@ -138,7 +138,7 @@ fn registry() -> RwLockReadGuard<'static, Vec<Option<Arc<RSocket>>>> {
     REGISTRY.read().unwrap_or_else(|p| p.into_inner())
 }
 
-fn registry_mut() -> RwLockWriteGuard<'static, Vec<Option<Arc<RSocket>>>> {
+pub(crate) fn registry_mut() -> RwLockWriteGuard<'static, Vec<Option<Arc<RSocket>>>> {
     REGISTRY.write().unwrap_or_else(|p| p.into_inner())
 }
 

@@ -39,6 +39,66 @@ fn ring_size(v: c_int) -> u32 {
     ((v as u32 as u64) << 1).clamp(MIN_BUF, MAX_BUF) as u32
 }
 
+/// rsockets' configuration directory: rdma-core's `RS_CONF_DIR` (`<sysconfdir>/rdma/rsocket`,
+/// `/etc/rdma/rsocket` in Debian's build).
+pub(crate) const CONF_DIR: &str = "/etc/rdma/rsocket";
+
+/// The stream options a new rsocket starts with: rsockets' defaults, changed by the files of
+/// rsockets' configuration directory that rdma-core reads when its first rsocket is made —
+/// `inline_default`, `sqsize_default`, `rqsize_default`, `mem_default` (the receive ring's
+/// bytes), `wmem_default` (the send ring's bytes) and `iomap_size` — each a number
+/// (leading blanks allowed); a missing file, or one that does not start with a number,
+/// leaves the default, as rdma-core's `fscanf`. Values are brought into the ranges the
+/// matching `rsetsockopt` accepts (queues 16 to 65534, inline up to 65534, rings 4 KiB to
+/// 1 GiB, the receive ring even, the iomap size rounded as rsockets rounds it), where
+/// rdma-core stores the number as it is (a `%hu` above 65535 wraps there). Read once per
+/// process, from `RVERBS_RSOCKET_CONF_DIR` if set (ours only, for tests), else
+/// [`CONF_DIR`].
+pub(crate) fn default_stream() -> rverbs_stream::StreamOptions {
+    static OPTS: std::sync::OnceLock<rverbs_stream::StreamOptions> = std::sync::OnceLock::new();
+    *OPTS.get_or_init(|| conf_options(&conf_dir()))
+}
+
+/// rsockets' configuration directory: `RVERBS_RSOCKET_CONF_DIR` if set (ours only, for
+/// tests), else [`CONF_DIR`].
+pub(crate) fn conf_dir() -> std::path::PathBuf {
+    std::env::var_os("RVERBS_RSOCKET_CONF_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| CONF_DIR.into())
+}
+
+/// [`default_stream`] from the files of `dir`.
+pub(crate) fn conf_options(dir: &std::path::Path) -> rverbs_stream::StreamOptions {
+    let num = |name: &str| -> Option<u64> {
+        let text = std::fs::read_to_string(dir.join(name)).ok()?;
+        let t = text.trim_start();
+        let end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        t[..end].parse::<u64>().ok()
+    };
+    let mut o = rverbs_stream::StreamOptions::default();
+    let queue = |v: u64| v.clamp(MIN_QUEUE as u64, MAX_QUEUE as u64) as u32;
+    if let Some(v) = num("inline_default") {
+        o.inline = v.min(MAX_QUEUE as u64) as u32;
+    }
+    if let Some(v) = num("sqsize_default") {
+        o.send_queue = queue(v);
+    }
+    if let Some(v) = num("rqsize_default") {
+        o.recv_queue = queue(v);
+    }
+    if let Some(v) = num("mem_default") {
+        o.recv_buffer = (v.clamp(MIN_BUF, MAX_BUF) & !1) as u32;
+    }
+    if let Some(v) = num("wmem_default") {
+        o.send_buffer = v.clamp(MIN_BUF, MAX_BUF) as u32;
+    }
+    if let Some(v) = num("iomap_size") {
+        let n = v.min(MAX_IOMAP_ENTRIES as u64) as u16;
+        o.iomap_entries = iomap_size_from_wire(iomap_size_to_wire(n));
+    }
+    o
+}
+
 /// What `rsetsockopt` does with an option: `Ok` (set), or the errno.
 fn set(
     o: &mut Opts,

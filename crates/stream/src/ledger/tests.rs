@@ -43,10 +43,14 @@ fn data_within_room_is_queued_and_read_in_order() {
     l.on_recv(Some(Msg::encode(MsgOp::DATA, 3000)), 3000, NONE);
     l.on_recv(Some(Msg::encode(MsgOp::DATA, 1096)), 1096, NONE);
     assert_eq!(l.fault, None);
+    assert_eq!(l.queued(), 4096, "what FIONREAD reports");
     assert_eq!(l.take(100), Some((0, 100)));
+    assert_eq!(l.queued(), 3996);
     assert_eq!(l.take(5000), Some((100, 2900)));
+    assert_eq!(l.queued(), 1096);
     assert_eq!(l.take(5000), Some((3000, 1096)));
     assert_eq!(l.take(1), None);
+    assert_eq!(l.queued(), 0);
     // The whole first half was read: a credit update with a new entry is due.
     assert!(l.credits_due());
     let u = l.credit_update(0x5000_0000, 0x42);

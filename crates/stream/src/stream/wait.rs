@@ -314,6 +314,13 @@ impl Inner {
         Ok(r)
     }
 
+    /// [`RdmaStream::bytes_readable`]: progress, then the bytes queued.
+    pub(crate) fn bytes_readable(&self) -> io::Result<usize> {
+        let mut st = lock(&self.st);
+        self.progress(&mut st, EV_COMP | EV_CM)?;
+        Ok(st.l.queued())
+    }
+
     /// The wait of a write loop (`write`, `iowrite`) that has sent `written` bytes: until
     /// `ready`, the peer or a shutdown ends writing, or the stream fails. `Ok`: the lock, to
     /// go on; `Err`: what the call returns — the bytes written so far if any (a
