@@ -16,7 +16,8 @@
 # syscalls:  the client under `strace -f -c` (server natively, the same library), -S 64 at
 #            two counts (SC_COUNTS); per message = (calls(C2) - calls(C1)) / (2 (C2 - C1)),
 #            per system call and in total; context switches (voluntary, involuntary) of the
-#            client without strace by /usr/bin/time, per message the same way.
+#            client without strace by /usr/bin/time, per message the same way. Each library
+#            of SC_LIBS ("rs rv", with LIB_BASE "rs rb rv") against itself.
 # callgrind: the client under callgrind, -S 64 at CG_COUNTS: userspace instructions (Ir, the
 #            whole process) per message the same way.
 # Results and raw files go to $OUT (default bench-stream-latency/ on the run share,
@@ -25,7 +26,10 @@
 # Environment: ROUNDS (5), TESTS ("64:2000:1 4096:1000:1 64:1:200 65536:50:1 1048576:5:1"),
 # SC_COUNTS ("500 2500"), CG_COUNTS ("200 1000"), OPTS (extra rstream options for every run,
 # e.g. "-T b" for blocking calls; rstream's default is non-blocking calls in a loop),
-# LIB (target/capi/lib), RS (rstream), PORT (19800: first port minus one).
+# LIB (target/capi/lib), RS (rstream), PORT (19800: first port minus one), PAIRS (the
+# server-client pairs of the table, "rs-rs rv-rs rs-rv rv-rv"; their order rotates by one
+# each round), LIB_BASE (a second build of our libraries, "rb": e.g. the one before a change,
+# so that a table can hold rb-rb beside rv-rv, both against rs-rs of the same run).
 set -u
 
 what=${1:-all}
@@ -37,6 +41,9 @@ OPTS=${OPTS:-}
 ADDR=${RVERBS_ADDR_A:-10.10.0.1}
 PORT=${PORT:-19800}
 LIB=${LIB:-$(pwd)/target/capi/lib}
+LIB_BASE=${LIB_BASE:-}
+PAIRS=${PAIRS:-rs-rs rv-rs rs-rv rv-rv}
+if [ -n "$LIB_BASE" ]; then SC_LIBS=${SC_LIBS:-rs rb rv}; else SC_LIBS=${SC_LIBS:-rs rv}; fi
 RS=${RS:-$(command -v rstream)}
 if [ -z "${OUT:-}" ]; then
     if [ -d /tmp/rverbs-vm ]; then OUT=/tmp/rverbs-vm/bench-stream-latency; else OUT=/tmp/bench-stream-latency; fi
@@ -50,9 +57,13 @@ die() { echo "bench-stream-latency: $*" >&2; exit 1; }
 echo "bench-stream-latency: $(date -u '+%Y-%m-%d %H:%M UTC'); $(uname -r); $(nproc) CPUs; server and client on $ADDR"
 echo "bench-stream-latency: $RS; rs = rdma-core's libraries, rv = LD_LIBRARY_PATH=$LIB; OPTS='$OPTS'"
 
-# lib rs|rv: the environment that makes rstream use that library.
+# lib rs|rv|rb: the environment that makes rstream use that library.
 libenv() {
-    if [ "$1" = rv ]; then echo "LD_LIBRARY_PATH=$LIB"; else echo "LD_LIBRARY_PATH="; fi
+    case $1 in
+    rv) echo "LD_LIBRARY_PATH=$LIB" ;;
+    rb) [ -n "$LIB_BASE" ] || die "pair with rb but no LIB_BASE"; echo "LD_LIBRARY_PATH=$LIB_BASE" ;;
+    *) echo "LD_LIBRARY_PATH=" ;;
+    esac
 }
 
 # run_pair SERVER CLIENT SIZE COUNT ITERS [CLIENT-WRAPPER...]: one custom test; the client's
@@ -97,12 +108,11 @@ table() {
     : > "$OUT/table.txt"
     r=1
     while [ $r -le "$ROUNDS" ]; do
-        case $((r % 4)) in
-        1) order="rs-rs rv-rs rs-rv rv-rv" ;;
-        2) order="rv-rv rs-rs rv-rs rs-rv" ;;
-        3) order="rs-rv rv-rv rs-rs rv-rs" ;;
-        0) order="rv-rs rs-rv rv-rv rs-rs" ;;
-        esac
+        # PAIRS rotated right by r - 1 (for the four default pairs: rs-rs rv-rs rs-rv rv-rv,
+        # then rv-rv rs-rs rv-rs rs-rv, ...).
+        order=$(echo $PAIRS | awk -v r=$r '{ n = NF; k = (r - 1) % n; s = ""
+            for (i = 0; i < n; i++) { j = ((i - k) % n + n) % n + 1; s = s (i ? " " : "") $j }
+            print s }')
         for t in $TESTS; do
             size=${t%%:*} rest=${t#*:}
             count=${rest%%:*} iters=${rest#*:}
@@ -120,11 +130,12 @@ table() {
     summary
 }
 
-# Medians per (test, pair); MB/s = bytes / usec/xfer.
+# Medians per (test, pair), the pairs in PAIRS' order; ratios against rs-rs.
 summary() {
-    awk '
+    awk -v pairs="$PAIRS" '
     function median(k,   n, i, j, t, a) {
         n = split(vals[k], a, " ")
+        if (n == 0) return 0
         for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
         return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
     }
@@ -133,11 +144,17 @@ summary() {
         if (!($1 in seen)) { seen[$1] = 1; order[++m] = $1 }
     }
     END {
-        printf "%-16s %10s %10s %10s %10s %7s %7s %7s %10s %10s\n", "test (S:C:I)", "rs-rs", "rv-rs", "rs-rv", "rv-rv", "rv-rs/", "rs-rv/", "rv-rv/", "MB/s rs-rs", "MB/s rv-rv"
+        np = split(pairs, p, " ")
+        printf "%-16s", "test (S:C:I)"
+        for (j = 1; j <= np; j++) printf " %10s", p[j]
+        for (j = 1; j <= np; j++) if (p[j] != "rs-rs") printf " %8s", p[j] "/"
+        printf "\n"
         for (i = 1; i <= m; i++) {
-            t = order[i]; split(t, p, ":")
-            a = median(t " rs-rs"); b = median(t " rv-rs"); c = median(t " rs-rv"); d = median(t " rv-rv")
-            printf "%-16s %10.2f %10.2f %10.2f %10.2f %7.2f %7.2f %7.2f %10.2f %10.2f\n", t, a, b, c, d, a ? b / a : 0, a ? c / a : 0, a ? d / a : 0, a ? p[1] / a : 0, d ? p[1] / d : 0
+            t = order[i]; a = median(t " rs-rs")
+            printf "%-16s", t
+            for (j = 1; j <= np; j++) printf " %10.2f", median(t " " p[j])
+            for (j = 1; j <= np; j++) if (p[j] != "rs-rs") printf " %8.2f", a ? median(t " " p[j]) / a : 0
+            printf "\n"
         }
         print "(usec/xfer, medians of the rounds, server-client; ratios against rs-rs, lower is better)"
     }' "$OUT/table.txt" | tee "$OUT/summary.txt"
@@ -147,7 +164,7 @@ summary() {
 syscalls() {
     : > "$OUT/syscalls.txt"
     c1=${SC_COUNTS%% *} c2=${SC_COUNTS#* }
-    for lib in rs rv; do
+    for lib in $SC_LIBS; do
         for c in $c1 $c2; do
             run_pair $lib $lib 64 "$c" 1 strace -f -c -o "$OUT/strace.$lib.$c.txt" || exit 1
             # "% time seconds usecs/call calls [errors] syscall"; the total line last.
@@ -158,13 +175,18 @@ syscalls() {
                 "$OUT/time.$lib.$c.txt" >> "$OUT/syscalls.txt"
         done
     done
-    awk -v c1=$c1 -v c2=$c2 '
+    awk -v c1=$c1 -v c2=$c2 -v libs="$SC_LIBS" '
     { v[$1, $2, $3] = $4; if (!($3 in seen)) { seen[$3] = 1; names[++m] = $3 } }
     END {
-        printf "%-24s %12s %12s\n", "per 64-byte message", "rs", "rv"
+        nl = split(libs, l, " ")
+        printf "%-24s", "per 64-byte message"
+        for (j = 1; j <= nl; j++) printf " %12s", l[j]
+        printf "\n"
         for (i = 1; i <= m; i++) {
             n = names[i]
-            printf "%-24s %12.3f %12.3f\n", n, (v["rs", c2, n] - v["rs", c1, n]) / (2 * (c2 - c1)), (v["rv", c2, n] - v["rv", c1, n]) / (2 * (c2 - c1))
+            printf "%-24s", n
+            for (j = 1; j <= nl; j++) printf " %12.3f", (v[l[j], c2, n] - v[l[j], c1, n]) / (2 * (c2 - c1))
+            printf "\n"
         }
         print "(client: strace -f -c calls, /usr/bin/time context switches; (X(C2) - X(C1)) / (2 (C2 - C1)))"
     }' "$OUT/syscalls.txt" | tee "$OUT/syscalls-summary.txt"
@@ -178,18 +200,25 @@ ir_of() {
 callgrind() {
     : > "$OUT/callgrind.txt"
     c1=${CG_COUNTS%% *} c2=${CG_COUNTS#* }
-    for lib in rs rv; do
+    for lib in $SC_LIBS; do
         for c in $c1 $c2; do
             f="$OUT/callgrind.$lib.$c.out"
             run_pair $lib $lib 64 "$c" 1 valgrind --tool=callgrind --callgrind-out-file="$f" || exit 1
             echo "$lib $c $(ir_of "$f")" >> "$OUT/callgrind.txt"
         done
     done
-    awk -v c1=$c1 -v c2=$c2 '
+    awk -v c1=$c1 -v c2=$c2 -v libs="$SC_LIBS" '
     { ir[$1, $2] = $3 }
     END {
-        rs = (ir["rs", c2] - ir["rs", c1]) / (2 * (c2 - c1)); rv = (ir["rv", c2] - ir["rv", c1]) / (2 * (c2 - c1))
-        printf "Ir per 64-byte message (client, callgrind): rs %.0f, rv %.0f, rv/rs %.2f\n", rs, rv, rs ? rv / rs : 0
+        nl = split(libs, l, " ")
+        rs = (ir["rs", c2] - ir["rs", c1]) / (2 * (c2 - c1))
+        printf "Ir per 64-byte message (client, callgrind):"
+        for (j = 1; j <= nl; j++) {
+            x = (ir[l[j], c2] - ir[l[j], c1]) / (2 * (c2 - c1))
+            printf " %s %.0f", l[j], x
+            if (l[j] != "rs") printf " (%s/rs %.2f)", l[j], rs ? x / rs : 0
+            printf j < nl ? "," : "\n"
+        }
     }' "$OUT/callgrind.txt" | tee "$OUT/callgrind-summary.txt"
 }
 

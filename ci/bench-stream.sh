@@ -2,7 +2,7 @@
 # rverbs' RdmaStream against rdma-core's rsockets, both against TCP, side by side in one VM run.
 #
 #   cargo build --release -p rverbs-stream --example rstream
-#   cargo xtask vm --guest host --topo two -- sh ci/bench-stream.sh [table|callgrind|all]
+#   cargo xtask vm --guest host --topo two -- sh ci/bench-stream.sh [table|callgrind|bulk|all]
 #
 # table:     rstream's tests as custom runs (-S SIZE -I ITERS -C COUNT; its own default table
 #            takes over 5 minutes a direction under emulation): latency (count 1) and
@@ -18,11 +18,19 @@
 #            at CG_ITERS iterations; userspace instructions (Ir) of the whole client process
 #            per round trip (one 64-byte send, one 64-byte receive) as
 #            (Ir(N2) - Ir(N1)) / (N2 - N1), and per message (half of that), rs against rv.
+# bulk:      userspace instructions per KiB moved (issue 33): the client under callgrind at
+#            BULK (size:count1:count2, -I 1: count transfers of size each way), Ir per KiB as
+#            (Ir(count2) - Ir(count1)) / (2 (count2 - count1) size / 1024), three pairs:
+#              rs   rdma-core's rstream (rsockets' copy path: memcpy into and out of its rings),
+#              rv   our rstream example (the send ring's and the receive ring's copies),
+#              rvz  our example with -T z: writes from a registered buffer
+#                   (RdmaStream::write_registered, no send copy; the receive ring's copy stays).
 # Results and raw files go to $OUT (default: bench-stream/ on the run share, which is
 # target/vm/runs/<run>/bench-stream/ on the host).
 #
 # Environment: ROUNDS (2), LAT ("64:500 4096:200 65536:50 1048576:5": size:iterations),
 # BW ("64:1000 4096:500 65536:100 1048576:10": size:count), CG_ITERS ("200 600"),
+# BULK ("65536:20:100 1048576:4:20"),
 # RV (target/release/examples/rstream), RS (rstream), PORT (19700: first port minus one).
 set -u
 
@@ -31,6 +39,7 @@ ROUNDS=${ROUNDS:-2}
 LAT=${LAT:-64:500 4096:200 65536:50 1048576:5}
 BW=${BW:-64:1000 4096:500 65536:100 1048576:10}
 CG_ITERS=${CG_ITERS:-200 600}
+BULK=${BULK:-65536:20:100 1048576:4:20}
 ADDR=${RVERBS_ADDR_A:-10.10.0.1}
 PORT=${PORT:-19700}
 RV=${RV:-target/release/examples/rstream}
@@ -66,6 +75,7 @@ run_pair() {
     case $pair in
     rs) bin=$RS; t="" ;;
     rv) bin=$RV; t="" ;;
+    rvz) bin=$RV; t="-T z" ;;
     tcp) bin=$RS; t="-T s" ;;
     esac
     args="-p $PORT -S $size -I $iters -C $count $t"
@@ -182,10 +192,43 @@ callgrind() {
     }' "$OUT/callgrind.txt" | tee "$OUT/callgrind-summary.txt"
 }
 
+bulk() {
+    : > "$OUT/bulk.txt"
+    for b in $BULK; do
+        size=${b%%:*} rest=${b#*:}
+        c1=${rest%%:*} c2=${rest#*:}
+        for pair in rs rv rvz; do
+            for c in $c1 $c2; do
+                PORT=$((PORT + 1))
+                f="$OUT/bulk.$pair.$size.$c.out"
+                run_pair $pair "$size" 1 "$c" valgrind --tool=callgrind --callgrind-out-file="$f" > /dev/null || exit 1
+                ir=$(ir_of "$f")
+                echo "$size $pair $c $ir" >> "$OUT/bulk.txt"
+                echo "bulk: $pair -S $size -I 1 -C $c: Ir $ir"
+            done
+        done
+    done
+    awk '
+    { k = $1 " " $2; n[k]++; c[k, n[k]] = $3; ir[k, n[k]] = $4; if (!($1 in seen)) { seen[$1] = 1; sizes[++m] = $1 } }
+    END {
+        printf "%-9s %12s %12s %12s %8s %8s\n", "bytes", "rs Ir/KiB", "rv Ir/KiB", "rvz Ir/KiB", "rv/rs", "rvz/rs"
+        for (i = 1; i <= m; i++) {
+            s = sizes[i]
+            for (p = 0; p < 3; p++) {
+                t = p == 0 ? "rs" : p == 1 ? "rv" : "rvz"; k = s " " t
+                per[t] = (ir[k, 2] - ir[k, 1]) / (2 * (c[k, 2] - c[k, 1]) * s / 1024)
+            }
+            printf "%-9d %12.1f %12.1f %12.1f %8.2f %8.2f\n", s, per["rs"], per["rv"], per["rvz"], per["rs"] ? per["rv"] / per["rs"] : 0, per["rs"] ? per["rvz"] / per["rs"] : 0
+        }
+        print "(client, callgrind, whole process; KiB moved: sent plus received)"
+    }' "$OUT/bulk.txt" | tee "$OUT/bulk-summary.txt"
+}
+
 case $what in
 table) table ;;
+bulk) bulk ;;
 summary) summary ;;
 callgrind) callgrind ;;
 all) table && echo && callgrind ;;
-*) die "unknown mode $what (table, callgrind, all)" ;;
+*) die "unknown mode $what (table, callgrind, bulk, all)" ;;
 esac

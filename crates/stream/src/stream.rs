@@ -581,14 +581,16 @@ impl Inner {
     }
 
     /// Non-blocking `read`; on `WouldBlock`, `waker` is woken by the next progress another
-    /// handle makes.
+    /// handle makes. `fd_ready`: the readiness fd fired since the last try (its channels are
+    /// read first); else none is read unless the call arms.
     #[cfg(feature = "tokio")]
     pub(crate) fn read_waking(
         &self,
         bufs: &mut [IoSliceMut<'_>],
         waker: &Waker,
+        fd_ready: bool,
     ) -> io::Result<usize> {
-        self.read_mode(bufs, Mode::Arm(Some(waker)))
+        self.read_mode(bufs, Mode::waking(waker, fd_ready))
     }
 
     /// `read`, waiting as `mode` says.
@@ -630,10 +632,15 @@ impl Inner {
     }
 
     /// Non-blocking `write`; on `WouldBlock`, `waker` is woken by the next progress another
-    /// handle makes.
+    /// handle makes. `fd_ready` as for `read_waking`.
     #[cfg(feature = "tokio")]
-    pub(crate) fn write_waking(&self, bufs: &[IoSlice<'_>], waker: &Waker) -> io::Result<usize> {
-        self.write_mode(bufs, Mode::Arm(Some(waker)))
+    pub(crate) fn write_waking(
+        &self,
+        bufs: &[IoSlice<'_>],
+        waker: &Waker,
+        fd_ready: bool,
+    ) -> io::Result<usize> {
+        self.write_mode(bufs, Mode::waking(waker, fd_ready))
     }
 
     /// `write`, waiting as `mode` says.

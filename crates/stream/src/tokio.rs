@@ -52,18 +52,35 @@ impl Half {
     /// task's waker for other handles' progress) until it does not return `WouldBlock`. In
     /// between: pending until the fd is readable or the waker is woken; a readiness already
     /// seen is cleared before `op` runs again, so that an event after that try is not lost.
+    ///
+    /// `op`'s `bool` says whether the fd fired since the last try (tokio's readiness, taken
+    /// and cleared here before the try): only then does the try read the stream's channels
+    /// (two system calls). Sound because the registration is edge-triggered: an event on
+    /// either channel after the clear, read or not, sets the readiness again and wakes the
+    /// task; a try that is not told of one polls the CQ, which holds what a completion
+    /// event would announce, and reads the completion channel before it re-arms when an
+    /// event may be queued. A try never polls for a while: it arms and returns (the runtime's
+    /// thread is not held).
     fn poll_op<T>(
         &self,
         cx: &mut Context<'_>,
-        mut op: impl FnMut(&RdmaStream, &Waker) -> io::Result<T>,
+        mut op: impl FnMut(&RdmaStream, &Waker, bool) -> io::Result<T>,
     ) -> Poll<io::Result<T>> {
+        let mut fired = match self.fd.poll_read_ready(cx) {
+            Poll::Ready(r) => {
+                r?.clear_ready();
+                true
+            }
+            Poll::Pending => false,
+        };
         loop {
-            match op(&self.stream, cx.waker()) {
+            match op(&self.stream, cx.waker(), fired) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 r => return Poll::Ready(r),
             }
             let mut guard = ready!(self.fd.poll_read_ready(cx))?;
             guard.clear_ready();
+            fired = true;
         }
     }
 }
@@ -118,10 +135,10 @@ impl AsyncRdmaStream {
     }
 }
 
-fn read_buf(s: &RdmaStream, buf: &mut ReadBuf<'_>, w: &Waker) -> io::Result<()> {
+fn read_buf(s: &RdmaStream, buf: &mut ReadBuf<'_>, w: &Waker, fired: bool) -> io::Result<()> {
     let n = s
         .inner
-        .read_waking(&mut [IoSliceMut::new(buf.initialize_unfilled())], w)?;
+        .read_waking(&mut [IoSliceMut::new(buf.initialize_unfilled())], w, fired)?;
     buf.advance(n);
     Ok(())
 }
@@ -132,7 +149,7 @@ impl AsyncRead for ReadHalf {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        self.0.poll_op(cx, |s, w| read_buf(s, buf, w))
+        self.0.poll_op(cx, |s, w, f| read_buf(s, buf, w, f))
     }
 }
 
@@ -152,8 +169,9 @@ impl AsyncWrite for WriteHalf {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.0
-            .poll_op(cx, |s, w| s.inner.write_waking(&[IoSlice::new(buf)], w))
+        self.0.poll_op(cx, |s, w, f| {
+            s.inner.write_waking(&[IoSlice::new(buf)], w, f)
+        })
     }
 
     fn poll_write_vectored(
@@ -161,7 +179,8 @@ impl AsyncWrite for WriteHalf {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.0.poll_op(cx, |s, w| s.inner.write_waking(bufs, w))
+        self.0
+            .poll_op(cx, |s, w, f| s.inner.write_waking(bufs, w, f))
     }
 
     fn is_write_vectored(&self) -> bool {

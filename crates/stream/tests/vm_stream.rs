@@ -867,4 +867,86 @@ mod on_tokio {
         assert_eq!(got.len(), want.len());
         assert!(got == want, "bytes differ");
     }
+
+    /// Polls of a tokio read on an idle stream make no system call once the first has armed
+    /// the stream (issue 37): a try reads the stream's channels only when its fd fired, and
+    /// does not poll the CQ for a while. The old code read both channels (a `read(2)` and a
+    /// `write(2)` command) and polled for up to 50 µs on every poll. Then a message arrives
+    /// and wakes the read through the fd.
+    #[test]
+    #[cfg_attr(
+        not(rverbs_vm),
+        ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+    )]
+    fn tokio_idle_read_polls_make_no_system_call() {
+        use std::future::Future;
+        let (mut c, s) = pair(7615, &StreamOptions::default());
+        rt().block_on(async {
+            let mut s = AsyncRdmaStream::from_std(s).unwrap();
+            let mut b = [0u8; 64];
+            let mut read = std::pin::pin!(s.read(&mut b));
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            // The first poll arms the stream (rxe: a write(2)).
+            assert!(read.as_mut().poll(&mut cx).is_pending());
+            let a = thread_rw_calls();
+            let o = thread_rw_calls();
+            let overhead = (o.0 - a.0, o.1 - a.1);
+            let start = thread_rw_calls();
+            for _ in 0..200 {
+                assert!(read.as_mut().poll(&mut cx).is_pending());
+            }
+            let (r, w) = rw_calls_since(start, overhead);
+            assert!(
+                r <= 2 && w <= 2,
+                "200 polls of a read on an idle stream made {r} read(2) and {w} write(2) calls"
+            );
+            c.write_all(b"hello").unwrap();
+            let n = read.await.unwrap();
+            assert_eq!(&b[..n], &b"hello"[..n]);
+            assert!(n > 0);
+        });
+    }
+
+    /// The peer process is killed (SIGKILL) while a tokio read is pending: no completion
+    /// comes, only the rdma_cm channel's DISCONNECTED, which fires the fd; the read returns
+    /// (EOF or an error).
+    #[test]
+    #[cfg_attr(
+        not(rverbs_vm),
+        ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+    )]
+    fn tokio_read_ends_when_peer_killed() {
+        let l = RdmaListener::bind(at(7616)).unwrap();
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "stream_child_peer_process",
+                "--include-ignored",
+                "--nocapture",
+            ])
+            .env("RVERBS_STREAM_CHILD_PORT", "7616")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let (s, _) = l.accept().unwrap();
+        let pid = child.id();
+        let r = rt().block_on(async {
+            let mut s = AsyncRdmaStream::from_std(s).unwrap();
+            let mut b = [0u8; 5];
+            s.read_exact(&mut b).await.unwrap();
+            assert_eq!(&b, b"hello");
+            let killer = thread::spawn(move || {
+                thread::sleep(Duration::from_millis(300));
+                Command::new("kill")
+                    .args(["-9", &pid.to_string()])
+                    .status()
+                    .unwrap();
+            });
+            let r = s.read(&mut b).await;
+            killer.join().unwrap();
+            r
+        });
+        let _ = child.wait();
+        assert!(matches!(r, Ok(0) | Err(_)), "read after the kill: {r:?}");
+    }
 }

@@ -398,15 +398,16 @@ impl Inner {
     }
 
     /// Non-blocking `iowrite`; on `WouldBlock`, `waker` is woken by the next progress another
-    /// handle makes (as `write_waking`).
+    /// handle makes (as `write_waking`, `fd_ready` too).
     #[cfg(feature = "tokio")]
     pub(crate) fn iowrite_waking(
         &self,
         offset: u64,
         buf: &[u8],
         waker: &Waker,
+        fd_ready: bool,
     ) -> io::Result<usize> {
-        self.iowrite_mode(offset, buf, Mode::Arm(Some(waker)))
+        self.iowrite_mode(offset, buf, Mode::waking(waker, fd_ready))
     }
 
     fn iowrite_mode(&self, offset: u64, buf: &[u8], mode: Mode<'_>) -> io::Result<usize> {

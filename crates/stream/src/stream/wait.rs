@@ -11,6 +11,8 @@ const SPIN_DEFAULT_US: u64 = 50;
 /// besides when a wait found it readable, so that a caller that loops on non-blocking calls
 /// without waiting on the readiness fd still sees its peer disconnect.
 const CM_EVERY: u32 = 16384;
+/// A blocked call's polling reads the clock on every this many turns.
+const SPIN_CLOCK_EVERY: u32 = 8;
 
 /// What `progress` reads besides the CQ.
 pub(super) type Ev = u8;
@@ -39,8 +41,13 @@ pub(crate) enum Mode<'w> {
     /// Blocking: polls the CQ for a while, then sleeps.
     Block,
     /// Non-blocking, and a `WouldBlock` has armed the stream (its readiness fd becomes
-    /// readable on progress) and left the waker for other handles' progress.
-    Arm(Option<&'w Waker>),
+    /// readable on progress) and left the waker for other handles' progress. The `Ev` says
+    /// which channels to read first: both when the caller's readiness fd may have fired
+    /// (the std API's non-blocking calls, whose callers wait on the fd level-triggered, so it
+    /// must be quiet again before they wait), none when the caller knows it did not (the
+    /// tokio layer, whose registration reports each new event as an edge): then a try
+    /// costs no system call unless it arms.
+    Arm(Option<&'w Waker>, Ev),
     /// Non-blocking without arming (rsockets' `MSG_DONTWAIT`): no system call unless
     /// something is to be read; `poll_ready` arms before a wait on the readiness fd.
     Try,
@@ -49,7 +56,7 @@ pub(crate) enum Mode<'w> {
 impl Mode<'_> {
     pub(super) fn of(nonblocking: bool) -> Mode<'static> {
         if nonblocking {
-            Mode::Arm(None)
+            Mode::Arm(None, EV_COMP | EV_CM)
         } else {
             Mode::Block
         }
@@ -60,8 +67,15 @@ impl Mode<'_> {
     pub(super) fn deadline(&self, timeout: &Mutex<Option<Duration>>) -> Option<Instant> {
         match self {
             Mode::Block => lock(timeout).map(|t| Instant::now() + t),
-            Mode::Arm(_) | Mode::Try => None,
+            Mode::Arm(..) | Mode::Try => None,
         }
+    }
+
+    /// The tokio layer's try: `fd_ready` says whether its readiness fd fired since its last
+    /// try (then both channels are read first, else none).
+    #[cfg(feature = "tokio")]
+    pub(super) fn waking(waker: &Waker, fd_ready: bool) -> Mode<'_> {
+        Mode::Arm(Some(waker), if fd_ready { EV_COMP | EV_CM } else { 0 })
     }
 
     pub(super) fn or_try(nonblocking: bool) -> Mode<'static> {
@@ -220,13 +234,16 @@ impl Inner {
         mode: Mode<'_>,
         done: impl Fn(&Ledger) -> bool,
     ) -> io::Result<MutexGuard<'a, State>> {
-        // A caller of the readiness fd may have been woken by an event: read both channels
-        // so that the fd is quiet again (level-triggered) before it re-arms.
+        // A caller of the readiness fd may have been woken by an event: read the channels it
+        // names so that the fd is quiet again (level-triggered) before it re-arms.
         let mut ev = match mode {
-            Mode::Arm(_) => EV_COMP | EV_CM,
+            Mode::Arm(_, ev) => ev,
             Mode::Block | Mode::Try => 0,
         };
-        let mut spun = matches!(mode, Mode::Try);
+        // Only a blocking call polls before it sleeps: a non-blocking one returns
+        // `WouldBlock` at once (on tokio, a spin would hold the runtime's thread; its task
+        // is woken by the completion's event or another handle's progress instead).
+        let mut spun = !matches!(mode, Mode::Block);
         loop {
             self.progress(&mut st, ev)?;
             ev = 0;
@@ -240,10 +257,17 @@ impl Inner {
                 // As rsockets (its `polling_time`): poll a while before sleeping, with the
                 // lock released in between so that the other direction can proceed. No
                 // system call: the CQ is polled in userspace.
+                // The clock is read on every `SPIN_CLOCK_EVERY`th turn only (a CQ poll that
+                // finds nothing costs less than a clock read).
                 spun = true;
-                let t0 = Instant::now();
                 let budget = spin();
-                while t0.elapsed() < budget {
+                let t0 = (!budget.is_zero()).then(Instant::now);
+                let mut turns = 0u32;
+                while let Some(t0) = t0 {
+                    turns = turns.wrapping_add(1);
+                    if turns % SPIN_CLOCK_EVERY == 0 && t0.elapsed() >= budget {
+                        break;
+                    }
                     drop(st);
                     std::hint::spin_loop();
                     st = lock(&self.st);
@@ -264,7 +288,7 @@ impl Inner {
                 st.armed = true;
                 continue; // poll once more: a completion before the arm made no event
             }
-            if let Mode::Arm(waker) = mode {
+            if let Mode::Arm(waker, _) = mode {
                 if let Some(w) = waker {
                     self.wake.register(&mut st.sleepers, w);
                 }

@@ -19,7 +19,7 @@ impl WriteHalf {
     pub async fn iowrite(&mut self, offset: u64, buf: &[u8]) -> io::Result<usize> {
         poll_fn(|cx| {
             self.0
-                .poll_op(cx, |s, w| s.inner.iowrite_waking(offset, buf, w))
+                .poll_op(cx, |s, w, f| s.inner.iowrite_waking(offset, buf, w, f))
         })
         .await
     }
