@@ -102,6 +102,83 @@ fn siw_opens_with_its_provider_and_maps_its_rings() {
     drop((srq_qp, qp, srq, cq, ch, mr, pd));
 }
 
+/// Every ring page offset a context hands out is mapped, 0x90000 included (page 144, which is
+/// also `SIW_INVAL_UOBJ_KEY`: rdma-core's libsiw refuses it, and so did we, so pyverbs'
+/// random-sized `test_query_rc_qp` failed with EINVAL whenever a ring landed there): 100 QPs
+/// of one-page rings, all alive on one context, cover pages 1 to 200. Then the queue sizes at
+/// siw's boundaries (1, a page of elements and one more, `max_qp_wr / 8` and `max_qp_wr`
+/// WRs; 1 and `max_sge` SGEs; no and the most inline data; no receive queue), each granted
+/// at least what was asked.
+#[test]
+#[ignore = "needs a siw device: runs in the siw stage (cargo xtask test --stage siw)"]
+fn siw_maps_rings_at_every_offset_and_boundary_size() {
+    let dev = siw_dev();
+    let ctx = rverbs_provider::open_by_name(&dev).unwrap();
+    let a = ctx.query_device().unwrap();
+    let pd = Pd::alloc(&ctx).unwrap();
+    let cq = Cq::create(&ctx, 8, CqOptions::default()).unwrap();
+    let one = QpCaps {
+        max_send_wr: 1,
+        max_recv_wr: 1,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let mut held = Vec::new();
+    for i in 0..100 {
+        let q = Qp::create(&pd, QpInit::rc(&cq, one))
+            .unwrap_or_else(|e| panic!("QP {i} of one-page rings on one context: {e}"));
+        held.push(q);
+    }
+    drop(held);
+    let (max_wr, max_sge) = (a.max_qp_wr, a.max_sge);
+    // Rings are a power of two of elements: 32 SQEs (120 bytes) or RQEs (112) fit a page, 33
+    // are rounded up to 64, two pages.
+    let wrs = [1, 2, 31, 32, 33, max_wr / 8, max_wr];
+    let mut asked = Vec::new();
+    for &w in &wrs {
+        asked.push(QpCaps {
+            max_send_wr: w,
+            ..one
+        });
+        asked.push(QpCaps {
+            max_recv_wr: w,
+            ..one
+        });
+    }
+    for sge in [1, 2, max_sge / 2, max_sge] {
+        asked.push(QpCaps {
+            max_send_sge: sge,
+            max_recv_sge: sge,
+            ..one
+        });
+    }
+    for inline in [0, 1, 64, 80] {
+        asked.push(QpCaps {
+            max_inline_data: inline,
+            ..one
+        });
+    }
+    asked.push(QpCaps {
+        max_recv_wr: 0,
+        max_recv_sge: 0,
+        ..one
+    });
+    for c in asked {
+        let q = Qp::create(&pd, QpInit::rc(&cq, c))
+            .unwrap_or_else(|e| panic!("create with {c:?} on {dev}: {e}"));
+        let g = q.caps();
+        assert!(
+            g.max_send_wr >= c.max_send_wr
+                && g.max_recv_wr >= c.max_recv_wr
+                && g.max_send_sge >= c.max_send_sge
+                && g.max_recv_sge >= c.max_recv_sge
+                && g.max_inline_data >= c.max_inline_data,
+            "asked {c:?}, granted {g:?}"
+        );
+    }
+}
+
 /// What iWARP does not allow, each refused with an error naming the device, the QP and the
 /// rule: UD and UC QPs, an RC QP connected by hand.
 #[test]

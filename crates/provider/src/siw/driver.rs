@@ -24,7 +24,8 @@ use super::abi::{
 use super::doorbell::Doorbell;
 use super::ring::{ring_bytes, Ring, SiwCq, SiwRq, SiwSq, SqConfig};
 use super::SiwQueue;
-use crate::mapping::{map_shared, Mapping};
+use crate::mapping::Mapping;
+use rverbs_uverbs::kernel::mapping::MapAccess;
 
 /// Opens a siw device: GET_CONTEXT with room for `siw_uresp_alloc_ctx`.
 pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
@@ -68,15 +69,15 @@ static REG_MR_REQ: siw_ureq_reg_mr = siw_ureq_reg_mr {
     pad: 0,
 };
 
-fn bad_key(what: SiwQueue) -> io::Error {
-    Error::protocol(
-        format!("map siw {what}"),
-        "the kernel could not offer the ring for mapping (SIW_INVAL_UOBJ_KEY)",
-    )
-    .into()
-}
-
 /// Maps `slots` elements of `elem` bytes (+ `tail`) at `key` and checks the geometry.
+///
+/// Every key of a successful create is mapped as it is, `SIW_INVAL_UOBJ_KEY` (0x90000)
+/// included: siw's kernels that hand out their rings through the rdma core's mmap entries
+/// (`rdma_user_mmap_entry_insert`: 6.1, 6.12 and newer) never answer a create with that key
+/// to mean "not offered" (a ring they cannot offer fails the create), and 0x90000 is page
+/// offset 144, an ordinary offset of the context's 145th ring page. libsiw (rdma-core 44 and
+/// 56) still refuses it, so its creates fail whenever a ring lands there; ours map it. On a
+/// kernel where the key did mean "not offered", nothing is there and the mapping fails.
 fn map_ring(
     fd: BorrowedFd<'_>,
     key: u64,
@@ -85,9 +86,6 @@ fn map_ring(
     tail: usize,
     what: SiwQueue,
 ) -> io::Result<(Ring, Mapping)> {
-    if key == SIW_INVAL_UOBJ_KEY {
-        return Err(bad_key(what));
-    }
     let len = ring_bytes(slots, elem, tail).ok_or_else(|| -> io::Error {
         Error::protocol(
             format!("map siw {what}"),
@@ -95,7 +93,17 @@ fn map_ring(
         )
         .into()
     })?;
-    let map = map_shared(fd, key, len, &format!("siw {what}"))?;
+    let map = Mapping::shared(fd, key, len, MapAccess::ReadWrite).map_err(|e| -> io::Error {
+        let mut err = Error::os(format!("map siw {what}"), e)
+            .with_detail(format!("offset {key:#x}, {len} bytes"));
+        if key == SIW_INVAL_UOBJ_KEY {
+            err = err.with_detail(
+                "the offset is SIW_INVAL_UOBJ_KEY, which siw's kernels before the rdma core's \
+                 mmap entries answered for a ring they could not offer",
+            );
+        }
+        err.into()
+    })?;
     // SAFETY: the mapping lives as long as the ops object that owns both it and the ring view
     // (the view is declared first there, so dropped first), and it holds the kernel's siw
     // ring of this kind (the create contract).
