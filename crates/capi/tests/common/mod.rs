@@ -173,15 +173,20 @@ impl Proc {
         }
     }
 
-    /// Waits until rdma-core's `riostream -b` (run by `timeout`: this child's child) has set
+    /// Waits until rdma-core's `riostream -b` has set
     /// its listener's options. riostream listens first (`rlisten`, whose service thread then
     /// accepts every request at once, with the listener's options of that moment) and only
     /// then sets them (`set_options(lrs)`: its buffer sizes, `RDMA_IOMAPSIZE` 1, last
     /// `O_NONBLOCK`), so a client that connects as soon as the id listens may get a
     /// connection without an iomap table. The `O_NONBLOCK` of the listener's accept queue (a
     /// socket; rsockets' other sockets stay blocking) says that `set_options` has run.
-    /// Panics, with riostream's output, if it exits first.
+    /// riostream is this child itself (rdma-core 56's in the Debian 13 userland: each step
+    /// `exec`s the next) or its child (under `timeout`). Panics, with riostream's output, if
+    /// it exits first, or if no riostream is seen with the option set in 60 s (a bound on a
+    /// hang, not the decision: before the child itself was looked at, the trixie stage's
+    /// riostream was never found and this waited until the binary's time ran out).
     pub fn wait_riostream_listener_ready(&mut self) {
+        let t0 = Instant::now();
         loop {
             if let Some(st) = self.child.try_wait().unwrap() {
                 let text = self.kill_and_collect();
@@ -190,8 +195,21 @@ impl Proc {
                     self.what
                 );
             }
-            if child_named(self.child.id(), "riostream").is_some_and(has_nonblocking_socket) {
+            let pid = self.child.id();
+            let rio = if comm(pid).as_deref() == Some("riostream") {
+                Some(pid)
+            } else {
+                child_named(pid, "riostream")
+            };
+            if rio.is_some_and(has_nonblocking_socket) {
                 return;
+            }
+            if t0.elapsed() > Duration::from_secs(60) {
+                let text = self.kill_and_collect();
+                panic!(
+                    "{}: no riostream with a non-blocking listener in 60 s (found: {rio:?}):\n{text}",
+                    self.what
+                );
             }
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -259,6 +277,12 @@ fn group_members(pgid: u32) -> impl Iterator<Item = u32> {
         })
         .unwrap_or_default();
     v.into_iter()
+}
+
+/// The name (`comm`) of process `pid`, if it runs now.
+pub fn comm(pid: u32) -> Option<String> {
+    let c = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(c.trim_end().to_string())
 }
 
 /// The pid of the process named `name` whose parent is `ppid`, if there is one now.
