@@ -956,27 +956,11 @@ fn pick_tests(tests: &[build::Artifact], names: &[&str]) -> Result<Vec<build::Ar
 
 /// Tests of `capi/vm_trixie` the trixie stage runs only when their variable is `1`, and counts
 /// as skipped (with the reason in a note) otherwise: (test, variable, why).
-pub const TRIXIE_OPT_IN: &[(&str, &str, &str)] = &[
-    (
-        "pyverbs_56_on_both_libraries_interop",
-        "RVERBS_TRIXIE_PYVERBS",
-        "in its first run it had not ended when the stage's 840 s ran out (docs/testing.md)",
-    ),
-    (
-        "rstream_and_riostream_against_rdma_core_56_interop",
-        "RVERBS_TRIXIE_RSTREAM",
-        "rdma-core 56's rstream client does not connect to our rsockets server (both ids stay \
-         in CONNECT, the client's QP in INIT: docs/testing.md), a bug of ours not yet found",
-    ),
-    (
-        "mckey_against_rdma_core_56_interop",
-        "RVERBS_TRIXIE_MCKEY",
-        "in the fresh-clone run of 2026-12-07 our receiver joined (MULTICAST_JOIN) and polled \
-         while rdma-core 56's sender completed, and no datagram arrived: a sender that starts \
-         before the join is done (the test waits 2 s, a timer) or a bug of ours, not yet told \
-         apart (docs/testing.md)",
-    ),
-];
+pub const TRIXIE_OPT_IN: &[(&str, &str, &str)] = &[(
+    "pyverbs_56_on_both_libraries_interop",
+    "RVERBS_TRIXIE_PYVERBS",
+    "in its first run it had not ended when the stage's 840 s ran out (docs/testing.md)",
+)];
 
 /// The async load test (crates/async/tests/vm_async.rs: 64 clients, 100 messages each by
 /// default) runs one of its two runtimes with 1,000 messages per client in each VM stage: the

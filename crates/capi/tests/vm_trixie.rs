@@ -109,11 +109,17 @@ fn mckey_against_rdma_core_56_interop() {
         .unwrap_or_default()
         .starts_with("6.1.");
     for (g, ours_sends) in [("239.1.2.56", true), ("239.1.2.57", false)] {
-        let mut r = tool("mckey", !ours_sends);
+        // The receiver line-buffered (coreutils' stdbuf, in the userland): mckey prints
+        // `joined dgid` with printf once its join is done, which a pipe would keep in the
+        // buffer until the program ends (and lose if it is killed).
+        let env = if ours_sends { vec![] } else { ours_in_trixie() };
+        let mut r = in_trixie(&env, &["/usr/bin/stdbuf", "-oL", "/usr/bin/mckey"]);
         r.args(["-m", g, "-b", &a, "-C", "1"]);
-        let recv = Proc::spawn(r);
-        // As vm_capi's mckey tests: the receiver joins first.
-        std::thread::sleep(Duration::from_secs(2));
+        let mut recv = Proc::spawn(r);
+        // The sender starts once the receiver's join is done: librdmacm attaches the QP to
+        // the group before it hands MULTICAST_JOIN to mckey, whose handler prints the line.
+        // A datagram sent before the attach is dropped by the receiving device.
+        recv.wait_output("mckey: joined dgid", Duration::from_secs(60));
         let mut s = tool("mckey", ours_sends);
         s.args(["-s", "-m", g, "-b", &a, "-C", "10"]);
         let (sok, sout) = Proc::spawn(s).finish(Duration::from_secs(60));
@@ -184,6 +190,18 @@ fn rstream_and_riostream_against_rdma_core_56_interop() {
             c.args(args("-s"));
             let (cok, cout) = Proc::spawn(c).finish(Duration::from_secs(70));
             let (sok, sout) = server.finish(Duration::from_secs(70));
+            // What a pipe read only at the end used to have to hold (64 KiB): our side logs
+            // each `EAGAIN` of a non-blocking `raccept` (`RVERBS_CAPI_LOG=1`).
+            eprintln!(
+                "{prog} -T {mode}, server {}: server wrote {} bytes, client {}",
+                if server_ours {
+                    "ours"
+                } else {
+                    "rdma-core 56's"
+                },
+                sout.len(),
+                cout.len()
+            );
             let who = if server_ours {
                 "server ours"
             } else {

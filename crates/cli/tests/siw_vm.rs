@@ -89,15 +89,36 @@ impl Ran {
     }
 }
 
-fn spawn(mut c: Command) -> Child {
-    c.stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{c:?}: {e}"))
+/// A started program whose stdout and stderr are read to their end by threads while it
+/// runs, so one that writes a lot never blocks in `write(2)` on a full pipe.
+struct Spawned {
+    child: Child,
+    readers: [std::thread::JoinHandle<Vec<u8>>; 2],
 }
 
-/// Waits up to `limit` (then kills) and collects the output.
-fn finish(mut child: Child, limit: Duration) -> Ran {
+fn spawn(mut c: Command) -> Spawned {
+    let mut child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{c:?}: {e}"));
+    fn drain(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    }
+    let readers = [
+        drain(child.stdout.take().unwrap()),
+        drain(child.stderr.take().unwrap()),
+    ];
+    Spawned { child, readers }
+}
+
+/// Waits up to `limit` (then kills) and collects the output (stdout, then stderr).
+fn finish(p: Spawned, limit: Duration) -> Ran {
+    let Spawned { mut child, readers } = p;
     let t0 = Instant::now();
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -111,8 +132,9 @@ fn finish(mut child: Child, limit: Duration) -> Ran {
         std::thread::sleep(Duration::from_millis(50));
     };
     let mut out = String::new();
-    let _ = child.stdout.take().unwrap().read_to_string(&mut out);
-    let _ = child.stderr.take().unwrap().read_to_string(&mut out);
+    for r in readers {
+        out.push_str(&String::from_utf8_lossy(&r.join().unwrap_or_default()));
+    }
     Ran { status, out }
 }
 
@@ -131,13 +153,13 @@ fn tcp_listening(port: u16) -> bool {
 }
 
 /// Starts an rping server on `addr` and waits until it listens (rping's port 7174).
-fn rping_server(addr: &str, ours: bool) -> Child {
+fn rping_server(addr: &str, ours: bool) -> Spawned {
     let mut c = tool("rping", ours);
     c.args(["-s", "-a", addr, "-C", "5", "-v"]);
     let mut child = spawn(c);
     let t0 = Instant::now();
     while !tcp_listening(7174) {
-        if child.try_wait().unwrap().is_some() || t0.elapsed() > Duration::from_secs(30) {
+        if child.child.try_wait().unwrap().is_some() || t0.elapsed() > Duration::from_secs(30) {
             let r = finish(child, Duration::ZERO);
             panic!(
                 "the rping server did not listen on TCP 7174: {:?}\n{}",

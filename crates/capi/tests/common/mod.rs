@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// `$var`, or `default` when it is unset or empty.
@@ -18,32 +20,100 @@ pub fn env_or(var: &str, default: &str) -> String {
         .unwrap_or_else(|| default.to_string())
 }
 
-/// A child with a deadline; its output is read when it ends.
+/// A child with a deadline. Its stdout and stderr are read while it runs, each by a thread of
+/// its own, so a child that writes a lot never blocks in `write(2)` on a full pipe (the
+/// iperf3 hang of 2026-12-07: a server logging each `EAGAIN` filled a pipe read only at the
+/// end, and stopped mid-transfer).
 pub struct Proc {
     child: Child,
     what: String,
+    out: Drained,
+    err: Drained,
+}
+
+/// One pipe of a [`Proc`], read to its end by a thread into a buffer others may look at.
+struct Drained {
+    text: Arc<Mutex<Vec<u8>>>,
+    reader: Option<JoinHandle<()>>,
+}
+
+impl Drained {
+    fn start(mut r: impl Read + Send + 'static) -> Drained {
+        let text = Arc::new(Mutex::new(Vec::new()));
+        let into = text.clone();
+        let reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 64 * 1024];
+            loop {
+                match r.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => into.lock().unwrap().extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+        });
+        Drained {
+            text,
+            reader: Some(reader),
+        }
+    }
+
+    /// What was read so far.
+    fn so_far(&self) -> String {
+        String::from_utf8_lossy(&self.text.lock().unwrap()).into_owned()
+    }
+
+    /// Everything, once every writer has closed the pipe.
+    fn all(&mut self) -> String {
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        self.so_far()
+    }
 }
 
 impl Proc {
-    /// Starts `c` with its stdout and stderr captured, in a process group of its own (its
-    /// id is the child's pid), so that a kill on timeout reaches what it started too (`timeout
-    /// PROG`: a killed `timeout` leaves PROG running, holding the pipes, and reading them
-    /// would then wait for PROG for ever).
+    /// Starts `c` with its stdout and stderr captured (drained while it runs), in a process
+    /// group of its own (its id is the child's pid), so that a kill on timeout reaches what
+    /// it started too (`timeout PROG`: a killed `timeout` leaves PROG running, holding the
+    /// pipes, and reading them to their end would then wait for PROG for ever).
     pub fn spawn(mut c: Command) -> Proc {
         use std::os::unix::process::CommandExt;
         let what = format!("{c:?}");
-        let child = c
+        let mut child = c
             .process_group(0)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("{what}: {e}"));
-        Proc { child, what }
+        let out = Drained::start(child.stdout.take().unwrap());
+        let err = Drained::start(child.stderr.take().unwrap());
+        Proc {
+            child,
+            what,
+            out,
+            err,
+        }
     }
 
     /// The child's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Its stdout, then its stderr, as read so far.
+    pub fn output_so_far(&self) -> String {
+        format!("{}{}", self.out.so_far(), self.err.so_far())
+    }
+
+    /// Kills the child's whole process group, reaps the child and returns all it wrote
+    /// (stdout, then stderr): for a panic's message.
+    fn kill_and_collect(&mut self) -> String {
+        // SAFETY: integers only; the group is this child's own (`process_group(0)`).
+        unsafe { libc::kill(-(self.pid() as i32), libc::SIGKILL) };
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        format!("{}{}", self.out.all(), self.err.all())
     }
 
     /// Waits until something listens on TCP `port` (the out-of-band exchange of
@@ -59,11 +129,7 @@ impl Proc {
                 } else {
                     "did not listen in 30 s"
                 };
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                let mut text = String::new();
-                let _ = self.child.stdout.take().unwrap().read_to_string(&mut text);
-                let _ = self.child.stderr.take().unwrap().read_to_string(&mut text);
+                let text = self.kill_and_collect();
                 panic!(
                     "server {what} before listening on TCP port {port}: {}\n{text}",
                     self.what
@@ -73,27 +139,77 @@ impl Proc {
         }
     }
 
-    /// Waits until rdma-core's `riostream -b` (run by `timeout`: this child's child) has set
+    /// Waits until the child's output (stdout or stderr) holds `pat`: a line it prints once
+    /// a step of its protocol is done (mckey's `joined dgid` after its join). Panics, with
+    /// its output, if it exits first; `limit` only bounds a child that never says it (a
+    /// hang), the line decides.
+    pub fn wait_output(&mut self, pat: &str, limit: Duration) {
+        let t0 = Instant::now();
+        loop {
+            if self.output_so_far().contains(pat) {
+                return;
+            }
+            if let Some(st) = self.child.try_wait().unwrap() {
+                let text = self.kill_and_collect();
+                if text.contains(pat) {
+                    panic!(
+                        "{} printed {pat:?} but had exited ({st}) by then:\n{text}",
+                        self.what
+                    );
+                }
+                panic!(
+                    "{} exited ({st}) before printing {pat:?}:\n{text}",
+                    self.what
+                );
+            }
+            if t0.elapsed() > limit {
+                let text = self.kill_and_collect();
+                panic!(
+                    "{} did not print {pat:?} in {limit:?}, killed:\n{text}",
+                    self.what
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits until rdma-core's `riostream -b` has set
     /// its listener's options. riostream listens first (`rlisten`, whose service thread then
     /// accepts every request at once, with the listener's options of that moment) and only
     /// then sets them (`set_options(lrs)`: its buffer sizes, `RDMA_IOMAPSIZE` 1, last
     /// `O_NONBLOCK`), so a client that connects as soon as the id listens may get a
     /// connection without an iomap table. The `O_NONBLOCK` of the listener's accept queue (a
     /// socket; rsockets' other sockets stay blocking) says that `set_options` has run.
-    /// Panics, with riostream's output, if it exits first.
+    /// riostream is this child itself (rdma-core 56's in the Debian 13 userland: each step
+    /// `exec`s the next) or its child (under `timeout`). Panics, with riostream's output, if
+    /// it exits first, or if no riostream is seen with the option set in 60 s (a bound on a
+    /// hang, not the decision: before the child itself was looked at, the trixie stage's
+    /// riostream was never found and this waited until the binary's time ran out).
     pub fn wait_riostream_listener_ready(&mut self) {
+        let t0 = Instant::now();
         loop {
             if let Some(st) = self.child.try_wait().unwrap() {
-                let mut text = String::new();
-                let _ = self.child.stdout.take().unwrap().read_to_string(&mut text);
-                let _ = self.child.stderr.take().unwrap().read_to_string(&mut text);
+                let text = self.kill_and_collect();
                 panic!(
                     "{} exited ({st}) before its listener was set up:\n{text}",
                     self.what
                 );
             }
-            if child_named(self.child.id(), "riostream").is_some_and(has_nonblocking_socket) {
+            let pid = self.child.id();
+            let rio = if comm(pid).as_deref() == Some("riostream") {
+                Some(pid)
+            } else {
+                child_named(pid, "riostream")
+            };
+            if rio.is_some_and(has_nonblocking_socket) {
                 return;
+            }
+            if t0.elapsed() > Duration::from_secs(60) {
+                let text = self.kill_and_collect();
+                panic!(
+                    "{}: no riostream with a non-blocking listener in 60 s (found: {rio:?}):\n{text}",
+                    self.what
+                );
             }
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -125,18 +241,16 @@ impl Proc {
                     );
                 }
                 seen = snapshot(&pids);
-                // The whole group: the program under `timeout` included.
-                // SAFETY: integers only.
-                unsafe { libc::kill(-(self.pid() as i32), libc::SIGKILL) };
-                let _ = self.child.kill();
-                let _ = self.child.wait();
                 break None;
             }
             std::thread::sleep(Duration::from_millis(50));
         };
-        let mut text = seen;
-        let _ = self.child.stdout.take().unwrap().read_to_string(&mut text);
-        let _ = self.child.stderr.take().unwrap().read_to_string(&mut text);
+        let text = if status.is_none() {
+            // The whole group: the program under `timeout` included.
+            format!("{seen}{}", self.kill_and_collect())
+        } else {
+            format!("{}{}", self.out.all(), self.err.all())
+        };
         let ok = status.is_some_and(|s| s.success());
         let head = match status {
             Some(s) => format!("{}: {s}", self.what),
@@ -163,6 +277,12 @@ fn group_members(pgid: u32) -> impl Iterator<Item = u32> {
         })
         .unwrap_or_default();
     v.into_iter()
+}
+
+/// The name (`comm`) of process `pid`, if it runs now.
+pub fn comm(pid: u32) -> Option<String> {
+    let c = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(c.trim_end().to_string())
 }
 
 /// The pid of the process named `name` whose parent is `ppid`, if there is one now.
