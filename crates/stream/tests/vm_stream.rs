@@ -355,6 +355,22 @@ fn stream_child_peer_process() {
     thread::sleep(Duration::from_secs(60));
 }
 
+/// Runs [`stream_child_peer_process`] as a separate process (this test binary) connecting to
+/// `port`, so a test can kill it with SIGKILL.
+fn spawn_child_peer(port: u16) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "stream_child_peer_process",
+            "--include-ignored",
+            "--nocapture",
+        ])
+        .env("RVERBS_STREAM_CHILD_PORT", port.to_string())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 /// The peer process is killed (SIGKILL) while we are blocked in `read`: the read returns
 /// (EOF or an error) within a second, and a write then fails.
 #[test]
@@ -364,17 +380,7 @@ fn stream_child_peer_process() {
 )]
 fn stream_peer_killed_mid_stream() {
     let l = RdmaListener::bind(at(7606)).unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "stream_child_peer_process",
-            "--include-ignored",
-            "--nocapture",
-        ])
-        .env("RVERBS_STREAM_CHILD_PORT", "7606")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_child_peer(7606);
     let (mut s, _) = l.accept().unwrap();
     let mut b = [0u8; 5];
     s.read_exact(&mut b).unwrap();
@@ -917,17 +923,7 @@ mod on_tokio {
     )]
     fn tokio_read_ends_when_peer_killed() {
         let l = RdmaListener::bind(at(7616)).unwrap();
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "stream_child_peer_process",
-                "--include-ignored",
-                "--nocapture",
-            ])
-            .env("RVERBS_STREAM_CHILD_PORT", "7616")
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_child_peer(7616);
         let (s, _) = l.accept().unwrap();
         let pid = child.id();
         let r = rt().block_on(async {
