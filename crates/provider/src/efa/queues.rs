@@ -108,6 +108,9 @@ pub(crate) struct Sq {
     max_sge: u32,
     max_inline: u32,
     max_batch: u32,
+    /// RDMA READ is encoded on this queue: an SRD QP of a device that reports
+    /// `EFA_QUERY_DEVICE_CAPS_RDMA_READ` (libefa `efa_check_qp_attr`).
+    read: bool,
 }
 
 impl Sq {
@@ -122,6 +125,7 @@ impl Sq {
         max_sge: u32,
         max_inline: u32,
         max_batch: u32,
+        read: bool,
     ) -> Sq {
         assert!(desc_off + wqes as usize * TX_WQE <= llq.len());
         Sq {
@@ -138,6 +142,7 @@ impl Sq {
             max_sge,
             max_inline,
             max_batch,
+            read,
         }
     }
 
@@ -256,18 +261,42 @@ impl EfaQp {
                 wq.posted.wrapping_sub(wq.completed),
             ));
         }
-        let imm =
-            match wr.op {
-                SendOp::Send => None,
-                SendOp::SendWithImm { imm } => Some(imm),
-                _ => return Err(PostError::unsupported(
-                    i,
-                    "an operation other than SEND and SEND with immediate (libefa 44's post_send)",
-                )),
-            };
         let inline = wr.flags.contains(SendFlags::INLINE);
         let mut d = [0u8; TX_WQE];
-        if inline {
+        let (imm, read) = match wr.op {
+            SendOp::Send => (None, None),
+            SendOp::SendWithImm { imm } => (Some(imm), None),
+            SendOp::RdmaRead { remote_addr, rkey } if sq.read => (None, Some((remote_addr, rkey))),
+            _ => {
+                return Err(PostError::unsupported(
+                    i,
+                    if sq.read {
+                        "an operation other than SEND, SEND with immediate and RDMA READ \
+                         (libefa 44 on SRD)"
+                    } else {
+                        "an operation other than SEND and SEND with immediate (libefa 44 on \
+                         UD, or on SRD without the device's RDMA READ)"
+                    },
+                ))
+            }
+        };
+        if read.is_some() {
+            // libefa's `efa_send_wr_set_sge_list`: at most `max_wr_rdma_sge` (≤ 1) local
+            // buffers. Inline data makes no sense for a READ (libefa would copy it over the
+            // remote buffer's descriptor): refused.
+            if inline {
+                return Err(PostError::invalid(i, "an inline RDMA READ"));
+            }
+            if wr.sge.len() > TX_DESC_NUM_RDMA_BUFS as usize {
+                return Err(PostError::invalid(
+                    i,
+                    format!(
+                        "an RDMA READ into {} SGEs, EFA takes at most {TX_DESC_NUM_RDMA_BUFS}",
+                        wr.sge.len()
+                    ),
+                ));
+            }
+        } else if inline {
             let total: u64 = wr.sge.iter().map(|s| u64::from(s.length)).sum();
             if total > u64::from(sq.max_inline) {
                 return Err(PostError::invalid(
@@ -291,7 +320,24 @@ impl EfaQp {
             ));
         };
         let mut ctrl1 = TX_CTRL1_META_DESC | TX_OP_SEND;
-        let length: u16 = if inline {
+        let length: u16 = if let Some((remote_addr, rkey)) = read {
+            // `efa_io_rdma_req`: the remote buffer (length = the local buffers' total, rkey,
+            // address), then the local buffer descriptor.
+            ctrl1 = TX_CTRL1_META_DESC | TX_OP_RDMA_READ;
+            let total = wr.sge.iter().fold(0u32, |a, s| a.wrapping_add(s.length));
+            d[32..36].copy_from_slice(&total.to_le_bytes());
+            d[36..40].copy_from_slice(&rkey.to_le_bytes());
+            d[40..44].copy_from_slice(&(remote_addr as u32).to_le_bytes());
+            d[44..48].copy_from_slice(&((remote_addr >> 32) as u32).to_le_bytes());
+            for (k, s) in wr.sge.iter().enumerate() {
+                let b = &mut d[48 + 16 * k..64 + 16 * k];
+                b[0..4].copy_from_slice(&s.length.to_le_bytes());
+                b[4..8].copy_from_slice(&(s.lkey & LKEY_MASK).to_le_bytes());
+                b[8..12].copy_from_slice(&(s.addr as u32).to_le_bytes());
+                b[12..16].copy_from_slice(&((s.addr >> 32) as u32).to_le_bytes());
+            }
+            wr.sge.len() as u16
+        } else if inline {
             let mut at = 32;
             for s in wr.sge {
                 let n = s.length as usize;
