@@ -25,7 +25,7 @@ use rverbs_uverbs::{OpTable, Transports};
 use zerocopy::{FromZeros, IntoBytes};
 
 use super::abi::*;
-use super::queues::{EfaCq, EfaQp, Rq, Sq, Wq};
+use super::queues::{EfaCq, EfaQp, Rq, Sq, Wq, WqLock};
 
 /// `IBV_QPT_DRIVER` (0xff): the QP type an SRD QP is created with (its driver data says SRD).
 pub(crate) const QP_TYPE_DRIVER: QpType = QpType(0xff);
@@ -193,7 +193,7 @@ impl EfaMem for KernelMem {
 
 /// The work queues of each live QP, by QP number: how the CQ poller finds a completion's
 /// `wr_id` (libefa's `qp_table`).
-pub(crate) type QpTable = Mutex<HashMap<u32, (Arc<Mutex<Wq>>, Arc<Mutex<Wq>>)>>;
+pub(crate) type QpTable = Mutex<HashMap<u32, (Arc<WqLock>, Arc<WqLock>)>>;
 
 /// The per-context EFA driver.
 #[derive(Debug)]
@@ -588,8 +588,8 @@ unsafe impl Driver for EfaDriver {
         if i.min_sq_wr != 0 {
             max_batch = max_batch.min(s.sq_wqes - 1);
         }
-        let sq_wq = Arc::new(Mutex::new(Wq::new(s.sq_wqes)));
-        let rq_wq = Arc::new(Mutex::new(Wq::new(s.rq_wqes)));
+        let sq_wq = Arc::new(WqLock::new(Wq::new(s.sq_wqes)));
+        let rq_wq = Arc::new(WqLock::new(Wq::new(s.rq_wqes)));
         // libefa copies inline data into the descriptor's 32 bytes and SGEs into its two
         // buffer descriptors: never more, whatever the kernel echoes.
         let max_inline = created.caps.max_inline_data.min(32);
