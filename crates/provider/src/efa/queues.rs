@@ -351,19 +351,27 @@ impl EfaQp {
                     // The descriptor's second half, built in local memory.
                     let mut bytes = [0u64; 4];
                     let p = bytes.as_mut_ptr().cast::<u8>();
-                    let mut at = 0;
-                    for s in wr.sge {
+                    let copy = |s: &Sge, at: usize| {
                         // SAFETY: the caller's post_send contract: an inline SGE's bytes are
                         // readable for the call and touched by others only through `shared`;
-                        // `at + length ≤ total ≤ 32` (max_inline ≤ 32), inside `bytes`.
+                        // every SGE's bytes land inside `bytes` (their total ≤ 32:
+                        // max_inline ≤ 32).
                         unsafe {
                             rverbs_uverbs::kernel::shared::copy_from_shared_raw(
                                 s.addr as usize as *const u8,
                                 p.add(at),
                                 s.length as usize,
                             )
-                        };
-                        at += s.length as usize;
+                        }
+                    };
+                    if let [s] = wr.sge {
+                        copy(s, 0);
+                    } else {
+                        let mut at = 0;
+                        for s in wr.sge {
+                            copy(s, at);
+                            at += s.length as usize;
+                        }
                     }
                     (ctrl1 | TX_CTRL1_INLINE_MSG, imm, total as u64, bytes)
                 } else {
@@ -419,6 +427,18 @@ impl EfaQp {
         sq.copy_to_llq(&[w0, w1, w2, 0, hi[0], hi[1], hi[2], hi[3]]);
         Ok(())
     }
+}
+
+/// A post's refusal of request `i` (`r`), off the hot path: the `batch` requests written
+/// since the last doorbell are rung first, then the error says why.
+#[cold]
+#[inline(never)]
+fn refused(sq: &Sq, wq: &Wq, batch: u32, i: usize, wr: &SendWr<'_>, r: Refusal) -> PostError {
+    if batch != 0 {
+        mmio_flush();
+        sq.db.ring(u32::from(sq.pc));
+    }
+    r.error(i, wr, sq, wq)
 }
 
 /// Why a send was refused, as found on the hot path; [`Refusal::error`] names it.
@@ -512,11 +532,10 @@ impl QpOps for EfaQp {
         let sq = &mut self.sq;
         let mut wq = sq.wq.lock();
         let mut batch = 0u32;
-        let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
             if let Err(r) = EfaQp::build(sq, sig_all, wr, &mut wq) {
-                result = Err(r.error(i, wr, sq, &wq));
-                break;
+                // The requests before it are posted: rung (libefa's `ring_db`).
+                return Err(refused(sq, &wq, batch, i, wr, r));
             }
             sq.pc = sq.pc.wrapping_add(1);
             if sq.pc & sq.mask == 0 {
@@ -536,7 +555,7 @@ impl QpOps for EfaQp {
             mmio_flush();
             sq.db.ring(u32::from(sq.pc));
         }
-        result
+        Ok(())
     }
 
     unsafe fn post_recv(
