@@ -156,6 +156,9 @@ fn check_efa(efa: &Path, verbs: &Path, notes: &mut Vec<String>) -> Result<()> {
         ("efadv_create_qp_ex", "EFA_1.1"),
         ("efadv_query_ah", "EFA_1.1"),
         ("efadv_query_device", "EFA_1.1"),
+        ("efadv_create_cq", "EFA_1.2"),
+        ("efadv_cq_from_ibv_cq_ex", "EFA_1.2"),
+        ("efadv_query_mr", "EFA_1.3"),
     ] {
         if !exports.contains(&(name.to_string(), ver.to_string())) {
             crate::bail!("{} does not export {name}@{ver}", verbs.display());

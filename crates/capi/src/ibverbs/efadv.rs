@@ -1,15 +1,18 @@
 //! rdma-core's EFA direct verbs (`infiniband/efadv.h`, libefa 44's `efadv_*`): what users need
 //! to create SRD QPs and query an EFA device. Defined in `libibverbs.so.1` with libefa's symbol
-//! versions (`EFA_1.0`, `EFA_1.1`); the `libefa.so.1` that `cargo xtask capi` builds declares
+//! versions (`EFA_1.0` … `EFA_1.3`); the `libefa.so.1` that `cargo xtask capi` builds declares
 //! those nodes and needs this library, so a program linked against libefa binds them here
 //! (as `librdmacm.so.1` does for `rdma_*`).
 //!
 //! Each follows libefa 44 (`providers/efa/verbs.c`): a context (PD, AH) of another device is
 //! `EOPNOTSUPP`; an `inlen` that does not reach the fields libefa requires, a non-zero
 //! `comp_mask` or reserved byte, is `EINVAL`; the output is zeroed over `inlen` bytes, then
-//! the fields that fit are written. Not offered: `efadv_create_cq`, `efadv_cq_from_ibv_cq_ex`
-//! and `efadv_wc_read_sgid` (`EFA_1.2`: CQs with source GIDs), and so
-//! `EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID` is never reported.
+//! the fields that fit are written. Not offered, refused: `efadv_create_cq` (`EFA_1.2`, CQs
+//! with source GIDs: `EOPNOTSUPP`, and `efadv_cq_from_ibv_cq_ex` finds no such CQ: NULL), so
+//! `EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID` is never reported; `efadv_query_mr` (`EFA_1.3`,
+//! rdma-core 50 on: `EOPNOTSUPP`). They are exported because programs and modules bound at
+//! load (perftest, pyverbs' `efadv` module: `BIND_NOW`, `RTLD_NOW`) must find every symbol
+//! they import from libefa, called or not.
 
 use std::ffi::c_int;
 use std::mem::{offset_of, size_of};
@@ -224,6 +227,49 @@ pub unsafe extern "C" fn efadv_create_qp_ex(
     unsafe { super::qp_ex::create_qp_ex(a, true) }
 }
 
+symver!(efadv_create_cq => "EFA_1.2");
+/// `efadv_create_cq`: not offered (the extended CQ with source GIDs): NULL with errno
+/// `EOPNOTSUPP`, whatever the arguments.
+///
+/// # Safety
+/// None beyond C's: nothing is read.
+#[no_mangle]
+pub unsafe extern "C" fn efadv_create_cq(
+    _context: *mut ibv_context,
+    _attr_ex: *mut std::ffi::c_void,
+    _efa_attr: *mut std::ffi::c_void,
+    _inlen: u32,
+) -> *mut std::ffi::c_void {
+    fail_null(libc::EOPNOTSUPP)
+}
+
+symver!(efadv_cq_from_ibv_cq_ex => "EFA_1.2");
+/// `efadv_cq_from_ibv_cq_ex`: the EFA view of a CQ made by `efadv_create_cq`; there are none
+/// (above): NULL.
+///
+/// # Safety
+/// None beyond C's: nothing is read.
+#[no_mangle]
+pub unsafe extern "C" fn efadv_cq_from_ibv_cq_ex(
+    _cq: *mut std::ffi::c_void,
+) -> *mut std::ffi::c_void {
+    null_mut()
+}
+
+symver!(efadv_query_mr => "EFA_1.3");
+/// `efadv_query_mr` (rdma-core 50 on: an MR's interconnect ids): not offered, `EOPNOTSUPP`.
+///
+/// # Safety
+/// None beyond C's: nothing is read.
+#[no_mangle]
+pub unsafe extern "C" fn efadv_query_mr(
+    _mr: *mut ibv_mr,
+    _attr: *mut std::ffi::c_void,
+    _inlen: u32,
+) -> c_int {
+    libc::EOPNOTSUPP
+}
+
 fn fail_null<T>(e: c_int) -> *mut T {
     set_errno(e);
     null_mut()
@@ -259,6 +305,18 @@ mod tests {
             assert_eq!(errno(), libc::EINVAL);
             assert!(efadv_create_qp_ex(null_mut(), null_mut(), std::ptr::null(), 16).is_null());
             assert_eq!(errno(), libc::EINVAL);
+        }
+    }
+
+    /// What is not offered says so.
+    #[test]
+    fn the_cq_and_mr_extensions_are_refused() {
+        // SAFETY: nothing is read.
+        unsafe {
+            assert!(efadv_create_cq(null_mut(), null_mut(), null_mut(), 16).is_null());
+            assert_eq!(errno(), libc::EOPNOTSUPP);
+            assert!(efadv_cq_from_ibv_cq_ex(null_mut()).is_null());
+            assert_eq!(efadv_query_mr(null_mut(), null_mut(), 16), libc::EOPNOTSUPP);
         }
     }
 

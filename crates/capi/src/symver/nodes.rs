@@ -32,11 +32,11 @@ pub const IBVERBS_PRIVATE: &str = "IBVERBS_PRIVATE_34";
 /// declares them too: librdmacm's functions are defined there (docs/capi.md, "librdmacm.so.1").
 pub const RDMACM: &[&str] = &["RDMACM_1.0", "RDMACM_1.1", "RDMACM_1.2", "RDMACM_1.3"];
 
-/// libefa's nodes (rdma-core 44's `providers/efa/libefa.map`) that the drop-in fills: the
-/// `efadv_*` functions are defined in `libibverbs.so.1` (`src/ibverbs/efadv.rs`), and the
-/// `libefa.so.1` of `cargo xtask capi` declares the same nodes and needs libibverbs.so.1.
-/// `EFA_1.2` (CQs with source GIDs) is not offered.
-pub const EFA: &[&str] = &["EFA_1.0", "EFA_1.1"];
+/// libefa's nodes (`providers/efa/libefa.map`: rdma-core 44's `EFA_1.0` … `EFA_1.2`, and
+/// `EFA_1.3` of rdma-core 50 to 56): the `efadv_*` functions are defined in `libibverbs.so.1`
+/// (`src/ibverbs/efadv.rs`; those of `EFA_1.2` and `EFA_1.3` refuse), and the `libefa.so.1` of
+/// `cargo xtask capi` declares the same nodes and needs libibverbs.so.1.
+pub const EFA: &[&str] = &["EFA_1.0", "EFA_1.1", "EFA_1.2", "EFA_1.3"];
 
 /// Version-script lines declaring `nodes` in order, each depending on the one before.
 pub fn chain(nodes: &[&str]) -> String {

@@ -242,6 +242,8 @@ fn posts_libefa_refuses_are_refused() {
     };
     for (w, want) in [
         (wr(SendOp::Send, SendFlags::empty(), dest), "unsignaled"),
+        // libefa's order: an unsignaled request with another flag is refused as unsignaled.
+        (wr(SendOp::Send, SendFlags::SOLICITED, dest), "unsignaled"),
         (
             wr(
                 SendOp::Send,
