@@ -322,20 +322,12 @@ impl EfaQp {
         fn buf(s: &Sge) -> u64 {
             (u64::from(s.length) | u64::from(s.lkey & LKEY_MASK) << 32).to_le()
         }
-        // Signaled (or sq_sig_all), and no flag but SIGNALED and INLINE, in one test: with
-        // SIGNALED added where sq_sig_all, the flags less INLINE must be SIGNALED alone.
-        let sig = if sig_all {
-            SendFlags::SIGNALED
-        } else {
-            SendFlags::empty()
-        };
-        if (wr.flags | sig) - SendFlags::INLINE != SendFlags::SIGNALED {
-            // libefa's order: unsignaled first, then the flags.
-            return Err(if !(wr.flags | sig).contains(SendFlags::SIGNALED) {
-                Refusal::Unsignaled
-            } else {
-                Refusal::Flags
-            });
+        // libefa's order: unsignaled first, then the flags.
+        if !sig_all && !wr.flags.contains(SendFlags::SIGNALED) {
+            return Err(Refusal::Unsignaled);
+        }
+        if !(SendFlags::SIGNALED | SendFlags::INLINE).contains(wr.flags) {
+            return Err(Refusal::Flags);
         }
         if wq.full() {
             return Err(Refusal::Full);
