@@ -289,16 +289,12 @@ mod tests {
     fn null_objects_are_einval() {
         let mut d = efadv_device_attr::default();
         // SAFETY: NULL context: refused before any access.
-        assert_eq!(
-            unsafe { efadv_query_device(null_mut(), &mut d, 32) },
-            libc::EINVAL
-        );
+        let r = unsafe { efadv_query_device(null_mut(), &mut d, 32) };
+        assert_eq!(r, libc::EINVAL);
         let mut h = efadv_ah_attr::default();
         // SAFETY: NULL AH: refused before any access.
-        assert_eq!(
-            unsafe { efadv_query_ah(null_mut(), &mut h, 16) },
-            libc::EINVAL
-        );
+        let r = unsafe { efadv_query_ah(null_mut(), &mut h, 16) };
+        assert_eq!(r, libc::EINVAL);
         // SAFETY: NULL PD / context: refused before any access.
         unsafe {
             assert!(efadv_create_driver_qp(null_mut(), null_mut(), 0).is_null());
