@@ -65,13 +65,38 @@ mod nodes;
 /// Builds `librdmacm.so.1` (`crates/capi/rdmacm/librdmacm.rs`: soname, the RDMACM version
 /// nodes, `DT_NEEDED` on our `libibverbs.so.1`, which defines the functions) into `dir`.
 fn build_rdmacm(dir: &Path, release: bool) -> Result<PathBuf> {
+    build_shim(
+        dir,
+        release,
+        "rdmacm",
+        &nodes::librdmacm_script(),
+        "rdmacm/librdmacm.rs",
+    )
+}
+
+/// Builds `libefa.so.1` (`crates/capi/efa/libefa.rs`: soname, libefa's version nodes that the
+/// drop-in fills, `DT_NEEDED` on our `libibverbs.so.1`, which defines `efadv_*`) into `dir`.
+fn build_efa(dir: &Path, release: bool) -> Result<PathBuf> {
+    build_shim(
+        dir,
+        release,
+        "efa",
+        &nodes::libefa_script(),
+        "efa/libefa.rs",
+    )
+}
+
+/// Builds `lib<name>.so.1` from `crates/capi/<src>` with version script `script`: a library
+/// that only declares version nodes and needs our `libibverbs.so.1`, which defines the
+/// functions of those nodes.
+fn build_shim(dir: &Path, release: bool, name: &str, script: &str, src: &str) -> Result<PathBuf> {
     let root = util::workspace_root();
-    let obj = util::target_dir().join("capi").join("rdmacm");
+    let obj = util::target_dir().join("capi").join(name);
     std::fs::create_dir_all(&obj).map_err(|e| util::Error(format!("{}: {e}", obj.display())))?;
-    let map = obj.join("librdmacm.map");
-    std::fs::write(&map, nodes::librdmacm_script())
-        .map_err(|e| util::Error(format!("{}: {e}", map.display())))?;
-    let out = obj.join("librdmacm.so.1");
+    let map = obj.join(format!("lib{name}.map"));
+    std::fs::write(&map, script).map_err(|e| util::Error(format!("{}: {e}", map.display())))?;
+    let soname = format!("lib{name}.so.1");
+    let out = obj.join(&soname);
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let mut cmd = Command::new(rustc);
     cmd.args([
@@ -80,7 +105,7 @@ fn build_rdmacm(dir: &Path, release: bool) -> Result<PathBuf> {
         "--crate-type",
         "cdylib",
         "--crate-name",
-        "rdmacm",
+        name,
     ])
     .args(["-C", "panic=abort", "-C", "strip=debuginfo"])
     .args([
@@ -91,7 +116,8 @@ fn build_rdmacm(dir: &Path, release: bool) -> Result<PathBuf> {
             "opt-level=1"
         },
     ])
-    .args(["-C", "link-arg=-Wl,-soname,librdmacm.so.1"])
+    .arg("-C")
+    .arg(format!("link-arg=-Wl,-soname,{soname}"))
     .arg("-C")
     .arg(format!("link-arg=-Wl,--version-script={}", map.display()))
     .args(["-C", "link-arg=-Wl,--no-as-needed"])
@@ -102,9 +128,48 @@ fn build_rdmacm(dir: &Path, release: bool) -> Result<PathBuf> {
     ))
     .arg("-o")
     .arg(&out)
-    .arg(root.join("crates/capi/rdmacm/librdmacm.rs"));
+    .arg(root.join("crates/capi").join(src));
     util::run(&mut cmd)?;
     Ok(out)
+}
+
+/// Checks `libefa.so.1` (soname, libefa's nodes, needs libibverbs.so.1) and that our
+/// libibverbs.so.1 defines each `efadv_*` function the drop-in offers with libefa 44's
+/// version, where the loader binds it.
+fn check_efa(efa: &Path, verbs: &Path, notes: &mut Vec<String>) -> Result<()> {
+    let d = util::output(Command::new("readelf").args(["-d", "-V", "-W"]).arg(efa))?;
+    if !d.contains("Library soname: [libefa.so.1]") {
+        crate::bail!("{} has no soname libefa.so.1", efa.display());
+    }
+    if !d.contains("Shared library: [libibverbs.so.1]") {
+        crate::bail!("{} does not need libibverbs.so.1", efa.display());
+    }
+    let names = version_names(efa)?;
+    for v in nodes::EFA {
+        if !names.contains(*v) {
+            crate::bail!("{} does not define version {v}", efa.display());
+        }
+    }
+    let exports = versioned_with(verbs, false, "EFA_")?;
+    for (name, ver) in [
+        ("efadv_create_driver_qp", "EFA_1.0"),
+        ("efadv_create_qp_ex", "EFA_1.1"),
+        ("efadv_query_ah", "EFA_1.1"),
+        ("efadv_query_device", "EFA_1.1"),
+        ("efadv_create_cq", "EFA_1.2"),
+        ("efadv_cq_from_ibv_cq_ex", "EFA_1.2"),
+        ("efadv_query_mr", "EFA_1.3"),
+    ] {
+        if !exports.contains(&(name.to_string(), ver.to_string())) {
+            crate::bail!("{} does not export {name}@{ver}", verbs.display());
+        }
+    }
+    notes.push(format!(
+        "{} ({} efadv symbols)",
+        efa.display(),
+        exports.len()
+    ));
+    Ok(())
 }
 
 /// Checks `librdmacm.so.1` (soname, version nodes, needs libibverbs.so.1) and that every
@@ -464,6 +529,7 @@ pub fn build_and_check(release: bool) -> Result<Outcome> {
         .iter()
         .chain([&nodes::IBVERBS_PRIVATE])
         .chain(nodes::RDMACM)
+        .chain(nodes::EFA)
     {
         if !defined.contains(*v) {
             crate::bail!("{} does not define version {v}", so_dst.display());
@@ -478,6 +544,16 @@ pub fn build_and_check(release: bool) -> Result<Outcome> {
         prog.display()
     )];
     check_rdmacm(&cm_dst, &so_dst, &mut notes)?;
+    let efa = build_efa(&dir, release)?;
+    let efa_dst = dir.join("libefa.so.1");
+    std::fs::copy(&efa, &efa_dst).map_err(|e| {
+        util::Error(format!(
+            "copy {} to {}: {e}",
+            efa.display(),
+            efa_dst.display()
+        ))
+    })?;
+    check_efa(&efa_dst, &so_dst, &mut notes)?;
     // Last: it rebuilds the cdylib that libibverbs.so.1 was copied from.
     build_preload(&dir, release, &mut notes)?;
     let mut missing: BTreeMap<String, Vec<String>> = BTreeMap::new();

@@ -46,7 +46,7 @@ mod tests {
 
     #[test]
     fn the_nodes_are_known_and_nothing_else_is() {
-        for v in nodes::IBVERBS.iter().chain(nodes::RDMACM) {
+        for v in nodes::IBVERBS.iter().chain(nodes::RDMACM).chain(nodes::EFA) {
             assert!(nodes::is_node(v), "{v}");
         }
         assert!(nodes::is_node(nodes::IBVERBS_PRIVATE));
@@ -56,6 +56,7 @@ mod tests {
             "IBVERBS_1.1 ",
             "IBVERBS_PRIVATE_33",
             "RDMACM_1.4",
+            "EFA_1.4",
             "ibverbs_1.1",
         ] {
             assert!(!nodes::is_node(v), "{v:?}");
@@ -75,11 +76,18 @@ mod tests {
             ),
             "{s}"
         );
-        assert!(s.ends_with("RDMACM_1.3 { } RDMACM_1.2;\n"), "{s}");
+        assert!(
+            s.ends_with(
+                "RDMACM_1.3 { } RDMACM_1.2;\nEFA_1.0 { };\nEFA_1.1 { } EFA_1.0;\n\
+                 EFA_1.2 { } EFA_1.1;\nEFA_1.3 { } EFA_1.2;\n"
+            ),
+            "{s}"
+        );
         assert_eq!(
             s.lines().count(),
-            nodes::IBVERBS.len() + 1 + nodes::RDMACM.len()
+            nodes::IBVERBS.len() + 1 + nodes::RDMACM.len() + nodes::EFA.len()
         );
+        assert_eq!(nodes::libefa_script().lines().count(), nodes::EFA.len());
         assert_eq!(
             nodes::librdmacm_script().lines().count(),
             nodes::RDMACM.len()

@@ -14,7 +14,7 @@ const HEADER: &str = "/usr/include/infiniband/verbs.h";
 
 fn probe_source() -> String {
     let mut s = String::from(
-        "#include <stdio.h>\n#include <stddef.h>\n#include <infiniband/verbs.h>\n#include <infiniband/sa.h>\n#include <rdma/rdma_cma.h>\n\
+        "#include <stdio.h>\n#include <stddef.h>\n#include <infiniband/verbs.h>\n#include <infiniband/sa.h>\n#include <rdma/rdma_cma.h>\n#include <infiniband/efadv.h>\n\
          int main(void) {\n",
     );
     for (name, _, fields) in LAYOUTS {

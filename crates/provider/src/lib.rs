@@ -175,5 +175,41 @@ pub fn open_first() -> io::Result<Arc<Context>> {
     }
 }
 
+/// An EFA device's limits and capabilities, from its kernel's driver data: what rdma-core's
+/// `efadv_query_device` reports ([`efa_device_attr`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EfaDeviceAttr {
+    /// Send queue depth limit.
+    pub max_sq_wr: u32,
+    /// Receive queue depth limit.
+    pub max_rq_wr: u32,
+    /// SGEs per send.
+    pub max_sq_sge: u16,
+    /// SGEs per receive.
+    pub max_rq_sge: u16,
+    /// The device's inline buffer size (a QP takes at most 32 inline bytes).
+    pub inline_buf_size: u16,
+    /// `EFADV_DEVICE_ATTR_CAPS_*` bits ([`EfaDeviceAttr::CAPS_RDMA_READ`],
+    /// [`EfaDeviceAttr::CAPS_RNR_RETRY`]; CQs with source GIDs are not offered).
+    pub device_caps: u32,
+    /// The largest RDMA transfer.
+    pub max_rdma_size: u32,
+}
+
+impl EfaDeviceAttr {
+    /// `EFADV_DEVICE_ATTR_CAPS_RDMA_READ`: SRD QPs take RDMA READ.
+    pub const CAPS_RDMA_READ: u32 = 1 << 0;
+    /// `EFADV_DEVICE_ATTR_CAPS_RNR_RETRY`.
+    pub const CAPS_RNR_RETRY: u32 = 1 << 1;
+}
+
+/// The EFA attributes of `ctx`'s device, `None` when `ctx` is not an EFA context opened by
+/// this crate.
+pub fn efa_device_attr(ctx: &Context) -> Option<EfaDeviceAttr> {
+    let d = ctx.driver().ok()?;
+    let efa = d.as_any()?.downcast_ref::<efa::driver::EfaDriver>()?;
+    Some(efa.info.device_attr())
+}
+
 #[cfg(test)]
 mod tests;

@@ -170,6 +170,12 @@ pub unsafe trait Driver: Send + Sync + fmt::Debug {
         None
     }
 
+    /// The driver itself, for its provider's own queries of a context (EFA's
+    /// `efadv_query_device`: the device limits from its driver data). Default: none.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
+
     /// Creates a CQ's data path. `cqe` is the depth the caller asked for.
     ///
     /// # Safety

@@ -180,4 +180,12 @@ layouts! {
         "mtu": mtu, "rate_selector": rate_selector, "rate": rate,
         "packet_life_time_selector": packet_life_time_selector,
         "packet_life_time": packet_life_time, "preference": preference }
+    "efadv_device_attr" => efadv_device_attr { "comp_mask": comp_mask,
+        "max_sq_wr": max_sq_wr, "max_rq_wr": max_rq_wr, "max_sq_sge": max_sq_sge,
+        "max_rq_sge": max_rq_sge, "inline_buf_size": inline_buf_size, "reserved": reserved,
+        "device_caps": device_caps, "max_rdma_size": max_rdma_size }
+    "efadv_qp_init_attr" => efadv_qp_init_attr { "comp_mask": comp_mask,
+        "driver_qp_type": driver_qp_type, "reserved": reserved }
+    "efadv_ah_attr" => efadv_ah_attr { "comp_mask": comp_mask, "ahn": ahn,
+        "reserved": reserved }
 }

@@ -13,12 +13,14 @@
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 mod device;
+mod efadv;
 mod layout;
 mod queues;
 mod rdma_cma;
 mod sa;
 
 pub use device::*;
+pub use efadv::*;
 pub use layout::*;
 pub use queues::*;
 pub use rdma_cma::*;

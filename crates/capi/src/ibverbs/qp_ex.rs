@@ -367,7 +367,7 @@ unsafe extern "C" fn wr_set_ud_addr(
 ) {
     // SAFETY: [ops] as wr_send.
     let (q, _) = unsafe { parts(qp) };
-    if q.qp.qp_type() != QpType::UD {
+    if !matches!(q.qp.qp_type(), QpType::UD | QpType::DRIVER) {
         // Connected QPs have their destination: nothing to set (librxe ignores it too).
         return;
     }
@@ -510,7 +510,8 @@ const BATCH: usize = 16;
 unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
     // SAFETY: [ops] as wr_send.
     let (q, _) = unsafe { parts(qp) };
-    let ud = q.qp.qp_type() == QpType::UD;
+    // UD and a provider's datagram QP (EFA's SRD) need each request's address.
+    let ud = matches!(q.qp.qp_type(), QpType::UD | QpType::DRIVER);
     // SAFETY: [ops] as wr_send.
     unsafe {
         with_batch(qp, |_, b| {
@@ -574,10 +575,19 @@ pub(crate) unsafe extern "C" fn create_qp_ex_op(
     attr: *mut ibv_qp_init_attr_ex,
 ) -> *mut ibv_qp {
     // SAFETY: [ops] [in] [out] the inline wrapper passes the caller's attributes.
-    let a = unsafe { &mut *attr };
+    unsafe { create_qp_ex(&mut *attr, false) }
+}
+
+/// [`create_qp_ex_op`]'s work; with `driver` (`efadv_create_qp_ex`) the extended send API is
+/// offered on `IBV_QPT_DRIVER` QPs too, with the operations the provider's own QP type
+/// encodes (EFA's SRD: SEND, SEND with immediate, RDMA READ where the device has it).
+///
+/// # Safety
+/// As [`create_qp_ex_op`].
+pub(crate) unsafe fn create_qp_ex(a: &mut ibv_qp_init_attr_ex, driver: bool) -> *mut ibv_qp {
     let send_ops = (a.comp_mask & INIT_ATTR_SEND_OPS_FLAGS != 0).then_some(a.send_ops_flags);
     // SAFETY: [in] a.pd is NULL or names an [object] PD.
-    if !unsafe { qp_ex_offered(a, send_ops) } {
+    if !unsafe { qp_ex_offered(a, send_ops, driver) } {
         super::set_errno(libc::EOPNOTSUPP);
         return null_mut();
     }
@@ -615,13 +625,20 @@ pub(crate) unsafe extern "C" fn create_qp_ex_op(
 ///
 /// # Safety
 /// `a.pd` is NULL or an \[object\] PD.
-unsafe fn qp_ex_offered(a: &ibv_qp_init_attr_ex, send_ops: Option<u64>) -> bool {
+unsafe fn qp_ex_offered(a: &ibv_qp_init_attr_ex, send_ops: Option<u64>, driver: bool) -> bool {
     let unsupported = a.comp_mask & !INIT_ATTR_SUPPORTED != 0
         || a.comp_mask & INIT_ATTR_PD == 0
         || a.pd.is_null()
         || (a.comp_mask & INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0);
     let ops_ok = match send_ops {
         None => true,
+        Some(f) if !unsupported && driver && a.qp_type == u32::from(QpType::DRIVER.0) => {
+            // SAFETY: [in] a.pd is non-NULL (checked in `unsupported`) and names an [object]
+            // PD.
+            unsafe { CPd::from_c(a.pd) }
+                .and_then(|pd| pd.pd.context().driver().ok().and_then(|d| d.driver_qp()))
+                .is_some_and(|t| f & !(t.ops.bits() & !OpKind::Flush.qp_ex_bit()) == 0)
+        }
         // What no provider could take is refused before the PD is looked at; then what this
         // PD's provider does not encode.
         Some(f) if !unsupported && fits(ANY_PROVIDER, f, a.qp_type) => {

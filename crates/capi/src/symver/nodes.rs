@@ -32,6 +32,12 @@ pub const IBVERBS_PRIVATE: &str = "IBVERBS_PRIVATE_34";
 /// declares them too: librdmacm's functions are defined there (docs/capi.md, "librdmacm.so.1").
 pub const RDMACM: &[&str] = &["RDMACM_1.0", "RDMACM_1.1", "RDMACM_1.2", "RDMACM_1.3"];
 
+/// libefa's nodes (`providers/efa/libefa.map`: rdma-core 44's `EFA_1.0` … `EFA_1.2`, and
+/// `EFA_1.3` of rdma-core 50 to 56): the `efadv_*` functions are defined in `libibverbs.so.1`
+/// (`src/ibverbs/efadv.rs`; those of `EFA_1.2` and `EFA_1.3` refuse), and the `libefa.so.1` of
+/// `cargo xtask capi` declares the same nodes and needs libibverbs.so.1.
+pub const EFA: &[&str] = &["EFA_1.0", "EFA_1.1", "EFA_1.2", "EFA_1.3"];
+
 /// Version-script lines declaring `nodes` in order, each depending on the one before.
 pub fn chain(nodes: &[&str]) -> String {
     let mut script = String::new();
@@ -48,10 +54,16 @@ pub fn chain(nodes: &[&str]) -> String {
 /// the export list; the symbols get their nodes from `.symver` directives).
 pub fn libibverbs_script() -> String {
     format!(
-        "{}{IBVERBS_PRIVATE} {{ }};\n{}",
+        "{}{IBVERBS_PRIVATE} {{ }};\n{}{}",
         chain(IBVERBS),
-        chain(RDMACM)
+        chain(RDMACM),
+        chain(EFA)
     )
+}
+
+/// The version script of `libefa.so.1`: libefa's nodes that the drop-in fills.
+pub fn libefa_script() -> String {
+    chain(EFA)
 }
 
 /// The version script of `librdmacm.so.1`: librdmacm's nodes.
@@ -74,6 +86,13 @@ pub const fn is_node(v: &str) -> bool {
     let mut i = 0;
     while i < RDMACM.len() {
         if str_eq(v, RDMACM[i]) {
+            return true;
+        }
+        i += 1;
+    }
+    let mut i = 0;
+    while i < EFA.len() {
+        if str_eq(v, EFA[i]) {
             return true;
         }
         i += 1;

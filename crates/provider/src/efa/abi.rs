@@ -155,8 +155,15 @@ pub const RX_CDESC: usize = 16;
 /// `EFA_IO_TX_DESC_NUM_BUFS`: buffer descriptors in one send descriptor.
 pub const TX_DESC_NUM_BUFS: u32 = 2;
 
+/// `EFA_IO_TX_DESC_NUM_RDMA_BUFS`: local buffer descriptors in one RDMA READ descriptor
+/// (libefa's `max_wr_rdma_sge` is at most this).
+pub const TX_DESC_NUM_RDMA_BUFS: u32 = 1;
+
 /// `efa_io_tx_meta_desc.ctrl1`: operation type SEND (bits 3:0).
 pub const TX_OP_SEND: u8 = 0;
+/// `ctrl1`: operation type RDMA READ (`EFA_IO_RDMA_READ`; the descriptor's second half is
+/// `efa_io_rdma_req`: the remote buffer, then the local one).
+pub const TX_OP_RDMA_READ: u8 = 1;
 /// `ctrl1`: immediate data present.
 pub const TX_CTRL1_HAS_IMM: u8 = 1 << 4;
 /// `ctrl1`: inline message (the data follows the meta descriptor).

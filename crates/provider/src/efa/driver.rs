@@ -20,12 +20,12 @@ use rverbs_uverbs::driver::{
 };
 use rverbs_uverbs::kernel::mapping::{MapAccess, Mapping};
 use rverbs_uverbs::qp::{QpCaps, QpType};
-use rverbs_uverbs::{Error, SendCaps};
+use rverbs_uverbs::{Error, OpKind, OpSet, SendCaps};
 use rverbs_uverbs::{OpTable, Transports};
 use zerocopy::{FromZeros, IntoBytes};
 
 use super::abi::*;
-use super::queues::{EfaCq, EfaQp, Rq, Sq, Wq};
+use super::queues::{EfaCq, EfaQp, Rq, Sq, Wq, WqLock};
 
 /// `IBV_QPT_DRIVER` (0xff): the QP type an SRD QP is created with (its driver data says SRD).
 pub(crate) const QP_TYPE_DRIVER: QpType = QpType(0xff);
@@ -56,6 +56,27 @@ pub(crate) fn alloc_ucontext_cmd() -> efa_ibv_alloc_ucontext_cmd {
 }
 
 impl EfaInfo {
+    /// What libefa 44's `efadv_query_device` reports of the device (every field its
+    /// `struct efadv_device_attr` has in rdma-core 44).
+    pub(crate) fn device_attr(&self) -> crate::EfaDeviceAttr {
+        let mut caps = 0;
+        if self.device_caps & EFA_QUERY_DEVICE_CAPS_RDMA_READ != 0 {
+            caps |= crate::EfaDeviceAttr::CAPS_RDMA_READ;
+        }
+        if self.device_caps & EFA_QUERY_DEVICE_CAPS_RNR_RETRY != 0 {
+            caps |= crate::EfaDeviceAttr::CAPS_RNR_RETRY;
+        }
+        crate::EfaDeviceAttr {
+            max_sq_wr: self.max_sq_wr,
+            max_rq_wr: self.max_rq_wr,
+            max_sq_sge: self.max_sq_sge,
+            max_rq_sge: self.max_rq_sge,
+            inline_buf_size: self.inline_buf_size,
+            device_caps: caps,
+            max_rdma_size: self.max_rdma_size,
+        }
+    }
+
     /// From alloc_ucontext's answer and, when the kernel answers QUERY_DEVICE with driver
     /// data, that. A kernel without AH driver data is refused, as libefa refuses it (the AH
     /// number every send carries comes from there).
@@ -172,7 +193,7 @@ impl EfaMem for KernelMem {
 
 /// The work queues of each live QP, by QP number: how the CQ poller finds a completion's
 /// `wr_id` (libefa's `qp_table`).
-pub(crate) type QpTable = Mutex<HashMap<u32, (Arc<Mutex<Wq>>, Arc<Mutex<Wq>>)>>;
+pub(crate) type QpTable = Mutex<HashMap<u32, (Arc<WqLock>, Arc<WqLock>)>>;
 
 /// The per-context EFA driver.
 #[derive(Debug)]
@@ -260,6 +281,12 @@ impl EfaDriver {
         }
     }
 
+    /// Whether the device reports RDMA READ (`EFA_QUERY_DEVICE_CAPS_RDMA_READ`): SRD QPs
+    /// then take it.
+    pub(crate) fn reads(&self) -> bool {
+        self.info.device_caps & EFA_QUERY_DEVICE_CAPS_RDMA_READ != 0
+    }
+
     /// libefa's checks (`efa_check_qp_attr`, `efa_check_qp_limits`) and sizing
     /// (`efa_setup_qp`): what the QP's rings get, and so what the kernel is told.
     pub(crate) fn qp_sizing(&self, req: &QpRequest) -> io::Result<QpSizing> {
@@ -329,8 +356,7 @@ fn qp_type_name(t: QpType) -> String {
 }
 
 /// What libefa 44's `ibv_post_send` encodes, per operation (`efa_post_send_validate_wr`: SEND
-/// and SEND with immediate on UD only; RDMA READ goes through the `ibv_wr_*` API on SRD QPs,
-/// which rverbs does not have yet). Every operation of the op table has a field: a new one
+/// and SEND with immediate on UD; SRD's set, RDMA READ included, is `driver_qp`'s). Every operation of the op table has a field: a new one
 /// does not compile until this says whether EFA encodes it.
 const OPS: OpTable<Transports> = OpTable {
     rdma_write: Transports::NONE,
@@ -360,13 +386,17 @@ unsafe impl Driver for EfaDriver {
     }
 
     fn driver_qp(&self) -> Option<DriverQpType> {
-        // libefa 44's post_send encodes the same on SRD as on UD; its RDMA READ (the device's
-        // EFA_QUERY_DEVICE_CAPS_RDMA_READ) goes through `ibv_wr_*` only, not written here yet,
-        // so a READ is refused as not encoded whatever the device reports.
-        Some(DriverQpType {
-            name: "SRD",
-            ops: SendCaps::from_table(&OPS).for_type(QpType::UD),
-        })
+        // libefa 44 (`efa_check_qp_attr`): SRD takes UD's SEND and SEND with immediate, and
+        // RDMA READ where the device reports EFA_QUERY_DEVICE_CAPS_RDMA_READ (libefa encodes
+        // it through `ibv_wr_rdma_read` only; rverbs through every post, the same bytes).
+        let ud = SendCaps::from_table(&OPS).for_type(QpType::UD);
+        let read = self.reads();
+        let ops = OpSet::from_fn(|k| ud.contains(k) || (read && k == OpKind::RdmaRead));
+        Some(DriverQpType { name: "SRD", ops })
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     fn adjust_cqe(&self, cqe: u32) -> io::Result<u32> {
@@ -558,8 +588,8 @@ unsafe impl Driver for EfaDriver {
         if i.min_sq_wr != 0 {
             max_batch = max_batch.min(s.sq_wqes - 1);
         }
-        let sq_wq = Arc::new(Mutex::new(Wq::new(s.sq_wqes)));
-        let rq_wq = Arc::new(Mutex::new(Wq::new(s.rq_wqes)));
+        let sq_wq = Arc::new(WqLock::new(Wq::new(s.sq_wqes)));
+        let rq_wq = Arc::new(WqLock::new(Wq::new(s.rq_wqes)));
         // libefa copies inline data into the descriptor's 32 bytes and SGEs into its two
         // buffer descriptors: never more, whatever the kernel echoes.
         let max_inline = created.caps.max_inline_data.min(32);
@@ -573,6 +603,7 @@ unsafe impl Driver for EfaDriver {
             req.caps.max_send_sge.min(TX_DESC_NUM_BUFS),
             max_inline,
             max_batch.max(1),
+            req.qp_type == QP_TYPE_DRIVER && self.reads(),
         );
         let rq = Rq::new(
             rq_wq.clone(),

@@ -6,13 +6,14 @@
 
 #![allow(unsafe_code)]
 
-use std::sync::atomic::{fence, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::cell::UnsafeCell;
+use std::sync::atomic::{fence, AtomicBool, AtomicU8, Ordering};
+use std::sync::Arc;
 
 use rverbs_uverbs::driver::{CqOps, KernelObj, QpOps};
 use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::PostError;
-use rverbs_uverbs::{Error, RecvWr, SendFlags, SendOp, SendWr, WorkCompletion};
+use rverbs_uverbs::{Error, RecvWr, SendFlags, SendOp, SendWr, Sge, WorkCompletion};
 use rverbs_uverbs::{WcFlags, WcOpcode, WcStatus};
 
 use super::abi::*;
@@ -20,15 +21,14 @@ use super::driver::{EfaMap, QpTable};
 use crate::mlx5::barrier::{dma_rmb_device, mmio_flush, mmio_wmb};
 
 /// A work queue's bookkeeping, shared by the poster and the poller (libefa `struct efa_wq`
-/// under `wqlock`): the `wr_id` of each request id, the pool of free ids (a stack: a
-/// completed id is the next one used, as in libefa), and the posted/completed counts.
+/// under `wqlock`): the `wr_id` of each request id and the pool of free ids (a stack: a
+/// completed id is the next one used, as in libefa). `pool_next` is the number of requests
+/// outstanding (libefa's `wqe_posted - wqe_completed`): ids `pool[..pool_next]` are taken.
 #[derive(Debug)]
 pub(crate) struct Wq {
     wrid: Vec<u64>,
     pool: Vec<u32>,
     pool_next: usize,
-    posted: u32,
-    completed: u32,
 }
 
 impl Wq {
@@ -37,21 +37,25 @@ impl Wq {
             wrid: vec![0; n as usize],
             pool: (0..n).collect(),
             pool_next: 0,
-            posted: 0,
-            completed: 0,
         }
     }
 
+    #[inline(always)]
     fn full(&self) -> bool {
-        self.posted.wrapping_sub(self.completed) as usize >= self.wrid.len()
+        self.pool_next >= self.pool.len()
+    }
+
+    /// Requests outstanding.
+    fn outstanding(&self) -> u32 {
+        self.pool_next as u32
     }
 
     /// Takes the next free request id for `wr_id` (never when full).
+    #[inline(always)]
     fn take(&mut self, wr_id: u64) -> u16 {
         let id = self.pool[self.pool_next];
         self.wrid[id as usize] = wr_id;
         self.pool_next += 1;
-        self.posted = self.posted.wrapping_add(1);
         id as u16
     }
 
@@ -64,13 +68,68 @@ impl Wq {
         }
         self.pool_next -= 1;
         self.pool[self.pool_next] = id;
-        self.completed = self.completed.wrapping_add(1);
         Some(self.wrid[id as usize])
     }
 }
 
-fn lock(wq: &Mutex<Wq>) -> std::sync::MutexGuard<'_, Wq> {
-    wq.lock().unwrap_or_else(|e| e.into_inner())
+/// A work queue under libefa's kind of lock (`pthread_spin_lock` on `wqlock`): a spin lock
+/// held for one post or one completion, shared by the poster and the poller.
+#[derive(Debug)]
+pub(crate) struct WqLock {
+    locked: AtomicBool,
+    wq: UnsafeCell<Wq>,
+}
+
+// SAFETY: the `Wq` inside is reached only through a `WqGuard`, of which one exists at a time
+// (the `locked` flag, taken with Acquire and given back with Release); `Wq` is `Send`.
+unsafe impl Sync for WqLock {}
+
+impl WqLock {
+    pub(crate) fn new(wq: Wq) -> WqLock {
+        WqLock {
+            locked: AtomicBool::new(false),
+            wq: UnsafeCell::new(wq),
+        }
+    }
+
+    #[inline(always)]
+    fn lock(&self) -> WqGuard<'_> {
+        while self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+        WqGuard(self)
+    }
+}
+
+/// The lock of a [`WqLock`], held: the queue, until dropped.
+struct WqGuard<'a>(&'a WqLock);
+
+impl std::ops::Deref for WqGuard<'_> {
+    type Target = Wq;
+    #[inline(always)]
+    fn deref(&self) -> &Wq {
+        // SAFETY: this guard holds the lock: nobody else reaches the Wq.
+        unsafe { &*self.0.wq.get() }
+    }
+}
+
+impl std::ops::DerefMut for WqGuard<'_> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut Wq {
+        // SAFETY: as for deref; `&mut self` makes this the only reference through the guard.
+        unsafe { &mut *self.0.wq.get() }
+    }
+}
+
+impl Drop for WqGuard<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.0.locked.store(false, Ordering::Release);
+    }
 }
 
 /// A 32-bit doorbell register: `map` + `off` (checked 4-byte aligned, inside the map).
@@ -98,7 +157,7 @@ impl Doorbell {
 /// The send queue.
 #[derive(Debug)]
 pub(crate) struct Sq {
-    wq: Arc<Mutex<Wq>>,
+    wq: Arc<WqLock>,
     llq: EfaMap,
     desc_off: usize,
     db: Doorbell,
@@ -108,12 +167,18 @@ pub(crate) struct Sq {
     max_sge: u32,
     max_inline: u32,
     max_batch: u32,
+    /// `ctrl2` of this lap's descriptors (phase, first, last, completion requested), at its
+    /// place in word 0.
+    ctrl2: u64,
+    /// RDMA READ is encoded on this queue: an SRD QP of a device that reports
+    /// `EFA_QUERY_DEVICE_CAPS_RDMA_READ` (libefa `efa_check_qp_attr`).
+    read: bool,
 }
 
 impl Sq {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        wq: Arc<Mutex<Wq>>,
+        wq: Arc<WqLock>,
         llq: EfaMap,
         desc_off: usize,
         db: EfaMap,
@@ -122,6 +187,7 @@ impl Sq {
         max_sge: u32,
         max_inline: u32,
         max_batch: u32,
+        read: bool,
     ) -> Sq {
         assert!(desc_off + wqes as usize * TX_WQE <= llq.len());
         Sq {
@@ -138,12 +204,21 @@ impl Sq {
             max_sge,
             max_inline,
             max_batch,
+            ctrl2: Sq::ctrl2_of(0),
+            read,
         }
     }
 
-    /// Copies one descriptor to LLQ slot `pc & mask` in eight 8-byte stores, in address order
-    /// (libefa's `mmio_memcpy_x64` on 64-bit machines).
-    fn copy_to_llq(&self, d: &[u8; TX_WQE]) {
+    /// Word 0's `ctrl2` bits for a lap of phase `phase`.
+    fn ctrl2_of(phase: u8) -> u64 {
+        u64::from((phase & TX_CTRL2_PHASE) | TX_CTRL2_FIRST | TX_CTRL2_LAST | TX_CTRL2_COMP_REQ)
+            << 24
+    }
+
+    /// Copies one descriptor (eight little-endian words) to LLQ slot `pc & mask` in eight
+    /// 8-byte stores, in address order (libefa's `mmio_memcpy_x64` on 64-bit machines).
+    #[inline(always)]
+    fn copy_to_llq(&self, d: &[u64; 8]) {
         let slot = usize::from(self.pc & self.mask);
         // SAFETY: slot ≤ mask, and desc_off + (mask + 1) · 64 ≤ the LLQ mapping (checked at
         // creation); 8-byte aligned (desc_off and the mapping are); device memory, written
@@ -154,10 +229,14 @@ impl Sq {
                 .ptr()
                 .add(self.desc_off + slot * TX_WQE)
                 .cast::<u64>();
-            for k in 0..8 {
-                let w = u64::from_ne_bytes(d[k * 8..k * 8 + 8].try_into().unwrap());
-                dst.add(k).write_volatile(w);
-            }
+            dst.write_volatile(d[0]);
+            dst.add(1).write_volatile(d[1]);
+            dst.add(2).write_volatile(d[2]);
+            dst.add(3).write_volatile(d[3]);
+            dst.add(4).write_volatile(d[4]);
+            dst.add(5).write_volatile(d[5]);
+            dst.add(6).write_volatile(d[6]);
+            dst.add(7).write_volatile(d[7]);
         }
     }
 }
@@ -165,7 +244,7 @@ impl Sq {
 /// The receive queue.
 #[derive(Debug)]
 pub(crate) struct Rq {
-    wq: Arc<Mutex<Wq>>,
+    wq: Arc<WqLock>,
     ring: EfaMap,
     db: Doorbell,
     mask: u16,
@@ -175,7 +254,7 @@ pub(crate) struct Rq {
 
 impl Rq {
     pub(crate) fn new(
-        wq: Arc<Mutex<Wq>>,
+        wq: Arc<WqLock>,
         ring: EfaMap,
         db: EfaMap,
         db_off: usize,
@@ -228,109 +307,209 @@ impl EfaQp {
         }
     }
 
-    /// The descriptor of `wr` (libefa `efa_post_send`'s checks in its order, then the
-    /// descriptor), or why it is refused. Takes a request id only once it is accepted.
-    fn build(
-        sq: &Sq,
-        sig_all: bool,
-        i: usize,
-        wr: &SendWr<'_>,
-        wq: &mut Wq,
-    ) -> Result<[u8; TX_WQE], PostError> {
-        if !wr.flags.contains(SendFlags::SIGNALED) && !sig_all {
-            return Err(PostError::unsupported(
-                i,
-                "an unsignaled send (EFA completes every send; libefa: EINVAL)",
-            ));
+    /// Builds the descriptor of `wr` as eight little-endian words (libefa `efa_post_send`'s
+    /// checks in its order, then the descriptor) and copies it to LLQ slot `pc & mask`, or
+    /// says why it is refused ([`Refusal`], made into a [`PostError`] off the hot path) with
+    /// nothing written. Takes a request id only once it is accepted.
+    ///
+    /// Words (`efa_io_tx_wqe`): 0 = `req_id` | `ctrl1` << 16 | `ctrl2` << 24 | `dest_qp_num`
+    /// << 32 | `length` << 48; 1 = `immediate_data` | `ah` << 32; 2 = `qkey`; 3 = 0; 4–7 = two
+    /// buffer descriptors (`length` | `lkey` << 32, then the address), the inline bytes, or a
+    /// READ's remote buffer (total length | `rkey` << 32, address) and its local one.
+    #[inline(always)]
+    fn build(sq: &Sq, sig_all: bool, wr: &SendWr<'_>, wq: &mut Wq) -> Result<(), Refusal> {
+        #[inline(always)]
+        fn buf(s: &Sge) -> u64 {
+            (u64::from(s.length) | u64::from(s.lkey & LKEY_MASK) << 32).to_le()
         }
-        let extra = wr.flags - (SendFlags::SIGNALED | SendFlags::INLINE);
-        if !extra.is_empty() {
-            return Err(PostError::unsupported(
-                i,
-                format!("send flags {extra:?} (EFA takes SIGNALED and INLINE only)"),
-            ));
+        // libefa's order: unsignaled first, then the flags.
+        if !sig_all && !wr.flags.contains(SendFlags::SIGNALED) {
+            return Err(Refusal::Unsignaled);
+        }
+        if !(SendFlags::SIGNALED | SendFlags::INLINE).contains(wr.flags) {
+            return Err(Refusal::Flags);
         }
         if wq.full() {
-            return Err(PostError::queue_full(
-                i,
-                wq.posted.wrapping_sub(wq.completed),
-            ));
+            return Err(Refusal::Full);
         }
-        let imm =
-            match wr.op {
-                SendOp::Send => None,
-                SendOp::SendWithImm { imm } => Some(imm),
-                _ => return Err(PostError::unsupported(
-                    i,
-                    "an operation other than SEND and SEND with immediate (libefa 44's post_send)",
-                )),
-            };
         let inline = wr.flags.contains(SendFlags::INLINE);
-        let mut d = [0u8; TX_WQE];
-        if inline {
-            let total: u64 = wr.sge.iter().map(|s| u64::from(s.length)).sum();
-            if total > u64::from(sq.max_inline) {
-                return Err(PostError::invalid(
+        let (ctrl1, imm, length, hi) = match wr.op {
+            SendOp::Send | SendOp::SendWithImm { .. } => {
+                let (ctrl1, imm) = match wr.op {
+                    SendOp::SendWithImm { imm } => {
+                        (TX_CTRL1_META_DESC | TX_OP_SEND | TX_CTRL1_HAS_IMM, imm)
+                    }
+                    _ => (TX_CTRL1_META_DESC | TX_OP_SEND, 0),
+                };
+                if inline {
+                    let total = match wr.sge {
+                        [s] => s.length as usize,
+                        l => l.iter().map(|s| s.length as usize).sum(),
+                    };
+                    if total > sq.max_inline as usize {
+                        return Err(Refusal::InlineOver);
+                    }
+                    // The descriptor's second half, built in local memory.
+                    let mut bytes = [0u64; 4];
+                    let p = bytes.as_mut_ptr().cast::<u8>();
+                    let copy = |s: &Sge, at: usize| {
+                        // SAFETY: the caller's post_send contract: an inline SGE's bytes are
+                        // readable for the call and touched by others only through `shared`;
+                        // every SGE's bytes land inside `bytes` (their total ≤ 32:
+                        // max_inline ≤ 32).
+                        unsafe {
+                            rverbs_uverbs::kernel::shared::copy_from_shared_raw(
+                                s.addr as usize as *const u8,
+                                p.add(at),
+                                s.length as usize,
+                            )
+                        }
+                    };
+                    if let [s] = wr.sge {
+                        copy(s, 0);
+                    } else {
+                        let mut at = 0;
+                        for s in wr.sge {
+                            copy(s, at);
+                            at += s.length as usize;
+                        }
+                    }
+                    (ctrl1 | TX_CTRL1_INLINE_MSG, imm, total as u64, bytes)
+                } else {
+                    let hi = match wr.sge {
+                        _ if wr.sge.len() > sq.max_sge as usize => return Err(Refusal::Sges),
+                        [] => [0; 4],
+                        [a] => [buf(a), a.addr.to_le(), 0, 0],
+                        [a, b] => [buf(a), a.addr.to_le(), buf(b), b.addr.to_le()],
+                        // max_sge ≤ TX_DESC_NUM_BUFS (2).
+                        _ => return Err(Refusal::Sges),
+                    };
+                    (ctrl1, imm, wr.sge.len() as u64, hi)
+                }
+            }
+            SendOp::RdmaRead { remote_addr, rkey } if sq.read => {
+                // libefa's `efa_send_wr_set_sge_list`: at most `max_wr_rdma_sge` (≤ 1) local
+                // buffers. Inline data makes no sense for a READ (libefa would copy it over
+                // the remote buffer's descriptor): refused.
+                if inline {
+                    return Err(Refusal::InlineRead);
+                }
+                let (total, local) = match wr.sge {
+                    [] => (0, [0, 0]),
+                    [s] => (s.length, [buf(s), s.addr.to_le()]),
+                    _ => return Err(Refusal::ReadSges),
+                };
+                let remote = [
+                    (u64::from(total) | u64::from(rkey) << 32).to_le(),
+                    remote_addr.to_le(),
+                ];
+                let hi = [remote[0], remote[1], local[0], local[1]];
+                (
+                    TX_CTRL1_META_DESC | TX_OP_RDMA_READ,
+                    0,
+                    wr.sge.len() as u64,
+                    hi,
+                )
+            }
+            _ => return Err(Refusal::Op),
+        };
+        let Some(ud) = wr.ud else {
+            return Err(Refusal::NoDest);
+        };
+        let req_id = wq.take(wr.wr_id);
+        let w0 = (u64::from(req_id)
+            | u64::from(ctrl1) << 16
+            | sq.ctrl2
+            | u64::from(ud.remote_qpn as u16) << 32
+            | (length & 0xffff) << 48)
+            .to_le();
+        let w1 = (u64::from(imm) | u64::from(ud.ah_num as u16) << 32).to_le();
+        let w2 = u64::from(ud.remote_qkey).to_le();
+        sq.copy_to_llq(&[w0, w1, w2, 0, hi[0], hi[1], hi[2], hi[3]]);
+        Ok(())
+    }
+}
+
+/// A post's refusal of request `i` (`r`), off the hot path: the `batch` requests written
+/// since the last doorbell are rung first, then the error says why.
+#[cold]
+#[inline(never)]
+fn refused(sq: &Sq, wq: &Wq, batch: u32, i: usize, wr: &SendWr<'_>, r: Refusal) -> PostError {
+    if batch != 0 {
+        mmio_flush();
+        sq.db.ring(u32::from(sq.pc));
+    }
+    r.error(i, wr, sq, wq)
+}
+
+/// Why a send was refused, as found on the hot path; [`Refusal::error`] names it.
+#[derive(Clone, Copy, Debug)]
+enum Refusal {
+    Unsignaled,
+    Flags,
+    Full,
+    Op,
+    InlineRead,
+    ReadSges,
+    InlineOver,
+    Sges,
+    NoDest,
+}
+
+impl Refusal {
+    /// The error of request `i`, `wr`, refused for `self` on `sq` (`wq` its locked pool).
+    #[cold]
+    #[inline(never)]
+    fn error(self, i: usize, wr: &SendWr<'_>, sq: &Sq, wq: &Wq) -> PostError {
+        match self {
+            Refusal::Unsignaled => PostError::unsupported(
+                i,
+                "an unsignaled send (EFA completes every send; libefa: EINVAL)",
+            ),
+            Refusal::Flags => {
+                let extra = wr.flags - (SendFlags::SIGNALED | SendFlags::INLINE);
+                PostError::unsupported(
+                    i,
+                    format!("send flags {extra:?} (EFA takes SIGNALED and INLINE only)"),
+                )
+            }
+            Refusal::Full => PostError::queue_full(i, wq.outstanding()),
+            Refusal::Op => PostError::unsupported(
+                i,
+                if sq.read {
+                    "an operation other than SEND, SEND with immediate and RDMA READ (libefa 44 \
+                     on SRD)"
+                } else {
+                    "an operation other than SEND and SEND with immediate (libefa 44 on UD, or \
+                     on SRD without the device's RDMA READ)"
+                },
+            ),
+            Refusal::InlineRead => PostError::invalid(i, "an inline RDMA READ"),
+            Refusal::ReadSges => PostError::invalid(
+                i,
+                format!(
+                    "an RDMA READ into {} SGEs, EFA takes at most {TX_DESC_NUM_RDMA_BUFS}",
+                    wr.sge.len()
+                ),
+            ),
+            Refusal::InlineOver => {
+                let total: u64 = wr.sge.iter().map(|s| u64::from(s.length)).sum();
+                PostError::invalid(
                     i,
                     format!(
                         "{total} inline bytes, the QP takes at most {}",
                         sq.max_inline
                     ),
-                ));
+                )
             }
-        } else if wr.sge.len() > sq.max_sge as usize {
-            return Err(PostError::invalid(
+            Refusal::Sges => PostError::invalid(
                 i,
                 format!("{} SGEs, the QP takes at most {}", wr.sge.len(), sq.max_sge),
-            ));
-        }
-        let Some(ud) = wr.ud else {
-            return Err(PostError::invalid(
-                i,
-                "a send without a destination (AH, remote QPN, Q_Key)",
-            ));
-        };
-        let mut ctrl1 = TX_CTRL1_META_DESC | TX_OP_SEND;
-        let length: u16 = if inline {
-            let mut at = 32;
-            for s in wr.sge {
-                let n = s.length as usize;
-                // SAFETY: the caller's post_send contract: an inline SGE's bytes are readable
-                // for the call and touched by others only through `shared`; `at + n ≤ 64`
-                // (the total was checked against max_inline ≤ 32).
-                unsafe {
-                    rverbs_uverbs::kernel::shared::copy_from_shared(
-                        s.addr as usize as *const u8,
-                        &mut d[at..at + n],
-                    )
-                };
-                at += n;
+            ),
+            Refusal::NoDest => {
+                PostError::invalid(i, "a send without a destination (AH, remote QPN, Q_Key)")
             }
-            ctrl1 |= TX_CTRL1_INLINE_MSG;
-            (at - 32) as u16
-        } else {
-            for (k, s) in wr.sge.iter().enumerate() {
-                let b = &mut d[32 + 16 * k..48 + 16 * k];
-                b[0..4].copy_from_slice(&s.length.to_le_bytes());
-                b[4..8].copy_from_slice(&(s.lkey & LKEY_MASK).to_le_bytes());
-                b[8..12].copy_from_slice(&(s.addr as u32).to_le_bytes());
-                b[12..16].copy_from_slice(&((s.addr >> 32) as u32).to_le_bytes());
-            }
-            wr.sge.len() as u16
-        };
-        if let Some(imm) = imm {
-            d[8..12].copy_from_slice(&imm.to_le_bytes());
-            ctrl1 |= TX_CTRL1_HAS_IMM;
         }
-        let req_id = wq.take(wr.wr_id);
-        d[0..2].copy_from_slice(&req_id.to_le_bytes());
-        d[2] = ctrl1;
-        d[3] = (sq.phase & TX_CTRL2_PHASE) | TX_CTRL2_FIRST | TX_CTRL2_LAST | TX_CTRL2_COMP_REQ;
-        d[4..6].copy_from_slice(&(ud.remote_qpn as u16).to_le_bytes());
-        d[6..8].copy_from_slice(&length.to_le_bytes());
-        d[12..14].copy_from_slice(&(ud.ah_num as u16).to_le_bytes());
-        d[16..20].copy_from_slice(&ud.remote_qkey.to_le_bytes());
-        Ok(d)
     }
 }
 
@@ -352,21 +531,17 @@ impl QpOps for EfaQp {
         let sig_all = self.sig_all;
         // The queue's fields borrowed apart: the WQ locked through its field, no `Arc` clone.
         let sq = &mut self.sq;
-        let mut wq = lock(&sq.wq);
+        let mut wq = sq.wq.lock();
         let mut batch = 0u32;
-        let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
-            let d = match EfaQp::build(sq, sig_all, i, wr, &mut wq) {
-                Ok(d) => d,
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            };
-            sq.copy_to_llq(&d);
+            if let Err(r) = EfaQp::build(sq, sig_all, wr, &mut wq) {
+                // The requests before it are posted: rung (libefa's `ring_db`).
+                return Err(refused(sq, &wq, batch, i, wr, r));
+            }
             sq.pc = sq.pc.wrapping_add(1);
             if sq.pc & sq.mask == 0 {
                 sq.phase = sq.phase.wrapping_add(1);
+                sq.ctrl2 = Sq::ctrl2_of(sq.phase);
             }
             batch += 1;
             if batch == sq.max_batch {
@@ -381,7 +556,7 @@ impl QpOps for EfaQp {
             mmio_flush();
             sq.db.ring(u32::from(sq.pc));
         }
-        result
+        Ok(())
     }
 
     unsafe fn post_recv(
@@ -390,7 +565,7 @@ impl QpOps for EfaQp {
         wrs: &[RecvWr<'_>],
     ) -> Result<(), PostError> {
         let rq = &mut self.rq;
-        let mut wq = lock(&rq.wq);
+        let mut wq = rq.wq.lock();
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
             if wr.sge.len() > rq.max_sge as usize {
@@ -401,40 +576,36 @@ impl QpOps for EfaQp {
                 break;
             }
             if wq.full() {
-                result = Err(PostError::queue_full(
-                    i,
-                    wq.posted.wrapping_sub(wq.completed),
-                ));
+                result = Err(PostError::queue_full(i, wq.outstanding()));
                 break;
             }
             let req_id = wq.take(wr.wr_id);
+            // `efa_io_rx_desc` as two little-endian words: the address; then `req_id` (first
+            // descriptor only) | `length` << 16 | (`lkey` | first | last) << 32.
+            let desc = |s: &Sge, id: u16, ctrl: u32| {
+                let w1 = u64::from(id)
+                    | u64::from(s.length as u16) << 16
+                    | u64::from(s.lkey & LKEY_MASK | ctrl) << 32;
+                [s.addr.to_le(), w1.to_le()]
+            };
             let last = wr.sge.len().wrapping_sub(1);
             for (k, s) in wr.sge.iter().enumerate() {
-                let mut d = [0u8; RX_DESC];
-                d[0..4].copy_from_slice(&(s.addr as u32).to_le_bytes());
-                d[4..8].copy_from_slice(&((s.addr >> 32) as u32).to_le_bytes());
-                if k == 0 {
-                    d[8..10].copy_from_slice(&req_id.to_le_bytes());
-                }
-                d[10..12].copy_from_slice(&(s.length as u16).to_le_bytes());
-                let mut ctrl = s.lkey & LKEY_MASK;
-                if k == 0 {
-                    ctrl |= RX_FIRST;
-                }
-                if k == last {
-                    ctrl |= RX_LAST;
-                }
-                d[12..16].copy_from_slice(&ctrl.to_le_bytes());
+                let d = match (k == 0, k == last) {
+                    (true, true) => desc(s, req_id, RX_FIRST | RX_LAST),
+                    (true, false) => desc(s, req_id, RX_FIRST),
+                    (false, true) => desc(s, 0, RX_LAST),
+                    (false, false) => desc(s, 0, 0),
+                };
                 let slot = usize::from(rq.pc & rq.mask);
                 // SAFETY: slot ≤ mask and (mask + 1) · 16 ≤ the ring's mapping (checked at
-                // creation); the ring is memory the device reads, written through a raw
-                // pointer only.
+                // creation), 16-byte aligned (the mapping is page-aligned); the ring is memory
+                // the device reads, written through a raw pointer only.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        d.as_ptr(),
-                        rq.ring.ptr().add(slot * RX_DESC),
-                        RX_DESC,
-                    )
+                    rq.ring
+                        .ptr()
+                        .add(slot * RX_DESC)
+                        .cast::<[u64; 2]>()
+                        .write(d)
                 };
                 rq.pc = rq.pc.wrapping_add(1);
             }
@@ -453,10 +624,7 @@ impl QpOps for EfaQp {
         // libefa `efa_qp_init_indices`: counts and producer counters to 0 (the phase and
         // the id pool's order stay as they were).
         for wq in [&self.sq.wq, &self.rq.wq] {
-            let mut w = lock(wq);
-            w.posted = 0;
-            w.completed = 0;
-            w.pool_next = 0;
+            wq.lock().pool_next = 0;
         }
         self.sq.pc = 0;
         self.rq.pc = 0;
@@ -600,7 +768,7 @@ impl EfaCq {
                     None => return Some(false),
                 }
             };
-            let Some(wr_id) = lock(&wq).complete(c.req_id) else {
+            let Some(wr_id) = wq.lock().complete(c.req_id) else {
                 return Some(false);
             };
             *wc = WorkCompletion {

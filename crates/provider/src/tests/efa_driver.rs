@@ -242,6 +242,8 @@ fn posts_libefa_refuses_are_refused() {
     };
     for (w, want) in [
         (wr(SendOp::Send, SendFlags::empty(), dest), "unsignaled"),
+        // libefa's order: an unsignaled request with another flag is refused as unsignaled.
+        (wr(SendOp::Send, SendFlags::SOLICITED, dest), "unsignaled"),
         (
             wr(
                 SendOp::Send,
@@ -310,10 +312,10 @@ fn arming_follows_libefa() {
     assert!(e.contains("no doorbell"), "{e}");
 }
 
-/// SRD on the seam: the driver's own QP type is SRD with SEND (± immediate) only, whatever the
-/// device's RDMA READ bit (libefa 44 reads only through `ibv_wr_*`, not written yet); an SRD
-/// QP refuses inline data over its limit and SGEs over its count by name, the requests before
-/// them posted.
+/// SRD on the seam: the driver's own QP type is SRD with SEND (± immediate), and RDMA READ
+/// only where the device reports EFA_QUERY_DEVICE_CAPS_RDMA_READ (libefa's
+/// `efa_check_qp_attr`); an SRD QP refuses inline data over its limit and SGEs over its
+/// count by name, the requests before them posted.
 #[test]
 fn srd_is_the_driver_type_and_refuses_over_its_limits() {
     use rverbs_uverbs::{OpKind, OpSet};
@@ -324,7 +326,15 @@ fn srd_is_the_driver_type_and_refuses_over_its_limits() {
     let mut with_read = info();
     with_read.device_caps |= EFA_QUERY_DEVICE_CAPS_RDMA_READ;
     let dr = EfaDriver::new(with_read, mem.clone(), PAGE);
-    assert_eq!(dr.driver_qp().unwrap().ops, t.ops);
+    assert_eq!(
+        dr.driver_qp().unwrap().ops,
+        OpSet::of(&[OpKind::Send, OpKind::SendWithImm, OpKind::RdmaRead])
+    );
+    // UD never takes READ, whatever the device has.
+    assert!(!dr
+        .send_caps()
+        .for_type(QpType::UD)
+        .contains(OpKind::RdmaRead));
 
     let mut q = qp(&d, &mem, &ud_req(QP_TYPE_DRIVER), |_, _| {}).unwrap();
     // The QP's inline limit is the kernel's echo (32 here), its SGE count the request's (1).
@@ -368,5 +378,89 @@ fn srd_is_the_driver_type_and_refuses_over_its_limits() {
         let e = unsafe { q.post_send(kobj(), &list) }.unwrap_err();
         assert_eq!(e.posted(), posted, "{e}");
         assert!(e.to_string().contains(want), "{e}");
+    }
+}
+
+/// RDMA READ's refusals at the provider, each by name and before anything is written: on a
+/// UD QP and on an SRD QP of a device without the RDMA READ bit (not encoded there), into
+/// more than one SGE (EFA's READ descriptor has one local buffer), inline (a READ has no
+/// payload to copy), unsignaled; a READ the QP takes after them is written and rung.
+#[test]
+fn rdma_read_refusals_are_named() {
+    let mem = Arc::new(FakeMem::default());
+    let mut with_read = info();
+    with_read.device_caps |= EFA_QUERY_DEVICE_CAPS_RDMA_READ;
+    let dr = EfaDriver::new(with_read, mem.clone(), PAGE);
+    let (d, mem0) = driver();
+    let dest = Some(UdDest {
+        ah_num: 1,
+        ah_handle: 1,
+        remote_qpn: 2,
+        remote_qkey: 3,
+    });
+    let one = [Sge {
+        addr: 0x1000,
+        length: 8,
+        lkey: 1,
+    }];
+    let two = [one[0], one[0]];
+    let read = |sge, flags| SendWr {
+        wr_id: 9,
+        op: SendOp::RdmaRead {
+            remote_addr: 0x2000,
+            rkey: 5,
+        },
+        sge,
+        flags,
+        ud: dest,
+    };
+    let sig = SendFlags::SIGNALED;
+    for (drv, m, ty, wr, want) in [
+        (
+            &dr,
+            &mem,
+            QpType::UD,
+            read(&one[..], sig),
+            "an operation other than SEND and SEND with immediate",
+        ),
+        (
+            &d,
+            &mem0,
+            QP_TYPE_DRIVER,
+            read(&one[..], sig),
+            "without the device's RDMA READ",
+        ),
+        (
+            &dr,
+            &mem,
+            QP_TYPE_DRIVER,
+            read(&two[..], sig),
+            "an RDMA READ into 2 SGEs, EFA takes at most 1",
+        ),
+        (
+            &dr,
+            &mem,
+            QP_TYPE_DRIVER,
+            read(&one[..], sig | SendFlags::INLINE),
+            "an inline RDMA READ",
+        ),
+        (
+            &dr,
+            &mem,
+            QP_TYPE_DRIVER,
+            read(&one[..], SendFlags::empty()),
+            "an unsignaled send",
+        ),
+    ] {
+        let mut q = qp(drv, m, &ud_req(ty), |_, _| {}).unwrap();
+        // SAFETY: refused before anything reads the SGEs.
+        let e = unsafe { q.post_send(kobj(), &[wr]) }.unwrap_err();
+        assert_eq!(e.posted(), 0, "{e}");
+        assert!(e.to_string().contains(want), "{ty:?}: {e}");
+        let ok = read(&one[..], sig);
+        if ty == QP_TYPE_DRIVER && drv.reads() {
+            // SAFETY: a READ's sink is never touched (no device).
+            unsafe { q.post_send(kobj(), &[ok]) }.unwrap();
+        }
     }
 }

@@ -26,7 +26,7 @@ use rverbs_uverbs::ah::AhAttr;
 use rverbs_uverbs::driver::{CqCreated, CqOps, Driver, QpCreated, QpOps, QpRequest};
 use rverbs_uverbs::kernel::mapping::MapAccess;
 use rverbs_uverbs::qp::{QpCaps, QpType};
-use rverbs_uverbs::{RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion};
+use rverbs_uverbs::{OpKind, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion};
 use zerocopy::{FromBytes, IntoBytes};
 
 pub(super) const PAGE: usize = 4096;
@@ -252,19 +252,14 @@ impl Run {
         };
         self.next_handle = 2; // the harness's PD took handle 1
         let _ = writeln!(self.out, "  udata {}", hex(alloc_ucontext_cmd().as_bytes()));
-        // What libefa's efadv_query_device reports (the RDMA READ bit: caps bit 0 → 0x1).
-        let mut dcaps = 0;
-        if info.device_caps & EFA_QUERY_DEVICE_CAPS_RNR_RETRY != 0 {
-            dcaps |= 2;
-        }
-        if info.device_caps & EFA_QUERY_DEVICE_CAPS_RDMA_READ != 0 {
-            dcaps |= 1;
-        }
+        // What libefa's efadv_query_device reports: rverbs' `efa_device_attr` (the C
+        // drop-in's efadv_query_device).
+        let a = info.device_attr();
         let _ = writeln!(
             self.out,
-            "  device max_sq_wr {} max_rq_wr {} max_sq_sge {} max_rq_sge {} inline_buf {} max_rdma {} caps {dcaps:#x}",
-            info.max_sq_wr, info.max_rq_wr, info.max_sq_sge, info.max_rq_sge,
-            info.inline_buf_size, info.max_rdma_size
+            "  device max_sq_wr {} max_rq_wr {} max_sq_sge {} max_rq_sge {} inline_buf {} max_rdma {} caps {:#x}",
+            a.max_sq_wr, a.max_rq_wr, a.max_sq_sge, a.max_rq_sge,
+            a.inline_buf_size, a.max_rdma_size, a.device_caps
         );
         self.driver = Some(EfaDriver::new(info, self.mem.clone(), PAGE));
     }
@@ -375,6 +370,28 @@ impl Run {
                 self.cqs.clear();
                 self.driver = None;
                 self.regions.clear();
+            }
+            "wr" => {
+                // libefa's `ibv_wr_*` session: all or nothing. rverbs' post takes the
+                // requests before a refused one, so the scripts refuse only a session's first.
+                let id = num(t, "qp", 0) as usize;
+                let groups: Vec<Vec<&str>> =
+                    t[1..].split(|s| *s == "|").map(|g| g.to_vec()).collect();
+                let sges: Vec<Vec<Sge>> = groups.iter().map(|g| self.sges(g)).collect();
+                let wrs: Vec<SendWr<'_>> = groups
+                    .iter()
+                    .zip(&sges)
+                    .map(|(g, s)| self.send_wr(g, s))
+                    .collect();
+                let qp = self.qps[id].as_mut().unwrap();
+                // SAFETY: as for `send`.
+                match unsafe { qp.post_send(kobj(), &wrs) } {
+                    Ok(()) => {}
+                    Err(e) if e.posted() == 0 => self.out.push_str("  = err\n"),
+                    Err(e) => {
+                        let _ = writeln!(self.out, "  = err after {} posted", e.posted());
+                    }
+                }
             }
             "send" | "bench" => {
                 let id = num(t, "qp", 0) as usize;
@@ -577,6 +594,21 @@ impl Run {
         let sq_db_off = num(t, "sq_db_off", 0) as u32;
         let rq_db_off = num(t, "rq_db_off", 0) as u32;
         let drv = self.driver.as_ref().unwrap();
+        // `ops=` (libefa: the extended send API, `efa_check_qp_attr`): a QP asking for RDMA
+        // READ that its type and device do not take is refused before the kernel is asked
+        // (rverbs: `Qp`'s op set is the driver's; the C drop-in's `ibv_create_qp_ex` refuses
+        // such `send_ops_flags`).
+        if arg(t, "ops").is_some_and(|o| o.contains("read")) {
+            let ops = if qp_type == QP_TYPE_DRIVER {
+                drv.driver_qp().unwrap().ops
+            } else {
+                drv.send_caps().for_type(qp_type)
+            };
+            if !ops.contains(OpKind::RdmaRead) {
+                self.out.push_str("  = err\n");
+                return;
+            }
+        }
         // What the core sends in CREATE_QP (`Qp::create` asks the driver).
         let core = match drv.qp_caps_for_kernel(&req) {
             Ok(c) => c,
@@ -675,6 +707,10 @@ impl Run {
             "send_imm" => SendOp::SendWithImm {
                 imm: num(g, "imm", 0) as u32,
             },
+            "read" => SendOp::RdmaRead {
+                remote_addr: num(g, "raddr", 0),
+                rkey: num(g, "rkey", 0) as u32,
+            },
             _ => SendOp::Send,
         };
         let mut flags = SendFlags::empty();
@@ -769,10 +805,11 @@ macro_rules! scripts {
 }
 
 /// Every script in `tests/efa_oracle/`.
-pub const SCRIPTS: [(&str, &str, &str); 5] = scripts![
+pub const SCRIPTS: [(&str, &str, &str); 6] = scripts![
     "batch_and_refusals",
     "create_refusals",
     "sq_cq_wrap",
+    "srd_rdma_read",
     "srd_send_recv",
     "ud_send_recv",
 ];

@@ -644,6 +644,55 @@ static int step_send(char **tok, int n)
 	return rc ? (int)(bad - wrs) + 1 : 0;
 }
 
+/* `wr`: one ibv_wr_start ... ibv_wr_complete session on a QP made with `ops=` (libefa's
+ * extended send API, the only way libefa 44 posts an RDMA READ). Per request: wr_id and
+ * wr_flags, the builder (send, send_imm, rdma_read), wr_set_ud_addr, then the SGE list
+ * (wr_set_sge_list) or, with `flags=inline`, the buffers as inline data
+ * (wr_set_inline_data_list). libefa rolls the whole session back on an error: `= err`. */
+static int step_wr(char **tok, int n)
+{
+	struct ibv_sge sg[16];
+	struct ibv_data_buf db[16];
+	struct ibv_qp_ex *qpx = ibv_qp_to_qp_ex(qps[num(tok, n, "qp", 0)]);
+	if (!qpx)
+		return -1;
+	ibv_wr_start(qpx);
+	for (int i = 1, start = 1; i <= n; i++) {
+		if (i < n && strcmp(tok[i], "|") != 0)
+			continue;
+		char **t = tok + start;
+		int m = i - start;
+		start = i + 1;
+		const char *op = arg(t, m, "op");
+		const char *f = arg(t, m, "flags");
+		qpx->wr_id = num(t, m, "id", 0);
+		qpx->wr_flags = 0;
+		if (f && strstr(f, "sig"))
+			qpx->wr_flags |= IBV_SEND_SIGNALED;
+		if (f && strstr(f, "inline"))
+			qpx->wr_flags |= IBV_SEND_INLINE;
+		if (op && !strcmp(op, "read"))
+			ibv_wr_rdma_read(qpx, num(t, m, "rkey", 0), num(t, m, "raddr", 0));
+		else if (op && !strcmp(op, "send_imm"))
+			ibv_wr_send_imm(qpx, htobe32(num(t, m, "imm", 0)));
+		else
+			ibv_wr_send(qpx);
+		ibv_wr_set_ud_addr(qpx, ahs[num(t, m, "ah", 0)], num(t, m, "rqpn", 0),
+				   num(t, m, "qkey", 0));
+		int k = sges(t, m, sg);
+		if (f && strstr(f, "inline")) {
+			for (int j = 0; j < k; j++) {
+				db[j].addr = (void *)(uintptr_t)sg[j].addr;
+				db[j].length = sg[j].length;
+			}
+			ibv_wr_set_inline_data_list(qpx, k, db);
+		} else {
+			ibv_wr_set_sge_list(qpx, k, sg);
+		}
+	}
+	return ibv_wr_complete(qpx);
+}
+
 static int step_recv(char **tok, int n)
 {
 	static struct ibv_recv_wr wrs[64];
@@ -826,8 +875,32 @@ int main(int argc, char **argv)
 			next_sq_db_off = num(tok, n, "sq_db_off", 0);
 			next_rq_db_off = num(tok, n, "rq_db_off", 0);
 			last_udata_len = 0;
-			qps[id] = srd ? efadv_create_driver_qp(pd, &a, EFADV_QP_DRIVER_TYPE_SRD)
-				      : ibv_create_qp(pd, &a);
+			const char *ops = arg(tok, n, "ops");
+			if (ops) {
+				/* the extended send API: efadv_create_qp_ex (SRD), ibv_create_qp_ex (UD) */
+				struct ibv_qp_init_attr_ex ax = {0};
+				ax.qp_type = a.qp_type;
+				ax.send_cq = a.send_cq;
+				ax.recv_cq = a.recv_cq;
+				ax.cap = a.cap;
+				ax.sq_sig_all = a.sq_sig_all;
+				ax.pd = pd;
+				ax.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+				if (strstr(ops, "send"))
+					ax.send_ops_flags |= IBV_QP_EX_WITH_SEND;
+				if (strstr(ops, "imm"))
+					ax.send_ops_flags |= IBV_QP_EX_WITH_SEND_WITH_IMM;
+				if (strstr(ops, "read"))
+					ax.send_ops_flags |= IBV_QP_EX_WITH_RDMA_READ;
+				struct efadv_qp_init_attr ea = {0};
+				ea.driver_qp_type = EFADV_QP_DRIVER_TYPE_SRD;
+				qps[id] = srd ? efadv_create_qp_ex(ctx, &ax, &ea, sizeof(ea))
+					      : ibv_create_qp_ex(ctx, &ax);
+				a.cap = ax.cap;
+			} else {
+				qps[id] = srd ? efadv_create_driver_qp(pd, &a, EFADV_QP_DRIVER_TYPE_SRD)
+					      : ibv_create_qp(pd, &a);
+			}
 			if (!qps[id]) { rc = errno; goto done; }
 			const struct efa_ibv_create_qp *c = (const void *)last_udata;
 			printf("  core send_wr %u recv_wr %u send_sge %u recv_sge %u inline %u type %u\n",
@@ -901,6 +974,8 @@ int main(int argc, char **argv)
 			qps[id] = NULL;
 		} else if (!strcmp(w, "send") || !strcmp(w, "bench")) {
 			errat = step_send(tok, n);
+		} else if (!strcmp(w, "wr")) {
+			rc = step_wr(tok, n);
 		} else if (!strcmp(w, "recv") || !strcmp(w, "rbench")) {
 			errat = step_recv(tok, n);
 		} else if (!strcmp(w, "cqe")) {
