@@ -625,6 +625,57 @@ fn fork_leaves_the_parents_rsockets_alone() {
     assert!(crate::rsocket::lookup(rs).is_none());
 }
 
+/// Review: a child that closes every inherited number (`closefrom(3)`, a daemon's or a
+/// `close_fds` spawn's habit) closes the parent's rsocket numbers too; its next rsocket gets
+/// such a number, and the registry the child copied still holds the parent's rsocket there:
+/// the new one replaces it, the old `RSocket` is dropped in the child (on a device: its
+/// stream's QP and cm id destroyed through the files shared with the parent) and its
+/// `OwnedFd` closes the number the new rsocket now owns.
+#[test]
+fn fork_a_childs_closefrom_and_new_rsocket_leave_the_parents_alone() {
+    let fd = tcp_socket();
+    let rs = get(fd).unwrap().rs;
+    // SAFETY: the child below calls only this crate's functions and `_exit`s.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let code = (|| {
+            // SAFETY: integers only; what closefrom does to the child's numbers.
+            unsafe {
+                p::close(fd);
+                p::close(rs);
+            }
+            // The child is single-threaded: new numbers fill the lowest gaps, then `rs`.
+            for _ in 0..4096 {
+                // SAFETY: integers only.
+                let n = unsafe { crate::rsocket::rsocket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+                if n < 0 {
+                    return 20;
+                }
+                if n == rs {
+                    // SAFETY: F_GETFD on the new rsocket's number.
+                    if unsafe { libc::fcntl(rs, libc::F_GETFD) } < 0 {
+                        return 21; // the stale entry's drop closed the new rsocket's number
+                    }
+                    return 0;
+                }
+            }
+            22
+        })();
+        // SAFETY: ends the child without running the parent's exit handlers.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: [out] an int.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child's check failed: status {status:#x} (exit code {})",
+        libc::WEXITSTATUS(status)
+    );
+    close(fd);
+}
+
 /// rsockets' configuration files (`/etc/rdma/rsocket/*`, rdma-core's `rs_configure`): read
 /// as rdma-core reads them, brought into the ranges the options take.
 #[test]

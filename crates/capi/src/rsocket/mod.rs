@@ -409,7 +409,14 @@ fn open(domain: c_int, nonblocking: bool) -> io::Result<c_int> {
     if reg.len() <= i {
         reg.resize_with(i + 1, || None);
     }
-    reg[i] = Some(Arc::new(s));
+    // A slot still taken means its number was closed behind the registry's back (a forked
+    // child's `closefrom`, or a raw `close` of the hidden number) and the kernel has handed it
+    // to this rsocket. The stale rsocket is leaked, never dropped: its `OwnedFd` would close the
+    // number that is ours now, and in a forked child its drop would destroy the parent's QP and
+    // cm id through the device files the two processes share.
+    if let Some(stale) = reg[i].replace(Arc::new(s)) {
+        std::mem::forget(stale);
+    }
     Ok(n)
 }
 
