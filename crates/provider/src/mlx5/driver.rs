@@ -358,7 +358,9 @@ unsafe impl Driver for Mlx5Driver {
     }
 
     fn qp_table_lock(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
-        Some(self.qp_table.lock())
+        // As libmlx5, with CQE version 0 only: with version 1 a completion names its QP by
+        // user index, which the destroyed QP's `Mlx5Qp` frees only after the clean.
+        (self.info.cqe_version == 0).then(|| self.qp_table.lock())
     }
 
     fn send_caps(&self) -> rverbs_uverbs::SendCaps {
@@ -440,7 +442,7 @@ unsafe impl Driver for Mlx5Driver {
         // From the kernel's create until the QP is in the registry (libmlx5 holds
         // `qp_table_mutex` so in `create_qp`): a number the kernel reuses becomes the new
         // QP's only once the destroyed QP's completions are out of the CQs.
-        let table = self.qp_table.lock();
+        let table = self.qp_table_lock();
         let k = create(udata.as_bytes(), resp.as_mut_bytes())?;
         let bf = match &lease {
             // Dynamic UARs: the register is ours; the kernel's bfreg answer does not apply.

@@ -1574,3 +1574,94 @@ fn reused_qpn_created_during_a_destroy_keeps_its_completions() {
 fn reused_qpn_created_during_a_destroy_is_not_read_for_the_old() {
     reused_qpn_waits_for_the_clean(true);
 }
+
+/// Issue 31, the SRQ case: the old and the new QP 0x77 receive through the same SRQ. The old
+/// QP's pending receive completion goes with its clean (its WQE back to the SRQ, its `wr_id`
+/// to the core); the new QP's receive, completed by the device once the new QP exists, is
+/// neither cleaned out nor reported to the core as dropped (without the lock both were:
+/// a receive "completed" with no completion ever polled).
+#[test]
+fn reused_qpn_on_the_same_srq_keeps_its_receive() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let mut u = Uars::new();
+    let d = driver(&mut u, BfPolicy::default(), false);
+    let mut srq: Box<dyn SrqOps> = d
+        .sim_create_srq(fd(), 3, 1, &mut |_, uout| {
+            uout[0..4].copy_from_slice(&0x66u32.to_ne_bytes());
+            Ok(SrqCreated {
+                handle: 1,
+                max_wr: 3,
+                max_sge: 1,
+                srq_num: 0x66,
+            })
+        })
+        .unwrap();
+    let old = qp(&d, QpType::RC, caps(1, 0, 1, 0, 0), 0x77, 1, true);
+    let (mut cq, ring) = cq(&d, 4);
+    let s = [Sge {
+        addr: 0x700,
+        length: 0,
+        lkey: 7,
+    }];
+    let r = |id| RecvWr { wr_id: id, sge: &s };
+    // SAFETY: the SGEs are never touched.
+    unsafe { srq.post_recv(kobj(), &[r(100), r(101)]) }.unwrap();
+    // The old QP's receive took SRQ WQE 0.
+    write_cqe(ring, 0, 0x2, 0x77, 0, 0x66);
+    let posted = AtomicBool::new(false);
+    let ring_addr = ring as usize;
+    let mut dropped = Vec::new();
+    let new = std::thread::scope(|sc| {
+        let table = rverbs_uverbs::driver::Driver::qp_table_lock(&d).expect("mlx5 orders");
+        let (d, posted) = (&d, &posted);
+        let b = sc.spawn(move || {
+            let new = qp(d, QpType::RC, caps(1, 0, 1, 0, 0), 0x77, 1, true);
+            // The new QP's receive takes SRQ WQE 1.
+            write_cqe(ring_addr as *mut u8, 1, 0x2, 0x77, 1, 0x66);
+            posted.store(true, Ordering::SeqCst);
+            new
+        });
+        while d.qp_table_waiting() == 0 && !posted.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        cq.qp_destroyed(&*old.ops, 0x77, true, &mut |w| dropped.push(w));
+        drop(table);
+        drop(old);
+        b.join().unwrap()
+    });
+    assert_eq!(dropped, [100], "the clean drops the old QP's receive only");
+    let mut wc = [WorkCompletion::default(); 2];
+    let n = cq.poll(&mut wc);
+    assert_eq!(
+        wc[..n]
+            .iter()
+            .map(|c| (c.wr_id, c.qp_num))
+            .collect::<Vec<_>>(),
+        [(101, 0x77)],
+        "the new QP's receive is polled"
+    );
+    drop(new);
+    drop(cq);
+    drop(srq);
+}
+
+/// With CQE version 1 a completion names its QP by user index, freed only after the clean:
+/// nothing to order, and (as libmlx5) no QP table lock is taken.
+#[test]
+fn cqe_v1_takes_no_qp_table_lock() {
+    let mut u = Uars::new();
+    let i = Mlx5ContextInfo {
+        cqe_version: 1,
+        ..info()
+    };
+    // SAFETY: the driver is dropped before `u`.
+    let d =
+        unsafe { Mlx5Driver::from_parts(i, &u.pages(), BfPolicy::default(), vec![false]) }.unwrap();
+    assert!(rverbs_uverbs::driver::Driver::qp_table_lock(&d).is_none());
+    assert!(rverbs_uverbs::driver::Driver::qp_table_lock(&driver(
+        &mut u,
+        BfPolicy::default(),
+        false
+    ))
+    .is_some());
+}

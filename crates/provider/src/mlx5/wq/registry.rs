@@ -136,10 +136,10 @@ impl Registry {
     }
 }
 
-/// A context's QP table lock (libmlx5's `qp_table_mutex`, [`Driver::qp_table_lock`]): held
-/// by a QP's drop from the kernel's DESTROY_QP until the QP's CQs are clean, and by
-/// `create_qp` from the kernel's CREATE_QP until the new QP is in the [`Registry`]. With
-/// CQE version 0 a completion names its QP by number only, and the kernel may give a
+/// A context's QP table lock (libmlx5's `qp_table_mutex`, [`Driver::qp_table_lock`]), with
+/// CQE version 0: held by a QP's drop from the kernel's DESTROY_QP until the QP's CQs are
+/// clean, and by `create_qp` from the kernel's CREATE_QP until the new QP is in the
+/// [`Registry`]. With CQE version 0 a completion names its QP by number only, and the kernel may give a
 /// destroyed QP's number to the next QP at once: without the lock that QP could be in the
 /// registry (a poller reading the old QP's completions against its tables) and post (the
 /// clean then dropping its completions) before the old QP's completions are out.
