@@ -57,7 +57,9 @@ pub struct Cq {
     /// takes the lock and calls the provider; else it touches nothing here.
     cleans_on_qp_reset: bool,
     /// The ledgers of the QPs completing here: every poll settles them with what it took
-    /// ([`crate::ledger`]), after the ring's lock is released (a view: under it).
+    /// ([`crate::ledger`]) under the ring's lock (so a completion polled before a QP's destroy
+    /// cannot be counted for a new QP of the same number); a settle may drop what a ledger
+    /// released — a region's deregistration, a window's deallocation — under that lock.
     watch: Watch<Region>,
 }
 

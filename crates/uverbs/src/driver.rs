@@ -188,9 +188,10 @@ pub unsafe trait Driver: Send + Sync + fmt::Debug {
     /// Lock order: this lock, then a CQ's lock (the clean), then the provider's own locks. A
     /// poller holds a CQ's lock and never takes this one; so a thread that holds a CQ's lock
     /// (a [`CqView`](crate::cq::CqView)) must neither drop a QP of that CQ (it waits for
-    /// itself, with or without this lock) nor create a QP while another thread may drop one
-    /// of that CQ (each waits for the other), as in libmlx5 between `ibv_start_poll` and
-    /// `ibv_end_poll`. Default: none (nothing to order: rxe, siw, EFA; mlx5 with CQE
+    /// itself, with or without this lock) nor, where this lock exists, create or drop any QP
+    /// of the context (a thread dropping a QP of the view's CQ holds this lock while it waits
+    /// for the view's CQ: each waits for the other), as in libmlx5 between `ibv_start_poll`
+    /// and `ibv_end_poll`. Default: none (nothing to order: rxe, siw, EFA; mlx5 with CQE
     /// version 1, whose completions name a QP by a user index freed after the clean).
     fn qp_table_lock(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
         None

@@ -150,9 +150,6 @@ pub const fn inc_rkey(rkey: u32) -> u32 {
 
 /// A memory window.
 pub struct Mw {
-    /// Itself: an `Mw` lives only in the `Arc` [`Mw::alloc`] returns, and its binds
-    /// ([`MwBinding`]) hold it.
-    me: std::sync::Weak<Mw>,
     pd: Arc<Pd>,
     handle: u32,
     mw_type: MwType,
@@ -214,8 +211,7 @@ impl Mw {
             rkey = resp.rkey,
             "MW allocated"
         );
-        Ok(Arc::new_cyclic(|me| Mw {
-            me: me.clone(),
+        Ok(Arc::new(Mw {
             pd: pd.clone(),
             handle: resp.mw_handle,
             mw_type,
@@ -287,7 +283,7 @@ impl Mw {
     /// ```compile_fail,E0597
     /// # use rverbs_uverbs::mr::{AccessFlags, Mr};
     /// # use rverbs_uverbs::mw::Mw;
-    /// # fn demo(pd: &std::sync::Arc<rverbs_uverbs::pd::Pd>, mw: &Mw) {
+    /// # fn demo(pd: &std::sync::Arc<rverbs_uverbs::pd::Pd>, mw: &std::sync::Arc<Mw>) {
     /// let mut buf = [0u8; 4096];
     /// let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::MW_BIND;
     /// let _ = Mr::scoped(pd, &mut buf[..], access, |mr| {
@@ -295,8 +291,19 @@ impl Mw {
     /// });
     /// # }
     /// ```
+    ///
+    /// The binding holds the window's `Arc`, so it is made from one: an `Mw` taken out of its
+    /// `Arc` (`Arc::into_inner`) makes no binding.
+    /// ```compile_fail,E0599
+    /// # use rverbs_uverbs::mr::{AccessFlags, Mr};
+    /// # use rverbs_uverbs::mw::Mw;
+    /// # fn demo(mw: std::sync::Arc<Mw>, mr: &Mr<Vec<u8>>) {
+    /// let mw: Mw = std::sync::Arc::into_inner(mw).unwrap();
+    /// let _ = mw.bind_info(mr, 0..64, AccessFlags::REMOTE_READ);
+    /// # }
+    /// ```
     pub fn bind_info<M: MrMemory + 'static>(
-        &self,
+        self: &Arc<Self>,
         mr: &Mr<M>,
         range: Range<usize>,
         access: AccessFlags,
@@ -378,11 +385,18 @@ impl Mw {
     }
 
     /// A bind of this window under its next key (`inc_rkey` of the current one).
-    fn next_bind(&self, mr_lkey: u32, addr: u64, length: u64, access: AccessFlags) -> MwBinding {
+    fn next_bind(
+        self: &Arc<Self>,
+        mr_lkey: u32,
+        addr: u64,
+        length: u64,
+        access: AccessFlags,
+    ) -> MwBinding {
         let mw_rkey = self.rkey();
         MwBinding {
-            // An Mw lives only in its Arc (alloc), and `&self` is borrowed from it.
-            mw: self.me.upgrade().expect("an Mw lives in its Arc"),
+            // The binding holds the window (module docs): taken from the `Arc` the caller
+            // holds, so an `Mw` moved out of its `Arc` (`Arc::into_inner`) cannot make one.
+            mw: Arc::clone(self),
             wr: MwBind {
                 mw_type: self.mw_type,
                 mw_rkey,
@@ -398,7 +412,7 @@ impl Mw {
     /// The bind that unbinds a type 1 window (length 0): peers' accesses with its rkey fail
     /// from then on. Type 2 windows are invalidated instead ([`SendOp::LocalInv`],
     /// [`SendOp::SendWithInv`]).
-    pub fn unbind_info(&self) -> Result<MwBinding> {
+    pub fn unbind_info(self: &Arc<Self>) -> Result<MwBinding> {
         if self.mw_type != MwType::TYPE_1 {
             return Err(Error::invalid(
                 self.op("unbind"),
