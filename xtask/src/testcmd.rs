@@ -764,10 +764,11 @@ fn siw_stage(report: &mut Report, kernel: KernelSpec, bins: &Binaries) {
     let name = &siw_stage_name(kernel);
     println!(
         "xtask: ==== {name}: siw.ko for kernel {} (built once from Debian's sources with the \
-         bed's patch {}: {}; cached), host guest, one node",
+         bed's patches {}; cached), host guest, one node",
         kernel.name,
-        crate::siw::PATCH,
-        crate::siw::PATCH_WHY
+        crate::siw::PATCHES
+            .map(|(n, why)| format!("{n}: {why}"))
+            .join("; "),
     );
     let config = vm::BedConfig {
         provider: vm::Provider::Siw,

@@ -15,7 +15,7 @@
 //! - `curl` fetching a 3 MB file from Python's `http.server`, both on ours, byte-checked.
 //! - a Python server and client: `ioctl(FIONREAD)` as TCP answers it, `fork` after accept
 //!   (the child's copy fails clearly, the parent's connection and listener go on), rsockets'
-//!   configuration files and `preload_config` (`fionread_fork_config_on_our_preload`).
+//!   configuration files and `preload_config` (`fionread_fork_config_on_our_preload_interop`).
 //!
 //! Each test also prints its numbers with plain TCP on the same address beside them (the
 //! tables of docs/capi.md).
@@ -564,7 +564,7 @@ fn memcached_on_our_preload_interop() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The server of [`fionread_fork_config_on_our_preload`] (Python: unmodified, its socket
+/// The server of [`fionread_fork_config_on_our_preload_interop`] (Python: unmodified, its socket
 /// calls are glibc's, so the preload takes them). `argv`: address, port, `fork` or `tcp`.
 /// Each line it prints is checked by the test.
 const FFC_SERVER: &str = r#"
@@ -678,7 +678,7 @@ print("client-done", flush=True)
     not(rverbs_vm),
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
-fn fionread_fork_config_on_our_preload() {
+fn fionread_fork_config_on_our_preload_interop() {
     let a = addr_a();
     let dir = std::env::temp_dir().join(format!("rverbs-ffc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -15,9 +15,11 @@
 //! its compiler, make, binutils, the kbuild tools' libraries; `chroot` in a private mount
 //! namespace). The host needs `modinfo` either way.
 //!
-//! One change is made to the extracted sources before `make` (`patch_accept`, [`PATCH`]):
+//! Two changes are made to the extracted sources before `make` ([`PATCHES`], `patch_source`):
 //! `siw_accept` hands the socket to the QP before it sends the MPA reply, as its own comment
-//! requires (docs/testing.md, "siw on the newest kernel"). Everything else is Debian's.
+//! requires ([`PATCH`], docs/testing.md, "siw on the newest kernel"), and an initiator leaves
+//! the bytes that follow the MPA reply to its QP ([`REPLY_PATCH`]; docs/testing.md, "The
+//! bed's patches to siw"). Everything else is Debian's.
 
 use crate::bail;
 use crate::buildroot;
@@ -34,7 +36,7 @@ use std::time::Instant;
 /// `crc32c_generic` comes first.
 pub const KERNEL_MODULES: &[&str] = &["crc32c_generic", "libcrc32c"];
 
-/// The one change the bed makes to siw's sources: its name, written into `READY` (a cached
+/// The first change the bed makes to siw's sources: its name, written into `READY` (a cached
 /// module without it is rebuilt) and into the module (`modinfo -F rverbs_patch siw.ko`).
 pub const PATCH: &str = "siw-accept-assoc-1";
 
@@ -42,6 +44,25 @@ pub const PATCH: &str = "siw-accept-assoc-1";
 pub const PATCH_WHY: &str = "siw_accept hands the socket to the QP before it sends the MPA \
     reply (its own comment requires it; sent first, an initiator's first message can land \
     while the connection manager's upcall still owns the socket and is never read)";
+
+/// The second change: the initiator's connection manager reads the MPA reply and not a byte
+/// more, and its QP reads what is already queued behind it.
+pub const REPLY_PATCH: &str = "siw-mpa-reply-fpdu-1";
+
+/// What [`REPLY_PATCH`] does and why.
+pub const REPLY_PATCH_WHY: &str = "an initiator reads the MPA reply and no further, and its QP \
+    reads the FPDUs already queued behind it (unpatched, siw reads 4 bytes past the reply and \
+    fails the connection with CONNECT_ERROR -22 when a responder's first FPDU, sent as soon \
+    as it is ESTABLISHED, is already there)";
+
+/// Every change the bed makes to siw's sources, in the order they are applied: name and why.
+pub const PATCHES: [(&str, &str); 2] = [(PATCH, PATCH_WHY), (REPLY_PATCH, REPLY_PATCH_WHY)];
+
+/// The names of [`PATCHES`], space-separated: what `READY`, the build log's first line and
+/// the module's `rverbs_patch` carry.
+pub fn patch_names() -> String {
+    PATCHES.map(|(n, _)| n).join(" ")
+}
 
 /// The cached siw modules of `kernel`, in load order (after the kernel's own modules), built
 /// on first use. Progress goes to stderr.
@@ -78,7 +99,7 @@ pub fn prepare(cache: &Path, kernel: &Kernel) -> Result<Vec<PathBuf>> {
         )));
     }
     if load(&dir).is_err() {
-        // A cached build the bed no longer uses (one without [`PATCH`]): set aside and removed.
+        // A cached build the bed no longer uses (one without [`PATCHES`]): set aside and removed.
         let old = kernel
             .dir()
             .join(format!("siw.stale-{}", std::process::id()));
@@ -96,8 +117,10 @@ pub fn prepare(cache: &Path, kernel: &Kernel) -> Result<Vec<PathBuf>> {
 
 fn load(dir: &Path) -> Result<Vec<PathBuf>> {
     let ready = fs::read_to_string(dir.join("READY")).context(|| "no cached siw.ko".into())?;
-    if !ready.split_whitespace().any(|w| w == PATCH) {
-        bail!("the cached siw.ko is not built with the bed's patch {PATCH}");
+    for (name, _) in PATCHES {
+        if !ready.split_whitespace().any(|w| w == name) {
+            bail!("the cached siw.ko is not built with the bed's patch {name}");
+        }
     }
     let order =
         fs::read_to_string(dir.join("modules.order")).context(|| "no siw module list".into())?;
@@ -237,16 +260,18 @@ fn build(cache: &Path, kernel: &Kernel, out: &Path) -> Result<()> {
     }
     let cm = siw_src.join("siw_cm.c");
     let text = fs::read_to_string(&cm).context(|| format!("cannot read {}", cm.display()))?;
-    let patched = patch_accept(&text).map_err(|e| {
+    let patched = patch_source(&text).map_err(|e| {
         util::Error(format!(
-            "cannot apply the bed's patch {PATCH} to {source}'s siw_cm.c: {e}\n\
-             (siw's accept path has changed: read the new siw_accept, and either adapt \
-             patch_accept in crates/testbed/src/siw.rs or drop the patch if the kernel fixed \
-             it; docs/testing.md, \"siw on the newest kernel\")"
+            "cannot apply the bed's patches to {source}'s siw_cm.c: {e}\n\
+             (siw's source has changed: read the new siw_cm.c, and either adapt \
+             patch_accept or patch_reply in crates/testbed/src/siw.rs or drop the patch if \
+             the kernel fixed it; docs/testing.md, \"The bed's patches to siw\")"
         ))
     })?;
     fs::write(&cm, patched).context(|| format!("cannot write {}", cm.display()))?;
-    say(format!("patched siw_cm.c ({PATCH}): {PATCH_WHY}"));
+    for (name, why) in PATCHES {
+        say(format!("patched siw_cm.c ({name}): {why}"));
+    }
 
     // The paths make sees: in the build root, its own.
     let (h, m) = if in_root {
@@ -301,10 +326,15 @@ fn build(cache: &Path, kernel: &Kernel, out: &Path) -> Result<()> {
         use std::io::Write as _;
         writeln!(
             logf,
-            "# {source} {version}, drivers/infiniband/sw/siw, with the bed's patch {PATCH}: \
-             {PATCH_WHY}\n# {shown}"
+            "# {source} {version}, drivers/infiniband/sw/siw, with the bed's patches {}",
+            patch_names()
         )
         .context(|| format!("cannot write {}", log.display()))?;
+        for (name, why) in PATCHES {
+            writeln!(logf, "# {name}: {why}")
+                .context(|| format!("cannot write {}", log.display()))?;
+        }
+        writeln!(logf, "# {shown}").context(|| format!("cannot write {}", log.display()))?;
     }
     let errf = logf
         .try_clone()
@@ -353,10 +383,11 @@ fn build(cache: &Path, kernel: &Kernel, out: &Path) -> Result<()> {
             .args(["-F", "rverbs_patch"])
             .arg(out.join("siw.ko")),
     )?;
-    if mark.trim() != PATCH {
+    if mark.trim() != patch_names() {
         bail!(
-            "the built siw.ko names patch `{}`, not {PATCH}: the patched source was not built",
-            mark.trim()
+            "the built siw.ko names patches `{}`, not {}: the patched source was not built",
+            mark.trim(),
+            patch_names()
         );
     }
 
@@ -394,7 +425,7 @@ fn build(cache: &Path, kernel: &Kernel, out: &Path) -> Result<()> {
         .context(|| "cannot write modules.order".to_string())?;
     fs::write(
         out.join("READY"),
-        format!("{} {version} {PATCH}\n", kernel.release),
+        format!("{} {version} {}\n", kernel.release, patch_names()),
     )
     .context(|| "cannot mark siw ready".to_string())?;
     Ok(())
@@ -445,15 +476,11 @@ const ACCEPT_TAIL_PATCHED: &str = "\t/*
 ";
 
 /// [`PATCH`] applied to the text of `siw_cm.c`: [`ACCEPT_TAIL`], which must occur exactly
-/// once, becomes [`ACCEPT_TAIL_PATCHED`], and a `MODULE_INFO(rverbs_patch, ...)` line is
-/// appended so the module says it is patched. Any other text is an error naming what was
-/// not found.
+/// once, becomes [`ACCEPT_TAIL_PATCHED`]. Any other text is an error naming what was not
+/// found.
 fn patch_accept(text: &str) -> Result<String> {
     if !text.contains("int siw_accept(struct iw_cm_id *id, struct iw_cm_conn_param *params)") {
         bail!("no siw_accept definition");
-    }
-    if text.contains("rverbs_patch") {
-        bail!("already patched");
     }
     match text.matches(ACCEPT_TAIL).count() {
         1 => {}
@@ -463,12 +490,113 @@ fn patch_accept(text: &str) -> Result<String> {
         ),
         n => bail!("siw_accept's tail occurs {n} times, not once"),
     }
-    let mut out = text.replacen(ACCEPT_TAIL, ACCEPT_TAIL_PATCHED, 1);
+    Ok(text.replacen(ACCEPT_TAIL, ACCEPT_TAIL_PATCHED, 1))
+}
+
+/// The three places [`REPLY_PATCH`] changes, as Debian's 6.1, 6.12 and 7.3 have them, each
+/// with what it becomes and where it is (for the error). First, in `siw_recv_mpa_rr`, a
+/// header without private data: the 4-byte read that looks for bytes past the frame.
+const REPLY_NO_PDATA: &str = "\t\tu32 word;
+
+\t\trcvd = ksock_recv(s, (char *)&word, sizeof(word), MSG_DONTWAIT);
+";
+
+const REPLY_NO_PDATA_PATCHED: &str = "\t\tu32 word;
+
+\t\t/*
+\t\t * rverbs testbed patch siw-mpa-reply-fpdu-1: behind an MPA reply the responder
+\t\t * may already have sent its first FPDUs; they are the QP's, not an error.
+\t\t */
+\t\tif (cep->state == SIW_EPSTATE_AWAIT_MPAREP)
+\t\t\treturn 0;
+
+\t\trcvd = ksock_recv(s, (char *)&word, sizeof(word), MSG_DONTWAIT);
+";
+
+/// Second, in `siw_recv_mpa_rr`, the read of the private data, which asks for 4 bytes more
+/// (and fails the frame if they come).
+const REPLY_PDATA: &str = "\t\tto_rcv + 4, MSG_DONTWAIT);\n";
+
+const REPLY_PDATA_PATCHED: &str =
+    "\t\t/* rverbs testbed patch siw-mpa-reply-fpdu-1: no further than a reply */
+\t\tto_rcv + (cep->state == SIW_EPSTATE_AWAIT_MPAREP ? 0 : 4), MSG_DONTWAIT);
+";
+
+/// Third, in `siw_proc_mpareply`, the hand-over of the socket to the QP: what arrived before
+/// it raised no data-ready upcall the QP could see.
+const REPLY_ASSOC: &str = "\trv = siw_qp_modify(qp, &qp_attrs, qp_attr_mask);
+
+\tsiw_qp_socket_assoc(cep, qp);
+
+\tup_write(&qp->state_lock);
+";
+
+const REPLY_ASSOC_PATCHED: &str = "\trv = siw_qp_modify(qp, &qp_attrs, qp_attr_mask);
+
+\tsiw_qp_socket_assoc(cep, qp);
+
+\tup_write(&qp->state_lock);
+
+\t/*
+\t * rverbs testbed patch siw-mpa-reply-fpdu-1: FPDUs queued behind the MPA reply
+\t * arrived while the connection manager owned the socket; the QP's receive path
+\t * reads them now (under the socket lock, as the upcall would be).
+\t */
+\tif (!rv) {
+\t\tstruct sock *sk = cep->sock->sk;
+
+\t\tlock_sock(sk);
+\t\tif (!skb_queue_empty(&sk->sk_receive_queue))
+\t\t\tsk->sk_data_ready(sk);
+\t\trelease_sock(sk);
+\t}
+";
+
+/// [`REPLY_PATCH`] applied to the text of `siw_cm.c`: each of its three places must occur
+/// exactly once, else an error names the one that does not.
+fn patch_reply(text: &str) -> Result<String> {
+    let mut out = text.to_string();
+    for (from, to, what) in [
+        (
+            REPLY_NO_PDATA,
+            REPLY_NO_PDATA_PATCHED,
+            "siw_recv_mpa_rr's read past a frame without private data",
+        ),
+        (
+            REPLY_PDATA,
+            REPLY_PDATA_PATCHED,
+            "siw_recv_mpa_rr's read of the private data (to_rcv + 4)",
+        ),
+        (
+            REPLY_ASSOC,
+            REPLY_ASSOC_PATCHED,
+            "siw_proc_mpareply's hand-over of the socket to the QP",
+        ),
+    ] {
+        match out.matches(from).count() {
+            1 => out = out.replacen(from, to, 1),
+            0 => bail!("{what} is not there as the bed knows it"),
+            n => bail!("{what} occurs {n} times, not once"),
+        }
+    }
+    Ok(out)
+}
+
+/// [`PATCHES`] applied to the text of `siw_cm.c`, and a `MODULE_INFO(rverbs_patch, ...)` line
+/// appended naming them, so the module says it is patched. A source already patched, or one
+/// a patch does not know, is an error.
+fn patch_source(text: &str) -> Result<String> {
+    if text.contains("rverbs_patch") {
+        bail!("already patched");
+    }
+    let mut out = patch_accept(text).map_err(|e| util::Error(format!("{PATCH}: {e}")))?;
+    out = patch_reply(&out).map_err(|e| util::Error(format!("{REPLY_PATCH}: {e}")))?;
     if !out.ends_with('\n') {
         out.push('\n');
     }
     out.push_str(&format!(
-        "\n#include <linux/module.h>\nMODULE_INFO(rverbs_patch, \"{PATCH}\");\n"
+        "\n#include <linux/module.h>\nMODULE_INFO(rverbs_patch, \"{}\");\n",
+        patch_names()
     ));
     Ok(out)
 }
@@ -760,13 +888,32 @@ mod tests {
         );
     }
 
-    /// A stand-in for siw_cm.c: siw_accept's head and the tail the patch rewrites.
+    /// A stand-in for siw_cm.c: what the patches rewrite, in its functions (siw_recv_mpa_rr,
+    /// siw_proc_mpareply, siw_accept).
     fn cm_source() -> String {
         format!(
-            "int siw_accept(struct iw_cm_id *id, struct iw_cm_conn_param *params)\n{{\n\
+            "static int siw_recv_mpa_rr(struct siw_cep *cep)\n{{\n\tif (!to_rcv) {{\n\
+             {REPLY_NO_PDATA}\t\tif (rcvd == -EAGAIN)\n\t\t\treturn 0;\n\t}}\n\
+             \trcvd = ksock_recv(\n\t\ts, cep->mpa.pdata + cep->mpa.bytes_rcvd - \
+             sizeof(struct mpa_rr),\n{REPLY_PDATA}\tif (rcvd > to_rcv)\n\t\treturn -EPROTO;\n}}\n\n\
+             static int siw_proc_mpareply(struct siw_cep *cep)\n{{\n\
+             \tdown_write(&qp->state_lock);\n{REPLY_ASSOC}\n\
+             \trv = siw_cm_upcall(cep, IW_CM_EVENT_CONNECT_REPLY, 0);\n}}\n\n\
+             int siw_accept(struct iw_cm_id *id, struct iw_cm_conn_param *params)\n{{\n\
              \tup_write(&qp->state_lock);\n\n{ACCEPT_TAIL}\tsiw_cep_set_free(cep);\n\n\
              \treturn 0;\nerror:\n\treturn rv;\n}}\n"
         )
+    }
+
+    /// Each of `calls` as often in `out` as in `src`: nothing dropped or doubled.
+    fn same_calls(src: &str, out: &str, calls: &[&str]) {
+        for call in calls {
+            assert_eq!(
+                out.matches(call).count(),
+                src.matches(call).count(),
+                "{call}"
+            );
+        }
     }
 
     #[test]
@@ -775,26 +922,74 @@ mod tests {
         assert!(!out.contains(ACCEPT_TAIL));
         assert_eq!(out.matches(ACCEPT_TAIL_PATCHED).count(), 1);
         assert!(ACCEPT_TAIL_PATCHED.contains(PATCH));
-        let at = |s: &str| out.find(s).unwrap_or_else(|| panic!("no {s}"));
+        let accept = out.find("int siw_accept(").unwrap();
+        let at = |s: &str| accept + out[accept..].find(s).unwrap_or_else(|| panic!("no {s}"));
         let reply = at("siw_send_mpareqrep(");
         assert!(at("siw_sk_assign_rtr_upcalls(cep);") < reply);
         assert!(at("siw_qp_socket_assoc(cep, qp);") < reply);
         assert!(at("IW_CM_EVENT_ESTABLISHED") > reply);
-        // Each call once, nothing dropped.
-        for call in [
-            "siw_sk_assign_rtr_upcalls(",
-            "siw_qp_socket_assoc(",
-            "siw_send_mpareqrep(",
-            "siw_cm_upcall(",
-            "goto error;",
+        same_calls(
+            &cm_source(),
+            &out,
+            &[
+                "siw_sk_assign_rtr_upcalls(",
+                "siw_qp_socket_assoc(",
+                "siw_send_mpareqrep(",
+                "siw_cm_upcall(",
+                "goto error;",
+            ],
+        );
+    }
+
+    #[test]
+    fn the_reply_patch_leaves_what_follows_the_reply_to_the_qp() {
+        let src = cm_source();
+        let out = patch_reply(&src).unwrap();
+        for (from, to) in [
+            (REPLY_NO_PDATA, REPLY_NO_PDATA_PATCHED),
+            (REPLY_PDATA, REPLY_PDATA_PATCHED),
+            (REPLY_ASSOC, REPLY_ASSOC_PATCHED),
         ] {
-            assert_eq!(
-                out.matches(call).count(),
-                cm_source().matches(call).count(),
-                "{call}"
-            );
+            assert_eq!(out.matches(to).count(), 1, "{to}");
+            assert!(!out.replacen(to, "", 1).contains(from), "{from}");
+            assert!(to.contains(REPLY_PATCH), "{to}");
         }
-        assert!(out.ends_with(&format!("MODULE_INFO(rverbs_patch, \"{PATCH}\");\n")));
+        // Awaiting a reply, nothing is read past the frame: the check returns before the
+        // 4-byte read, and the private data read asks for the frame's bytes only.
+        let at = |s: &str| out.find(s).unwrap_or_else(|| panic!("no {s}"));
+        let early = at("if (cep->state == SIW_EPSTATE_AWAIT_MPAREP)\n\t\t\treturn 0;");
+        assert!(early < at("ksock_recv(s, (char *)&word"));
+        assert!(out.contains("to_rcv + (cep->state == SIW_EPSTATE_AWAIT_MPAREP ? 0 : 4)"));
+        // What is queued goes to the QP after the hand-over and before CONNECT_REPLY, under
+        // the socket lock, and only when the QP reached RTS.
+        let kick = at("sk->sk_data_ready(sk);");
+        assert!(at("siw_qp_socket_assoc(cep, qp);\n\n\tup_write(&qp->state_lock);") < kick);
+        assert!(kick < at("IW_CM_EVENT_CONNECT_REPLY"));
+        assert!(at("\tif (!rv) {\n") < at("lock_sock(sk);"));
+        assert!(at("lock_sock(sk);") < kick && kick < at("release_sock(sk);"));
+        same_calls(
+            &src,
+            &out,
+            &[
+                "ksock_recv(",
+                "siw_qp_modify(",
+                "siw_qp_socket_assoc(",
+                "siw_cm_upcall(",
+                "return -EPROTO;",
+            ],
+        );
+    }
+
+    #[test]
+    fn the_patched_source_names_both_patches() {
+        let out = patch_source(&cm_source()).unwrap();
+        assert_eq!(patch_names(), format!("{PATCH} {REPLY_PATCH}"));
+        assert!(out.contains(ACCEPT_TAIL_PATCHED) && out.contains(REPLY_ASSOC_PATCHED));
+        assert!(out.ends_with(&format!(
+            "MODULE_INFO(rverbs_patch, \"{PATCH} {REPLY_PATCH}\");\n"
+        )));
+        let e = patch_source(&out).unwrap_err();
+        assert!(e.0.contains("already patched"), "{e}");
     }
 
     #[test]
@@ -809,10 +1004,38 @@ mod tests {
         );
         let e = patch_accept(&changed).unwrap_err();
         assert!(e.0.contains("is not there as the bed knows it"), "{e}");
+        let e = patch_source(&changed).unwrap_err();
+        assert!(e.0.starts_with(PATCH), "{e}");
         let e = patch_accept(&format!("{src}{ACCEPT_TAIL}")).unwrap_err();
         assert!(e.0.contains("occurs 2 times"), "{e}");
-        let e = patch_accept(&patch_accept(&src).unwrap()).unwrap_err();
-        assert!(e.0.contains("already patched"), "{e}");
+    }
+
+    #[test]
+    fn a_source_the_reply_patch_does_not_know_is_an_error() {
+        let src = cm_source();
+        // Each of its three places changed (as a kernel fix would): named, and nothing built.
+        for (from, to, what) in [
+            (
+                "sizeof(word), MSG_DONTWAIT)",
+                "sizeof(word), 0)",
+                "read past a frame without private data",
+            ),
+            ("to_rcv + 4,", "to_rcv,", "read of the private data"),
+            (
+                "\tsiw_qp_socket_assoc(cep, qp);\n\n\tup_write",
+                "\tsiw_qp_socket_assoc(cep, qp);\n\tup_write",
+                "hand-over of the socket to the QP",
+            ),
+        ] {
+            assert!(src.contains(from), "{from}");
+            let e = patch_reply(&src.replacen(from, to, 1)).unwrap_err();
+            assert!(e.0.contains(what), "{what}: {e}");
+            assert!(e.0.contains("is not there as the bed knows it"), "{e}");
+            let e = patch_source(&src.replacen(from, to, 1)).unwrap_err();
+            assert!(e.0.starts_with(REPLY_PATCH), "{e}");
+        }
+        let e = patch_reply(&format!("{src}{REPLY_PDATA}")).unwrap_err();
+        assert!(e.0.contains("occurs 2 times"), "{e}");
     }
 
     #[test]
@@ -825,9 +1048,20 @@ mod tests {
         fs::write(dir.join("modules.order"), "libcrc32c.ko\nsiw.ko\n").unwrap();
         let e = load(&dir).unwrap_err();
         assert!(e.0.contains("not built with the bed's patch"), "{e}");
+        // Built with the first patch only (before the second existed): rebuilt.
         fs::write(
             dir.join("READY"),
             format!("6.1.0-57-amd64 6.1.192-3 {PATCH}\n"),
+        )
+        .unwrap();
+        let e = load(&dir).unwrap_err();
+        assert!(
+            e.0.contains(&format!("not built with the bed's patch {REPLY_PATCH}")),
+            "{e}"
+        );
+        fs::write(
+            dir.join("READY"),
+            format!("6.1.0-57-amd64 6.1.192-3 {}\n", patch_names()),
         )
         .unwrap();
         fs::write(dir.join("siw.ko"), "").unwrap();

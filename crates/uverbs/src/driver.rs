@@ -176,6 +176,26 @@ pub unsafe trait Driver: Send + Sync + fmt::Debug {
         None
     }
 
+    /// The context's QP table lock (libmlx5's `qp_table_mutex`), for a provider that cleans a
+    /// destroyed QP's completions out of its CQs ([`CqOps::qp_destroyed`]) and finds a QP's
+    /// completions by its number: a QP's drop holds it from the kernel's DESTROY_QP until its
+    /// CQs are clean, and the provider's [`create_qp`](Self::create_qp) holds it from the
+    /// kernel's CREATE_QP until the new QP is known to its pollers. So a new QP that the kernel
+    /// gives the destroyed one's number is not seen by a poller, and cannot post, before the
+    /// old QP's completions are out: none of them is read against the new QP's tables, and
+    /// the clean removes none of the new QP's.
+    ///
+    /// Lock order: this lock, then a CQ's lock (the clean), then the provider's own locks. A
+    /// poller holds a CQ's lock and never takes this one; so a thread that holds a CQ's lock
+    /// (a [`CqView`](crate::cq::CqView)) must neither drop a QP of that CQ (it waits for
+    /// itself, with or without this lock) nor create a QP while another thread may drop one
+    /// of that CQ (each waits for the other), as in libmlx5 between `ibv_start_poll` and
+    /// `ibv_end_poll`. Default: none (nothing to order: rxe, siw, EFA; mlx5 with CQE
+    /// version 1, whose completions name a QP by a user index freed after the clean).
+    fn qp_table_lock(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
+        None
+    }
+
     /// Creates a CQ's data path. `cqe` is the depth the caller asked for.
     ///
     /// # Safety

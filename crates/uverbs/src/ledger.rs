@@ -28,7 +28,11 @@
 //!   completer, mlx5's queue), but not in order with the sends around them on siw (a SEND
 //!   completes when it is handed to TCP, before an earlier READ's response has arrived), so
 //!   only the completion of a READ or atomic releases a sink, and an unsignaled one only with
-//!   the next signaled one.
+//!   the next signaled one. Memory-window binds are numbered with them ([`ordered`]; rxe and
+//!   mlx5, the providers with windows, complete their send queue in order): a safe bind keeps
+//!   its window, and so the regions the window keeps, until a later or equal signaled READ,
+//!   atomic or bind completed with success ([`SendLedger::keep`]), so that no window is
+//!   deallocated (its key handed to a new window) while a bind naming it may still execute.
 //! - the QP (or SRQ) is destroyed: every provider stops placing data for a QP before its
 //!   destroy returns (siw: under the QP's state lock, which its receive path takes).
 //!
@@ -320,15 +324,46 @@ pub(crate) fn writes_local(op: &SendOp) -> bool {
     )
 }
 
-/// The ledger of a send queue: its READs and atomics, numbered in posting order, and on siw
-/// the sources of its other requests, numbered with every request.
+/// True for the send operations numbered in the send ledger's ordered class
+/// ([`SendLedger`]): the READs and atomics ([`writes_local`]) and the memory-window binds.
+/// They complete in their order among themselves on every provider that carries them (binds:
+/// rxe's completer and mlx5's send queue complete every request in queue order; siw and EFA
+/// have no binds).
+#[inline]
+pub(crate) fn ordered(op: &SendOp) -> bool {
+    writes_local(op) || matches!(op, SendOp::BindMw(_))
+}
+
+/// What a posted bind keeps alive until it is over: its window (which keeps the regions it
+/// was bound into, `mw::Mw`), type-erased so that the ledger imports no object.
+pub(crate) struct Kept {
+    /// The bind's number among the ordered requests ([`ordered`]).
+    last: u64,
+    /// Never read: held for its drop.
+    _what: Arc<dyn Send + Sync>,
+}
+
+impl std::fmt::Debug for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kept").field("last", &self.last).finish()
+    }
+}
+
+/// The ledger of a send queue: its READs, atomics and binds, numbered in posting order, and on
+/// siw the sources of its other requests, numbered with every request.
 #[derive(Debug)]
 pub(crate) struct SendLedger<R> {
+    /// Ordered requests ([`ordered`]) posted: READs, atomics, binds.
     sinks: u64,
     sinks_done: u64,
-    /// The signaled READs and atomics: `(sink number, request number)`.
+    /// The signaled ordered requests: `(their number, request number)`.
     signaled: VecDeque<(u64, u64)>,
     held: Vec<Held<R>>,
+    /// The windows of posted binds ([`keep`](Self::keep)): kept until a signaled ordered
+    /// request at or after the bind completed with success, or the QP is destroyed (the
+    /// ledger goes). A window deallocated while its bind is still queued would let the bind
+    /// reach whichever window gets its key next, in whichever region got the region's key.
+    kept: Vec<Kept>,
     /// siw: the sources of sends and WRITEs are held too (`siw_tx_hdt` reads them through the
     /// memory reference `siw_check_sgl_tx` took when the request started, whatever happens to
     /// the region meanwhile): a source dropped mid-transfer would send the bytes of whatever
@@ -349,6 +384,7 @@ impl<R> Default for SendLedger<R> {
             sinks_done: 0,
             signaled: VecDeque::new(),
             held: Vec::new(),
+            kept: Vec::new(),
             sources: false,
             wrs: 0,
             signaled_other: VecDeque::new(),
@@ -391,6 +427,9 @@ impl<R: Holdable> SendLedger<R> {
                         let _ = hold(&mut self.src, reg, s.raw_sge().lkey, n);
                     }
                 }
+                if ordered(&w.op) {
+                    ord += 1; // a bind: numbered, writes nothing through SGEs
+                }
                 continue;
             }
             for s in w.sge {
@@ -409,7 +448,7 @@ impl<R: Holdable> SendLedger<R> {
     pub(crate) fn posted<S: SgeList>(&mut self, wrs: &[SendWr<'_, S>], sig_all: bool) {
         for w in wrs {
             let signaled = sig_all || w.flags.contains(SendFlags::SIGNALED);
-            if writes_local(&w.op) {
+            if ordered(&w.op) {
                 if signaled {
                     self.signaled.push_back((self.sinks, self.wrs));
                 }
@@ -423,14 +462,30 @@ impl<R: Holdable> SendLedger<R> {
         }
     }
 
-    /// A READ or atomic completed with success: the oldest signaled one, so it and every
-    /// READ or atomic before it are over, and on siw every request posted before it was sent
-    /// (siw sends the queue in order, and a READ's request before its response can come).
+    /// The number the next ordered request ([`ordered`]) will get when posted.
+    #[inline]
+    pub(crate) fn next_ordered(&self) -> u64 {
+        self.sinks
+    }
+
+    /// The bind numbered `ord` ([`next_ordered`](Self::next_ordered) before it was posted)
+    /// went to the queue: keeps `what` (its window) until it is over.
+    pub(crate) fn keep(&mut self, ord: u64, what: Arc<dyn Send + Sync>) {
+        self.kept.push(Kept {
+            last: ord,
+            _what: what,
+        });
+    }
+
+    /// A READ, atomic or bind completed with success: the oldest signaled one, so it and
+    /// every ordered request before it are over, and on siw every request posted before it was
+    /// sent (siw sends the queue in order, and a READ's request before its response can come).
     pub(crate) fn sink_completed(&mut self) {
         if let Some((o, n)) = self.signaled.pop_front() {
             self.sinks_done = self.sinks_done.max(o + 1);
             let done = self.sinks_done;
             self.held.retain(|h| h.last >= done);
+            self.kept.retain(|k| k.last >= done);
             if self.sources {
                 self.src.retain(|h| h.last >= n);
             }
@@ -448,7 +503,7 @@ impl<R: Holdable> SendLedger<R> {
 
     #[cfg(test)]
     fn holding(&self) -> usize {
-        self.held.len() + self.src.len()
+        self.held.len() + self.src.len() + self.kept.len()
     }
 }
 
@@ -738,9 +793,10 @@ fn is_recv(role: Role, opcode: u32) -> bool {
 
 #[inline]
 fn settle_one<R: Holdable>(l: &QpLedger<R>, role: Role, ok: bool, opcode: WcOpcode, wr_id: u64) {
+    // The ordered requests' completions ([`ordered`]): READs, atomics, binds.
     let sink = matches!(
         opcode,
-        WcOpcode::RDMA_READ | WcOpcode::COMP_SWAP | WcOpcode::FETCH_ADD
+        WcOpcode::RDMA_READ | WcOpcode::COMP_SWAP | WcOpcode::FETCH_ADD | WcOpcode::BIND_MW
     );
     match role {
         Role::Recv => lock(&l.recv).completed(wr_id),

@@ -9,13 +9,13 @@
 //! - **type 1**: bound (and rebound, or unbound with length 0) by [`Qp::bind_mw`], which posts
 //!   a bind work request on the QP's send queue; invalidated only by another bind or by
 //!   deallocation;
-//! - **type 2**: bound by a bind work request ([`Qp::bind_mw`] or [`SendOp::BindMw`] in a
-//!   [`Qp::post_send`] list) on one QP, which is then the only QP through which peers may use
-//!   the rkey; invalidated by [`SendOp::LocalInv`] on that QP, by a peer's
+//! - **type 2**: bound by a bind work request ([`Qp::bind_mw`], or in `unsafe` code
+//!   [`SendOp::BindMw`] in a list) on one QP, which is then the only QP through which peers
+//!   may use the rkey; invalidated by [`SendOp::LocalInv`] on that QP, by a peer's
 //!   [`SendOp::SendWithInv`], or by deallocation.
 //!
 //! Each bind gives the window a new rkey: the kernel's 24-bit index with a new low byte
-//! ([`MwBind::rkey`]). [`Mw::rkey`] is the key of the last bind posted through
+//! ([`MwBinding::rkey`]). [`Mw::rkey`] is the key of the last bind posted through
 //! [`Qp::bind_mw`] (or noted with `Mw::set_rkey`).
 //!
 //! # Why binding in safe code is sound
@@ -41,10 +41,19 @@
 //!
 //! The kernel checks the same again when it executes the bind (and fails it with
 //! `MW_BIND_ERR`): the `mr_lkey` names a live region of the QP's device, the region allows
-//! binds and lies around the range, the window is in the right state. An [`MwBind`] is plain
-//! numbers: posted after its region was dropped, its `mr_lkey` names nothing (the bind fails)
-//! or a newer region that got the same key, which then also carries `MW_BIND` — memory whose
-//! slice views ([`Mr::as_slice`]) already exclude remotely writable windows.
+//! binds and lies around the range, the window is in the right state.
+//!
+//! A bind names its window and its region by keys, and keys are reused: a window deallocated
+//! while its bind is still queued (behind a long send queue) lets that bind bind whichever
+//! window gets its key next, in whichever region got the region's key, which that window does
+//! not keep. So the checked bind is an [`MwBinding`]: not `Copy` or `Clone`, it holds its
+//! window (and the window the region), and [`Qp::bind_mw`] consumes it and leaves the window
+//! in the QP's send ledger until the bind is over: a signaled bind, READ or atomic at or
+//! after it completed with success, or the QP was destroyed (`crate::ledger`). Until then
+//! dropping the [`Mw`] deallocates nothing and frees none of its regions; a QP in ERROR whose
+//! requests are never flushed keeps them until it is destroyed. The raw operands
+//! ([`MwBind`], `Copy`, posted as [`SendOp::BindMw`]) are made only by the `unsafe`
+//! [`MwBind::from_raw`], whose caller promises the same for every post.
 
 #![allow(unsafe_code)] // posting a bind work request
 
@@ -70,6 +79,57 @@ use zerocopy::IntoBytes as _;
 
 pub use crate::values::{MwBind, MwType};
 
+/// A checked bind of a window ([`Mw::bind_info`], [`Mw::unbind_info`]), posted once by
+/// [`Qp::bind_mw`], which consumes it. It holds its window, so a bind for a deallocated
+/// window cannot be posted, and it is neither `Copy` nor `Clone`, so no stale copy of it can
+/// be posted later (module docs, "Why binding in safe code is sound").
+///
+/// ```compile_fail,E0382
+/// # use rverbs_uverbs::mw::MwBinding;
+/// # use rverbs_uverbs::SendFlags;
+/// # fn demo(qp: &rverbs_uverbs::qp::Qp, bind: MwBinding) {
+/// let _ = qp.bind_mw(bind, 1, SendFlags::SIGNALED);
+/// let _ = qp.bind_mw(bind, 2, SendFlags::SIGNALED); // posted once only
+/// # }
+/// ```
+/// ```compile_fail,E0599
+/// # use rverbs_uverbs::mw::MwBinding;
+/// # fn demo(bind: MwBinding) -> (MwBinding, MwBinding) {
+/// (bind.clone(), bind) // no copies
+/// # }
+/// ```
+#[must_use = "a bind does nothing until it is posted with Qp::bind_mw"]
+pub struct MwBinding {
+    mw: Arc<Mw>,
+    wr: MwBind,
+}
+
+impl fmt::Debug for MwBinding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MwBinding")
+            .field("mw", &self.mw)
+            .field("rkey", &format_args!("{:#x}", self.wr.rkey))
+            .field("length", &self.wr.length)
+            .field("access", &self.wr.access)
+            .finish()
+    }
+}
+
+impl MwBinding {
+    /// The window's rkey after the bind: what peers name once it completed.
+    pub fn rkey(&self) -> u32 {
+        self.wr.rkey
+    }
+    /// The window being bound.
+    pub fn mw(&self) -> &Arc<Mw> {
+        &self.mw
+    }
+    /// Bytes the window will cover (0: an unbind).
+    pub fn length(&self) -> u64 {
+        self.wr.length
+    }
+}
+
 /// The access bits a window may carry in the safe API: the remote rights (and LOCAL_WRITE,
 /// which rdma-core's callers pass and the kernel ignores for windows).
 const MW_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
@@ -90,6 +150,9 @@ pub const fn inc_rkey(rkey: u32) -> u32 {
 
 /// A memory window.
 pub struct Mw {
+    /// Itself: an `Mw` lives only in the `Arc` [`Mw::alloc`] returns, and its binds
+    /// ([`MwBinding`]) hold it.
+    me: std::sync::Weak<Mw>,
     pd: Arc<Pd>,
     handle: u32,
     mw_type: MwType,
@@ -151,7 +214,8 @@ impl Mw {
             rkey = resp.rkey,
             "MW allocated"
         );
-        Ok(Arc::new(Mw {
+        Ok(Arc::new_cyclic(|me| Mw {
+            me: me.clone(),
             pd: pd.clone(),
             handle: resp.mw_handle,
             mw_type,
@@ -201,8 +265,8 @@ impl Mw {
     }
 
     /// A bind of this window to `range` of `mr` with `access`, checked as the module docs
-    /// say ("Why binding in safe code is sound"); post it with [`Qp::bind_mw`] or as
-    /// [`SendOp::BindMw`]. The bind's new rkey is `inc_rkey` of [`Mw::rkey`].
+    /// say ("Why binding in safe code is sound"); post it with [`Qp::bind_mw`]. The bind's
+    /// new rkey is `inc_rkey` of [`Mw::rkey`]. From here on the window keeps `mr`'s region.
     ///
     /// ```no_run
     /// # use rverbs_uverbs::mr::{AccessFlags, Mr, PageBuf};
@@ -213,7 +277,7 @@ impl Mw {
     /// let mr = Mr::register(qp.pd(), PageBuf::new(8192)?, access)?;
     /// let mw = Mw::alloc(qp.pd(), MwType::TYPE_1)?;
     /// let bind = mw.bind_info(&mr, 4096..8192, AccessFlags::REMOTE_WRITE)?;
-    /// qp.bind_mw(&mw, &bind, 1, SendFlags::SIGNALED)?;
+    /// qp.bind_mw(bind, 1, SendFlags::SIGNALED)?;
     /// // ... after the BIND_MW completion, a peer writes 4096..8192 under mw.rkey()
     /// # Ok(()) }
     /// ```
@@ -236,7 +300,7 @@ impl Mw {
         mr: &Mr<M>,
         range: Range<usize>,
         access: AccessFlags,
-    ) -> Result<MwBind> {
+    ) -> Result<MwBinding> {
         let op = || self.op("bind");
         if !Arc::ptr_eq(mr.pd(), &self.pd) {
             return Err(Error::invalid(
@@ -314,23 +378,27 @@ impl Mw {
     }
 
     /// A bind of this window under its next key (`inc_rkey` of the current one).
-    fn next_bind(&self, mr_lkey: u32, addr: u64, length: u64, access: AccessFlags) -> MwBind {
+    fn next_bind(&self, mr_lkey: u32, addr: u64, length: u64, access: AccessFlags) -> MwBinding {
         let mw_rkey = self.rkey();
-        MwBind {
-            mw_type: self.mw_type,
-            mw_rkey,
-            rkey: inc_rkey(mw_rkey),
-            mr_lkey,
-            addr,
-            length,
-            access,
+        MwBinding {
+            // An Mw lives only in its Arc (alloc), and `&self` is borrowed from it.
+            mw: self.me.upgrade().expect("an Mw lives in its Arc"),
+            wr: MwBind {
+                mw_type: self.mw_type,
+                mw_rkey,
+                rkey: inc_rkey(mw_rkey),
+                mr_lkey,
+                addr,
+                length,
+                access,
+            },
         }
     }
 
     /// The bind that unbinds a type 1 window (length 0): peers' accesses with its rkey fail
     /// from then on. Type 2 windows are invalidated instead ([`SendOp::LocalInv`],
     /// [`SendOp::SendWithInv`]).
-    pub fn unbind_info(&self) -> Result<MwBind> {
+    pub fn unbind_info(&self) -> Result<MwBinding> {
         if self.mw_type != MwType::TYPE_1 {
             return Err(Error::invalid(
                 self.op("unbind"),
@@ -345,6 +413,8 @@ impl Mw {
 
 impl Drop for Mw {
     fn drop(&mut self) {
+        // No bind of this window is queued any more: each holds it in its QP's send ledger
+        // until it is over (module docs), so its key cannot reach a later window.
         let ctx = self.pd.context();
         let bound = std::mem::take(&mut *lock(&self.bound));
         if let Err(e) = dealloc_mw(ctx, self.handle) {
@@ -376,21 +446,26 @@ fn dealloc_mw(ctx: &Context, handle: u32) -> std::result::Result<(), Errno> {
 }
 
 impl Qp {
-    /// Posts a bind work request for `mw` (`ibv_bind_mw` for type 1; the same request binds a
-    /// type 2 window to this QP) and, once posted, makes [`MwBind::rkey`] the window's
-    /// [`Mw::rkey`]. The bind completes on the send CQ with opcode `BIND_MW` (if `flags` has
-    /// SIGNALED or the QP signals all) or fails there with `MW_BIND_ERR`; peers may use the
-    /// new rkey after a successful completion.
+    /// Posts `bind`, a bind work request for its window (`ibv_bind_mw` for type 1; the same
+    /// request binds a type 2 window to this QP) and, once posted, makes
+    /// [`MwBinding::rkey`] the window's [`Mw::rkey`]. The bind completes on the send CQ with
+    /// opcode `BIND_MW` (if `flags` has SIGNALED or the QP signals all) or fails there with
+    /// `MW_BIND_ERR`; peers may use the new rkey after a successful completion.
     ///
-    /// Refused before posting: a window of another PD than the QP's, a `bind` made for
-    /// another window (or an older key of this one), an unbind of a type 2 window.
+    /// The window (and the regions it keeps) stays allocated, whatever happens to the `Mw`
+    /// and `Mr`s, until a signaled bind, READ or atomic posted here at or after this one
+    /// completed with success, or the QP is destroyed (module docs).
+    ///
+    /// Refused before posting: a window of another PD than the QP's, a `bind` made before
+    /// another bind of its window was posted (it names an older key), an unbind of a type 2
+    /// window. `bind` is consumed either way.
     pub fn bind_mw(
         &self,
-        mw: &Mw,
-        bind: &MwBind,
+        bind: MwBinding,
         wr_id: u64,
         flags: SendFlags,
     ) -> std::result::Result<(), PostError> {
+        let MwBinding { mw, wr: bind } = bind;
         let ctx = self.pd().context().name();
         let fail =
             |what: String| PostError::invalid(0, what).at(ctx, PostQueue::Send, self.qp_num());
@@ -406,7 +481,7 @@ impl Qp {
         if bind.mw_rkey != mw.rkey() || bind.mw_type != mw.mw_type {
             return Err(fail(format!(
                 "bind {} MW {}: the bind was made for {} window rkey {:#x}, the window's rkey \
-                 is {:#x}",
+                 is {:#x} (another bind of it was posted since)",
                 mw.mw_type,
                 mw.handle,
                 bind.mw_type,
@@ -422,14 +497,16 @@ impl Qp {
         }
         let wr = SendWr::<Sge> {
             wr_id,
-            op: SendOp::BindMw(*bind),
+            op: SendOp::BindMw(bind),
             sge: &[],
             flags,
             ud: None,
         };
-        // SAFETY: the request has no SGEs; what the bind grants was checked when the MwBind
-        // was made (Mw::bind_info) or promised by its maker (MwBind::from_raw).
-        unsafe { self.post_send_raw(&[wr]) }?;
+        let keep: Arc<dyn Send + Sync> = mw.clone();
+        // SAFETY: the request has no SGEs; what the bind grants was checked when the binding
+        // was made (Mw::bind_info), whose window keeps the region; the window is kept in the
+        // send ledger until the bind is over (`keep`).
+        unsafe { self.post_send_checked(&[wr], false, Some(keep)) }?;
         mw.set_rkey(bind.rkey);
         Ok(())
     }

@@ -822,6 +822,12 @@ impl Drop for Qp {
                 );
             }
         }
+        // The provider's QP table lock (mlx5, as libmlx5's `qp_table_mutex`) from the
+        // kernel's destroy until the CQs are clean: a QP the kernel gives this number from
+        // now on is not known to the pollers, nor can it post, before then
+        // (`Driver::qp_table_lock`, where the lock order is).
+        let driver = self.pd.context().driver().ok();
+        let table = driver.and_then(|d| d.qp_table_lock());
         match destroy_kernel_qp(&self.pd, self.handle) {
             // Destroyed: the device places nothing more for this QP, so what its requests may
             // have written can be given back (the ledger goes with the last of its `Arc`s).
@@ -850,6 +856,7 @@ impl Drop for Qp {
                 if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
                     self.recv_cq.watch().retire(&self.ledger);
                 }
+                drop(table);
                 // siw placed nothing more for it: memory of remote regions deregistered while
                 // it lived is freed once no older QP of the PD is left (crate::ledger::Fence).
                 if let (Some(f), Some(n)) = (self.pd.fence(), self.fence_seq) {

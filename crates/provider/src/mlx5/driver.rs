@@ -31,7 +31,7 @@ use super::cq::{parse_create_cq_resp, ring_entries, CqBuf, CqeSize, Mlx5Cq, UarP
 use super::uar::{DynUarPool, KernelUars, UarKernel};
 use super::wq::{
     build_av, qp_sizing, srq_sizing, AhTable, BfPolicy, BfReg, CqLookup, Mlx5Qp, Mlx5Srq, QpBuf,
-    QpParts, Registry, SrqBuf, SrqShared, UserIndex, WqLimits,
+    QpParts, QpTableLock, Registry, SrqBuf, SrqShared, UserIndex, WqLimits,
 };
 use crate::mapping::{map_shared, Mapping};
 
@@ -125,6 +125,8 @@ pub struct Mlx5Driver {
     _uars: Vec<Mapping>,
     bfs: Mutex<HashMap<u32, Arc<BfReg>>>,
     registry: Arc<Registry>,
+    /// Orders QP creation against a QP's destroy and clean (`Driver::qp_table_lock`).
+    qp_table: QpTableLock,
     ahs: Arc<AhTable>,
     policy: BfPolicy,
     /// Per port (1-based, index 0 = port 1): the link layer is Ethernet (RoCE).
@@ -213,6 +215,7 @@ impl Mlx5Driver {
             _uars: Vec::new(),
             bfs: Mutex::new(HashMap::new()),
             registry: Arc::new(Registry::default()),
+            qp_table: QpTableLock::default(),
             ahs: Arc::new(AhTable::default()),
             policy,
             eth,
@@ -238,6 +241,12 @@ impl Mlx5Driver {
     pub fn with_gid_types(mut self, roce_v2: GidTypeFn) -> Self {
         self.roce_v2 = roce_v2;
         self
+    }
+
+    /// Threads waiting for the QP table lock now (for tests to see a create wait).
+    #[cfg(test)]
+    pub(crate) fn qp_table_waiting(&self) -> usize {
+        self.qp_table.waiting()
     }
 
     /// With CQE version 1, a user index for a new QP (`None` with version 0).
@@ -348,6 +357,12 @@ unsafe impl Driver for Mlx5Driver {
         "mlx5"
     }
 
+    fn qp_table_lock(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
+        // As libmlx5, with CQE version 0 only: with version 1 a completion names its QP by
+        // user index, which the destroyed QP's `Mlx5Qp` frees only after the clean.
+        (self.info.cqe_version == 0).then(|| self.qp_table.lock())
+    }
+
     fn send_caps(&self) -> rverbs_uverbs::SendCaps {
         super::wq::send_caps()
     }
@@ -424,6 +439,10 @@ unsafe impl Driver for Mlx5Driver {
             lease.as_ref().map(|l| l.bf().index()),
         );
         let mut resp = mlx5_ib_create_qp_resp::default();
+        // From the kernel's create until the QP is in the registry (libmlx5 holds
+        // `qp_table_mutex` so in `create_qp`): a number the kernel reuses becomes the new
+        // QP's only once the destroyed QP's completions are out of the CQs.
+        let table = self.qp_table_lock();
         let k = create(udata.as_bytes(), resp.as_mut_bytes())?;
         let bf = match &lease {
             // Dynamic UARs: the register is ours; the kernel's bfreg answer does not apply.
@@ -453,6 +472,7 @@ unsafe impl Driver for Mlx5Driver {
                 uidx,
             },
         )?;
+        drop(table);
         Ok(Box::new(qp))
     }
 

@@ -1485,3 +1485,183 @@ fn reset_racing_the_poller_is_sound() {
     });
     drop((q, scq));
 }
+
+/// Issue 31: QP 0x77 is destroyed with two completions still in its CQ, and the kernel gives
+/// 0x77 to a new QP before the old one's clean has run (CQE version 0: a completion names
+/// its QP by number only). This test does what `Qp`'s drop does — the driver's QP table
+/// lock from the kernel destroy until the clean — while another thread creates the new QP,
+/// posts on it and has the device complete that post. The new QP's create waits for the lock
+/// (libmlx5's `qp_table_mutex`), so the old QP's completions are read against the old QP's
+/// tables (`poll_between`: a poller before the clean) or cleaned out, and the new QP's
+/// completion survives the clean. Without the lock the new QP is in the registry and posts
+/// first: a poller reads the old completions against it, and the clean drops its own.
+fn reused_qpn_waits_for_the_clean(poll_between: bool) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let mut u = Uars::new();
+    let d = driver(&mut u, BfPolicy::default(), false);
+    let mut old = qp(&d, QpType::RC, caps(4, 0, 1, 0, 0), 0x77, 1, false);
+    let (mut cq, ring) = cq(&d, 3);
+    let s = [Sge {
+        addr: 0x10,
+        length: 1,
+        lkey: 1,
+    }];
+    let w = |id| SendWr {
+        wr_id: id,
+        op: SendOp::Send,
+        sge: &s,
+        flags: SendFlags::SIGNALED,
+        ud: None,
+    };
+    // SAFETY: non-inline SGEs are not read.
+    unsafe { old.ops.post_send(kobj(), &[w(0xa0), w(0xa1)]) }.unwrap();
+    write_cqe(ring, 0, 0x0, 0x77, 0, 0);
+    write_cqe(ring, 1, 0x0, 0x77, 1, 0);
+    let ids = |wc: &[WorkCompletion]| wc.iter().map(|c| c.wr_id).collect::<Vec<_>>();
+    let mut wc = [WorkCompletion::default(); 4];
+    let posted = AtomicBool::new(false);
+    let ring_addr = ring as usize;
+    let new = std::thread::scope(|sc| {
+        // The core's drop of the old QP: the lock, then the kernel's DESTROY_QP (0x77 is
+        // free from here on).
+        let table = rverbs_uverbs::driver::Driver::qp_table_lock(&d).expect("mlx5 orders");
+        let (d, posted) = (&d, &posted);
+        let b = sc.spawn(move || {
+            let mut new = qp(d, QpType::RC, caps(4, 0, 1, 0, 0), 0x77, 1, false);
+            // SAFETY: as above.
+            unsafe { new.ops.post_send(kobj(), &[w(0xb0)]) }.unwrap();
+            // The device completes it, after the old QP's two.
+            write_cqe(ring_addr as *mut u8, 2, 0x0, 0x77, 0, 0);
+            posted.store(true, Ordering::SeqCst);
+            new
+        });
+        // Until the create waits for the lock, or (without it) has posted.
+        while d.qp_table_waiting() == 0 && !posted.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        if poll_between {
+            let n = cq.poll(&mut wc);
+            assert_eq!(
+                ids(&wc[..n]),
+                [0xa0, 0xa1],
+                "a poll between the destroy and the clean reads the old QP's completions \
+                 against the old QP, and nothing of the new one"
+            );
+        }
+        // The clean (the CQ is the QP's send and receive CQ), then the lock goes.
+        cq.qp_destroyed(&*old.ops, 0x77, true, &mut |_| {});
+        drop(table);
+        drop(old);
+        b.join().unwrap()
+    });
+    let n = cq.poll(&mut wc);
+    assert_eq!(
+        ids(&wc[..n]),
+        [0xb0],
+        "the new QP's completion survives the old QP's clean"
+    );
+    assert_eq!(wc[0].qp_num, 0x77);
+    drop(new);
+    drop(cq);
+}
+
+#[test]
+fn reused_qpn_created_during_a_destroy_keeps_its_completions() {
+    reused_qpn_waits_for_the_clean(false);
+}
+
+#[test]
+fn reused_qpn_created_during_a_destroy_is_not_read_for_the_old() {
+    reused_qpn_waits_for_the_clean(true);
+}
+
+/// Issue 31, the SRQ case: the old and the new QP 0x77 receive through the same SRQ. The old
+/// QP's pending receive completion goes with its clean (its WQE back to the SRQ, its `wr_id`
+/// to the core); the new QP's receive, completed by the device once the new QP exists, is
+/// neither cleaned out nor reported to the core as dropped (without the lock both were:
+/// a receive "completed" with no completion ever polled).
+#[test]
+fn reused_qpn_on_the_same_srq_keeps_its_receive() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let mut u = Uars::new();
+    let d = driver(&mut u, BfPolicy::default(), false);
+    let mut srq: Box<dyn SrqOps> = d
+        .sim_create_srq(fd(), 3, 1, &mut |_, uout| {
+            uout[0..4].copy_from_slice(&0x66u32.to_ne_bytes());
+            Ok(SrqCreated {
+                handle: 1,
+                max_wr: 3,
+                max_sge: 1,
+                srq_num: 0x66,
+            })
+        })
+        .unwrap();
+    let old = qp(&d, QpType::RC, caps(1, 0, 1, 0, 0), 0x77, 1, true);
+    let (mut cq, ring) = cq(&d, 4);
+    let s = [Sge {
+        addr: 0x700,
+        length: 0,
+        lkey: 7,
+    }];
+    let r = |id| RecvWr { wr_id: id, sge: &s };
+    // SAFETY: the SGEs are never touched.
+    unsafe { srq.post_recv(kobj(), &[r(100), r(101)]) }.unwrap();
+    // The old QP's receive took SRQ WQE 0.
+    write_cqe(ring, 0, 0x2, 0x77, 0, 0x66);
+    let posted = AtomicBool::new(false);
+    let ring_addr = ring as usize;
+    let mut dropped = Vec::new();
+    let new = std::thread::scope(|sc| {
+        let table = rverbs_uverbs::driver::Driver::qp_table_lock(&d).expect("mlx5 orders");
+        let (d, posted) = (&d, &posted);
+        let b = sc.spawn(move || {
+            let new = qp(d, QpType::RC, caps(1, 0, 1, 0, 0), 0x77, 1, true);
+            // The new QP's receive takes SRQ WQE 1.
+            write_cqe(ring_addr as *mut u8, 1, 0x2, 0x77, 1, 0x66);
+            posted.store(true, Ordering::SeqCst);
+            new
+        });
+        while d.qp_table_waiting() == 0 && !posted.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        cq.qp_destroyed(&*old.ops, 0x77, true, &mut |w| dropped.push(w));
+        drop(table);
+        drop(old);
+        b.join().unwrap()
+    });
+    assert_eq!(dropped, [100], "the clean drops the old QP's receive only");
+    let mut wc = [WorkCompletion::default(); 2];
+    let n = cq.poll(&mut wc);
+    assert_eq!(
+        wc[..n]
+            .iter()
+            .map(|c| (c.wr_id, c.qp_num))
+            .collect::<Vec<_>>(),
+        [(101, 0x77)],
+        "the new QP's receive is polled"
+    );
+    drop(new);
+    drop(cq);
+    drop(srq);
+}
+
+/// With CQE version 1 a completion names its QP by user index, freed only after the clean:
+/// nothing to order, and (as libmlx5) no QP table lock is taken.
+#[test]
+fn cqe_v1_takes_no_qp_table_lock() {
+    let mut u = Uars::new();
+    let i = Mlx5ContextInfo {
+        cqe_version: 1,
+        ..info()
+    };
+    // SAFETY: the driver is dropped before `u`.
+    let d =
+        unsafe { Mlx5Driver::from_parts(i, &u.pages(), BfPolicy::default(), vec![false]) }.unwrap();
+    assert!(rverbs_uverbs::driver::Driver::qp_table_lock(&d).is_none());
+    assert!(rverbs_uverbs::driver::Driver::qp_table_lock(&driver(
+        &mut u,
+        BfPolicy::default(),
+        false
+    ))
+    .is_some());
+}

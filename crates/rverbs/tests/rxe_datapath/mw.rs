@@ -1,12 +1,12 @@
 //! Memory windows (issue #15): type 1 bound with `Qp::bind_mw` and unbound with a zero-length
-//! bind, type 2 bound with a BIND_MW work request and invalidated by LOCAL_INV and by a peer's
-//! SEND_WITH_INV; RDMA WRITE and READ through a window's rkey, and what the peer sees after
+//! bind, type 2 bound with a BIND_MW work request (`Qp::bind_mw`, and a raw one in a list) and
+//! invalidated by LOCAL_INV and by a peer's SEND_WITH_INV; RDMA WRITE and READ through a window's rkey, and what the peer sees after
 //! the window is gone. Loopback only (two QPs on one device): the window logic is the
 //! responder's and the same across devices.
 
 use super::*;
 use rverbs::uverbs::mr::register_raw;
-use rverbs::uverbs::mw::{inc_rkey, Mw, MwBind, MwType};
+use rverbs::uverbs::mw::{inc_rkey, Mw, MwBind, MwBinding, MwType};
 
 /// The loopback topology (the first one there is).
 fn loopback() -> Topo {
@@ -23,12 +23,30 @@ fn fast() -> Opts {
     }
 }
 
-/// Posts `bind` of `mw` with `bind_mw` on `qp` and checks the BIND_MW completion.
-fn bind_ok(qp: &Qp, cq: &Cq, mw: &Mw, bind: &MwBind, wr_id: u64) {
-    qp.bind_mw(mw, bind, wr_id, SendFlags::SIGNALED)
+/// Posts `bind` with `bind_mw` on `qp` and checks the BIND_MW completion.
+fn bind_ok(qp: &Qp, cq: &Cq, bind: MwBinding, wr_id: u64) {
+    let (mw, rkey) = (bind.mw().clone(), bind.rkey());
+    qp.bind_mw(bind, wr_id, SendFlags::SIGNALED)
         .unwrap_or_else(|e| panic!("bind {mw:?}: {e}"));
     assert_wc(&poll1(cq), wr_id, WcOpcode::BIND_MW);
-    assert_eq!(mw.rkey(), bind.rkey());
+    assert_eq!(mw.rkey(), rkey);
+}
+
+/// Posts the raw bind `raw` of `mw` as a BIND_MW work request in a list on `qp`, checks its
+/// completion and notes its key in `mw`.
+fn raw_bind_ok(qp: &Qp, cq: &Cq, mw: &Mw, raw: MwBind, wr_id: u64) {
+    send_raw_ok(
+        qp,
+        &[SendWr {
+            wr_id,
+            op: SendOp::BindMw(raw),
+            sge: &[],
+            flags: SendFlags::SIGNALED,
+            ud: None,
+        }],
+    );
+    assert_wc(&poll1(cq), wr_id, WcOpcode::BIND_MW);
+    mw.set_rkey(raw.rkey());
 }
 
 /// A writes `data` to `remote_addr` under `rkey`, then reads it back: returns both statuses
@@ -67,8 +85,9 @@ fn type1_window_write_read_unbind() {
     let mw = Mw::alloc(&b.side.pd, MwType::TYPE_1).expect("alloc type 1 MW");
     assert_eq!(mw.mw_type(), MwType::TYPE_1);
     let bind = mw.bind_info(&mr, WIN, RW).expect("bind info");
-    assert_ne!(bind.rkey(), mr.rkey());
-    bind_ok(&b.qp, &b.cq, &mw, &bind, 1);
+    let bound_rkey = bind.rkey();
+    assert_ne!(bound_rkey, mr.rkey());
+    bind_ok(&b.qp, &b.cq, bind, 1);
 
     let base = mr.addr() + WIN.start as u64;
     let data = pattern(1, 512);
@@ -106,7 +125,7 @@ fn type1_window_write_read_unbind() {
             RW,
         )
     };
-    bind_ok(&b.qp, &b.cq, &mw2, &raw_bind, 2);
+    raw_bind_ok(&b.qp, &b.cq, &mw2, raw_bind, 2);
     let (raw, e) = raw
         .deregister()
         .expect_err("deregister with a bound window");
@@ -121,9 +140,9 @@ fn type1_window_write_read_unbind() {
 
     // Unbind (zero-length bind): the old rkey fails at the responder.
     let unbind = mw.unbind_info().unwrap();
-    bind_ok(&b.qp, &b.cq, &mw, &unbind, 3);
+    bind_ok(&b.qp, &b.cq, unbind, 3);
     assert_eq!(
-        write_then_read(&a, base, bind.rkey(), b"gone"),
+        write_then_read(&a, base, bound_rkey, b"gone"),
         WcStatus::REM_ACCESS_ERR
     );
     assert_eq!(
@@ -144,11 +163,9 @@ fn type2_window_local_inv_and_send_with_inv() {
         let (a, b) = rc_pair(&t, &fast());
         let mr = reg(&b.side.pd, MR_LEN, ALL_ACCESS | AccessFlags::MW_BIND);
         let mw = Mw::alloc(&b.side.pd, MwType::TYPE_2).expect("alloc type 2 MW");
-        // A type 2 window is bound by a BIND_MW work request (here in a post_send list).
+        // A type 2 window is bound by a BIND_MW work request (Qp::bind_mw).
         let bind = mw.bind_info(&mr, WIN, RW).unwrap();
-        send_ok(&b.qp, &[wr(1, SendOp::BindMw(bind), &[])]);
-        assert_wc(&poll1(&b.cq), 1, WcOpcode::BIND_MW);
-        mw.set_rkey(bind.rkey());
+        bind_ok(&b.qp, &b.cq, bind, 1);
         let base = mr.addr() + WIN.start as u64;
         let data = pattern(2, 256);
         assert_eq!(
@@ -203,7 +220,7 @@ fn window_errors_are_named_and_leak_nothing() {
 
     let mr = reg(&b.side.pd, MR_LEN, ALL_ACCESS | AccessFlags::MW_BIND);
     let mw = Mw::alloc(&b.side.pd, MwType::TYPE_1).unwrap();
-    let expect = |r: rverbs::uverbs::Result<MwBind>, what: &str| {
+    let expect = |r: rverbs::uverbs::Result<MwBinding>, what: &str| {
         let e = r.expect_err(what).to_string();
         assert!(e.contains(&dev) && e.contains("type 1 MW"), "{what}: {e}");
         e
@@ -249,21 +266,29 @@ fn window_errors_are_named_and_leak_nothing() {
     let mw_other = Mw::alloc(&other_pd, MwType::TYPE_1).unwrap();
     let bind = mw_other.bind_info(&foreign, 0..4096, RW).unwrap();
     let e =
-        b.qp.bind_mw(&mw_other, &bind, 1, SendFlags::SIGNALED)
+        b.qp.bind_mw(bind, 1, SendFlags::SIGNALED)
             .unwrap_err()
             .to_string();
     assert!(e.contains("the QP on PD handle") && e.contains(&dev), "{e}");
-    // A bind made for another window, and unbinding a type 2 window.
-    let e =
-        b.qp.bind_mw(&mw, &bind, 1, SendFlags::SIGNALED)
-            .unwrap_err()
-            .to_string();
-    assert!(e.contains("the bind was made for"), "{e}");
+    // Unbinding a type 2 window.
     let mw2 = Mw::alloc(&b.side.pd, MwType::TYPE_2).unwrap();
     let e = mw2.unbind_info().unwrap_err().to_string();
     assert!(e.contains("type 2") && e.contains("invalidate"), "{e}");
     // None of these posted anything.
     assert_quiet(&b.cq, "refused binds");
+    // A bind made before another bind of its window was posted names an older key.
+    let first = mw.bind_info(&mr, WIN, RW).unwrap();
+    let stale = mw.bind_info(&mr, WIN, RW).unwrap();
+    bind_ok(&b.qp, &b.cq, first, 8);
+    let e =
+        b.qp.bind_mw(stale, 1, SendFlags::SIGNALED)
+            .unwrap_err()
+            .to_string();
+    assert!(
+        e.contains("the bind was made for") && e.contains("posted since"),
+        "{e}"
+    );
+    assert_quiet(&b.cq, "a stale bind");
 
     // What only the kernel sees: a raw bind past the region's end fails with MW_BIND_ERR.
     // SAFETY: the kernel refuses the bind (range outside the MR), so nothing is granted.
@@ -278,7 +303,16 @@ fn window_errors_are_named_and_leak_nothing() {
             RW,
         )
     };
-    b.qp.bind_mw(&mw, &raw, 9, SendFlags::SIGNALED).unwrap();
+    send_raw_ok(
+        &b.qp,
+        &[SendWr {
+            wr_id: 9,
+            op: SendOp::BindMw(raw),
+            sge: &[],
+            flags: SendFlags::SIGNALED,
+            ud: None,
+        }],
+    );
     // 6.1: MW_BIND_ERR; 6.12 flushes the failed request with the rest of the queue, as for
     // every request that fails at the requester (errors::requester_local_error).
     let wc = poll1(&b.cq);
@@ -375,20 +409,14 @@ fn window_keeps_its_regions_after_the_mr_is_dropped() {
         // invalidated in between).
         for (n, mr) in [&first, &second].into_iter().enumerate() {
             let bind = mw.bind_info(mr, WIN, RW).unwrap();
-            if mw_type == MwType::TYPE_1 {
-                bind_ok(&b.qp, &b.cq, &mw, &bind, 1 + n as u64);
-            } else {
-                if n > 0 {
-                    let op = SendOp::LocalInv {
-                        invalidate_rkey: mw.rkey(),
-                    };
-                    send_ok(&b.qp, &[wr(20, op, &[])]);
-                    assert_wc(&poll1(&b.cq), 20, WcOpcode::LOCAL_INV);
-                }
-                send_ok(&b.qp, &[wr(1 + n as u64, SendOp::BindMw(bind), &[])]);
-                assert_wc(&poll1(&b.cq), 1 + n as u64, WcOpcode::BIND_MW);
-                mw.set_rkey(bind.rkey());
+            if mw_type == MwType::TYPE_2 && n > 0 {
+                let op = SendOp::LocalInv {
+                    invalidate_rkey: mw.rkey(),
+                };
+                send_ok(&b.qp, &[wr(20, op, &[])]);
+                assert_wc(&poll1(&b.cq), 20, WcOpcode::LOCAL_INV);
             }
+            bind_ok(&b.qp, &b.cq, bind, 1 + n as u64);
         }
         let base = second.addr() + WIN.start as u64;
         drop(first);
@@ -449,7 +477,7 @@ fn window_keeps_a_static_borrow() {
     let mr = Mr::register(&b.side.pd, mem, ALL_ACCESS | AccessFlags::MW_BIND).unwrap();
     let mw = Mw::alloc(&b.side.pd, MwType::TYPE_1).unwrap();
     let bind = mw.bind_info(&mr, WIN, RW).unwrap();
-    bind_ok(&b.qp, &b.cq, &mw, &bind, 1);
+    bind_ok(&b.qp, &b.cq, bind, 1);
     let base = mr.addr() + WIN.start as u64;
     let e = mr
         .deregister()
@@ -464,4 +492,57 @@ fn window_keeps_a_static_borrow() {
         WcStatus::SUCCESS
     );
     drop(mw);
+}
+
+/// Issue #31: a posted bind keeps its window, and so the region it binds, until the bind is
+/// over. The `Mw` and the `Mr` are dropped while the bind is posted and its completion not yet
+/// polled: nothing is deallocated or freed (a window deallocated under a queued bind hands
+/// its key to the next window, which the bind would then bind to whatever region got the
+/// region's key). The region goes when the bind's completion is polled, or, never polled,
+/// when the QP is destroyed.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn a_posted_bind_keeps_its_window_and_region_until_it_is_over() {
+    const ID: usize = 3200;
+    let t = loopback();
+    for (n, poll) in [true, false].into_iter().enumerate() {
+        let id = ID + n;
+        let (a, b) = rc_pair(&t, &fast());
+        let mr = watched(&b.side.pd, id);
+        let mw = Mw::alloc(&b.side.pd, MwType::TYPE_1).expect("alloc MW");
+        let bind = mw.bind_info(&mr, WIN, RW).unwrap();
+        let key = bind.rkey();
+        let base = mr.addr() + WIN.start as u64;
+        b.qp.bind_mw(bind, 1, SendFlags::SIGNALED).unwrap();
+        drop(mw);
+        drop(mr);
+        assert_eq!(
+            freed(id),
+            None,
+            "region freed while its bind's completion was not yet polled"
+        );
+        if poll {
+            assert_wc(&poll1(&b.cq), 1, WcOpcode::BIND_MW);
+            assert!(
+                freed(id).is_some(),
+                "the bind's completion lets go of the window and its region"
+            );
+            // The window is gone: its key reaches nothing.
+            assert_eq!(
+                write_then_read(&a, base, key, b"x"),
+                WcStatus::REM_ACCESS_ERR,
+                "write through the deallocated window"
+            );
+        } else {
+            // Never polled: the QP's destroy ends it.
+            drop(b);
+            assert!(
+                freed(id).is_some(),
+                "the QP's destroy lets go of what its bind kept"
+            );
+        }
+    }
 }

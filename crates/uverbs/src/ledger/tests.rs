@@ -913,3 +913,118 @@ fn a_reused_numbers_second_tombstone_does_not_settle_its_srq_for_the_first_qp() 
         let _ = fa;
     }
 }
+
+/// A bind work request (`Qp::bind_mw`'s), `signaled` or not.
+fn bind(signaled: bool) -> SendWr<'static> {
+    // SAFETY: only numbers for the ledger; never posted to a device.
+    #[allow(unsafe_code)]
+    let b = unsafe {
+        crate::values::MwBind::from_raw(
+            crate::values::MwType::TYPE_1,
+            0x100,
+            0x101,
+            7,
+            0x1000,
+            64,
+            crate::values::AccessFlags::REMOTE_READ,
+        )
+    };
+    SendWr {
+        wr_id: 0,
+        op: SendOp::BindMw(b),
+        sge: &[],
+        flags: if signaled {
+            SendFlags::SIGNALED
+        } else {
+            SendFlags::empty()
+        },
+        ud: None,
+    }
+}
+
+/// A window stand-in (what `Mw` keeps: its regions), recording its drop (its deallocation).
+struct Window(Arc<AtomicBool>);
+
+impl Drop for Window {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Posts `w` (one bind) on `l`'s send queue as `Qp::bind_mw` does, keeping `what`.
+fn post_bind(l: &QpLedger<Fake>, w: SendWr<'static>, what: Arc<dyn Send + Sync>) {
+    let mut sq = lock(&l.send);
+    let ord = sq.next_ordered();
+    let wrs = [w];
+    assert_eq!(sq.hold(&Registry::default(), &wrs), None);
+    sq.posted(&wrs, false);
+    sq.keep(ord, what);
+}
+
+/// Issue #31 (memory windows): a window dropped while its bind is posted is deallocated (and
+/// its regions freed) only once that bind's completion, or a later signaled ordered request's,
+/// was polled with success: not on a flush, not on a SEND's success, not on the completion of
+/// an earlier READ.
+#[test]
+fn a_posted_bind_keeps_its_window_until_its_completion() {
+    let reg = Registry::default();
+    let l = Arc::new(QpLedger::<Fake>::new(5, None, false));
+    let send = Watch::default();
+    send.add(&l, Role::Send);
+    // A signaled READ before the bind.
+    let (a, fa) = region(&reg, 1, true);
+    let sa = [sge(1)];
+    let wrs = [read(&sa, true)];
+    assert_eq!(lock(&l.send).hold(&reg, &wrs), None);
+    lock(&l.send).posted(&wrs, false);
+    drop(a);
+    // The bind, its window (and what the window keeps) then dropped by the user.
+    let gone = Arc::new(AtomicBool::new(false));
+    post_bind(&l, bind(true), Arc::new(Window(gone.clone())));
+    assert!(!freed(&gone), "held while the bind is posted");
+    send.settle(
+        [
+            (5, true, WcOpcode::RDMA_READ.0, 0),
+            (5, true, WcOpcode::SEND.0, 0),
+            (5, false, WcOpcode::BIND_MW.0, 0),
+        ]
+        .into_iter(),
+        None,
+    );
+    assert!(freed(&fa), "the READ before it is over");
+    assert!(
+        !freed(&gone),
+        "an earlier READ, a SEND, a flush: the bind may still execute"
+    );
+    send.settle([(5, true, WcOpcode::BIND_MW.0, 0)].into_iter(), None);
+    assert!(freed(&gone), "the bind's own success lets go of its window");
+    assert_eq!(lock(&l.send).holding(), 0);
+}
+
+/// An unsignaled bind keeps its window until the next signaled ordered request succeeds; a QP
+/// that never completes anything (in ERROR, never flushed) keeps it until its ledger goes
+/// (the QP's destroy).
+#[test]
+fn an_unsignaled_bind_waits_for_the_next_signaled_one_or_the_destroy() {
+    let l = Arc::new(QpLedger::<Fake>::new(6, None, false));
+    let send = Watch::default();
+    send.add(&l, Role::Send);
+    let (g1, g2) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    post_bind(&l, bind(false), Arc::new(Window(g1.clone())));
+    post_bind(&l, bind(true), Arc::new(Window(g2.clone())));
+    let g3 = Arc::new(AtomicBool::new(false));
+    post_bind(&l, bind(true), Arc::new(Window(g3.clone())));
+    send.settle([(6, true, WcOpcode::BIND_MW.0, 0)].into_iter(), None);
+    assert!(
+        freed(&g1) && freed(&g2),
+        "the first signaled bind covers the one before it"
+    );
+    assert!(!freed(&g3), "the third is still queued");
+    // Never completed: the QP's destroy (the watch retires it, the QP drops its ledger).
+    send.retire(&l);
+    drop(l);
+    assert!(freed(&g3), "the destroy lets go of what is still posted");
+}

@@ -38,7 +38,7 @@ impl Qp {
     pub fn post_send(&self, wrs: &[MrSendWr<'_>]) -> std::result::Result<(), PostError> {
         // SAFETY: every SGE names a range of a registered Mr (MrSge's invariant), and what the
         // device may write is held by the ledger (`hold`); see above.
-        unsafe { self.post_send_checked(SendWr::raw_list(wrs), true) }
+        unsafe { self.post_send_checked(SendWr::raw_list(wrs), true, None) }
     }
 
     /// Posts send work requests with raw SGEs.
@@ -58,19 +58,21 @@ impl Qp {
     #[inline]
     pub unsafe fn post_send_raw(&self, wrs: &[SendWr<'_>]) -> std::result::Result<(), PostError> {
         // SAFETY: forwarded to the caller.
-        unsafe { self.post_send_checked(wrs, false) }
+        unsafe { self.post_send_checked(wrs, false, None) }
     }
 
     /// The one send path: with `hold`, the regions the requests may write are held in the
-    /// ledger (safe posts); without, the requests are only counted (raw posts).
+    /// ledger (safe posts); without, the requests are only counted (raw posts). `keep`: what
+    /// the one bind of `wrs` keeps alive until it is over (`Qp::bind_mw`: its window).
     ///
     /// # Safety
     /// As for [`Qp::post_send_raw`]; with `hold`, every SGE names a live safe `Mr`.
     #[inline]
-    unsafe fn post_send_checked(
+    pub(crate) unsafe fn post_send_checked(
         &self,
         wrs: &[SendWr<'_>],
         hold: bool,
+        keep: Option<std::sync::Arc<dyn Send + Sync>>,
     ) -> std::result::Result<(), PostError> {
         let st = self.cached_state();
         if matches!(st, QpState::RESET | QpState::INIT | QpState::RTR) {
@@ -95,11 +97,10 @@ impl Qp {
             None => wrs,
         };
         // The ledger (crate::ledger), held across the post so that its order is the queue's:
-        // only for lists with a request the device writes locally (READ, atomics), and on siw
-        // for every list (it holds sources there and numbers every request).
-        let mut ledger = (self.ledger.sources
-            || ok.iter().any(|w| crate::ledger::writes_local(&w.op)))
-        .then(|| crate::ledger::lock(&self.ledger.send));
+        // only for lists with an ordered request (READ, atomics, binds), and on siw for every
+        // list (it holds sources there and numbers every request).
+        let mut ledger = (self.ledger.sources || ok.iter().any(|w| crate::ledger::ordered(&w.op)))
+            .then(|| crate::ledger::lock(&self.ledger.send));
         if let (true, Some(l)) = (hold, ledger.as_mut()) {
             if let Some((i, lkey)) = l.hold(self.pd.regions(), ok) {
                 refused = Some(i);
@@ -113,7 +114,13 @@ impl Qp {
             // this QP's driver encodes on its type (QpOps::post_send's contract).
             let r = unsafe { self.lock().post_send(k, ok) };
             if let Some(l) = ledger.as_mut() {
-                l.posted(&ok[..crate::ledger::went(&r, ok.len())], self.sq_sig_all);
+                let ord = l.next_ordered();
+                let went = crate::ledger::went(&r, ok.len());
+                l.posted(&ok[..went], self.sq_sig_all);
+                if let (Some(k), [w]) = (keep, &ok[..went]) {
+                    debug_assert!(matches!(w.op, crate::wr::SendOp::BindMw(_)));
+                    l.keep(ord, k);
+                }
             }
             r.map_err(|e| self.post_error(e, PostQueue::Send))?;
         }

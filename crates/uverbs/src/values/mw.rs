@@ -18,8 +18,12 @@ raw_newtype! {
 /// The operands of a bind work request (`IB_WR_BIND_MW`; rxe's `rxe_send_wr.wr.mw`): which
 /// window, its new rkey, which region, the range and the window's access.
 ///
-/// Made by [`Mw::bind_info`](crate::mw::Mw::bind_info) / [`Mw::unbind_info`](crate::mw::Mw::unbind_info) (checked) or [`MwBind::from_raw`]
-/// (`unsafe`); fields are read-only so that a safe one always went through the checks.
+/// Plain numbers, as [`SendOp`](crate::wr::SendOp)'s other operands: made only by the
+/// `unsafe` [`MwBind::from_raw`] (and inside [`MwBinding`](crate::mw::MwBinding), the checked
+/// bind that [`Mw::bind_info`](crate::mw::Mw::bind_info) makes and
+/// [`Qp::bind_mw`](crate::qp::Qp::bind_mw) consumes, which never hands its copy out), so that
+/// a copy posted after its window or region is gone is its maker's promise broken, never safe
+/// code's doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MwBind {
     pub(crate) mw_type: MwType,
@@ -42,6 +46,13 @@ impl MwBind {
     /// and that stays allocated until the window is unbound, invalidated or deallocated — the
     /// kernel refuses to deregister it meanwhile, so for an [`Mr`](crate::mr::Mr) (not a
     /// [`RawMr`](crate::mr::RawMr), whose drop only logs that failure) the allocation is kept.
+    ///
+    /// For every post of it (it is `Copy`), the window `mw_rkey` names and the region
+    /// `mr_lkey` names must stay allocated until that bind is over (its completion, or a later
+    /// one of the same send queue, polled; or the QP destroyed): keys are reused, and a bind
+    /// still queued when its window or region is gone binds whichever window or region got
+    /// the key next. [`Qp::bind_mw`](crate::qp::Qp::bind_mw) with an
+    /// [`MwBinding`](crate::mw::MwBinding) keeps both for you.
     pub const unsafe fn from_raw(
         mw_type: MwType,
         mw_rkey: u32,

@@ -6,8 +6,8 @@
 
 use super::*;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use rverbs_uverbs::Error;
 use rverbs_uverbs::WcOpcode;
@@ -133,6 +133,42 @@ impl Registry {
             .unwrap_or_else(|e| e.into_inner())
             .get(&srqn)
             .cloned()
+    }
+}
+
+/// A context's QP table lock (libmlx5's `qp_table_mutex`, [`Driver::qp_table_lock`]), with
+/// CQE version 0: held by a QP's drop from the kernel's DESTROY_QP until the QP's CQs are
+/// clean, and by `create_qp` from the kernel's CREATE_QP until the new QP is in the
+/// [`Registry`]. With CQE version 0 a completion names its QP by number only, and the kernel may give a
+/// destroyed QP's number to the next QP at once: without the lock that QP could be in the
+/// registry (a poller reading the old QP's completions against its tables) and post (the
+/// clean then dropping its completions) before the old QP's completions are out.
+///
+/// Lock order (see `Driver::qp_table_lock`): this lock, then a CQ's lock (the clean: the
+/// core's lock of the CQ, which every poller holds), then the registry's and the SRQs' locks.
+/// A poller never takes this lock.
+///
+/// [`Driver::qp_table_lock`]: rverbs_uverbs::driver::Driver::qp_table_lock
+#[derive(Debug, Default)]
+pub(crate) struct QpTableLock {
+    lock: Mutex<()>,
+    /// Threads waiting in [`lock`](Self::lock) (for tests to see a create wait).
+    waiting: AtomicUsize,
+}
+
+impl QpTableLock {
+    /// Takes the lock (a poisoned one too: it guards no data, only an order).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, ()> {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        let g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
+        g
+    }
+
+    /// How many threads wait in [`lock`](Self::lock) now.
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
     }
 }
 
