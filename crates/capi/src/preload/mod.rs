@@ -39,6 +39,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use libc::c_int;
 
 pub mod calls;
+mod config;
 pub mod epoll;
 mod fork;
 mod real;

@@ -720,7 +720,7 @@ fn config_files_set_new_rsockets_defaults() {
 /// the program's; no rules: every socket).
 #[test]
 fn preload_config_picks_programs_and_sockets() {
-    use super::calls::{intercepted, parse_preload_config, Rule};
+    use super::config::{intercepted, parse_preload_config, Rule};
     let rules = parse_preload_config(
         "# comment\n\
          redis INET STREAM TCP\n\
