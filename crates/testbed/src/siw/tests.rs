@@ -1,0 +1,252 @@
+//! The siw build's unit tests: the patches applied and refused, the package and
+//! compiler lookups, the cache entry.
+
+use super::*;
+
+const SHOW: &str = "Package: linux-headers-6.1.0-57-amd64\nVersion: 6.1.192-3\n\
+    Depends: linux-headers-6.1.0-57-common (= 6.1.192-3), linux-kbuild-6.1 (>= 6.1.192-3), \
+    linux-compiler-gcc-12-x86\nDescription: x\n";
+
+#[test]
+fn the_headers_name_their_packages_and_compiler() {
+    assert_eq!(
+        header_depends(SHOW),
+        ["linux-headers-6.1.0-57-common", "linux-kbuild-6.1"]
+    );
+    assert_eq!(compiler_of(SHOW).as_deref(), Some("gcc-12"));
+    assert_eq!(compiler_of("Depends: linux-kbuild-6.1\n"), None);
+    let trixie = "Depends: linux-base (>= 4.12~), linux-kbuild-6.12.118+deb13, gcc-14\n";
+    assert_eq!(compiler_of(trixie).as_deref(), Some("gcc-14"));
+    assert_eq!(field(SHOW, "Version"), Some("6.1.192-3"));
+}
+
+#[test]
+fn the_build_root_is_of_the_kernels_release_and_has_kbuilds_libraries() {
+    assert_eq!(debian_release("trixie-backports"), "trixie");
+    assert_eq!(debian_release("trixie"), "trixie");
+    assert_eq!(debian_release("bookworm-backports"), "bookworm");
+    let os =
+        "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nVERSION_CODENAME=bookworm\nID=debian\n";
+    assert_eq!(codename(os), Some("bookworm"));
+    assert_eq!(codename("ID=debian\nVERSION_CODENAME=\n"), None);
+    assert_eq!(codename("VERSION_CODENAME=\"noble\""), Some("noble"));
+    // linux-kbuild-7.3.4+deb13 of trixie-backports (2026-12-06).
+    let kbuild = "Package: linux-kbuild-7.3.4+deb13\nDepends: pahole, libc6 (>= 2.38), \
+        libelf1t64 (>= 0.144), libssl3t64 (>= 3.0.0), zlib1g (>= 1:1.2.3.4)\n";
+    assert_eq!(
+        depends_names(kbuild),
+        ["pahole", "libc6", "libelf1t64", "libssl3t64", "zlib1g"]
+    );
+    assert_eq!(depends_names("Depends: a (>= 1) | b, c\n"), ["a", "c"]);
+    // 7.3's headers name their compiler by gcc-14-for-host.
+    let bpo = "Depends: gcc-14-for-host, linux-base (>= 4.12~), \
+        linux-headers-7.3.4+deb13-common (= 7.3.4-1~bpo13+1), linux-kbuild-7.3.4+deb13\n";
+    assert_eq!(compiler_of(bpo).as_deref(), Some("gcc-14"));
+    assert_eq!(
+        header_depends(bpo),
+        [
+            "linux-headers-7.3.4+deb13-common",
+            "linux-kbuild-7.3.4+deb13"
+        ]
+    );
+}
+
+#[test]
+fn release_to_source_version() {
+    assert_eq!(major_minor("6.1.0-57-amd64").unwrap(), "6.1");
+    assert_eq!(major_minor("6.12.118+deb13-amd64").unwrap(), "6.12");
+    assert!(major_minor("amd64").is_err());
+}
+
+#[test]
+fn the_makefile_include_is_relocated() {
+    let t = "include /usr/src/linux-headers-6.1.0-57-common/Makefile\n";
+    assert_eq!(
+        relocate_makefile(t, Path::new("/c/dl/root")),
+        "include /c/dl/root/usr/src/linux-headers-6.1.0-57-common/Makefile\n"
+    );
+}
+
+/// A stand-in for siw_cm.c: what the patches rewrite, in its functions (siw_recv_mpa_rr,
+/// siw_proc_mpareply, siw_accept).
+fn cm_source() -> String {
+    format!(
+        "static int siw_recv_mpa_rr(struct siw_cep *cep)\n{{\n\tif (!to_rcv) {{\n\
+         {REPLY_NO_PDATA}\t\tif (rcvd == -EAGAIN)\n\t\t\treturn 0;\n\t}}\n\
+         \trcvd = ksock_recv(\n\t\ts, cep->mpa.pdata + cep->mpa.bytes_rcvd - \
+         sizeof(struct mpa_rr),\n{REPLY_PDATA}\tif (rcvd > to_rcv)\n\t\treturn -EPROTO;\n}}\n\n\
+         static int siw_proc_mpareply(struct siw_cep *cep)\n{{\n\
+         \tdown_write(&qp->state_lock);\n{REPLY_ASSOC}\n\
+         \trv = siw_cm_upcall(cep, IW_CM_EVENT_CONNECT_REPLY, 0);\n}}\n\n\
+         int siw_accept(struct iw_cm_id *id, struct iw_cm_conn_param *params)\n{{\n\
+         \tup_write(&qp->state_lock);\n\n{ACCEPT_TAIL}\tsiw_cep_set_free(cep);\n\n\
+         \treturn 0;\nerror:\n\treturn rv;\n}}\n"
+    )
+}
+
+/// Each of `calls` as often in `out` as in `src`: nothing dropped or doubled.
+fn same_calls(src: &str, out: &str, calls: &[&str]) {
+    for call in calls {
+        assert_eq!(
+            out.matches(call).count(),
+            src.matches(call).count(),
+            "{call}"
+        );
+    }
+}
+
+#[test]
+fn the_accept_patch_hands_the_socket_over_before_the_reply() {
+    let out = patch_accept(&cm_source()).unwrap();
+    assert!(!out.contains(ACCEPT_TAIL));
+    assert_eq!(out.matches(ACCEPT_TAIL_PATCHED).count(), 1);
+    assert!(ACCEPT_TAIL_PATCHED.contains(PATCH));
+    let accept = out.find("int siw_accept(").unwrap();
+    let at = |s: &str| accept + out[accept..].find(s).unwrap_or_else(|| panic!("no {s}"));
+    let reply = at("siw_send_mpareqrep(");
+    assert!(at("siw_sk_assign_rtr_upcalls(cep);") < reply);
+    assert!(at("siw_qp_socket_assoc(cep, qp);") < reply);
+    assert!(at("IW_CM_EVENT_ESTABLISHED") > reply);
+    same_calls(
+        &cm_source(),
+        &out,
+        &[
+            "siw_sk_assign_rtr_upcalls(",
+            "siw_qp_socket_assoc(",
+            "siw_send_mpareqrep(",
+            "siw_cm_upcall(",
+            "goto error;",
+        ],
+    );
+}
+
+#[test]
+fn the_reply_patch_leaves_what_follows_the_reply_to_the_qp() {
+    let src = cm_source();
+    let out = patch_reply(&src).unwrap();
+    for (from, to) in [
+        (REPLY_NO_PDATA, REPLY_NO_PDATA_PATCHED),
+        (REPLY_PDATA, REPLY_PDATA_PATCHED),
+        (REPLY_ASSOC, REPLY_ASSOC_PATCHED),
+    ] {
+        assert_eq!(out.matches(to).count(), 1, "{to}");
+        assert!(!out.replacen(to, "", 1).contains(from), "{from}");
+        assert!(to.contains(REPLY_PATCH), "{to}");
+    }
+    // Awaiting a reply, nothing is read past the frame: the check returns before the
+    // 4-byte read, and the private data read asks for the frame's bytes only.
+    let at = |s: &str| out.find(s).unwrap_or_else(|| panic!("no {s}"));
+    let early = at("if (cep->state == SIW_EPSTATE_AWAIT_MPAREP)\n\t\t\treturn 0;");
+    assert!(early < at("ksock_recv(s, (char *)&word"));
+    assert!(out.contains("to_rcv + (cep->state == SIW_EPSTATE_AWAIT_MPAREP ? 0 : 4)"));
+    // What is queued goes to the QP after the hand-over and before CONNECT_REPLY, under
+    // the socket lock, and only when the QP reached RTS.
+    let kick = at("sk->sk_data_ready(sk);");
+    assert!(at("siw_qp_socket_assoc(cep, qp);\n\n\tup_write(&qp->state_lock);") < kick);
+    assert!(kick < at("IW_CM_EVENT_CONNECT_REPLY"));
+    assert!(at("\tif (!rv) {\n") < at("lock_sock(sk);"));
+    assert!(at("lock_sock(sk);") < kick && kick < at("release_sock(sk);"));
+    same_calls(
+        &src,
+        &out,
+        &[
+            "ksock_recv(",
+            "siw_qp_modify(",
+            "siw_qp_socket_assoc(",
+            "siw_cm_upcall(",
+            "return -EPROTO;",
+        ],
+    );
+}
+
+#[test]
+fn the_patched_source_names_both_patches() {
+    let out = patch_source(&cm_source()).unwrap();
+    assert_eq!(patch_names(), format!("{PATCH} {REPLY_PATCH}"));
+    assert!(out.contains(ACCEPT_TAIL_PATCHED) && out.contains(REPLY_ASSOC_PATCHED));
+    assert!(out.ends_with(&format!(
+        "MODULE_INFO(rverbs_patch, \"{PATCH} {REPLY_PATCH}\");\n"
+    )));
+    let e = patch_source(&out).unwrap_err();
+    assert!(e.0.contains("already patched"), "{e}");
+}
+
+#[test]
+fn a_source_the_accept_patch_does_not_know_is_an_error() {
+    let src = cm_source();
+    let e = patch_accept(&src.replace("siw_accept(struct", "siw_accept2(struct")).unwrap_err();
+    assert!(e.0.contains("no siw_accept definition"), "{e}");
+    // One line of the tail changed (as a kernel fix would): not found.
+    let changed = src.replace(
+        "\tif (rv != 0)\n\t\tgoto error;",
+        "\tif (rv)\n\t\tgoto error;",
+    );
+    let e = patch_accept(&changed).unwrap_err();
+    assert!(e.0.contains("is not there as the bed knows it"), "{e}");
+    let e = patch_source(&changed).unwrap_err();
+    assert!(e.0.starts_with(PATCH), "{e}");
+    let e = patch_accept(&format!("{src}{ACCEPT_TAIL}")).unwrap_err();
+    assert!(e.0.contains("occurs 2 times"), "{e}");
+}
+
+#[test]
+fn a_source_the_reply_patch_does_not_know_is_an_error() {
+    let src = cm_source();
+    // Each of its three places changed (as a kernel fix would): named, and nothing built.
+    for (from, to, what) in [
+        (
+            "sizeof(word), MSG_DONTWAIT)",
+            "sizeof(word), 0)",
+            "read past a frame without private data",
+        ),
+        ("to_rcv + 4,", "to_rcv,", "read of the private data"),
+        (
+            "\tsiw_qp_socket_assoc(cep, qp);\n\n\tup_write",
+            "\tsiw_qp_socket_assoc(cep, qp);\n\tup_write",
+            "hand-over of the socket to the QP",
+        ),
+    ] {
+        assert!(src.contains(from), "{from}");
+        let e = patch_reply(&src.replacen(from, to, 1)).unwrap_err();
+        assert!(e.0.contains(what), "{what}: {e}");
+        assert!(e.0.contains("is not there as the bed knows it"), "{e}");
+        let e = patch_source(&src.replacen(from, to, 1)).unwrap_err();
+        assert!(e.0.starts_with(REPLY_PATCH), "{e}");
+    }
+    let e = patch_reply(&format!("{src}{REPLY_PDATA}")).unwrap_err();
+    assert!(e.0.contains("occurs 2 times"), "{e}");
+}
+
+#[test]
+fn an_incomplete_cache_is_not_used() {
+    let dir = std::env::temp_dir().join(format!("rverbs-testbed-siw-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    assert!(load(&dir).is_err());
+    fs::write(dir.join("READY"), "6.1.0-57-amd64 6.1.192-3\n").unwrap();
+    fs::write(dir.join("modules.order"), "libcrc32c.ko\nsiw.ko\n").unwrap();
+    let e = load(&dir).unwrap_err();
+    assert!(e.0.contains("not built with the bed's patch"), "{e}");
+    // Built with the first patch only (before the second existed): rebuilt.
+    fs::write(
+        dir.join("READY"),
+        format!("6.1.0-57-amd64 6.1.192-3 {PATCH}\n"),
+    )
+    .unwrap();
+    let e = load(&dir).unwrap_err();
+    assert!(
+        e.0.contains(&format!("not built with the bed's patch {REPLY_PATCH}")),
+        "{e}"
+    );
+    fs::write(
+        dir.join("READY"),
+        format!("6.1.0-57-amd64 6.1.192-3 {}\n", patch_names()),
+    )
+    .unwrap();
+    fs::write(dir.join("siw.ko"), "").unwrap();
+    let e = load(&dir).unwrap_err();
+    assert!(e.0.contains("libcrc32c.ko is missing"), "{e}");
+    fs::write(dir.join("libcrc32c.ko"), "").unwrap();
+    assert_eq!(load(&dir).unwrap().len(), 2);
+    let _ = fs::remove_dir_all(&dir);
+}
