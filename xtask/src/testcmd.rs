@@ -327,6 +327,23 @@ pub fn run(args: &[String]) -> Result<u8> {
         crate::package::stage(&mut report);
     }
     if opts.vm {
+        if !report.wants("capi") {
+            // The host guests load the C drop-in from here: a targeted run without the capi
+            // stage tests whatever was built last, which may predate the tree.
+            let lib = crate::capi::lib_dir().join("libibverbs.so.1");
+            let age = std::fs::metadata(&lib)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .map_or("not built".to_string(), |d| {
+                    format!("built {} min ago", d.as_secs() / 60)
+                });
+            println!(
+                "xtask: note: the C drop-in is not rebuilt by this run (no `capi` in --stage): \
+                 the guests load {} ({age})",
+                crate::capi::lib_dir().display()
+            );
+        }
         vm_stages(&mut report, &opts);
         crate::usercrate::stage(&mut report, &opts);
     }
