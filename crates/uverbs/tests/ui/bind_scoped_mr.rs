@@ -4,7 +4,7 @@
 use rverbs_uverbs::mr::{AccessFlags, Mr};
 use rverbs_uverbs::mw::Mw;
 
-fn demo(pd: &std::sync::Arc<rverbs_uverbs::pd::Pd>, mw: &Mw) {
+fn demo(pd: &std::sync::Arc<rverbs_uverbs::pd::Pd>, mw: &std::sync::Arc<Mw>) {
     let mut buf = [0u8; 4096];
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::MW_BIND;
     let _ = Mr::scoped(pd, &mut buf[..], access, |mr| {
