@@ -356,8 +356,21 @@ impl<R: Holdable> RecvLedger<R> {
 
     /// One receive completed: for a QP's own queue the oldest outstanding one, for an SRQ the
     /// one posted with `wr_id`.
+    #[inline]
     pub(crate) fn completed(&mut self, wr_id: u64) {
         self.done += 1;
+        if self.slots.is_some() {
+            return self.slot_completed(wr_id);
+        }
+        // Nothing held is released before `done` passes the smallest `last` (`low`).
+        if self.done > self.low {
+            self.release();
+        }
+    }
+
+    /// An SRQ's receive posted with `wr_id` completed.
+    #[inline(never)]
+    fn slot_completed(&mut self, wr_id: u64) {
         if let Some(slots) = &mut self.slots {
             if let Some(slot) = slots.get_mut(&wr_id) {
                 slot.outstanding -= 1;
@@ -365,12 +378,12 @@ impl<R: Holdable> RecvLedger<R> {
                     slots.remove(&wr_id);
                 }
             }
-            return;
         }
-        // Nothing held is released before `done` passes the smallest `last` (`low`).
-        if self.done <= self.low {
-            return;
-        }
+    }
+
+    /// Lets go of what no outstanding receive writes; `low` exact again.
+    #[inline(never)]
+    fn release(&mut self) {
         let done = self.done;
         self.held.retain(|h| h.last >= done);
         self.low = self.held.iter().map(|h| h.last).min().unwrap_or(u64::MAX);
@@ -863,16 +876,41 @@ impl<R: Holdable> Watch<R> {
         // lock is taken from the first that does.
         let mut wcs = wcs.map(Into::into);
         let first = wcs.find(|s: &Seen| s.counts(every));
-        if first.is_none() && !clear {
-            return;
+        match (first, clear) {
+            (Some(first), false) => self.settle_live(first, wcs, every),
+            (None, false) => {}
+            (first, true) => self.settle_with_tombs(first, wcs, every, drained),
         }
-        self.settle_some(first, wcs, every, clear.then_some(drained).flatten());
     }
 
-    /// [`settle`](Self::settle) from `first`, the first completion that counts, on through
-    /// `rest`; `drained` only when there may be tombstones to clear.
+    /// [`settle`](Self::settle) without tombstones to clear, from `first`, the first
+    /// completion that counts, on through `rest`. A tombstone made meanwhile (the count read
+    /// before the lock was stale) sends it to [`settle_with_tombs`](Self::settle_with_tombs),
+    /// which then clears nothing, as a stale count would have.
     #[inline(never)]
-    fn settle_some<I>(&self, first: Option<Seen>, rest: I, every: bool, drained: Option<u64>)
+    fn settle_live<I>(&self, first: Seen, rest: I, every: bool)
+    where
+        I: Iterator<Item = Seen>,
+    {
+        let list = lock(&self.list);
+        if !list.gone.is_empty() {
+            drop(list);
+            return self.settle_with_tombs(Some(first), rest, every, None);
+        }
+        let mut at = 0;
+        settle_live_one(&list.live, &mut at, first);
+        for seen in rest {
+            if seen.counts(every) {
+                settle_live_one(&list.live, &mut at, seen);
+            }
+        }
+    }
+
+    /// [`settle`](Self::settle) where tombstones stand: from `first` (when one counts) on
+    /// through `rest`, then (`drained`) clears those the poll's empty ring proved out.
+    #[cold]
+    #[inline(never)]
+    fn settle_with_tombs<I>(&self, first: Option<Seen>, rest: I, every: bool, drained: Option<u64>)
     where
         I: Iterator<Item = Seen>,
     {
@@ -885,38 +923,23 @@ impl<R: Holdable> Watch<R> {
             if !seen.counts(every) {
                 continue;
             }
-            let Seen {
-                qp_num,
-                ok,
-                opcode,
-                wr_id,
-                matched: _,
-            } = seen;
-            if !list.gone.is_empty() {
-                if let Some(t) = list.gone.iter().find(|t| t.qp_num == qp_num) {
-                    // A destroyed QP's, or its number's new QP's: counted for no one, except a
-                    // receive of the destroyed QP's SRQ (`wr_id` names it in whichever QP's
-                    // completion: safe when no live QP here has the number, or the one that
-                    // does shares the SRQ and the role).
-                    if let Some(srq) = t.srq.as_ref().and_then(Weak::upgrade) {
-                        let same = |(l, r): &(Arc<QpLedger<R>>, Role)| {
-                            l.qp_num != qp_num || (Arc::ptr_eq(&l.recv, &srq) && *r == t.role)
-                        };
-                        if list.live.iter().all(same) && is_recv(t.role, opcode) {
-                            lock(&srq).completed(wr_id);
-                        }
+            let qp_num = seen.qp_num;
+            if let Some(t) = list.gone.iter().find(|t| t.qp_num == qp_num) {
+                // A destroyed QP's, or its number's new QP's: counted for no one, except a
+                // receive of the destroyed QP's SRQ (`wr_id` names it in whichever QP's
+                // completion: safe when no live QP here has the number, or the one that
+                // does shares the SRQ and the role).
+                if let Some(srq) = t.srq.as_ref().and_then(Weak::upgrade) {
+                    let same = |(l, r): &(Arc<QpLedger<R>>, Role)| {
+                        l.qp_num != qp_num || (Arc::ptr_eq(&l.recv, &srq) && *r == t.role)
+                    };
+                    if list.live.iter().all(same) && is_recv(t.role, seen.opcode) {
+                        lock(&srq).completed(seen.wr_id);
                     }
-                    continue;
                 }
+                continue;
             }
-            if !list.live.get(at).is_some_and(|(l, _)| l.qp_num == qp_num) {
-                match list.live.iter().position(|(l, _)| l.qp_num == qp_num) {
-                    Some(i) => at = i,
-                    None => continue, // a QP not watched here
-                }
-            }
-            let (l, role) = &list.live[at];
-            settle_one(l, *role, ok, WcOpcode(opcode), wr_id);
+            settle_live_one(&list.live, &mut at, seen);
         }
         if let Some(e) = drained {
             // Every tombstone made before the poll read the ring: its completions are out.
@@ -924,6 +947,21 @@ impl<R: Holdable> Watch<R> {
             self.tombs.store(list.gone.len(), Ordering::Relaxed);
         }
     }
+}
+
+/// Settles `seen` for its QP in `live` (none: a QP not watched here), looking first at
+/// `live[*at]`, the last one found (a poll's completions are mostly one QP's).
+#[inline(always)]
+fn settle_live_one<R: Holdable>(live: &[(Arc<QpLedger<R>>, Role)], at: &mut usize, seen: Seen) {
+    let qp_num = seen.qp_num;
+    if !live.get(*at).is_some_and(|(l, _)| l.qp_num == qp_num) {
+        match live.iter().position(|(l, _)| l.qp_num == qp_num) {
+            Some(i) => *at = i,
+            None => return,
+        }
+    }
+    let (l, role) = &live[*at];
+    settle_one(l, *role, seen.ok, WcOpcode(seen.opcode), seen.wr_id);
 }
 
 /// True when a completion of a QP with `role` on this CQ is one of its receives: every
