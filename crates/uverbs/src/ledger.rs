@@ -52,12 +52,62 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::error::{PostError, PostFault};
+use crate::kernel::sync::{SpinGuard, SpinLock};
 use crate::wc::WcOpcode;
 use crate::wr::{RecvWr, SendFlags, SendOp, SendWr, SgeList};
 
 /// Locks `m`; a panic under one of these locks leaves counters and `Arc`s, still usable.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+#[inline(always)]
+pub(crate) fn lock<L: Lock + ?Sized>(m: &L) -> L::Guard<'_> {
+    m.take()
+}
+
+/// The lock of the ledgers a post or a poll takes ([`QpLedger`], an SRQ's, a CQ's [`Watch`]):
+/// the data path's [`SpinLock`] (one compare-and-swap and one store when uncontended, as the
+/// QP's and CQ's own locks). Each is held for a few counter updates, or across one
+/// provider post (ring writes, at most a doorbell), the sections `SpinLock` is made for. It
+/// does not poison, which [`lock`] ignores on a `Mutex` anyway.
+pub(crate) type LedgerLock<T> = SpinLock<T>;
+
+/// What [`lock`] takes: a `Mutex` (poisoning ignored: see [`lock`]) or a [`LedgerLock`].
+pub(crate) trait Lock {
+    type Guard<'a>
+    where
+        Self: 'a;
+    fn take(&self) -> Self::Guard<'_>;
+}
+
+impl<T> Lock for Mutex<T> {
+    type Guard<'a>
+        = MutexGuard<'a, T>
+    where
+        T: 'a;
+    #[inline]
+    fn take(&self) -> MutexGuard<'_, T> {
+        self.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl<L: Lock + ?Sized> Lock for Arc<L> {
+    type Guard<'a>
+        = L::Guard<'a>
+    where
+        L: 'a;
+    #[inline(always)]
+    fn take(&self) -> L::Guard<'_> {
+        (**self).take()
+    }
+}
+
+impl<T> Lock for SpinLock<T> {
+    type Guard<'a>
+        = SpinGuard<'a, T>
+    where
+        T: 'a;
+    #[inline(always)]
+    fn take(&self) -> SpinGuard<'_, T> {
+        self.lock()
+    }
 }
 
 /// A PD's safe regions by local key, so that a post can find what an SGE names: owned ones
@@ -125,22 +175,26 @@ struct Held<R> {
 /// a safe request. An `lkey` of no safe region of the PD is not held: the device refuses a key
 /// of another PD, and a [`register_raw`](crate::mr::register_raw) region is its caller's
 /// promise.
+#[inline]
 fn hold<R: Holdable>(
     held: &mut Vec<Held<R>>,
     reg: &Registry<R>,
     lkey: u32,
     seq: u64,
-) -> Result<(), ()> {
-    if let Some(h) = held.iter_mut().find(|h| h.region.lkey() == lkey) {
+) -> Result<Option<usize>, ()> {
+    if let Some(at) = held.iter().position(|h| h.region.lkey() == lkey) {
+        let h = &mut held[at];
         h.last = h.last.max(seq);
-        return Ok(());
+        return Ok(Some(at));
     }
     match reg.find(lkey) {
-        Found::Owned(region) => held.push(Held { last: seq, region }),
-        Found::Borrowed => return Err(()),
-        Found::Nothing => {}
+        Found::Owned(region) => {
+            held.push(Held { last: seq, region });
+            Ok(Some(held.len() - 1))
+        }
+        Found::Borrowed => Err(()),
+        Found::Nothing => Ok(None),
     }
-    Ok(())
 }
 
 /// The ledger of a receive queue (a QP's, or with `slots` an SRQ's).
@@ -150,6 +204,12 @@ pub(crate) struct RecvLedger<R> {
     done: u64,
     /// A QP's own queue: regions held up to a receive's number.
     held: Vec<Held<R>>,
+    /// At most the smallest `last` of `held` (`u64::MAX` when nothing is held): a completion
+    /// that leaves `done` at or below it releases nothing, so [`completed`](Self::completed)
+    /// looks at `held` only when `done` passes it. A lower bound, not the minimum: `hold`
+    /// only lowers it (raising a `last` leaves it), and `completed` makes it exact again when
+    /// it looks.
+    low: u64,
     /// An SRQ: its receives by `wr_id`, each released when its completion names it.
     slots: Option<HashMap<u64, Slot<R>>>,
     /// An SRQ: what [`hold`](Self::hold) found for the receives about to be posted (their
@@ -170,6 +230,7 @@ impl<R> Default for RecvLedger<R> {
             posted: 0,
             done: 0,
             held: Vec::new(),
+            low: u64::MAX,
             slots: None,
             pending: Vec::new(),
         }
@@ -198,10 +259,21 @@ impl<R: Holdable> RecvLedger<R> {
         wrs: &[RecvWr<'_, S>],
     ) -> Option<(usize, u32)> {
         self.pending.clear();
+        // The last key held and where in `held`: a list's receives mostly name the same
+        // region, whose entry then only takes the later number, as `hold` would give it,
+        // without the search (`held` only grows here, so the index stays right).
+        let mut last: Option<(u32, usize)> = None;
         for (i, w) in wrs.iter().enumerate() {
             let seq = self.posted + i as u64;
             for s in w.sge {
                 let lkey = s.raw_sge().lkey;
+                if let (None, Some((k, at))) = (&self.slots, last) {
+                    if k == lkey {
+                        let h = &mut self.held[at];
+                        h.last = h.last.max(seq);
+                        continue;
+                    }
+                }
                 let r = if self.slots.is_some() {
                     match reg.find(lkey) {
                         Found::Owned(region) => {
@@ -212,7 +284,12 @@ impl<R: Holdable> RecvLedger<R> {
                         Found::Nothing => Ok(()),
                     }
                 } else {
-                    hold(&mut self.held, reg, lkey, seq)
+                    // A new entry is the only way the smallest `last` goes down (`hold`
+                    // otherwise raises one): `low` stays a lower bound.
+                    self.low = self.low.min(seq);
+                    hold(&mut self.held, reg, lkey, seq).map(|at| {
+                        last = at.map(|at| (lkey, at));
+                    })
                 };
                 if r.is_err() {
                     return Some((i, lkey));
@@ -228,7 +305,7 @@ impl<R: Holdable> RecvLedger<R> {
     /// every receive that went to the queue is counted. The one receive path of a QP and an
     /// SRQ; the caller names the queue in the error.
     pub(crate) fn post(
-        l: &Mutex<Self>,
+        l: &LedgerLock<Self>,
         reg: &Registry<R>,
         wrs: &[RecvWr<'_>],
         hold: bool,
@@ -279,8 +356,21 @@ impl<R: Holdable> RecvLedger<R> {
 
     /// One receive completed: for a QP's own queue the oldest outstanding one, for an SRQ the
     /// one posted with `wr_id`.
+    #[inline]
     pub(crate) fn completed(&mut self, wr_id: u64) {
         self.done += 1;
+        if self.slots.is_some() {
+            return self.slot_completed(wr_id);
+        }
+        // Nothing held is released before `done` passes the smallest `last` (`low`).
+        if self.done > self.low {
+            self.release();
+        }
+    }
+
+    /// An SRQ's receive posted with `wr_id` completed.
+    #[inline(never)]
+    fn slot_completed(&mut self, wr_id: u64) {
         if let Some(slots) = &mut self.slots {
             if let Some(slot) = slots.get_mut(&wr_id) {
                 slot.outstanding -= 1;
@@ -288,13 +378,15 @@ impl<R: Holdable> RecvLedger<R> {
                     slots.remove(&wr_id);
                 }
             }
-            return;
         }
-        if self.held.is_empty() {
-            return;
-        }
+    }
+
+    /// Lets go of what no outstanding receive writes; `low` exact again.
+    #[inline(never)]
+    fn release(&mut self) {
         let done = self.done;
         self.held.retain(|h| h.last >= done);
+        self.low = self.held.iter().map(|h| h.last).min().unwrap_or(u64::MAX);
     }
 
     /// Regions held (tests).
@@ -513,22 +605,28 @@ pub(crate) struct QpLedger<R> {
     qp_num: u32,
     /// siw: the send ledger holds sources too, and every post and completion goes through it.
     pub(crate) sources: bool,
-    pub(crate) send: Mutex<SendLedger<R>>,
-    pub(crate) recv: Arc<Mutex<RecvLedger<R>>>,
+    pub(crate) send: LedgerLock<SendLedger<R>>,
+    pub(crate) recv: Arc<LedgerLock<RecvLedger<R>>>,
 }
 
 impl<R: Holdable> QpLedger<R> {
     /// `sources`: hold the regions sends read too (siw, [`SendLedger::holding_sources`]).
-    pub(crate) fn new(qp_num: u32, srq: Option<&Arc<Mutex<RecvLedger<R>>>>, sources: bool) -> Self {
+    pub(crate) fn new(
+        qp_num: u32,
+        srq: Option<&Arc<LedgerLock<RecvLedger<R>>>>,
+        sources: bool,
+    ) -> Self {
         QpLedger {
             qp_num,
             sources,
-            send: Mutex::new(if sources {
+            send: LedgerLock::new(if sources {
                 SendLedger::holding_sources()
             } else {
                 SendLedger::default()
             }),
-            recv: srq.cloned().unwrap_or_default(),
+            recv: srq
+                .cloned()
+                .unwrap_or_else(|| Arc::new(LedgerLock::new(RecvLedger::default()))),
         }
     }
 }
@@ -587,6 +685,29 @@ impl From<&crate::wc::RawWc> for Seen {
     }
 }
 
+impl Seen {
+    /// True when this completion can settle something: the provider matched it to a request
+    /// (one it made up is no sign that any request is over), and it is a receive's or a
+    /// successful ordered request's ([`may_settle`](Self::may_settle)), or any while
+    /// (`every`) a QP here settles on every completion or a tombstone stands.
+    #[inline(always)]
+    fn counts(&self, every: bool) -> bool {
+        self.matched && (every || self.may_settle())
+    }
+
+    /// True when this completion can settle a ledger of a QP whose receives complete on
+    /// another CQ or on this one by opcode (`Role::Send`, `Role::Both`) and that holds no
+    /// sources: a receive's (success or error, `is_recv`), or a successful ordered request's
+    /// (`settle_one`). Every other completion settles nothing there.
+    #[inline(always)]
+    fn may_settle(&self) -> bool {
+        match WcOpcode(self.opcode) {
+            WcOpcode::RECV | WcOpcode::RECV_RDMA_WITH_IMM => true,
+            op => self.ok && is_sink(op),
+        }
+    }
+}
+
 /// Tests: `(qp_num, success, opcode, wr_id)`, matched.
 #[cfg(test)]
 impl From<(u32, bool, u32, u64)> for Seen {
@@ -615,12 +736,18 @@ impl From<(u32, bool, u32, u64)> for Seen {
 /// region posted under it later).
 #[derive(Debug)]
 pub(crate) struct Watch<R> {
-    list: Mutex<WatchList<R>>,
+    list: LedgerLock<WatchList<R>>,
     /// Tombstones made so far; a poll reads it before it reads the ring.
     epoch: AtomicU64,
     /// How many tombstones stand (kept under `list`'s lock): an empty poll with none settles
     /// nothing and skips the lock.
     tombs: AtomicUsize,
+    /// How many live QPs here settle something on every completion (kept under `list`'s
+    /// lock): those whose receive queue alone completes here (`Role::Recv`: every completion
+    /// is a receive), and siw's (`sources`: every success settles the send ledger). With none
+    /// and no tombstone, only a receive's completion or a successful ordered one can settle a
+    /// ledger ([`Seen::may_settle`]), and a poll of other completions skips the lock.
+    every: AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -641,25 +768,38 @@ struct Tomb<R> {
     /// Its SRQ's ledger, when it had one: the SRQ outlives it, and a receive it took from the
     /// SRQ is over only when its completion (polled after the destroy) says so. Weak: a
     /// tombstone keeps no SRQ alive (a destroyed SRQ released everything).
-    srq: Option<Weak<Mutex<RecvLedger<R>>>>,
+    srq: Option<Weak<LedgerLock<RecvLedger<R>>>>,
 }
 
 impl<R> Default for Watch<R> {
     fn default() -> Self {
         Watch {
-            list: Mutex::new(WatchList {
+            list: LedgerLock::new(WatchList {
                 live: Vec::new(),
                 gone: Vec::new(),
             }),
             epoch: AtomicU64::new(0),
             tombs: AtomicUsize::new(0),
+            every: AtomicUsize::new(0),
         }
     }
 }
 
 impl<R: Holdable> Watch<R> {
     pub(crate) fn add(&self, l: &Arc<QpLedger<R>>, role: Role) {
-        lock(&self.list).live.push((l.clone(), role));
+        let mut list = lock(&self.list);
+        list.live.push((l.clone(), role));
+        self.count_every(&list);
+    }
+
+    /// Recounts [`every`](Self::every), under `list`'s lock.
+    fn count_every(&self, list: &WatchList<R>) {
+        let n = list
+            .live
+            .iter()
+            .filter(|(l, r)| *r == Role::Recv || l.sources)
+            .count();
+        self.every.store(n, Ordering::Relaxed);
     }
 
     /// QP `l` was destroyed: its completions still in the ring are counted for no one, but
@@ -674,6 +814,7 @@ impl<R: Holdable> Watch<R> {
             }
             !me
         });
+        self.count_every(&list);
         let e = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
         let role = role.unwrap_or(Role::Send);
         let mut srq = lock(&l.recv)
@@ -713,57 +854,92 @@ impl<R: Holdable> Watch<R> {
     /// the poll, which read [`epoch`](Self::epoch) before the ring, took fewer completions than
     /// it asked for (it emptied the ring). A completion the provider did not match to a posted
     /// request ([`Seen::matched`] false) settles nothing.
+    #[inline(always)]
     pub(crate) fn settle<I>(&self, wcs: I, drained: Option<u64>)
     where
-        I: Iterator,
+        I: ExactSizeIterator,
         I::Item: Into<Seen>,
     {
-        let mut wcs = wcs.map(Into::into).peekable();
-        // Relaxed: a stale count only skips a clearing, which a later poll does.
-        if wcs.peek().is_none() && (drained.is_none() || self.tombs.load(Ordering::Relaxed) == 0) {
+        // Relaxed: a stale count of tombstones only skips a clearing, which a later poll
+        // does. Both counts are written under the lock before the QP they count can post (a
+        // new one) or after its last completion's QP was destroyed (a tombstone); a
+        // completion they miss, like one of a QP not yet in `live`, is counted for no one,
+        // which only holds memory longer.
+        let tombs = self.tombs.load(Ordering::Relaxed);
+        let clear = drained.is_some() && tombs != 0;
+        // The empty poll, the common one while waiting: nothing to settle or clear, no call.
+        if wcs.len() == 0 && !clear {
             return;
         }
+        let every = tombs != 0 || self.every.load(Ordering::Relaxed) != 0;
+        // Nor is there anything to settle when no completion counts ([`Seen::counts`]): the
+        // lock is taken from the first that does.
+        let mut wcs = wcs.map(Into::into);
+        let first = wcs.find(|s: &Seen| s.counts(every));
+        match (first, clear) {
+            (Some(first), false) => self.settle_live(first, wcs, every),
+            (None, false) => {}
+            (first, true) => self.settle_with_tombs(first, wcs, every, drained),
+        }
+    }
+
+    /// [`settle`](Self::settle) without tombstones to clear, from `first`, the first
+    /// completion that counts, on through `rest`. A tombstone made meanwhile (the count read
+    /// before the lock was stale) sends it to [`settle_with_tombs`](Self::settle_with_tombs),
+    /// which then clears nothing, as a stale count would have.
+    #[inline(never)]
+    fn settle_live<I>(&self, first: Seen, rest: I, every: bool)
+    where
+        I: Iterator<Item = Seen>,
+    {
+        let list = lock(&self.list);
+        if !list.gone.is_empty() {
+            drop(list);
+            return self.settle_with_tombs(Some(first), rest, every, None);
+        }
+        let mut at = 0;
+        settle_live_one(&list.live, &mut at, first);
+        for seen in rest {
+            if seen.counts(every) {
+                settle_live_one(&list.live, &mut at, seen);
+            }
+        }
+    }
+
+    /// [`settle`](Self::settle) where tombstones stand: from `first` (when one counts) on
+    /// through `rest`, then (`drained`) clears those the poll's empty ring proved out.
+    #[cold]
+    #[inline(never)]
+    fn settle_with_tombs<I>(&self, first: Option<Seen>, rest: I, every: bool, drained: Option<u64>)
+    where
+        I: Iterator<Item = Seen>,
+    {
         let mut list = lock(&self.list);
         if list.live.is_empty() && list.gone.is_empty() {
             return;
         }
         let mut at = 0;
-        for Seen {
-            qp_num,
-            ok,
-            opcode,
-            wr_id,
-            matched,
-        } in wcs
-        {
-            if !matched {
-                continue; // made up by the provider: no request is over because of it
+        for seen in first.into_iter().chain(rest) {
+            if !seen.counts(every) {
+                continue;
             }
-            if !list.gone.is_empty() {
-                if let Some(t) = list.gone.iter().find(|t| t.qp_num == qp_num) {
-                    // A destroyed QP's, or its number's new QP's: counted for no one, except a
-                    // receive of the destroyed QP's SRQ (`wr_id` names it in whichever QP's
-                    // completion: safe when no live QP here has the number, or the one that
-                    // does shares the SRQ and the role).
-                    if let Some(srq) = t.srq.as_ref().and_then(Weak::upgrade) {
-                        let same = |(l, r): &(Arc<QpLedger<R>>, Role)| {
-                            l.qp_num != qp_num || (Arc::ptr_eq(&l.recv, &srq) && *r == t.role)
-                        };
-                        if list.live.iter().all(same) && is_recv(t.role, opcode) {
-                            lock(&srq).completed(wr_id);
-                        }
+            let qp_num = seen.qp_num;
+            if let Some(t) = list.gone.iter().find(|t| t.qp_num == qp_num) {
+                // A destroyed QP's, or its number's new QP's: counted for no one, except a
+                // receive of the destroyed QP's SRQ (`wr_id` names it in whichever QP's
+                // completion: safe when no live QP here has the number, or the one that
+                // does shares the SRQ and the role).
+                if let Some(srq) = t.srq.as_ref().and_then(Weak::upgrade) {
+                    let same = |(l, r): &(Arc<QpLedger<R>>, Role)| {
+                        l.qp_num != qp_num || (Arc::ptr_eq(&l.recv, &srq) && *r == t.role)
+                    };
+                    if list.live.iter().all(same) && is_recv(t.role, seen.opcode) {
+                        lock(&srq).completed(seen.wr_id);
                     }
-                    continue;
                 }
+                continue;
             }
-            if !list.live.get(at).is_some_and(|(l, _)| l.qp_num == qp_num) {
-                match list.live.iter().position(|(l, _)| l.qp_num == qp_num) {
-                    Some(i) => at = i,
-                    None => continue, // a QP not watched here
-                }
-            }
-            let (l, role) = &list.live[at];
-            settle_one(l, *role, ok, WcOpcode(opcode), wr_id);
+            settle_live_one(&list.live, &mut at, seen);
         }
         if let Some(e) = drained {
             // Every tombstone made before the poll read the ring: its completions are out.
@@ -771,6 +947,21 @@ impl<R: Holdable> Watch<R> {
             self.tombs.store(list.gone.len(), Ordering::Relaxed);
         }
     }
+}
+
+/// Settles `seen` for its QP in `live` (none: a QP not watched here), looking first at
+/// `live[*at]`, the last one found (a poll's completions are mostly one QP's).
+#[inline(always)]
+fn settle_live_one<R: Holdable>(live: &[(Arc<QpLedger<R>>, Role)], at: &mut usize, seen: Seen) {
+    let qp_num = seen.qp_num;
+    if !live.get(*at).is_some_and(|(l, _)| l.qp_num == qp_num) {
+        match live.iter().position(|(l, _)| l.qp_num == qp_num) {
+            Some(i) => *at = i,
+            None => return,
+        }
+    }
+    let (l, role) = &live[*at];
+    settle_one(l, *role, seen.ok, WcOpcode(seen.opcode), seen.wr_id);
 }
 
 /// True when a completion of a QP with `role` on this CQ is one of its receives: every
@@ -791,13 +982,18 @@ fn is_recv(role: Role, opcode: u32) -> bool {
     }
 }
 
-#[inline]
-fn settle_one<R: Holdable>(l: &QpLedger<R>, role: Role, ok: bool, opcode: WcOpcode, wr_id: u64) {
-    // The ordered requests' completions ([`ordered`]): READs, atomics, binds.
-    let sink = matches!(
+/// The ordered requests' completions ([`ordered`]): READs, atomics, binds.
+#[inline(always)]
+fn is_sink(opcode: WcOpcode) -> bool {
+    matches!(
         opcode,
         WcOpcode::RDMA_READ | WcOpcode::COMP_SWAP | WcOpcode::FETCH_ADD | WcOpcode::BIND_MW
-    );
+    )
+}
+
+#[inline(always)]
+fn settle_one<R: Holdable>(l: &QpLedger<R>, role: Role, ok: bool, opcode: WcOpcode, wr_id: u64) {
+    let sink = is_sink(opcode);
     match role {
         Role::Recv => lock(&l.recv).completed(wr_id),
         Role::Send | Role::Both if ok && sink => lock(&l.send).sink_completed(),

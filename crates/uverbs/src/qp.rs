@@ -338,8 +338,12 @@ impl Qp {
                 let caps = ops.caps().unwrap_or(k.caps);
                 tracing::debug!(device = ctx.name(), qpn = k.qp_num, "QP created");
                 // Receives completing in any order are held as an SRQ's are.
-                let unordered = (init.srq.is_none() && !driver.recv_completes_in_order())
-                    .then(|| Arc::new(std::sync::Mutex::new(crate::ledger::RecvLedger::shared())));
+                let unordered =
+                    (init.srq.is_none() && !driver.recv_completes_in_order()).then(|| {
+                        Arc::new(crate::ledger::LedgerLock::new(
+                            crate::ledger::RecvLedger::shared(),
+                        ))
+                    });
                 let ledger = Arc::new(QpLedger::new(
                     k.qp_num,
                     init.srq.as_ref().map(|s| s.ledger()).or(unordered.as_ref()),

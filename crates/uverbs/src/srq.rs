@@ -3,7 +3,7 @@
 #![allow(unsafe_code)] // unsafe fns: posting hands memory to the device
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -19,7 +19,7 @@ use crate::kernel::abi::obj::{
     ib_uverbs_modify_srq, ib_uverbs_query_srq, ib_uverbs_query_srq_resp,
 };
 use crate::kernel::write;
-use crate::ledger::RecvLedger;
+use crate::ledger::{LedgerLock, RecvLedger};
 use crate::pd::region::Region;
 use crate::pd::Pd;
 use crate::wr::{MrRecvWr, RecvWr};
@@ -55,7 +55,7 @@ pub struct Srq {
     user_handle: u64,
     /// What the posted receives may still write ([`crate::ledger`]), shared with the ledgers
     /// of the QPs that use the SRQ.
-    ledger: Arc<Mutex<RecvLedger<Region>>>,
+    ledger: Arc<LedgerLock<RecvLedger<Region>>>,
 }
 
 impl fmt::Debug for Srq {
@@ -130,7 +130,7 @@ impl Srq {
             Ok(ops) => {
                 let c = created.expect("provider built an SRQ without creating it");
                 Ok(Arc::new(Srq {
-                    ledger: Arc::new(Mutex::new(RecvLedger::shared())),
+                    ledger: Arc::new(LedgerLock::new(RecvLedger::shared())),
                     pd: pd.clone(),
                     handle: c.handle,
                     srq_num: c.srq_num,
@@ -232,7 +232,7 @@ impl Srq {
     }
 
     /// The SRQ's ledger ([`crate::ledger`]), which its QPs' completions settle.
-    pub(crate) fn ledger(&self) -> &Arc<Mutex<RecvLedger<Region>>> {
+    pub(crate) fn ledger(&self) -> &Arc<LedgerLock<RecvLedger<Region>>> {
         &self.ledger
     }
 

@@ -100,7 +100,9 @@ impl RxeCq {
 
     /// The non-empty part of [`poll`](Self::poll) and [`poll_raw`](Self::poll_raw): copies
     /// the completions in `head..tail` (at most `out.len()`) and publishes the new consumer
-    /// index.
+    /// index. Not inlined: the empty poll, the common one while waiting, then saves and
+    /// restores none of the registers the copy loop needs.
+    #[inline(never)]
     fn take<T: FromCqe>(&mut self, out: &mut [T], head: u32, tail: u32) -> usize {
         let avail = (tail.wrapping_sub(head) & self.queue.index_mask()) as usize;
         let n = avail.min(out.len());

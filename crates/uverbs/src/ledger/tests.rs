@@ -116,6 +116,40 @@ fn one_region_for_many_receives_is_held_once_until_the_last() {
 }
 
 #[test]
+fn regions_named_in_runs_are_held_up_to_their_last_receive() {
+    // A list naming A, A, B, A (the same key in a row takes the shortcut of `hold`), then a
+    // list naming A: completions release B after the third receive and A only after the
+    // fifth, however the marks of the entries were raised.
+    let reg = Registry::default();
+    let mut rq = RecvLedger::<Fake>::default();
+    let (a, fa) = region(&reg, 1, true);
+    let (b, fb) = region(&reg, 2, true);
+    let (sa, sb) = ([sge(1)], [sge(2)]);
+    let wrs = [
+        RecvWr::new(0, &sa[..]),
+        RecvWr::new(1, &sa[..]),
+        RecvWr::new(2, &sb[..]),
+        RecvWr::new(3, &sa[..]),
+    ];
+    assert_eq!(rq.hold(&reg, &wrs), None);
+    rq.posted(&raw(4));
+    assert_eq!(rq.hold(&reg, &[RecvWr::new(4, &sa[..])]), None);
+    rq.posted(&raw(1));
+    assert_eq!(rq.holding(), 2);
+    drop((a, b));
+    rq.completed(0);
+    rq.completed(0);
+    assert!(!freed(&fa) && !freed(&fb));
+    rq.completed(0);
+    assert!(freed(&fb), "B's last receive was the third");
+    rq.completed(0);
+    assert!(!freed(&fa), "A's last receive is the fifth");
+    rq.completed(0);
+    assert!(freed(&fa));
+    assert_eq!(rq.holding(), 0);
+}
+
+#[test]
 fn borrowed_memory_is_refused_and_nothing_after_it_is_held() {
     let reg = Registry::default();
     let mut rq = RecvLedger::<Fake>::default();
@@ -727,7 +761,7 @@ fn a_cq_releases_siw_sources_on_a_sends_success_only() {
 /// dropped, and a QP `qpn` on that SRQ.
 fn srq_with_held_receive(
     reg: &Registry<Fake>,
-    srq: &Arc<Mutex<RecvLedger<Fake>>>,
+    srq: &Arc<LedgerLock<RecvLedger<Fake>>>,
     qpn: u32,
     wr_id: u64,
     lkey: u32,
@@ -776,7 +810,7 @@ fn made_up_completions_settle_no_ledger() {
     );
 
     // An SRQ receive posted with wr_id 0, the made-up completion's.
-    let srq = Arc::new(Mutex::new(RecvLedger::shared()));
+    let srq = Arc::new(LedgerLock::new(RecvLedger::shared()));
     let (l, fb) = srq_with_held_receive(&reg, &srq, 3, 0, 2);
     let w = Watch::default();
     w.add(&l, Role::Both);
@@ -807,7 +841,7 @@ fn made_up_completions_settle_no_ledger() {
 #[test]
 fn an_srq_receive_of_a_destroyed_qp_or_a_shared_cqs_error_still_settles() {
     let reg = Registry::default();
-    let srq = Arc::new(Mutex::new(RecvLedger::shared()));
+    let srq = Arc::new(LedgerLock::new(RecvLedger::shared()));
     // QP 7 takes wr_id 5's receive; it is destroyed before its completion is polled.
     let (a, fa) = srq_with_held_receive(&reg, &srq, 7, 5, 1);
     let watch = Watch::default();
@@ -848,13 +882,13 @@ fn an_srq_receive_of_a_destroyed_qp_or_a_shared_cqs_error_still_settles() {
 #[test]
 fn a_tombstone_does_not_settle_its_srq_for_a_new_qp_of_another() {
     let reg = Registry::default();
-    let old = Arc::new(Mutex::new(RecvLedger::shared()));
+    let old = Arc::new(LedgerLock::new(RecvLedger::shared()));
     let (a, fa) = srq_with_held_receive(&reg, &old, 7, 5, 1);
     let watch = Watch::default();
     watch.add(&a, Role::Recv);
     watch.retire(&a);
     drop(a);
-    let new = Arc::new(Mutex::new(RecvLedger::shared()));
+    let new = Arc::new(LedgerLock::new(RecvLedger::shared()));
     let (b, fb) = srq_with_held_receive(&reg, &new, 7, 5, 2);
     watch.add(&b, Role::Recv);
     // Whose is it? The old QP's (its SRQ's wr_id 5) or the new one's: not known, not counted.
@@ -886,7 +920,7 @@ fn a_reused_numbers_second_tombstone_does_not_settle_its_srq_for_the_first_qp() 
     let reg = Registry::default();
     // The first QP with number 7 on SRQ `old`, or on its own receive queue.
     for first_on_srq in [true, false] {
-        let old = Arc::new(Mutex::new(RecvLedger::shared()));
+        let old = Arc::new(LedgerLock::new(RecvLedger::shared()));
         let (a, fa) = if first_on_srq {
             srq_with_held_receive(&reg, &old, 7, 5, 1)
         } else {
@@ -897,7 +931,7 @@ fn a_reused_numbers_second_tombstone_does_not_settle_its_srq_for_the_first_qp() 
         watch.retire(&a);
         drop(a);
         // Number 7 again, on SRQ `new`, wr_id 5 posted there; destroyed before any poll.
-        let new = Arc::new(Mutex::new(RecvLedger::shared()));
+        let new = Arc::new(LedgerLock::new(RecvLedger::shared()));
         let (b, fb) = srq_with_held_receive(&reg, &new, 7, 5, 2);
         watch.add(&b, Role::Recv);
         watch.retire(&b);
