@@ -431,8 +431,8 @@ pub(crate) fn ordered(op: &SendOp) -> bool {
 pub(crate) struct Kept {
     /// The bind's number among the ordered requests ([`ordered`]).
     last: u64,
-    /// Never read: held for its drop.
-    _what: Arc<dyn Send + Sync>,
+    /// Held for its drop; compared by address so that one window has one entry.
+    what: Arc<dyn Send + Sync>,
 }
 
 impl std::fmt::Debug for Kept {
@@ -563,10 +563,20 @@ impl<R: Holdable> SendLedger<R> {
     /// The bind numbered `ord` ([`next_ordered`](Self::next_ordered) before it was posted)
     /// went to the queue: keeps `what` (its window) until it is over.
     pub(crate) fn keep(&mut self, ord: u64, what: Arc<dyn Send + Sync>) {
-        self.kept.push(Kept {
-            last: ord,
-            _what: what,
-        });
+        // A window already kept for an earlier bind keeps one entry, now numbered with the
+        // later bind: it stays until the later bind is over, which is no sooner than the
+        // earlier one (ordered requests complete in order), and binding one window again and
+        // again never grows the list. (`what` dropped here is a second `Arc` of that window.)
+        let at = Arc::as_ptr(&what).cast::<()>();
+        if let Some(k) = self
+            .kept
+            .iter_mut()
+            .find(|k| std::ptr::eq(Arc::as_ptr(&k.what).cast::<()>(), at))
+        {
+            k.last = k.last.max(ord);
+            return;
+        }
+        self.kept.push(Kept { last: ord, what });
     }
 
     /// A READ, atomic or bind completed with success: the oldest signaled one, so it and

@@ -1062,3 +1062,38 @@ fn an_unsignaled_bind_waits_for_the_next_signaled_one_or_the_destroy() {
     drop(l);
     assert!(freed(&g3), "the destroy lets go of what is still posted");
 }
+
+/// One window bound again and again without a signal, between signaled SENDs (which release no
+/// bind): one entry, not one per bind, and the window held until a signaled ordered request at
+/// or after the last bind succeeds (review of issue 31: the list grew by one per bind).
+#[test]
+fn rebinding_one_window_keeps_one_entry_until_the_last_bind_is_over() {
+    let l = Arc::new(QpLedger::<Fake>::new(8, None, false));
+    let send = Watch::default();
+    send.add(&l, Role::Send);
+    let gone = Arc::new(AtomicBool::new(false));
+    let window: Arc<dyn Send + Sync> = Arc::new(Window(gone.clone()));
+    for _ in 0..1000 {
+        post_bind(&l, bind(false), window.clone());
+        send.settle([(8, true, WcOpcode::SEND.0, 0)].into_iter(), None);
+    }
+    assert_eq!(lock(&l.send).holding(), 1, "one entry for one window");
+    assert_eq!(
+        Arc::strong_count(&window),
+        2,
+        "the caller's and the ledger's"
+    );
+    // Another window's bind after it, then a signaled bind: both over.
+    let other = Arc::new(AtomicBool::new(false));
+    post_bind(&l, bind(false), Arc::new(Window(other.clone())));
+    assert_eq!(lock(&l.send).holding(), 2);
+    post_bind(&l, bind(true), window.clone());
+    drop(window);
+    assert!(!freed(&gone), "the last bind of it is still queued");
+    send.settle([(8, true, WcOpcode::BIND_MW.0, 0)].into_iter(), None);
+    assert!(
+        freed(&gone) && freed(&other),
+        "a signaled bind after both lets go of both"
+    );
+    assert_eq!(lock(&l.send).holding(), 0);
+}
