@@ -148,7 +148,9 @@ fn mckey_against_rdma_core_56_interop() {
 }
 
 /// rdma-core 56's `rstream` (non-blocking and blocking) and `riostream` (iomap), server on ours
-/// and client on rdma-core 56's, then the other way round; every byte verified by the tools.
+/// and client on rdma-core 56's, then the other way round; rstream's bytes verified by the
+/// tool (`-T v`); riostream without `-T v`, which checks bytes the device has not promised to
+/// have placed yet (see `capi/vm_rsocket`'s `riostream`).
 #[test]
 #[ignore = "needs the Debian 13 userland: runs in the trixie stage (cargo xtask test --stage trixie)"]
 fn rstream_and_riostream_against_rdma_core_56_interop() {
@@ -158,7 +160,7 @@ fn rstream_and_riostream_against_rdma_core_56_interop() {
         for (prog, size, mode) in [
             ("rstream", "4096", "v"),
             ("rstream", "100000", "b"),
-            ("riostream", "65536", "v"),
+            ("riostream", "65536", "n"),
         ] {
             port += 1;
             let p = port.to_string();

@@ -631,7 +631,10 @@ pub unsafe extern "C" fn riounmap(socket: c_int, buf: *mut c_void, len: size_t) 
 symver!(riowrite => "RDMACM_1.0");
 /// `riowrite`: writes `count` bytes of `buf` into the peer's mapping at `offset` (RDMA
 /// WRITEs straight into the buffer the peer's `riomap` mapped there; the peer gets no
-/// message). Returns the bytes posted: all of them blocking; non-blocking (`O_NONBLOCK` or
+/// message; a peer that polls a flag byte learns only that the flag arrived, since no device
+/// promises the order in which it places one write's bytes: write the flag with a
+/// `riowrite` of its own after the data's, which RC places after them). Returns the bytes
+/// posted: all of them blocking; non-blocking (`O_NONBLOCK` or
 /// `MSG_DONTWAIT`) what fits now, -1 and `EAGAIN` when nothing does. -1 and `EBADF`,
 /// `ENOTCONN`, `EFAULT` (NULL `buf` with a count), `EINVAL` (a negative offset; no mapping of
 /// the peer covers `offset .. offset + count` — rsockets writes what its mappings cover and

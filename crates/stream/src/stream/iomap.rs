@@ -333,8 +333,12 @@ impl RdmaStream {
     /// straight into the buffer the peer mapped there (with its `riomap` or
     /// [`RdmaStream::iomap`]), copied once through the send ring; the peer gets no message
     /// (it sees the bytes change; order them with a later `write`, which RC delivers after
-    /// them). `offset..offset + buf.len()` must lie in one of the peer's mappings, which
-    /// we know of once anything the peer sent after mapping has arrived.
+    /// them). A peer that polls a flag byte in its mapping (as rdma-core's `riostream` polls
+    /// the last) learns only that the flag arrived: no device promises the order in which it
+    /// places the bytes of one write (rxe may copy them from the tail down), so write the
+    /// flag with an `iowrite` of its own after the data's, which RC places after them.
+    /// `offset..offset + buf.len()` must lie in one of the peer's mappings, which we know of
+    /// once anything the peer sent after mapping has arrived.
     ///
     /// Blocking, it returns once every byte is posted; non-blocking (see
     /// [`RdmaStream::set_nonblocking`]), it posts what it can (`WouldBlock` when nothing).
