@@ -67,7 +67,7 @@ use std::sync::{Arc, Mutex};
 use crate::context::{Context, Method};
 use crate::error::{Error, PostError, PostQueue, Result};
 use crate::kernel::abi::cmd::nr;
-use crate::kernel::abi::ioctl::mw;
+use crate::kernel::abi::obj::mw;
 use crate::kernel::abi::obj::{ib_uverbs_alloc_mw, ib_uverbs_alloc_mw_resp, ib_uverbs_dealloc_mw};
 use crate::kernel::write;
 use crate::ledger::lock;
