@@ -156,6 +156,11 @@ fn rdma_cm_calls_give_minus_one_and_einval() {
         assert_eq!(rdma_get_dst_port(null_mut()), 0);
         rdma_destroy_qp(null_mut());
         rdma_destroy_srq(null_mut());
+        let mut srq_ex: ibv_srq_init_attr_ex = zeroed();
+        srq_ex.comp_mask = 1; // IBV_SRQ_INIT_ATTR_TYPE, basic
+        sets_einval("rdma_create_srq_ex", || {
+            rdma_create_srq_ex(null_mut(), &mut srq_ex) == -1
+        });
     }
 }
 

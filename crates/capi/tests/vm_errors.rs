@@ -444,6 +444,87 @@ fn rdma_cm_errors_follow_librdmacm_conventions() {
     }
 }
 
+/// `rdma_create_srq_ex`: without `IBV_SRQ_INIT_ATTR_TYPE` `EINVAL`, a NULL `attr` `EINVAL`, an
+/// XRC SRQ or another `comp_mask` bit `EOPNOTSUPP`, none of them leaving an SRQ on the id; a
+/// basic SRQ is the id's, with the default PD written back (and the PD bit), or with the PD
+/// given.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn rdma_create_srq_ex_makes_a_basic_srq_and_refuses_the_rest() {
+    use rverbs_capi::cma::*;
+    const TYPE: u32 = 1 << 0; // IBV_SRQ_INIT_ATTR_TYPE
+    const PD: u32 = 1 << 1; // IBV_SRQ_INIT_ATTR_PD
+    const CQ: u32 = 1 << 3; // IBV_SRQ_INIT_ATTR_CQ
+    let a: std::net::Ipv4Addr = std::env::var("RVERBS_ADDR_A")
+        .unwrap_or_else(|_| "10.10.0.1".into())
+        .parse()
+        .unwrap();
+    // SAFETY: every call below gets ids, channels and PDs of ours, created here, and writable
+    // locals.
+    unsafe {
+        let ch = rdma_create_event_channel();
+        assert!(!ch.is_null(), "errno {}", errno());
+        let mut id = null_mut();
+        assert_eq!(rdma_create_id(ch, &mut id, null_mut(), 0x106), 0);
+        let mut sin: libc::sockaddr_in = std::mem::zeroed();
+        sin.sin_family = libc::AF_INET as u16;
+        sin.sin_addr.s_addr = u32::from_ne_bytes(a.octets());
+        assert_eq!(
+            rdma_bind_addr(id, (&raw mut sin).cast()),
+            0,
+            "errno {}",
+            errno()
+        );
+        let attr = || {
+            let mut x: ibv_srq_init_attr_ex = std::mem::zeroed();
+            x.attr.max_wr = 4;
+            x.attr.max_sge = 1;
+            x.comp_mask = TYPE;
+            x
+        };
+        let mut x = attr();
+        x.comp_mask = 0;
+        assert_eq!(rdma_create_srq_ex(id, &mut x), -1);
+        assert_eq!(errno(), libc::EINVAL, "no IBV_SRQ_INIT_ATTR_TYPE");
+        assert_eq!(rdma_create_srq_ex(id, null_mut()), -1);
+        assert_eq!(errno(), libc::EINVAL, "NULL attr");
+        let mut x = attr();
+        x.srq_type = 1; // IBV_SRQT_XRC
+        assert_eq!(rdma_create_srq_ex(id, &mut x), -1);
+        assert_eq!(errno(), libc::EOPNOTSUPP, "an XRC SRQ");
+        let mut x = attr();
+        x.comp_mask |= CQ;
+        assert_eq!(rdma_create_srq_ex(id, &mut x), -1);
+        assert_eq!(errno(), libc::EOPNOTSUPP, "IBV_SRQ_INIT_ATTR_CQ");
+        assert!((*id).srq.is_null(), "a refused call left an SRQ");
+        // A basic SRQ on the default PD, written back.
+        let mut x = attr();
+        assert_eq!(rdma_create_srq_ex(id, &mut x), 0, "errno {}", errno());
+        assert!(!(*id).srq.is_null() && !(*id).pd.is_null());
+        assert_eq!(x.pd, (*id).pd);
+        assert_eq!(x.comp_mask, TYPE | PD);
+        assert!(x.attr.max_wr >= 4, "max_wr {}", x.attr.max_wr);
+        rdma_destroy_srq(id);
+        assert!((*id).srq.is_null());
+        // With a PD of the caller's.
+        let pd = ibv_alloc_pd((*id).verbs);
+        assert!(!pd.is_null());
+        let mut x = attr();
+        x.comp_mask |= PD;
+        x.pd = pd;
+        assert_eq!(rdma_create_srq_ex(id, &mut x), 0, "errno {}", errno());
+        assert_eq!(x.pd, pd);
+        assert_eq!((*id).pd, pd);
+        rdma_destroy_srq(id);
+        assert_eq!(rdma_destroy_id(id), 0);
+        assert_eq!(ibv_dealloc_pd(pd), 0);
+        rdma_destroy_event_channel(ch);
+    }
+}
+
 /// The multicast calls' refusals on a UD id with a QP: NULL arguments, an address that is
 /// not multicast, `rdma_join_multicast_ex` with a bad `comp_mask` or join flags, a second
 /// join of the same group, a leave of a group not joined; `ibv_attach_mcast` with a unicast

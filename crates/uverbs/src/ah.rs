@@ -9,7 +9,7 @@ use zerocopy::{FromBytes, IntoBytes};
 use crate::context::{Context, Method};
 use crate::error::{Error, Result};
 use crate::kernel::abi::cmd::nr;
-use crate::kernel::abi::ioctl::ah;
+use crate::kernel::abi::obj::ah;
 use crate::kernel::abi::obj::ib_uverbs_destroy_ah;
 use crate::kernel::abi::obj::{
     ib_uverbs_ah_attr, ib_uverbs_create_ah, ib_uverbs_create_ah_resp, ib_uverbs_global_route,

@@ -40,16 +40,14 @@ use crate::driver::Driver;
 use crate::error::Error;
 use crate::kernel::abi::cmd::nr;
 use crate::kernel::abi::device::{ib_uverbs_get_context, ib_uverbs_get_context_resp};
-use crate::kernel::abi::ioctl::{
-    ah, async_event, cq, device as dev_m, mr, mw, object, pd, qp, srq, UVERBS_ATTR_UHW_IN,
-    UVERBS_ATTR_UHW_OUT,
-};
+use crate::kernel::abi::ioctl::{object, UVERBS_ATTR_UHW_IN, UVERBS_ATTR_UHW_OUT};
+use crate::kernel::abi::obj::{ah, async_event, cq, device as dev_m, mr, mw, pd, qp, srq};
 use crate::kernel::ioctl::{Answer, IoctlCall};
 use crate::kernel::write;
 
 /// Declares the ioctl methods that have a write() command (or another fallback) doing the
 /// same, each once with its object and method ids (from the object's module of the kernel
-/// ABI, `kernel::abi::ioctl::<object>`): the enum [`Method`], its ids, and the list of all
+/// ABI, `kernel::abi::obj::<object>`, beside its write() structures): the enum [`Method`], its ids, and the list of all
 /// (for the tests). A method's bit in [`Context`]'s `no_ioctl` mask is its place in the
 /// declaration, so adding a verbs object with both paths is one line here and one
 /// [`Context::ioctl_or_write`] call.

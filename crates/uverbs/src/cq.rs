@@ -11,7 +11,8 @@ use crate::context::{Method, Via};
 use crate::driver::{CqCreated, CqOps, KernelObj, OpsGuard, OpsLock};
 use crate::error::{Error, Result};
 use crate::kernel::abi::cmd::nr;
-use crate::kernel::abi::ioctl::{cq, UVERBS_ATTR_UHW_IN, UVERBS_ATTR_UHW_OUT};
+use crate::kernel::abi::ioctl::{UVERBS_ATTR_UHW_IN, UVERBS_ATTR_UHW_OUT};
+use crate::kernel::abi::obj::cq;
 use crate::kernel::abi::obj::{
     ib_uverbs_create_cq, ib_uverbs_create_cq_resp, ib_uverbs_destroy_cq,
 };

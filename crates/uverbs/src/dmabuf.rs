@@ -38,7 +38,8 @@ use std::sync::Arc;
 use rustix::io::Errno;
 
 use crate::error::{Error, Result};
-use crate::kernel::abi::ioctl::{mr, object};
+use crate::kernel::abi::ioctl::object;
+use crate::kernel::abi::obj::mr;
 use crate::kernel::ioctl::IoctlCall;
 use crate::mr::{check_access, AccessFlags, RawMr};
 use crate::pd::Pd;

@@ -14,7 +14,7 @@ use crate::context::{Context, Method, Via};
 use crate::device::read_str;
 use crate::error::Error;
 use crate::kernel::abi::device::ib_uverbs_gid_entry;
-use crate::kernel::abi::ioctl::device as dev_m;
+use crate::kernel::abi::obj::device as dev_m;
 use crate::newtype::raw_newtype;
 use crate::port::LinkLayer;
 

@@ -64,6 +64,11 @@ macro_rules! some_internal_fields {
 }
 
 mod newtype;
+// Without `internals` `raw_newtype!` is not exported; this keeps its `$crate::raw_newtype`
+// recursion resolving (with the feature the exported macro is there).
+#[cfg(not(feature = "internals"))]
+#[allow(unused_imports)]
+use newtype::raw_newtype;
 
 // The kernel layer and the provider seam: public for the crates of this workspace (feature
 // `internals`, not for users; see `kernel`'s doc), private otherwise.

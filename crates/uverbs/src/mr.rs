@@ -562,7 +562,7 @@ impl<M: MrMemory> Mr<M> {
     /// including requests posted with SGEs of a region already dropped, whose lkey the kernel
     /// may give to a new region — and no peer may write them (the region was registered
     /// without REMOTE_WRITE/REMOTE_ATOMIC and without MW_BIND — a memory window bound with
-    /// [`MwBind::from_raw`](crate::mw::MwBind::from_raw) may grant remote write on a region
+    /// the C drop-in's `MwBind::from_raw` may grant remote write on a region
     /// with only LOCAL_WRITE | MW_BIND —, or no peer has its rkey or a window's and the
     /// address, or all QPs a peer could use are gone). No [`Mr::write_at`]/[`Mr::fill`] may
     /// run meanwhile.

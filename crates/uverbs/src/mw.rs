@@ -9,7 +9,7 @@
 //! - **type 1**: bound (and rebound, or unbound with length 0) by [`Qp::bind_mw`], which posts
 //!   a bind work request on the QP's send queue; invalidated only by another bind or by
 //!   deallocation;
-//! - **type 2**: bound by a bind work request ([`Qp::bind_mw`], or in `unsafe` code
+//! - **type 2**: bound by a bind work request ([`Qp::bind_mw`]; the C drop-in also posts
 //!   [`SendOp::BindMw`] in a list) on one QP, which is then the only QP through which peers
 //!   may use the rkey; invalidated by [`SendOp::LocalInv`] on that QP, by a peer's
 //!   [`SendOp::SendWithInv`], or by deallocation.
@@ -36,7 +36,8 @@
 //! 3. the window's remote rights (`REMOTE_READ`, `REMOTE_WRITE`, `REMOTE_ATOMIC`) are among
 //!    the region's own: so a region's access flags stay the most any peer can do to its
 //!    memory, through its rkey or any window (the IBA lets a window add remote write to a
-//!    region with only local write; the safe API does not, [`MwBind::from_raw`] does);
+//!    region with only local write; the safe API does not; the C drop-in's binds, made with
+//!    the `unsafe` `MwBind::from_raw` of the feature `internals`, do);
 //! 4. the range lies inside the region and is not empty (zero-based windows are not offered).
 //!
 //! The kernel checks the same again when it executes the bind (and fails it with
@@ -53,7 +54,8 @@
 //! dropping the [`Mw`] deallocates nothing and frees none of its regions; a QP in ERROR whose
 //! requests are never flushed keeps them until it is destroyed. The raw operands
 //! ([`MwBind`], `Copy`, posted as [`SendOp::BindMw`]) are made only by the `unsafe`
-//! [`MwBind::from_raw`], whose caller promises the same for every post.
+//! `MwBind::from_raw`, whose caller promises the same for every post: the C drop-in's
+//! (feature `internals`); a Rust user binds with [`Qp::bind_mw`].
 
 #![allow(unsafe_code)] // posting a bind work request
 
@@ -65,7 +67,7 @@ use std::sync::{Arc, Mutex};
 use crate::context::{Context, Method};
 use crate::error::{Error, PostError, PostQueue, Result};
 use crate::kernel::abi::cmd::nr;
-use crate::kernel::abi::ioctl::mw;
+use crate::kernel::abi::obj::mw;
 use crate::kernel::abi::obj::{ib_uverbs_alloc_mw, ib_uverbs_alloc_mw_resp, ib_uverbs_dealloc_mw};
 use crate::kernel::write;
 use crate::ledger::lock;

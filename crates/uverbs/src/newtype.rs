@@ -6,9 +6,10 @@
 /// Declares a newtype over a raw kernel or device value with named constants: unknown values
 /// stay representable, compare and print as such (never an invalid enum). Each constant may
 /// carry a display name (`NAME = value, "name";`) or use its own identifier (`NAME = value;`).
-/// Used across the rverbs crates; not part of the public API.
-#[doc(hidden)]
-#[macro_export]
+/// Used across the rverbs crates; not part of the user's API: exported (hidden) only with the
+/// feature `internals`, for the crates of this workspace (rverbs-cm, rverbs-provider), as
+/// `internal!` is. The `cfg` of its `name` is the calling crate's `internals`.
+#[cfg_attr(feature = "internals", macro_export, doc(hidden))]
 macro_rules! raw_newtype {
     ($(#[$m:meta])* $name:ident($ty:ty) { $($(#[$cm:meta])* $c:ident = $v:expr;)* }) => {
         $crate::raw_newtype! { $(#[$m])* $name($ty) { $($(#[$cm])* $c = $v, stringify!($c);)* } }

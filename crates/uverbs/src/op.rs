@@ -81,13 +81,21 @@ macro_rules! op_floor2 {
 send_op_table!(op_floor2);
 
 /// A set of [`OpKind`]s (bit `k` is `OpKind` number `k`, as `IBV_QP_EX_WITH_*` numbers them).
+///
+/// A user reads one ([`Qp::send_ops`](crate::qp::Qp::send_ops)) and asks it
+/// [`contains`](OpSet::contains); no user API takes one. Making sets is the providers' side
+/// of the op table (their `SendCaps`) and the C drop-in's, so the constructors are for the
+/// crates of this workspace (feature `internals`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct OpSet(u16);
 
 impl OpSet {
+    internal! {
     /// No operation.
     pub const EMPTY: OpSet = OpSet(0);
+    }
 
+    internal! {
     /// The set of `kinds`.
     pub const fn of(kinds: &[OpKind]) -> OpSet {
         let mut bits = 0u16;
@@ -98,7 +106,9 @@ impl OpSet {
         }
         OpSet(bits)
     }
+    }
 
+    internal! {
     /// The set whose members are the kinds `f` says yes to.
     pub fn from_fn(f: impl Fn(OpKind) -> bool) -> OpSet {
         OpSet(
@@ -107,6 +117,7 @@ impl OpSet {
                 .filter(|&&k| f(k))
                 .fold(0, |b, &k| b | 1 << k as u16),
         )
+    }
     }
 
     /// Whether `kind` is in the set.

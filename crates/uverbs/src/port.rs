@@ -13,7 +13,7 @@ use crate::kernel::abi::cmd::nr;
 use crate::kernel::abi::device::{
     ib_uverbs_query_port, ib_uverbs_query_port_resp, ib_uverbs_query_port_resp_ex,
 };
-use crate::kernel::abi::ioctl::device as dev_m;
+use crate::kernel::abi::obj::device as dev_m;
 use crate::kernel::write;
 
 pub use crate::values::{LinkLayer, Mtu, PhysState, PortState};

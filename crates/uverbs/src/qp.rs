@@ -16,7 +16,8 @@ use crate::driver::{KernelObj, OpsGuard, OpsLock, QpCreated, QpOps, QpRequest};
 use crate::error::{Error, Result};
 use crate::gid::Gid;
 use crate::kernel::abi::cmd::nr;
-use crate::kernel::abi::ioctl::{qp, UVERBS_ATTR_UHW_IN, UVERBS_ATTR_UHW_OUT};
+use crate::kernel::abi::ioctl::{UVERBS_ATTR_UHW_IN, UVERBS_ATTR_UHW_OUT};
+use crate::kernel::abi::obj::qp;
 use crate::kernel::abi::obj::{
     ib_uverbs_attach_mcast, ib_uverbs_create_qp, ib_uverbs_create_qp_resp, ib_uverbs_destroy_qp,
 };

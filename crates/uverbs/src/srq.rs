@@ -12,8 +12,8 @@ use crate::driver::{KernelObj, OpsLock, SrqCreated, SrqOps};
 use crate::error::{Error, Result};
 use crate::error::{PostError, PostQueue};
 use crate::kernel::abi::cmd::nr;
-use crate::kernel::abi::ioctl::srq;
 use crate::kernel::abi::obj::ib_uverbs_destroy_srq;
+use crate::kernel::abi::obj::srq;
 use crate::kernel::abi::obj::{
     ib_uverbs_create_srq, ib_uverbs_create_srq_resp, ib_uverbs_destroy_srq_resp,
     ib_uverbs_modify_srq, ib_uverbs_query_srq, ib_uverbs_query_srq_resp,

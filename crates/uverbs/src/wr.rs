@@ -156,8 +156,9 @@ pub enum SendOp {
     /// fast-registration MR's).
     LocalInv { invalidate_rkey: u32 },
     /// Binds a memory window (`IB_WR_BIND_MW`): its operands come from
-    /// [`Mw::bind_info`](crate::mw::Mw::bind_info) (checked) or the `unsafe`
-    /// [`MwBind::from_raw`](crate::mw::MwBind::from_raw). Takes no SGEs.
+    /// [`Mw::bind_info`](crate::mw::Mw::bind_info) (checked, posted by
+    /// [`Qp::bind_mw`](crate::qp::Qp::bind_mw)) or, in the C drop-in, the `unsafe`
+    /// `MwBind::from_raw` (feature `internals`). Takes no SGEs.
     BindMw(crate::values::MwBind),
     /// FLUSH (IBTA 1.5, RC): the peer makes the writes that reached it before this request
     /// reach the placement `flush_type` names, for the `len` bytes at `remote_addr`

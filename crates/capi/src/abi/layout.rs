@@ -92,6 +92,10 @@ layouts! {
     "ibv_srq_attr" => ibv_srq_attr { "max_wr": max_wr, "max_sge": max_sge,
         "srq_limit": srq_limit }
     "ibv_srq_init_attr" => ibv_srq_init_attr { "srq_context": srq_context, "attr": attr }
+    "ibv_tm_cap" => ibv_tm_cap { "max_num_tags": max_num_tags, "max_ops": max_ops }
+    "ibv_srq_init_attr_ex" => ibv_srq_init_attr_ex { "srq_context": srq_context, "attr": attr,
+        "comp_mask": comp_mask, "srq_type": srq_type, "pd": pd, "xrcd": xrcd, "cq": cq,
+        "tm_cap": tm_cap }
     "ibv_qp_cap" => ibv_qp_cap { "max_send_wr": max_send_wr, "max_recv_wr": max_recv_wr,
         "max_send_sge": max_send_sge, "max_recv_sge": max_recv_sge,
         "max_inline_data": max_inline_data }

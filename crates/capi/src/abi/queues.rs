@@ -130,6 +130,37 @@ pub struct ibv_srq_init_attr {
     pub attr: ibv_srq_attr,
 }
 
+/// `struct ibv_tm_cap` (tag matching; rverbs creates no tag-matching SRQ).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_tm_cap {
+    #[allow(missing_docs)]
+    pub max_num_tags: u32,
+    #[allow(missing_docs)]
+    pub max_ops: u32,
+}
+
+/// `struct ibv_srq_init_attr_ex`.
+#[repr(C)]
+pub struct ibv_srq_init_attr_ex {
+    #[allow(missing_docs)]
+    pub srq_context: *mut c_void,
+    #[allow(missing_docs)]
+    pub attr: ibv_srq_attr,
+    /// `enum ibv_srq_init_attr_mask`.
+    pub comp_mask: u32,
+    /// `enum ibv_srq_type`.
+    pub srq_type: u32,
+    #[allow(missing_docs)]
+    pub pd: *mut ibv_pd,
+    /// `struct ibv_xrcd *` (rverbs has no XRC domains).
+    pub xrcd: *mut c_void,
+    #[allow(missing_docs)]
+    pub cq: *mut ibv_cq,
+    #[allow(missing_docs)]
+    pub tm_cap: ibv_tm_cap,
+}
+
 /// `struct ibv_qp_cap`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]

@@ -348,6 +348,69 @@ pub unsafe extern "C" fn rdma_create_srq(
     0
 }
 
+/// `IBV_SRQ_INIT_ATTR_TYPE` and `IBV_SRQ_INIT_ATTR_PD` of `enum ibv_srq_init_attr_mask`.
+const IBV_SRQ_INIT_ATTR_TYPE: u32 = 1 << 0;
+const IBV_SRQ_INIT_ATTR_PD: u32 = 1 << 1;
+/// `IBV_SRQT_BASIC` of `enum ibv_srq_type`.
+const IBV_SRQT_BASIC: u32 = 0;
+
+symver!(rdma_create_srq_ex => "RDMACM_1.0");
+/// `rdma_create_srq_ex`: [`rdma_create_srq`] with the extended attributes. Without
+/// `IBV_SRQ_INIT_ATTR_TYPE` in `comp_mask`: `EINVAL`, as rdma-core. A basic SRQ only
+/// (`IBV_SRQT_BASIC`; the PD from `attr->pd` with `IBV_SRQ_INIT_ATTR_PD`, else the device's
+/// default one, written back with the bit as rdma-core does); XRC and tag-matching SRQs, and
+/// any other `comp_mask` bit, fail with `EOPNOTSUPP`, as on a device without them.
+///
+/// # Safety
+/// `id` is ours; `attr` readable and writable, its `pd` (with the bit) NULL or ours.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_srq_ex(
+    id: *mut rdma_cm_id,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> c_int {
+    // SAFETY: [object] id.
+    let c = obj!(unsafe { CCmId::from_c(id) }, neg);
+    // SAFETY: [in] [out] attr.
+    let Some(a) = (unsafe { attr.as_mut() }) else {
+        set_errno(null_arg("ibv_srq_init_attr_ex"));
+        return -1;
+    };
+    if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE == 0 {
+        return ret(Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "rdma_create_srq_ex: comp_mask lacks IBV_SRQ_INIT_ATTR_TYPE",
+        )));
+    }
+    let known = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
+    if a.srq_type != IBV_SRQT_BASIC || a.comp_mask & !known != 0 {
+        return ret(Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!(
+                "rdma_create_srq_ex: srq_type {} comp_mask {:#x} (only a basic SRQ, with \
+                 IBV_SRQ_INIT_ATTR_TYPE and IBV_SRQ_INIT_ATTR_PD)",
+                a.srq_type, a.comp_mask
+            ),
+        )));
+    }
+    let pd = if a.comp_mask & IBV_SRQ_INIT_ATTR_PD != 0 {
+        a.pd
+    } else {
+        null_mut()
+    };
+    let mut basic = ibv_srq_init_attr {
+        srq_context: a.srq_context,
+        attr: a.attr,
+    };
+    // SAFETY: forwarded: [object] id and pd; [in] [out] basic, a local.
+    if unsafe { rdma_create_srq(id, pd, &mut basic) } != 0 {
+        return -1;
+    }
+    a.attr = basic.attr;
+    a.pd = c.lock().c.pd;
+    a.comp_mask |= IBV_SRQ_INIT_ATTR_PD;
+    0
+}
+
 symver!(rdma_destroy_srq => "RDMACM_1.0");
 /// `rdma_destroy_srq`.
 ///

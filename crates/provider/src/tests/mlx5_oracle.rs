@@ -538,8 +538,8 @@ impl Run {
         writeln!(self.out, "  ioctl hdr {}", hex(hdr.as_bytes())).unwrap();
         for a in c.attrs() {
             let b = a.as_bytes();
-            let out = a.attr_id == rverbs_uverbs::kernel::abi::ioctl::mr::ATTR_REG_DMABUF_RESP_LKEY
-                || a.attr_id == rverbs_uverbs::kernel::abi::ioctl::mr::ATTR_REG_DMABUF_RESP_RKEY;
+            let out = a.attr_id == rverbs_uverbs::kernel::abi::obj::mr::ATTR_REG_DMABUF_RESP_LKEY
+                || a.attr_id == rverbs_uverbs::kernel::abi::obj::mr::ATTR_REG_DMABUF_RESP_RKEY;
             let data = if out { "x".repeat(16) } else { hex(&b[8..]) };
             writeln!(self.out, "  ioctl attr {}{data}", hex(&b[..8])).unwrap();
         }

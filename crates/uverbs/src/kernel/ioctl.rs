@@ -297,7 +297,8 @@ unsafe impl Ioctl for Raw {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::abi::ioctl::{cq, object};
+    use crate::kernel::abi::ioctl::object;
+    use crate::kernel::abi::obj::cq;
 
     /// An FD-new attribute the kernel did not write reads as -1, not as fd 0.
     #[test]

@@ -19,11 +19,17 @@ raw_newtype! {
 /// window, its new rkey, which region, the range and the window's access.
 ///
 /// Plain numbers, as [`SendOp`](crate::wr::SendOp)'s other operands: made only by the
-/// `unsafe` [`MwBind::from_raw`] (and inside [`MwBinding`](crate::mw::MwBinding), the checked
+/// `unsafe` `MwBind::from_raw` (and inside [`MwBinding`](crate::mw::MwBinding), the checked
 /// bind that [`Mw::bind_info`](crate::mw::Mw::bind_info) makes and
 /// [`Qp::bind_mw`](crate::qp::Qp::bind_mw) consumes, which never hands its copy out), so that
 /// a copy posted after its window or region is gone is its maker's promise broken, never safe
 /// code's doing.
+///
+/// `from_raw` and the accessors are for the crates of this workspace (feature `internals`):
+/// the C drop-in, whose `ibv_bind_mw` and `IBV_WR_BIND_MW` leave the window and region to the
+/// C program as libibverbs does, and the providers that encode the bind. A Rust user binds
+/// with [`Mw::bind_info`](crate::mw::Mw::bind_info) and [`Qp::bind_mw`](crate::qp::Qp::bind_mw),
+/// which keep both (types 1 and 2); a user does not build a `SendOp::BindMw`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MwBind {
     pub(crate) mw_type: MwType,
@@ -36,6 +42,7 @@ pub struct MwBind {
 }
 
 impl MwBind {
+    internal! {
     /// A bind from raw numbers, as a C caller gives them (`ibv_bind_mw`, `IBV_WR_BIND_MW`).
     ///
     /// # Safety
@@ -72,6 +79,7 @@ impl MwBind {
             access,
         }
     }
+    }
     internal! {
     /// Type of the window being bound.
     pub const fn mw_type(&self) -> MwType {
@@ -84,9 +92,11 @@ impl MwBind {
         self.mw_rkey
     }
     }
+    internal! {
     /// The window's rkey after the bind: what peers name.
     pub const fn rkey(&self) -> u32 {
         self.rkey
+    }
     }
     internal! {
     /// Local key of the region the window is bound in (0 for an unbind).
