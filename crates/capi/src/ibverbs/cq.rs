@@ -262,7 +262,7 @@ unsafe fn poll_into<const N: usize>(
         // RawWc (plain integers: every initialised byte pattern is one) whatever the caller
         // left there (C output arrays are often uninitialised).
         let slots = unsafe {
-            ptr::write_bytes(dst, 0, n);
+            zero(dst, n);
             std::slice::from_raw_parts_mut(dst, n)
         };
         let got = poll_raw(slots).min(n);
@@ -277,6 +277,26 @@ unsafe fn poll_into<const N: usize>(
         }
     }
     done
+}
+
+/// Zeroes `n` entries at `dst`: up to 4 (the latency-bound caller's few) with inline stores of
+/// a fixed size, since a `memset` call for a variable few bytes costs more than the stores.
+///
+/// # Safety
+/// `dst` is valid for writing `n` aligned entries.
+#[inline(always)]
+unsafe fn zero(dst: *mut RawWc, n: usize) {
+    let z = RawWc::default();
+    // SAFETY: the caller's: n entries at dst are writable and aligned.
+    unsafe {
+        match n {
+            1 => dst.cast::<[RawWc; 1]>().write([z; 1]),
+            2 => dst.cast::<[RawWc; 2]>().write([z; 2]),
+            3 => dst.cast::<[RawWc; 3]>().write([z; 3]),
+            4 => dst.cast::<[RawWc; 4]>().write([z; 4]),
+            _ => ptr::write_bytes(dst, 0, n),
+        }
+    }
 }
 
 /// `ops.poll_cq` (the inline `ibv_poll_cq`): the completions go straight into the caller's
@@ -336,49 +356,57 @@ mod tests {
     }
 
     /// `ibv_poll_cq` straight into an uninitialised C array: the entries asked for are
-    /// written (the poll sees zeroed, initialised slots), in steps of `N`, the flags
-    /// renumbered, and nothing past what was polled is touched.
+    /// written (the poll sees zeroed, initialised slots), in steps of at most `N`, the flags
+    /// renumbered, and nothing past what was asked for is touched.
+    fn poll_into_case<const N: usize>(want: usize) {
+        // 37 completions in the "ring".
+        let mut ring = (0..37).map(raw).collect::<Vec<_>>().into_iter();
+        let mut steps = Vec::new();
+        let poll = |s: &mut [RawWc]| {
+            assert!(
+                s.iter().all(|w| *w == RawWc::default()),
+                "a slot not zeroed"
+            );
+            steps.push(s.len());
+            let mut n = 0;
+            for slot in s.iter_mut() {
+                let Some(w) = ring.next() else { break };
+                *slot = w;
+                n += 1;
+            }
+            n
+        };
+        // The caller's array, one entry longer than it says, uninitialised but the last.
+        let mut wc = vec![MaybeUninit::<ibv_wc>::uninit(); want + 1];
+        let canary = want;
+        // SAFETY: a valid ibv_wc (plain integers), written through the MaybeUninit.
+        unsafe { ptr::write_bytes(wc[canary].as_mut_ptr(), 0xa5, 1) };
+        // SAFETY: `want` writable, aligned entries that nothing else touches.
+        let got = unsafe { poll_into::<N>(poll, want, wc.as_mut_ptr().cast()) };
+        assert_eq!(got, want.min(37), "want {want}");
+        for (i, w) in wc[..got].iter().enumerate() {
+            // SAFETY: written by poll_into.
+            let w = unsafe { w.assume_init_ref() };
+            let n = i as u32;
+            assert_eq!((w.wr_id, w.byte_len, w.qp_num), (u64::from(n), n, n));
+            assert_eq!(w.imm_data, n.to_be(), "immediate data stays big-endian");
+            assert_eq!(w.wc_flags, 2 | 8, "flags in the userspace numbering");
+        }
+        // SAFETY: initialised above.
+        let c = unsafe { wc[canary].assume_init_ref() };
+        assert_eq!(c.wr_id, 0xa5a5_a5a5_a5a5_a5a5, "the entry past the array");
+        assert!(steps.iter().all(|&s| s <= N), "{steps:?}");
+    }
+
     #[test]
     fn poll_into_fills_the_callers_array_and_stops_at_the_end_of_the_ring() {
-        for want in [0usize, 1, 2, 4, 5, 16, 17, 40] {
-            // 37 completions in the "ring".
-            let mut ring = (0..37).map(raw).collect::<Vec<_>>().into_iter();
-            let mut steps = Vec::new();
-            let poll = |s: &mut [RawWc]| {
-                assert!(
-                    s.iter().all(|w| *w == RawWc::default()),
-                    "a slot not zeroed"
-                );
-                steps.push(s.len());
-                let mut n = 0;
-                for slot in s.iter_mut() {
-                    let Some(w) = ring.next() else { break };
-                    *slot = w;
-                    n += 1;
-                }
-                n
-            };
-            // The caller's array, one entry longer than it says, uninitialised but the last.
-            let mut wc = vec![MaybeUninit::<ibv_wc>::uninit(); want + 1];
-            let canary = want;
-            // SAFETY: a valid ibv_wc (plain integers), written through the MaybeUninit.
-            unsafe { ptr::write_bytes(wc[canary].as_mut_ptr(), 0xa5, 1) };
-            // SAFETY: `want` writable, aligned entries that nothing else touches.
-            let got = unsafe { poll_into::<4>(poll, want, wc.as_mut_ptr().cast()) };
-            assert_eq!(got, want.min(37), "want {want}");
-            for (i, w) in wc[..got].iter().enumerate() {
-                // SAFETY: written by poll_into.
-                let w = unsafe { w.assume_init_ref() };
-                let n = i as u32;
-                assert_eq!((w.wr_id, w.byte_len, w.qp_num), (u64::from(n), n, n));
-                assert_eq!(w.imm_data, n.to_be(), "immediate data stays big-endian");
-                assert_eq!(w.wc_flags, 2 | 8, "flags in the userspace numbering");
-            }
-            // SAFETY: initialised above.
-            let c = unsafe { wc[canary].assume_init_ref() };
-            assert_eq!(c.wr_id, 0xa5a5_a5a5_a5a5_a5a5, "the entry past the array");
-            // Steps of at most 4, ending at `want` or at the first short step.
-            assert!(steps.iter().all(|&s| s <= 4), "{steps:?}");
+        // Every step size of the few-entry path (1 to 4), several steps, the ring's end.
+        for want in [0usize, 1, 2, 3, 4, 5, 7, 16, 17, 40] {
+            poll_into_case::<4>(want);
+        }
+        // The BATCH path: steps of up to 16, zeroed with write_bytes.
+        for want in [5usize, 16, 20, 40] {
+            poll_into_case::<BATCH>(want);
         }
     }
 }
