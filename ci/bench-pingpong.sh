@@ -27,6 +27,9 @@
 # Results and raw files go to $OUT (default: bench-pingpong/ on the run share, which is
 # target/vm/runs/<run>/bench-pingpong/ on the host).
 #
+# RVERBS_BASE: a second rverbs binary (say, main's, built before a change); the callgrind
+# mode then also measures it (rows "rverbs (base)"), in the same guest run, between C and
+# $RVERBS, so that before and after share the machine state.
 # Environment: ROUNDS (5), SIZES ("64 4096"), ITERS_POLL (1000), ITERS_EVENTS (1000),
 # CG_ITERS ("1000 2000 1000 2000"), RVERBS (the rverbs on PATH), C_PINGPONG (ibv_rc_pingpong),
 # GIDX (the device's RoCE v2 IPv4 GID index), PORT (19500: first TCP port minus one),
@@ -73,7 +76,17 @@ echo "bench-pingpong: $(date -u '+%Y-%m-%d %H:%M UTC'); $(uname -r); $(nproc) CP
 echo "bench-pingpong: rverbs = $RV ($(file -b "$RV" 2> /dev/null | cut -d, -f1-2 || true))"
 echo "bench-pingpong: C      = $CPP"
 
-cmd() { if [ "$1" = C ]; then echo "$CPP"; else echo "$RV rc-pingpong"; fi; }
+cmd() {
+    case $1 in
+    C) echo "$CPP" ;;
+    B) echo "$RVERBS_BASE rc-pingpong" ;;
+    *) echo "$RV rc-pingpong" ;;
+    esac
+}
+if [ -n "${RVERBS_BASE:-}" ]; then
+    [ -x "$RVERBS_BASE" ] || die "RVERBS_BASE=$RVERBS_BASE is not an executable"
+    echo "bench-pingpong: base   = $RVERBS_BASE"
+fi
 
 # Waits until something listens on TCP port $1.
 wait_listen() {
@@ -187,7 +200,7 @@ callgrind() {
     export RVERBS_PINGPONG_STATS=1
     poll_fn_c=""
     for mode in events poll; do
-        for tool in C R; do
+        for tool in C ${RVERBS_BASE:+B} R; do
             for n in $CG_ITERS; do
                 PORT=$((PORT + 1))
                 f=$OUT/cg.$tool.$mode.$n.$PORT
@@ -255,7 +268,7 @@ cg_summary() {
         END {
             for (k in keys) {
                 split(k, kk, " ")
-                tool = kk[1] == "C" ? "ibv_rc_pingpong" : "rverbs"; mode = kk[2] == "poll" ? "polling" : "-e"
+                tool = kk[1] == "C" ? "ibv_rc_pingpong" : kk[1] == "B" ? "rverbs (base)" : "rverbs"; mode = kk[2] == "poll" ? "polling" : "-e"
                 if (!(c1[k] && c2[k])) { printf "| %s | %s | (needs runs of 1000 and 2000 iterations) |\n", tool, mode; continue }
                 d = (s2[k] / c2[k] - s1[k] / c1[k]) / 1000
                 out = (o2[k] / c2[k] - o1[k] / c1[k]) / 1000

@@ -7,6 +7,8 @@
 # (callgrind.<lib>.<n>.out) are kept in the run directory (target/vm/runs/<run>/ on the host)
 # for callgrind_annotate.
 #   cargo xtask capi --release && cargo xtask vm --timeout 1500 -- sh ci/capi/callgrind.sh
+# RVERBS_CAPI_LIB_BASE: a second copy of our libraries (say, main's, built before a change),
+# measured too ("base"), in the same guest, so that before and after share the machine state.
 set -u
 OUT=${CALLGRIND_OUT:-/tmp/rverbs-vm}
 [ -d "$OUT" ] && [ -w "$OUT" ] || OUT=/tmp
@@ -21,7 +23,11 @@ measure() { # lib n -> instructions
     env -u LD_LIBRARY_PATH ibv_rc_pingpong -d "$DEV" -g 1 -e -n "$2" -p $PORT > /tmp/cg-server.log 2>&1 &
     sp=$!
     sleep 2
-    if [ "$1" = ours ]; then L="LD_LIBRARY_PATH=$LIB"; else L="LD_LIBRARY_PATH="; fi
+    case $1 in
+    ours) L="LD_LIBRARY_PATH=$LIB" ;;
+    base) L="LD_LIBRARY_PATH=$RVERBS_CAPI_LIB_BASE" ;;
+    *) L="LD_LIBRARY_PATH=" ;;
+    esac
     env $L valgrind --tool=callgrind --callgrind-out-file=$OUT/callgrind.$1.$2.out \
         ibv_rc_pingpong -d "$DEV" -g 1 -e -n "$2" -p $PORT "$ADDR" > /tmp/cg-client.log 2>&1
     rc=$?
@@ -31,7 +37,7 @@ measure() { # lib n -> instructions
     fi
     awk '/^summary:/ {print $2}' $OUT/callgrind.$1.$2.out
 }
-for lib in rdma-core ours; do
+for lib in rdma-core ${RVERBS_CAPI_LIB_BASE:+base} ours; do
     a=$(measure $lib $N1) || exit 1
     b=$(measure $lib $N2) || exit 1
     per=$(( (b - a) / (N2 - N1) ))

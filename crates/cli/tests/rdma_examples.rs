@@ -84,7 +84,22 @@ fn pair(server: Tool, client: Tool, port: u16) -> bool {
     assert_eq!(s.out, "rdma_server: start\nrdma_server: end 0\n", "{s}");
     for d in [&c, &s] {
         if d.what.contains("rverbs") {
-            assert_eq!(d.err, "", "nothing on stderr when all went well: {d}");
+            // One line is allowed, our rdma_server's note that the client hung up before the
+            // answer's ACK reached it (rxe posts the client's receive completion before it
+            // sends the ACK, so the answer's completion can come back flushed under load;
+            // `rdma_server::answer`): the client's exit status and "end 0", asserted above,
+            // are what say the answer arrived.
+            let raced = d.what.contains("rdma-server")
+                && d.err.starts_with(
+                    "rdma_server: the client disconnected before the answer's completion (",
+                )
+                && d.err
+                    .ends_with("its exit status tells whether it got the answer\n")
+                && d.err.lines().count() == 1;
+            assert!(
+                d.err.is_empty() || raced,
+                "nothing on stderr when all went well: {d}"
+            );
         }
     }
     check_crossed(before);

@@ -232,42 +232,44 @@ const _: () = {
     assert!(offset_of!(ibv_wc, imm_data) == 24 && offset_of!(ibv_wc, dlid_path_bits) == 45);
 };
 
-/// Writes one raw ring entry (the kernel's `ib_uverbs_wc`) as an `ibv_wc`: a 48-byte copy,
-/// then the flags renumbered (kernel → userspace). The immediate data stays big-endian as
-/// on the wire and the invalidated rkey in host order, as `ibv_wc` keeps them.
-///
-/// # Safety
-/// `dst` is valid for writing one `ibv_wc`.
-#[inline(always)]
-unsafe fn write_ibv_wc(dst: *mut ibv_wc, w: &RawWc) {
-    // SAFETY: same size (asserted above) and the same field order and types; every byte of
-    // a RawWc is initialised (plain integers, no padding) and every byte pattern is a valid
-    // ibv_wc (integers); dst is writable ([out]) and cannot overlap our stack copy.
-    unsafe {
-        ptr::copy_nonoverlapping((w as *const RawWc).cast::<ibv_wc>(), dst, 1);
-        (*dst).wc_flags = w.wc_flags().bits();
-    }
-}
-
 /// How many completions or work requests one step of the data path handles on the stack.
 pub(super) const BATCH: usize = 16;
 
-/// Polls up to `want` completions into `wc` through a stack buffer of `N` raw entries
-/// (`Cq::poll_raw`: rxe copies its ring entries unchanged), each written out with
-/// [`write_ibv_wc`]; returns how many.
+/// Polls up to `want` completions with `poll_raw` (`Cq::poll_raw`: rxe
+/// copies its ring entries unchanged), `N` entries a step, and renumbers each one's flags
+/// (kernel → userspace); returns how many. An `ibv_wc` is the kernel's `ib_uverbs_wc` field for
+/// field (asserted above), so the ring entry needs no second copy through a stack buffer. The
+/// immediate data stays big-endian as on the wire and the invalidated rkey in host order, as
+/// `ibv_wc` keeps them.
 ///
 /// # Safety
-/// `wc` is valid for writing `want` `ibv_wc`.
+/// `wc` is valid for writing `want` `ibv_wc` (aligned, as an `ibv_wc` array is), and nothing
+/// else reads or writes them during the call (`ibv_poll_cq`'s contract: the array is the
+/// caller's output).
 #[inline(always)]
-unsafe fn poll_into<const N: usize>(cq: &Cq, want: usize, wc: *mut ibv_wc) -> usize {
-    let mut buf = [RawWc::default(); N];
+unsafe fn poll_into<const N: usize>(
+    mut poll_raw: impl FnMut(&mut [RawWc]) -> usize,
+    want: usize,
+    wc: *mut ibv_wc,
+) -> usize {
     let mut done = 0usize;
     while done < want {
         let n = (want - done).min(N);
-        let got = cq.poll_raw(&mut buf[..n]).min(n);
-        for (i, w) in buf[..got].iter().enumerate() {
-            // SAFETY: [out] wc has want entries and done + i < want.
-            unsafe { write_ibv_wc(wc.add(done + i), w) };
+        // SAFETY: [out] wc has `want` entries and done + n <= want.
+        let dst = unsafe { wc.add(done) }.cast::<RawWc>();
+        // SAFETY: [out] the n entries are writable, aligned for RawWc (same alignment as
+        // ibv_wc, asserted above) and ours for the call. Zeroed first, so that they hold valid
+        // RawWc (plain integers: every initialised byte pattern is one) whatever the caller
+        // left there (C output arrays are often uninitialised).
+        let slots = unsafe {
+            zero(dst, n);
+            std::slice::from_raw_parts_mut(dst, n)
+        };
+        let got = poll_raw(slots).min(n);
+        for w in &mut slots[..got] {
+            // The one field whose numbering differs (kernel → userspace); the rest of the
+            // entry is already the ibv_wc.
+            w.wc_flags = w.wc_flags().bits();
         }
         done += got;
         if got < n {
@@ -277,9 +279,30 @@ unsafe fn poll_into<const N: usize>(cq: &Cq, want: usize, wc: *mut ibv_wc) -> us
     done
 }
 
-/// `ops.poll_cq` (the inline `ibv_poll_cq`). A caller asking for a few completions (the
-/// latency-bound case) gets a 4-entry buffer, which is zeroed with a few inline stores; a
-/// larger request a `BATCH`-entry one (its zeroing is a `memset` call).
+/// Zeroes `n` entries at `dst`: up to 4 (the latency-bound caller's few) with inline stores of
+/// a fixed size, since a `memset` call for a variable few bytes costs more than the stores.
+///
+/// # Safety
+/// `dst` is valid for writing `n` aligned entries.
+#[inline(always)]
+unsafe fn zero(dst: *mut RawWc, n: usize) {
+    let z = RawWc::default();
+    // SAFETY: the caller's: n entries at dst are writable and aligned.
+    unsafe {
+        match n {
+            1 => dst.cast::<[RawWc; 1]>().write([z; 1]),
+            2 => dst.cast::<[RawWc; 2]>().write([z; 2]),
+            3 => dst.cast::<[RawWc; 3]>().write([z; 3]),
+            4 => dst.cast::<[RawWc; 4]>().write([z; 4]),
+            _ => ptr::write_bytes(dst, 0, n),
+        }
+    }
+}
+
+/// `ops.poll_cq` (the inline `ibv_poll_cq`): the completions go straight into the caller's
+/// array ([`poll_into`]), at most 4 entries a step for a caller asking for a few (the
+/// latency-bound case), `BATCH` for a larger request, so that a large array with few
+/// completions is not zeroed whole.
 pub(super) unsafe extern "C" fn poll_cq_op(
     cq: *mut ibv_cq,
     num_entries: c_int,
@@ -291,9 +314,9 @@ pub(super) unsafe extern "C" fn poll_cq_op(
     // SAFETY: [out] num_entries writable ibv_wc.
     let done = unsafe {
         if want <= 4 {
-            poll_into::<4>(&c.cq, want, wc)
+            poll_into::<4>(|s| c.cq.poll_raw(s), want, wc)
         } else {
-            poll_into::<BATCH>(&c.cq, want, wc)
+            poll_into::<BATCH>(|s| c.cq.poll_raw(s), want, wc)
         }
     };
     done as c_int
@@ -306,5 +329,84 @@ pub(super) unsafe extern "C" fn req_notify_cq_op(cq: *mut ibv_cq, solicited_only
     match c.cq.req_notify(solicited_only != 0) {
         Ok(()) => 0,
         Err(e) => fail(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::MaybeUninit;
+
+    /// The kernel's `IB_WC_WITH_IMM | IB_WC_WITH_INVALIDATE`: the second is 4 in the kernel's
+    /// numbering and `IBV_WC_WITH_INV` (8) in the userspace one.
+    const KFLAGS: u32 = 2 | 4;
+
+    /// A ring entry as the kernel writes it: `n` in every word that identifies it, the
+    /// flags [`KFLAGS`].
+    fn raw(n: u32) -> RawWc {
+        RawWc {
+            wr_id: u64::from(n),
+            byte_len: n,
+            ex: n.to_be(),
+            qp_num: n,
+            wc_flags: KFLAGS,
+            port_num: 1,
+            ..Default::default()
+        }
+    }
+
+    /// `ibv_poll_cq` straight into an uninitialised C array: the entries asked for are
+    /// written (the poll sees zeroed, initialised slots), in steps of at most `N`, the flags
+    /// renumbered, and nothing past what was asked for is touched.
+    fn poll_into_case<const N: usize>(want: usize) {
+        // 37 completions in the "ring".
+        let mut ring = (0..37).map(raw).collect::<Vec<_>>().into_iter();
+        let mut steps = Vec::new();
+        let poll = |s: &mut [RawWc]| {
+            assert!(
+                s.iter().all(|w| *w == RawWc::default()),
+                "a slot not zeroed"
+            );
+            steps.push(s.len());
+            let mut n = 0;
+            for slot in s.iter_mut() {
+                let Some(w) = ring.next() else { break };
+                *slot = w;
+                n += 1;
+            }
+            n
+        };
+        // The caller's array, one entry longer than it says, uninitialised but the last.
+        let mut wc = vec![MaybeUninit::<ibv_wc>::uninit(); want + 1];
+        let canary = want;
+        // SAFETY: a valid ibv_wc (plain integers), written through the MaybeUninit.
+        unsafe { ptr::write_bytes(wc[canary].as_mut_ptr(), 0xa5, 1) };
+        // SAFETY: `want` writable, aligned entries that nothing else touches.
+        let got = unsafe { poll_into::<N>(poll, want, wc.as_mut_ptr().cast()) };
+        assert_eq!(got, want.min(37), "want {want}");
+        for (i, w) in wc[..got].iter().enumerate() {
+            // SAFETY: written by poll_into.
+            let w = unsafe { w.assume_init_ref() };
+            let n = i as u32;
+            assert_eq!((w.wr_id, w.byte_len, w.qp_num), (u64::from(n), n, n));
+            assert_eq!(w.imm_data, n.to_be(), "immediate data stays big-endian");
+            assert_eq!(w.wc_flags, 2 | 8, "flags in the userspace numbering");
+        }
+        // SAFETY: initialised above.
+        let c = unsafe { wc[canary].assume_init_ref() };
+        assert_eq!(c.wr_id, 0xa5a5_a5a5_a5a5_a5a5, "the entry past the array");
+        assert!(steps.iter().all(|&s| s <= N), "{steps:?}");
+    }
+
+    #[test]
+    fn poll_into_fills_the_callers_array_and_stops_at_the_end_of_the_ring() {
+        // Every step size of the few-entry path (1 to 4), several steps, the ring's end.
+        for want in [0usize, 1, 2, 3, 4, 5, 7, 16, 17, 40] {
+            poll_into_case::<4>(want);
+        }
+        // The BATCH path: steps of up to 16, zeroed with write_bytes.
+        for want in [5usize, 16, 20, 40] {
+            poll_into_case::<BATCH>(want);
+        }
     }
 }

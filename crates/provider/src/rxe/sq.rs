@@ -194,17 +194,6 @@ impl RxeSq {
                 });
             }
         }
-        match *op {
-            SendOp::AtomicCmpSwp { remote_addr, .. }
-            | SendOp::AtomicFetchAdd { remote_addr, .. } => check_atomic(len, remote_addr)?,
-            // The 8 bytes go where the SGEs would: there is room for them in every slot,
-            // whose size is a power of two (`RxeQueue`) holding the 208-byte header (`new`),
-            // so at least 256 bytes.
-            SendOp::AtomicWrite { remote_addr, .. } if remote_addr & 7 != 0 => {
-                return Err(PostFault::AtomicAlignment { remote_addr });
-            }
-            _ => {}
-        }
         if UD {
             match wr.ud {
                 None => return Err(PostFault::NoUdDest),
@@ -217,11 +206,28 @@ impl RxeSq {
                 Some(_) => {}
             }
         }
+        // The operands of the atomics and what follows the header, in one match (one jump
+        // on the operation instead of a chain of compares; atomics are RC only, so the UD
+        // check above never precedes one of their refusals).
         let (payload, len) = match *op {
-            _ if is_local => (Payload::None, 0),
-            SendOp::AtomicWrite { .. } => (Payload::AtomicWrite, 8),
+            SendOp::AtomicCmpSwp { remote_addr, .. }
+            | SendOp::AtomicFetchAdd { remote_addr, .. } => {
+                check_atomic(len, remote_addr)?;
+                // Their SGE is the local sink; INLINE was refused above (no payload).
+                (Payload::Sges, len32)
+            }
+            // The 8 bytes go where the SGEs would: there is room for them in every slot,
+            // whose size is a power of two (`RxeQueue`) holding the 208-byte header (`new`),
+            // so at least 256 bytes.
+            SendOp::AtomicWrite { remote_addr, .. } => {
+                if remote_addr & 7 != 0 {
+                    return Err(PostFault::AtomicAlignment { remote_addr });
+                }
+                (Payload::AtomicWrite, 8)
+            }
             // FLUSH carries no payload; dma.length names the range (as librxe sets it).
             SendOp::Flush { len, .. } => (Payload::None, len),
+            _ if is_local => (Payload::None, 0),
             _ if inline => (Payload::Inline, len32),
             _ => (Payload::Sges, len32),
         };

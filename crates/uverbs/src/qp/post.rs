@@ -82,14 +82,26 @@ impl Qp {
         }
         // The one check of the operations (crate::op), before any provider code: the requests
         // before the first refused one are posted, as a provider that stopped there would.
+        // One pass finds the first refused request and whether one before it is ordered
+        // (READ, atomics, binds: crate::ledger::ordered).
         let send_ops = self.send_ops;
-        let mut refused = wrs.iter().position(|w| !send_ops.contains(w.op.kind()));
+        let mut refused = None;
+        let mut ordered = false;
+        for (i, w) in wrs.iter().enumerate() {
+            if !send_ops.contains(w.op.kind()) {
+                refused = Some(i);
+                break;
+            }
+            ordered |= crate::ledger::ordered(&w.op);
+        }
         let mut sink_fault = None;
         if let Some(sinks) = self.pd.read_sinks() {
             // iWARP: a READ's sink must be registered with REMOTE_WRITE (crate::op).
             if let Some((i, f)) = sinks.check(&wrs[..refused.unwrap_or(wrs.len())]) {
                 refused = Some(i);
                 sink_fault = Some(f);
+                // Only the requests before the refused READ go out.
+                ordered = wrs[..i].iter().any(|w| crate::ledger::ordered(&w.op));
             }
         }
         let mut ok = match refused {
@@ -97,10 +109,10 @@ impl Qp {
             None => wrs,
         };
         // The ledger (crate::ledger), held across the post so that its order is the queue's:
-        // only for lists with an ordered request (READ, atomics, binds), and on siw for every
-        // list (it holds sources there and numbers every request).
-        let mut ledger = (self.ledger.sources || ok.iter().any(|w| crate::ledger::ordered(&w.op)))
-            .then(|| crate::ledger::lock(&self.ledger.send));
+        // only for lists with an ordered request, and on siw for every list (it holds sources
+        // there and numbers every request).
+        let mut ledger =
+            (self.ledger.sources || ordered).then(|| crate::ledger::lock(&self.ledger.send));
         if let (true, Some(l)) = (hold, ledger.as_mut()) {
             if let Some((i, lkey)) = l.hold(self.pd.regions(), ok) {
                 refused = Some(i);
