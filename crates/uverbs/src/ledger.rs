@@ -517,6 +517,21 @@ pub(crate) struct SendLedger<R> {
     /// request at or after the bind completed with success, or the QP is destroyed (the
     /// ledger goes). A window deallocated while its bind is still queued would let the bind
     /// reach whichever window gets its key next, in whichever region got the region's key.
+    ///
+    /// Its bound, exactly: one entry per distinct window whose latest bind on this QP is
+    /// numbered at or after `sinks_done`, that is, bound since the last successful signaled
+    /// READ, atomic or bind that was polled (or since the QP's creation): at most the binds
+    /// posted since then, and at most the windows they name. Each keeps its `Mw` (the kernel
+    /// window and the regions it was bound into). The next such success polled empties it
+    /// of every entry numbered before it, the QP's destroy of all. Sends and WRITEs release
+    /// nothing here, whatever their signal: a QP that binds distinct windows without a signal
+    /// and then only sends grows it by one per window until one of those. Releasing on any
+    /// signaled success would need the send queue's in-order completion (rxe's and mlx5's
+    /// RC queues; not EFA's SRD) and each signaled request's place in the queue: every
+    /// signaled post numbered and every signaled send completion counted from the QP's start,
+    /// the send ledger's lock on each post and a settle for each SEND's completion, where
+    /// the data path now takes neither (`Watch::settle`, `Qp::post_send_checked`). Test:
+    /// `kept_windows_are_the_distinct_windows_bound_since_the_last_ordered_success`.
     kept: Vec<Kept>,
     /// siw: the sources of sends and WRITEs are held too (`siw_tx_hdt` reads them through the
     /// memory reference `siw_check_sgl_tx` took when the request started, whatever happens to

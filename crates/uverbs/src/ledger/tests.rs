@@ -1346,3 +1346,44 @@ fn a_stale_every_count_is_read_again_under_the_lock() {
         "both receives are over: the flush before the success was counted"
     );
 }
+
+/// The bound of the kept windows (`SendLedger::kept`), exactly: one entry per distinct window
+/// bound since the last successful signaled ordered completion polled, whatever the SENDs'
+/// successes between; the next such success releases every entry before it, and what is
+/// bound after it stays.
+#[test]
+fn kept_windows_are_the_distinct_windows_bound_since_the_last_ordered_success() {
+    let l = Arc::new(QpLedger::<Fake>::new(9, None, false));
+    let send = Watch::default();
+    send.add(&l, Role::Send);
+    let flags: Vec<_> = (0..5).map(|_| Arc::new(AtomicBool::new(false))).collect();
+    let windows: Vec<Arc<dyn Send + Sync>> = flags
+        .iter()
+        .map(|f| Arc::new(Window(f.clone())) as Arc<dyn Send + Sync>)
+        .collect();
+    // 20 unsignaled binds over the 5 windows, each followed by a signaled SEND's success.
+    for i in 0..20 {
+        post_bind(&l, bind(false), windows[i % 5].clone());
+        send.settle_now([(9, true, WcOpcode::SEND.0, 0)].into_iter(), None);
+        assert_eq!(
+            lock(&l.send).holding(),
+            (i + 1).min(5),
+            "one entry per distinct window bound so far"
+        );
+    }
+    drop(windows);
+    assert!(flags.iter().all(|f| !freed(f)), "no ordered success yet");
+    // A signaled READ after them, then a bind of a new window after the READ.
+    let wrs = [read(&[], true)];
+    assert_eq!(lock(&l.send).hold(&Registry::default(), &wrs), None);
+    lock(&l.send).posted(&wrs, false);
+    let later = Arc::new(AtomicBool::new(false));
+    post_bind(&l, bind(false), Arc::new(Window(later.clone())));
+    send.settle_now([(9, true, WcOpcode::RDMA_READ.0, 0)].into_iter(), None);
+    assert!(
+        flags.iter().all(|f| freed(f)),
+        "the READ's success covers all five"
+    );
+    assert!(!freed(&later), "the bind after the READ is still kept");
+    assert_eq!(lock(&l.send).holding(), 1);
+}
