@@ -678,6 +678,12 @@ mod tests {
     use super::*;
     use crate::driver::req_notify_write;
 
+    /// A view stays `Send` with what its settles released in it (`api/`: `Send`, `!Sync`).
+    const _: () = {
+        const fn send<T: Send>() {}
+        send::<CqView<'static>>();
+    };
+
     #[test]
     #[cfg_attr(miri, ignore = "Miri cannot run raw syscalls")]
     fn req_notify_write_sends_one_16_byte_command() {
