@@ -120,8 +120,8 @@ impl Qp {
                 let went = crate::ledger::went(&r, ok.len());
                 l.posted(&ok[..went], self.sq_sig_all);
                 if let [w] = &ok[..went] {
-                    debug_assert!(matches!(w.op, crate::wr::SendOp::BindMw(_)));
                     if let Some(k) = keep.take() {
+                        debug_assert!(matches!(w.op, crate::wr::SendOp::BindMw(_)));
                         l.keep(ord, k);
                     }
                 }
