@@ -1012,41 +1012,52 @@ impl<R: Holdable> Watch<R> {
         let all = wcs.clone();
         let mut rest = wcs.map(Into::into);
         let first = rest.find(|s: &Seen| s.counts(hint));
-        let from = Polled {
-            first,
-            rest,
-            all,
-            hint,
-        };
-        match (from.first.is_some(), clear) {
-            (true, false) => self.settle_live(from, freed),
-            (false, false) => {}
-            (_, true) => self.settle_with_tombs(from, drained, freed),
+        match (first, clear) {
+            (Some(first), false) => self.settle_live(first, rest, all, hint, freed),
+            (None, false) => {}
+            (first, true) => {
+                let from = Polled {
+                    first,
+                    rest,
+                    all,
+                    hint,
+                };
+                self.settle_with_tombs(from, drained, freed);
+            }
         }
     }
 
-    /// [`settle`](Self::settle) without tombstones to clear, from the first completion that
-    /// counted under the hint on (or from the first completion when the count read under the
-    /// lock differs). A tombstone made meanwhile (the count read before the lock was stale)
-    /// sends it to [`settle_with_tombs`](Self::settle_with_tombs), which then clears nothing,
-    /// as a stale count would have.
+    /// [`settle`](Self::settle) without tombstones to clear, from `first`, the first
+    /// completion that counts under the `hint`, on through `rest`. A tombstone made meanwhile,
+    /// or a count read under the lock that differs from the hint (both stale), sends it to
+    /// [`settle_with_tombs`](Self::settle_with_tombs), which counts again with what it reads
+    /// under the lock (from the first of `all` when the count differs) and clears nothing, as
+    /// a stale count would have.
     #[inline(never)]
-    fn settle_live<I, J>(&self, from: Polled<I, J>, freed: &mut Freed<R>)
+    fn settle_live<I, J>(&self, first: Seen, rest: I, all: J, hint: bool, freed: &mut Freed<R>)
     where
         I: Iterator<Item = Seen>,
         J: Iterator,
         J::Item: Into<Seen>,
     {
         let list = lock(&self.list);
-        if !list.gone.is_empty() {
+        if !list.gone.is_empty() || (list.every != 0) != hint {
             drop(list);
+            let from = Polled {
+                first: Some(first),
+                rest,
+                all,
+                hint,
+            };
             return self.settle_with_tombs(from, None, freed);
         }
-        let every = list.every != 0;
         let mut at = 0;
-        from.each(every, |seen| {
-            settle_live_one(&list.live, &mut at, seen, freed)
-        });
+        settle_live_one(&list.live, &mut at, first, freed);
+        for seen in rest {
+            if seen.counts(hint) {
+                settle_live_one(&list.live, &mut at, seen, freed);
+            }
+        }
     }
 
     /// [`settle`](Self::settle) where tombstones stand: the completions that count (as in
