@@ -298,19 +298,13 @@ impl Cq {
     /// Moves up to `out.len()` completions into `out`; returns how many. Never blocks.
     #[inline]
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
-        // Made before the lock, so that it drops after it (also while unwinding).
-        let mut freed = Freed::default();
         let mut ops = self.lock();
         let epoch = self.watch.epoch();
         let n = ops.poll(out).min(out.len());
-        // Under the ring's lock: settles happen in the ring's order (crate::ledger::Watch).
-        self.watch.settle(
-            out[..n].iter(),
-            (n < out.len()).then_some(epoch),
-            &mut freed,
-        );
-        drop(ops);
-        drop(freed);
+        // Under the ring's lock: settles happen in the ring's order (crate::ledger::Watch);
+        // what they release is dropped after it.
+        self.watch
+            .settle_unlocking(ops, out[..n].iter(), (n < out.len()).then_some(epoch));
         n
     }
 
@@ -320,20 +314,13 @@ impl Cq {
     /// After the call `out[..n]` are the caller's copies; the ring slots are free again.
     #[inline]
     pub fn poll_raw(&self, out: &mut [RawWc]) -> usize {
-        // Made before the lock, so that it drops after it (also while unwinding).
-        let mut freed = Freed::default();
         let mut ops = self.lock();
         let epoch = self.watch.epoch();
         let n = ops.poll_raw(out).min(out.len());
-        // Under the ring's lock: settles happen in the ring's order (crate::ledger::Watch).
-        settle_raw(
-            &self.watch,
-            &out[..n],
-            (n < out.len()).then_some(epoch),
-            &mut freed,
-        );
-        drop(ops);
-        drop(freed);
+        // Under the ring's lock: settles happen in the ring's order (crate::ledger::Watch);
+        // what they release is dropped after it.
+        self.watch
+            .settle_unlocking(ops, out[..n].iter(), (n < out.len()).then_some(epoch));
         n
     }
 

@@ -971,6 +971,36 @@ impl<R: Holdable> Watch<R> {
         self.epoch.load(Ordering::Acquire)
     }
 
+    /// True when a poll that took `n` completions (`drained` as for [`settle`](Self::settle))
+    /// has nothing to settle or clear: the empty poll, the common one while waiting. Such a
+    /// poll makes no [`Freed`] and no call ([`settle_unlocking`](Self::settle_unlocking)).
+    #[inline(always)]
+    pub(crate) fn idle(&self, n: usize, drained: Option<u64>) -> bool {
+        // Relaxed: see `settle`.
+        n == 0 && (drained.is_none() || self.tombs.load(Ordering::Relaxed) == 0)
+    }
+
+    /// [`settle`](Self::settle) under the ring's lock `guard`, which it then releases, and
+    /// only then drops what the settle released ([`Freed`]; dropped after the guard also
+    /// while unwinding). An [`idle`](Self::idle) poll only releases the guard.
+    #[inline(always)]
+    pub(crate) fn settle_unlocking<G, I>(&self, guard: G, wcs: I, drained: Option<u64>)
+    where
+        I: ExactSizeIterator + Clone,
+        I::Item: Into<Seen>,
+    {
+        if self.idle(wcs.len(), drained) {
+            drop(guard);
+            return;
+        }
+        let mut freed = Freed::default();
+        // Moved into a local made after `freed`, so that it drops first when unwinding.
+        let guard = guard;
+        self.settle(wcs, drained, &mut freed);
+        drop(guard);
+        drop(freed);
+    }
+
     /// Settles the ledgers for the polled completions, in polled order. Call it under the
     /// CQ's lock (so that settles happen in the ring's order), with `drained: Some(epoch)` when
     /// the poll, which read [`epoch`](Self::epoch) before the ring, took fewer completions than

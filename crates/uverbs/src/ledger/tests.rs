@@ -1165,14 +1165,10 @@ impl Drop for Probe {
     }
 }
 
-/// A poll as `Cq::poll` makes it: the ring's lock, the settle under it, then unlocked, then
-/// what the settle released dropped.
+/// A poll as `Cq::poll` makes it: the ring's lock, and `Watch::settle_unlocking` with it.
 fn poll_like(p: &PollLocks, wcs: &[(u32, bool, u32, u64)], drained: Option<u64>) {
-    let mut freed = Freed::default();
     let ring = p.ring.lock();
-    p.watch.settle(wcs.iter().copied(), drained, &mut freed);
-    drop(ring);
-    drop(freed);
+    p.watch.settle_unlocking(ring, wcs.iter().copied(), drained);
 }
 
 /// A probe region registered in `reg`, and its two flags (dropped, dropped under a lock).
