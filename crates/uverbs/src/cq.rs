@@ -20,7 +20,7 @@ use crate::kernel::abi::obj::{
     ib_uverbs_destroy_cq_resp, ib_uverbs_resize_cq, ib_uverbs_resize_cq_resp,
 };
 use crate::kernel::write;
-use crate::ledger::Watch;
+use crate::ledger::{Freed, Watch};
 use crate::pd::region::Region;
 use crate::wc::{RawWc, WorkCompletion};
 use std::os::fd::AsRawFd;
@@ -59,8 +59,9 @@ pub struct Cq {
     cleans_on_qp_reset: bool,
     /// The ledgers of the QPs completing here: every poll settles them with what it took
     /// ([`crate::ledger`]) under the ring's lock (so a completion polled before a QP's destroy
-    /// cannot be counted for a new QP of the same number); a settle may drop what a ledger
-    /// released — a region's deregistration, a window's deallocation — under that lock.
+    /// cannot be counted for a new QP of the same number). What a settle released (a region's
+    /// deregistration, a window's deallocation, a user's `MrMemory` drop) is dropped only
+    /// after that lock is released ([`Freed`]).
     watch: Watch<Region>,
 }
 
@@ -301,10 +302,10 @@ impl Cq {
         let mut ops = self.lock();
         let epoch = self.watch.epoch();
         let n = ops.poll(out).min(out.len());
-        // Under the ring's lock: settles happen in the ring's order (crate::ledger::Watch).
+        // Under the ring's lock: settles happen in the ring's order (crate::ledger::Watch);
+        // what they release is dropped after it.
         self.watch
-            .settle(out[..n].iter(), (n < out.len()).then_some(epoch));
-        drop(ops);
+            .settle_unlocking(ops, out[..n].iter(), (n < out.len()).then_some(epoch));
         n
     }
 
@@ -317,9 +318,10 @@ impl Cq {
         let mut ops = self.lock();
         let epoch = self.watch.epoch();
         let n = ops.poll_raw(out).min(out.len());
-        // Under the ring's lock: settles happen in the ring's order (crate::ledger::Watch).
-        settle_raw(&self.watch, &out[..n], (n < out.len()).then_some(epoch));
-        drop(ops);
+        // Under the ring's lock: settles happen in the ring's order (crate::ledger::Watch);
+        // what they release is dropped after it.
+        self.watch
+            .settle_unlocking(ops, out[..n].iter(), (n < out.len()).then_some(epoch));
         n
     }
 
@@ -338,10 +340,11 @@ impl Cq {
     /// from any thread) waits for it: drop it before waiting on anything else. Leaking it
     /// (`mem::forget`) leaves the CQ locked for good (later polls wait forever) but cannot
     /// lose or repeat a completion or touch memory: each batch is published when it is
-    /// copied, never on drop.
+    /// copied, never on drop. What the view's settles released (regions, windows) is
+    /// dropped when the view is, after the lock; a leaked view never frees it.
     #[inline]
     pub fn start_poll<'a>(&'a self, slots: &'a mut [RawWc]) -> CqView<'a> {
-        let mut ops = ViewOps::Locked(self.lock(), &self.watch);
+        let mut ops = ViewOps::Locked(self.lock(), &self.watch, Freed::default());
         let len = ops.poll_raw(slots).min(slots.len());
         CqView {
             ops,
@@ -482,10 +485,15 @@ pub struct CqView<'a> {
     pos: usize,
 }
 
-/// The data path a view polls: a CQ's, under its lock (and its watch over the ledgers), or one
-/// the caller lends.
+/// The data path a view polls: a CQ's, under its lock (and its watch over the ledgers, and
+/// what its settles released, dropped after the lock: the fields drop in order), or one the
+/// caller lends.
 enum ViewOps<'a> {
-    Locked(OpsGuard<'a, Box<dyn CqOps>>, &'a Watch<Region>),
+    Locked(
+        OpsGuard<'a, Box<dyn CqOps>>,
+        &'a Watch<Region>,
+        Freed<Region>,
+    ),
     Lent(&'a mut dyn CqOps),
 }
 
@@ -493,10 +501,10 @@ impl ViewOps<'_> {
     #[inline(always)]
     fn poll_raw(&mut self, out: &mut [RawWc]) -> usize {
         match self {
-            ViewOps::Locked(g, w) => {
+            ViewOps::Locked(g, w, freed) => {
                 let epoch = w.epoch();
                 let n = g.poll_raw(out).min(out.len());
-                settle_raw(w, &out[..n], (n < out.len()).then_some(epoch));
+                settle_raw(w, &out[..n], (n < out.len()).then_some(epoch), freed);
                 n
             }
             ViewOps::Lent(o) => o.poll_raw(out),
@@ -506,8 +514,13 @@ impl ViewOps<'_> {
 
 /// Settles `watch`'s ledgers with the polled `wcs`; `drained` as for [`Watch::settle`].
 #[inline]
-fn settle_raw(watch: &Watch<Region>, wcs: &[RawWc], drained: Option<u64>) {
-    watch.settle(wcs.iter(), drained);
+fn settle_raw(
+    watch: &Watch<Region>,
+    wcs: &[RawWc],
+    drained: Option<u64>,
+    freed: &mut Freed<Region>,
+) {
+    watch.settle(wcs.iter(), drained, freed);
 }
 
 impl fmt::Debug for CqView<'_> {
@@ -652,6 +665,12 @@ impl Drop for Cq {
 mod tests {
     use super::*;
     use crate::driver::req_notify_write;
+
+    /// A view stays `Send` with what its settles released in it (`api/`: `Send`, `!Sync`).
+    const _: () = {
+        const fn send<T: Send>() {}
+        send::<CqView<'static>>();
+    };
 
     #[test]
     #[cfg_attr(miri, ignore = "Miri cannot run raw syscalls")]

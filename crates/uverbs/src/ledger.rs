@@ -170,6 +170,60 @@ struct Held<R> {
     region: Arc<R>,
 }
 
+/// What a ledger let go of under a lock, for the lock's taker to drop once every lock is
+/// released ([`Freed::default`] before the first lock is taken, so that it drops last, also
+/// while unwinding).
+///
+/// Dropping the last `Arc` of a region deregisters it (a syscall) and drops its memory (a
+/// user's [`MrMemory`](crate::mr::MrMemory), whose drop may post or poll); of a window, it
+/// deallocates it. Under the ring's or a ledger's spin lock the first would make every other
+/// poller spin through a syscall, and the second would spin forever on a lock its own thread
+/// holds. So no release point of a ledger drops anything: each moves it here.
+pub(crate) struct Freed<R>(Vec<Gone<R>>);
+
+/// One thing a ledger let go of ([`Freed`]).
+enum Gone<R> {
+    Region(#[allow(dead_code)] Arc<R>),
+    Kept(#[allow(dead_code)] Arc<dyn Send + Sync>),
+    Srq(#[allow(dead_code)] Arc<LedgerLock<RecvLedger<R>>>),
+    Qp(#[allow(dead_code)] Arc<QpLedger<R>>),
+}
+
+impl<R> Default for Freed<R> {
+    #[inline(always)]
+    fn default() -> Self {
+        Freed(Vec::new())
+    }
+}
+
+impl<R> std::fmt::Debug for Freed<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Freed").field("len", &self.0.len()).finish()
+    }
+}
+
+impl<R> Freed<R> {
+    /// Things held for their drop (tests).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// Removes from `v` the elements `keep` says no to, in place and in order, handing each to
+/// `out` (`Vec::retain` with the removed elements moved out, not dropped).
+#[inline]
+fn retain_into<T>(v: &mut Vec<T>, mut keep: impl FnMut(&T) -> bool, mut out: impl FnMut(T)) {
+    let mut n = 0;
+    for i in 0..v.len() {
+        if keep(&v[i]) {
+            v.swap(n, i);
+            n += 1;
+        }
+    }
+    v.drain(n..).for_each(&mut out);
+}
+
 /// Holds the region of `lkey` for request `seq`. `Err(())`: the region is over borrowed memory,
 /// whose release cannot wait (the borrow ends when its scope does), so it may not be written by
 /// a safe request. An `lkey` of no safe region of the PD is not held: the device refuses a key
@@ -355,37 +409,45 @@ impl<R: Holdable> RecvLedger<R> {
     }
 
     /// One receive completed: for a QP's own queue the oldest outstanding one, for an SRQ the
-    /// one posted with `wr_id`.
+    /// one posted with `wr_id`. What it lets go of goes to `freed`.
     #[inline]
-    pub(crate) fn completed(&mut self, wr_id: u64) {
+    pub(crate) fn completed(&mut self, wr_id: u64, freed: &mut Freed<R>) {
         self.done += 1;
         if self.slots.is_some() {
-            return self.slot_completed(wr_id);
+            return self.slot_completed(wr_id, freed);
         }
         // Nothing held is released before `done` passes the smallest `last` (`low`).
         if self.done > self.low {
-            self.release();
+            self.release(freed);
         }
     }
 
     /// An SRQ's receive posted with `wr_id` completed.
     #[inline(never)]
-    fn slot_completed(&mut self, wr_id: u64) {
+    fn slot_completed(&mut self, wr_id: u64, freed: &mut Freed<R>) {
         if let Some(slots) = &mut self.slots {
             if let Some(slot) = slots.get_mut(&wr_id) {
                 slot.outstanding -= 1;
                 if slot.outstanding == 0 {
-                    slots.remove(&wr_id);
+                    if let Some(slot) = slots.remove(&wr_id) {
+                        freed.0.extend(slot.regions.into_iter().map(Gone::Region));
+                    }
                 }
             }
         }
     }
 
-    /// Lets go of what no outstanding receive writes; `low` exact again.
+    /// Lets go of what no outstanding receive writes (into `freed`); `low` exact again.
     #[inline(never)]
-    fn release(&mut self) {
+    fn release(&mut self, freed: &mut Freed<R>) {
         let done = self.done;
-        self.held.retain(|h| h.last >= done);
+        retain_into(
+            &mut self.held,
+            |h| h.last >= done,
+            |h| {
+                freed.0.push(Gone::Region(h.region));
+            },
+        );
         self.low = self.held.iter().map(|h| h.last).min().unwrap_or(u64::MAX);
     }
 
@@ -455,6 +517,21 @@ pub(crate) struct SendLedger<R> {
     /// request at or after the bind completed with success, or the QP is destroyed (the
     /// ledger goes). A window deallocated while its bind is still queued would let the bind
     /// reach whichever window gets its key next, in whichever region got the region's key.
+    ///
+    /// Its bound, exactly: one entry per distinct window whose latest bind on this QP is
+    /// numbered at or after `sinks_done`, that is, bound since the last successful signaled
+    /// READ, atomic or bind that was polled (or since the QP's creation): at most the binds
+    /// posted since then, and at most the windows they name. Each keeps its `Mw` (the kernel
+    /// window and the regions it was bound into). The next such success polled empties it
+    /// of every entry numbered before it, the QP's destroy of all. Sends and WRITEs release
+    /// nothing here, whatever their signal: a QP that binds distinct windows without a signal
+    /// and then only sends grows it by one per window until one of those. Releasing on any
+    /// signaled success would need the send queue's in-order completion (rxe's and mlx5's
+    /// RC queues; not EFA's SRD) and each signaled request's place in the queue: every
+    /// signaled post numbered and every signaled send completion counted from the QP's start,
+    /// the send ledger's lock on each post and a settle for each SEND's completion, where
+    /// the data path now takes neither (`Watch::settle`, `Qp::post_send_checked`). Test:
+    /// `kept_windows_are_the_distinct_windows_bound_since_the_last_ordered_success`.
     kept: Vec<Kept>,
     /// siw: the sources of sends and WRITEs are held too (`siw_tx_hdt` reads them through the
     /// memory reference `siw_check_sgl_tx` took when the request started, whatever happens to
@@ -582,14 +659,34 @@ impl<R: Holdable> SendLedger<R> {
     /// A READ, atomic or bind completed with success: the oldest signaled one, so it and
     /// every ordered request before it are over, and on siw every request posted before it was
     /// sent (siw sends the queue in order, and a READ's request before its response can come).
-    pub(crate) fn sink_completed(&mut self) {
+    /// What it lets go of goes to `freed`.
+    pub(crate) fn sink_completed(&mut self, freed: &mut Freed<R>) {
         if let Some((o, n)) = self.signaled.pop_front() {
             self.sinks_done = self.sinks_done.max(o + 1);
             let done = self.sinks_done;
-            self.held.retain(|h| h.last >= done);
-            self.kept.retain(|k| k.last >= done);
+            let out = &mut freed.0;
+            retain_into(
+                &mut self.held,
+                |h| h.last >= done,
+                |h| {
+                    out.push(Gone::Region(h.region));
+                },
+            );
+            retain_into(
+                &mut self.kept,
+                |k| k.last >= done,
+                |k| {
+                    out.push(Gone::Kept(k.what));
+                },
+            );
             if self.sources {
-                self.src.retain(|h| h.last >= n);
+                retain_into(
+                    &mut self.src,
+                    |h| h.last >= n,
+                    |h| {
+                        out.push(Gone::Region(h.region));
+                    },
+                );
             }
         }
     }
@@ -597,9 +694,16 @@ impl<R: Holdable> SendLedger<R> {
     /// Another request completed with success (siw: the oldest signaled one that is not a
     /// READ or atomic, since siw completes those in queue order once they are handed to TCP,
     /// `siw_qp_sq_process`): every request up to it has been sent, its sources read.
-    pub(crate) fn other_completed(&mut self) {
+    /// What it lets go of goes to `freed`.
+    pub(crate) fn other_completed(&mut self, freed: &mut Freed<R>) {
         if let Some(n) = self.signaled_other.pop_front() {
-            self.src.retain(|h| h.last > n);
+            retain_into(
+                &mut self.src,
+                |h| h.last > n,
+                |h| {
+                    freed.0.push(Gone::Region(h.region));
+                },
+            );
         }
     }
 
@@ -752,8 +856,8 @@ pub(crate) struct Watch<R> {
     /// How many tombstones stand (kept under `list`'s lock): an empty poll with none settles
     /// nothing and skips the lock.
     tombs: AtomicUsize,
-    /// How many live QPs here settle something on every completion (kept under `list`'s
-    /// lock): those whose receive queue alone completes here (`Role::Recv`: every completion
+    /// How many live QPs here settle something on every completion (a copy of
+    /// `WatchList::every`, kept under `list`'s lock, read without it as a hint): those whose receive queue alone completes here (`Role::Recv`: every completion
     /// is a receive), and siw's (`sources`: every success settles the send ledger). With none
     /// and no tombstone, only a receive's completion or a successful ordered one can settle a
     /// ledger ([`Seen::may_settle`]), and a poll of other completions skips the lock.
@@ -763,6 +867,8 @@ pub(crate) struct Watch<R> {
 #[derive(Debug)]
 struct WatchList<R> {
     live: Vec<(Arc<QpLedger<R>>, Role)>,
+    /// [`Watch::every`] as a settle uses it: read under the lock, with the `live` it counts.
+    every: usize,
     /// Destroyed QPs whose completions may still be in the ring.
     gone: Vec<Tomb<R>>,
 }
@@ -786,6 +892,7 @@ impl<R> Default for Watch<R> {
         Watch {
             list: LedgerLock::new(WatchList {
                 live: Vec::new(),
+                every: 0,
                 gone: Vec::new(),
             }),
             epoch: AtomicU64::new(0),
@@ -799,32 +906,37 @@ impl<R: Holdable> Watch<R> {
     pub(crate) fn add(&self, l: &Arc<QpLedger<R>>, role: Role) {
         let mut list = lock(&self.list);
         list.live.push((l.clone(), role));
-        self.count_every(&list);
+        self.count_every(&mut list);
     }
 
-    /// Recounts [`every`](Self::every), under `list`'s lock.
-    fn count_every(&self, list: &WatchList<R>) {
+    /// Recounts [`every`](Self::every), under `list`'s lock: the count a settle uses
+    /// (`WatchList::every`), and its copy that a poll reads without the lock.
+    fn count_every(&self, list: &mut WatchList<R>) {
         let n = list
             .live
             .iter()
             .filter(|(l, r)| *r == Role::Recv || l.sources)
             .count();
+        list.every = n;
         self.every.store(n, Ordering::Relaxed);
     }
 
     /// QP `l` was destroyed: its completions still in the ring are counted for no one, but
     /// its SRQ's receives (named by `wr_id`) still settle the SRQ's ledger (see `settle`).
-    pub(crate) fn retire(&self, l: &Arc<QpLedger<R>>) {
+    /// The watch's `Arc` of its ledger goes to `freed` (the QP holds another while it is
+    /// dropped, but the last one must not drop under the lock either).
+    pub(crate) fn retire(&self, l: &Arc<QpLedger<R>>, freed: &mut Freed<R>) {
         let mut list = lock(&self.list);
         let mut role = None;
-        list.live.retain(|(x, r)| {
-            let me = Arc::ptr_eq(x, l);
-            if me {
-                role = Some(*r);
-            }
-            !me
-        });
-        self.count_every(&list);
+        retain_into(
+            &mut list.live,
+            |(x, _)| !Arc::ptr_eq(x, l),
+            |(x, r)| {
+                role = Some(r);
+                freed.0.push(Gone::Qp(x));
+            },
+        );
+        self.count_every(&mut list);
         let e = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
         let role = role.unwrap_or(Role::Send);
         let mut srq = lock(&l.recv)
@@ -859,82 +971,150 @@ impl<R: Holdable> Watch<R> {
         self.epoch.load(Ordering::Acquire)
     }
 
+    /// True when a poll that took `n` completions (`drained` as for [`settle`](Self::settle))
+    /// has nothing to settle or clear: the empty poll, the common one while waiting. Such a
+    /// poll makes no [`Freed`] and no call ([`settle_unlocking`](Self::settle_unlocking)).
+    #[inline(always)]
+    pub(crate) fn idle(&self, n: usize, drained: Option<u64>) -> bool {
+        // Relaxed: see `settle`.
+        n == 0 && (drained.is_none() || self.tombs.load(Ordering::Relaxed) == 0)
+    }
+
+    /// [`settle`](Self::settle) under the ring's lock `guard`, which it then releases, and
+    /// only then drops what the settle released ([`Freed`]; dropped after the guard also
+    /// while unwinding). An [`idle`](Self::idle) poll only releases the guard.
+    #[inline(always)]
+    pub(crate) fn settle_unlocking<G, I>(&self, guard: G, wcs: I, drained: Option<u64>)
+    where
+        I: ExactSizeIterator + Clone,
+        I::Item: Into<Seen>,
+    {
+        if self.idle(wcs.len(), drained) {
+            drop(guard);
+            return;
+        }
+        let mut freed = Freed::default();
+        // Moved into a local made after `freed`, so that it drops first when unwinding.
+        let guard = guard;
+        self.settle(wcs, drained, &mut freed);
+        drop(guard);
+        drop(freed);
+    }
+
     /// Settles the ledgers for the polled completions, in polled order. Call it under the
     /// CQ's lock (so that settles happen in the ring's order), with `drained: Some(epoch)` when
     /// the poll, which read [`epoch`](Self::epoch) before the ring, took fewer completions than
     /// it asked for (it emptied the ring). A completion the provider did not match to a posted
-    /// request ([`Seen::matched`] false) settles nothing.
+    /// request ([`Seen::matched`] false) settles nothing. What the ledgers let go of goes to
+    /// `freed`, which the caller drops once it released the CQ's lock ([`Freed`]).
     #[inline(always)]
-    pub(crate) fn settle<I>(&self, wcs: I, drained: Option<u64>)
+    pub(crate) fn settle<I>(&self, wcs: I, drained: Option<u64>, freed: &mut Freed<R>)
     where
-        I: ExactSizeIterator,
+        I: ExactSizeIterator + Clone,
         I::Item: Into<Seen>,
     {
-        // Relaxed: a stale count of tombstones only skips a clearing, which a later poll
-        // does. Both counts are written under the lock before the QP they count can post (a
-        // new one) or after its last completion's QP was destroyed (a tombstone); a
-        // completion they miss, like one of a QP not yet in `live`, is counted for no one,
-        // which only holds memory longer.
+        // The two counts, read without the lock, are only hints of whether to take it: a
+        // settle takes the lock for the first completion that counts under them, and then
+        // counts again with the counts read under the lock (`WatchList::every`, `gone`),
+        // from the first completion when they differ. Relaxed, and stale hints are safe:
+        // - `every` (a QP here settles on every completion) is raised by `add` before its QP
+        //   exists, but a completion of that QP reaches this poll through the device, not
+        //   through a Rust synchronization that orders the store before this load. A stale 0
+        //   skips the lock for completions that are no receive's and no ordered request's
+        //   success: a `Role::Recv` QP's flushed receive with a send's opcode (rxe), a siw
+        //   send's success. Counting fewer completions than happened only holds memory
+        //   longer (module docs), never shorter: its ledger counts them no sooner than a
+        //   later poll that took the lock reads the count under it.
+        // - A stale `tombs` of 0 only skips the clearing, which a later drained poll does:
+        //   a completion that counts takes the lock, and one of a tombstoned QP is then
+        //   handled as such (`settle_live` checks `gone` under the lock).
+        // - A stale nonzero count takes the lock for nothing, or counts completions that
+        //   settle nothing (`settle_one` decides by the QP's role).
         let tombs = self.tombs.load(Ordering::Relaxed);
         let clear = drained.is_some() && tombs != 0;
         // The empty poll, the common one while waiting: nothing to settle or clear, no call.
         if wcs.len() == 0 && !clear {
             return;
         }
-        let every = tombs != 0 || self.every.load(Ordering::Relaxed) != 0;
+        let hint = tombs != 0 || self.every.load(Ordering::Relaxed) != 0;
         // Nor is there anything to settle when no completion counts ([`Seen::counts`]): the
         // lock is taken from the first that does.
-        let mut wcs = wcs.map(Into::into);
-        let first = wcs.find(|s: &Seen| s.counts(every));
+        let all = wcs.clone();
+        let mut rest = wcs.map(Into::into);
+        let first = rest.find(|s: &Seen| s.counts(hint));
         match (first, clear) {
-            (Some(first), false) => self.settle_live(first, wcs, every),
+            (Some(first), false) => self.settle_live(first, rest, all, hint, freed),
             (None, false) => {}
-            (first, true) => self.settle_with_tombs(first, wcs, every, drained),
-        }
-    }
-
-    /// [`settle`](Self::settle) without tombstones to clear, from `first`, the first
-    /// completion that counts, on through `rest`. A tombstone made meanwhile (the count read
-    /// before the lock was stale) sends it to [`settle_with_tombs`](Self::settle_with_tombs),
-    /// which then clears nothing, as a stale count would have.
-    #[inline(never)]
-    fn settle_live<I>(&self, first: Seen, rest: I, every: bool)
-    where
-        I: Iterator<Item = Seen>,
-    {
-        let list = lock(&self.list);
-        if !list.gone.is_empty() {
-            drop(list);
-            return self.settle_with_tombs(Some(first), rest, every, None);
-        }
-        let mut at = 0;
-        settle_live_one(&list.live, &mut at, first);
-        for seen in rest {
-            if seen.counts(every) {
-                settle_live_one(&list.live, &mut at, seen);
+            (first, true) => {
+                let from = Polled {
+                    first,
+                    rest,
+                    all,
+                    hint,
+                };
+                self.settle_with_tombs(from, drained, freed);
             }
         }
     }
 
-    /// [`settle`](Self::settle) where tombstones stand: from `first` (when one counts) on
-    /// through `rest`, then (`drained`) clears those the poll's empty ring proved out.
-    #[cold]
+    /// [`settle`](Self::settle) without tombstones to clear, from `first`, the first
+    /// completion that counts under the `hint`, on through `rest`. A tombstone made meanwhile,
+    /// or a count read under the lock that differs from the hint (both stale), sends it to
+    /// [`settle_with_tombs`](Self::settle_with_tombs), which counts again with what it reads
+    /// under the lock (from the first of `all` when the count differs) and clears nothing, as
+    /// a stale count would have.
     #[inline(never)]
-    fn settle_with_tombs<I>(&self, first: Option<Seen>, rest: I, every: bool, drained: Option<u64>)
+    fn settle_live<I, J>(&self, first: Seen, rest: I, all: J, hint: bool, freed: &mut Freed<R>)
     where
         I: Iterator<Item = Seen>,
+        J: Iterator,
+        J::Item: Into<Seen>,
+    {
+        let list = lock(&self.list);
+        if !list.gone.is_empty() || (list.every != 0) != hint {
+            drop(list);
+            let from = Polled {
+                first: Some(first),
+                rest,
+                all,
+                hint,
+            };
+            return self.settle_with_tombs(from, None, freed);
+        }
+        let mut at = 0;
+        settle_live_one(&list.live, &mut at, first, freed);
+        for seen in rest {
+            if seen.counts(hint) {
+                settle_live_one(&list.live, &mut at, seen, freed);
+            }
+        }
+    }
+
+    /// [`settle`](Self::settle) where tombstones stand: the completions that count (as in
+    /// [`settle_live`](Self::settle_live)), then (`drained`) clears those the poll's empty
+    /// ring proved out.
+    #[cold]
+    #[inline(never)]
+    fn settle_with_tombs<I, J>(
+        &self,
+        from: Polled<I, J>,
+        drained: Option<u64>,
+        freed: &mut Freed<R>,
+    ) where
+        I: Iterator<Item = Seen>,
+        J: Iterator,
+        J::Item: Into<Seen>,
     {
         let mut list = lock(&self.list);
         if list.live.is_empty() && list.gone.is_empty() {
             return;
         }
+        let every = list.every != 0 || !list.gone.is_empty();
         let mut at = 0;
-        for seen in first.into_iter().chain(rest) {
-            if !seen.counts(every) {
-                continue;
-            }
+        let list_ = &*list;
+        from.each(every, |seen| {
             let qp_num = seen.qp_num;
-            if let Some(t) = list.gone.iter().find(|t| t.qp_num == qp_num) {
+            if let Some(t) = list_.gone.iter().find(|t| t.qp_num == qp_num) {
                 // A destroyed QP's, or its number's new QP's: counted for no one, except a
                 // receive of the destroyed QP's SRQ (`wr_id` names it in whichever QP's
                 // completion: safe when no live QP here has the number, or the one that
@@ -943,14 +1123,17 @@ impl<R: Holdable> Watch<R> {
                     let same = |(l, r): &(Arc<QpLedger<R>>, Role)| {
                         l.qp_num != qp_num || (Arc::ptr_eq(&l.recv, &srq) && *r == t.role)
                     };
-                    if list.live.iter().all(same) && is_recv(t.role, seen.opcode) {
-                        lock(&srq).completed(seen.wr_id);
+                    if list_.live.iter().all(same) && is_recv(t.role, seen.opcode) {
+                        lock(&srq).completed(seen.wr_id, freed);
                     }
+                    // Maybe the last `Arc` now (the SRQ was dropped meanwhile): its drop
+                    // releases what it holds.
+                    freed.0.push(Gone::Srq(srq));
                 }
-                continue;
+                return;
             }
-            settle_live_one(&list.live, &mut at, seen);
-        }
+            settle_live_one(&list_.live, &mut at, seen, freed);
+        });
         if let Some(e) = drained {
             // Every tombstone made before the poll read the ring: its completions are out.
             list.gone.retain(|t| t.made > e);
@@ -959,10 +1142,47 @@ impl<R: Holdable> Watch<R> {
     }
 }
 
+/// A settle's completions, read up to the first that counted under the counts read without
+/// the lock (`hint`): that one (`first`), those after it (`rest`), and all of them again
+/// (`all`), for when the counts read under the lock differ.
+struct Polled<I, J> {
+    first: Option<Seen>,
+    rest: I,
+    all: J,
+    hint: bool,
+}
+
+impl<I, J> Polled<I, J>
+where
+    I: Iterator<Item = Seen>,
+    J: Iterator,
+    J::Item: Into<Seen>,
+{
+    /// Calls `f` with each completion that counts under `every` (read under the lock), in
+    /// polled order.
+    #[inline(always)]
+    fn each(self, every: bool, mut f: impl FnMut(Seen)) {
+        if every == self.hint {
+            self.first.into_iter().for_each(&mut f);
+            self.rest.filter(|s| s.counts(every)).for_each(f);
+        } else {
+            self.all
+                .map(Into::into)
+                .filter(|s: &Seen| s.counts(every))
+                .for_each(f);
+        }
+    }
+}
+
 /// Settles `seen` for its QP in `live` (none: a QP not watched here), looking first at
 /// `live[*at]`, the last one found (a poll's completions are mostly one QP's).
 #[inline(always)]
-fn settle_live_one<R: Holdable>(live: &[(Arc<QpLedger<R>>, Role)], at: &mut usize, seen: Seen) {
+fn settle_live_one<R: Holdable>(
+    live: &[(Arc<QpLedger<R>>, Role)],
+    at: &mut usize,
+    seen: Seen,
+    freed: &mut Freed<R>,
+) {
     let qp_num = seen.qp_num;
     if !live.get(*at).is_some_and(|(l, _)| l.qp_num == qp_num) {
         match live.iter().position(|(l, _)| l.qp_num == qp_num) {
@@ -971,7 +1191,7 @@ fn settle_live_one<R: Holdable>(live: &[(Arc<QpLedger<R>>, Role)], at: &mut usiz
         }
     }
     let (l, role) = &live[*at];
-    settle_one(l, *role, seen.ok, WcOpcode(seen.opcode), seen.wr_id);
+    settle_one(l, *role, seen.ok, WcOpcode(seen.opcode), seen.wr_id, freed);
 }
 
 /// True when a completion of a QP with `role` on this CQ is one of its receives: every
@@ -1002,13 +1222,20 @@ fn is_sink(opcode: WcOpcode) -> bool {
 }
 
 #[inline(always)]
-fn settle_one<R: Holdable>(l: &QpLedger<R>, role: Role, ok: bool, opcode: WcOpcode, wr_id: u64) {
+fn settle_one<R: Holdable>(
+    l: &QpLedger<R>,
+    role: Role,
+    ok: bool,
+    opcode: WcOpcode,
+    wr_id: u64,
+    freed: &mut Freed<R>,
+) {
     let sink = is_sink(opcode);
     match role {
-        Role::Recv => lock(&l.recv).completed(wr_id),
-        Role::Send | Role::Both if ok && sink => lock(&l.send).sink_completed(),
-        Role::Both if is_recv(role, opcode.0) => lock(&l.recv).completed(wr_id),
-        Role::Send | Role::Both if ok && l.sources => lock(&l.send).other_completed(),
+        Role::Recv => lock(&l.recv).completed(wr_id, freed),
+        Role::Send | Role::Both if ok && sink => lock(&l.send).sink_completed(freed),
+        Role::Both if is_recv(role, opcode.0) => lock(&l.recv).completed(wr_id, freed),
+        Role::Send | Role::Both if ok && l.sources => lock(&l.send).other_completed(freed),
         _ => {}
     }
 }

@@ -26,7 +26,7 @@ use crate::kernel::abi::obj::{
     ib_uverbs_query_qp, ib_uverbs_query_qp_resp, IB_UVERBS_QP_CREATE_SQ_SIG_ALL,
 };
 use crate::kernel::write;
-use crate::ledger::{Fence, QpLedger, Role, Ticket};
+use crate::ledger::{Fence, Freed, QpLedger, Role, Ticket};
 use crate::mr::AccessFlags;
 use crate::op::{DeviceCapsEx, OpSet};
 use crate::pd::region::{Deferred, Region};
@@ -837,6 +837,9 @@ impl Drop for Qp {
             // Destroyed: the device places nothing more for this QP, so what its requests may
             // have written can be given back (the ledger goes with the last of its `Arc`s).
             Ok(_) => {
+                // What the cleans and the retires let go of, dropped after the CQs' and the
+                // QP table's locks (crate::ledger::Freed).
+                let freed = std::cell::RefCell::new(Freed::default());
                 // The provider drops its completions still in the CQs where the library
                 // does (mlx5, as libmlx5 `mlx5_destroy_qp`): receive CQ first. A dropped
                 // receive of the SRQ is over (the device wrote its completion), so the SRQ
@@ -844,29 +847,49 @@ impl Drop for Qp {
                 // it is being dropped, no one else holds it.
                 let ops: &dyn QpOps = &**self.ops.get_mut();
                 let srq = self.srq.is_some().then(|| self.ledger.recv.clone());
-                let mut srq_done = |wr_id: u64| {
+                let srq_done = |wr_id: u64| {
                     if let Some(l) = &srq {
-                        crate::ledger::lock(l).completed(wr_id);
+                        crate::ledger::lock(l).completed(wr_id, &mut freed.borrow_mut());
                     }
                 };
-                self.recv_cq
-                    .qp_destroyed(ops, self.qp_num, true, &mut srq_done);
-                if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
-                    self.send_cq
-                        .qp_destroyed(ops, self.qp_num, false, &mut srq_done);
-                }
-                // Its completions still in the CQs count for no one, nor for a new QP that
-                // gets its number, until they are out (crate::ledger::Watch).
-                self.send_cq.watch().retire(&self.ledger);
-                if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
-                    self.recv_cq.watch().retire(&self.ledger);
-                }
-                drop(table);
-                // siw placed nothing more for it: memory of remote regions deregistered while
-                // it lived is freed once no older QP of the PD is left (crate::ledger::Fence).
-                if let (Some(f), Some(n)) = (self.pd.fence(), self.fence_seq) {
-                    drop(f.qp_destroyed(n));
-                }
+                let (qp_num, two) = (self.qp_num, !Arc::ptr_eq(&self.send_cq, &self.recv_cq));
+                let (send_cq, recv_cq, ledger) = (&self.send_cq, &self.recv_cq, &self.ledger);
+                let mut table = table;
+                let fence = self.pd.fence().zip(self.fence_seq);
+                // Each step runs, also when one before it panicked (a provider's clean): a
+                // skipped tombstone would let a new QP with this number be settled by this
+                // QP's completions, a skipped fence step would keep the PD's deregistered
+                // remote memory until the PD goes.
+                each_step(&mut [
+                    &mut || {
+                        let mut done = srq_done;
+                        recv_cq.qp_destroyed(ops, qp_num, true, &mut done);
+                    },
+                    &mut || {
+                        let mut done = srq_done;
+                        if two {
+                            send_cq.qp_destroyed(ops, qp_num, false, &mut done);
+                        }
+                    },
+                    // Its completions still in the CQs count for no one, nor for a new QP
+                    // that gets its number, until they are out (crate::ledger::Watch).
+                    &mut || send_cq.watch().retire(ledger, &mut freed.borrow_mut()),
+                    &mut || {
+                        if two {
+                            recv_cq.watch().retire(ledger, &mut freed.borrow_mut());
+                        }
+                    },
+                    &mut || drop(table.take()),
+                    // siw placed nothing more for it: memory of remote regions deregistered
+                    // while it lived is freed once no older QP of the PD is left
+                    // (crate::ledger::Fence).
+                    &mut || {
+                        if let Some((f, n)) = fence {
+                            drop(f.qp_destroyed(n));
+                        }
+                    },
+                ]);
+                drop(freed);
             }
             Err(e) => {
                 tracing::error!("{e}; the memory its requests may still write stays allocated");
@@ -875,6 +898,22 @@ impl Drop for Qp {
         }
         // Then the fields drop in declaration order: the rings unmap (`ops`, first), then
         // the PD, CQs and SRQ are released (the `Arc`s after it).
+    }
+}
+
+/// Runs each of `steps` in order, each also when one before it panicked, then resumes the
+/// first panic: `Qp::drop`'s teardown, where a panic in one step (a provider's CQ clean) must
+/// not skip the others (the other CQ's clean, the tombstones, the QP table's unlock, the
+/// fence). A panic while the thread is already unwinding aborts, as in any drop.
+fn each_step(steps: &mut [&mut dyn FnMut()]) {
+    let mut first = None;
+    for step in steps.iter_mut() {
+        if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut **step)) {
+            first.get_or_insert(p);
+        }
+    }
+    if let Some(p) = first {
+        std::panic::resume_unwind(p);
     }
 }
 
@@ -892,6 +931,34 @@ fn queried_state(cached: QpState, reported: QpState) -> QpState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Review of issue 31: `Qp::drop`'s teardown runs every step when one panics (a
+    /// provider's CQ clean), in order, and then passes the first panic on.
+    #[test]
+    fn a_panicking_teardown_step_does_not_skip_the_others() {
+        let ran = std::cell::RefCell::new(Vec::new());
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            each_step(&mut [
+                &mut || {
+                    ran.borrow_mut().push(1);
+                    panic!("the receive CQ's clean");
+                },
+                &mut || ran.borrow_mut().push(2),
+                &mut || {
+                    ran.borrow_mut().push(3);
+                    panic!("a second");
+                },
+                &mut || ran.borrow_mut().push(4),
+            ]);
+        }));
+        assert_eq!(*ran.borrow(), [1, 2, 3, 4], "every step ran, in order");
+        let p = r.expect_err("the panic is passed on");
+        assert_eq!(p.downcast_ref::<&str>(), Some(&"the receive CQ's clean"));
+        // No panic: each step once, nothing raised.
+        let n = std::cell::Cell::new(0);
+        each_step(&mut [&mut || n.set(n.get() + 1), &mut || n.set(n.get() + 1)]);
+        assert_eq!(n.get(), 2);
+    }
 
     #[test]
     fn mask_follows_fields() {

@@ -66,6 +66,12 @@ impl<T> SpinLock<T> {
         }
     }
 
+    /// True while a guard of this lock lives (tests: what runs under which lock).
+    #[cfg(test)]
+    pub(crate) fn is_locked(&self) -> bool {
+        self.locked.load(Ordering::SeqCst)
+    }
+
     /// The value, through exclusive access to the lock (no locking needed).
     pub fn get_mut(&mut self) -> &mut T {
         self.value.get_mut()

@@ -3,6 +3,18 @@
 use super::*;
 use crate::wr::{SendOp, Sge};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+impl<R: Holdable> Watch<R> {
+    /// [`settle`](Self::settle), dropping what it released at once.
+    fn settle_now<I>(&self, wcs: I, drained: Option<u64>)
+    where
+        I: ExactSizeIterator + Clone,
+        I::Item: Into<Seen>,
+    {
+        self.settle(wcs, drained, &mut Freed::default());
+    }
+}
 
 /// A region that records its drop (the moment rverbs would deregister and free it).
 #[derive(Debug)]
@@ -88,10 +100,10 @@ fn a_dropped_receive_buffer_lives_until_its_completion() {
         !freed(&fa) && !freed(&fb),
         "held while both receives are posted"
     );
-    rq.completed(0);
+    rq.completed(0, &mut Freed::default());
     assert!(freed(&fa), "the first completion is the first receive's");
     assert!(!freed(&fb), "the second receive is still outstanding");
-    rq.completed(0);
+    rq.completed(0, &mut Freed::default());
     assert!(freed(&fb));
     assert_eq!(rq.holding(), 0);
 }
@@ -108,10 +120,10 @@ fn one_region_for_many_receives_is_held_once_until_the_last() {
     }
     assert_eq!(rq.holding(), 1);
     drop(a);
-    rq.completed(0);
-    rq.completed(0);
+    rq.completed(0, &mut Freed::default());
+    rq.completed(0, &mut Freed::default());
     assert!(!freed(&fa), "the third receive may still write it");
-    rq.completed(0);
+    rq.completed(0, &mut Freed::default());
     assert!(freed(&fa));
 }
 
@@ -137,14 +149,14 @@ fn regions_named_in_runs_are_held_up_to_their_last_receive() {
     rq.posted(&raw(1));
     assert_eq!(rq.holding(), 2);
     drop((a, b));
-    rq.completed(0);
-    rq.completed(0);
+    rq.completed(0, &mut Freed::default());
+    rq.completed(0, &mut Freed::default());
     assert!(!freed(&fa) && !freed(&fb));
-    rq.completed(0);
+    rq.completed(0, &mut Freed::default());
     assert!(freed(&fb), "B's last receive was the third");
-    rq.completed(0);
+    rq.completed(0, &mut Freed::default());
     assert!(!freed(&fa), "A's last receive is the fifth");
-    rq.completed(0);
+    rq.completed(0, &mut Freed::default());
     assert!(freed(&fa));
     assert_eq!(rq.holding(), 0);
 }
@@ -183,9 +195,9 @@ fn raw_receives_keep_the_count_right() {
     assert_eq!(rq.hold(&reg, &[RecvWr::new(0, &s[..])]), None);
     rq.posted(&raw(1));
     drop(a);
-    rq.completed(0);
+    rq.completed(0, &mut Freed::default());
     assert!(!freed(&fa));
-    rq.completed(0);
+    rq.completed(0, &mut Freed::default());
     assert!(freed(&fa));
 }
 
@@ -201,10 +213,10 @@ fn a_refused_tail_is_held_until_later_completions_only() {
     assert_eq!(rq.hold(&reg, &wrs), None);
     rq.posted(&raw(1)); // the provider took only the first
     drop(a);
-    rq.completed(0);
+    rq.completed(0, &mut Freed::default());
     assert!(!freed(&fa));
     rq.posted(&raw(1));
-    rq.completed(0);
+    rq.completed(0, &mut Freed::default());
     assert!(freed(&fa));
 }
 
@@ -223,10 +235,10 @@ fn srq_receives_are_released_by_their_own_completion() {
     srq.posted(&wb);
     drop((a, b));
     // Another QP took the second receive first: its completion names it.
-    srq.completed(11);
+    srq.completed(11, &mut Freed::default());
     assert!(freed(&fb), "the receive of wr_id 11 is over");
     assert!(!freed(&fa), "the receive of wr_id 10 may still be written");
-    srq.completed(10);
+    srq.completed(10, &mut Freed::default());
     assert!(freed(&fa));
     assert_eq!(srq.holding(), 0);
 }
@@ -247,7 +259,7 @@ fn a_long_lived_srq_does_not_grow() {
         live.push_back((u64::from(i), f));
         if live.len() > 4 {
             let (id, f) = live.pop_front().unwrap();
-            srq.completed(id);
+            srq.completed(id, &mut Freed::default());
             assert!(freed(&f), "receive {id} completed but its buffer is held");
         }
         assert!(srq.holding() <= 5, "{} regions held", srq.holding());
@@ -267,9 +279,9 @@ fn an_srq_wr_id_posted_twice_waits_for_both() {
     assert_eq!(srq.hold(&reg, &w), None);
     srq.posted(&w);
     drop(a);
-    srq.completed(7);
+    srq.completed(7, &mut Freed::default());
     assert!(!freed(&fa));
-    srq.completed(7);
+    srq.completed(7, &mut Freed::default());
     assert!(freed(&fa));
 }
 
@@ -286,7 +298,7 @@ fn an_srq_receive_that_did_not_go_to_the_queue_holds_nothing() {
     drop((a, b));
     assert!(freed(&fb), "never posted, so never written");
     assert!(!freed(&fa));
-    srq.completed(1);
+    srq.completed(1, &mut Freed::default());
     assert!(freed(&fa));
 }
 
@@ -302,7 +314,7 @@ fn an_unsignaled_read_is_released_by_the_next_signaled_one() {
     sq.posted(&wrs, false);
     drop((a, b));
     assert!(!freed(&fa) && !freed(&fb));
-    sq.sink_completed();
+    sq.sink_completed(&mut Freed::default());
     assert!(freed(&fa) && freed(&fb));
 }
 
@@ -317,10 +329,10 @@ fn a_signaled_read_releases_only_what_came_before_it() {
     assert_eq!(sq.hold(&reg, &wrs), None);
     sq.posted(&wrs, false);
     drop((a, b));
-    sq.sink_completed();
+    sq.sink_completed(&mut Freed::default());
     assert!(freed(&fa));
     assert!(!freed(&fb), "the second READ is still outstanding");
-    sq.sink_completed();
+    sq.sink_completed(&mut Freed::default());
     assert!(freed(&fb));
     assert_eq!(sq.holding(), 0);
 }
@@ -338,9 +350,9 @@ fn an_unsignaled_read_alone_waits_for_the_qp() {
     let watch = Watch::default();
     watch.add(&l, Role::Both);
     // A SEND's completion says nothing about the READ before it (siw completes it first).
-    watch.settle([(9, true, WcOpcode::SEND.0, 0)].into_iter(), None);
+    watch.settle_now([(9, true, WcOpcode::SEND.0, 0)].into_iter(), None);
     assert!(!freed(&fa));
-    watch.retire(&l);
+    watch.retire(&l, &mut Freed::default());
     drop(l); // the QP destroyed
     assert!(freed(&fa));
 }
@@ -355,7 +367,7 @@ fn sq_sig_all_signals_every_read() {
     assert_eq!(sq.hold(&reg, &wrs), None);
     sq.posted(&wrs, true);
     drop(a);
-    sq.sink_completed();
+    sq.sink_completed(&mut Freed::default());
     assert!(freed(&fa));
 }
 
@@ -373,7 +385,7 @@ fn a_cq_counts_what_it_can_classify() {
     // On a CQ shared by both queues an error completion without a receive's opcode cannot be
     // told apart (rxe leaves a flushed receive's opcode 0, an unknown send's 0xff), nor can
     // another QP's or a send's success.
-    both.settle(
+    both.settle_now(
         [
             (3, false, 0xff, 0),
             (3, false, 0, 0),
@@ -385,7 +397,7 @@ fn a_cq_counts_what_it_can_classify() {
         None,
     );
     assert!(!freed(&fa));
-    both.settle(
+    both.settle_now(
         [(3, true, WcOpcode::RECV_RDMA_WITH_IMM.0, 0)].into_iter(),
         None,
     );
@@ -400,7 +412,7 @@ fn a_cq_counts_what_it_can_classify() {
     drop(b);
     let recv = Watch::default();
     recv.add(&l, Role::Recv);
-    recv.settle([(3, false, 0, 0)].into_iter(), None);
+    recv.settle_now([(3, false, 0, 0)].into_iter(), None);
     assert!(freed(&fb));
 }
 
@@ -416,7 +428,7 @@ fn a_send_cq_releases_reads_on_their_success_only() {
     drop(a);
     let send = Watch::default();
     send.add(&l, Role::Send);
-    send.settle(
+    send.settle_now(
         [
             (3, false, WcOpcode::RDMA_READ.0, 0),
             (3, true, WcOpcode::SEND.0, 0),
@@ -428,7 +440,7 @@ fn a_send_cq_releases_reads_on_their_success_only() {
         !freed(&fa),
         "a flush's opcode is not to be trusted, a SEND's says nothing"
     );
-    send.settle([(3, true, WcOpcode::FETCH_ADD.0, 0)].into_iter(), None);
+    send.settle_now([(3, true, WcOpcode::FETCH_ADD.0, 0)].into_iter(), None);
     assert!(freed(&fa));
 }
 
@@ -457,21 +469,21 @@ fn a_destroyed_qps_completions_do_not_count_for_its_number_reused() {
     let (a, _) = qp_with_held_receive(&reg, 7, 1);
     watch.add(&a, Role::Both);
     // QP A's receive completed (in the ring, not polled); A is destroyed.
-    watch.retire(&a);
+    watch.retire(&a, &mut Freed::default());
     drop(a);
     let (b, fb) = qp_with_held_receive(&reg, 7, 2);
     watch.add(&b, Role::Both);
     // The poll finds A's completion first (and more behind it: not drained).
     let e = watch.epoch();
-    watch.settle([(7, true, WcOpcode::RECV.0, 0)].into_iter(), None);
+    watch.settle_now([(7, true, WcOpcode::RECV.0, 0)].into_iter(), None);
     assert!(
         !freed(&fb),
         "QP B's receive is still posted: its region was freed by QP A's completion"
     );
     // A poll that started after A was retired and found the ring empty took the last of A's
     // completions: B's own count from then on.
-    watch.settle(std::iter::empty::<Seen>(), Some(e));
-    watch.settle(
+    watch.settle_now(std::iter::empty::<Seen>(), Some(e));
+    watch.settle_now(
         [(7, true, WcOpcode::RECV.0, 0)].into_iter(),
         Some(watch.epoch()),
     );
@@ -486,13 +498,13 @@ fn a_drained_poll_that_began_before_a_destroy_keeps_its_tombstone() {
     watch.add(&a, Role::Recv);
     // A poll reads the ring (epoch taken) before A's destroy, which may still add flushes.
     let e = watch.epoch();
-    watch.retire(&a);
+    watch.retire(&a, &mut Freed::default());
     drop(a);
-    watch.settle(std::iter::empty::<Seen>(), Some(e));
+    watch.settle_now(std::iter::empty::<Seen>(), Some(e));
     let (b, fb) = qp_with_held_receive(&reg, 7, 2);
     watch.add(&b, Role::Recv);
     // A's flush, written during its destroy after that poll's read.
-    watch.settle([(7, false, 0, 0)].into_iter(), None);
+    watch.settle_now([(7, false, 0, 0)].into_iter(), None);
     assert!(!freed(&fb));
     drop(b);
 }
@@ -657,13 +669,13 @@ fn siw_sources_wait_for_a_completion_at_or_after_them() {
         !freed(&fa) && !freed(&fb) && !freed(&fc),
         "siw may still read them"
     );
-    sq.other_completed();
+    sq.other_completed(&mut Freed::default());
     assert!(
         freed(&fa) && freed(&fb),
         "the second request's completion: both went out"
     );
     assert!(!freed(&fc), "the third may still be read");
-    sq.other_completed();
+    sq.other_completed(&mut Freed::default());
     assert!(freed(&fc));
     assert_eq!(sq.holding(), 0);
 }
@@ -686,14 +698,14 @@ fn siw_a_reads_completion_releases_the_sources_before_it_only() {
     drop((a, s, b));
     // siw completes the later SEND first (handed to TCP) or the READ first (its response):
     // here the READ's completion comes first.
-    sq.sink_completed();
+    sq.sink_completed(&mut Freed::default());
     assert!(
         freed(&fa),
         "the SEND before the READ went out before the READ's request"
     );
     assert!(freed(&fs));
     assert!(!freed(&fb), "the SEND after the READ may still be read");
-    sq.other_completed();
+    sq.other_completed(&mut Freed::default());
     assert!(freed(&fb));
 }
 
@@ -741,7 +753,7 @@ fn a_cq_releases_siw_sources_on_a_sends_success_only() {
     drop(a);
     let watch = Watch::default();
     watch.add(&l, Role::Both);
-    watch.settle(
+    watch.settle_now(
         [
             (3, false, WcOpcode::SEND.0, 0),
             (3, true, WcOpcode::RECV.0, 0),
@@ -753,7 +765,7 @@ fn a_cq_releases_siw_sources_on_a_sends_success_only() {
         !freed(&fa),
         "a flush, a receive: the SEND may still be read"
     );
-    watch.settle([(3, true, WcOpcode::SEND.0, 0)].into_iter(), None);
+    watch.settle_now([(3, true, WcOpcode::SEND.0, 0)].into_iter(), None);
     assert!(freed(&fa));
 }
 
@@ -793,8 +805,8 @@ fn made_up_completions_settle_no_ledger() {
     let (l, fa) = qp_with_held_receive(&reg, 3, 1);
     let w = Watch::default();
     w.add(&l, Role::Recv);
-    w.settle([made_up].iter(), None);
-    w.settle([RawWc::from_work_completion(&made_up)].iter(), None);
+    w.settle_now([made_up].iter(), None);
+    w.settle_now([RawWc::from_work_completion(&made_up)].iter(), None);
     assert!(
         !freed(&fa),
         "a made-up completion released a posted receive's buffer"
@@ -803,7 +815,7 @@ fn made_up_completions_settle_no_ledger() {
         unmatched: false,
         ..made_up
     };
-    w.settle([real].iter(), None);
+    w.settle_now([real].iter(), None);
     assert!(
         freed(&fa),
         "the device's own error completion is the receive's"
@@ -818,13 +830,13 @@ fn made_up_completions_settle_no_ledger() {
         opcode: WcOpcode::RECV,
         ..made_up
     };
-    w.settle([recv].iter(), None);
-    w.settle([RawWc::from_work_completion(&recv)].iter(), None);
+    w.settle_now([recv].iter(), None);
+    w.settle_now([RawWc::from_work_completion(&recv)].iter(), None);
     assert!(
         !freed(&fb),
         "a made-up completion released SRQ wr_id 0's buffer"
     );
-    w.settle(
+    w.settle_now(
         [WorkCompletion {
             unmatched: false,
             ..recv
@@ -846,9 +858,9 @@ fn an_srq_receive_of_a_destroyed_qp_or_a_shared_cqs_error_still_settles() {
     let (a, fa) = srq_with_held_receive(&reg, &srq, 7, 5, 1);
     let watch = Watch::default();
     watch.add(&a, Role::Recv);
-    watch.retire(&a);
+    watch.retire(&a, &mut Freed::default());
     drop(a);
-    watch.settle([(7, false, WcOpcode::RECV.0, 5)].into_iter(), None);
+    watch.settle_now([(7, false, WcOpcode::RECV.0, 5)].into_iter(), None);
     assert!(
         freed(&fa),
         "the destroyed QP's completion of SRQ wr_id 5 was counted for no one"
@@ -858,7 +870,7 @@ fn an_srq_receive_of_a_destroyed_qp_or_a_shared_cqs_error_still_settles() {
     let (b, fb) = srq_with_held_receive(&reg, &srq, 8, 5, 2);
     let shared = Watch::default();
     shared.add(&b, Role::Both);
-    shared.settle([(8, false, WcOpcode::RECV.0, 5)].into_iter(), None);
+    shared.settle_now([(8, false, WcOpcode::RECV.0, 5)].into_iter(), None);
     assert!(
         freed(&fb),
         "a receive's error on a shared CQ pinned wr_id 5"
@@ -871,7 +883,7 @@ fn an_srq_receive_of_a_destroyed_qp_or_a_shared_cqs_error_still_settles() {
         assert_eq!(lock(&srq).hold(&reg, &w), None);
         lock(&srq).posted(&w);
         drop(r);
-        shared.settle([(8, true, WcOpcode::RECV.0, 5)].into_iter(), None);
+        shared.settle_now([(8, true, WcOpcode::RECV.0, 5)].into_iter(), None);
         assert!(freed(&f), "round {i}: wr_id 5's buffer is held");
     }
     assert_eq!(lock(&srq).holding(), 0);
@@ -886,22 +898,22 @@ fn a_tombstone_does_not_settle_its_srq_for_a_new_qp_of_another() {
     let (a, fa) = srq_with_held_receive(&reg, &old, 7, 5, 1);
     let watch = Watch::default();
     watch.add(&a, Role::Recv);
-    watch.retire(&a);
+    watch.retire(&a, &mut Freed::default());
     drop(a);
     let new = Arc::new(LedgerLock::new(RecvLedger::shared()));
     let (b, fb) = srq_with_held_receive(&reg, &new, 7, 5, 2);
     watch.add(&b, Role::Recv);
     // Whose is it? The old QP's (its SRQ's wr_id 5) or the new one's: not known, not counted.
-    watch.settle([(7, true, WcOpcode::RECV.0, 5)].into_iter(), None);
+    watch.settle_now([(7, true, WcOpcode::RECV.0, 5)].into_iter(), None);
     assert!(!freed(&fa) && !freed(&fb));
     // The new QP on the same SRQ: either way it is that SRQ's wr_id 5.
     let (c, fc) = srq_with_held_receive(&reg, &old, 9, 6, 3);
     watch.add(&c, Role::Recv);
-    watch.retire(&c);
+    watch.retire(&c, &mut Freed::default());
     drop(c);
     let (d, _fd) = srq_with_held_receive(&reg, &old, 9, 6, 4);
     watch.add(&d, Role::Recv);
-    watch.settle([(9, true, WcOpcode::RECV.0, 6)].into_iter(), None);
+    watch.settle_now([(9, true, WcOpcode::RECV.0, 6)].into_iter(), None);
     assert_eq!(
         lock(&old).holding(),
         3,
@@ -928,17 +940,17 @@ fn a_reused_numbers_second_tombstone_does_not_settle_its_srq_for_the_first_qp() 
         };
         let watch = Watch::default();
         watch.add(&a, Role::Recv);
-        watch.retire(&a);
+        watch.retire(&a, &mut Freed::default());
         drop(a);
         // Number 7 again, on SRQ `new`, wr_id 5 posted there; destroyed before any poll.
         let new = Arc::new(LedgerLock::new(RecvLedger::shared()));
         let (b, fb) = srq_with_held_receive(&reg, &new, 7, 5, 2);
         watch.add(&b, Role::Recv);
-        watch.retire(&b);
+        watch.retire(&b, &mut Freed::default());
         drop(b);
         // The first QP's receive completion (wr_id 5 of `old`, or of its own queue; a queue
         // of its own posts wr_ids as the user chose, 5 here too).
-        watch.settle([(7, true, WcOpcode::RECV.0, 5)].into_iter(), None);
+        watch.settle_now([(7, true, WcOpcode::RECV.0, 5)].into_iter(), None);
         assert!(
             !freed(&fb),
             "first on SRQ: {first_on_srq}: SRQ `new`'s wr_id 5 was released by a completion \
@@ -1016,7 +1028,7 @@ fn a_posted_bind_keeps_its_window_until_its_completion() {
     let gone = Arc::new(AtomicBool::new(false));
     post_bind(&l, bind(true), Arc::new(Window(gone.clone())));
     assert!(!freed(&gone), "held while the bind is posted");
-    send.settle(
+    send.settle_now(
         [
             (5, true, WcOpcode::RDMA_READ.0, 0),
             (5, true, WcOpcode::SEND.0, 0),
@@ -1030,7 +1042,7 @@ fn a_posted_bind_keeps_its_window_until_its_completion() {
         !freed(&gone),
         "an earlier READ, a SEND, a flush: the bind may still execute"
     );
-    send.settle([(5, true, WcOpcode::BIND_MW.0, 0)].into_iter(), None);
+    send.settle_now([(5, true, WcOpcode::BIND_MW.0, 0)].into_iter(), None);
     assert!(freed(&gone), "the bind's own success lets go of its window");
     assert_eq!(lock(&l.send).holding(), 0);
 }
@@ -1051,14 +1063,14 @@ fn an_unsignaled_bind_waits_for_the_next_signaled_one_or_the_destroy() {
     post_bind(&l, bind(true), Arc::new(Window(g2.clone())));
     let g3 = Arc::new(AtomicBool::new(false));
     post_bind(&l, bind(true), Arc::new(Window(g3.clone())));
-    send.settle([(6, true, WcOpcode::BIND_MW.0, 0)].into_iter(), None);
+    send.settle_now([(6, true, WcOpcode::BIND_MW.0, 0)].into_iter(), None);
     assert!(
         freed(&g1) && freed(&g2),
         "the first signaled bind covers the one before it"
     );
     assert!(!freed(&g3), "the third is still queued");
     // Never completed: the QP's destroy (the watch retires it, the QP drops its ledger).
-    send.retire(&l);
+    send.retire(&l, &mut Freed::default());
     drop(l);
     assert!(freed(&g3), "the destroy lets go of what is still posted");
 }
@@ -1075,7 +1087,7 @@ fn rebinding_one_window_keeps_one_entry_until_the_last_bind_is_over() {
     let window: Arc<dyn Send + Sync> = Arc::new(Window(gone.clone()));
     for _ in 0..1000 {
         post_bind(&l, bind(false), window.clone());
-        send.settle([(8, true, WcOpcode::SEND.0, 0)].into_iter(), None);
+        send.settle_now([(8, true, WcOpcode::SEND.0, 0)].into_iter(), None);
     }
     assert_eq!(lock(&l.send).holding(), 1, "one entry for one window");
     assert_eq!(
@@ -1090,10 +1102,284 @@ fn rebinding_one_window_keeps_one_entry_until_the_last_bind_is_over() {
     post_bind(&l, bind(true), window.clone());
     drop(window);
     assert!(!freed(&gone), "the last bind of it is still queued");
-    send.settle([(8, true, WcOpcode::BIND_MW.0, 0)].into_iter(), None);
+    send.settle_now([(8, true, WcOpcode::BIND_MW.0, 0)].into_iter(), None);
     assert!(
         freed(&gone) && freed(&other),
         "a signaled bind after both lets go of both"
     );
     assert_eq!(lock(&l.send).holding(), 0);
+}
+
+/// The locks a poll holds while it settles: the CQ ring's (`Cq::poll` takes it first), the
+/// watch's, and the QP's two ledgers'.
+struct PollLocks {
+    ring: LedgerLock<()>,
+    watch: Watch<Probe>,
+    qp: OnceLock<Arc<QpLedger<Probe>>>,
+}
+
+impl PollLocks {
+    /// True while any of them is held.
+    fn any_held(&self) -> bool {
+        self.ring.is_locked()
+            || self.watch.list.is_locked()
+            || self
+                .qp
+                .get()
+                .is_some_and(|l| l.send.is_locked() || l.recv.is_locked())
+    }
+}
+
+/// A region (or a window) whose drop, the deregistration syscall or a user's
+/// `MrMemory::drop`, which may post or poll and so take these very locks, records whether a
+/// lock of the poll path was held then.
+#[derive(Debug)]
+struct Probe {
+    lkey: u32,
+    locks: Weak<PollLocks>,
+    dropped: Arc<AtomicBool>,
+    under_lock: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for PollLocks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PollLocks")
+    }
+}
+
+impl Holdable for Probe {
+    fn lkey(&self) -> u32 {
+        self.lkey
+    }
+    fn deferrable(&self) -> bool {
+        true
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        if self.locks.upgrade().is_some_and(|l| l.any_held()) {
+            self.under_lock.store(true, Ordering::SeqCst);
+        }
+        self.dropped.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A poll as `Cq::poll` makes it: the ring's lock, and `Watch::settle_unlocking` with it.
+fn poll_like(p: &PollLocks, wcs: &[(u32, bool, u32, u64)], drained: Option<u64>) {
+    let ring = p.ring.lock();
+    p.watch.settle_unlocking(ring, wcs.iter().copied(), drained);
+}
+
+/// A probe region registered in `reg`, and its two flags (dropped, dropped under a lock).
+fn probe(
+    p: &Arc<PollLocks>,
+    reg: &Registry<Probe>,
+    lkey: u32,
+) -> (Arc<Probe>, Arc<AtomicBool>, Arc<AtomicBool>) {
+    let (dropped, under) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let r = Arc::new(Probe {
+        lkey,
+        locks: Arc::downgrade(p),
+        dropped: dropped.clone(),
+        under_lock: under.clone(),
+    });
+    reg.insert(&r);
+    (r, dropped, under)
+}
+
+/// Review of issue 31: what a settle releases (a region's deregistration, a window's
+/// deallocation, a user's `MrMemory` drop, which may post or poll) is dropped after the poll
+/// let go of the ring's, the watch's and the ledgers' spin locks: never under them, where a
+/// drop that takes one of them would spin forever and a syscall would stall every poller.
+/// Each release point of a settle: a receive, a READ's sink, a bind's window, siw's source.
+#[test]
+fn what_a_settle_releases_is_dropped_after_the_locks() {
+    for (role, sources) in [(Role::Recv, false), (Role::Send, false), (Role::Send, true)] {
+        let p = Arc::new(PollLocks {
+            ring: LedgerLock::new(()),
+            watch: Watch::default(),
+            qp: OnceLock::new(),
+        });
+        let reg = Registry::default();
+        let l = Arc::new(QpLedger::<Probe>::new(4, None, sources));
+        p.qp.set(l.clone()).unwrap();
+        p.watch.add(&l, role);
+        let (r, dropped, under) = probe(&p, &reg, 1);
+        let s = [sge(1)];
+        let opcode = match role {
+            Role::Recv => {
+                let wrs = [RecvWr::new(0, &s)];
+                assert_eq!(lock(&l.recv).hold(&reg, &wrs), None);
+                lock(&l.recv).posted(&wrs);
+                WcOpcode::RECV
+            }
+            _ if sources => {
+                let wrs = [send(&s, SendFlags::SIGNALED)];
+                assert_eq!(lock(&l.send).hold(&reg, &wrs), None);
+                lock(&l.send).posted(&wrs, false);
+                WcOpcode::SEND
+            }
+            _ => {
+                // A READ into the probe, then a bind keeping a probe window.
+                let wrs = [read(&s, false)];
+                assert_eq!(lock(&l.send).hold(&reg, &wrs), None);
+                lock(&l.send).posted(&wrs, false);
+                let (w, _, _) = probe(&p, &Registry::default(), 2);
+                let wd = w.dropped.clone();
+                let wu = w.under_lock.clone();
+                post_bind_probe(&l, bind(true), w);
+                poll_like(&p, &[(4, true, WcOpcode::BIND_MW.0, 0)], None);
+                assert!(wd.load(Ordering::SeqCst), "the bind is over");
+                assert!(
+                    !wu.load(Ordering::SeqCst),
+                    "a bind's window was dropped under a poll's lock"
+                );
+                drop(r);
+                assert!(dropped.load(Ordering::SeqCst), "the READ before it is over");
+                assert!(
+                    !under.load(Ordering::SeqCst),
+                    "a READ's sink was dropped under a poll's lock"
+                );
+                continue;
+            }
+        };
+        drop(r);
+        assert!(!dropped.load(Ordering::SeqCst), "held while posted");
+        poll_like(&p, &[(4, true, opcode.0, 0)], None);
+        assert!(dropped.load(Ordering::SeqCst), "{role:?}: over");
+        assert!(
+            !under.load(Ordering::SeqCst),
+            "{role:?} (sources {sources}): dropped under a poll's lock"
+        );
+    }
+}
+
+/// Posts a bind on `l` keeping the probe window `w` (as `post_bind`).
+fn post_bind_probe(l: &QpLedger<Probe>, w: SendWr<'static>, what: Arc<Probe>) {
+    let mut sq = lock(&l.send);
+    let ord = sq.next_ordered();
+    let wrs = [w];
+    assert_eq!(sq.hold(&Registry::default(), &wrs), None);
+    sq.posted(&wrs, false);
+    sq.keep(ord, what);
+}
+
+/// As `what_a_settle_releases_is_dropped_after_the_locks`, where a tombstone stands: the
+/// receive of a destroyed QP's SRQ settles the SRQ, and what it held is dropped after the
+/// locks; so is the watch's `Arc` of a retired QP's ledger.
+#[test]
+fn what_a_tombstone_or_a_retire_releases_is_dropped_after_the_locks() {
+    let p = Arc::new(PollLocks {
+        ring: LedgerLock::new(()),
+        watch: Watch::default(),
+        qp: OnceLock::new(),
+    });
+    let reg = Registry::default();
+    let srq = Arc::new(LedgerLock::new(RecvLedger::shared()));
+    let l = Arc::new(QpLedger::<Probe>::new(7, Some(&srq), false));
+    p.watch.add(&l, Role::Recv);
+    let (r, dropped, under) = probe(&p, &reg, 1);
+    let s = [sge(1)];
+    let w = [RecvWr::new(5, &s[..])];
+    assert_eq!(lock(&srq).hold(&reg, &w), None);
+    lock(&srq).posted(&w);
+    drop(r);
+    // The QP is destroyed (its retire under the ring's lock here, as `Qp::drop` holds the
+    // QP table's): the watch's `Arc` of its ledger is not dropped under it.
+    let mut freed = Freed::default();
+    let ring = p.ring.lock();
+    p.watch.retire(&l, &mut freed);
+    drop(ring);
+    assert_eq!(freed.len(), 1, "the watch's Arc of the ledger");
+    drop(freed);
+    drop(l);
+    assert!(
+        !dropped.load(Ordering::SeqCst),
+        "its receive is still posted"
+    );
+    poll_like(&p, &[(7, true, WcOpcode::RECV.0, 5)], None);
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the receive of the destroyed QP is over"
+    );
+    assert!(
+        !under.load(Ordering::SeqCst),
+        "an SRQ receive settled through a tombstone was dropped under a poll's lock"
+    );
+    drop(srq);
+}
+
+/// Review of issue 31: the count of QPs here that settle on every completion is read without
+/// the lock only as a hint; a stale one (a QP added on another thread, its store not yet seen
+/// by the poller) is corrected by the count read under the lock, from the first completion:
+/// a `Role::Recv` QP's flushed receive with no receive opcode (rxe leaves it 0) before a
+/// successful one is counted, and both receives' regions are released.
+#[test]
+fn a_stale_every_count_is_read_again_under_the_lock() {
+    let reg = Registry::default();
+    let watch = Watch::default();
+    let l = Arc::new(QpLedger::<Fake>::new(3, None, false));
+    watch.add(&l, Role::Recv);
+    let (a, fa) = region(&reg, 1, true);
+    let (b, fb) = region(&reg, 2, true);
+    let (sa, sb) = ([sge(1)], [sge(2)]);
+    let wrs = [RecvWr::new(0, &sa[..]), RecvWr::new(0, &sb[..])];
+    assert_eq!(lock(&l.recv).hold(&reg, &wrs), None);
+    lock(&l.recv).posted(&wrs);
+    drop((a, b));
+    // The poller's stale view of the count (what `add` stored, not yet visible to it).
+    watch.every.store(0, Ordering::Relaxed);
+    watch.settle_now(
+        [(3, false, 0, 0), (3, true, WcOpcode::RECV.0, 0)].into_iter(),
+        None,
+    );
+    assert!(
+        freed(&fa) && freed(&fb),
+        "both receives are over: the flush before the success was counted"
+    );
+}
+
+/// The bound of the kept windows (`SendLedger::kept`), exactly: one entry per distinct window
+/// bound since the last successful signaled ordered completion polled, whatever the SENDs'
+/// successes between; the next such success releases every entry before it, and what is
+/// bound after it stays.
+#[test]
+fn kept_windows_are_the_distinct_windows_bound_since_the_last_ordered_success() {
+    let l = Arc::new(QpLedger::<Fake>::new(9, None, false));
+    let send = Watch::default();
+    send.add(&l, Role::Send);
+    let flags: Vec<_> = (0..5).map(|_| Arc::new(AtomicBool::new(false))).collect();
+    let windows: Vec<Arc<dyn Send + Sync>> = flags
+        .iter()
+        .map(|f| Arc::new(Window(f.clone())) as Arc<dyn Send + Sync>)
+        .collect();
+    // 20 unsignaled binds over the 5 windows, each followed by a signaled SEND's success.
+    for i in 0..20 {
+        post_bind(&l, bind(false), windows[i % 5].clone());
+        send.settle_now([(9, true, WcOpcode::SEND.0, 0)].into_iter(), None);
+        assert_eq!(
+            lock(&l.send).holding(),
+            (i + 1).min(5),
+            "one entry per distinct window bound so far"
+        );
+    }
+    drop(windows);
+    assert!(flags.iter().all(|f| !freed(f)), "no ordered success yet");
+    // A signaled READ after them, then a bind of a new window after the READ.
+    let wrs = [read(&[], true)];
+    assert_eq!(lock(&l.send).hold(&Registry::default(), &wrs), None);
+    lock(&l.send).posted(&wrs, false);
+    let later = Arc::new(AtomicBool::new(false));
+    post_bind(&l, bind(false), Arc::new(Window(later.clone())));
+    send.settle_now([(9, true, WcOpcode::RDMA_READ.0, 0)].into_iter(), None);
+    assert!(
+        flags.iter().all(|f| freed(f)),
+        "the READ's success covers all five"
+    );
+    assert!(!freed(&later), "the bind after the READ is still kept");
+    assert_eq!(lock(&l.send).holding(), 1);
 }

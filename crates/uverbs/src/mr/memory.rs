@@ -23,10 +23,9 @@ pub use crate::values::{AccessFlags, RawMemory};
 /// someone else when the value is leaked (a borrow). `from_raw` (and dropping its result) may
 /// run on any thread, later than the `Mr`'s drop: the memory of a dropped region that a posted
 /// request may still write is given back on the thread that polls that request's completion,
-/// inside that poll, while the CQ's lock and the ledgers' locks are held: `from_raw` and the
-/// drop of its result must not poll or destroy a CQ, QP or SRQ of the same context, post on
-/// a QP or SRQ of it, nor create a QP (each would wait for one of those locks, which are spin
-/// locks: the thread spins for ever).
+/// inside that poll (or when a [`CqView`](crate::cq::CqView) is dropped), or inside the drop
+/// of its QP or SRQ, after the CQ's, the QP table's and the ledgers' locks were released
+/// (`ledger::Freed`).
 pub unsafe trait MrMemory: Sized {
     /// True when leaking the value keeps the memory allocated forever (owned memory); false
     /// for borrows, whose memory goes back to its owner when the borrow ends.

@@ -72,8 +72,10 @@ impl Qp {
         &self,
         wrs: &[SendWr<'_>],
         hold: bool,
-        keep: Option<std::sync::Arc<dyn Send + Sync>>,
+        mut keep: Option<std::sync::Arc<dyn Send + Sync>>,
     ) -> std::result::Result<(), PostError> {
+        // `keep` not kept (the bind did not go to the queue) drops when this returns, after
+        // the ledger's lock: maybe the window's last `Arc`, whose drop deallocates it.
         let st = self.cached_state();
         if matches!(st, QpState::RESET | QpState::INIT | QpState::RTR) {
             // Refused before anything is queued: a WQE left in the ring would go out later, at
@@ -129,9 +131,11 @@ impl Qp {
                 let ord = l.next_ordered();
                 let went = crate::ledger::went(&r, ok.len());
                 l.posted(&ok[..went], self.sq_sig_all);
-                if let (Some(k), [w]) = (keep, &ok[..went]) {
-                    debug_assert!(matches!(w.op, crate::wr::SendOp::BindMw(_)));
-                    l.keep(ord, k);
+                if let [w] = &ok[..went] {
+                    if let Some(k) = keep.take() {
+                        debug_assert!(matches!(w.op, crate::wr::SendOp::BindMw(_)));
+                        l.keep(ord, k);
+                    }
                 }
             }
             r.map_err(|e| self.post_error(e, PostQueue::Send))?;
