@@ -370,13 +370,21 @@ impl<R: Holdable> RecvLedger<R> {
             Some((i, lkey)) => (&wrs[..i], Some((i, lkey))),
             None => (wrs, None),
         };
-        if !ok.is_empty() {
+        let r = if ok.is_empty() {
+            Ok(())
+        } else {
             let r = post(ok);
             ledger.posted(&ok[..went(&r, ok.len())]);
-            r?;
-        }
-        ledger.pending.clear();
+            r
+        };
+        // What an SRQ kept aside and did not keep (receives that never went to the queue, a
+        // region named twice) may be a region's last handle (a key found in the PD's table
+        // is not the borrowed `Mr`'s own region when two devices' keys collide): let go of
+        // it after the lock, as a settle does.
+        let leftover = std::mem::take(&mut ledger.pending);
         drop(ledger);
+        drop(leftover);
+        r?;
         match refused {
             Some((i, lkey)) => Err(PostError::refused(i, PostFault::BorrowedSink { lkey })),
             None => Ok(()),
@@ -398,14 +406,18 @@ impl<R: Holdable> RecvLedger<R> {
                 })
                 .outstanding += 1;
         }
+        let mut rest = Vec::new();
         for (i, region) in self.pending.drain(..) {
-            // Those past `wrs` never went to the queue: let go of them.
-            if let Some(slot) = wrs.get(i).and_then(|w| slots.get_mut(&w.wr_id)) {
-                if !slot.regions.iter().any(|r| Arc::ptr_eq(r, &region)) {
-                    slot.regions.push(region);
+            // Those past `wrs` never went to the queue, and a region a slot holds already is
+            // not held twice: left in `pending`, let go of by the caller after its lock.
+            match wrs.get(i).and_then(|w| slots.get_mut(&w.wr_id)) {
+                Some(slot) if !slot.regions.iter().any(|r| Arc::ptr_eq(r, &region)) => {
+                    slot.regions.push(region)
                 }
+                _ => rest.push((i, region)),
             }
         }
+        self.pending = rest;
     }
 
     /// One receive completed: for a QP's own queue the oldest outstanding one, for an SRQ the

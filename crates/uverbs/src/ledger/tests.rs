@@ -296,6 +296,9 @@ fn an_srq_receive_that_did_not_go_to_the_queue_holds_nothing() {
     assert_eq!(srq.hold(&reg, &w), None);
     srq.posted(&w[..1]); // the provider took only the first
     drop((a, b));
+    // Left aside for the caller, who lets go of it after the ledger's lock (`post`).
+    assert!(!freed(&fb));
+    drop(std::mem::take(&mut srq.pending));
     assert!(freed(&fb), "never posted, so never written");
     assert!(!freed(&fa));
     srq.completed(1, &mut Freed::default());

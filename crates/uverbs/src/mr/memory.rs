@@ -23,9 +23,14 @@ pub use crate::values::{AccessFlags, RawMemory};
 /// someone else when the value is leaked (a borrow). `from_raw` (and dropping its result) may
 /// run on any thread, later than the `Mr`'s drop: the memory of a dropped region that a posted
 /// request may still write is given back on the thread that polls that request's completion,
-/// inside that poll (or when a [`CqView`](crate::cq::CqView) is dropped), or inside the drop
-/// of its QP or SRQ, after the CQ's, the QP table's and the ledgers' locks were released
-/// (`ledger::Freed`).
+/// inside that poll (or when a [`CqView`](crate::cq::CqView) is dropped: a view that lives
+/// long keeps what its batches released until then), inside the drop of its QP or SRQ or of
+/// any QP of the protection domain (which fences the domain's deferred memory), inside a
+/// `Qp::create` (a failed creation lets go of what it took), inside a post (a bind's or a
+/// receive's last handle on a window or region), after the CQ's, the QP table's and the
+/// ledgers' locks were released (`ledger::Freed`): so it may poll, post or create a QP. A
+/// panic in it inside a poll loses that poll's count (the completions it took from the ring
+/// are settled but not returned).
 pub unsafe trait MrMemory: Sized {
     /// True when leaking the value keeps the memory allocated forever (owned memory); false
     /// for borrows, whose memory goes back to its owner when the borrow ends.
