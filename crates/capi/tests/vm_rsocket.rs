@@ -8,8 +8,8 @@
 //!   `LD_LIBRARY_PATH` against `rstream` on rdma-core's, both directions, over a size table,
 //!   every byte verified (`-T v`), in its non-blocking, `rpoll` (`a`) and blocking (`b`)
 //!   modes; `riostream` (iomap: `riomap`, `riowrite`) on ours against rdma-core's both ways
-//!   and against ours, every marker arriving (`-T n`: see `riostream`); `rcopy` both ways. Host guest (`interop` in the
-//!   names).
+//!   and against ours, every marker arriving (without `-T v`: see `riostream`); `rcopy` both
+//!   ways. Host guest (`interop` in the names).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -686,7 +686,8 @@ fn rstream_on_our_rsockets_interop() {
     }
 }
 
-/// `riostream -S size -I iters -C count -T n`: the server (`-b`) on ours or on rdma-core's,
+/// `riostream -S size -I iters -C count -T n` (`n`: non-blocking calls, riostream's default,
+/// named; no `v`, so no byte check): the server (`-b`) on ours or on rdma-core's,
 /// the client (`-s`) on ours or on rdma-core's. Each side `riomap`s its buffer (with
 /// `RDMA_IOMAPSIZE` 1), the two exchange a 16-byte message, then `riowrite` into each other's
 /// mapping turn about, each polling the last byte of its own for the next marker.

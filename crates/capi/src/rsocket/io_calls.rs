@@ -633,8 +633,9 @@ symver!(riowrite => "RDMACM_1.0");
 /// WRITEs straight into the buffer the peer's `riomap` mapped there; the peer gets no
 /// message; a peer that polls a flag byte learns only that the flag arrived, since no device
 /// promises the order in which it places one write's bytes: write the flag with a
-/// `riowrite` of its own after the data's, which RC places after them). Returns the bytes
-/// posted: all of them blocking; non-blocking (`O_NONBLOCK` or
+/// `riowrite` of its own after the data's, which an InfiniBand or RoCE RC QP places after
+/// them, or, on iWARP, which does not order two writes' placement, send a message after
+/// them). Returns the bytes posted: all of them blocking; non-blocking (`O_NONBLOCK` or
 /// `MSG_DONTWAIT`) what fits now, -1 and `EAGAIN` when nothing does. -1 and `EBADF`,
 /// `ENOTCONN`, `EFAULT` (NULL `buf` with a count), `EINVAL` (a negative offset; no mapping of
 /// the peer covers `offset .. offset + count` — rsockets writes what its mappings cover and

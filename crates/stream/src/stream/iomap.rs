@@ -336,7 +336,10 @@ impl RdmaStream {
     /// them). A peer that polls a flag byte in its mapping (as rdma-core's `riostream` polls
     /// the last) learns only that the flag arrived: no device promises the order in which it
     /// places the bytes of one write (rxe may copy them from the tail down), so write the
-    /// flag with an `iowrite` of its own after the data's, which RC places after them.
+    /// flag with an `iowrite` of its own after the data's, which an InfiniBand or RoCE RC QP
+    /// places after them (rxe, and mlx5 on a mapping not registered with relaxed ordering);
+    /// iWARP (siw) does not order the placement of two writes, so there order with a later
+    /// `write` (a message), which every transport delivers after the writes before it.
     /// `offset..offset + buf.len()` must lie in one of the peer's mappings, which we know of
     /// once anything the peer sent after mapping has arrived.
     ///
