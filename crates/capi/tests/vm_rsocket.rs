@@ -430,6 +430,101 @@ fn read_mapped(p: *const u8, n: usize) -> Vec<u8> {
         .collect()
 }
 
+/// Writes `p` into the peer's mapping at `offset` with non-blocking `riowrite`s (`MSG_DONTWAIT`)
+/// of at most `piece` bytes, each taking what fits and the next going on from where it
+/// stopped; returns how many calls wrote something and how many gave `EAGAIN`.
+fn riowrite_nonblocking(fd: c_int, p: &[u8], offset: i64, piece: usize) -> (usize, usize) {
+    let (mut at, mut calls, mut again) = (0usize, 0usize, 0usize);
+    while at < p.len() {
+        let n = piece.min(p.len() - at);
+        // SAFETY: p[at..at + n] is readable and not written during the call.
+        let r = unsafe {
+            riowrite(
+                fd,
+                p[at..].as_ptr().cast(),
+                n,
+                offset + at as i64,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if r < 0 && errno() == libc::EAGAIN {
+            again += 1;
+            std::thread::yield_now();
+            continue;
+        }
+        assert!(
+            r > 0,
+            "riowrite at {at} of {}: {r}, errno {}",
+            p.len(),
+            errno()
+        );
+        at += r as usize;
+        calls += 1;
+    }
+    (calls, again)
+}
+
+/// A byte pattern without a short period (a source or target offset off by any amount shows).
+fn hashed(seed: u32, n: usize) -> Vec<u8> {
+    (0..n as u32)
+        .map(|i| (i.wrapping_add(seed).wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect()
+}
+
+/// `riowrite` of a mebibyte (eight times the 128 KiB send ring) through the C entry points,
+/// non-blocking, in calls of 77,777 bytes at most (odd offsets and lengths), each resuming at
+/// the offset where the last stopped (a call may take less than it was given): then a
+/// message (RC delivers it after the writes), then every byte of the peer's mapping is
+/// checked. Both ways, on `riomap`s of the caller's own memory.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn rsocket_riowrite_of_a_mebibyte_in_partial_calls_arrives_whole() {
+    const MIB: usize = 1 << 20;
+    let (l, c, s) = pair_iomap(7795, 1, 1);
+    let (mut sbuf, mut cbuf) = (vec![0u8; MIB], vec![0u8; MIB]);
+    let (sp, cp) = (sbuf.as_mut_ptr(), cbuf.as_mut_ptr());
+    // SAFETY: both buffers stay alive and unused by us (but through read_mapped) until the
+    // rsockets are closed below.
+    unsafe {
+        assert_eq!(
+            riomap(s, sp.cast(), MIB, libc::PROT_WRITE, 0, 0x10_0000),
+            0x10_0000
+        );
+        assert_eq!(riomap(c, cp.cast(), MIB, libc::PROT_WRITE, 0, 0), 0);
+        // Each announcement goes before its side's next message.
+        assert_eq!(rsend(s, b"s".as_ptr().cast(), 1, 0), 1);
+        assert_eq!(recv_all(c, 1), b"s");
+        assert_eq!(rsend(c, b"c".as_ptr().cast(), 1, 0), 1);
+        assert_eq!(recv_all(s, 1), b"c");
+    }
+    for (from, to, map, offset, seed) in [(c, s, sp, 0x10_0000, 1), (s, c, cp, 0, 2)] {
+        let p = hashed(seed, MIB);
+        let (calls, again) = riowrite_nonblocking(from, &p, offset, 77_777);
+        eprintln!("1 MiB riowrite in {calls} calls, {again} EAGAIN");
+        assert!(calls >= MIB.div_ceil(77_777), "{calls} calls");
+        // SAFETY: one readable byte.
+        assert_eq!(unsafe { rsend(from, b"d".as_ptr().cast(), 1, 0) }, 1);
+        assert_eq!(recv_all(to, 1), b"d");
+        let got = read_mapped(map, MIB);
+        if let Some(i) = (0..MIB).find(|&i| got[i] != p[i]) {
+            panic!(
+                "byte {i} of the mapping: {} where {} was written",
+                got[i], p[i]
+            );
+        }
+    }
+    // SAFETY: integers only; the mappings go with the rsockets.
+    unsafe {
+        assert_eq!(rclose(s), 0);
+        assert_eq!(rclose(c), 0);
+        rclose(l);
+    }
+    drop((sbuf, cbuf));
+}
+
 /// `riomap`, `riounmap` and `riowrite` through the C entry points: a mapping written by the
 /// peer byte for byte, and every errno these calls give (`EINVAL`, `EFAULT`, `ENOMEM` for a
 /// peer without a table and for a full table, `EINVAL` for writes outside the peer's
