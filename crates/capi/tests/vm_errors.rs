@@ -329,10 +329,7 @@ fn strings_match_rdma_core() {
 )]
 fn rdma_cm_errors_follow_librdmacm_conventions() {
     use rverbs_capi::cma::*;
-    let a: std::net::Ipv4Addr = std::env::var("RVERBS_ADDR_A")
-        .unwrap_or_else(|_| "10.10.0.1".into())
-        .parse()
-        .unwrap();
+    let a = addr_a();
     // SAFETY: every call below gets ids and channels of ours, created here, and writable
     // outputs.
     unsafe {
@@ -458,10 +455,7 @@ fn rdma_create_srq_ex_makes_a_basic_srq_and_refuses_the_rest() {
     const TYPE: u32 = 1 << 0; // IBV_SRQ_INIT_ATTR_TYPE
     const PD: u32 = 1 << 1; // IBV_SRQ_INIT_ATTR_PD
     const CQ: u32 = 1 << 3; // IBV_SRQ_INIT_ATTR_CQ
-    let a: std::net::Ipv4Addr = std::env::var("RVERBS_ADDR_A")
-        .unwrap_or_else(|_| "10.10.0.1".into())
-        .parse()
-        .unwrap();
+    let a = addr_a();
     // SAFETY: every call below gets ids, channels and PDs of ours, created here, and writable
     // locals.
     unsafe {
@@ -538,10 +532,7 @@ fn rdma_create_srq_ex_makes_a_basic_srq_and_refuses_the_rest() {
 )]
 fn multicast_errors_follow_librdmacm_conventions() {
     use rverbs_capi::cma::*;
-    let a: std::net::Ipv4Addr = std::env::var("RVERBS_ADDR_A")
-        .unwrap_or_else(|_| "10.10.0.1".into())
-        .parse()
-        .unwrap();
+    let a = addr_a();
     let _ = std::process::Command::new("ip")
         .args(["route", "replace", "224.0.0.0/4", "dev", "d0"])
         .output();
@@ -786,4 +777,12 @@ fn ibv_wr_atomic_write_follows_the_device() {
         assert_eq!(ibv_destroy_cq(cq), 0);
         assert_eq!(ibv_dealloc_pd(pd), 0);
     }
+}
+
+/// Node A's address in the guest (`RVERBS_ADDR_A`, else the one-node topology's).
+fn addr_a() -> std::net::Ipv4Addr {
+    std::env::var("RVERBS_ADDR_A")
+        .unwrap_or_else(|_| "10.10.0.1".into())
+        .parse()
+        .unwrap()
 }

@@ -1001,7 +1001,7 @@ impl Drop for Window {
 }
 
 /// Posts `w` (one bind) on `l`'s send queue as `Qp::bind_mw` does, keeping `what`.
-fn post_bind(l: &QpLedger<Fake>, w: SendWr<'static>, what: Arc<dyn Send + Sync>) {
+fn post_bind<R: Holdable>(l: &QpLedger<R>, w: SendWr<'static>, what: Arc<dyn Send + Sync>) {
     let mut sq = lock(&l.send);
     let ord = sq.next_ordered();
     let wrs = [w];
@@ -1234,7 +1234,7 @@ fn what_a_settle_releases_is_dropped_after_the_locks() {
                 let (w, _, _) = probe(&p, &Registry::default(), 2);
                 let wd = w.dropped.clone();
                 let wu = w.under_lock.clone();
-                post_bind_probe(&l, bind(true), w);
+                post_bind(&l, bind(true), w);
                 poll_like(&p, &[(4, true, WcOpcode::BIND_MW.0, 0)], None);
                 assert!(wd.load(Ordering::SeqCst), "the bind is over");
                 assert!(
@@ -1259,16 +1259,6 @@ fn what_a_settle_releases_is_dropped_after_the_locks() {
             "{role:?} (sources {sources}): dropped under a poll's lock"
         );
     }
-}
-
-/// Posts a bind on `l` keeping the probe window `w` (as `post_bind`).
-fn post_bind_probe(l: &QpLedger<Probe>, w: SendWr<'static>, what: Arc<Probe>) {
-    let mut sq = lock(&l.send);
-    let ord = sq.next_ordered();
-    let wrs = [w];
-    assert_eq!(sq.hold(&Registry::default(), &wrs), None);
-    sq.posted(&wrs, false);
-    sq.keep(ord, what);
 }
 
 /// As `what_a_settle_releases_is_dropped_after_the_locks`, where a tombstone stands: the
