@@ -362,9 +362,7 @@ fn rdma_cm_errors_follow_librdmacm_conventions() {
         assert_eq!(rdma_bind_addr(id, &mut un), -1);
         assert_eq!(errno(), libc::EOPNOTSUPP);
         // Bound to the device's address: the id has its device, the QP its CQs.
-        let mut sin: libc::sockaddr_in = std::mem::zeroed();
-        sin.sin_family = libc::AF_INET as u16;
-        sin.sin_addr.s_addr = u32::from_ne_bytes(a.octets());
+        let mut sin = sockaddr_of(a);
         assert_eq!(
             rdma_bind_addr(id, (&raw mut sin).cast()),
             0,
@@ -463,9 +461,7 @@ fn rdma_create_srq_ex_makes_a_basic_srq_and_refuses_the_rest() {
         assert!(!ch.is_null(), "errno {}", errno());
         let mut id = null_mut();
         assert_eq!(rdma_create_id(ch, &mut id, null_mut(), 0x106), 0);
-        let mut sin: libc::sockaddr_in = std::mem::zeroed();
-        sin.sin_family = libc::AF_INET as u16;
-        sin.sin_addr.s_addr = u32::from_ne_bytes(a.octets());
+        let mut sin = sockaddr_of(a);
         assert_eq!(
             rdma_bind_addr(id, (&raw mut sin).cast()),
             0,
@@ -564,9 +560,7 @@ fn multicast_errors_follow_librdmacm_conventions() {
             0,
             "RDMA_PS_UDP"
         );
-        let mut src: libc::sockaddr_in = std::mem::zeroed();
-        src.sin_family = libc::AF_INET as u16;
-        src.sin_addr.s_addr = u32::from_ne_bytes(a.octets());
+        let mut src = sockaddr_of(a);
         let mut grp = src;
         grp.sin_addr.s_addr = u32::from_ne_bytes([239, 1, 26, 21]);
         assert_eq!(
@@ -777,6 +771,15 @@ fn ibv_wr_atomic_write_follows_the_device() {
         assert_eq!(ibv_destroy_cq(cq), 0);
         assert_eq!(ibv_dealloc_pd(pd), 0);
     }
+}
+
+/// `a` as an IPv4 `sockaddr_in`, port 0 (the kernel picks one at bind).
+fn sockaddr_of(a: std::net::Ipv4Addr) -> libc::sockaddr_in {
+    // SAFETY: `sockaddr_in` is plain integers; all zeros is a valid value.
+    let mut sin: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    sin.sin_family = libc::AF_INET as u16;
+    sin.sin_addr.s_addr = u32::from_ne_bytes(a.octets());
+    sin
 }
 
 /// Node A's address in the guest (`RVERBS_ADDR_A`, else the one-node topology's).
