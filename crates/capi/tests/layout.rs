@@ -12,24 +12,27 @@ use rverbs_capi::abi::{COMPAT_PORT_ATTR_SIZE, LAYOUTS};
 
 const HEADER: &str = "/usr/include/infiniband/verbs.h";
 
+/// The C type a row names: a type expression as it stands, else the tag with its keyword.
+fn c_type(cname: &str) -> String {
+    if cname.contains(['(', ' ']) {
+        cname.to_string()
+    } else if cname == "ibv_gid" {
+        format!("union {cname}")
+    } else {
+        format!("struct {cname}")
+    }
+}
+
 fn probe_source() -> String {
     let mut s = String::from(
         "#include <stdio.h>\n#include <stddef.h>\n#include <infiniband/verbs.h>\n#include <infiniband/sa.h>\n#include <rdma/rdma_cma.h>\n#include <infiniband/efadv.h>\n\
          int main(void) {\n",
     );
-    for (name, _, fields) in LAYOUTS {
-        let kw = if *name == "ibv_gid" {
-            "union"
-        } else {
-            "struct"
-        };
-        writeln!(s, "  printf(\"{name} %zu\\n\", sizeof({kw} {name}));").unwrap();
+    for (cname, rname, _, fields) in LAYOUTS {
+        let ty = c_type(cname);
+        writeln!(s, "  printf(\"{rname} %zu\\n\", sizeof({ty}));").unwrap();
         for (f, _) in *fields {
-            writeln!(
-                s,
-                "  printf(\"{name}.{f} %zu\\n\", offsetof({kw} {name}, {f}));"
-            )
-            .unwrap();
+            writeln!(s, "  printf(\"{rname}.{f} %zu\\n\", offsetof({ty}, {f}));").unwrap();
         }
     }
     // The compat port struct ends where port_cap_flags2 begins; the verbs_context extension
@@ -73,7 +76,7 @@ fn structs_match_rdma_core_headers() {
         .collect();
     let mut bad = Vec::new();
     let mut checked = 0;
-    for (name, size, fields) in LAYOUTS {
+    for (_, name, size, fields) in LAYOUTS {
         checked += 1;
         if c[name] != *size {
             bad.push(format!("sizeof {name}: C {} Rust {size}", c[name]));
@@ -91,4 +94,60 @@ fn structs_match_rdma_core_headers() {
     assert_eq!(c["IBV_ACCESS_OPTIONAL_RANGE"], 0x3ff0_0000);
     // _compat_ibv_port_attr (rdma-core's verbs.c): everything before port_cap_flags2.
     assert_eq!(COMPAT_PORT_ATTR_SIZE, c["ibv_port_attr.port_cap_flags2"]);
+}
+
+/// The `#[repr(C)]` structs and unions declared in `src/abi/` (name, file), read from the
+/// source: a C type added there without a layout row would go unchecked.
+fn repr_c_types() -> Vec<(String, String)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/abi");
+    let mut found = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .collect();
+    files.sort();
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut repr_c = false;
+        for line in text.lines().map(str::trim) {
+            if line.starts_with("#[repr(C") {
+                repr_c = true;
+            } else if repr_c && !line.starts_with("#[") {
+                let decl = line.strip_prefix("pub ").unwrap_or(line);
+                let name = decl
+                    .strip_prefix("struct ")
+                    .or_else(|| decl.strip_prefix("union "))
+                    .and_then(|r| r.split([' ', '{', '(', '<', ';']).next());
+                if let Some(name) = name {
+                    found.push((name.to_string(), path.display().to_string()));
+                }
+                repr_c = false;
+            }
+        }
+    }
+    found
+}
+
+#[test]
+#[cfg_attr(rverbs_vm, ignore = "host only: needs the source tree")]
+fn every_repr_c_type_of_abi_has_a_layout_row() {
+    let declared = repr_c_types();
+    assert!(
+        declared.len() > 60,
+        "only {} repr(C) types found",
+        declared.len()
+    );
+    let rows: std::collections::HashSet<&str> = LAYOUTS.iter().map(|r| r.1).collect();
+    let missing: Vec<String> = declared
+        .iter()
+        .filter(|(n, _)| !rows.contains(n.as_str()))
+        .map(|(n, f)| format!("{n} ({f})"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "repr(C) types of src/abi without a row in abi::LAYOUTS (src/abi/layout.rs), so \
+         unchecked against rdma-core's headers:\n{}",
+        missing.join("\n")
+    );
 }

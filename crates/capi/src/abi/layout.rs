@@ -2,14 +2,24 @@
 
 use super::*;
 
-/// The structs the layout test checks: C name, Rust size, and (C field, Rust offset) pairs.
-pub type LayoutRow = (&'static str, usize, &'static [(&'static str, usize)]);
+/// The structs the layout test checks: the C type (a tag such as `ibv_qp`, or a C type
+/// expression for an anonymous member's type, such as
+/// `__typeof__(((struct ibv_send_wr *)0)->wr)`), the Rust type's name, its size, and
+/// (C field designator, Rust offset) pairs.
+pub type LayoutRow = (
+    &'static str,
+    &'static str,
+    usize,
+    &'static [(&'static str, usize)],
+);
 
 macro_rules! layouts {
-    ($($cname:literal => $ty:ty { $($cf:literal : $($rf:ident).+),* $(,)? })*) => {
-        /// Every struct of [`crate::abi`] with its size and field offsets, named as in C.
+    ($($cname:literal => $ty:ident { $($cf:literal : $($rf:ident).+),* $(,)? })*) => {
+        /// Every struct and union of [`crate::abi`] with its size and field offsets, named as
+        /// in C. `tests/layout.rs` fails when a `#[repr(C)]` type of `abi` has no row here.
         pub const LAYOUTS: &[LayoutRow] = &[
-            $(($cname, std::mem::size_of::<$ty>(), &[$(($cf, std::mem::offset_of!($ty, $($rf).+))),*]),)*
+            $(($cname, stringify!($ty), std::mem::size_of::<$ty>(),
+                &[$(($cf, std::mem::offset_of!($ty, $($rf).+))),*]),)*
         ];
     };
 }
@@ -192,4 +202,32 @@ layouts! {
         "driver_qp_type": driver_qp_type, "reserved": reserved }
     "efadv_ah_attr" => efadv_ah_attr { "comp_mask": comp_mask, "ahn": ahn,
         "reserved": reserved }
+    "_ibv_device_ops" => _ibv_device_ops { "_dummy1": _dummy1, "_dummy2": _dummy2 }
+    "ibv_query_device_ex_input" => ibv_query_device_ex_input { "comp_mask": comp_mask }
+    "ibv_odp_caps" => ibv_odp_caps { "general_caps": general_caps,
+        "per_transport_caps.rc_odp_caps": rc_odp_caps,
+        "per_transport_caps.uc_odp_caps": uc_odp_caps,
+        "per_transport_caps.ud_odp_caps": ud_odp_caps }
+    "ibv_tso_caps" => ibv_tso_caps { "max_tso": max_tso, "supported_qpts": supported_qpts }
+    "ibv_packet_pacing_caps" => ibv_packet_pacing_caps {
+        "qp_rate_limit_min": qp_rate_limit_min, "qp_rate_limit_max": qp_rate_limit_max,
+        "supported_qpts": supported_qpts }
+    "ibv_tm_caps" => ibv_tm_caps { "max_rndv_hdr_size": max_rndv_hdr_size,
+        "max_num_tags": max_num_tags, "flags": flags, "max_ops": max_ops, "max_sge": max_sge }
+    "ibv_cq_moderation_caps" => ibv_cq_moderation_caps { "max_cq_count": max_cq_count,
+        "max_cq_period": max_cq_period }
+    "ibv_pci_atomic_caps" => ibv_pci_atomic_caps { "fetch_add": fetch_add, "swap": swap,
+        "compare_swap": compare_swap }
+    "__typeof__(((struct ibv_send_wr *)0)->wr.rdma)" => wr_rdma {
+        "remote_addr": remote_addr, "rkey": rkey }
+    "__typeof__(((struct ibv_send_wr *)0)->wr.atomic)" => wr_atomic {
+        "remote_addr": remote_addr, "compare_add": compare_add, "swap": swap, "rkey": rkey }
+    "__typeof__(((struct ibv_send_wr *)0)->wr.ud)" => wr_ud { "ah": ah,
+        "remote_qpn": remote_qpn, "remote_qkey": remote_qkey }
+    "__typeof__(((struct ibv_send_wr *)0)->wr)" => wr_union { "rdma": rdma,
+        "atomic": atomic, "ud": ud }
+    "__typeof__(((struct ibv_send_wr *)0)->bind_mw)" => wr_bind_mw { "mw": mw,
+        "rkey": rkey, "bind_info": bind_info }
+    "__typeof__(((struct rdma_cm_event *)0)->param)" => rdma_cm_event_param {
+        "conn": conn, "ud": ud }
 }
