@@ -363,25 +363,22 @@ fn format_verbose_device(w: &mut String, h: &HcaInfo) {
     let _ = writeln!(w, "\tlocal_ca_ack_delay:\t\t{}", a.local_ca_ack_delay);
 
     let odp = &a.odp_caps;
+    let general = odp.general_caps.bits();
     let _ = writeln!(w, "\tgeneral_odp_caps:");
-    if odp.general_caps & 1 != 0 {
+    if general & 1 != 0 {
         let _ = writeln!(w, "{FLAG_INDENT}ODP_SUPPORT");
     }
-    if odp.general_caps & 2 != 0 {
+    if general & 2 != 0 {
         let _ = writeln!(w, "{FLAG_INDENT}ODP_SUPPORT_IMPLICIT");
     }
-    if odp.general_caps & !3 != 0 {
-        let _ = writeln!(
-            w,
-            "{FLAG_INDENT}Unknown flags: 0x{:X}",
-            odp.general_caps & !3
-        );
+    if general & !3 != 0 {
+        let _ = writeln!(w, "{FLAG_INDENT}Unknown flags: 0x{:X}", general & !3);
     }
     for (name, v) in [
-        ("rc", odp.rc_odp_caps),
-        ("uc", odp.uc_odp_caps),
-        ("ud", odp.ud_odp_caps),
-        ("xrc", odp.xrc_odp_caps),
+        ("rc", odp.rc_odp_caps.bits()),
+        ("uc", odp.uc_odp_caps.bits()),
+        ("ud", odp.ud_odp_caps.bits()),
+        ("xrc", odp.xrc_odp_caps.bits()),
     ] {
         let _ = writeln!(w, "\t{name}_odp_caps:");
         odp_trans(w, v);

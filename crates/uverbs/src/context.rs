@@ -180,6 +180,9 @@ pub struct Limits {
     pub max_srq_sge: u32,
     /// The extended capability bits (FLUSH, ATOMIC_WRITE: [`OpSet`](crate::OpSet)).
     pub device_cap_flags_ex: crate::op::DeviceCapsEx,
+    /// On-demand paging at all, implicit regions (what a registration with
+    /// `AccessFlags::ON_DEMAND` is checked against).
+    pub odp_general_caps: crate::values::OdpGeneralCaps,
 }
 }
 
@@ -402,6 +405,7 @@ impl Context {
                     max_srq_wr: a.max_srq_wr,
                     max_srq_sge: a.max_srq_sge,
                     device_cap_flags_ex: crate::op::DeviceCapsEx(a.device_cap_flags_ex),
+                    odp_general_caps: a.odp_caps.general_caps,
                 })
             })
             .as_ref()

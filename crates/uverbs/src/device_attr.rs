@@ -27,21 +27,23 @@ raw_newtype! {
     }
 }
 
-internal! {
-/// `ibv_odp_caps` plus `xrc_odp_caps`.
+pub use crate::values::{OdpGeneralCaps, OdpTransportCaps};
+
+/// On-demand paging capabilities: `ibv_odp_caps` plus `xrc_odp_caps` of the extended device
+/// query (all empty where the kernel's response stops before them, or the device has none:
+/// rxe reports them from about Linux 6.15 on, built with `CONFIG_INFINIBAND_ON_DEMAND_PAGING`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OdpCaps {
-    /// `IBV_ODP_SUPPORT*` bits: on-demand paging at all, implicit ODP.
-    pub general_caps: u64,
-    /// Operations that may use ODP memory on RC QPs (`IBV_ODP_SUPPORT_SEND` etc.).
-    pub rc_odp_caps: u32,
+    /// On-demand paging at all, implicit regions.
+    pub general_caps: OdpGeneralCaps,
+    /// Operations that may use ODP memory on RC QPs.
+    pub rc_odp_caps: OdpTransportCaps,
     /// As `rc_odp_caps`, for UC QPs.
-    pub uc_odp_caps: u32,
+    pub uc_odp_caps: OdpTransportCaps,
     /// As `rc_odp_caps`, for UD QPs.
-    pub ud_odp_caps: u32,
+    pub ud_odp_caps: OdpTransportCaps,
     /// As `rc_odp_caps`, for XRC QPs.
-    pub xrc_odp_caps: u32,
-}
+    pub xrc_odp_caps: OdpTransportCaps,
 }
 
 internal! {
@@ -180,7 +182,7 @@ pub struct DeviceAttr {
     /// worked (then every field below is 0).
     pub(crate) ex_response_length: u32,
     /// On-demand paging capabilities.
-    pub(crate) odp_caps: OdpCaps,
+    pub odp_caps: OdpCaps,
     /// Bits of the completion timestamp the device fills (0: no timestamps).
     pub(crate) completion_timestamp_mask: u64,
     /// kHz.
@@ -269,11 +271,17 @@ impl DeviceAttr {
             ex_response_length: ex_len,
             // Fields past `ex_len` were never written by the kernel and are still zero.
             odp_caps: OdpCaps {
-                general_caps: r.odp_caps.general_caps,
-                rc_odp_caps: r.odp_caps.per_transport_caps.rc_odp_caps,
-                uc_odp_caps: r.odp_caps.per_transport_caps.uc_odp_caps,
-                ud_odp_caps: r.odp_caps.per_transport_caps.ud_odp_caps,
-                xrc_odp_caps: r.xrc_odp_caps,
+                general_caps: OdpGeneralCaps::from_bits_retain(r.odp_caps.general_caps),
+                rc_odp_caps: OdpTransportCaps::from_bits_retain(
+                    r.odp_caps.per_transport_caps.rc_odp_caps,
+                ),
+                uc_odp_caps: OdpTransportCaps::from_bits_retain(
+                    r.odp_caps.per_transport_caps.uc_odp_caps,
+                ),
+                ud_odp_caps: OdpTransportCaps::from_bits_retain(
+                    r.odp_caps.per_transport_caps.ud_odp_caps,
+                ),
+                xrc_odp_caps: OdpTransportCaps::from_bits_retain(r.xrc_odp_caps),
             },
             completion_timestamp_mask: r.timestamp_mask,
             hca_core_clock: r.hca_core_clock,
@@ -378,7 +386,13 @@ mod tests {
         let a = DeviceAttr::from_resp(DriverId::RXE, &r, 232);
         assert_eq!(a.node_guid, 0x0250_b6ff_fe41_2a10);
         assert_eq!(a.atomic_cap, AtomicCap::HCA);
-        assert_eq!((a.hca_core_clock, a.odp_caps.rc_odp_caps), (156_250, 3));
+        assert_eq!(
+            (a.hca_core_clock, a.odp_caps.rc_odp_caps),
+            (
+                156_250,
+                OdpTransportCaps::SEND.union(OdpTransportCaps::RECV)
+            )
+        );
         assert_eq!(a.ex_response_length, 232);
     }
 }

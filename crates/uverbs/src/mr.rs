@@ -66,10 +66,12 @@
 #![allow(unsafe_code)]
 
 mod memory;
+mod odp;
 mod page;
 mod raw;
 
 pub use memory::{AccessFlags, MrMemory, RawMemory};
+pub use odp::{AdviseFlags, MrAdvice};
 pub use page::PageBuf;
 pub use raw::{register_raw, RawMr};
 
@@ -253,6 +255,10 @@ pub(crate) fn reg_raw(
     }
     check_access(access).map_err(|d| Error::invalid(op(), d))?;
     check_flush_access(ctx, access).map_err(|d| Error::unsupported(op(), d))?;
+    let odp = access.contains(AccessFlags::ON_DEMAND);
+    if odp {
+        odp::check_odp(ctx, addr, len).map_err(|d| Error::unsupported(op(), d))?;
+    }
     let req = ib_uverbs_reg_mr {
         response: 0,
         start: addr,
@@ -289,6 +295,9 @@ pub(crate) fn reg_raw(
     })?;
     if let Some(sinks) = pd.read_sinks() {
         sinks.registered(resp.lkey, access);
+    }
+    if odp {
+        pd.odp_keys().registered(resp.lkey, addr, len as u64);
     }
     Ok((resp.mr_handle, resp.lkey, resp.rkey))
 }
@@ -397,6 +406,18 @@ impl<M: MrMemory> Mr<M> {
             });
         }
         let raw = mem.into_raw();
+        if let Err(d) = odp::check_safe_start(pd.context(), raw.ptr.as_ptr() as u64, access) {
+            let op = format!(
+                "register MR of {} bytes on {}",
+                raw.len,
+                pd.context().name()
+            );
+            return Err(RegisterError {
+                error: Error::unsupported(op, d).into(),
+                // SAFETY: the parts into_raw just returned; nothing was registered.
+                mem: unsafe { M::from_raw(raw) },
+            });
+        }
         match reg_raw(pd, raw.ptr.as_ptr() as u64, raw.len, access) {
             Ok((handle, lkey, rkey)) => {
                 let region = Arc::new(Region {

@@ -16,6 +16,7 @@ use crate::ledger::{Fence, Registry};
 use crate::op::ReadSinks;
 use zerocopy::IntoBytes as _;
 
+pub(crate) mod odp_keys;
 pub(crate) mod region;
 
 use region::{Deferred, Region};
@@ -31,6 +32,8 @@ pub struct Pd {
     /// On siw: the memory of deregistered regions with remote access, kept until the QPs of
     /// this PD that existed at their deregistration are destroyed ([`Fence`]).
     fence: Option<Fence<Deferred>>,
+    /// The regions of this PD registered with `ON_DEMAND`, by local key (`mr/odp.rs`).
+    odp_keys: odp_keys::OdpKeys,
 }
 
 impl fmt::Debug for Pd {
@@ -59,6 +62,7 @@ impl Pd {
             // siw alone: its deregistration does not wait for a peer's placement in progress
             // (crate::ledger::Fence says what rxe and mlx5 do instead).
             fence: (ctx.driver_id() == DriverId::SIW).then(Fence::default),
+            odp_keys: Default::default(),
         }))
     }
 
@@ -80,6 +84,12 @@ impl Pd {
     #[inline]
     pub(crate) fn fence(&self) -> Option<&Fence<Deferred>> {
         self.fence.as_ref()
+    }
+
+    /// The on-demand-paging regions of this PD by local key (`mr/odp.rs`).
+    #[inline]
+    pub(crate) fn odp_keys(&self) -> &odp_keys::OdpKeys {
+        &self.odp_keys
     }
 
     internal! {

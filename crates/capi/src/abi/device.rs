@@ -168,6 +168,11 @@ pub type QueryDeviceExFn = unsafe extern "C" fn(
     usize,
 ) -> c_int;
 
+/// `advise_mr` slot of [`verbs_context`]: `(pd, advice, flags, sg_list, num_sge)`, returning
+/// 0 or an errno value.
+pub type AdviseMrFn =
+    unsafe extern "C" fn(*mut ibv_pd, c_uint, u32, *mut crate::abi::queues::ibv_sge, u32) -> c_int;
+
 /// `struct verbs_context`: the extension that sits *before* `ibv_context` in memory; the
 /// inline functions reach it at a negative offset from the context pointer and check `sz`
 /// before using a slot.
@@ -175,8 +180,8 @@ pub type QueryDeviceExFn = unsafe extern "C" fn(
 pub struct verbs_context {
     /// `ibv_query_port` (the inline wrapper prefers it).
     pub query_port: Option<QueryPortFn>,
-    /// Not supported (NULL).
-    pub advise_mr: VoidFn,
+    /// `ibv_advise_mr` (the inline wrapper calls it; `EOPNOTSUPP` where NULL).
+    pub advise_mr: Option<AdviseMrFn>,
     /// Not supported (NULL).
     pub alloc_null_mr: VoidFn,
     /// Not supported (NULL).

@@ -63,7 +63,8 @@ layouts! {
     "ibv_context" => ibv_context { "device": device, "ops": ops, "cmd_fd": cmd_fd,
         "async_fd": async_fd, "num_comp_vectors": num_comp_vectors, "mutex": mutex,
         "abi_compat": abi_compat }
-    "verbs_context" => verbs_context { "query_port": query_port, "create_cq_ex": create_cq_ex,
+    "verbs_context" => verbs_context { "query_port": query_port, "advise_mr": advise_mr,
+        "create_cq_ex": create_cq_ex,
         "priv": priv_, "query_device_ex": query_device_ex, "open_qp": open_qp,
         "create_qp_ex": create_qp_ex, "close_xrcd": close_xrcd, "sz": sz, "context": context }
     "ibv_device_attr" => ibv_device_attr { "fw_ver": fw_ver, "node_guid": node_guid,

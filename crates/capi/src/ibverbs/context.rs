@@ -45,6 +45,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
     vctx.query_device_ex = Some(query_device_ex_op);
     vctx.create_qp_ex = Some(super::qp_ex::create_qp_ex_op);
     vctx.create_cq_ex = Some(super::cq_ex::create_cq_ex_op);
+    vctx.advise_mr = Some(super::mr::advise_mr_op);
     vctx.sz = size_of::<verbs_context>();
     let c = &mut vctx.context;
     c.device = device;
@@ -182,12 +183,12 @@ fn device_attr_ex(a: &rverbs_uverbs::device_attr::DeviceAttr) -> ibv_device_attr
     let mut o: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
     o.orig_attr = device_attr(a);
     o.odp_caps = ibv_odp_caps {
-        general_caps: a.odp_caps.general_caps,
-        rc_odp_caps: a.odp_caps.rc_odp_caps,
-        uc_odp_caps: a.odp_caps.uc_odp_caps,
-        ud_odp_caps: a.odp_caps.ud_odp_caps,
+        general_caps: a.odp_caps.general_caps.bits(),
+        rc_odp_caps: a.odp_caps.rc_odp_caps.bits(),
+        uc_odp_caps: a.odp_caps.uc_odp_caps.bits(),
+        ud_odp_caps: a.odp_caps.ud_odp_caps.bits(),
     };
-    o.xrc_odp_caps = a.odp_caps.xrc_odp_caps;
+    o.xrc_odp_caps = a.odp_caps.xrc_odp_caps.bits();
     o.completion_timestamp_mask = a.completion_timestamp_mask;
     o.hca_core_clock = a.hca_core_clock;
     o.device_cap_flags_ex = a.device_cap_flags_ex;

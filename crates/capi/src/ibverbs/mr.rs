@@ -1,6 +1,7 @@
 //! Memory regions (`ibv_mr`).
 
 use super::*;
+use rverbs_uverbs::mr::{AdviseFlags, MrAdvice};
 
 /// An `ibv_mr` and the registration behind it.
 #[repr(C)]
@@ -117,5 +118,37 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
             unsafe { std::ptr::write(&raw mut (*p).mr, raw) };
             fail(&e)
         }
+    }
+}
+
+/// `verbs_context.advise_mr` (what the inline `ibv_advise_mr` of `verbs.h` calls):
+/// [`rverbs_uverbs::pd::Pd::advise_mr`], which refuses, before the kernel sees them, an SGE
+/// whose lkey is not an on-demand-paging region of `pd` or whose range lies outside it
+/// (`EINVAL`), no SGE, an unknown advice or flag (`EINVAL`), and a device without ODP
+/// (`EOPNOTSUPP`). Returns 0 or the errno value, as rdma-core's.
+///
+/// # Safety
+/// `pd` is a live PD of ours; `sg_list` holds `num_sge` readable SGEs (or is NULL with 0).
+pub(crate) unsafe extern "C" fn advise_mr_op(
+    pd: *mut ibv_pd,
+    advice: c_uint,
+    flags: u32,
+    sg_list: *mut ibv_sge,
+    num_sge: u32,
+) -> c_int {
+    // SAFETY: [ops] [object] pd.
+    let p = obj!(unsafe { CPd::from_c(pd) }, errno);
+    let sges: &[ibv_sge] = match (sg_list.is_null(), num_sge) {
+        (_, 0) => &[],
+        (true, _) => return null_arg("ibv_advise_mr's sg_list"),
+        // SAFETY: [in] sg_list holds num_sge SGEs (the caller's contract).
+        (false, n) => unsafe { std::slice::from_raw_parts(sg_list, n as usize) },
+    };
+    match p
+        .pd
+        .advise_mr(MrAdvice(advice), AdviseFlags::from_bits_retain(flags), sges)
+    {
+        Ok(()) => 0,
+        Err(e) => fail(&e),
     }
 }

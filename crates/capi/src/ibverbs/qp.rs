@@ -81,7 +81,7 @@ impl CQp {
             send_cq: send_cq.cq.clone(),
             recv_cq: recv_cq.cq.clone(),
             srq: srq.map(|s| s.srq.clone()),
-            caps: caps_from_c(&a.cap),
+            caps: caps_from_c(&a.cap, srq.is_some()),
             sq_sig_all: a.sq_sig_all != 0,
         };
         let qp = Qp::create(&pd.pd, init)?;
@@ -163,13 +163,16 @@ impl CQp {
     }
 }
 
-/// The rverbs capabilities a C `ibv_qp_cap` asks for.
-pub(crate) fn caps_from_c(c: &ibv_qp_cap) -> QpCaps {
+/// The rverbs capabilities a C `ibv_qp_cap` asks for. With an SRQ the receive fields are
+/// ignored, as `ibv_create_qp(3)` says (the QP has no receive queue of its own: rdma-core's
+/// providers and the kernel ignore them too), where rverbs' `Qp::create` refuses a nonzero
+/// `max_recv_wr` beside an SRQ; the granted receive capabilities read back as 0 then.
+pub(crate) fn caps_from_c(c: &ibv_qp_cap, has_srq: bool) -> QpCaps {
     QpCaps {
         max_send_wr: c.max_send_wr,
-        max_recv_wr: c.max_recv_wr,
+        max_recv_wr: if has_srq { 0 } else { c.max_recv_wr },
         max_send_sge: c.max_send_sge,
-        max_recv_sge: c.max_recv_sge,
+        max_recv_sge: if has_srq { 0 } else { c.max_recv_sge },
         max_inline_data: c.max_inline_data,
     }
 }

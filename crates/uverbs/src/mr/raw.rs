@@ -24,6 +24,19 @@ use crate::pd::Pd;
 /// reaches this range. rverbs' safe posts hold a safe `Mr`'s registration until such requests
 /// are over ([`crate::qp::Qp::post_recv`]), so their keys are not reused meanwhile; requests
 /// posted with the `unsafe` raw posts are the caller's to account for.
+///
+/// With [`AccessFlags::ON_DEMAND`] nothing is pinned: the device reaches whatever the range
+/// maps at the time of each access, so "stays mapped and not reused" means the same virtual
+/// range keeps the caller's memory (unmapping it makes accesses fail; mapping something else
+/// there hands that to the device). Address 0 with length `usize::MAX` (`u64::MAX`) is an
+/// **implicit** ODP region, the whole address space of the process as one region: with
+/// remote access, any peer that learns its rkey reads or writes any memory of the process,
+/// and locally any SGE with its lkey reaches any address. No contract a library can check
+/// makes that sound, which is why rverbs offers it only here: the caller promises that no
+/// request and no peer is ever given its keys except for memory the caller owns and treats
+/// as registered memory (no Rust references to it while the device may touch it). Refused
+/// with a named error on a device that does not report `IBV_ODP_SUPPORT_IMPLICIT` (rxe does
+/// not), and any ODP registration on one without `IBV_ODP_SUPPORT`.
 pub unsafe fn register_raw(
     pd: &Arc<Pd>,
     addr: u64,

@@ -171,7 +171,9 @@ pub(crate) fn dereg_failed(pd: &Pd, handle: u32, mem: RawMemory, owned: bool, e:
 pub(crate) fn dereg_noted(pd: &Pd, handle: u32, lkey: u32) -> std::result::Result<(), Errno> {
     let sinks = pd.read_sinks();
     let was = sinks.is_some_and(|s| s.deregistering(lkey));
-    let r = dereg_mr(pd.context(), handle);
+    let r = pd
+        .odp_keys()
+        .deregister(lkey, || dereg_mr(pd.context(), handle));
     if let (Err(_), Some(s)) = (&r, sinks) {
         s.restore(lkey, was);
     }

@@ -1,10 +1,11 @@
-//! Which kernel driver serves a device: [`DriverId`].
+//! Which kernel driver serves a device: [`DriverId`]; what its on-demand paging covers
+//! ([`OdpGeneralCaps`], [`OdpTransportCaps`]).
 
 // The driver ids are for the crates of this workspace (provider selection): without the
 // feature `internals` some are named nowhere.
 #![cfg_attr(not(feature = "internals"), allow(dead_code))]
 
-use crate::newtype::raw_newtype;
+use crate::newtype::{flag_set, raw_newtype};
 
 raw_newtype! {
     /// `enum rdma_driver_id` (`rdma/ib_user_ioctl_verbs.h`): which kernel driver serves a
@@ -66,5 +67,41 @@ impl DriverId {
             .iter()
             .find(|(p, _)| name.starts_with(p))
             .map_or(DriverId::UNKNOWN, |&(_, d)| d)
+    }
+}
+
+flag_set! {
+    /// `odp_caps.general_caps` (`IBV_ODP_SUPPORT*`, `enum ib_odp_general_cap_bits`): whether
+    /// the device pages memory on demand at all, and whether it takes implicit regions.
+    pub struct OdpGeneralCaps: u64 {
+        /// `IBV_ODP_SUPPORT`: regions registered with `AccessFlags::ON_DEMAND`.
+        const SUPPORT = 1 << 0;
+        /// `IBV_ODP_SUPPORT_IMPLICIT`: one region over the whole address space (address 0,
+        /// length `u64::MAX`; rverbs registers it only through the `unsafe`
+        /// `mr::register_raw`).
+        const SUPPORT_IMPLICIT = 1 << 1;
+    }
+}
+
+flag_set! {
+    /// Per-transport ODP capabilities (`enum ibv_odp_transport_cap_bits`): the operations
+    /// that may touch on-demand-paged memory on a QP of that transport.
+    pub struct OdpTransportCaps: u32 {
+        /// `IBV_ODP_SUPPORT_SEND`: a SEND's source.
+        const SEND = 1 << 0;
+        /// `IBV_ODP_SUPPORT_RECV`: a receive's buffer.
+        const RECV = 1 << 1;
+        /// `IBV_ODP_SUPPORT_WRITE`: the target of a peer's RDMA WRITE.
+        const WRITE = 1 << 2;
+        /// `IBV_ODP_SUPPORT_READ`: the target of a peer's RDMA READ.
+        const READ = 1 << 3;
+        /// `IBV_ODP_SUPPORT_ATOMIC`: the target of a peer's atomic.
+        const ATOMIC = 1 << 4;
+        /// `IBV_ODP_SUPPORT_SRQ_RECV`: an SRQ receive's buffer.
+        const SRQ_RECV = 1 << 5;
+        /// `IBV_ODP_SUPPORT_FLUSH`: the target of a peer's FLUSH.
+        const FLUSH = 1 << 6;
+        /// `IBV_ODP_SUPPORT_ATOMIC_WRITE`: the target of a peer's ATOMIC_WRITE.
+        const ATOMIC_WRITE = 1 << 7;
     }
 }

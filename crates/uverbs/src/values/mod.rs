@@ -19,7 +19,7 @@ mod qp;
 
 pub use access::AccessFlags;
 pub use ah::{AhAttr, GlobalRoute};
-pub use device::DriverId;
+pub use device::{DriverId, OdpGeneralCaps, OdpTransportCaps};
 pub use memory::RawMemory;
 pub use mw::{MwBind, MwType};
 pub(crate) use op::send_op_table;

@@ -613,6 +613,13 @@ pub mod mr {
 
     pub const ATTR_DESTROY_HANDLE: u16 = 0;
 
+    /// `enum uverbs_attrs_advise_mr_cmd_attr_ids`: the PD (IDR), the advice (CONST_IN), the
+    /// flags (FLAGS_IN, u32), the SGE list (PTR_IN, `struct ib_uverbs_sge` each).
+    pub const ATTR_ADVISE_PD_HANDLE: u16 = 0;
+    pub const ATTR_ADVISE_ADVICE: u16 = 1;
+    pub const ATTR_ADVISE_FLAGS: u16 = 2;
+    pub const ATTR_ADVISE_SGE_LIST: u16 = 3;
+
     /// `enum uverbs_attrs_reg_dmabuf_mr_cmd_attr_ids`: the new MR (IDR), its PD (IDR),
     /// offset, length and iova (u64 in), the dma-buf fd (a raw fd: an s32 PTR_IN, not an FD
     /// attribute), access flags (u32 in), lkey and rkey (u32 out).
