@@ -7,10 +7,12 @@
 //! - The check: every `ibv_*@IBVERBS_*` symbol that rdma-core's programs installed here import
 //!   (`readelf --dyn-syms`) must be exported by our library with the same version; the
 //!   library must carry the soname `libibverbs.so.1`, export nothing without a version (a
-//!   `symver!` line left out) and define every node of `crates/capi/src/symver/nodes.rs`.
+//!   `symver!` line left out) and define every node of `crates/capi/src/symver/nodes.rs`;
+//!   the functions of rdma-core 59–64 it has, which no installed program imports, must carry
+//!   rdma-core 64's versions ([`RDMA_CORE_64_VERSIONS`]).
 //!
 //! - `librdmacm.so.1`: `crates/capi/rdmacm/librdmacm.rs` built with `rustc` (soname, the
-//!   RDMACM_1.0 … 1.3 nodes, needs our libibverbs.so.1, which defines the `rdma_*`
+//!   RDMACM_1.0 … 1.4 nodes, needs our libibverbs.so.1, which defines the `rdma_*`
 //!   functions); checked against the `rdma_*@RDMACM_*` imports of [`CM_PROGRAMS`].
 //! - `static_pingpong`, `qp_ex`: our C test programs (`crates/capi/tests/c/*.c`) linked
 //!   `-static` against `librverbs.a` into `<target>/capi/bin/`; `cargo xtask test` puts them
@@ -230,6 +232,7 @@ pub const C_PROGRAMS: &[&str] = &[
     "mcast",
     "batch_post",
     "cm_destroy_waits",
+    "new_verbs",
 ];
 
 /// The C test programs also linked dynamically against rdma-core's own libibverbs, into
@@ -241,6 +244,22 @@ pub const RDMA_CORE_PROGRAMS: &[&str] = &[
     "mcast",
     "batch_post",
     "cm_destroy_waits",
+];
+
+/// The functions of rdma-core 59 to 64 that the drop-in has, with the version rdma-core 64's
+/// `libibverbs.map.in` and `librdmacm.map` give them: no installed program imports them
+/// (Debian's rdma-core is 44 and 56), so their versions are checked against this list.
+pub const RDMA_CORE_64_VERSIONS: &[(&str, &str)] = &[
+    ("ibv_reg_mr_ex", "IBVERBS_1.15"),
+    ("ibv_alloc_dmah", "IBVERBS_1.15"),
+    ("ibv_dealloc_dmah", "IBVERBS_1.15"),
+    ("ibv_query_port_speed", "IBVERBS_1.16"),
+    ("ibv_alloc_buf", "IBVERBS_1.17"),
+    ("ibv_free_buf", "IBVERBS_1.17"),
+    ("ibv_reg_buf_mr", "IBVERBS_1.17"),
+    ("rdma_write_cm_event", "RDMACM_1.4"),
+    ("rdma_resolve_addrinfo", "RDMACM_1.4"),
+    ("rdma_query_addrinfo", "RDMACM_1.4"),
 ];
 
 /// Debian's `ibv_rc_pingpong` (ibverbs-utils), copied unmodified to
@@ -536,6 +555,20 @@ pub fn build_and_check(release: bool) -> Result<Outcome> {
         }
     }
     let exports = versioned(&so_dst, false)?;
+    let cm_exports = versioned_with(&so_dst, false, "RDMACM_")?;
+    for (name, ver) in RDMA_CORE_64_VERSIONS {
+        let set = if ver.starts_with("RDMACM_") {
+            &cm_exports
+        } else {
+            &exports
+        };
+        if !set.contains(&(name.to_string(), ver.to_string())) {
+            crate::bail!(
+                "{} does not export {name}@@{ver} (rdma-core 64's version of it)",
+                so_dst.display()
+            );
+        }
+    }
     let mut notes = vec![format!(
         "{} ({} versioned ibv symbols), {}, {}",
         so_dst.display(),

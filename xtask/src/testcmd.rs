@@ -762,7 +762,9 @@ pub fn siw_stage_name(kernel: KernelSpec) -> String {
 // rxe stages and on siw here; cli/selftest_vm: `rverbs
 // selftest` on siw (on rxe in the rxe stages); capi/vm_capi_siw: Debian's rdmacm tools, perftest
 // with -R and rdma-core's Python suite on our C drop-in over siw, against rdma-core's libsiw;
-// async/vm_siw: the tokio layer's connect/accept on iWARP.
+// async/vm_siw: the tokio layer's connect/accept on iWARP; capi/vm_new_verbs and
+// rverbs/vm_port_speed: the verbs of rdma-core 59–64 and their refusals on siw (on rxe in the
+// rxe stages).
 pub const SIW_TESTS: &[&str] = &[
     "cli/siw_vm",
     "cm/vm_siw",
@@ -772,6 +774,8 @@ pub const SIW_TESTS: &[&str] = &[
     "cli/selftest_vm",
     "capi/vm_capi_siw",
     "async/vm_siw",
+    "capi/vm_new_verbs",
+    "rverbs/vm_port_speed",
 ];
 
 /// Boots the host guest of `kernel` with siw devices (`--provider siw`: siw.ko is built for

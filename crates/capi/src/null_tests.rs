@@ -229,3 +229,45 @@ fn null_is_refused_for_every_type() {
         assert!(CCmId::from_c(null_mut()).is_none());
     }
 }
+
+/// The functions of rdma-core 59–64 (`ibverbs/mr_ex.rs`, `ibv_query_port_speed`,
+/// `cma/addrinfo.rs`) refuse NULL objects and outputs with `EINVAL`.
+#[test]
+fn rdma_core_64s_functions_refuse_null() {
+    // SAFETY: NULL objects (allowed by [object]); the other pointers are valid locals.
+    unsafe {
+        let mut speed = 7u64;
+        assert_eq!(
+            ibv_query_port_speed(null_mut(), 1, &mut speed),
+            libc::EINVAL
+        );
+        assert_eq!(speed, 7, "nothing written");
+        let mut a: ibv_mr_init_attr = zeroed();
+        sets_einval("ibv_reg_mr_ex", || {
+            ibv_reg_mr_ex(null_mut(), &mut a).is_null()
+        });
+        let mut b = null_mut();
+        sets_einval("ibv_alloc_buf", || {
+            ibv_alloc_buf(null_mut(), 64, &mut b).is_null()
+        });
+        assert!(b.is_null(), "no handle written");
+        sets_einval("ibv_reg_buf_mr", || {
+            ibv_reg_buf_mr(null_mut(), null_mut(), null_mut(), 64, 1).is_null()
+        });
+        ibv_free_buf(null_mut());
+        sets_einval("ibv_alloc_dmah", || {
+            ibv_alloc_dmah(null_mut(), null_mut()).is_null()
+        });
+        assert_eq!(ibv_dealloc_dmah(null_mut()), libc::EINVAL);
+        sets_einval("rdma_write_cm_event", || {
+            rdma_write_cm_event(null_mut(), 18, 0, 1) == -1
+        });
+        sets_einval("rdma_resolve_addrinfo", || {
+            rdma_resolve_addrinfo(null_mut(), null_mut(), null_mut(), null_mut()) == -1
+        });
+        let mut ai = null_mut();
+        sets_einval("rdma_query_addrinfo", || {
+            rdma_query_addrinfo(null_mut(), &mut ai) == -1
+        });
+    }
+}

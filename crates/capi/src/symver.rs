@@ -55,7 +55,8 @@ mod tests {
             "IBVERBS_1.2",
             "IBVERBS_1.1 ",
             "IBVERBS_PRIVATE_33",
-            "RDMACM_1.4",
+            "RDMACM_1.5",
+            "IBVERBS_1.18",
             "EFA_1.4",
             "ibverbs_1.1",
         ] {
@@ -72,13 +73,13 @@ mod tests {
         );
         assert!(
             s.contains(
-                "IBVERBS_1.14 { } IBVERBS_1.13;\nIBVERBS_PRIVATE_34 { };\nRDMACM_1.0 { };\n"
+                "IBVERBS_1.17 { } IBVERBS_1.16;\nIBVERBS_PRIVATE_34 { };\nRDMACM_1.0 { };\n"
             ),
             "{s}"
         );
         assert!(
             s.ends_with(
-                "RDMACM_1.3 { } RDMACM_1.2;\nEFA_1.0 { };\nEFA_1.1 { } EFA_1.0;\n\
+                "RDMACM_1.4 { } RDMACM_1.3;\nEFA_1.0 { };\nEFA_1.1 { } EFA_1.0;\n\
                  EFA_1.2 { } EFA_1.1;\nEFA_1.3 { } EFA_1.2;\n"
             ),
             "{s}"

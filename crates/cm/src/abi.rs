@@ -42,6 +42,14 @@ pub mod cmd {
     pub const BIND: u32 = 20;
     pub const RESOLVE_ADDR: u32 = 21;
     pub const JOIN_MCAST: u32 = 22;
+    /// `RDMA_USER_CM_CMD_RESOLVE_IB_SERVICE` (InfiniBand SA service records; not used here).
+    /// Newer than the installed 6.1 header: the number is rdma-core 64's
+    /// `kernel-headers/rdma/rdma_user_cm.h`, pinned by a unit test.
+    pub const RESOLVE_IB_SERVICE: u32 = 23;
+    /// `RDMA_USER_CM_CMD_WRITE_CM_EVENT`: queue a USER or INTERNAL event on an id's channel.
+    /// In the 7.x kernels, not in 6.1 or 6.12 (which answer `EINVAL`: a command past their
+    /// table). Newer than the installed header, as [`RESOLVE_IB_SERVICE`].
+    pub const WRITE_CM_EVENT: u32 = 24;
 }
 
 /// `enum rdma_ucm_port_space`.
@@ -532,6 +540,32 @@ impl Default for rdma_ucm_event_resp {
     }
 }
 
+/// `struct rdma_ucm_write_cm_event` (320 bytes, 8-aligned by the union's `__u64 arg`):
+/// `WRITE_CM_EVENT`'s request. Newer than the installed 6.1 header, so `tests/abi_layout.rs`
+/// cannot compare it: its layout, from rdma-core 64's `kernel-headers/rdma/rdma_user_cm.h`,
+/// is pinned by a unit test. The `param` union (`conn`, `ud` or `arg`) is kept as bytes;
+/// only `arg` (its first 8, host order) is written.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct rdma_ucm_write_cm_event {
+    pub id: u32,
+    pub reserved: u32,
+    /// `RDMA_CM_EVENT_USER` or `RDMA_CM_EVENT_INTERNAL` (the kernel refuses others).
+    pub event: u32,
+    pub status: u32,
+    pub param: [u8; WRITE_EVENT_PARAM_SIZE],
+}
+
+/// The size of [`rdma_ucm_write_cm_event`]'s `param` union: its largest member,
+/// `rdma_ucm_ud_param`.
+pub const WRITE_EVENT_PARAM_SIZE: usize = 304;
+
+impl Default for rdma_ucm_write_cm_event {
+    fn default() -> Self {
+        Self::new_zeroed()
+    }
+}
+
 /// `struct rdma_ucm_set_option` (24 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
@@ -573,4 +607,32 @@ pub mod cm_sizes {
     pub const SIDR_REQ: usize = 216;
     pub const SIDR_REP: usize = 136;
     pub const CMA_HDR: usize = 36;
+}
+
+/// What is newer than the installed 6.1 uapi header (which `tests/abi_layout.rs` compares
+/// against), pinned to rdma-core 64's `kernel-headers/rdma/rdma_user_cm.h`, by hand.
+#[cfg(test)]
+mod newer_than_the_installed_header {
+    use std::mem::{align_of, offset_of, size_of};
+
+    use super::*;
+
+    #[test]
+    fn write_cm_event_is_rdma_core_64s() {
+        // The command enum after JOIN_MCAST (22): RESOLVE_IB_SERVICE, WRITE_CM_EVENT.
+        assert_eq!((cmd::RESOLVE_IB_SERVICE, cmd::WRITE_CM_EVENT), (23, 24));
+        // The union's members: conn (272 bytes), ud (304), arg (a __u64).
+        assert_eq!(WRITE_EVENT_PARAM_SIZE, size_of::<rdma_ucm_ud_param>());
+        assert!(size_of::<rdma_ucm_conn_param>() < WRITE_EVENT_PARAM_SIZE);
+        assert_eq!(size_of::<rdma_ucm_write_cm_event>(), 320);
+        assert_eq!(align_of::<rdma_ucm_write_cm_event>(), 8);
+        let o = [
+            offset_of!(rdma_ucm_write_cm_event, id),
+            offset_of!(rdma_ucm_write_cm_event, reserved),
+            offset_of!(rdma_ucm_write_cm_event, event),
+            offset_of!(rdma_ucm_write_cm_event, status),
+            offset_of!(rdma_ucm_write_cm_event, param),
+        ];
+        assert_eq!(o, [0, 4, 8, 12, 16]);
+    }
 }

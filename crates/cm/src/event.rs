@@ -124,6 +124,18 @@ impl CmEvent {
             .then(|| Errno::from_raw_os_error(-s))
     }
 
+    /// The 64-bit argument of a USER event (what
+    /// [`CmId::write_event`](crate::CmId::write_event) wrote) or of librdmacm's INTERNAL one;
+    /// `None` for other events.
+    pub fn arg(&self) -> Option<u64> {
+        let k = self.kind();
+        (k == CmEventKind::USER || k.0 == crate::id::INTERNAL_EVENT).then(|| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&self.raw.param[..8]);
+            u64::from_ne_bytes(b)
+        })
+    }
+
     /// The IB CM reject reason of a REJECTED event.
     pub fn reject_reason(&self) -> Option<RejectReason> {
         (self.kind() == CmEventKind::REJECTED && self.status() > 0)
@@ -149,9 +161,10 @@ impl CmEvent {
         self.raw.uid == id.uid()
     }
 
-    /// The connection parameters, for events of connected (non-UD) ids.
+    /// The connection parameters, for events of connected (non-UD) ids (`None` for USER and
+    /// INTERNAL events, whose parameter is [`CmEvent::arg`]).
     pub fn conn(&self) -> Option<ConnEventParam> {
-        (self.qp_type != QpType::UD).then(|| {
+        (self.qp_type != QpType::UD && self.arg().is_none()).then(|| {
             let p = conn_param(&self.raw);
             ConnEventParam {
                 qp_num: p.qp_num,
@@ -165,9 +178,9 @@ impl CmEvent {
         })
     }
 
-    /// The UD parameters, for events of UD ids.
+    /// The UD parameters, for events of UD ids (`None` for USER and INTERNAL events).
     pub fn ud(&self) -> Option<UdEventParam> {
-        (self.qp_type == QpType::UD).then(|| {
+        (self.qp_type == QpType::UD && self.arg().is_none()).then(|| {
             let p = ud_param(&self.raw);
             UdEventParam {
                 qp_num: p.qp_num,

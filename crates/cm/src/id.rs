@@ -44,6 +44,11 @@ fn make_uid(ps: PortSpace, qp_type: QpType) -> u64 {
     (serial.max(1) << 24) | (u64::from(qp_type.0) << 16) | u64::from(ps.0)
 }
 
+/// librdmacm's `RDMA_CM_EVENT_INTERNAL`: the event kind it writes for itself
+/// ([`CmId::write_internal_event`]); not a constant of [`CmEventKind`], as no user of this
+/// crate reads one.
+pub(crate) const INTERNAL_EVENT: u32 = 19;
+
 /// Port space and QP type from one of our uids (`None` for a uid we did not make).
 pub(crate) fn uid_info(uid: u64) -> (Option<PortSpace>, Option<QpType>) {
     if uid >> 24 == 0 {

@@ -29,6 +29,11 @@ raw_newtype! {
         MULTICAST_ERROR = 13;
         ADDR_CHANGE = 14;
         TIMEWAIT_EXIT = 15;
+        // 16 and 17 (ADDRINFO_RESOLVED, ADDRINFO_ERROR) answer RESOLVE_IB_SERVICE, which
+        // rverbs does not issue; 19 (INTERNAL) is librdmacm's own (`CmId::write_internal_event`).
+        /// Written by the program itself ([`crate::CmId::write_event`]), carrying a status and
+        /// a 64-bit argument ([`crate::CmEvent::arg`]); 7.x kernels.
+        USER = 18;
     }
 }
 
@@ -135,10 +140,16 @@ mod tests {
             (CmEventKind::MULTICAST_ERROR, 13),
             (CmEventKind::ADDR_CHANGE, 14),
             (CmEventKind::TIMEWAIT_EXIT, 15),
+            (CmEventKind::USER, 18),
         ];
         for (k, n) in all {
             assert_eq!(k.0, n, "{k}");
         }
+        assert_eq!(
+            crate::id::INTERNAL_EVENT,
+            19,
+            "librdmacm's RDMA_CM_EVENT_INTERNAL"
+        );
     }
 
     #[test]

@@ -13,7 +13,9 @@ use crate::kernel::abi::cmd::nr;
 use crate::kernel::abi::device::{
     ib_uverbs_query_port, ib_uverbs_query_port_resp, ib_uverbs_query_port_resp_ex,
 };
+use crate::kernel::abi::ioctl::object;
 use crate::kernel::abi::obj::device as dev_m;
+use crate::kernel::ioctl::IoctlCall;
 use crate::kernel::write;
 
 pub use crate::values::{LinkLayer, Mtu, PhysState, PortState};
@@ -158,6 +160,58 @@ impl Context {
                 Err(self.bad_port(port, op()))
             }
             Err(e) => Err(Error::os(op(), e).into()),
+        }
+    }
+}
+
+impl Context {
+    /// The effective bandwidth of port `port` (1-based), in units of 100 Mb/s
+    /// (`ibv_query_port_speed`, rdma-core 62): what the device says the port carries, which
+    /// need not be its lanes' speed times their width. 0 while the port is down.
+    ///
+    /// The kernel's `UVERBS_METHOD_QUERY_PORT_SPEED` answers it, with no write() fallback:
+    /// kernels before it (6.1 and 6.12 have none; 7.3 has it) and devices whose kernel driver
+    /// reports no speed (rxe and siw have none; mlx5 and EFA do) fail with
+    /// [`io::ErrorKind::Unsupported`] and an error saying which. A port the device does not
+    /// have is refused first ([`io::ErrorKind::InvalidInput`]).
+    pub fn query_port_speed(&self, port: u32) -> io::Result<u64> {
+        let op = || format!("query the speed of port {port} of {}", self.device().name());
+        let known = self.device().port_count();
+        if port == 0 || (known > 0 && port > known) {
+            return Err(self.bad_port(port, op()));
+        }
+        let mut speed = 0u64;
+        let mut c = IoctlCall::new(object::DEVICE, dev_m::METHOD_QUERY_PORT_SPEED);
+        c.const_in(dev_m::ATTR_QUERY_PORT_SPEED_PORT_NUM, u64::from(port));
+        let out = c.ptr_out(dev_m::ATTR_QUERY_PORT_SPEED_RESP, &mut speed);
+        match self.ioctl(&mut c) {
+            Ok(()) if c.valid_output(out) => {}
+            Ok(()) => {
+                return Err(Error::protocol(op(), "the kernel did not write the speed").into())
+            }
+            Err(e) => return Err(self.port_speed_refusal(port, op(), e)),
+        }
+        Ok(speed)
+    }
+
+    /// What a refusal of `QUERY_PORT_SPEED` means.
+    fn port_speed_refusal(&self, port: u32, op: String, e: Errno) -> io::Error {
+        match e {
+            Errno::PROTONOSUPPORT | Errno::NOTTY => Error::unsupported(
+                op,
+                "this kernel has no QUERY_PORT_SPEED method (Linux 6.1 and 6.12 have none, 7.3 \
+                 has it)",
+            )
+            .into(),
+            Errno::OPNOTSUPP => Error::os(op, e)
+                .with_detail(format!(
+                    "{}'s kernel driver reports no effective port speed (rxe and siw report \
+                     none)",
+                    self.driver().map_or("the device", |d| d.name())
+                ))
+                .into(),
+            Errno::INVAL if port > self.port_count() => self.bad_port(port, op),
+            _ => Error::os(op, e).into(),
         }
     }
 }

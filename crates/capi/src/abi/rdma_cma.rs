@@ -145,6 +145,9 @@ pub union rdma_cm_event_param {
     pub conn: rdma_conn_param,
     #[allow(missing_docs)]
     pub ud: rdma_ud_param,
+    /// The argument of `RDMA_CM_EVENT_USER` (rdma-core 60; not in rdma-core 44's header):
+    /// the union's first 8 bytes.
+    pub arg: u64,
 }
 
 /// `struct rdma_cm_event`.

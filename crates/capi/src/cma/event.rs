@@ -37,7 +37,9 @@ pub(super) fn make_event(ev: CmEvent, id: *mut CCmId, listen: *mut CCmId) -> *mu
             b.private_data.len().min(255) as u8,
         )
     };
-    if let Some(u) = b._ev.ud() {
+    if let Some(arg) = b._ev.arg() {
+        b.c.param.arg = arg;
+    } else if let Some(u) = b._ev.ud() {
         b.c.param.ud = rdma_ud_param {
             private_data: ptr,
             private_data_len: len,
@@ -174,6 +176,13 @@ fn next_event(ch: &CEventChannel) -> io::Result<*mut CEvent> {
                 }
                 e
             }
+            k if k.0 == addrinfo::EVENT_INTERNAL => {
+                let kind = addrinfo::internal_event(ev.arg())?;
+                let e = make_event(ev, idp, null_mut());
+                // SAFETY: just made.
+                unsafe { (*e).c.event = kind };
+                e
+            }
             CmEventKind::REJECTED if c.connect_error => {
                 c.connect_error = false;
                 continue;
@@ -239,7 +248,7 @@ symver!(rdma_event_str => "RDMACM_1.0");
 /// `rdma_event_str`.
 #[no_mangle]
 pub extern "C" fn rdma_event_str(event: c_int) -> *const c_char {
-    const NAMES: [&CStr; 16] = [
+    const NAMES: [&CStr; 18] = [
         c"RDMA_CM_EVENT_ADDR_RESOLVED",
         c"RDMA_CM_EVENT_ADDR_ERROR",
         c"RDMA_CM_EVENT_ROUTE_RESOLVED",
@@ -256,6 +265,8 @@ pub extern "C" fn rdma_event_str(event: c_int) -> *const c_char {
         c"RDMA_CM_EVENT_MULTICAST_ERROR",
         c"RDMA_CM_EVENT_ADDR_CHANGE",
         c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
+        c"RDMA_CM_EVENT_ADDRINFO_RESOLVED",
+        c"RDMA_CM_EVENT_ADDRINFO_ERROR",
     ];
     usize::try_from(event)
         .ok()

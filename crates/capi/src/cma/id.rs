@@ -35,6 +35,8 @@ pub(super) struct IdState {
     pub(super) device_error: Option<String>,
     /// The multicast groups joined with `rdma_join_multicast(_ex)`.
     pub(super) joins: Vec<CJoin>,
+    /// `rdma_resolve_addrinfo`'s state and answer.
+    pub(super) addrinfo: addrinfo::Resolving,
 }
 
 /// One multicast group an id joined.
@@ -174,6 +176,7 @@ pub(super) fn wrap_id(
             connect_error: false,
             device_error: None,
             joins: Vec::new(),
+            addrinfo: addrinfo::Resolving::default(),
         }),
         users: EventCount::default(),
     }));

@@ -34,6 +34,7 @@ use rverbs_cm::{
 use rverbs_uverbs::gid::Gid;
 
 mod addr;
+mod addrinfo;
 mod channel;
 mod conn;
 mod device;
@@ -45,6 +46,7 @@ mod qp;
 mod unsupported;
 
 use addr::*;
+pub use addrinfo::*;
 pub use channel::*;
 pub use conn::*;
 pub use device::*;

@@ -286,6 +286,35 @@ pub unsafe extern "C" fn ibv_query_port(
     unsafe { query_port_into(context, port, attr.cast(), COMPAT_PORT_ATTR_SIZE) }
 }
 
+symver!(ibv_query_port_speed => "IBVERBS_1.16");
+/// `ibv_query_port_speed` (rdma-core 62): the port's effective bandwidth in 100 Mb/s units
+/// into `*port_speed`; 0, or the errno (`Context::query_port_speed`: `EOPNOTSUPP` where the
+/// kernel has no such method or the device reports no speed, as on rxe and siw; `EINVAL` for
+/// a port the device lacks or a NULL pointer).
+///
+/// # Safety
+/// `context` is ours; `port_speed` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_port_speed(
+    context: *mut ibv_context,
+    port_num: u32,
+    port_speed: *mut u64,
+) -> c_int {
+    // SAFETY: [object] context.
+    let c = obj!(unsafe { CContext::from_c(context) }, errno);
+    if port_speed.is_null() {
+        return null_arg("port_speed");
+    }
+    match c.ctx.query_port_speed(port_num) {
+        Ok(speed) => {
+            // SAFETY: [out] port_speed (non-NULL, checked above).
+            unsafe { port_speed.write(speed) };
+            0
+        }
+        Err(e) => fail(&e),
+    }
+}
+
 symver!(ibv_query_gid => "IBVERBS_1.1");
 /// `ibv_query_gid`: 0, or -1 with errno; an empty slot reads as the zero GID.
 ///

@@ -3,8 +3,10 @@
 //! includes this file) writes `librdmacm.so.1`'s and checks the libraries against it, and
 //! `symver!` refuses a version that is not here (at compile time).
 //!
-//! The nodes are rdma-core 44's (Debian bookworm): `libibverbs.map.in` and `librdmacm.map`.
-//! A new node goes into its list in order; nothing else names it.
+//! The nodes are rdma-core 44's (Debian bookworm): `libibverbs.map.in` and `librdmacm.map`,
+//! and the later ones of the functions the drop-in has from rdma-core 59 to 64
+//! (`IBVERBS_1.15` … `IBVERBS_1.17`, `RDMACM_1.4`). A new node goes into its list in order;
+//! nothing else names it.
 
 #![allow(dead_code)] // each includer uses a part
 
@@ -22,6 +24,9 @@ pub const IBVERBS: &[&str] = &[
     "IBVERBS_1.12",
     "IBVERBS_1.13",
     "IBVERBS_1.14",
+    "IBVERBS_1.15",
+    "IBVERBS_1.16",
+    "IBVERBS_1.17",
 ];
 
 /// libibverbs' private node, `IBVERBS_PRIVATE_<PABI>` (the provider interface); it depends on
@@ -30,7 +35,13 @@ pub const IBVERBS_PRIVATE: &str = "IBVERBS_PRIVATE_34";
 
 /// librdmacm's nodes, oldest first; each depends on the one before. `libibverbs.so.1`
 /// declares them too: librdmacm's functions are defined there (docs/capi.md, "librdmacm.so.1").
-pub const RDMACM: &[&str] = &["RDMACM_1.0", "RDMACM_1.1", "RDMACM_1.2", "RDMACM_1.3"];
+pub const RDMACM: &[&str] = &[
+    "RDMACM_1.0",
+    "RDMACM_1.1",
+    "RDMACM_1.2",
+    "RDMACM_1.3",
+    "RDMACM_1.4",
+];
 
 /// libefa's nodes (`providers/efa/libefa.map`: rdma-core 44's `EFA_1.0` … `EFA_1.2`, and
 /// `EFA_1.3` of rdma-core 50 to 56): the `efadv_*` functions are defined in `libibverbs.so.1`

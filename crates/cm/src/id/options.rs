@@ -57,4 +57,51 @@ impl CmId {
         };
         self.run("notify", cmd::NOTIFY, &req, 0)
     }
+
+    /// Queues a USER event ([`CmEventKind::USER`](crate::types::CmEventKind::USER)) on this
+    /// id's event channel (`WRITE_CM_EVENT`, librdmacm's `rdma_write_cm_event` of rdma-core
+    /// 60): whoever reads the id's events (its channel, or the id itself when synchronous or
+    /// claimed) gets it as any other, with `status` and `arg`
+    /// ([`CmEvent::arg`](crate::CmEvent::arg)). A way to wake a thread waiting for the id's
+    /// events. Kernels without the command (6.1 and 6.12 have none; 7.3 has it) are refused
+    /// by name ([`io::ErrorKind::Unsupported`](std::io::ErrorKind::Unsupported)).
+    pub fn write_event(&self, status: i32, arg: u64) -> io::Result<()> {
+        self.write_event_of(CmEventKind::USER, status, arg)
+    }
+
+    internal! {
+    /// Queues an INTERNAL event (librdmacm's own, `RDMA_CM_EVENT_INTERNAL` = 19) as
+    /// [`CmId::write_event`] queues a USER one: what the C drop-in's `rdma_resolve_addrinfo`
+    /// reports its answer with.
+    pub fn write_internal_event(&self, status: i32, arg: u64) -> io::Result<()> {
+        self.write_event_of(CmEventKind(INTERNAL_EVENT), status, arg)
+    }
+    }
+
+    fn write_event_of(&self, kind: CmEventKind, status: i32, arg: u64) -> io::Result<()> {
+        let op = "write rdma_cm event";
+        let mut req = abi::rdma_ucm_write_cm_event {
+            id: self.handle,
+            event: kind.0,
+            status: status as u32,
+            ..Default::default()
+        };
+        req.param[..8].copy_from_slice(&arg.to_ne_bytes());
+        tracing::trace!(id = self.handle, op, "rdma_cm command");
+        match self.chan.command(cmd::WRITE_CM_EVENT, &req, 0) {
+            Ok(()) => Ok(()),
+            // The kind is one the command takes and the id is ours: EINVAL is a kernel whose
+            // command table ends before WRITE_CM_EVENT.
+            Err(Errno::INVAL) => Err(Error::unsupported(
+                op,
+                format!(
+                    "event {kind} on id {}: this kernel's rdma_cm has no WRITE_CM_EVENT \
+                     command (Linux 6.1 and 6.12 have none, 7.3 has it)",
+                    self.handle
+                ),
+            )
+            .into()),
+            Err(e) => Err(self.kernel_err(op, e)),
+        }
+    }
 }
