@@ -209,23 +209,22 @@ impl<R> Freed<R> {
         self.0.len()
     }
 
-    /// Drops what it holds, now (the caller let go of every lock). Nothing was released
-    /// when the list never allocated (a `Vec`'s length is at most its capacity): then there
-    /// is nothing to drop and no drop glue runs, the common case of a settle.
+    /// Drops what it holds, now (the caller let go of every lock), leaving it empty: then it
+    /// owns no element and no allocation, and the caller forgets it (`mem::forget`, which
+    /// leaks nothing) instead of dropping it, so that no drop glue runs on the common path
+    /// where nothing was released (the list never allocated: a `Vec`'s length is at most
+    /// its capacity). In place, not by value: a by-value call copies the list first.
     #[inline(always)]
-    pub(crate) fn release(self) {
-        if self.0.capacity() == 0 {
-            // Owns no element and no allocation: forgetting it leaks nothing.
-            std::mem::forget(self);
-        } else {
-            self.release_slow();
+    pub(crate) fn release(&mut self) {
+        if self.0.capacity() != 0 {
+            Self::release_slow(&mut self.0);
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn release_slow(self) {
-        drop(self);
+    fn release_slow(v: &mut Vec<Gone<R>>) {
+        drop(std::mem::take(v));
     }
 }
 
@@ -1125,6 +1124,7 @@ impl<R: Holdable> Watch<R> {
         self.settle_live_in(first, rest, all, hint, &mut freed);
         drop(guard);
         freed.release();
+        std::mem::forget(freed);
     }
 
     /// The body of [`settle_live`](Self::settle_live).
@@ -1175,6 +1175,7 @@ impl<R: Holdable> Watch<R> {
         self.settle_with_tombs(from, drained, &mut freed);
         drop(guard);
         freed.release();
+        std::mem::forget(freed);
     }
 
     /// [`settle`](Self::settle) where tombstones stand: the completions that count (as in
