@@ -1124,6 +1124,7 @@ impl<R: Holdable> Watch<R> {
         self.settle_live_in(first, rest, all, hint, &mut freed);
         drop(guard);
         freed.release();
+        // Empty now (`Freed::release`): forgetting it leaks nothing and skips its drop glue.
         std::mem::forget(freed);
     }
 
@@ -1175,6 +1176,7 @@ impl<R: Holdable> Watch<R> {
         self.settle_with_tombs(from, drained, &mut freed);
         drop(guard);
         freed.release();
+        // Empty now (`Freed::release`): forgetting it leaks nothing and skips its drop glue.
         std::mem::forget(freed);
     }
 
