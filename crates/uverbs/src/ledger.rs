@@ -208,6 +208,24 @@ impl<R> Freed<R> {
     pub(crate) fn len(&self) -> usize {
         self.0.len()
     }
+
+    /// Drops what it holds, now (the caller let go of every lock), leaving it empty: then it
+    /// owns no element and no allocation, and the caller forgets it (`mem::forget`, which
+    /// leaks nothing) instead of dropping it, so that no drop glue runs on the common path
+    /// where nothing was released (the list never allocated: a `Vec`'s length is at most
+    /// its capacity). In place, not by value: a by-value call copies the list first.
+    #[inline(always)]
+    pub(crate) fn release(&mut self) {
+        if self.0.capacity() != 0 {
+            Self::release_slow(&mut self.0);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn release_slow(v: &mut Vec<Gone<R>>) {
+        drop(std::mem::take(v));
+    }
 }
 
 /// Removes from `v` the elements `keep` says no to, in place and in order, handing each to
@@ -983,34 +1001,28 @@ impl<R: Holdable> Watch<R> {
         self.epoch.load(Ordering::Acquire)
     }
 
-    /// True when a poll that took `n` completions (`drained` as for [`settle`](Self::settle))
-    /// has nothing to settle or clear: the empty poll, the common one while waiting. Such a
-    /// poll makes no [`Freed`] and no call ([`settle_unlocking`](Self::settle_unlocking)).
-    #[inline(always)]
-    pub(crate) fn idle(&self, n: usize, drained: Option<u64>) -> bool {
-        // Relaxed: see `settle`.
-        n == 0 && (drained.is_none() || self.tombs.load(Ordering::Relaxed) == 0)
-    }
-
     /// [`settle`](Self::settle) under the ring's lock `guard`, which it then releases, and
     /// only then drops what the settle released ([`Freed`]; dropped after the guard also
-    /// while unwinding). An [`idle`](Self::idle) poll only releases the guard.
+    /// while unwinding). A poll with nothing to settle or clear (the empty poll, the common
+    /// one while waiting, or one whose completions cannot release anything) only releases
+    /// the guard: no [`Freed`] is made and no call is made. Inlined into the poll, with the
+    /// work that can release something behind one call
+    /// ([`settle_live_unlocking`](Self::settle_live_unlocking)), which makes and drops the
+    /// [`Freed`], so that a poll that calls nothing stays small enough to be inlined into its
+    /// caller's loop.
     #[inline(always)]
     pub(crate) fn settle_unlocking<G, I>(&self, guard: G, wcs: I, drained: Option<u64>)
     where
         I: ExactSizeIterator + Clone,
         I::Item: Into<Seen>,
     {
-        if self.idle(wcs.len(), drained) {
-            drop(guard);
-            return;
+        match self.plan(wcs, drained) {
+            Plan::Nothing => drop(guard),
+            Plan::Live(first, rest, all, hint) => {
+                self.settle_live_unlocking(guard, first, rest, all, hint)
+            }
+            Plan::Tombs(from) => self.settle_with_tombs_unlocking(guard, from, drained),
         }
-        let mut freed = Freed::default();
-        // Moved into a local made after `freed`, so that it drops first when unwinding.
-        let guard = guard;
-        self.settle(wcs, drained, &mut freed);
-        drop(guard);
-        drop(freed);
     }
 
     /// Settles the ledgers for the polled completions, in polled order. Call it under the
@@ -1021,6 +1033,20 @@ impl<R: Holdable> Watch<R> {
     /// `freed`, which the caller drops once it released the CQ's lock ([`Freed`]).
     #[inline(always)]
     pub(crate) fn settle<I>(&self, wcs: I, drained: Option<u64>, freed: &mut Freed<R>)
+    where
+        I: ExactSizeIterator + Clone,
+        I::Item: Into<Seen>,
+    {
+        match self.plan(wcs, drained) {
+            Plan::Nothing => {}
+            Plan::Live(first, rest, all, hint) => self.settle_live(first, rest, all, hint, freed),
+            Plan::Tombs(from) => self.settle_with_tombs(from, drained, freed),
+        }
+    }
+
+    /// What a settle of `wcs` has to do, decided without the lock ([`settle`](Self::settle)).
+    #[inline(always)]
+    fn plan<I>(&self, wcs: I, drained: Option<u64>) -> Plan<impl Iterator<Item = Seen>, I>
     where
         I: ExactSizeIterator + Clone,
         I::Item: Into<Seen>,
@@ -1044,28 +1070,25 @@ impl<R: Holdable> Watch<R> {
         //   settle nothing (`settle_one` decides by the QP's role).
         let tombs = self.tombs.load(Ordering::Relaxed);
         let clear = drained.is_some() && tombs != 0;
-        // The empty poll, the common one while waiting: nothing to settle or clear, no call.
+        // The empty poll, the common one while waiting: nothing to settle or clear.
         if wcs.len() == 0 && !clear {
-            return;
+            return Plan::Nothing;
         }
         let hint = tombs != 0 || self.every.load(Ordering::Relaxed) != 0;
-        // Nor is there anything to settle when no completion counts ([`Seen::counts`]): the
-        // lock is taken from the first that does.
         let all = wcs.clone();
         let mut rest = wcs.map(Into::into);
+        // Nor is there anything to settle when no completion counts ([`Seen::counts`]): the
+        // lock is taken from the first that does.
         let first = rest.find(|s: &Seen| s.counts(hint));
         match (first, clear) {
-            (Some(first), false) => self.settle_live(first, rest, all, hint, freed),
-            (None, false) => {}
-            (first, true) => {
-                let from = Polled {
-                    first,
-                    rest,
-                    all,
-                    hint,
-                };
-                self.settle_with_tombs(from, drained, freed);
-            }
+            (Some(first), false) => Plan::Live(first, rest, all, hint),
+            (None, false) => Plan::Nothing,
+            (first, true) => Plan::Tombs(Polled {
+                first,
+                rest,
+                all,
+                hint,
+            }),
         }
     }
 
@@ -1077,6 +1100,37 @@ impl<R: Holdable> Watch<R> {
     /// a stale count would have.
     #[inline(never)]
     fn settle_live<I, J>(&self, first: Seen, rest: I, all: J, hint: bool, freed: &mut Freed<R>)
+    where
+        I: Iterator<Item = Seen>,
+        J: Iterator,
+        J::Item: Into<Seen>,
+    {
+        self.settle_live_in(first, rest, all, hint, freed);
+    }
+
+    /// [`settle_live`](Self::settle_live) under the ring's lock `guard`, which it then
+    /// releases, and only then drops what the settle released (the one call of a poll that
+    /// settles: [`settle_unlocking`](Self::settle_unlocking)).
+    #[inline(never)]
+    fn settle_live_unlocking<G, I, J>(&self, guard: G, first: Seen, rest: I, all: J, hint: bool)
+    where
+        I: Iterator<Item = Seen>,
+        J: Iterator,
+        J::Item: Into<Seen>,
+    {
+        let mut freed = Freed::default();
+        // Moved into a local made after `freed`, so that it drops first when unwinding.
+        let guard = guard;
+        self.settle_live_in(first, rest, all, hint, &mut freed);
+        drop(guard);
+        freed.release();
+        // Empty now (`Freed::release`): forgetting it leaks nothing and skips its drop glue.
+        std::mem::forget(freed);
+    }
+
+    /// The body of [`settle_live`](Self::settle_live).
+    #[inline(always)]
+    fn settle_live_in<I, J>(&self, first: Seen, rest: I, all: J, hint: bool, freed: &mut Freed<R>)
     where
         I: Iterator<Item = Seen>,
         J: Iterator,
@@ -1100,6 +1154,30 @@ impl<R: Holdable> Watch<R> {
                 settle_live_one(&list.live, &mut at, seen, freed);
             }
         }
+    }
+
+    /// [`settle_with_tombs`](Self::settle_with_tombs) under the ring's lock `guard`, which
+    /// it then releases, and only then drops what the settle released.
+    #[cold]
+    #[inline(never)]
+    fn settle_with_tombs_unlocking<G, I, J>(
+        &self,
+        guard: G,
+        from: Polled<I, J>,
+        drained: Option<u64>,
+    ) where
+        I: Iterator<Item = Seen>,
+        J: Iterator,
+        J::Item: Into<Seen>,
+    {
+        let mut freed = Freed::default();
+        // Moved into a local made after `freed`, so that it drops first when unwinding.
+        let guard = guard;
+        self.settle_with_tombs(from, drained, &mut freed);
+        drop(guard);
+        freed.release();
+        // Empty now (`Freed::release`): forgetting it leaks nothing and skips its drop glue.
+        std::mem::forget(freed);
     }
 
     /// [`settle`](Self::settle) where tombstones stand: the completions that count (as in
@@ -1152,6 +1230,16 @@ impl<R: Holdable> Watch<R> {
             self.tombs.store(list.gone.len(), Ordering::Relaxed);
         }
     }
+}
+
+/// What a settle does ([`Watch::plan`]): nothing (no completion counts, no tombstone to
+/// clear), the live QPs' ledgers from the first completion that counts (with the rest, all
+/// of them again, and the hint they were counted under: [`Polled`]), or that with
+/// tombstones to clear.
+enum Plan<I, J> {
+    Nothing,
+    Live(Seen, I, J, bool),
+    Tombs(Polled<I, J>),
 }
 
 /// A settle's completions, read up to the first that counted under the counts read without

@@ -237,10 +237,8 @@ pub(super) const BATCH: usize = 16;
 
 /// Polls up to `want` completions with `poll_raw` (`Cq::poll_raw`: rxe copies its ring
 /// entries unchanged) into a stack buffer of `N` raw entries a step, and writes each polled
-/// one out as an `ibv_wc` (a 48-byte copy: an `ibv_wc` is the kernel's `ib_uverbs_wc` field
-/// for field, asserted above), its flags renumbered (kernel → userspace); returns how many.
-/// The immediate data stays big-endian as on the wire and the invalidated rkey in host
-/// order, as `ibv_wc` keeps them.
+/// one out as an `ibv_wc` ([`to_ibv_wc`]: each field of the buffered entry read once, the
+/// caller's entry written once, whole, and never read); returns how many.
 ///
 /// Only the entries it returns are written, as rdma-core's providers do: a caller's array
 /// past the returned count is not touched (programs pass a one-entry `ibv_wc` with a larger
@@ -262,15 +260,9 @@ unsafe fn poll_into<const N: usize>(
         let n = (want - done).min(N);
         let got = poll_raw(&mut buf[..n]).min(n);
         for (i, w) in buf[..got].iter().enumerate() {
-            // SAFETY: [out] wc has `want` entries and done + i < want. Same size and field
-            // order and types (asserted above); every byte of a RawWc is initialised (plain
-            // integers, no padding) and every byte pattern is a valid ibv_wc; the caller's
-            // array cannot overlap our stack buffer.
-            unsafe {
-                let dst = wc.add(done + i);
-                ptr::copy_nonoverlapping((w as *const RawWc).cast::<ibv_wc>(), dst, 1);
-                (*dst).wc_flags = w.wc_flags().bits();
-            }
+            let e = to_ibv_wc(w);
+            // SAFETY: [out] wc has `want` entries and done + i < want, aligned for ibv_wc.
+            unsafe { wc.add(done + i).write(e) };
         }
         done += got;
         if got < n {
@@ -278,6 +270,29 @@ unsafe fn poll_into<const N: usize>(
         }
     }
     done
+}
+
+/// The `ibv_wc` of a polled entry: each field of `w` read once, the flags renumbered (kernel
+/// → userspace), the immediate data left big-endian as on the wire and the invalidated rkey
+/// in host order, as `ibv_wc` keeps them. `RawWc`'s `port_num` and `reserved` (rverbs' own
+/// bit) fall in `ibv_wc`'s tail padding and are not copied.
+#[inline(always)]
+fn to_ibv_wc(w: &RawWc) -> ibv_wc {
+    ibv_wc {
+        wr_id: w.wr_id,
+        status: w.status,
+        opcode: w.opcode,
+        vendor_err: w.vendor_err,
+        byte_len: w.byte_len,
+        imm_data: w.ex,
+        qp_num: w.qp_num,
+        src_qp: w.src_qp,
+        wc_flags: w.wc_flags().bits(),
+        pkey_index: w.pkey_index,
+        slid: w.slid,
+        sl: w.sl,
+        dlid_path_bits: w.dlid_path_bits,
+    }
 }
 
 /// `ops.poll_cq` (the inline `ibv_poll_cq`), through [`poll_into`]: a 4-entry stack buffer for

@@ -5,6 +5,7 @@
 //! QP the 6.1 kernel then runs the requester on the WQEs in the ring; it answers `EINVAL` when
 //! the QP is not (yet) ready to send. Receives need no doorbell.
 
+use std::cell::UnsafeCell;
 use std::io;
 use std::os::fd::BorrowedFd;
 
@@ -32,7 +33,7 @@ pub const POST_SEND_CMD_LEN: usize = core::mem::size_of::<PostSendCmd>();
 /// Layout: `{u32 command = 28; u16 in_words = 8; u16 out_words = 1}` then
 /// `{u64 response; u32 qp_handle; u32 wr_count = 0; u32 sge_count = 0;
 /// u32 wqe_size = sizeof(ib_uverbs_send_wr)}` (the kernel rejects a smaller `wqe_size` even
-/// when there are no WRs). siw's doorbell is the same command, built once per QP.
+/// when there are no WRs). rxe's and siw's [`Doorbell`] is this command, built once per QP.
 pub(crate) fn post_send_cmd(qp_handle: u32, response: u64) -> [u8; POST_SEND_CMD_LEN] {
     let mut out = [0u8; POST_SEND_CMD_LEN];
     out.copy_from_slice(cmd(qp_handle, response).as_bytes());
@@ -57,29 +58,80 @@ fn cmd(qp_handle: u32, response: u64) -> PostSendCmd {
     }
 }
 
-/// Rings the send doorbell of the QP with kernel handle `qp_handle` on the uverbs command fd:
-/// one write() of 32 bytes from the stack. Does not allocate unless it fails.
-#[inline]
-pub fn post_send_doorbell(cmd_fd: BorrowedFd<'_>, qp_handle: u32) -> io::Result<()> {
-    let mut resp = ib_uverbs_post_send_resp::default();
-    // The kernel writes the response through this address during the write() below
-    // (write_cmd tells the compiler that the call may write memory).
-    let resp_addr = core::ptr::addr_of_mut!(resp) as usize as u64;
-    let cmd = cmd(qp_handle, resp_addr);
-    // SAFETY: the command's only address is `resp`, a live local the kernel writes 4 bytes
-    // into during the call; POST_SEND on an rxe QP handle changes nothing a safe type owns.
-    #[allow(unsafe_code)]
-    let r = unsafe { rverbs_uverbs::kernel::write::write_cmd(cmd_fd, cmd.as_bytes()) };
-    // Keep the response buffer alive (and considered possibly written) past the syscall.
-    std::hint::black_box(&mut resp);
-    match r {
-        Ok(POST_SEND_CMD_LEN) => Ok(()),
-        other => Err(doorbell_error(
-            "rxe post send doorbell",
-            other,
+/// Which provider's doorbell a [`Doorbell`] is, for its errors: the operation named, and a
+/// hint that follows the QP handle when the write() fails with that errno.
+#[derive(Debug)]
+pub struct Who {
+    /// The operation an error names ("rxe post send doorbell").
+    pub op: &'static str,
+    /// The errno that gets the hint, and the hint.
+    pub hint: (Errno, &'static str),
+}
+
+/// rxe's doorbell, for its errors.
+pub(crate) static RXE: Who = Who {
+    op: "rxe post send doorbell",
+    hint: (Errno::INVAL, " (is the QP in RTS?)"),
+};
+
+/// One QP's prebuilt doorbell: the command bytes and the response word they point at, built
+/// once when the QP is created (as libsiw does) instead of on every post.
+pub struct Doorbell {
+    cmd: [u8; POST_SEND_CMD_LEN],
+    qp_handle: u32,
+    who: &'static Who,
+    // The kernel writes the response here during the write(); boxed so its address, which
+    // the prebuilt command holds, stays put when the doorbell moves. Never read.
+    _resp: Box<UnsafeCell<u32>>,
+}
+
+// SAFETY: the response word is written only by the kernel during `ring`, which takes `&mut
+// self`; nothing else reaches it, so moving the doorbell between threads is fine.
+#[allow(unsafe_code)]
+unsafe impl Send for Doorbell {}
+
+impl std::fmt::Debug for Doorbell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Doorbell({}, QP handle {})", self.who.op, self.qp_handle)
+    }
+}
+
+impl Doorbell {
+    /// The doorbell of the QP with kernel handle `qp_handle`, of provider `who`.
+    pub fn new(qp_handle: u32, who: &'static Who) -> Self {
+        let resp = Box::new(UnsafeCell::new(0u32));
+        let cmd = post_send_cmd(qp_handle, resp.get() as usize as u64);
+        Doorbell {
+            cmd,
             qp_handle,
-            (Errno::INVAL, " (is the QP in RTS?)"),
-        )),
+            who,
+            _resp: resp,
+        }
+    }
+
+    /// The command bytes (tests).
+    #[cfg(test)]
+    pub fn bytes(&self) -> &[u8; POST_SEND_CMD_LEN] {
+        &self.cmd
+    }
+
+    /// Writes the command to `cmd_fd`: one write() of 32 bytes.
+    #[inline]
+    pub fn ring(&mut self, cmd_fd: BorrowedFd<'_>) -> io::Result<()> {
+        // SAFETY: the command's only address is the boxed response word we own, valid for
+        // the kernel's 4-byte write during the call (write_cmd tells the compiler memory may
+        // change); POST_SEND on an rxe or siw QP handle changes nothing a safe type owns.
+        #[allow(unsafe_code)]
+        let r = unsafe { rverbs_uverbs::kernel::write::write_cmd(cmd_fd, &self.cmd) };
+        match r {
+            Ok(POST_SEND_CMD_LEN) => Ok(()),
+            other => Err(doorbell_error(
+                self.who.op,
+                other,
+                self.qp_handle,
+                self.who.hint,
+            )),
+        }
     }
 }
 
@@ -138,20 +190,25 @@ mod tests {
 
     #[test]
     #[cfg_attr(miri, ignore = "Miri cannot run raw syscalls")]
-    fn rxe_doorbell_writes_one_command() {
+    fn rxe_doorbell_writes_its_prebuilt_command_each_time() {
         use std::os::fd::AsFd;
         let path = temp_path("doorbell");
         let f = std::fs::File::create(&path).unwrap();
-        post_send_doorbell(f.as_fd(), 77).unwrap();
+        let mut d = Doorbell::new(77, &RXE);
+        d.ring(f.as_fd()).unwrap();
+        d.ring(f.as_fd()).unwrap();
         drop(f);
         let buf = std::fs::read(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
-        assert_eq!(buf.len(), 32);
+        assert_eq!(buf.len(), 2 * POST_SEND_CMD_LEN);
         let expect = post_send_cmd(77, 0);
-        // Everything but the (stack) response address matches.
-        assert_eq!(buf[..8], expect[..8]);
-        assert_ne!(&buf[8..16], &[0u8; 8]);
-        assert_eq!(buf[16..32], expect[16..32]);
+        for one in buf.chunks(POST_SEND_CMD_LEN) {
+            assert_eq!(one, &d.bytes()[..]);
+            // Everything but the (boxed) response address is the command.
+            assert_eq!(one[..8], expect[..8]);
+            assert_ne!(&one[8..16], &[0u8; 8]);
+            assert_eq!(one[16..32], expect[16..32]);
+        }
     }
 
     #[test]
@@ -162,7 +219,7 @@ mod tests {
         std::fs::write(&path, b"").unwrap();
         let f = std::fs::File::open(&path).unwrap();
         // Writing to a read-only descriptor fails with EBADF.
-        let e = post_send_doorbell(f.as_fd(), 5).unwrap_err();
+        let e = Doorbell::new(5, &RXE).ring(f.as_fd()).unwrap_err();
         std::fs::remove_file(&path).unwrap();
         assert_eq!(Error::errno_of(&e), Some(Errno::BADF));
         assert!(e.to_string().contains("QP handle 5"), "{e}");

@@ -24,7 +24,8 @@ use super::abi::{
 };
 use crate::mapping::{map_shared, Mapping};
 
-use super::{post_send_doorbell, QueueKind, RxeCq, RxeQpType, RxeQueue, RxeRq, RxeSq, RxeSqConfig};
+use super::doorbell::{Doorbell, RXE};
+use super::{QueueKind, RxeCq, RxeQpType, RxeQueue, RxeRq, RxeSq, RxeSqConfig};
 
 /// Opens an rxe device: no driver data for the context.
 pub fn open(dev: &Device) -> io::Result<Arc<Context>> {
@@ -100,6 +101,8 @@ impl CqOps for CqRing {
 struct QpRings {
     sq: RxeSq,
     rq: Option<RxeRq>,
+    /// The send doorbell, its command built once (`rxe::doorbell::Doorbell`).
+    doorbell: Doorbell,
     _sq_map: Mapping,
     _rq_map: Option<Mapping>,
 }
@@ -110,8 +113,8 @@ impl QpOps for QpRings {
         match unsafe { self.sq.post(wrs) } {
             // The kernel processes the send queue only when told: one write() per list.
             Ok(0) => Ok(()),
-            Ok(posted) => ring(qp, posted),
-            Err(e) => post_send_failed(qp, e),
+            Ok(posted) => ring(&mut self.doorbell, qp, posted),
+            Err(e) => post_send_failed(&mut self.doorbell, qp, e),
         }
     }
 
@@ -132,8 +135,8 @@ impl QpOps for QpRings {
 
 /// The send doorbell after `posted` requests went into the ring.
 #[inline(always)]
-fn ring(qp: KernelObj<'_>, posted: usize) -> Result<(), PostError> {
-    post_send_doorbell(qp.fd, qp.handle)
+fn ring(db: &mut Doorbell, qp: KernelObj<'_>, posted: usize) -> Result<(), PostError> {
+    db.ring(qp.fd)
         .map_err(|e| PostError::failed(posted, "the send doorbell failed", e))
 }
 
@@ -141,9 +144,9 @@ fn ring(qp: KernelObj<'_>, posted: usize) -> Result<(), PostError> {
 /// error (a doorbell failure is reported in preference).
 #[cold]
 #[inline(never)]
-fn post_send_failed(qp: KernelObj<'_>, e: PostError) -> Result<(), PostError> {
+fn post_send_failed(db: &mut Doorbell, qp: KernelObj<'_>, e: PostError) -> Result<(), PostError> {
     if e.posted() > 0 {
-        ring(qp, e.posted())?;
+        ring(db, qp, e.posted())?;
     }
     Err(e)
 }
@@ -242,6 +245,7 @@ unsafe impl Driver for RxeDriver {
         Ok(Box::new(QpRings {
             sq,
             rq,
+            doorbell: Doorbell::new(k.handle, &RXE),
             _sq_map: sq_map,
             _rq_map: rq_map,
         }))

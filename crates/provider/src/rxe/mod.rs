@@ -14,7 +14,7 @@
 //! - QP: map `rxe_create_qp_resp.sq_mi` → [`QueueKind::Send`] → [`RxeSq::new`] with the
 //!   QP type and the *kernel-returned* caps (`max_send_sge`, `max_inline_data`, which rxe
 //!   rounds up) and whether the QP was created with `sq_sig_all`; post with [`RxeSq::post`],
-//!   then ring [`post_send_doorbell`].
+//!   then ring the QP's [`doorbell::Doorbell`] (its command built once, at create).
 //!   `rq_mi` (unless the QP has an SRQ) → [`QueueKind::Recv`] → [`RxeRq::new`] with
 //!   `max_recv_sge`; receives need no doorbell.
 //! - SRQ: map `rxe_create_srq_resp.mi` → [`QueueKind::Srq`] → [`RxeRq::new`] with the SRQ's
@@ -48,7 +48,6 @@ pub mod sq;
 mod wqe;
 
 pub use cq::RxeCq;
-pub use doorbell::post_send_doorbell;
 pub use queue::{QueueKind, RxeQueue};
 pub use rq::RxeRq;
 pub use sq::{RxeQpType, RxeSq, RxeSqConfig};

@@ -1,5 +1,5 @@
 //! Posting to an rxe send queue: build `rxe_send_wqe`s in the mapped ring, then ring the
-//! doorbell ([`super::post_send_doorbell`]).
+//! doorbell ([`super::doorbell::Doorbell`]).
 //!
 //! What the Linux 6.1 kernel reads from a user send WQE (`rxe_req.c`, `rxe_comp.c`): `wr`
 //! (`wr_id`, `opcode`, `send_flags`, `ex`, the `wr` union arm of the opcode; for UD `remote_qpn`,
@@ -422,7 +422,7 @@ impl RxeSq {
     /// Posts `wrs` in order and publishes them to the kernel with one producer-index store.
     /// Returns `wrs.len()`. Stops at the first request that is invalid or finds the queue
     /// full: the [`PostError`] (a [`PostFault`]) says how many were posted before it. Does not ring the
-    /// doorbell (see [`post_send_doorbell`](super::post_send_doorbell)). Never allocates.
+    /// doorbell (see [`Doorbell`](super::doorbell::Doorbell)). Never allocates.
     ///
     /// # Safety
     ///

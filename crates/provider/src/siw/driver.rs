@@ -21,7 +21,7 @@ use super::abi::{
     siw_rqe, siw_sqe, siw_ureq_reg_mr, siw_uresp_alloc_ctx, siw_uresp_create_cq,
     siw_uresp_create_qp, siw_uresp_create_srq, SIW_INVAL_UOBJ_KEY, SIW_MAX_INLINE, SIW_MAX_SGE,
 };
-use super::doorbell::Doorbell;
+use super::doorbell::{Doorbell, SIW};
 use super::ring::{ring_bytes, Ring, SiwCq, SiwRq, SiwSq, SqConfig};
 use super::SiwQueue;
 use crate::mapping::Mapping;
@@ -303,7 +303,7 @@ unsafe impl Driver for SiwDriver {
         Ok(Box::new(QpRings {
             sq,
             rq,
-            doorbell: Doorbell::new(k.handle),
+            doorbell: Doorbell::new(k.handle, &SIW),
             _sq_map: sq_map,
             _rq_map: rq_map,
         }))

@@ -262,7 +262,9 @@ mod rxe {
 fn rxe_doorbell_errors_name_the_qp_and_the_hint() {
     use rustix::event::{eventfd, EventfdFlags};
     let fd = eventfd(0, EventfdFlags::CLOEXEC).unwrap();
-    let e = crate::rxe::post_send_doorbell(std::os::fd::AsFd::as_fd(&fd), 9).unwrap_err();
+    let e = crate::rxe::doorbell::Doorbell::new(9, &crate::rxe::doorbell::RXE)
+        .ring(std::os::fd::AsFd::as_fd(&fd))
+        .unwrap_err();
     assert_eq!(
         rverbs_uverbs::Error::errno_of(&e),
         Some(rustix::io::Errno::INVAL)

@@ -125,7 +125,7 @@ fn checks() -> Vec<(String, u64)> {
 
     // The doorbell's command is rxe's (`rxe::doorbell`, checked in rxe_abi_layout too).
     use crate::rxe::abi::{ib_uverbs_post_send, IB_UVERBS_SEND_WR_SIZE};
-    use crate::siw::doorbell::POST_SEND_CMD_LEN;
+    use crate::rxe::doorbell::POST_SEND_CMD_LEN;
     st!(
         "ib_uverbs_post_send",
         ib_uverbs_post_send,

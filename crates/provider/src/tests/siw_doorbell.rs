@@ -3,12 +3,13 @@
 
 use std::os::fd::AsFd;
 
-use crate::siw::doorbell::{Doorbell, POST_SEND_CMD_LEN};
+use crate::rxe::doorbell::POST_SEND_CMD_LEN;
+use crate::siw::doorbell::{Doorbell, SIW};
 use rverbs_uverbs::Error;
 
 #[test]
 fn siw_doorbell_bytes() {
-    let d = Doorbell::new(0x0102_0304);
+    let d = Doorbell::new(0x0102_0304, &SIW);
     let b = d.bytes();
     assert_eq!(b.len(), 32);
     let u32_at = |o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().unwrap());
@@ -38,7 +39,7 @@ fn temp_path(name: &str) -> std::path::PathBuf {
 fn siw_doorbell_writes_its_command_each_time() {
     let path = temp_path("doorbell");
     let f = std::fs::File::create(&path).unwrap();
-    let mut d = Doorbell::new(77);
+    let mut d = Doorbell::new(77, &SIW);
     d.ring(f.as_fd()).unwrap();
     d.ring(f.as_fd()).unwrap();
     drop(f);
@@ -55,7 +56,7 @@ fn siw_doorbell_reports_errno_and_qp() {
     let path = temp_path("doorbell-ro");
     std::fs::write(&path, b"").unwrap();
     let f = std::fs::File::open(&path).unwrap();
-    let e = Doorbell::new(5).ring(f.as_fd()).unwrap_err();
+    let e = Doorbell::new(5, &SIW).ring(f.as_fd()).unwrap_err();
     std::fs::remove_file(&path).unwrap();
     assert_eq!(Error::errno_of(&e), Some(rustix::io::Errno::BADF));
     let s = e.to_string();

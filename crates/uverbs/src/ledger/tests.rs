@@ -1263,47 +1263,64 @@ fn what_a_settle_releases_is_dropped_after_the_locks() {
 
 /// As `what_a_settle_releases_is_dropped_after_the_locks`, where a tombstone stands: the
 /// receive of a destroyed QP's SRQ settles the SRQ, and what it held is dropped after the
-/// locks; so is the watch's `Arc` of a retired QP's ledger.
+/// locks (the SRQ's among them), by a poll that did not empty the ring and by one that did
+/// (which clears the tombstone: `Watch::settle_with_tombs_unlocking`); so is the watch's
+/// `Arc` of a retired QP's ledger.
 #[test]
 fn what_a_tombstone_or_a_retire_releases_is_dropped_after_the_locks() {
-    let p = Arc::new(PollLocks {
-        ring: LedgerLock::new(()),
-        watch: Watch::default(),
-        qp: OnceLock::new(),
-    });
-    let reg = Registry::default();
-    let srq = Arc::new(LedgerLock::new(RecvLedger::shared()));
-    let l = Arc::new(QpLedger::<Probe>::new(7, Some(&srq), false));
-    p.watch.add(&l, Role::Recv);
-    let (r, dropped, under) = probe(&p, &reg, 1);
-    let s = [sge(1)];
-    let w = [RecvWr::new(5, &s[..])];
-    assert_eq!(lock(&srq).hold(&reg, &w), None);
-    lock(&srq).posted(&w);
-    drop(r);
-    // The QP is destroyed (its retire under the ring's lock here, as `Qp::drop` holds the
-    // QP table's): the watch's `Arc` of its ledger is not dropped under it.
-    let mut freed = Freed::default();
-    let ring = p.ring.lock();
-    p.watch.retire(&l, &mut freed);
-    drop(ring);
-    assert_eq!(freed.len(), 1, "the watch's Arc of the ledger");
-    drop(freed);
-    drop(l);
-    assert!(
-        !dropped.load(Ordering::SeqCst),
-        "its receive is still posted"
-    );
-    poll_like(&p, &[(7, true, WcOpcode::RECV.0, 5)], None);
-    assert!(
-        dropped.load(Ordering::SeqCst),
-        "the receive of the destroyed QP is over"
-    );
-    assert!(
-        !under.load(Ordering::SeqCst),
-        "an SRQ receive settled through a tombstone was dropped under a poll's lock"
-    );
-    drop(srq);
+    for drained in [false, true] {
+        let p = Arc::new(PollLocks {
+            ring: LedgerLock::new(()),
+            watch: Watch::default(),
+            qp: OnceLock::new(),
+        });
+        let reg = Registry::default();
+        let srq = Arc::new(LedgerLock::new(RecvLedger::shared()));
+        let l = Arc::new(QpLedger::<Probe>::new(7, Some(&srq), false));
+        p.watch.add(&l, Role::Recv);
+        // Its receive ledger is the SRQ's: `any_held` checks the SRQ's lock too.
+        p.qp.set(l.clone()).unwrap();
+        let (r, dropped, under) = probe(&p, &reg, 1);
+        let s = [sge(1)];
+        let w = [RecvWr::new(5, &s[..])];
+        assert_eq!(lock(&srq).hold(&reg, &w), None);
+        lock(&srq).posted(&w);
+        drop(r);
+        // The QP is destroyed (its retire under the ring's lock here, as `Qp::drop` holds
+        // the QP table's): the watch's `Arc` of its ledger is not dropped under it.
+        let mut freed = Freed::default();
+        let ring = p.ring.lock();
+        p.watch.retire(&l, &mut freed);
+        drop(ring);
+        assert_eq!(freed.len(), 1, "the watch's Arc of the ledger");
+        drop(freed);
+        drop(l);
+        assert!(
+            !dropped.load(Ordering::SeqCst),
+            "its receive is still posted"
+        );
+        let epoch = p.watch.epoch();
+        poll_like(
+            &p,
+            &[(7, true, WcOpcode::RECV.0, 5)],
+            drained.then_some(epoch),
+        );
+        assert!(
+            dropped.load(Ordering::SeqCst),
+            "drained {drained}: the receive of the destroyed QP is over"
+        );
+        assert!(
+            !under.load(Ordering::SeqCst),
+            "drained {drained}: an SRQ receive settled through a tombstone was dropped under \
+             a poll's lock"
+        );
+        assert_eq!(
+            p.watch.tombs.load(Ordering::Relaxed),
+            usize::from(!drained),
+            "a drained poll clears the tombstone, another does not"
+        );
+        drop(srq);
+    }
 }
 
 /// Review of issue 31: the count of QPs here that settle on every completion is read without
