@@ -99,13 +99,44 @@ pub unsafe extern "C" fn ibv_reg_mr_ex(
         return null_mut();
     }
     // SAFETY: [in] mr_init_attr: readable, copied (libibverbs never writes the caller's).
-    let a = unsafe { ptr::read(mr_init_attr) };
+    let a = unsafe { read_init_attr(mr_init_attr) };
     // SAFETY: [registered] forwarded; [in] a.buf as the caller promised.
     match unsafe { reg_mr_ex(pd, a) } {
         Ok(mr) => mr,
         Err(errno) => {
             set_errno(errno);
             null_mut()
+        }
+    }
+}
+
+/// A copy of the caller's attributes, read field by field: `buf` only when `comp_mask` has
+/// `IBV_REG_MR_MASK_BUF`, since rdma-core 64 appended it to the struct at the same symbol
+/// version (a program built against rdma-core 59–63 passes the 64 bytes before it), as
+/// libibverbs reads each field only when its bit asks for it.
+///
+/// # Safety
+/// `p` is readable for the fields before `buf`, and for `buf` too when `comp_mask` has
+/// `IBV_REG_MR_MASK_BUF`.
+unsafe fn read_init_attr(p: *const ibv_mr_init_attr) -> ibv_mr_init_attr {
+    // SAFETY: each read is of a field the caller's struct has (the contract above); raw
+    // place projections, so no reference to the whole (possibly shorter) struct is made.
+    unsafe {
+        let comp_mask = (&raw const (*p).comp_mask).read_unaligned();
+        ibv_mr_init_attr {
+            length: (&raw const (*p).length).read_unaligned(),
+            access: (&raw const (*p).access).read_unaligned(),
+            comp_mask,
+            iova: (&raw const (*p).iova).read_unaligned(),
+            addr: (&raw const (*p).addr).read_unaligned(),
+            fd: (&raw const (*p).fd).read_unaligned(),
+            fd_offset: (&raw const (*p).fd_offset).read_unaligned(),
+            dmah: (&raw const (*p).dmah).read_unaligned(),
+            buf: if comp_mask & IBV_REG_MR_MASK_BUF != 0 {
+                (&raw const (*p).buf).read_unaligned()
+            } else {
+                null_mut()
+            },
         }
     }
 }
@@ -400,5 +431,60 @@ mod tests {
         assert_eq!(size_of::<ibv_buf>(), 32);
         assert_eq!(offset_of!(ibv_buf, pd), 16);
         assert_eq!(offset_of!(ibv_buf, dmabuf_fd), 24);
+    }
+
+    /// rdma-core 59–63's `ibv_mr_init_attr`: the 64 bytes before `buf`.
+    #[repr(C, align(8))]
+    struct Attr63([u8; 64]);
+
+    /// The attributes of a program built against rdma-core 59–63 end before `buf`: the copy
+    /// reads no byte past them unless `IBV_REG_MR_MASK_BUF` asks for `buf` (Miri checks the
+    /// bounds of the 64-byte allocation; the test below checks a guard page natively).
+    #[test]
+    fn a_59_to_63_struct_is_read_without_its_missing_buf() {
+        let mut short = Box::new(Attr63([0; 64]));
+        let p = (&raw mut *short).cast::<ibv_mr_init_attr>();
+        // SAFETY: the fields before `buf` lie inside the 64 bytes.
+        unsafe {
+            (&raw mut (*p).length).write(4096);
+            (&raw mut (*p).comp_mask).write(IBV_REG_MR_MASK_ADDR | IBV_REG_MR_MASK_IOVA);
+            (&raw mut (*p).iova).write(0x1000);
+        }
+        // SAFETY: no BUF bit, so only the 64 bytes are read.
+        let a = unsafe { read_init_attr(p) };
+        assert_eq!((a.length, a.iova, a.comp_mask), (4096, 0x1000, 3));
+        assert!(a.buf.is_null());
+    }
+
+    /// The same struct as the last 64 bytes before an inaccessible page: the old whole-struct
+    /// copy (72 bytes) faulted here.
+    #[test]
+    #[cfg_attr(miri, ignore = "mmap")]
+    fn a_59_to_63_struct_before_a_guard_page_is_read() {
+        // SAFETY: an anonymous private mapping of two pages, the second made inaccessible,
+        // unmapped at the end; the struct is written and read inside the first.
+        unsafe {
+            let page = usize::try_from(libc::sysconf(libc::_SC_PAGESIZE)).unwrap();
+            let m = libc::mmap(
+                null_mut(),
+                2 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(m, libc::MAP_FAILED);
+            assert_eq!(
+                libc::mprotect(m.cast::<u8>().add(page).cast(), page, libc::PROT_NONE),
+                0
+            );
+            let p = m.cast::<u8>().add(page - 64).cast::<ibv_mr_init_attr>();
+            (&raw mut (*p).length).write(64);
+            (&raw mut (*p).comp_mask).write(IBV_REG_MR_MASK_ADDR);
+            let a = read_init_attr(p);
+            assert_eq!((a.length, a.comp_mask), (64, IBV_REG_MR_MASK_ADDR));
+            assert!(a.buf.is_null());
+            libc::munmap(m, 2 * page);
+        }
     }
 }
