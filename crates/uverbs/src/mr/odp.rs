@@ -73,6 +73,15 @@ pub(crate) fn check_odp(ctx: &Context, addr: u64, len: usize) -> std::result::Re
     Ok(())
 }
 
+/// Whether [`check_safe_start`] refuses: an `ON_DEMAND` region on rxe `offset` bytes into its
+/// first page, where the device reports ODP (`odp`: `Some(true)`) or its caps could not be
+/// read (`None`, kept for the context's life: the kernel may still take the region, so the
+/// rule must hold). Without ODP (`Some(false)`) the registration is refused anyway, by
+/// [`check_odp`], which says why.
+fn must_start_on_a_page(access: AccessFlags, odp: Option<bool>, rxe: bool, offset: u64) -> bool {
+    access.contains(AccessFlags::ON_DEMAND) && odp != Some(false) && rxe && offset != 0
+}
+
 /// Refuses a safe ODP region on rxe whose memory does not start on a page boundary.
 ///
 /// rxe's ODP copy (`__rxe_odp_mr_copy`, Linux 7.3.4 as Debian builds it, measured in the bed:
@@ -91,13 +100,13 @@ pub(crate) fn check_safe_start(
     let page = rustix::param::page_size() as u64;
     let odp = ctx
         .cached_limits()
-        .is_some_and(|l| l.odp_general_caps.contains(OdpGeneralCaps::SUPPORT));
-    // Without ODP the registration is refused anyway, by check_odp, which says why.
-    if !access.contains(AccessFlags::ON_DEMAND)
-        || !odp
-        || ctx.driver_id() != crate::device::DriverId::RXE
-        || addr % page == 0
-    {
+        .map(|l| l.odp_general_caps.contains(OdpGeneralCaps::SUPPORT));
+    if !must_start_on_a_page(
+        access,
+        odp,
+        ctx.driver_id() == crate::device::DriverId::RXE,
+        addr % page,
+    ) {
         return Ok(());
     }
     Err(format!(
@@ -239,6 +248,23 @@ impl<M: super::MrMemory> super::Mr<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unaligned_odp_on_rxe_is_refused_unless_the_device_has_no_odp() {
+        let odp = AccessFlags::LOCAL_WRITE | AccessFlags::ON_DEMAND;
+        assert!(must_start_on_a_page(odp, Some(true), true, 8));
+        // Caps that could not be read (review finding 2): refused, not let through.
+        assert!(must_start_on_a_page(odp, None, true, 8));
+        assert!(!must_start_on_a_page(odp, Some(false), true, 8));
+        assert!(!must_start_on_a_page(odp, Some(true), true, 0));
+        assert!(!must_start_on_a_page(odp, Some(true), false, 8));
+        assert!(!must_start_on_a_page(
+            AccessFlags::LOCAL_WRITE,
+            Some(true),
+            true,
+            8
+        ));
+    }
 
     #[test]
     fn advice_values_are_rdma_cores() {
