@@ -23,6 +23,15 @@ use std::time::{Duration, Instant};
 pub(crate) const INTEROP: &str = "interop";
 /// Tests with this in their names need the two-node topology; one-node stages skip them.
 pub(crate) const TWO_NODE: &str = "two_node";
+/// Tests with this in their names need rxe with on-demand paging (from about Linux 6.15):
+/// the stages of the bed's older kernels skip them ([`rxe_has_odp`]).
+pub(crate) const NEEDS_ODP: &str = "needs_odp";
+
+/// Whether the bed's kernel `name` has rxe with on-demand paging: not Debian 12's 6.1 or
+/// Debian 13's 6.12; the newest (7.x) has it.
+fn rxe_has_odp(name: &str) -> bool {
+    !matches!(name, "6.1" | "6.12")
+}
 
 /// Integration-test binaries that open no RDMA device: simulators, fixtures, the mlx5 oracle,
 /// allocation counters and the C layout probes. Nothing in them depends on the kernel, the
@@ -666,6 +675,9 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
         if topo == Topo::One {
             stage_args.extend(["--skip".to_string(), TWO_NODE.to_string()]);
         }
+        if !rxe_has_odp(kernel.name) {
+            stage_args.extend(["--skip".to_string(), NEEDS_ODP.to_string()]);
+        }
         let mut stage_payload = payload.clone();
         stage_payload.env.push(async_load(kernel));
         let stage_tests: Vec<build::Artifact> = tests
@@ -700,14 +712,20 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
                     }
                 }
                 if !user_filter && counts.filtered > 0 {
-                    let why = match (guest == Guest::Minimal, topo == Topo::One) {
-                        (true, true) => format!(
-                            "`{INTEROP}` (the minimal guest has no C tools) and \
-                             `{TWO_NODE}` (one-node topology)"
-                        ),
-                        (true, false) => format!("`{INTEROP}`: the minimal guest has no C tools"),
-                        _ => format!("`{TWO_NODE}`: one-node topology"),
-                    };
+                    let mut why = Vec::new();
+                    if guest == Guest::Minimal {
+                        why.push(format!("`{INTEROP}` (the minimal guest has no C tools)"));
+                    }
+                    if topo == Topo::One {
+                        why.push(format!("`{TWO_NODE}` (one-node topology)"));
+                    }
+                    if !rxe_has_odp(kernel.name) {
+                        why.push(format!(
+                            "`{NEEDS_ODP}` (rxe of kernel {} has no on-demand paging)",
+                            kernel.name
+                        ));
+                    }
+                    let why = why.join(" and ");
                     notes.push(format!("{} test(s) skipped: {why}", counts.filtered));
                     counts.ignored += counts.filtered;
                 }
@@ -1235,6 +1253,13 @@ fn print_log_tail(path: &Path, lines: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_newest_kernel_runs_the_needs_odp_tests() {
+        assert!(!rxe_has_odp("6.1"));
+        assert!(!rxe_has_odp("6.12"));
+        assert!(rxe_has_odp("newest"));
+    }
 
     #[test]
     fn result_lines_are_summed() {

@@ -190,17 +190,18 @@ fn odp_caps_and_refusals_follow_the_kernel() {
 /// pages dropped with `MADV_DONTNEED` under the live region, every byte checked. Each
 /// transfer is one packet (at most the path MTU, 1024 bytes) at the start of a page: rxe on
 /// Linux 7.3.4 places ODP data anywhere else wrongly (a kernel bug:
-/// `odp_data_at_offsets_inside_a_page_and_across_pages`, ignored, and docs/architecture.md).
+/// `odp_data_at_offsets_inside_a_page_and_across_pages_needs_odp`, ignored, and docs/architecture.md).
 #[test]
 #[cfg_attr(
     not(rverbs_vm),
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
-fn send_write_read_into_odp_memory_not_faulted_in_and_dropped() {
-    if !kernel_has_odp() {
-        eprintln!("skipped: this kernel's rxe has no ODP (odp_caps_and_refusals_follow_the_kernel checks the refusal)");
-        return;
-    }
+fn send_write_read_into_odp_memory_not_faulted_in_and_dropped_needs_odp() {
+    assert!(
+        kernel_has_odp(),
+        "this kernel's rxe has no ODP: the bed skips `needs_odp` tests on such kernels \
+         (odp_caps_and_refusals_follow_the_kernel checks the refusal there)"
+    );
     let p = pair();
     // Four pages each, none touched by the process (a fresh anonymous mapping).
     let ma = Mr::register(&p.pd, PageBuf::new(4 * PAGE).unwrap(), ODP).unwrap();
@@ -313,10 +314,10 @@ fn send_write_read_into_odp_memory_not_faulted_in_and_dropped() {
 /// Ignored: rxe on Linux 7.3.4 copies each page's part to the start of the page and repeats
 /// the source's first bytes across a page boundary (`__rxe_odp_mr_copy`), so these bytes land
 /// elsewhere (inside the region: the safe `Mr` takes ODP on rxe only for page-aligned memory,
-/// `odp_access_stays_inside_the_region_on_rxe`). Run it with `--ignored` on a fixed kernel.
+/// `odp_access_stays_inside_the_region_on_rxe_needs_odp`). Run it with `--ignored` on a fixed kernel.
 #[test]
 #[ignore = "rxe on Linux 7.3.4 places ODP data at the start of each page (kernel bug, docs/architecture.md)"]
-fn odp_data_at_offsets_inside_a_page_and_across_pages() {
+fn odp_data_at_offsets_inside_a_page_and_across_pages_needs_odp() {
     let p = pair();
     let ma = Mr::register(&p.pd, PageBuf::new(4 * PAGE).unwrap(), ODP).unwrap();
     let mb = Mr::register(&p.pd, PageBuf::new(4 * PAGE).unwrap(), ODP).unwrap();
@@ -349,11 +350,12 @@ fn odp_data_at_offsets_inside_a_page_and_across_pages() {
     not(rverbs_vm),
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
-fn odp_access_stays_inside_the_region_on_rxe() {
-    if !kernel_has_odp() {
-        eprintln!("skipped: this kernel's rxe has no ODP (odp_caps_and_refusals_follow_the_kernel checks the refusal)");
-        return;
-    }
+fn odp_access_stays_inside_the_region_on_rxe_needs_odp() {
+    assert!(
+        kernel_has_odp(),
+        "this kernel's rxe has no ODP: the bed skips `needs_odp` tests on such kernels \
+         (odp_caps_and_refusals_follow_the_kernel checks the refusal there)"
+    );
     let p = pair();
     // Unaligned memory: refused by name (owned memory given back; a scoped borrow too).
     let mut v = vec![0u8; 3 * PAGE];
@@ -417,11 +419,12 @@ fn odp_access_stays_inside_the_region_on_rxe() {
     not(rverbs_vm),
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
-fn advise_mr_prefetches_odp_regions_and_refuses_the_rest() {
-    if !kernel_has_odp() {
-        eprintln!("skipped: this kernel's rxe has no ODP (odp_caps_and_refusals_follow_the_kernel checks the refusal)");
-        return;
-    }
+fn advise_mr_prefetches_odp_regions_and_refuses_the_rest_needs_odp() {
+    assert!(
+        kernel_has_odp(),
+        "this kernel's rxe has no ODP: the bed skips `needs_odp` tests on such kernels \
+         (odp_caps_and_refusals_follow_the_kernel checks the refusal there)"
+    );
     let p = pair();
     let ma = Mr::register(&p.pd, PageBuf::new(4 * PAGE).unwrap(), ODP).unwrap();
     let mb = Mr::register(&p.pd, PageBuf::new(4 * PAGE).unwrap(), ODP).unwrap();
