@@ -586,7 +586,10 @@ impl<M: MrMemory> Mr<M> {
     /// the C drop-in's `MwBind::from_raw` may grant remote write on a region
     /// with only LOCAL_WRITE | MW_BIND —, or no peer has its rkey or a window's and the
     /// address, or all QPs a peer could use are gone). No [`Mr::write_at`]/[`Mr::fill`] may
-    /// run meanwhile.
+    /// run meanwhile. On rxe an on-demand-paging region ([`AccessFlags::ON_DEMAND`]) counts as
+    /// written as a whole by any request that may write any part of it, and a window over it
+    /// as granting its whole range (rxe on Linux 7.3.4 places ODP data from each page's
+    /// start: docs/architecture.md, "On-demand paging").
     pub unsafe fn as_slice(&self) -> &[u8] {
         // SAFETY: the range is valid and initialised while self lives; the caller promises no
         // writes while the slice lives.
