@@ -489,6 +489,19 @@ fn advise_mr_prefetches_odp_regions_and_refuses_the_rest_needs_odp() {
         "unknown flag bits 0x6",
     );
     refused(&[Sge { length: 0, ..whole }], pf, f, "SGE 0 has length 0");
+    // rxe takes advice only for regions with local write (review finding 6)
+    let read_only = Mr::register(
+        &p.pd,
+        PageBuf::new(PAGE).unwrap(),
+        AccessFlags::ON_DEMAND | AccessFlags::REMOTE_READ,
+    )
+    .unwrap();
+    refused(
+        &[*read_only.sge(0..PAGE)],
+        pf,
+        f,
+        "names a region without AccessFlags::LOCAL_WRITE",
+    );
     // a key of a region of another PD
     let other = Pd::alloc(&p.ctx).unwrap();
     let e = other.advise_mr(pf, f, &[whole]).unwrap_err();

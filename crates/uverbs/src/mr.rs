@@ -297,7 +297,9 @@ pub(crate) fn reg_raw(
         sinks.registered(resp.lkey, access);
     }
     if odp {
-        pd.odp_keys().registered(resp.lkey, addr, len as u64);
+        let local_write = access.contains(AccessFlags::LOCAL_WRITE);
+        pd.odp_keys()
+            .registered(resp.lkey, addr, len as u64, local_write);
     }
     Ok((resp.mr_handle, resp.lkey, resp.rkey))
 }

@@ -134,7 +134,7 @@ impl Pd {
     ///
     /// Errors: no SGE or more than 4095 (the kernel's attribute length is 16 bits), an unknown advice or flag bit, an
     /// SGE of length 0, a key that names no ODP region of this PD, a range outside its
-    /// region (all `InvalidInput`); a device without ODP or without advice
+    /// region, on rxe a region registered without `LOCAL_WRITE` (all `InvalidInput`); a device without ODP or without advice
     /// (`Unsupported`: rxe takes advice from about Linux 6.16); the kernel's refusal.
     pub fn advise_mr(&self, advice: MrAdvice, flags: AdviseFlags, sges: &[Sge]) -> Result<()> {
         let ctx = self.context();
@@ -187,6 +187,20 @@ impl Pd {
             };
             if s.length == 0 {
                 return Err(Error::invalid(op(), format!("SGE {i} has length 0")).into());
+            }
+            if !r.local_write && ctx.driver_id() == crate::device::DriverId::RXE {
+                // rxe_ib_advise_mr's prefetch looks each region up asking for local write
+                // (lookup_mr with IB_ACCESS_LOCAL_WRITE): the kernel's bare EINVAL otherwise.
+                return Err(Error::invalid(
+                    op(),
+                    format!(
+                        "SGE {i}: lkey {:#x} names a region without AccessFlags::LOCAL_WRITE, \
+                         which rxe takes no advice for (it looks each advised region up for \
+                         local write)",
+                        s.lkey
+                    ),
+                )
+                .into());
             }
             let end = s.addr.checked_add(u64::from(s.length));
             if s.addr < r.addr || end.map_or(true, |e| e > r.addr.saturating_add(r.len)) {

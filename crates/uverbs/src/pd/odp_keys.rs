@@ -12,6 +12,8 @@ use rustix::io::Errno;
 pub(crate) struct OdpRegion {
     pub(crate) addr: u64,
     pub(crate) len: u64,
+    /// Registered with `LOCAL_WRITE` (rxe's advice looks every region up for local write).
+    pub(crate) local_write: bool,
 }
 
 /// The ODP regions of a PD by local key: registration adds, deregistration removes under the
@@ -35,9 +37,14 @@ impl OdpKeys {
     }
 
     /// Notes a new ODP region.
-    pub(crate) fn registered(&self, lkey: u32, addr: u64, len: u64) {
+    pub(crate) fn registered(&self, lkey: u32, addr: u64, len: u64, local_write: bool) {
         let mut t = self.lock();
-        if t.insert(lkey, OdpRegion { addr, len }).is_none() {
+        let r = OdpRegion {
+            addr,
+            len,
+            local_write,
+        };
+        if t.insert(lkey, r).is_none() {
             self.live.fetch_add(1, Ordering::Release);
         }
     }
@@ -72,7 +79,7 @@ mod tests {
     #[test]
     fn an_odp_key_is_forgotten_only_when_its_deregistration_succeeds() {
         let k = OdpKeys::default();
-        k.registered(0x10, 0x1000, 4096);
+        k.registered(0x10, 0x1000, 4096, true);
         assert_eq!(k.deregister(0x10, || Err(Errno::BUSY)), Err(Errno::BUSY));
         assert!(k.lock().contains_key(&0x10));
         assert_eq!(k.deregister(0x10, || Ok(())), Ok(()));
@@ -87,8 +94,8 @@ mod tests {
         let held = k.lock(); // an advice across its ioctl
         assert_eq!(k.deregister(0x20, || Ok(())), Ok(()));
         drop(held);
-        k.registered(0x10, 0x1000, 4096);
-        k.registered(0x10, 0x1000, 4096); // the same key again counts once
+        k.registered(0x10, 0x1000, 4096, true);
+        k.registered(0x10, 0x1000, 4096, true); // the same key again counts once
         assert_eq!(k.live.load(Ordering::Relaxed), 1);
         assert_eq!(k.deregister(0x10, || Ok(())), Ok(()));
         assert_eq!(k.live.load(Ordering::Relaxed), 0);
