@@ -33,6 +33,7 @@ pub use crate::values::{OdpGeneralCaps, OdpTransportCaps};
 /// query (all empty where the kernel's response stops before them, or the device has none:
 /// rxe reports them from about Linux 6.15 on, built with `CONFIG_INFINIBAND_ON_DEMAND_PAGING`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OdpCaps {
     /// On-demand paging at all, implicit regions.
     pub general_caps: OdpGeneralCaps,

@@ -116,10 +116,18 @@ pub unsafe extern "C" fn rdma_resolve_addrinfo(
             format!("rdma_resolve_addrinfo: {what}"),
         )));
     }
+    // The id is marked busy and unlocked while the name resolves (DNS may take seconds), as
+    // librdmacm resolves without its mutex: the id's other calls (its events, its destroy)
+    // need not wait for it.
+    c.addrinfo.busy = true;
+    drop(c);
     let mut ai = null_mut();
     // SAFETY: [str] node and service; [in] hints; ai is writable.
-    if unsafe { rdma_getaddrinfo(node, service, hints, &mut ai) } != 0 {
-        return -1; // errno is rdma_getaddrinfo's
+    let failed = unsafe { rdma_getaddrinfo(node, service, hints, &mut ai) } != 0;
+    let mut c = cc.lock();
+    c.addrinfo.busy = false;
+    if failed {
+        return -1; // errno is rdma_getaddrinfo's (`lock` sets none)
     }
     let answer = Resolving { busy: true, ai };
     let sync = match c.id() {

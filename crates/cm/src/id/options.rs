@@ -62,8 +62,11 @@ impl CmId {
     /// id's event channel (`WRITE_CM_EVENT`, librdmacm's `rdma_write_cm_event` of rdma-core
     /// 60): whoever reads the id's events (its channel, or the id itself when synchronous or
     /// claimed) gets it as any other, with `status` and `arg`
-    /// ([`CmEvent::arg`](crate::CmEvent::arg)). A way to wake a thread waiting for the id's
-    /// events. Kernels without the command (6.1 and 6.12 have none; 7.3 has it) are refused
+    /// ([`CmEvent::arg`](crate::CmEvent::arg)). A way to wake a thread waiting on the id's
+    /// channel for any event. A blocking call of a synchronous or claimed id that waits for a
+    /// particular event (say, `resolve_addr` for ADDR_RESOLVED) reads the USER event instead
+    /// and fails with a protocol error, its own event staying queued for the next read: write
+    /// events to such an id only while none of its calls waits. Kernels without the command (6.1 and 6.12 have none; 7.3 has it) are refused
     /// by name ([`io::ErrorKind::Unsupported`](std::io::ErrorKind::Unsupported)).
     pub fn write_event(&self, status: i32, arg: u64) -> io::Result<()> {
         self.write_event_of(CmEventKind::USER, status, arg)
