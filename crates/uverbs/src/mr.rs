@@ -316,10 +316,12 @@ impl<'a> Mr<&'a mut [u8]> {
     /// reference; the region is deregistered when `f` returns or unwinds, before the borrow
     /// ends. Returns `f`'s result, or the registration error.
     ///
-    /// On siw, remote access (REMOTE_READ, REMOTE_WRITE, REMOTE_ATOMIC) is refused
-    /// ([`io::ErrorKind::Unsupported`](std::io::ErrorKind::Unsupported)): siw's deregistration does not wait for a peer's transfer in progress, so
-    /// a peer could still write the buffer after it went back to its owner (docs/architecture.md,
-    /// "What a peer can still reach after the drop"); register owned memory instead.
+    /// On siw and rxe, remote access (REMOTE_READ, REMOTE_WRITE, REMOTE_ATOMIC) is refused
+    /// ([`io::ErrorKind::Unsupported`](std::io::ErrorKind::Unsupported)): siw's deregistration
+    /// does not wait for a peer's transfer in progress, and rxe's waits for it only until a
+    /// timeout (50 s), so a peer could still write the buffer after it went back to its owner
+    /// (docs/architecture.md, "What a peer can still reach after the drop"); register owned
+    /// memory instead.
     ///
     /// ```no_run
     /// # use rverbs_uverbs::mr::{AccessFlags, Mr};
@@ -364,7 +366,7 @@ impl<M: MrMemory> Mr<M> {
 
     /// Registers `mem` with `access`, for any `M` including borrows.
     ///
-    /// Borrowed memory (`!M::OWNED`) with remote access is refused on siw, as for
+    /// Borrowed memory (`!M::OWNED`) with remote access is refused on siw and rxe, as for
     /// [`Mr::scoped`].
     ///
     /// # Safety
@@ -378,18 +380,26 @@ impl<M: MrMemory> Mr<M> {
         access: AccessFlags,
     ) -> std::result::Result<Mr<M>, RegisterError<M>> {
         if !M::OWNED && access.intersects(REMOTE) && pd.fence().is_some() {
-            // siw: a peer's WRITE in progress may land after deregistration, until the QPs of
-            // the PD are destroyed (crate::ledger::Fence); borrowed memory goes back to its
-            // owner at the drop and cannot wait for that.
+            // siw, rxe: a peer's WRITE in progress may land after deregistration, until the
+            // QPs of the PD are destroyed (crate::ledger::Fence); borrowed memory goes back to
+            // its owner at the drop and cannot wait for that.
             let ctx = pd.context();
+            let why = if ctx.driver_id() == crate::device::DriverId::SIW {
+                "siw does not wait for a peer's RDMA WRITE or READ in progress when a region is \
+                 deregistered"
+            } else {
+                "rxe waits for a peer's RDMA WRITE, READ or atomic in progress only until a \
+                 timeout when a region is deregistered"
+            };
             let error = Error::unsupported(
                 format!(
                     "register borrowed memory with access {access:?} on {}",
                     ctx.name()
                 ),
-                "siw does not wait for a peer's RDMA WRITE or READ in progress when a region \
-                 is deregistered, and borrowed memory cannot be kept until the QPs that could \
-                 reach it are gone: register owned memory (Mr::register) for remote access",
+                format!(
+                    "{why}, and borrowed memory cannot be kept until the QPs that could reach \
+                     it are gone: register owned memory (Mr::register) for remote access"
+                ),
             );
             return Err(RegisterError {
                 error: error.into(),
@@ -593,8 +603,8 @@ impl<M: MrMemory> Mr<M> {
     /// deregistered and freed once those completions are polled (or their QP is destroyed),
     /// as when the `Mr` is dropped. Likewise while a memory window it was bound into
     /// ([`crate::mw::Mw::bind_info`]) is not deallocated: `EBUSY`, and the region goes with
-    /// the last such window. On siw a region with remote access is also not given back
-    /// while a QP of its PD that existed at the deregistration lives (a peer may still be
+    /// the last such window. On siw and rxe a region with remote access is also not given
+    /// back while a QP of its PD that existed at the deregistration lives (a peer may still be
     /// writing it): it is deregistered, the error is `EBUSY`, and the memory is freed when
     /// those QPs are destroyed.
     pub fn deregister(self) -> std::io::Result<M> {
@@ -635,7 +645,8 @@ impl<M: MrMemory> Mr<M> {
                     format!(
                         "deregister MR {} ({} bytes) on {}: deregistered, but a peer may still \
                          write it through a QP of its PD (siw does not wait for a placement in \
-                         progress); its memory is freed once those QPs are destroyed",
+                         progress, rxe only until a timeout); its memory is freed once those \
+                         QPs are destroyed",
                         region.handle,
                         region.mem.len,
                         pd.context().name()
