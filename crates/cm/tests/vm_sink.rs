@@ -115,16 +115,15 @@ fn pair(
     (ep, h, step, pdata)
 }
 
-/// True on siw, whose deregistration does not wait for a peer's placement in progress: there
-/// the memory of a region with remote access (every READ sink, on iWARP) waits for the QPs of
-/// its PD (rverbs_uverbs' `ledger::Fence`).
+/// True on siw.
 fn on_siw(ep: &Endpoint) -> bool {
     ep.pd().context().device().driver_id() == DriverId::SIW
 }
 
-/// Whether the endpoint's PD keeps a dropped remote region's memory until the QPs of then are
-/// destroyed: siw (its deregistration waits for nothing) and rxe (its deregistration waits for a
-/// packet in progress only until a 50 s timeout, `__rxe_cleanup`).
+/// Whether the endpoint's PD keeps a dropped remote region's memory (every READ sink, on
+/// iWARP) until the QPs of then are destroyed (rverbs_uverbs' `ledger::Fence`): siw (its
+/// deregistration waits for nothing) and rxe (its deregistration waits for a packet in progress
+/// only until a 50 s timeout, `__rxe_cleanup`).
 fn fenced(ep: &Endpoint) -> bool {
     let id = ep.pd().context().device().driver_id();
     id == DriverId::SIW || id == DriverId::RXE
@@ -248,13 +247,13 @@ fn a_dropped_read_sink_is_freed_only_after_its_completion() {
         (wc.wr_id, wc.status, wc.opcode),
         (7, WcStatus::SUCCESS, WcOpcode::RDMA_READ)
     );
-    let siw = on_siw(&ep);
-    if siw {
+    if fenced(&ep) {
         // The sink has REMOTE_WRITE (iWARP places a READ's response through its key): a peer
-        // may still write it until the QP is destroyed.
+        // may still write it until the QP is destroyed (siw waits for nothing at
+        // deregistration, rxe only until a timeout).
         assert!(
             !freed.load(Ordering::SeqCst),
-            "a remote sink was freed on siw while its QP lives"
+            "a remote sink was freed on siw/rxe while its QP lives"
         );
     } else {
         assert!(
@@ -395,10 +394,10 @@ fn a_read_sink_dropped_mid_read_never_writes_a_fresh_allocation() {
             (round, WcStatus::SUCCESS, WcOpcode::RDMA_READ),
             "round {round}"
         );
-        // On siw the sink (REMOTE_WRITE) waits for the QP's destroy instead (on_siw).
+        // On siw and rxe the sink (REMOTE_WRITE) waits for the QP's destroy instead (fenced).
         assert_eq!(
             freed.load(Ordering::SeqCst),
-            !on_siw(&ep),
+            !fenced(&ep),
             "round {round}: sink freed (true) or kept (false) after its completion"
         );
         let hit = fresh.iter().filter(|&&x| x != 0).count();

@@ -300,14 +300,20 @@ impl<M: MrMemory + 'static> Mr<M> {
     /// `Mr` with `mem::forget` leaks the memory too and the device can never reach memory that
     /// was given to someone else. Borrowed memory is registered with [`Mr::scoped`] (or the
     /// `unsafe` [`Mr::register_unchecked`]).
+    ///
+    /// On siw and rxe the memory of a region with remote access stays with the region after
+    /// its drop until the QPs of its PD that existed then are destroyed (a peer may still be
+    /// writing it: docs/architecture.md, "What a peer can still reach after the drop"); a
+    /// `'static` borrow too, which is therefore accepted with remote access there.
     pub fn register(
         pd: &Arc<Pd>,
         mem: M,
         access: AccessFlags,
     ) -> std::result::Result<Mr<M>, RegisterError<M>> {
         // SAFETY: M: 'static owns its memory (or borrows it forever), so leaking the Mr cannot
-        // let the memory be reused while registered.
-        unsafe { Mr::register_unchecked(pd, mem, access) }
+        // let the memory be reused while registered, and the memory may wait past the Mr's
+        // drop (a 'static borrow too: no one else gets it back meanwhile).
+        unsafe { Mr::register_with(pd, mem, access, true) }
     }
 }
 
@@ -379,7 +385,25 @@ impl<M: MrMemory> Mr<M> {
         mem: M,
         access: AccessFlags,
     ) -> std::result::Result<Mr<M>, RegisterError<M>> {
-        if !M::OWNED && access.intersects(REMOTE) && pd.fence().is_some() {
+        // SAFETY: the caller's contract; a borrow (!OWNED) may not wait past the drop.
+        unsafe { Mr::register_with(pd, mem, access, M::OWNED) }
+    }
+
+    /// [`Mr::register_unchecked`], where `can_wait` says whether the memory may stay with the
+    /// region after the `Mr`'s drop ([`crate::ledger::Fence`]): owned memory, or a `'static`
+    /// borrow ([`Mr::register`]). Remote access to memory that cannot wait is refused where
+    /// the PD has a fence.
+    ///
+    /// # Safety
+    /// As [`Mr::register_unchecked`]; and with `can_wait`, the memory is not used by anyone
+    /// else until the region gives it back, however late.
+    unsafe fn register_with(
+        pd: &Arc<Pd>,
+        mem: M,
+        access: AccessFlags,
+        can_wait: bool,
+    ) -> std::result::Result<Mr<M>, RegisterError<M>> {
+        if !can_wait && access.intersects(REMOTE) && pd.fence().is_some() {
             // siw, rxe: a peer's WRITE in progress may land after deregistration, until the
             // QPs of the PD are destroyed (crate::ledger::Fence); borrowed memory goes back to
             // its owner at the drop and cannot wait for that.
