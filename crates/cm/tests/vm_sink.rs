@@ -426,14 +426,15 @@ fn a_read_sink_dropped_mid_read_never_writes_a_fresh_allocation() {
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
 fn a_dropped_remote_region_stays_allocated_while_a_peer_may_write_it() {
-    // The server's region, watched: its "freed" flag comes to this thread.
-    let (tx, rx) = std::sync::mpsc::channel::<&'static AtomicBool>();
+    // The server's region, watched: its "freed" flag comes to this thread, with its PD.
+    let (tx, rx) =
+        std::sync::mpsc::channel::<(&'static AtomicBool, std::sync::Weak<rverbs_uverbs::pd::Pd>)>();
     let (ep, server, step, pdata) = pair(
         7936,
         move |ep, step| {
             let region = ep.reg_remote(vec![0u8; 64 * 1024]).unwrap();
             let freed = watch(region.addr());
-            tx.send(freed).unwrap();
+            tx.send((freed, Arc::downgrade(ep.pd()))).unwrap();
             let msg = ep.reg_msgs(vec![0u8; 64]).unwrap();
             ep.post_recv(1, &[msg.sge(0..64)]).unwrap();
             let mut pd = region.addr().to_le_bytes().to_vec();
@@ -467,7 +468,11 @@ fn a_dropped_remote_region_stays_allocated_while_a_peer_may_write_it() {
         },
         Vec::new(),
     );
-    let freed = rx.recv().unwrap();
+    let (freed, server_pd) = rx.recv().unwrap();
+    // The server's endpoint (and so its PD) lives until the second step below.
+    let shared_pd = server_pd
+        .upgrade()
+        .is_some_and(|pd| Arc::ptr_eq(&pd, ep.pd()));
     let raddr = u64::from_le_bytes(pdata[0..8].try_into().unwrap());
     let rkey = u32::from_le_bytes(pdata[8..12].try_into().unwrap());
     let src = ep.reg_msgs(vec![0u8; 64]).unwrap();
@@ -482,16 +487,18 @@ fn a_dropped_remote_region_stays_allocated_while_a_peer_may_write_it() {
     }
     step.wait();
     step.wait(); // the server's QP is destroyed
-                 // Both endpoints are on one device in this process, so they may share a PD: on siw the
-                 // region waits for every QP of its PD that existed at its drop, this one too.
+                 // On one device the two endpoints share rverbs_cm's PD: the region then waits for every
+                 // QP of its PD that existed at its drop, this one too; on two devices (two-node stages) the
+                 // server's QP was its PD's only one.
     if fenced(&ep) {
-        assert!(
-            !freed.load(Ordering::SeqCst),
-            "siw/rxe: freed while a QP of its PD of then lives"
+        assert_eq!(
+            freed.load(Ordering::SeqCst),
+            !shared_pd,
+            "siw/rxe: freed (true) or kept (false) once the server's QP is destroyed, \
+             PD shared with this endpoint's QP: {shared_pd}"
         );
     }
     ep.disconnect().ok();
-    let shared_pd = Arc::strong_count(ep.pd()) > 1;
     drop(ep);
     server.join().unwrap();
     assert!(
