@@ -34,7 +34,8 @@
 //!   atomic or bind completed with success ([`SendLedger::keep`]), so that no window is
 //!   deallocated (its key handed to a new window) while a bind naming it may still execute.
 //! - the QP (or SRQ) is destroyed: every provider stops placing data for a QP before its
-//!   destroy returns (siw: under the QP's state lock, which its receive path takes).
+//!   destroy returns (siw: under the QP's state lock, which its receive path takes; rxe:
+//!   `rxe_cleanup_task` waits, with no timeout, for the QP's tasks, where every copy runs).
 //!
 //! siw alone also reads a SEND's or WRITE's source through the reference it took when the
 //! request started, so there the send ledger holds sources too, until a signaled request at
