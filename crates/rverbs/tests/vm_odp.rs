@@ -360,7 +360,8 @@ fn odp_access_stays_inside_the_region_on_rxe_needs_odp() {
     // Unaligned memory: refused by name (owned memory given back; a scoped borrow too).
     let mut v = vec![0u8; 3 * PAGE];
     let o = PAGE - v.as_ptr() as usize % PAGE + 1; // one byte past a page boundary
-    let e = Mr::scoped(&p.pd, &mut v[o..o + PAGE], ODP, |_| ()).unwrap_err();
+    let local_odp = AccessFlags::LOCAL_WRITE | AccessFlags::ON_DEMAND; // rxe refuses a remote borrow first
+    let e = Mr::scoped(&p.pd, &mut v[o..o + PAGE], local_odp, |_| ()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
     assert!(
         e.to_string().contains("must start on a page boundary"),

@@ -34,13 +34,15 @@
 //!   atomic or bind completed with success ([`SendLedger::keep`]), so that no window is
 //!   deallocated (its key handed to a new window) while a bind naming it may still execute.
 //! - the QP (or SRQ) is destroyed: every provider stops placing data for a QP before its
-//!   destroy returns (siw: under the QP's state lock, which its receive path takes).
+//!   destroy returns (siw: under the QP's state lock, which its receive path takes; rxe:
+//!   `rxe_cleanup_task` waits, with no timeout, for the QP's tasks, where every copy runs).
 //!
 //! siw alone also reads a SEND's or WRITE's source through the reference it took when the
 //! request started, so there the send ledger holds sources too, until a signaled request at
 //! or after them completes with success ([`SendLedger::other_completed`],
-//! [`SendLedger::sink_completed`]); and a peer may still be writing (or reading) a region with
-//! remote access after its deregistration, so there each PD keeps such memory until the QPs
+//! [`SendLedger::sink_completed`]). And a peer may still be writing (or reading) a region with
+//! remote access after its deregistration on siw (which waits for nothing) and on rxe (which
+//! waits for it only until a 50 s timeout), so there each PD keeps such memory until the QPs
 //! that could reach it are destroyed ([`Fence`]).
 //!
 //! Counting fewer completions than happened only holds memory longer, never shorter, so a
@@ -1340,12 +1342,12 @@ fn settle_one<R: Holdable>(
     }
 }
 
-/// What a peer may still write after deregistration: on siw, memory of a region with remote
-/// access stays allocated after its deregistration until every QP of its PD that existed then
-/// has been destroyed.
+/// What a peer may still write after deregistration: on siw and rxe, memory of a region with
+/// remote access stays allocated after its deregistration until every QP of its PD that existed
+/// then has been destroyed.
 ///
-/// Why (docs/architecture.md, "What a peer can reach after Rust lets go"): a peer's RDMA WRITE
-/// names our rkey, not a request we posted, so no ledger entry covers it. siw's
+/// Why, on siw (docs/architecture.md, "What a peer can still reach after the drop"): a peer's
+/// RDMA WRITE names our rkey, not a request we posted, so no ledger entry covers it. siw's
 /// `siw_proc_write` checks the STag (`siw_check_mem`: `stag_valid`, PD, rights, bounds) and
 /// then copies the segment's bytes (`siw_rx_umem`) through the memory object it holds a
 /// reference to; `siw_dereg_mr` (`siw_mr_drop_mem`) only clears `stag_valid` and drops its own
@@ -1364,9 +1366,24 @@ fn settle_one<R: Holdable>(
 /// number is left (marks only grow, so the oldest waits at the front). A QP whose destroy the
 /// kernel refused stays counted: what waits for it is never freed.
 ///
-/// Not used on rxe (its responder looks the MR up for each packet and drops the reference
-/// after it, and `rxe_dereg_mr` removes the key and then waits for those references) nor on
-/// mlx5 (the mkey is destroyed in firmware before deregistration returns).
+/// rxe (Debian's 6.1.192, 6.12.118 and 7.3.4 alike): its responder looks the MR up by rkey
+/// for each packet (`check_rkey` → `lookup_mr` → `rxe_pool_get_index`, a reference taken with
+/// `kref_get_unless_zero`) and drops the reference after the packet, and `rxe_dereg_mr` →
+/// `rxe_cleanup` → `__rxe_cleanup` erases the key (`xa_erase`: no lookup finds it after) and
+/// waits for those references — with `wait_for_completion_timeout(.., msecs_to_jiffies(50000))`.
+/// When that expires it warns (`WARN_ON`, then "cleanup failed, err = -110" on 6.12 and 7.3)
+/// and goes on: `rxe_mr_cleanup` unpins the pages (`ib_umem_release`) and the deregistration
+/// returns success, while the responder that holds the reference may still copy a WRITE's or
+/// SEND's payload or an atomic's result into them. So the wait is a timer, not a fence. The
+/// QP's destroy is one: `rxe_destroy_qp` → `rxe_cleanup` → `rxe_qp_cleanup` →
+/// `rxe_qp_do_cleanup` → `rxe_cleanup_task` for each of the QP's tasks (6.1: responder,
+/// requester, completer; 6.12, 7.3: receive and send task), which runs after the QP's own
+/// timed wait whether or not that expired and waits, with no timeout, until the task is idle and
+/// can no longer be run (6.12, 7.3: `TASK_STATE_DRAINING` set under the task's lock; 6.1: the
+/// unlocked `destroyed` flag, see docs/architecture.md for the one window that leaves), and
+/// every copy into a region runs in one of those tasks.
+///
+/// Not used on mlx5 (the mkey is destroyed in firmware before deregistration returns).
 #[derive(Debug)]
 pub(crate) struct Fence<D> {
     inner: Mutex<FenceInner<D>>,

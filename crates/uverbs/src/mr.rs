@@ -311,14 +311,20 @@ impl<M: MrMemory + 'static> Mr<M> {
     /// `Mr` with `mem::forget` leaks the memory too and the device can never reach memory that
     /// was given to someone else. Borrowed memory is registered with [`Mr::scoped`] (or the
     /// `unsafe` [`Mr::register_unchecked`]).
+    ///
+    /// On siw and rxe the memory of a region with remote access stays with the region after
+    /// its drop until the QPs of its PD that existed then are destroyed (a peer may still be
+    /// writing it: docs/architecture.md, "What a peer can still reach after the drop"); a
+    /// `'static` borrow too, which is therefore accepted with remote access there.
     pub fn register(
         pd: &Arc<Pd>,
         mem: M,
         access: AccessFlags,
     ) -> std::result::Result<Mr<M>, RegisterError<M>> {
         // SAFETY: M: 'static owns its memory (or borrows it forever), so leaking the Mr cannot
-        // let the memory be reused while registered.
-        unsafe { Mr::register_unchecked(pd, mem, access) }
+        // let the memory be reused while registered, and the memory may wait past the Mr's
+        // drop (a 'static borrow too: no one else gets it back meanwhile).
+        unsafe { Mr::register_with(pd, mem, access, true) }
     }
 }
 
@@ -327,10 +333,12 @@ impl<'a> Mr<&'a mut [u8]> {
     /// reference; the region is deregistered when `f` returns or unwinds, before the borrow
     /// ends. Returns `f`'s result, or the registration error.
     ///
-    /// On siw, remote access (REMOTE_READ, REMOTE_WRITE, REMOTE_ATOMIC) is refused
-    /// ([`io::ErrorKind::Unsupported`](std::io::ErrorKind::Unsupported)): siw's deregistration does not wait for a peer's transfer in progress, so
-    /// a peer could still write the buffer after it went back to its owner (docs/architecture.md,
-    /// "What a peer can still reach after the drop"); register owned memory instead.
+    /// On siw and rxe, remote access (REMOTE_READ, REMOTE_WRITE, REMOTE_ATOMIC) is refused
+    /// ([`io::ErrorKind::Unsupported`](std::io::ErrorKind::Unsupported)): siw's deregistration
+    /// does not wait for a peer's transfer in progress, and rxe's waits for it only until a
+    /// timeout (50 s), so a peer could still write the buffer after it went back to its owner
+    /// (docs/architecture.md, "What a peer can still reach after the drop"); register owned
+    /// memory instead.
     ///
     /// ```no_run
     /// # use rverbs_uverbs::mr::{AccessFlags, Mr};
@@ -375,7 +383,7 @@ impl<M: MrMemory> Mr<M> {
 
     /// Registers `mem` with `access`, for any `M` including borrows.
     ///
-    /// Borrowed memory (`!M::OWNED`) with remote access is refused on siw, as for
+    /// Borrowed memory (`!M::OWNED`) with remote access is refused on siw and rxe, as for
     /// [`Mr::scoped`].
     ///
     /// # Safety
@@ -388,19 +396,45 @@ impl<M: MrMemory> Mr<M> {
         mem: M,
         access: AccessFlags,
     ) -> std::result::Result<Mr<M>, RegisterError<M>> {
-        if !M::OWNED && access.intersects(REMOTE) && pd.fence().is_some() {
-            // siw: a peer's WRITE in progress may land after deregistration, until the QPs of
-            // the PD are destroyed (crate::ledger::Fence); borrowed memory goes back to its
-            // owner at the drop and cannot wait for that.
+        // SAFETY: the caller's contract; a borrow (!OWNED) may not wait past the drop.
+        unsafe { Mr::register_with(pd, mem, access, M::OWNED) }
+    }
+
+    /// [`Mr::register_unchecked`], where `can_wait` says whether the memory may stay with the
+    /// region after the `Mr`'s drop ([`crate::ledger::Fence`]): owned memory, or a `'static`
+    /// borrow ([`Mr::register`]). Remote access to memory that cannot wait is refused where
+    /// the PD has a fence.
+    ///
+    /// # Safety
+    /// As [`Mr::register_unchecked`]; and with `can_wait`, the memory is not used by anyone
+    /// else until the region gives it back, however late.
+    unsafe fn register_with(
+        pd: &Arc<Pd>,
+        mem: M,
+        access: AccessFlags,
+        can_wait: bool,
+    ) -> std::result::Result<Mr<M>, RegisterError<M>> {
+        if !can_wait && access.intersects(REMOTE) && pd.fence().is_some() {
+            // siw, rxe: a peer's WRITE in progress may land after deregistration, until the
+            // QPs of the PD are destroyed (crate::ledger::Fence); borrowed memory goes back to
+            // its owner at the drop and cannot wait for that.
             let ctx = pd.context();
+            let why = if ctx.driver_id() == crate::device::DriverId::SIW {
+                "siw does not wait for a peer's RDMA WRITE or READ in progress when a region is \
+                 deregistered"
+            } else {
+                "rxe waits for a peer's RDMA WRITE, READ or atomic in progress only until a \
+                 timeout when a region is deregistered"
+            };
             let error = Error::unsupported(
                 format!(
                     "register borrowed memory with access {access:?} on {}",
                     ctx.name()
                 ),
-                "siw does not wait for a peer's RDMA WRITE or READ in progress when a region \
-                 is deregistered, and borrowed memory cannot be kept until the QPs that could \
-                 reach it are gone: register owned memory (Mr::register) for remote access",
+                format!(
+                    "{why}, and borrowed memory cannot be kept until the QPs that could reach \
+                     it are gone: register owned memory (Mr::register) for remote access"
+                ),
             );
             return Err(RegisterError {
                 error: error.into(),
@@ -619,8 +653,8 @@ impl<M: MrMemory> Mr<M> {
     /// deregistered and freed once those completions are polled (or their QP is destroyed),
     /// as when the `Mr` is dropped. Likewise while a memory window it was bound into
     /// ([`crate::mw::Mw::bind_info`]) is not deallocated: `EBUSY`, and the region goes with
-    /// the last such window. On siw a region with remote access is also not given back
-    /// while a QP of its PD that existed at the deregistration lives (a peer may still be
+    /// the last such window. On siw and rxe a region with remote access is also not given
+    /// back while a QP of its PD that existed at the deregistration lives (a peer may still be
     /// writing it): it is deregistered, the error is `EBUSY`, and the memory is freed when
     /// those QPs are destroyed.
     pub fn deregister(self) -> std::io::Result<M> {
@@ -661,7 +695,8 @@ impl<M: MrMemory> Mr<M> {
                     format!(
                         "deregister MR {} ({} bytes) on {}: deregistered, but a peer may still \
                          write it through a QP of its PD (siw does not wait for a placement in \
-                         progress); its memory is freed once those QPs are destroyed",
+                         progress, rxe only until a timeout); its memory is freed once those \
+                         QPs are destroyed",
                         region.handle,
                         region.mem.len,
                         pd.context().name()

@@ -29,8 +29,8 @@ pub struct Pd {
     read_sinks: Option<ReadSinks>,
     /// The safe regions of this PD by local key ([`crate::ledger`]).
     regions: Registry<Region>,
-    /// On siw: the memory of deregistered regions with remote access, kept until the QPs of
-    /// this PD that existed at their deregistration are destroyed ([`Fence`]).
+    /// On siw and rxe: the memory of deregistered regions with remote access, kept until the
+    /// QPs of this PD that existed at their deregistration are destroyed ([`Fence`]).
     fence: Option<Fence<Deferred>>,
     /// The regions of this PD registered with `ON_DEMAND`, by local key (`mr/odp.rs`).
     odp_keys: odp_keys::OdpKeys,
@@ -59,9 +59,7 @@ impl Pd {
             handle: resp.pd_handle,
             read_sinks: iwarp.then(ReadSinks::default),
             regions: Registry::default(),
-            // siw alone: its deregistration does not wait for a peer's placement in progress
-            // (crate::ledger::Fence says what rxe and mlx5 do instead).
-            fence: (ctx.driver_id() == DriverId::SIW).then(Fence::default),
+            fence: fences_peers(ctx.driver_id()).then(Fence::default),
             odp_keys: Default::default(),
         }))
     }
@@ -79,8 +77,8 @@ impl Pd {
         &self.regions
     }
 
-    /// On siw, what keeps the memory of deregistered remote regions until the QPs that could
-    /// reach it are gone ([`Fence`]); `None` elsewhere.
+    /// On siw and rxe, what keeps the memory of deregistered remote regions until the QPs that
+    /// could reach it are gone ([`Fence`]); `None` elsewhere.
     #[inline]
     pub(crate) fn fence(&self) -> Option<&Fence<Deferred>> {
         self.fence.as_ref()
@@ -104,6 +102,28 @@ impl Pd {
     pub fn context(&self) -> &Arc<Context> {
         &self.ctx
     }
+}
+
+/// Whether a PD of a device with driver `id` needs a [`Fence`]: whether a peer's transfer into
+/// (or out of) a region may still be in progress after the region's deregistration returned.
+///
+/// - siw: yes, always. `siw_dereg_mr` (`siw_mr_drop_mem`) clears `stag_valid`, erases the key
+///   and drops its own reference, and waits for nothing; a WRITE segment that passed
+///   `siw_check_mem` is still being copied (`siw_rx_umem`).
+/// - rxe: yes, after a timeout. `rxe_dereg_mr` → `__rxe_cleanup` erases the key and then waits
+///   for the references of packets being processed with `wait_for_completion_timeout(..,
+///   msecs_to_jiffies(50000))` — 50 s on Debian's 6.1.192, 6.12.118 and 7.3.4 alike — and when
+///   that expires it warns and releases the pinned pages anyway (`rxe_mr_cleanup` →
+///   `ib_umem_release`), while the responder that holds the reference may still copy a WRITE's
+///   or SEND's payload or an atomic's result into them. A kernel timer is not a fence; the QP's
+///   destroy is (`rxe_qp_do_cleanup` → `rxe_cleanup_task` waits for the QP's tasks, where every
+///   copy runs, without a timeout).
+/// - mlx5, efa and the rest: no; the mkey is destroyed in firmware before deregistration
+///   returns.
+///
+/// docs/architecture.md ("What a peer can still reach after the drop") has the details.
+pub(crate) fn fences_peers(id: DriverId) -> bool {
+    id == DriverId::SIW || id == DriverId::RXE
 }
 
 impl Drop for Pd {
@@ -132,5 +152,20 @@ impl Drop for Pd {
                 Error::os("dealloc PD", e)
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peers_transfer_is_fenced_on_siw_and_rxe_only() {
+        // rxe's deregistration waits for a packet in progress only until a 50 s timeout
+        // (__rxe_cleanup), siw's not at all: both keep remote memory until the QPs' destroy.
+        assert!(fences_peers(DriverId::SIW));
+        assert!(fences_peers(DriverId::RXE));
+        assert!(!fences_peers(DriverId::MLX5));
+        assert!(!fences_peers(DriverId::EFA));
     }
 }

@@ -141,8 +141,8 @@ pub struct Qp {
     /// What the posted requests may still write, released as their completions are polled on
     /// the CQs (which watch it) and when the QP is destroyed ([`crate::ledger`]).
     ledger: Arc<QpLedger<Region>>,
-    /// On siw, this QP's number in its PD's [`Fence`](crate::ledger::Fence): memory of remote
-    /// regions deregistered while it lives waits for its destroy.
+    /// On siw and rxe, this QP's number in its PD's [`Fence`](crate::ledger::Fence): memory of
+    /// remote regions deregistered while it lives waits for its destroy.
     fence_seq: Option<u64>,
 }
 
@@ -348,8 +348,9 @@ impl Qp {
                 let ledger = Arc::new(QpLedger::new(
                     k.qp_num,
                     init.srq.as_ref().map(|s| s.ledger()).or(unordered.as_ref()),
-                    // siw (its PD has the fence): sources are held too (ledger::SendLedger).
-                    pd.fence().is_some(),
+                    // siw alone reads a source through the reference it took when the
+                    // request started: sources are held too (ledger::SendLedger).
+                    ctx.driver_id() == crate::device::DriverId::SIW,
                 ));
                 if Arc::ptr_eq(&init.send_cq, &init.recv_cq) {
                     init.send_cq.watch().add(&ledger, Role::Both);
@@ -880,9 +881,9 @@ impl Drop for Qp {
                         }
                     },
                     &mut || drop(table.take()),
-                    // siw placed nothing more for it: memory of remote regions deregistered
-                    // while it lived is freed once no older QP of the PD is left
-                    // (crate::ledger::Fence).
+                    // siw and rxe place nothing more for it (siw: state_lock; rxe:
+                    // rxe_cleanup_task): memory of remote regions deregistered while it lived
+                    // is freed once no older QP of the PD is left (crate::ledger::Fence).
                     &mut || {
                         if let Some((f, n)) = fence {
                             drop(f.qp_destroyed(n));

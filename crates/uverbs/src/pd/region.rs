@@ -1,7 +1,7 @@
 //! A PD's regions as the PD sees them: the registration and the memory under a safe `Mr`
 //! ([`Region`]), the memory of a deregistered region a peer may still reach ([`Deferred`]), and
 //! deregistration. They live beside [`Pd`] because the two hold each other: a PD keeps the
-//! registry of its regions (`ledger::Registry<Region>`) and its siw fence of deferred memory,
+//! registry of its regions (`ledger::Registry<Region>`) and its siw/rxe fence of deferred memory,
 //! and a region keeps its PD alive. So `ledger` knows neither (it is generic over what it
 //! holds), `mr` builds regions from here, and the imports run one way: `mr` → `pd` → `ledger`.
 
@@ -35,14 +35,14 @@ pub(crate) struct Region {
     pub(crate) free: unsafe fn(RawMemory),
     /// `M::OWNED`: the memory may be given back later than the `Mr`'s drop.
     pub(crate) owned: bool,
-    /// Registered with remote access (READ, WRITE or atomic): on siw a peer may still reach
-    /// the memory after deregistration, until the PD's QPs of then are destroyed
+    /// Registered with remote access (READ, WRITE or atomic): on siw and rxe a peer may still
+    /// reach the memory after deregistration, until the PD's QPs of then are destroyed
     /// ([`crate::ledger::Fence`]).
     pub(crate) remote: bool,
 }
 
 /// Memory of a deregistered region that a peer may still reach through a QP of its PD
-/// (siw: [`crate::ledger::Fence`]); freed when dropped.
+/// (siw, rxe: [`crate::ledger::Fence`]); freed when dropped.
 pub(crate) struct Deferred {
     mem: RawMemory,
     free: unsafe fn(RawMemory),
@@ -71,8 +71,8 @@ impl Drop for Deferred {
 }
 
 /// Frees the memory of a region of `pd` just deregistered, now or, where a peer may still
-/// reach it (a region with remote access on siw: [`crate::ledger::Fence`]), when the PD's
-/// QPs of now are destroyed. `Some` gives the parts back to free now.
+/// reach it (a region with remote access on siw or rxe: [`crate::ledger::Fence`]), when the
+/// PD's QPs of now are destroyed. `Some` gives the parts back to free now.
 pub(crate) fn release(
     pd: &Pd,
     remote: bool,
@@ -125,7 +125,7 @@ impl Drop for Region {
                 if let Some(mem) = release(&self.pd, self.remote, self.mem, self.free) {
                     // SAFETY: deregistered, and no ledger holds the region any more (this is
                     // its last `Arc`), so no request that may write it is outstanding; no
-                    // peer can reach it either (release: not a remote region on siw, or no
+                    // peer can reach it either (release: not a remote region on siw/rxe, or no
                     // QP of the PD left); the parts come from into_raw and are used once
                     // (this is Drop).
                     unsafe { (self.free)(mem) }
