@@ -9,32 +9,8 @@ use std::ptr::{null, null_mut};
 use rverbs_capi::abi::*;
 use rverbs_capi::ibverbs::*;
 
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap()
-}
-
-fn open_a() -> *mut ibv_context {
-    let want = std::env::var("RVERBS_DEV_A").unwrap_or_else(|_| "rxe0".into());
-    let mut n = 0;
-    // SAFETY: n is writable.
-    let list = unsafe { ibv_get_device_list(&mut n) };
-    assert!(!list.is_null(), "ibv_get_device_list: errno {}", errno());
-    let mut ctx = null_mut();
-    for i in 0..n as usize {
-        // SAFETY: list has n entries of ours.
-        let d = unsafe { *list.add(i) };
-        // SAFETY: a device of ours: its name is a C string.
-        let name = unsafe { std::ffi::CStr::from_ptr(ibv_get_device_name(d)) };
-        if name.to_str().unwrap() == want {
-            // SAFETY: a device of ours.
-            ctx = unsafe { ibv_open_device(d) };
-        }
-    }
-    // SAFETY: the list came from ibv_get_device_list.
-    unsafe { ibv_free_device_list(list) };
-    assert!(!ctx.is_null(), "{want} not found or not opened");
-    ctx
-}
+mod common;
+use common::{errno, open_dev_a};
 
 #[test]
 #[cfg_attr(
@@ -42,7 +18,7 @@ fn open_a() -> *mut ibv_context {
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
 fn errors_follow_rdma_core_conventions() {
-    let ctx = open_a();
+    let ctx = open_dev_a();
     // SAFETY: every call below gets objects of ours, created here, and writable outputs.
     unsafe {
         // The async fd blocks, as libibverbs' does, until the caller makes it non-blocking;
@@ -720,7 +696,7 @@ fn kernel_qps() -> u64 {
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
 fn ibv_wr_atomic_write_follows_the_device() {
-    let ctx = open_a();
+    let ctx = open_dev_a();
     let on_6_1 = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .unwrap_or_default()
         .starts_with("6.1.");

@@ -16,32 +16,8 @@ use rverbs_capi::ibverbs::*;
 const IBV_ACCESS_LOCAL_WRITE: i32 = 1;
 const IBV_ACCESS_ON_DEMAND: i32 = 1 << 6;
 
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap()
-}
-
-fn open_a() -> *mut ibv_context {
-    let want = std::env::var("RVERBS_DEV_A").unwrap_or_else(|_| "rxe0".into());
-    let mut n = 0;
-    // SAFETY: n is writable.
-    let list = unsafe { ibv_get_device_list(&mut n) };
-    assert!(!list.is_null(), "ibv_get_device_list: errno {}", errno());
-    let mut ctx = null_mut();
-    for i in 0..n as usize {
-        // SAFETY: list has n entries of ours.
-        let d = unsafe { *list.add(i) };
-        // SAFETY: a device of ours: its name is a C string.
-        let name = unsafe { std::ffi::CStr::from_ptr(ibv_get_device_name(d)) };
-        if name.to_str().unwrap() == want {
-            // SAFETY: a device of ours.
-            ctx = unsafe { ibv_open_device(d) };
-        }
-    }
-    // SAFETY: the list came from ibv_get_device_list.
-    unsafe { ibv_free_device_list(list) };
-    assert!(!ctx.is_null(), "{want} not found or not opened");
-    ctx
-}
+mod common;
+use common::{errno, open_dev_a};
 
 /// The `verbs_context` around `ctx` (what libibverbs' inline functions reach).
 ///
@@ -67,7 +43,7 @@ fn kernel_has_odp() -> bool {
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
 fn qps_on_an_srq_ignore_the_receive_caps() {
-    let ctx = open_a();
+    let ctx = open_dev_a();
     // SAFETY: objects of ours, created here; writable locals.
     unsafe {
         let pd = ibv_alloc_pd(ctx);
@@ -132,7 +108,7 @@ fn qps_on_an_srq_ignore_the_receive_caps() {
     ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
 )]
 fn odp_caps_registration_and_advice_through_the_c_api() {
-    let ctx = open_a();
+    let ctx = open_dev_a();
     let odp = kernel_has_odp();
     // SAFETY: objects of ours, created here; writable locals; the mapping outlives the MRs.
     unsafe {

@@ -12,6 +12,38 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// The calling thread's `errno`.
+pub fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap()
+}
+
+/// Node A's device (`RVERBS_DEV_A`, else `rxe0`) opened through the C API, as a C program
+/// would: `ibv_get_device_list`, `ibv_open_device`, `ibv_free_device_list`.
+#[allow(unsafe_code)]
+pub fn open_dev_a() -> *mut rverbs_capi::abi::ibv_context {
+    use rverbs_capi::ibverbs::*;
+    let want = std::env::var("RVERBS_DEV_A").unwrap_or_else(|_| "rxe0".into());
+    let mut n = 0;
+    // SAFETY: n is writable.
+    let list = unsafe { ibv_get_device_list(&mut n) };
+    assert!(!list.is_null(), "ibv_get_device_list: errno {}", errno());
+    let mut ctx = std::ptr::null_mut();
+    for i in 0..n as usize {
+        // SAFETY: list has n entries of ours.
+        let d = unsafe { *list.add(i) };
+        // SAFETY: a device of ours: its name is a C string.
+        let name = unsafe { std::ffi::CStr::from_ptr(ibv_get_device_name(d)) };
+        if name.to_str().unwrap() == want {
+            // SAFETY: a device of ours.
+            ctx = unsafe { ibv_open_device(d) };
+        }
+    }
+    // SAFETY: the list came from ibv_get_device_list.
+    unsafe { ibv_free_device_list(list) };
+    assert!(!ctx.is_null(), "{want} not found or not opened");
+    ctx
+}
+
 /// `$var`, or `default` when it is unset or empty.
 pub fn env_or(var: &str, default: &str) -> String {
     std::env::var(var)
