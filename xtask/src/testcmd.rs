@@ -23,14 +23,28 @@ use std::time::{Duration, Instant};
 pub(crate) const INTEROP: &str = "interop";
 /// Tests with this in their names need the two-node topology; one-node stages skip them.
 pub(crate) const TWO_NODE: &str = "two_node";
-/// Tests with this in their names need rxe with on-demand paging (from about Linux 6.15):
-/// the stages of the bed's older kernels skip them ([`rxe_has_odp`]).
-pub(crate) const NEEDS_ODP: &str = "needs_odp";
+/// What some tests need of rxe that the bed's older kernels lack: a test whose name contains
+/// the marker is skipped (`--skip`), and counted skipped with the reason, in the rxe stages of
+/// the kernels listed; run there by hand it fails, saying why.
+pub(crate) const KERNEL_NEEDS: &[(&str, &[&str], &str)] = &[
+    (
+        "needs_odp",
+        &["6.1", "6.12"],
+        "has no on-demand paging (rxe from about 6.15)",
+    ),
+    (
+        "needs_atomic_write",
+        &["6.1"],
+        "has no atomic write (rxe from 6.2)",
+    ),
+];
 
-/// Whether the bed's kernel `name` has rxe with on-demand paging: not Debian 12's 6.1 or
-/// Debian 13's 6.12; the newest (7.x) has it.
-fn rxe_has_odp(name: &str) -> bool {
-    !matches!(name, "6.1" | "6.12")
+/// The markers of [`KERNEL_NEEDS`] that kernel `name` lacks, with their reasons.
+fn lacking(name: &str) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
+    KERNEL_NEEDS
+        .iter()
+        .filter(move |(_, kernels, _)| kernels.contains(&name))
+        .map(|&(marker, _, why)| (marker, why))
 }
 
 /// Integration-test binaries that open no RDMA device: simulators, fixtures, the mlx5 oracle,
@@ -675,8 +689,8 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
         if topo == Topo::One {
             stage_args.extend(["--skip".to_string(), TWO_NODE.to_string()]);
         }
-        if !rxe_has_odp(kernel.name) {
-            stage_args.extend(["--skip".to_string(), NEEDS_ODP.to_string()]);
+        for (marker, _) in lacking(kernel.name) {
+            stage_args.extend(["--skip".to_string(), marker.to_string()]);
         }
         let mut stage_payload = payload.clone();
         stage_payload.env.push(async_load(kernel));
@@ -719,9 +733,9 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
                     if topo == Topo::One {
                         why.push(format!("`{TWO_NODE}` (one-node topology)"));
                     }
-                    if !rxe_has_odp(kernel.name) {
+                    for (marker, reason) in lacking(kernel.name) {
                         why.push(format!(
-                            "`{NEEDS_ODP}` (rxe of kernel {} has no on-demand paging)",
+                            "`{marker}` (rxe of kernel {} {reason})",
                             kernel.name
                         ));
                     }
@@ -1255,10 +1269,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_newest_kernel_runs_the_needs_odp_tests() {
-        assert!(!rxe_has_odp("6.1"));
-        assert!(!rxe_has_odp("6.12"));
-        assert!(rxe_has_odp("newest"));
+    fn each_kernel_skips_the_tests_of_what_its_rxe_lacks() {
+        let of = |k| lacking(k).map(|(m, _)| m).collect::<Vec<_>>();
+        assert_eq!(of("6.1"), ["needs_odp", "needs_atomic_write"]);
+        assert_eq!(of("6.12"), ["needs_odp"]);
+        assert!(of("newest").is_empty());
     }
 
     #[test]
