@@ -437,8 +437,9 @@ fn mckey_two_node_on_our_librdmacm_interop() {
 /// pyverbs' `test_qpex.test_qp_ex_rc_atomic_write` (rdma-core's Python suite, one test) on
 /// rdma-core's libraries and on ours, at the same time: on a kernel whose rxe has
 /// atomic write (6.12 and the newest, 7.x) it must pass on both. The 6.1 stages skip it (its
-/// name has `needs_atomic_write`; run there by hand it fails, saying why): there rdma-core's errors, librxe offering the builder to a kernel without the operation,
-/// and ours refuses: `vm_errors::ibv_wr_atomic_write_follows_the_device` checks that refusal.
+/// name has `needs_atomic_write`; run there by hand it fails, saying why): there
+/// rdma-core's errors, librxe offering the builder to a kernel without the operation, and ours
+/// refuses: `vm_errors::ibv_wr_atomic_write_follows_the_device` checks that refusal.
 #[test]
 #[cfg_attr(
     not(rverbs_vm),
