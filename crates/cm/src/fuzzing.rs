@@ -60,7 +60,13 @@ pub fn events(data: &[u8]) {
             ev.reject_reason(),
             (kind == CmEventKind::REJECTED && status > 0).then_some(RejectReason(raw.status))
         );
-        assert!(ev.conn().is_some() != ev.ud().is_some());
+        // A USER or INTERNAL event's parameter is its argument; every other has exactly one
+        // of the two parameter views.
+        if ev.arg().is_some() {
+            assert!(ev.conn().is_none() && ev.ud().is_none());
+        } else {
+            assert!(ev.conn().is_some() != ev.ud().is_some());
+        }
         let pd = ev.private_data();
         assert!(pd.len() <= RDMA_MAX_PRIVATE_DATA);
         let at = pd.as_ptr() as usize - ev.raw().param.as_ptr() as usize;
@@ -222,6 +228,15 @@ mod tests {
                     let ud = ev.ud().unwrap();
                     assert_eq!((ud.qp_num, ud.qkey), (0x55, 0x1111_1111));
                     assert_eq!(ev.private_data(), b"ud data");
+                }
+                "user_event_after_rejected" => {
+                    // The fuzzer's find (its crash before the fix): a USER event, rdma-core
+                    // 60's WRITE_CM_EVENT, carries an argument and neither parameter view.
+                    assert_eq!(ev.kind(), CmEventKind::REJECTED);
+                    let user: rdma_ucm_event_resp = padded(&b[size_of::<rdma_ucm_event_resp>()..]);
+                    let u = CmEvent::decode(user, &chan);
+                    assert_eq!(u.kind(), CmEventKind::USER);
+                    assert!(u.arg().is_some() && u.conn().is_none() && u.ud().is_none());
                 }
                 other => panic!("a seed without a check: {other}"),
             }
