@@ -18,7 +18,7 @@ use rverbs_uverbs::{WcFlags, WcOpcode, WcStatus};
 
 use super::abi::*;
 use super::driver::{EfaMap, QpTable};
-use crate::mlx5::barrier::{dma_rmb_device, mmio_flush, mmio_wmb};
+use crate::mlx5::barrier::{dma_rmb_device, mmio_wmb, wc_store_barrier};
 
 /// A work queue's bookkeeping, shared by the poster and the poller (libefa `struct efa_wq`
 /// under `wqlock`): the `wr_id` of each request id and the pool of free ids (a stack: a
@@ -209,6 +209,18 @@ impl Sq {
         }
     }
 
+    /// Moves the producer (`pc`, `phase`, `ctrl2`) past the descriptor just written; a new
+    /// lap flips the phase. Takes the fields, not `&mut self`: the post holds the WQ's lock
+    /// through `self.wq` meanwhile.
+    #[inline(always)]
+    fn advance(pc: &mut u16, phase: &mut u8, ctrl2: &mut u64, mask: u16) {
+        *pc = pc.wrapping_add(1);
+        if *pc & mask == 0 {
+            *phase = phase.wrapping_add(1);
+            *ctrl2 = Sq::ctrl2_of(*phase);
+        }
+    }
+
     /// Word 0's `ctrl2` bits for a lap of phase `phase`.
     fn ctrl2_of(phase: u8) -> u64 {
         u64::from((phase & TX_CTRL2_PHASE) | TX_CTRL2_FIRST | TX_CTRL2_LAST | TX_CTRL2_COMP_REQ)
@@ -376,12 +388,13 @@ impl EfaQp {
                     }
                     (ctrl1 | TX_CTRL1_INLINE_MSG, imm, total as u64, bytes)
                 } else {
+                    // The usual one SGE tested first; max_sge ≤ TX_DESC_NUM_BUFS (2).
                     let hi = match wr.sge {
-                        _ if wr.sge.len() > sq.max_sge as usize => return Err(Refusal::Sges),
+                        [a] if sq.max_sge != 0 => [buf(a), a.addr.to_le(), 0, 0],
                         [] => [0; 4],
-                        [a] => [buf(a), a.addr.to_le(), 0, 0],
-                        [a, b] => [buf(a), a.addr.to_le(), buf(b), b.addr.to_le()],
-                        // max_sge ≤ TX_DESC_NUM_BUFS (2).
+                        [a, b] if sq.max_sge >= 2 => {
+                            [buf(a), a.addr.to_le(), buf(b), b.addr.to_le()]
+                        }
                         _ => return Err(Refusal::Sges),
                     };
                     (ctrl1, imm, wr.sge.len() as u64, hi)
@@ -428,6 +441,58 @@ impl EfaQp {
         sq.copy_to_llq(&[w0, w1, w2, 0, hi[0], hi[1], hi[2], hi[3]]);
         Ok(())
     }
+
+    /// One request: no batch to count (`max_batch` ≥ 1, so a list of one rings once, after
+    /// its descriptor, as [`EfaQp::post_list`] would).
+    #[inline(never)]
+    fn post_one(sq: &mut Sq, sig_all: bool, wr: &SendWr<'_>) -> Result<(), PostError> {
+        // The queue's fields borrowed apart: the WQ locked through its field, no `Arc`
+        // clone.
+        let mut wq = sq.wq.lock();
+        if let Err(r) = EfaQp::build(sq, sig_all, wr, &mut wq) {
+            return Err(refused(sq, &wq, 0, 0, wr, r));
+        }
+        Sq::advance(&mut sq.pc, &mut sq.phase, &mut sq.ctrl2, sq.mask);
+        // libefa: mmio_flush_writes (`sfence`), then the doorbell. The descriptor's
+        // stores reach the device before the doorbell's; nothing is read back.
+        wc_store_barrier();
+        sq.db.ring(u32::from(sq.pc));
+        Ok(())
+    }
+
+    /// A list of several requests: each built and copied in turn, the doorbell rung every
+    /// `max_batch` of them and after the last. Out of line so that the one-request post
+    /// keeps its registers.
+    #[inline(never)]
+    fn post_list(sq: &mut Sq, sig_all: bool, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        let mut wq = sq.wq.lock();
+        let mut batch = 0u32;
+        for wr in wrs {
+            if let Err(r) = EfaQp::build(sq, sig_all, wr, &mut wq) {
+                // The requests before it are posted: rung (libefa's `ring_db`). Its index
+                // from its address: no counter to keep in the loop.
+                let i = (wr as *const SendWr<'_> as usize - wrs.as_ptr() as usize)
+                    / std::mem::size_of::<SendWr<'_>>();
+                return Err(refused(sq, &wq, batch, i, wr, r));
+            }
+            Sq::advance(&mut sq.pc, &mut sq.phase, &mut sq.ctrl2, sq.mask);
+            batch += 1;
+            if batch == sq.max_batch {
+                batch = 0;
+                // libefa: mmio_flush_writes, the doorbell, mmio_wc_start (both `sfence`: the
+                // batch's descriptors before the doorbell, the doorbell before the next
+                // batch's descriptors).
+                wc_store_barrier();
+                sq.db.ring(u32::from(sq.pc));
+                wc_store_barrier();
+            }
+        }
+        if batch != 0 {
+            wc_store_barrier();
+            sq.db.ring(u32::from(sq.pc));
+        }
+        Ok(())
+    }
 }
 
 /// A post's refusal of request `i` (`r`), off the hot path: the `batch` requests written
@@ -436,7 +501,7 @@ impl EfaQp {
 #[inline(never)]
 fn refused(sq: &Sq, wq: &Wq, batch: u32, i: usize, wr: &SendWr<'_>, r: Refusal) -> PostError {
     if batch != 0 {
-        mmio_flush();
+        wc_store_barrier();
         sq.db.ring(u32::from(sq.pc));
     }
     r.error(i, wr, sq, wq)
@@ -528,37 +593,13 @@ impl QpOps for EfaQp {
         _qp: KernelObj<'_>,
         wrs: &[SendWr<'_>],
     ) -> Result<(), PostError> {
-        let sig_all = self.sig_all;
-        // The queue's fields borrowed apart: the WQ locked through its field, no `Arc` clone.
-        let sq = &mut self.sq;
-        let mut wq = sq.wq.lock();
-        let mut batch = 0u32;
-        for (i, wr) in wrs.iter().enumerate() {
-            if let Err(r) = EfaQp::build(sq, sig_all, wr, &mut wq) {
-                // The requests before it are posted: rung (libefa's `ring_db`).
-                return Err(refused(sq, &wq, batch, i, wr, r));
-            }
-            sq.pc = sq.pc.wrapping_add(1);
-            if sq.pc & sq.mask == 0 {
-                sq.phase = sq.phase.wrapping_add(1);
-                sq.ctrl2 = Sq::ctrl2_of(sq.phase);
-            }
-            batch += 1;
-            if batch == sq.max_batch {
-                batch = 0;
-                // libefa: mmio_flush_writes, the doorbell, mmio_wc_start.
-                mmio_flush();
-                sq.db.ring(u32::from(sq.pc));
-                mmio_wmb();
-            }
+        // Two out-of-line bodies, each with the registers its case needs (a dispatcher
+        // without a frame of its own): one request, the usual post, and a list.
+        match wrs {
+            [wr] => EfaQp::post_one(&mut self.sq, self.sig_all, wr),
+            _ => EfaQp::post_list(&mut self.sq, self.sig_all, wrs),
         }
-        if batch != 0 {
-            mmio_flush();
-            sq.db.ring(u32::from(sq.pc));
-        }
-        Ok(())
     }
-
     unsafe fn post_recv(
         &mut self,
         _qp: KernelObj<'_>,
