@@ -75,6 +75,41 @@ const MODELS: &[(&str, &str)] = &[
     ("Tree Borrows", "-Zmiri-tree-borrows"),
 ];
 
+/// How many Miri runs go at once: the machine CI runs on has two cores.
+const WORKERS: usize = 2;
+
+type RunResult = (std::io::Result<std::process::Output>, Duration);
+
+/// Runs `cargo miri test -p PKG --lib -- FILTERS` with `MIRIFLAGS` for each entry of `runs`
+/// (package, filters, model, flags), `workers` at a time, in the order given; returns each
+/// run's output and duration in the same order.
+fn run_on_workers(runs: &[(&str, &[&str], &str, &str)], workers: usize) -> Vec<RunResult> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<RunResult>>> =
+        runs.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|s| {
+        for _ in 0..workers.max(1) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((pkg, filters, _, flags)) = runs.get(i) else {
+                    break;
+                };
+                let started = Instant::now();
+                let out = util::nightly_cargo()
+                    .args(["miri", "test", "-p", pkg, "--lib", "--"])
+                    .args(filters.iter())
+                    .env("MIRIFLAGS", flags)
+                    .output();
+                *results[i].lock().unwrap() = Some((out, started.elapsed()));
+            });
+        }
+    });
+    results
+        .into_iter()
+        .map(|r| r.into_inner().unwrap().expect("every run ran"))
+        .collect()
+}
+
 fn miri_works() -> bool {
     let ok = |c: &mut Command| c.output().map(|o| o.status.success()).unwrap_or(false);
     ok(util::nightly_cargo().args(["miri", "--version"]))
@@ -99,18 +134,50 @@ pub fn stage() -> (Counts, Vec<String>, Duration) {
         };
         return (c, vec!["skipped: no miri".to_string()], t.elapsed());
     }
+    // The four packages' unit tests built for Miri first (the aliasing model is a
+    // flag of the interpreter, not of the build), then the eight runs (each suite under each
+    // model) on two workers: Miri interprets a test binary on one host thread, so one run at a
+    // time left the machine's second core idle. The outputs are printed in the fixed order
+    // below once every run has ended; what each run checks is unchanged.
     let mut total = Counts::default();
     let mut notes = Vec::new();
-    for ((pkg, filters), (model, flags)) in SUITES
+    for (pkg, _) in SUITES {
+        // Package by package, as the runs build it (features are unified per invocation).
+        let out = util::nightly_cargo()
+            .args(["miri", "test", "-p", pkg, "--lib", "--no-run"])
+            .output();
+        match out {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => {
+                // The runs below build again and report the failure with the compiler's
+                // words; this says where it began.
+                println!(
+                    "xtask: miri: the build of -p {pkg} failed ({}); its runs will say why",
+                    out.status
+                );
+            }
+            Err(e) => {
+                notes.push(format!("FAILED: cannot run cargo miri: {e}"));
+                total.failed += 1;
+                return (total, notes, t.elapsed());
+            }
+        }
+    }
+    let runs: Vec<(&str, &[&str], &str, &str)> = SUITES
         .iter()
-        .flat_map(|s| MODELS.iter().map(move |m| (s, m)))
-    {
-        println!("xtask: miri: -p {pkg} under {model}");
-        let mut cmd = util::nightly_cargo();
-        cmd.args(["miri", "test", "-p", pkg, "--lib", "--"])
-            .args(filters.iter())
-            .env("MIRIFLAGS", flags);
-        match cmd.output() {
+        .flat_map(|(pkg, filters)| {
+            MODELS
+                .iter()
+                .map(move |(model, flags)| (*pkg, *filters, *model, *flags))
+        })
+        .collect();
+    let results = run_on_workers(&runs, WORKERS);
+    for ((pkg, _, model, _), (out, took)) in runs.iter().zip(results) {
+        println!(
+            "xtask: miri: -p {pkg} under {model} ({:.1} s)",
+            took.as_secs_f64()
+        );
+        match out {
             Ok(out) => {
                 let text = String::from_utf8_lossy(&out.stdout);
                 print!("{text}");

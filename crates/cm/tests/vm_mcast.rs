@@ -97,11 +97,34 @@ fn post_recvs(ep: &Endpoint, n: usize) -> Mr<PageBuf> {
     mr
 }
 
-/// The payloads of the receives completed within `wait`.
+/// The payloads of the next `n` receives, each waited for (the datagrams were sent, each
+/// send's completion waited for): the wait ends when the `n`-th arrives, not by a timer;
+/// `T` per datagram only bounds a loss, which then fails with what did arrive. A datagram
+/// delivered twice shows up in the receiver's next `receive_n` or `received` check (the
+/// tests end each receiver with a [`received`] window that must be empty).
+fn receive_n(ep: &Endpoint, mr: &Mr<PageBuf>, n: usize) -> Vec<Vec<u8>> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        let Some(wc) = ep.get_recv_comp_timeout(T).unwrap() else {
+            panic!("{} of {n} datagrams arrived: {got:?}", got.len());
+        };
+        assert_eq!(wc.status, WcStatus::SUCCESS, "{wc:?}");
+        let len = wc.byte_len as usize;
+        assert!(len >= GRH, "{wc:?}");
+        let mut buf = vec![0u8; len - GRH];
+        mr.read_at(wc.wr_id as usize * 256 + GRH, &mut buf);
+        got.push(buf);
+    }
+    got
+}
+
+/// The payloads of the receives completed within `wait` (the queue polled at least once, so
+/// `Duration::ZERO` takes what has arrived already).
 fn received(ep: &Endpoint, mr: &Mr<PageBuf>, wait: Duration) -> Vec<Vec<u8>> {
     let mut got = Vec::new();
     let end = Instant::now() + wait;
-    while let Some(left) = end.checked_duration_since(Instant::now()) {
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
         let Some(wc) = ep.get_recv_comp_timeout(left).unwrap() else {
             break;
         };
@@ -185,8 +208,10 @@ fn mcast_two_receivers_and_leave() {
         .map(|i| format!("group message {i}").into())
         .collect();
     send_all(&s, &uds, &first.iter().map(|m| &m[..]).collect::<Vec<_>>());
-    assert_eq!(received(&r1, &mr1, Duration::from_secs(2)), first);
-    assert_eq!(received(&r2, &mr2, Duration::from_secs(2)), first);
+    // Each receiver's messages as they arrive; a copy too many would come before the next
+    // ones (r1's `second`, r2's empty window below).
+    assert_eq!(receive_n(&r1, &mr1, first.len()), first);
+    assert_eq!(receive_n(&r2, &mr2, first.len()), first);
 
     // Receiver 2 leaves (the endpoint detaches its QP first): nothing more for it.
     r2.leave_multicast(grp).unwrap();
@@ -195,12 +220,14 @@ fn mcast_two_receivers_and_leave() {
         .map(|i| format!("group message {i}").into())
         .collect();
     send_all(&s, &uds, &second.iter().map(|m| &m[..]).collect::<Vec<_>>());
-    assert_eq!(received(&r1, &mr1, Duration::from_secs(2)), second);
+    assert_eq!(receive_n(&r1, &mr1, second.len()), second);
+    // r2's window (2 s, one more than it had) is r1's too: nothing more arrived for either.
     assert_eq!(
-        received(&r2, &mr2, Duration::from_secs(1)),
+        received(&r2, &mr2, Duration::from_secs(2)),
         Vec::<Vec<u8>>::new(),
         "a receiver that left still got datagrams"
     );
+    assert_eq!(received(&r1, &mr1, Duration::ZERO), Vec::<Vec<u8>>::new());
     // Leaving twice is refused by name.
     let e = r2.id().leave_multicast(grp).unwrap_err();
     assert!(e.to_string().contains("has not joined"), "{e}");
@@ -397,15 +424,44 @@ fn mckey() -> Option<&'static str> {
     found
 }
 
+/// mckey under a 30 s limit, its stdout line-buffered (coreutils' stdbuf) so that [`joined`]
+/// sees its join line when it prints it.
 fn run_mckey(args: &[&str]) -> std::process::Child {
     Command::new("timeout")
-        .arg("30")
+        .args(["30", "/usr/bin/stdbuf", "-oL"])
         .arg(mckey().unwrap())
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
+}
+
+/// Reads mckey's stdout until its `mckey: joined dgid` line: rdma-core's librdmacm attaches
+/// the QP to the group before it hands MULTICAST_JOIN to mckey, whose handler prints the
+/// line, and a receiver posts its receives before it joins. A datagram sent before that is
+/// dropped, so the sender starts only now (the line decides, not a sleep). mckey's end
+/// (exited, or killed by its `timeout`) ends the wait too; the caller's checks then fail with
+/// the output. Returns what was read, to put in front of [`finish`]'s.
+fn joined(c: &mut std::process::Child) -> String {
+    use std::io::Read;
+    let out = c.stdout.as_mut().unwrap();
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !String::from_utf8_lossy(&seen).contains("mckey: joined dgid") {
+        match out.read(&mut byte) {
+            Ok(1) => seen.push(byte[0]),
+            _ => break,
+        }
+    }
+    // The rest of the line.
+    while seen.last().is_some_and(|b| *b != b'\n') {
+        match out.read(&mut byte) {
+            Ok(1) => seen.push(byte[0]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&seen).into_owned()
 }
 
 fn finish(c: std::process::Child) -> (Option<i32>, String) {
@@ -500,9 +556,9 @@ fn interop_mcast_rust_sends_to_mckey() {
     if mckey().is_none() {
         return;
     }
-    let c = run_mckey(&["-m", "239.1.25.6", "-b", "10.10.0.1", "-C", "10"]);
-    // Let mckey resolve, post its receives and join.
-    std::thread::sleep(Duration::from_secs(2));
+    let mut c = run_mckey(&["-m", "239.1.25.6", "-b", "10.10.0.1", "-C", "10"]);
+    // mckey resolves, posts its receives and joins.
+    let head = joined(&mut c);
     let grp = group(6);
     let s = endpoint(None, grp);
     let ud = s
@@ -513,6 +569,7 @@ fn interop_mcast_rust_sends_to_mckey() {
     let msgs: Vec<&[u8]> = (0..10).map(|_| &msg[..]).collect();
     send_all(&s, &ud, &msgs);
     let (code, out) = finish(c);
+    let out = head + &out;
     assert_eq!(code, Some(0), "mckey receiver: {out}");
     assert!(out.contains("data transfers complete"), "{out}");
 }
@@ -584,16 +641,19 @@ fn mcast_two_node_receivers_and_leave() {
     );
     let first: Vec<Vec<u8>> = (0..5).map(|i| format!("to B {i}").into()).collect();
     send_all(&s, &uds, &first.iter().map(|m| &m[..]).collect::<Vec<_>>());
-    let w = Duration::from_secs(2);
-    assert_eq!(received(&rb1, &mb1, w), first, "receiver 1 on node B");
-    assert_eq!(received(&rb2, &mb2, w), first, "receiver 2 on node B");
-    assert_eq!(received(&ra, &ma, w), first, "receiver on node A");
+    // Each receiver's messages as they arrive; a copy too many would come before its next
+    // ones or in its empty window below.
+    let n = first.len();
+    assert_eq!(receive_n(&rb1, &mb1, n), first, "receiver 1 on node B");
+    assert_eq!(receive_n(&rb2, &mb2, n), first, "receiver 2 on node B");
+    assert_eq!(receive_n(&ra, &ma, n), first, "receiver on node A");
 
     rb2.leave_multicast(grp).unwrap();
     let second: Vec<Vec<u8>> = (5..8).map(|i| format!("to B {i}").into()).collect();
     send_all(&s, &uds, &second.iter().map(|m| &m[..]).collect::<Vec<_>>());
-    assert_eq!(received(&rb1, &mb1, w), second, "receiver 1 on node B");
-    assert_eq!(received(&ra, &ma, w), second, "receiver on node A");
+    let n = second.len();
+    assert_eq!(receive_n(&rb1, &mb1, n), second, "receiver 1 on node B");
+    assert_eq!(receive_n(&ra, &ma, n), second, "receiver on node A");
     assert_eq!(
         received(&rb2, &mb2, Duration::from_secs(1)),
         Vec::<Vec<u8>>::new(),
@@ -602,12 +662,14 @@ fn mcast_two_node_receivers_and_leave() {
     // The last receiver on B leaves too: B's node leaves the IP group, A's receiver still gets.
     rb1.leave_multicast(grp).unwrap();
     send_all(&s, &uds, &[b"only A"]);
-    assert_eq!(received(&ra, &ma, w), vec![b"only A".to_vec()]);
+    assert_eq!(receive_n(&ra, &ma, 1), vec![b"only A".to_vec()]);
+    // rb1's window (2 s, one more than it had) is ra's too: nothing more arrived for either.
     assert_eq!(
-        received(&rb1, &mb1, Duration::from_secs(1)),
+        received(&rb1, &mb1, Duration::from_secs(2)),
         Vec::<Vec<u8>>::new(),
         "node B got datagrams after both its receivers left"
     );
+    assert_eq!(received(&ra, &ma, Duration::ZERO), Vec::<Vec<u8>>::new());
 }
 
 /// rdma-core's mckey on one node, ours (Rust) on the other, both directions:
@@ -634,9 +696,12 @@ fn interop_mcast_two_node_mckey() {
     // Ours on A to two mckey receivers on B.
     let g = "239.1.25.21";
     let recv: Vec<_> = (0..2)
-        .map(|_| run_mckey(&["-m", g, "-b", &b_s, "-C", "10"]))
+        .map(|_| {
+            let mut c = run_mckey(&["-m", g, "-b", &b_s, "-C", "10"]);
+            let head = joined(&mut c);
+            (c, head)
+        })
         .collect();
-    std::thread::sleep(Duration::from_secs(2));
     let grp = SocketAddr::new(IpAddr::V4(g.parse().unwrap()), 0);
     let s = endpoint_at(a, grp);
     let ud = s
@@ -645,8 +710,9 @@ fn interop_mcast_two_node_mckey() {
         .unwrap();
     let msg = [0x5au8; 100];
     send_all(&s, &ud, &[&msg[..]; 10]);
-    for (i, c) in recv.into_iter().enumerate() {
+    for (i, (c, head)) in recv.into_iter().enumerate() {
         let (code, out) = finish(c);
+        let out = head + &out;
         assert_eq!(code, Some(0), "mckey receiver {i} on node B: {out}");
         assert!(out.contains("data transfers complete"), "{out}");
     }

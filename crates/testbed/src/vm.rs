@@ -274,6 +274,64 @@ impl Bed {
     /// Host tools (installed when missing and root), kernel, base initramfs and the KVM
     /// verdict (all cached in `config.cache_dir`). Says what it does on stderr.
     pub fn prepare(config: &BedConfig) -> Result<Bed> {
+        let mut bed = Bed::set_up(config)?;
+        bed.accel = bed.choose_accel(&config.cache_dir);
+        Ok(bed)
+    }
+
+    /// [`Bed::prepare`] for several configurations, with their KVM probes at the same time:
+    /// everything else is set up one configuration after the other (downloads, packages),
+    /// then one probe per kernel whose verdict is not cached runs, all at once. A probe on a
+    /// host where KVM hangs waits its whole limit (20 s) on an idle QEMU, so three kernels
+    /// probed in turn cost a fresh cache a minute; at once they cost the limit once. The
+    /// verdicts are the same: each kernel is still probed with its own boot.
+    pub fn prepare_all(configs: &[BedConfig]) -> Vec<Result<Bed>> {
+        let mut beds: Vec<Result<Bed>> = configs.iter().map(Bed::set_up).collect();
+        // One probe per verdict file; a second configuration with the same file reads it
+        // afterwards.
+        let mut probing: Vec<usize> = Vec::new();
+        for (i, b) in beds.iter().enumerate() {
+            if let Ok(b) = b {
+                let file = b.verdict_file(&b.config.cache_dir);
+                let dup = probing.iter().any(|&j| match &beds[j] {
+                    Ok(o) => o.verdict_file(&o.config.cache_dir) == file,
+                    Err(_) => false,
+                });
+                if !dup {
+                    probing.push(i);
+                }
+            }
+        }
+        let verdicts: Vec<(usize, Accel)> = std::thread::scope(|s| {
+            let handles: Vec<_> = probing
+                .iter()
+                .filter_map(|&i| {
+                    let b = beds[i].as_ref().ok()?;
+                    Some((i, s.spawn(move || b.choose_accel(&b.config.cache_dir))))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|(i, h)| (i, h.join().unwrap_or(Accel::Tcg)))
+                .collect()
+        });
+        for (i, accel) in verdicts {
+            if let Ok(b) = &mut beds[i] {
+                b.accel = accel;
+            }
+        }
+        for (i, b) in beds.iter_mut().enumerate() {
+            if let Ok(b) = b {
+                if !probing.contains(&i) {
+                    b.accel = b.choose_accel(&b.config.cache_dir);
+                }
+            }
+        }
+        beds
+    }
+
+    /// Everything of [`Bed::prepare`] but the KVM verdict (left at TCG).
+    fn set_up(config: &BedConfig) -> Result<Bed> {
         let vm_dir = &config.cache_dir;
         fs::create_dir_all(vm_dir).context(|| format!("cannot create {}", vm_dir.display()))?;
         let tools = host::ensure()?;
@@ -287,15 +345,18 @@ impl Bed {
             kernel.modules.extend(siw);
         }
         let base_initrd = base_initramfs(&tools, &kernel)?;
-        let mut bed = Bed {
+        Ok(Bed {
             tools,
             kernel,
             accel: Accel::Tcg,
             config: config.clone(),
             base_initrd,
-        };
-        bed.accel = bed.choose_accel(vm_dir);
-        Ok(bed)
+        })
+    }
+
+    /// Where the KVM verdict for this bed's kernel is cached.
+    fn verdict_file(&self, vm_dir: &Path) -> PathBuf {
+        vm_dir.join(format!("kvm-verdict-{}", self.kernel.spec.suite))
     }
 
     fn choose_accel(&self, vm_dir: &Path) -> Accel {
@@ -312,7 +373,7 @@ impl Bed {
         {
             return Accel::Tcg;
         }
-        let cache = vm_dir.join(format!("kvm-verdict-{}", self.kernel.spec.suite));
+        let cache = self.verdict_file(vm_dir);
         let key = format!("{} {}", self.kernel.package, self.tools.qemu.display());
         if let Ok(v) = fs::read_to_string(&cache) {
             if let Some(rest) = v.trim().strip_prefix(&key) {
@@ -352,11 +413,13 @@ impl Bed {
     }
 
     fn probe_kvm(&self, vm_dir: &Path) -> Result<bool> {
-        let initrd = vm_dir.join("probe-initrd.img");
+        // Named by the suite: the probes of several kernels may run at once (prepare_all).
+        let suite = self.kernel.spec.suite;
+        let initrd = vm_dir.join(format!("probe-initrd-{suite}.img"));
         fs::write(&initrd, &self.base_initrd)
             .context(|| format!("cannot write {}", initrd.display()))?;
         let mut cmd = self.qemu(Accel::Kvm, &initrd, "rverbs.probe=1");
-        let log = vm_dir.join("kvm-probe.log");
+        let log = vm_dir.join(format!("kvm-probe-{suite}.log"));
         let mut seen = false;
         let started = Instant::now();
         let r = drive(&mut cmd, &log, KVM_PROBE_TIMEOUT, |line| {

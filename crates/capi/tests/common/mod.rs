@@ -128,6 +128,11 @@ impl Proc {
         }
     }
 
+    /// Whether the child has exited (reaped then).
+    pub fn has_exited(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_some()
+    }
+
     /// The child's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
@@ -993,4 +998,61 @@ pub fn pingpong(prog: &str, extra: &[&str], port: u16, server_ours: bool, client
 pub fn both_ways(prog: &str, extra: &[&str], port: u16) {
     pingpong(prog, extra, port, false, true);
     pingpong(prog, extra, port + 1, true, false);
+}
+
+/// For an mckey receiver (`-C 1`) whose sender was mckey on a kernel where all of mckey's
+/// datagrams may be flushed at its teardown (rxe from 6.12 on: mckey posts its sends
+/// unsignaled and destroys its QP without waiting for them): our Rust side, bound to `local`,
+/// joins `grp` send-only and sends 100-byte datagrams, each waited for, until `ended()` says
+/// the receiver has exited. The receiver then ends by the protocol (it polled one
+/// completion) instead of spinning until its `timeout` kills it; that timeout bounds this
+/// loop too. Returns how many were sent.
+pub fn mcast_send_until(
+    local: std::net::Ipv4Addr,
+    grp: std::net::SocketAddr,
+    mut ended: impl FnMut() -> bool,
+) -> u64 {
+    use rverbs_cm::{CmId, Endpoint, EndpointAttr, McJoinFlags, PortSpace};
+    use rverbs_uverbs::ah::Ah;
+    use rverbs_uverbs::mr::PageBuf;
+    use rverbs_uverbs::qp::QpCaps;
+    use rverbs_uverbs::{SendFlags, WcStatus};
+    const MSG: usize = 100;
+    let id = CmId::create(None, PortSpace::UDP).unwrap();
+    id.resolve_addr(
+        Some(std::net::SocketAddr::new(local.into(), 0)),
+        grp,
+        Duration::from_secs(2),
+    )
+    .unwrap();
+    let attr = EndpointAttr {
+        caps: QpCaps {
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        sq_sig_all: true,
+    };
+    let s = Endpoint::create(id, &attr).unwrap();
+    let ud = s
+        .join_multicast(grp, McJoinFlags::SENDONLY_FULL_MEMBER)
+        .unwrap()
+        .unwrap();
+    let ah = Ah::create(s.pd(), ud.ah()).unwrap();
+    let dest = ah.ud_dest(ud.qp_num, ud.qkey);
+    let mr = s.reg_msgs(PageBuf::new(4096).unwrap()).unwrap();
+    mr.write_at(0, &[0x5a; MSG]);
+    let mut sent = 0;
+    while !ended() {
+        s.post_ud_send(sent, &[mr.sge(0..MSG)], dest, SendFlags::empty())
+            .unwrap();
+        let wc = s.get_send_comp().unwrap();
+        assert_eq!((wc.wr_id, wc.status), (sent, WcStatus::SUCCESS));
+        sent += 1;
+        // The receiver's poll loop sees the datagram and exits; look again shortly.
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    sent
 }
