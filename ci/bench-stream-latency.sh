@@ -17,14 +17,18 @@
 #            two counts (SC_COUNTS); per message = (calls(C2) - calls(C1)) / (2 (C2 - C1)),
 #            per system call and in total; context switches (voluntary, involuntary) of the
 #            client without strace by /usr/bin/time, per message the same way. Each library
-#            of SC_LIBS ("rs rv", with LIB_BASE "rs rb rv") against itself.
+#            of SC_LIBS ("rs rv", with LIB_BASE "rs rb rv") against itself. SC_PINGPONG=1:
+#            the counts are ping-pong iterations (-S 64 -C 1 -I count, one message each way
+#            per iteration) instead of -C count; with OPTS="-T b" a sleep is one blocking
+#            `read` of the completion channel for rsockets, one `epoll_pwait` for ours, so
+#            those per message are the sleeps per message (the rest caught while polling).
 # callgrind: the client under callgrind, -S 64 at CG_COUNTS: userspace instructions (Ir, the
 #            whole process) per message the same way.
 # Results and raw files go to $OUT (default bench-stream-latency/ on the run share,
 # target/vm/runs/<run>/bench-stream-latency/ on the host).
 #
 # Environment: ROUNDS (5), TESTS ("64:2000:1 4096:1000:1 64:1:200 65536:50:1 1048576:5:1"),
-# SC_COUNTS ("500 2500"), CG_COUNTS ("200 1000"), OPTS (extra rstream options for every run,
+# SC_COUNTS ("500 2500"), SC_PINGPONG (unset), CG_COUNTS ("200 1000"), OPTS (extra rstream options for every run,
 # e.g. "-T b" for blocking calls; rstream's default is non-blocking calls in a loop),
 # LIB (target/capi/lib), RS (rstream), PORT (19800: first port minus one), PAIRS (the
 # server-client pairs of the table, "rs-rs rv-rs rs-rv rv-rv"; their order rotates by one
@@ -56,6 +60,7 @@ die() { echo "bench-stream-latency: $*" >&2; exit 1; }
 
 echo "bench-stream-latency: $(date -u '+%Y-%m-%d %H:%M UTC'); $(uname -r); $(nproc) CPUs; server and client on $ADDR"
 echo "bench-stream-latency: $RS; rs = rdma-core's libraries, rv = LD_LIBRARY_PATH=$LIB; OPTS='$OPTS'"
+echo "bench-stream-latency: guest load average $(cut -d' ' -f1-3 /proc/loadavg); env: $(env | grep '^RVERBS_STREAM' | tr '\n' ' ')"
 
 # lib rs|rv|rb: the environment that makes rstream use that library.
 libenv() {
@@ -132,7 +137,7 @@ table() {
 
 # Medians per (test, pair), the pairs in PAIRS' order; ratios against rs-rs.
 summary() {
-    awk -v pairs="$PAIRS" '
+    awk -v pairs="$PAIRS" -v loadavg="$(cut -d' ' -f1-3 /proc/loadavg)" '
     function median(k,   n, i, j, t, a) {
         n = split(vals[k], a, " ")
         if (n == 0) return 0
@@ -157,6 +162,7 @@ summary() {
             printf "\n"
         }
         print "(usec/xfer, medians of the rounds, server-client; ratios against rs-rs, lower is better)"
+        print "(guest load average at the end: " loadavg ")"
     }' "$OUT/table.txt" | tee "$OUT/summary.txt"
 }
 
@@ -166,16 +172,18 @@ syscalls() {
     c1=${SC_COUNTS%% *} c2=${SC_COUNTS#* }
     for lib in $SC_LIBS; do
         for c in $c1 $c2; do
-            run_pair $lib $lib 64 "$c" 1 strace -f -c -o "$OUT/strace.$lib.$c.txt" || exit 1
+            # count iterations: -S 64 -C count -I 1, or -C 1 -I count (SC_PINGPONG).
+            if [ -n "${SC_PINGPONG:-}" ]; then ci="1 $c"; else ci="$c 1"; fi
+            run_pair $lib $lib 64 $ci strace -f -c -o "$OUT/strace.$lib.$c.txt" || exit 1
             # "% time seconds usecs/call calls [errors] syscall"; the total line last.
             awk -v lib=$lib -v c=$c 'NF >= 5 && $1 ~ /^[0-9.]+$/ { print lib, c, $NF, $4 }' \
                 "$OUT/strace.$lib.$c.txt" >> "$OUT/syscalls.txt"
-            run_pair $lib $lib 64 "$c" 1 /usr/bin/time -f "ctxsw %w %c" -o "$OUT/time.$lib.$c.txt" || exit 1
+            run_pair $lib $lib 64 $ci /usr/bin/time -f "ctxsw %w %c" -o "$OUT/time.$lib.$c.txt" || exit 1
             awk -v lib=$lib -v c=$c '$1 == "ctxsw" { print lib, c, "ctxsw-voluntary", $2; print lib, c, "ctxsw-involuntary", $3 }' \
                 "$OUT/time.$lib.$c.txt" >> "$OUT/syscalls.txt"
         done
     done
-    awk -v c1=$c1 -v c2=$c2 -v libs="$SC_LIBS" '
+    awk -v c1=$c1 -v c2=$c2 -v libs="$SC_LIBS" -v loadavg="$(cut -d' ' -f1-3 /proc/loadavg)" '
     { v[$1, $2, $3] = $4; if (!($3 in seen)) { seen[$3] = 1; names[++m] = $3 } }
     END {
         nl = split(libs, l, " ")
@@ -189,6 +197,7 @@ syscalls() {
             printf "\n"
         }
         print "(client: strace -f -c calls, /usr/bin/time context switches; (X(C2) - X(C1)) / (2 (C2 - C1)))"
+        print "(guest load average at the end: " loadavg ")"
     }' "$OUT/syscalls.txt" | tee "$OUT/syscalls-summary.txt"
 }
 

@@ -4,7 +4,7 @@ use std::fmt;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -231,6 +231,9 @@ pub(crate) struct Inner {
     nonblocking: AtomicBool,
     read_timeout: Mutex<Option<Duration>>,
     write_timeout: Mutex<Option<Duration>>,
+    /// How long a blocked call polls before it sleeps, in microseconds
+    /// ([`RdmaStream::set_poll_time`]).
+    poll_us: AtomicU32,
     /// Wakes the other waiters when one thread's progress may concern them.
     wake: Wake,
     local: Option<SocketAddr>,
@@ -385,6 +388,7 @@ impl RdmaStream {
                 nonblocking: AtomicBool::new(false),
                 read_timeout: Mutex::new(None),
                 write_timeout: Mutex::new(None),
+                poll_us: AtomicU32::new(wait::default_poll_us()),
                 wake,
                 local,
                 peer: peer_addr,
@@ -441,6 +445,38 @@ impl RdmaStream {
     /// The write timeout.
     pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
         Ok(*lock(&self.inner.write_timeout))
+    }
+
+    /// How long a blocked call (`read`, `write`, `iowrite`, … without
+    /// [`RdmaStream::set_nonblocking`]) polls for completions before it arms the CQ and
+    /// sleeps (rsockets' `polling_time`), for every handle of this stream. A reply that
+    /// comes while it polls costs no system call and no wake-up; a sleep costs three system
+    /// calls on rxe and siw (the arm, `epoll_wait`, the event's `read`) and a wake-up. Longer
+    /// polling burns CPU while it waits (a problem where the peer or the device's kernel
+    /// work needs that CPU); 0 sleeps at once. Whole microseconds (rounded down), at most
+    /// one second: more is refused (`InvalidInput`). Non-blocking calls and the tokio
+    /// layer never poll. The default is the process's: `RVERBS_STREAM_POLL_US` if set (read
+    /// once per process), else 50 µs (rsockets' default is 10 µs; docs/perf.md, "Small
+    /// messages", has the sweep behind the choice). It decides only how a wait spends its
+    /// time, never its outcome.
+    pub fn set_poll_time(&self, t: Duration) -> io::Result<()> {
+        if t > wait::MAX_POLL {
+            return Err(invalid(format!(
+                "poll time {t:?}: must be at most {:?}",
+                wait::MAX_POLL
+            )));
+        }
+        self.inner
+            .poll_us
+            .store(t.as_micros() as u32, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The polling time of blocked calls ([`RdmaStream::set_poll_time`]).
+    pub fn poll_time(&self) -> io::Result<Duration> {
+        Ok(Duration::from_micros(
+            self.inner.poll_us.load(Ordering::Relaxed) as u64,
+        ))
     }
 
     /// rsockets' `rshutdown`: `Write` sends SHUTDOWN (the peer reads EOF after our data),

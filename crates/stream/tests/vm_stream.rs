@@ -312,6 +312,64 @@ fn stream_nonblocking_calls_make_no_system_call() {
     assert!(got.chunks(msg.len()).all(|m| m == msg.as_slice()));
 }
 
+/// `set_poll_time` (issue 37): whole microseconds, shared by the stream's handles, at most a
+/// second (more is refused, naming the value, and changes nothing); the default is 50 µs
+/// unless `RVERBS_STREAM_POLL_US` says otherwise. With 0 (every blocked wait that finds
+/// nothing sleeps at once: arm, `epoll_wait`, the event's read) and with the longest
+/// budget, 200 round trips of 64 bytes arrive, every byte checked.
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn stream_poll_time_set_shared_refused_and_both_extremes_work() {
+    let (c, s) = pair(7617, &StreamOptions::default());
+    if std::env::var_os("RVERBS_STREAM_POLL_US").is_none() {
+        assert_eq!(c.poll_time().unwrap(), Duration::from_micros(50));
+    }
+    let c2 = c.try_clone().unwrap();
+    c.set_poll_time(Duration::from_nanos(1_500)).unwrap();
+    assert_eq!(
+        c2.poll_time().unwrap(),
+        Duration::from_micros(1),
+        "rounded down, shared"
+    );
+    c.set_poll_time(Duration::from_secs(1)).unwrap();
+    assert_eq!(c2.poll_time().unwrap(), Duration::from_secs(1));
+    let e = c2
+        .set_poll_time(Duration::from_secs(1) + Duration::from_nanos(1))
+        .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+    assert!(e.to_string().contains("poll time 1.000000001s"), "{e}");
+    assert_eq!(c.poll_time().unwrap(), Duration::from_secs(1), "unchanged");
+
+    let (mut c, mut s) = (c, s);
+    for (round, poll) in [(0u64, Duration::ZERO), (1, Duration::from_secs(1))] {
+        c.set_poll_time(poll).unwrap();
+        s.set_poll_time(poll).unwrap();
+        let echo = thread::spawn(move || {
+            let mut b = [0u8; 64];
+            for _ in 0..200 {
+                s.read_exact(&mut b).unwrap();
+                s.write_all(&b).unwrap();
+            }
+            s
+        });
+        for i in 0..200u64 {
+            let p = pattern(round * 1000 + i, 64);
+            c.write_all(&p).unwrap();
+            let mut b = [0u8; 64];
+            c.read_exact(&mut b).unwrap();
+            assert_eq!(
+                b.as_slice(),
+                p.as_slice(),
+                "poll time {poll:?}: round trip {i}"
+            );
+        }
+        s = echo.join().unwrap();
+    }
+}
+
 /// Half-close each way: after `shutdown(Write)` the peer reads our data then EOF and can
 /// still send to us; our writes are refused.
 #[test]

@@ -688,6 +688,11 @@ fn config_files_set_new_rsockets_defaults() {
         d,
         "no files: rsockets' defaults"
     );
+    assert_eq!(
+        crate::rsocket::conf_poll_time(&dir),
+        None,
+        "no polling_time file: the stream's default"
+    );
     for (f, v) in [
         ("inline_default", "200\n"),
         ("sqsize_default", " 1000"),
@@ -706,7 +711,24 @@ fn config_files_set_new_rsockets_defaults() {
     assert_eq!(o.recv_buffer, 65536, "the receive ring is even");
     assert_eq!(o.send_buffer, 4096, "below rsockets' low water mark: 4 KiB");
     assert_eq!(o.iomap_entries, 256, "rounded as rsockets rounds");
+    assert_eq!(
+        crate::rsocket::conf_poll_time(&dir),
+        Some(std::time::Duration::from_micros(7)),
+        "polling_time: microseconds"
+    );
+    std::fs::write(dir.join("polling_time"), "5000000").unwrap();
+    assert_eq!(
+        crate::rsocket::conf_poll_time(&dir),
+        Some(std::time::Duration::from_secs(1)),
+        "polling_time above a second: a second"
+    );
     std::fs::write(dir.join("inline_default"), "lots").unwrap();
+    std::fs::write(dir.join("polling_time"), "soon").unwrap();
+    assert_eq!(
+        crate::rsocket::conf_poll_time(&dir),
+        None,
+        "polling_time without a number: the stream's default"
+    );
     assert_eq!(
         crate::rsocket::conf_options(&dir).inline,
         d.inline,

@@ -125,6 +125,11 @@ impl RSocket {
 
     /// Connected: the role, and the stream for the data calls.
     fn connected(&self, st: &mut State, stream: RdmaStream) {
+        // rsockets' `polling_time` file, if any: a second at most, which `set_poll_time`
+        // cannot refuse.
+        if let Some(t) = opts::default_poll_time() {
+            let _ = stream.set_poll_time(t);
+        }
         // Set once: `Role::Connected` is never left (rconnect refuses a connected rsocket).
         let _ = self.conn.set(stream.clone());
         st.role = Role::Connected(stream);

@@ -46,7 +46,8 @@ pub(crate) const CONF_DIR: &str = "/etc/rdma/rsocket";
 /// The stream options a new rsocket starts with: rsockets' defaults, changed by the files of
 /// rsockets' configuration directory that rdma-core reads when its first rsocket is made —
 /// `inline_default`, `sqsize_default`, `rqsize_default`, `mem_default` (the receive ring's
-/// bytes), `wmem_default` (the send ring's bytes) and `iomap_size` — each a number
+/// bytes), `wmem_default` (the send ring's bytes) and `iomap_size` (and `polling_time`,
+/// [`default_poll_time`], not a size) — each a number
 /// (leading blanks allowed); a missing file, or one that does not start with a number,
 /// leaves the default, as rdma-core's `fscanf`. Values are brought into the ranges the
 /// matching `rsetsockopt` accepts (queues 16 to 65534, inline up to 65534, rings 4 KiB to
@@ -74,12 +75,7 @@ pub(crate) fn conf_dir() -> std::path::PathBuf {
 
 /// [`default_stream`] from the files of `dir`.
 pub(crate) fn conf_options(dir: &std::path::Path) -> rverbs_stream::StreamOptions {
-    let num = |name: &str| -> Option<u64> {
-        let text = std::fs::read_to_string(dir.join(name)).ok()?;
-        let t = text.trim_start();
-        let end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-        t[..end].parse::<u64>().ok()
-    };
+    let num = |name: &str| conf_num(dir, name);
     let mut o = rverbs_stream::StreamOptions::default();
     let queue = |v: u64| v.clamp(MIN_QUEUE as u64, MAX_QUEUE as u64) as u32;
     if let Some(v) = num("inline_default") {
@@ -102,6 +98,39 @@ pub(crate) fn conf_options(dir: &std::path::Path) -> rverbs_stream::StreamOption
         o.iomap_entries = iomap_size_from_wire(iomap_size_to_wire(n));
     }
     o
+}
+
+/// rsockets' `polling_time` file (a number of microseconds, read as the others): how long a
+/// blocked call polls before it sleeps ([`rverbs_stream::RdmaStream::set_poll_time`]), for
+/// every rsocket connected or accepted in this process; `None` when there is no number or
+/// when `RVERBS_STREAM_POLL_US` is set (ours, for the process: it wins). Read once per
+/// process, from [`conf_dir`]; a value above a second is cut to a second.
+pub(crate) fn default_poll_time() -> Option<std::time::Duration> {
+    static POLL: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+    if cfg!(miri) {
+        return None;
+    }
+    *POLL.get_or_init(|| {
+        if std::env::var_os("RVERBS_STREAM_POLL_US").is_some() {
+            return None;
+        }
+        conf_poll_time(&conf_dir())
+    })
+}
+
+/// The `polling_time` file of `dir` ([`default_poll_time`]).
+pub(crate) fn conf_poll_time(dir: &std::path::Path) -> Option<std::time::Duration> {
+    let us = conf_num(dir, "polling_time")?;
+    Some(std::time::Duration::from_micros(us).min(std::time::Duration::from_secs(1)))
+}
+
+/// The number at the start of the file `name` of `dir` (leading blanks allowed), as
+/// rdma-core's `fscanf`; `None` if there is no file or no number.
+fn conf_num(dir: &std::path::Path, name: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(dir.join(name)).ok()?;
+    let t = text.trim_start();
+    let end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    t[..end].parse::<u64>().ok()
 }
 
 /// What `rsetsockopt` does with an option: `Ok` (set), or the errno.

@@ -3,10 +3,15 @@
 
 use super::*;
 
-/// How long a blocked call polls the CQ by default before it arms it and sleeps (rsockets'
-/// `polling_time`, 10 µs by default); `RVERBS_STREAM_POLL_US` sets it (read once per
-/// process). See docs/perf.md ("Small messages").
-const SPIN_DEFAULT_US: u64 = 50;
+/// How long a blocked call polls the CQ by default before it arms it and sleeps, in µs
+/// (rsockets' `polling_time`, 10 µs by default); `RVERBS_STREAM_POLL_US` sets the process's
+/// default (read once per process), [`RdmaStream::set_poll_time`] a stream's. A sweep from
+/// 0 to 200 µs moved no median beyond the rounds' noise (docs/perf.md, "Small messages":
+/// "The polling budget"), so it stays.
+const SPIN_DEFAULT_US: u32 = 50;
+/// The longest polling time [`RdmaStream::set_poll_time`] takes (and the environment's
+/// default is cut to).
+pub(super) const MAX_POLL: Duration = Duration::from_secs(1);
 /// The rdma_cm channel is read (a system call) on every this many calls of `progress`
 /// besides when a wait found it readable, so that a caller that loops on non-blocking calls
 /// without waiting on the readiness fd still sees its peer disconnect.
@@ -23,15 +28,18 @@ pub(super) const EV_COMP_ONE: Ev = 2;
 /// Read the rdma_cm channel's events.
 pub(super) const EV_CM: Ev = 4;
 
-/// The polling time of blocked calls.
-fn spin() -> Duration {
-    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *SPIN.get_or_init(|| {
-        let us = std::env::var("RVERBS_STREAM_POLL_US")
+/// The polling time of a new stream's blocked calls, in µs: `RVERBS_STREAM_POLL_US` (a
+/// number of microseconds, at most [`MAX_POLL`]; anything else is ignored) or
+/// `SPIN_DEFAULT_US`.
+pub(super) fn default_poll_us() -> u32 {
+    static US: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *US.get_or_init(|| {
+        std::env::var("RVERBS_STREAM_POLL_US")
             .ok()
             .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(SPIN_DEFAULT_US);
-        Duration::from_micros(us.min(1_000_000))
+            .map_or(SPIN_DEFAULT_US, |us| {
+                us.min(MAX_POLL.as_micros() as u64) as u32
+            })
     })
 }
 
@@ -258,15 +266,23 @@ impl Inner {
                 // lock released in between so that the other direction can proceed. No
                 // system call: the CQ is polled in userspace.
                 // The clock is read on every `SPIN_CLOCK_EVERY`th turn only (a CQ poll that
-                // finds nothing costs less than a clock read).
+                // finds nothing costs less than a clock read, and where the clock is a
+                // system call — a guest without a stable TSC, as the bed's emulated one —
+                // much less), and first at that turn: a reply caught in the first turns
+                // reads no clock. So the budget counts from the first clock read; the turns
+                // before it are part of any sleep's cost anyway.
                 spun = true;
-                let budget = spin();
-                let t0 = (!budget.is_zero()).then(Instant::now);
+                let budget = Duration::from_micros(self.poll_us.load(Ordering::Relaxed) as u64);
+                let mut t0 = None;
                 let mut turns = 0u32;
-                while let Some(t0) = t0 {
+                while !budget.is_zero() {
                     turns = turns.wrapping_add(1);
-                    if turns % SPIN_CLOCK_EVERY == 0 && t0.elapsed() >= budget {
-                        break;
+                    if turns % SPIN_CLOCK_EVERY == 0 {
+                        match t0 {
+                            None => t0 = Some(Instant::now()),
+                            Some(t) if t.elapsed() >= budget => break,
+                            Some(_) => {}
+                        }
                     }
                     drop(st);
                     std::hint::spin_loop();
