@@ -298,7 +298,12 @@ fn build(cache: &Path, kernel: &Kernel, out: &Path) -> Result<()> {
     })?;
     fs::write(&tx, patched).context(|| format!("cannot write {}", tx.display()))?;
     for (name, why) in PATCHES {
-        say(format!("patched siw_cm.c ({name}): {why}"));
+        let file = if name == TX_PATCH {
+            "siw_qp_tx.c"
+        } else {
+            "siw_cm.c"
+        };
+        say(format!("patched {file} ({name}): {why}"));
     }
 
     // The paths make sees: in the build root, its own.
