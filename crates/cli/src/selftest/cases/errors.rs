@@ -191,12 +191,8 @@ pub(super) fn err_rkey_iwarp(env: &Env, end: Instant) -> CaseResult {
     }
     drop(p);
 
-    // The READ, on a connection of its own (the first one is gone), on a port of its own.
-    let env = Env {
-        cm_port: env.cm_port.wrapping_add(Case::ALL.len() as u16),
-        ..env.clone()
-    };
-    let p = Pair::new(&env, end, PairOpts::of(QpType::RC))?;
+    // The READ, on a connection of its own (the first one is gone).
+    let p = Pair::new(env, end, PairOpts::of(QpType::RC))?;
     p.mb.write_at(0, &pattern(6, 64));
     let s = [p.ma.sge(0..64)];
     let op = SendOp::RdmaRead {
