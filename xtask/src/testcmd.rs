@@ -774,12 +774,11 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
     }
 }
 
-/// The kernels of the siw stages in the default run: all three. The newest kernel's was
-/// opt-in while its runs failed now and then; what failed is explained and fixed (two tests
-/// that collided with the tests beside them, a too narrow expectation, and siw's transmit
-/// thread copying from user memory: the bed's patch `siw-tx-1seg-kthread-1`; docs/testing.md,
-/// "siw on the newest kernel").
-pub const SIW_KERNELS: &[&str] = &["6.1", "6.12", "newest"];
+/// The kernels of the siw stages in the default run. The newest kernel's siw stage runs with
+/// `--kernel newest` or `--kernel all` only: on 7.3.4 its runs hang now and then (rdma-core's
+/// own rping against itself among them; docs/testing.md, "Soft-iWARP (siw)"), which is to be
+/// understood before it may judge the suite.
+pub const SIW_KERNELS: &[&str] = &["6.1", "6.12"];
 
 /// The name of the siw stage of `kernel`: `vm 6.1 siw host/one`.
 pub fn siw_stage_name(kernel: KernelSpec) -> String {
