@@ -152,17 +152,22 @@ fn tcp_listening(port: u16) -> bool {
     })
 }
 
-/// Starts an rping server on `addr` and waits until it listens (rping's port 7174).
-fn rping_server(addr: &str, ours: bool) -> Spawned {
+/// Starts an rping server on `addr` and `port` and waits until it listens. Each use has a
+/// port of its own: the tests of this binary run at the same time, and with rping's default
+/// port (7174) for all of them one test's client was served by another test's server, whose
+/// own client was then refused (or whose server waited for ever for a client that had gone
+/// elsewhere: seen in the siw stage on 7.3.4, docs/testing.md, "siw on the newest kernel").
+fn rping_server(addr: &str, port: u16, ours: bool) -> Spawned {
     let mut c = tool("rping", ours);
-    c.args(["-s", "-a", addr, "-C", "5", "-v"]);
+    let p = port.to_string();
+    c.args(["-s", "-a", addr, "-p", &p, "-C", "5", "-v"]);
     let mut child = spawn(c);
     let t0 = Instant::now();
-    while !tcp_listening(7174) {
+    while !tcp_listening(port) {
         if child.child.try_wait().unwrap().is_some() || t0.elapsed() > Duration::from_secs(30) {
             let r = finish(child, Duration::ZERO);
             panic!(
-                "the rping server did not listen on TCP 7174: {:?}\n{}",
+                "the rping server did not listen on TCP {port}: {:?}\n{}",
                 r.status, r.out
             );
         }
@@ -171,9 +176,10 @@ fn rping_server(addr: &str, ours: bool) -> Spawned {
     child
 }
 
-fn rping_client(addr: &str, ours: bool) -> Ran {
+fn rping_client(addr: &str, port: u16, ours: bool) -> Ran {
     let mut c = tool("rping", ours);
-    c.args(["-c", "-a", addr, "-C", "5", "-v"]);
+    let p = port.to_string();
+    c.args(["-c", "-a", addr, "-p", &p, "-C", "5", "-v"]);
     finish(spawn(c), Duration::from_secs(60))
 }
 
@@ -197,8 +203,8 @@ fn rdma_core_tools_run_on_siw_interop() {
     );
     assert!(info.out.contains("PORT_ACTIVE"), "{}", info.out);
 
-    let server = rping_server(&addr, false);
-    let client = rping_client(&addr, false);
+    let server = rping_server(&addr, 7181, false);
+    let client = rping_client(&addr, 7181, false);
     let server = finish(server, Duration::from_secs(30));
     assert_eq!(client.exited(), Some(0), "client:\n{}", client.out);
     assert_eq!(server.exited(), Some(0), "server:\n{}", server.out);
@@ -243,13 +249,13 @@ fn debian_programs_on_the_drop_in_handle_siw_interop() {
     let (dev, addr) = siw_env();
     if rverbs_drives_siw() {
         // Driven: Debian's rping on our libraries against rdma-core's, both ways.
-        let server = rping_server(&addr, false);
-        let client = rping_client(&addr, true);
+        let server = rping_server(&addr, 7182, false);
+        let client = rping_client(&addr, 7182, true);
         let server = finish(server, Duration::from_secs(30));
         assert_eq!(client.exited(), Some(0), "client (ours):\n{}", client.out);
         assert_eq!(server.exited(), Some(0), "server:\n{}", server.out);
-        let server = rping_server(&addr, true);
-        let client = rping_client(&addr, false);
+        let server = rping_server(&addr, 7183, true);
+        let client = rping_client(&addr, 7183, false);
         let server = finish(server, Duration::from_secs(30));
         assert_eq!(client.exited(), Some(0), "client:\n{}", client.out);
         assert_eq!(server.exited(), Some(0), "server (ours):\n{}", server.out);
@@ -272,8 +278,8 @@ fn debian_programs_on_the_drop_in_handle_siw_interop() {
     assert_eq!(r.exited(), Some(1), "{}", r.out);
     assert!(r.out.contains("Couldn't get context for"), "{}", r.out);
     // rdma_cm: address resolution ends in an ADDR_ERROR event with ENODEV.
-    let server = rping_server(&addr, false);
-    let client = rping_client(&addr, true);
+    let server = rping_server(&addr, 7184, false);
+    let client = rping_client(&addr, 7184, true);
     let _ = finish(server, Duration::ZERO);
     assert!(
         matches!(client.exited(), Some(c) if c != 0),
@@ -297,8 +303,8 @@ fn debian_programs_on_the_drop_in_handle_siw_interop() {
         r.out
     );
     // A server on our library: the connection is refused, the server reports and exits.
-    let server = rping_server(&addr, true);
-    let client = rping_client(&addr, false);
+    let server = rping_server(&addr, 7185, true);
+    let client = rping_client(&addr, 7185, false);
     let server = finish(server, Duration::from_secs(30));
     assert!(
         matches!(client.exited(), Some(c) if c != 0),

@@ -15,11 +15,13 @@
 //! its compiler, make, binutils, the kbuild tools' libraries; `chroot` in a private mount
 //! namespace). The host needs `modinfo` either way.
 //!
-//! Two changes are made to the extracted sources before `make` ([`PATCHES`], `patch_source`):
-//! `siw_accept` hands the socket to the QP before it sends the MPA reply, as its own comment
-//! requires ([`PATCH`], docs/testing.md, "siw on the newest kernel"), and an initiator leaves
-//! the bytes that follow the MPA reply to its QP ([`REPLY_PATCH`]; docs/testing.md, "The
-//! bed's patches to siw"). Everything else is Debian's.
+//! Three changes are made to the extracted sources before `make` ([`PATCHES`], `patch_source`,
+//! `patch_tx`): `siw_accept` hands the socket to the QP before it sends the MPA reply, as its own
+//! comment requires ([`PATCH`], docs/testing.md, "siw on the newest kernel"), an initiator
+//! leaves the bytes that follow the MPA reply to its QP ([`REPLY_PATCH`]), and siw's transmit
+//! thread no longer copies a short FPDU with `copy_from_user` when a posting thread's
+//! `in_syscall` flag is up ([`TX_PATCH`]; docs/testing.md, "The bed's patches to siw").
+//! Everything else is Debian's.
 
 use crate::bail;
 use crate::buildroot;
@@ -55,8 +57,23 @@ pub const REPLY_PATCH_WHY: &str = "an initiator reads the MPA reply and no furth
     fails the connection with CONNECT_ERROR -22 when a responder's first FPDU, sent as soon \
     as it is ESTABLISHED, is already there)";
 
+/// The third change, in `siw_qp_tx.c`: a short FPDU's payload is copied from user memory
+/// only by the thread that posted it, never by siw's transmit thread.
+pub const TX_PATCH: &str = "siw-tx-1seg-kthread-1";
+
+/// What [`TX_PATCH`] does and why.
+pub const TX_PATCH_WHY: &str = "siw's transmit thread copies a short FPDU's payload (32 bytes \
+    or less: a READ response, SEND or WRITE) through the pinned pages, not with \
+    copy_from_user (unpatched, it takes copy_from_user when the QP's in_syscall flag, set by \
+    a thread posting on the same QP, is still up: -EFAULT in the kernel thread, the QP \
+    terminates and both peers see DISCONNECTED)";
+
 /// Every change the bed makes to siw's sources, in the order they are applied: name and why.
-pub const PATCHES: [(&str, &str); 2] = [(PATCH, PATCH_WHY), (REPLY_PATCH, REPLY_PATCH_WHY)];
+pub const PATCHES: [(&str, &str); 3] = [
+    (PATCH, PATCH_WHY),
+    (REPLY_PATCH, REPLY_PATCH_WHY),
+    (TX_PATCH, TX_PATCH_WHY),
+];
 
 /// The names of [`PATCHES`], space-separated: what `READY`, the build log's first line and
 /// the module's `rverbs_patch` carry.
@@ -269,8 +286,24 @@ fn build(cache: &Path, kernel: &Kernel, out: &Path) -> Result<()> {
         ))
     })?;
     fs::write(&cm, patched).context(|| format!("cannot write {}", cm.display()))?;
+    let tx = siw_src.join("siw_qp_tx.c");
+    let text = fs::read_to_string(&tx).context(|| format!("cannot read {}", tx.display()))?;
+    let patched = patch_tx(&text).map_err(|e| {
+        util::Error(format!(
+            "cannot apply the bed's patches to {source}'s siw_qp_tx.c: {TX_PATCH}: {e}\n\
+             (siw's source has changed: read the new siw_qp_tx.c, and either adapt patch_tx \
+             in crates/testbed/src/siw.rs or drop the patch if the kernel fixed it; \
+             docs/testing.md, \"The bed's patches to siw\")"
+        ))
+    })?;
+    fs::write(&tx, patched).context(|| format!("cannot write {}", tx.display()))?;
     for (name, why) in PATCHES {
-        say(format!("patched siw_cm.c ({name}): {why}"));
+        let file = if name == TX_PATCH {
+            "siw_qp_tx.c"
+        } else {
+            "siw_cm.c"
+        };
+        say(format!("patched {file} ({name}): {why}"));
     }
 
     // The paths make sees: in the build root, its own.
@@ -582,7 +615,42 @@ fn patch_reply(text: &str) -> Result<String> {
     Ok(out)
 }
 
-/// [`PATCHES`] applied to the text of `siw_cm.c`, and a `MODULE_INFO(rverbs_patch, ...)` line
+/// The test in `siw_try_1seg` (`siw_qp_tx.c`, Debian's 6.1, 6.12 and 7.3) that chooses
+/// `copy_from_user` for a short FPDU's payload in user memory: the QP's `in_syscall`, which
+/// `siw_post_send` sets around its own call of `siw_qp_sq_process` and clears after it.
+/// siw's transmit thread (`siw_sq_resume`, under the same read-held `state_lock`) can process
+/// the QP meanwhile — a READ response that `siw_init_rresp` handed it — and then copies from
+/// a user address in a kernel thread: `-EFAULT`, `siw_qp_sq_process` fails the WQE, the QP
+/// terminates and the connection is dropped.
+const TX_1SEG: &str = "\t\t} else if (c_tx->in_syscall) {\n";
+
+/// [`TX_1SEG`] true only in the posting thread: never in a kernel thread (siw's transmit
+/// thread), which takes the pinned pages as it does without the flag.
+const TX_1SEG_PATCHED: &str = "\t\t/*
+\t\t * rverbs testbed patch siw-tx-1seg-kthread-1: in_syscall is set by a thread
+\t\t * posting on this QP; siw's transmit thread may process the QP meanwhile and
+\t\t * has no user address space to copy from.
+\t\t */
+\t\t} else if (c_tx->in_syscall && !(current->flags & PF_KTHREAD)) {
+";
+
+/// [`TX_PATCH`] applied to the text of `siw_qp_tx.c`: [`TX_1SEG`] must occur exactly once.
+fn patch_tx(text: &str) -> Result<String> {
+    if text.contains("rverbs testbed patch") {
+        bail!("already patched");
+    }
+    if !text.contains("static int siw_try_1seg(") {
+        bail!("no siw_try_1seg definition");
+    }
+    match text.matches(TX_1SEG).count() {
+        1 => Ok(text.replacen(TX_1SEG, TX_1SEG_PATCHED, 1)),
+        0 => bail!("siw_try_1seg's in_syscall test is not there as the bed knows it"),
+        n => bail!("siw_try_1seg's in_syscall test occurs {n} times, not once"),
+    }
+}
+
+/// [`PATCHES`] applied to the text of `siw_cm.c` (but [`TX_PATCH`], which is `siw_qp_tx.c`'s:
+/// [`patch_tx`]), and a `MODULE_INFO(rverbs_patch, ...)` line
 /// appended naming them, so the module says it is patched. A source already patched, or one
 /// a patch does not know, is an error.
 fn patch_source(text: &str) -> Result<String> {

@@ -43,21 +43,8 @@ pub struct Env {
     pub iwarp: bool,
     /// EFA: loopback address handles name the GID (EFA's AHs are made from it).
     pub efa: bool,
-    /// The rdma_cm's address, and the first of the ports the cases listen on (one each).
+    /// The rdma_cm's address (each listener takes a port the rdma_cm picks: `cm::link`).
     pub cm_addr: Option<String>,
-    pub cm_port: u16,
-}
-
-impl Env {
-    /// This environment for `case`: the port it listens on is its own (a case's connection
-    /// may linger in the kernel after the case).
-    pub fn for_case(&self, case: Case) -> Env {
-        let i = Case::ALL.iter().position(|c| *c == case).unwrap_or(0);
-        Env {
-            cm_port: self.cm_port.wrapping_add(i as u16),
-            ..self.clone()
-        }
-    }
 }
 
 /// A case that ran to its end: passed, or found at run time that the device cannot do it.
@@ -72,7 +59,6 @@ pub type CaseResult = Result<Outcome, String>;
 
 /// Runs `case` on `env`, giving up at `end`.
 pub fn run(case: Case, env: &Env, end: Instant) -> CaseResult {
-    let env = &env.for_case(case);
     match case {
         Case::RcSend => send(env, end, QpType::RC, None),
         Case::RcSendImm => send(env, end, QpType::RC, Some(IMM)),

@@ -121,22 +121,7 @@ pub fn rc(env: &Env, end: Instant) -> CaseResult {
             "no address for the rdma_cm: give -a ADDR".into(),
         ));
     };
-    let port = env.cm_port.to_string();
-    let ai = |passive| {
-        getaddrinfo(
-            Some(addr),
-            Some(&port),
-            &AddrHints {
-                passive,
-                ..Default::default()
-            },
-        )
-        .map_err(|e| format!("getaddrinfo {addr} port {port}: {e}"))
-    };
-    let lis = create_ep(&ai(true)?[0])
-        .map_err(|e| format!("create a listener on {addr} port {port}: {e}"))?;
-    lis.listen(1)
-        .map_err(|e| format!("listen on {addr} port {port}: {e}"))?;
+    let (lis, port) = listen_any(addr)?;
     let client_failed = Arc::new(AtomicBool::new(false));
     let failed = client_failed.clone();
     let srv = std::thread::spawn(move || server(lis, end, &failed));
@@ -265,6 +250,28 @@ pub struct Link {
 /// `getaddrinfo` for the case's address and port: passive (the listener's), or active from
 /// the address itself (the connection then stays on the device of that address: without a
 /// source, the route to the address decides, and it may leave through another device).
+/// A listener on `addr` at a port the rdma_cm picks (bound to port 0), and that port. Each
+/// connection of a run gets a port of its own, and so does every selftest running beside it:
+/// ports chosen here (once the process id plus the case's index) collided between two
+/// selftests started close together, `EADDRINUSE` at the listen (seen in `cli/selftest_vm`,
+/// whose tests run at the same time).
+fn listen_any(addr: &str) -> Result<(CmId, String), String> {
+    let lis = create_ep(&resolve(addr, "0", true)?)
+        .map_err(|e| format!("rdma_cm: listen on {addr}: {e}"))?;
+    lis.listen(1)
+        .map_err(|e| format!("rdma_cm: listen on {addr}: {e}"))?;
+    let src = lis
+        .query_addr()
+        .map_err(ctx("rdma_cm: the listener's address"))?
+        .src;
+    match src {
+        rverbs::cm::CmAddr::Ip(sa) if sa.port() != 0 => Ok((lis, sa.port().to_string())),
+        other => Err(format!(
+            "rdma_cm: the listener on {addr} is bound to {other:?}, not to an IP port"
+        )),
+    }
+}
+
 fn resolve(addr: &str, port: &str, passive: bool) -> Result<rverbs::cm::AddrInfo, String> {
     let hints = AddrHints {
         passive,
@@ -292,12 +299,7 @@ pub fn link(env: &Env, end: Instant, a: &Arc<Qp>, b: &Arc<Qp>, srq: bool) -> Res
         .cm_addr
         .as_deref()
         .ok_or("no address for the rdma_cm: give -a ADDR")?;
-    let port = env.cm_port.to_string();
-    let listener = create_ep(&resolve(addr, &port, true)?)
-        .map_err(|e| format!("rdma_cm: listen on {addr} port {port}: {e}"))?;
-    listener
-        .listen(1)
-        .map_err(|e| format!("rdma_cm: listen on {addr} port {port}: {e}"))?;
+    let (listener, port) = listen_any(addr)?;
     let client = create_ep(&resolve(addr, &port, false)?)
         .map_err(|e| format!("rdma_cm: resolve {addr} port {port}: {e}"))?;
     let dev = client

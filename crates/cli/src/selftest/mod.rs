@@ -476,7 +476,6 @@ pub fn run(args: Vec<OsString>) -> CmdResult {
         iwarp: hca.transport == Transport::IWARP,
         efa: driver == "efa",
         cm_addr: cm_addr.clone(),
-        cm_port: 20000 + (std::process::id() % 20000) as u16,
     };
     let facts = Facts {
         transport: hca.transport,

@@ -44,34 +44,6 @@ fn bytes_that_differ_are_located() {
 }
 
 #[test]
-fn each_case_listens_on_a_port_of_its_own() {
-    let env = Env {
-        dev: "siw0".into(),
-        port: 1,
-        link_layer: LinkLayer::ETHERNET,
-        lid: 0,
-        sgid_index: 0,
-        gid: [0; 16],
-        mtu: Mtu::MTU_1024,
-        atomics: false,
-        iwarp: true,
-        efa: false,
-        cm_addr: Some("10.0.0.1".into()),
-        cm_port: 20000,
-    };
-    let mut ports: Vec<u16> = Case::ALL.iter().map(|c| env.for_case(*c).cm_port).collect();
-    // rc-error-rkey's second connection.
-    ports.push(env.for_case(Case::RcErrRkey).cm_port + Case::ALL.len() as u16);
-    assert_eq!(ports[0], 20000);
-    let n = ports.len();
-    ports.sort_unstable();
-    ports.dedup();
-    assert_eq!(ports.len(), n, "{ports:?}");
-    let e = env.for_case(Case::CmRc);
-    assert_eq!((e.dev.as_str(), e.iwarp), ("siw0", true));
-}
-
-#[test]
 fn patterns_differ_by_seed() {
     assert_ne!(pattern(1, 64), pattern(2, 64));
     assert_eq!(pattern(1, 300).len(), 300);
