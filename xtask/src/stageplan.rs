@@ -39,13 +39,18 @@ pub const COUNTS_DEVICE_OBJECTS: &[&str] = &[
 /// Long tests run once per kernel: (binary, test name). `ten_thousand_cycles_leak_nothing`
 /// (about 20 s a stage) counts fds, mappings and kernel objects over 10,000 create/destroy
 /// cycles; `tokio_64_streams_on_one_runtime_byte_checked` (30–60 s) moves 64 MB through 64
-/// streams on one device; neither the guest nor the topology changes what they check.
+/// streams on one device; `vm_grpc`'s tests (tonic over the stream, examples/grpc: 1,000 calls,
+/// the 16 MiB message, the killed server; 30 s and more a stage under load) run one node's
+/// stream under a framework; neither the guest nor the topology changes what they check.
 pub const ONCE_PER_KERNEL: &[(&str, &str)] = &[
     ("rverbs/verbs_errors", "ten_thousand_cycles_leak_nothing"),
     (
         "stream/vm_stream_interop",
         "tokio_64_streams_on_one_runtime_byte_checked",
     ),
+    ("grpc/vm_grpc", "grpc_unary_1000_calls_checked"),
+    ("grpc/vm_grpc", "grpc_streaming_calls_and_16_mib_message"),
+    ("grpc/vm_grpc", "grpc_server_killed_mid_stream"),
 ];
 
 /// Long tests run once per run: (binary, test). What each proves is our library's, and the
@@ -306,7 +311,11 @@ mod tests {
             .chain(COUNTS_DEVICE_OBJECTS.iter().map(|&b| (b, None)));
         for (bin, test) in all {
             let (krate, file) = bin.split_once('/').unwrap();
-            let tests = root.join(format!("crates/{krate}/tests"));
+            // crates/<krate>, or the example crates' examples/<krate> (examples/grpc).
+            let mut tests = root.join(format!("crates/{krate}/tests"));
+            if !tests.is_dir() {
+                tests = root.join(format!("examples/{krate}/tests"));
+            }
             // A test `module::name` of a binary with modules (tests/<bin>/main.rs and
             // tests/<bin>/module.rs) is in tests/<bin>/module.rs.
             let (path, name) = match test.and_then(|t| t.rsplit_once("::")) {
