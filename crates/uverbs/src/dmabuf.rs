@@ -285,7 +285,7 @@ impl DmabufMr {
     }
     /// The address of the region's first byte for SGEs and peers.
     pub fn iova(&self) -> u64 {
-        self.raw.addr
+        self.raw.iova
     }
     /// The region's offset in the dma-buf.
     pub fn offset(&self) -> u64 {

@@ -73,7 +73,7 @@ mod raw;
 pub use memory::{AccessFlags, MrMemory, RawMemory};
 pub use odp::{AdviseFlags, MrAdvice};
 pub use page::PageBuf;
-pub use raw::{register_raw, RawMr};
+pub use raw::{register_raw, register_raw_iova, RawMr};
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -241,15 +241,27 @@ fn check_flush_access(
     Ok(())
 }
 
-/// Registers `addr..addr+len` and returns (handle, lkey, rkey).
+/// Registers `addr..addr+len`, which the device addresses as `iova..iova+len` (its SGEs and
+/// a peer's RDMA requests name that range), and returns (handle, lkey, rkey).
 pub(crate) fn reg_raw(
     pd: &Pd,
     addr: u64,
     len: usize,
+    iova: u64,
     access: AccessFlags,
 ) -> Result<(u32, u32, u32)> {
     let ctx = pd.context();
-    let op = || format!("register MR of {len} bytes at {addr:#x} on {}", ctx.name());
+    let op = || {
+        let at = if iova == addr {
+            String::new()
+        } else {
+            format!(" (iova {iova:#x})")
+        };
+        format!(
+            "register MR of {len} bytes at {addr:#x}{at} on {}",
+            ctx.name()
+        )
+    };
     if len == 0 {
         return Err(Error::invalid(op(), "length 0").into());
     }
@@ -257,13 +269,38 @@ pub(crate) fn reg_raw(
     check_flush_access(ctx, access).map_err(|d| Error::unsupported(op(), d))?;
     let odp = access.contains(AccessFlags::ON_DEMAND);
     if odp {
+        if iova != addr {
+            // The PD's ODP table checks advice SGEs against the region's addresses.
+            return Err(Error::unsupported(
+                op(),
+                "an on-demand-paging region at an iova other than its address",
+            )
+            .into());
+        }
         odp::check_odp(ctx, addr, len).map_err(|d| Error::unsupported(op(), d))?;
+    }
+    // The kernel's REG_MR (`ib_uverbs_reg_mr`) refuses EINVAL otherwise: pages map to pages.
+    if iova % 4096 != addr % 4096 {
+        return Err(Error::invalid(
+            op(),
+            format!(
+                "the iova's offset in a page ({:#x}) differs from the address's ({:#x})",
+                iova % 4096,
+                addr % 4096
+            ),
+        )
+        .into());
+    }
+    if iova.checked_add(len as u64 - 1).is_none() {
+        return Err(
+            Error::invalid(op(), "the iova range passes the end of the 64-bit space").into(),
+        );
     }
     let req = ib_uverbs_reg_mr {
         response: 0,
         start: addr,
         length: len as u64,
-        hca_va: addr,
+        hca_va: iova,
         pd_handle: pd.handle(),
         access_flags: access.bits(),
     };
@@ -454,7 +491,13 @@ impl<M: MrMemory> Mr<M> {
                 mem: unsafe { M::from_raw(raw) },
             });
         }
-        match reg_raw(pd, raw.ptr.as_ptr() as u64, raw.len, access) {
+        match reg_raw(
+            pd,
+            raw.ptr.as_ptr() as u64,
+            raw.len,
+            raw.ptr.as_ptr() as u64,
+            access,
+        ) {
             Ok((handle, lkey, rkey)) => {
                 let region = Arc::new(Region {
                     pd: pd.clone(),

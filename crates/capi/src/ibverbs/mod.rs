@@ -25,7 +25,7 @@ use rverbs_uverbs::context::Context;
 use rverbs_uverbs::cq::{Cq, CqOptions};
 use rverbs_uverbs::device::Device;
 use rverbs_uverbs::gid::{Gid, GidType};
-use rverbs_uverbs::mr::{register_raw, AccessFlags, RawMr};
+use rverbs_uverbs::mr::{register_raw_iova, AccessFlags, RawMr};
 use rverbs_uverbs::pd::Pd;
 use rverbs_uverbs::port::Mtu;
 use rverbs_uverbs::qp::QpCaps;

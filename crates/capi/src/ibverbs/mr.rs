@@ -35,7 +35,8 @@ pub unsafe extern "C" fn ibv_reg_mr(
 }
 
 symver!(ibv_reg_mr_iova => "IBVERBS_1.7");
-/// `ibv_reg_mr_iova`: only `iova == addr` is supported (`EOPNOTSUPP` otherwise).
+/// `ibv_reg_mr_iova`: the region at `addr`, addressed by the device (SGEs, a peer's
+/// requests) at `iova`.
 ///
 /// # Safety
 /// As [`ibv_reg_mr`].
@@ -52,7 +53,9 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
 }
 
 symver!(ibv_reg_mr_iova2 => "IBVERBS_1.8");
-/// `ibv_reg_mr_iova2`: only `iova == addr` is supported (`EOPNOTSUPP` otherwise).
+/// `ibv_reg_mr_iova2`: the region at `addr`, addressed by the device (SGEs, a peer's
+/// requests) at `iova`; `ibv_mr.addr` is `addr`, as libibverbs'. With
+/// `IBV_ACCESS_ON_DEMAND`, `iova != addr` is refused (`EOPNOTSUPP`).
 ///
 /// # Safety
 /// As [`ibv_reg_mr`].
@@ -66,13 +69,9 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
 ) -> *mut ibv_mr {
     // SAFETY: [object] pd.
     let p = obj!(unsafe { CPd::from_c(pd) }, null);
-    if iova != addr as u64 {
-        set_errno(libc::EOPNOTSUPP);
-        return null_mut();
-    }
     let access = AccessFlags::from_bits_retain(access & !ACCESS_OPTIONAL_RANGE);
     // SAFETY: [registered] the caller keeps the range mapped while the MR lives (ibv_reg_mr's contract).
-    match unsafe { register_raw(&p.pd, addr as u64, length, access) } {
+    match unsafe { register_raw_iova(&p.pd, addr as u64, length, iova, access) } {
         Ok(mr) => {
             let b = Box::new(CMr {
                 c: UnsafeCell::new(ibv_mr {

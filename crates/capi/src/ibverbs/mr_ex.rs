@@ -73,15 +73,15 @@ fn refuse(kind: io::ErrorKind, what: String) -> c_int {
 
 symver!(ibv_reg_mr_ex => "IBVERBS_1.15");
 /// `ibv_reg_mr_ex` (rdma-core 59): registers what `mr_init_attr` describes, NULL and errno
-/// on failure. An address (`ADDR`, with `IOVA` equal to it or absent) registers as
-/// [`ibv_reg_mr_iova2`] does; a dma-buf (`FD`, `FD_OFFSET` and `IOVA`, without `ADDR`) as
+/// on failure. An address (`ADDR`, with `IOVA` where the device addresses it, the address
+/// itself when absent) registers as [`ibv_reg_mr_iova2`] does; a dma-buf (`FD`, `FD_OFFSET` and `IOVA`, without `ADDR`) as
 /// [`ibv_reg_dmabuf_mr`]; a buffer of [`ibv_alloc_buf`] (`BUF` and `ADDR`) is the address
 /// range, checked to lie inside the buffer. Refused as libibverbs refuses on rxe and siw:
 /// `EINVAL` for a buffer of another PD, a range outside it, `BUF` without `ADDR` or with
 /// `FD`/`FD_OFFSET`, `FD` without `FD_OFFSET` or `IOVA` or with `ADDR`, neither `ADDR` nor
 /// `FD`, `FD_OFFSET` without `FD`; `EOPNOTSUPP` for a DMA handle (`DMAH`) or an unknown bit,
-/// and an `iova` other than `addr` (as `ibv_reg_mr_iova2`). NULL `pd` or `mr_init_attr`:
-/// `EINVAL`.
+/// and on-demand paging at an `iova` other than `addr` (as `ibv_reg_mr_iova2`). NULL `pd` or
+/// `mr_init_attr`: `EINVAL`.
 ///
 /// # Safety
 /// `pd` is ours; `mr_init_attr` is NULL or readable; the memory it names is the caller's and

@@ -22,8 +22,8 @@
 //! The tests are grouped by topic, one module each: [`opcodes`], [`flags`] (signaling,
 //! fence, inline, gather/scatter, lists), [`rings`] (wrapping, full queues and CQs), [`ud`],
 //! [`srq`], [`errors`] (error completions), [`events`] (completion and async events),
-//! [`threads`] (queues shared between threads), [`mw`] (memory windows), [`reset`] (a QP
-//! cycled through RESET). This file holds what they share: the
+//! [`threads`] (queues shared between threads), [`mw`] (memory windows), [`iova`] (a region
+//! the device addresses at another iova), [`reset`] (a QP cycled through RESET). This file holds what they share: the
 //! topologies, the connection of an RC pair, posting and polling helpers. One test binary
 //! for all of them (each binary costs start-up time in every VM stage).
 
@@ -34,6 +34,7 @@ mod errors;
 mod events;
 mod flags;
 mod ibta15;
+mod iova;
 mod mw;
 mod opcodes;
 mod reset;

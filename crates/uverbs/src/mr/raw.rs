@@ -43,13 +43,36 @@ pub unsafe fn register_raw(
     len: usize,
     access: AccessFlags,
 ) -> Result<RawMr> {
-    let (handle, lkey, rkey) = reg_raw(pd, addr, len, access)?;
+    // SAFETY: forwarded (the caller's contract, the same).
+    unsafe { register_raw_iova(pd, addr, len, addr, access) }
+}
+
+/// Registers a raw address range that the device addresses at `iova`
+/// (`ibv_reg_mr_iova2`): local SGEs and a peer's RDMA READ, WRITE and atomics name
+/// `iova..iova + len` with this region's keys, and reach `addr..addr + len`. Inline data
+/// is not addressed through a region: an inline SGE's address is always the CPU's.
+///
+/// Refused by name for an on-demand-paging region (`ON_DEMAND`) with `iova != addr`, an
+/// `iova` whose offset in a 4 KiB page is not the address's (the kernel's `EINVAL`), and an
+/// `iova` range that passes the end of the 64-bit space.
+///
+/// # Safety
+/// As [`register_raw`], for `addr..addr + len`.
+pub unsafe fn register_raw_iova(
+    pd: &Arc<Pd>,
+    addr: u64,
+    len: usize,
+    iova: u64,
+    access: AccessFlags,
+) -> Result<RawMr> {
+    let (handle, lkey, rkey) = reg_raw(pd, addr, len, iova, access)?;
     Ok(RawMr {
         pd: pd.clone(),
         handle,
         lkey,
         rkey,
         addr,
+        iova,
         len,
     })
 }
@@ -65,6 +88,7 @@ pub struct RawMr {
     pub(crate) lkey: u32,
     pub(crate) rkey: u32,
     pub(crate) addr: u64,
+    pub(crate) iova: u64,
     pub(crate) len: usize,
 }
 
@@ -73,6 +97,7 @@ impl fmt::Debug for RawMr {
         f.debug_struct("RawMr")
             .field("handle", &self.handle)
             .field("addr", &format_args!("{:#x}", self.addr))
+            .field("iova", &format_args!("{:#x}", self.iova))
             .field("len", &self.len)
             .finish()
     }
@@ -92,6 +117,12 @@ impl RawMr {
     /// Start address of the registered range.
     pub fn addr(&self) -> u64 {
         self.addr
+    }
+
+    /// Where the device addresses the range: what SGEs and a peer's requests name (the
+    /// address itself unless registered by [`register_raw_iova`]).
+    pub fn iova(&self) -> u64 {
+        self.iova
     }
 
     /// Length of the registered range, in bytes.
@@ -119,6 +150,7 @@ impl RawMr {
             lkey,
             rkey,
             addr,
+            iova: addr,
             len,
         }
     }
