@@ -280,14 +280,25 @@ pub(crate) fn reg_raw(
         odp::check_odp(ctx, addr, len).map_err(|d| Error::unsupported(op(), d))?;
     }
     // The kernel's REG_MR (`ib_uverbs_reg_mr`) refuses EINVAL otherwise: pages map to pages.
-    if iova % 4096 != addr % 4096 {
+    let page = rustix::param::page_size() as u64;
+    if iova % page != addr % page {
         return Err(Error::invalid(
             op(),
             format!(
                 "the iova's offset in a page ({:#x}) differs from the address's ({:#x})",
-                iova % 4096,
-                addr % 4096
+                iova % page,
+                addr % page
             ),
+        )
+        .into());
+    }
+    if iova != addr && ctx.driver_id() == crate::device::DriverId::SIW {
+        // siw_reg_user_mr ignores the iova (`rnic_va`: "not used by siw") and checks every
+        // access against the address: the region would not be where its iova says.
+        return Err(Error::unsupported(
+            op(),
+            "an iova other than the address on siw (its kernel driver addresses a region at \
+             its address only)",
         )
         .into());
     }

@@ -55,7 +55,8 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
 symver!(ibv_reg_mr_iova2 => "IBVERBS_1.8");
 /// `ibv_reg_mr_iova2`: the region at `addr`, addressed by the device (SGEs, a peer's
 /// requests) at `iova`; `ibv_mr.addr` is `addr`, as libibverbs'. With
-/// `IBV_ACCESS_ON_DEMAND`, `iova != addr` is refused (`EOPNOTSUPP`).
+/// `IBV_ACCESS_ON_DEMAND`, and on siw (whose kernel driver ignores the iova), `iova != addr`
+/// is refused (`EOPNOTSUPP`).
 ///
 /// # Safety
 /// As [`ibv_reg_mr`].

@@ -52,8 +52,10 @@ pub unsafe fn register_raw(
 /// `iova..iova + len` with this region's keys, and reach `addr..addr + len`. Inline data
 /// is not addressed through a region: an inline SGE's address is always the CPU's.
 ///
-/// Refused by name for an on-demand-paging region (`ON_DEMAND`) with `iova != addr`, an
-/// `iova` whose offset in a 4 KiB page is not the address's (the kernel's `EINVAL`), and an
+/// Refused by name on siw with `iova != addr` (its kernel driver ignores the iova and
+/// addresses the region at its address), for an on-demand-paging region (`ON_DEMAND`) with
+/// `iova != addr`, an
+/// `iova` whose offset in a page is not the address's (the kernel's `EINVAL`), and an
 /// `iova` range that passes the end of the 64-bit space.
 ///
 /// # Safety
