@@ -272,14 +272,22 @@ impl Inner {
                 // reads no clock. So the budget counts from the first clock read; the turns
                 // before it are part of any sleep's cost anyway.
                 spun = true;
-                let budget = Duration::from_micros(self.poll_us.load(Ordering::Relaxed) as u64);
+                let mut budget = Duration::from_micros(self.poll_us.load(Ordering::Relaxed) as u64);
                 let mut t0 = None;
                 let mut turns = 0u32;
                 while !budget.is_zero() {
                     turns = turns.wrapping_add(1);
                     if turns % SPIN_CLOCK_EVERY == 0 {
                         match t0 {
-                            None => t0 = Some(Instant::now()),
+                            None => {
+                                let now = Instant::now();
+                                // Never past the call's deadline: the timeout, not the
+                                // budget, says when a blocked call gives up.
+                                if let Some(d) = deadline {
+                                    budget = budget.min(d.saturating_duration_since(now));
+                                }
+                                t0 = Some(now);
+                            }
                             Some(t) if t.elapsed() >= budget => break,
                             Some(_) => {}
                         }
