@@ -225,21 +225,32 @@ fn grpc_child_server_process() {
 fn grpc_server_killed_mid_stream() {
     use std::io::BufRead;
     let port = 7903;
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "grpc_child_server_process",
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("RVERBS_GRPC_CHILD_PORT", port.to_string())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    // Killed on every way out (a failed assertion before the kill too): no server process
+    // left in the guest holding the port and a device context.
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = KillOnDrop(
+        Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "grpc_child_server_process",
+                "--include-ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("RVERBS_GRPC_CHILD_PORT", port.to_string())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     // The child's LISTENING (after libtest's `test grpc_child_server_process ... ` on the
     // same line: libtest ends that line when the test ends).
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut out = std::io::BufReader::new(child.0.stdout.take().unwrap());
     let mut line = String::new();
     loop {
         line.clear();
@@ -273,7 +284,7 @@ fn grpc_server_killed_mid_stream() {
         }
         let killed_at = Instant::now();
         let st = Command::new("kill")
-            .args(["-9", &child.id().to_string()])
+            .args(["-9", &child.0.id().to_string()])
             .status()
             .unwrap();
         assert!(st.success(), "kill -9 failed: {st}");
@@ -308,5 +319,5 @@ fn grpc_server_killed_mid_stream() {
             "a new call after the kill: {e:?}"
         );
     });
-    let _ = child.wait();
+    let _ = child.0.wait();
 }

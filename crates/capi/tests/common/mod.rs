@@ -1005,13 +1005,15 @@ pub fn both_ways(prog: &str, extra: &[&str], port: u16) {
 /// unsignaled and destroys its QP without waiting for them): our Rust side, bound to `local`,
 /// joins `grp` send-only and sends 100-byte datagrams, each waited for, until `ended()` says
 /// the receiver has exited. The receiver then ends by the protocol (it polled one
-/// completion) instead of spinning until its `timeout` kills it; that timeout bounds this
-/// loop too. Returns how many were sent.
+/// completion) instead of spinning until its `timeout` kills it. The loop also stops after
+/// 90 s (a receiver that never gets a datagram must fail the test, not hang it: the caller
+/// then finds the receiver still running). Returns how many were sent.
 pub fn mcast_send_until(
     local: std::net::Ipv4Addr,
     grp: std::net::SocketAddr,
     mut ended: impl FnMut() -> bool,
 ) -> u64 {
+    let t0 = std::time::Instant::now();
     use rverbs_cm::{CmId, Endpoint, EndpointAttr, McJoinFlags, PortSpace};
     use rverbs_uverbs::ah::Ah;
     use rverbs_uverbs::mr::PageBuf;
@@ -1022,7 +1024,7 @@ pub fn mcast_send_until(
     id.resolve_addr(
         Some(std::net::SocketAddr::new(local.into(), 0)),
         grp,
-        Duration::from_secs(2),
+        Duration::from_secs(10),
     )
     .unwrap();
     let attr = EndpointAttr {
@@ -1045,7 +1047,7 @@ pub fn mcast_send_until(
     let mr = s.reg_msgs(PageBuf::new(4096).unwrap()).unwrap();
     mr.write_at(0, &[0x5a; MSG]);
     let mut sent = 0;
-    while !ended() {
+    while !ended() && t0.elapsed() < Duration::from_secs(90) {
         s.post_ud_send(sent, &[mr.sge(0..MSG)], dest, SendFlags::empty())
             .unwrap();
         let wc = s.get_send_comp().unwrap();

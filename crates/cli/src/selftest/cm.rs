@@ -247,9 +247,6 @@ pub struct Link {
     _listener: CmId,
 }
 
-/// `getaddrinfo` for the case's address and port: passive (the listener's), or active from
-/// the address itself (the connection then stays on the device of that address: without a
-/// source, the route to the address decides, and it may leave through another device).
 /// A listener on `addr` at a port the rdma_cm picks (bound to port 0), and that port. Each
 /// connection of a run gets a port of its own, and so does every selftest running beside it:
 /// ports chosen here (once the process id plus the case's index) collided between two
@@ -272,6 +269,9 @@ fn listen_any(addr: &str) -> Result<(CmId, String), String> {
     }
 }
 
+/// `getaddrinfo` for the case's address and port: passive (the listener's), or active from
+/// the address itself (the connection then stays on the device of that address: without a
+/// source, the route to the address decides, and it may leave through another device).
 fn resolve(addr: &str, port: &str, passive: bool) -> Result<rverbs::cm::AddrInfo, String> {
     let hints = AddrHints {
         passive,
