@@ -548,18 +548,53 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
     {
         return;
     }
+    // Every kernel of the run's rxe VM stages is set up (packages, kernel, initramfs, the KVM
+    // probes of a fresh cache all at once: Bed::prepare_all, 20 s instead of 20 s a kernel
+    // where KVM hangs) on a thread beside the build, which needs none of it: the probes' idle
+    // QEMUs and the downloads wait while the build computes. What is left of it after the
+    // build counts in the first VM stage.
+    let mut kernels: Vec<KernelSpec> = Vec::new();
+    for &(kernel, guest, topo) in &opts.vm_stages {
+        let name = format!("vm {} {}/{}", kernel.name, guest.name(), topo.name());
+        if report.wants(&name) && !kernels.contains(&kernel) {
+            kernels.push(kernel);
+        }
+    }
     println!("xtask: ==== VM tests: static build of rverbs and of the integration tests (--cfg rverbs_vm)");
     let t = Instant::now();
-    let built = (|| -> Result<(GuestTarget, PathBuf, build::VmTests)> {
-        // The test build makes the static `rverbs` the CLI tests run (CARGO_BIN_EXE_rverbs);
-        // the guests use that one to create their rxe devices too: no release build here.
-        let target = build::guest_target();
-        let mut tests = build::vm_tests(target)?;
-        let rverbs = build::static_rverbs_of(&tests)?;
-        // The example programs the guests run (crates/rverbs/tests/vm_examples.rs).
-        tests.bins.extend(build::vm_examples(target)?);
-        Ok((target, rverbs, tests))
-    })();
+    let (built, set_up) = std::thread::scope(|s| {
+        let set_up = (!kernels.is_empty()).then(|| {
+            let names: Vec<&str> = kernels.iter().map(|k| k.name).collect();
+            println!(
+                "xtask: ==== vm set-up {} beside the build: packages, kernels, initramfs, KVM \
+                 probes at once",
+                names.join(", ")
+            );
+            let configs: Vec<_> = kernels.iter().map(|&k| util::bed_config(k)).collect();
+            s.spawn(move || {
+                let t = Instant::now();
+                let beds = Bed::prepare_all(&configs);
+                (beds, t.elapsed())
+            })
+        });
+        let built = (|| -> Result<(GuestTarget, PathBuf, build::VmTests)> {
+            // The test build makes the static `rverbs` the CLI tests run
+            // (CARGO_BIN_EXE_rverbs); the guests use that one to create their rxe devices
+            // too: no release build here.
+            let target = build::guest_target();
+            let mut tests = build::vm_tests(target)?;
+            let rverbs = build::static_rverbs_of(&tests)?;
+            // The example programs the guests run (crates/rverbs/tests/vm_examples.rs).
+            tests.bins.extend(build::vm_examples(target)?);
+            Ok((target, rverbs, tests))
+        })();
+        let build_time = t.elapsed();
+        // Joined on every way out (a failed build too): no probe's QEMU outlives xtask.
+        let waited = Instant::now();
+        let set_up = set_up.map(|h| (h.join(), waited));
+        ((built, build_time), set_up)
+    });
+    let (built, build_time) = built;
     let (target, rverbs, tests) = match built {
         Ok(b) => b,
         Err(e) => return fail_stage(report, "vm build", e.0, t),
@@ -582,7 +617,7 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
             ..Default::default()
         },
         notes,
-        t.elapsed(),
+        build_time,
     );
 
     // One bed per kernel, prepared on first use (download and unpacking are cached).
@@ -637,41 +672,33 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
         .filter(|s| report.wants(&s.name))
         .collect();
 
-    // Every kernel of the run's VM stages set up before the first stage, so that the KVM
-    // probes of a fresh cache run at once (Bed::prepare_all: 20 s instead of 20 s a kernel
-    // where KVM hangs). Its time counts in the first VM stage.
-    let mut kernels: Vec<KernelSpec> = Vec::new();
-    for &(kernel, guest, topo) in &opts.vm_stages {
-        let name = format!("vm {} {}/{}", kernel.name, guest.name(), topo.name());
-        if report.wants(&name) && !kernels.contains(&kernel) {
-            kernels.push(kernel);
-        }
-    }
+    // The set-up beside the build: its beds, and the wait for it after the build (which
+    // counts in the first VM stage).
     let mut set_up_started = None;
-    if kernels.len() > 1 {
-        let t = Instant::now();
-        set_up_started = Some(t);
-        let names: Vec<&str> = kernels.iter().map(|k| k.name).collect();
-        println!(
-            "xtask: ==== vm set-up {}: packages, kernels, initramfs, KVM probes at once",
-            names.join(", ")
-        );
-        let configs: Vec<_> = kernels.iter().map(|&k| util::bed_config(k)).collect();
-        for (kernel, b) in kernels.iter().zip(Bed::prepare_all(&configs)) {
-            let b = b.map_err(|e| e.0);
-            if let Ok(b) = &b {
+    if let Some((joined, waited)) = set_up {
+        set_up_started = Some(waited);
+        match joined {
+            Ok((prepared, took)) => {
+                for (kernel, b) in kernels.iter().zip(prepared) {
+                    let b = b.map_err(|e| e.0);
+                    if let Ok(b) = &b {
+                        println!(
+                            "xtask: guest kernel {} {} ({}), {:?}: {}",
+                            kernel.name, b.kernel.release, b.kernel.package, b.accel, b.accel_why,
+                        );
+                    }
+                    beds.push((*kernel, b));
+                }
                 println!(
-                    "xtask: guest kernel {} {} ({}), {:?}",
-                    kernel.name, b.kernel.release, b.kernel.package, b.accel,
+                    "xtask: set-up of {} kernels took {} beside the build, {} after it",
+                    kernels.len(),
+                    fmt_secs(took),
+                    fmt_secs(waited.elapsed())
                 );
             }
-            beds.push((*kernel, b));
+            // Each stage then sets its kernel up itself (below) and says what failed.
+            Err(_) => println!("xtask: the set-up beside the build panicked"),
         }
-        println!(
-            "xtask: set-up of {} kernels took {}",
-            kernels.len(),
-            fmt_secs(t.elapsed())
-        );
     }
 
     for &(kernel, guest, topo) in &opts.vm_stages {
@@ -688,11 +715,12 @@ fn vm_stages(report: &mut Report, opts: &Opts) {
             let b = Bed::prepare(&util::bed_config(kernel)).map_err(|e| e.0);
             if let Ok(b) = &b {
                 println!(
-                    "xtask: guest kernel {} {} ({}), {:?}, set-up took {}",
+                    "xtask: guest kernel {} {} ({}), {:?}: {}, set-up took {}",
                     kernel.name,
                     b.kernel.release,
                     b.kernel.package,
                     b.accel,
+                    b.accel_why,
                     fmt_secs(t.elapsed())
                 );
             }

@@ -152,12 +152,9 @@ mod mcast {
     use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
 
-    use rverbs_cm::{CmEventKind, CmId, McJoinFlags, PortSpace};
-    use rverbs_cm::{Endpoint, EndpointAttr};
-    use rverbs_uverbs::ah::Ah;
+    use rverbs_cm::{CmEventKind, Endpoint, McJoinFlags};
     use rverbs_uverbs::mr::{Mr, PageBuf};
-    use rverbs_uverbs::qp::QpCaps;
-    use rverbs_uverbs::{SendFlags, WcFlags, WcStatus};
+    use rverbs_uverbs::{WcFlags, WcStatus};
 
     /// Bytes of the GRH in front of every UD receive; mckey's datagrams carry 100 bytes.
     const GRH: usize = 40;
@@ -241,50 +238,18 @@ mod mcast {
         )
     }
 
-    fn endpoint(grp: SocketAddr) -> Endpoint {
-        let id = CmId::create(None, PortSpace::UDP).unwrap();
-        id.resolve_addr(
-            Some(SocketAddr::new(IpAddr::V4(local()), 0)),
-            grp,
-            Duration::from_secs(2),
-        )
-        .unwrap();
-        let attr = EndpointAttr {
-            caps: QpCaps {
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: true,
-        };
-        Endpoint::create(id, &attr).unwrap()
-    }
-
     /// Our Rust side joins `grp` send-only and sends `n` datagrams of 100 bytes, each waited
     /// for.
     pub fn rust_sends(grp: SocketAddr, n: usize) {
-        let s = endpoint(grp);
-        let ud = s
-            .join_multicast(grp, McJoinFlags::SENDONLY_FULL_MEMBER)
-            .unwrap()
-            .unwrap();
-        let ah = Ah::create(s.pd(), ud.ah()).unwrap();
-        let dest = ah.ud_dest(ud.qp_num, ud.qkey);
-        let mr = s.reg_msgs(PageBuf::new(4096).unwrap()).unwrap();
-        mr.write_at(0, &[0x5a; MSG]);
+        let s = crate::common::McastSender::join(local(), grp);
         for i in 0..n as u64 {
-            s.post_ud_send(i, &[mr.sge(0..MSG)], dest, SendFlags::empty())
-                .unwrap();
-            let wc = s.get_send_comp().unwrap();
-            assert_eq!((wc.wr_id, wc.status), (i, WcStatus::SUCCESS));
+            s.send(i);
         }
     }
 
     /// Our Rust side joined to `grp` with 12 receives posted.
     pub fn rust_receiver(grp: SocketAddr) -> (Endpoint, Mr<PageBuf>) {
-        let r = endpoint(grp);
+        let r = crate::common::mcast_endpoint(local(), grp);
         r.join_multicast(grp, McJoinFlags::FULL_MEMBER).unwrap();
         assert!(r
             .id()

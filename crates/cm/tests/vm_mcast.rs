@@ -6,18 +6,19 @@
 //! receives its own multicast through the IP stack's multicast loopback. Resolving a group's
 //! address needs a route for 224.0.0.0/4, which [`setup`] adds (`ip route replace`).
 
+mod common;
+
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rverbs_cm::Endpoint;
 use rverbs_cm::{CmEventKind, CmId, EventChannel, McJoinFlags, PortSpace, UdEventParam};
-use rverbs_cm::{Endpoint, EndpointAttr};
 use rverbs_uverbs::ah::Ah;
 use rverbs_uverbs::gid::Gid;
 use rverbs_uverbs::mr::{Mr, PageBuf};
 use rverbs_uverbs::netlink::RdmaNetlink;
-use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::{SendFlags, WcFlags, WcStatus};
 
 /// rxe0's address on d0.
@@ -60,30 +61,39 @@ fn kernel_objects(kind: &str) -> u64 {
         .map_or(0, |(_, n)| n)
 }
 
-fn attr() -> EndpointAttr {
-    EndpointAttr {
-        caps: QpCaps {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        sq_sig_all: true,
-    }
-}
-
 /// A UD endpoint on rxe0 whose address is resolved towards `grp` (as `mckey` does); on
 /// `chan` if given, else synchronous.
 fn endpoint(chan: Option<&EventChannel>, grp: SocketAddr) -> Endpoint {
+    endpoint_from(chan, LOCAL, grp)
+}
+
+/// A UD endpoint (16 sends and receives of one SGE, every send signaled) bound to `src` (so
+/// on that node's rxe device) whose address is resolved towards `grp`; on `chan` if given,
+/// else synchronous.
+fn endpoint_from(chan: Option<&EventChannel>, src: Ipv4Addr, grp: SocketAddr) -> Endpoint {
     let id = CmId::create(chan, PortSpace::UDP).unwrap();
-    id.resolve_addr(Some(local()), grp, Duration::from_secs(2))
-        .unwrap();
+    id.resolve_addr(
+        Some(SocketAddr::new(IpAddr::V4(src), 0)),
+        grp,
+        Duration::from_secs(2),
+    )
+    .unwrap();
     if let Some(c) = chan {
         let ev = c.get_event_timeout(T).unwrap().expect("ADDR_RESOLVED");
         assert_eq!(ev.kind(), CmEventKind::ADDR_RESOLVED, "{ev}");
     }
-    Endpoint::create(id, &attr()).unwrap()
+    Endpoint::create(id, &common::attr(16, 0)).unwrap()
+}
+
+/// A sender bound to `src`: its endpoint joined to `grp` send-only (it attaches nothing), and
+/// the join's UD parameters for [`send_all`].
+fn sender(src: Ipv4Addr, grp: SocketAddr) -> (Endpoint, UdEventParam) {
+    let s = endpoint_from(None, src, grp);
+    let ud = s
+        .join_multicast(grp, McJoinFlags::SENDONLY_FULL_MEMBER)
+        .unwrap()
+        .expect("a synchronous join returns the event's UD parameters");
+    (s, ud)
 }
 
 /// A receiver: `n` receives posted, each of GRH + 64 bytes.
@@ -108,12 +118,7 @@ fn receive_n(ep: &Endpoint, mr: &Mr<PageBuf>, n: usize) -> Vec<Vec<u8>> {
         let Some(wc) = ep.get_recv_comp_timeout(T).unwrap() else {
             panic!("{} of {n} datagrams arrived: {got:?}", got.len());
         };
-        assert_eq!(wc.status, WcStatus::SUCCESS, "{wc:?}");
-        let len = wc.byte_len as usize;
-        assert!(len >= GRH, "{wc:?}");
-        let mut buf = vec![0u8; len - GRH];
-        mr.read_at(wc.wr_id as usize * 256 + GRH, &mut buf);
-        got.push(buf);
+        got.push(payload(mr, &wc));
     }
     got
 }
@@ -128,14 +133,19 @@ fn received(ep: &Endpoint, mr: &Mr<PageBuf>, wait: Duration) -> Vec<Vec<u8>> {
         let Some(wc) = ep.get_recv_comp_timeout(left).unwrap() else {
             break;
         };
-        assert_eq!(wc.status, WcStatus::SUCCESS, "{wc:?}");
-        let len = wc.byte_len as usize;
-        assert!(len >= GRH, "{wc:?}");
-        let mut buf = vec![0u8; len - GRH];
-        mr.read_at(wc.wr_id as usize * 256 + GRH, &mut buf);
-        got.push(buf);
+        got.push(payload(mr, &wc));
     }
     got
+}
+
+/// The datagram of a successful receive posted by [`post_recvs`] (behind its GRH).
+fn payload(mr: &Mr<PageBuf>, wc: &rverbs_uverbs::WorkCompletion) -> Vec<u8> {
+    assert_eq!(wc.status, WcStatus::SUCCESS, "{wc:?}");
+    let len = wc.byte_len as usize;
+    assert!(len >= GRH, "{wc:?}");
+    let mut buf = vec![0u8; len - GRH];
+    mr.read_at(wc.wr_id as usize * 256 + GRH, &mut buf);
+    buf
 }
 
 /// Sends each message to the group of `ud`, waiting for each send's completion.
@@ -196,11 +206,7 @@ fn mcast_two_receivers_and_leave() {
     let ud2 = r2.attach_multicast(&ev).unwrap();
     assert_eq!(ud2.mcast_group(), (gid, lid));
     // Sender: send-only, attaches nothing.
-    let s = endpoint(None, grp);
-    let uds = s
-        .join_multicast(grp, McJoinFlags::SENDONLY_FULL_MEMBER)
-        .unwrap()
-        .unwrap();
+    let (s, uds) = sender(LOCAL, grp);
 
     let mr1 = post_recvs(&r1, 12);
     let mr2 = post_recvs(&r2, 12);
@@ -336,7 +342,7 @@ fn mcast_qp_attach_refusals() {
     let pd = ep.pd().clone();
     let ctx = pd.context().clone();
     let cq = Cq::create(&ctx, 4, CqOptions::default()).unwrap();
-    let rc = Qp::create(&pd, QpInit::rc(&cq, attr().caps)).unwrap();
+    let rc = Qp::create(&pd, QpInit::rc(&cq, common::attr(16, 0).caps)).unwrap();
     let mgid = Gid::parse("ff0e::ffff:239.1.25.4").unwrap();
     let e = rc.attach_mcast(&mgid, 0).unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
@@ -352,7 +358,7 @@ fn mcast_qp_attach_refusals() {
         &pd,
         QpInit {
             qp_type: rverbs_uverbs::qp::QpType::UD,
-            ..QpInit::rc(&cq, attr().caps)
+            ..QpInit::rc(&cq, common::attr(16, 0).caps)
         },
     )
     .unwrap();
@@ -501,11 +507,29 @@ fn interop_mcast_mckey_sends_to_rust() {
     r.join_multicast(grp, McJoinFlags::FULL_MEMBER).unwrap();
     let mr = ep_recvs(&r);
     let mut c = run_mckey(&["-s", "-m", "239.1.25.5", "-b", "10.10.0.1", "-C", "10"]);
-    // mckey sleeps 3 s after its join before sending; stop 1 s after it exited.
-    let mut got = Vec::new();
+    let got = receive_from_mckey(&r, &mut c);
+    let (code, out) = finish(c);
+    assert_eq!(code, Some(0), "mckey sender: {out}");
+    assert!(out.contains("data transfers complete"), "{out}");
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    if release.starts_with("6.1.") {
+        assert!(
+            got > 0,
+            "no datagram of mckey arrived on {release}; mckey: {out}"
+        );
+    }
+    eprintln!("received {got} of mckey's 10 datagrams");
+    drop(mr);
+}
+
+/// How many of an mckey sender's 10 datagrams `r` receives until mckey has exited for 1 s
+/// (at most 20 s: mckey sleeps 3 s after its join before sending), each checked to be
+/// mckey's (100 bytes with immediate data).
+fn receive_from_mckey(r: &Endpoint, c: &mut std::process::Child) -> usize {
+    let mut got = 0;
     let end = Instant::now() + Duration::from_secs(20);
     let mut exited_at = None;
-    while got.len() < 10 && Instant::now() < end {
+    while got < 10 && Instant::now() < end {
         if exited_at.is_none() && c.try_wait().unwrap().is_some() {
             exited_at = Some(Instant::now());
         }
@@ -518,22 +542,12 @@ fn interop_mcast_mckey_sends_to_rust() {
         assert_eq!(wc.status, WcStatus::SUCCESS, "{wc:?}");
         assert_eq!(wc.byte_len as usize, GRH + 100, "{wc:?}");
         assert!(wc.wc_flags.contains(WcFlags::WITH_IMM), "{wc:?}");
-        got.push(wc);
+        got += 1;
     }
-    let (code, out) = finish(c);
-    assert_eq!(code, Some(0), "mckey sender: {out}");
-    assert!(out.contains("data transfers complete"), "{out}");
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    if release.starts_with("6.1.") {
-        assert!(
-            !got.is_empty(),
-            "no datagram of mckey arrived on {release}; mckey: {out}"
-        );
-    }
-    eprintln!("received {} of mckey's 10 datagrams", got.len());
-    drop(mr);
+    got
 }
 
+/// 12 receives of mckey's datagrams (GRH + 100 bytes) posted on `ep`.
 fn ep_recvs(ep: &Endpoint) -> Mr<PageBuf> {
     let mr = ep.reg_msgs(PageBuf::new(4096 * 4).unwrap()).unwrap();
     for i in 0..12usize {
@@ -560,11 +574,7 @@ fn interop_mcast_rust_sends_to_mckey() {
     // mckey resolves, posts its receives and joins.
     let head = joined(&mut c);
     let grp = group(6);
-    let s = endpoint(None, grp);
-    let ud = s
-        .join_multicast(grp, McJoinFlags::SENDONLY_FULL_MEMBER)
-        .unwrap()
-        .unwrap();
+    let (s, ud) = sender(LOCAL, grp);
     let msg = [0x5au8; 100];
     let msgs: Vec<&[u8]> = (0..10).map(|_| &msg[..]).collect();
     send_all(&s, &ud, &msgs);
@@ -596,18 +606,6 @@ fn two_nodes(test: &str) -> Option<(Ipv4Addr, Ipv4Addr)> {
     Some((addr("RVERBS_ADDR_A"), addr("RVERBS_ADDR_B")))
 }
 
-/// A UD endpoint bound to `src` (so on that node's rxe device), resolved towards `grp`.
-fn endpoint_at(src: Ipv4Addr, grp: SocketAddr) -> Endpoint {
-    let id = CmId::create(None, PortSpace::UDP).unwrap();
-    id.resolve_addr(
-        Some(SocketAddr::new(IpAddr::V4(src), 0)),
-        grp,
-        Duration::from_secs(2),
-    )
-    .unwrap();
-    Endpoint::create(id, &attr()).unwrap()
-}
-
 /// A sender on node A; three receivers, two on node B and one on node A, get every
 /// message; after one receiver on B leaves, it gets nothing more while the others still do.
 #[test]
@@ -621,19 +619,15 @@ fn mcast_two_node_receivers_and_leave() {
         return;
     };
     let grp = group(20);
-    let rb1 = endpoint_at(b, grp);
-    let rb2 = endpoint_at(b, grp);
-    let ra = endpoint_at(a, grp);
+    let rb1 = endpoint_from(None, b, grp);
+    let rb2 = endpoint_from(None, b, grp);
+    let ra = endpoint_from(None, a, grp);
     for r in [&rb1, &rb2, &ra] {
         r.join_multicast(grp, McJoinFlags::FULL_MEMBER)
             .unwrap()
             .expect("a synchronous join returns the event's UD parameters");
     }
-    let s = endpoint_at(a, grp);
-    let uds = s
-        .join_multicast(grp, McJoinFlags::SENDONLY_FULL_MEMBER)
-        .unwrap()
-        .unwrap();
+    let (s, uds) = sender(a, grp);
     let (mb1, mb2, ma) = (
         post_recvs(&rb1, 12),
         post_recvs(&rb2, 12),
@@ -703,11 +697,7 @@ fn interop_mcast_two_node_mckey() {
         })
         .collect();
     let grp = SocketAddr::new(IpAddr::V4(g.parse().unwrap()), 0);
-    let s = endpoint_at(a, grp);
-    let ud = s
-        .join_multicast(grp, McJoinFlags::SENDONLY_FULL_MEMBER)
-        .unwrap()
-        .unwrap();
+    let (s, ud) = sender(a, grp);
     let msg = [0x5au8; 100];
     send_all(&s, &ud, &[&msg[..]; 10]);
     for (i, (c, head)) in recv.into_iter().enumerate() {
@@ -721,28 +711,11 @@ fn interop_mcast_two_node_mckey() {
     // mckey on B to ours on A.
     let g = "239.1.25.22";
     let grp = SocketAddr::new(IpAddr::V4(g.parse().unwrap()), 0);
-    let r = endpoint_at(a, grp);
+    let r = endpoint_from(None, a, grp);
     r.join_multicast(grp, McJoinFlags::FULL_MEMBER).unwrap();
     let mr = ep_recvs(&r);
     let mut c = run_mckey(&["-s", "-m", g, "-b", &b_s, "-C", "10"]);
-    let mut got = 0;
-    let end = Instant::now() + Duration::from_secs(20);
-    let mut exited_at = None;
-    while got < 10 && Instant::now() < end {
-        if exited_at.is_none() && c.try_wait().unwrap().is_some() {
-            exited_at = Some(Instant::now());
-        }
-        if exited_at.is_some_and(|t| t.elapsed() > Duration::from_secs(1)) {
-            break;
-        }
-        let Some(wc) = r.get_recv_comp_timeout(Duration::from_millis(200)).unwrap() else {
-            continue;
-        };
-        assert_eq!(wc.status, WcStatus::SUCCESS, "{wc:?}");
-        assert_eq!(wc.byte_len as usize, GRH + 100, "{wc:?}");
-        assert!(wc.wc_flags.contains(WcFlags::WITH_IMM), "{wc:?}");
-        got += 1;
-    }
+    let got = receive_from_mckey(&r, &mut c);
     let (code, out) = finish(c);
     assert_eq!(code, Some(0), "mckey sender on node B: {out}");
     assert!(out.contains("data transfers complete"), "{out}");

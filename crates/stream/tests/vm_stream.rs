@@ -314,9 +314,17 @@ fn stream_nonblocking_calls_make_no_system_call() {
 
 /// `set_poll_time` (issue 37): whole microseconds, shared by the stream's handles, at most a
 /// second (more is refused, naming the value, and changes nothing); the default is 50 µs
-/// unless `RVERBS_STREAM_POLL_US` says otherwise. With 0 (every blocked wait that finds
-/// nothing sleeps at once: arm, `epoll_wait`, the event's read) and with the longest
-/// budget, 200 round trips of 64 bytes arrive, every byte checked.
+/// unless `RVERBS_STREAM_POLL_US` says otherwise. With 0 and with the longest budget, 200
+/// round trips of 64 bytes arrive, every byte checked, and the budget is what decides
+/// whether the client's blocked reads sleep, counted by the `read(2)` of the completion
+/// event that every sleep ends with (arm, `epoll_wait`, that read; `syscr` of
+/// /proc/thread-self/io): with 0 a read that finds nothing sleeps at once, and a reply needs
+/// the peer thread woken first, so the 200 reads make at least 100 such calls (290–330
+/// measured in a TCG guest); with a second each reply is caught while polling, so at most 20
+/// (0 measured; a reply slower than a second only in a starved guest). A budget that were
+/// ignored (any one fixed budget in both rounds) fails one of the two counts: the same
+/// replies cannot be mostly slower than it in the first round and nearly all faster in the
+/// second (a fixed 50 µs: 329 and 319 calls; a fixed second: 0 and 0; docs/measurements.md).
 #[test]
 #[cfg_attr(
     not(rverbs_vm),
@@ -343,7 +351,11 @@ fn stream_poll_time_set_shared_refused_and_both_extremes_work() {
     assert!(e.to_string().contains("poll time 1.000000001s"), "{e}");
     assert_eq!(c.poll_time().unwrap(), Duration::from_secs(1), "unchanged");
 
+    let a = thread_rw_calls();
+    let b = thread_rw_calls();
+    let overhead = (b.0 - a.0, b.1 - a.1);
     let (mut c, mut s) = (c, s);
+    let mut sleeps = Vec::new();
     for (round, poll) in [(0u64, Duration::ZERO), (1, Duration::from_secs(1))] {
         c.set_poll_time(poll).unwrap();
         s.set_poll_time(poll).unwrap();
@@ -355,6 +367,7 @@ fn stream_poll_time_set_shared_refused_and_both_extremes_work() {
             }
             s
         });
+        let start = thread_rw_calls();
         for i in 0..200u64 {
             let p = pattern(round * 1000 + i, 64);
             c.write_all(&p).unwrap();
@@ -366,8 +379,21 @@ fn stream_poll_time_set_shared_refused_and_both_extremes_work() {
                 "poll time {poll:?}: round trip {i}"
             );
         }
+        sleeps.push(rw_calls_since(start, overhead).0);
         s = echo.join().unwrap();
     }
+    let (at_zero, at_second) = (sleeps[0], sleeps[1]);
+    eprintln!("200 round trips: {at_zero} event reads at poll time 0, {at_second} at 1 s");
+    assert!(
+        at_zero >= 100,
+        "at poll time 0 the 200 blocked reads made only {at_zero} read(2) calls ({at_second} \
+         at 1 s): the budget of 0 did not make them sleep"
+    );
+    assert!(
+        at_second <= 20,
+        "at poll time 1 s the 200 blocked reads made {at_second} read(2) calls ({at_zero} at \
+         0): the budget did not make them poll"
+    );
 }
 
 /// Half-close each way: after `shutdown(Write)` the peer reads our data then EOF and can

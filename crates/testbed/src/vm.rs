@@ -158,6 +158,10 @@ pub struct Bed {
     pub kernel: Kernel,
     /// TCG or KVM (probed once, cached).
     pub accel: Accel,
+    /// Why [`Bed::accel`] is what it is: the probe's outcome (a boot that reached init, one
+    /// that ended without, one that hung until its limit, one that could not start), read
+    /// from the cache or just probed, or the setting that skipped the probe.
+    pub accel_why: String,
     /// Where things are kept.
     pub config: BedConfig,
     base_initrd: Vec<u8>,
@@ -275,7 +279,7 @@ impl Bed {
     /// verdict (all cached in `config.cache_dir`). Says what it does on stderr.
     pub fn prepare(config: &BedConfig) -> Result<Bed> {
         let mut bed = Bed::set_up(config)?;
-        bed.accel = bed.choose_accel(&config.cache_dir);
+        (bed.accel, bed.accel_why) = bed.choose_accel(&config.cache_dir);
         Ok(bed)
     }
 
@@ -302,7 +306,7 @@ impl Bed {
                 }
             }
         }
-        let verdicts: Vec<(usize, Accel)> = std::thread::scope(|s| {
+        let verdicts: Vec<(usize, (Accel, String))> = std::thread::scope(|s| {
             let handles: Vec<_> = probing
                 .iter()
                 .filter_map(|&i| {
@@ -312,18 +316,24 @@ impl Bed {
                 .collect();
             handles
                 .into_iter()
-                .map(|(i, h)| (i, h.join().unwrap_or(Accel::Tcg)))
+                .map(|(i, h)| {
+                    let v = h.join();
+                    (
+                        i,
+                        v.unwrap_or((Accel::Tcg, "the KVM probe panicked".into())),
+                    )
+                })
                 .collect()
         });
-        for (i, accel) in verdicts {
+        for (i, verdict) in verdicts {
             if let Ok(b) = &mut beds[i] {
-                b.accel = accel;
+                (b.accel, b.accel_why) = verdict;
             }
         }
         for (i, b) in beds.iter_mut().enumerate() {
             if let Ok(b) = b {
                 if !probing.contains(&i) {
-                    b.accel = b.choose_accel(&b.config.cache_dir);
+                    (b.accel, b.accel_why) = b.choose_accel(&b.config.cache_dir);
                 }
             }
         }
@@ -349,6 +359,7 @@ impl Bed {
             tools,
             kernel,
             accel: Accel::Tcg,
+            accel_why: "not chosen yet".into(),
             config: config.clone(),
             base_initrd,
         })
@@ -359,29 +370,37 @@ impl Bed {
         vm_dir.join(format!("kvm-verdict-{}", self.kernel.spec.suite))
     }
 
-    fn choose_accel(&self, vm_dir: &Path) -> Accel {
+    /// The accelerator and why: `RVERBS_VM_KVM` if set, TCG without a usable /dev/kvm, else
+    /// the cached verdict for this kernel package and QEMU, else a probe boot's, cached with
+    /// its reason. A cached verdict stands, whatever it is, until `RVERBS_VM_KVM_REPROBE=1`
+    /// (or a new kernel package or QEMU) asks for a new probe: a probe that hung costs its
+    /// whole limit (20 s) on every run that repeated it.
+    fn choose_accel(&self, vm_dir: &Path) -> (Accel, String) {
         match std::env::var("RVERBS_VM_KVM").as_deref() {
-            Ok("0") => return Accel::Tcg,
-            Ok("1") => return Accel::Kvm,
+            Ok("0") => return (Accel::Tcg, "RVERBS_VM_KVM=0".into()),
+            Ok("1") => return (Accel::Kvm, "RVERBS_VM_KVM=1".into()),
             _ => {}
         }
-        if fs::OpenOptions::new()
+        if let Err(e) = fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open("/dev/kvm")
-            .is_err()
         {
-            return Accel::Tcg;
+            return (Accel::Tcg, format!("/dev/kvm: {e}"));
         }
         let cache = self.verdict_file(vm_dir);
         let key = format!("{} {}", self.kernel.package, self.tools.qemu.display());
+        let reprobe = std::env::var("RVERBS_VM_KVM_REPROBE").as_deref() == Ok("1");
         if let Ok(v) = fs::read_to_string(&cache) {
-            if let Some(rest) = v.trim().strip_prefix(&key) {
-                return if rest.trim() == "kvm" {
-                    Accel::Kvm
-                } else {
-                    Accel::Tcg
-                };
+            match v.trim().strip_prefix(&key).and_then(parse_verdict) {
+                Some(_) if reprobe => say(format!(
+                    "RVERBS_VM_KVM_REPROBE=1: probing KVM again (cached: {})",
+                    v.trim()
+                )),
+                Some((accel, why)) => {
+                    return (accel, format!("{why} (cached in {})", cache.display()));
+                }
+                None => {}
             }
         }
         say(format!(
@@ -389,30 +408,39 @@ impl Bed {
             KVM_PROBE_TIMEOUT.as_secs(),
             cache.display()
         ));
-        let verdict = match self.probe_kvm(vm_dir) {
-            Ok(true) => Accel::Kvm,
-            Ok(false) => Accel::Tcg,
-            Err(e) => {
-                say(format!("KVM probe failed: {e}"));
-                Accel::Tcg
-            }
+        let (verdict, why) = match self.probe_kvm(vm_dir) {
+            Ok(Probe::Booted) => (Accel::Kvm, "the KVM probe boot reached init".to_string()),
+            Ok(Probe::Ended) => (
+                Accel::Tcg,
+                "the KVM probe boot ended without reaching init".to_string(),
+            ),
+            Ok(Probe::Hung(t)) => (
+                Accel::Tcg,
+                format!(
+                    "the KVM probe boot timed out (killed after {})",
+                    fmt_secs(t)
+                ),
+            ),
+            Err(e) => (Accel::Tcg, format!("the KVM probe failed: {e}")),
         };
         say(if verdict == Accel::Kvm {
-            "KVM works: using it"
+            "KVM works: using it".to_string()
         } else {
-            "KVM did not boot the guest: using software emulation (TCG)"
+            format!("{why}: using software emulation (TCG)")
         });
+        // One line: the key, the verdict, and after a colon why (no line break in it).
+        let why_line = why.replace('\n', " ");
         let _ = fs::write(
             &cache,
             format!(
-                "{key} {}\n",
+                "{key} {}: {why_line}\n",
                 if verdict == Accel::Kvm { "kvm" } else { "tcg" }
             ),
         );
-        verdict
+        (verdict, why)
     }
 
-    fn probe_kvm(&self, vm_dir: &Path) -> Result<bool> {
+    fn probe_kvm(&self, vm_dir: &Path) -> Result<Probe> {
         // Named by the suite: the probes of several kernels may run at once (prepare_all).
         let suite = self.kernel.spec.suite;
         let initrd = vm_dir.join(format!("probe-initrd-{suite}.img"));
@@ -429,13 +457,13 @@ impl Bed {
         });
         let _ = fs::remove_file(&initrd);
         let (_, timed_out) = r?;
-        if timed_out {
-            say(format!(
-                "the KVM probe boot hung (killed after {})",
-                fmt_secs(started.elapsed())
-            ));
-        }
-        Ok(seen && !timed_out)
+        Ok(if timed_out {
+            Probe::Hung(started.elapsed())
+        } else if seen {
+            Probe::Booted
+        } else {
+            Probe::Ended
+        })
     }
 
     fn qemu(&self, accel: Accel, initrd: &Path, extra_append: &str) -> Command {
@@ -740,6 +768,37 @@ pub fn print_tail(path: &Path, lines: usize) {
 
 /// Runs QEMU with the console piped into `log` and `on_line`; kills it at `timeout`.
 /// Returns its exit status (None when killed) and whether it timed out.
+/// How a KVM probe boot went.
+enum Probe {
+    /// It reached init.
+    Booted,
+    /// QEMU exited before init said so (KVM refused, or the guest died).
+    Ended,
+    /// It was killed at its limit, after this long.
+    Hung(Duration),
+}
+
+/// A cached verdict after its key: `kvm` or `tcg`, then `: why` (caches written before the
+/// reason was kept have none). `None`: not a verdict (a new probe is due).
+fn parse_verdict(rest: &str) -> Option<(Accel, String)> {
+    let rest = rest.trim();
+    let (word, why) = match rest.split_once(':') {
+        Some((w, why)) => (w.trim(), why.trim()),
+        None => (rest, ""),
+    };
+    let accel = match word {
+        "kvm" => Accel::Kvm,
+        "tcg" => Accel::Tcg,
+        _ => return None,
+    };
+    let why = if why.is_empty() {
+        format!("{word}: probed before the reason was kept")
+    } else {
+        why.to_string()
+    };
+    Some((accel, why))
+}
+
 fn drive(
     cmd: &mut Command,
     log: &Path,
@@ -969,5 +1028,33 @@ mod tests {
         ]
         .map(PathBuf::from);
         assert_eq!(hidden_host_paths(&needed), ["/tmp/ci", "/run/user"]);
+    }
+}
+
+#[cfg(test)]
+mod verdict_tests {
+    use super::{parse_verdict, Accel};
+
+    #[test]
+    fn cached_verdicts_keep_their_reason() {
+        assert_eq!(
+            parse_verdict(" tcg: the KVM probe boot timed out (killed after 20.0 s)\n"),
+            Some((
+                Accel::Tcg,
+                "the KVM probe boot timed out (killed after 20.0 s)".into()
+            ))
+        );
+        assert_eq!(
+            parse_verdict(" kvm: the KVM probe boot reached init"),
+            Some((Accel::Kvm, "the KVM probe boot reached init".into()))
+        );
+        // A cache from before the reason was kept still stands, saying so.
+        assert_eq!(
+            parse_verdict(" tcg\n"),
+            Some((Accel::Tcg, "tcg: probed before the reason was kept".into()))
+        );
+        // Anything else is no verdict: the caller probes again.
+        assert_eq!(parse_verdict(" maybe: who knows"), None);
+        assert_eq!(parse_verdict(""), None);
     }
 }

@@ -1000,26 +1000,11 @@ pub fn both_ways(prog: &str, extra: &[&str], port: u16) {
     pingpong(prog, extra, port + 1, true, false);
 }
 
-/// For an mckey receiver (`-C 1`) whose sender was mckey on a kernel where all of mckey's
-/// datagrams may be flushed at its teardown (rxe from 6.12 on: mckey posts its sends
-/// unsignaled and destroys its QP without waiting for them): our Rust side, bound to `local`,
-/// joins `grp` send-only and sends 100-byte datagrams, each waited for, until `ended()` says
-/// the receiver has exited. The receiver then ends by the protocol (it polled one
-/// completion) instead of spinning until its `timeout` kills it. The loop also stops after
-/// 90 s (a receiver that never gets a datagram must fail the test, not hang it: the caller
-/// then finds the receiver still running). Returns how many were sent.
-pub fn mcast_send_until(
-    local: std::net::Ipv4Addr,
-    grp: std::net::SocketAddr,
-    mut ended: impl FnMut() -> bool,
-) -> u64 {
-    let t0 = std::time::Instant::now();
-    use rverbs_cm::{CmId, Endpoint, EndpointAttr, McJoinFlags, PortSpace};
-    use rverbs_uverbs::ah::Ah;
-    use rverbs_uverbs::mr::PageBuf;
+/// A UD endpoint (16 sends and receives of one SGE, every send signaled) whose rdma_cm id is
+/// bound to `local` and resolved towards the multicast group `grp`, as mckey's is.
+pub fn mcast_endpoint(local: std::net::Ipv4Addr, grp: std::net::SocketAddr) -> rverbs_cm::Endpoint {
+    use rverbs_cm::{CmId, Endpoint, EndpointAttr, PortSpace};
     use rverbs_uverbs::qp::QpCaps;
-    use rverbs_uverbs::{SendFlags, WcStatus};
-    const MSG: usize = 100;
     let id = CmId::create(None, PortSpace::UDP).unwrap();
     id.resolve_addr(
         Some(std::net::SocketAddr::new(local.into(), 0)),
@@ -1037,21 +1022,79 @@ pub fn mcast_send_until(
         },
         sq_sig_all: true,
     };
-    let s = Endpoint::create(id, &attr).unwrap();
-    let ud = s
-        .join_multicast(grp, McJoinFlags::SENDONLY_FULL_MEMBER)
-        .unwrap()
-        .unwrap();
-    let ah = Ah::create(s.pd(), ud.ah()).unwrap();
-    let dest = ah.ud_dest(ud.qp_num, ud.qkey);
-    let mr = s.reg_msgs(PageBuf::new(4096).unwrap()).unwrap();
-    mr.write_at(0, &[0x5a; MSG]);
+    Endpoint::create(id, &attr).unwrap()
+}
+
+/// Our Rust side joined to a group send-only ([`McastSender::join`]), with one datagram of
+/// [`McastSender::MSG`] bytes (0x5a) registered that [`McastSender::send`] sends.
+pub struct McastSender {
+    // Dropped in this order: the message's MR and the AH before the endpoint (its PD).
+    mr: rverbs_uverbs::mr::Mr<rverbs_uverbs::mr::PageBuf>,
+    _ah: std::sync::Arc<rverbs_uverbs::ah::Ah>,
+    dest: rverbs_uverbs::UdDest,
+    ep: rverbs_cm::Endpoint,
+}
+
+impl McastSender {
+    /// Bytes of each datagram (what mckey sends and expects).
+    pub const MSG: usize = 100;
+
+    /// An endpoint bound to `local` ([`mcast_endpoint`]) joined to `grp` send-only.
+    pub fn join(local: std::net::Ipv4Addr, grp: std::net::SocketAddr) -> McastSender {
+        use rverbs_cm::McJoinFlags;
+        use rverbs_uverbs::ah::Ah;
+        use rverbs_uverbs::mr::PageBuf;
+        let ep = mcast_endpoint(local, grp);
+        let ud = ep
+            .join_multicast(grp, McJoinFlags::SENDONLY_FULL_MEMBER)
+            .unwrap()
+            .expect("a synchronous join returns the event's UD parameters");
+        let ah = Ah::create(ep.pd(), ud.ah()).unwrap();
+        let dest = ah.ud_dest(ud.qp_num, ud.qkey);
+        let mr = ep.reg_msgs(PageBuf::new(4096).unwrap()).unwrap();
+        mr.write_at(0, &[0x5a; Self::MSG]);
+        McastSender {
+            mr,
+            _ah: ah,
+            dest,
+            ep,
+        }
+    }
+
+    /// Sends the datagram as work request `wr_id` and waits for its successful completion.
+    pub fn send(&self, wr_id: u64) {
+        use rverbs_uverbs::{SendFlags, WcStatus};
+        self.ep
+            .post_ud_send(
+                wr_id,
+                &[self.mr.sge(0..Self::MSG)],
+                self.dest,
+                SendFlags::empty(),
+            )
+            .unwrap();
+        let wc = self.ep.get_send_comp().unwrap();
+        assert_eq!((wc.wr_id, wc.status), (wr_id, WcStatus::SUCCESS));
+    }
+}
+
+/// For an mckey receiver (`-C 1`) whose sender was mckey on a kernel where all of mckey's
+/// datagrams may be flushed at its teardown (rxe from 6.12 on: mckey posts its sends
+/// unsignaled and destroys its QP without waiting for them): our Rust side, bound to `local`,
+/// joins `grp` send-only and sends 100-byte datagrams, each waited for, until `ended()` says
+/// the receiver has exited. The receiver then ends by the protocol (it polled one
+/// completion) instead of spinning until its `timeout` kills it. The loop also stops after
+/// 90 s (a receiver that never gets a datagram must fail the test, not hang it: the caller
+/// then finds the receiver still running). Returns how many were sent.
+pub fn mcast_send_until(
+    local: std::net::Ipv4Addr,
+    grp: std::net::SocketAddr,
+    mut ended: impl FnMut() -> bool,
+) -> u64 {
+    let t0 = std::time::Instant::now();
+    let s = McastSender::join(local, grp);
     let mut sent = 0;
     while !ended() && t0.elapsed() < Duration::from_secs(90) {
-        s.post_ud_send(sent, &[mr.sge(0..MSG)], dest, SendFlags::empty())
-            .unwrap();
-        let wc = s.get_send_comp().unwrap();
-        assert_eq!((wc.wr_id, wc.status), (sent, WcStatus::SUCCESS));
+        s.send(sent);
         sent += 1;
         // The receiver's poll loop sees the datagram and exits; look again shortly.
         std::thread::sleep(Duration::from_millis(100));
