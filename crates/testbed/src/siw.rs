@@ -15,12 +15,15 @@
 //! its compiler, make, binutils, the kbuild tools' libraries; `chroot` in a private mount
 //! namespace). The host needs `modinfo` either way.
 //!
-//! Three changes are made to the extracted sources before `make` ([`PATCHES`], `patch_source`,
-//! `patch_tx`): `siw_accept` hands the socket to the QP before it sends the MPA reply, as its own
-//! comment requires ([`PATCH`], docs/testing.md, "siw on the newest kernel"), an initiator
-//! leaves the bytes that follow the MPA reply to its QP ([`REPLY_PATCH`]), and siw's transmit
-//! thread no longer copies a short FPDU with `copy_from_user` when a posting thread's
-//! `in_syscall` flag is up ([`TX_PATCH`]; docs/testing.md, "The bed's patches to siw").
+//! Four changes are made to the extracted sources before `make` ([`PATCHES`], `patch_source`,
+//! `patch_tx`, `patch_last`): `siw_accept` hands the socket to the QP before it sends the MPA
+//! reply, as its own comment requires ([`PATCH`], docs/testing.md, "siw on the newest
+//! kernel"), an initiator leaves the bytes that follow the MPA reply to its QP
+//! ([`REPLY_PATCH`]), siw's transmit thread no longer copies a short FPDU with
+//! `copy_from_user` when a thread is posting on the same QP: whether the caller is the posting
+//! thread becomes a parameter of the transmit path instead of the QP's `in_syscall` bit
+//! ([`TX_PATCH`]), and a WQE whose last segment went out is complete even when the peer closes
+//! the connection right after ([`LAST_PATCH`]; docs/testing.md, "The bed's patches to siw").
 //! Everything else is Debian's.
 
 use crate::bail;
@@ -57,22 +60,39 @@ pub const REPLY_PATCH_WHY: &str = "an initiator reads the MPA reply and no furth
     fails the connection with CONNECT_ERROR -22 when a responder's first FPDU, sent as soon \
     as it is ESTABLISHED, is already there)";
 
-/// The third change, in `siw_qp_tx.c`: a short FPDU's payload is copied from user memory
-/// only by the thread that posted it, never by siw's transmit thread.
-pub const TX_PATCH: &str = "siw-tx-1seg-kthread-1";
+/// The third change, in `siw.h`, `siw_qp_tx.c` and `siw_verbs.c`: a short FPDU's payload is
+/// copied from user memory only by the thread that posted it, never by siw's transmit
+/// thread; whether the caller is the posting thread is a parameter of the transmit path, not
+/// a bit of the QP ([`TX_EDITS`]). (`-1` was a narrower form of the same fix, which kept the
+/// bit.)
+pub const TX_PATCH: &str = "siw-tx-1seg-kthread-2";
 
 /// What [`TX_PATCH`] does and why.
-pub const TX_PATCH_WHY: &str = "siw's transmit thread copies a short FPDU's payload (32 bytes \
-    or less: a READ response, SEND or WRITE) through the pinned pages, not with \
-    copy_from_user (unpatched, it takes copy_from_user when the QP's in_syscall flag, set by \
-    a thread posting on the same QP, is still up: -EFAULT in the kernel thread, the QP \
-    terminates and both peers see DISCONNECTED)";
+pub const TX_PATCH_WHY: &str = "whether siw's transmit path runs in the posting thread is a \
+    parameter of siw_qp_sq_process, not the QP's in_syscall bit, so siw's transmit thread \
+    copies a short FPDU's payload (32 bytes or less) through the pinned pages, never with \
+    copy_from_user (unpatched, it takes copy_from_user when a thread posting on the same QP \
+    has the bit up: -EFAULT in the kernel thread, the QP terminates and both peers see \
+    DISCONNECTED; and setting the bit, which shares a byte with tx_suspend, can lose that \
+    flag's update)";
+
+/// The fourth change, in `siw_qp_tx.c`: a WQE whose last segment went out is complete, even
+/// when the connection went down meanwhile ([`LAST_EDITS`]).
+pub const LAST_PATCH: &str = "siw-tx-last-segment-1";
+
+/// What [`LAST_PATCH`] does and why.
+pub const LAST_PATCH_WHY: &str = "a SEND, WRITE or READ response whose last segment went out \
+    is complete when the peer closes the connection right after (unpatched, siw checks \
+    tx_suspend, set by the peer's FIN, before it looks whether the segment was the last, and \
+    completes a fully sent WQE with LOC_QP_OP_ERR: perftest's closing exchange failed so on \
+    7.3.4)";
 
 /// Every change the bed makes to siw's sources, in the order they are applied: name and why.
-pub const PATCHES: [(&str, &str); 3] = [
+pub const PATCHES: [(&str, &str); 4] = [
     (PATCH, PATCH_WHY),
     (REPLY_PATCH, REPLY_PATCH_WHY),
     (TX_PATCH, TX_PATCH_WHY),
+    (LAST_PATCH, LAST_PATCH_WHY),
 ];
 
 /// The names of [`PATCHES`], space-separated: what `READY`, the build log's first line and
@@ -286,22 +306,36 @@ fn build(cache: &Path, kernel: &Kernel, out: &Path) -> Result<()> {
         ))
     })?;
     fs::write(&cm, patched).context(|| format!("cannot write {}", cm.display()))?;
-    let tx = siw_src.join("siw_qp_tx.c");
-    let text = fs::read_to_string(&tx).context(|| format!("cannot read {}", tx.display()))?;
-    let patched = patch_tx(&text).map_err(|e| {
+    for file in TX_FILES {
+        let path = siw_src.join(file);
+        let text =
+            fs::read_to_string(&path).context(|| format!("cannot read {}", path.display()))?;
+        let patched = patch_tx(file, &text).map_err(|e| {
+            util::Error(format!(
+                "cannot apply the bed's patches to {source}'s {file}: {TX_PATCH}: {e}\n\
+                 (siw's source has changed: read the new {file}, and either adapt TX_EDITS \
+                 in crates/testbed/src/siw.rs or drop the patch if the kernel fixed it; \
+                 docs/testing.md, \"The bed's patches to siw\")"
+            ))
+        })?;
+        fs::write(&path, patched).context(|| format!("cannot write {}", path.display()))?;
+    }
+    let path = siw_src.join("siw_qp_tx.c");
+    let text = fs::read_to_string(&path).context(|| format!("cannot read {}", path.display()))?;
+    let patched = patch_last(&text).map_err(|e| {
         util::Error(format!(
-            "cannot apply the bed's patches to {source}'s siw_qp_tx.c: {TX_PATCH}: {e}\n\
-             (siw's source has changed: read the new siw_qp_tx.c, and either adapt patch_tx \
+            "cannot apply the bed's patches to {source}'s siw_qp_tx.c: {LAST_PATCH}: {e}\n\
+             (siw's source has changed: read the new siw_qp_tx.c, and either adapt LAST_EDITS \
              in crates/testbed/src/siw.rs or drop the patch if the kernel fixed it; \
              docs/testing.md, \"The bed's patches to siw\")"
         ))
     })?;
-    fs::write(&tx, patched).context(|| format!("cannot write {}", tx.display()))?;
+    fs::write(&path, patched).context(|| format!("cannot write {}", path.display()))?;
     for (name, why) in PATCHES {
-        let file = if name == TX_PATCH {
-            "siw_qp_tx.c"
-        } else {
-            "siw_cm.c"
+        let file = match name {
+            TX_PATCH => "siw.h, siw_qp_tx.c, siw_verbs.c",
+            LAST_PATCH => "siw_qp_tx.c",
+            _ => "siw_cm.c",
         };
         say(format!("patched {file} ({name}): {why}"));
     }
@@ -615,38 +649,231 @@ fn patch_reply(text: &str) -> Result<String> {
     Ok(out)
 }
 
-/// The test in `siw_try_1seg` (`siw_qp_tx.c`, Debian's 6.1, 6.12 and 7.3) that chooses
-/// `copy_from_user` for a short FPDU's payload in user memory: the QP's `in_syscall`, which
-/// `siw_post_send` sets around its own call of `siw_qp_sq_process` and clears after it.
-/// siw's transmit thread (`siw_sq_resume`, under the same read-held `state_lock`) can process
-/// the QP meanwhile — a READ response that `siw_init_rresp` handed it — and then copies from
-/// a user address in a kernel thread: `-EFAULT`, `siw_qp_sq_process` fails the WQE, the QP
-/// terminates and the connection is dropped.
-const TX_1SEG: &str = "\t\t} else if (c_tx->in_syscall) {\n";
+/// One textual change of a patch to siw's sources: in `file`, `from` must occur exactly
+/// `count` times, and each occurrence becomes `to`; `what` names the place for the error.
+struct Edit {
+    file: &'static str,
+    from: &'static str,
+    to: &'static str,
+    count: usize,
+    what: &'static str,
+}
 
-/// [`TX_1SEG`] true only in the posting thread: never in a kernel thread (siw's transmit
-/// thread), which takes the pinned pages as it does without the flag.
-const TX_1SEG_PATCHED: &str = "\t\t/*
-\t\t * rverbs testbed patch siw-tx-1seg-kthread-1: in_syscall is set by a thread
-\t\t * posting on this QP; siw's transmit thread may process the QP meanwhile and
-\t\t * has no user address space to copy from.
-\t\t */
-\t\t} else if (c_tx->in_syscall && !(current->flags & PF_KTHREAD)) {
-";
+/// The files [`TX_PATCH`] changes, in the order the bed applies it.
+const TX_FILES: [&str; 3] = ["siw.h", "siw_qp_tx.c", "siw_verbs.c"];
 
-/// [`TX_PATCH`] applied to the text of `siw_qp_tx.c`: [`TX_1SEG`] must occur exactly once.
-fn patch_tx(text: &str) -> Result<String> {
-    if text.contains("rverbs testbed patch") {
-        bail!("already patched");
+/// [`TX_PATCH`] as Debian's 6.1, 6.12 and 7.3 have the places it changes (the same text in
+/// all three; `crates/testbed/patches/0003-*.patch` is the same change against 7.3.4).
+/// Unpatched, `siw_try_1seg` takes `copy_from_user` for a short FPDU's payload in user
+/// memory when the QP's `in_syscall` bit is set, which `siw_post_send` sets around its own
+/// call of `siw_qp_sq_process` and clears after it. siw's transmit thread (`siw_sq_resume`,
+/// under the same read-held `state_lock`) can process the QP meanwhile — a READ response that
+/// `siw_init_rresp` handed it — and then copies from a user address in a kernel thread:
+/// `-EFAULT`, the WQE fails, the QP terminates and the connection is dropped. And the bit
+/// shares a byte with `tx_suspend`, `pad`, `do_crc` and `orq_fence`, which other contexts
+/// write without the QP's lock (`siw_cm_llp_state_change` sets `tx_suspend` from the socket's
+/// upcall): setting and clearing it can lose their updates. The patch drops the bit and
+/// passes whether the caller is the posting thread down the transmit path as a parameter:
+/// `siw_qp_sq_process(qp, in_syscall)` → `siw_qp_sq_proc_tx` → `siw_qp_prepare_tx` →
+/// `siw_try_1seg`; `siw_post_send` passes `true` (a user QP only, as before), the transmit
+/// thread `false`.
+const TX_EDITS: &[Edit] = &[
+    Edit {
+        file: "siw.h",
+        from: "\tu8 in_syscall : 1; /* TX out of user context */\n",
+        to: "",
+        count: 1,
+        what: "struct siw_iwarp_tx's in_syscall bit",
+    },
+    Edit {
+        file: "siw.h",
+        from: "int siw_qp_sq_process(struct siw_qp *qp);\n",
+        to: "int siw_qp_sq_process(struct siw_qp *qp, bool in_syscall);\n",
+        count: 1,
+        what: "siw_qp_sq_process's declaration",
+    },
+    Edit {
+        file: "siw_qp_tx.c",
+        from: "/*
+ * Copy short payload at provided destination payload address
+ */
+static int siw_try_1seg(struct siw_iwarp_tx *c_tx, void *paddr)
+",
+        to: "/*
+ * Copy short payload at provided destination payload address.
+ * A user buffer is read with copy_from_user() only if @in_syscall
+ * says the caller is the posting thread (its address space is the
+ * buffer's); any other caller goes through the pinned pages.
+ */
+static int siw_try_1seg(struct siw_iwarp_tx *c_tx, void *paddr,
+\t\t\tbool in_syscall)
+",
+        count: 1,
+        what: "siw_try_1seg's definition",
+    },
+    Edit {
+        file: "siw_qp_tx.c",
+        from: "\t\t} else if (c_tx->in_syscall) {\n",
+        to: "\t\t} else if (in_syscall) {\n",
+        count: 1,
+        what: "siw_try_1seg's in_syscall test",
+    },
+    Edit {
+        file: "siw_qp_tx.c",
+        from: "static int siw_qp_prepare_tx(struct siw_iwarp_tx *c_tx)\n",
+        to: "static int siw_qp_prepare_tx(struct siw_iwarp_tx *c_tx, bool in_syscall)\n",
+        count: 1,
+        what: "siw_qp_prepare_tx's definition",
+    },
+    Edit {
+        file: "siw_qp_tx.c",
+        from: "\t\tdata = siw_try_1seg(c_tx, crc);\n",
+        to: "\t\tdata = siw_try_1seg(c_tx, crc, in_syscall);\n",
+        count: 4,
+        what: "siw_qp_prepare_tx's calls of siw_try_1seg (SEND, SEND_REMOTE_INV, WRITE, READ response)",
+    },
+    Edit {
+        file: "siw_qp_tx.c",
+        from: "static int siw_qp_sq_proc_tx(struct siw_qp *qp, struct siw_wqe *wqe)\n",
+        to: "static int siw_qp_sq_proc_tx(struct siw_qp *qp, struct siw_wqe *wqe,\n\t\t\t     bool in_syscall)\n",
+        count: 1,
+        what: "siw_qp_sq_proc_tx's definition",
+    },
+    Edit {
+        file: "siw_qp_tx.c",
+        from: "\t\trv = siw_qp_prepare_tx(c_tx);\n",
+        to: "\t\trv = siw_qp_prepare_tx(c_tx, in_syscall);\n",
+        count: 1,
+        what: "siw_qp_sq_proc_tx's call of siw_qp_prepare_tx",
+    },
+    Edit {
+        file: "siw_qp_tx.c",
+        from: " * Must be called with the QP state read-locked.\n",
+        to: concat!(
+            " * @in_syscall is true only when called by the thread posting the WQEs\n",
+            " * (siw_post_send() of a user QP), false from siw_tx_thread.\n",
+            " *\n",
+            " * Must be called with the QP state read-locked.\n",
+        ),
+        count: 1,
+        what: "siw_qp_sq_process's comment",
+    },
+    Edit {
+        file: "siw_qp_tx.c",
+        from: "int siw_qp_sq_process(struct siw_qp *qp)\n",
+        to: "int siw_qp_sq_process(struct siw_qp *qp, bool in_syscall)\n",
+        count: 1,
+        what: "siw_qp_sq_process's definition",
+    },
+    Edit {
+        file: "siw_qp_tx.c",
+        from: "\t\trv = siw_qp_sq_proc_tx(qp, wqe);\n",
+        to: "\t\trv = siw_qp_sq_proc_tx(qp, wqe, in_syscall);\n",
+        count: 1,
+        what: "siw_qp_sq_process's call of siw_qp_sq_proc_tx",
+    },
+    Edit {
+        file: "siw_qp_tx.c",
+        from: "\t\t\tint rv = siw_qp_sq_process(qp);\n",
+        to: "\t\t\tint rv = siw_qp_sq_process(qp, false);\n",
+        count: 1,
+        what: "siw_sq_resume's call of siw_qp_sq_process (the transmit thread)",
+    },
+    Edit {
+        file: "siw_verbs.c",
+        from: "\t\tqp->tx_ctx.in_syscall = 1;
+
+\t\tif (siw_qp_sq_process(qp) != 0 && !(qp->tx_ctx.tx_suspend))
+\t\t\tsiw_qp_cm_drop(qp, 0);
+
+\t\tqp->tx_ctx.in_syscall = 0;
+",
+        to: "\t\tif (siw_qp_sq_process(qp, true) != 0 &&
+\t\t    !(qp->tx_ctx.tx_suspend))
+\t\t\tsiw_qp_cm_drop(qp, 0);
+",
+        count: 1,
+        what: "siw_post_send's in_syscall around siw_qp_sq_process",
+    },
+];
+
+/// [`LAST_PATCH`] (Debian's 6.1, 6.12 and 7.3 have the same text; `crates/testbed/patches/0004-*`
+/// is the same change against 7.3.4): in `siw_qp_sq_proc_tx`, after a segment went out, the
+/// test of `DDP_FLAG_LAST` (the WQE is done) comes before the test of `tx_suspend` (stop
+/// between segments: `-ECONNABORTED`, which `siw_qp_sq_process` completes as
+/// LOC_QP_OP_ERR). `siw_cm_llp_state_change` sets `tx_suspend` when the peer's FIN arrives,
+/// from the socket's upcall, at any time: unpatched, a WQE whose last segment is already in
+/// TCP's hands fails when the peer, having received it, closes before the sending thread
+/// reaches the test.
+const LAST_EDITS: &[Edit] = &[Edit {
+    file: "siw_qp_tx.c",
+    from: "\t\tif (unlikely(c_tx->tx_suspend)) {
+\t\t\t/*
+\t\t\t * Verbs, 6.4.: Try stopping sending after a full
+\t\t\t * DDP segment if the connection goes down
+\t\t\t * (== peer halfclose)
+\t\t\t */
+\t\t\trv = -ECONNABORTED;
+\t\t\tgoto tx_done;
+\t\t}
+\t\tif (c_tx->pkt.ctrl.ddp_rdmap_ctrl & DDP_FLAG_LAST) {
+\t\t\tsiw_dbg_qp(qp, \"WQE completed\\n\");
+\t\t\tgoto tx_done;
+\t\t}
+",
+    to: "\t\tif (c_tx->pkt.ctrl.ddp_rdmap_ctrl & DDP_FLAG_LAST) {
+\t\t\t/*
+\t\t\t * All of the WQE is sent: it is complete, even
+\t\t\t * if the connection went down meanwhile.
+\t\t\t */
+\t\t\tsiw_dbg_qp(qp, \"WQE completed\\n\");
+\t\t\tgoto tx_done;
+\t\t}
+\t\tif (unlikely(c_tx->tx_suspend)) {
+\t\t\t/*
+\t\t\t * Verbs, 6.4.: Try stopping sending after a full
+\t\t\t * DDP segment if the connection goes down
+\t\t\t * (== peer halfclose)
+\t\t\t */
+\t\t\trv = -ECONNABORTED;
+\t\t\tgoto tx_done;
+\t\t}
+",
+    count: 1,
+    what: "siw_qp_sq_proc_tx's tests after a segment went out (tx_suspend, then DDP_FLAG_LAST)",
+}];
+
+/// The edits of `edits` for `file` applied to its text: each `from` must occur exactly its
+/// `count` times (checked on the text as the edits before it left it), else an error names
+/// the place.
+fn apply_edits(edits: &[Edit], file: &str, text: &str) -> Result<String> {
+    let mut out = text.to_string();
+    for e in edits.iter().filter(|e| e.file == file) {
+        match out.matches(e.from).count() {
+            n if n == e.count => out = out.replace(e.from, e.to),
+            0 => bail!("{file}: {} is not there as the bed knows it", e.what),
+            n => bail!(
+                "{file}: {} occurs {n} times, not {}",
+                e.what,
+                if e.count == 1 {
+                    "once".to_string()
+                } else {
+                    format!("{} times", e.count)
+                }
+            ),
+        }
     }
-    if !text.contains("static int siw_try_1seg(") {
-        bail!("no siw_try_1seg definition");
-    }
-    match text.matches(TX_1SEG).count() {
-        1 => Ok(text.replacen(TX_1SEG, TX_1SEG_PATCHED, 1)),
-        0 => bail!("siw_try_1seg's in_syscall test is not there as the bed knows it"),
-        n => bail!("siw_try_1seg's in_syscall test occurs {n} times, not once"),
-    }
+    Ok(out)
+}
+
+/// [`TX_PATCH`] applied to the text of `file` (one of [`TX_FILES`]).
+fn patch_tx(file: &str, text: &str) -> Result<String> {
+    apply_edits(TX_EDITS, file, text)
+}
+
+/// [`LAST_PATCH`] applied to the text of `siw_qp_tx.c` (after [`TX_PATCH`]).
+fn patch_last(text: &str) -> Result<String> {
+    apply_edits(LAST_EDITS, "siw_qp_tx.c", text)
 }
 
 /// [`PATCHES`] applied to the text of `siw_cm.c` (but [`TX_PATCH`], which is `siw_qp_tx.c`'s:

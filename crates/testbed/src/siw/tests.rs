@@ -160,12 +160,15 @@ fn the_reply_patch_leaves_what_follows_the_reply_to_the_qp() {
 }
 
 #[test]
-fn the_patched_source_names_both_patches() {
+fn the_patched_source_names_every_patch() {
     let out = patch_source(&cm_source()).unwrap();
-    assert_eq!(patch_names(), format!("{PATCH} {REPLY_PATCH} {TX_PATCH}"));
+    assert_eq!(
+        patch_names(),
+        format!("{PATCH} {REPLY_PATCH} {TX_PATCH} {LAST_PATCH}")
+    );
     assert!(out.contains(ACCEPT_TAIL_PATCHED) && out.contains(REPLY_ASSOC_PATCHED));
     assert!(out.ends_with(&format!(
-        "MODULE_INFO(rverbs_patch, \"{PATCH} {REPLY_PATCH} {TX_PATCH}\");\n"
+        "MODULE_INFO(rverbs_patch, \"{PATCH} {REPLY_PATCH} {TX_PATCH} {LAST_PATCH}\");\n"
     )));
     let e = patch_source(&out).unwrap_err();
     assert!(e.0.contains("already patched"), "{e}");
@@ -217,50 +220,240 @@ fn a_source_the_reply_patch_does_not_know_is_an_error() {
     assert!(e.0.contains("occurs 2 times"), "{e}");
 }
 
-/// A stand-in for siw_qp_tx.c's siw_try_1seg: the three ways to the payload.
-fn tx_source() -> String {
-    format!(
-        "static int siw_try_1seg(struct siw_iwarp_tx *c_tx, void *paddr)\n{{\n\
+/// Stand-ins for the three files [`TX_PATCH`] changes: each place as Debian's 6.1, 6.12 and
+/// 7.3 have it, in a few lines of what surrounds it.
+fn tx_sources() -> Vec<(&'static str, String)> {
+    let h = "struct siw_iwarp_tx {\n\tu8 tx_suspend : 1; /* stop sending DDP segs. */\n\
+             \tu8 orq_fence : 1; /* ORQ full or Send fenced */\n\
+             \tu8 in_syscall : 1; /* TX out of user context */\n\
+             \tu8 zcopy_tx : 1; /* Use TCP_SENDPAGE if possible */\n};\n\
+             int siw_run_sq(void *arg);\nint siw_qp_sq_process(struct siw_qp *qp);\n\
+             int siw_sq_start(struct siw_qp *qp);\n";
+    let try_1seg = "\t\t} else if (c_tx->in_syscall) {\n";
+    let call = "\t\tdata = siw_try_1seg(c_tx, crc);\n";
+    let tx = format!(
+        "/*\n * Copy short payload at provided destination payload address\n */\n\
+         static int siw_try_1seg(struct siw_iwarp_tx *c_tx, void *paddr)\n{{\n\
          \t\tif (!mem->mem_obj) {{\n\t\t\tmemcpy(paddr, kva, bytes);\n\
-         {TX_1SEG}\t\t\tif (copy_from_user(paddr, u64_to_user_ptr(sge->laddr),\n\
+         {try_1seg}\t\t\tif (copy_from_user(paddr, u64_to_user_ptr(sge->laddr),\n\
          \t\t\t\t\t   bytes))\n\t\t\t\treturn -EFAULT;\n\t\t}} else {{\n\
-         \t\t\tp = siw_get_page(mem, sge, 0, &pbl_idx);\n\t\t}}\n}}\n"
-    )
+         \t\t\tp = siw_get_page(mem, sge, 0, &pbl_idx);\n\t\t}}\n}}\n\
+         static int siw_qp_prepare_tx(struct siw_iwarp_tx *c_tx)\n{{\n\
+         \tcase SIW_OP_SEND:\n{call}\tcase SIW_OP_SEND_REMOTE_INV:\n{call}\
+         \tcase SIW_OP_WRITE:\n{call}\tcase SIW_OP_READ_RESPONSE:\n{call}}}\n\
+         static int siw_qp_sq_proc_tx(struct siw_qp *qp, struct siw_wqe *wqe)\n{{\n\
+         \t\trv = siw_qp_prepare_tx(c_tx);\n}}\n\
+         /*\n * Must be called with the QP state read-locked.\n */\n\
+         int siw_qp_sq_process(struct siw_qp *qp)\n{{\n\
+         \t\trv = siw_qp_sq_proc_tx(qp, wqe);\n}}\n\
+         static void siw_sq_resume(struct siw_qp *qp)\n{{\n\
+         \t\t\tint rv = siw_qp_sq_process(qp);\n}}\n"
+    );
+    let verbs = "\tif (rdma_is_kernel_res(&qp->base_qp.res)) {\n\
+                 \t\trv = siw_sq_start(qp);\n\t} else {\n\
+                 \t\tqp->tx_ctx.in_syscall = 1;\n\n\
+                 \t\tif (siw_qp_sq_process(qp) != 0 && !(qp->tx_ctx.tx_suspend))\n\
+                 \t\t\tsiw_qp_cm_drop(qp, 0);\n\n\
+                 \t\tqp->tx_ctx.in_syscall = 0;\n\t}\nskip_direct_sending:\n";
+    vec![
+        ("siw.h", h.to_string()),
+        ("siw_qp_tx.c", tx),
+        ("siw_verbs.c", verbs.to_string()),
+    ]
 }
 
 #[test]
-fn the_tx_patch_keeps_kernel_threads_from_copy_from_user() {
-    let src = tx_source();
-    let out = patch_tx(&src).unwrap();
-    assert_eq!(out.matches(TX_1SEG_PATCHED).count(), 1);
-    assert!(!out.contains(TX_1SEG));
-    assert!(TX_1SEG_PATCHED.contains(TX_PATCH));
-    assert!(out.contains("c_tx->in_syscall && !(current->flags & PF_KTHREAD)"));
+fn the_tx_patch_passes_the_posting_thread_down_instead_of_a_bit() {
+    let srcs = tx_sources();
+    assert_eq!(srcs.iter().map(|(f, _)| *f).collect::<Vec<_>>(), TX_FILES);
+    let out: Vec<(&str, String)> = srcs
+        .iter()
+        .map(|(f, t)| (*f, patch_tx(f, t).unwrap()))
+        .collect();
+    let all: String = out.iter().map(|(_, t)| t.as_str()).collect();
+    // No bit left: not declared, set, cleared nor read.
+    assert!(!all.contains("tx_ctx.in_syscall"), "{all}");
+    assert!(!all.contains("c_tx->in_syscall"), "{all}");
+    assert!(!all.contains("u8 in_syscall"), "{all}");
+    // The neighbours of the bit are untouched.
+    assert!(out[0].1.contains("\tu8 tx_suspend : 1;") && out[0].1.contains("\tu8 zcopy_tx : 1;"));
+    // The parameter from the caller down to the copy.
+    for want in [
+        "int siw_qp_sq_process(struct siw_qp *qp, bool in_syscall);\n",
+        "static int siw_try_1seg(struct siw_iwarp_tx *c_tx, void *paddr,\n\t\t\tbool in_syscall)\n",
+        "\t\t} else if (in_syscall) {\n",
+        "static int siw_qp_prepare_tx(struct siw_iwarp_tx *c_tx, bool in_syscall)\n",
+        "static int siw_qp_sq_proc_tx(struct siw_qp *qp, struct siw_wqe *wqe,\n\t\t\t     bool in_syscall)\n",
+        "\t\trv = siw_qp_prepare_tx(c_tx, in_syscall);\n",
+        "int siw_qp_sq_process(struct siw_qp *qp, bool in_syscall)\n",
+        "\t\trv = siw_qp_sq_proc_tx(qp, wqe, in_syscall);\n",
+        // The transmit thread is never the posting thread; siw_post_send is.
+        "\t\t\tint rv = siw_qp_sq_process(qp, false);\n",
+        "\t\tif (siw_qp_sq_process(qp, true) != 0 &&\n\t\t    !(qp->tx_ctx.tx_suspend))\n\t\t\tsiw_qp_cm_drop(qp, 0);\n",
+    ] {
+        assert_eq!(all.matches(want).count(), 1, "{want:?} in {all}");
+    }
+    assert_eq!(
+        all.matches("siw_try_1seg(c_tx, crc, in_syscall);").count(),
+        4
+    );
+    // The copies themselves are what they were.
     same_calls(
-        &src,
-        &out,
+        &srcs[1].1,
+        &out[1].1,
         &[
-            "copy_from_user(",
+            "copy_from_user(paddr",
             "siw_get_page(",
             "memcpy(",
             "return -EFAULT;",
         ],
     );
-    let e = patch_tx(&out).unwrap_err();
-    assert!(e.0.contains("already patched"), "{e}");
+    // A source patched already is refused, file by file.
+    for (f, t) in &out {
+        let e = patch_tx(f, t).unwrap_err();
+        assert!(e.0.contains("is not there as the bed knows it"), "{f}: {e}");
+    }
 }
 
 #[test]
 fn a_source_the_tx_patch_does_not_know_is_an_error() {
-    let src = tx_source();
-    let e = patch_tx(&src.replace("siw_try_1seg(", "siw_try_one_seg(")).unwrap_err();
-    assert!(e.0.contains("no siw_try_1seg definition"), "{e}");
+    let srcs = tx_sources();
+    let tx = &srcs[1].1;
     // The test changed (as a kernel fix would): not found, nothing built.
-    let e =
-        patch_tx(&src.replace("(c_tx->in_syscall)", "(c_tx->in_syscall && uaccess)")).unwrap_err();
+    let e = patch_tx(
+        "siw_qp_tx.c",
+        &tx.replace("(c_tx->in_syscall)", "(c_tx->in_syscall && uaccess)"),
+    )
+    .unwrap_err();
+    assert!(
+        e.0.contains("siw_try_1seg's in_syscall test is not there"),
+        "{e}"
+    );
+    let e = patch_tx(
+        "siw_qp_tx.c",
+        &format!("{tx}\t\t}} else if (c_tx->in_syscall) {{\n"),
+    )
+    .unwrap_err();
+    assert!(e.0.contains("occurs 2 times, not once"), "{e}");
+    // Three calls of siw_try_1seg where the bed knows four: refused, not half done.
+    let three = tx.replacen("\t\tdata = siw_try_1seg(c_tx, crc);\n", "", 1);
+    let e = patch_tx("siw_qp_tx.c", &three).unwrap_err();
+    assert!(e.0.contains("occurs 3 times, not 4 times"), "{e}");
+    let e = patch_tx(
+        "siw_verbs.c",
+        &srcs[2].1.replace("in_syscall = 0", "in_syscall = false"),
+    )
+    .unwrap_err();
+    assert!(
+        e.0.contains("siw_verbs.c: siw_post_send's in_syscall"),
+        "{e}"
+    );
+}
+
+/// crates/testbed/patches/0003: the patch file says what the bed does. Each line an edit
+/// removes is a `-` line of the patch, each line it adds a `+` line.
+#[test]
+fn the_tx_patch_file_makes_the_bed_s_edits() {
+    let patch = include_str!(
+        "../../patches/0003-RDMA-siw-pass-the-posting-thread-s-context-down-the-TX-path.patch"
+    );
+    let minus: Vec<&str> = patch.lines().filter_map(|l| l.strip_prefix('-')).collect();
+    let plus: Vec<&str> = patch.lines().filter_map(|l| l.strip_prefix('+')).collect();
+    for e in TX_EDITS {
+        let from: Vec<&str> = e.from.lines().collect();
+        let to: Vec<&str> = e.to.lines().collect();
+        for l in from.iter().filter(|l| !to.contains(l)) {
+            assert!(
+                minus.contains(l),
+                "{}: {l:?} is not removed by the patch file",
+                e.what
+            );
+        }
+        for l in to.iter().filter(|l| !from.contains(l)) {
+            assert!(
+                plus.contains(l),
+                "{}: {l:?} is not added by the patch file",
+                e.what
+            );
+        }
+    }
+    for f in TX_FILES {
+        assert!(
+            patch.contains(&format!("+++ b/drivers/infiniband/sw/siw/{f}\n")),
+            "{f}"
+        );
+    }
+}
+
+/// A stand-in for siw_qp_sq_proc_tx's tests after a segment went out, as Debian's 6.1, 6.12
+/// and 7.3 have them.
+fn last_source() -> String {
+    "\tif (!rv) {\n\t\t/*\n\t\t * One segment sent. Processing completed if last\n\
+     \t\t * segment, Do next segment otherwise.\n\t\t */\n\
+     \t\tif (unlikely(c_tx->tx_suspend)) {\n\t\t\t/*\n\
+     \t\t\t * Verbs, 6.4.: Try stopping sending after a full\n\
+     \t\t\t * DDP segment if the connection goes down\n\
+     \t\t\t * (== peer halfclose)\n\t\t\t */\n\
+     \t\t\trv = -ECONNABORTED;\n\t\t\tgoto tx_done;\n\t\t}\n\
+     \t\tif (c_tx->pkt.ctrl.ddp_rdmap_ctrl & DDP_FLAG_LAST) {\n\
+     \t\t\tsiw_dbg_qp(qp, \"WQE completed\\n\");\n\t\t\tgoto tx_done;\n\t\t}\n\
+     \t\tc_tx->state = SIW_SEND_HDR;\n"
+        .to_string()
+}
+
+#[test]
+fn the_last_segment_patch_completes_a_sent_wqe_before_it_looks_at_tx_suspend() {
+    let src = last_source();
+    let out = patch_last(&src).unwrap();
+    let last = out.find("DDP_FLAG_LAST").unwrap();
+    let suspend = out.find("if (unlikely(c_tx->tx_suspend))").unwrap();
+    assert!(last < suspend, "{out}");
+    // Nothing else changed: the same statements, once each, and what follows after both.
+    same_calls(
+        &src,
+        &out,
+        &[
+            "rv = -ECONNABORTED;",
+            "goto tx_done;",
+            "siw_dbg_qp(",
+            "c_tx->state = SIW_SEND_HDR;",
+        ],
+    );
+    assert!(out.find("c_tx->state = SIW_SEND_HDR;").unwrap() > suspend);
+    let e = patch_last(&out).unwrap_err();
     assert!(e.0.contains("is not there as the bed knows it"), "{e}");
-    let e = patch_tx(&format!("{src}{TX_1SEG}")).unwrap_err();
-    assert!(e.0.contains("occurs 2 times"), "{e}");
+    let e = patch_last(&src.replace("(== peer halfclose)", "(peer halfclose)")).unwrap_err();
+    assert!(
+        e.0.contains("siw_qp_tx.c: siw_qp_sq_proc_tx's tests"),
+        "{e}"
+    );
+}
+
+/// crates/testbed/patches/0004: the patch file says what the bed does.
+#[test]
+fn the_last_segment_patch_file_makes_the_bed_s_edit() {
+    let patch = include_str!(
+        "../../patches/0004-RDMA-siw-complete-a-fully-sent-WQE-when-the-peer-closes.patch"
+    );
+    let minus: Vec<&str> = patch.lines().filter_map(|l| l.strip_prefix('-')).collect();
+    let plus: Vec<&str> = patch.lines().filter_map(|l| l.strip_prefix('+')).collect();
+    // A move: the DDP_FLAG_LAST block leaves its place below tx_suspend's and comes back
+    // above it, with a comment.
+    for l in [
+        "\t\tif (c_tx->pkt.ctrl.ddp_rdmap_ctrl & DDP_FLAG_LAST) {",
+        "\t\t\tsiw_dbg_qp(qp, \"WQE completed\\n\");",
+    ] {
+        assert!(
+            plus.contains(&l) && minus.contains(&l),
+            "{l:?} is not moved by the patch file"
+        );
+    }
+    for e in LAST_EDITS {
+        for l in e.to.lines().filter(|l| !e.from.lines().any(|f| f == *l)) {
+            assert!(plus.contains(&l), "{l:?} is not added by the patch file");
+        }
+    }
+    assert!(patch.contains("+++ b/drivers/infiniband/sw/siw/siw_qp_tx.c\n"));
 }
 
 #[test]

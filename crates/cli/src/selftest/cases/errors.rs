@@ -128,13 +128,18 @@ pub(super) fn err_flush(env: &Env, end: Instant) -> CaseResult {
 ///
 /// - an RDMA WRITE: its completion at the requester says nothing (iWARP completes a WRITE
 ///   once sent: SUCCESS, or REM_ACCESS_ERR where the device waits, or LOC_QP_OP_ERR where
-///   the connection ended while the WRITE was being sent: siw's `siw_qp_sq_proc_tx` fails a
-///   WQE with `-ECONNABORTED` when `tx_suspend` is set after one of its segments went out,
-///   the last one too, and `siw_qp_sq_process` completes it with `SIW_WC_LOC_QP_OP_ERR`; the
-///   responder's TERMINATE and close set `tx_suspend` (`siw_cm_llp_state_change`), on the
-///   other CPU while the post's own system call is still sending); the responder's memory is
-///   untouched and its posted receive is flushed (WR_FLUSH_ERR: it put its QP in ERROR), and
-///   so is the requester's as the connection ends;
+///   the connection ended while the WRITE was being sent: siw as the kernels ship it
+///   (`siw_qp_sq_proc_tx`) fails a WQE with `-ECONNABORTED` when `tx_suspend` is set after
+///   one of its segments went out, the last one too, and `siw_qp_sq_process` completes it
+///   with `SIW_WC_LOC_QP_OP_ERR`; the responder's TERMINATE sets `tx_suspend`
+///   (`siw_qp_cm_drop` from the receive path), here while the post's own system call is
+///   still sending. Traced on 7.3.4: `wr type 0, ... data 64`, the responder's `init TERM`
+///   and `sent TERM`, the requester's `got TERMINATE`, then `wqe type 0 processing failed:
+///   -103` (docs/testing.md, "What else failed on 7.3.4"); the test bed's siw has that fixed
+///   (`siw-tx-last-segment-1`) and completes the WRITE with SUCCESS. A local failure of the
+///   send itself is `rc-error-lkey`'s case); the responder's memory is untouched and its
+///   posted receive is flushed (WR_FLUSH_ERR: it put its QP in ERROR), and so is the
+///   requester's as the connection ends;
 /// - an RDMA READ, on a second connection: its completion is an error (REM_ACCESS_ERR, or
 ///   WR_FLUSH_ERR where the device flushes the READ as the connection ends: siw), and its sink
 ///   is untouched.
