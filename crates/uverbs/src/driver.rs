@@ -451,6 +451,11 @@ pub trait SendTickets: Send + Sync + fmt::Debug {
     /// Never true for a ticket before its request's completion was polled, whatever the
     /// device names in its completions.
     fn is_over(&self, ticket: u64) -> bool;
+
+    /// How many completions of the queue the provider has taken so far (wrapping): no ticket
+    /// becomes over unless it moved, so the core asks [`is_over`](Self::is_over) again only
+    /// when it did (once per poll, not once per completion).
+    fn completions(&self) -> u64;
 }
 
 /// An SRQ's data path.

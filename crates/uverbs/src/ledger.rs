@@ -172,8 +172,12 @@ impl<R: Holdable> Registry<R> {
 
 /// Whether the send request given a ticket is over: the provider's
 /// `SendTickets::is_over` (`driver.rs`), type-erased so that the ledger imports no seam.
+/// `over`: `SendTickets::is_over`; `taken`: `SendTickets::completions`.
 #[derive(Clone)]
-pub(crate) struct Tickets(pub(crate) Arc<dyn Fn(u64) -> bool + Send + Sync>);
+pub(crate) struct Tickets {
+    pub(crate) over: Arc<dyn Fn(u64) -> bool + Send + Sync>,
+    pub(crate) taken: Arc<dyn Fn() -> u64 + Send + Sync>,
+}
 
 impl std::fmt::Debug for Tickets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -603,6 +607,9 @@ pub(crate) struct SendLedger<R> {
     /// The sinks of posted READs, each with its request's ticket: released when that request
     /// is over, whatever the others do. At most one entry per SGE of each READ outstanding.
     by_ticket: Vec<(u64, Arc<R>)>,
+    /// The provider's completion count when [`over`](Self::over) last asked: no ticket is
+    /// over since unless it moved (so a poll of k completions asks once, not k times).
+    asked: Option<u64>,
 }
 
 impl<R> Default for SendLedger<R> {
@@ -621,6 +628,7 @@ impl<R> Default for SendLedger<R> {
             pending: Vec::new(),
             got: Vec::new(),
             by_ticket: Vec::new(),
+            asked: None,
         }
     }
 }
@@ -773,9 +781,16 @@ impl<R: Holdable> SendLedger<R> {
         if self.by_ticket.is_empty() {
             return;
         }
+        // Read before the questions: a completion taken meanwhile moves it again, and the
+        // next settle asks again.
+        let taken = (t.taken)();
+        if self.asked == Some(taken) {
+            return;
+        }
+        self.asked = Some(taken);
         retain_into(
             &mut self.by_ticket,
-            |(k, _)| !(t.0)(*k),
+            |(k, _)| !(t.over)(*k),
             |(_, r)| freed.0.push(Gone::Region(r)),
         );
     }

@@ -45,6 +45,8 @@ pub(crate) struct Wq {
     gen: Vec<u16>,
     /// RESETs so far; at `u32::MAX` no more tickets are given (held until the destroy).
     epoch: u32,
+    /// Completions taken so far (wrapping): [`SendTickets::completions`].
+    taken: u64,
 }
 
 impl Wq {
@@ -56,6 +58,7 @@ impl Wq {
             pos: (0..n).collect(),
             gen: vec![0; n as usize],
             epoch: 0,
+            taken: 0,
         }
     }
 
@@ -119,6 +122,7 @@ impl Wq {
         self.pos[i] = last as u32;
         self.pool_next = last;
         self.gen[i] = self.gen[i].wrapping_add(1);
+        self.taken = self.taken.wrapping_add(1);
         Some(self.wrid[i])
     }
 
@@ -145,6 +149,9 @@ unsafe impl Sync for WqLock {}
 impl SendTickets for WqLock {
     fn is_over(&self, ticket: u64) -> bool {
         self.lock().is_over(ticket)
+    }
+    fn completions(&self) -> u64 {
+        self.lock().taken
     }
 }
 

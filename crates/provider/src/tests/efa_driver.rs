@@ -556,9 +556,11 @@ fn a_reads_ticket_is_over_at_its_own_completion_only() {
     assert!(t.is_over(b) && !t.is_over(a), "out of order, flushed");
     // The device names B's id again, then an id out of range: the poll stops at each, and
     // A stays outstanding.
+    let n = t.completions();
     assert_eq!(complete(&mut c, 2, 0), 0);
     assert_eq!(complete(&mut c, 999, 0), 0);
     assert!(!t.is_over(a));
+    assert_eq!(t.completions(), n, "a refused completion is not taken");
     // READ C takes B's id again (the top of the free stack): a new ticket; B stays over.
     let tk = post(&mut q, &[wr(4, true)]);
     let cc = tk[0].1;
@@ -566,6 +568,7 @@ fn a_reads_ticket_is_over_at_its_own_completion_only() {
     assert!(cc != b && !t.is_over(cc) && t.is_over(b));
     // A's own completion, with an error status: over; C not.
     assert_eq!(complete(&mut c, 0, 13), 1);
+    assert_eq!(t.completions(), n.wrapping_add(1));
     assert!(t.is_over(a) && !t.is_over(cc));
     // Tickets never given are never over.
     assert!(!t.is_over(0xffff) && !t.is_over(u64::MAX) && !t.is_over(1 << 32 | 3));

@@ -1398,7 +1398,15 @@ fn kept_windows_are_the_distinct_windows_bound_since_the_last_ordered_success() 
 fn tickets() -> (Tickets, Arc<Mutex<Vec<u64>>>) {
     let over = Arc::new(Mutex::new(Vec::new()));
     let o = over.clone();
-    (Tickets(Arc::new(move |t| lock(&*o).contains(&t))), over)
+    let o2 = over.clone();
+    (
+        Tickets {
+            over: Arc::new(move |t| lock(&*o).contains(&t)),
+            // Moves whenever the set of tickets over grows (the provider's completions).
+            taken: Arc::new(move || lock(&*o2).len() as u64),
+        },
+        over,
+    )
 }
 
 /// What a ticketed post refused (index, key) and handed back (not posted).
@@ -1520,4 +1528,40 @@ fn a_ticketed_queue_holds_only_what_went_to_the_queue() {
     lock(&l.send).over(&mut Freed::default());
     assert!(freed(&fa));
     assert_eq!(lock(&l.send).holding(), 0);
+}
+
+/// A poll of several completions of a ticketed QP asks about each READ held once, not once
+/// per completion: the provider's completion count did not move between them.
+#[test]
+fn a_poll_asks_about_each_read_once() {
+    let reg = Registry::default();
+    let asked = Arc::new(AtomicUsize::new(0));
+    let taken = Arc::new(AtomicU64::new(1));
+    let (a2, t2) = (asked.clone(), taken.clone());
+    let t = Tickets {
+        over: Arc::new(move |_| {
+            a2.fetch_add(1, Ordering::SeqCst);
+            false
+        }),
+        taken: Arc::new(move || t2.load(Ordering::SeqCst)),
+    };
+    let l = Arc::new(QpLedger::<Fake>::new(3, None, false, Some(t)));
+    let (_a, _) = region(&reg, 1, true);
+    let sa = [sge(1)];
+    let wrs = [read(&sa, true), read(&sa, true), read(&sa, true)];
+    post_ticketed(&l, &reg, &wrs, 3, &[(0, 1), (1, 2), (2, 3)]);
+    let cq = Watch::default();
+    cq.add(&l, Role::Send);
+    let batch = [(3, true, WcOpcode::SEND.0, 0); 5];
+    cq.settle_now(batch.into_iter(), None);
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        3,
+        "three READs, asked once each"
+    );
+    cq.settle_now(batch.into_iter(), None);
+    assert_eq!(asked.load(Ordering::SeqCst), 3, "no completion taken since");
+    taken.fetch_add(1, Ordering::SeqCst);
+    cq.settle_now(batch[..1].iter().copied(), None);
+    assert_eq!(asked.load(Ordering::SeqCst), 6);
 }
