@@ -464,3 +464,128 @@ fn rdma_read_refusals_are_named() {
         }
     }
 }
+
+/// A send completion of request `req_id` of QP `qpn` with `status`, written into slot `slot`
+/// of sub-CQ 0 (first lap: phase 1) of the ring at `ring`.
+fn put_send_cqe(ring: *mut u8, slot: usize, req_id: u16, qpn: u16, status: u8) {
+    let mut c = [0u8; 16];
+    c[0..2].copy_from_slice(&req_id.to_le_bytes());
+    c[2] = status;
+    // Queue type 1 (send) in bits 2:1, phase 1.
+    c[3] = 1 << 1 | 1;
+    c[4..6].copy_from_slice(&qpn.to_le_bytes());
+    // SAFETY: `slot` < 16, the sub-CQ's entries (the test's CQ); the poller is not running.
+    unsafe { std::ptr::copy_nonoverlapping(c.as_ptr(), ring.add(slot * 16), 16) };
+}
+
+/// An SRD QP with RDMA READ gives each READ a ticket ([`QpOps::post_send_ticketed`]) that
+/// its queue's [`SendTickets`](rverbs_uverbs::driver::SendTickets) calls over at that READ's
+/// own completion, any status, and at no other: not before, not at another request's (a SEND
+/// or READ completing earlier, out of order), not at a completion naming an id that is not
+/// outstanding (twice, or out of range: the poll stops there and the pool is not corrupted),
+/// not for the READ whose id a later READ reuses, and never for a READ a RESET discarded. A
+/// UD QP, or SRD without READ, gives no tickets.
+#[test]
+fn a_reads_ticket_is_over_at_its_own_completion_only() {
+    let mem = Arc::new(FakeMem::default());
+    let mut with_read = info();
+    with_read.device_caps |= EFA_QUERY_DEVICE_CAPS_RDMA_READ;
+    let d = EfaDriver::new(with_read, mem.clone(), PAGE);
+    let key = std::cell::Cell::new(0u64);
+    let mut c = cq(&d, &mem, |n, r| {
+        *n = 16;
+        key.set(r.q_mmap_key)
+    })
+    .unwrap();
+    let ring = mem.ptr(key.get());
+    let mut q = qp(&d, &mem, &ud_req(QP_TYPE_DRIVER), |_, _| {}).unwrap();
+    let t = q.send_tickets().expect("SRD with READ gives tickets");
+    let dest = Some(UdDest {
+        ah_num: 1,
+        ah_handle: 1,
+        remote_qpn: 2,
+        remote_qkey: 3,
+    });
+    let sink = [Sge {
+        addr: 0x1000,
+        length: 8,
+        lkey: 1,
+    }];
+    let wr = |wr_id, read: bool| SendWr {
+        wr_id,
+        op: if read {
+            SendOp::RdmaRead {
+                remote_addr: 0x2000,
+                rkey: 5,
+            }
+        } else {
+            SendOp::Send
+        },
+        sge: &sink,
+        flags: SendFlags::SIGNALED,
+        ud: dest,
+    };
+    let mut got = Vec::new();
+    let mut post = |q: &mut Box<dyn QpOps>, wrs: &[SendWr<'_>]| {
+        got.clear();
+        // SAFETY: nothing reads or writes the SGEs (no device).
+        unsafe { q.post_send_ticketed(kobj(), wrs, &mut got) }.unwrap();
+        got.clone()
+    };
+    let mut wc = [WorkCompletion::default(); 4];
+    let mut slot = 0;
+    let mut complete = |c: &mut Box<dyn CqOps>, req_id: u16, status: u8| {
+        put_send_cqe(ring, slot, req_id, 0x42, status);
+        slot += 1;
+        c.poll(&mut wc)
+    };
+
+    // READ A, SEND, READ B: ids 0, 1, 2; tickets for the READs only, by index.
+    let tk = post(&mut q, &[wr(1, true), wr(2, false), wr(3, true)]);
+    assert_eq!(tk.iter().map(|&(i, _)| i).collect::<Vec<_>>(), [0, 2]);
+    let (a, b) = (tk[0].1, tk[1].1);
+    assert!(!t.is_over(a) && !t.is_over(b), "held before any completion");
+    // The SEND completes first: neither READ is over.
+    assert_eq!(complete(&mut c, 1, 0), 1);
+    assert!(
+        !t.is_over(a) && !t.is_over(b),
+        "another request's completion"
+    );
+    // B completes before A, flushed (status 1): B's request is over, A's is not.
+    assert_eq!(complete(&mut c, 2, 1), 1);
+    assert!(t.is_over(b) && !t.is_over(a), "out of order, flushed");
+    // The device names B's id again, then an id out of range: the poll stops at each, and
+    // A stays outstanding.
+    let n = t.completions();
+    assert_eq!(complete(&mut c, 2, 0), 0);
+    assert_eq!(complete(&mut c, 999, 0), 0);
+    assert!(!t.is_over(a));
+    assert_eq!(t.completions(), n, "a refused completion is not taken");
+    // READ C takes B's id again (the top of the free stack): a new ticket; B stays over.
+    let tk = post(&mut q, &[wr(4, true)]);
+    let cc = tk[0].1;
+    assert_eq!(cc & 0xffff, b & 0xffff, "the id is reused");
+    assert!(cc != b && !t.is_over(cc) && t.is_over(b));
+    // A's own completion, with an error status: over; C not.
+    assert_eq!(complete(&mut c, 0, 13), 1);
+    assert_eq!(t.completions(), n.wrapping_add(1));
+    assert!(t.is_over(a) && !t.is_over(cc));
+    // Tickets never given are never over.
+    assert!(!t.is_over(0xffff) && !t.is_over(u64::MAX) && !t.is_over(1 << 32 | 3));
+
+    // A RESET discards C: its ticket is never over, even once its id is taken and completed
+    // by a READ after the RESET.
+    q.reset();
+    let tk = post(&mut q, &[wr(5, true)]);
+    let e = tk[0].1;
+    assert!(!t.is_over(cc) && !t.is_over(e));
+    assert_eq!(complete(&mut c, (e & 0xffff) as u16, 0), 1);
+    assert!(t.is_over(e) && !t.is_over(cc));
+
+    // No tickets where there is no READ: UD, SRD without the device's READ.
+    let u = qp(&d, &mem, &ud_req(QpType::UD), |n, _| *n = 0x43).unwrap();
+    assert!(u.send_tickets().is_none());
+    let (d0, mem0) = driver();
+    let s = qp(&d0, &mem0, &ud_req(QP_TYPE_DRIVER), |_, _| {}).unwrap();
+    assert!(s.send_tickets().is_none());
+}
