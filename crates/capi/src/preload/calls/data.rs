@@ -4,7 +4,8 @@ use libc::{c_int, c_void, iovec, msghdr, off_t, size_t, sockaddr, socklen_t, ssi
 
 use crate::ibverbs::set_errno;
 use crate::preload::real::real;
-use crate::preload::{errno, get};
+use crate::preload::errno;
+use super::get_io as get;
 use crate::rsocket as r;
 
 /// `read(2)`: `rread` or the next `read`.
