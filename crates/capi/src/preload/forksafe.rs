@@ -93,6 +93,11 @@ static PENDING: Mutex<BTreeMap<c_int, State>> = Mutex::new(BTreeMap::new());
 /// Signalled when a [`State::Switching`] entry is settled.
 static SETTLED: Condvar = Condvar::new();
 
+thread_local! {
+    /// Set while this thread switches a socket.
+    static SWITCHING_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// Numbers below this are marked in [`MARKS`].
 const MARKED: usize = 65536;
 /// One bit per number below [`MARKED`]: set while [`PENDING`] holds it.
@@ -185,7 +190,9 @@ pub(crate) fn child_after_fork(p: &mut BTreeMap<c_int, State>) {
 /// return `fd` is in the rsocket table (switched) or a plain number (stayed TCP), or still
 /// a fresh or listening fork-mode socket. `errno` is kept.
 pub(crate) fn resolve(fd: c_int) {
-    if !maybe(fd) {
+    if !maybe(fd) || SWITCHING_HERE.get() {
+        // Not pending; or a call the switch itself makes (our rsockets' `rpoll` calls
+        // `poll`, which is the preload's own in the library): it must not wait for itself.
         return;
     }
     let saved = errno();
@@ -205,19 +212,31 @@ pub(crate) fn resolve(fd: c_int) {
     };
     p.insert(fd, State::Switching);
     drop(p);
+    SWITCHING_HERE.set(true);
     let outcome = if passive {
         switch_passive(fd)
     } else {
         switch_active(fd)
     };
+    SWITCHING_HERE.set(false);
     match outcome {
         Ok(rs) => {
             // The rsocket table first, then out of this one: a concurrent call sees it in
             // one of them.
-            drop(insert(fd, Arc::new(Sock { rs, domain: domain_of(fd) })));
+            drop(insert(
+                fd,
+                Arc::new(Sock {
+                    rs,
+                    domain: domain_of(fd),
+                }),
+            ));
             super::calls::log(&format!(
                 "fd {fd}: fork mode: moved to an rsocket ({})",
-                if passive { "accepting side" } else { "connecting side" }
+                if passive {
+                    "accepting side"
+                } else {
+                    "connecting side"
+                }
             ));
         }
         Err(why) => super::calls::log(&format!("fd {fd}: fork mode: stays TCP ({why})")),
@@ -258,7 +277,14 @@ fn name_of(fd: c_int, peer: bool) -> Result<(libc::sockaddr_storage, socklen_t),
         real().getsockname
     };
     // SAFETY: [out] ss has len bytes.
-    if unsafe { f(fd, (&mut ss as *mut libc::sockaddr_storage).cast(), &mut len) } < 0 {
+    if unsafe {
+        f(
+            fd,
+            (&mut ss as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        )
+    } < 0
+    {
         return Err(format!(
             "{}: {}",
             if peer { "getpeername" } else { "getsockname" },
@@ -318,7 +344,8 @@ fn copy_options(fd: c_int, rs: c_int) {
         let mut v: c_int = 0;
         let mut len = size_of::<c_int>() as socklen_t;
         // SAFETY: [out] a c_int of ours and its size.
-        let got = unsafe { (rl.getsockopt)(fd, level, name, (&mut v as *mut c_int).cast(), &mut len) };
+        let got =
+            unsafe { (rl.getsockopt)(fd, level, name, (&mut v as *mut c_int).cast(), &mut len) };
         if got == 0 && v != 0 {
             // SAFETY: [buf] a c_int of ours and its size.
             unsafe { r::rsetsockopt(rs, level, name, (&v as *const c_int).cast(), len) };
@@ -404,12 +431,16 @@ fn switch_passive(fd: c_int) -> Result<c_int, String> {
     match domain {
         libc::AF_INET => {
             // SAFETY: an AF_INET sockaddr_storage holds a sockaddr_in.
-            let sin = unsafe { &mut *(&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let sin = unsafe {
+                &mut *(&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>()
+            };
             sin.sin_addr.s_addr = 0;
         }
         libc::AF_INET6 => {
             // SAFETY: an AF_INET6 sockaddr_storage holds a sockaddr_in6.
-            let sin6 = unsafe { &mut *(&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let sin6 = unsafe {
+                &mut *(&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
+            };
             sin6.sin6_addr.s6_addr = [0; 16];
             sin6.sin6_flowinfo = 0;
             sin6.sin6_scope_id = 0;

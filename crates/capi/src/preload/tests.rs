@@ -963,7 +963,11 @@ fn fork_mode_accepting_side_marks_switches_and_survives_fork() {
     let mut got = [0u8; 14];
     client.read_exact(&mut got).unwrap();
     assert_eq!(&got, b"from the child", "no switch message before the data");
-    assert_eq!(state(c), Some(State::Passive), "the parent's copy is untouched");
+    assert_eq!(
+        state(c),
+        Some(State::Passive),
+        "the parent's copy is untouched"
+    );
     close(c);
     assert_eq!(state(c), None);
     close(l);
