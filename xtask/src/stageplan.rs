@@ -63,8 +63,9 @@ pub const ONCE_PER_KERNEL: &[(&str, &str)] = &[
 ///   sizes and its three modes. The other kernels run our rsockets under rcopy, riostream and
 ///   the C calls of `vm_rsocket`'s other tests.
 /// - `vm_preload`'s programs (iperf3, redis, memcached, curl and Python's http.server on
-///   librspreload.so.1, about 2 min together): what they prove is the preload's and our
-///   rsockets', which `vm_rsocket` runs on every kernel.
+///   librspreload.so.1, about 2 min together; the forking server of the fork mode): what
+///   they prove is the preload's and our rsockets', which `vm_rsocket` runs on every
+///   kernel.
 ///
 /// Such a test runs in the first stage of the run that can run it (an `interop` test needs
 /// the host guest, a `two_node` one the two-node topology); the later stages skip it and
@@ -78,6 +79,7 @@ pub const ONCE_PER_RUN: &[(&str, &str)] = &[
         "capi/vm_preload",
         "curl_and_http_server_on_our_preload_interop",
     ),
+    ("capi/vm_preload", "fork_mode_forking_server_interop"),
 ];
 
 /// Tests that run both the one-node and the two-node case themselves (rxe_datapath's

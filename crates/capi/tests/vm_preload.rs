@@ -17,6 +17,12 @@
 //!   (the child's copy fails clearly, the parent's connection and listener go on), rsockets'
 //!   configuration files and `preload_config` (`fionread_fork_config_on_our_preload_interop`).
 //!
+//! - `fork_mode_forking_server_interop`: our C program `tests/c/fork_server.c` (an
+//!   inetd-style server: a child per accepted connection) in rdma-core's fork mode
+//!   (`RDMAV_FORK_SAFE=1`) on both preloads, each pair both ways: every connection moves to
+//!   an rsocket in the child, bytes checked; without the mode, on ours, the child's
+//!   inherited connection fails clearly and nothing hangs.
+//!
 //! Each test also prints its numbers with plain TCP on the same address beside them (the
 //! tables of docs/capi.md).
 
@@ -68,6 +74,12 @@ fn program(prog: &str, side: Side, args: &[&str]) -> Command {
     let server =
         args.contains(&"-s") || prog.contains("server") || prog == "python3" || prog == "memcached";
     c.arg(if server { "90" } else { "30" }).arg(path).args(args);
+    on_side(&mut c, side);
+    c
+}
+
+/// `c`'s environment for `side`'s preload.
+fn on_side(c: &mut Command, side: Side) {
     c.env_remove("LD_LIBRARY_PATH");
     match side {
         Side::Ours => {
@@ -94,7 +106,6 @@ fn program(prog: &str, side: Side, args: &[&str]) -> Command {
             c.env_remove("LD_PRELOAD");
         }
     }
-    c
 }
 
 /// Waits until `port` listens: on the rdma_cm (`rdma resource show cm_id`) for a preloaded
@@ -759,5 +770,160 @@ fn fionread_fork_config_on_our_preload_interop() {
         lines.push(format!("{}:\n{sout}", side.name()));
     }
     eprintln!("{}", lines.join("\n"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `tests/c/fork_server.c`, built here with `$CC` (default `cc`) into `dir`: a plain glibc
+/// program (the preload is what it runs on).
+fn build_fork_server(dir: &std::path::Path) -> PathBuf {
+    let (src, exe) = (dir.join("fork_server.c"), dir.join("fork_server"));
+    std::fs::write(&src, include_str!("c/fork_server.c")).unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(&cc)
+        .args(["-O2", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("{cc}: {e} (the host guest has the host's compiler)"));
+    assert!(
+        out.status.success(),
+        "{cc} fork_server.c:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// `fork_server` as `args` on `side`, under `timeout` (90 s for the server, 30 s for a
+/// client); `fork_mode`: `RDMAV_FORK_SAFE=1`.
+fn fork_server(exe: &std::path::Path, side: Side, fork_mode: bool, args: &[&str]) -> Command {
+    let mut c = Command::new("timeout");
+    c.arg(if args[0] == "server" { "90" } else { "30" })
+        .arg(exe)
+        .args(args);
+    on_side(&mut c, side);
+    c.env_remove("RDMAV_FORK_SAFE");
+    if fork_mode {
+        c.env("RDMAV_FORK_SAFE", "1");
+    }
+    if side == Side::Ours {
+        // Blocking sockets: few failed calls, a small log.
+        c.env("RVERBS_CAPI_LOG", "1");
+    }
+    c
+}
+
+/// rdma-core's fork mode (`RDMAV_FORK_SAFE=1`) with an inetd-style server that forks a
+/// child per accepted connection (`tests/c/fork_server.c`, 2 connections of 256 KiB each
+/// way): ours ↔ ours, ours ↔ rdma-core's both ways, and rdma-core's ↔ rdma-core's (the
+/// reference). Every connection must reach the child, move to an rsocket there (the child
+/// and the client both see `SOL_RDMA` options: only an rsocket has them; our logs name the
+/// switch) and bring the bytes back intact.
+///
+/// Then without the mode, on ours: the child's inherited connection is the parent's
+/// rsocket, which the child must not touch: its read fails at once with `ENOTCONN`, the
+/// parent's close ends the connection, the client's call fails, nothing hangs. (rdma-core's
+/// preload without the mode lets the child use the parent's queue pair: not run.)
+#[test]
+#[cfg_attr(
+    not(rverbs_vm),
+    ignore = "needs an RDMA device: runs in the VM (cargo xtask test)"
+)]
+fn fork_mode_forking_server_interop() {
+    let a = addr_a();
+    let dir = std::env::temp_dir().join(format!("rverbs-fork-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = build_fork_server(&dir);
+    let mut table = Vec::new();
+    for (k, (ss, cs)) in [
+        (Side::Ours, Side::Ours),
+        (Side::Ours, Side::RdmaCore),
+        (Side::RdmaCore, Side::Ours),
+        (Side::RdmaCore, Side::RdmaCore),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let port = (5440 + k).to_string();
+        let t0 = Instant::now();
+        let mut server = Proc::spawn(fork_server(&exe, ss, true, &["server", &a, &port, "2"]));
+        server.wait_output("listening", Duration::from_secs(30));
+        let mut clients = Vec::new();
+        for id in 1..=2 {
+            let id = id.to_string();
+            let (ok, out) = Proc::spawn(fork_server(&exe, cs, true, &["client", &a, &port, &id]))
+                .finish_watching(Duration::from_secs(60), &[&server]);
+            let want = format!("client {id}: rdma, 262144 bytes ok");
+            assert!(
+                ok && out.contains(&want),
+                "server {}, client {}: no {want:?}:\n{out}\nserver so far:\n{}",
+                ss.name(),
+                cs.name(),
+                server.output_so_far()
+            );
+            clients.push(out);
+        }
+        let (ok, sout) = server.finish(Duration::from_secs(30));
+        let ms = t0.elapsed().as_millis();
+        assert!(
+            ok && sout.contains("server done, 0 bad"),
+            "server {}, client {}:\n{sout}",
+            ss.name(),
+            cs.name()
+        );
+        for (child, id) in [(0, 1), (1, 2)] {
+            let want = format!("child {child}: client {id}, rdma, 262144 bytes ok");
+            assert!(sout.contains(&want), "no {want:?} in:\n{sout}");
+        }
+        for (side, out, what) in [
+            (ss, &sout, "accepting side"),
+            (cs, &clients.concat(), "connecting side"),
+        ] {
+            if side == Side::Ours {
+                let moved = out
+                    .matches(&format!("fork mode: moved to an rsocket ({what})"))
+                    .count();
+                assert_eq!(moved, 2, "our log, want 2 switches ({what}):\n{out}");
+            }
+        }
+        table.push(format!(
+            "| {} | {} | 2 × 256 KiB echoed, rsockets in the child | {ms} ms |",
+            ss.name(),
+            cs.name()
+        ));
+    }
+    // Without the mode (ours): the child's copy of the parent's rsocket fails clearly.
+    let port = "5446";
+    let mut server = Proc::spawn(fork_server(
+        &exe,
+        Side::Ours,
+        false,
+        &["server", &a, port, "1"],
+    ));
+    server.wait_output("listening", Duration::from_secs(30));
+    let (cok, cout) = Proc::spawn(fork_server(
+        &exe,
+        Side::Ours,
+        false,
+        &["client", &a, port, "1"],
+    ))
+    .finish_watching(Duration::from_secs(60), &[&server]);
+    let (sok, sout) = server.finish(Duration::from_secs(30));
+    assert!(
+        !cok && (cout.contains("client 1: write: ") || cout.contains("client 1: read: ")),
+        "the client of a child that could not serve must fail:\n{cout}\nserver:\n{sout}"
+    );
+    assert!(
+        !sok && sout.contains("child 0: read: ENOTCONN") && sout.contains("server done, 1 bad"),
+        "the child's inherited rsocket must fail with ENOTCONN:\n{sout}"
+    );
+    assert!(
+        sout.contains("fork: 2 rsocket number(s) left to the parent"),
+        "the child's log line is missing:\n{sout}"
+    );
+    eprintln!(
+        "| server | client | result | time |\n| --- | --- | --- | --- |\n{}\nwithout the mode, ours: {}",
+        table.join("\n"),
+        cout.trim()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

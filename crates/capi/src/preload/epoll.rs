@@ -64,6 +64,10 @@ pub unsafe extern "C" fn epoll_ctl(
     fd: c_int,
     event: *mut epoll_event,
 ) -> c_int {
+    if op != libc::EPOLL_CTL_DEL {
+        // A fork-mode socket moves first: an rsocket is watched in this module's half.
+        super::forksafe::resolve(fd);
+    }
     // An rsocket, or a number added while it was one (it fell back to TCP since: it stays in
     // this module's half until deleted or closed, and is waited on as the plain fd it is).
     let ours = get(fd).is_some()

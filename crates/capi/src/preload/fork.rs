@@ -7,8 +7,8 @@
 //! `RDMAV_FORK_SAFE` mode, does exactly that). So, registered with `pthread_atfork` when
 //! the table first gets a number:
 //!
-//! - **prepare** (in the forking thread) takes the epoll sets', the table's and the
-//!   rsocket registry's locks, in that order (the order every other path takes them in, if
+//! - **prepare** (in the forking thread) takes the epoll sets', the table's, the
+//!   rsocket registry's and the fork mode's (`forksafe`) locks, in that order (the order every other path takes them in, if
 //!   it takes more than one), so that no other thread holds one at the fork;
 //! - **parent** releases them;
 //! - **child** empties the table *without dropping* its entries (a drop would `rclose` the
@@ -19,6 +19,10 @@
 //!   `accept` fails with `EINVAL`, and `close` closes only the child's placeholder: the
 //!   parent's connection and listener go on untouched. `RVERBS_CAPI_LOG=1` names how many
 //!   were left to the parent. Sockets the child makes after the fork are rsockets as usual.
+//!   The fork mode's sockets (`RDMAV_FORK_SAFE`, `forksafe`) are still TCP connections: the
+//!   child keeps them, and whichever process first reads or writes one moves it to an
+//!   rsocket; a switch another thread of the parent was making at the fork is forgotten in
+//!   the child (the parent finishes it).
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -33,6 +37,7 @@ use super::{epoll, Sock, MARKS};
 #[allow(clippy::type_complexity)]
 struct Held {
     // Dropped in reverse order of taking: fields drop top to bottom.
+    pending: MutexGuard<'static, BTreeMap<c_int, super::forksafe::State>>,
     _registry: RwLockWriteGuard<'static, Vec<Option<Arc<crate::rsocket::RSocket>>>>,
     table: MutexGuard<'static, BTreeMap<c_int, Arc<Sock>>>,
     _sets: MutexGuard<'static, epoll::Sets>,
@@ -46,8 +51,10 @@ extern "C" fn prepare() {
     let sets = epoll::sets();
     let table = super::table();
     let registry = crate::rsocket::registry_mut();
+    let pending = super::forksafe::pending();
     HELD.with(|h| {
         *h.borrow_mut() = Some(Held {
+            pending,
             _registry: registry,
             table,
             _sets: sets,
@@ -70,6 +77,7 @@ extern "C" fn child() {
             m.store(0, std::sync::atomic::Ordering::Release);
         }
         let n = left.len();
+        super::forksafe::child_after_fork(&mut held.pending);
         // The parent's: never closed from here (see the module's doc).
         std::mem::forget(left);
         drop(held);

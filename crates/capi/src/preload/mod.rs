@@ -30,7 +30,7 @@
 //! rsockets' `RDMA_SQSIZE`, `RDMA_RQSIZE`, `RDMA_INLINE`), over the defaults of rsockets'
 //! configuration files (`crate::rsocket`). `fork`: the child leaves the parent's rsockets
 //! alone (`fork`'s module); rdma-core's `RDMAV_FORK_SAFE` mode (connections start on TCP and
-//! move to rsockets after the fork) is not there.
+//! move to rsockets on their first data call, after the fork) is `forksafe`'s.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,6 +42,7 @@ pub mod calls;
 mod config;
 pub mod epoll;
 mod fork;
+pub(crate) mod forksafe;
 mod real;
 #[cfg(test)]
 mod tests;

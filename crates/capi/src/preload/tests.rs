@@ -805,3 +805,187 @@ fn preload_config_picks_programs_and_sockets() {
         "no rules: every socket"
     );
 }
+
+/// A real TCP socket (not the preload's `socket`) recorded in fork mode's `st`, as the
+/// preload's `socket` makes one with `RDMAV_FORK_SAFE` set (the mode is read once per
+/// process, so the tests record the states themselves).
+fn fork_mode_socket(st: p::forksafe::State) -> c_int {
+    // SAFETY: integers only.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+    p::forksafe::set(fd, st);
+    fd
+}
+
+fn connect_to(fd: c_int, at: std::net::SocketAddrV4) {
+    let a = sin(at);
+    // SAFETY: [buf] a sockaddr_in.
+    let r = unsafe { p::connect(fd, (&a as *const libc::sockaddr_in).cast(), SIN_LEN) };
+    assert_eq!(r, 0, "connect: {}", std::io::Error::last_os_error());
+}
+
+fn read_n(fd: c_int, n: usize) -> Vec<u8> {
+    let mut b = vec![0u8; n];
+    // SAFETY: [buf] b.
+    let v = unsafe { p::recv(fd, b.as_mut_ptr().cast(), n, libc::MSG_WAITALL) };
+    assert_eq!(v, n as isize, "recv: {}", std::io::Error::last_os_error());
+    b
+}
+
+#[test]
+fn fork_mode_reads_rdmav_fork_safe_as_atoi() {
+    use p::forksafe::atoi;
+    for (s, v) in [
+        ("1", 1),
+        ("0", 0),
+        ("", 0),
+        ("yes", 0),
+        (" 2x", 2),
+        ("-1", -1),
+        ("+7", 7),
+    ] {
+        assert_eq!(atoi(s), v, "{s:?}");
+    }
+}
+
+/// The connecting side's switch reads the peer's first 4 bytes without taking them: a peer
+/// that sends anything else first (a plain TCP server with a greeting) keeps the
+/// connection TCP, its bytes intact; one that closes keeps it TCP too (end of stream).
+#[test]
+fn fork_mode_connecting_side_stays_tcp_unless_the_peer_switches() {
+    use p::forksafe::{state, State};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let std::net::SocketAddr::V4(at) = l.local_addr().unwrap() else {
+        unreachable!()
+    };
+    // A loopback connect leaves the mode at once.
+    let fd = fork_mode_socket(State::Fresh);
+    connect_to(fd, at);
+    assert_eq!(state(fd), None, "a loopback connection stays TCP");
+    close(fd);
+    let _ = l.accept().unwrap();
+    // Recorded as connected (as after a connect to another host): the first read switches.
+    let fd = fork_mode_socket(State::Fresh);
+    connect_to(fd, at);
+    p::forksafe::set(fd, State::Active);
+    let (mut peer, _) = l.accept().unwrap();
+    peer.write_all(b"hello").unwrap();
+    assert_eq!(read_n(fd, 5), b"hello");
+    assert_eq!(state(fd), None);
+    assert!(get(fd).is_none(), "stayed TCP");
+    close(fd);
+    // The peer closes: end of stream, as TCP.
+    let fd = fork_mode_socket(State::Fresh);
+    connect_to(fd, at);
+    p::forksafe::set(fd, State::Active);
+    drop(l.accept().unwrap());
+    let mut b = [0u8; 4];
+    // SAFETY: [buf] b.
+    assert_eq!(unsafe { p::read(fd, b.as_mut_ptr().cast(), 4) }, 0);
+    assert_eq!(state(fd), None);
+    close(fd);
+    // The switch message, then no rsockets listener where it points (no RDMA device here):
+    // the message is the protocol's and is taken; the program reads the peer's data.
+    let fd = fork_mode_socket(State::Fresh);
+    connect_to(fd, at);
+    p::forksafe::set(fd, State::Active);
+    let (mut peer, _) = l.accept().unwrap();
+    peer.write_all(&[0, 0, 0, 0]).unwrap();
+    peer.write_all(b"data").unwrap();
+    assert_eq!(read_n(fd, 4), b"data");
+    assert_eq!(state(fd), None);
+    assert!(get(fd).is_none());
+    close(fd);
+}
+
+/// The accepting side: a listener in fork mode (bound to the wildcard address) marks what it
+/// accepts; the first data call on a loopback connection leaves it TCP without sending the
+/// switch message; a `dup` of the listener is a fork-mode listener too; `close` forgets; a
+/// forked child keeps the accepted socket's state (it switches in the child).
+#[test]
+fn fork_mode_accepting_side_marks_switches_and_survives_fork() {
+    use p::forksafe::{state, State};
+    let l = fork_mode_socket(State::Fresh);
+    let any = sin("0.0.0.0:0".parse().unwrap());
+    // SAFETY: [buf] a sockaddr_in.
+    let r = unsafe { p::bind(l, (&any as *const libc::sockaddr_in).cast(), SIN_LEN) };
+    assert_eq!(r, 0, "bind: {}", std::io::Error::last_os_error());
+    // SAFETY: integers only.
+    assert_eq!(unsafe { p::listen(l, 4) }, 0);
+    assert_eq!(state(l), Some(State::Listening));
+    // SAFETY: integers only.
+    let l2 = unsafe { p::dup(l) };
+    assert!(l2 >= 0);
+    assert_eq!(state(l2), Some(State::Listening));
+    close(l2);
+    assert_eq!(state(l2), None, "close forgets");
+    // SAFETY: all-zero bytes are a sockaddr_in.
+    let mut name: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    let mut len = SIN_LEN;
+    // SAFETY: [out] name, len.
+    unsafe { p::getsockname(l, (&mut name as *mut libc::sockaddr_in).cast(), &mut len) };
+    let port = u16::from_be(name.sin_port);
+    let mut client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    // SAFETY: NULL address.
+    let c = unsafe { p::accept4(l, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
+    assert!(c >= 0, "accept: {}", std::io::Error::last_os_error());
+    assert_eq!(state(c), Some(State::Passive));
+    // SAFETY: the child below calls only this crate's functions on its own fds and `_exit`s.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let code = (|| {
+            if state(c) != Some(State::Passive) {
+                return 10;
+            }
+            // The child serves the connection: a loopback one stays TCP, no message sent.
+            let msg = b"from the child";
+            // SAFETY: [buf] msg.
+            if unsafe { p::write(c, msg.as_ptr().cast(), msg.len()) } != msg.len() as isize {
+                return 11;
+            }
+            if state(c).is_some() || get(c).is_some() {
+                return 12;
+            }
+            0
+        })();
+        // SAFETY: ends the child without running the parent's exit handlers.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: [out] an int.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child's check failed: exit code {}",
+        libc::WEXITSTATUS(status)
+    );
+    let mut got = [0u8; 14];
+    client.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"from the child", "no switch message before the data");
+    assert_eq!(
+        state(c),
+        Some(State::Passive),
+        "the parent's copy is untouched"
+    );
+    close(c);
+    assert_eq!(state(c), None);
+    close(l);
+    assert_eq!(state(l), None);
+}
+
+/// A switch another thread of the parent was making at the fork is forgotten in the child
+/// (that thread is not there to finish it: a wait for it would never end).
+#[test]
+fn fork_mode_child_forgets_switches_in_progress() {
+    use p::forksafe::State;
+    let mut m = std::collections::BTreeMap::new();
+    m.insert(70001, State::Switching);
+    m.insert(70002, State::Passive);
+    m.insert(70003, State::Listening);
+    p::forksafe::child_after_fork(&mut m);
+    assert_eq!(
+        m.into_iter().collect::<Vec<_>>(),
+        vec![(70002, State::Passive), (70003, State::Listening)]
+    );
+}

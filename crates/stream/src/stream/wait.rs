@@ -80,10 +80,15 @@ impl Mode<'_> {
     }
 
     /// The tokio layer's try: `fd_ready` says whether its readiness fd fired since its last
-    /// try (then both channels are read first, else none).
+    /// try (then both channels are read first, the completion channel for one event, else
+    /// none).
     #[cfg(feature = "tokio")]
     pub(super) fn waking(waker: &Waker, fd_ready: bool) -> Mode<'_> {
-        Mode::Arm(Some(waker), if fd_ready { EV_COMP | EV_CM } else { 0 })
+        // One completion event at most: the stream has one CQ and arms it only after the
+        // last arm's event was read (`maybe_event`), so reading on to `EAGAIN` would cost a
+        // system call per wake-up for nothing (docs/perf.md, "Where a gRPC call over RDMA
+        // spends its system calls").
+        Mode::Arm(Some(waker), if fd_ready { EV_COMP_ONE | EV_CM } else { 0 })
     }
 
     pub(super) fn or_try(nonblocking: bool) -> Mode<'static> {

@@ -2,9 +2,10 @@
 
 use libc::{c_int, c_void, iovec, msghdr, off_t, size_t, sockaddr, socklen_t, ssize_t};
 
+use super::get_io as get;
 use crate::ibverbs::set_errno;
+use crate::preload::errno;
 use crate::preload::real::real;
-use crate::preload::{errno, get};
 use crate::rsocket as r;
 
 /// `read(2)`: `rread` or the next `read`.

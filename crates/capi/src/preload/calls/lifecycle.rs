@@ -6,16 +6,18 @@ use std::sync::Arc;
 use libc::{c_int, sockaddr, socklen_t};
 
 use super::tcp_stream;
-use super::{fall_back, log, loopback};
+use super::{apply_env_options, fall_back, log, loopback};
 use crate::ibverbs::set_errno;
-use crate::preload::config::{config_allows, env_options};
+use crate::preload::config::config_allows;
+use crate::preload::forksafe::{self, State};
 use crate::preload::real::real;
 use crate::preload::{errno, get, insert, remove, Sock};
 use crate::rsocket as r;
 
 /// `socket(2)`: a TCP stream socket over IPv4 or IPv6 becomes an rsocket behind a real
-/// socket's number (the module's doc); anything else, or when no rsocket can be made, the
-/// next `socket`.
+/// socket's number (the module's doc), or in rdma-core's fork mode (`RDMAV_FORK_SAFE`) a
+/// real socket that moves to an rsocket later (`forksafe`); anything else, or when no
+/// rsocket can be made, the next `socket`.
 ///
 /// # Safety
 /// Takes integers only.
@@ -30,27 +32,18 @@ pub unsafe extern "C" fn socket(domain: c_int, type_: c_int, protocol: c_int) ->
         log("socket: not for this program by preload_config, a plain TCP socket");
         return fd;
     }
+    if forksafe::enabled() {
+        // rdma-core's fork mode: TCP until the first data call (`forksafe`).
+        forksafe::set(fd, State::Fresh);
+        return fd;
+    }
     // SAFETY: integers only.
     let rs = unsafe { r::rsocket(domain, libc::SOCK_STREAM | (type_ & libc::SOCK_NONBLOCK), 0) };
     if rs < 0 {
         log("socket: no rsocket, a plain TCP socket");
         return fd;
     }
-    for &(opt, v) in env_options() {
-        if let Some(v) = v {
-            // SAFETY: [buf] a c_int of ours, its size given. Failure keeps the default, as
-            // rdma-core's preload.
-            unsafe {
-                r::rsetsockopt(
-                    rs,
-                    r::SOL_RDMA,
-                    opt,
-                    (&v as *const c_int).cast(),
-                    size_of::<c_int>() as socklen_t,
-                )
-            };
-        }
-    }
+    apply_env_options(rs);
     drop(insert(fd, Arc::new(Sock { rs, domain })));
     fd
 }
@@ -110,7 +103,14 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
         fall_back(fd, "rlisten failed");
     }
     // SAFETY: integers only.
-    unsafe { (real().listen)(fd, backlog) }
+    let ret = unsafe { (real().listen)(fd, backlog) };
+    if ret == 0 && forksafe::state(fd) == Some(State::Fresh) {
+        match forksafe::name_is_loopback(fd) {
+            true => forksafe::forget(fd),
+            false => forksafe::set(fd, State::Listening),
+        }
+    }
+    ret
 }
 
 /// `accept4(2)`: a listening rsocket's next connection, as an rsocket behind a new real
@@ -128,7 +128,11 @@ pub unsafe extern "C" fn accept4(
     let rl = real();
     let Some(s) = get(fd) else {
         // SAFETY: [out] as this function's contract.
-        return unsafe { (rl.accept4)(fd, addr, addrlen, flags) };
+        let n = unsafe { (rl.accept4)(fd, addr, addrlen, flags) };
+        if n >= 0 && forksafe::state(fd) == Some(State::Listening) {
+            forksafe::set(n, State::Passive);
+        }
+        return n;
     };
     if flags & !(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) != 0 {
         set_errno(libc::EINVAL);
@@ -205,6 +209,13 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, addrlen: sock
                 &format!("rconnect: {}", std::io::Error::from_raw_os_error(e)),
             );
         }
+    } else if forksafe::state(fd) == Some(State::Fresh) {
+        // SAFETY: [buf] as this function's contract.
+        if unsafe { loopback(addr, addrlen) } {
+            forksafe::forget(fd);
+        } else {
+            forksafe::set(fd, State::Active);
+        }
     }
     // SAFETY: [buf] as this function's contract.
     unsafe { (real().connect)(fd, addr, addrlen) }
@@ -233,6 +244,7 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
 #[cfg_attr(feature = "preload", no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     drop(remove(fd));
+    forksafe::forget(fd);
     crate::preload::epoll::forget(fd);
     // SAFETY: integers only.
     unsafe { (real().close)(fd) }
@@ -244,18 +256,21 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 /// Takes integers only; \[fd\].
 #[cfg_attr(feature = "preload", no_mangle)]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    forksafe::resolve(fd);
     // SAFETY: integers only.
     let n = unsafe { (real().dup)(fd) };
     if n >= 0 {
         if let Some(s) = get(fd) {
             drop(insert(n, s));
         }
+        forksafe::copy(fd, n);
     }
     n
 }
 
 /// `dup3` and `dup2`: `new` forgets what it was and shares `old`'s rsocket.
 fn dup_onto(old: c_int, new: c_int, f: impl FnOnce() -> c_int) -> c_int {
+    forksafe::resolve(old);
     let s = get(old);
     let n = f();
     if n >= 0 && old != new {
@@ -263,6 +278,8 @@ fn dup_onto(old: c_int, new: c_int, f: impl FnOnce() -> c_int) -> c_int {
             Some(s) => insert(new, s),
             None => remove(new),
         };
+        forksafe::forget(new);
+        forksafe::copy(old, new);
         crate::preload::epoll::forget(new);
         drop(before);
     }

@@ -25,7 +25,7 @@ pub use options::*;
 pub use readiness::*;
 
 /// Logs `what` when `RVERBS_CAPI_LOG` is set (as the rest of the library).
-fn log(what: &str) {
+pub(crate) fn log(what: &str) {
     if std::env::var_os("RVERBS_CAPI_LOG").is_some() {
         eprintln!("librspreload: {what}");
     }
@@ -43,7 +43,7 @@ fn tcp_stream(domain: c_int, type_: c_int, protocol: c_int) -> bool {
 ///
 /// # Safety
 /// \[buf\] `addr` NULL or `len` readable bytes.
-unsafe fn loopback(addr: *const sockaddr, len: socklen_t) -> bool {
+pub(crate) unsafe fn loopback(addr: *const sockaddr, len: socklen_t) -> bool {
     // SAFETY: [buf] as this function's contract.
     match unsafe { r::sockaddr_in(addr, len) } {
         Ok(std::net::SocketAddr::V4(a)) => a.ip().is_loopback(),
@@ -62,4 +62,30 @@ fn fall_back(fd: c_int, why: &str) {
         drop(s);
     }
     set_errno(saved);
+}
+
+/// Sets the preload's `RS_SQ_SIZE`, `RS_RQ_SIZE`, `RS_INLINE` on the rsocket `rs` (failure
+/// keeps the default, as rdma-core's preload).
+pub(crate) fn apply_env_options(rs: c_int) {
+    for &(opt, v) in super::config::env_options() {
+        if let Some(v) = v {
+            // SAFETY: [buf] a c_int of ours, its size given.
+            unsafe {
+                r::rsetsockopt(
+                    rs,
+                    r::SOL_RDMA,
+                    opt,
+                    (&v as *const c_int).cast(),
+                    size_of::<c_int>() as socklen_t,
+                )
+            };
+        }
+    }
+}
+
+/// The rsocket behind `fd` for a call that moves data or waits for it: a fork-mode socket
+/// (`RDMAV_FORK_SAFE`) switches first (`super::forksafe`).
+pub(crate) fn get_io(fd: c_int) -> Option<std::sync::Arc<super::Sock>> {
+    super::forksafe::resolve(fd);
+    super::get(fd)
 }

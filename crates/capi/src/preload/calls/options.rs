@@ -20,10 +20,17 @@ use crate::rsocket as r;
 #[cfg_attr(feature = "preload", no_mangle)]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
     let rl = real();
+    let dupfd = cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC;
+    if dupfd {
+        crate::preload::forksafe::resolve(fd);
+    }
     // SAFETY: as this function's contract.
     let n = unsafe { (rl.fcntl)(fd, cmd, arg) };
     if n < 0 {
         return n;
+    }
+    if dupfd {
+        crate::preload::forksafe::copy(fd, n);
     }
     if let Some(s) = get(fd) {
         match cmd {
@@ -60,6 +67,10 @@ pub(crate) const FIONBIO: c_ulong = libc::FIONBIO as c_ulong;
 #[cfg_attr(feature = "preload", no_mangle)]
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
     let rl = real();
+    if request == FIONREAD {
+        // The bytes to read are the rsocket's once a fork-mode socket has moved.
+        crate::preload::forksafe::resolve(fd);
+    }
     let Some(s) = get(fd) else {
         // SAFETY: as this function's contract.
         return unsafe { (rl.ioctl)(fd, request, arg) };

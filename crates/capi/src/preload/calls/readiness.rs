@@ -7,7 +7,7 @@ use libc::{c_int, fd_set, nfds_t, pollfd, sigset_t, timespec, timeval};
 
 use crate::ibverbs::set_errno;
 use crate::preload::real::real;
-use crate::preload::{errno, get, maybe, Sock};
+use crate::preload::{errno, forksafe, get, maybe, Sock};
 use crate::rsocket as r;
 
 /// Runs `rpoll` over `fds` with the table's numbers replaced by their rsockets (kept alive
@@ -62,6 +62,9 @@ pub unsafe extern "C" fn poll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) ->
     }
     // SAFETY: [buf] as this function's contract: nfds pollfds, ours for the call.
     let v = unsafe { std::slice::from_raw_parts_mut(fds, nfds as usize) };
+    for p in v.iter() {
+        forksafe::resolve(p.fd);
+    }
     if !v.iter().any(|p| maybe(p.fd)) {
         // SAFETY: as this function's contract.
         return unsafe { (real().poll)(fds, nfds, timeout) };
@@ -105,6 +108,9 @@ pub unsafe extern "C" fn ppoll(
     let plain = fds.is_null() || nfds == 0 || nfds > 1 << 20 || {
         // SAFETY: [buf] as this function's contract.
         let v = unsafe { std::slice::from_raw_parts(fds, nfds as usize) };
+        for p in v {
+            forksafe::resolve(p.fd);
+        }
         !v.iter().any(|p| maybe(p.fd))
     };
     if plain {
@@ -148,6 +154,7 @@ unsafe fn select_translated(
             }
         }
         if events != 0 {
+            forksafe::resolve(fd);
             any |= maybe(fd);
             fds.push(pollfd {
                 fd,
