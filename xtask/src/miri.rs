@@ -45,9 +45,6 @@ const SUITES: &[(&str, &[&str])] = &[
             // The siw rings against the simulated kernel thread, the INLINE copy racing a
             // shared writer, the refusals and lying geometries.
             "tests::siw_",
-            // The EFA driver against its lying fake kernel: the pool of request ids, the
-            // READs' tickets (the oracle scripts read files: host tests only).
-            "tests::efa_driver",
             "--skip",
             "fast_paths_agree_with_the_general_rules",
         ],

@@ -405,57 +405,6 @@ pub trait QpOps: Send + fmt::Debug {
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         None
     }
-
-    /// For a provider whose send completions name the request they complete, whatever order
-    /// the queue completes in (EFA SRD: the request id of the descriptor, libefa's `wrid`
-    /// slot): what says whether a request given a ticket by
-    /// [`post_send_ticketed`](Self::post_send_ticketed) is over. The core then releases the
-    /// sink of each RDMA READ (the result buffer of each atomic) when its own request is
-    /// over, not when an ordered completion passes it (docs/architecture.md, the ledger).
-    /// Asked once, when the QP is created. Default: `None` (rxe, siw, mlx5: their READs and
-    /// atomics complete in order and their completions say so by opcode).
-    fn send_tickets(&self) -> Option<std::sync::Arc<dyn SendTickets>> {
-        None
-    }
-
-    /// [`post_send`](Self::post_send), and for each request of `wrs` that went to the queue
-    /// and that the device writes local memory for (an RDMA READ's sink, an atomic's result)
-    /// `(its index in wrs, a ticket)` pushed to `tickets` (which the caller empties first)
-    /// that the QP's [`SendTickets::is_over`] knows. The core calls it instead of
-    /// `post_send` only where [`send_tickets`](Self::send_tickets) gave `Some`, and only for
-    /// a list with such a request (the ledger's path); a request with no ticket pushed is
-    /// held until the QP's destroy. Default: `post_send`, no tickets.
-    ///
-    /// # Safety
-    /// As for [`post_send`](Self::post_send).
-    unsafe fn post_send_ticketed(
-        &mut self,
-        qp: KernelObj<'_>,
-        wrs: &[SendWr<'_>],
-        tickets: &mut Vec<(usize, u64)>,
-    ) -> std::result::Result<(), PostError> {
-        let _ = tickets;
-        // SAFETY: forwarded to the caller.
-        unsafe { self.post_send(qp, wrs) }
-    }
-}
-
-/// Whether a send request given a ticket ([`QpOps::post_send_ticketed`]) is over: a queue
-/// whose completions name their request (EFA), shared by the QP's poster and its CQ's
-/// poller ([`QpOps::send_tickets`]).
-pub trait SendTickets: Send + Sync + fmt::Debug {
-    /// True once the provider took the completion of the request that got `ticket` from the
-    /// CQ, whatever its status (the device gave the request back: it writes its memory no
-    /// more); false while it is outstanding, and for good for a ticket the queue never gave
-    /// or a request its RESET discarded (it never completes: held until the QP's destroy).
-    /// Never true for a ticket before its request's completion was polled, whatever the
-    /// device names in its completions.
-    fn is_over(&self, ticket: u64) -> bool;
-
-    /// How many completions of the queue the provider has taken so far (wrapping): no ticket
-    /// becomes over unless it moved, so the core asks [`is_over`](Self::is_over) again only
-    /// when it did (once per poll, not once per completion).
-    fn completions(&self) -> u64;
 }
 
 /// An SRQ's data path.

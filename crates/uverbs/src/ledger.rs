@@ -33,11 +33,6 @@
 //!   its window, and so the regions the window keeps, until a later or equal signaled READ,
 //!   atomic or bind completed with success ([`SendLedger::keep`]), so that no window is
 //!   deallocated (its key handed to a new window) while a bind naming it may still execute.
-//! - **a send queue whose completions name their request** (EFA SRD, which completes in no
-//!   fixed order and reports a READ as a SEND): that READ's own completion was polled. The
-//!   provider gives each READ a ticket at the post and says when the request that got it is
-//!   over ([`Tickets`]); every completion polled for the QP's send queue makes the ledger ask
-//!   about the READs it holds, and release exactly those that are over ([`SendLedger::over`]).
 //! - the QP (or SRQ) is destroyed: every provider stops placing data for a QP before its
 //!   destroy returns (siw: under the QP's state lock, which its receive path takes; rxe:
 //!   `rxe_cleanup_task` waits, with no timeout, for the QP's tasks, where every copy runs).
@@ -167,21 +162,6 @@ impl<R: Holdable> Registry<R> {
             Some(None) => Found::Borrowed,
             None => Found::Nothing,
         }
-    }
-}
-
-/// Whether the send request given a ticket is over: the provider's
-/// `SendTickets::is_over` (`driver.rs`), type-erased so that the ledger imports no seam.
-/// `over`: `SendTickets::is_over`; `taken`: `SendTickets::completions`.
-#[derive(Clone)]
-pub(crate) struct Tickets {
-    pub(crate) over: Arc<dyn Fn(u64) -> bool + Send + Sync>,
-    pub(crate) taken: Arc<dyn Fn() -> u64 + Send + Sync>,
-}
-
-impl std::fmt::Debug for Tickets {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Tickets")
     }
 }
 
@@ -596,20 +576,6 @@ pub(crate) struct SendLedger<R> {
     signaled_other: VecDeque<u64>,
     /// Sources held up to a request number.
     src: Vec<Held<R>>,
-    /// A queue whose completions name their request (EFA): whether the request given a
-    /// ticket is over. Its READs' sinks are held per request (`by_ticket`), not by number.
-    tickets: Option<Tickets>,
-    /// [`hold`](Self::hold)'s finds for the READs about to be posted (their index in the list),
-    /// moved to `by_ticket` for those that went to the queue (with `tickets`).
-    pending: Vec<(usize, Arc<R>)>,
-    /// The provider's tickets of the last post: `(index in the list, ticket)`.
-    got: Vec<(usize, u64)>,
-    /// The sinks of posted READs, each with its request's ticket: released when that request
-    /// is over, whatever the others do. At most one entry per SGE of each READ outstanding.
-    by_ticket: Vec<(u64, Arc<R>)>,
-    /// The provider's completion count when [`over`](Self::over) last asked: no ticket is
-    /// over since unless it moved (so a poll of k completions asks once, not k times).
-    asked: Option<u64>,
 }
 
 impl<R> Default for SendLedger<R> {
@@ -624,11 +590,6 @@ impl<R> Default for SendLedger<R> {
             wrs: 0,
             signaled_other: VecDeque::new(),
             src: Vec::new(),
-            tickets: None,
-            pending: Vec::new(),
-            got: Vec::new(),
-            by_ticket: Vec::new(),
-            asked: None,
         }
     }
 }
@@ -649,34 +610,6 @@ impl<R: Holdable> SendLedger<R> {
         }
     }
 
-    /// A send queue whose completions name their request: each READ's sink is held until
-    /// `tickets` says that READ is over ([`over`](Self::over)).
-    pub(crate) fn ticketed(tickets: Tickets) -> Self {
-        SendLedger {
-            tickets: Some(tickets),
-            ..SendLedger::default()
-        }
-    }
-
-    /// True when the provider gives tickets ([`ticketed`](Self::ticketed)): the post goes
-    /// through `QpOps::post_send_ticketed`, into [`tickets_out`](Self::tickets_out).
-    #[inline]
-    pub(crate) fn is_ticketed(&self) -> bool {
-        self.tickets.is_some()
-    }
-
-    /// The list the provider's ticketed post fills, emptied.
-    pub(crate) fn tickets_out(&mut self) -> &mut Vec<(usize, u64)> {
-        self.got.clear();
-        &mut self.got
-    }
-
-    /// What [`hold`](Self::hold) found for requests that did not go to the queue: the caller
-    /// drops it after the ledger's lock (it may be a region's last handle).
-    pub(crate) fn take_pending(&mut self) -> Vec<(usize, Arc<R>)> {
-        std::mem::take(&mut self.pending)
-    }
-
     /// As [`RecvLedger::hold`], for the READ sinks and atomic results of `wrs`, and with
     /// `sources` the regions the other requests read (borrowed ones are read as before, not
     /// held: their release cannot wait).
@@ -685,9 +618,6 @@ impl<R: Holdable> SendLedger<R> {
         reg: &Registry<R>,
         wrs: &[SendWr<'_, S>],
     ) -> Option<(usize, u32)> {
-        if self.tickets.is_some() {
-            return self.hold_ticketed(reg, wrs);
-        }
         let mut ord = self.sinks;
         for (i, w) in wrs.iter().enumerate() {
             if !writes_local(&w.op) {
@@ -714,93 +644,9 @@ impl<R: Holdable> SendLedger<R> {
         None
     }
 
-    /// [`hold`](Self::hold) on a ticketed queue: what each READ (atomic) writes is kept aside
-    /// with its index until [`posted`](Self::posted) pairs it with its ticket.
-    #[cold]
-    #[inline(never)]
-    fn hold_ticketed<S: SgeList>(
-        &mut self,
-        reg: &Registry<R>,
-        wrs: &[SendWr<'_, S>],
-    ) -> Option<(usize, u32)> {
-        // Left by a post that panicked before `take_pending`: never dropped under this lock
-        // (it may be a region's last handle), held until the QP's destroy instead.
-        for (_, region) in self.pending.drain(..) {
-            self.held.push(Held {
-                last: u64::MAX,
-                region,
-            });
-        }
-        for (i, w) in wrs.iter().enumerate() {
-            if !writes_local(&w.op) {
-                continue;
-            }
-            for s in w.sge {
-                let lkey = s.raw_sge().lkey;
-                match reg.find(lkey) {
-                    Found::Owned(region) => self.pending.push((i, region)),
-                    Found::Borrowed => return Some((i, lkey)),
-                    Found::Nothing => {}
-                }
-            }
-        }
-        None
-    }
-
-    /// The first `went` requests of the list [`hold`](Self::hold) saw went to the queue, and
-    /// the provider gave the tickets in `got`: each READ's sink held under its ticket; one the
-    /// provider gave no ticket held until the QP's destroy (as an untracked sink: numbered
-    /// past any completion). Those past `went` stay in `pending` for the caller to drop.
-    #[cold]
-    #[inline(never)]
-    fn posted_ticketed(&mut self, went: usize) {
-        let mut rest = Vec::new();
-        for (i, region) in self.pending.drain(..) {
-            if i >= went {
-                rest.push((i, region));
-                continue;
-            }
-            match self.got.iter().find(|(j, _)| *j == i) {
-                Some(&(_, t)) => self.by_ticket.push((t, region)),
-                None => self.held.push(Held {
-                    last: u64::MAX,
-                    region,
-                }),
-            }
-        }
-        self.pending = rest;
-        self.got.clear();
-    }
-
-    /// A completion of this queue was polled (ticketed queues: [`ticketed`](Self::ticketed)):
-    /// lets go of (into `freed`) the sinks of every READ whose request the provider says is
-    /// over, and of no other. Asks about every READ held, not only the one completed: the
-    /// provider's word, not the completion's, decides.
-    pub(crate) fn over(&mut self, freed: &mut Freed<R>) {
-        let Some(t) = &self.tickets else { return };
-        if self.by_ticket.is_empty() {
-            return;
-        }
-        // Read before the questions: a completion taken meanwhile moves it again, and the
-        // next settle asks again.
-        let taken = (t.taken)();
-        if self.asked == Some(taken) {
-            return;
-        }
-        self.asked = Some(taken);
-        retain_into(
-            &mut self.by_ticket,
-            |(k, _)| !(t.over)(*k),
-            |(_, r)| freed.0.push(Gone::Region(r)),
-        );
-    }
-
     /// `wrs` went to the queue.
     #[inline]
     pub(crate) fn posted<S: SgeList>(&mut self, wrs: &[SendWr<'_, S>], sig_all: bool) {
-        if self.tickets.is_some() {
-            self.posted_ticketed(wrs.len());
-        }
         for w in wrs {
             let signaled = sig_all || w.flags.contains(SendFlags::SIGNALED);
             if ordered(&w.op) {
@@ -895,7 +741,7 @@ impl<R: Holdable> SendLedger<R> {
 
     #[cfg(test)]
     fn holding(&self) -> usize {
-        self.held.len() + self.src.len() + self.kept.len() + self.by_ticket.len()
+        self.held.len() + self.src.len() + self.kept.len()
     }
 }
 
@@ -905,31 +751,24 @@ pub(crate) struct QpLedger<R> {
     qp_num: u32,
     /// siw: the send ledger holds sources too, and every post and completion goes through it.
     pub(crate) sources: bool,
-    /// The send ledger is ticketed ([`SendLedger::ticketed`], EFA): every completion of the
-    /// send queue asks it which READs are over.
-    pub(crate) ticketed: bool,
     pub(crate) send: LedgerLock<SendLedger<R>>,
     pub(crate) recv: Arc<LedgerLock<RecvLedger<R>>>,
 }
 
 impl<R: Holdable> QpLedger<R> {
-    /// `sources`: hold the regions sends read too (siw, [`SendLedger::holding_sources`]);
-    /// `tickets`: the provider names each send request's completion (EFA,
-    /// [`SendLedger::ticketed`]).
+    /// `sources`: hold the regions sends read too (siw, [`SendLedger::holding_sources`]).
     pub(crate) fn new(
         qp_num: u32,
         srq: Option<&Arc<LedgerLock<RecvLedger<R>>>>,
         sources: bool,
-        tickets: Option<Tickets>,
     ) -> Self {
         QpLedger {
             qp_num,
             sources,
-            ticketed: tickets.is_some(),
-            send: LedgerLock::new(match tickets {
-                Some(t) => SendLedger::ticketed(t),
-                None if sources => SendLedger::holding_sources(),
-                None => SendLedger::default(),
+            send: LedgerLock::new(if sources {
+                SendLedger::holding_sources()
+            } else {
+                SendLedger::default()
             }),
             recv: srq
                 .cloned()
@@ -1051,8 +890,7 @@ pub(crate) struct Watch<R> {
     tombs: AtomicUsize,
     /// How many live QPs here settle something on every completion (a copy of
     /// `WatchList::every`, kept under `list`'s lock, read without it as a hint): those whose receive queue alone completes here (`Role::Recv`: every completion
-    /// is a receive), siw's (`sources`: every success settles the send ledger) and EFA's
-    /// (`ticketed`: every send completion may end a READ, whose opcode is SEND). With none
+    /// is a receive), and siw's (`sources`: every success settles the send ledger). With none
     /// and no tombstone, only a receive's completion or a successful ordered one can settle a
     /// ledger ([`Seen::may_settle`]), and a poll of other completions skips the lock.
     every: AtomicUsize,
@@ -1109,7 +947,7 @@ impl<R: Holdable> Watch<R> {
         let n = list
             .live
             .iter()
-            .filter(|(l, r)| *r == Role::Recv || l.sources || l.ticketed)
+            .filter(|(l, r)| *r == Role::Recv || l.sources)
             .count();
         list.every = n;
         self.every.store(n, Ordering::Relaxed);
@@ -1500,9 +1338,6 @@ fn settle_one<R: Holdable>(
         Role::Send | Role::Both if ok && sink => lock(&l.send).sink_completed(freed),
         Role::Both if is_recv(role, opcode.0) => lock(&l.recv).completed(wr_id, freed),
         Role::Send | Role::Both if ok && l.sources => lock(&l.send).other_completed(freed),
-        // A completion of a ticketed send queue (EFA), any status: the provider says which
-        // READs are over (`SendLedger::over`).
-        Role::Send | Role::Both if l.ticketed => lock(&l.send).over(freed),
         _ => {}
     }
 }

@@ -351,15 +351,6 @@ impl Qp {
                     // siw alone reads a source through the reference it took when the
                     // request started: sources are held too (ledger::SendLedger).
                     ctx.driver_id() == crate::device::DriverId::SIW,
-                    // A provider whose send completions name their request (EFA): each READ's
-                    // sink is released by its own completion (ledger::SendLedger::ticketed).
-                    ops.send_tickets().map(|t| {
-                        let u = t.clone();
-                        crate::ledger::Tickets {
-                            over: Arc::new(move |ticket| t.is_over(ticket)),
-                            taken: Arc::new(move || u.completions()),
-                        }
-                    }),
                 ));
                 if Arc::ptr_eq(&init.send_cq, &init.recv_cq) {
                     init.send_cq.watch().add(&ledger, Role::Both);

@@ -10,7 +10,7 @@ use std::cell::UnsafeCell;
 use std::sync::atomic::{fence, AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 
-use rverbs_uverbs::driver::{CqOps, KernelObj, QpOps, SendTickets};
+use rverbs_uverbs::driver::{CqOps, KernelObj, QpOps};
 use rverbs_uverbs::qp::QpCaps;
 use rverbs_uverbs::PostError;
 use rverbs_uverbs::{Error, RecvWr, SendFlags, SendOp, SendWr, Sge, WorkCompletion};
@@ -24,29 +24,11 @@ use crate::mlx5::barrier::{dma_rmb_device, mmio_wmb, wc_store_barrier};
 /// under `wqlock`): the `wr_id` of each request id and the pool of free ids (a stack: a
 /// completed id is the next one used, as in libefa). `pool_next` is the number of requests
 /// outstanding (libefa's `wqe_posted - wqe_completed`): ids `pool[..pool_next]` are taken.
-///
-/// Unlike libefa's, the pool stays a permutation of the ids: `pos` is its inverse, so that a
-/// completion naming an id that is not outstanding (a device naming an id twice, or one it
-/// was not given) is refused instead of pushing a second copy of it (libefa would then give
-/// one id to two requests). The free part, `pool[pool_next..]`, is libefa's, so the ids
-/// posts take are libefa's.
-///
-/// Tickets ([`SendTickets`]): each id has a generation, moved on by each completion of the
-/// id; a READ's ticket is its id, the id's generation when it was taken and the queue's
-/// `epoch` (its RESETs), so it is over exactly when that READ's own completion was taken.
 #[derive(Debug)]
 pub(crate) struct Wq {
     wrid: Vec<u64>,
     pool: Vec<u32>,
     pool_next: usize,
-    /// `pos[id]`: where `id` is in `pool`.
-    pos: Vec<u32>,
-    /// `gen[id]`: completions of `id` so far (wrapping).
-    gen: Vec<u16>,
-    /// RESETs so far; at `u32::MAX` no more tickets are given (held until the destroy).
-    epoch: u32,
-    /// Completions taken so far (wrapping): [`SendTickets::completions`].
-    taken: u64,
 }
 
 impl Wq {
@@ -55,34 +37,7 @@ impl Wq {
             wrid: vec![0; n as usize],
             pool: (0..n).collect(),
             pool_next: 0,
-            pos: (0..n).collect(),
-            gen: vec![0; n as usize],
-            epoch: 0,
-            taken: 0,
         }
-    }
-
-    /// The ticket of the request that just took `id` ([`SendTickets`]): `epoch` << 32 |
-    /// the id's generation << 16 | `id`. `None` once the epochs ran out.
-    #[inline]
-    fn ticket(&self, id: u16) -> Option<u64> {
-        (self.epoch != u32::MAX).then(|| {
-            u64::from(self.epoch) << 32 | u64::from(self.gen[usize::from(id)]) << 16 | u64::from(id)
-        })
-    }
-
-    /// True when the request that got `ticket` is over: taken before no RESET since, and its
-    /// id completed since (the id's generation moved: only its own completion moves it, as
-    /// no other request holds the id meanwhile). A ticket never given (an id out of range,
-    /// another epoch) is never over.
-    fn is_over(&self, ticket: u64) -> bool {
-        let id = (ticket & 0xffff) as usize;
-        (ticket >> 32) as u32 == self.epoch
-            && self.epoch != u32::MAX
-            && self
-                .gen
-                .get(id)
-                .is_some_and(|&g| g != (ticket >> 16) as u16)
     }
 
     #[inline(always)]
@@ -105,32 +60,15 @@ impl Wq {
     }
 
     /// Gives request id `id` back; its `wr_id`, or `None` when the device named an id that is
-    /// not outstanding (out of range, never taken, or already given back).
+    /// not outstanding (out of range, or nothing outstanding).
     fn complete(&mut self, id: u16) -> Option<u64> {
-        let i = usize::from(id);
-        let at = *self.pos.get(i)? as usize;
-        if at >= self.pool_next {
+        let id = u32::from(id);
+        if id as usize >= self.wrid.len() || self.pool_next == 0 {
             return None;
         }
-        // `id` to the top of the free stack (libefa: `pool[--next] = id`); the taken id that
-        // was there to `id`'s place, so that the pool stays a permutation.
-        let last = self.pool_next - 1;
-        let other = self.pool[last];
-        self.pool[at] = other;
-        self.pos[other as usize] = at as u32;
-        self.pool[last] = u32::from(id);
-        self.pos[i] = last as u32;
-        self.pool_next = last;
-        self.gen[i] = self.gen[i].wrapping_add(1);
-        self.taken = self.taken.wrapping_add(1);
-        Some(self.wrid[i])
-    }
-
-    /// The queue was RESET: nothing outstanding, and the tickets of before never over (their
-    /// requests never complete; what they hold waits for the QP's destroy).
-    fn reset(&mut self) {
-        self.pool_next = 0;
-        self.epoch = self.epoch.saturating_add(1);
+        self.pool_next -= 1;
+        self.pool[self.pool_next] = id;
+        Some(self.wrid[id as usize])
     }
 }
 
@@ -145,44 +83,6 @@ pub(crate) struct WqLock {
 // SAFETY: the `Wq` inside is reached only through a `WqGuard`, of which one exists at a time
 // (the `locked` flag, taken with Acquire and given back with Release); `Wq` is `Send`.
 unsafe impl Sync for WqLock {}
-
-impl SendTickets for WqLock {
-    fn is_over(&self, ticket: u64) -> bool {
-        self.lock().is_over(ticket)
-    }
-    fn completions(&self) -> u64 {
-        self.lock().taken
-    }
-}
-
-/// Where a post puts the tickets of its READs: nowhere (`()`, the usual post: compiled out),
-/// or a list of `(index in the list, ticket)` ([`QpOps::post_send_ticketed`]).
-trait TicketSink {
-    const ON: bool;
-    fn put(&mut self, wr: &SendWr<'_>, ticket: u64);
-}
-
-impl TicketSink for () {
-    const ON: bool = false;
-    #[inline(always)]
-    fn put(&mut self, _: &SendWr<'_>, _: u64) {}
-}
-
-/// The tickets of a list whose first request is at `base`.
-struct Tickets<'a> {
-    base: *const SendWr<'a>,
-    out: &'a mut Vec<(usize, u64)>,
-}
-
-impl TicketSink for Tickets<'_> {
-    const ON: bool = true;
-    fn put(&mut self, wr: &SendWr<'_>, ticket: u64) {
-        // Its index from its address (`wr` is an element of the list at `base`).
-        let i = (wr as *const SendWr<'_> as usize - self.base as usize)
-            / std::mem::size_of::<SendWr<'_>>();
-        self.out.push((i, ticket));
-    }
-}
 
 impl WqLock {
     pub(crate) fn new(wq: Wq) -> WqLock {
@@ -429,13 +329,7 @@ impl EfaQp {
     /// buffer descriptors (`length` | `lkey` << 32, then the address), the inline bytes, or a
     /// READ's remote buffer (total length | `rkey` << 32, address) and its local one.
     #[inline(always)]
-    fn build<T: TicketSink>(
-        sq: &Sq,
-        sig_all: bool,
-        wr: &SendWr<'_>,
-        wq: &mut Wq,
-        tickets: &mut T,
-    ) -> Result<(), Refusal> {
+    fn build(sq: &Sq, sig_all: bool, wr: &SendWr<'_>, wq: &mut Wq) -> Result<(), Refusal> {
         #[inline(always)]
         fn buf(s: &Sge) -> u64 {
             (u64::from(s.length) | u64::from(s.lkey & LKEY_MASK) << 32).to_le()
@@ -536,11 +430,6 @@ impl EfaQp {
             return Err(Refusal::NoDest);
         };
         let req_id = wq.take(wr.wr_id);
-        if T::ON && matches!(wr.op, SendOp::RdmaRead { .. }) {
-            if let Some(t) = wq.ticket(req_id) {
-                tickets.put(wr, t);
-            }
-        }
         let w0 = (u64::from(req_id)
             | u64::from(ctrl1) << 16
             | sq.ctrl2
@@ -556,16 +445,11 @@ impl EfaQp {
     /// One request: no batch to count (`max_batch` ≥ 1, so a list of one rings once, after
     /// its descriptor, as [`EfaQp::post_list`] would).
     #[inline(never)]
-    fn post_one<T: TicketSink>(
-        sq: &mut Sq,
-        sig_all: bool,
-        wr: &SendWr<'_>,
-        tickets: &mut T,
-    ) -> Result<(), PostError> {
+    fn post_one(sq: &mut Sq, sig_all: bool, wr: &SendWr<'_>) -> Result<(), PostError> {
         // The queue's fields borrowed apart: the WQ locked through its field, no `Arc`
         // clone.
         let mut wq = sq.wq.lock();
-        if let Err(r) = EfaQp::build(sq, sig_all, wr, &mut wq, tickets) {
+        if let Err(r) = EfaQp::build(sq, sig_all, wr, &mut wq) {
             return Err(refused(sq, &wq, 0, 0, wr, r));
         }
         Sq::advance(&mut sq.pc, &mut sq.phase, &mut sq.ctrl2, sq.mask);
@@ -580,16 +464,11 @@ impl EfaQp {
     /// `max_batch` of them and after the last. Out of line so that the one-request post
     /// keeps its registers.
     #[inline(never)]
-    fn post_list<T: TicketSink>(
-        sq: &mut Sq,
-        sig_all: bool,
-        wrs: &[SendWr<'_>],
-        tickets: &mut T,
-    ) -> Result<(), PostError> {
+    fn post_list(sq: &mut Sq, sig_all: bool, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
         let mut wq = sq.wq.lock();
         let mut batch = 0u32;
         for wr in wrs {
-            if let Err(r) = EfaQp::build(sq, sig_all, wr, &mut wq, tickets) {
+            if let Err(r) = EfaQp::build(sq, sig_all, wr, &mut wq) {
                 // The requests before it are posted: rung (libefa's `ring_db`). Its index
                 // from its address: no counter to keep in the loop.
                 let i = (wr as *const SendWr<'_> as usize - wrs.as_ptr() as usize)
@@ -717,33 +596,8 @@ impl QpOps for EfaQp {
         // Two out-of-line bodies, each with the registers its case needs (a dispatcher
         // without a frame of its own): one request, the usual post, and a list.
         match wrs {
-            [wr] => EfaQp::post_one(&mut self.sq, self.sig_all, wr, &mut ()),
-            _ => EfaQp::post_list(&mut self.sq, self.sig_all, wrs, &mut ()),
-        }
-    }
-
-    /// Only an SRD QP with READ has sinks to release (EFA has no atomics).
-    fn send_tickets(&self) -> Option<Arc<dyn SendTickets>> {
-        self.sq
-            .read
-            .then(|| self.sq.wq.clone() as Arc<dyn SendTickets>)
-    }
-
-    unsafe fn post_send_ticketed(
-        &mut self,
-        _qp: KernelObj<'_>,
-        wrs: &[SendWr<'_>],
-        tickets: &mut Vec<(usize, u64)>,
-    ) -> Result<(), PostError> {
-        // The same posts as `post_send`'s, each READ's ticket put in `tickets` once it took
-        // its request id (a separate copy: `post_send`'s has no ticket code at all).
-        let mut t = Tickets {
-            base: wrs.as_ptr(),
-            out: tickets,
-        };
-        match wrs {
-            [wr] => EfaQp::post_one(&mut self.sq, self.sig_all, wr, &mut t),
-            _ => EfaQp::post_list(&mut self.sq, self.sig_all, wrs, &mut t),
+            [wr] => EfaQp::post_one(&mut self.sq, self.sig_all, wr),
+            _ => EfaQp::post_list(&mut self.sq, self.sig_all, wrs),
         }
     }
     unsafe fn post_recv(
@@ -811,7 +665,7 @@ impl QpOps for EfaQp {
         // libefa `efa_qp_init_indices`: counts and producer counters to 0 (the phase and
         // the id pool's order stay as they were).
         for wq in [&self.sq.wq, &self.rq.wq] {
-            wq.lock().reset();
+            wq.lock().pool_next = 0;
         }
         self.sq.pc = 0;
         self.rq.pc = 0;

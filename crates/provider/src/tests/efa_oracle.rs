@@ -23,11 +23,10 @@ use std::sync::{Arc, Mutex};
 use crate::efa::abi::*;
 use crate::efa::driver::{alloc_ucontext_cmd, EfaDriver, EfaInfo, EfaMap, EfaMem, QP_TYPE_DRIVER};
 use rverbs_uverbs::ah::AhAttr;
-use rverbs_uverbs::driver::{CqCreated, CqOps, Driver, QpCreated, QpOps, QpRequest, SendTickets};
+use rverbs_uverbs::driver::{CqCreated, CqOps, Driver, QpCreated, QpOps, QpRequest};
 use rverbs_uverbs::kernel::mapping::MapAccess;
 use rverbs_uverbs::qp::{QpCaps, QpType};
-use rverbs_uverbs::{OpKind, PostError, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
-use rverbs_uverbs::{WcOpcode, WorkCompletion};
+use rverbs_uverbs::{OpKind, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion};
 use zerocopy::{FromBytes, IntoBytes};
 
 pub(super) const PAGE: usize = 4096;
@@ -115,20 +114,6 @@ struct Run {
     ahs: Vec<Option<u32>>,
     inline: Vec<Vec<u8>>,
     next_handle: u32,
-    /// Each QP's number, by script id.
-    qpns: Vec<u32>,
-    /// The READs posted through `post_send_ticketed` (a QP with tickets: SRD with READ).
-    reads: Vec<Read>,
-}
-
-/// A READ's ticket, checked at every poll: over exactly once its own completion was polled
-/// (any status), never when a RESET discarded it.
-struct Read {
-    qp: usize,
-    wr_id: u64,
-    ticket: u64,
-    tickets: Arc<dyn SendTickets>,
-    polled: bool,
 }
 
 fn arg<'a>(t: &[&'a str], key: &str) -> Option<&'a str> {
@@ -166,62 +151,6 @@ fn set<T>(v: &mut Vec<Option<T>>, i: usize, x: T) {
 }
 
 impl Run {
-    /// Posts `wrs` to QP `id` as the core does: through `post_send_ticketed` where the QP gives
-    /// tickets (recording each READ's), else `post_send`. The bytes are the oracle's either way.
-    fn post_sends(&mut self, id: usize, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
-        let qp = self.qps[id].as_mut().unwrap();
-        let Some(tickets) = qp.send_tickets() else {
-            // SAFETY: non-inline SGEs are never dereferenced (no device); inline ones name
-            // buffers this run keeps.
-            return unsafe { qp.post_send(kobj(), wrs) };
-        };
-        let mut got = Vec::new();
-        // SAFETY: as above.
-        let r = unsafe { qp.post_send_ticketed(kobj(), wrs, &mut got) };
-        let went = r.as_ref().map_or_else(|e| e.posted(), |()| wrs.len());
-        for &(i, ticket) in &got {
-            assert!(i < went && matches!(wrs[i].op, SendOp::RdmaRead { .. }));
-            assert!(!tickets.is_over(ticket), "a READ just posted is not over");
-            self.reads.push(Read {
-                qp: id,
-                wr_id: wrs[i].wr_id,
-                ticket,
-                tickets: tickets.clone(),
-                polled: false,
-            });
-        }
-        let reads = wrs[..went]
-            .iter()
-            .filter(|w| matches!(w.op, SendOp::RdmaRead { .. }))
-            .count();
-        assert_eq!(got.len(), reads, "one ticket per READ posted");
-        r
-    }
-
-    /// After a poll of `wcs`: each send completion is the first not yet polled READ of its
-    /// QP and `wr_id`, if it is one; every READ's ticket is over exactly when it was polled.
-    fn check_reads(&mut self, wcs: &[WorkCompletion]) {
-        for w in wcs.iter().filter(|w| w.opcode == WcOpcode::SEND) {
-            let qpns = &self.qpns;
-            if let Some(r) = self
-                .reads
-                .iter_mut()
-                .find(|r| !r.polled && r.wr_id == w.wr_id && qpns[r.qp] == w.qp_num)
-            {
-                r.polled = true;
-            }
-        }
-        for r in &self.reads {
-            assert_eq!(
-                r.tickets.is_over(r.ticket),
-                r.polled,
-                "READ wr_id {} of QP {}: over only once its own completion is polled",
-                r.wr_id,
-                r.qp
-            );
-        }
-    }
-
     fn region(&mut self, name: String, addr: *const u8, len: usize) {
         self.regions.push(Region {
             name,
@@ -430,19 +359,12 @@ impl Run {
             "reset" => {
                 let id = num(t, "qp", 0) as usize;
                 self.qps[id].as_mut().unwrap().reset();
-                // Discarded: their tickets are never over (checked at the next polls).
-                for r in self.reads.iter_mut().filter(|r| r.qp == id) {
-                    r.polled = false;
-                    r.wr_id = u64::MAX;
-                }
             }
             "destroy_qp" => {
                 let id = num(t, "qp", 0) as usize;
                 self.qps[id] = None;
-                self.reads.retain(|r| r.qp != id);
             }
             "close" => {
-                self.reads.clear();
                 self.qps.clear();
                 self.ahs.clear();
                 self.cqs.clear();
@@ -461,7 +383,9 @@ impl Run {
                     .zip(&sges)
                     .map(|(g, s)| self.send_wr(g, s))
                     .collect();
-                match self.post_sends(id, &wrs) {
+                let qp = self.qps[id].as_mut().unwrap();
+                // SAFETY: as for `send`.
+                match unsafe { qp.post_send(kobj(), &wrs) } {
                     Ok(()) => {}
                     Err(e) if e.posted() == 0 => self.out.push_str("  = err\n"),
                     Err(e) => {
@@ -483,7 +407,10 @@ impl Run {
                     self.bench(t, id, Wrs::Send(&wrs));
                     return;
                 }
-                if let Err(e) = self.post_sends(id, &wrs) {
+                let qp = self.qps[id].as_mut().unwrap();
+                // SAFETY: non-inline SGEs are never dereferenced (no device); inline ones name
+                // buffers this run keeps.
+                if let Err(e) = unsafe { qp.post_send(kobj(), &wrs) } {
                     let _ = writeln!(self.out, "  = err at {}", e.posted());
                 }
             }
@@ -532,7 +459,6 @@ impl Run {
                 let n = num(t, "n", 1) as usize;
                 let mut wc = vec![WorkCompletion::default(); n];
                 let got = self.cqs[id].as_mut().unwrap().0.poll(&mut wc);
-                self.check_reads(&wc[..got]);
                 for w in &wc[..got] {
                     let opcode = if w.status.0 == 0 {
                         w.opcode.0.to_string()
@@ -663,10 +589,6 @@ impl Run {
             srq_handle: None,
         };
         let qpn = num(t, "qpn", 0x100 + id as u64) as u32;
-        if self.qpns.len() <= id {
-            self.qpns.resize(id + 1, 0);
-        }
-        self.qpns[id] = qpn;
         let (scq_idx, rcq_idx) = (num(t, "scq_idx", 0) as u16, num(t, "rcq_idx", 1) as u16);
         let llq_off = num(t, "llq_off", 0) as u32;
         let sq_db_off = num(t, "sq_db_off", 0) as u32;

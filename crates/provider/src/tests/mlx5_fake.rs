@@ -27,24 +27,12 @@ use rverbs_uverbs::kernel::ioctl::IoctlCall;
 pub const PAGE: usize = 4096;
 
 /// A command fd for the seam: /dev/null, opened once and kept for the process (the mlx5 data
-/// path never uses it: no write() doorbells; the EFA driver's fakes map their own memory,
-/// `efa_oracle::FakeMem`). Under Miri, whose isolation refuses to open files, standard error
-/// instead: an fd that is open for the whole process and that nothing here reads or writes
-/// through, so that the EFA seam tests (`efa_driver`, `efa_oracle`) run there too.
+/// path never uses it: no write() doorbells).
 pub fn fd() -> std::os::fd::BorrowedFd<'static> {
-    #[cfg(miri)]
-    {
-        // SAFETY: fd 2 is open for the life of the process (no test closes it), and the
-        // fakes only pass it along.
-        unsafe { std::os::fd::BorrowedFd::borrow_raw(2) }
-    }
-    #[cfg(not(miri))]
-    {
-        use std::os::fd::AsFd;
-        static NULL: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
-        NULL.get_or_init(|| std::fs::File::open("/dev/null").unwrap())
-            .as_fd()
-    }
+    use std::os::fd::AsFd;
+    static NULL: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
+    NULL.get_or_init(|| std::fs::File::open("/dev/null").unwrap())
+        .as_fd()
 }
 
 /// A kernel object on [`fd`].

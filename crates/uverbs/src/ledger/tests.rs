@@ -346,7 +346,7 @@ fn an_unsignaled_read_alone_waits_for_the_qp() {
     let (a, fa) = region(&reg, 1, true);
     let sa = [sge(1)];
     let wrs = [read(&sa, false)];
-    let l = Arc::new(QpLedger::<Fake>::new(9, None, false, None));
+    let l = Arc::new(QpLedger::<Fake>::new(9, None, false));
     assert_eq!(lock(&l.send).hold(&reg, &wrs), None);
     lock(&l.send).posted(&wrs, false);
     drop(a);
@@ -377,7 +377,7 @@ fn sq_sig_all_signals_every_read() {
 #[test]
 fn a_cq_counts_what_it_can_classify() {
     let reg = Registry::default();
-    let l = Arc::new(QpLedger::<Fake>::new(3, None, false, None));
+    let l = Arc::new(QpLedger::<Fake>::new(3, None, false));
     let (a, fa) = region(&reg, 1, true);
     let sa = [sge(1)];
     assert_eq!(lock(&l.recv).hold(&reg, &[RecvWr::new(0, &sa[..])]), None);
@@ -407,7 +407,7 @@ fn a_cq_counts_what_it_can_classify() {
     assert!(freed(&fa));
 
     // On the QP's own receive CQ every completion is a receive's, flushes included.
-    let l = Arc::new(QpLedger::<Fake>::new(3, None, false, None));
+    let l = Arc::new(QpLedger::<Fake>::new(3, None, false));
     let (b, fb) = region(&reg, 2, true);
     let sb = [sge(2)];
     assert_eq!(lock(&l.recv).hold(&reg, &[RecvWr::new(0, &sb[..])]), None);
@@ -422,7 +422,7 @@ fn a_cq_counts_what_it_can_classify() {
 #[test]
 fn a_send_cq_releases_reads_on_their_success_only() {
     let reg = Registry::default();
-    let l = Arc::new(QpLedger::<Fake>::new(3, None, false, None));
+    let l = Arc::new(QpLedger::<Fake>::new(3, None, false));
     let (a, fa) = region(&reg, 1, true);
     let sa = [sge(1)];
     let wrs = [read(&sa, true)];
@@ -453,7 +453,7 @@ fn qp_with_held_receive(
     qpn: u32,
     lkey: u32,
 ) -> (Arc<QpLedger<Fake>>, Arc<AtomicBool>) {
-    let l = Arc::new(QpLedger::<Fake>::new(qpn, None, false, None));
+    let l = Arc::new(QpLedger::<Fake>::new(qpn, None, false));
     let (a, fa) = region(reg, lkey, true);
     let sa = [sge(lkey)];
     assert_eq!(lock(&l.recv).hold(reg, &[RecvWr::new(0, &sa[..])]), None);
@@ -747,7 +747,7 @@ fn sources_are_held_on_siw_only() {
 #[test]
 fn a_cq_releases_siw_sources_on_a_sends_success_only() {
     let reg = Registry::default();
-    let l = Arc::new(QpLedger::<Fake>::new(3, None, true, None));
+    let l = Arc::new(QpLedger::<Fake>::new(3, None, true));
     let (a, fa) = region(&reg, 1, true);
     let sa = [sge(1)];
     let wrs = [send(&sa, SendFlags::SIGNALED)];
@@ -781,7 +781,7 @@ fn srq_with_held_receive(
     wr_id: u64,
     lkey: u32,
 ) -> (Arc<QpLedger<Fake>>, Arc<AtomicBool>) {
-    let l = Arc::new(QpLedger::<Fake>::new(qpn, Some(srq), false, None));
+    let l = Arc::new(QpLedger::<Fake>::new(qpn, Some(srq), false));
     let (a, fa) = region(reg, lkey, true);
     let sa = [sge(lkey)];
     let w = [RecvWr::new(wr_id, &sa[..])];
@@ -1017,7 +1017,7 @@ fn post_bind<R: Holdable>(l: &QpLedger<R>, w: SendWr<'static>, what: Arc<dyn Sen
 #[test]
 fn a_posted_bind_keeps_its_window_until_its_completion() {
     let reg = Registry::default();
-    let l = Arc::new(QpLedger::<Fake>::new(5, None, false, None));
+    let l = Arc::new(QpLedger::<Fake>::new(5, None, false));
     let send = Watch::default();
     send.add(&l, Role::Send);
     // A signaled READ before the bind.
@@ -1055,7 +1055,7 @@ fn a_posted_bind_keeps_its_window_until_its_completion() {
 /// (the QP's destroy).
 #[test]
 fn an_unsignaled_bind_waits_for_the_next_signaled_one_or_the_destroy() {
-    let l = Arc::new(QpLedger::<Fake>::new(6, None, false, None));
+    let l = Arc::new(QpLedger::<Fake>::new(6, None, false));
     let send = Watch::default();
     send.add(&l, Role::Send);
     let (g1, g2) = (
@@ -1083,7 +1083,7 @@ fn an_unsignaled_bind_waits_for_the_next_signaled_one_or_the_destroy() {
 /// or after the last bind succeeds (review of issue 31: the list grew by one per bind).
 #[test]
 fn rebinding_one_window_keeps_one_entry_until_the_last_bind_is_over() {
-    let l = Arc::new(QpLedger::<Fake>::new(8, None, false, None));
+    let l = Arc::new(QpLedger::<Fake>::new(8, None, false));
     let send = Watch::default();
     send.add(&l, Role::Send);
     let gone = Arc::new(AtomicBool::new(false));
@@ -1208,7 +1208,7 @@ fn what_a_settle_releases_is_dropped_after_the_locks() {
             qp: OnceLock::new(),
         });
         let reg = Registry::default();
-        let l = Arc::new(QpLedger::<Probe>::new(4, None, sources, None));
+        let l = Arc::new(QpLedger::<Probe>::new(4, None, sources));
         p.qp.set(l.clone()).unwrap();
         p.watch.add(&l, role);
         let (r, dropped, under) = probe(&p, &reg, 1);
@@ -1276,7 +1276,7 @@ fn what_a_tombstone_or_a_retire_releases_is_dropped_after_the_locks() {
         });
         let reg = Registry::default();
         let srq = Arc::new(LedgerLock::new(RecvLedger::shared()));
-        let l = Arc::new(QpLedger::<Probe>::new(7, Some(&srq), false, None));
+        let l = Arc::new(QpLedger::<Probe>::new(7, Some(&srq), false));
         p.watch.add(&l, Role::Recv);
         // Its receive ledger is the SRQ's: `any_held` checks the SRQ's lock too.
         p.qp.set(l.clone()).unwrap();
@@ -1332,7 +1332,7 @@ fn what_a_tombstone_or_a_retire_releases_is_dropped_after_the_locks() {
 fn a_stale_every_count_is_read_again_under_the_lock() {
     let reg = Registry::default();
     let watch = Watch::default();
-    let l = Arc::new(QpLedger::<Fake>::new(3, None, false, None));
+    let l = Arc::new(QpLedger::<Fake>::new(3, None, false));
     watch.add(&l, Role::Recv);
     let (a, fa) = region(&reg, 1, true);
     let (b, fb) = region(&reg, 2, true);
@@ -1359,7 +1359,7 @@ fn a_stale_every_count_is_read_again_under_the_lock() {
 /// bound after it stays.
 #[test]
 fn kept_windows_are_the_distinct_windows_bound_since_the_last_ordered_success() {
-    let l = Arc::new(QpLedger::<Fake>::new(9, None, false, None));
+    let l = Arc::new(QpLedger::<Fake>::new(9, None, false));
     let send = Watch::default();
     send.add(&l, Role::Send);
     let flags: Vec<_> = (0..5).map(|_| Arc::new(AtomicBool::new(false))).collect();
@@ -1392,176 +1392,4 @@ fn kept_windows_are_the_distinct_windows_bound_since_the_last_ordered_success() 
     );
     assert!(!freed(&later), "the bind after the READ is still kept");
     assert_eq!(lock(&l.send).holding(), 1);
-}
-
-/// The provider's side of a ticketed queue (EFA): the tickets it calls over.
-fn tickets() -> (Tickets, Arc<Mutex<Vec<u64>>>) {
-    let over = Arc::new(Mutex::new(Vec::new()));
-    let o = over.clone();
-    let o2 = over.clone();
-    (
-        Tickets {
-            over: Arc::new(move |t| lock(&*o).contains(&t)),
-            // Moves whenever the set of tickets over grows (the provider's completions).
-            taken: Arc::new(move || lock(&*o2).len() as u64),
-        },
-        over,
-    )
-}
-
-/// What a ticketed post refused (index, key) and handed back (not posted).
-type Ticketed<R> = (Option<(usize, u32)>, Vec<(usize, Arc<R>)>);
-
-/// A post on a ticketed ledger, as `Qp::post_send_checked` makes it: hold, the provider's
-/// tickets for the first `went` requests (`(index, ticket)`), posted; what did not go to the
-/// queue handed back.
-fn post_ticketed<R: Holdable>(
-    l: &QpLedger<R>,
-    reg: &Registry<R>,
-    wrs: &[SendWr<'_>],
-    went: usize,
-    given: &[(usize, u64)],
-) -> Ticketed<R> {
-    let mut s = lock(&l.send);
-    let refused = s.hold(reg, wrs);
-    s.tickets_out().extend_from_slice(given);
-    s.posted(&wrs[..went], false);
-    let rest = s.take_pending();
-    (refused, rest)
-}
-
-/// A ticketed send queue (EFA SRD: completions in no fixed order, a READ's as a SEND's):
-/// each READ's sink is held until the provider says that READ is over, and then released
-/// by any completion of the QP's send queue polled after, whatever its status or opcode; not
-/// by another READ's being over, not by another QP's completions on a shared CQ; a region
-/// two READs write waits for both; a READ the provider gave no ticket waits for the QP's
-/// destroy.
-#[test]
-fn a_ticketed_read_is_released_when_its_own_request_is_over() {
-    let reg = Registry::default();
-    let (t, over) = tickets();
-    let l = Arc::new(QpLedger::<Fake>::new(3, None, false, Some(t)));
-    let other = Arc::new(QpLedger::<Fake>::new(4, None, false, None));
-    let (a, fa) = region(&reg, 1, true);
-    let (b, fb) = region(&reg, 2, true);
-    let (c, fc) = region(&reg, 3, true);
-    let (sa, sb, sc) = ([sge(1)], [sge(2)], [sge(3)]);
-    let send_a = send(&sa, SendFlags::SIGNALED);
-    // READ into a, SEND from a, READ into b, READ into a again, READ into c (no ticket).
-    let wrs = [
-        read(&sa, true),
-        send_a,
-        read(&sb, true),
-        read(&sa, true),
-        read(&sc, true),
-    ];
-    let (refused, rest) = post_ticketed(&l, &reg, &wrs, 5, &[(0, 10), (2, 20), (3, 30)]);
-    assert!(refused.is_none() && rest.is_empty());
-    drop((a, b, c));
-    let cq = Watch::default();
-    cq.add(&l, Role::Both);
-    cq.add(&other, Role::Both);
-    let sendc = |qp, ok| (qp, ok, WcOpcode::SEND.0, 0);
-    cq.settle_now([sendc(3, true)].into_iter(), None);
-    assert!(
-        !freed(&fa) && !freed(&fb) && !freed(&fc),
-        "nothing over yet"
-    );
-    // b's READ is over (it completed first, flushed): the next completion of QP 3 releases
-    // it; another QP's completion on the shared CQ asks nothing of QP 3.
-    lock(&*over).push(20);
-    cq.settle_now([sendc(4, true)].into_iter(), None);
-    assert!(!freed(&fb), "another QP's completion");
-    cq.settle_now([sendc(3, false)].into_iter(), None);
-    assert!(freed(&fb) && !freed(&fa), "its own request, flushed");
-    // a is written by two READs: the first over is not enough.
-    lock(&*over).push(10);
-    cq.settle_now([sendc(3, true)].into_iter(), None);
-    assert!(!freed(&fa), "the second READ into a is outstanding");
-    lock(&*over).push(30);
-    cq.settle_now([(3, true, WcOpcode::RECV.0, 0)].into_iter(), None);
-    assert!(
-        !freed(&fa),
-        "a receive's completion asks nothing of the send queue"
-    );
-    cq.settle_now([sendc(3, true)].into_iter(), None);
-    assert!(freed(&fa));
-    // c's READ got no ticket: held until the QP is destroyed.
-    assert!(!freed(&fc));
-    assert_eq!(lock(&l.send).holding(), 1);
-    cq.retire(&l, &mut Freed::default());
-    drop(l);
-    assert!(freed(&fc));
-}
-
-/// On a ticketed queue a READ into borrowed memory is refused (the requests before it go),
-/// an unknown key holds nothing, and what `hold` found for requests that did not go to the
-/// queue (a refused tail) is handed back, not held.
-#[test]
-fn a_ticketed_queue_holds_only_what_went_to_the_queue() {
-    let reg = Registry::default();
-    let (t, over) = tickets();
-    let l = QpLedger::<Fake>::new(3, None, false, Some(t));
-    let (a, fa) = region(&reg, 1, true);
-    let (b, fb) = region(&reg, 2, true);
-    let (_borrowed, _) = region(&reg, 7, false);
-    let (sa, sb, sx, s9) = ([sge(1)], [sge(2)], [sge(7)], [sge(9)]);
-    let wrs = [read(&s9, true), read(&sa, true), read(&sx, true)];
-    let (refused, rest) = post_ticketed(&l, &reg, &wrs[..2], 2, &[(0, 1), (1, 2)]);
-    assert!(refused.is_none() && rest.is_empty());
-    assert_eq!(lock(&l.send).holding(), 1, "an unknown key holds nothing");
-    let (refused, rest) = post_ticketed(&l, &reg, &wrs[1..], 1, &[(0, 3)]);
-    assert_eq!(refused, Some((1, 7)), "borrowed memory as a sink");
-    assert!(rest.is_empty());
-    // A list of two whose provider post took only the first.
-    let wrs = [read(&sa, true), read(&sb, true)];
-    let (_, rest) = post_ticketed(&l, &reg, &wrs, 1, &[(0, 4)]);
-    assert_eq!(rest.len(), 1);
-    drop(rest);
-    drop((a, b));
-    assert!(freed(&fb), "never posted, so never written");
-    assert!(!freed(&fa));
-    lock(&*over).extend([2, 3]);
-    lock(&l.send).over(&mut Freed::default());
-    assert!(!freed(&fa), "the last READ into a is outstanding");
-    lock(&*over).push(4);
-    lock(&l.send).over(&mut Freed::default());
-    assert!(freed(&fa));
-    assert_eq!(lock(&l.send).holding(), 0);
-}
-
-/// A poll of several completions of a ticketed QP asks about each READ held once, not once
-/// per completion: the provider's completion count did not move between them.
-#[test]
-fn a_poll_asks_about_each_read_once() {
-    let reg = Registry::default();
-    let asked = Arc::new(AtomicUsize::new(0));
-    let taken = Arc::new(AtomicU64::new(1));
-    let (a2, t2) = (asked.clone(), taken.clone());
-    let t = Tickets {
-        over: Arc::new(move |_| {
-            a2.fetch_add(1, Ordering::SeqCst);
-            false
-        }),
-        taken: Arc::new(move || t2.load(Ordering::SeqCst)),
-    };
-    let l = Arc::new(QpLedger::<Fake>::new(3, None, false, Some(t)));
-    let (_a, _) = region(&reg, 1, true);
-    let sa = [sge(1)];
-    let wrs = [read(&sa, true), read(&sa, true), read(&sa, true)];
-    post_ticketed(&l, &reg, &wrs, 3, &[(0, 1), (1, 2), (2, 3)]);
-    let cq = Watch::default();
-    cq.add(&l, Role::Send);
-    let batch = [(3, true, WcOpcode::SEND.0, 0); 5];
-    cq.settle_now(batch.into_iter(), None);
-    assert_eq!(
-        asked.load(Ordering::SeqCst),
-        3,
-        "three READs, asked once each"
-    );
-    cq.settle_now(batch.into_iter(), None);
-    assert_eq!(asked.load(Ordering::SeqCst), 3, "no completion taken since");
-    taken.fetch_add(1, Ordering::SeqCst);
-    cq.settle_now(batch[..1].iter().copied(), None);
-    assert_eq!(asked.load(Ordering::SeqCst), 6);
 }

@@ -122,21 +122,11 @@ impl Qp {
                 ok = &wrs[..i];
             }
         }
-        let mut failed = None;
         if !ok.is_empty() {
             let k = self.kobj();
-            // A ticketed queue (EFA: completions name their request) tells the ledger which
-            // ticket each READ got, so that its own completion releases its sink
-            // (crate::ledger).
-            let r = match ledger.as_mut() {
-                // SAFETY: as below (post_send_ticketed's contract is post_send's).
-                Some(l) if hold && l.is_ticketed() => unsafe {
-                    self.lock().post_send_ticketed(k, ok, l.tickets_out())
-                },
-                // SAFETY: forwarded to the caller; every operation of `ok` is in `send_ops`,
-                // what this QP's driver encodes on its type (QpOps::post_send's contract).
-                _ => unsafe { self.lock().post_send(k, ok) },
-            };
+            // SAFETY: forwarded to the caller; every operation of `ok` is in `send_ops`, what
+            // this QP's driver encodes on its type (QpOps::post_send's contract).
+            let r = unsafe { self.lock().post_send(k, ok) };
             if let Some(l) = ledger.as_mut() {
                 let ord = l.next_ordered();
                 let went = crate::ledger::went(&r, ok.len());
@@ -148,16 +138,9 @@ impl Qp {
                     }
                 }
             }
-            failed = r.err();
+            r.map_err(|e| self.post_error(e, PostQueue::Send))?;
         }
-        // What a ticketed ledger found for requests that did not go to the queue: maybe a
-        // region's last handle, let go of after the lock.
-        let leftover = ledger.as_mut().map(|l| l.take_pending());
         drop(ledger);
-        drop(leftover);
-        if let Some(e) = failed {
-            return Err(self.post_error(e, PostQueue::Send));
-        }
         match (refused, sink_fault) {
             (Some(i), Some(f)) => Err(self.post_error(PostError::refused(i, f), PostQueue::Send)),
             (Some(i), None) => Err(self.op_refused(i, wrs[i].op.kind())),
