@@ -63,7 +63,7 @@ pub const REPLY_PATCH_WHY: &str = "an initiator reads the MPA reply and no furth
 /// The third change, in `siw.h`, `siw_qp_tx.c` and `siw_verbs.c`: a short FPDU's payload is
 /// copied from user memory only by the thread that posted it, never by siw's transmit
 /// thread; whether the caller is the posting thread is a parameter of the transmit path, not
-/// a bit of the QP ([`TX_EDITS`]). (`-1` was a narrower form of the same fix, which kept the
+/// a bit of the QP (`TX_EDITS`). (`-1` was a narrower form of the same fix, which kept the
 /// bit.)
 pub const TX_PATCH: &str = "siw-tx-1seg-kthread-2";
 
@@ -73,19 +73,23 @@ pub const TX_PATCH_WHY: &str = "whether siw's transmit path runs in the posting 
     copies a short FPDU's payload (32 bytes or less) through the pinned pages, never with \
     copy_from_user (unpatched, it takes copy_from_user when a thread posting on the same QP \
     has the bit up: -EFAULT in the kernel thread, the QP terminates and both peers see \
-    DISCONNECTED; and setting the bit, which shares a byte with tx_suspend, can lose that \
-    flag's update)";
+    DISCONNECTED; and setting the bit, which shares a byte with tx_suspend, was one more \
+    unlocked writer of that byte)";
 
 /// The fourth change, in `siw_qp_tx.c`: a WQE whose last segment went out is complete, even
-/// when the connection went down meanwhile ([`LAST_EDITS`]).
-pub const LAST_PATCH: &str = "siw-tx-last-segment-1";
+/// when the connection went down meanwhile (`LAST_EDITS`).
+/// (`-1` completed such a WQE and then activated the next one, which let siw complete a READ
+/// activated meanwhile twice, from the ORQ and as the in-progress WQE: `-2` stops first.)
+pub const LAST_PATCH: &str = "siw-tx-last-segment-2";
 
 /// What [`LAST_PATCH`] does and why.
 pub const LAST_PATCH_WHY: &str = "a SEND, WRITE or READ response whose last segment went out \
     is complete when the peer closes the connection right after (unpatched, siw checks \
     tx_suspend, set by the peer's FIN, before it looks whether the segment was the last, and \
     completes a fully sent WQE with LOC_QP_OP_ERR: perftest's closing exchange failed so on \
-    7.3.4)";
+    7.3.4); the next WQE is then not activated while tx_suspend is set, so the SQ flush \
+    completes it once (activated, a READ would be completed twice: from the ORQ and as the \
+    in-progress WQE)";
 
 /// Every change the bed makes to siw's sources, in the order they are applied: name and why.
 pub const PATCHES: [(&str, &str); 4] = [
@@ -676,7 +680,10 @@ const TX_FILES: [&str; 3] = ["siw.h", "siw_qp_tx.c", "siw_verbs.c"];
 /// passes whether the caller is the posting thread down the transmit path as a parameter:
 /// `siw_qp_sq_process(qp, in_syscall)` → `siw_qp_sq_proc_tx` → `siw_qp_prepare_tx` →
 /// `siw_try_1seg`; `siw_post_send` passes `true` (a user QP only, as before), the transmit
-/// thread `false`.
+/// thread `false`. That removes one unlocked writer of the byte, not the race: `tx_suspend`
+/// still shares it with `use_sendpage`, `do_crc` and `pad`, which the transmit path writes
+/// for every FPDU, and `orq_fence` (a field of its own with `READ_ONCE`/`WRITE_ONCE` would
+/// close it; not done).
 const TX_EDITS: &[Edit] = &[
     Edit {
         file: "siw.h",
@@ -804,10 +811,14 @@ static int siw_try_1seg(struct siw_iwarp_tx *c_tx, void *paddr,
 /// LOC_QP_OP_ERR). `siw_cm_llp_state_change` sets `tx_suspend` when the peer's FIN arrives,
 /// from the socket's upcall, at any time: unpatched, a WQE whose last segment is already in
 /// TCP's hands fails when the peer, having received it, closes before the sending thread
-/// reaches the test.
-const LAST_EDITS: &[Edit] = &[Edit {
-    file: "siw_qp_tx.c",
-    from: "\t\tif (unlikely(c_tx->tx_suspend)) {
+/// reaches the test. Then, in `siw_qp_sq_process`, a completed WQE's successor is not
+/// activated while `tx_suspend` is set (what the `-ECONNABORTED` did before): activation puts a
+/// READ into the ORQ and leaves it `QUEUED`, the check at `next_wqe` returns, and
+/// `siw_sq_flush` completes that READ from the ORQ and again as the in-progress WQE.
+const LAST_EDITS: &[Edit] = &[
+    Edit {
+        file: "siw_qp_tx.c",
+        from: "\t\tif (unlikely(c_tx->tx_suspend)) {
 \t\t\t/*
 \t\t\t * Verbs, 6.4.: Try stopping sending after a full
 \t\t\t * DDP segment if the connection goes down
@@ -821,7 +832,7 @@ const LAST_EDITS: &[Edit] = &[Edit {
 \t\t\tgoto tx_done;
 \t\t}
 ",
-    to: "\t\tif (c_tx->pkt.ctrl.ddp_rdmap_ctrl & DDP_FLAG_LAST) {
+        to: "\t\tif (c_tx->pkt.ctrl.ddp_rdmap_ctrl & DDP_FLAG_LAST) {
 \t\t\t/*
 \t\t\t * All of the WQE is sent: it is complete, even
 \t\t\t * if the connection went down meanwhile.
@@ -839,9 +850,29 @@ const LAST_EDITS: &[Edit] = &[Edit {
 \t\t\tgoto tx_done;
 \t\t}
 ",
-    count: 1,
-    what: "siw_qp_sq_proc_tx's tests after a segment went out (tx_suspend, then DDP_FLAG_LAST)",
-}];
+        count: 1,
+        what: "siw_qp_sq_proc_tx's tests after a segment went out (tx_suspend, then DDP_FLAG_LAST)",
+    },
+    Edit {
+        file: "siw_qp_tx.c",
+        from: "\t\twqe->wr_status = SIW_WR_IDLE;
+\t\trv = siw_activate_tx(qp);
+",
+        to: "\t\twqe->wr_status = SIW_WR_IDLE;
+\t\tif (unlikely(qp->tx_ctx.tx_suspend)) {
+\t\t\t/*
+\t\t\t * The connection is going down: leave the next
+\t\t\t * WQE to the SQ flush, which completes it once.
+\t\t\t */
+\t\t\tspin_unlock_irqrestore(&qp->sq_lock, flags);
+\t\t\tgoto done;
+\t\t}
+\t\trv = siw_activate_tx(qp);
+",
+        count: 1,
+        what: "siw_qp_sq_process's activation of the next WQE after a completed one",
+    },
+];
 
 /// The edits of `edits` for `file` applied to its text: each `from` must occur exactly its
 /// `count` times (checked on the text as the edits before it left it), else an error names

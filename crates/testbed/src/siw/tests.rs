@@ -397,7 +397,11 @@ fn last_source() -> String {
      \t\t\trv = -ECONNABORTED;\n\t\t\tgoto tx_done;\n\t\t}\n\
      \t\tif (c_tx->pkt.ctrl.ddp_rdmap_ctrl & DDP_FLAG_LAST) {\n\
      \t\t\tsiw_dbg_qp(qp, \"WQE completed\\n\");\n\t\t\tgoto tx_done;\n\t\t}\n\
-     \t\tc_tx->state = SIW_SEND_HDR;\n"
+     \t\tc_tx->state = SIW_SEND_HDR;\n\
+     \t\tspin_lock_irqsave(&qp->sq_lock, flags);\n\
+     \t\twqe->wr_status = SIW_WR_IDLE;\n\
+     \t\trv = siw_activate_tx(qp);\n\
+     \t\tspin_unlock_irqrestore(&qp->sq_lock, flags);\n"
         .to_string()
 }
 
@@ -420,6 +424,16 @@ fn the_last_segment_patch_completes_a_sent_wqe_before_it_looks_at_tx_suspend() {
         ],
     );
     assert!(out.find("c_tx->state = SIW_SEND_HDR;").unwrap() > suspend);
+    // After a completed WQE, the next one is activated only while tx_suspend is clear.
+    let idle = out.find("wqe->wr_status = SIW_WR_IDLE;").unwrap();
+    let stop = out.find("if (unlikely(qp->tx_ctx.tx_suspend)) {").unwrap();
+    let activate = out.find("rv = siw_activate_tx(qp);").unwrap();
+    assert!(idle < stop && stop < activate, "{out}");
+    let unlock_and_leave = "\t\t\tspin_unlock_irqrestore(&qp->sq_lock, flags);\n\t\t\tgoto done;\n";
+    assert!(out[stop..activate].contains(unlock_and_leave), "{out}");
+    let e = patch_last(&src.replace("rv = siw_activate_tx(qp);", "rv = siw_activate(qp);"))
+        .unwrap_err();
+    assert!(e.0.contains("activation of the next WQE"), "{e}");
     let e = patch_last(&out).unwrap_err();
     assert!(e.0.contains("is not there as the bed knows it"), "{e}");
     let e = patch_last(&src.replace("(== peer halfclose)", "(peer halfclose)")).unwrap_err();

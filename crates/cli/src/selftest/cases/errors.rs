@@ -136,8 +136,10 @@ pub(super) fn err_flush(env: &Env, end: Instant) -> CaseResult {
 ///   still sending. Traced on 7.3.4: `wr type 0, ... data 64`, the responder's `init TERM`
 ///   and `sent TERM`, the requester's `got TERMINATE`, then `wqe type 0 processing failed:
 ///   -103` (docs/testing.md, "What else failed on 7.3.4"); the test bed's siw has that fixed
-///   (`siw-tx-last-segment-1`) and completes the WRITE with SUCCESS. A local failure of the
-///   send itself is `rc-error-lkey`'s case); the responder's memory is untouched and its
+///   (`siw-tx-last-segment-2`) and completes the WRITE with SUCCESS. Only a WQE that
+///   `siw_tx_hdt` sends (more than 32 bytes or more than one SGE: this WRITE's 64) can fail
+///   so; a short one goes out through `siw_tx_ctrl`, which has no such test. A local
+///   failure of the send itself is `rc-error-lkey`'s case); the responder's memory is untouched and its
 ///   posted receive is flushed (WR_FLUSH_ERR: it put its QP in ERROR), and so is the
 ///   requester's as the connection ends;
 /// - an RDMA READ, on a second connection: its completion is an error (REM_ACCESS_ERR, or
