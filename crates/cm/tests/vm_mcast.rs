@@ -522,26 +522,34 @@ fn interop_mcast_mckey_sends_to_rust() {
     drop(mr);
 }
 
-/// How many of an mckey sender's 10 datagrams `r` receives until mckey has exited for 1 s
-/// (at most 20 s: mckey sleeps 3 s after its join before sending), each checked to be
-/// mckey's (100 bytes with immediate data).
+/// How many of an mckey sender's 10 datagrams `r` receives, each checked to be mckey's (100
+/// bytes with immediate data). Decided by the protocol, not a timer: on 6.1, where rxe sends
+/// every datagram before mckey's teardown, the first one is waited for (bounded only to name
+/// a hang: 120 s); then mckey's exit is awaited and what the receive CQ holds by then is
+/// counted (on later kernels rxe flushes what mckey did not get out, so any count is right
+/// there and the callers only print it).
 fn receive_from_mckey(r: &Endpoint, c: &mut std::process::Child) -> usize {
-    let mut got = 0;
-    let end = Instant::now() + Duration::from_secs(20);
-    let mut exited_at = None;
-    while got < 10 && Instant::now() < end {
-        if exited_at.is_none() && c.try_wait().unwrap().is_some() {
-            exited_at = Some(Instant::now());
-        }
-        if exited_at.is_some_and(|t| t.elapsed() > Duration::from_secs(1)) {
-            break;
-        }
-        let Some(wc) = r.get_recv_comp_timeout(Duration::from_millis(200)).unwrap() else {
-            continue;
-        };
+    let check = |wc: rverbs_uverbs::WorkCompletion| {
         assert_eq!(wc.status, WcStatus::SUCCESS, "{wc:?}");
         assert_eq!(wc.byte_len as usize, GRH + 100, "{wc:?}");
         assert!(wc.wc_flags.contains(WcFlags::WITH_IMM), "{wc:?}");
+    };
+    let mut got = 0;
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    if release.starts_with("6.1.") {
+        let wc = r
+            .get_recv_comp_timeout(Duration::from_secs(120))
+            .unwrap()
+            .unwrap_or_else(|| panic!("no datagram of mckey arrived in 120 s on {release}"));
+        check(wc);
+        got += 1;
+    }
+    c.wait().unwrap();
+    while got < 10 {
+        let Some(wc) = r.get_recv_comp_timeout(Duration::ZERO).unwrap() else {
+            break;
+        };
+        check(wc);
         got += 1;
     }
     got
