@@ -84,10 +84,12 @@ impl Mode<'_> {
     /// none).
     #[cfg(feature = "tokio")]
     pub(super) fn waking(waker: &Waker, fd_ready: bool) -> Mode<'_> {
-        // One completion event at most: the stream has one CQ and arms it only after the
-        // last arm's event was read (`maybe_event`), so reading on to `EAGAIN` would cost a
-        // system call per wake-up for nothing (docs/perf.md, "Where a gRPC call over RDMA
-        // spends its system calls").
+        // One completion event at most, not on to `EAGAIN` (a system call per wake-up saved;
+        // docs/perf.md, "Where a gRPC call over RDMA spends its system calls"). A second
+        // event may be queued (rxe and siw show a completion before they queue its event, so
+        // an old arm's late event can follow a re-arm); it loses nothing: every event gives
+        // the registration a new edge, its completion is already visible to the CQ poll that
+        // follows, reading it only clears `armed`, and `maybe_event` drains to `EAGAIN`.
         Mode::Arm(Some(waker), if fd_ready { EV_COMP_ONE | EV_CM } else { 0 })
     }
 
