@@ -118,7 +118,7 @@ Everything is set up by the xtask itself and cached in target/vm/ (the Debian pa
 crates/testbed/src/packages.rs are installed with apt when missing and running as root).
 Each guest run keeps its console log and outputs in target/vm/runs/<run>/. Environment:
     RVERBS_VM_KVM=0|1         skip the KVM probe (0: software emulation, 1: KVM)
-    RVERBS_VM_KVM_REPROBE=1   probe KVM again although a verdict is cached
+    RVERBS_VM_KVM_REPROBE=1   probe KVM again (once per run) although a verdict is cached
     RVERBS_GUEST_TARGET=gnu   build the guest binaries with glibc + crt-static, not musl
     RVERBS_VM_FAST_BOOT=0     boot the compressed kernel with SeaBIOS (slower)
     RVERBS_VM_STAGE_TIMEOUT   seconds for each VM stage of `cargo xtask test` (default 900)

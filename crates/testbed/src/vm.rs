@@ -390,7 +390,17 @@ impl Bed {
         }
         let cache = self.verdict_file(vm_dir);
         let key = format!("{} {}", self.kernel.package, self.tools.qemu.display());
-        let reprobe = std::env::var("RVERBS_VM_KVM_REPROBE").as_deref() == Ok("1");
+        // Once per verdict file and process: the stages that prepare a bed again (siw,
+        // trixie, the runner) take the verdict the first probe of this run cached.
+        static REPROBED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+        let reprobe = std::env::var("RVERBS_VM_KVM_REPROBE").as_deref() == Ok("1") && {
+            let mut done = REPROBED.lock().unwrap_or_else(|e| e.into_inner());
+            let first = !done.contains(&cache);
+            if first {
+                done.push(cache.clone());
+            }
+            first
+        };
         if let Ok(v) = fs::read_to_string(&cache) {
             match v.trim().strip_prefix(&key).and_then(parse_verdict) {
                 Some(_) if reprobe => say(format!(
