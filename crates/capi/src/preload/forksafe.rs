@@ -447,6 +447,9 @@ fn switch_passive(fd: c_int) -> Result<c_int, String> {
         }
         d => return Err(format!("address family {d}")),
     }
+    // The lock before the listener: locals drop in reverse order, so on every path the
+    // listener is closed (its port free again) before another process may take the lock.
+    let _lock = PortLock::take();
     let l = Made::new(domain)?;
     let one: c_int = 1;
     // SAFETY: [buf] a c_int of ours and its size.
@@ -459,7 +462,6 @@ fn switch_passive(fd: c_int) -> Result<c_int, String> {
             size_of::<c_int>() as socklen_t,
         )
     };
-    let _lock = PortLock::take();
     // SAFETY: [buf] ss, len bytes of it.
     if unsafe { r::rbind(l.0, (&ss as *const libc::sockaddr_storage).cast(), len) } < 0 {
         return Err(format!("rbind: {}", std::io::Error::last_os_error()));
