@@ -19,8 +19,10 @@
 //!   killed mid-switch leaves no lock held). Where rdma-core then blocks in `raccept` until
 //!   some rsocket connects, ours waits for the listener *or* the TCP connection: a peer that
 //!   does not switch (it sends on TCP, or closes) ends the wait, and the number stays TCP.
-//! - **active** (the connecting side): a blocking `MSG_PEEK` of 4 bytes on the TCP
-//!   connection; a zero means the peer listens on rsockets: `rconnect` to the TCP peer's
+//! - **active** (the connecting side): a wait (libc's `poll`, blocking) for the TCP
+//!   connection's first bytes, then a `MSG_PEEK` of 4 bytes; an error on the connection (a
+//!   refused non-blocking `connect`) ends the wait and stays for the program (`SO_ERROR`,
+//!   its next call), the number TCP. A zero means the peer listens on rsockets: `rconnect` to the TCP peer's
 //!   address, then the TCP connection is shut down. Anything else (other bytes, end of
 //!   stream, an error): the number stays TCP with the peeked bytes unread. Where `rconnect`
 //!   fails after the zero, ours reads the zero (rdma-core leaves it in the stream) and stays
@@ -517,24 +519,49 @@ fn switch_passive(fd: c_int) -> Result<c_int, String> {
 fn switch_active(fd: c_int) -> Result<c_int, String> {
     let rl = real();
     let mut msg = [0xffu8; 4];
-    // SAFETY: integers only.
-    let fl = unsafe { (rl.fcntl)(fd, libc::F_GETFL) };
-    if fl >= 0 && fl & libc::O_NONBLOCK != 0 {
-        // SAFETY: integers only.
-        unsafe { (rl.fcntl)(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK) };
+    // Wait (blocking, whatever `O_NONBLOCK` says, as rdma-core's blocking peek) for the
+    // first bytes with libc's `poll` on the real socket, not by a blocking `recv`: a
+    // connection still being made (a non-blocking `connect` whose socket reached here from
+    // `poll`, `select` or `epoll_ctl`) that fails has its error read by `recv`, so the
+    // program's `SO_ERROR` would then say 0 and a refused connection look made.
+    let mut pf = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        pf.revents = 0;
+        // SAFETY: [buf] one pollfd of ours.
+        let n = unsafe { (rl.poll)(&mut pf, 1, -1) };
+        if n > 0 {
+            break;
+        }
+        if n < 0 && errno() != libc::EINTR {
+            return Err(format!("poll: {}", std::io::Error::last_os_error()));
+        }
+    }
+    if pf.revents & libc::POLLERR != 0 {
+        // The connection failed (or was reset): the error stays for the program.
+        return Err("the connection has an error (left for the program)".into());
+    }
+    if pf.revents & libc::POLLIN == 0 {
+        return Err("the connection was closed before the peer sent anything".into());
     }
     let n = loop {
         // SAFETY: [buf] our 4 bytes.
-        let n = unsafe { (rl.recv)(fd, msg.as_mut_ptr().cast(), 4, libc::MSG_PEEK) };
+        let n = unsafe {
+            (rl.recv)(
+                fd,
+                msg.as_mut_ptr().cast(),
+                4,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
         if n >= 0 || errno() != libc::EINTR {
             break n;
         }
     };
     let e = errno();
-    if fl >= 0 && fl & libc::O_NONBLOCK != 0 {
-        // SAFETY: integers only.
-        unsafe { (rl.fcntl)(fd, libc::F_SETFL, fl) };
-    }
     if n < 0 {
         return Err(format!("peeking: {}", std::io::Error::from_raw_os_error(e)));
     }

@@ -989,3 +989,60 @@ fn fork_mode_child_forgets_switches_in_progress() {
         vec![(70002, State::Passive), (70003, State::Listening)]
     );
 }
+
+/// A non-blocking connect still in progress that reaches the connecting side's switch from
+/// `poll` and is then refused: the switch leaves the socket TCP with the error in place,
+/// so the program's `SO_ERROR` reads `ECONNREFUSED` (a `recv` there would have taken it).
+#[test]
+fn fork_mode_switch_leaves_a_refused_connects_error_to_the_program() {
+    use p::forksafe::{state, State};
+    // A port nothing listens on: bound, never listening.
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let std::net::SocketAddr::V4(at) = hole.local_addr().unwrap() else {
+        unreachable!()
+    };
+    // SAFETY: integers only.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_INET,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        )
+    };
+    assert!(fd >= 0);
+    drop(hole);
+    let a = sin(at);
+    // SAFETY: [buf] a sockaddr_in; the real connect (a loopback one through the preload
+    // would leave the mode at once).
+    let r = unsafe { libc::connect(fd, (&a as *const libc::sockaddr_in).cast(), SIN_LEN) };
+    assert_eq!(
+        (r, errno()),
+        (-1, libc::EINPROGRESS),
+        "a non-blocking connect on loopback is answered after it returns"
+    );
+    p::forksafe::set(fd, State::Active);
+    let mut pf = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: [buf] one pollfd.
+    let n = unsafe { p::poll(&mut pf, 1, -1) };
+    assert_eq!(n, 1, "poll: {}", std::io::Error::last_os_error());
+    assert_eq!(state(fd), None, "stays TCP");
+    assert!(get(fd).is_none());
+    let mut err: c_int = 0;
+    let mut len = size_of::<c_int>() as socklen_t;
+    // SAFETY: [out] a c_int and its size.
+    let r = unsafe {
+        p::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ERROR,
+            (&mut err as *mut c_int).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!((r, err), (0, libc::ECONNREFUSED), "the connect's error");
+    close(fd);
+}
