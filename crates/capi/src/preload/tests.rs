@@ -1046,3 +1046,62 @@ fn fork_mode_switch_leaves_a_refused_connects_error_to_the_program() {
     assert_eq!((r, err), (0, libc::ECONNREFUSED), "the connect's error");
     close(fd);
 }
+
+/// A fork-mode socket added to an epoll set while still TCP is in the kernel's set; once
+/// switched (an rsocket) `EPOLL_CTL_MOD` moves it to the preload's half and
+/// `EPOLL_CTL_DEL` deletes it from whichever half holds it (was: `ENOENT`).
+#[test]
+fn fork_mode_epoll_mod_and_del_after_the_switch() {
+    use p::forksafe::{state, State};
+    // SAFETY: integers only.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    assert!(ep >= 0);
+    let ctl = |op: c_int, n: c_int| {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: 5,
+        };
+        // SAFETY: [in] ev.
+        unsafe { p::epoll_ctl(ep, op, n, &mut ev) }
+    };
+    // What the switch leaves: the number in the rsocket table, out of fork mode's.
+    let switched = |fd: c_int| {
+        // SAFETY: integers only.
+        let rs = unsafe { crate::rsocket::rsocket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+        assert!(rs >= 0, "rsocket: {}", std::io::Error::last_os_error());
+        assert!(p::insert(
+            fd,
+            std::sync::Arc::new(p::Sock {
+                rs,
+                domain: libc::AF_INET
+            })
+        )
+        .is_none());
+        p::forksafe::forget(fd);
+        assert_eq!(state(fd), None);
+    };
+    for mod_first in [true, false] {
+        let fd = fork_mode_socket(State::Fresh);
+        assert_eq!(ctl(libc::EPOLL_CTL_ADD, fd), 0, "{}", errno());
+        switched(fd);
+        if mod_first {
+            assert_eq!(ctl(libc::EPOLL_CTL_MOD, fd), 0, "MOD: {}", errno());
+            assert_eq!(
+                (ctl(libc::EPOLL_CTL_ADD, fd), errno()),
+                (-1, libc::EEXIST),
+                "in the preload's half now"
+            );
+        }
+        // SAFETY: NULL event for DEL.
+        let del = |n| unsafe { p::epoll_ctl(ep, libc::EPOLL_CTL_DEL, n, std::ptr::null_mut()) };
+        assert_eq!(del(fd), 0, "DEL: {}", errno());
+        assert_eq!((del(fd), errno()), (-1, libc::ENOENT), "deleted from both");
+        assert_eq!(
+            (ctl(libc::EPOLL_CTL_MOD, fd), errno()),
+            (-1, libc::ENOENT),
+            "MOD of a number in neither half"
+        );
+        close(fd);
+    }
+    close(ep);
+}
