@@ -39,7 +39,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 use libc::{c_int, socklen_t};
 
-use super::{insert, Sock};
+use super::Sock;
 use crate::ibverbs::set_errno;
 use crate::preload::errno;
 use crate::preload::real::real;
@@ -56,8 +56,10 @@ pub(crate) enum State {
     Active,
     /// Accepted: switches as the accepting side.
     Passive,
-    /// A thread is switching it now (others wait for it).
-    Switching,
+    /// A thread is switching it now (others wait for it); the number tells this switch from
+    /// a later one of the same fd number (the program may `close` or `dup2` onto the number
+    /// meanwhile, and a new socket get it).
+    Switching(u64),
 }
 
 /// Whether the mode is on: `RDMAV_FORK_SAFE` set to a number other than 0, read once
@@ -179,7 +181,7 @@ pub(crate) fn name_is_loopback(fd: c_int) -> bool {
 /// connection, so the child's copy reads end of stream). Called with the lock held.
 pub(crate) fn child_after_fork(p: &mut BTreeMap<c_int, State>) {
     p.retain(|&fd, st| {
-        let keep = *st != State::Switching;
+        let keep = !matches!(st, State::Switching(_));
         if !keep {
             mark(fd, false);
         }
@@ -201,7 +203,7 @@ pub(crate) fn resolve(fd: c_int) {
     let mut p = pending();
     let st = loop {
         match p.get(&fd).copied() {
-            Some(State::Switching) => {
+            Some(State::Switching(_)) => {
                 p = SETTLED.wait(p).unwrap_or_else(|e| e.into_inner());
             }
             other => break other,
@@ -212,38 +214,77 @@ pub(crate) fn resolve(fd: c_int) {
         Some(State::Active) => false,
         _ => return,
     };
-    p.insert(fd, State::Switching);
+    // The switch works on a private copy of the socket, made while the lock keeps `close`
+    // (which forgets the number before closing it) out: the program may close the number,
+    // or `dup2` onto it, and a new socket get it, while the switch runs.
+    // SAFETY: integers only.
+    let own = unsafe { (real().fcntl)(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if own < 0 {
+        // No number for the copy: this call goes to the TCP socket, a later one tries again.
+        drop(p);
+        super::calls::log(&format!(
+            "fd {fd}: fork mode: not switched now (F_DUPFD_CLOEXEC: {})",
+            std::io::Error::last_os_error()
+        ));
+        set_errno(saved);
+        return;
+    }
+    static GENERATION: AtomicU64 = AtomicU64::new(0);
+    let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
+    p.insert(fd, State::Switching(generation));
     drop(p);
     SWITCHING_HERE.set(true);
     let outcome = if passive {
-        switch_passive(fd)
+        switch_passive(own)
     } else {
-        switch_active(fd)
+        switch_active(own)
     };
     SWITCHING_HERE.set(false);
-    match outcome {
-        Ok(rs) => {
-            // The rsocket table first, then out of this one: a concurrent call sees it in
-            // one of them.
-            drop(insert(
-                fd,
-                Arc::new(Sock {
-                    rs,
-                    domain: domain_of(fd),
-                }),
-            ));
-            super::calls::log(&format!(
-                "fd {fd}: fork mode: moved to an rsocket ({})",
-                if passive {
-                    "accepting side"
-                } else {
-                    "connecting side"
-                }
-            ));
-        }
-        Err(why) => super::calls::log(&format!("fd {fd}: fork mode: stays TCP ({why})")),
+    let domain = domain_of(own);
+    // SAFETY: integers only; the copy is ours.
+    unsafe { (real().close)(own) };
+    // The number is settled only if it is still this switch's (not closed or replaced
+    // since); the locks in `fork::prepare`'s order (the table's, then this module's).
+    let mut t = super::table();
+    let mut p = pending();
+    let ours = p.get(&fd) == Some(&State::Switching(generation));
+    if ours {
+        p.remove(&fd);
+        mark(fd, false);
     }
-    forget(fd);
+    let (before, orphan) = match outcome {
+        Ok(rs) if ours => {
+            // The rsocket table first (both locks held: a concurrent call sees it in one
+            // of them).
+            super::mark(fd, true);
+            (t.insert(fd, Arc::new(Sock { rs, domain })), None)
+        }
+        Ok(rs) => (None, Some(rs)),
+        Err(_) => (None, None),
+    };
+    drop(p);
+    drop(t);
+    SETTLED.notify_all();
+    drop(before);
+    if let Some(rs) = orphan {
+        // SAFETY: integers only; the rsocket is ours, the number it was for is gone.
+        unsafe { r::rclose(rs) };
+    }
+    let side = if passive {
+        "accepting side"
+    } else {
+        "connecting side"
+    };
+    match (&outcome, ours) {
+        (Ok(_), true) => {
+            super::calls::log(&format!("fd {fd}: fork mode: moved to an rsocket ({side})"))
+        }
+        (Ok(_), false) => super::calls::log(&format!(
+            "fd {fd}: fork mode: switched ({side}), but the number was closed or replaced \
+             meanwhile: the rsocket is closed"
+        )),
+        (Err(why), _) => super::calls::log(&format!("fd {fd}: fork mode: stays TCP ({why})")),
+    }
     set_errno(saved);
 }
 

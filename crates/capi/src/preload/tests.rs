@@ -980,7 +980,7 @@ fn fork_mode_accepting_side_marks_switches_and_survives_fork() {
 fn fork_mode_child_forgets_switches_in_progress() {
     use p::forksafe::State;
     let mut m = std::collections::BTreeMap::new();
-    m.insert(70001, State::Switching);
+    m.insert(70001, State::Switching(3));
     m.insert(70002, State::Passive);
     m.insert(70003, State::Listening);
     p::forksafe::child_after_fork(&mut m);
@@ -1104,4 +1104,44 @@ fn fork_mode_epoll_mod_and_del_after_the_switch() {
         close(fd);
     }
     close(ep);
+}
+
+/// `dup2` onto a number another thread is switching: the switch works on its own copy of
+/// the socket and, finding the number replaced when it ends, leaves the new socket's state
+/// alone (was: it forgot it, and would have put its rsocket under the reused number).
+#[test]
+fn fork_mode_switch_of_a_number_replaced_meanwhile_leaves_it_alone() {
+    use p::forksafe::{state, State};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let std::net::SocketAddr::V4(at) = l.local_addr().unwrap() else {
+        unreachable!()
+    };
+    let fd = fork_mode_socket(State::Fresh);
+    let a = sin(at);
+    // SAFETY: [buf] a sockaddr_in; the real connect (the preload's would leave the mode on
+    // loopback).
+    let r = unsafe { libc::connect(fd, (&a as *const libc::sockaddr_in).cast(), SIN_LEN) };
+    assert_eq!(r, 0, "connect: {}", std::io::Error::last_os_error());
+    p::forksafe::set(fd, State::Active);
+    let (mut peer, _) = l.accept().unwrap();
+    // The switch waits for the peer's first bytes.
+    let reader = std::thread::spawn(move || {
+        let mut b = [0u8; 4];
+        // SAFETY: [buf] b.
+        unsafe { p::read(fd, b.as_mut_ptr().cast(), 4) }
+    });
+    while !matches!(state(fd), Some(State::Switching(_))) {
+        std::thread::yield_now();
+    }
+    let other = fork_mode_socket(State::Fresh);
+    // SAFETY: integers only.
+    assert_eq!(unsafe { p::dup2(other, fd) }, fd);
+    assert_eq!(state(fd), Some(State::Fresh), "the new socket's");
+    // The switch message; the rconnect fails (no RDMA device here), the switch ends.
+    peer.write_all(&[0, 0, 0, 0]).unwrap();
+    let _ = reader.join().unwrap();
+    assert_eq!(state(fd), Some(State::Fresh), "left alone by the switch");
+    assert!(get(fd).is_none());
+    close(fd);
+    close(other);
 }
