@@ -34,7 +34,7 @@
 //! rsocket (rdma-core's `copysockopts`).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 use libc::{c_int, socklen_t};
@@ -400,47 +400,117 @@ fn copy_options(fd: c_int, rs: c_int) {
 pub(crate) const LOCK_FILE: &str = "/dev/shm/rverbs-rsocket-fork.lock";
 
 /// Holds [`LOCK_FILE`]'s `flock` until dropped (`None` inside: the file could not be
-/// opened, so the switch goes on unserialized).
-struct PortLock(Option<std::fs::File>);
+/// opened or locked, so the switch goes on unserialized, said once on stderr).
+pub(crate) struct PortLock(Option<(std::fs::File, usize)>);
+
+/// The lock file descriptors this process has open (-1: a free slot), for the child of a
+/// `fork` to close: a copy of one left open in the child (whose switching thread is not
+/// there to release it) would keep the machine-wide lock held after the parent dies.
+static LOCK_FDS: [AtomicI32; 16] = [const { AtomicI32::new(-1) }; 16];
+
+/// In the child of a fork: closes the copies of the parent's lock file descriptors (`close`
+/// only: async-signal-safe).
+pub(crate) fn close_lock_fds_in_child() {
+    for s in &LOCK_FDS {
+        let fd = s.swap(-1, Ordering::AcqRel);
+        if fd >= 0 {
+            // SAFETY: integers only; the child's copy of a lock file descriptor.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+/// Says once on stderr that the switches run without the machine-wide lock.
+fn unserialized(why: &str) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        eprintln!(
+            "librspreload: fork mode: {LOCK_FILE}: {why}; the accepting side's switches run \
+             without the machine-wide lock (two processes may take the same port)"
+        );
+    }
+}
 
 impl PortLock {
-    fn take() -> PortLock {
+    pub(crate) fn take() -> PortLock {
         use std::os::fd::AsRawFd;
-        use std::os::unix::fs::OpenOptionsExt;
+        use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+        // Never through a link, never blocking on a FIFO put there: /dev/shm is everyone's.
+        let flags = libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK;
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .mode(0o666)
-            .custom_flags(libc::O_CLOEXEC)
+            .custom_flags(flags)
             .open(LOCK_FILE)
             .or_else(|_| {
                 std::fs::OpenOptions::new()
                     .read(true)
-                    .custom_flags(libc::O_CLOEXEC)
+                    .custom_flags(flags)
                     .open(LOCK_FILE)
             });
-        let Ok(f) = f else {
-            return PortLock(None);
-        };
-        loop {
-            // SAFETY: integers only; the file is ours.
-            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                return PortLock(Some(f));
+        let f = match f {
+            Ok(f) => f,
+            Err(e) => {
+                unserialized(&format!("cannot be opened ({e})"));
+                return PortLock(None);
             }
-            if errno() != libc::EINTR {
+        };
+        match f.metadata() {
+            Ok(m) if m.file_type().is_file() => {}
+            Ok(m) => {
+                let kind = if m.file_type().is_fifo() {
+                    "a FIFO"
+                } else {
+                    "not a regular file"
+                };
+                unserialized(kind);
+                return PortLock(None);
+            }
+            Err(e) => {
+                unserialized(&format!("fstat: {e}"));
                 return PortLock(None);
             }
         }
+        // Recorded before it is locked: a fork from now on closes the child's copy.
+        let Some(slot) = LOCK_FDS.iter().position(|s| {
+            s.compare_exchange(-1, f.as_raw_fd(), Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        }) else {
+            unserialized("more than 16 switches at once in this process");
+            return PortLock(None);
+        };
+        let held = PortLock(Some((f, slot)));
+        loop {
+            // SAFETY: integers only; the file is ours.
+            if unsafe { libc::flock(held.fd(), libc::LOCK_EX) } == 0 {
+                return held;
+            }
+            if errno() != libc::EINTR {
+                unserialized(&format!("flock: {}", std::io::Error::last_os_error()));
+                drop(held);
+                return PortLock(None);
+            }
+        }
+    }
+
+    pub(crate) fn fd(&self) -> c_int {
+        use std::os::fd::AsRawFd;
+        self.0.as_ref().map_or(-1, |(f, _)| f.as_raw_fd())
     }
 }
 
 impl Drop for PortLock {
     fn drop(&mut self) {
-        use std::os::fd::AsRawFd;
-        if let Some(f) = &self.0 {
+        if let Some((f, slot)) = self.0.take() {
+            use std::os::fd::AsRawFd;
             // SAFETY: integers only; the file is ours (closing it would release it too).
             unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
+            // Out of the record before it is closed (a fork between the two leaves the
+            // child an unlocked copy, harmless).
+            LOCK_FDS[slot].store(-1, Ordering::Release);
+            drop(f);
         }
     }
 }

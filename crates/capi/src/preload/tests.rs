@@ -1145,3 +1145,33 @@ fn fork_mode_switch_of_a_number_replaced_meanwhile_leaves_it_alone() {
     close(fd);
     close(other);
 }
+
+/// The machine-wide lock's file descriptor is closed in a forked child (whose switching
+/// thread is not there to release it), and its record freed when the lock is released.
+#[test]
+fn fork_mode_lock_is_not_inherited_by_a_forked_child() {
+    super::fork::register();
+    let lock = p::forksafe::PortLock::take();
+    let fd = lock.fd();
+    assert!(fd >= 0, "the lock file {} is taken", p::forksafe::LOCK_FILE);
+    // SAFETY: the child below calls only `fcntl` and `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        // SAFETY: integers only.
+        let closed = unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 && errno() == libc::EBADF;
+        // SAFETY: ends the child without running the parent's exit handlers.
+        unsafe { libc::_exit(if closed { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: [out] an int.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child still had the lock's file descriptor"
+    );
+    // SAFETY: integers only.
+    let open = unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0;
+    assert!(open, "the parent's is open");
+    drop(lock);
+}
