@@ -26,7 +26,12 @@
 //!   address, then the TCP connection is shut down. Anything else (other bytes, end of
 //!   stream, an error): the number stays TCP with the peeked bytes unread. Where `rconnect`
 //!   fails after the zero, ours reads the zero (rdma-core leaves it in the stream) and stays
-//!   TCP (the passive side, if ours, sees the TCP data and stays TCP too).
+//!   TCP (the passive side, if ours, sees the TCP data and stays TCP too); a plain TCP
+//!   server whose data begins with four zero bytes loses them to the program so.
+//!
+//! A switch works on a private `F_DUPFD_CLOEXEC` copy of the socket and settles the number
+//! only if it is still its own ([`State::Switching`]'s generation): a `close` or `dup2` onto
+//! the number meanwhile leaves the new file alone (the switch's rsocket is closed).
 //!
 //! Loopback connections stay TCP (as everywhere in the preload). After a switch the
 //! program's number keeps the shut-down TCP socket as its placeholder (as every table
