@@ -53,7 +53,8 @@ fn fail(e: c_int) -> c_int {
 /// `epoll_ctl(2)`: an rsocket is added to, changed in or deleted from this module's half of
 /// the set (-1 and `EEXIST`, `ENOENT`, `EFAULT` for a NULL event, `EINVAL` for another `op`
 /// or an `epfd` equal to `fd`, `EBADF` for an `epfd` that is not open); any other fd goes to
-/// the next `epoll_ctl`.
+/// the next `epoll_ctl`. An rsocket the kernel's set holds (a fork-mode socket added before
+/// its switch) is deleted there by `EPOLL_CTL_DEL`, and moved here by `EPOLL_CTL_MOD`.
 ///
 /// # Safety
 /// \[in\] `event` NULL or an `epoll_event` (NULL allowed for `EPOLL_CTL_DEL`); \[fd\].
@@ -93,6 +94,16 @@ pub unsafe extern "C" fn epoll_ctl(
     };
     let mut s = sets();
     let m = s.entry(epfd).or_default();
+    if (op == libc::EPOLL_CTL_MOD || op == libc::EPOLL_CTL_DEL) && !m.contains_key(&fd) {
+        // A fork-mode socket added to the kernel's set while still TCP, and switched since:
+        // the kernel's set holds it (its placeholder is the same file), this half does not.
+        // DEL goes to the kernel; MOD takes it out of the kernel's set and adds it here.
+        // SAFETY: [in] event NULL or an epoll_event, as this function's contract.
+        let ret = unsafe { (real().epoll_ctl)(epfd, libc::EPOLL_CTL_DEL, fd, event) };
+        if ret < 0 || op == libc::EPOLL_CTL_DEL {
+            return ret;
+        }
+    }
     match (op, ev) {
         (libc::EPOLL_CTL_ADD, Some(ev)) => {
             if m.contains_key(&fd) {
@@ -101,10 +112,10 @@ pub unsafe extern "C" fn epoll_ctl(
             m.insert(fd, ev);
             ANY.store(true, Ordering::Release);
         }
-        (libc::EPOLL_CTL_MOD, Some(ev)) => match m.get_mut(&fd) {
-            Some(e) => *e = ev,
-            None => return fail(libc::ENOENT),
-        },
+        (libc::EPOLL_CTL_MOD, Some(ev)) => {
+            m.insert(fd, ev);
+            ANY.store(true, Ordering::Release);
+        }
         (libc::EPOLL_CTL_DEL, _) => {
             if m.remove(&fd).is_none() {
                 return fail(libc::ENOENT);

@@ -22,7 +22,8 @@
 //!   The fork mode's sockets (`RDMAV_FORK_SAFE`, `forksafe`) are still TCP connections: the
 //!   child keeps them, and whichever process first reads or writes one moves it to an
 //!   rsocket; a switch another thread of the parent was making at the fork is forgotten in
-//!   the child (the parent finishes it).
+//!   the child (the parent finishes it), and the child closes its copies of the switches'
+//!   machine-wide lock file descriptors (a copy left open would keep the lock held).
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -68,6 +69,7 @@ extern "C" fn parent() {
 
 extern "C" fn child() {
     let saved = super::errno();
+    super::forksafe::close_lock_fds_in_child();
     HELD.with(|h| {
         let Some(mut held) = h.borrow_mut().take() else {
             return;

@@ -19,12 +19,19 @@
 //!   killed mid-switch leaves no lock held). Where rdma-core then blocks in `raccept` until
 //!   some rsocket connects, ours waits for the listener *or* the TCP connection: a peer that
 //!   does not switch (it sends on TCP, or closes) ends the wait, and the number stays TCP.
-//! - **active** (the connecting side): a blocking `MSG_PEEK` of 4 bytes on the TCP
-//!   connection; a zero means the peer listens on rsockets: `rconnect` to the TCP peer's
+//! - **active** (the connecting side): a wait (libc's `poll`, blocking) for the TCP
+//!   connection's first bytes, then a `MSG_PEEK` of 4 bytes; an error on the connection (a
+//!   refused non-blocking `connect`) ends the wait and stays for the program (`SO_ERROR`,
+//!   its next call), the number TCP. A zero means the peer listens on rsockets: `rconnect` to the TCP peer's
 //!   address, then the TCP connection is shut down. Anything else (other bytes, end of
 //!   stream, an error): the number stays TCP with the peeked bytes unread. Where `rconnect`
 //!   fails after the zero, ours reads the zero (rdma-core leaves it in the stream) and stays
-//!   TCP (the passive side, if ours, sees the TCP data and stays TCP too).
+//!   TCP (the passive side, if ours, sees the TCP data and stays TCP too); a plain TCP
+//!   server whose data begins with four zero bytes loses them to the program so.
+//!
+//! A switch works on a private `F_DUPFD_CLOEXEC` copy of the socket and settles the number
+//! only if it is still its own ([`State::Switching`]'s generation): a `close` or `dup2` onto
+//! the number meanwhile leaves the new file alone (the switch's rsocket is closed).
 //!
 //! Loopback connections stay TCP (as everywhere in the preload). After a switch the
 //! program's number keeps the shut-down TCP socket as its placeholder (as every table
@@ -32,12 +39,12 @@
 //! rsocket (rdma-core's `copysockopts`).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 use libc::{c_int, socklen_t};
 
-use super::{insert, Sock};
+use super::Sock;
 use crate::ibverbs::set_errno;
 use crate::preload::errno;
 use crate::preload::real::real;
@@ -54,8 +61,10 @@ pub(crate) enum State {
     Active,
     /// Accepted: switches as the accepting side.
     Passive,
-    /// A thread is switching it now (others wait for it).
-    Switching,
+    /// A thread is switching it now (others wait for it); the number tells this switch from
+    /// a later one of the same fd number (the program may `close` or `dup2` onto the number
+    /// meanwhile, and a new socket get it).
+    Switching(u64),
 }
 
 /// Whether the mode is on: `RDMAV_FORK_SAFE` set to a number other than 0, read once
@@ -177,7 +186,7 @@ pub(crate) fn name_is_loopback(fd: c_int) -> bool {
 /// connection, so the child's copy reads end of stream). Called with the lock held.
 pub(crate) fn child_after_fork(p: &mut BTreeMap<c_int, State>) {
     p.retain(|&fd, st| {
-        let keep = *st != State::Switching;
+        let keep = !matches!(st, State::Switching(_));
         if !keep {
             mark(fd, false);
         }
@@ -199,7 +208,7 @@ pub(crate) fn resolve(fd: c_int) {
     let mut p = pending();
     let st = loop {
         match p.get(&fd).copied() {
-            Some(State::Switching) => {
+            Some(State::Switching(_)) => {
                 p = SETTLED.wait(p).unwrap_or_else(|e| e.into_inner());
             }
             other => break other,
@@ -210,38 +219,77 @@ pub(crate) fn resolve(fd: c_int) {
         Some(State::Active) => false,
         _ => return,
     };
-    p.insert(fd, State::Switching);
+    // The switch works on a private copy of the socket, made while the lock keeps `close`
+    // (which forgets the number before closing it) out: the program may close the number,
+    // or `dup2` onto it, and a new socket get it, while the switch runs.
+    // SAFETY: integers only.
+    let own = unsafe { (real().fcntl)(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if own < 0 {
+        // No number for the copy: this call goes to the TCP socket, a later one tries again.
+        drop(p);
+        super::calls::log(&format!(
+            "fd {fd}: fork mode: not switched now (F_DUPFD_CLOEXEC: {})",
+            std::io::Error::last_os_error()
+        ));
+        set_errno(saved);
+        return;
+    }
+    static GENERATION: AtomicU64 = AtomicU64::new(0);
+    let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
+    p.insert(fd, State::Switching(generation));
     drop(p);
     SWITCHING_HERE.set(true);
     let outcome = if passive {
-        switch_passive(fd)
+        switch_passive(own)
     } else {
-        switch_active(fd)
+        switch_active(own)
     };
     SWITCHING_HERE.set(false);
-    match outcome {
-        Ok(rs) => {
-            // The rsocket table first, then out of this one: a concurrent call sees it in
-            // one of them.
-            drop(insert(
-                fd,
-                Arc::new(Sock {
-                    rs,
-                    domain: domain_of(fd),
-                }),
-            ));
-            super::calls::log(&format!(
-                "fd {fd}: fork mode: moved to an rsocket ({})",
-                if passive {
-                    "accepting side"
-                } else {
-                    "connecting side"
-                }
-            ));
-        }
-        Err(why) => super::calls::log(&format!("fd {fd}: fork mode: stays TCP ({why})")),
+    let domain = domain_of(own);
+    // SAFETY: integers only; the copy is ours.
+    unsafe { (real().close)(own) };
+    // The number is settled only if it is still this switch's (not closed or replaced
+    // since); the locks in `fork::prepare`'s order (the table's, then this module's).
+    let mut t = super::table();
+    let mut p = pending();
+    let ours = p.get(&fd) == Some(&State::Switching(generation));
+    if ours {
+        p.remove(&fd);
+        mark(fd, false);
     }
-    forget(fd);
+    let (before, orphan) = match outcome {
+        Ok(rs) if ours => {
+            // The rsocket table first (both locks held: a concurrent call sees it in one
+            // of them).
+            super::mark(fd, true);
+            (t.insert(fd, Arc::new(Sock { rs, domain })), None)
+        }
+        Ok(rs) => (None, Some(rs)),
+        Err(_) => (None, None),
+    };
+    drop(p);
+    drop(t);
+    SETTLED.notify_all();
+    drop(before);
+    if let Some(rs) = orphan {
+        // SAFETY: integers only; the rsocket is ours, the number it was for is gone.
+        unsafe { r::rclose(rs) };
+    }
+    let side = if passive {
+        "accepting side"
+    } else {
+        "connecting side"
+    };
+    match (&outcome, ours) {
+        (Ok(_), true) => {
+            super::calls::log(&format!("fd {fd}: fork mode: moved to an rsocket ({side})"))
+        }
+        (Ok(_), false) => super::calls::log(&format!(
+            "fd {fd}: fork mode: switched ({side}), but the number was closed or replaced \
+             meanwhile: the rsocket is closed"
+        )),
+        (Err(why), _) => super::calls::log(&format!("fd {fd}: fork mode: stays TCP ({why})")),
+    }
     set_errno(saved);
 }
 
@@ -357,47 +405,117 @@ fn copy_options(fd: c_int, rs: c_int) {
 pub(crate) const LOCK_FILE: &str = "/dev/shm/rverbs-rsocket-fork.lock";
 
 /// Holds [`LOCK_FILE`]'s `flock` until dropped (`None` inside: the file could not be
-/// opened, so the switch goes on unserialized).
-struct PortLock(Option<std::fs::File>);
+/// opened or locked, so the switch goes on unserialized, said once on stderr).
+pub(crate) struct PortLock(Option<(std::fs::File, usize)>);
+
+/// The lock file descriptors this process has open (-1: a free slot), for the child of a
+/// `fork` to close: a copy of one left open in the child (whose switching thread is not
+/// there to release it) would keep the machine-wide lock held after the parent dies.
+static LOCK_FDS: [AtomicI32; 16] = [const { AtomicI32::new(-1) }; 16];
+
+/// In the child of a fork: closes the copies of the parent's lock file descriptors (`close`
+/// only: async-signal-safe).
+pub(crate) fn close_lock_fds_in_child() {
+    for s in &LOCK_FDS {
+        let fd = s.swap(-1, Ordering::AcqRel);
+        if fd >= 0 {
+            // SAFETY: integers only; the child's copy of a lock file descriptor.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+/// Says once on stderr that the switches run without the machine-wide lock.
+fn unserialized(why: &str) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        eprintln!(
+            "librspreload: fork mode: {LOCK_FILE}: {why}; the accepting side's switches run \
+             without the machine-wide lock (two processes may take the same port)"
+        );
+    }
+}
 
 impl PortLock {
-    fn take() -> PortLock {
+    pub(crate) fn take() -> PortLock {
         use std::os::fd::AsRawFd;
-        use std::os::unix::fs::OpenOptionsExt;
+        use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+        // Never through a link, never blocking on a FIFO put there: /dev/shm is everyone's.
+        let flags = libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK;
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .mode(0o666)
-            .custom_flags(libc::O_CLOEXEC)
+            .custom_flags(flags)
             .open(LOCK_FILE)
             .or_else(|_| {
                 std::fs::OpenOptions::new()
                     .read(true)
-                    .custom_flags(libc::O_CLOEXEC)
+                    .custom_flags(flags)
                     .open(LOCK_FILE)
             });
-        let Ok(f) = f else {
-            return PortLock(None);
-        };
-        loop {
-            // SAFETY: integers only; the file is ours.
-            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                return PortLock(Some(f));
+        let f = match f {
+            Ok(f) => f,
+            Err(e) => {
+                unserialized(&format!("cannot be opened ({e})"));
+                return PortLock(None);
             }
-            if errno() != libc::EINTR {
+        };
+        match f.metadata() {
+            Ok(m) if m.file_type().is_file() => {}
+            Ok(m) => {
+                let kind = if m.file_type().is_fifo() {
+                    "a FIFO"
+                } else {
+                    "not a regular file"
+                };
+                unserialized(kind);
+                return PortLock(None);
+            }
+            Err(e) => {
+                unserialized(&format!("fstat: {e}"));
                 return PortLock(None);
             }
         }
+        // Recorded before it is locked: a fork from now on closes the child's copy.
+        let Some(slot) = LOCK_FDS.iter().position(|s| {
+            s.compare_exchange(-1, f.as_raw_fd(), Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        }) else {
+            unserialized("more than 16 switches at once in this process");
+            return PortLock(None);
+        };
+        let held = PortLock(Some((f, slot)));
+        loop {
+            // SAFETY: integers only; the file is ours.
+            if unsafe { libc::flock(held.fd(), libc::LOCK_EX) } == 0 {
+                return held;
+            }
+            if errno() != libc::EINTR {
+                unserialized(&format!("flock: {}", std::io::Error::last_os_error()));
+                drop(held);
+                return PortLock(None);
+            }
+        }
+    }
+
+    pub(crate) fn fd(&self) -> c_int {
+        use std::os::fd::AsRawFd;
+        self.0.as_ref().map_or(-1, |(f, _)| f.as_raw_fd())
     }
 }
 
 impl Drop for PortLock {
     fn drop(&mut self) {
-        use std::os::fd::AsRawFd;
-        if let Some(f) = &self.0 {
+        if let Some((f, slot)) = self.0.take() {
+            use std::os::fd::AsRawFd;
             // SAFETY: integers only; the file is ours (closing it would release it too).
             unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
+            // Out of the record before it is closed (a fork between the two leaves the
+            // child an unlocked copy, harmless).
+            LOCK_FDS[slot].store(-1, Ordering::Release);
+            drop(f);
         }
     }
 }
@@ -447,6 +565,9 @@ fn switch_passive(fd: c_int) -> Result<c_int, String> {
         }
         d => return Err(format!("address family {d}")),
     }
+    // The lock before the listener: locals drop in reverse order, so on every path the
+    // listener is closed (its port free again) before another process may take the lock.
+    let _lock = PortLock::take();
     let l = Made::new(domain)?;
     let one: c_int = 1;
     // SAFETY: [buf] a c_int of ours and its size.
@@ -459,7 +580,6 @@ fn switch_passive(fd: c_int) -> Result<c_int, String> {
             size_of::<c_int>() as socklen_t,
         )
     };
-    let _lock = PortLock::take();
     // SAFETY: [buf] ss, len bytes of it.
     if unsafe { r::rbind(l.0, (&ss as *const libc::sockaddr_storage).cast(), len) } < 0 {
         return Err(format!("rbind: {}", std::io::Error::last_os_error()));
@@ -515,24 +635,49 @@ fn switch_passive(fd: c_int) -> Result<c_int, String> {
 fn switch_active(fd: c_int) -> Result<c_int, String> {
     let rl = real();
     let mut msg = [0xffu8; 4];
-    // SAFETY: integers only.
-    let fl = unsafe { (rl.fcntl)(fd, libc::F_GETFL) };
-    if fl >= 0 && fl & libc::O_NONBLOCK != 0 {
-        // SAFETY: integers only.
-        unsafe { (rl.fcntl)(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK) };
+    // Wait (blocking, whatever `O_NONBLOCK` says, as rdma-core's blocking peek) for the
+    // first bytes with libc's `poll` on the real socket, not by a blocking `recv`: a
+    // connection still being made (a non-blocking `connect` whose socket reached here from
+    // `poll`, `select` or `epoll_ctl`) that fails has its error read by `recv`, so the
+    // program's `SO_ERROR` would then say 0 and a refused connection look made.
+    let mut pf = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        pf.revents = 0;
+        // SAFETY: [buf] one pollfd of ours.
+        let n = unsafe { (rl.poll)(&mut pf, 1, -1) };
+        if n > 0 {
+            break;
+        }
+        if n < 0 && errno() != libc::EINTR {
+            return Err(format!("poll: {}", std::io::Error::last_os_error()));
+        }
+    }
+    if pf.revents & libc::POLLERR != 0 {
+        // The connection failed (or was reset): the error stays for the program.
+        return Err("the connection has an error (left for the program)".into());
+    }
+    if pf.revents & libc::POLLIN == 0 {
+        return Err("the connection was closed before the peer sent anything".into());
     }
     let n = loop {
         // SAFETY: [buf] our 4 bytes.
-        let n = unsafe { (rl.recv)(fd, msg.as_mut_ptr().cast(), 4, libc::MSG_PEEK) };
+        let n = unsafe {
+            (rl.recv)(
+                fd,
+                msg.as_mut_ptr().cast(),
+                4,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
         if n >= 0 || errno() != libc::EINTR {
             break n;
         }
     };
     let e = errno();
-    if fl >= 0 && fl & libc::O_NONBLOCK != 0 {
-        // SAFETY: integers only.
-        unsafe { (rl.fcntl)(fd, libc::F_SETFL, fl) };
-    }
     if n < 0 {
         return Err(format!("peeking: {}", std::io::Error::from_raw_os_error(e)));
     }

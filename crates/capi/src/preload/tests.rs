@@ -980,7 +980,7 @@ fn fork_mode_accepting_side_marks_switches_and_survives_fork() {
 fn fork_mode_child_forgets_switches_in_progress() {
     use p::forksafe::State;
     let mut m = std::collections::BTreeMap::new();
-    m.insert(70001, State::Switching);
+    m.insert(70001, State::Switching(3));
     m.insert(70002, State::Passive);
     m.insert(70003, State::Listening);
     p::forksafe::child_after_fork(&mut m);
@@ -988,4 +988,190 @@ fn fork_mode_child_forgets_switches_in_progress() {
         m.into_iter().collect::<Vec<_>>(),
         vec![(70002, State::Passive), (70003, State::Listening)]
     );
+}
+
+/// A non-blocking connect still in progress that reaches the connecting side's switch from
+/// `poll` and is then refused: the switch leaves the socket TCP with the error in place,
+/// so the program's `SO_ERROR` reads `ECONNREFUSED` (a `recv` there would have taken it).
+#[test]
+fn fork_mode_switch_leaves_a_refused_connects_error_to_the_program() {
+    use p::forksafe::{state, State};
+    // A port nothing listens on: bound, never listening.
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let std::net::SocketAddr::V4(at) = hole.local_addr().unwrap() else {
+        unreachable!()
+    };
+    // SAFETY: integers only.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_INET,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        )
+    };
+    assert!(fd >= 0);
+    drop(hole);
+    let a = sin(at);
+    // SAFETY: [buf] a sockaddr_in; the real connect (a loopback one through the preload
+    // would leave the mode at once).
+    let r = unsafe { libc::connect(fd, (&a as *const libc::sockaddr_in).cast(), SIN_LEN) };
+    assert_eq!(
+        (r, errno()),
+        (-1, libc::EINPROGRESS),
+        "a non-blocking connect on loopback is answered after it returns"
+    );
+    p::forksafe::set(fd, State::Active);
+    let mut pf = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: [buf] one pollfd.
+    let n = unsafe { p::poll(&mut pf, 1, -1) };
+    assert_eq!(n, 1, "poll: {}", std::io::Error::last_os_error());
+    assert_eq!(state(fd), None, "stays TCP");
+    assert!(get(fd).is_none());
+    let mut err: c_int = 0;
+    let mut len = size_of::<c_int>() as socklen_t;
+    // SAFETY: [out] a c_int and its size.
+    let r = unsafe {
+        p::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ERROR,
+            (&mut err as *mut c_int).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!((r, err), (0, libc::ECONNREFUSED), "the connect's error");
+    close(fd);
+}
+
+/// A fork-mode socket added to an epoll set while still TCP is in the kernel's set; once
+/// switched (an rsocket) `EPOLL_CTL_MOD` moves it to the preload's half and
+/// `EPOLL_CTL_DEL` deletes it from whichever half holds it (was: `ENOENT`).
+#[test]
+fn fork_mode_epoll_mod_and_del_after_the_switch() {
+    use p::forksafe::{state, State};
+    // SAFETY: integers only.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    assert!(ep >= 0);
+    let ctl = |op: c_int, n: c_int| {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: 5,
+        };
+        // SAFETY: [in] ev.
+        unsafe { p::epoll_ctl(ep, op, n, &mut ev) }
+    };
+    // What the switch leaves: the number in the rsocket table, out of fork mode's.
+    let switched = |fd: c_int| {
+        // SAFETY: integers only.
+        let rs = unsafe { crate::rsocket::rsocket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+        assert!(rs >= 0, "rsocket: {}", std::io::Error::last_os_error());
+        assert!(p::insert(
+            fd,
+            std::sync::Arc::new(p::Sock {
+                rs,
+                domain: libc::AF_INET
+            })
+        )
+        .is_none());
+        p::forksafe::forget(fd);
+        assert_eq!(state(fd), None);
+    };
+    for mod_first in [true, false] {
+        let fd = fork_mode_socket(State::Fresh);
+        assert_eq!(ctl(libc::EPOLL_CTL_ADD, fd), 0, "{}", errno());
+        switched(fd);
+        if mod_first {
+            assert_eq!(ctl(libc::EPOLL_CTL_MOD, fd), 0, "MOD: {}", errno());
+            assert_eq!(
+                (ctl(libc::EPOLL_CTL_ADD, fd), errno()),
+                (-1, libc::EEXIST),
+                "in the preload's half now"
+            );
+        }
+        // SAFETY: NULL event for DEL.
+        let del = |n| unsafe { p::epoll_ctl(ep, libc::EPOLL_CTL_DEL, n, std::ptr::null_mut()) };
+        assert_eq!(del(fd), 0, "DEL: {}", errno());
+        assert_eq!((del(fd), errno()), (-1, libc::ENOENT), "deleted from both");
+        assert_eq!(
+            (ctl(libc::EPOLL_CTL_MOD, fd), errno()),
+            (-1, libc::ENOENT),
+            "MOD of a number in neither half"
+        );
+        close(fd);
+    }
+    close(ep);
+}
+
+/// `dup2` onto a number another thread is switching: the switch works on its own copy of
+/// the socket and, finding the number replaced when it ends, leaves the new socket's state
+/// alone (was: it forgot it, and would have put its rsocket under the reused number).
+#[test]
+fn fork_mode_switch_of_a_number_replaced_meanwhile_leaves_it_alone() {
+    use p::forksafe::{state, State};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let std::net::SocketAddr::V4(at) = l.local_addr().unwrap() else {
+        unreachable!()
+    };
+    let fd = fork_mode_socket(State::Fresh);
+    let a = sin(at);
+    // SAFETY: [buf] a sockaddr_in; the real connect (the preload's would leave the mode on
+    // loopback).
+    let r = unsafe { libc::connect(fd, (&a as *const libc::sockaddr_in).cast(), SIN_LEN) };
+    assert_eq!(r, 0, "connect: {}", std::io::Error::last_os_error());
+    p::forksafe::set(fd, State::Active);
+    let (mut peer, _) = l.accept().unwrap();
+    // The switch waits for the peer's first bytes.
+    let reader = std::thread::spawn(move || {
+        let mut b = [0u8; 4];
+        // SAFETY: [buf] b.
+        unsafe { p::read(fd, b.as_mut_ptr().cast(), 4) }
+    });
+    while !matches!(state(fd), Some(State::Switching(_))) {
+        std::thread::yield_now();
+    }
+    let other = fork_mode_socket(State::Fresh);
+    // SAFETY: integers only.
+    assert_eq!(unsafe { p::dup2(other, fd) }, fd);
+    assert_eq!(state(fd), Some(State::Fresh), "the new socket's");
+    // The switch message; the rconnect fails (no RDMA device here), the switch ends.
+    peer.write_all(&[0, 0, 0, 0]).unwrap();
+    let _ = reader.join().unwrap();
+    assert_eq!(state(fd), Some(State::Fresh), "left alone by the switch");
+    assert!(get(fd).is_none());
+    close(fd);
+    close(other);
+}
+
+/// The machine-wide lock's file descriptor is closed in a forked child (whose switching
+/// thread is not there to release it), and its record freed when the lock is released.
+#[test]
+fn fork_mode_lock_is_not_inherited_by_a_forked_child() {
+    super::fork::register();
+    let lock = p::forksafe::PortLock::take();
+    let fd = lock.fd();
+    assert!(fd >= 0, "the lock file {} is taken", p::forksafe::LOCK_FILE);
+    // SAFETY: the child below calls only `fcntl` and `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        // SAFETY: integers only.
+        let closed = unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 && errno() == libc::EBADF;
+        // SAFETY: ends the child without running the parent's exit handlers.
+        unsafe { libc::_exit(if closed { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: [out] an int.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child still had the lock's file descriptor"
+    );
+    // SAFETY: integers only.
+    let open = unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0;
+    assert!(open, "the parent's is open");
+    drop(lock);
 }
