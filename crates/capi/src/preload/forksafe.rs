@@ -222,18 +222,23 @@ pub(crate) fn resolve(fd: c_int) {
     // The switch works on a private copy of the socket, made while the lock keeps `close`
     // (which forgets the number before closing it) out: the program may close the number,
     // or `dup2` onto it, and a new socket get it, while the switch runs.
+    // The copy's number is 3 or above: a daemon without standard streams must not find its
+    // stderr writes in the connection.
     // SAFETY: integers only.
-    let own = unsafe { (real().fcntl)(fd, libc::F_DUPFD_CLOEXEC, 0) };
-    if own < 0 {
-        // No number for the copy: this call goes to the TCP socket, a later one tries again.
-        drop(p);
+    let copy = unsafe { (real().fcntl)(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    // No number for a copy (EMFILE, ENFILE): the switch runs on `fd` itself, as rdma-core's
+    // does (a close of the number meanwhile is then the program's race). Letting this call
+    // through to TCP instead would put the switch's 4-byte zero, or the peer's, in the
+    // middle of the program's data when a later call switched.
+    let own = if copy < 0 {
         super::calls::log(&format!(
-            "fd {fd}: fork mode: not switched now (F_DUPFD_CLOEXEC: {})",
+            "fd {fd}: fork mode: switching on the number itself (F_DUPFD_CLOEXEC: {})",
             std::io::Error::last_os_error()
         ));
-        set_errno(saved);
-        return;
-    }
+        fd
+    } else {
+        copy
+    };
     static GENERATION: AtomicU64 = AtomicU64::new(0);
     let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
     p.insert(fd, State::Switching(generation));
@@ -246,8 +251,10 @@ pub(crate) fn resolve(fd: c_int) {
     };
     SWITCHING_HERE.set(false);
     let domain = domain_of(own);
-    // SAFETY: integers only; the copy is ours.
-    unsafe { (real().close)(own) };
+    if copy >= 0 {
+        // SAFETY: integers only; the copy is ours.
+        unsafe { (real().close)(copy) };
+    }
     // The number is settled only if it is still this switch's (not closed or replaced
     // since); the locks in `fork::prepare`'s order (the table's, then this module's).
     let mut t = super::table();
@@ -429,10 +436,15 @@ pub(crate) fn close_lock_fds_in_child() {
 fn unserialized(why: &str) {
     static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if !SAID.swap(true, Ordering::Relaxed) {
-        eprintln!(
+        // The real write(2), errors ignored: `eprintln!` panics on a broken stderr (an abort
+        // in an `extern "C"` call) and takes std's stderr lock, which a forked child may
+        // have inherited held.
+        let line = format!(
             "librspreload: fork mode: {LOCK_FILE}: {why}; the accepting side's switches run \
-             without the machine-wide lock (two processes may take the same port)"
+             without the machine-wide lock (two processes may take the same port)\n"
         );
+        // SAFETY: [buf] `line`'s bytes, alive for the call.
+        let _ = unsafe { (real().write)(2, line.as_ptr().cast(), line.len()) };
     }
 }
 

@@ -996,11 +996,32 @@ fn fork_mode_child_forgets_switches_in_progress() {
 #[test]
 fn fork_mode_switch_leaves_a_refused_connects_error_to_the_program() {
     use p::forksafe::{state, State};
-    // A port nothing listens on: bound, never listening.
-    let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let std::net::SocketAddr::V4(at) = hole.local_addr().unwrap() else {
-        unreachable!()
+    // A port nothing listens on: bound, never listening, and held until the end, so no test
+    // beside this one can listen there meanwhile (a SYN to it is answered with a reset).
+    // SAFETY: integers only.
+    let hole = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    assert!(hole >= 0);
+    let any = sin(std::net::SocketAddrV4::new(
+        std::net::Ipv4Addr::LOCALHOST,
+        0,
+    ));
+    // SAFETY: [buf] a sockaddr_in and its size.
+    let r = unsafe { libc::bind(hole, (&any as *const libc::sockaddr_in).cast(), SIN_LEN) };
+    assert_eq!(r, 0, "bind: {}", std::io::Error::last_os_error());
+    // SAFETY: sockaddr_in is plain data; all zeros is a valid value.
+    let mut bound: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    let mut blen = SIN_LEN;
+    // SAFETY: [out] a sockaddr_in and its size.
+    let r = unsafe {
+        libc::getsockname(
+            hole,
+            (&mut bound as *mut libc::sockaddr_in).cast(),
+            &mut blen,
+        )
     };
+    assert_eq!(r, 0, "getsockname: {}", std::io::Error::last_os_error());
+    let at =
+        std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, u16::from_be(bound.sin_port));
     // SAFETY: integers only.
     let fd = unsafe {
         libc::socket(
@@ -1010,7 +1031,6 @@ fn fork_mode_switch_leaves_a_refused_connects_error_to_the_program() {
         )
     };
     assert!(fd >= 0);
-    drop(hole);
     let a = sin(at);
     // SAFETY: [buf] a sockaddr_in; the real connect (a loopback one through the preload
     // would leave the mode at once).
@@ -1045,6 +1065,8 @@ fn fork_mode_switch_leaves_a_refused_connects_error_to_the_program() {
     };
     assert_eq!((r, err), (0, libc::ECONNREFUSED), "the connect's error");
     close(fd);
+    // SAFETY: integers only; our socket.
+    unsafe { libc::close(hole) };
 }
 
 /// A fork-mode socket added to an epoll set while still TCP is in the kernel's set; once

@@ -243,8 +243,11 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
 /// `close`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    drop(remove(fd));
+    // The fork mode's entry first: a switch of this number that ends meanwhile either
+    // settled before (then `remove` takes its rsocket out) or finds the entry gone and
+    // closes its rsocket, never settling on a closed number.
     forksafe::forget(fd);
+    drop(remove(fd));
     crate::preload::epoll::forget(fd);
     // SAFETY: integers only.
     unsafe { (real().close)(fd) }
@@ -274,11 +277,12 @@ fn dup_onto(old: c_int, new: c_int, f: impl FnOnce() -> c_int) -> c_int {
     let s = get(old);
     let n = f();
     if n >= 0 && old != new {
+        // As in `close`: the fork mode's entry of `new` before the table.
+        forksafe::forget(new);
         let before = match s {
             Some(s) => insert(new, s),
             None => remove(new),
         };
-        forksafe::forget(new);
         forksafe::copy(old, new);
         crate::preload::epoll::forget(new);
         drop(before);
