@@ -75,9 +75,7 @@ extern "C" fn child() {
             return;
         };
         let left = std::mem::take(&mut *held.table);
-        for m in MARKS.iter() {
-            m.store(0, std::sync::atomic::Ordering::Release);
-        }
+        MARKS.clear();
         let n = left.len();
         super::forksafe::child_after_fork(&mut held.pending);
         // The parent's: never closed from here (see the module's doc).

@@ -107,35 +107,20 @@ thread_local! {
     static SWITCHING_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Numbers below this are marked in [`MARKS`].
-const MARKED: usize = 65536;
-/// One bit per number below [`MARKED`]: set while [`PENDING`] holds it.
-static MARKS: [AtomicU64; MARKED / 64] = [const { AtomicU64::new(0) }; MARKED / 64];
+/// Marked while [`PENDING`] holds the number.
+static MARKS: super::FdMarks = super::FdMarks::new();
 
 pub(crate) fn pending() -> MutexGuard<'static, BTreeMap<c_int, State>> {
     PENDING.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn mark(fd: c_int, on: bool) {
-    if let Ok(i) = usize::try_from(fd) {
-        if i < MARKED {
-            let bit = 1u64 << (i % 64);
-            if on {
-                MARKS[i / 64].fetch_or(bit, Ordering::Release);
-            } else {
-                MARKS[i / 64].fetch_and(!bit, Ordering::Release);
-            }
-        }
-    }
+    MARKS.set(fd, on);
 }
 
 /// Whether [`PENDING`] may hold `fd` (one atomic load below 65536).
 pub(crate) fn maybe(fd: c_int) -> bool {
-    match usize::try_from(fd) {
-        Err(_) => false,
-        Ok(i) if i < MARKED => MARKS[i / 64].load(Ordering::Acquire) & (1u64 << (i % 64)) != 0,
-        Ok(_) => true,
-    }
+    MARKS.maybe(fd)
 }
 
 /// `fd`'s state, if it is a fork-mode socket.

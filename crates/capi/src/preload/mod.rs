@@ -72,12 +72,53 @@ pub(crate) fn errno() -> c_int {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
-/// Numbers below this are marked in [`MARKS`].
-const MARKED: usize = 65536;
+/// One bit per fd number below 65536, for a table behind a lock: set and cleared under the
+/// table's lock, read without it, so a call on a number the table cannot hold costs one
+/// atomic load (numbers from 65536 up are always "maybe").
+pub(crate) struct FdMarks([AtomicU64; FdMarks::BELOW / 64]);
 
-/// One bit per number below [`MARKED`]: set while the table holds it (changed under the
-/// table's lock, read without it).
-static MARKS: [AtomicU64; MARKED / 64] = [const { AtomicU64::new(0) }; MARKED / 64];
+impl FdMarks {
+    const BELOW: usize = 65536;
+
+    pub(crate) const fn new() -> FdMarks {
+        FdMarks([const { AtomicU64::new(0) }; FdMarks::BELOW / 64])
+    }
+
+    /// Marks `fd` (`on`) or clears its mark.
+    pub(crate) fn set(&self, fd: c_int, on: bool) {
+        if let Ok(i) = usize::try_from(fd) {
+            if i < FdMarks::BELOW {
+                let bit = 1u64 << (i % 64);
+                if on {
+                    self.0[i / 64].fetch_or(bit, Ordering::Release);
+                } else {
+                    self.0[i / 64].fetch_and(!bit, Ordering::Release);
+                }
+            }
+        }
+    }
+
+    /// Clears every mark (a forked child's table starts empty).
+    pub(crate) fn clear(&self) {
+        for m in &self.0 {
+            m.store(0, Ordering::Release);
+        }
+    }
+
+    /// Whether the table may hold `fd` (a negative number: no; below 65536: its bit).
+    pub(crate) fn maybe(&self, fd: c_int) -> bool {
+        match usize::try_from(fd) {
+            Err(_) => false,
+            Ok(i) if i < FdMarks::BELOW => {
+                self.0[i / 64].load(Ordering::Acquire) & (1u64 << (i % 64)) != 0
+            }
+            Ok(_) => true,
+        }
+    }
+}
+
+/// The rsocket table's marks.
+static MARKS: FdMarks = FdMarks::new();
 
 /// The program's numbers that are rsockets.
 static TABLE: Mutex<BTreeMap<c_int, Arc<Sock>>> = Mutex::new(BTreeMap::new());
@@ -87,25 +128,12 @@ fn table() -> MutexGuard<'static, BTreeMap<c_int, Arc<Sock>>> {
 }
 
 fn mark(fd: c_int, on: bool) {
-    if let Ok(i) = usize::try_from(fd) {
-        if i < MARKED {
-            let bit = 1u64 << (i % 64);
-            if on {
-                MARKS[i / 64].fetch_or(bit, Ordering::Release);
-            } else {
-                MARKS[i / 64].fetch_and(!bit, Ordering::Release);
-            }
-        }
-    }
+    MARKS.set(fd, on);
 }
 
 /// Whether the table may hold `fd` (a negative number: no; below 65536: its bit).
 pub(crate) fn maybe(fd: c_int) -> bool {
-    match usize::try_from(fd) {
-        Err(_) => false,
-        Ok(i) if i < MARKED => MARKS[i / 64].load(Ordering::Acquire) & (1u64 << (i % 64)) != 0,
-        Ok(_) => true,
-    }
+    MARKS.maybe(fd)
 }
 
 /// The rsocket behind the program's `fd`, if the table holds it.
