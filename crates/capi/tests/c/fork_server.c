@@ -96,6 +96,24 @@ static struct sockaddr_in addr_of(const char *a, const char *p)
 	return sin;
 }
 
+/* Reads LEN bytes into b and checks them against client id's pattern; says what went wrong
+ * as "<who> <n>: ...". */
+static int read_pattern(int fd, unsigned char *b, int id, const char *who, int n)
+{
+	int r = read_all(fd, b, LEN);
+	if (r) {
+		printf("%s %d: read: %s\n", who, n, r < 0 ? ename(errno) : "end of stream");
+		return 1;
+	}
+	for (size_t i = 0; i < LEN; i++) {
+		if (b[i] != pattern(i, id)) {
+			printf("%s %d: byte %zu differs\n", who, n, i);
+			return 1;
+		}
+	}
+	return 0;
+}
+
 static int serve(int c, int k)
 {
 	static unsigned char b[LEN];
@@ -105,17 +123,8 @@ static int serve(int c, int k)
 		printf("child %d: read: %s\n", k, r < 0 ? ename(errno) : "end of stream");
 		return 1;
 	}
-	r = read_all(c, b, LEN);
-	if (r) {
-		printf("child %d: read: %s\n", k, r < 0 ? ename(errno) : "end of stream");
+	if (read_pattern(c, b, id, "child", k))
 		return 1;
-	}
-	for (size_t i = 0; i < LEN; i++) {
-		if (b[i] != pattern(i, id)) {
-			printf("child %d: byte %zu differs\n", k, i);
-			return 1;
-		}
-	}
 	if (write_all(c, b, LEN)) {
 		printf("child %d: write: %s\n", k, ename(errno));
 		return 1;
@@ -185,17 +194,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	memset(b, 0, LEN);
-	int r = read_all(fd, b, LEN);
-	if (r) {
-		printf("client %d: read: %s\n", id, r < 0 ? ename(errno) : "end of stream");
+	if (read_pattern(fd, b, id, "client", id))
 		return 1;
-	}
-	for (size_t i = 0; i < LEN; i++) {
-		if (b[i] != pattern(i, id)) {
-			printf("client %d: byte %zu differs\n", id, i);
-			return 1;
-		}
-	}
 	printf("client %d: %s, %d bytes ok\n", id, transport(fd), LEN);
 	close(fd);
 	return 0;
